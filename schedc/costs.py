@@ -1,0 +1,245 @@
+"""What a schedule costs: the profile file (``schedc.profile/v1``) and the memory limit.
+
+A profile gives, per stage, the seconds of F, I and W and the bytes a microbatch holds (see
+DESIGN.md). ``Profile.uniform`` builds the identical-stage profile behind ``--costs F,I,W``:
+1 unit of activation per microbatch, of which 0.5 is still held between I and W (the zero-bubble
+code's default ratio). ``MemoryLimit`` parses ``--memory`` (``1.5p``, ``40GiB``, ``none``) and turns
+it into a per-rank byte cap for a given placement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Literal, Optional, Sequence, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schedc.errors import SchedcError
+
+PROFILE_FORMAT = "schedc.profile/v1"
+
+
+class StageCost(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    forward: float = Field(gt=0, description="seconds of F for one microbatch")
+    backward_input: float = Field(gt=0, description="seconds of I (backward for inputs)")
+    backward_weight: float = Field(ge=0, description="seconds of W; 0 for a stage without parameters")
+    activation_bytes: float = Field(ge=0, description="bytes one microbatch holds after F")
+    weight_grad_bytes: float = Field(ge=0, description="bytes still held between I and W")
+    static_bytes: float = Field(default=0, ge=0, description="params + grads + optimizer state")
+
+    @model_validator(mode="after")
+    def _weight_grad_within_activation(self) -> "StageCost":
+        if self.weight_grad_bytes > self.activation_bytes:
+            raise ValueError(
+                f"weight_grad_bytes ({self.weight_grad_bytes:g}) must be <= activation_bytes "
+                f"({self.activation_bytes:g})"
+            )
+        return self
+
+    @property
+    def backward(self) -> float:
+        """Seconds of a full backward B = I + W."""
+        return self.backward_input + self.backward_weight
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["schedc.profile/v1"] = PROFILE_FORMAT
+    stages: list[StageCost] = Field(min_length=1)
+    comm: Union[float, list[float]] = 0.0
+    device: Optional[str] = None
+    model: Optional[str] = None
+    microbatch_size: Optional[int] = None
+    dtype: Optional[str] = None
+    torch_version: Optional[str] = None
+    created: Optional[str] = None
+    notes: Optional[list[str]] = None
+
+    @model_validator(mode="after")
+    def _comm_matches_boundaries(self) -> "Profile":
+        values = self.comm if isinstance(self.comm, list) else [self.comm]
+        if any(c < 0 or math.isnan(c) for c in values):
+            raise ValueError("comm: every communication time must be >= 0")
+        if isinstance(self.comm, list) and len(self.comm) != len(self.stages) - 1:
+            raise ValueError(
+                f"comm: {len(self.comm)} values given but {len(self.stages)} stages have "
+                f"{len(self.stages) - 1} boundaries"
+            )
+        return self
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.stages)
+
+    def comm_after(self, stage: int) -> float:
+        """Seconds to send an activation (or its gradient) across the boundary stage -> stage+1."""
+        if isinstance(self.comm, list):
+            return self.comm[stage]
+        return float(self.comm)
+
+    def duration(self, stage: int, kind: str) -> float:
+        c = self.stages[stage]
+        return {"F": c.forward, "I": c.backward_input, "W": c.backward_weight, "B": c.backward}[kind]
+
+    def memory_delta(self, stage: int, kind: str) -> float:
+        """Change of a rank's held bytes when it runs this action (the ZB paper's accounting)."""
+        c = self.stages[stage]
+        return {
+            "F": c.activation_bytes,
+            "I": -(c.activation_bytes - c.weight_grad_bytes),
+            "W": -c.weight_grad_bytes,
+            "B": -c.activation_bytes,
+        }[kind]
+
+    @classmethod
+    def uniform(
+        cls,
+        n_stages: int,
+        forward: float = 1.0,
+        backward_input: float = 1.0,
+        backward_weight: float = 1.0,
+        comm: Union[float, Sequence[float]] = 0.0,
+    ) -> "Profile":
+        stage = StageCost(
+            forward=forward,
+            backward_input=backward_input,
+            backward_weight=backward_weight,
+            activation_bytes=1.0,
+            weight_grad_bytes=0.5,
+        )
+        comm_value = list(comm) if isinstance(comm, (list, tuple)) else float(comm)
+        return cls(stages=[stage] * n_stages, comm=comm_value, model="uniform")
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> "Profile":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise SchedcError(f"{path}: profile file not found")
+        except json.JSONDecodeError as e:
+            raise SchedcError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON ({e.msg})")
+        if not isinstance(data, dict):
+            raise SchedcError(f"{path}: a profile is a JSON object with 'format' and 'stages'")
+        if data.get("format") != PROFILE_FORMAT:
+            raise SchedcError(
+                f"{path}: field 'format' must be {PROFILE_FORMAT!r}, got {data.get('format')!r}"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise SchedcError(f"{path}: {describe_validation_error(e)}")
+
+    def save(self, path: Union[str, Path]) -> None:
+        from schedc.fileio import atomic_write_text
+
+        atomic_write_text(path, self.model_dump_json(indent=2, exclude_none=True) + "\n")
+
+
+def describe_validation_error(e: ValidationError) -> str:
+    """pydantic's first error as one line: 'field stages[2].forward: must be > 0 (got -1)'."""
+    err = e.errors()[0]
+    loc = ""
+    for part in err["loc"]:
+        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field (remove it or check its spelling)"
+    got = f" (got {err['input']!r})" if "input" in err and err["type"] != "extra_forbidden" else ""
+    where = f"field {loc}: " if loc else ""
+    return f"{where}{msg}{got}"
+
+
+def parse_costs(text: str) -> tuple[float, float, float]:
+    """'F,I,W' -> three floats, e.g. '1,1.1,0.9'."""
+    parts = text.split(",")
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 3 or values[0] <= 0 or values[1] <= 0 or values[2] < 0:
+        raise SchedcError(
+            f"--costs: expected three numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {text!r}"
+        )
+    return values  # type: ignore[return-value]
+
+
+def parse_comm(text: str) -> Union[float, list[float]]:
+    """'0.1' (every boundary) or '0.1,0.2,0.1' (one per boundary)."""
+    try:
+        values = [float(p) for p in text.split(",")]
+    except ValueError:
+        raise SchedcError(f"--comm: expected seconds per boundary (e.g. 0.1 or 0.1,0.2), got {text!r}")
+    if any(v < 0 for v in values):
+        raise SchedcError(f"--comm: communication times must be >= 0, got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
+_SIZE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+class MemoryLimit(BaseModel):
+    """``relative``: K x R microbatches of the rank's own activations (``1p``); ``bytes``: an
+    absolute per-rank cap including static bytes; ``none``: no cap."""
+
+    kind: Literal["relative", "bytes", "none"]
+    value: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> "MemoryLimit":
+        t = str(text).strip().lower().replace(" ", "")
+        if t in ("none", "inf", "unlimited"):
+            return cls(kind="none")
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)p", t)
+        if m:
+            k = float(m.group(1))
+            if k <= 0:
+                raise SchedcError(f"--memory: the factor in {text!r} must be > 0")
+            return cls(kind="relative", value=k)
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?i?b)", t)
+        if m:
+            return cls(kind="bytes", value=float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+        raise SchedcError(
+            f"--memory: expected Kp (e.g. 1p, 1.5p), a size (e.g. 40GiB, 500MB) or 'none', got {text!r}"
+        )
+
+    def __str__(self) -> str:
+        if self.kind == "none":
+            return "none"
+        if self.kind == "relative":
+            return f"{self.value:g}p"
+        return format_bytes(self.value)
+
+    def per_rank(self, profile: Profile, placement: Sequence[int]) -> list[float]:
+        """The cap in bytes for each rank (static bytes included); inf when there is none."""
+        n_ranks = max(placement) + 1
+        caps = []
+        for r in range(n_ranks):
+            own = [s for s, rr in enumerate(placement) if rr == r]
+            static = sum(profile.stages[s].static_bytes for s in own)
+            if self.kind == "none":
+                caps.append(math.inf)
+            elif self.kind == "bytes":
+                caps.append(self.value)
+            else:
+                act = sum(profile.stages[s].activation_bytes for s in own)
+                caps.append(static + self.value * n_ranks * act)
+        return caps
+
+
+def format_bytes(n: float) -> str:
+    if math.isinf(n):
+        return "inf"
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n:g}B" if n != int(n) else f"{int(n)}B"
