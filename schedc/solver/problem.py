@@ -1,0 +1,100 @@
+"""One compile request, resolved: costs per stage, placement, microbatches, memory caps, objective.
+
+Everything the heuristic, the integer program and the lower bounds need, in one small object, so
+that they all read the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Optional, Sequence, Union
+
+from schedc.costs import MemoryLimit, Profile
+from schedc.errors import SchedcError
+from schedc.ir import make_placement, placement_name
+
+OBJECTIVES = ("makespan", "span")
+
+
+@dataclass(frozen=True)
+class Problem:
+    profile: Profile
+    placement: tuple[int, ...]  # placement[stage] = rank
+    n_microbatches: int
+    memory: MemoryLimit = field(default_factory=lambda: MemoryLimit(kind="relative", value=1.0))
+    objective: str = "makespan"
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.placement)
+
+    @property
+    def n_ranks(self) -> int:
+        return max(self.placement) + 1
+
+    @property
+    def placement_name(self) -> str:
+        return placement_name(self.placement)
+
+    def stages_of(self, rank: int) -> list[int]:
+        return [s for s, r in enumerate(self.placement) if r == rank]
+
+    @cached_property
+    def memory_caps(self) -> list[float]:
+        """Per-rank byte cap, static bytes included (inf when uncapped)."""
+        return self.memory.per_rank(self.profile, self.placement)
+
+    def duration(self, stage: int, kind: str) -> float:
+        return self.profile.duration(stage, kind)
+
+    def comm(self, boundary: int) -> float:
+        """Delay across the boundary stage -> stage+1: its comm time if the two stages sit on
+        different ranks, else 0."""
+        if self.placement[boundary] == self.placement[boundary + 1]:
+            return 0.0
+        return self.profile.comm_after(boundary)
+
+    @classmethod
+    def build(
+        cls,
+        n_stages: int,
+        n_microbatches: int,
+        n_ranks: Optional[int] = None,
+        placement: Union[str, Sequence[int]] = "loop",
+        profile: Optional[Profile] = None,
+        memory: Union[str, MemoryLimit] = "1p",
+        objective: str = "makespan",
+    ) -> "Problem":
+        if n_stages < 1:
+            raise SchedcError(f"--stages must be >= 1, got {n_stages}")
+        if n_microbatches < 1:
+            raise SchedcError(f"--mb must be >= 1, got {n_microbatches}")
+        if objective not in OBJECTIVES:
+            raise SchedcError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        if isinstance(placement, str):
+            if n_ranks is None:
+                n_ranks = n_stages // 2 if placement == "v" else n_stages
+            if n_ranks < 1 or n_stages % n_ranks:
+                raise SchedcError(f"--stages ({n_stages}) must be a multiple of --ranks ({n_ranks})")
+            if placement == "v" and n_stages != 2 * n_ranks and n_stages % (2 * n_ranks):
+                raise SchedcError(f"V placement needs an even number of stages per rank; got {n_stages} stages on {n_ranks} ranks")
+            try:
+                placement = make_placement(placement, n_stages, n_ranks)
+            except ValueError as e:
+                raise SchedcError(f"--placement: {e}")
+        placement = tuple(int(r) for r in placement)
+        if len(placement) != n_stages:
+            raise SchedcError(f"placement names {len(placement)} stages but --stages is {n_stages}")
+        ranks_used = sorted(set(placement))
+        if ranks_used != list(range(len(ranks_used))):
+            raise SchedcError(f"placement {list(placement)} must use ranks 0..R-1 without gaps")
+        if n_ranks is not None and len(ranks_used) != n_ranks:
+            raise SchedcError(f"placement uses {len(ranks_used)} ranks but --ranks is {n_ranks}")
+        if profile is None:
+            profile = Profile.uniform(n_stages)
+        if profile.n_stages != n_stages:
+            raise SchedcError(f"the profile describes {profile.n_stages} stages but --stages is {n_stages}")
+        if isinstance(memory, str):
+            memory = MemoryLimit.parse(memory)
+        return cls(profile=profile, placement=placement, n_microbatches=n_microbatches, memory=memory, objective=objective)
