@@ -1,0 +1,96 @@
+import json
+
+import pytest
+
+from schedc.costs import MemoryLimit, Profile, parse_comm, parse_costs
+from schedc.errors import SchedcError
+from schedc.ir import loop_placement, v_placement
+
+
+def _write(tmp_path, data):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _stage(**over):
+    stage = dict(forward=1.0, backward_input=1.1, backward_weight=0.9, activation_bytes=100, weight_grad_bytes=40)
+    stage.update(over)
+    return stage
+
+
+def test_profile_round_trip(tmp_path):
+    p = Profile(stages=[_stage(), _stage(static_bytes=7)], comm=[0.1], device="cpu", model="gpt")
+    p.save(tmp_path / "p.json")
+    assert Profile.load(tmp_path / "p.json") == p
+
+
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        ({"format": "schedc.profile/v1", "stages": [_stage(forward=-1)]}, "stages[0].forward"),
+        ({"format": "schedc.profile/v1", "stages": [_stage(colour="red")]}, "stages[0].colour: unknown field"),
+        ({"format": "schedc.profile/v1", "stages": [_stage(weight_grad_bytes=200)]}, "weight_grad_bytes"),
+        ({"format": "schedc.profile/v1", "stages": [_stage()] * 3, "comm": [0.1]}, "comm"),
+        ({"format": "schedc.profile/v1", "stages": []}, "stages"),
+        ({"format": "schedc.profile/v1", "stages": [_stage(forward="fast")]}, "stages[0].forward"),
+        ({"stages": [_stage()]}, "field 'format'"),
+    ],
+)
+def test_profile_errors_name_the_field(tmp_path, data, needle):
+    path = _write(tmp_path, data)
+    with pytest.raises(SchedcError) as e:
+        Profile.load(path)
+    msg = str(e.value)
+    assert str(path) in msg and needle in msg and "\n" not in msg
+
+
+def test_profile_bad_json_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\n  'format': 1")
+    with pytest.raises(SchedcError, match=r"bad.json: line 2 column 3: not valid JSON"):
+        Profile.load(bad)
+    with pytest.raises(SchedcError, match="not found"):
+        Profile.load(tmp_path / "nope.json")
+
+
+def test_uniform_profile_follows_zero_bubble_memory_ratio():
+    p = Profile.uniform(4, 1, 2, 3, comm=0.5)
+    assert [p.duration(0, k) for k in "FIWB"] == [1, 2, 3, 5]
+    assert [p.memory_delta(2, k) for k in "FIWB"] == [1.0, -0.5, -0.5, -1.0]
+    assert p.comm_after(2) == 0.5
+
+
+@pytest.mark.parametrize(
+    "text, kind, value",
+    [("1p", "relative", 1.0), ("1.5P", "relative", 1.5), ("40GiB", "bytes", 40 * 2**30),
+     ("500MB", "bytes", 500e6), ("none", "none", 0.0), ("1024b", "bytes", 1024)],
+)
+def test_memory_limit_parse(text, kind, value):
+    m = MemoryLimit.parse(text)
+    assert (m.kind, m.value) == (kind, value)
+
+
+@pytest.mark.parametrize("text", ["", "p", "1x", "-1p", "0p", "40 parsecs", "1.5pp"])
+def test_memory_limit_rejects(text):
+    with pytest.raises(SchedcError, match="--memory"):
+        MemoryLimit.parse(text)
+
+
+def test_relative_limit_is_ranks_times_own_activation_plus_static():
+    p = Profile(stages=[_stage(static_bytes=10)] * 4)
+    # one stage per rank: 1p = R microbatches of the rank's stage
+    assert MemoryLimit.parse("1p").per_rank(p, loop_placement(4, 4)) == [10 + 4 * 100] * 4
+    # V placement: each rank holds two stages, so a microbatch of "its own stages" is 200 bytes
+    assert MemoryLimit.parse("2p").per_rank(p, v_placement(4, 2)) == [20 + 2 * 2 * 200] * 2
+    assert MemoryLimit.parse("1KiB").per_rank(p, v_placement(4, 2)) == [1024, 1024]
+
+
+def test_parse_costs_and_comm():
+    assert parse_costs("1,1.1,0.9") == (1.0, 1.1, 0.9)
+    assert parse_comm("0.1") == 0.1 and parse_comm("0.1,0.2") == [0.1, 0.2]
+    for bad in ["1,1", "a,b,c", "0,1,1", "1,1,-1"]:
+        with pytest.raises(SchedcError, match="--costs"):
+            parse_costs(bad)
+    with pytest.raises(SchedcError, match="--comm"):
+        parse_comm("-1")
