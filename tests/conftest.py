@@ -1,0 +1,67 @@
+"""Shared test helpers: a builder of valid schedules that does not depend on schedc.baselines."""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Collection, Optional, Sequence, Union
+
+import pytest
+
+from schedc.ir import Action, Schedule
+from schedc.simulate import producers
+
+
+def build_schedule(
+    placement: Sequence[int],
+    n_microbatches: int,
+    split_backward: Union[bool, Collection[tuple[int, int]]] = False,
+    prefer: str = "backward",
+    rng: Optional[random.Random] = None,
+    idle_prob: float = 0.0,
+    name: str = "",
+) -> Schedule:
+    """A valid schedule made by round-based list scheduling: every round each rank runs one
+    action whose inputs finished in earlier rounds, or idles (an empty cell). Deadlock-free by
+    construction (the rounds are a global topological order).
+
+    split_backward: True for I + W everywhere, or the (stage, microbatch) pairs that use I + W
+    (the others use B).
+    prefer: "forward" (GPipe-like: lowest-microbatch F first), "backward" (1F1B-like: pending
+    backwards/W first) or "random" (uses rng; with idle_prob a ready rank may also idle)."""
+    n_stages = len(placement)
+    n_ranks = max(placement) + 1
+    pairs = [(s, m) for s in range(n_stages) for m in range(n_microbatches)]
+    split = set(pairs) if split_backward is True else set(split_backward or ())
+    bk = {p: ("I" if p in split else "B") for p in pairs}
+    todo = {Action(s, k, m) for (s, m) in pairs for k in ("FIW" if (s, m) in split else "FB")}
+    deps = {a: [d for d, _ in producers(a, n_stages, bk)] for a in todo}
+    done: set[Action] = set()
+    rows: list[list] = [[] for _ in range(n_ranks)]
+    rank_key = {"F": 1, "I": 0, "B": 0, "W": 2} if prefer == "backward" else {"F": 0, "I": 1, "B": 1, "W": 2}
+    while todo:
+        ready_now = [a for a in todo if all(d in done for d in deps[a])]
+        finished = []
+        for r in range(n_ranks):
+            mine = [a for a in ready_now if placement[a.stage] == r]
+            if not mine or (rng is not None and idle_prob and rng.random() < idle_prob):
+                rows[r].append(None)
+                continue
+            if prefer == "random":
+                a = rng.choice(sorted(mine))
+            else:
+                a = min(mine, key=lambda a: (rank_key[a.kind], a.microbatch, a.stage))
+            rows[r].append(a)
+            finished.append(a)
+        for a in finished:
+            todo.discard(a)
+            done.add(a)
+    # trailing idle cells say nothing; torch's own dumps end each row with its last action
+    for row in rows:
+        while row and row[-1] is None:
+            row.pop()
+    return Schedule(rows=rows, placement=tuple(placement), n_microbatches=n_microbatches, name=name)
+
+
+@pytest.fixture
+def make_schedule() -> Callable[..., Schedule]:
+    return build_schedule
