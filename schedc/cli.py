@@ -59,11 +59,12 @@ def _memory_from_args(args) -> MemoryLimit:
 
 def add_baseline(sub) -> None:
     p = sub.add_parser("baseline", help="emit a hand-made schedule (GPipe, 1F1B, ZB-H1, ...) as CSV")
-    p.add_argument("name", nargs="?", help="gpipe, 1f1b, zb-h1, zb-h2, interleaved-1f1b, zb-v, ...")
+    p.add_argument("name", nargs="?", help="gpipe, 1f1b, zb-h1, zb-h2, interleaved-1f1b, zb-v, looped-bfs, "
+                   "interleaved-zb, dualpipev (case/dashes ignored; torch class names accepted)")
     p.add_argument("--list", action="store_true", help="list the hand-made schedules")
     p.add_argument("--stages", type=int, help="number of pipeline stages N")
     p.add_argument("--mb", type=int, help="number of microbatches M")
-    p.add_argument("--ranks", type=int, help="number of ranks R (default: N, or N/2 for V schedules)")
+    p.add_argument("--ranks", type=int, help="number of ranks R (default: N for one-stage-per-rank schedules, else N/2)")
     p.add_argument("--placement", choices=["loop", "v"], help="stage placement (default: the schedule's own)")
     p.add_argument("-o", "--output", metavar="FILE.csv", help="write the CSV here (default: print it)")
 
@@ -196,9 +197,335 @@ def _fmt_mem(x: float) -> str:
 
 # ---------------------------------------------------------------- compile (solver)
 
+
+def add_compile(sub) -> None:
+    p = sub.add_parser("compile", help="find the fastest schedule under a memory limit (integer program)")
+    p.add_argument("--stages", type=int, required=True, help="number of pipeline stages N")
+    p.add_argument("--mb", type=int, required=True, help="number of microbatches M")
+    p.add_argument("--ranks", type=int, help="number of ranks R (default: N for loop, N/2 for v)")
+    p.add_argument("--placement", choices=["loop", "v"], default="loop", help="stage placement (default loop)")
+    _add_cost_args(p)
+    p.add_argument("--objective", choices=["makespan", "span"], default="makespan",
+                   help="makespan (ranks synchronize at the optimizer step; default) or per-rank span")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
+    p.add_argument("--solver", choices=["highs", "cbc"], help="MIP solver (default: HiGHS if installed, else CBC)")
+    p.add_argument("-o", "--output", metavar="FILE.csv", default="schedule.csv",
+                   help="where to write the CSV; the report goes to FILE.json (default schedule.csv)")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the compiled schedule next to the best baseline")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def run_compile(args) -> int:
+    from schedc import csvio
+    from schedc.solver.compile import compile_schedule
+
+    if not str(args.output).endswith(".csv"):
+        raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
+    if args.time_limit is None or not args.time_limit > 0:
+        raise SchedcError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if args.plot:
+        from schedc.plot import output_format
+
+        output_format(args.plot)
+    profile = _profile_from_args(args, args.stages) if args.stages and args.stages > 0 else None
+    memory = _memory_from_args(args)
+
+    def progress(e: dict) -> None:
+        if args.quiet:
+            return
+        bound = e["bound"]
+        print(f"[{e['elapsed']:7.1f}s] {e['phase']:<26s} best {e['best']:.6g}  bound {bound:.6g}  "
+              f"gap {100 * e['gap']:.2f}%", file=sys.stderr, flush=True)
+
+    res = compile_schedule(args.stages, args.mb, n_ranks=args.ranks, placement=args.placement, profile=profile,
+                           memory=memory, objective=args.objective, time_limit=args.time_limit,
+                           solver=args.solver, progress=progress)
+    csvio.write_csv(res.schedule, args.output)
+    report_file = csvio.write_report(res.report, args.output)
+    if args.plot:
+        from schedc import baselines as bl_mod
+        from schedc.plot import plot_schedules
+
+        schedules, titles = [res.schedule], [f"schedc ({res.status})"]
+        fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
+        if fitting:
+            best = min(fitting, key=lambda k: fitting[k][args.objective])
+            schedules.append(bl_mod.make_baseline(best, args.stages, args.mb, n_ranks=res.problem.n_ranks,
+                                                  placement=res.problem.placement_name))
+            titles.append(best)
+        plot_schedules(schedules, res.problem.profile, res.problem.memory, titles=titles, path=args.plot)
+    print(format_compile_summary(res, args.output, report_file))
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def format_compile_summary(res, csv_path, report_file) -> str:
+    p, sim = res.problem, res.sim
+    lines = [
+        f"wrote {csv_path} and {report_file}: {p.n_stages} stages on {p.n_ranks} ranks ({p.placement_name}), "
+        f"{p.n_microbatches} microbatches, memory {p.memory}, objective {p.objective}",
+        f"  makespan {sim.makespan:.6g}   span {sim.span:.6g}   bubble {100 * sim.bubble:.1f}%   "
+        f"status {res.status}   lower bound {res.lower_bound:.6g}   gap {100 * res.gap:.2f}%   "
+        f"time {res.solve_time:.1f}s",
+        "  peak memory per rank vs limit: " + ", ".join(
+            f"{_fmt_mem(pk)}/{_fmt_mem(lim)}" for pk, lim in zip(sim.peak_memory, sim.memory_limit)),
+    ]
+    fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
+    if fitting:
+        lines.append("  baselines that fit: " + ", ".join(
+            f"{k} {v['makespan']:.6g}" + (f" (span {v['span']:.6g})" if p.objective == "span" else "")
+            for k, v in sorted(fitting.items(), key=lambda kv: kv[1][p.objective])))
+    else:
+        lines.append("  baselines that fit: none")
+    return "\n".join(lines)
+
+
+COMMANDS += ["compile"]
+
 # ---------------------------------------------------------------- plot, trace (pictures)
 
+
+def add_plot(sub) -> None:
+    p = sub.add_parser("plot", help="draw Gantt charts and memory curves of CSV schedules (png, svg, pdf)")
+    p.add_argument("files", nargs="+", metavar="FILE.csv", help="one panel per file, stacked on one time axis")
+    _add_cost_args(p)
+    p.add_argument("--title", action="append", metavar="TEXT",
+                   help="panel title, once per file in order (default: the file name)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="picture to write: .png, .svg or .pdf")
+
+
+def run_plot(args) -> int:
+    from schedc.plot import output_format, plot_schedules
+
+    output_format(args.output)  # a wrong extension fails before any work
+    if args.title and len(args.title) != len(args.files):
+        raise SchedcError(f"give --title once per file ({len(args.files)}), or not at all")
+    schedules, profiles = _read_checked(args)
+    memory = _memory_from_args(args)
+    titles = args.title or [Path(f).name for f in args.files]
+    plot_schedules(schedules, profiles, memory, titles=titles, path=args.output)
+    print(f"wrote {args.output}: {len(schedules)} panel{'s' if len(schedules) > 1 else ''} "
+          f"({', '.join(titles)}), memory limit {memory}")
+    return 0
+
+
+def add_trace(sub) -> None:
+    p = sub.add_parser("trace", help="write a Chrome trace (Perfetto, chrome://tracing) of a CSV schedule")
+    p.add_argument("file", metavar="FILE.csv")
+    _add_cost_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="trace.json", help="trace file to write")
+
+
+def run_trace(args) -> int:
+    from schedc.trace import write_trace
+
+    args.files = [args.file]
+    (schedule,), (profile,) = _read_checked(args)
+    trace = write_trace(schedule, profile, args.output, _memory_from_args(args))
+    n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
+    print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks; open it in https://ui.perfetto.dev "
+          f"or chrome://tracing (1 s of the profile = 1 s of trace)")
+    return 0
+
+
+def _read_checked(args):
+    """Read and validate every CSV in args.files, with a profile for each."""
+    from schedc import csvio, validate
+
+    schedules, profiles = [], []
+    for path in args.files:
+        schedule = csvio.read_csv(path)
+        validate.validate(schedule, source=path)
+        schedule.name = schedule.name or Path(path).stem
+        schedules.append(schedule)
+        profiles.append(_profile_from_args(args, schedule.n_stages))
+    return schedules, profiles
+
+
+COMMANDS += ["plot", "trace"]
+
 # ---------------------------------------------------------------- profile, calibrate (profiler)
+
+
+def _add_gpt_args(p: argparse.ArgumentParser, with_stages: bool = True) -> None:
+    g = p.add_argument_group("model (schedc's built-in GPT)")
+    g.add_argument("--layers", type=int, default=4, help="transformer blocks (default 4)")
+    g.add_argument("--hidden", type=int, default=64, help="hidden size (default 64)")
+    g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    g.add_argument("--seq", type=int, default=32, help="sequence length (default 32)")
+    g.add_argument("--vocab", type=int, default=256, help="vocabulary size (default 256)")
+    g.add_argument("--mbs", type=int, default=4, help="microbatch size: sequences per microbatch (default 4)")
+    if with_stages:
+        g.add_argument("--stages", type=int, default=2, help="pipeline stages to split the model into (default 2)")
+    g.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64 (default float32)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per process (torch.set_num_threads); use the same number when calibrating")
+
+
+def _gpt_config_from_args(args):
+    from schedc.runtime.models import GPTConfig
+
+    try:
+        return GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                         seq_len=args.seq, dtype=args.dtype)
+    except ValueError as e:
+        raise SchedcError(f"model: {e}")
+
+
+def _parse_bandwidth(text: Optional[str]) -> Optional[float]:
+    """'25e9', '25GB', '25GB/s', '100MiB/s' -> bytes per second."""
+    if text is None:
+        return None
+    t = text.strip()
+    if t.lower().endswith("/s"):
+        t = t[:-2]
+    try:
+        value = float(t)
+    except ValueError:
+        try:
+            limit = MemoryLimit.parse(t)
+        except SchedcError:
+            limit = None
+        if limit is None or limit.kind != "bytes":
+            raise SchedcError(f"--comm-bandwidth: expected bytes per second (e.g. 25e9 or 25GB/s), got {text!r}")
+        value = limit.value
+    if value <= 0:
+        raise SchedcError(f"--comm-bandwidth must be > 0, got {text!r}")
+    return value
+
+
+def _require_torch(command: str) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SchedcError(f"{command} runs the model and needs torch: pip install 'schedc[torch]'")
+
+
+def add_profile(sub) -> None:
+    p = sub.add_parser("profile", help="measure each stage's F, I, W time and memory; write a profile JSON")
+    _add_gpt_args(p)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
+    p.add_argument("--optimizer", default="adamw", help="optimizer whose state counts in static bytes: "
+                   "adamw, adam, sgd, sgd-momentum, none (default adamw)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs per stage (default 2)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per stage; the median is kept (default 5)")
+    p.add_argument("--comm-bandwidth", metavar="B/s", default=None,
+                   help="link bandwidth for boundary activations, e.g. 25GB/s (default: comm is free)")
+    p.add_argument("--comm-latency", metavar="S", type=float, default=0.0, help="seconds per transfer (default 0)")
+    p.add_argument("--comm-measure", action="store_true",
+                   help="measure send/recv between ranks 0 and 1 (run under torchrun --nproc-per-node 2)")
+    p.add_argument("-o", "--output", metavar="P.json", required=True, help="profile file to write")
+
+
+def run_profile(args) -> int:
+    _require_torch("schedc profile")
+    import torch
+
+    from schedc.runtime.profiler import StderrProgress, profile_gpt
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SchedcError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    bandwidth = _parse_bandwidth(args.comm_bandwidth)
+    cfg = _gpt_config_from_args(args)
+    rank = 0
+    progress = StderrProgress()
+    if args.comm_measure:
+        import os
+
+        import torch.distributed as dist
+
+        if "RANK" not in os.environ:
+            raise SchedcError("--comm-measure: launch with torchrun --nproc-per-node 2 (RANK is not set)")
+        dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
+        rank = dist.get_rank()
+        if args.device.startswith("cuda") and torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    try:
+        profile = profile_gpt(
+            cfg, args.stages, args.mbs, device=args.device, warmup=args.warmup, repeats=args.repeats,
+            optimizer=args.optimizer, comm="measure" if args.comm_measure else None,
+            comm_bandwidth=bandwidth, comm_latency=args.comm_latency,
+            progress=progress if rank == 0 else None,
+        )
+    finally:
+        progress.done()
+        if args.comm_measure:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    if rank != 0:
+        return 0
+    profile.save(args.output)
+    print(f"wrote {args.output}: {profile.n_stages} stages of {profile.model} on {profile.device}, "
+          f"microbatch {profile.microbatch_size}, {profile.dtype}")
+    print(f"  {'stage':>5}  {'F':>9}  {'I':>9}  {'W':>9}  {'activation':>10}  {'held I..W':>10}  {'static':>10}")
+    for s, c in enumerate(profile.stages):
+        print(f"  {s:>5}  {_fmt_secs(c.forward):>9}  {_fmt_secs(c.backward_input):>9}  "
+              f"{_fmt_secs(c.backward_weight):>9}  {format_bytes(c.activation_bytes):>10}  "
+              f"{format_bytes(c.weight_grad_bytes):>10}  {format_bytes(c.static_bytes):>10}")
+    comm = profile.comm if isinstance(profile.comm, list) else [profile.comm]
+    print(f"  comm per boundary: {', '.join(_fmt_secs(c) for c in comm)}")
+    return 0
+
+
+def _fmt_secs(x: float) -> str:
+    if x == 0:
+        return "0"
+    return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
+
+
+COMMANDS += ["profile"]
+
+
+def add_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="run a CSV schedule on local ranks and compare with the prediction")
+    p.add_argument("file", metavar="SCHEDULE.csv")
+    p.add_argument("--profile", metavar="P.json", required=True, help="the profile the prediction uses")
+    _add_gpt_args(p, with_stages=False)
+    p.set_defaults(mbs=None, threads=1)
+    p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per rank); default cpu")
+    p.add_argument("--nproc", type=int, default=None, help="ranks to launch (default: the CSV's rows; must match)")
+    p.add_argument("--steps", type=int, default=3, help="timed training steps (default 3)")
+    p.add_argument("--warmup-steps", type=int, default=1, help="untimed steps first (default 1)")
+    p.add_argument("--in-situ", action="store_true",
+                   help="also profile each rank's stages inside the ranks between steps and predict from that")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="kill the ranks after this many seconds (default 600)")
+    p.add_argument("-o", "--output", metavar="REFINED.json",
+                   help="write the profile refined from the measured action times")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
+def run_calibrate(args) -> int:
+    _require_torch("schedc calibrate")
+    from schedc.runtime.calibrate import calibrate, format_calibration
+
+    profile = Profile.load(args.profile)
+    mbs = args.mbs if args.mbs is not None else profile.microbatch_size
+    if mbs is None:
+        raise SchedcError(f"{args.profile} does not record a microbatch size; give --mbs")
+    if profile.microbatch_size is not None and mbs != profile.microbatch_size:
+        raise SchedcError(f"--mbs {mbs} differs from the profile's microbatch size {profile.microbatch_size}; "
+                          f"profile with --mbs {mbs} or drop --mbs")
+    cal = calibrate(args.file, profile, _gpt_config_from_args(args), mbs, steps=args.steps,
+                    warmup_steps=args.warmup_steps, threads=args.threads, device=args.device,
+                    timeout=args.timeout, n_ranks=args.nproc, in_situ=args.in_situ)
+    if args.output:
+        cal.refined.save(args.output)
+    if args.json:
+        print(json.dumps(cal.to_dict(), indent=2))
+    else:
+        print(format_calibration(cal))
+        if args.output:
+            print(f"wrote {args.output}: profile refined from the measured action times")
+    return 0
+
+
+COMMANDS += ["calibrate"]
 
 # ---------------------------------------------------------------- library (schedule library)
 

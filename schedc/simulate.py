@@ -10,7 +10,9 @@ data dependencies". We walk it rank by rank: a rank's next action is placed as s
 producers are placed; if no rank can place its next action the schedule deadlocks (a cycle) and
 we say which actions wait on which. Memory on a rank changes only through its own actions, so
 its curve is the running sum of the ZB paper's deltas in the rank's order: F allocates at its
-start, I/W/B release at their end.
+start, I/W/B release at their end. An overlapped cell (torch's OVERLAP_F_B) starts when the
+inputs of all its parts are there, as torch's runtime receives them all first, and its parts
+run back to back.
 
 Cost: O(total actions x ranks) in the worst case, linear in practice.
 """
@@ -120,6 +122,19 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
     backward_kind = {(a.stage, a.microbatch): a.kind for row in order for a in row if a.kind in ("I", "B")}
     where = {a: r for r, row in enumerate(order) for a in row}
 
+    # torch issues an OVERLAP_F_B cell as one step whose receives all come first, so the cell's
+    # first part also waits for what its cell-mates need from outside the cell; the parts then
+    # run back to back
+    cell_mates: list[dict[int, tuple[Action, ...]]] = []
+    for row in schedule.rows:
+        mates, k = {}, 0
+        for cell in row:
+            if cell is not None:
+                if len(cell.parts) > 1:
+                    mates[k] = cell.parts
+                k += len(cell.parts)
+        cell_mates.append(mates)
+
     timings: dict[Action, Timing] = {}
     next_index = [0] * schedule.n_ranks
     rank_free = [0.0] * schedule.n_ranks
@@ -131,7 +146,12 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
                 action = row[next_index[r]]
                 ready = rank_free[r]
                 blocked = False
-                for dep, boundary in producers(action, schedule.n_stages, backward_kind):
+                deps = producers(action, schedule.n_stages, backward_kind)
+                cell = cell_mates[r].get(next_index[r])
+                if cell:
+                    deps = [(d, b) for part in cell for d, b in producers(part, schedule.n_stages, backward_kind)
+                            if d not in cell]
+                for dep, boundary in deps:
                     if dep not in where:
                         raise SchedcError(f"rank {r}: {action} needs {dep}, which no rank runs")
                     t = timings.get(dep)
