@@ -1,0 +1,312 @@
+"""Pictures of schedules: Gantt chart with memory curves, stacked comparisons of several schedules.
+
+Problem: show what a schedule does on every rank in real time (from the costs, not slot
+indices): which action runs when, where the ranks sit idle, and how much memory each rank holds
+against its limit; and put several schedules on one shared time axis so the eye compares them.
+It must stay legible from 4 ranks x 8 microbatches up to 32 ranks x 128 microbatches and render
+headless.
+
+Method: :func:`schedc.simulate.simulate` gives the start and end of every action and each rank's
+memory curve. Each schedule becomes one panel: a Gantt axes (one row per rank, rank 0 on top; a
+pale band marks the step, so idle time shows as grey inside it) drawn as ONE PolyCollection of
+boxes, and beneath it a memory axes with one step line per rank and a dashed line per memory
+limit. Colour: one hue per kind (F blue, I orange, W green, B purple); on ranks holding several
+stages, each stage slot of the rank (1st, 2nd, ...) takes its own shade of that hue, so V and
+interleaved schedules stay readable. The microbatch number is written in a box only when it fits
+at the figure's scale, so labels drop out on their own for large schedules, and the figure grows
+with the number of actions per rank (up to a cap). We use ``matplotlib.figure.Figure`` with the
+Agg canvas directly, never pyplot, so rendering is headless and does not touch a notebook's
+backend.
+
+Cost: one simulation per schedule, then O(actions) polygons; 32 ranks x 128 microbatches with
+split backward (about 12k boxes) renders in a few seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from matplotlib import colormaps, rc_context
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from schedc.costs import MemoryLimit, Profile, format_bytes
+from schedc.errors import SchedcError
+from schedc.fileio import atomic_write_bytes
+from schedc.ir import KINDS, Schedule
+from schedc.simulate import SimResult, simulate
+from schedc.trace import merge_instants
+
+FORMATS = ("png", "svg", "pdf")
+
+KIND_NAMES = {"F": "forward", "I": "backward (inputs)", "W": "backward (weights)", "B": "full backward"}
+_KIND_CMAP = {"F": "Blues", "I": "Oranges", "W": "Greens", "B": "Purples"}
+
+# Figure geometry, in inches: chosen by looking at 4x8, 8x16 (V) and 32x128 renderings.
+_MIN_WIDTH, _MAX_WIDTH = 8.0, 22.0
+_INCH_PER_ACTION = 0.2
+_ROW_INCH, _MIN_GANTT, _MAX_GANTT = 0.3, 1.1, 8.0
+_LEFT_MARGIN_INCH = 1.2
+_BYTE_UNITS = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10))
+
+
+@functools.lru_cache(maxsize=None)  # colormap lookups copy the map: far too slow per box
+def kind_color(kind: str, slot: int = 0, n_slots: int = 1) -> tuple:
+    """RGBA of a box: the kind's hue, shaded by the stage slot on its rank (darker = later)."""
+    if n_slots <= 1:
+        x = 0.62
+    else:
+        x = 0.4 + 0.5 * slot / (n_slots - 1)
+    return colormaps[_KIND_CMAP[kind]](x)
+
+
+def output_format(path: Union[str, Path]) -> str:
+    """'png', 'svg' or 'pdf' from the file name; anything else is a user error."""
+    ext = Path(path).suffix.lower().lstrip(".")
+    if ext not in FORMATS:
+        raise SchedcError(f"{path}: unknown picture format {ext or '(none)'!r}; use a .png, .svg or .pdf file name")
+    return ext
+
+
+def plot_schedules(
+    schedules: Sequence[Schedule],
+    profile: Union[Profile, Sequence[Profile]],
+    memory: Optional[MemoryLimit] = None,
+    titles: Optional[Sequence[str]] = None,
+    path: Union[str, Path, None] = None,
+) -> Figure:
+    """One panel per schedule (Gantt + memory curves), stacked on a shared time axis.
+
+    ``profile`` is one profile for all schedules or one per schedule; ``memory`` (default: no
+    limit) is drawn as a dashed line and judged in the title. Saves to ``path`` (png/svg/pdf by
+    extension, written atomically) when given, and returns the Figure either way.
+    """
+    schedules = list(schedules)
+    if not schedules:
+        raise SchedcError("plot: give at least one schedule")
+    fmt = output_format(path) if path is not None else None
+    profiles = list(profile) if isinstance(profile, (list, tuple)) else [profile] * len(schedules)
+    if len(profiles) != len(schedules):
+        raise SchedcError(f"plot: {len(schedules)} schedules but {len(profiles)} profiles; give one, or one per schedule")
+    if titles is not None and len(titles) != len(schedules):
+        raise SchedcError(f"plot: {len(schedules)} schedules but {len(titles)} titles")
+    results = [simulate(s, p, memory) for s, p in zip(schedules, profiles)]
+    names = list(titles) if titles is not None else [s.name or f"schedule {i + 1}" for i, s in enumerate(schedules)]
+
+    t_max = max(r.makespan for r in results) or 1.0
+    # Width follows the densest rank of the longest schedule; shorter ones are drawn to scale.
+    density = max(max((len(row) for row in r.order), default=0) * r.makespan / t_max for r in results)
+    width = min(_MAX_WIDTH, max(_MIN_WIDTH, 3.0 + _INCH_PER_ACTION * density))
+    gantt_h = [min(_MAX_GANTT, max(_MIN_GANTT, _ROW_INCH * s.n_ranks)) for s in schedules]
+    mem_h = [min(2.2, max(1.0, 0.4 * g)) for g in gantt_h]
+    height = sum(gantt_h) + sum(mem_h) + 0.75 * len(schedules) + 0.9
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    ratios = [h for pair in zip(gantt_h, mem_h) for h in pair]
+    grid = fig.add_gridspec(2 * len(schedules), 1, height_ratios=ratios)
+    axes_width_pt = (width - _LEFT_MARGIN_INCH - 0.4) * 72
+    pt_per_time = axes_width_pt / t_max
+
+    first = None
+    legend_keys: dict[tuple[str, int, int], None] = {}
+    for i, (schedule, prof, res, name) in enumerate(zip(schedules, profiles, results, names)):
+        ax = fig.add_subplot(grid[2 * i], sharex=first)
+        first = first or ax
+        mem_ax = fig.add_subplot(grid[2 * i + 1], sharex=first)
+        row_pt = gantt_h[i] * 72 / schedule.n_ranks
+        _draw_gantt(ax, schedule, res, pt_per_time, row_pt, legend_keys)
+        _draw_memory(mem_ax, schedule, res, prof)
+        ax.set_title(_title_line(name, schedule, res, memory, prof), loc="left", fontsize=9)
+        ax.tick_params(labelbottom=False)
+        mem_ax.tick_params(labelbottom=(i == len(schedules) - 1))
+    first.set_xlim(0, t_max * 1.005)
+    unitless = all(p.model == "uniform" for p in profiles)
+    fig.axes[-1].set_xlabel("time (cost units)" if unitless else "time (s)", fontsize=8)
+    _add_legend(fig, legend_keys)
+    if path is not None:
+        save_figure(fig, path, fmt)
+    return fig
+
+
+plot_compare = plot_schedules
+
+
+def plot_schedule(
+    schedule: Schedule,
+    profile: Profile,
+    memory: Optional[MemoryLimit] = None,
+    title: Optional[str] = None,
+    path: Union[str, Path, None] = None,
+) -> Figure:
+    """One schedule's Gantt chart and memory curves (see :func:`plot_schedules`)."""
+    return plot_schedules([schedule], profile, memory, titles=None if title is None else [title], path=path)
+
+
+def save_figure(fig: Figure, path: Union[str, Path], fmt: Optional[str] = None) -> None:
+    """Render to bytes, then write atomically (no partial file on failure). Deterministic output:
+    no dates in SVG/PDF metadata and a fixed SVG id salt."""
+    fmt = fmt or output_format(path)
+    metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
+    dpi = 110 if fig.get_figwidth() > 16 else 130
+    buf = io.BytesIO()
+    with rc_context({"svg.hashsalt": "schedc", "svg.fonttype": "none"}):
+        fig.savefig(buf, format=fmt, dpi=dpi, metadata=metadata)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+# ---------------------------------------------------------------------------- drawing
+
+
+def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_pt: float, legend_keys) -> None:
+    n_ranks = schedule.n_ranks
+    box_h = 0.8
+    slots = {}
+    for r in range(n_ranks):
+        stages = schedule.stages_of(r)
+        for k, s in enumerate(stages):
+            slots[s] = (k, len(stages))
+
+    # The step on each rank: a pale band from 0 to the makespan, so idle time reads as grey.
+    band = [[(0, r - box_h / 2), (res.makespan, r - box_h / 2), (res.makespan, r + box_h / 2), (0, r + box_h / 2)]
+            for r in range(n_ranks)]
+    ax.add_collection(PolyCollection(band, facecolors="#e6e6e6", edgecolors="none", gid="idle", zorder=1))
+
+    verts, colors, labels = [], [], []
+    font = min(7.0, row_pt * box_h * 0.62)
+    # DejaVu Sans digits are 0.64 em wide; 1.5 pt keeps a digit off the box's edges.
+    need_pt = 0.64 * font * len(str(max(schedule.n_microbatches - 1, 0))) + 1.5
+    for r, row in enumerate(res.order):
+        for a in row:
+            t = res.timings[a]
+            y0, y1 = r - box_h / 2, r + box_h / 2
+            verts.append([(t.start, y0), (t.end, y0), (t.end, y1), (t.start, y1)])
+            slot, n_slots = slots[a.stage]
+            colors.append(kind_color(a.kind, slot, n_slots))
+            legend_keys[(a.kind, slot, n_slots)] = None
+            # Judged against the widest number, so boxes of one size are all labelled or none.
+            if font >= 4.5 and (t.end - t.start) * pt_per_time >= need_pt:
+                labels.append(((t.start + t.end) / 2, r, str(a.microbatch), colors[-1]))
+    # Thin white edges separate neighbouring boxes, but only where boxes are wide enough that
+    # the edges do not eat them.
+    widths = [(v[1][0] - v[0][0]) * pt_per_time for v in verts]
+    typical = sorted(widths)[len(widths) // 2] if widths else 0
+    edge = 0.4 if typical >= 7 else 0.0
+    boxes = PolyCollection(verts, facecolors=colors, edgecolors="white" if edge else "none",
+                           linewidths=edge, gid="actions", zorder=2)
+    ax.add_collection(boxes)
+    if len(labels) <= 4000:  # past that the text is unreadable anyway and slows rendering
+        for x, y, text, color in labels:
+            ax.text(x, y, text, ha="center", va="center", fontsize=font, color=_ink(color),
+                    clip_on=True, zorder=3, gid="label")
+    ax.axvline(res.makespan, color="#555555", lw=0.8, ls=":", zorder=4)
+
+    ax.set_ylim(n_ranks - 0.5, -0.5)  # rank 0 on top
+    ax.set_yticks(range(n_ranks))
+    ax.set_yticklabels([f"rank {r}" for r in range(n_ranks)], fontsize=min(8.0, max(4.0, row_pt * 0.7)))
+    ax.tick_params(axis="y", length=0)
+    ax.tick_params(axis="x", labelsize=7)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+
+
+def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile) -> None:
+    n_ranks = schedule.n_ranks
+    cmap = colormaps["viridis"]
+    many = n_ranks > 8
+    # With many ranks the lines merge into a band; the rank closest to its limit stays bold.
+    tightest = max(range(n_ranks), key=lambda r: (res.peak_memory[r] / res.memory_limit[r]
+                                                  if math.isfinite(res.memory_limit[r]) and res.memory_limit[r] > 0
+                                                  else res.peak_memory[r], -r))
+    curves = [merge_instants(curve) for curve in res.memory_curve]
+    limits = sorted({lim for lim in res.memory_limit if math.isfinite(lim)})
+    top = max([m for curve in curves for _, m in curve] + limits + [0.0])
+    # Bytes are drawn in the largest binary unit below the top so the ticks are round numbers.
+    unit_name, unit = next(((n, size) for n, size in _BYTE_UNITS if top >= size), ("", 1.0))
+    for r, curve in enumerate(curves):
+        # merge_instants: a release and an allocation at one instant would draw a zero-width
+        # notch; one value per instant (the last) is what the rank holds from then on.
+        xs = [t for t, _ in curve] + [res.makespan]
+        ys = [m / unit for _, m in curve] + [curve[-1][1] / unit]
+        color = cmap(0.85 * r / max(1, n_ranks - 1))
+        bold = many and r == tightest
+        ax.step(xs, ys, where="post", color=color, lw=1.3 if bold else (0.5 if many else 1.0),
+                alpha=1.0 if bold or not many else 0.45, zorder=3 if bold else 2,
+                label=f"rank {r}", gid=f"memory-rank-{r}")
+    for k, lim in enumerate(limits):
+        ax.axhline(lim / unit, color="#c0392b", ls="--", lw=1.0, gid="memory-limit",
+                   label="memory limit" if k == 0 else None)
+    ax.set_ylim(0, top / unit * 1.12 if top > 0 else 1)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    if not unit_name:
+        unit_name = "stage\nactivations" if profile.model == "uniform" else "bytes"
+    ax.set_ylabel(f"memory ({unit_name})", fontsize=7)
+    ax.tick_params(labelsize=7)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.grid(axis="y", color="#eeeeee", lw=0.6)
+    if n_ranks <= 8:
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, handlelength=1.2)
+    else:
+        lines = {line.get_gid(): line for line in ax.lines}
+        handles = [
+            Line2D([], [], color=cmap(0.0), lw=0.8, label="rank 0"),
+            Line2D([], [], color=cmap(0.85), lw=0.8, label=f"rank {n_ranks - 1}"),
+            Line2D([], [], color=lines[f"memory-rank-{tightest}"].get_color(), lw=1.3,
+                   label=f"rank {tightest} (closest\nto its limit)"),
+        ]
+        if limits:
+            handles.append(lines["memory-limit"])
+        ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False,
+                  handlelength=1.2)
+
+
+def _title_line(name: str, schedule: Schedule, res: SimResult, memory: Optional[MemoryLimit], profile: Profile) -> str:
+    shape = f"{schedule.n_stages} stages on {schedule.n_ranks} ranks, {schedule.n_microbatches} microbatches"
+    finite = [(p / lim, r) for r, (p, lim) in enumerate(zip(res.peak_memory, res.memory_limit)) if math.isfinite(lim) and lim > 0]
+    peak = max(res.peak_memory) if res.peak_memory else 0.0
+    if finite:
+        ratio, r = max(finite)
+        mem = (f"peak memory {_fmt_mem(res.peak_memory[r])} of limit {_fmt_mem(res.memory_limit[r])}"
+               f"{f' ({memory})' if memory is not None and memory.kind == 'relative' else ''}"
+               f" on rank {r}: {'fits' if res.fits else 'EXCEEDED'}")
+    else:
+        mem = f"peak memory {_fmt_mem(peak)}, no limit"
+    seconds = "" if profile.model == "uniform" else " s"
+    return f"{name}   ({shape})\nmakespan {res.makespan:.4g}{seconds}   bubble {100 * res.bubble:.1f}%   {mem}"
+
+
+def _add_legend(fig: Figure, keys) -> None:
+    handles = []
+    ordinal = {0: "1st", 1: "2nd", 2: "3rd"}
+    for kind, slot, n_slots in sorted(keys, key=lambda k: (KINDS.index(k[0]), k[2], k[1])):
+        label = f"{kind} {KIND_NAMES[kind]}"
+        if n_slots > 1:
+            label += f", rank's {ordinal.get(slot, f'{slot + 1}th')} stage"
+        handles.append(Patch(facecolor=kind_color(kind, slot, n_slots), label=label))
+    handles.append(Patch(facecolor="#e6e6e6", label="idle"))
+    ncol = min(len(handles), 5)
+    try:
+        fig.legend(handles=handles, loc="outside upper center", ncol=ncol, fontsize=7, frameon=False)
+    except ValueError:  # matplotlib < 3.7 has no 'outside' legends
+        fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=7, frameon=False)
+
+
+def _ink(rgba) -> str:
+    r, g, b = rgba[:3]
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+
+
+def _fmt_mem(x: float) -> str:
+    if math.isinf(x):
+        return "none"
+    return format_bytes(x) if x >= 1024 else f"{x:.4g}"

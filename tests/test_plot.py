@@ -1,0 +1,256 @@
+"""Gantt + memory pictures: every kind of schedule renders headless to PNG/SVG/PDF, and the Figure
+holds what a reader relies on (one row per rank, one box per action, one memory line per rank
+plus the limit, panels on a shared time axis)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from schedc import cli, csvio
+from schedc.costs import MemoryLimit, Profile
+from schedc.errors import SchedcError
+from schedc.ir import Action, Schedule, loop_placement, v_placement
+from schedc.plot import kind_color, plot_schedules
+
+# ----------------------------------------------------------------- hand-made schedules
+
+
+def gpipe(placement, n_mb, split=True, name="gpipe") -> Schedule:
+    """All forwards (stage, mb) then all backwards (reverse stage): each rank runs a subsequence
+    of one global topological order, so it never deadlocks, whatever the placement."""
+    stages = range(len(placement))
+    order = [Action(s, "F", m) for s in stages for m in range(n_mb)]
+    if split:
+        order += [Action(s, "I", m) for s in reversed(stages) for m in range(n_mb)]
+        order += [Action(s, "W", m) for s in reversed(stages) for m in range(n_mb)]
+    else:
+        order += [Action(s, "B", m) for s in reversed(stages) for m in range(n_mb)]
+    n_ranks = max(placement) + 1
+    rows = [[a for a in order if placement[a.stage] == r] for r in range(n_ranks)]
+    return Schedule(rows=rows, placement=tuple(placement), n_microbatches=n_mb, name=name)
+
+
+def one_f_one_b(n_ranks, n_mb, split=False, name="1f1b") -> Schedule:
+    """1F1B, one stage per rank; with split=True each B becomes I then W (ZB-H1-like memory)."""
+    rows = []
+    for r in range(n_ranks):
+        warm = min(n_ranks - 1 - r, n_mb)
+        row: list = [Action(r, "F", m) for m in range(warm)]
+        for m in range(n_mb):
+            if warm + m < n_mb:
+                row.append(Action(r, "F", warm + m))
+            row += [Action(r, "I", m), Action(r, "W", m)] if split else [Action(r, "B", m)]
+        rows.append(row)
+    return Schedule(rows=rows, placement=loop_placement(n_ranks, n_ranks), n_microbatches=n_mb, name=name)
+
+
+CASES = {
+    "1f1b": lambda: one_f_one_b(4, 8),
+    "1f1b-split": lambda: one_f_one_b(4, 8, split=True),
+    "loop-interleaved": lambda: gpipe(loop_placement(8, 4), 6),
+    "loop-interleaved-B": lambda: gpipe(loop_placement(8, 4), 6, split=False),
+    "v": lambda: gpipe(v_placement(8, 4), 6),
+    "v-B": lambda: gpipe(v_placement(8, 4), 6, split=False),
+}
+
+
+def n_actions(schedule: Schedule) -> int:
+    return sum(len(schedule.actions(r)) for r in range(schedule.n_ranks))
+
+
+def gantt_axes(fig):
+    return [ax for ax in fig.axes if any(c.get_gid() == "actions" for c in ax.collections)]
+
+
+def memory_axes(fig):
+    return [ax for ax in fig.axes if any((line.get_gid() or "").startswith("memory-rank-") for line in ax.lines)]
+
+
+def boxes(ax):
+    (coll,) = [c for c in ax.collections if c.get_gid() == "actions"]
+    return coll
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# ----------------------------------------------------------------- rendering
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_kind_renders_png_and_svg_with_one_row_per_rank_and_one_box_per_action(case, tmp_path):
+    schedule = CASES[case]()
+    profile = Profile.uniform(schedule.n_stages, 1.0, 1.2, 0.8, comm=0.05)
+    png, svg = tmp_path / "s.png", tmp_path / "s.svg"
+    fig = plot_schedules([schedule], profile, MemoryLimit.parse("2p"), path=png)
+    plot_schedules([schedule], profile, MemoryLimit.parse("2p"), path=svg)
+
+    data = png.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 5000
+    text = svg.read_bytes()
+    assert b"<svg" in text[:1000] and len(text) > 5000
+    assert not list(tmp_path.glob(".*.tmp")), "temporary files left behind"
+
+    (ax,) = gantt_axes(fig)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == [f"rank {r}" for r in range(schedule.n_ranks)]
+    assert len(boxes(ax).get_paths()) == n_actions(schedule)
+
+    (mem,) = memory_axes(fig)
+    rank_lines = [line for line in mem.lines if (line.get_gid() or "").startswith("memory-rank-")]
+    assert len(rank_lines) == schedule.n_ranks
+    assert [line.get_gid() for line in mem.lines].count("memory-limit") == 1
+
+
+def test_boxes_sit_where_the_simulator_puts_them_and_colours_follow_kind_and_stage_slot():
+    from schedc.simulate import simulate
+
+    schedule = gpipe(v_placement(8, 4), 3)
+    profile = Profile.uniform(8, 1.0, 2.0, 0.5)
+    fig = plot_schedules([schedule], profile)
+    coll = boxes(gantt_axes(fig)[0])
+    res = simulate(schedule, profile)
+    expected = sorted((t.start, t.end, t.rank) for t in res.timings.values())
+    got = sorted((p.vertices[0][0], p.vertices[1][0], round(p.vertices[0][1] + 0.4)) for p in coll.get_paths())
+    assert got == pytest.approx(expected)
+    # Rank 0 holds stages 0 and 7 in V placement: two shades of the forward colour.
+    colors = {tuple(c) for c in coll.get_facecolors()}
+    assert tuple(kind_color("F", 0, 2)) in colors and tuple(kind_color("F", 1, 2)) in colors
+    assert kind_color("F", 0, 2) != kind_color("F", 1, 2)
+    assert len({kind_color(k) for k in "FIWB"}) == 4
+
+
+def test_several_schedules_share_one_time_axis_and_each_panel_has_its_boxes(tmp_path):
+    schedules = [one_f_one_b(4, 8), one_f_one_b(4, 8, split=True, name="zb-ish"), gpipe(loop_placement(4, 4), 8)]
+    profile = Profile.uniform(4)
+    fig = plot_schedules(schedules, profile, MemoryLimit.parse("1p"), titles=["A", "B", "C"],
+                         path=tmp_path / "cmp.pdf")
+    assert (tmp_path / "cmp.pdf").read_bytes().startswith(b"%PDF")
+    gantts, mems = gantt_axes(fig), memory_axes(fig)
+    assert len(gantts) == len(mems) == 3
+    for ax in gantts[1:] + mems:
+        assert ax.get_shared_x_axes().joined(gantts[0], ax)
+    for ax, schedule in zip(gantts, schedules):
+        assert len(boxes(ax).get_paths()) == n_actions(schedule)
+    titles = [ax.get_title(loc="left") for ax in gantts]
+    assert [t.split()[0] for t in titles] == ["A", "B", "C"]
+    assert all("makespan" in t and "bubble" in t and "peak memory" in t for t in titles)
+    assert "EXCEEDED" in titles[2] and "fits" in titles[0]  # GPipe holds 8 microbatches > 1p = 4
+
+
+def test_microbatch_numbers_show_when_they_fit_and_drop_out_for_32_ranks_128_microbatches():
+    small = plot_schedules([one_f_one_b(4, 8)], Profile.uniform(4))
+    labels = [t for t in gantt_axes(small)[0].texts if t.get_gid() == "label"]
+    assert len(labels) == n_actions(one_f_one_b(4, 8))
+    assert {t.get_text() for t in labels} == {str(m) for m in range(8)}
+
+    big_schedule = one_f_one_b(32, 128, split=True)
+    big = plot_schedules([big_schedule], Profile.uniform(32))
+    ax = gantt_axes(big)[0]
+    assert not [t for t in ax.texts if t.get_gid() == "label"]
+    assert len(ax.get_yticklabels()) == 32
+    assert len(boxes(ax).get_paths()) == n_actions(big_schedule)
+    assert big.get_figwidth() > small.get_figwidth()
+    assert big.get_figheight() > small.get_figheight()
+    assert big.get_figwidth() <= 22 and big.get_figheight() <= 14
+
+
+def test_saving_is_deterministic(tmp_path):
+    schedule, profile = one_f_one_b(4, 4), Profile.uniform(4)
+    for ext in ("png", "svg"):
+        a, b = tmp_path / f"a.{ext}", tmp_path / f"b.{ext}"
+        plot_schedules([schedule], profile, path=a)
+        plot_schedules([schedule], profile, path=b)
+        assert a.read_bytes() == b.read_bytes(), ext
+
+
+def test_bad_requests_are_one_line_errors_and_write_nothing(tmp_path):
+    schedule, profile = one_f_one_b(4, 4), Profile.uniform(4)
+    with pytest.raises(SchedcError, match=r"unknown picture format 'jpg'.*\.png, \.svg or \.pdf"):
+        plot_schedules([schedule], profile, path=tmp_path / "x.jpg")
+    with pytest.raises(SchedcError, match="2 titles"):
+        plot_schedules([schedule], profile, titles=["a", "b"])
+    with pytest.raises(SchedcError, match="profile describes 8 stages"):
+        plot_schedules([schedule], Profile.uniform(8), path=tmp_path / "y.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plot_module_is_headless_and_never_imports_pyplot_or_torch():
+    code = ("import sys; import schedc.plot, schedc.trace; "
+            "print('matplotlib.pyplot' in sys.modules, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "", "PYTHONPATH": ":".join(sys.path)})
+    assert out.stdout.split() == ["False", "False"]
+
+
+# ----------------------------------------------------------------- command line
+
+
+def test_cli_plot_writes_one_panel_per_file(tmp_path, capsys):
+    a, b = tmp_path / "1f1b.csv", tmp_path / "zb.csv"
+    csvio.write_csv(one_f_one_b(4, 8), a)
+    csvio.write_csv(one_f_one_b(4, 8, split=True), b)
+    out = tmp_path / "cmp.svg"
+    assert cli.main(["plot", str(a), str(b), "--costs", "1,1,1", "--comm", "0.1", "--memory", "1p", "-o", str(out)]) == 0
+    assert b"<svg" in out.read_bytes()[:1000]
+    assert "2 panels" in capsys.readouterr().out
+
+
+def test_cli_plot_errors(tmp_path, capsys):
+    a = tmp_path / "s.csv"
+    csvio.write_csv(one_f_one_b(2, 2), a)
+    assert cli.main(["plot", str(a), "-o", str(tmp_path / "s.gif")]) == 2
+    assert "unknown picture format 'gif'" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0F0,0B0\n1F0\n")  # rank 1 never runs 1B0, so 0B0 can never start
+    assert cli.main(["plot", str(bad), "-o", str(tmp_path / "bad.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("schedc plot: error: ") and str(bad) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "bad.png").exists()
+
+
+def test_measured_profiles_are_drawn_in_seconds_and_binary_byte_units():
+    from schedc.costs import StageCost
+
+    gib = 2.0**30
+    stages = [StageCost(forward=0.01, backward_input=0.012, backward_weight=0.009, activation_bytes=3 * gib,
+                        weight_grad_bytes=gib, static_bytes=8 * gib) for _ in range(8)]
+    profile = Profile(stages=stages, comm=0.001)
+    fig = plot_schedules([gpipe(v_placement(8, 4), 2)], profile, MemoryLimit.parse("40GiB"))
+    (mem,) = memory_axes(fig)
+    assert mem.get_ylabel() == "memory (GiB)"
+    (limit,) = [line for line in mem.lines if line.get_gid() == "memory-limit"]
+    assert limit.get_ydata()[0] == pytest.approx(40)
+    rank0 = [line for line in mem.lines if line.get_gid() == "memory-rank-0"][0]
+    assert max(rank0.get_ydata()) == pytest.approx(16 + 2 * 2 * 3)  # static + 2 stages x 2 mb x 3 GiB
+    assert fig.axes[-1].get_xlabel() == "time (s)"
+    title = gantt_axes(fig)[0].get_title(loc="left")
+    assert "s   bubble" in title and "of limit 40.00GiB" in title
+
+
+@pytest.mark.parametrize("name, n_stages, n_mb, n_ranks", [
+    ("gpipe", 4, 4, None), ("1f1b", 4, 8, None), ("zb-h1", 4, 8, None), ("zb-h2", 4, 8, None),
+    ("interleaved-1f1b", 8, 8, 4), ("interleaved-zb", 8, 8, 4), ("looped-bfs", 8, 4, 4),
+    ("zb-v", 8, 8, 4), ("dualpipev", 8, 8, 4),
+])
+def test_every_hand_made_schedule_draws_one_box_per_action(name, n_stages, n_mb, n_ranks):
+    from schedc.baselines import make_baseline
+
+    schedule = make_baseline(name, n_stages, n_mb, n_ranks=n_ranks)
+    fig = plot_schedules([schedule], Profile.uniform(n_stages, comm=0.1), MemoryLimit.parse("1p"))
+    (ax,) = gantt_axes(fig)
+    assert len(ax.get_yticklabels()) == schedule.n_ranks
+    assert len(boxes(ax).get_paths()) == n_actions(schedule)  # OVERLAP_F_B cells count each part
+
+
+def test_cli_plot_names_the_file_whose_stages_the_profile_does_not_match(tmp_path, capsys):
+    a = tmp_path / "s.csv"
+    csvio.write_csv(one_f_one_b(4, 4), a)
+    prof = tmp_path / "p.json"
+    Profile.uniform(8).save(prof)
+    assert cli.main(["plot", str(a), "--profile", str(prof), "-o", str(tmp_path / "s.png")]) == 2
+    err = capsys.readouterr().err
+    assert f"{a}: the schedule has 4 stages but {prof} describes 8" in err
+    assert not (tmp_path / "s.png").exists()

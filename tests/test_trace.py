@@ -1,0 +1,109 @@
+"""Chrome trace export: loads as JSON, one process per rank, one complete slice per action at the
+simulator's times, memory as a counter track."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from schedc import cli, csvio
+from schedc.costs import MemoryLimit, Profile, StageCost
+from schedc.ir import Action, Overlap, Schedule, v_placement
+from schedc.simulate import simulate
+from schedc.trace import trace_events, write_trace
+
+
+def gpipe(placement, n_mb, split=True) -> Schedule:
+    """Forwards by (stage, mb), then backwards by reverse stage: deadlock-free for any placement."""
+    stages = range(len(placement))
+    order = [Action(s, "F", m) for s in stages for m in range(n_mb)]
+    if split:
+        order += [Action(s, "I", m) for s in reversed(stages) for m in range(n_mb)]
+        order += [Action(s, "W", m) for s in reversed(stages) for m in range(n_mb)]
+    else:
+        order += [Action(s, "B", m) for s in reversed(stages) for m in range(n_mb)]
+    n_ranks = max(placement) + 1
+    rows = [[a for a in order if placement[a.stage] == r] for r in range(n_ranks)]
+    return Schedule(rows=rows, placement=tuple(placement), n_microbatches=n_mb, name="gpipe-v")
+
+
+def uneven_profile(n_stages: int) -> Profile:
+    stages = [StageCost(forward=0.001 * (s + 1), backward_input=0.002, backward_weight=0.0015,
+                        activation_bytes=2**20 * (s + 1), weight_grad_bytes=2**19, static_bytes=2**22)
+              for s in range(n_stages)]
+    return Profile(stages=stages, comm=0.0003)
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_one_slice_per_action_at_the_simulators_times(tmp_path, split):
+    schedule = gpipe(v_placement(8, 4), 4, split=split)
+    profile = uneven_profile(8)
+    path = tmp_path / "t.json"
+    write_trace(schedule, profile, path, MemoryLimit.parse("2p"))
+    trace = json.loads(path.read_text())
+    res = simulate(schedule, profile)
+
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == len(res.timings)
+    seen = set()
+    for e in slices:
+        a = Action(e["args"]["stage"], e["args"]["kind"], e["args"]["microbatch"])
+        seen.add(a)
+        t = res.timings[a]
+        assert e["name"] == str(a)
+        assert e["pid"] == t.rank == schedule.placement[a.stage]
+        assert e["ts"] == pytest.approx(t.start * 1e6, abs=1e-3)
+        assert e["dur"] == pytest.approx((t.end - t.start) * 1e6, abs=1e-3)
+    assert seen == set(res.timings)
+
+
+def test_one_named_process_per_rank_and_a_memory_counter_per_rank():
+    schedule = gpipe(v_placement(8, 4), 3)
+    profile = uneven_profile(8)
+    trace = trace_events(schedule, profile, MemoryLimit.parse("1p"))
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert names == {0: "rank 0 (stages 0, 7)", 1: "rank 1 (stages 1, 6)",
+                     2: "rank 2 (stages 2, 5)", 3: "rank 3 (stages 3, 4)"}
+
+    res = simulate(schedule, profile)
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert {e["name"] for e in counters} == {"memory"}
+    for r in range(4):
+        mine = [e for e in counters if e["pid"] == r]
+        ts = [e["ts"] for e in mine]
+        assert ts == sorted(ts) and len(set(ts)) == len(ts)
+        at_zero = [held for t, held in res.memory_curve[r] if t == 0][-1]  # static + what F at 0 holds
+        assert mine[0]["ts"] == 0 and mine[0]["args"]["held"] == at_zero
+        assert max(e["args"]["held"] for e in mine) == pytest.approx(res.peak_memory[r])
+        assert mine[-1]["args"]["held"] == pytest.approx(res.memory_curve[r][-1][1])
+    meta = trace["otherData"]
+    assert meta["ranks"] == 4 and meta["memory_limit"] == "1p"
+    assert meta["makespan_s"] == pytest.approx(res.makespan)
+
+
+def test_overlapped_cells_become_one_slice_per_part():
+    # rank 0 runs (0F1;0B0) as one torch OVERLAP_F_B cell.
+    rows = [[Action(0, "F", 0), Overlap((Action(0, "F", 1), Action(0, "B", 0))), Action(0, "B", 1)]]
+    schedule = Schedule(rows=rows, placement=(0,), n_microbatches=2)
+    trace = trace_events(schedule, Profile.uniform(1))
+    kinds = Counter(e["args"]["kind"] for e in trace["traceEvents"] if e["ph"] == "X")
+    assert kinds == {"F": 2, "B": 2}
+
+
+def test_cli_trace(tmp_path, capsys):
+    csv = tmp_path / "s.csv"
+    schedule = gpipe(v_placement(4, 2), 2)
+    csvio.write_csv(schedule, csv)
+    out = tmp_path / "trace.json"
+    assert cli.main(["trace", str(csv), "--costs", "1,2,1", "-o", str(out)]) == 0
+    trace = json.loads(out.read_text())
+    assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 4 * 2 * 3
+    durations = {e["args"]["kind"]: e["dur"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert durations == {"F": 1e6, "I": 2e6, "W": 1e6}
+    assert "24 actions on 2 ranks" in capsys.readouterr().out
+
+    assert cli.main(["trace", str(tmp_path / "missing.csv"), "-o", str(tmp_path / "x.json")]) == 2
+    assert "missing.csv" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
