@@ -1,0 +1,151 @@
+"""Train schedc's small GPT with a pipeline schedule from a CSV (or a baseline, or torch's own).
+
+    torchrun --nproc-per-node 2 examples/train.py --schedule schedules/zb-h1_2x8.csv
+    torchrun --nproc-per-node 2 examples/train.py --baseline zb-v --mb 8
+    torchrun --nproc-per-node 2 examples/train.py --torch-schedule 1F1B --mb 8
+
+Each rank builds only the stages the CSV gives it (schedc.runtime.load_pipeline checks world
+size, microbatch count and placement against the CSV before any communication). The data is
+synthetic but learnable (arithmetic progressions of tokens), so the loss falls within a few
+dozen steps. The rank holding the last stage prints loss and step time per step; a step's time
+is measured between two barriers, so it is the time of the slowest rank (what a synchronizing
+optimizer step sees). `--backend` defaults to nccl when CUDA is available, gloo otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+
+from schedc.errors import SchedcError  # noqa: E402
+from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, load_torch_pipeline, make_batch  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--schedule", metavar="FILE.csv", help="a schedule CSV (schedc compile output or torch _dump_csv)")
+    src.add_argument("--baseline", metavar="NAME", help="build a schedc baseline on the fly: 1f1b, zb-h1, zb-v, ...")
+    src.add_argument("--torch-schedule", metavar="NAME", help="torch's class: 1F1B, GPipe, Interleaved1F1B, ZBVZeroBubble, ...")
+    p.add_argument("--mb", type=int, default=None, help="microbatches (default: the CSV's; 8 otherwise)")
+    p.add_argument("--stages", type=int, default=None,
+                   help="stages for --baseline / --torch-schedule (default: 1 or 2 per rank, as the schedule needs)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=2, help="steps left out of the step-time summary")
+    p.add_argument("--microbatch-size", type=int, default=2, help="sequences per microbatch")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--vocab", type=int, default=512)
+    p.add_argument("--layers-per-stage", default=None, help="comma-separated block counts, one per stage")
+    p.add_argument("--dtype", default="float32", help="float32, bfloat16, float64, ...")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", choices=["gloo", "nccl"], default=None)
+    p.add_argument("--timeout", type=float, default=300, help="process-group timeout, seconds")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        return train(args, device)
+    except SchedcError as e:
+        print(f"rank {dist.get_rank()}: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, device: torch.device) -> int:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cfg = GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                    seq_len=args.seq_len, dtype=args.dtype)
+    model = GPT(cfg, seed=args.seed)  # same seed on every rank: each keeps its own slice
+    per_stage = [int(n) for n in args.layers_per_stage.split(",")] if args.layers_per_stage else None
+
+    if args.torch_schedule:
+        mb = args.mb or 8
+        per_rank = args.stages // world if args.stages else None
+        pipe = load_torch_pipeline(args.torch_schedule, model, lm_loss, mb, device,
+                                   stages_per_rank=per_rank, layers_per_stage=per_stage)
+        label = f"torch {type(pipe.schedule).__name__}"
+    else:
+        if args.baseline:
+            from schedc.baselines import list_baselines, make_baseline, normalize_name
+
+            info = {i.name: i for i in list_baselines()}[normalize_name(args.baseline)]
+            n_stages = args.stages or (world if info.stages_per_rank == "1" else 2 * world)
+            schedule = make_baseline(info.name, n_stages, args.mb or 8, n_ranks=world)
+            label = f"schedc baseline {info.name}"
+        else:
+            from schedc.csvio import read_csv
+
+            schedule = read_csv(args.schedule)
+            label = f"CSV {args.schedule}"
+        pipe = load_pipeline(schedule, model, lm_loss, device, n_microbatches=args.mb,
+                             layers_per_stage=per_stage)
+        mb = schedule.n_microbatches
+    del model  # the stages hold what this rank needs
+
+    n_stages = pipe.stages[0].num_stages
+    mine = [s.stage_index for s in pipe.stages]
+    reporter = pipe.is_last
+    if reporter:
+        n_params = sum(p.numel() for p in pipe.parameters())
+        print(f"{label}: {world} ranks, {n_stages} stages, {mb} microbatches x {args.microbatch_size} "
+              f"sequences, {backend_name()} on {device}; rank {rank} holds stages {mine} "
+              f"({n_params / 1e6:.2f}M parameters)", flush=True)
+
+    opt = torch.optim.AdamW(pipe.parameters(), lr=args.lr)
+    times = []
+    for step in range(args.steps):
+        tokens, targets = make_batch(cfg, mb * args.microbatch_size, seed=args.seed * 100003 + step,
+                                     device=device)
+        dist.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        losses: list = []
+        pipe.step(tokens, target=targets, losses=losses)
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+        dt = time.perf_counter() - t0
+        if step >= args.warmup:
+            times.append(dt)
+        if reporter:
+            loss = torch.stack([l.detach().float() for l in losses]).mean().item()
+            print(f"step {step:4d}  loss {loss:.4f}  step time {dt * 1e3:8.1f} ms", flush=True)
+    if reporter and times:
+        print(f"step time over {len(times)} steps (after {args.warmup} warm-up): median "
+              f"{statistics.median(times) * 1e3:.1f} ms, min {min(times) * 1e3:.1f} ms, "
+              f"max {max(times) * 1e3:.1f} ms", flush=True)
+    return 0
+
+
+def backend_name() -> str:
+    return dist.get_backend()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""Run a CSV schedule with torch.distributed.pipelining, checked before any collective.
+
+Problem: torch's ``_PipelineScheduleRuntime._load_csv`` runs any CSV, but frameworks guess which
+stages a rank builds from a schedule *name*; when the guess disagrees with the CSV, or the world
+size or microbatch count differ, the job fails deep inside a step or hangs in a send/recv.
+Method: read the CSV with schedc's strict reader (:func:`schedc.csvio.read_csv`), derive each
+rank's stage indices from it, and before constructing anything that communicates compare world
+size, microbatch count, the local stages' indices and the total stage count with the CSV. Every
+rank reads the same file, so every rank detects a mismatch locally and raises the same
+:class:`~schedc.errors.SchedcError`; no collective is needed, so nothing can hang. The schedule
+also passes :func:`schedc.validate.validate` (completeness, dependency order and cross-rank
+deadlock cycles, which torch does not check and which would otherwise hang in recv). The parsed
+actions are then handed to torch's runtime (``_prepare_schedule_with_comms``, the lowering
+``_load_csv`` runs after parsing), which adds the send/recv actions and executes the step.
+Cost: about linear in the number of actions to read and check; the step itself is torch's.
+
+Public API: :func:`stages_for_rank`, :func:`build_schedule`, :func:`csv_schedule_factory`,
+:func:`load_pipeline` (split a blocks model, build the ``PipelineStage``s and the schedule in one
+call) and :func:`load_torch_pipeline` (the same split run by one of torch's schedule classes,
+for comparisons).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (
+    PipelineScheduleSingle,
+    ScheduleDualPipeV,
+    ScheduleZBVZeroBubble,
+    _Action,
+    _PipelineSchedule,
+    _PipelineScheduleRuntime,
+    get_schedule_class,
+)
+from torch.distributed.pipelining.stage import _PipelineStageBase
+
+from schedc.errors import SchedcError
+from schedc.ir import Schedule
+
+
+def read_schedule(csv_path: str | os.PathLike) -> Schedule:
+    """The CSV as a :class:`~schedc.ir.Schedule` (strict parse; SchedcError names row/column)."""
+    from schedc.csvio import read_csv
+
+    return read_csv(csv_path)
+
+
+def _as_schedule(csv: str | os.PathLike | Schedule) -> tuple[Schedule, str]:
+    if isinstance(csv, Schedule):
+        return csv, str(csv.meta.get("source") or csv.name or "<schedule>")
+    return read_schedule(csv), str(csv)
+
+
+def stages_for_rank(
+    csv: str | os.PathLike | Schedule, rank: int, n_ranks: int | None = None
+) -> list[int]:
+    """The stage indices rank ``rank`` must build, in increasing order, read from the CSV.
+
+    With ``n_ranks`` (the pipeline group size) the CSV's rank count is checked too.
+    """
+    schedule, where = _as_schedule(csv)
+    if n_ranks is not None and n_ranks != schedule.n_ranks:
+        raise SchedcError(_world_size_message(where, schedule, n_ranks))
+    if not 0 <= rank < schedule.n_ranks:
+        raise SchedcError(
+            f"{where}: rank {rank} is outside the CSV's {schedule.n_ranks} ranks (rows); "
+            f"launch with --nproc-per-node {schedule.n_ranks} or compile for more ranks"
+        )
+    return schedule.stages_of(rank)
+
+
+def _world_size_message(where: str, schedule: Schedule, world: int) -> str:
+    return (
+        f"{where}: the CSV has {schedule.n_ranks} rows (ranks) but the pipeline group has "
+        f"{world} ranks; launch with --nproc-per-node {schedule.n_ranks} or compile the "
+        f"schedule for {world} ranks"
+    )
+
+
+def check_stages(
+    schedule: Schedule,
+    stages: Sequence[_PipelineStageBase],
+    n_microbatches: int,
+    where: str = "<schedule>",
+) -> None:
+    """Raise SchedcError unless the local stages, group size and microbatch count match."""
+    if not stages:
+        raise SchedcError(f"{where}: no pipeline stages given; build the stages stages_for_rank() names")
+    for stage in stages:
+        if not isinstance(stage, _PipelineStageBase):
+            raise SchedcError(
+                f"{where}: expected torch.distributed.pipelining PipelineStage objects, got "
+                f"{type(stage).__name__}"
+            )
+    world = stages[0].group_size
+    rank = stages[0].group_rank
+    if world != schedule.n_ranks:
+        raise SchedcError(_world_size_message(where, schedule, world))
+    if n_microbatches != schedule.n_microbatches:
+        raise SchedcError(
+            f"{where}: the CSV runs {schedule.n_microbatches} microbatches but the schedule was "
+            f"asked for {n_microbatches}; pass n_microbatches={schedule.n_microbatches} (or "
+            f"recompile with --mb {n_microbatches})"
+        )
+    counts = {s.num_stages for s in stages}
+    if counts != {schedule.n_stages}:
+        raise SchedcError(
+            f"{where}: the stages were built with num_stages={sorted(counts)} but the CSV has "
+            f"{schedule.n_stages} stages; build PipelineStage(..., num_stages={schedule.n_stages})"
+        )
+    local = sorted(s.stage_index for s in stages)
+    expected = schedule.stages_of(rank)
+    if local != expected:
+        raise SchedcError(
+            f"{where}: rank {rank} holds stages {local} but the CSV puts stages {expected} on "
+            f"rank {rank} (placement {list(schedule.placement)}); build the stages "
+            f"stages_for_rank(csv, {rank}) returns"
+        )
+
+
+def _torch_actions(schedule: Schedule) -> dict[int, list[_Action | None]]:
+    # Our cells print in torch's notation (that is the CSV format), so torch's own parser turns
+    # each checked cell into its _Action, OVERLAP_F_B cells included.
+    return {
+        rank: [None if cell is None else _Action.from_str(str(cell)) for cell in row]
+        for rank, row in enumerate(schedule.rows)
+    }
+
+
+class CsvSchedule(_PipelineScheduleRuntime):
+    """torch's ``_PipelineScheduleRuntime`` loaded from a checked CSV.
+
+    ``.schedule`` is the parsed :class:`~schedc.ir.Schedule`; ``.csv_path`` where it came from.
+    ``step()`` is torch's, unchanged.
+    """
+
+    schedule: Schedule
+    csv_path: str
+
+
+def build_schedule(
+    csv: str | os.PathLike | Schedule,
+    stages: _PipelineStageBase | Sequence[_PipelineStageBase],
+    n_microbatches: int | None = None,
+    loss_fn: Callable[..., torch.Tensor] | None = None,
+    scale_grads: bool = True,
+    **kwargs: Any,
+) -> CsvSchedule:
+    """A ready ``_PipelineScheduleRuntime`` running the CSV on this rank's ``stages``.
+
+    ``n_microbatches=None`` takes the CSV's count. Extra keyword arguments go to torch's
+    constructor (``args_chunk_spec``, ``output_merge_spec``, ...). Raises SchedcError, before
+    any communication, when the group size, microbatch count, local stage indices or total
+    stage count disagree with the CSV, or when the CSV has backward actions and no ``loss_fn``.
+    """
+    schedule, where = _as_schedule(csv)
+    return _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, **kwargs)
+
+
+def _build(
+    schedule: Schedule,
+    where: str,
+    stages: _PipelineStageBase | Sequence[_PipelineStageBase],
+    n_microbatches: int | None,
+    loss_fn: Callable[..., torch.Tensor] | None,
+    scale_grads: bool,
+    **kwargs: Any,
+) -> CsvSchedule:
+    stage_list = [stages] if isinstance(stages, _PipelineStageBase) else list(stages)
+    if n_microbatches is None:
+        n_microbatches = schedule.n_microbatches
+    check_stages(schedule, stage_list, n_microbatches, where)
+    has_backward = any(a.kind != "F" for _, a in schedule.all_actions())
+    if has_backward and loss_fn is None:
+        raise SchedcError(
+            f"{where}: the CSV has backward actions but no loss_fn was given; pass loss_fn="
+        )
+    # Structure, dependency order and cross-rank deadlocks: torch checks the first two only
+    # per rank, and a deadlocking order would hang in send/recv instead of failing.
+    from schedc.validate import validate
+
+    validate(schedule, source=where)
+    stage_list.sort(key=lambda s: s.stage_index)
+    runtime = CsvSchedule(
+        stage_list, n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads, **kwargs
+    )
+    runtime.schedule = schedule
+    runtime.csv_path = where
+    actions = _torch_actions(schedule)
+    try:
+        # What _load_csv does after parsing: keep the compute order, then lower it to
+        # compute + send/recv. torch re-validates the order here; its complaint becomes ours.
+        runtime.pipeline_order = actions
+        runtime._prepare_schedule_with_comms(actions)
+    except (AssertionError, RuntimeError, ValueError) as e:
+        msg = " ".join(str(e).split("\n\n")[0].split())
+        raise SchedcError(f"{where}: torch's pipeline runtime rejected the schedule: {msg}") from e
+    return runtime
+
+
+def csv_schedule_factory(csv: str | os.PathLike | Schedule) -> Callable[..., CsvSchedule]:
+    """A schedule "class" bound to one CSV, for trainers that take ``pipe_schedule_factory``.
+
+    ``factory(stages, n_microbatches, loss_fn=None, scale_grads=True, **kw)`` accepts one stage
+    or a list of stages, like torch's schedule classes. The CSV is parsed once, here.
+    """
+    schedule, where = _as_schedule(csv)
+
+    def factory(
+        stages: _PipelineStageBase | Sequence[_PipelineStageBase],
+        n_microbatches: int,
+        loss_fn: Callable[..., torch.Tensor] | None = None,
+        scale_grads: bool = True,
+        **kwargs: Any,
+    ) -> CsvSchedule:
+        return _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, **kwargs)
+
+    factory.__name__ = factory.__qualname__ = f"csv_schedule[{where}]"
+    factory.schedule = schedule  # type: ignore[attr-defined]
+    return factory
+
+
+@dataclass
+class Pipeline:
+    """What :func:`load_pipeline` (or :func:`load_torch_pipeline`) builds on one rank."""
+
+    schedule: _PipelineSchedule
+    stages: list[PipelineStage]
+    modules: dict[int, nn.Module] = field(default_factory=dict)  # stage index -> module
+
+    @property
+    def is_first(self) -> bool:
+        return any(s.is_first for s in self.stages)
+
+    @property
+    def is_last(self) -> bool:
+        return any(s.is_last for s in self.stages)
+
+    def parameters(self):
+        seen: set[int] = set()
+        for module in self.modules.values():
+            for p in module.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
+
+    def step(self, inputs, target=None, losses: list | None = None, **kwargs):
+        """One training step: ranks with the first stage pass ``inputs``, ranks with the last
+        stage pass ``target`` (and get per-microbatch losses in ``losses``)."""
+        args = (inputs,) if self.is_first else ()
+        return self.schedule.step(
+            *args, target=target if self.is_last else None, losses=losses, **kwargs
+        )
+
+
+def load_pipeline(
+    csv: str | os.PathLike | Schedule,
+    model: nn.Module,
+    loss_fn: Callable[..., torch.Tensor] | None,
+    device: torch.device | str = "cpu",
+    *,
+    group: dist.ProcessGroup | None = None,
+    n_microbatches: int | None = None,
+    layers_per_stage: Sequence[int] | None = None,
+    scale_grads: bool = True,
+    split_kwargs: dict | None = None,
+    **kwargs: Any,
+) -> Pipeline:
+    """Split ``model`` for this rank's CSV stages, wrap them as ``PipelineStage``s, build the
+    schedule. ``model`` is an "embedding + blocks + head" model (see
+    :func:`schedc.runtime.split.split_model`; ``split_kwargs`` passes its attribute names).
+    The process group must be initialized; the checks run before any communication.
+    """
+    schedule, where = _as_schedule(csv)
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    stage_ids = stages_for_rank(schedule, rank, n_ranks=world)
+    if n_microbatches is not None and n_microbatches != schedule.n_microbatches:
+        raise SchedcError(
+            f"{where}: the CSV runs {schedule.n_microbatches} microbatches but "
+            f"n_microbatches={n_microbatches} was asked for; pass the CSV's count"
+        )
+    modules, stages = _make_stages(
+        model, stage_ids, schedule.n_stages, device, group, layers_per_stage, split_kwargs
+    )
+    runtime = _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, **kwargs)
+    return Pipeline(runtime, stages, modules)
+
+
+def _make_stages(model, stage_ids, n_stages, device, group, layers_per_stage, split_kwargs):
+    from schedc.runtime.split import split_model
+
+    modules = split_model(
+        model, stage_ids, n_stages, layers_per_stage=layers_per_stage, **(split_kwargs or {})
+    )
+    for module in modules.values():
+        module.to(device)
+    stages = [
+        PipelineStage(modules[s], s, n_stages, torch.device(device), group=group)
+        for s in stage_ids
+    ]
+    return modules, stages
+
+
+def load_torch_pipeline(
+    name: str,
+    model: nn.Module,
+    loss_fn: Callable[..., torch.Tensor] | None,
+    n_microbatches: int,
+    device: torch.device | str = "cpu",
+    *,
+    group: dist.ProcessGroup | None = None,
+    stages_per_rank: int | None = None,
+    layers_per_stage: Sequence[int] | None = None,
+    scale_grads: bool = True,
+    split_kwargs: dict | None = None,
+    **kwargs: Any,
+) -> Pipeline:
+    """The same split, run by one of torch's built-in schedule classes (``"1F1B"``,
+    ``"Interleaved1F1B"``, ``"ZBVZeroBubble"``, ... as ``get_schedule_class`` names them), for
+    comparing a CSV with what torch ships. Stages per rank: 1 for single-stage classes, else
+    ``stages_per_rank`` (default 2); placement as torchtitan builds it (V for ZBVZeroBubble and
+    DualPipeV, loop otherwise).
+    """
+    try:
+        cls = get_schedule_class(name)
+    except ValueError as e:
+        raise SchedcError(f"--torch-schedule: {e}") from None
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    single = issubclass(cls, PipelineScheduleSingle)
+    per_rank = 1 if single else (stages_per_rank or 2)
+    n_stages = world * per_rank
+    placement_kind = "v" if issubclass(cls, (ScheduleZBVZeroBubble, ScheduleDualPipeV)) else "loop"
+    from schedc.ir import make_placement
+
+    placement = make_placement(placement_kind, n_stages, world)
+    stage_ids = [s for s, r in enumerate(placement) if r == rank]
+    modules, stages = _make_stages(
+        model, stage_ids, n_stages, device, group, layers_per_stage, split_kwargs
+    )
+    runtime = cls(
+        stages[0] if single else stages, n_microbatches, loss_fn=loss_fn,
+        scale_grads=scale_grads, **kwargs,
+    )
+    return Pipeline(runtime, stages, modules)
