@@ -1,0 +1,786 @@
+"""Fast feasible schedules: event-driven list scheduling under a memory cap, plus local search.
+
+Problem: order every F, I and W of every stage on its rank so that the step time (makespan or the
+zero-bubble paper's per-rank span, as ``schedc.simulate`` measures it) is small, each rank's held
+activation memory never exceeds its cap, and the order never deadlocks.
+
+Method: a list scheduler in the spirit of the zero-bubble paper's greedy, run with several
+priority rules, keeping the best by exact re-timing:
+
+* Events are processed in time order. A rank that is free at time t picks among the actions that
+  are ready at t (dependencies and communication done): a backward-for-inputs I (the critical
+  chain; the deepest stage first), else a forward F if memory allows, the rank's warm-up limit
+  allows and a banker's-algorithm check says the in-flight microbatches can still all finish
+  one at a time in index order (needed only when a rank holds several stages: V / interleaved
+  placements can otherwise fill a rank with early-stage activations and starve its later stage;
+  the check is O(in-flight microbatches) per F), else a weight-gradient W (the filler). Forwards and backwards of a stage run in microbatch order.
+* Rule parameters varied across constructions: warm-up limit per rank (how many microbatches a
+  rank admits before it waits for backwards; 1F1B's, scaled, or memory-only), F-before-I while
+  under that limit, a cap on pending W's per rank (0 = W right after its I as in 1F1B; about r on
+  rank r as in ZB-H1), whether a W may delay an I that becomes ready during it, and
+  (multi-stage ranks) which stage's F goes first. Families are tried round-robin, the order
+  depending on the objective, then random perturbations of the best rule while time remains.
+  Construction stops early when it meets schedc.solver.bounds.lower_bound (proven optimal).
+* On small instances a local search then moves single actions on a rank (mostly W's) and keeps
+  moves that do not worsen the objective, re-timing the whole schedule each time.
+
+Never returns an infeasible schedule: memory is checked on every F, the banker's check rules out
+deadlock, and every candidate is re-timed exactly (simulate()'s rules, memory included) before it
+can be kept. A request whose cap cannot hold one microbatch of every stage on some rank raises
+SchedcError naming the smallest limit that works (min_memory_limit). Microbatch count and
+placement impose nothing else on this scheduler (any M >= 1, any stage -> rank map).
+
+Cost: one construction is O(A log A) for A actions (times the in-flight count for F's on
+multi-stage ranks under a cap); 32 stages x 128 microbatches take about 0.05-0.1 s here, a V of
+32 ranks x 2 stages x 128 microbatches at 0.5p about 0.2 s.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from schedc.costs import format_bytes
+from schedc.errors import SchedcError
+from schedc.ir import Action, Schedule
+from schedc.simulate import SimResult, simulate
+from schedc.solver.bounds import lower_bound
+from schedc.solver.problem import Problem
+
+EPS = 1e-9
+INF = math.inf
+
+
+# ---------------------------------------------------------------- memory feasibility
+
+def min_memory_need(problem: Problem) -> list[float]:
+    """Per rank, the bytes (static included) that one microbatch in flight needs: it runs the
+    forward of every stage on the rank before any of their backwards, so it holds all of them."""
+    prof = problem.profile
+    out = []
+    for r in range(problem.n_ranks):
+        own = problem.stages_of(r)
+        out.append(sum(prof.stages[s].static_bytes + prof.stages[s].activation_bytes for s in own))
+    return out
+
+
+def min_memory_limit(problem: Problem) -> str:
+    """The smallest ``--memory`` value (in the request's own unit) under which a schedule exists:
+    one microbatch in flight on every rank. ``Kp`` requests get the smallest K, byte requests
+    the bytes, ``none`` gets 'none'."""
+    need = min_memory_need(problem)
+    kind = problem.memory.kind
+    if kind == "none":
+        return "none"
+    if kind == "bytes":
+        return format_bytes(max(need))
+    prof = problem.profile
+    k = 0.0
+    for r in range(problem.n_ranks):
+        act = sum(prof.stages[s].activation_bytes for s in problem.stages_of(r))
+        if act > 0:
+            k = max(k, 1.0 / problem.n_ranks)
+    k = k or 1.0 / problem.n_ranks
+    return f"{_round_up(k)}p"
+
+
+def _round_up(k: float) -> str:
+    for digits in range(2, 7):
+        v = math.ceil(k * 10**digits - 1e-9) / 10**digits
+        if abs(v - k) < 0.01 * k or digits == 6:
+            return f"{v:.{digits}f}".rstrip("0").rstrip(".")
+    return f"{k:g}"
+
+
+def check_memory_feasible(problem: Problem) -> None:
+    """Raise SchedcError when some rank cannot hold even one microbatch of all its stages."""
+    caps = problem.memory_caps
+    need = min_memory_need(problem)
+    for r, (cap, n) in enumerate(zip(caps, need)):
+        if n > cap * (1 + 1e-12) + EPS:
+            raise SchedcError(
+                f"--memory {problem.memory}: rank {r} needs {format_bytes(n)} to hold one microbatch "
+                f"of its stages {problem.stages_of(r)} but the cap is {format_bytes(cap)}; "
+                f"the smallest limit that works is --memory {min_memory_limit(problem)}"
+            )
+
+
+# ---------------------------------------------------------------- problem arrays
+
+@dataclass
+class _Arrays:
+    S: int
+    M: int
+    R: int
+    rank: list[int]
+    dF: list[float]
+    dI: list[float]
+    dW: list[float]
+    act: list[float]
+    wg: list[float]
+    comm: list[float]  # comm[s]: delay across s -> s+1 (0 on the same rank)
+    free0: list[float]  # per rank: cap minus static bytes
+    stages: list[list[int]]  # per rank, ascending
+    multi: bool  # some rank holds several stages
+
+
+def _arrays(problem: Problem) -> _Arrays:
+    prof = problem.profile
+    S, R = problem.n_stages, problem.n_ranks
+    caps = problem.memory_caps
+    stages = [problem.stages_of(r) for r in range(R)]
+    free0 = [caps[r] - sum(prof.stages[s].static_bytes for s in stages[r]) for r in range(R)]
+    return _Arrays(
+        S=S, M=problem.n_microbatches, R=R, rank=list(problem.placement),
+        dF=[problem.duration(s, "F") for s in range(S)],
+        dI=[problem.duration(s, "I") for s in range(S)],
+        dW=[problem.duration(s, "W") for s in range(S)],
+        act=[prof.stages[s].activation_bytes for s in range(S)],
+        wg=[prof.stages[s].weight_grad_bytes for s in range(S)],
+        comm=[problem.comm(s) for s in range(S - 1)] + [0.0],
+        free0=free0, stages=stages, multi=any(len(x) > 1 for x in stages),
+    )
+
+
+# ---------------------------------------------------------------- list scheduler
+
+@dataclass(frozen=True)
+class Rule:
+    """One priority rule for the list scheduler."""
+
+    warmup: tuple[float, ...]  # per rank: most microbatches admitted (F on its first stage) and not yet I'd there
+    f_first: bool = False  # a ready F under the warm-up limit goes before a ready I
+    # most pending W's on a rank (one value, or one per rank) before a W is forced (0: W right after its I)
+    w_limit: float | tuple[float, ...] = INF
+    protect_i: bool = False  # do not start a W that would delay an I becoming ready during it
+    deep_f: bool = True  # multi-stage ranks: F of the deepest ready stage first
+    depth_first: bool = False  # multi-stage ranks: a ready F of a deeper stage beats a ready I
+    group: int = 0  # multi-stage ranks: >0 runs microbatches in groups of this size per stage (Megatron's interleaving)
+
+    def describe(self) -> str:
+        w = "inf" if self.warmup[0] == INF else ",".join(f"{x:g}" for x in self.warmup)
+        wl = ",".join(f"{x:g}" for x in self.w_limit) if isinstance(self.w_limit, tuple) else f"{self.w_limit:g}"
+        return (f"warmup={w} f_first={self.f_first} w_limit={wl} "
+                f"protect_i={self.protect_i} deep_f={self.deep_f} depth_first={self.depth_first} group={self.group}")
+
+
+def _list_schedule(a: _Arrays, rule: Rule) -> Optional[list[list[tuple[int, str, int]]]]:
+    """Per-rank orders of (stage, kind, microbatch), or None if this rule gets stuck."""
+    S, M, R = a.S, a.M, a.R
+    endF = [[-1.0] * M for _ in range(S)]
+    endI = [[-1.0] * M for _ in range(S)]
+    nextF = [0] * S
+    nextI = [0] * S
+    pendW: list[list[tuple[int, int]]] = [[] for _ in range(R)]
+    wpos = [0] * R
+    rank_free = [0.0] * R
+    held = [0.0] * R
+    admitted = [0] * R  # microbatches past F but not yet I on the rank's first stage
+    first = [st[0] for st in a.stages]
+    orders: list[list[tuple[int, str, int]]] = [[] for _ in range(R)]
+    use_banker = a.multi and any(f < INF for f in a.free0)
+    if use_banker:
+        mb_held = [[0.0] * R for _ in range(M)]
+        mb_rem = [[0.0] * R for _ in range(M)]
+        for m in range(M):
+            for s in range(S):
+                mb_rem[m][a.rank[s]] += a.act[s]
+        started = [False] * M
+        live: list[int] = []  # started microbatches in index order (finished ones pruned lazily)
+    remaining = sum(len(st) for st in a.stages) * M * 3
+    heap = [(0.0, r) for r in range(R)]
+    heapq.heapify(heap)
+
+    def ready_F(s: int, m: int) -> float:
+        if s == 0:
+            return 0.0
+        e = endF[s - 1][m]
+        return -1.0 if e < 0 else e + a.comm[s - 1]
+
+    def ready_I(s: int, m: int) -> float:
+        e = endF[s][m]
+        if e < 0:
+            return -1.0
+        if s + 1 < S:
+            e2 = endI[s + 1][m]
+            if e2 < 0:
+                return -1.0
+            e = max(e, e2 + a.comm[s])
+        return e
+
+    def banker_ok(s: int, m: int) -> bool:
+        # Safe state (by induction): the in-flight microbatches can finish one at a time in index
+        # order, x needing free[q] + (bytes of older ones) >= its remaining forward bytes rem[x][q]
+        # on every rank q. F(s, m) on rank r lowers free[r] by act(s) and changes nothing for m
+        # itself or younger microbatches (m's held rises by what free loses), so it stays safe iff
+        # every older in-flight microbatch keeps a slack of act(s) on r. A new microbatch's own
+        # condition is free0[q] >= its whole demand, which check_memory_feasible guarantees.
+        r = a.rank[s]
+        need = a.act[s]
+        free = a.free0[r] - held[r]
+        if free - need < -EPS:
+            return False
+        cum = 0.0
+        for x in live:
+            if x >= m:
+                break
+            if not started[x]:
+                continue
+            if free + cum - mb_rem[x][r] < need - EPS:
+                return False
+            cum += mb_held[x][r]
+        return True
+
+    def run(r: int, s: int, kind: str, m: int, start: float) -> None:
+        nonlocal remaining
+        if kind == "F":
+            d = a.dF[s]
+            end = start + d
+            endF[s][m] = end
+            nextF[s] += 1
+            held[r] += a.act[s]
+            if s == first[r]:
+                admitted[r] += 1
+            if use_banker:
+                if not started[m]:
+                    started[m] = True
+                    live.append(m)
+                mb_held[m][r] += a.act[s]
+                mb_rem[m][r] -= a.act[s]
+            # wake the rank of F(s+1, m); same-rank consumers are woken by the rank's own end event
+            if s + 1 < S:
+                q = a.rank[s + 1]
+                if q != r:
+                    heapq.heappush(heap, (end + a.comm[s], q))
+        elif kind == "I":
+            d = a.dI[s]
+            end = start + d
+            endI[s][m] = end
+            nextI[s] += 1
+            freed = a.act[s] - a.wg[s]
+            held[r] -= freed
+            if s == first[r]:
+                admitted[r] -= 1
+            if use_banker:
+                mb_held[m][r] -= freed
+            pendW[r].append((s, m))
+            if s > 0:
+                q = a.rank[s - 1]
+                if q != r:
+                    heapq.heappush(heap, (end + a.comm[s - 1], q))
+        else:
+            d = a.dW[s]
+            end = start + d
+            held[r] -= a.wg[s]
+            if use_banker:
+                mb_held[m][r] -= a.wg[s]
+                if all(v <= EPS for v in mb_held[m]) and all(v <= EPS for v in mb_rem[m]):
+                    started[m] = False
+                    if len(live) > 2 * R + 8:
+                        live[:] = [x for x in live if started[x]]
+        rank_free[r] = end
+        orders[r].append((s, kind, m))
+        remaining -= 1
+        heapq.heappush(heap, (end, r))
+
+    stages_desc = [list(reversed(st)) for st in a.stages]
+    w_lim = rule.w_limit if isinstance(rule.w_limit, tuple) else (rule.w_limit,) * R
+    while heap:
+        t0, r = heapq.heappop(heap)
+        t = max(t0, rank_free[r])
+        if t0 < rank_free[r] - EPS:
+            continue  # stale event: the rank was busy
+        # gather candidates
+        best_I = None
+        best_I_key = None
+        soon_I = INF
+        for s in stages_desc[r]:
+            m = nextI[s]
+            if m < M:
+                rt = ready_I(s, m)
+                if rt >= 0:
+                    if rt <= t + EPS:
+                        key = (m // rule.group, -s, m) if rule.group else (-s, m)
+                        if best_I is None or key < best_I_key:
+                            best_I, best_I_key = (s, m), key
+                    else:
+                        soon_I = min(soon_I, rt)
+        cand_F = None
+        f_blocked_by_memory = False
+        order_f = stages_desc[r] if rule.deep_f else a.stages[r]
+        if rule.group and len(order_f) > 1:
+            order_f = sorted(order_f, key=lambda s: (nextF[s] // rule.group, s))
+        for s in order_f:
+            m = nextF[s]
+            if m >= M:
+                continue
+            rt = ready_F(s, m)
+            if rt < 0:
+                continue
+            if rt > t + EPS:
+                continue
+            if s == first[r] and admitted[r] >= rule.warmup[r]:
+                continue
+            if held[r] + a.act[s] > a.free0[r] + EPS * max(1.0, abs(a.free0[r])):
+                f_blocked_by_memory = True
+                continue
+            if use_banker and not banker_ok(s, m):
+                f_blocked_by_memory = True
+                continue
+            cand_F = (s, m)
+            break
+        have_W = wpos[r] < len(pendW[r])
+        n_pend = len(pendW[r]) - wpos[r]
+
+        choice = None
+        if have_W and n_pend > w_lim[r]:
+            choice = "W"
+        elif rule.depth_first and best_I is not None and cand_F is not None:
+            choice = "F" if cand_F[0] > best_I[0] else "I"  # deeper stage first, as ZB-V does
+        elif best_I is not None and not (rule.f_first and cand_F is not None):
+            choice = "I"
+        elif cand_F is not None:
+            choice = "F"
+        elif best_I is not None:
+            choice = "I"
+        elif have_W:
+            s, m = pendW[r][wpos[r]]
+            if rule.protect_i and not f_blocked_by_memory and soon_I < t + a.dW[s] - EPS:
+                heapq.heappush(heap, (soon_I, r))
+                continue
+            choice = "W"
+        if choice is None:
+            continue  # idle: woken again by the next event that can make something ready
+        if choice == "W":
+            s, m = pendW[r][wpos[r]]
+            wpos[r] += 1
+            run(r, s, "W", m, t)
+        elif choice == "I":
+            run(r, best_I[0], "I", best_I[1], t)
+        else:
+            run(r, cand_F[0], "F", cand_F[1], t)
+    if remaining:
+        return None
+    return orders
+
+
+# ---------------------------------------------------------------- fast exact re-timing
+
+def _retime(a: _Arrays, orders: list[list[tuple[int, str, int]]]) -> Optional[tuple]:
+    """(makespan, span, fits, sum of rank ends, sum of rank spans) of per-rank orders with earliest starts, as simulate() computes
+    them for an all-split (I/W) schedule; None on deadlock or missing actions."""
+    S, M, R = a.S, a.M, a.R
+    endF = [[-1.0] * M for _ in range(S)]
+    endI = [[-1.0] * M for _ in range(S)]
+    idx = [0] * R
+    free = [0.0] * R
+    first_start = [INF] * R
+    fits = True
+    for r in range(R):
+        held, cap = 0.0, a.free0[r] + EPS * max(1.0, abs(a.free0[r]) if a.free0[r] < INF else 1.0)
+        for s, k, m in orders[r]:
+            held += a.act[s] if k == "F" else (-(a.act[s] - a.wg[s]) if k == "I" else -a.wg[s])
+            if held > cap:
+                fits = False
+    left = sum(len(o) for o in orders)
+    while left:
+        progressed = False
+        for r in range(R):
+            row = orders[r]
+            i = idx[r]
+            t = free[r]
+            while i < len(row):
+                s, k, m = row[i]
+                if k == "F":
+                    rt = 0.0
+                    if s > 0:
+                        e = endF[s - 1][m]
+                        if e < 0:
+                            break
+                        rt = e + a.comm[s - 1]
+                    st = t if t > rt else rt
+                    t = st + a.dF[s]
+                    endF[s][m] = t
+                elif k == "I":
+                    e = endF[s][m]
+                    if e < 0:
+                        break
+                    if s + 1 < S:
+                        e2 = endI[s + 1][m]
+                        if e2 < 0:
+                            break
+                        e = max(e, e2 + a.comm[s])
+                    st = t if t > e else e
+                    t = st + a.dI[s]
+                    endI[s][m] = t
+                else:
+                    e = endI[s][m]
+                    if e < 0:
+                        break
+                    st = t if t > e else e
+                    t = st + a.dW[s]
+                if i == 0:
+                    first_start[r] = st
+                i += 1
+            if i != idx[r]:
+                left -= i - idx[r]
+                idx[r] = i
+                free[r] = t
+                progressed = True
+        if not progressed:
+            return None
+    makespan = max(free)
+    spans = [free[r] - first_start[r] for r in range(R) if orders[r]]
+    # trailing sums: tie-breakers that give the local search a slope on plateaus of the max
+    return makespan, max(spans), fits, sum(free), sum(spans)
+
+
+# ---------------------------------------------------------------- rules and search
+
+def _rules(a: _Arrays, objective: str) -> list[Rule]:
+    """Deterministic priority rules, most promising first for `objective` (so a tight time
+    budget still tries the good ones)."""
+    R, S = a.R, a.S
+    spr = max(1, S // R)
+    # 1F1B's warm-up: how many stage-visits lie at or below the rank's first stage
+    base = [math.ceil((S - a.stages[r][0]) / spr) for r in range(R)]
+    rules: list[Rule] = []
+    seen = set()
+
+    def add(rule: Rule) -> None:
+        if rule not in seen:
+            seen.add(rule)
+            rules.append(rule)
+
+    unlimited = tuple([INF] * R)
+
+    def zb_h1_like(k: int, f_first: bool = True) -> list[Rule]:
+        # 1F1B warm-up, rank r keeps about r W's pending (they fill its tail)
+        out = []
+        for mult in (2.0, 1.0, 0.5):
+            wl = tuple(float(math.floor(mult * r)) for r in range(R))
+            out.append(Rule(tuple(float(b + k) for b in base), f_first=f_first, w_limit=wl))
+        return out
+
+    def scaled(fracs) -> list[Rule]:
+        # warm-up proportional to 1F1B's: what a memory of K x 1F1B's lets a span schedule use
+        out = []
+        for frac in fracs:
+            for f_first in (True, False):
+                out.append(Rule(tuple(float(max(1, round(b * frac))) for b in base), f_first=f_first))
+        return out
+
+    def interleave(*families: list[Rule]) -> None:
+        # round-robin over rule families, so a short budget samples each of them
+        for i in range(max(len(f) for f in families)):
+            for f in families:
+                if i < len(f):
+                    add(f[i])
+
+    def zb_v_like() -> list[Rule]:
+        # ZB-V's shape on multi-stage ranks: rank r admits about spr * R - r microbatches before
+        # its first-stage backward; W's fill gaps, run right after their I, or stay pending as in ZB-H1
+        out = []
+        for k in (-1, 0, -2, 1):
+            warm = tuple(float(max(1, len(a.stages[r]) * R - r + k)) for r in range(R))
+            for wl in (INF, 0.0, tuple(float(r) for r in range(R))):
+                out.append(Rule(warm, f_first=True, w_limit=wl, depth_first=True))
+                out.append(Rule(warm, f_first=True, w_limit=wl))
+        return out
+
+    v_family = zb_v_like() if a.multi else []
+    if objective == "span":
+        interleave(scaled((1.5, 2.0, 1.25, 1.75, 1.0)), zb_h1_like(0) + zb_h1_like(1), [Rule(unlimited)], v_family)
+    else:
+        interleave(zb_h1_like(0) + zb_h1_like(1), [Rule(unlimited)], v_family, scaled((1.5, 2.0)))
+    for protect in (False, True):
+        add(Rule(unlimited, protect_i=protect))
+        for k in (0, 1):
+            add(Rule(tuple(float(b + k) for b in base), f_first=True, protect_i=protect))
+    for k in (0, 1, 2, 3, -1):
+        for f_first in (True, False):
+            for w_limit in (INF, 0.0):
+                for protect in (False, True):
+                    w = tuple(float(max(1, b + k)) for b in base)
+                    add(Rule(w, f_first=f_first, w_limit=w_limit, protect_i=protect))
+    for k in range(2, 2 * R + 2, max(1, R // 4)):
+        add(Rule(tuple(float(max(1, b + k)) for b in base), f_first=True))
+    for w_limit in (1.0, 2.0, float(R)):
+        add(Rule(unlimited, w_limit=w_limit))
+    interleave(zb_h1_like(1, f_first=False), zb_h1_like(0, f_first=False), scaled((0.5, 1.25, 1.75)))
+    if a.multi:
+        for r in list(rules):
+            add(Rule(r.warmup, r.f_first, r.w_limit, r.protect_i, deep_f=False, depth_first=r.depth_first))
+        for r in list(rules[: len(rules) // 2]):
+            add(Rule(r.warmup, r.f_first, r.w_limit, r.protect_i, r.deep_f, r.depth_first, group=R))
+    return rules
+
+
+def _dedupe_by_memory(a: _Arrays, rules: list[Rule]) -> list[Rule]:
+    """Cap each warm-up at what the rank's memory admits anyway, then drop repeated rules (at 1p
+    many warm-up variants are the same schedule)."""
+    cap = []
+    for r in range(a.R):
+        act = a.act[a.stages[r][0]]
+        cap.append(float(math.floor(a.free0[r] / act + 1e-9)) if act > 0 and a.free0[r] < INF else INF)
+    out, seen = [], set()
+    for rule in rules:
+        warm = tuple(min(w, c) if c < INF else w for w, c in zip(rule.warmup, cap))
+        if all(w >= c for w, c in zip(warm, cap)):
+            warm = tuple([INF] * a.R)
+        rule = Rule(warm, rule.f_first, rule.w_limit, rule.protect_i, rule.deep_f, rule.depth_first, rule.group)
+        if rule not in seen:
+            seen.add(rule)
+            out.append(rule)
+    return out
+
+
+def _random_rule(a: _Arrays, rng: random.Random, around: Rule) -> Rule:
+    """A perturbation of `around`: per-rank warm-up and W limits nudged, flags flipped."""
+    R = a.R
+    warm = []
+    for r in range(R):
+        w = around.warmup[r]
+        if w == INF:
+            w = float(rng.choice([INF, len(a.stages[r]) * (R - r) + rng.randint(0, R)]))
+        else:
+            w = float(max(1, w + rng.choice((-1, 0, 0, 1, 1, 2))))
+        warm.append(w)
+    wl0 = around.w_limit if isinstance(around.w_limit, tuple) else (around.w_limit,) * R
+    wl = []
+    for r in range(R):
+        x = wl0[r]
+        if rng.random() < 0.3:
+            x = rng.choice((0.0, float(r), float(2 * r), INF))
+        elif x != INF and rng.random() < 0.5:
+            x = float(max(0, x + rng.choice((-1, 1))))
+        wl.append(x)
+    return Rule(
+        tuple(warm),
+        f_first=around.f_first if rng.random() < 0.8 else not around.f_first,
+        w_limit=tuple(wl),
+        protect_i=around.protect_i if rng.random() < 0.8 else not around.protect_i,
+        deep_f=around.deep_f if rng.random() < 0.9 else not around.deep_f,
+        depth_first=around.depth_first if rng.random() < 0.9 or not a.multi else not around.depth_first,
+        group=around.group if rng.random() < 0.9 or not a.multi else rng.choice((0, R)),
+    )
+
+
+def _value(res: tuple, objective: str) -> float:
+    return res[0] if objective == "makespan" else res[1]
+
+
+def _to_schedule(problem: Problem, a: _Arrays, orders, name: str, meta: dict) -> Schedule:
+    rows = []
+    for r in range(a.R):
+        row = []
+        for s, k, m in orders[r]:
+            if a.dW[s] == 0 and a.wg[s] == 0 and k in ("I", "W"):
+                # A stage without weights: its backward is one B (W would be an empty call).
+                if k == "I":
+                    row.append(Action(s, "B", m))
+                continue
+            row.append(Action(s, k, m))
+        rows.append(row)
+    return Schedule(rows=rows, placement=tuple(problem.placement), n_microbatches=a.M, name=name, meta=meta)
+
+
+def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0) -> Schedule:
+    """The best schedule found by the list scheduler's rules (and local search, while
+    `time_budget` seconds last) for `problem.objective`. Always feasible under the memory caps;
+    raises SchedcError when no schedule can fit."""
+    check_memory_feasible(problem)
+    t_start = time.perf_counter()
+    a = _arrays(problem)
+    best = None
+    best_val = INF
+    best_rule = None
+    tried = 0
+    bound = lower_bound(problem)
+    rng = random.Random(seed)
+
+    def done() -> bool:
+        return best_val <= bound + EPS * max(1.0, bound)
+
+    rules = _dedupe_by_memory(a, _rules(a, problem.objective))
+    # Local search pays off on small instances (cheap re-timing); large ones get more rules.
+    rule_share = 0.4 if a.S * a.M < 1000 else 0.8
+    while True:
+        if tried and (time.perf_counter() - t_start > time_budget * rule_share or done()):
+            break
+        if tried < len(rules):
+            rule = rules[tried]
+        else:
+            rule = _random_rule(a, rng, best_rule or rules[0])  # perturb the best rule so far
+        tried += 1
+        orders = _list_schedule(a, rule)
+        if orders is None:
+            continue
+        res = _retime(a, orders)
+        if res is None or not res[2]:
+            continue
+        v = _value(res, problem.objective)
+        if v < best_val - EPS:
+            best, best_val, best_rule = orders, v, rule
+    if best is None:
+        # Memory-only rule is provably deadlock-free; reaching here is a bug, not a user error.
+        raise SchedcError("internal error: the heuristic found no feasible schedule; please report it")
+    constructed_val = best_val
+    moves = 0
+    if best_val > bound + EPS * max(1.0, bound):
+        best, best_val, moves = _local_search(a, best, best_val, problem.objective, t_start + time_budget, seed)
+    meta = {
+        "source": "heuristic",
+        "rule": best_rule.describe() if best_rule else "",
+        "rules_tried": tried,
+        "constructed": constructed_val,
+        "local_search_moves": moves,
+    }
+    final = _retime(a, best)
+    if final is None or not final[2]:  # every candidate was checked; this guards the guarantee
+        raise SchedcError("internal error: the heuristic's schedule deadlocks or exceeds the memory cap; please report it")
+    return _to_schedule(problem, a, best, "schedc-heuristic", meta)
+
+
+def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: float, seed: int):
+    """Move one action a few places earlier or later on its rank; keep moves that do not worsen
+    (objective, sum over ranks of the same measure): the sum gives a slope where the max is
+    flat, and equal moves let the search drift across plateaus. Stops at the deadline."""
+    rng = random.Random(seed)
+    orders = [list(o) for o in orders]
+    moves = 0
+    n_ranks = len(orders)
+    if time.perf_counter() >= deadline:
+        return orders, val, moves
+    res = _retime(a, orders)
+    key = (_value(res, objective), res[3] if objective == "makespan" else res[4])
+    stale = 0
+    while time.perf_counter() < deadline and stale < 20000:
+        r = rng.randrange(n_ranks)
+        row = orders[r]
+        if len(row) < 2:
+            stale += 1
+            continue
+        i = rng.randrange(len(row))
+        # W's are the flexible fillers; other kinds move too but less often.
+        if row[i][1] != "W" and rng.random() < 0.5:
+            stale += 1
+            continue
+        j = max(0, min(len(row) - 1, i + rng.choice((-6, -3, -2, -1, 1, 2, 3, 6))))
+        if j == i:
+            stale += 1
+            continue
+        item = row.pop(i)
+        row.insert(j, item)
+        res = _retime(a, orders)
+        if res is not None and res[2]:
+            new = (_value(res, objective), res[3] if objective == "makespan" else res[4])
+            if new[0] < key[0] - EPS or (new[0] <= key[0] + EPS and new[1] <= key[1] + EPS):
+                if new[0] < key[0] - EPS:
+                    moves += 1
+                stale = 0 if new[1] < key[1] - EPS or new[0] < key[0] - EPS else stale + 1
+                key = new
+                continue
+        row.pop(j)
+        row.insert(i, item)
+        stale += 1
+    val = key[0]
+    return orders, val, moves
+    stale = 0
+    while time.perf_counter() < deadline and stale < 4000:
+        r = rng.randrange(n_ranks)
+        row = orders[r]
+        if len(row) < 2:
+            stale += 1
+            continue
+        i = rng.randrange(len(row))
+        # W's are the flexible fillers; other kinds move too but less often.
+        if row[i][1] != "W" and rng.random() < 0.5:
+            stale += 1
+            continue
+        j = max(0, min(len(row) - 1, i + rng.choice((-3, -2, -1, 1, 2, 3))))
+        if j == i:
+            stale += 1
+            continue
+        item = row.pop(i)
+        row.insert(j, item)
+        res = _retime(a, orders)
+        if res is not None and res[2]:
+            v = _value(res, objective)
+            if v <= val + EPS:
+                if v < val - EPS:
+                    moves += 1
+                    stale = 0
+                else:
+                    stale += 1
+                val = min(val, v)
+                continue
+        row.pop(j)
+        row.insert(i, item)
+        stale += 1
+    return orders, val, moves
+
+
+# ---------------------------------------------------------------- baselines and warm start
+
+def feasible_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
+    """The hand-made schedules (schedc.baselines) that exist for this problem's stages, ranks,
+    placement and microbatches and fit its memory caps, each with its simulation."""
+    try:
+        from schedc import baselines
+    except ImportError:
+        return []
+    out = []
+    pname = problem.placement_name
+    for name in baselines.BASELINE_NAMES:
+        try:
+            sched = baselines.make_baseline(
+                name, problem.n_stages, problem.n_microbatches, n_ranks=problem.n_ranks,
+                placement=pname if pname in ("loop", "v") else None,
+            )
+        except (SchedcError, ValueError, TypeError):
+            continue
+        if tuple(sched.placement) != tuple(problem.placement) or sched.n_microbatches != problem.n_microbatches:
+            continue
+        try:
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:
+            continue
+        if sim.fits:
+            out.append((name, sched, sim))
+    return out
+
+
+def warm_start(problem: Problem, time_budget: float = 1.0) -> tuple[Schedule, SimResult, str]:
+    """The best of the heuristic and the feasible hand-made schedules under problem.objective:
+    (schedule, its simulation, source). When a hand-made schedule wins, its backwards are split
+    into I + W (never worse: I ends earlier, W ends when B did, memory drops no later) and the
+    local search polishes it with what is left of `time_budget`; the source then reads e.g.
+    'zb-h1+local-search' if that helped, else the baseline's name (the original is returned)."""
+    t_start = time.perf_counter()
+    sched = heuristic_schedule(problem, time_budget=time_budget * 0.6)
+    best = (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
+    for name, s, sim in feasible_baselines(problem):
+        if sim.objective(problem.objective) < best[1].objective(problem.objective) - EPS:
+            best = (s, sim, name)
+    if best[2] == "heuristic":
+        return best
+    a = _arrays(problem)
+    orders = [[(x.stage, k, x.microbatch) for x in best[0].actions(r) for k in (("I", "W") if x.kind == "B" else (x.kind,))]
+              for r in range(a.R)]
+    res = _retime(a, orders)
+    if res is None or not res[2]:
+        return best
+    val = _value(res, problem.objective)
+    orders, val, moves = _local_search(a, orders, val, problem.objective, t_start + time_budget, 0)
+    if val < best[1].objective(problem.objective) - EPS:
+        sched = _to_schedule(problem, a, orders, f"schedc-{best[2]}+ls",
+                             {"source": "heuristic", "start": best[2], "local_search_moves": moves})
+        sim = simulate(sched, problem.profile, problem.memory)
+        if sim.fits and sim.objective(problem.objective) < best[1].objective(problem.objective) - EPS:
+            return sched, sim, f"{best[2]}+local-search"
+    return best

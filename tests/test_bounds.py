@@ -1,0 +1,192 @@
+"""Lower bounds are certificates: never above a known optimum. The exhaustive search that provides
+those optima is itself checked against brute force over all per-rank orders."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedc.costs import MemoryLimit, Profile, StageCost
+from schedc.errors import SchedcError
+from schedc.ir import Action, Schedule
+from schedc.simulate import simulate
+from schedc.solver.bounds import lower_bound, lower_bound_details, rank_span_bounds
+from schedc.solver.exhaustive import exact_optimum
+from schedc.solver.heuristic import feasible_baselines, heuristic_schedule
+from schedc.solver.problem import Problem
+
+EPS = 1e-9
+
+COSTS = [
+    (1.0, 1.0, 1.0, 0.0),  # identical stages, the paper's unit case
+    (1.0, 2.0, 0.5, 0.3),  # slow I, fast W, slow links
+    (2.0, 1.0, 0.0, 0.5),  # no weight gradient at all
+]
+
+
+def hetero(n_stages: int, comm: float = 0.1) -> Profile:
+    stages = []
+    for s in range(n_stages):
+        f = 1.3 if s in (0, n_stages - 1) else 1.0
+        stages.append(StageCost(forward=f, backward_input=1.1 * f, backward_weight=0.9 * f,
+                                activation_bytes=1.0, weight_grad_bytes=0.5))
+    return Profile(stages=stages, comm=comm)
+
+
+TINY = [(2, 2, "loop", None), (2, 3, "loop", None), (3, 2, "loop", None), (4, 2, "v", 2),
+        (3, 2, (0, 1, 0), None), (3, 2, (0, 0, 1), None), (4, 1, "loop", 2)]
+
+
+@pytest.mark.parametrize("n_stages,n_mb,placement,n_ranks", TINY)
+@pytest.mark.parametrize("memory", ["0.5p", "1p", "2p", "none"])
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_bound_never_above_exact_optimum(n_stages, n_mb, placement, n_ranks, memory, objective):
+    for costs in COSTS + [None]:
+        prof = hetero(n_stages) if costs is None else Profile.uniform(n_stages, *costs[:3], comm=costs[3])
+        p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, profile=prof,
+                          memory=memory, objective=objective)
+        opt, sched = exact_optimum(p)
+        sim = simulate(sched, prof, p.memory)
+        assert sim.fits and abs(sim.objective(objective) - opt) < 1e-6
+        details = lower_bound_details(p)
+        assert details["lower_bound"] <= opt + EPS, (details, opt)
+        # every rank's own span bound holds for the optimal schedule too
+        for r, b in enumerate(rank_span_bounds(p)):
+            assert b <= sim.span_per_rank[r] + EPS
+        h = simulate(heuristic_schedule(p, time_budget=0.05), prof, p.memory).objective(objective)
+        assert h >= opt - EPS
+
+
+def _linear_extensions(actions, before):
+    """All orders of `actions` where each (a, b) in `before` with both present has a first."""
+    if not actions:
+        yield []
+        return
+    for a in actions:
+        if any(x in actions and x != a for x, y in before if y == a):
+            continue
+        rest = [x for x in actions if x != a]
+        for tail in _linear_extensions(rest, before):
+            yield [a] + tail
+
+
+def _brute_force(problem: Problem) -> float:
+    """Minimum of simulate() over every tuple of per-rank orders (I/W split), no pruning and
+    no symmetry breaking: an independent check of exact_optimum."""
+    S, M = problem.n_stages, problem.n_microbatches
+    per_rank = []
+    for r in range(problem.n_ranks):
+        acts = [Action(s, k, m) for s in problem.stages_of(r) for m in range(M) for k in "FIW"]
+        before = [(Action(s, "F", m), Action(s, "I", m)) for s in problem.stages_of(r) for m in range(M)]
+        before += [(Action(s, "I", m), Action(s, "W", m)) for s in problem.stages_of(r) for m in range(M)]
+        per_rank.append(list(_linear_extensions(acts, before)))
+    best = math.inf
+    for rows in itertools.product(*per_rank):
+        sched = Schedule(rows=[list(r) for r in rows], placement=problem.placement, n_microbatches=M)
+        try:
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:
+            continue  # deadlock
+        if sim.fits:
+            best = min(best, sim.objective(problem.objective))
+    return best
+
+
+BRUTE = [(2, 2, m, o) for m in ("0.5p", "1p", "none") for o in ("makespan", "span")]
+BRUTE += [(3, 2, "1p", "makespan"), (3, 2, "none", "span")]  # 8000 order tuples each, ~2 s
+
+
+@pytest.mark.parametrize("n_stages,n_mb,memory,objective", BRUTE)
+def test_exhaustive_search_matches_brute_force(n_stages, n_mb, memory, objective):
+    prof = Profile.uniform(n_stages, 1.0, 2.0, 0.5, comm=0.3)
+    p = Problem.build(n_stages, n_mb, profile=prof, memory=memory, objective=objective)
+    assert exact_optimum(p, use_heuristic=False)[0] == pytest.approx(_brute_force(p))
+
+
+def test_merging_backward_never_helps():
+    for objective in ("makespan", "span"):
+        p = Problem.build(2, 3, profile=Profile.uniform(2, 1.0, 2.0, 0.5, comm=0.3), memory="1p", objective=objective)
+        assert exact_optimum(p, merge_backward=True)[0] == pytest.approx(exact_optimum(p)[0])
+
+
+def test_exhaustive_refuses_large_instances():
+    p = Problem.build(4, 4, profile=hetero(4), memory="none", objective="span")
+    with pytest.raises(SchedcError, match="exceeded"):
+        exact_optimum(p, max_nodes=50, use_heuristic=False)
+
+
+LARGER = [(4, 16, "loop", None), (8, 24, "loop", None), (8, 16, "v", 4), (8, 16, "loop", 4)]
+
+
+@pytest.mark.parametrize("n_stages,n_mb,placement,n_ranks", LARGER)
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_bound_never_above_feasible_baselines(n_stages, n_mb, placement, n_ranks, objective):
+    for prof in (Profile.uniform(n_stages), hetero(n_stages), Profile.uniform(n_stages, 1.0, 2.0, 0.0, comm=0.5)):
+        for memory in ("0.5p", "1p", "1.5p", "2p", "none"):
+            p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, profile=prof,
+                              memory=memory, objective=objective)
+            lb = lower_bound(p)
+            for name, _, sim in feasible_baselines(p):
+                assert lb <= sim.objective(objective) + EPS, (name, memory, lb, sim.objective(objective))
+
+
+def test_identical_stages_known_values():
+    # makespan with identical stages: the last rank cannot start before (p-1)F, then M(F+I+W)
+    p = Problem.build(4, 8, profile=Profile.uniform(4), memory="none")
+    assert lower_bound(p) == pytest.approx(3 + 8 * 3)
+    # span at 1p: the first rank waits for its first I with at most p forwards done: (p-1) I idle
+    p = Problem.build(4, 8, profile=Profile.uniform(4), memory="1p", objective="span")
+    assert lower_bound(p) == pytest.approx(8 * 3 + 3)
+    assert lower_bound_details(p)["span_memory_warmup"] == pytest.approx(27)
+
+
+def test_details_name_every_term():
+    p = Problem.build(4, 8, profile=hetero(4), memory="1p")
+    d = lower_bound_details(p)
+    assert d["lower_bound"] == max(v for k, v in d.items() if k != "lower_bound")
+    assert {"work_after_head", "one_microbatch_chain", "memory_warmup", "span_work"} <= set(d)
+    d_span = lower_bound_details(Problem.build(4, 8, profile=hetero(4), memory="1p", objective="span"))
+    assert "work_after_head" not in d_span  # head terms are not valid when ranks may start late
+
+
+@st.composite
+def tiny_problems(draw):
+    n_stages = draw(st.integers(1, 3))
+    n_mb = draw(st.integers(1, 3))
+    objective = draw(st.sampled_from(["makespan", "span"]))
+    if objective == "span" and n_stages * n_mb > 6:
+        n_mb = 6 // n_stages  # span instances of 3 x 3 take seconds; keep the property test fast
+    stages = []
+    for _ in range(n_stages):
+        act = draw(st.sampled_from([1.0, 2.0]))
+        stages.append(StageCost(
+            forward=draw(st.sampled_from([0.5, 1.0, 1.5])),
+            backward_input=draw(st.sampled_from([0.5, 1.0, 2.0])),
+            backward_weight=draw(st.sampled_from([0.0, 0.5, 1.0])),
+            activation_bytes=act,
+            weight_grad_bytes=draw(st.sampled_from([0.0, 0.5])) * act,
+        ))
+    comm = draw(st.sampled_from([0.0, 0.2, [0.1, 0.4][: max(0, n_stages - 1)]]))
+    if isinstance(comm, list) and len(comm) != n_stages - 1:
+        comm = 0.1
+    memory = draw(st.sampled_from(["1p", "2p", "none", "bytes"]))
+    if memory == "bytes":
+        memory = MemoryLimit(kind="bytes", value=max(s.activation_bytes for s in stages) * draw(st.integers(1, 3)))
+    return Problem.build(n_stages, n_mb, profile=Profile(stages=stages, comm=comm), memory=memory, objective=objective)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_problems())
+def test_property_bound_exact_heuristic(p):
+    opt, sched = exact_optimum(p, max_nodes=400_000)
+    sim = simulate(sched, p.profile, p.memory)
+    assert sim.fits
+    assert lower_bound(p) <= opt + EPS
+    h = heuristic_schedule(p, time_budget=0.05)
+    hsim = simulate(h, p.profile, p.memory)
+    assert hsim.fits
+    assert hsim.objective(p.objective) >= opt - EPS
