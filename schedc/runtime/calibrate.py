@@ -1,0 +1,651 @@
+"""Closed loop: run a CSV schedule for real and compare its timeline with the simulator's prediction.
+
+Problem: a compiled schedule is only as good as the profile and the simulator's model of the
+runtime (dependencies, one action at a time per rank, communication per boundary). To trust a
+prediction we measure the same schedule under ``torch.distributed`` and report, per rank and
+overall, how far the predicted step time and action timeline are from the measured ones; the
+measured action times can then be written back as a refined profile.
+
+Method: one process per CSV row (rank), launched like ``torchrun`` does (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` in the environment; gloo on CPU, NCCL on GPU).
+Each rank builds the built-in GPT, keeps its CSV stages (:func:`schedc.runtime.pipeline.load_pipeline`)
+and runs warm-up steps, then timed steps (the pipeline's ``step()``: forward and backward of
+every microbatch; no optimizer update, which the simulator does not model either). Per-action timing uses the labels torch's
+``_PipelineScheduleRuntime`` already wraps every action in (``record_function("PP:<action>")``):
+for the duration of the run we swap the module's ``record_function`` for a recorder that notes
+enter/exit times of ``PP:`` spans (and hands other names to torch's own), and wrap
+``_wait_batch_p2p`` to learn how long each action waited for a received tensor, so an action's
+compute starts at ``enter + wait``. Ranks start each step after a barrier; ``perf_counter`` is
+CLOCK_MONOTONIC, one clock for all processes on a machine, so timelines share an origin (the
+earliest rank's start). The parent simulates the schedule with the profile
+(:func:`schedc.simulate.simulate`) and compares: step time (slowest rank's ``step()`` end),
+each rank's finish and busy time, and the mean distance of action starts. The refined profile
+takes each stage's median measured F, I, W (a full B is split in the profile's I:W ratio) and
+each boundary's median observed transfer delay (consumer's compute start minus producer's end,
+over transfers the consumer waited for).
+
+Cost: (warm-up + steps) training steps of the model on every rank, plus process start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from schedc.costs import Profile, StageCost
+from schedc.errors import SchedcError
+from schedc.ir import Action, Schedule
+from schedc.simulate import producers, simulate
+
+_LABEL = re.compile(r"^PP:(\d+)([FIWB])(\d+)$")
+_COMM_LABEL = re.compile(r"^PP:(\d+)(SEND|RECV)_([FB])(\d+)$")
+
+
+# ---------------------------------------------------------------- inside each rank
+
+
+class _ActionRecorder:
+    """Stands in for ``torch.profiler.record_function`` in torch's pipelining schedules module.
+
+    On CPU it notes perf_counter at enter/exit. With ``cuda=True`` the work is asynchronous, so
+    it records CUDA events on the current stream instead (one at enter, one after each wait for
+    a receive, one at exit); :meth:`resolve` turns them into times after the step synchronized.
+    """
+
+    def __init__(self, original, cuda: bool = False):
+        self.original = original
+        self.cuda = cuda
+        self.events: list[tuple[str, float, float, float]] = []  # label, enter, wait, exit
+        self._raw: list[tuple[str, Any, Any, Any]] = []  # CUDA: label, enter, after-wait, exit events
+        self._open: Optional[list] = None
+
+    def __call__(self, name: str, *args, **kwargs):
+        if not str(name).startswith("PP:"):
+            return self.original(name, *args, **kwargs)
+        return _Span(self, str(name))
+
+    def _event(self):
+        import torch
+
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def waited(self, seconds: float) -> None:
+        if self._open is not None:
+            self._open[1] += seconds
+            if self.cuda:  # the stream passes this point once the received tensor is there
+                self._open[2] = self._event()
+
+    def resolve(self, t0: float, start_event) -> None:
+        """CUDA: convert the recorded events (after a synchronize) into perf_counter-based times,
+        ``start_event`` having been recorded at perf_counter ``t0`` on an idle device."""
+        for name, enter, after_wait, exit_ in self._raw:
+            t_enter = t0 + start_event.elapsed_time(enter) / 1e3
+            t_compute = t0 + start_event.elapsed_time(after_wait or enter) / 1e3
+            t_exit = t0 + start_event.elapsed_time(exit_) / 1e3
+            self.events.append((name, t_enter, max(0.0, t_compute - t_enter), max(t_exit, t_compute)))
+        self._raw.clear()
+
+
+class _Span:
+    def __init__(self, rec: _ActionRecorder, name: str):
+        self.rec, self.name = rec, name
+
+    def __enter__(self):
+        self.state = [time.perf_counter(), 0.0, None, self.rec._event() if self.rec.cuda else None]
+        self.rec._open = self.state
+        return self
+
+    def __exit__(self, *exc):
+        self.rec._open = None
+        if self.rec.cuda:
+            self.rec._raw.append((self.name, self.state[3], self.state[2], self.rec._event()))
+        else:
+            self.rec.events.append((self.name, self.state[0], self.state[1], time.perf_counter()))
+        return False
+
+
+class timed_actions:
+    """Context manager: while active, every ``PP:`` action of torch's pipeline runtime is timed.
+
+    ``.events`` lists ``(label, enter, seconds waiting for receives, exit)`` in perf_counter time.
+    """
+
+    def __init__(self, cuda: bool = False):
+        self.cuda = cuda
+
+    def __enter__(self) -> _ActionRecorder:
+        from torch.distributed.pipelining import schedules
+
+        self._mod = schedules
+        self._orig_rf = schedules.record_function
+        self._orig_wait = schedules._wait_batch_p2p
+        rec = _ActionRecorder(self._orig_rf, cuda=self.cuda)
+        orig_wait = self._orig_wait
+
+        def wait(work):
+            t0 = time.perf_counter()
+            out = orig_wait(work)
+            rec.waited(time.perf_counter() - t0)
+            return out
+
+        schedules.record_function = rec
+        schedules._wait_batch_p2p = wait
+        self.rec = rec
+        return rec
+
+    def __exit__(self, *exc):
+        self._mod.record_function = self._orig_rf
+        self._mod._wait_batch_p2p = self._orig_wait
+        return False
+
+
+def rank_main(spec: dict) -> dict:
+    """Run in one rank (env from torchrun or :func:`launch`); returns what the parent compares."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from schedc.runtime.models import GPT, GPTConfig, lm_loss, make_batch
+    from schedc.runtime.pipeline import load_pipeline
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    if spec.get("threads"):
+        torch.set_num_threads(int(spec["threads"]))
+    device = spec.get("device", "cpu")
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+        device = f"cuda:{torch.cuda.current_device()}"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(spec.get("pg_timeout", 120))))
+    try:
+        cfg = GPTConfig(**spec["config"])
+        pipe = load_pipeline(spec["csv"], GPT(cfg, seed=0), lm_loss, device)
+        n_mb = pipe.schedule.schedule.n_microbatches
+        mbs = int(spec["microbatch_size"])
+        steps: list[dict] = []
+        sync = (lambda: torch.cuda.synchronize()) if backend == "nccl" else (lambda: None)
+        in_situ = []
+        if spec.get("in_situ"):
+            from schedc.runtime.profiler import measure_stages
+            from schedc.runtime.split import split_gpt
+
+            n_stages = pipe.schedule.schedule.n_stages
+            mine = pipe.schedule.schedule.stages_of(rank)
+            twin = split_gpt(GPT(cfg, seed=0), range(n_stages), n_stages)
+            twin_stages = [twin[s] for s in range(n_stages)]
+            sample, sample_target = make_batch(cfg, mbs, seed=0, device=device)
+        for step in range(int(spec["warmup_steps"]) + int(spec["steps"])):
+            if spec.get("in_situ") and step >= int(spec["warmup_steps"]):
+                # this rank's stages, measured in this process while the other ranks measure
+                # theirs: the same threads, the same neighbours as during the step
+                dist.barrier()
+                in_situ.append([m.to_dict() for m in measure_stages(
+                    twin_stages, sample, lm_loss, sample_target, device, warmup=1,
+                    repeats=int(spec.get("in_situ_repeats", 3)), optimizer=spec.get("optimizer", "adamw"),
+                    only=mine)])
+            tokens, targets = make_batch(cfg, mbs * n_mb, seed=step, device=device)
+            for p in pipe.parameters():
+                p.grad = None
+            sync()
+            dist.barrier()
+            sync()
+            with timed_actions(cuda=backend == "nccl") as rec:
+                start_event = rec._event() if rec.cuda else None
+                t0 = time.perf_counter()
+                pipe.step(tokens, target=targets, losses=[])
+                sync()
+                t1 = time.perf_counter()
+            if rec.cuda:
+                rec.resolve(t0, start_event)
+            if step >= int(spec["warmup_steps"]):
+                steps.append({"start": t0, "end": t1, "events": rec.events})
+        return {"rank": rank, "world": world, "steps": steps, "in_situ": in_situ}
+    finally:
+        dist.destroy_process_group()
+
+
+def _worker_entry(argv: list[str]) -> int:
+    """``python -m schedc.runtime.calibrate SPEC.json OUT_DIR``: what each launched rank runs."""
+    spec = json.loads(Path(argv[0]).read_text())
+    out_dir = Path(argv[1])
+    rank = int(os.environ["RANK"])
+    try:
+        result = {"ok": rank_main(spec)}
+    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+        result = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:500]}
+    (out_dir / f"rank{rank}.json.tmp").write_text(json.dumps(result))
+    os.replace(out_dir / f"rank{rank}.json.tmp", out_dir / f"rank{rank}.json")
+    return 0 if "ok" in result else 1
+
+
+# ---------------------------------------------------------------- launching the ranks
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(spec: dict, n_ranks: int, timeout: float = 300.0) -> list[dict]:
+    """Start `n_ranks` processes as torchrun would, wait (killing all at the deadline), return their results."""
+    root = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory(prefix="schedc-calibrate-") as tmp:
+        spec = dict(spec, pg_timeout=max(10.0, timeout - 10.0))
+        spec_file = Path(tmp) / "spec.json"
+        spec_file.write_text(json.dumps(spec))
+        port = _free_port()
+        procs, logs = [], []
+        for rank in range(n_ranks):
+            env = dict(os.environ)
+            env.update(
+                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n_ranks), LOCAL_WORLD_SIZE=str(n_ranks),
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                PYTHONPATH=os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")])),
+            )
+            if spec.get("threads"):
+                env["OMP_NUM_THREADS"] = str(spec["threads"])
+            env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            log = open(Path(tmp) / f"rank{rank}.log", "w+")
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "schedc.runtime.calibrate", str(spec_file), tmp],
+                stdout=log, stderr=subprocess.STDOUT, env=env,
+            ))
+        deadline = time.monotonic() + timeout
+        try:
+            # a rank that failed leaves its peers blocked in a collective: give them a few
+            # seconds to fail on their own, then stop them instead of waiting for the deadline
+            failed_at = None
+            while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+                if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                    failed_at = time.monotonic()
+                if failed_at is not None and time.monotonic() - failed_at > 5.0:
+                    break
+                time.sleep(0.05)
+        finally:
+            hung = [r for r, p in enumerate(procs) if p.poll() is None]
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        results, errors = [], []
+        for rank, log in enumerate(logs):
+            log.seek(0)
+            tail = [line for line in log.read().splitlines() if line.strip()]
+            log.close()
+            out = Path(tmp) / f"rank{rank}.json"
+            if out.exists():
+                r = json.loads(out.read_text())
+                if "error" in r:
+                    errors.append(f"rank {rank}: {r['error']}")
+                else:
+                    results.append(r["ok"])
+            elif rank in hung:
+                errors.append(f"rank {rank}: still running after {timeout:.0f}s (raise --timeout)"
+                              if time.monotonic() >= deadline else f"rank {rank}: stopped after another rank failed")
+            else:
+                errors.append(f"rank {rank}: exited with code {procs[rank].returncode}: "
+                              f"{tail[-1] if tail else 'no output'}")
+        if errors:
+            # the first failing rank's own message; peers usually fail only because it left
+            first = next((e for e in errors if "Connection" not in e and "still running" not in e
+                          and "stopped after" not in e), errors[0])
+            raise SchedcError(f"calibrate: {first}")
+        return results
+
+
+# ---------------------------------------------------------------- comparing
+
+
+@dataclass
+class RankComparison:
+    rank: int
+    predicted_finish: float
+    measured_finish: float
+    predicted_busy: float
+    measured_busy: float
+
+    @property
+    def finish_error(self) -> float:
+        return _rel(self.predicted_finish, self.measured_finish)
+
+    @property
+    def busy_error(self) -> float:
+        return _rel(self.predicted_busy, self.measured_busy)
+
+
+@dataclass
+class Calibration:
+    """Predicted vs measured; times in seconds, medians over the timed steps, errors relative.
+
+    The refined and in-situ predictions are paired with the step they came from (step k's
+    measured action times, or the stage timings taken just before step k), so a change of
+    machine load between steps does not count as a prediction error.
+    """
+
+    csv: str
+    predicted_step: float
+    measured_step: float
+    ranks: list[RankComparison]
+    start_error: float  # mean |measured - predicted action start| / measured step time
+    steps: int
+    measured_steps: list[float] = field(default_factory=list)
+    refined_steps: list[float] = field(default_factory=list)  # simulate(refined from step k)
+    in_situ_steps: list[float] = field(default_factory=list)  # simulate(in-situ profile before step k)
+    refined: Optional[Profile] = None  # refined from all timed steps
+    in_situ: Optional[Profile] = None  # stages profiled inside the ranks, all rounds pooled
+
+    @property
+    def step_error(self) -> float:
+        return _rel(self.predicted_step, self.measured_step)
+
+    @property
+    def refined_step(self) -> float:
+        return statistics.median(self.refined_steps) if self.refined_steps else math.nan
+
+    @property
+    def refined_error(self) -> float:
+        return _paired(self.refined_steps, self.measured_steps)
+
+    @property
+    def in_situ_step(self) -> Optional[float]:
+        return statistics.median(self.in_situ_steps) if self.in_situ_steps else None
+
+    @property
+    def in_situ_error(self) -> Optional[float]:
+        return _paired(self.in_situ_steps, self.measured_steps) if self.in_situ_steps else None
+
+    def to_dict(self) -> dict:
+        return {
+            "csv": self.csv,
+            "steps": self.steps,
+            "predicted_step": self.predicted_step,
+            "measured_step": self.measured_step,
+            "step_error": self.step_error,
+            "refined_step": self.refined_step,
+            "refined_error": self.refined_error,
+            "in_situ_step": self.in_situ_step,
+            "in_situ_error": self.in_situ_error,
+            "action_start_error": self.start_error,
+            "measured_steps": self.measured_steps,
+            "refined_steps": self.refined_steps,
+            "in_situ_steps": self.in_situ_steps,
+            "ranks": [dict(asdict(r), finish_error=r.finish_error, busy_error=r.busy_error) for r in self.ranks],
+        }
+
+
+def _rel(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured if measured > 0 else math.nan
+
+
+def _paired(predicted: list[float], measured: list[float]) -> float:
+    return statistics.median(_rel(p, m) for p, m in zip(predicted, measured)) if predicted else math.nan
+
+
+@dataclass
+class _Measured:
+    """One timed step on a common origin: action -> (rank, compute start, end, waited, work).
+
+    ``work`` is the seconds the action occupied its rank: its compute plus the posting of the
+    send/recv actions that serve it (torch lowers each transfer into SEND_*/RECV_* actions that
+    run on the rank between compute actions), waiting for data excluded.
+    """
+
+    actions: dict[Action, tuple[int, float, float, float, float]]
+    rank_end: list[float]  # when step() returned on each rank
+
+
+def _parse_steps(results: list[dict], schedule: Schedule) -> list[_Measured]:
+    by_rank = sorted(results, key=lambda r: r["rank"])
+    n_steps = min(len(r["steps"]) for r in by_rank)
+    backward_kind = {(a.stage, a.microbatch): a.kind for _, a in schedule.all_actions() if a.kind in ("I", "B")}
+    out = []
+    for k in range(n_steps):
+        origin = min(r["steps"][k]["start"] for r in by_rank)
+        actions: dict[Action, tuple[int, float, float, float, float]] = {}
+        comm_work: dict[Action, float] = {}
+        for r in by_rank:
+            for label, enter, wait, exit_ in r["steps"][k]["events"]:
+                m = _LABEL.match(label)
+                if m:
+                    a = Action(int(m.group(1)), m.group(2), int(m.group(3)))
+                    start = enter + wait - origin
+                    actions[a] = (r["rank"], start, exit_ - origin, wait, exit_ - origin - start)
+                    continue
+                c = _COMM_LABEL.match(label)
+                if c:  # a transfer serves the forward (F) or the backward (I or B) of that stage and microbatch
+                    s, mb = int(c.group(1)), int(c.group(4))
+                    kind = "F" if c.group(3) == "F" else backward_kind.get((s, mb), "B")
+                    a = Action(s, kind, mb)
+                    comm_work[a] = comm_work.get(a, 0.0) + max(0.0, exit_ - enter - wait)
+        for a, extra in comm_work.items():
+            if a in actions:
+                rank, start, end, wait, work = actions[a]
+                actions[a] = (rank, start, end, wait, work + extra)
+        missing = [a for _, a in schedule.all_actions() if a not in actions]
+        if missing:
+            raise SchedcError(f"calibrate: no timing for {len(missing)} action(s), e.g. {missing[0]}; "
+                              f"was the schedule run with torch's _PipelineScheduleRuntime?")
+        out.append(_Measured(actions, [r["steps"][k]["end"] - origin for r in by_rank]))
+    return out
+
+
+def refine_profile(profile: Profile, schedule: Schedule, measured: list[_Measured]) -> Profile:
+    """The profile with each stage's F/I/W and each boundary's comm replaced by the measured medians."""
+    durations: dict[tuple[int, str], list[float]] = {}
+    for meas in measured:
+        for a, (_, _, _, _, work) in meas.actions.items():
+            durations.setdefault((a.stage, a.kind), []).append(max(0.0, work))
+    stages = []
+    for s, old in enumerate(profile.stages):
+        f = _median(durations.get((s, "F")), old.forward)
+        i = _median(durations.get((s, "I")), None)
+        w = _median(durations.get((s, "W")), None)
+        b = _median(durations.get((s, "B")), None)
+        if i is None or w is None:
+            total = b if b is not None else old.backward
+            share = old.backward_input / old.backward if old.backward > 0 else 1.0
+            i = i if i is not None else total * share
+            w = w if w is not None else total - i
+        stages.append(old.model_copy(update={
+            "forward": max(f, 1e-9), "backward_input": max(i, 1e-9),
+            "backward_weight": 0.0 if old.backward_weight == 0 else max(w, 0.0),
+        }))
+    where = {a: r for r, a in schedule.all_actions()}
+    backward_kind = {(a.stage, a.microbatch): a.kind for _, a in schedule.all_actions() if a.kind in ("I", "B")}
+    delays: dict[int, list[float]] = {}
+    for meas in measured:
+        for a, (rank, start, _, waited, _) in meas.actions.items():
+            if waited <= 0:
+                continue
+            for dep, boundary in producers(a, schedule.n_stages, backward_kind):
+                if boundary >= 0 and where.get(dep, rank) != rank and dep in meas.actions:
+                    _, d_start, d_end, _, d_work = meas.actions[dep]
+                    # the producer's send posting already counts in its work (its duration)
+                    posted = d_end + max(0.0, d_work - (d_end - d_start))
+                    delays.setdefault(boundary, []).append(max(0.0, start - posted))
+    n_bound = profile.n_stages - 1
+    comm = [_median(delays.get(b), profile.comm_after(b)) for b in range(n_bound)]
+    notes = list(profile.notes or []) + [
+        f"refined by schedc calibrate from {len(measured)} measured step(s) of {schedule.name or 'a schedule'} "
+        f"on {schedule.n_ranks} ranks: F/I/W are measured medians, comm the median delay of waited-for transfers"
+    ]
+    return profile.model_copy(update={
+        "stages": [StageCost.model_validate(s.model_dump()) for s in stages],
+        "comm": comm if n_bound else 0.0,
+        "notes": notes,
+    })
+
+
+def _median(values, default):
+    return statistics.median(values) if values else default
+
+
+def compare(csv_label: str, schedule: Schedule, profile: Profile, results: list[dict]) -> Calibration:
+    """Predicted (simulate with `profile`) vs measured (per-rank results of :func:`rank_main`)."""
+    measured = _parse_steps(results, schedule)
+    if not measured:
+        raise SchedcError("calibrate: no timed steps came back; use --steps >= 1")
+    pred = simulate(schedule, profile)
+    refined = refine_profile(profile, schedule, measured)
+    refined_steps = [simulate(schedule, refine_profile(profile, schedule, [m])).makespan for m in measured]
+    order = [schedule.actions(r) for r in range(schedule.n_ranks)]
+
+    step_times = [max(m.rank_end) for m in measured]
+    ranks = []
+    for r in range(schedule.n_ranks):
+        finishes = [max(m.actions[a][2] for a in order[r]) for m in measured] if order[r] else [0.0]
+        busy = [sum(m.actions[a][4] for a in order[r]) for m in measured]
+        ranks.append(RankComparison(
+            rank=r,
+            predicted_finish=max((pred.timings[a].end for a in order[r]), default=0.0),
+            measured_finish=statistics.median(finishes),
+            predicted_busy=pred.busy[r],
+            measured_busy=statistics.median(busy),
+        ))
+    measured_step = statistics.median(step_times)
+    start_err = statistics.median(
+        statistics.fmean(abs(m.actions[a][1] - pred.timings[a].start) for a in pred.timings) / max(m.rank_end)
+        for m in measured
+    )
+    n_rounds = min((len(r.get("in_situ") or []) for r in results), default=0)
+    in_situ_steps = [
+        simulate(schedule, _in_situ_profile(profile, results, rounds=[k])).makespan for k in range(n_rounds)
+    ]
+    return Calibration(
+        in_situ=_in_situ_profile(profile, results) if n_rounds else None,
+        in_situ_steps=in_situ_steps,
+        refined_steps=refined_steps,
+        csv=csv_label,
+        predicted_step=pred.makespan,
+        measured_step=measured_step,
+        ranks=ranks,
+        start_error=start_err,
+        steps=len(measured),
+        measured_steps=step_times,
+        refined=refined,
+    )
+
+
+def _in_situ_profile(profile: Profile, results: list[dict], rounds: Optional[list[int]] = None) -> Optional[Profile]:
+    """The stages the ranks measured between steps (all rounds, or those in `rounds`), as one
+    profile; communication is taken from `profile`."""
+    from schedc.runtime.profiler import StageMeasurement, to_profile
+
+    pooled: dict[int, StageMeasurement] = {}
+    for r in results:
+        for k, round_ in enumerate(r.get("in_situ") or []):
+            if rounds is not None and k not in rounds:
+                continue
+            for d in round_:
+                m = StageMeasurement.from_dict(d)
+                pooled[m.index] = pooled[m.index].merged(m) if m.index in pooled else m
+    if not pooled:
+        return None
+    if sorted(pooled) != list(range(profile.n_stages)):
+        raise SchedcError(f"calibrate: in-situ profile covers stages {sorted(pooled)}, expected all "
+                          f"{profile.n_stages}")
+    return to_profile(
+        [pooled[s] for s in range(profile.n_stages)], comm=profile.comm, device=profile.device,
+        model=profile.model, microbatch_size=profile.microbatch_size, dtype=profile.dtype,
+        extra_notes=["measured in-situ by schedc calibrate: each rank profiled its own stages between timed steps"],
+    )
+
+
+def calibrate(
+    csv: Union[str, os.PathLike],
+    profile: Profile,
+    config,
+    microbatch_size: int,
+    steps: int = 3,
+    warmup_steps: int = 1,
+    threads: Optional[int] = 1,
+    device: str = "cpu",
+    timeout: float = 300.0,
+    n_ranks: Optional[int] = None,
+    in_situ: bool = False,
+    optimizer: str = "adamw",
+) -> Calibration:
+    """Run `csv` on the built-in GPT (``GPTConfig`` `config`) with one process per rank and
+    compare with the prediction from `profile`. ``n_ranks`` (default: the CSV's rows) must match."""
+    from schedc.csvio import read_csv
+    from schedc.validate import validate
+
+    schedule = read_csv(csv)
+    validate(schedule, source=str(csv))
+    if profile.n_stages != schedule.n_stages:
+        raise SchedcError(f"{csv}: the schedule has {schedule.n_stages} stages but the profile describes "
+                          f"{profile.n_stages}; profile with --stages {schedule.n_stages}")
+    if n_ranks is not None and n_ranks != schedule.n_ranks:
+        raise SchedcError(f"{csv}: the CSV has {schedule.n_ranks} rows (ranks); --nproc is {n_ranks}")
+    if steps < 1 or warmup_steps < 0:
+        raise SchedcError(f"calibrate: need --steps >= 1 and --warmup-steps >= 0, got {steps}, {warmup_steps}")
+    if microbatch_size < 1:
+        raise SchedcError(f"calibrate: --mbs must be >= 1, got {microbatch_size}")
+    from schedc.runtime.profiler import resolve_device
+
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < schedule.n_ranks:
+            raise SchedcError(f"--device cuda: {schedule.n_ranks} ranks need {schedule.n_ranks} GPUs, this machine "
+                              f"has {torch.cuda.device_count()}")
+    elif dev.type != "cpu":
+        raise SchedcError(f"--device {device}: calibrate runs on cpu (gloo) or cuda (NCCL)")
+    spec = {
+        "csv": str(Path(csv).resolve()),
+        "config": asdict(config),
+        "microbatch_size": microbatch_size,
+        "steps": steps,
+        "warmup_steps": warmup_steps,
+        "threads": threads,
+        "device": device,
+        "in_situ": in_situ,
+        "optimizer": optimizer,
+    }
+    results = launch(spec, schedule.n_ranks, timeout=timeout)
+    return compare(str(csv), schedule, profile, results)
+
+
+def format_calibration(cal: Calibration) -> str:
+    lines = [
+        f"{cal.csv}: {cal.steps} timed step(s)",
+        f"  step time: predicted {_ms(cal.predicted_step)}, measured {_ms(cal.measured_step)} "
+        f"(error {100 * cal.step_error:+.1f}%); with the refined profile {_ms(cal.refined_step)} "
+        f"({100 * cal.refined_error:+.1f}%)",
+        *([f"  with the in-situ profile (stages measured inside the ranks between steps) "
+           f"{_ms(cal.in_situ_step)} ({100 * cal.in_situ_error:+.1f}%)"] if cal.in_situ_step is not None else []),
+        f"  action starts: mean distance from prediction {100 * cal.start_error:.1f}% of the step",
+        f"  {'rank':>4}  {'finish pred':>11}  {'measured':>9}  {'error':>7}  {'busy pred':>9}  {'measured':>9}  {'error':>7}",
+    ]
+    for r in cal.ranks:
+        lines.append(
+            f"  {r.rank:>4}  {_ms(r.predicted_finish):>11}  {_ms(r.measured_finish):>9}  {100 * r.finish_error:>+6.1f}%  "
+            f"{_ms(r.predicted_busy):>9}  {_ms(r.measured_busy):>9}  {100 * r.busy_error:>+6.1f}%"
+        )
+    return "\n".join(lines)
+
+
+def _ms(x: float) -> str:
+    return f"{1e3 * x:.1f}ms"
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_entry(sys.argv[1:]))

@@ -1,0 +1,919 @@
+"""Measure what each pipeline stage costs on a real device: the numbers behind a profile file.
+
+Problem: the compiler and the simulator need, per stage, the seconds of F (forward), I (backward
+for inputs) and W (backward for weights), the bytes one microbatch holds after F and the bytes
+still held between I and W, the static bytes (parameters, gradients, optimizer state) and the
+communication time of each stage boundary. The numbers must describe what torch's
+``_PipelineScheduleRuntime`` will actually execute, or the compiled order is optimized for a
+different machine.
+
+Method: every stage runs on its own sample input (the previous stage's output, detached and
+requiring grad, exactly what a received activation is) and is timed the way the runtime runs it:
+F is ``module(*inputs)`` (plus ``loss_fn`` on the last stage), I is
+``torch.distributed.pipelining._backward.stage_backward_input`` and W is ``stage_backward_weight``,
+the two halves the zero-bubble schedules call; B (the full backward, ``stage_backward``) is timed
+separately to check I + W ~ B. Like the runtime (``PipelineStage.backward_one_chunk``), the first
+stage skips I (its input needs no gradient) and runs the whole backward in W. Memory comes from
+one untimed pass under ``torch.autograd.graph.saved_tensors_hooks``: each saved tensor is wrapped
+in a weak-referenceable box, so after F we count the unique storages autograd holds (plus the
+stage's outputs and received inputs, which the runtime keeps until the backward), and after I we
+count the boxes still alive (the graph that W needs) plus the gradients I left for W. Parameter
+storages never count as activations. (With torch's split backward, I retains the autograd graph
+for W, so on the built-in GPT nothing is freed before W and the gradients I leaves for W add to
+it; the file's ``weight_grad_bytes <= activation_bytes`` rule then caps it, and a note says so.) On CUDA the allocator's ``memory_allocated`` deltas are
+recorded next to the hook counts as a cross-check. Times are medians over ``repeats`` runs after
+``warmup`` runs, measured with CUDA events + synchronize on GPU and ``perf_counter`` on CPU; the
+spread goes to the profile's notes. Communication is ``latency + bytes / bandwidth`` of each
+boundary's activation, or measured by a send/recv ping-pong between ranks 0 and 1 under torchrun
+(:func:`measure_p2p_seconds`). On a CPU host whose ranks share the cores, ``concurrent=N``
+(:func:`profile_gpt`) measures in N processes at once, which is what each rank will see.
+
+Cost: (1 + warmup + repeats) x (2 forwards + 1 split backward + 1 full backward) per stage.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+from torch.distributed.pipelining._backward import (
+    stage_backward,
+    stage_backward_input,
+    stage_backward_weight,
+)
+
+from schedc.costs import Profile, StageCost, format_bytes
+from schedc.errors import SchedcError
+
+OPTIMIZER_STATE_FACTOR = {
+    # state tensors per parameter, each the parameter's size: Adam(W) keeps exp_avg and
+    # exp_avg_sq; plain SGD keeps nothing, SGD with momentum one buffer.
+    "adamw": 2,
+    "adam": 2,
+    "sgd": 0,
+    "sgd-momentum": 1,
+    "none": 0,
+}
+
+ProgressFn = Callable[[str], None]
+
+
+# ---------------------------------------------------------------- device and timing
+
+
+def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
+    """'cpu', 'cuda', 'cuda:1', ... -> torch.device, or a SchedcError saying why it cannot be used."""
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise SchedcError(f"--device: {device!r} is not a device torch knows; use cpu, cuda or cuda:N")
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SchedcError(f"--device {device}: this torch build or machine has no CUDA device; use --device cpu")
+        count = torch.cuda.device_count()
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        if index >= count:
+            raise SchedcError(f"--device {device}: only {count} CUDA device(s) here (cuda:0..cuda:{count - 1})")
+        return torch.device("cuda", index)
+    if dev.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise SchedcError(f"--device {device}: MPS is not available on this machine")
+        return dev
+    raise SchedcError(f"--device {device}: only cpu, cuda and mps devices can be profiled")
+
+
+class _Timer:
+    """Seconds of one call: CUDA events on the device's current stream around it (after a
+    synchronize, so earlier work is not counted) on GPU; perf_counter on CPU (and on MPS,
+    after synchronizing, since MPS has no timing events here)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.mps = device.type == "mps"
+        self.device = device
+
+    def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+        if self.cuda:
+            with torch.cuda.device(self.device):
+                stream = torch.cuda.current_stream(self.device)
+                torch.cuda.synchronize(self.device)
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                out = fn()
+                end.record(stream)
+                end.synchronize()
+                return out, start.elapsed_time(end) / 1e3
+        if self.mps:
+            torch.mps.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if self.mps:
+            torch.mps.synchronize()
+        return out, time.perf_counter() - t0
+
+
+@dataclass
+class Stat:
+    """Median and spread of repeated timings, in seconds."""
+
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: 0.05 means the repeats lie within 5% of the median's size."""
+        m = self.median
+        return (max(self.samples) - min(self.samples)) / m if m > 0 else 0.0
+
+    def __str__(self) -> str:
+        return f"{_fmt_s(self.median)} ±{100 * self.spread:.0f}%"
+
+
+def _fmt_s(x: float) -> str:
+    return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
+
+
+# ---------------------------------------------------------------- memory accounting
+
+
+def _storage_key(t: torch.Tensor) -> Optional[tuple[int, int]]:
+    try:
+        s = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # tensor subclasses without a storage
+        return None
+    if s.nbytes() == 0:
+        return None
+    return (s.data_ptr(), s.nbytes())
+
+
+def _unique_bytes(tensors, exclude: set[int]) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            key = _storage_key(t)
+            if key and key[0] not in exclude:
+                seen[key[0]] = max(seen.get(key[0], 0), key[1])
+    return sum(seen.values())
+
+
+class _Box:
+    """What autograd stores instead of a saved tensor, so we can tell when the graph lets go of it."""
+
+    __slots__ = ("t", "__weakref__")
+
+    def __init__(self, t: torch.Tensor):
+        self.t = t
+
+
+class _SavedTensorTracker:
+    """Weak references to every tensor autograd saves while active; counts what is still held."""
+
+    def __init__(self) -> None:
+        self.boxes: list[tuple[weakref.ref, Optional[tuple[int, int]]]] = []
+
+    def pack(self, t: torch.Tensor) -> _Box:
+        box = _Box(t)
+        self.boxes.append((weakref.ref(box), _storage_key(t)))
+        return box
+
+    @staticmethod
+    def unpack(box: _Box) -> torch.Tensor:
+        return box.t
+
+    def alive_storages(self, exclude: set[int]) -> dict[int, int]:
+        gc.collect()
+        held: dict[int, int] = {}
+        for ref, key in self.boxes:
+            if key is not None and ref() is not None and key[0] not in exclude:
+                held[key[0]] = max(held.get(key[0], 0), key[1])
+        return held
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+
+# ---------------------------------------------------------------- one stage
+
+
+@dataclass
+class StageMeasurement:
+    """Everything measured for one stage; :func:`profile_stages` turns a list of them into a Profile."""
+
+    index: int
+    forward: Stat
+    backward_input: Stat
+    backward_weight: Stat
+    backward_full: Stat
+    activation_bytes: int
+    weight_grad_bytes: int
+    static_bytes: int
+    param_bytes: int
+    output_bytes: int
+    n_params: int
+    notes: list[str] = field(default_factory=list)
+    cuda_after_forward: Optional[int] = None
+    cuda_after_input: Optional[int] = None
+
+    _TIMES = ("forward", "backward_input", "backward_weight", "backward_full")
+
+    def to_dict(self) -> dict:
+        """JSON-ready (timings as their samples), e.g. to send from a rank to its parent."""
+        d = {k: v for k, v in self.__dict__.items() if k not in self._TIMES}
+        d.update({k: getattr(self, k).samples for k in self._TIMES})
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StageMeasurement":
+        d = dict(d)
+        for k in cls._TIMES:
+            d[k] = Stat(list(d[k]))
+        return cls(**d)
+
+    def merged(self, other: "StageMeasurement") -> "StageMeasurement":
+        """The same stage measured again: samples pooled (bytes are deterministic)."""
+        out = StageMeasurement.from_dict(self.to_dict())
+        for k in self._TIMES:
+            getattr(out, k).samples.extend(getattr(other, k).samples)
+        return out
+
+
+def _as_tuple(x) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _check_outputs(stage: int, out) -> tuple[torch.Tensor, ...]:
+    outs = _as_tuple(out)
+    bad = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
+    if bad or not outs:
+        raise SchedcError(
+            f"stage {stage}: forward returned {type(out).__name__}"
+            f"{' containing ' + ', '.join(bad) if bad and isinstance(out, (tuple, list)) else ''}; "
+            f"a pipeline stage must return a tensor (or a tuple of tensors) that the next stage takes"
+        )
+    return outs
+
+
+def static_bytes_of(module: nn.Module, optimizer: Optional[str]) -> tuple[int, int, int]:
+    """(static bytes, parameter bytes, parameter count): params + their grads + optimizer state."""
+    name = (optimizer or "none").lower()
+    if name not in OPTIMIZER_STATE_FACTOR:
+        raise SchedcError(
+            f"optimizer must be one of {', '.join(OPTIMIZER_STATE_FACTOR)}, got {optimizer!r}"
+        )
+    params = [p for p in module.parameters()]
+    p_bytes = sum(p.numel() * p.element_size() for p in params)
+    g_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    state = OPTIMIZER_STATE_FACTOR[name] * g_bytes
+    return p_bytes + g_bytes + state, p_bytes, sum(p.numel() for p in params)
+
+
+def _fresh_inputs(sample: tuple, needs_grad: bool) -> list:
+    """A received activation: a new leaf that requires grad (floating point only), like the runtime's recv buffer."""
+    out = []
+    for x in sample:
+        if isinstance(x, torch.Tensor):
+            x = x.detach().clone()
+            if needs_grad and x.is_floating_point():
+                x.requires_grad_(True)
+        out.append(x)
+    return out
+
+
+def _measure_stage(
+    index: int,
+    module: nn.Module,
+    sample: tuple,
+    is_first: bool,
+    is_last: bool,
+    loss_fn: Optional[Callable],
+    target,
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    optimizer: Optional[str],
+) -> StageMeasurement:
+    timer = _Timer(device)
+    params = [p for p in module.parameters() if p.requires_grad]
+    param_ptrs = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    has_params = bool(params)
+    output_grads: Optional[list[torch.Tensor]] = None
+    gen = torch.Generator(device="cpu").manual_seed(1234 + index)
+
+    def forward(inputs):
+        out = module(*inputs)
+        outs = _check_outputs(index, out)
+        if is_last:
+            loss = loss_fn(out, target) if loss_fn is not None else out
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise SchedcError(
+                    f"stage {index} (last): the loss must be a one-element tensor; "
+                    f"give loss_fn (and target) that reduce the stage's output to a scalar"
+                )
+            return outs, [loss]
+        return outs, list(outs)
+
+    def grads_for(outs) -> Optional[list[torch.Tensor]]:
+        nonlocal output_grads
+        if is_last:
+            return None
+        if output_grads is None:
+            output_grads = [
+                torch.randn(o.shape, generator=gen, dtype=torch.float32).to(device=device, dtype=o.dtype)
+                if o.is_floating_point() else None
+                for o in outs
+            ]
+        return output_grads
+
+    def run_input(roots, inputs):
+        # The runtime (PipelineStage.backward_one_chunk) skips I on the first stage and
+        # runs the whole backward as W.
+        if is_first:
+            return None
+        _, param_groups = stage_backward_input(roots, grads_for(roots), inputs, iter(params))
+        return param_groups
+
+    def run_full(roots, inputs):
+        # as the runtime calls it: the last stage passes its loss tensor with no output grads
+        if is_last:
+            stage_backward(roots[0], None, inputs)
+        else:
+            stage_backward(roots, grads_for(roots), inputs)
+
+    def run_weight(roots, inputs, param_groups):
+        if is_first:
+            run_full(roots, inputs)
+        elif has_params:
+            stage_backward_weight(iter(params), param_groups)
+
+    def detach_last(outs):
+        # the runtime detaches a last stage's outputs after its backward (only the loss was used)
+        if is_last:
+            for o in outs:
+                if not o._is_view():
+                    o.detach_()
+
+    # -- memory: one untimed pass under saved-tensor hooks
+    tracker = _SavedTensorTracker()
+    inputs = _fresh_inputs(sample, needs_grad=not is_first)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device) if cuda else 0
+    with tracker.hooks():
+        outs, roots = forward(inputs)
+    if not any(o.requires_grad for o in roots):
+        raise SchedcError(
+            f"stage {index}: its output does not require grad (no parameters and no differentiable input); "
+            f"nothing to backpropagate"
+        )
+    held_tensors = [o for o in outs] + [r for r in roots] + [x for x in inputs if not is_first]
+    f_storages = tracker.alive_storages(param_ptrs)
+    for t in held_tensors:
+        key = _storage_key(t)
+        if key and key[0] not in param_ptrs:
+            f_storages[key[0]] = max(f_storages.get(key[0], 0), key[1])
+    activation = sum(f_storages.values())
+    input_bytes = 0 if is_first else _unique_bytes(inputs, param_ptrs)
+    output_bytes = sum(o.numel() * o.element_size() for o in outs)
+    cuda_f = torch.cuda.memory_allocated(device) - base if cuda else None
+
+    grads = grads_for(roots)
+    param_groups = run_input(roots, inputs)
+    detach_last(outs)
+    if is_first:
+        weight_grad = activation  # nothing is freed before W: the whole backward runs there
+    else:
+        i_storages = tracker.alive_storages(param_ptrs)
+        # the runtime keeps the stage's outputs and inputs (backward_state) until W
+        for t in held_tensors:
+            key = _storage_key(t)
+            if key and key[0] not in param_ptrs:
+                i_storages[key[0]] = max(i_storages.get(key[0], 0), key[1])
+        left_for_w = [
+            g for pg in (param_groups or []) for gs in (pg.get("grads") or []) for g in (gs or ()) if g is not None
+        ]
+        extra = _unique_bytes(left_for_w, param_ptrs | set(i_storages) | {k for k in _keys(grads)})
+        weight_grad = sum(i_storages.values()) + extra
+    cuda_i = torch.cuda.memory_allocated(device) - base if cuda else None
+    run_weight(roots, inputs, param_groups)
+    del outs, roots, inputs, param_groups, held_tensors
+    notes: list[str] = []
+    if cuda_f is not None:
+        # the allocator sees everything F allocated that is still alive (saved tensors, outputs;
+        # not the inputs, made before `base`); far from the hook count means the hooks missed
+        # something (e.g. buffers an extension keeps outside autograd)
+        hooked = activation - input_bytes
+        if hooked > 0 and not 0.75 <= cuda_f / hooked <= 1.33:
+            notes.append(
+                f"stage {index}: CUDA allocator grew {format_bytes(cuda_f)} over F but saved-tensor hooks "
+                f"count {format_bytes(hooked)} (outside the 0.75-1.33 band); activation_bytes uses the hooks"
+            )
+    if weight_grad > activation:
+        notes.append(
+            f"stage {index}: W needs {format_bytes(weight_grad)} (incl. gradients I leaves for it), more than "
+            f"the {format_bytes(activation)} held after F; weight_grad_bytes capped at activation_bytes"
+        )
+        weight_grad = activation
+    if not has_params:
+        weight_grad = 0
+
+    # -- time: warm-up, then repeats of F, I, W and of F, B
+    f_s, i_s, w_s, b_s = [], [], [], []
+    for rep in range(warmup + repeats):
+        inputs = _fresh_inputs(sample, needs_grad=not is_first)
+        (outs, roots), tf = timer(lambda: forward(inputs))
+        pg, ti = timer(lambda: run_input(roots, inputs))
+        detach_last(outs)
+        _, tw = timer(lambda: run_weight(roots, inputs, pg))
+        inputs = _fresh_inputs(sample, needs_grad=not is_first)
+        (outs, roots), tf2 = timer(lambda: forward(inputs))
+        _, tb = timer(lambda: run_full(roots, inputs))
+        if rep >= warmup:
+            f_s += [tf, tf2]
+            i_s.append(ti)
+            w_s.append(tw)
+            b_s.append(tb)
+    for p in module.parameters():
+        p.grad = None
+
+    if is_first:
+        notes.append(
+            f"stage {index}: first stage: torch's runtime skips I here (its input needs no gradient) "
+            f"and runs the whole backward in W; I is the bookkeeping time only"
+        )
+    w_stat = Stat(w_s)
+    if not has_params:
+        notes.append(f"stage {index}: no parameters: W = 0 (nothing to compute for weights)")
+        w_stat = Stat([0.0])
+    i_stat = Stat([max(x, 1e-7) for x in i_s])  # the file wants I > 0; a skipped I is still an action
+    static, p_bytes, n_params = static_bytes_of(module, optimizer)
+    return StageMeasurement(
+        index=index,
+        forward=Stat(f_s),
+        backward_input=i_stat,
+        backward_weight=w_stat,
+        backward_full=Stat(b_s),
+        activation_bytes=int(activation),
+        weight_grad_bytes=int(weight_grad),
+        static_bytes=int(static),
+        param_bytes=int(p_bytes),
+        output_bytes=int(output_bytes),
+        n_params=int(n_params),
+        notes=notes,
+        cuda_after_forward=cuda_f,
+        cuda_after_input=cuda_i,
+    )
+
+
+def _keys(tensors) -> set[int]:
+    out = set()
+    for t in tensors or ():
+        if isinstance(t, torch.Tensor):
+            k = _storage_key(t)
+            if k:
+                out.add(k[0])
+    return out
+
+
+# ---------------------------------------------------------------- communication
+
+
+def comm_seconds(boundary_bytes: Sequence[int], bandwidth: Optional[float], latency: float = 0.0) -> list[float]:
+    """latency + bytes / bandwidth (bytes per second) for each boundary; latency only without a bandwidth."""
+    if bandwidth is not None and bandwidth <= 0:
+        raise SchedcError(f"--comm-bandwidth must be > 0 bytes/s, got {bandwidth:g}")
+    if latency < 0:
+        raise SchedcError(f"--comm-latency must be >= 0 seconds, got {latency:g}")
+    return [latency + (b / bandwidth if bandwidth else 0.0) for b in boundary_bytes]
+
+
+def measure_p2p_seconds(
+    boundary_bytes: Sequence[int],
+    device: Union[str, torch.device] = "cpu",
+    repeats: int = 10,
+    warmup: int = 3,
+    group=None,
+) -> list[float]:
+    """One-way time of sending each boundary's activation from rank 0 to rank 1 (half a ping-pong).
+
+    Every rank of the (initialized) process group must call this with the same arguments; ranks
+    other than 0 and 1 only wait. The result (median per boundary) is the same on every rank.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise SchedcError("measuring communication needs torch.distributed initialized (launch with torchrun)")
+    world = dist.get_world_size(group)
+    if world < 2:
+        raise SchedcError("measuring communication needs at least 2 ranks (torchrun --nproc-per-node 2)")
+    rank = dist.get_rank(group)
+    dev = torch.device(device)
+    results = []
+    for nbytes in boundary_bytes:
+        buf = torch.zeros(max(1, int(math.ceil(nbytes / 4))), dtype=torch.float32, device=dev)
+        samples = []
+        for rep in range(warmup + repeats):
+            if rank in (0, 1):
+                t0 = time.perf_counter()
+                if rank == 0:
+                    dist.send(buf, 1, group=group)
+                    dist.recv(buf, 1, group=group)
+                else:
+                    dist.recv(buf, 0, group=group)
+                    dist.send(buf, 0, group=group)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                if rep >= warmup:
+                    samples.append((time.perf_counter() - t0) / 2)
+        value = torch.tensor([statistics.median(samples) if samples else 0.0], dtype=torch.float64)
+        if dev.type == "cuda":
+            value = value.to(dev)
+        dist.broadcast(value, 0, group=group)
+        results.append(float(value.item()))
+    return results
+
+
+# ---------------------------------------------------------------- the whole pipeline
+
+
+def measure_stages(
+    stage_modules: Sequence[nn.Module],
+    sample_input,
+    loss_fn: Optional[Callable] = None,
+    target=None,
+    device: Union[str, torch.device, None] = "cpu",
+    warmup: int = 2,
+    repeats: int = 5,
+    optimizer: Optional[str] = "adamw",
+    progress: Optional[ProgressFn] = None,
+    only: Optional[Sequence[int]] = None,
+) -> list[StageMeasurement]:
+    """Measure every stage (see the module docstring); modules and inputs are moved to `device`.
+
+    ``only`` restricts the measurement to those stage indices (the others still run one
+    forward to produce the sample inputs); the result then holds only those stages."""
+    if not stage_modules:
+        raise SchedcError("profile: give at least one stage module")
+    if warmup < 0 or repeats < 1:
+        raise SchedcError(f"profile: need warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
+    if (optimizer or "none").lower() not in OPTIMIZER_STATE_FACTOR:
+        raise SchedcError(f"optimizer must be one of {', '.join(OPTIMIZER_STATE_FACTOR)}, got {optimizer!r}")
+    dev = resolve_device(device)
+    for i, m in enumerate(stage_modules):
+        if not isinstance(m, nn.Module):
+            raise SchedcError(f"stage {i}: expected a torch.nn.Module, got {type(m).__name__}")
+        m.to(dev)
+    if isinstance(target, torch.Tensor):
+        target = target.to(dev)
+
+    # Each stage's sample input is the previous stage's output, as the runtime would receive it.
+    samples = []
+    x = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in _as_tuple(sample_input))
+    with torch.no_grad():
+        for i, m in enumerate(stage_modules):
+            samples.append(x)
+            x = tuple(t.detach() for t in _check_outputs(i, m(*x)))
+
+    n = len(stage_modules)
+    results = []
+    for i, m in enumerate(stage_modules):
+        if only is not None and i not in only:
+            continue
+        if progress:
+            progress(f"profiling stage {i + 1}/{n} on {dev} ({warmup} warm-up + {repeats} runs)")
+        results.append(
+            _measure_stage(i, m, samples[i], i == 0, i == n - 1, loss_fn, target, dev, warmup, repeats, optimizer)
+        )
+    return results
+
+
+def to_profile(
+    measured: Sequence[StageMeasurement],
+    comm: Union[float, Sequence[float]] = 0.0,
+    device: Optional[str] = None,
+    model: Optional[str] = None,
+    microbatch_size: Optional[int] = None,
+    dtype: Optional[str] = None,
+    extra_notes: Sequence[str] = (),
+) -> Profile:
+    stages = [
+        StageCost(
+            forward=m.forward.median,
+            backward_input=m.backward_input.median,
+            backward_weight=m.backward_weight.median,
+            activation_bytes=m.activation_bytes,
+            weight_grad_bytes=m.weight_grad_bytes,
+            static_bytes=m.static_bytes,
+        )
+        for m in measured
+    ]
+    notes = list(extra_notes)
+    for m in measured:
+        iw = m.backward_input.median + m.backward_weight.median
+        b = m.backward_full.median
+        line = (
+            f"stage {m.index}: F {m.forward}, I {m.backward_input}, W {m.backward_weight}, "
+            f"B {m.backward_full} (I+W = {iw / b:.2f} x B), {m.n_params} params, "
+            f"activation {format_bytes(m.activation_bytes)}, held I..W {format_bytes(m.weight_grad_bytes)}, "
+            f"output {format_bytes(m.output_bytes)}"
+        )
+        if m.cuda_after_forward is not None:
+            line += (
+                f"; cuda allocator after F +{format_bytes(m.cuda_after_forward)}, "
+                f"after I +{format_bytes(m.cuda_after_input or 0)}"
+            )
+        notes.append(line)
+        notes.extend(m.notes)
+    comm_value: Union[float, list[float]]
+    comm_value = [float(c) for c in comm] if isinstance(comm, (list, tuple)) else float(comm)
+    if isinstance(comm_value, list) and len(measured) == 1:
+        comm_value = 0.0
+    return Profile(
+        stages=stages,
+        comm=comm_value,
+        device=device,
+        model=model,
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        torch_version=torch.__version__,
+        created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        notes=notes,
+    )
+
+
+def profile_stages(
+    stage_modules: Sequence[nn.Module],
+    sample_input,
+    loss_fn: Optional[Callable] = None,
+    target=None,
+    device: Union[str, torch.device, None] = "cpu",
+    warmup: int = 2,
+    repeats: int = 5,
+    optimizer: Optional[str] = "adamw",
+    comm: Union[None, float, Sequence[float], str] = None,
+    comm_bandwidth: Optional[float] = None,
+    comm_latency: float = 0.0,
+    model: Optional[str] = None,
+    microbatch_size: Optional[int] = None,
+    dtype: Optional[str] = None,
+    progress: Optional[ProgressFn] = None,
+) -> Profile:
+    """Profile a pipeline given as its stage modules, in order; returns a ``schedc.profile/v1`` Profile.
+
+    ``sample_input`` is one microbatch for stage 0 (a tensor or tuple); ``loss_fn(output, target)``
+    turns the last stage's output into the loss (without it the last output must be a scalar).
+    ``comm``: seconds per boundary (a number or one per boundary), ``"measure"`` for a ping-pong
+    between ranks 0 and 1 (every rank must call, under torchrun), or None to compute
+    ``comm_latency + bytes / comm_bandwidth`` from each boundary's activation (0 without either).
+    """
+    dev = resolve_device(device)
+    measured = measure_stages(
+        stage_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer, progress
+    )
+    return _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
+                     dtype or _dtype_of(stage_modules))
+
+
+def _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, dtype,
+              notes: Sequence[str] = ()) -> Profile:
+    boundary_bytes = [m.output_bytes for m in measured[:-1]]
+    notes = list(notes)
+    if isinstance(comm, str):
+        if comm != "measure":
+            raise SchedcError(f"comm must be seconds, a list of seconds or 'measure', got {comm!r}")
+        comm_value: Union[float, list[float]] = measure_p2p_seconds(boundary_bytes, dev)
+        notes.append("comm: measured send/recv between ranks 0 and 1 (half a ping-pong, median)")
+    elif comm is not None:
+        comm_value = list(comm) if isinstance(comm, (list, tuple)) else float(comm)
+    else:
+        comm_value = comm_seconds(boundary_bytes, comm_bandwidth, comm_latency)
+        if comm_bandwidth is None and comm_latency == 0:
+            notes.append("comm: no bandwidth or latency given; communication is taken as free (0 s)")
+        else:
+            notes.append(
+                f"comm: latency {comm_latency:g}s + activation bytes / "
+                f"{'inf' if comm_bandwidth is None else f'{comm_bandwidth:g}'} B/s"
+            )
+    if dev.type == "cpu":
+        notes.append(f"cpu threads: {torch.get_num_threads()}")
+    return to_profile(
+        measured,
+        comm=comm_value,
+        device=_device_label(dev),
+        model=model,
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        extra_notes=notes,
+    )
+
+
+def _dtype_of(modules) -> Optional[str]:
+    for m in modules:
+        for p in m.parameters():
+            return str(p.dtype).replace("torch.", "")
+    return None
+
+
+def _device_label(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return f"{dev} ({torch.cuda.get_device_name(dev)})"
+    return str(dev)
+
+
+# ---------------------------------------------------------------- the built-in GPT
+
+
+def gpt_stages(config, n_stages: int) -> list[nn.Module]:
+    """The built-in GPT (schedc.runtime.models) split into `n_stages` contiguous stages."""
+    from schedc.runtime.models import GPT
+    from schedc.runtime.split import split_gpt
+
+    if n_stages < 1:
+        raise SchedcError(f"--stages must be >= 1, got {n_stages}")
+    stages = split_gpt(GPT(config), range(n_stages), n_stages)
+    return [stages[s] for s in range(n_stages)]
+
+
+def gpt_label(config, n_stages: int) -> str:
+    """The profile's ``model`` field for the built-in GPT, e.g. 'gpt(layers=4, ...)/2 stages'."""
+    return (
+        f"gpt(layers={config.layers}, hidden={config.hidden}, heads={config.heads}, seq={config.seq_len}, "
+        f"vocab={config.vocab_size})/{n_stages} stages"
+    )
+
+
+def profile_gpt(
+    config,
+    n_stages: int,
+    microbatch_size: int,
+    device: Union[str, torch.device, None] = "cpu",
+    dtype: Optional[str] = None,
+    warmup: int = 2,
+    repeats: int = 5,
+    optimizer: Optional[str] = "adamw",
+    comm: Union[None, float, Sequence[float], str] = None,
+    comm_bandwidth: Optional[float] = None,
+    comm_latency: float = 0.0,
+    progress: Optional[ProgressFn] = None,
+    concurrent: int = 1,
+    timeout: float = 1800.0,
+) -> Profile:
+    """Profile schedc's built-in GPT (``GPTConfig``) split into `n_stages`, one microbatch of
+    `microbatch_size` sequences; `dtype` overrides ``config.dtype``.
+
+    ``concurrent=N`` (CPU only) measures in N processes at once, each timing every stage, and
+    pools their samples: N ranks on one host share its cores and memory bandwidth, so this is
+    what each of them will see when they run the pipeline together."""
+    import dataclasses
+
+    from schedc.runtime.models import lm_loss, make_batch, parse_dtype
+
+    if microbatch_size < 1:
+        raise SchedcError(f"--mbs must be >= 1, got {microbatch_size}")
+    try:
+        if dtype is not None:
+            config = dataclasses.replace(config, dtype=dtype)
+        parse_dtype(config.dtype)
+    except ValueError as e:
+        raise SchedcError(f"--dtype: {e}")
+    dev = resolve_device(device)
+    try:
+        stages = gpt_stages(config, n_stages)
+    except ValueError as e:
+        raise SchedcError(f"--stages {n_stages}: {e}")
+    tokens, targets = make_batch(config, microbatch_size, seed=0)
+    model = gpt_label(config, n_stages)
+    if concurrent < 1:
+        raise SchedcError(f"--concurrent must be >= 1, got {concurrent}")
+    if concurrent > 1:
+        if dev.type != "cpu":
+            raise SchedcError("--concurrent is for CPU hosts whose ranks share cores; a GPU rank has its own device")
+        if isinstance(comm, str):
+            raise SchedcError("--concurrent and --comm-measure do not mix; measure comm separately under torchrun")
+        if progress:
+            progress(f"profiling {n_stages} stages in {concurrent} processes at once "
+                     f"({warmup} warm-up + {repeats} runs each)")
+        measured = _measure_concurrently(config, n_stages, microbatch_size, concurrent, warmup, repeats,
+                                         optimizer, timeout)
+        return _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, config.dtype,
+                         notes=[f"measured in {concurrent} concurrent processes (ranks sharing this host), "
+                                f"samples pooled"])
+    return profile_stages(
+        stages,
+        tokens,
+        loss_fn=lm_loss,
+        target=targets,
+        device=dev,
+        warmup=warmup,
+        repeats=repeats,
+        optimizer=optimizer,
+        comm=comm,
+        comm_bandwidth=comm_bandwidth,
+        comm_latency=comm_latency,
+        model=model,
+        microbatch_size=microbatch_size,
+        dtype=config.dtype,
+        progress=progress,
+    )
+
+
+def _measure_concurrently(config, n_stages, mbs, n_procs, warmup, repeats, optimizer, timeout) -> list[StageMeasurement]:
+    import dataclasses
+    import json
+    import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = {"config": dataclasses.asdict(config), "n_stages": n_stages, "mbs": mbs, "warmup": warmup,
+            "repeats": repeats, "optimizer": optimizer, "threads": torch.get_num_threads()}
+    with tempfile.TemporaryDirectory(prefix="schedc-profile-") as tmp:
+        spec_file = Path(tmp) / "spec.json"
+        spec_file.write_text(json.dumps(spec))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+        env["OMP_NUM_THREADS"] = str(spec["threads"])
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "schedc.runtime.profiler", str(spec_file), str(Path(tmp) / f"{k}.json")],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for k in range(n_procs)
+        ]
+        deadline = time.monotonic() + timeout
+        errors = []
+        for k, p in enumerate(procs):
+            try:
+                _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+                errors.append(f"process {k} still running after {timeout:.0f}s")
+                continue
+            if p.returncode != 0:
+                lines = [line for line in (err or "").splitlines() if line.strip()]
+                errors.append(f"process {k} failed: {lines[-1] if lines else p.returncode}")
+        if errors:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            raise SchedcError(f"profile --concurrent: {errors[0]}")
+        pooled: Optional[list[StageMeasurement]] = None
+        for k in range(n_procs):
+            got = [StageMeasurement.from_dict(d) for d in json.loads((Path(tmp) / f"{k}.json").read_text())]
+            pooled = got if pooled is None else [a.merged(b) for a, b in zip(pooled, got)]
+        return pooled or []
+
+
+def _concurrent_entry(argv: list[str]) -> int:
+    """``python -m schedc.runtime.profiler SPEC.json OUT.json``: one of the concurrent measurers."""
+    import json
+    from pathlib import Path
+
+    from schedc.runtime.models import GPTConfig, lm_loss, make_batch
+
+    spec = json.loads(Path(argv[0]).read_text())
+    torch.set_num_threads(int(spec["threads"]))
+    cfg = GPTConfig(**spec["config"])
+    tokens, targets = make_batch(cfg, int(spec["mbs"]), seed=0)
+    measured = measure_stages(gpt_stages(cfg, int(spec["n_stages"])), tokens, lm_loss, targets, "cpu",
+                              int(spec["warmup"]), int(spec["repeats"]), spec["optimizer"])
+    Path(argv[1]).write_text(json.dumps([m.to_dict() for m in measured]))
+    return 0
+
+
+class StderrProgress:
+    """A progress line on stderr, rewritten in place; ``done()`` ends it (only if one was shown)."""
+
+    def __init__(self, prefix: str = "schedc profile"):
+        self.prefix = prefix
+        self.shown = False
+
+    def __call__(self, msg: str) -> None:
+        self.shown = True
+        print(f"\r{self.prefix}: {msg}\033[K", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.shown:
+            print(file=sys.stderr, flush=True)
+            self.shown = False
+
+
+if __name__ == "__main__":
+    sys.exit(_concurrent_entry(sys.argv[1:]))

@@ -1,0 +1,133 @@
+"""Closed loop: measured per-action timelines vs the simulator, and the refined profile."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from schedc import baselines, cli, csvio  # noqa: E402
+from schedc.costs import Profile, StageCost  # noqa: E402
+from schedc.errors import SchedcError  # noqa: E402
+from schedc.runtime.calibrate import calibrate, compare, format_calibration, timed_actions  # noqa: E402
+from schedc.runtime.models import GPTConfig  # noqa: E402
+from schedc.simulate import simulate  # noqa: E402
+
+TINY = GPTConfig(vocab_size=32, hidden=16, layers=2, heads=2, seq_len=8)
+
+
+def _profile(comm=0.002):
+    stages = [
+        StageCost(forward=0.010, backward_input=0.012, backward_weight=0.008, activation_bytes=100, weight_grad_bytes=50),
+        StageCost(forward=0.015, backward_input=0.011, backward_weight=0.009, activation_bytes=100, weight_grad_bytes=50),
+    ]
+    return Profile(stages=stages, comm=[comm], microbatch_size=2)
+
+
+def _fake_results(schedule, profile, origin=1000.0):
+    """What rank_main would return if the run went exactly as simulated (waits where ranks idle)."""
+    sim = simulate(schedule, profile)
+    results = []
+    for r in range(schedule.n_ranks):
+        events, free = [], 0.0
+        for a in schedule.actions(r):
+            t = sim.timings[a]
+            events.append((f"PP:{a}", origin + free, t.start - free, origin + t.end))
+            free = t.end
+            if a.kind == "F" and a.stage == 0:  # torch's lowering: a SEND after the producer (no work)
+                events.append((f"PP:{a.stage}SEND_F{a.microbatch}", origin + free, 0.0, origin + free))
+        results.append({"rank": r, "steps": [{"start": origin, "end": origin + free, "events": events}]})
+    return sim, results
+
+
+def test_compare_is_exact_when_the_run_matches_the_simulation():
+    schedule = baselines.make_baseline("zb-h1", 2, 4)
+    profile = _profile()
+    sim, results = _fake_results(schedule, profile)
+    cal = compare("zb.csv", schedule, profile, results)
+    assert cal.predicted_step == pytest.approx(sim.makespan)
+    assert cal.measured_step == pytest.approx(sim.makespan)
+    assert abs(cal.step_error) < 1e-9 and cal.start_error < 1e-9
+    for r in cal.ranks:
+        assert abs(r.finish_error) < 1e-9 and abs(r.busy_error) < 1e-9
+    # the refined profile recovers the costs, and the communication delay of waited-for transfers
+    for got, want in zip(cal.refined.stages, profile.stages):
+        assert got.forward == pytest.approx(want.forward)
+        assert got.backward_input == pytest.approx(want.backward_input)
+        assert got.backward_weight == pytest.approx(want.backward_weight)
+    assert cal.refined.comm == pytest.approx([0.002])
+    assert abs(cal.refined_error) < 1e-9
+    assert "error +0.0%" in format_calibration(cal)
+
+
+def test_measured_slower_run_shows_a_negative_error_and_a_refined_profile():
+    schedule = baselines.make_baseline("1f1b", 2, 4)
+    slow = _profile(comm=0.0).model_copy(update={"stages": [
+        s.model_copy(update={"forward": 2 * s.forward}) for s in _profile().stages]})
+    _, results = _fake_results(schedule, slow)
+    cal = compare("1f1b.csv", schedule, _profile(comm=0.0), results)
+    assert cal.step_error < -0.1  # the profile underestimates what was measured
+    # B actions are split back into I and W in the profile's ratio
+    s0 = cal.refined.stages[0]
+    assert s0.forward == pytest.approx(0.020)
+    assert s0.backward_input + s0.backward_weight == pytest.approx(0.020)
+    assert s0.backward_input / s0.backward_weight == pytest.approx(0.012 / 0.008)
+    Profile.model_validate(cal.refined.model_dump())
+
+
+def test_missing_action_timings_are_a_clear_error():
+    schedule = baselines.make_baseline("1f1b", 2, 2)
+    _, results = _fake_results(schedule, _profile())
+    results[1]["steps"][0]["events"] = results[1]["steps"][0]["events"][:-1]
+    with pytest.raises(SchedcError, match="no timing for 1 action"):
+        compare("x.csv", schedule, _profile(), results)
+
+
+def test_timed_actions_restores_torch():
+    from torch.distributed.pipelining import schedules
+
+    rf, wait = schedules.record_function, schedules._wait_batch_p2p
+    with timed_actions() as rec:
+        assert schedules.record_function is rec
+        with rec("PP:0F0"):
+            pass
+        with rec("something else"):  # not ours: torch's own record_function
+            pass
+    assert schedules.record_function is rf and schedules._wait_batch_p2p is wait
+    assert [e[0] for e in rec.events] == ["PP:0F0"]
+
+
+def test_two_ranks_gloo_closed_loop(tmp_path):
+    """A real run: 2 ranks on gloo, 1F1B; numbers are finite (no timing assertions)."""
+    csv = tmp_path / "1f1b.csv"
+    csvio.write_csv(baselines.make_baseline("1f1b", 2, 4), csv)
+    from schedc.runtime.profiler import profile_gpt
+
+    profile = profile_gpt(TINY, 2, 2, warmup=0, repeats=1)
+    cal = calibrate(csv, profile, TINY, 2, steps=1, warmup_steps=1, threads=1, timeout=240, in_situ=True)
+    d = cal.to_dict()
+    for key in ("predicted_step", "measured_step", "step_error", "refined_step", "in_situ_step"):
+        assert math.isfinite(d[key]), key
+    assert d["measured_step"] > 0 and len(d["ranks"]) == 2
+    assert all(math.isfinite(r["measured_busy"]) and r["measured_busy"] > 0 for r in d["ranks"])
+    assert cal.refined.n_stages == 2 and cal.in_situ.n_stages == 2
+    out = tmp_path / "refined.json"
+    cal.refined.save(out)
+    assert Profile.load(out) == cal.refined
+
+
+def test_cli_calibrate_checks_before_launching(tmp_path, capsys):
+    csv = tmp_path / "s.csv"
+    csvio.write_csv(baselines.make_baseline("1f1b", 2, 4), csv)
+    prof = tmp_path / "p.json"
+    Profile.uniform(4, 1, 1, 1).model_copy(update={"microbatch_size": 2}).save(prof)
+    assert cli.main(["calibrate", str(csv), "--profile", str(prof)]) == 2
+    assert "the schedule has 2 stages but the profile describes 4" in capsys.readouterr().err
+    Profile.uniform(2, 1, 1, 1).save(prof)
+    assert cli.main(["calibrate", str(csv), "--profile", str(prof)]) == 2
+    assert "give --mbs" in capsys.readouterr().err
+    from schedc.runtime.profiler import gpt_label
+
+    Profile.uniform(2, 1, 1, 1).model_copy(update={"microbatch_size": 2, "model": gpt_label(TINY, 2)}).save(prof)
+    assert cli.main(["calibrate", str(csv), "--profile", str(prof), "--hidden", "64"]) == 2
+    assert "pass the --layers/--hidden" in capsys.readouterr().err

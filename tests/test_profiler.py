@@ -1,0 +1,245 @@
+"""The profiler: per-stage F/I/W seconds and bytes of a split GPT, the profile file, bad input."""
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+
+from schedc import cli  # noqa: E402
+from schedc.costs import MemoryLimit, Profile  # noqa: E402
+from schedc.errors import SchedcError  # noqa: E402
+from schedc.runtime.models import GPTConfig  # noqa: E402
+from schedc.runtime.profiler import (  # noqa: E402
+    comm_seconds,
+    measure_stages,
+    profile_gpt,
+    profile_stages,
+    resolve_device,
+    static_bytes_of,
+)
+
+CFG = GPTConfig(vocab_size=64, hidden=32, layers=4, heads=2, seq_len=16)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # one intra-op thread: the timings compare like with like on a shared machine
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def _cfg(**over):
+    import dataclasses
+
+    return dataclasses.replace(CFG, **over)
+
+
+@pytest.fixture(scope="module")
+def profiles(_one_thread):
+    return {n: profile_gpt(CFG, n, microbatch_size=2, warmup=1, repeats=3) for n in (2, 4)}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_field_positive_and_plausible(profiles, n):
+    p = profiles[n]
+    assert p.n_stages == n
+    for s, c in enumerate(p.stages):
+        assert c.forward > 0 and c.backward_input > 0 and c.backward_weight > 0
+        assert 0 < c.weight_grad_bytes <= c.activation_bytes
+        assert c.static_bytes > 0
+        # a stage holds at least its own output until its backward
+        assert c.activation_bytes >= 2 * CFG.seq_len * CFG.hidden * 4
+    # provenance
+    assert p.device == "cpu" and p.microbatch_size == 2 and p.dtype == "float32"
+    assert p.torch_version == torch.__version__ and p.created and "layers=4" in p.model
+    assert isinstance(p.comm, list) and len(p.comm) == n - 1
+    # the first stage runs its whole backward in W (torch's runtime skips I there): said in notes
+    assert any("stage 0: first stage" in note for note in p.notes)
+    assert p.stages[0].weight_grad_bytes == p.stages[0].activation_bytes
+
+
+def test_split_backward_adds_up_to_full_backward():
+    # I + W vs a plain full backward, medians of interleaved runs; summed over stages so that
+    # Python overhead of the split does not dominate; loose bounds for a loaded 2-core machine.
+    measured = measure_stages_gpt(_cfg(hidden=64, seq_len=64), 2, mbs=2, repeats=5)
+    split = sum(m.backward_input.median + m.backward_weight.median for m in measured)
+    full = sum(m.backward_full.median for m in measured)
+    assert 0.5 < split / full < 2.5, (split, full)
+
+
+def measure_stages_gpt(cfg, n_stages, mbs, repeats=1, warmup=0):
+    from schedc.runtime.models import lm_loss, make_batch
+    from schedc.runtime.profiler import gpt_stages
+
+    tokens, targets = make_batch(cfg, mbs)
+    return measure_stages(gpt_stages(cfg, n_stages), tokens, lm_loss, targets, warmup=warmup, repeats=repeats)
+
+
+def _bytes(cfg, mbs):
+    return [(m.activation_bytes, m.weight_grad_bytes, m.static_bytes) for m in measure_stages_gpt(cfg, 2, mbs)]
+
+
+def test_activation_bytes_are_deterministic_and_grow_with_seq_and_mbs():
+    base = _bytes(CFG, 2)
+    assert base == _bytes(CFG, 2)
+    longer = _bytes(_cfg(seq_len=32), 2)
+    bigger = _bytes(CFG, 4)
+    for (a0, w0, s0), (a1, w1, s1), (a2, w2, s2) in zip(base, longer, bigger):
+        assert a1 > a0 and w1 >= w0
+        assert a2 > a0 and w2 >= w0
+        # activations are per sequence: twice the microbatch holds (almost exactly) twice the bytes
+        assert 1.9 * a0 <= a2 <= 2 * a0
+        assert s0 == s2  # static bytes do not depend on the batch
+    # the sequence length also enlarges the position table: static bytes of stage 0 only
+    assert longer[0][2] > base[0][2] and longer[1][2] == base[1][2]
+
+
+def test_static_bytes_follow_the_optimizer():
+    m = nn.Linear(10, 10)  # 110 float32 parameters
+    pb = 110 * 4
+    assert static_bytes_of(m, "adamw")[0] == 4 * pb  # params + grads + exp_avg + exp_avg_sq
+    assert static_bytes_of(m, "sgd")[0] == 2 * pb
+    assert static_bytes_of(m, None)[0] == 2 * pb
+    with pytest.raises(SchedcError, match="optimizer must be one of"):
+        static_bytes_of(m, "lion")
+
+
+def test_comm_from_bandwidth_and_latency():
+    assert comm_seconds([1000, 4000], bandwidth=1e6, latency=1e-3) == pytest.approx([2e-3, 5e-3])
+    assert comm_seconds([1000], bandwidth=None, latency=0.0) == [0.0]
+    with pytest.raises(SchedcError, match="bandwidth"):
+        comm_seconds([1], bandwidth=0)
+    p = profile_gpt(CFG, 2, 2, warmup=0, repeats=1, comm_bandwidth=1e9, comm_latency=1e-5)
+    boundary = 2 * CFG.seq_len * CFG.hidden * 4  # stage 0's output: (mbs, seq, hidden) float32
+    assert p.comm == pytest.approx([1e-5 + boundary / 1e9])
+
+
+def test_file_round_trips_and_the_compiler_accepts_it(profiles, tmp_path):
+    p = profiles[2]
+    path = tmp_path / "p.json"
+    p.save(path)
+    data = json.loads(path.read_text())
+    assert data["format"] == "schedc.profile/v1"
+    assert Profile.load(path) == p
+    compile_mod = pytest.importorskip("schedc.solver.compile")
+    res = compile_mod.compile_schedule(2, 4, profile=p, memory="40GiB", time_limit=5)
+    assert res.sim.fits and math.isfinite(res.sim.makespan) and res.sim.makespan > 0
+    # a byte cap includes the static bytes of the rank's stages
+    caps = MemoryLimit.parse("40GiB").per_rank(p, [0, 1])
+    assert res.sim.peak_memory[0] >= p.stages[0].static_bytes and caps[0] == 40 * 2**30
+
+
+def test_cli_profile_writes_a_valid_file(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    rc = cli.main(["profile", "--layers", "2", "--hidden", "32", "--heads", "2", "--seq", "8", "--vocab", "32",
+                   "--mbs", "2", "--stages", "2", "--warmup", "0", "--repeats", "1", "--threads", "1",
+                   "--comm-bandwidth", "10GB/s", "-o", str(out)])
+    assert rc == 0
+    p = Profile.load(out)
+    assert p.n_stages == 2 and p.microbatch_size == 2 and p.comm[0] > 0
+    captured = capsys.readouterr()
+    assert "wrote" in captured.out and "profiling stage 2/2" in captured.err
+    rc = cli.main(["compile", "--stages", "2", "--mb", "4", "--profile", str(out), "--memory", "1GiB",
+                   "--time-limit", "3", "--quiet", "-o", str(tmp_path / "s.csv")])
+    assert rc == 0 and (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize("device, needle", [
+    ("cuda:7", "cuda:7"),
+    ("tpu9", "not a device torch knows"),
+])
+def test_bad_device_is_a_clear_error(device, needle, tmp_path, capsys):
+    with pytest.raises(SchedcError, match=needle):
+        resolve_device(device)
+    out = tmp_path / "p.json"
+    assert cli.main(["profile", "--device", device, "-o", str(out)]) == 2
+    assert needle in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_a_clear_error():
+    with pytest.raises(SchedcError, match="no CUDA device"):
+        resolve_device("cuda")
+
+
+class _ToDict(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return {"h": self.lin(x)}
+
+
+def test_forward_returning_a_non_tensor_is_a_clear_error():
+    with pytest.raises(SchedcError, match="stage 0: forward returned dict.*must return a tensor"):
+        profile_stages([_ToDict(), nn.Linear(4, 4)], torch.randn(2, 4), loss_fn=lambda y, t: y.sum())
+
+
+def test_stage_without_parameters_has_w_zero_and_says_so():
+    torch.manual_seed(0)
+    stages = [nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8)]
+    p = profile_stages(stages, torch.randn(4, 8), loss_fn=lambda y, t: (y - t).pow(2).mean(),
+                       target=torch.randn(4, 8), warmup=0, repeats=2)
+    gelu = p.stages[1]
+    assert gelu.backward_weight == 0 and gelu.weight_grad_bytes == 0 and gelu.static_bytes == 0
+    assert gelu.backward_input > 0 and gelu.activation_bytes > 0
+    assert any("stage 1: no parameters: W = 0" in n for n in p.notes)
+    assert p.stages[2].backward_weight > 0
+
+
+def test_last_stage_needs_a_scalar_loss():
+    with pytest.raises(SchedcError, match="loss must be a one-element tensor"):
+        profile_stages([nn.Linear(4, 4), nn.Linear(4, 4)], torch.randn(2, 4))
+
+
+def test_bad_counts_are_clear_errors():
+    with pytest.raises(SchedcError, match="repeats >= 1"):
+        profile_stages([nn.Linear(4, 1)], torch.randn(2, 4), repeats=0)
+    with pytest.raises(SchedcError, match="at least one stage"):
+        profile_stages([], torch.randn(2, 4))
+    with pytest.raises(SchedcError, match="stage 1: expected a torch.nn.Module"):
+        profile_stages([nn.Linear(4, 4), "nope"], torch.randn(2, 4))
+    with pytest.raises(SchedcError, match="--mbs must be >= 1"):
+        profile_gpt(CFG, 2, 0)
+    with pytest.raises(SchedcError, match="--dtype: dtype must be one of"):
+        profile_gpt(CFG, 2, 1, dtype="int8")
+    with pytest.raises(SchedcError, match="stage 4 would hold no blocks"):
+        profile_gpt(CFG, 9, 1)
+
+
+def p2p_rank(rank, world, sizes):
+    from schedc.runtime.profiler import measure_p2p_seconds
+
+    return measure_p2p_seconds(sizes, repeats=3, warmup=1)
+
+
+def test_comm_measured_between_two_ranks():
+    from _dist import run_ranks
+
+    results = run_ranks(p2p_rank, 2, timeout=90, sizes=[4096, 1 << 20])
+    values = [r["ok"] for r in results]
+    assert values[0] == values[1]  # rank 0's measurement, broadcast
+    assert len(values[0]) == 2 and all(v > 0 and math.isfinite(v) for v in values[0])
+
+
+def test_comm_measure_needs_a_process_group():
+    from schedc.runtime.profiler import measure_p2p_seconds
+
+    with pytest.raises(SchedcError, match="torchrun"):
+        measure_p2p_seconds([16])
+
+
+def test_concurrent_profile_pools_processes():
+    p = profile_gpt(_cfg(layers=2), 2, 2, warmup=0, repeats=2, concurrent=2)
+    assert p.n_stages == 2 and all(c.forward > 0 and c.backward_weight > 0 for c in p.stages)
+    assert any("2 concurrent processes" in n for n in p.notes)
+    # bytes do not depend on how many processes measured them
+    single = measure_stages_gpt(_cfg(layers=2), 2, mbs=2)
+    assert [c.activation_bytes for c in p.stages] == [m.activation_bytes for m in single]
+    with pytest.raises(SchedcError, match="--concurrent must be >= 1"):
+        profile_gpt(CFG, 2, 2, concurrent=0)
