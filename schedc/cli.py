@@ -338,8 +338,12 @@ def _read_checked(args):
         schedule = csvio.read_csv(path)
         validate.validate(schedule, source=path)
         schedule.name = schedule.name or Path(path).stem
+        profile = _profile_from_args(args, schedule.n_stages)
+        if profile.n_stages != schedule.n_stages:
+            raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "
+                              f"{profile.n_stages}; give a profile of this model's {schedule.n_stages} stages")
         schedules.append(schedule)
-        profiles.append(_profile_from_args(args, schedule.n_stages))
+        profiles.append(profile)
     return schedules, profiles
 
 
@@ -415,6 +419,8 @@ def add_profile(sub) -> None:
     p.add_argument("--comm-latency", metavar="S", type=float, default=0.0, help="seconds per transfer (default 0)")
     p.add_argument("--comm-measure", action="store_true",
                    help="measure send/recv between ranks 0 and 1 (run under torchrun --nproc-per-node 2)")
+    p.add_argument("--concurrent", type=int, default=1, metavar="N",
+                   help="CPU: measure in N processes at once, as N ranks sharing this host will run (default 1)")
     p.add_argument("-o", "--output", metavar="P.json", required=True, help="profile file to write")
 
 
@@ -448,7 +454,7 @@ def run_profile(args) -> int:
             cfg, args.stages, args.mbs, device=args.device, warmup=args.warmup, repeats=args.repeats,
             optimizer=args.optimizer, comm="measure" if args.comm_measure else None,
             comm_bandwidth=bandwidth, comm_latency=args.comm_latency,
-            progress=progress if rank == 0 else None,
+            progress=progress if rank == 0 else None, concurrent=args.concurrent,
         )
     finally:
         progress.done()
@@ -511,7 +517,19 @@ def run_calibrate(args) -> int:
     if profile.microbatch_size is not None and mbs != profile.microbatch_size:
         raise SchedcError(f"--mbs {mbs} differs from the profile's microbatch size {profile.microbatch_size}; "
                           f"profile with --mbs {mbs} or drop --mbs")
-    cal = calibrate(args.file, profile, _gpt_config_from_args(args), mbs, steps=args.steps,
+    cfg = _gpt_config_from_args(args)
+    from schedc.runtime.profiler import gpt_label
+
+    expected = gpt_label(cfg, profile.n_stages)
+    if profile.model and profile.model.startswith("gpt(") and profile.model != expected:
+        raise SchedcError(f"{args.profile} describes {profile.model} but the model flags give {expected}; "
+                          f"pass the --layers/--hidden/--heads/--seq/--vocab the profile was made with")
+    threads_note = next((n for n in profile.notes or [] if n.startswith("cpu threads: ")), None)
+    if args.device == "cpu" and threads_note and threads_note != f"cpu threads: {args.threads}":
+        print(f"schedc calibrate: warning: the profile was measured with {threads_note}, the ranks run with "
+              f"--threads {args.threads}; predictions will be off (profile with --threads {args.threads})",
+              file=sys.stderr)
+    cal = calibrate(args.file, profile, cfg, mbs, steps=args.steps,
                     warmup_steps=args.warmup_steps, threads=args.threads, device=args.device,
                     timeout=args.timeout, n_ranks=args.nproc, in_situ=args.in_situ)
     if args.output:
@@ -528,6 +546,142 @@ def run_calibrate(args) -> int:
 COMMANDS += ["calibrate"]
 
 # ---------------------------------------------------------------- library (schedule library)
+
+
+def add_library(sub) -> None:
+    p = sub.add_parser("library", help="precompiled schedules for common set-ups: build, list, show, check")
+    lsub = p.add_subparsers(dest="library_command", metavar="ACTION")
+    lsub.required = True
+
+    b = lsub.add_parser("build", help="compile the library's set-ups into DIR (CSV + JSON + README.md index)")
+    b.add_argument("dir", nargs="?", metavar="DIR", help="where to write (default: the library schedc finds)")
+    b.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="time limit of the largest set-up; smaller ones get proportionally less "
+                        "(default 60: at most ~13 minutes for all 64 set-ups, ~5 measured)")
+    b.add_argument("--only", metavar="GLOB", help="only set-ups whose name matches (e.g. 'r8_*_v_*'; commas allowed)")
+    b.add_argument("--index-only", action="store_true", help="only regenerate README.md from the JSON reports")
+
+    ls = lsub.add_parser("list", help="list the library's schedules (filters combine)")
+    ls.add_argument("--dir", metavar="DIR", help="library directory (default: $SCHEDC_LIBRARY, the checkout's "
+                    "schedules/, or the installed copy)")
+    ls.add_argument("--ranks", type=int, help="only this many ranks")
+    ls.add_argument("--mb", type=int, help="only this many microbatches")
+    ls.add_argument("--memory", help="only this memory limit (1p or 2p)")
+    ls.add_argument("--placement", choices=["loop", "v"], help="only this placement")
+    ls.add_argument("--costs", choices=["uniform", "transformer"], help="only these costs")
+
+    sh = lsub.add_parser("show", help="print a schedule's report summary and the path to its CSV")
+    sh.add_argument("name", metavar="NAME", help="e.g. r8_mb16_mem1p_v_uniform")
+    sh.add_argument("--dir", metavar="DIR", help="library directory")
+    sh.add_argument("--write-profile", metavar="P.json",
+                    help="also write the costs it was compiled for as a profile (for simulate/plot --profile)")
+
+    ck = lsub.add_parser("check", help="verify the library without solving (validate, torch, re-simulate, index)")
+    ck.add_argument("dir", nargs="?", metavar="DIR", help="library directory (default: the library schedc finds)")
+    ck.add_argument("--no-torch", action="store_true", help="skip the torch load check")
+
+
+def run_library(args) -> int:
+    from schedc import library as lib
+
+    action = args.library_command
+    if action == "build":
+        directory = lib.find_library(args.dir, for_build=True)
+        if args.index_only:
+            path = lib.write_index(directory)
+            print(f"wrote {path}")
+            return 0
+        setups = lib.select(lib.DEFAULT_SETUPS, args.only)
+        limit = args.time_limit if args.time_limit is not None else lib.DEFAULT_MAX_TIME_LIMIT
+        if not limit > 0:
+            raise SchedcError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+        print(f"building {len(setups)} schedule(s) into {directory} (solver time at most "
+              f"{lib.default_budget(setups, limit):.0f}s)", flush=True)
+        lib.build_library(directory, setups, time_limit=limit, progress=lambda line: print(line, flush=True))
+        print(f"wrote {directory / lib.INDEX_NAME}")
+        return 0
+    if action == "list":
+        directory = lib.find_library(args.dir)
+        entries, problems = lib.load_entries(directory)
+        memory = str(MemoryLimit.parse(args.memory)) if args.memory else None
+        chosen = [e for e in entries
+                  if (args.ranks is None or e.setup.ranks == args.ranks) and (args.mb is None or e.setup.mb == args.mb)
+                  and (memory is None or e.setup.memory == memory)
+                  and (args.placement is None or e.setup.placement == args.placement)
+                  and (args.costs is None or e.setup.costs == args.costs)]
+        print(f"{'name':34s} {'stages':>6} {'makespan':>12} {'bubble':>7} {'status':>9} {'gap':>7}")
+        for e in chosen:
+            pred = e.report.get("predicted") or {}
+            mk = pred.get("makespan")
+            gap = e.report.get("gap")
+            print(f"{e.setup.name:34s} {e.setup.stages:>6} {lib.format_makespan(mk, e.setup.costs):>12} "
+                  f"{100 * pred.get('bubble', 0.0):>6.1f}% {str(e.report.get('status', '?')):>9} "
+                  f"{'-' if gap is None else f'{100 * gap:.2f}%':>7}")
+        print(f"{len(chosen)} of {len(entries)} schedules in {directory}")
+        for line in problems:
+            print(f"warning: {line}", file=sys.stderr)
+        return 0
+    if action == "show":
+        entry = lib.find_entry(args.name, args.dir)
+        print(format_library_entry(entry))
+        if args.write_profile:
+            try:
+                profile = Profile.model_validate(entry.report["inputs"]["costs"])
+            except (KeyError, TypeError, ValueError):
+                raise SchedcError(f"{entry.csv.with_suffix('.json')}: inputs.costs is missing or not a valid profile")
+            profile.save(args.write_profile)
+            print(f"wrote {args.write_profile}: the costs {entry.setup.name} was compiled for")
+        return 0
+    if action == "check":
+        directory = lib.find_library(args.dir)
+        problems = lib.check_library(directory, torch=False if args.no_torch else None)
+        for line in problems:
+            print(line)
+        if problems:
+            print(f"schedc library check: {len(problems)} problem(s) in {directory}", file=sys.stderr)
+            return 1
+        n = len(list(directory.glob("*.csv")))
+        print(f"{directory}: {n} schedules ok (validated, {'' if lib._torch_available() and not args.no_torch else 'NOT '}"
+              f"loaded in torch, re-simulated = reports, index current)")
+        return 0
+    raise SchedcError(f"unknown library action {action!r}")
+
+
+def format_library_entry(entry) -> str:
+    from schedc import library as lib
+
+    rep, s = entry.report, entry.setup
+    pred = rep.get("predicted") or {}
+    mk = pred.get("makespan")
+    peaks = pred.get("peak_memory_per_rank") or []
+    limits = pred.get("memory_limit_per_rank") or []
+    p_units = lib.peak_in_p(rep)
+    lines = [
+        f"{s.name}: {s.stages} stages on {s.ranks} ranks ({s.placement}), {s.mb} microbatches, memory {s.memory}, "
+        f"{s.costs} costs, objective {rep.get('inputs', {}).get('objective', '?')}",
+        f"  csv:    {entry.csv}",
+        f"  report: {entry.csv.with_suffix('.json')}",
+        f"  makespan {lib.format_makespan(mk, s.costs)}   span {lib.format_makespan(pred.get('span'), s.costs)}   "
+        f"bubble {100 * pred.get('bubble', 0.0):.1f}%   status {rep.get('status', '?')}   "
+        f"lower bound {lib.format_makespan(rep.get('lower_bound'), s.costs)}   gap {100 * (rep.get('gap') or 0.0):.2f}%   "
+        f"solve time {rep.get('solve_time', 0.0):.1f}s",
+        f"  peak memory per rank vs limit ({'-' if p_units is None else f'{p_units:.2f}p'} of {s.memory} at most): "
+        + ", ".join(f"{_fmt_mem(pk)}/{_fmt_mem(lim if lim is not None else float('inf'))}"
+                    for pk, lim in zip(peaks, limits)),
+    ]
+    bl = rep.get("baselines") or {}
+    if bl:
+        lines.append("  hand-made schedules under the same costs: " + ", ".join(
+            f"{k} {lib.format_makespan(v.get('makespan'), s.costs)}{'' if v.get('fits') else ' (over memory)'}"
+            for k, v in sorted(bl.items(), key=lambda kv: kv[1].get("makespan", 0.0))))
+    lines.append(f"  simulate: schedc simulate {entry.csv} --memory {s.memory}"
+                 + ("" if s.costs == "uniform" else f" --profile P.json  (write P.json with: schedc library show "
+                                                    f"{s.name} --write-profile P.json)"))
+    return "\n".join(lines)
+
+
+COMMANDS += ["library"]
+
 
 # ---------------------------------------------------------------- entry point
 

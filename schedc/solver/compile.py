@@ -1,0 +1,362 @@
+"""The compiler driver: warm start -> integer program (full or by windows) -> certified result.
+
+Problem: return the schedule with the smallest simulated step time (``problem.objective``) that
+fits the memory caps, within a time limit, together with a certificate: a lower bound valid for
+every schedule under the same rules, the gap to it, and a status that says ``optimal`` only
+when the bound proves it.
+
+Method:
+1. Feasibility: a cap that cannot hold one microbatch per stage fails with the smallest limit
+   that works (schedc.solver.heuristic.check_memory_feasible).
+2. Warm start: the best of the heuristic and the hand-made schedules that fit
+   (schedc.solver.heuristic.warm_start), relabelled so each kind runs in microbatch order.
+3. Lower bound: schedc.solver.bounds.lower_bound. If the warm start meets it, stop: proven.
+4. Integer program (schedc.solver.model): instances whose free order pairs stay under
+   ``model.FULL_MODEL_PAIRS`` get the full model for 70% of the time (its dual bound is a
+   certificate: the model is exact for makespan and, for span, with loop or V placement); the
+   rest, or what the full model leaves unproven, get a rolling-horizon window search over the
+   incumbent's timeline until time runs out or a sweep of the widest windows finds nothing.
+5. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
+   worse than the warm start nor over the memory caps.
+
+Status: ``optimal`` when the simulated objective equals the certified bound; ``feasible`` when
+the integer program ran and the answer came through it; ``heuristic`` when only the warm start
+could be returned (no solver time).
+
+Cost: the time limit (plus up to ~1 s of set-up on large instances).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+from schedc import __version__
+from schedc.costs import MemoryLimit, Profile
+from schedc.errors import SchedcError
+from schedc.ir import Schedule
+from schedc.simulate import SimResult, simulate
+from schedc.solver import model
+from schedc.solver.problem import Problem
+
+_TOL = 1e-6  # relative: values this close count as equal (MIP gaps, float sums)
+WINDOW_SOLVE_LIMIT = 6.0  # seconds per window model
+FULL_MODEL_SHARE = 0.7  # of the time limit, for the full model when it is small enough
+
+
+@dataclass
+class CompileResult:
+    schedule: Schedule
+    sim: SimResult
+    problem: Problem
+    status: str  # optimal | feasible | heuristic
+    lower_bound: float
+    gap: float  # (value - lower_bound) / value
+    solve_time: float
+    baselines: dict[str, dict] = field(default_factory=dict)
+    warm_start_source: str = ""
+    report: dict = field(default_factory=dict)
+
+    @property
+    def value(self) -> float:
+        return self.sim.objective(self.problem.objective)
+
+
+def _close(a: float, b: float) -> bool:
+    return a <= b * (1 + _TOL) + _TOL
+
+
+def compile_schedule(
+    n_stages: int,
+    n_microbatches: int,
+    n_ranks: Optional[int] = None,
+    placement: Union[str, Sequence[int]] = "loop",
+    profile: Optional[Profile] = None,
+    memory: Union[str, MemoryLimit] = "1p",
+    objective: str = "makespan",
+    time_limit: float = 60.0,
+    solver: Optional[str] = None,
+    progress: Optional[Callable[[dict], None]] = None,
+    seed: int = 0,
+) -> CompileResult:
+    """Compile the fastest schedule under the memory limit (see the module docstring)."""
+    problem = Problem.build(n_stages, n_microbatches, n_ranks=n_ranks, placement=placement, profile=profile,
+                            memory=memory, objective=objective)
+    return compile_problem(problem, time_limit=time_limit, solver=solver, progress=progress, seed=seed)
+
+
+def all_baselines(problem: Problem) -> dict[str, dict]:
+    """Every hand-made schedule that exists for this problem, simulated under its costs:
+    name -> {makespan, span, peak_memory, fits}."""
+    from schedc import baselines
+
+    out = {}
+    pname = problem.placement_name
+    for name in baselines.BASELINE_NAMES:
+        try:
+            sched = baselines.make_baseline(name, problem.n_stages, problem.n_microbatches, n_ranks=problem.n_ranks,
+                                            placement=pname if pname in ("loop", "v") else None)
+        except (SchedcError, ValueError, TypeError):
+            continue
+        if tuple(sched.placement) != tuple(problem.placement) or sched.n_microbatches != problem.n_microbatches:
+            continue
+        try:
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:
+            continue
+        out[name] = {"makespan": sim.makespan, "span": sim.span, "peak_memory": list(sim.peak_memory),
+                     "fits": bool(sim.fits)}
+    return out
+
+
+def compile_problem(
+    problem: Problem,
+    time_limit: float = 60.0,
+    solver: Optional[str] = None,
+    progress: Optional[Callable[[dict], None]] = None,
+    seed: int = 0,
+    warm: Optional[tuple[Schedule, SimResult, str]] = None,
+) -> CompileResult:
+    """Compile `problem`; `warm` overrides the warm start (schedule, simulation, source name)."""
+    from schedc.solver import heuristic
+
+    t0 = time.monotonic()
+    if not time_limit or time_limit <= 0:
+        raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")
+    # keep a reserve for the final simulation, the baselines and the report (and a window's overrun)
+    deadline = t0 + time_limit - min(0.05 * time_limit, 5.0)
+    solver_name = model.available_solver(solver)
+    heuristic.check_memory_feasible(problem)
+    obj_name = problem.objective
+
+    if warm is None:
+        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
+    warm_sched, warm_sim, warm_source = warm
+    if not warm_sim.fits:
+        raise SchedcError("the warm start does not fit the memory limit (internal error)")
+    lb, lb_details = _lower_bound(problem)
+
+    inst = model.build_instance(problem)
+    # the model's incumbent: the warm start relabelled so each kind runs in microbatch order
+    # (never slower for makespan; for span an earlier first start can lengthen a rank's span,
+    # so the warm start itself stays the answer to beat)
+    inc_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm_sched))
+    inc_sched, inc_sim = _materialize(inst, inc_orders, problem)
+    if inc_sim is None or not inc_sim.fits:
+        inc_orders = None
+    best_sched, best_sim = warm_sched, warm_sim
+    if inc_orders is not None and inc_sim.objective(obj_name) <= warm_sim.objective(obj_name) - _TOL * warm_sim.objective(obj_name):
+        best_sched, best_sim = inc_sched, inc_sim
+    best_val = best_sim.objective(obj_name)
+    bound = lb
+    bound_source = "combinatorial"
+    ilp_used = False
+    log: list[dict] = []
+    # the solver's dual bound certifies makespan only: for span the model fixes each rank's
+    # first start at its chain head, which in-order schedules meet but others may not
+    exact = obj_name == "makespan"
+
+    def emit(phase: str, best: float, bnd: float) -> None:
+        entry = {"elapsed": time.monotonic() - t0, "best": best, "bound": bnd,
+                 "gap": _gap(best, bnd), "phase": phase}
+        log.append(entry)
+        if progress is not None:
+            progress(entry)
+
+    def consider(sched, sim) -> None:
+        nonlocal best_sched, best_sim, best_val
+        if sim is not None and sim.fits and sim.objective(obj_name) < best_val - 1e-12 * max(1.0, best_val):
+            best_sched, best_sim, best_val = sched, sim, sim.objective(obj_name)
+
+    emit("warm start (" + warm_source + ")", best_val, bound)
+
+    if inc_orders is not None and not _close(best_val, bound) and time.monotonic() < deadline - 0.2:
+        inc_val = inc_sim.objective(obj_name)
+        free_pairs = model.count_free_pairs(inst)
+        if free_pairs <= model.FULL_MODEL_PAIRS:
+            # most of the time to the full model (the only one that can prove), the rest to
+            # windows around its best answer
+            remaining = FULL_MODEL_SHARE * (deadline - time.monotonic())
+
+            def on_progress(primal, dual):
+                p = min(best_val, primal) if primal is not None and math.isfinite(primal) else best_val
+                d = max(bound, dual) if exact and dual is not None and math.isfinite(dual) else bound
+                emit("full model", p, d)
+
+            out = model.solve_model(inst, inc_orders, inc_val, obj_name, remaining, solver_name,
+                                    lower_bound=lb, progress=on_progress, seed=seed)
+            if out.orders is not None:
+                ilp_used = True
+                cand_orders = model.canonical_orders(inst, out.orders)
+                sched, sim = _materialize(inst, cand_orders, problem)
+                if sim is not None and sim.fits and sim.objective(obj_name) <= inc_val + 1e-12 * max(1.0, inc_val):
+                    inc_orders, inc_sched, inc_sim = cand_orders, sched, sim
+                    consider(sched, sim)
+            if exact and out.dual_bound is not None and out.dual_bound > bound:
+                bound, bound_source = out.dual_bound, f"{solver_name} dual bound"
+                if out.proven:
+                    bound_source = f"{solver_name} (proven optimal)"
+            emit("full model done", best_val, bound)
+        if not _close(best_val, bound) and time.monotonic() < deadline - 0.5:
+            inc_orders, inc_sched, inc_sim, used = _window_search(
+                inst, problem, inc_orders, inc_sched, inc_sim, deadline, solver_name, lb,
+                lambda b, what: emit(what, min(b, best_val), bound), seed)
+            ilp_used = ilp_used or used
+            consider(inc_sched, inc_sim)
+
+    if _close(best_val, bound):
+        status = "optimal"
+        bound = min(bound, best_val)
+    elif ilp_used:
+        status = "feasible"
+    else:
+        status = "heuristic"
+    solve_time = time.monotonic() - t0
+    best_sched.name = best_sched.name if best_sched is warm_sched else "schedc"
+    baselines = all_baselines(problem)
+    result = CompileResult(
+        schedule=best_sched, sim=best_sim, problem=problem, status=status, lower_bound=bound,
+        gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time, baselines=baselines, warm_start_source=warm_source,
+    )
+    result.report = build_report(result, lb_details=lb_details, bound_source=bound_source, solver=solver_name,
+                                 time_limit=time_limit, log=log)
+    emit("done", best_val, bound)
+    return result
+
+
+def _gap(value: float, bound: float) -> float:
+    if value <= 0:
+        return 0.0
+    return max(0.0, (value - bound) / value)
+
+
+def _lower_bound(problem: Problem) -> tuple[float, dict]:
+    from schedc.solver import bounds
+
+    details = dict(bounds.lower_bound_details(problem))
+    return float(bounds.lower_bound(problem)), details
+
+
+def _materialize(inst, orders, problem: Problem):
+    sched = model.schedule_from_orders(inst, orders)
+    try:
+        sim = simulate(sched, problem.profile, problem.memory)
+    except SchedcError:
+        return sched, None
+    return sched, sim
+
+
+def _window_search(inst, problem, orders, sched, sim, deadline, solver_name, lb, report, seed):
+    """Rolling horizon: free the actions starting inside a time window on every rank, keep the
+    rest in order, solve, keep improvements, slide by half a window (alternately from the end and
+    from the start); widen the window after a fruitless sweep."""
+    obj_name = problem.objective
+    best_val = sim.objective(obj_name)
+    used = False
+    if orders is None:
+        return orders, sched, sim, used
+    per_rank = max(len(r) for r in orders)
+    sizes = [8, 14, 22]
+    size_i = 0
+    n_windows = 0
+    n_sweeps = 0
+    last_report = time.monotonic()
+    while size_i < len(sizes) and time.monotonic() < deadline - 0.5:
+        k = sizes[size_i]
+        improved_sweep = False
+        span_t = sim.makespan
+        length = span_t * min(1.0, k / max(1, per_rank))
+        step = length / 2
+        positions = [i * step for i in range(int(math.ceil(span_t / step)))]
+        if n_sweeps % 2 == 0:
+            positions.reverse()  # the cool-down first: the objective is decided at the end
+        n_sweeps += 1
+        for t in positions:
+            if time.monotonic() >= deadline - 0.5:
+                break
+            free = []
+            for r, row in enumerate(orders):
+                starts = [sim.timings[inst.actions[i]].start for i in row]
+                lo = next((j for j, s in enumerate(starts) if s >= t - 1e-12), len(row))
+                hi = next((j for j, s in enumerate(starts) if s >= t + length - 1e-12), len(row))
+                free.append((lo, hi))
+            if sum(hi - lo for lo, hi in free) >= 2:
+                remaining = deadline - time.monotonic()
+                out = model.solve_model(inst, orders, best_val, obj_name, min(WINDOW_SOLVE_LIMIT, remaining),
+                                        solver_name, free=free, lower_bound=lb, seed=seed + n_windows)
+                n_windows += 1
+                if time.monotonic() - last_report >= 2.0:
+                    last_report = time.monotonic()
+                    report(best_val, f"window {n_windows} ({k}/rank) t={t:.4g}")
+                if out.orders is not None:
+                    used = True
+                    cand = model.canonical_orders(inst, out.orders)
+                    cs, csim = _materialize(inst, cand, problem)
+                    if csim is not None and csim.fits and csim.objective(obj_name) < best_val - 1e-9 * max(1.0, best_val):
+                        orders, sched, sim = cand, cs, csim
+                        best_val = csim.objective(obj_name)
+                        improved_sweep = True
+                        report(best_val, f"window {n_windows} improved")
+                        if best_val <= lb * (1 + _TOL) + _TOL:
+                            return orders, sched, sim, used
+        report(best_val, f"windows of {k}/rank swept")
+        if not improved_sweep:
+            size_i += 1
+    return orders, sched, sim, used
+
+
+def build_report(result: CompileResult, lb_details: dict, bound_source: str, solver: str, time_limit: float,
+                 log: list) -> dict:
+    """The JSON report beside the CSV (DESIGN.md, "Compiler output")."""
+    p, sim = result.problem, result.sim
+    caps = [None if math.isinf(c) else c for c in p.memory_caps]
+    return {
+        "format": "schedc.report/v1",
+        "schedc_version": __version__,
+        "inputs": {
+            "stages": p.n_stages,
+            "ranks": p.n_ranks,
+            "placement": p.placement_name,
+            "stage_to_rank": list(p.placement),
+            "microbatches": p.n_microbatches,
+            "costs": p.profile.model_dump(mode="json", exclude_none=True),
+            "memory_limit": str(p.memory),
+            "objective": p.objective,
+            "solver": solver,
+            "time_limit": time_limit,
+        },
+        "predicted": {
+            "makespan": sim.makespan,
+            "span": sim.span,
+            "bubble": sim.bubble,
+            "span_bubble": sim.span_bubble,
+            "bubble_per_rank": list(sim.bubble_per_rank),
+            "peak_memory_per_rank": list(sim.peak_memory),
+            "memory_limit_per_rank": caps,
+            "fits_memory": bool(sim.fits),
+        },
+        "baselines": result.baselines,
+        "lower_bound": result.lower_bound,
+        "lower_bound_source": bound_source,
+        "lower_bound_details": _jsonable(lb_details),
+        "gap": result.gap,
+        "status": result.status,
+        "solve_time": result.solve_time,
+        "warm_start": result.warm_start_source,
+        "progress": [{k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in e.items()}
+                     for e in log],
+    }
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (int, float, str, bool)) or x is None:
+        return x
+    return str(x)

@@ -1,0 +1,705 @@
+"""The integer program: order every F, I, W (or B) on every rank, minimizing makespan or span.
+
+Problem. Given a :class:`~schedc.solver.problem.Problem` (per-stage costs, placement, microbatch
+count, per-rank memory caps, objective) choose, for every rank, the order of its actions so that
+the simulated step time (``schedc.simulate``: every action as early as its rank and its producers
+allow) is as small as possible and no rank's running memory sum exceeds its cap.
+
+Formulation (disjunctive, continuous time). One continuous ``start[a]`` per action; data
+dependencies are ``start[b] >= start[a] + dur[a] + comm``; for every pair of actions on one rank
+whose order is not already implied, one binary ``before[a,b]`` with two big-M constraints. The
+memory a rank holds when action ``a`` (an F) begins is ``static + sum_b delta_b * [b before a]``
+over the rank's other actions, so the cap is one linear row per F, written with the same order
+binaries (the ZB paper's accounting, DESIGN.md). ``makespan >= end[a]``; for the span objective
+``span >= last_end[r] - start[first action of r]``.
+
+What makes it much smaller and tighter than the naive model (numbers below; the table is
+benchmarks/compile_quality.py):
+
+* Kinds in order (symmetry breaking): on every stage the F's run in microbatch order, likewise
+  the I's, the W's (and B's). This is an assumption of the model. For makespan it is exact:
+  microbatches cost the same, so in any feasible schedule the i-th F (I, W) on a stage can be
+  relabelled to microbatch i with the same times -- when the i-th F on stage s starts, i
+  distinct microbatches have left stage s-1, so the i-th F of s-1 has ended; the same counting
+  holds for I (needs F of the stage and I of the next) and W; memory only depends on counts --
+  and earliest-start times only get earlier. For span the model also fixes each rank's first
+  start at its chain head, which in-order schedules meet in the simulator (loop and V
+  placement), so its optimum is the best in-order schedule; an out-of-order schedule can delay
+  a rank's first action and so shorten its span (seen with random costs), hence for span the
+  driver does not use the solver's bound as a certificate. tests/test_model.py checks the
+  model's optimum against exhaustive search over *all* orders on tiny instances, both
+  objectives. Memory caps also force precedences (I(s, j-K) and W(s, j-L-1) before F(s, j),
+  see ``_add_memory_precedences``), added to the graph.
+* Order fixing: the transitive closure of "dependencies + in-order kinds" fixes every pair one of
+  which must precede the other (no binary); time windows ``est <= start <= lst`` from longest
+  paths, the incumbent's value as horizon, and the per-rank work that must precede / follow an
+  action fix further pairs (``est[b] + dur[b] > lst[a]`` forces a before b) and give each
+  remaining pair its own tight big-M.
+* Valid inequalities: one machine per rank, so ``start[a] >= release + sum_b dur[b] [b before
+  a]`` and ``objective >= end[a] + sum_b dur[b] [a before b]`` over the rank's other actions
+  (these link the order binaries to time far more tightly than the big-M rows: heterogeneous
+  4x6 at 1p proves in 0.3 s instead of 3.1 s, 4x8 in 5.6 s); the combinatorial lower bound
+  (schedc.solver.bounds) bounds the objective variable.
+* B: a split I then W is never worse than B under the simulator's rules (I releases memory and
+  unblocks the previous stage earlier), so the model splits every backward; stages whose W costs
+  0 (no parameters) use one B action instead of an empty W. A merge binary would only add
+  symmetric choices.
+
+Decomposition (large instances). The number of free pairs grows with (actions per rank)^2
+(heterogeneous 4x16: 1440, 8x24: 6624, 16x48: 54144 before time-window fixing); above
+``FULL_MODEL_PAIRS`` the driver does a rolling-horizon large-neighbourhood search instead: keep
+the incumbent order, free the actions of every rank whose simulated start falls in a time
+window, fix everything else in its incumbent order (prefix -> window -> suffix chains), solve,
+re-simulate, keep if better, slide the window by half its length, widen it (8, 14, 22 actions
+per rank) after a fruitless sweep, sweeping alternately from the end (where the objective is
+decided) and from the start. A window's prefix is closed under dependencies, so its times are
+pinned as constants (no variables, no rows): a window on 16x48 costs ~0.5 s. Only the full
+model gives a proof; a window never claims optimality. Measured here (2 loaded cores): the full
+model proves 3x3 .. 4x6 instances in well under a second, heterogeneous 4x8 at 1p in ~6 s; on
+4x16 it does not close the last 0.6% in 60 s. The windows took heterogeneous 16x48 (1p,
+makespan) from ZB-H1's 204.78 to the bound 204 in ~30 s and 32x128 from 533.69 to the bound
+533.6 in ~17 s.
+
+Warm start. The incumbent's simulated times and orders are handed to the solver as a MIP start:
+HiGHS via ``Highs.setSolution`` (pulp's HiGHS class does not pass ``warmStart`` on), CBC via
+pulp's ``warmStart=True``. Extracted orders are always re-simulated; the driver never returns
+anything worse than the incumbent.
+
+Cost: building is O(pairs) PuLP terms; solving is exponential in the worst case, bounded by the
+time limit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import pulp
+
+from schedc.ir import Action, Schedule
+from schedc.simulate import simulate
+from schedc.solver.problem import Problem
+
+FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to windows
+_EPS = 1e-7
+
+
+# ---------------------------------------------------------------- the action graph
+
+
+@dataclass
+class Instance:
+    """The actions of a problem as integers, with durations, memory deltas and dependencies."""
+
+    problem: Problem
+    actions: list[Action]
+    index: dict[Action, int]
+    rank: list[int]
+    dur: list[float]
+    delta: list[float]
+    preds: list[list[tuple[int, float]]]  # (producer, lag): start[a] >= end[producer] + lag
+    by_rank: list[list[int]]
+    topo: list[int]
+    static: list[float]
+    caps: list[float]
+    backward: list[str]  # per stage: "I" (split) or "B" (merged, W costs 0)
+    first: list[int]  # per rank: the action that is necessarily first (F of its lowest stage, mb 0)
+
+    @property
+    def n(self) -> int:
+        return len(self.actions)
+
+
+def build_instance(problem: Problem) -> Instance:
+    prof = problem.profile
+    n_st, n_mb = problem.n_stages, problem.n_microbatches
+    backward = ["B" if prof.duration(s, "W") <= 0 else "I" for s in range(n_st)]
+    actions: list[Action] = []
+    for s in range(n_st):
+        kinds = ("F", "B") if backward[s] == "B" else ("F", "I", "W")
+        for k in kinds:
+            for m in range(n_mb):
+                actions.append(Action(s, k, m))
+    index = {a: i for i, a in enumerate(actions)}
+    rank = [problem.placement[a.stage] for a in actions]
+    dur = [prof.duration(a.stage, a.kind) for a in actions]
+    delta = [prof.memory_delta(a.stage, a.kind) for a in actions]
+    preds: list[list[tuple[int, float]]] = [[] for _ in actions]
+    for i, a in enumerate(actions):
+        s, k, m = a.stage, a.kind, a.microbatch
+        if k == "F":
+            if s > 0:
+                preds[i].append((index[Action(s - 1, "F", m)], problem.comm(s - 1)))
+        elif k in ("I", "B"):
+            preds[i].append((index[Action(s, "F", m)], 0.0))
+            if s + 1 < n_st:
+                preds[i].append((index[Action(s + 1, backward[s + 1], m)], problem.comm(s)))
+        else:
+            preds[i].append((index[Action(s, "I", m)], 0.0))
+        if m > 0:  # kinds in microbatch order on a stage (exact symmetry breaking, see docstring)
+            preds[i].append((index[Action(s, k, m - 1)], 0.0))
+    _add_memory_precedences(problem, backward, index, preds)
+    by_rank = [[] for _ in range(problem.n_ranks)]
+    for i in range(len(actions)):
+        by_rank[rank[i]].append(i)
+    topo = _topological(len(actions), preds)
+    static = [sum(prof.stages[s].static_bytes for s in problem.stages_of(r)) for r in range(problem.n_ranks)]
+    first = [index[Action(min(problem.stages_of(r)), "F", 0)] for r in range(problem.n_ranks)]
+    return Instance(problem, actions, index, rank, dur, delta, preds, by_rank, topo, static,
+                    list(problem.memory_caps), backward, first)
+
+
+def _add_memory_precedences(problem: Problem, backward: list[str], index: dict, preds) -> None:
+    """Orders the memory cap forces, as plain precedences (valid for every feasible schedule).
+
+    With kinds in microbatch order, a stage's own held bytes when F(s, j) starts are
+    (j+1)A - nI (A - G) - nW G >= 0 (A activation, G weight-grad bytes, nI/nW its I's/W's done),
+    and the rank's other stages hold >= 0, so with room = cap - static:
+    * nI >= j + 1 - floor(room / A): I(s, j - K) must precede F(s, j), K = floor(room / A);
+    * with nI <= j, A + (j - nW) G <= room: W(s, j - L - 1) must precede F(s, j),
+      L = floor((room - A) / G).
+    (B frees everything: only the first rule, with B.)"""
+    prof = problem.profile
+    caps = problem.memory_caps
+    n_mb = problem.n_microbatches
+    for s in range(problem.n_stages):
+        r = problem.placement[s]
+        if math.isinf(caps[r]):
+            continue
+        room = caps[r] - sum(prof.stages[t].static_bytes for t in problem.stages_of(r))
+        act = prof.stages[s].activation_bytes
+        wg = prof.stages[s].weight_grad_bytes
+        if act <= 0:
+            continue
+        k = int(math.floor(room / act + 1e-9))
+        for j in range(n_mb):
+            f = index[Action(s, "F", j)]
+            if j - k >= 0:
+                preds[f].append((index[Action(s, backward[s], j - k)], 0.0))
+            if backward[s] == "I" and wg > 0:
+                lim = int(math.floor((room - act) / wg + 1e-9))
+                m = j - lim - 1
+                if m >= 0:
+                    preds[f].append((index[Action(s, "W", m)], 0.0))
+
+
+def _topological(n: int, preds: list[list[tuple[int, float]]]) -> list[int]:
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for b in range(n):
+        for a, _ in preds[b]:
+            succs[a].append(b)
+            indeg[b] += 1
+    order = [i for i in range(n) if indeg[i] == 0]
+    head = 0
+    while head < len(order):
+        a = order[head]
+        head += 1
+        for b in succs[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                order.append(b)
+    if len(order) != n:
+        raise ValueError("dependency graph has a cycle")
+    return order
+
+
+def orders_from_schedule(inst: Instance, schedule: Schedule) -> list[list[int]]:
+    """The schedule's per-rank orders in the model's vocabulary: a B on a split stage becomes I
+    then W in its place; an I on a merged stage becomes B and its W is dropped."""
+    orders = []
+    for r in range(schedule.n_ranks):
+        row = []
+        for a in schedule.actions(r):
+            s = a.stage
+            if inst.backward[s] == "I" and a.kind == "B":
+                row += [inst.index[Action(s, "I", a.microbatch)], inst.index[Action(s, "W", a.microbatch)]]
+            elif inst.backward[s] == "B" and a.kind in ("I", "W"):
+                if a.kind == "I":
+                    row.append(inst.index[Action(s, "B", a.microbatch)])
+            else:
+                row.append(inst.index[a])
+        orders.append(row)
+    return orders
+
+
+def schedule_from_orders(inst: Instance, orders: Sequence[Sequence[int]], name: str = "schedc") -> Schedule:
+    p = inst.problem
+    return Schedule(rows=[[inst.actions[i] for i in row] for row in orders], placement=p.placement,
+                    n_microbatches=p.n_microbatches, name=name)
+
+
+def obeys_kind_order(inst: Instance, orders: Sequence[Sequence[int]]) -> bool:
+    """True when every stage runs each kind in microbatch order (the model's assumption)."""
+    for row in orders:
+        last: dict[tuple[int, str], int] = {}
+        for i in row:
+            a = inst.actions[i]
+            key = (a.stage, a.kind)
+            if last.get(key, -1) != a.microbatch - 1:
+                return False
+            last[key] = a.microbatch
+    return True
+
+
+def canonical_orders(inst: Instance, orders: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Relabel microbatches so that each kind runs in microbatch order on each stage (the
+    exchange argument in the module docstring: never slower, same memory)."""
+    out = []
+    for row in orders:
+        count: dict[tuple[int, str], int] = {}
+        new = []
+        for i in row:
+            a = inst.actions[i]
+            key = (a.stage, a.kind)
+            m = count.get(key, 0)
+            count[key] = m + 1
+            new.append(inst.index[Action(a.stage, a.kind, m)])
+        out.append(new)
+    return out
+
+
+# ---------------------------------------------------------------- windows and closure
+
+
+def _closure(inst: Instance, preds: list[list[tuple[int, float]]], topo: list[int]) -> list[int]:
+    """anc[b]: bitset of all actions that must run before b."""
+    anc = [0] * inst.n
+    for b in topo:
+        bits = 0
+        for a, _ in preds[b]:
+            bits |= anc[a] | (1 << a)
+        anc[b] = bits
+    return anc
+
+
+def _bits(x: int):
+    while x:
+        low = x & -x
+        yield low.bit_length() - 1
+        x ^= low
+
+
+@dataclass
+class Windows:
+    est: list[float]
+    lst: list[float]
+    anc: list[int]
+    work_before: list[float]  # same-rank work that must precede a
+    work_after: list[float]  # same-rank work that must follow a (a excluded)
+
+
+def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, first_start: list[float]) -> Windows:
+    n = inst.n
+    anc = _closure(inst, preds, topo)
+    # same-rank work before / after each action, by popcount over (stage, kind) groups
+    groups: list[list[tuple[int, float]]] = [[] for _ in inst.by_rank]
+    masks: dict[tuple[int, str], int] = {}
+    for i in range(n):
+        key = (inst.actions[i].stage, inst.actions[i].kind)
+        masks[key] = masks.get(key, 0) | (1 << i)
+    for (stage, kind), mask in masks.items():
+        groups[inst.problem.placement[stage]].append((mask, inst.problem.duration(stage, kind)))
+    desc = [0] * n
+    succs_plain: list[list[int]] = [[] for _ in range(n)]
+    for b in range(n):
+        for a, _ in preds[b]:
+            succs_plain[a].append(b)
+    for a in reversed(topo):
+        bits = 0
+        for b in succs_plain[a]:
+            bits |= desc[b] | (1 << b)
+        desc[a] = bits
+    work_before = [0.0] * n
+    work_after = [0.0] * n
+    for i in range(n):
+        g = groups[inst.rank[i]]
+        work_before[i] = sum((anc[i] & mask).bit_count() * d for mask, d in g)
+        work_after[i] = sum((desc[i] & mask).bit_count() * d for mask, d in g)
+    est = [0.0] * n
+    for b in topo:
+        t = work_before[b]
+        for a, lag in preds[b]:
+            t = max(t, est[a] + inst.dur[a] + lag)
+        est[b] = t
+    succs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for b in range(n):
+        for a, lag in preds[b]:
+            succs[a].append((b, lag))
+    lst = [0.0] * n
+    for a in reversed(topo):
+        if objective == "span":
+            cap_end = first_start[inst.rank[a]] + horizon
+        else:
+            cap_end = horizon
+        t = cap_end - inst.dur[a] - work_after[a]
+        for b, lag in succs[a]:
+            t = min(t, lst[b] - lag - inst.dur[a])
+        lst[a] = t
+    return Windows(est, lst, anc, work_before, work_after)
+
+
+# ---------------------------------------------------------------- solving
+
+
+@dataclass
+class SolveOutcome:
+    orders: Optional[list[list[int]]]  # per rank, by start time; None when no solution
+    proven: bool  # the solver proved optimality of this (full or window) model
+    objective: Optional[float]
+    dual_bound: Optional[float]  # the solver's bound on this model's objective
+    solve_time: float
+    n_binaries: int = 0
+    n_rows: int = 0
+    solver: str = ""
+    message: str = ""
+
+
+def available_solver(name: Optional[str] = None) -> str:
+    """'highs' when highspy is importable (or asked for), else 'cbc'."""
+    if name not in (None, "highs", "cbc"):
+        raise ValueError(f"solver must be 'highs' or 'cbc', got {name!r}")
+    highs_ok = pulp.HiGHS(msg=False).available()
+    if name == "highs" and not highs_ok:
+        from schedc.errors import SchedcError
+
+        raise SchedcError("--solver highs: highspy is not installed (pip install highspy), or use --solver cbc")
+    if name is None:
+        return "highs" if highs_ok else "cbc"
+    return name
+
+
+class _WarmHiGHS(pulp.HiGHS):
+    """pulp's HiGHS (highspy) plus a MIP start, a progress callback and the dual bound."""
+
+    def __init__(self, start_values: dict, on_progress=None, deadline: Optional[float] = None, **kw):
+        super().__init__(**kw)
+        self.start_values = start_values
+        self.on_progress = on_progress
+        self.deadline = deadline
+        self.dual_bound: Optional[float] = None
+        self.primal: Optional[float] = None
+        self.start_accepted: Optional[bool] = None
+        self._last = 0.0
+
+    def callSolver(self, lp):
+        import highspy
+
+        h = lp.solverModel
+        if self.start_values:
+            cols = [v for v in lp.variables() if v.name in self.start_values]
+            idx = [v.index for v in cols]
+            vals = [float(self.start_values[v.name]) for v in cols]
+            if hasattr(h, "setSolution"):
+                try:
+                    status = h.setSolution(len(idx), idx, vals)
+                except TypeError:
+                    sol = highspy.HighsSolution()
+                    full = [0.0] * len(lp.variables())
+                    for i, v in zip(idx, vals):
+                        full[i] = v
+                    sol.col_value = full
+                    sol.value_valid = True
+                    status = h.setSolution(sol)
+                self.start_accepted = status == highspy.HighsStatus.kOk
+
+        def interrupt(e):
+            out = e.data_out
+            now = time.monotonic()
+            if self.deadline is not None and now > self.deadline:
+                e.interrupt()
+            if self.on_progress is not None and now - self._last >= 1.0:
+                self._last = now
+                self.on_progress(out.mip_primal_bound, out.mip_dual_bound)
+
+        h.cbMipInterrupt.subscribe(interrupt)
+        h.run()
+        info = h.getInfo()
+        self.dual_bound = info.mip_dual_bound
+        self.primal = info.objective_function_value
+        self.model_status = h.getModelStatus()
+
+
+def solve_model(
+    inst: Instance,
+    incumbent: Sequence[Sequence[int]],
+    incumbent_value: float,
+    objective: str,
+    time_limit: float,
+    solver: str = "highs",
+    free: Optional[Sequence[tuple[int, int]]] = None,
+    lower_bound: float = 0.0,
+    progress: Optional[Callable[[float, float], None]] = None,
+    exact_span_start: bool = True,
+    seed: int = 0,
+) -> SolveOutcome:
+    """Build and solve the order model around `incumbent` (per-rank orders of action ids).
+
+    ``free[r] = (lo, hi)`` frees the incumbent positions lo..hi-1 of rank r and keeps the rest
+    in incumbent order (a window); ``free=None`` is the full model. The horizon is the
+    incumbent's value, so the incumbent is always a feasible point of the model.
+    """
+    t0 = time.monotonic()
+    n = inst.n
+    preds = [list(p) for p in inst.preds]
+    free_sets: list[set[int]] = []
+    if free is not None:
+        for r, row in enumerate(incumbent):
+            lo, hi = free[r]
+            lo, hi = max(0, lo), min(len(row), hi)
+            window = row[lo:hi]
+            free_sets.append(set(window))
+            # fixed prefix and suffix keep their incumbent order around the window
+            def outside(k: int) -> bool:
+                return k < lo or k >= hi
+            for k in range(1, len(row)):
+                if outside(k - 1) and outside(k):
+                    preds[row[k]].append((row[k - 1], 0.0))
+            if hi > lo:
+                if lo > 0:
+                    for b in window:
+                        preds[b].append((row[lo - 1], 0.0))
+                if hi < len(row):
+                    for a in window:
+                        preds[row[hi]].append((a, 0.0))
+    # one row per (producer, consumer): window chains may repeat a dependency
+    dedup = []
+    for b in range(n):
+        lags: dict[int, float] = {}
+        for a, lag in preds[b]:
+            lags[a] = max(lag, lags.get(a, lag))
+        dedup.append(list(lags.items()))
+    preds = dedup
+    topo = _topological(n, preds)
+
+    sim_first = [0.0] * len(inst.by_rank)
+    # the first action of a rank starts at its chain head in the simulator (loop and V: exact)
+    head = [0.0] * n
+    for b in topo:
+        t = 0.0
+        for a, lag in preds[b]:
+            t = max(t, head[a] + inst.dur[a] + lag)
+        head[b] = t
+    for r, f in enumerate(inst.first):
+        sim_first[r] = head[f]
+    win = time_windows(inst, preds, topo, objective, incumbent_value + 1e-9, sim_first)
+
+    # the incumbent's simulated times: the warm start, and the pinned prefix of a window
+    sim = simulate(schedule_from_orders(inst, incumbent), inst.problem.profile)
+    sim_start = [sim.timings[a].start for a in inst.actions]
+    pinned = [False] * n
+    if free is not None:
+        # a window's prefix (actions before it on their rank) is closed under dependencies, so
+        # its times are the incumbent's: constants, not variables
+        for r, row in enumerate(incumbent):
+            for i in row[: max(0, free[r][0])]:
+                pinned[i] = True
+
+    prob = pulp.LpProblem("schedule", pulp.LpMinimize)
+    new_var = getattr(prob, "add_variable", None) or pulp.LpVariable  # PuLP >= 3.3 prefers add_variable
+    start = {}
+    for i in range(n):
+        lo, hi = win.est[i], win.lst[i]
+        if hi < lo - 1e-9:
+            return SolveOutcome(None, False, None, None, time.monotonic() - t0, message="empty time window")
+        if pinned[i]:
+            start[i] = sim_start[i]
+        else:
+            start[i] = new_var(f"start_{inst.actions[i]}", lowBound=lo, upBound=max(lo, hi))
+    if objective == "makespan":
+        obj = new_var("makespan", lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
+    else:
+        obj = new_var("span", lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
+    prob += obj
+
+    for b in range(n):
+        for a, lag in preds[b]:
+            if pinned[b]:
+                continue
+            prob += start[b] >= start[a] + inst.dur[a] + lag, f"dep_{inst.actions[a]}_{inst.actions[b]}"
+
+    # order binaries for pairs the closure and the windows leave open
+    before: dict[tuple[int, int], object] = {}  # (a, b) a<b -> var (1: a before b)
+    fixed_before: set[tuple[int, int]] = set()  # (a, b): a surely before b
+    n_bin = 0
+    for r, acts in enumerate(inst.by_rank):
+        cand = acts if free is None else [i for i in acts if i in free_sets[r]]
+        cand = sorted(cand)
+        for x in range(len(cand)):
+            a = cand[x]
+            for y in range(x + 1, len(cand)):
+                b = cand[y]
+                if (win.anc[b] >> a) & 1 or (win.anc[a] >> b) & 1:
+                    continue
+                a_first_ok = win.est[a] + inst.dur[a] <= win.lst[b] + 1e-9
+                b_first_ok = win.est[b] + inst.dur[b] <= win.lst[a] + 1e-9
+                if not a_first_ok and not b_first_ok:
+                    return SolveOutcome(None, False, None, None, time.monotonic() - t0, message="no order fits")
+                if a_first_ok and not b_first_ok:
+                    prob += start[b] >= start[a] + inst.dur[a], f"forced_{inst.actions[a]}_{inst.actions[b]}"
+                    fixed_before.add((a, b))
+                    continue
+                if b_first_ok and not a_first_ok:
+                    prob += start[a] >= start[b] + inst.dur[b], f"forced_{inst.actions[b]}_{inst.actions[a]}"
+                    fixed_before.add((b, a))
+                    continue
+                v = new_var(f"before_{inst.actions[a]}_{inst.actions[b]}", 0, 1, cat=pulp.LpBinary)
+                before[(a, b)] = v
+                n_bin += 1
+                m1 = win.lst[a] + inst.dur[a] - win.est[b]
+                m2 = win.lst[b] + inst.dur[b] - win.est[a]
+                prob += start[b] >= start[a] + inst.dur[a] - m1 * (1 - v), f"order_{inst.actions[a]}_{inst.actions[b]}"
+                prob += start[a] >= start[b] + inst.dur[b] - m2 * v, f"order_{inst.actions[b]}_{inst.actions[a]}"
+
+    def is_before(a: int, b: int):
+        """1, 0 or the binary expression for 'a runs before b' (same rank)."""
+        if (win.anc[b] >> a) & 1 or (a, b) in fixed_before:
+            return 1
+        if (win.anc[a] >> b) & 1 or (b, a) in fixed_before:
+            return 0
+        if (a, b) in before:
+            return before[(a, b)]
+        if (b, a) in before:
+            return 1 - before[(b, a)]
+        # both fixed outside a window: incumbent order decides
+        return 1 if pos[a] < pos[b] else 0
+
+    pos = {i: k for row in incumbent for k, i in enumerate(row)}
+
+    # memory: held bytes when an F begins, as a sum over the rank's earlier actions
+    for r, acts in enumerate(inst.by_rank):
+        cap = inst.caps[r]
+        if math.isinf(cap):
+            continue
+        for a in acts:
+            if inst.delta[a] <= 0:
+                continue
+            if free is not None and a not in free_sets[r]:
+                continue  # outside the window, its prefix is unchanged: the incumbent fits
+            const = inst.static[r] + inst.delta[a]
+            terms = []
+            worst = const
+            for b in acts:
+                if b == a or inst.delta[b] == 0:
+                    continue
+                v = is_before(b, a)
+                if isinstance(v, int):
+                    const += inst.delta[b] * v
+                    worst += inst.delta[b] * v
+                else:
+                    terms.append((inst.delta[b], v))
+                    worst += max(inst.delta[b], 0.0)
+            if worst <= cap * (1 + 1e-9) + 1e-9:
+                continue
+            prob += pulp.lpSum(d * v for d, v in terms) + const <= cap, f"memory_{inst.actions[a]}"
+
+    # objective rows and valid inequalities (work that must follow an action on its rank)
+    if objective == "makespan":
+        for a in range(n):
+            if not pinned[a]:
+                prob += obj >= start[a] + inst.dur[a] + win.work_after[a], f"makespan_after_{inst.actions[a]}"
+    else:
+        for r, acts in enumerate(inst.by_rank):
+            f = inst.first[r]
+            if exact_span_start and not pinned[f]:
+                prob += start[f] == sim_first[r], f"first_start_r{r}"
+            for a in acts:
+                if pinned[a]:
+                    continue
+                prob += obj >= start[a] + inst.dur[a] + win.work_after[a] - start[f], f"span_after_{inst.actions[a]}"
+
+    # one machine per rank: everything ordered before a runs before it, everything after it
+    # after it (links the order binaries to the times far more tightly than the big-M rows)
+    for r, acts in enumerate(inst.by_rank):
+        rank_release = min(win.est[i] for i in acts)
+        f = inst.first[r]
+        for a in acts:
+            if free is not None and a not in free_sets[r]:
+                continue
+            pre_const, pre_terms, post_const, post_terms = 0.0, [], 0.0, []
+            for b in acts:
+                if b == a:
+                    continue
+                v = is_before(b, a)
+                if isinstance(v, int):
+                    pre_const += inst.dur[b] * v
+                    post_const += inst.dur[b] * (1 - v)
+                else:
+                    pre_terms.append(inst.dur[b] * v)
+                    post_terms.append(inst.dur[b] * (1 - v))
+            if not pre_terms:
+                continue
+            prob += start[a] >= rank_release + pre_const + pulp.lpSum(pre_terms), f"machine_before_{inst.actions[a]}"
+            tail = start[a] + inst.dur[a] + post_const + pulp.lpSum(post_terms)
+            if objective == "makespan":
+                prob += obj >= tail, f"machine_after_{inst.actions[a]}"
+            else:
+                prob += obj >= tail - start[f], f"machine_after_{inst.actions[a]}"
+
+    # warm start values: the incumbent's simulated times
+    values = {}
+    for i in range(n):
+        if not pinned[i]:
+            values[start[i].name] = min(max(sim_start[i], win.est[i]), win.lst[i])
+    for (a, b), v in before.items():
+        values[v.name] = 1.0 if pos[a] < pos[b] else 0.0
+    values[obj.name] = incumbent_value
+    for var in prob.variables():
+        if var.name in values:
+            var.setInitialValue(values[var.name])
+
+    build_time = time.monotonic() - t0
+    remaining = max(0.5, time_limit - build_time)
+    if solver == "highs":
+        s = _WarmHiGHS(values, on_progress=progress, deadline=time.monotonic() + remaining,
+                       msg=False, timeLimit=remaining, threads=1, mip_rel_gap=1e-6, mip_abs_gap=1e-6,
+                       random_seed=int(seed))
+    else:
+        s = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(remaining))), warmStart=True, threads=1,
+                              gapRel=1e-6, gapAbs=1e-6)
+    try:
+        status = prob.solve(s)
+    except pulp.PulpSolverError as e:
+        return SolveOutcome(None, False, None, None, time.monotonic() - t0, n_bin, prob.numConstraints(), solver, str(e))
+    elapsed = time.monotonic() - t0
+    dual = None
+    proven = False
+    if solver == "highs":
+        import highspy
+
+        ms = getattr(s, "model_status", None)
+        proven = ms == highspy.HighsModelStatus.kOptimal
+        if s.dual_bound is not None and math.isfinite(s.dual_bound):
+            dual = s.dual_bound
+        if ms == highspy.HighsModelStatus.kInfeasible:
+            return SolveOutcome(None, False, None, None, elapsed, n_bin, prob.numConstraints(), solver, "infeasible")
+    else:
+        proven = pulp.LpStatus[status] == "Optimal" and prob.sol_status == pulp.LpSolutionOptimal
+    if proven and dual is None:
+        dual = pulp.value(prob.objective)
+    def value(i: int) -> Optional[float]:
+        return start[i] if pinned[i] else start[i].varValue
+
+    if obj.varValue is None or any(value(i) is None for i in range(n)):
+        return SolveOutcome(None, False, None, dual, elapsed, n_bin, prob.numConstraints(), solver, "no solution")
+    orders = []
+    for acts in inst.by_rank:
+        orders.append(sorted(acts, key=lambda i: (round(value(i), 6), win.est[i], i)))
+    return SolveOutcome(orders, proven, pulp.value(prob.objective), dual, elapsed, n_bin, prob.numConstraints(), solver)
+
+
+def count_free_pairs(inst: Instance) -> int:
+    """Pairs on a rank not ordered by dependencies + kind order (the full model's binaries, before
+    time-window fixing): the size measure that picks full model vs windows."""
+    anc = _closure(inst, inst.preds, inst.topo)
+    total = 0
+    for acts in inst.by_rank:
+        mask = 0
+        for i in acts:
+            mask |= 1 << i
+        k = len(acts)
+        ordered = sum(bin(anc[b] & mask).count("1") for b in acts)
+        total += k * (k - 1) // 2 - ordered
+    return total

@@ -1,0 +1,140 @@
+"""The integer program against exhaustive search: same optimum on tiny instances (both objectives,
+memory caps, heterogeneous costs, comm, V placement), which also checks the in-order (symmetry
+breaking) assumption, since the exhaustive search does not make it; warm starts reach the
+solver; the model's solutions re-simulate to the model's value."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedc.costs import Profile, StageCost
+from schedc.ir import Action, Schedule
+from schedc.simulate import simulate
+from schedc.solver import model
+from schedc.solver.exhaustive import exact_optimum
+from schedc.solver.heuristic import warm_start
+from schedc.solver.problem import Problem
+
+
+def hetero(n: int, comm: float = 0.1) -> Profile:
+    stages = []
+    for s in range(n):
+        f = 1.3 if s in (0, n - 1) else 1.0
+        stages.append(StageCost(forward=f, backward_input=1.1 * f, backward_weight=0.9 * f,
+                                activation_bytes=1.0, weight_grad_bytes=0.5))
+    return Profile(stages=stages, comm=comm)
+
+
+def solve_full(problem: Problem, solver: str = "highs", time_limit: float = 20.0):
+    inst = model.build_instance(problem)
+    sched, sim, _ = warm_start(problem, time_budget=0.05)
+    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
+    val = simulate(model.schedule_from_orders(inst, inc), problem.profile).objective(problem.objective)
+    out = model.solve_model(inst, inc, val, problem.objective, time_limit, solver)
+    return inst, val, out
+
+
+TINY = [
+    # (stages, mb, ranks, placement, profile, memory, objective)
+    (2, 3, None, "loop", None, "1p", "makespan"),
+    (2, 3, None, "loop", None, "1p", "span"),
+    (3, 3, None, "loop", None, "1p", "makespan"),
+    (3, 3, None, "loop", None, "1p", "span"),
+    (3, 3, None, "loop", "hetero", "1p", "makespan"),
+    (3, 2, None, "loop", "hetero", "1p", "span"),
+    (2, 4, None, "loop", "hetero", "1p", "span"),
+    (2, 3, None, "loop", "hetero", "none", "span"),
+    (3, 3, None, "loop", "hetero", "0.67p", "makespan"),
+    (2, 4, None, "loop", "hetero", "0.5p", "makespan"),
+    (4, 2, 2, "v", None, "1p", "makespan"),
+    (4, 2, 2, "v", "hetero", "1p", "span"),
+    (4, 2, 2, "loop", None, "none", "makespan"),
+]
+
+
+@pytest.mark.parametrize("case", TINY, ids=lambda c: "-".join(str(x) for x in c))
+def test_ilp_optimum_equals_exhaustive_optimum(case):
+    n, m, r, placement, prof, memory, objective = case
+    profile = hetero(n) if prof == "hetero" else None
+    problem = Problem.build(n, m, n_ranks=r, placement=placement, profile=profile, memory=memory, objective=objective)
+    exact, _ = exact_optimum(problem)
+    inst, warm_val, out = solve_full(problem)
+    assert out.proven
+    assert out.orders is not None
+    sched = model.schedule_from_orders(inst, out.orders)
+    sim = simulate(sched, problem.profile, problem.memory)
+    assert sim.fits
+    assert sim.objective(objective) == pytest.approx(exact, abs=1e-6)
+    assert out.objective == pytest.approx(exact, abs=1e-6)
+    assert out.dual_bound <= exact + 1e-6
+
+
+def test_cbc_reaches_the_same_optimum():
+    problem = Problem.build(3, 3, profile=hetero(3), memory="1p", objective="makespan")
+    exact, _ = exact_optimum(problem)
+    inst, _, out = solve_full(problem, solver="cbc")
+    assert out.proven
+    sim = simulate(model.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
+    assert sim.fits and sim.makespan == pytest.approx(exact, abs=1e-6)
+
+
+def test_warm_start_reaches_highs(monkeypatch):
+    problem = Problem.build(4, 6, profile=hetero(4), memory="1p")
+    seen = {}
+    original = model._WarmHiGHS.callSolver
+
+    def spy(self, lp):
+        original(self, lp)
+        seen["accepted"] = self.start_accepted
+        seen["n"] = len(self.start_values)
+
+    monkeypatch.setattr(model._WarmHiGHS, "callSolver", spy)
+    inst, val, out = solve_full(problem, time_limit=5.0)
+    assert seen["accepted"] is True
+    assert seen["n"] > inst.n  # every start time, the order binaries and the objective
+    assert out.orders is not None
+    assert out.objective <= val + 1e-6
+
+
+def test_model_vocabulary_round_trip():
+    # B on a split stage becomes I then W; canonical relabelling puts kinds in microbatch order
+    problem = Problem.build(2, 2)
+    inst = model.build_instance(problem)
+    sched = Schedule.from_actions([
+        [Action(0, "F", 1), Action(0, "F", 0), Action(0, "B", 1), Action(0, "B", 0)],
+        [Action(1, "F", 1), Action(1, "B", 1), Action(1, "F", 0), Action(1, "B", 0)],
+    ], n_microbatches=2, placement=(0, 1))
+    orders = model.orders_from_schedule(inst, sched)
+    assert [str(inst.actions[i]) for i in orders[0]] == ["0F1", "0F0", "0I1", "0W1", "0I0", "0W0"]
+    canon = model.canonical_orders(inst, orders)
+    assert model.obeys_kind_order(inst, canon)
+    before = simulate(sched, problem.profile).makespan
+    after = simulate(model.schedule_from_orders(inst, canon), problem.profile).makespan
+    assert after <= before + 1e-9
+
+
+def test_zero_cost_w_stages_use_b():
+    stages = [StageCost(forward=1, backward_input=1, backward_weight=0, activation_bytes=1, weight_grad_bytes=0),
+              StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1, weight_grad_bytes=0.5)]
+    problem = Problem.build(2, 3, profile=Profile(stages=stages))
+    inst = model.build_instance(problem)
+    assert inst.backward == ["B", "I"]
+    assert Action(0, "W", 0) not in inst.index
+    exact, _ = exact_optimum(problem)
+    _, _, out = solve_full(problem)
+    sim = simulate(model.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
+    assert sim.fits and sim.makespan == pytest.approx(exact, abs=1e-6)
+
+
+def test_window_model_keeps_outside_order():
+    problem = Problem.build(4, 8, profile=hetero(4), memory="1p")
+    inst = model.build_instance(problem)
+    sched, _, _ = warm_start(problem, time_budget=0.05)
+    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
+    val = simulate(model.schedule_from_orders(inst, inc), problem.profile).makespan
+    free = [(4, 12)] * problem.n_ranks
+    out = model.solve_model(inst, inc, val, "makespan", 5.0, free=free)
+    assert out.orders is not None
+    for r, row in enumerate(out.orders):
+        assert row[:4] == inc[r][:4] and row[12:] == inc[r][12:]
+        assert sorted(row[4:12]) == sorted(inc[r][4:12])
