@@ -21,19 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedc.costs import Profile, StageCost  # noqa: E402
+from schedc.costs import Profile  # noqa: E402
 from schedc.solver import compile_schedule  # noqa: E402
 
 BASELINES = ["gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b", "zb-v"]
 
 
-def hetero(n: int) -> Profile:
-    stages = []
-    for s in range(n):
-        f = 1.3 if s in (0, n - 1) else 1.0
-        stages.append(StageCost(forward=f, backward_input=1.1 * f, backward_weight=0.9 * f,
-                                activation_bytes=1.0, weight_grad_bytes=0.5))
-    return Profile(stages=stages, comm=0.1)
 
 
 def cases(quick: bool, time_limit: float, only: set[str]):
@@ -46,17 +39,17 @@ def cases(quick: bool, time_limit: float, only: set[str]):
         for objective in ("makespan", "span"):
             for n, m in sizes:
                 for mem in mems:
-                    out.append(("b", f"{n}x{m} hetero", dict(n_stages=n, n_microbatches=m, profile=hetero(n),
+                    out.append(("b", f"{n}x{m} hetero", dict(n_stages=n, n_microbatches=m, profile=Profile.edge_heavy(n),
                                                              memory=mem, objective=objective), time_limit, None))
             for mem in mems:
                 out.append(("b", "V 4r x 2s x 16 hetero",
-                            dict(n_stages=8, n_microbatches=16, n_ranks=4, placement="v", profile=hetero(8),
+                            dict(n_stages=8, n_microbatches=16, n_ranks=4, placement="v", profile=Profile.edge_heavy(8),
                                  memory=mem, objective=objective), time_limit, None))
     if "c" in only:
         out.append(("c", "32x128 identical", dict(n_stages=32, n_microbatches=128, memory="1p"),
                     60.0 if quick else 120.0, None))
         if not quick:  # the decomposition's case: the warm start does not meet the bound
-            out.append(("c", "32x128 hetero", dict(n_stages=32, n_microbatches=128, profile=hetero(32),
+            out.append(("c", "32x128 hetero", dict(n_stages=32, n_microbatches=128, profile=Profile.edge_heavy(32),
                                                    memory="1p"), 120.0, None))
     if "d" in only:
         for n, m in ([(4, 12)] if quick else [(4, 12), (8, 24)]):

@@ -117,6 +117,21 @@ class Profile(BaseModel):
         return cls(stages=[stage] * n_stages, comm=comm_value, model="uniform")
 
     @classmethod
+    def edge_heavy(
+        cls, n_stages: int, edge: float = 1.3, input_ratio: float = 1.1, weight_ratio: float = 0.9, comm: float = 0.1
+    ) -> "Profile":
+        """Unequal stages the way real models are: the first and last stage (embedding; LM head
+        and loss) cost ``edge`` times the middle ones; I = input_ratio x F, W = weight_ratio x F;
+        ``comm`` per boundary; memory as in :meth:`uniform`. The defaults are the compiler's
+        benchmark case (1.3x, 1.1, 0.9, 10% of F)."""
+        stages = []
+        for s in range(n_stages):
+            f = edge if s in (0, n_stages - 1) else 1.0
+            stages.append(StageCost(forward=f, backward_input=input_ratio * f, backward_weight=weight_ratio * f,
+                                    activation_bytes=1.0, weight_grad_bytes=0.5))
+        return cls(stages=stages, comm=comm, model="edge-heavy")
+
+    @classmethod
     def load(cls, path: Union[str, Path]) -> "Profile":
         path = Path(path)
         try:

@@ -28,13 +28,6 @@ COSTS = [
 ]
 
 
-def hetero(n_stages: int, comm: float = 0.1) -> Profile:
-    stages = []
-    for s in range(n_stages):
-        f = 1.3 if s in (0, n_stages - 1) else 1.0
-        stages.append(StageCost(forward=f, backward_input=1.1 * f, backward_weight=0.9 * f,
-                                activation_bytes=1.0, weight_grad_bytes=0.5))
-    return Profile(stages=stages, comm=comm)
 
 
 TINY = [(2, 2, "loop", None), (2, 3, "loop", None), (3, 2, "loop", None), (4, 2, "v", 2),
@@ -46,7 +39,7 @@ TINY = [(2, 2, "loop", None), (2, 3, "loop", None), (3, 2, "loop", None), (4, 2,
 @pytest.mark.parametrize("objective", ["makespan", "span"])
 def test_bound_never_above_exact_optimum(n_stages, n_mb, placement, n_ranks, memory, objective):
     for costs in COSTS + [None]:
-        prof = hetero(n_stages) if costs is None else Profile.uniform(n_stages, *costs[:3], comm=costs[3])
+        prof = Profile.edge_heavy(n_stages) if costs is None else Profile.uniform(n_stages, *costs[:3], comm=costs[3])
         p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, profile=prof,
                           memory=memory, objective=objective)
         opt, sched = exact_optimum(p)
@@ -77,7 +70,7 @@ def _linear_extensions(actions, before):
 def _brute_force(problem: Problem) -> float:
     """Minimum of simulate() over every tuple of per-rank orders (I/W split), no pruning and
     no symmetry breaking: an independent check of exact_optimum."""
-    S, M = problem.n_stages, problem.n_microbatches
+    M = problem.n_microbatches
     per_rank = []
     for r in range(problem.n_ranks):
         acts = [Action(s, k, m) for s in problem.stages_of(r) for m in range(M) for k in "FIW"]
@@ -114,7 +107,7 @@ def test_merging_backward_never_helps():
 
 
 def test_exhaustive_refuses_large_instances():
-    p = Problem.build(4, 4, profile=hetero(4), memory="none", objective="span")
+    p = Problem.build(4, 4, profile=Profile.edge_heavy(4), memory="none", objective="span")
     with pytest.raises(SchedcError, match="exceeded"):
         exact_optimum(p, max_nodes=50, use_heuristic=False)
 
@@ -125,7 +118,7 @@ LARGER = [(4, 16, "loop", None), (8, 24, "loop", None), (8, 16, "v", 4), (8, 16,
 @pytest.mark.parametrize("n_stages,n_mb,placement,n_ranks", LARGER)
 @pytest.mark.parametrize("objective", ["makespan", "span"])
 def test_bound_never_above_feasible_baselines(n_stages, n_mb, placement, n_ranks, objective):
-    for prof in (Profile.uniform(n_stages), hetero(n_stages), Profile.uniform(n_stages, 1.0, 2.0, 0.0, comm=0.5)):
+    for prof in (Profile.uniform(n_stages), Profile.edge_heavy(n_stages), Profile.uniform(n_stages, 1.0, 2.0, 0.0, comm=0.5)):
         for memory in ("0.5p", "1p", "1.5p", "2p", "none"):
             p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, profile=prof,
                               memory=memory, objective=objective)
@@ -145,11 +138,11 @@ def test_identical_stages_known_values():
 
 
 def test_details_name_every_term():
-    p = Problem.build(4, 8, profile=hetero(4), memory="1p")
+    p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     d = lower_bound_details(p)
     assert d["lower_bound"] == max(v for k, v in d.items() if k != "lower_bound")
     assert {"work_after_head", "one_microbatch_chain", "memory_warmup", "span_work"} <= set(d)
-    d_span = lower_bound_details(Problem.build(4, 8, profile=hetero(4), memory="1p", objective="span"))
+    d_span = lower_bound_details(Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p", objective="span"))
     assert "work_after_head" not in d_span  # head terms are not valid when ranks may start late
 
 

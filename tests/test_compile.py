@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedc import cli, csvio
-from schedc.costs import Profile, StageCost
+from schedc.costs import Profile
 from schedc.errors import SchedcError
 from schedc.simulate import simulate
 from schedc.solver import CompileResult, Problem, compile_schedule
@@ -33,13 +33,6 @@ except ImportError:
     HAVE_TORCH = False
 
 
-def hetero(n: int, comm: float = 0.1) -> Profile:
-    stages = []
-    for s in range(n):
-        f = 1.3 if s in (0, n - 1) else 1.0
-        stages.append(StageCost(forward=f, backward_input=1.1 * f, backward_weight=0.9 * f,
-                                activation_bytes=1.0, weight_grad_bytes=0.5))
-    return Profile(stages=stages, comm=comm)
 
 
 def check_result(res: CompileResult, warm_value: float | None = None) -> None:
@@ -79,7 +72,7 @@ def test_identical_stages_proven_optimal_and_report():
 
 
 def test_heterogeneous_never_worse_than_warm_start_and_gap_when_unproven():
-    problem = Problem.build(4, 12, profile=hetero(4), memory="1p")
+    problem = Problem.build(4, 12, profile=Profile.edge_heavy(4), memory="1p")
     warm = warm_start(problem, time_budget=0.1)
     res = compile_problem(problem, time_limit=3, warm=warm)
     check_result(res, warm[1].makespan)
@@ -90,7 +83,7 @@ def test_ilp_improves_a_weak_warm_start_and_proves_it():
     # hand the compiler 1F1B as the warm start: the integer program must find the optimum itself
     from schedc import baselines
 
-    problem = Problem.build(3, 3, profile=hetero(3), memory="1p")
+    problem = Problem.build(3, 3, profile=Profile.edge_heavy(3), memory="1p")
     weak = baselines.make_baseline("1f1b", 3, 3)
     weak_sim = simulate(weak, problem.profile, problem.memory)
     res = compile_problem(problem, time_limit=10, warm=(weak, weak_sim, "1f1b"))
@@ -102,7 +95,7 @@ def test_ilp_improves_a_weak_warm_start_and_proves_it():
 
 
 def test_span_objective_and_v_placement():
-    res = compile_schedule(4, 4, n_ranks=2, placement="v", profile=hetero(4), memory="1p", objective="span",
+    res = compile_schedule(4, 4, n_ranks=2, placement="v", profile=Profile.edge_heavy(4), memory="1p", objective="span",
                            time_limit=3)
     check_result(res)
     assert res.problem.placement == (0, 1, 1, 0)
@@ -191,7 +184,7 @@ def test_unproven_answer_is_never_called_optimal():
     # ZB-H1 (66.42) against a bound of 66.03 and no time for the integer program: 'heuristic'
     from schedc import baselines
 
-    problem = Problem.build(4, 16, profile=hetero(4), memory="1p")
+    problem = Problem.build(4, 16, profile=Profile.edge_heavy(4), memory="1p")
     zb = baselines.make_baseline("zb-h1", 4, 16)
     zb_sim = simulate(zb, problem.profile, problem.memory)
     res = compile_problem(problem, time_limit=0.05, warm=(zb, zb_sim, "zb-h1"))
@@ -213,7 +206,7 @@ def test_window_decomposition_improves_and_stays_valid(monkeypatch):
     from schedc.solver import model
 
     monkeypatch.setattr(model, "FULL_MODEL_PAIRS", 0)
-    problem = Problem.build(4, 8, profile=hetero(4), memory="1p")
+    problem = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     weak = baselines.make_baseline("1f1b", 4, 8)
     weak_sim = simulate(weak, problem.profile, problem.memory)
     res = compile_problem(problem, time_limit=4, warm=(weak, weak_sim, "1f1b"))

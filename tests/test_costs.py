@@ -94,3 +94,10 @@ def test_parse_costs_and_comm():
             parse_costs(bad)
     with pytest.raises(SchedcError, match="--comm"):
         parse_comm("-1")
+
+
+def test_edge_heavy_profile_is_the_benchmark_shape():
+    p = Profile.edge_heavy(4)
+    assert [p.duration(s, "F") for s in range(4)] == [1.3, 1.0, 1.0, 1.3]
+    assert p.duration(0, "I") == pytest.approx(1.43) and p.duration(1, "W") == pytest.approx(0.9)
+    assert p.comm_after(0) == 0.1

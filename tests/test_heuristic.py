@@ -18,14 +18,6 @@ from schedc.solver.problem import Problem
 from schedc.validate import validate
 
 
-def hetero(n_stages: int, comm: float = 0.1) -> Profile:
-    """First/last stage 1.3x, I = 1.1 F, W = 0.9 F, comm 0.1 F (the issue's benchmark costs)."""
-    stages = []
-    for s in range(n_stages):
-        f = 1.3 if s in (0, n_stages - 1) else 1.0
-        stages.append(StageCost(forward=f, backward_input=1.1 * f, backward_weight=0.9 * f,
-                                activation_bytes=1.0, weight_grad_bytes=0.5))
-    return Profile(stages=stages, comm=comm)
 
 
 def check(problem: Problem, budget: float = 0.2):
@@ -52,7 +44,7 @@ GRID = [
 @pytest.mark.parametrize("memory", ["1p", "2p", "none"])
 @pytest.mark.parametrize("objective", ["makespan", "span"])
 def test_valid_fits_and_beats_feasible_baselines(n_stages, n_mb, placement, n_ranks, memory, objective):
-    for profile in (Profile.uniform(n_stages), hetero(n_stages)):
+    for profile in (Profile.uniform(n_stages), Profile.edge_heavy(n_stages)):
         p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, profile=profile,
                           memory=memory, objective=objective)
         check(p)
@@ -67,7 +59,7 @@ def test_matches_zb_h1_closed_form_on_identical_stages():
 
 def test_tight_memory_below_1p_is_still_feasible():
     for placement, n_ranks in (("loop", None), ("v", 2), ("loop", 2)):
-        p = Problem.build(4, 6, n_ranks=n_ranks, placement=placement, profile=hetero(4), memory=min_limit(4, n_ranks, placement))
+        p = Problem.build(4, 6, n_ranks=n_ranks, placement=placement, profile=Profile.edge_heavy(4), memory=min_limit(4, n_ranks, placement))
         check(p)
 
 
@@ -77,7 +69,7 @@ def min_limit(n_stages, n_ranks, placement):
 
 
 def test_explicit_placements_do_not_deadlock():
-    prof = hetero(4)
+    prof = Profile.edge_heavy(4)
     for placement in ((1, 0, 1, 0), (0, 0, 1, 1), (0, 1, 1, 0), (1, 0, 0, 1)):
         for memory in ("0.5p", "1p", "none"):
             p = Problem.build(4, 5, placement=placement, profile=prof, memory=memory)
@@ -106,18 +98,18 @@ def test_stage_without_weights_uses_full_backward():
 
 def test_single_stage_and_single_microbatch():
     check(Problem.build(1, 3, profile=Profile.uniform(1), memory="1p"))
-    check(Problem.build(4, 1, profile=hetero(4), memory="1p", objective="span"))
+    check(Problem.build(4, 1, profile=Profile.edge_heavy(4), memory="1p", objective="span"))
 
 
 def test_large_problem_is_valid_quickly():
-    p = Problem.build(16, 48, profile=hetero(16), memory="1p")
+    p = Problem.build(16, 48, profile=Profile.edge_heavy(16), memory="1p")
     sched, sim = check(p, budget=0.3)
     assert sched.meta["rules_tried"] >= 1
 
 
 def test_warm_start_is_best_of_heuristic_and_baselines():
     for objective in ("makespan", "span"):
-        p = Problem.build(4, 8, profile=hetero(4), memory="2p", objective=objective)
+        p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="2p", objective=objective)
         sched, sim, source = warm_start(p, time_budget=0.2)
         assert sim.fits
         h = simulate(heuristic_schedule(p, time_budget=0.2), p.profile, p.memory).objective(objective)
@@ -143,7 +135,7 @@ def test_warm_start_polishes_a_winning_baseline(monkeypatch):
     from schedc import baselines
     from schedc.solver import heuristic
 
-    p = Problem.build(4, 8, profile=hetero(4), memory="1p", objective="span")
+    p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p", objective="span")
     poor = baselines.make_baseline("1f1b", 4, 8)  # B everywhere: worse than ZB-H1 here
     monkeypatch.setattr(heuristic, "heuristic_schedule", lambda problem, time_budget=1.0, seed=0: poor)
     sched, sim, source = heuristic.warm_start(p, time_budget=0.5)

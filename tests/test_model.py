@@ -16,13 +16,6 @@ from schedc.solver.heuristic import warm_start
 from schedc.solver.problem import Problem
 
 
-def hetero(n: int, comm: float = 0.1) -> Profile:
-    stages = []
-    for s in range(n):
-        f = 1.3 if s in (0, n - 1) else 1.0
-        stages.append(StageCost(forward=f, backward_input=1.1 * f, backward_weight=0.9 * f,
-                                activation_bytes=1.0, weight_grad_bytes=0.5))
-    return Profile(stages=stages, comm=comm)
 
 
 def solve_full(problem: Problem, solver: str = "highs", time_limit: float = 20.0):
@@ -55,7 +48,7 @@ TINY = [
 @pytest.mark.parametrize("case", TINY, ids=lambda c: "-".join(str(x) for x in c))
 def test_ilp_optimum_equals_exhaustive_optimum(case):
     n, m, r, placement, prof, memory, objective = case
-    profile = hetero(n) if prof == "hetero" else None
+    profile = Profile.edge_heavy(n) if prof == "hetero" else None
     problem = Problem.build(n, m, n_ranks=r, placement=placement, profile=profile, memory=memory, objective=objective)
     exact, _ = exact_optimum(problem)
     inst, warm_val, out = solve_full(problem)
@@ -70,7 +63,7 @@ def test_ilp_optimum_equals_exhaustive_optimum(case):
 
 
 def test_cbc_reaches_the_same_optimum():
-    problem = Problem.build(3, 3, profile=hetero(3), memory="1p", objective="makespan")
+    problem = Problem.build(3, 3, profile=Profile.edge_heavy(3), memory="1p", objective="makespan")
     exact, _ = exact_optimum(problem)
     inst, _, out = solve_full(problem, solver="cbc")
     assert out.proven
@@ -79,7 +72,7 @@ def test_cbc_reaches_the_same_optimum():
 
 
 def test_warm_start_reaches_highs(monkeypatch):
-    problem = Problem.build(4, 6, profile=hetero(4), memory="1p")
+    problem = Problem.build(4, 6, profile=Profile.edge_heavy(4), memory="1p")
     seen = {}
     original = model._WarmHiGHS.callSolver
 
@@ -127,7 +120,7 @@ def test_zero_cost_w_stages_use_b():
 
 
 def test_window_model_keeps_outside_order():
-    problem = Problem.build(4, 8, profile=hetero(4), memory="1p")
+    problem = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     inst = model.build_instance(problem)
     sched, _, _ = warm_start(problem, time_budget=0.05)
     inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))

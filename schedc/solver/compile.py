@@ -90,25 +90,12 @@ def compile_schedule(
 def all_baselines(problem: Problem) -> dict[str, dict]:
     """Every hand-made schedule that exists for this problem, simulated under its costs:
     name -> {makespan, span, peak_memory, fits}."""
-    from schedc import baselines
+    from schedc.solver.heuristic import matching_baselines
 
-    out = {}
-    pname = problem.placement_name
-    for name in baselines.BASELINE_NAMES:
-        try:
-            sched = baselines.make_baseline(name, problem.n_stages, problem.n_microbatches, n_ranks=problem.n_ranks,
-                                            placement=pname if pname in ("loop", "v") else None)
-        except (SchedcError, ValueError, TypeError):
-            continue
-        if tuple(sched.placement) != tuple(problem.placement) or sched.n_microbatches != problem.n_microbatches:
-            continue
-        try:
-            sim = simulate(sched, problem.profile, problem.memory)
-        except SchedcError:
-            continue
-        out[name] = {"makespan": sim.makespan, "span": sim.span, "peak_memory": list(sim.peak_memory),
-                     "fits": bool(sim.fits)}
-    return out
+    return {
+        name: {"makespan": sim.makespan, "span": sim.span, "peak_memory": list(sim.peak_memory), "fits": bool(sim.fits)}
+        for name, _, sim in matching_baselines(problem)
+    }
 
 
 def compile_problem(

@@ -727,9 +727,9 @@ def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: floa
 
 # ---------------------------------------------------------------- baselines and warm start
 
-def feasible_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
+def matching_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
     """The hand-made schedules (schedc.baselines) that exist for this problem's stages, ranks,
-    placement and microbatches and fit its memory caps, each with its simulation."""
+    placement and microbatches, each with its simulation (fitting the memory caps or not)."""
     try:
         from schedc import baselines
     except ImportError:
@@ -750,9 +750,13 @@ def feasible_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]
             sim = simulate(sched, problem.profile, problem.memory)
         except SchedcError:
             continue
-        if sim.fits:
-            out.append((name, sched, sim))
+        out.append((name, sched, sim))
     return out
+
+
+def feasible_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
+    """The matching hand-made schedules that fit the problem's memory caps."""
+    return [(name, sched, sim) for name, sched, sim in matching_baselines(problem) if sim.fits]
 
 
 def warm_start(problem: Problem, time_budget: float = 1.0) -> tuple[Schedule, SimResult, str]:
