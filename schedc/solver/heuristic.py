@@ -690,39 +690,6 @@ def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: floa
         stale += 1
     val = key[0]
     return orders, val, moves
-    stale = 0
-    while time.perf_counter() < deadline and stale < 4000:
-        r = rng.randrange(n_ranks)
-        row = orders[r]
-        if len(row) < 2:
-            stale += 1
-            continue
-        i = rng.randrange(len(row))
-        # W's are the flexible fillers; other kinds move too but less often.
-        if row[i][1] != "W" and rng.random() < 0.5:
-            stale += 1
-            continue
-        j = max(0, min(len(row) - 1, i + rng.choice((-3, -2, -1, 1, 2, 3))))
-        if j == i:
-            stale += 1
-            continue
-        item = row.pop(i)
-        row.insert(j, item)
-        res = _retime(a, orders)
-        if res is not None and res[2]:
-            v = _value(res, objective)
-            if v <= val + EPS:
-                if v < val - EPS:
-                    moves += 1
-                    stale = 0
-                else:
-                    stale += 1
-                val = min(val, v)
-                continue
-        row.pop(j)
-        row.insert(i, item)
-        stale += 1
-    return orders, val, moves
 
 
 # ---------------------------------------------------------------- baselines and warm start
