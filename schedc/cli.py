@@ -54,6 +54,27 @@ def _memory_from_args(args) -> MemoryLimit:
     return MemoryLimit.parse(args.memory)
 
 
+def _read_checked(args):
+    """Read and validate every CSV in args.files, with a profile for each."""
+    from schedc import csvio, validate
+
+    schedules, profiles = [], []
+    by_stage_count: dict[int, Profile] = {}  # read a --profile file once, not once per CSV
+    for path in args.files:
+        schedule = csvio.read_csv(path)
+        validate.validate(schedule, source=path)
+        schedule.name = schedule.name or Path(path).stem
+        if schedule.n_stages not in by_stage_count:
+            by_stage_count[schedule.n_stages] = _profile_from_args(args, schedule.n_stages)
+        profile = by_stage_count[schedule.n_stages]
+        if profile.n_stages != schedule.n_stages:
+            raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "
+                              f"{profile.n_stages}; give a profile of this model's {schedule.n_stages} stages")
+        schedules.append(schedule)
+        profiles.append(profile)
+    return schedules, profiles
+
+
 # ---------------------------------------------------------------- baseline
 
 
@@ -128,17 +149,12 @@ def add_simulate(sub) -> None:
 
 
 def run_simulate(args) -> int:
-    from schedc import csvio, validate
     from schedc.simulate import simulate
 
     memory = _memory_from_args(args)
-    rows = []
-    for path in args.files:
-        schedule = csvio.read_csv(path)
-        validate.validate(schedule, source=path)
-        profile = _profile_from_args(args, schedule.n_stages)
-        res = simulate(schedule, profile, memory)
-        rows.append((path, schedule, res))
+    schedules, profiles = _read_checked(args)
+    rows = [(path, schedule, simulate(schedule, profile, memory))
+            for path, schedule, profile in zip(args.files, schedules, profiles)]
     if args.json:
         print(json.dumps([summary_dict(p, s, r) for p, s, r in rows], indent=2))
         return 0
@@ -327,24 +343,6 @@ def run_trace(args) -> int:
     print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks; open it in https://ui.perfetto.dev "
           f"or chrome://tracing (1 s of the profile = 1 s of trace)")
     return 0
-
-
-def _read_checked(args):
-    """Read and validate every CSV in args.files, with a profile for each."""
-    from schedc import csvio, validate
-
-    schedules, profiles = [], []
-    for path in args.files:
-        schedule = csvio.read_csv(path)
-        validate.validate(schedule, source=path)
-        schedule.name = schedule.name or Path(path).stem
-        profile = _profile_from_args(args, schedule.n_stages)
-        if profile.n_stages != schedule.n_stages:
-            raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "
-                              f"{profile.n_stages}; give a profile of this model's {schedule.n_stages} stages")
-        schedules.append(schedule)
-        profiles.append(profile)
-    return schedules, profiles
 
 
 COMMANDS += ["plot", "trace"]
