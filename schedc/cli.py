@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -709,6 +710,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         print(f"schedc {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) went away: not an error; keep Python from complaining at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:
         if debug:
             raise
