@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="profiler repeats")
     ap.add_argument("--concurrent", type=int, default=None,
                     help="profile in this many processes at once (default: one per rank, as the ranks share the host)")
-    ap.add_argument("--out", default="closed-loop", help="directory for the profile, CSVs and results")
+    ap.add_argument("--out", default=None, help="directory for the profile, CSVs and results (default: a new temporary one)")
     args = ap.parse_args(argv)
 
     import torch
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     from schedc.runtime.profiler import StderrProgress, profile_gpt
     from schedc.solver.compile import compile_schedule
 
-    out = Path(args.out)
+    out = Path(args.out or tempfile.mkdtemp(prefix="schedc-closed-loop-"))
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # the ranks run with one thread each
     cfg = GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
