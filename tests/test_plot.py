@@ -114,7 +114,9 @@ def test_boxes_sit_where_the_simulator_puts_them_and_colours_follow_kind_and_sta
     res = simulate(schedule, profile)
     expected = sorted((t.start, t.end, t.rank) for t in res.timings.values())
     got = sorted((p.vertices[0][0], p.vertices[1][0], round(p.vertices[0][1] + 0.4)) for p in coll.get_paths())
-    assert got == pytest.approx(expected)
+    assert len(got) == len(expected)
+    for (g_start, g_end, g_rank), (e_start, e_end, e_rank) in zip(got, expected):
+        assert g_rank == e_rank and g_start == pytest.approx(e_start) and g_end == pytest.approx(e_end)
     # Rank 0 holds stages 0 and 7 in V placement: two shades of the forward colour.
     colors = {tuple(c) for c in coll.get_facecolors()}
     assert tuple(kind_color("F", 0, 2)) in colors and tuple(kind_color("F", 1, 2)) in colors
