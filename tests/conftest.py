@@ -65,3 +65,18 @@ def build_schedule(
 @pytest.fixture
 def make_schedule() -> Callable[..., Schedule]:
     return build_schedule
+
+
+def gpipe_order(placement: Sequence[int], n_microbatches: int, split: bool = True, name: str = "gpipe") -> Schedule:
+    """All forwards (stage, mb), then all backwards by reverse stage: each rank runs a subsequence
+    of one global topological order, so it never deadlocks, whatever the placement."""
+    stages = range(len(placement))
+    order = [Action(s, "F", m) for s in stages for m in range(n_microbatches)]
+    if split:
+        order += [Action(s, "I", m) for s in reversed(stages) for m in range(n_microbatches)]
+        order += [Action(s, "W", m) for s in reversed(stages) for m in range(n_microbatches)]
+    else:
+        order += [Action(s, "B", m) for s in reversed(stages) for m in range(n_microbatches)]
+    n_ranks = max(placement) + 1
+    rows = [[a for a in order if placement[a.stage] == r] for r in range(n_ranks)]
+    return Schedule(rows=rows, placement=tuple(placement), n_microbatches=n_microbatches, name=name)

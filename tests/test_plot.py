@@ -12,6 +12,7 @@ import pytest
 from schedc import cli, csvio
 from schedc.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
+from conftest import gpipe_order
 from schedc.ir import Action, Schedule, loop_placement, v_placement
 from schedc.plot import kind_color, plot_schedules
 
@@ -19,18 +20,7 @@ from schedc.plot import kind_color, plot_schedules
 
 
 def gpipe(placement, n_mb, split=True, name="gpipe") -> Schedule:
-    """All forwards (stage, mb) then all backwards (reverse stage): each rank runs a subsequence
-    of one global topological order, so it never deadlocks, whatever the placement."""
-    stages = range(len(placement))
-    order = [Action(s, "F", m) for s in stages for m in range(n_mb)]
-    if split:
-        order += [Action(s, "I", m) for s in reversed(stages) for m in range(n_mb)]
-        order += [Action(s, "W", m) for s in reversed(stages) for m in range(n_mb)]
-    else:
-        order += [Action(s, "B", m) for s in reversed(stages) for m in range(n_mb)]
-    n_ranks = max(placement) + 1
-    rows = [[a for a in order if placement[a.stage] == r] for r in range(n_ranks)]
-    return Schedule(rows=rows, placement=tuple(placement), n_microbatches=n_mb, name=name)
+    return gpipe_order(placement, n_mb, split, name)
 
 
 def one_f_one_b(n_ranks, n_mb, split=False, name="1f1b") -> Schedule:

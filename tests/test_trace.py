@@ -10,23 +10,14 @@ import pytest
 
 from schedc import cli, csvio
 from schedc.costs import MemoryLimit, Profile, StageCost
+from conftest import gpipe_order
 from schedc.ir import Action, Overlap, Schedule, v_placement
 from schedc.simulate import simulate
 from schedc.trace import trace_events, write_trace
 
 
 def gpipe(placement, n_mb, split=True) -> Schedule:
-    """Forwards by (stage, mb), then backwards by reverse stage: deadlock-free for any placement."""
-    stages = range(len(placement))
-    order = [Action(s, "F", m) for s in stages for m in range(n_mb)]
-    if split:
-        order += [Action(s, "I", m) for s in reversed(stages) for m in range(n_mb)]
-        order += [Action(s, "W", m) for s in reversed(stages) for m in range(n_mb)]
-    else:
-        order += [Action(s, "B", m) for s in reversed(stages) for m in range(n_mb)]
-    n_ranks = max(placement) + 1
-    rows = [[a for a in order if placement[a.stage] == r] for r in range(n_ranks)]
-    return Schedule(rows=rows, placement=tuple(placement), n_microbatches=n_mb, name="gpipe-v")
+    return gpipe_order(placement, n_mb, split, name="gpipe-v")
 
 
 def uneven_profile(n_stages: int) -> Profile:
