@@ -27,8 +27,6 @@ from schedc.solver import compile_schedule  # noqa: E402
 BASELINES = ["gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b", "zb-v"]
 
 
-
-
 def cases(quick: bool, time_limit: float, only: set[str]):
     out = []
     if "a" in only:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from schedc import __version__
-from schedc.costs import MemoryLimit, Profile, format_bytes, parse_comm, parse_costs
+from schedc.costs import MemoryLimit, Profile, format_bytes, format_memory, parse_comm, parse_costs
 from schedc.errors import SchedcError
 
 # Subcommands in the order `schedc --help` lists them; each section below appends its own.
@@ -193,7 +193,7 @@ def format_simulation(path, schedule, res, memory: MemoryLimit) -> str:
     for r in range(schedule.n_ranks):
         flag = "" if res.peak_memory[r] <= res.memory_limit[r] * (1 + 1e-9) else "  over"
         lines.append(f"  {r:>4}  {res.busy[r]:>9.4g}  {100 * res.bubble_per_rank[r]:>6.1f}%  "
-                     f"{_fmt_mem(res.peak_memory[r]):>12}  {_fmt_mem(res.memory_limit[r]):>10}{flag}")
+                     f"{format_memory(res.peak_memory[r]):>12}  {format_memory(res.memory_limit[r]):>10}{flag}")
     return "\n".join(lines)
 
 
@@ -202,14 +202,8 @@ def format_comparison(rows) -> str:
     lines = [f"{'schedule':40s} {'makespan':>10} {'vs best':>8} {'bubble':>7} {'max peak':>10} {'fits':>5}"]
     for path, _, res in rows:
         lines.append(f"{str(path)[-40:]:40s} {res.makespan:>10.4g} {res.makespan / best:>7.3f}x "
-                     f"{100 * res.bubble:>6.1f}% {_fmt_mem(max(res.peak_memory)):>10} {'yes' if res.fits else 'no':>5}")
+                     f"{100 * res.bubble:>6.1f}% {format_memory(max(res.peak_memory)):>10} {'yes' if res.fits else 'no':>5}")
     return "\n".join(lines)
-
-
-def _fmt_mem(x: float) -> str:
-    if x == float("inf"):
-        return "none"
-    return format_bytes(x) if x >= 1024 else f"{x:.4g}"
 
 
 # ---------------------------------------------------------------- compile (solver)
@@ -286,7 +280,7 @@ def format_compile_summary(res, csv_path, report_file) -> str:
         f"status {res.status}   lower bound {res.lower_bound:.6g}   gap {100 * res.gap:.2f}%   "
         f"time {res.solve_time:.1f}s",
         "  peak memory per rank vs limit: " + ", ".join(
-            f"{_fmt_mem(pk)}/{_fmt_mem(lim)}" for pk, lim in zip(sim.peak_memory, sim.memory_limit)),
+            f"{format_memory(pk)}/{format_memory(lim)}" for pk, lim in zip(sim.peak_memory, sim.memory_limit)),
     ]
     fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
     if fitting:
@@ -438,8 +432,6 @@ def run_profile(args) -> int:
     rank = 0
     progress = StderrProgress()
     if args.comm_measure:
-        import os
-
         import torch.distributed as dist
 
         if "RANK" not in os.environ:
@@ -581,6 +573,7 @@ def add_library(sub) -> None:
 
 
 def run_library(args) -> int:
+    from schedc import csvio
     from schedc import library as lib
 
     action = args.library_command
@@ -627,7 +620,7 @@ def run_library(args) -> int:
             try:
                 profile = Profile.model_validate(entry.report["inputs"]["costs"])
             except (KeyError, TypeError, ValueError):
-                raise SchedcError(f"{entry.csv.with_suffix('.json')}: inputs.costs is missing or not a valid profile")
+                raise SchedcError(f"{csvio.report_path(entry.csv)}: inputs.costs is missing or not a valid profile")
             profile.save(args.write_profile)
             print(f"wrote {args.write_profile}: the costs {entry.setup.name} was compiled for")
         return 0
@@ -647,6 +640,7 @@ def run_library(args) -> int:
 
 
 def format_library_entry(entry) -> str:
+    from schedc import csvio
     from schedc import library as lib
 
     rep, s = entry.report, entry.setup
@@ -659,13 +653,13 @@ def format_library_entry(entry) -> str:
         f"{s.name}: {s.stages} stages on {s.ranks} ranks ({s.placement}), {s.mb} microbatches, memory {s.memory}, "
         f"{s.costs} costs, objective {rep.get('inputs', {}).get('objective', '?')}",
         f"  csv:    {entry.csv}",
-        f"  report: {entry.csv.with_suffix('.json')}",
+        f"  report: {csvio.report_path(entry.csv)}",
         f"  makespan {lib.format_makespan(mk, s.costs)}   span {lib.format_makespan(pred.get('span'), s.costs)}   "
         f"bubble {100 * pred.get('bubble', 0.0):.1f}%   status {rep.get('status', '?')}   "
         f"lower bound {lib.format_makespan(rep.get('lower_bound'), s.costs)}   gap {100 * (rep.get('gap') or 0.0):.2f}%   "
         f"solve time {rep.get('solve_time', 0.0):.1f}s",
         f"  peak memory per rank vs limit ({'-' if p_units is None else f'{p_units:.2f}p'} of {s.memory} at most): "
-        + ", ".join(f"{_fmt_mem(pk)}/{_fmt_mem(lim if lim is not None else float('inf'))}"
+        + ", ".join(f"{format_memory(pk)}/{format_memory(lim if lim is not None else float('inf'))}"
                     for pk, lim in zip(peaks, limits)),
     ]
     bl = rep.get("baselines") or {}

@@ -258,3 +258,11 @@ def format_bytes(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f}{unit}"
     return f"{n:g}B" if n != int(n) else f"{int(n)}B"
+
+
+def format_memory(x: float) -> str:
+    """A memory amount as the CLI and plots print it: 'none' for no cap, bytes from 1 KiB up,
+    else the bare number (uniform costs count memory in stage activations, not bytes)."""
+    if math.isinf(x):
+        return "none"
+    return format_bytes(x) if x >= 1024 else f"{x:.4g}"

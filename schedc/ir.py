@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence, Union
 
 KINDS = ("F", "I", "W", "B")
-BACKWARD_KINDS = ("I", "B")
 
 
 @dataclass(frozen=True, order=True)

@@ -698,7 +698,6 @@ def check_entry(entry: Entry, torch: bool = True) -> list[str]:
     """Problems of one library file pair (see :func:`check_library`)."""
     from schedc import csvio, validate
     from schedc.simulate import simulate
-    from schedc.solver.problem import Problem
 
     setup, rep, csv_path = entry.setup, entry.report, entry.csv
     json_path = csvio.report_path(csv_path)
@@ -757,9 +756,7 @@ def check_entry(entry: Entry, torch: bool = True) -> list[str]:
     # the baselines the index compares with, re-simulated under the same costs
     from schedc.solver.compile import all_baselines
 
-    problem = Problem.build(setup.stages, setup.mb, n_ranks=setup.ranks, placement=setup.placement,
-                            profile=profile, memory=memory, objective=LIBRARY_OBJECTIVE)
-    fresh = all_baselines(problem)
+    fresh = all_baselines(setup_problem(setup))  # its costs are `profile` (checked above)
     recorded = rep.get("baselines") or {}
     for name in sorted(set(fresh) | set(recorded)):
         a, b = recorded.get(name), fresh.get(name)

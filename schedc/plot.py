@@ -38,7 +38,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from schedc.costs import MemoryLimit, Profile, format_bytes
+from schedc.costs import MemoryLimit, Profile, format_memory
 from schedc.errors import SchedcError
 from schedc.fileio import atomic_write_bytes
 from schedc.ir import KINDS, Schedule
@@ -276,11 +276,11 @@ def _title_line(name: str, schedule: Schedule, res: SimResult, memory: Optional[
     peak = max(res.peak_memory) if res.peak_memory else 0.0
     if finite:
         ratio, r = max(finite)
-        mem = (f"peak memory {_fmt_mem(res.peak_memory[r])} of limit {_fmt_mem(res.memory_limit[r])}"
+        mem = (f"peak memory {format_memory(res.peak_memory[r])} of limit {format_memory(res.memory_limit[r])}"
                f"{f' ({memory})' if memory is not None and memory.kind == 'relative' else ''}"
                f" on rank {r}: {'fits' if res.fits else 'EXCEEDED'}")
     else:
-        mem = f"peak memory {_fmt_mem(peak)}, no limit"
+        mem = f"peak memory {format_memory(peak)}, no limit"
     seconds = "" if profile.model == "uniform" else " s"
     return f"{name}   ({shape})\nmakespan {res.makespan:.4g}{seconds}   bubble {100 * res.bubble:.1f}%   {mem}"
 
@@ -304,9 +304,3 @@ def _add_legend(fig: Figure, keys) -> None:
 def _ink(rgba) -> str:
     r, g, b = rgba[:3]
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
-
-
-def _fmt_mem(x: float) -> str:
-    if math.isinf(x):
-        return "none"
-    return format_bytes(x) if x >= 1024 else f"{x:.4g}"

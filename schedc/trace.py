@@ -24,19 +24,15 @@ from typing import Optional, Union
 from schedc.costs import MemoryLimit, Profile
 from schedc.fileio import atomic_write_text
 from schedc.ir import Schedule
-from schedc.simulate import SimResult, simulate
+from schedc.simulate import simulate
 
 US_PER_SECOND = 1e6
 KIND_CATEGORY = {"F": "forward", "I": "backward_input", "W": "backward_weight", "B": "backward"}
 
 
-def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None,
-                 result: Optional[SimResult] = None) -> dict:
-    """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms", ...}``.
-
-    ``result`` reuses a simulation already made with the same schedule and profile.
-    """
-    res = result if result is not None else simulate(schedule, profile, memory)
+def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None) -> dict:
+    """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms", ...}``."""
+    res = simulate(schedule, profile, memory)
     events: list[dict] = []
     for r in range(schedule.n_ranks):
         own = schedule.stages_of(r)

@@ -23,16 +23,12 @@ from typing import Optional, Sequence, Union
 
 import networkx as nx
 
+from schedc.csvio import _position as _pos  # positions read as in csvio's parse errors
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule, make_placement, placement_name
 from schedc.simulate import producers
 
 PlacementSpec = Union[str, Sequence[int], None]
-
-
-def _pos(rank: int, column: int) -> str:
-    """1-based row and column as an editor shows the CSV (row r+1 is rank r), like csvio."""
-    return f"rank {rank} (row {rank + 1}), column {column + 1}"
 
 
 def _locate(schedule: Schedule) -> dict[Action, tuple[int, int, int]]:
