@@ -90,7 +90,7 @@ def main(argv=None) -> int:
 
     print()
     print(f"{'schedule':10s} {'predicted':>10s} {'measured':>10s} {'error':>7s} {'in-situ':>10s} {'error':>7s} "
-          f"{'refined':>10s} {'error':>7s}   (medians of {args.rounds} rounds x {args.steps} steps, 2 ranks gloo)")
+          f"{'refined':>10s} {'error':>7s}   (medians of {args.rounds} rounds x {args.steps} steps, {args.stages} ranks gloo)")
     for name in schedules:
         print(f"{name:10s} {1e3 * med(name, 'predicted_step'):>8.1f}ms {1e3 * med(name, 'measured_step'):>8.1f}ms "
               f"{100 * med(name, 'step_error'):>+6.1f}% {1e3 * med(name, 'in_situ_step'):>8.1f}ms "

@@ -72,56 +72,41 @@ def _run(rank: int, args: argparse.Namespace, work: Path) -> None:
     from schedc.baselines import make_baseline
     from schedc.csvio import write_csv
     from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, load_torch_pipeline, make_batch
+    from schedc.runtime.profiler import measure_p2p_seconds, profile_gpt
     from schedc.simulate import simulate
+    from schedc.solver import compile_schedule
 
     cfg = GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
                     seq_len=args.seq_len)
     predicted: dict[str, float] = {}
     info: dict = {}
-    try:
-        from schedc.runtime.profiler import profile_gpt
-    except ImportError:
-        profile_gpt = None
-    profile = None
-    if profile_gpt is not None:
-        from schedc.runtime.profiler import measure_p2p_seconds
-
-        # Rank 0 measures the stages while rank 1 waits, then both time the one boundary's
-        # send/recv (a microbatch of float32 hidden states) by ping-pong.
-        if rank == 0:
-            profile = profile_gpt(cfg, 2, args.microbatch_size, warmup=2, repeats=7)
-        dist.barrier()
-        boundary = args.microbatch_size * args.seq_len * args.hidden * 4
-        comm = measure_p2p_seconds([boundary])
-        if profile is not None:
-            profile = profile.model_copy(update={"comm": comm})
+    # Rank 0 measures the stages while rank 1 waits, then both time the one boundary's
+    # send/recv (a microbatch of float32 hidden states) by ping-pong.
     if rank == 0:
+        profile = profile_gpt(cfg, 2, args.microbatch_size, warmup=2, repeats=7)
+    dist.barrier()
+    boundary = args.microbatch_size * args.seq_len * args.hidden * 4
+    comm = measure_p2p_seconds([boundary])
+    if rank == 0:
+        profile = profile.model_copy(update={"comm": comm})
         schedules = {
             "1f1b": make_baseline("1f1b", 2, args.mb, n_ranks=2),
             "zb-h1": make_baseline("zb-h1", 2, args.mb, n_ranks=2),
         }
-        try:
-            from schedc.solver import compile_schedule
-        except ImportError:
-            compile_schedule = None
-        if compile_schedule is not None:
-            t0 = time.monotonic()
-            res = compile_schedule(2, args.mb, n_ranks=2, profile=profile, objective=args.objective,
-                                   time_limit=args.time_limit)
-            schedules["compiled"] = res.schedule
-            info["compile"] = {"status": res.status, "seconds": time.monotonic() - t0, "gap": res.gap}
+        t0 = time.monotonic()
+        res = compile_schedule(2, args.mb, n_ranks=2, profile=profile, objective=args.objective,
+                               time_limit=args.time_limit)
+        schedules["compiled"] = res.schedule
+        info["compile"] = {"status": res.status, "seconds": time.monotonic() - t0, "gap": res.gap}
         for name, sched in schedules.items():
             write_csv(sched, work / f"{name}.csv")
-            if profile is not None:
-                predicted[name] = simulate(sched, profile).makespan
-        if "1f1b" in predicted:
-            predicted["torch Schedule1F1B"] = predicted["1f1b"]
-        if profile is not None:
-            profile.save(work / "profile.json")
-            info["profile"] = [
-                {"F": s.forward, "I": s.backward_input, "W": s.backward_weight} for s in profile.stages
-            ]
-            info["comm"] = profile.comm
+            predicted[name] = simulate(sched, profile).makespan
+        predicted["torch Schedule1F1B"] = predicted["1f1b"]
+        profile.save(work / "profile.json")
+        info["profile"] = [
+            {"F": s.forward, "I": s.backward_input, "W": s.backward_weight} for s in profile.stages
+        ]
+        info["comm"] = profile.comm
     dist.barrier()
 
     model = GPT(cfg, seed=0)

@@ -113,7 +113,7 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
     if reporter:
         n_params = sum(p.numel() for p in pipe.parameters())
         print(f"{label}: {world} ranks, {n_stages} stages, {mb} microbatches x {args.microbatch_size} "
-              f"sequences, {backend_name()} on {device}; rank {rank} holds stages {mine} "
+              f"sequences, {dist.get_backend()} on {device}; rank {rank} holds stages {mine} "
               f"({n_params / 1e6:.2f}M parameters)", flush=True)
 
     opt = torch.optim.AdamW(pipe.parameters(), lr=args.lr)
@@ -141,10 +141,6 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
               f"{statistics.median(times) * 1e3:.1f} ms, min {min(times) * 1e3:.1f} ms, "
               f"max {max(times) * 1e3:.1f} ms", flush=True)
     return 0
-
-
-def backend_name() -> str:
-    return dist.get_backend()
 
 
 if __name__ == "__main__":

@@ -411,10 +411,15 @@ class _Measured:
     rank_end: list[float]  # when step() returned on each rank
 
 
+def _backward_kinds(schedule: Schedule) -> dict[tuple[int, int], str]:
+    """(stage, microbatch) -> the kind of its backward action that consumes a gradient: I or B."""
+    return {(a.stage, a.microbatch): a.kind for _, a in schedule.all_actions() if a.kind in ("I", "B")}
+
+
 def _parse_steps(results: list[dict], schedule: Schedule) -> list[_Measured]:
     by_rank = sorted(results, key=lambda r: r["rank"])
     n_steps = min(len(r["steps"]) for r in by_rank)
-    backward_kind = {(a.stage, a.microbatch): a.kind for _, a in schedule.all_actions() if a.kind in ("I", "B")}
+    backward_kind = _backward_kinds(schedule)
     out = []
     for k in range(n_steps):
         origin = min(r["steps"][k]["start"] for r in by_rank)
@@ -468,7 +473,7 @@ def refine_profile(profile: Profile, schedule: Schedule, measured: list[_Measure
             "backward_weight": 0.0 if old.backward_weight == 0 else max(w, 0.0),
         }))
     where = {a: r for r, a in schedule.all_actions()}
-    backward_kind = {(a.stage, a.microbatch): a.kind for _, a in schedule.all_actions() if a.kind in ("I", "B")}
+    backward_kind = _backward_kinds(schedule)
     delays: dict[int, list[float]] = {}
     for meas in measured:
         for a, (rank, start, _, waited, _) in meas.actions.items():

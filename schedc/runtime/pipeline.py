@@ -34,7 +34,6 @@ from torch.distributed.pipelining.schedules import (
     PipelineScheduleSingle,
     ScheduleDualPipeV,
     ScheduleZBVZeroBubble,
-    _Action,
     _PipelineSchedule,
     _PipelineScheduleRuntime,
     get_schedule_class,
@@ -43,6 +42,7 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
+from schedc.runtime.torch_check import to_torch_order
 
 
 def read_schedule(csv_path: str | os.PathLike) -> Schedule:
@@ -125,15 +125,6 @@ def check_stages(
         )
 
 
-def _torch_actions(schedule: Schedule) -> dict[int, list[_Action | None]]:
-    # Our cells print in torch's notation (that is the CSV format), so torch's own parser turns
-    # each checked cell into its _Action, OVERLAP_F_B cells included.
-    return {
-        rank: [None if cell is None else _Action.from_str(str(cell)) for cell in row]
-        for rank, row in enumerate(schedule.rows)
-    }
-
-
 class CsvSchedule(_PipelineScheduleRuntime):
     """torch's ``_PipelineScheduleRuntime`` loaded from a checked CSV.
 
@@ -193,7 +184,9 @@ def _build(
     )
     runtime.schedule = schedule
     runtime.csv_path = where
-    actions = _torch_actions(schedule)
+    # Our cells print in torch's notation (that is the CSV format), so torch's own parser turns
+    # each checked cell into its _Action, OVERLAP_F_B cells included.
+    actions = to_torch_order(schedule)
     try:
         # What _load_csv does after parsing: keep the compute order, then lower it to
         # compute + send/recv. torch re-validates the order here; its complaint becomes ours.

@@ -163,14 +163,18 @@ def _storage_key(t: torch.Tensor) -> Optional[tuple[int, int]]:
     return (s.data_ptr(), s.nbytes())
 
 
-def _unique_bytes(tensors, exclude: set[int]) -> int:
-    seen: dict[int, int] = {}
-    for t in tensors:
+def _add_storages(held: dict[int, int], tensors, exclude: set[int]) -> dict[int, int]:
+    """Add the storages of `tensors` (data pointer -> bytes) not in `exclude` to `held`; returns it."""
+    for t in tensors or ():
         if isinstance(t, torch.Tensor):
             key = _storage_key(t)
             if key and key[0] not in exclude:
-                seen[key[0]] = max(seen.get(key[0], 0), key[1])
-    return sum(seen.values())
+                held[key[0]] = max(held.get(key[0], 0), key[1])
+    return held
+
+
+def _unique_bytes(tensors, exclude: set[int]) -> int:
+    return sum(_add_storages({}, tensors, exclude).values())
 
 
 class _Box:
@@ -270,17 +274,23 @@ def _check_outputs(stage: int, out) -> tuple[torch.Tensor, ...]:
     return outs
 
 
-def static_bytes_of(module: nn.Module, optimizer: Optional[str]) -> tuple[int, int, int]:
-    """(static bytes, parameter bytes, parameter count): params + their grads + optimizer state."""
+def _optimizer_factor(optimizer: Optional[str]) -> int:
+    """State tensors per parameter for `optimizer` (None: none); SchedcError for an unknown name."""
     name = (optimizer or "none").lower()
     if name not in OPTIMIZER_STATE_FACTOR:
         raise SchedcError(
             f"optimizer must be one of {', '.join(OPTIMIZER_STATE_FACTOR)}, got {optimizer!r}"
         )
+    return OPTIMIZER_STATE_FACTOR[name]
+
+
+def static_bytes_of(module: nn.Module, optimizer: Optional[str]) -> tuple[int, int, int]:
+    """(static bytes, parameter bytes, parameter count): params + their grads + optimizer state."""
+    factor = _optimizer_factor(optimizer)
     params = [p for p in module.parameters()]
     p_bytes = sum(p.numel() * p.element_size() for p in params)
     g_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    state = OPTIMIZER_STATE_FACTOR[name] * g_bytes
+    state = factor * g_bytes
     return p_bytes + g_bytes + state, p_bytes, sum(p.numel() for p in params)
 
 
@@ -383,12 +393,8 @@ def _measure_stage(
             f"stage {index}: its output does not require grad (no parameters and no differentiable input); "
             f"nothing to backpropagate"
         )
-    held_tensors = [o for o in outs] + [r for r in roots] + [x for x in inputs if not is_first]
-    f_storages = tracker.alive_storages(param_ptrs)
-    for t in held_tensors:
-        key = _storage_key(t)
-        if key and key[0] not in param_ptrs:
-            f_storages[key[0]] = max(f_storages.get(key[0], 0), key[1])
+    held_tensors = [*outs, *roots, *(inputs if not is_first else ())]
+    f_storages = _add_storages(tracker.alive_storages(param_ptrs), held_tensors, param_ptrs)
     activation = sum(f_storages.values())
     input_bytes = 0 if is_first else _unique_bytes(inputs, param_ptrs)
     output_bytes = sum(o.numel() * o.element_size() for o in outs)
@@ -400,16 +406,12 @@ def _measure_stage(
     if is_first:
         weight_grad = activation  # nothing is freed before W: the whole backward runs there
     else:
-        i_storages = tracker.alive_storages(param_ptrs)
         # the runtime keeps the stage's outputs and inputs (backward_state) until W
-        for t in held_tensors:
-            key = _storage_key(t)
-            if key and key[0] not in param_ptrs:
-                i_storages[key[0]] = max(i_storages.get(key[0], 0), key[1])
+        i_storages = _add_storages(tracker.alive_storages(param_ptrs), held_tensors, param_ptrs)
         left_for_w = [
             g for pg in (param_groups or []) for gs in (pg.get("grads") or []) for g in (gs or ()) if g is not None
         ]
-        extra = _unique_bytes(left_for_w, param_ptrs | set(i_storages) | {k for k in _keys(grads)})
+        extra = _unique_bytes(left_for_w, param_ptrs | set(i_storages) | set(_add_storages({}, grads, set())))
         weight_grad = sum(i_storages.values()) + extra
     cuda_i = torch.cuda.memory_allocated(device) - base if cuda else None
     run_weight(roots, inputs, param_groups)
@@ -480,16 +482,6 @@ def _measure_stage(
         cuda_after_forward=cuda_f,
         cuda_after_input=cuda_i,
     )
-
-
-def _keys(tensors) -> set[int]:
-    out = set()
-    for t in tensors or ():
-        if isinstance(t, torch.Tensor):
-            k = _storage_key(t)
-            if k:
-                out.add(k[0])
-    return out
 
 
 # ---------------------------------------------------------------- communication
@@ -573,8 +565,7 @@ def measure_stages(
         raise SchedcError("profile: give at least one stage module")
     if warmup < 0 or repeats < 1:
         raise SchedcError(f"profile: need warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
-    if (optimizer or "none").lower() not in OPTIMIZER_STATE_FACTOR:
-        raise SchedcError(f"optimizer must be one of {', '.join(OPTIMIZER_STATE_FACTOR)}, got {optimizer!r}")
+    _optimizer_factor(optimizer)  # fail before measuring, not after
     dev = resolve_device(device)
     for i, m in enumerate(stage_modules):
         if not isinstance(m, nn.Module):
