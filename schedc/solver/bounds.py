@@ -105,7 +105,7 @@ def _chains(problem: Problem) -> dict:
     tail_i = [0.0] * S
     tail_i[0] = W[0]
     for s in range(1, S):
-        tail_i[s] = c[s - 1] + I[s - 1] + (tail_i[s - 1] if s - 1 > 0 else W[0])
+        tail_i[s] = c[s - 1] + I[s - 1] + tail_i[s - 1]
     # tail_f[s]: from the end of F(s, m) to the earliest end of W(0, m)
     tail_f = [after_f[s] + I[s] + tail_i[s] for s in range(S)]
     chain = fwd_total + after_f[S - 1] + I[S - 1] + tail_i[S - 1]

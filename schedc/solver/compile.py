@@ -13,15 +13,16 @@ Method:
 3. Lower bound: schedc.solver.bounds.lower_bound. If the warm start meets it, stop: proven.
 4. Integer program (schedc.solver.model): instances whose free order pairs stay under
    ``model.FULL_MODEL_PAIRS`` get the full model for 70% of the time (its dual bound is a
-   certificate: the model is exact for makespan and, for span, with loop or V placement); the
-   rest, or what the full model leaves unproven, get a rolling-horizon window search over the
-   incumbent's timeline until time runs out or a sweep of the widest windows finds nothing.
+   certificate for makespan, where the model is exact; for span the model covers only in-order
+   schedules, so only the combinatorial bound certifies); the rest, or what the full model
+   leaves unproven, get a rolling-horizon window search over the incumbent's timeline until
+   time runs out or a sweep of the widest windows finds nothing.
 5. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
    worse than the warm start nor over the memory caps.
 
-Status: ``optimal`` when the simulated objective equals the certified bound; ``feasible`` when
-the integer program ran and the answer came through it; ``heuristic`` when only the warm start
-could be returned (no solver time).
+Status: ``optimal`` when the simulated objective equals the certified bound; otherwise
+``feasible`` when the integer program returned a solution (full model or a window), else
+``heuristic`` (the warm start, with no solver answer).
 
 Cost: the time limit (plus up to ~1 s of set-up on large instances).
 """
@@ -201,7 +202,6 @@ def compile_problem(
     else:
         status = "heuristic"
     solve_time = time.monotonic() - t0
-    best_sched.name = best_sched.name if best_sched is warm_sched else "schedc"
     baselines = all_baselines(problem)
     result = CompileResult(
         schedule=best_sched, sim=best_sim, problem=problem, status=status, lower_bound=bound,
@@ -223,7 +223,7 @@ def _lower_bound(problem: Problem) -> tuple[float, dict]:
     from schedc.solver import bounds
 
     details = dict(bounds.lower_bound_details(problem))
-    return float(bounds.lower_bound(problem)), details
+    return float(details["lower_bound"]), details
 
 
 def _materialize(inst, orders, problem: Problem):
@@ -286,7 +286,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, solver_name, lb,
                         best_val = csim.objective(obj_name)
                         improved_sweep = True
                         report(best_val, f"window {n_windows} improved")
-                        if best_val <= lb * (1 + _TOL) + _TOL:
+                        if _close(best_val, lb):
                             return orders, sched, sim, used
         report(best_val, f"windows of {k}/rank swept")
         if not improved_sweep:

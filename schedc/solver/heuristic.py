@@ -41,7 +41,7 @@ import heapq
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from schedc.costs import format_bytes
@@ -72,20 +72,14 @@ def min_memory_limit(problem: Problem) -> str:
     """The smallest ``--memory`` value (in the request's own unit) under which a schedule exists:
     one microbatch in flight on every rank. ``Kp`` requests get the smallest K, byte requests
     the bytes, ``none`` gets 'none'."""
-    need = min_memory_need(problem)
     kind = problem.memory.kind
     if kind == "none":
         return "none"
     if kind == "bytes":
-        return format_bytes(max(need))
-    prof = problem.profile
-    k = 0.0
-    for r in range(problem.n_ranks):
-        act = sum(prof.stages[s].activation_bytes for s in problem.stages_of(r))
-        if act > 0:
-            k = max(k, 1.0 / problem.n_ranks)
-    k = k or 1.0 / problem.n_ranks
-    return f"{_round_up(k)}p"
+        return format_bytes(max(min_memory_need(problem)))
+    # Kp caps rank r at static + K * R * (its activation bytes) (MemoryLimit.per_rank), and one
+    # microbatch needs static + those activation bytes: K = 1/R on every rank
+    return f"{_round_up(1.0 / problem.n_ranks)}p"
 
 
 def _round_up(k: float) -> str:
@@ -514,9 +508,9 @@ def _rules(a: _Arrays, objective: str) -> list[Rule]:
     interleave(zb_h1_like(1, f_first=False), zb_h1_like(0, f_first=False), scaled((0.5, 1.25, 1.75)))
     if a.multi:
         for r in list(rules):
-            add(Rule(r.warmup, r.f_first, r.w_limit, r.protect_i, deep_f=False, depth_first=r.depth_first))
+            add(replace(r, deep_f=False))
         for r in list(rules[: len(rules) // 2]):
-            add(Rule(r.warmup, r.f_first, r.w_limit, r.protect_i, r.deep_f, r.depth_first, group=R))
+            add(replace(r, group=R))
     return rules
 
 
@@ -532,7 +526,7 @@ def _dedupe_by_memory(a: _Arrays, rules: list[Rule]) -> list[Rule]:
         warm = tuple(min(w, c) if c < INF else w for w, c in zip(rule.warmup, cap))
         if all(w >= c for w, c in zip(warm, cap)):
             warm = tuple([INF] * a.R)
-        rule = Rule(warm, rule.f_first, rule.w_limit, rule.protect_i, rule.deep_f, rule.depth_first, rule.group)
+        rule = replace(rule, warmup=warm)
         if rule not in seen:
             seen.add(rule)
             out.append(rule)
@@ -572,6 +566,11 @@ def _random_rule(a: _Arrays, rng: random.Random, around: Rule) -> Rule:
 
 def _value(res: tuple, objective: str) -> float:
     return res[0] if objective == "makespan" else res[1]
+
+
+def _search_key(res: tuple, objective: str) -> tuple[float, float]:
+    """(objective, its sum over ranks) of a _retime result: the local search's comparison key."""
+    return (_value(res, objective), res[3] if objective == "makespan" else res[4])
 
 
 def _to_schedule(problem: Problem, a: _Arrays, orders, name: str, meta: dict) -> Schedule:
@@ -631,7 +630,7 @@ def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0
         raise SchedcError("internal error: the heuristic found no feasible schedule; please report it")
     constructed_val = best_val
     moves = 0
-    if best_val > bound + EPS * max(1.0, bound):
+    if not done():
         best, best_val, moves = _local_search(a, best, best_val, problem.objective, t_start + time_budget, seed)
     meta = {
         "source": "heuristic",
@@ -657,7 +656,7 @@ def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: floa
     if time.perf_counter() >= deadline:
         return orders, val, moves
     res = _retime(a, orders)
-    key = (_value(res, objective), res[3] if objective == "makespan" else res[4])
+    key = _search_key(res, objective)
     stale = 0
     while time.perf_counter() < deadline and stale < 20000:
         r = rng.randrange(n_ranks)
@@ -678,7 +677,7 @@ def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: floa
         row.insert(j, item)
         res = _retime(a, orders)
         if res is not None and res[2]:
-            new = (_value(res, objective), res[3] if objective == "makespan" else res[4])
+            new = _search_key(res, objective)
             if new[0] < key[0] - EPS or (new[0] <= key[0] + EPS and new[1] <= key[1] + EPS):
                 if new[0] < key[0] - EPS:
                     moves += 1
@@ -688,8 +687,7 @@ def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: floa
         row.pop(j)
         row.insert(i, item)
         stale += 1
-    val = key[0]
-    return orders, val, moves
+    return orders, key[0], moves
 
 
 # ---------------------------------------------------------------- baselines and warm start

@@ -275,13 +275,6 @@ def _closure(inst: Instance, preds: list[list[tuple[int, float]]], topo: list[in
     return anc
 
 
-def _bits(x: int):
-    while x:
-        low = x & -x
-        yield low.bit_length() - 1
-        x ^= low
-
-
 @dataclass
 class Windows:
     est: list[float]
@@ -302,14 +295,14 @@ def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, fi
         masks[key] = masks.get(key, 0) | (1 << i)
     for (stage, kind), mask in masks.items():
         groups[inst.problem.placement[stage]].append((mask, inst.problem.duration(stage, kind)))
-    desc = [0] * n
-    succs_plain: list[list[int]] = [[] for _ in range(n)]
+    succs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
     for b in range(n):
-        for a, _ in preds[b]:
-            succs_plain[a].append(b)
+        for a, lag in preds[b]:
+            succs[a].append((b, lag))
+    desc = [0] * n
     for a in reversed(topo):
         bits = 0
-        for b in succs_plain[a]:
+        for b, _ in succs[a]:
             bits |= desc[b] | (1 << b)
         desc[a] = bits
     work_before = [0.0] * n
@@ -324,10 +317,6 @@ def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, fi
         for a, lag in preds[b]:
             t = max(t, est[a] + inst.dur[a] + lag)
         est[b] = t
-    succs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    for b in range(n):
-        for a, lag in preds[b]:
-            succs[a].append((b, lag))
     lst = [0.0] * n
     for a in reversed(topo):
         if objective == "span":
@@ -508,16 +497,14 @@ def solve_model(
             start[i] = sim_start[i]
         else:
             start[i] = new_var(f"start_{inst.actions[i]}", lowBound=lo, upBound=max(lo, hi))
-    if objective == "makespan":
-        obj = new_var("makespan", lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
-    else:
-        obj = new_var("span", lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
+    obj = new_var("makespan" if objective == "makespan" else "span",
+                  lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
     prob += obj
 
     for b in range(n):
+        if pinned[b]:
+            continue
         for a, lag in preds[b]:
-            if pinned[b]:
-                continue
             prob += start[b] >= start[a] + inst.dur[a] + lag, f"dep_{inst.actions[a]}_{inst.actions[b]}"
 
     # order binaries for pairs the closure and the windows leave open
@@ -553,6 +540,8 @@ def solve_model(
                 prob += start[b] >= start[a] + inst.dur[a] - m1 * (1 - v), f"order_{inst.actions[a]}_{inst.actions[b]}"
                 prob += start[a] >= start[b] + inst.dur[b] - m2 * v, f"order_{inst.actions[b]}_{inst.actions[a]}"
 
+    pos = {i: k for row in incumbent for k, i in enumerate(row)}
+
     def is_before(a: int, b: int):
         """1, 0 or the binary expression for 'a runs before b' (same rank)."""
         if (win.anc[b] >> a) & 1 or (a, b) in fixed_before:
@@ -565,8 +554,6 @@ def solve_model(
             return 1 - before[(b, a)]
         # both fixed outside a window: incumbent order decides
         return 1 if pos[a] < pos[b] else 0
-
-    pos = {i: k for row in incumbent for k, i in enumerate(row)}
 
     # memory: held bytes when an F begins, as a sum over the rank's earlier actions
     for r, acts in enumerate(inst.by_rank):

@@ -77,7 +77,7 @@ class Problem:
                 n_ranks = n_stages // 2 if placement == "v" else n_stages
             if n_ranks < 1 or n_stages % n_ranks:
                 raise SchedcError(f"--stages ({n_stages}) must be a multiple of --ranks ({n_ranks})")
-            if placement == "v" and n_stages != 2 * n_ranks and n_stages % (2 * n_ranks):
+            if placement == "v" and n_stages % (2 * n_ranks):
                 raise SchedcError(f"V placement needs an even number of stages per rank; got {n_stages} stages on {n_ranks} ranks")
             try:
                 placement = make_placement(placement, n_stages, n_ranks)
