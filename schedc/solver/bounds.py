@@ -174,7 +174,7 @@ def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
     out["last_backward"] = head_r + Fr + Ir + max(W[lo], ch["tail_i"][lo])
     out["last_forward"] = head_r + Fr + ch["tail_f"][hi]
     cap = problem.memory_caps[r]
-    room = cap - sum(prof.stages[s].static_bytes for s in own)
+    room = problem.activation_room[r]
     if not math.isfinite(cap) or room <= 0:
         return out
     x = _forward_work_in_memory(problem, own, room, F, M)

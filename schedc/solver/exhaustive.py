@@ -65,9 +65,7 @@ def exact_optimum(
             dur[(s, k)] = problem.duration(s, k)
             delta[(s, k)] = prof.memory_delta(s, k)
     comm = [problem.comm(b) for b in range(S - 1)] + [0.0]
-    caps = problem.memory_caps
-    room = [caps[r] - sum(prof.stages[s].static_bytes for s in problem.stages_of(r)) for r in range(R)]
-    room = [x + EPS * max(1.0, abs(x)) if x != float("inf") else x for x in room]
+    room = [x + EPS * max(1.0, abs(x)) if x != float("inf") else x for x in problem.activation_room]
 
     def aid(s: int, k: str, m: int) -> int:
         return ((s * M) + m) * 4 + KINDS.index(k)

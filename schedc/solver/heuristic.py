@@ -61,11 +61,8 @@ def min_memory_need(problem: Problem) -> list[float]:
     """Per rank, the bytes (static included) that one microbatch in flight needs: it runs the
     forward of every stage on the rank before any of their backwards, so it holds all of them."""
     prof = problem.profile
-    out = []
-    for r in range(problem.n_ranks):
-        own = problem.stages_of(r)
-        out.append(sum(prof.stages[s].static_bytes + prof.stages[s].activation_bytes for s in own))
-    return out
+    return [static + sum(prof.stages[s].activation_bytes for s in problem.stages_of(r))
+            for r, static in enumerate(problem.static_bytes)]
 
 
 def min_memory_limit(problem: Problem) -> str:
@@ -125,9 +122,7 @@ class _Arrays:
 def _arrays(problem: Problem) -> _Arrays:
     prof = problem.profile
     S, R = problem.n_stages, problem.n_ranks
-    caps = problem.memory_caps
     stages = [problem.stages_of(r) for r in range(R)]
-    free0 = [caps[r] - sum(prof.stages[s].static_bytes for s in stages[r]) for r in range(R)]
     return _Arrays(
         S=S, M=problem.n_microbatches, R=R, rank=list(problem.placement),
         dF=[problem.duration(s, "F") for s in range(S)],
@@ -136,7 +131,7 @@ def _arrays(problem: Problem) -> _Arrays:
         act=[prof.stages[s].activation_bytes for s in range(S)],
         wg=[prof.stages[s].weight_grad_bytes for s in range(S)],
         comm=[problem.comm(s) for s in range(S - 1)] + [0.0],
-        free0=free0, stages=stages, multi=any(len(x) > 1 for x in stages),
+        free0=list(problem.activation_room), stages=stages, multi=any(len(x) > 1 for x in stages),
     )
 
 

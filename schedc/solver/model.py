@@ -145,7 +145,7 @@ def build_instance(problem: Problem) -> Instance:
     for i in range(len(actions)):
         by_rank[rank[i]].append(i)
     topo = _topological(len(actions), preds)
-    static = [sum(prof.stages[s].static_bytes for s in problem.stages_of(r)) for r in range(problem.n_ranks)]
+    static = list(problem.static_bytes)
     first = [index[Action(min(problem.stages_of(r)), "F", 0)] for r in range(problem.n_ranks)]
     return Instance(problem, actions, index, rank, dur, delta, preds, by_rank, topo, static,
                     list(problem.memory_caps), backward, first)
@@ -168,7 +168,7 @@ def _add_memory_precedences(problem: Problem, backward: list[str], index: dict, 
         r = problem.placement[s]
         if math.isinf(caps[r]):
             continue
-        room = caps[r] - sum(prof.stages[t].static_bytes for t in problem.stages_of(r))
+        room = problem.activation_room[r]
         act = prof.stages[s].activation_bytes
         wg = prof.stages[s].weight_grad_bytes
         if act <= 0:

@@ -45,6 +45,16 @@ class Problem:
         """Per-rank byte cap, static bytes included (inf when uncapped)."""
         return self.memory.per_rank(self.profile, self.placement)
 
+    @cached_property
+    def static_bytes(self) -> list[float]:
+        """Per rank: bytes held all step (params, grads, optimizer state) of its stages."""
+        return [sum(self.profile.stages[s].static_bytes for s in self.stages_of(r)) for r in range(self.n_ranks)]
+
+    @cached_property
+    def activation_room(self) -> list[float]:
+        """Per rank: what the cap leaves for activations (cap - static bytes; inf when uncapped)."""
+        return [cap - static for cap, static in zip(self.memory_caps, self.static_bytes)]
+
     def duration(self, stage: int, kind: str) -> float:
         return self.profile.duration(stage, kind)
 
