@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from schedc import __version__
-from schedc.costs import MemoryLimit, Profile, format_bytes, format_memory, parse_comm, parse_costs
+from schedc.costs import DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, format_bytes, format_memory, parse_comm, parse_costs
 from schedc.errors import SchedcError
 
 # Subcommands in the order `schedc --help` lists them; each section below appends its own.
@@ -35,6 +35,9 @@ def _add_cost_args(p: argparse.ArgumentParser) -> None:
                    help="communication time per stage boundary: one number or one per boundary")
     g.add_argument("--memory", metavar="SPEC", default="1p",
                    help="per-rank memory limit: Kp (1p = what 1F1B holds), a size (40GiB) or none; default 1p")
+    g.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
+                   help="how the schedule is executed: torch (stage 0's backward all in W, as torch's "
+                        "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
 
 
 def _profile_from_args(args, n_stages: int) -> Profile:
@@ -72,7 +75,7 @@ def _read_checked(args):
             raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "
                               f"{profile.n_stages}; give a profile of this model's {schedule.n_stages} stages")
         schedules.append(schedule)
-        profiles.append(profile)
+        profiles.append(profile.executed(args.runtime))
     return schedules, profiles
 
 
@@ -180,6 +183,7 @@ def summary_dict(path, schedule, res) -> dict:
         "peak_memory": res.peak_memory,
         "memory_limit": [None if m == float("inf") else m for m in res.memory_limit],
         "fits_memory": res.fits,
+        "runtime": res.runtime,
     }
 
 
@@ -187,7 +191,7 @@ def format_simulation(path, schedule, res, memory: MemoryLimit) -> str:
     lines = [
         f"{path}: {schedule.n_stages} stages on {schedule.n_ranks} ranks, {schedule.n_microbatches} microbatches",
         f"  makespan {res.makespan:.4g}   span {res.span:.4g}   bubble {100 * res.bubble:.1f}%   "
-        f"memory limit {memory}: {'fits' if res.fits else 'EXCEEDED'}",
+        f"memory limit {memory}: {'fits' if res.fits else 'EXCEEDED'}   ({res.runtime} runtime)",
         f"  {'rank':>4}  {'busy':>9}  {'bubble':>7}  {'peak memory':>12}  {'limit':>10}",
     ]
     for r in range(schedule.n_ranks):
@@ -250,7 +254,7 @@ def run_compile(args) -> int:
 
     res = compile_schedule(args.stages, args.mb, n_ranks=args.ranks, placement=args.placement, profile=profile,
                            memory=memory, objective=args.objective, time_limit=args.time_limit,
-                           solver=args.solver, progress=progress)
+                           solver=args.solver, progress=progress, runtime=args.runtime)
     csvio.write_csv(res.schedule, args.output)
     report_file = csvio.write_report(res.report, args.output)
     if args.plot:
@@ -275,7 +279,7 @@ def format_compile_summary(res, csv_path, report_file) -> str:
     p, sim = res.problem, res.sim
     lines = [
         f"wrote {csv_path} and {report_file}: {p.n_stages} stages on {p.n_ranks} ranks ({p.placement_name}), "
-        f"{p.n_microbatches} microbatches, memory {p.memory}, objective {p.objective}",
+        f"{p.n_microbatches} microbatches, memory {p.memory}, objective {p.objective}, {p.runtime} runtime",
         f"  makespan {sim.makespan:.6g}   span {sim.span:.6g}   bubble {100 * sim.bubble:.1f}%   "
         f"status {res.status}   lower bound {res.lower_bound:.6g}   gap {100 * res.gap:.2f}%   "
         f"time {res.solve_time:.1f}s",

@@ -2,9 +2,26 @@
 
 A profile gives, per stage, the seconds of F, I and W and the bytes a microbatch holds (see
 DESIGN.md). ``Profile.uniform`` builds the identical-stage profile behind ``--costs F,I,W``:
-1 unit of activation per microbatch, of which 0.5 is still held between I and W (the zero-bubble
-code's default ratio). ``MemoryLimit`` parses ``--memory`` (``1.5p``, ``40GiB``, ``none``) and turns
-it into a per-rank byte cap for a given placement.
+1 unit of activation per microbatch, of which ``HELD_FRACTION`` is still held between I and W.
+``MemoryLimit`` parses ``--memory`` (``1.5p``, ``40GiB``, ``none``) and turns it into a per-rank
+byte cap for a given placement.
+
+Runtime models. A profile's numbers are the real work of each stage; how a runtime executes them
+is a separate choice (``RUNTIMES``):
+
+- ``torch`` (the default everywhere): torch's ``_PipelineScheduleRuntime``. Its first stage never
+  computes a backward for inputs (``_PipelineStageBase.backward_one_chunk`` skips it when
+  ``is_first``) and ``backward_weight_one_chunk`` then runs the whole backward. So stage 0's I
+  takes no time and frees nothing, and its W takes I + W and frees the whole activation. A full
+  backward B on stage 0 costs the same I + W and frees the same, so either spelling of stage 0's
+  backward in a CSV is timed alike.
+- ``ideal``: the zero-bubble paper's model, every stage's I and W as given (other runtimes).
+
+``Profile.executed(runtime)`` returns the costs as that runtime executes them; the simulator, the
+solver, the baselines and the plots all read those. The conversion is idempotent and the result
+says which runtime it follows (``Profile.runtime``), so a profile measured under torch, which the
+profiler marks ``"runtime": "torch"``, is never corrected twice, and asking for the ideal model of
+such a profile is an error (its stage 0 never had a separate I to recover).
 """
 
 from __future__ import annotations
@@ -20,6 +37,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from schedc.errors import SchedcError
 
 PROFILE_FORMAT = "schedc.profile/v1"
+RUNTIMES = ("torch", "ideal")
+DEFAULT_RUNTIME = "torch"
+
+# Fraction of a microbatch's activation still held between I and W when a profile does not say.
+# torch's split backward (stage_backward_input with retain_graph=True) keeps the whole graph until
+# W; benchmarks/split_backward_memory.py measures it for GPT, MLP and attention stages.
+HELD_FRACTION = 1.0
 
 
 class StageCost(BaseModel):
@@ -29,11 +53,14 @@ class StageCost(BaseModel):
     backward_input: float = Field(gt=0, description="seconds of I (backward for inputs)")
     backward_weight: float = Field(ge=0, description="seconds of W; 0 for a stage without parameters")
     activation_bytes: float = Field(ge=0, description="bytes one microbatch holds after F")
-    weight_grad_bytes: float = Field(ge=0, description="bytes still held between I and W")
+    weight_grad_bytes: Optional[float] = Field(
+        default=None, ge=0, description="bytes still held between I and W; default HELD_FRACTION x activation_bytes")
     static_bytes: float = Field(default=0, ge=0, description="params + grads + optimizer state")
 
     @model_validator(mode="after")
     def _weight_grad_within_activation(self) -> "StageCost":
+        if self.weight_grad_bytes is None:
+            self.weight_grad_bytes = HELD_FRACTION * self.activation_bytes
         if self.weight_grad_bytes > self.activation_bytes:
             raise ValueError(
                 f"weight_grad_bytes ({self.weight_grad_bytes:g}) must be <= activation_bytes "
@@ -53,6 +80,9 @@ class Profile(BaseModel):
     format: Literal["schedc.profile/v1"] = PROFILE_FORMAT
     stages: list[StageCost] = Field(min_length=1)
     comm: Union[float, list[float]] = 0.0
+    # which runtime model the numbers already follow: "torch" when measured under torch's runtime
+    # (stage 0's I is empty) or converted by executed(); absent: each stage's real I and W
+    runtime: Optional[Literal["torch", "ideal"]] = None
     device: Optional[str] = None
     model: Optional[str] = None
     microbatch_size: Optional[int] = None
@@ -83,6 +113,28 @@ class Profile(BaseModel):
             return self.comm[stage]
         return float(self.comm)
 
+    def executed(self, runtime: Optional[str] = None) -> "Profile":
+        """The costs as `runtime` executes them (module docstring); None: the runtime this profile
+        already follows, else torch's."""
+        runtime = runtime or self.runtime or DEFAULT_RUNTIME
+        if runtime not in RUNTIMES:
+            raise SchedcError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+        if runtime == "ideal":
+            if self.runtime == "torch":
+                raise SchedcError(
+                    "this profile follows torch's runtime (stage 0's backward is all in W), so it has no "
+                    "ideal form; use --runtime torch, or a profile with every stage's real I and W")
+            return self if self.runtime == "ideal" else self.model_copy(update={"runtime": "ideal"})
+        if self.runtime == "torch":
+            return self
+        first = self.stages[0]
+        stage0 = first.model_copy(update={
+            "backward_input": 0.0,
+            "backward_weight": first.backward_input + first.backward_weight,
+            "weight_grad_bytes": first.activation_bytes,
+        })
+        return self.model_copy(update={"stages": [stage0] + list(self.stages[1:]), "runtime": "torch"})
+
     def duration(self, stage: int, kind: str) -> float:
         c = self.stages[stage]
         return {"F": c.forward, "I": c.backward_input, "W": c.backward_weight, "B": c.backward}[kind]
@@ -105,20 +157,24 @@ class Profile(BaseModel):
         backward_input: float = 1.0,
         backward_weight: float = 1.0,
         comm: Union[float, Sequence[float]] = 0.0,
+        held_fraction: float = HELD_FRACTION,
     ) -> "Profile":
+        """Identical stages: 1 unit of activation per microbatch, `held_fraction` of it held
+        between I and W."""
         stage = StageCost(
             forward=forward,
             backward_input=backward_input,
             backward_weight=backward_weight,
             activation_bytes=1.0,
-            weight_grad_bytes=0.5,
+            weight_grad_bytes=held_fraction,
         )
         comm_value = list(comm) if isinstance(comm, (list, tuple)) else float(comm)
         return cls(stages=[stage] * n_stages, comm=comm_value, model="uniform")
 
     @classmethod
     def edge_heavy(
-        cls, n_stages: int, edge: float = 1.3, input_ratio: float = 1.1, weight_ratio: float = 0.9, comm: float = 0.1
+        cls, n_stages: int, edge: float = 1.3, input_ratio: float = 1.1, weight_ratio: float = 0.9, comm: float = 0.1,
+        held_fraction: float = HELD_FRACTION,
     ) -> "Profile":
         """Unequal stages the way real models are: the first and last stage (embedding; LM head
         and loss) cost ``edge`` times the middle ones; I = input_ratio x F, W = weight_ratio x F;
@@ -128,7 +184,7 @@ class Profile(BaseModel):
         for s in range(n_stages):
             f = edge if s in (0, n_stages - 1) else 1.0
             stages.append(StageCost(forward=f, backward_input=input_ratio * f, backward_weight=weight_ratio * f,
-                                    activation_bytes=1.0, weight_grad_bytes=0.5))
+                                    activation_bytes=1.0, weight_grad_bytes=held_fraction))
         return cls(stages=stages, comm=comm, model="edge-heavy")
 
     @classmethod

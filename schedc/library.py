@@ -8,9 +8,9 @@ loads it, its JSON report says what the simulator says, and the index lists what
 Method:
 - A set-up is named ``r{R}_mb{M}_mem{K}p_{loop|v}_{uniform|transformer}``
   (:class:`Setup`); the name alone determines the compile request, including the costs:
-  ``uniform`` is ``Profile.uniform`` (F = I = W = 1, 0.5 of the activation held between I and W,
-  no communication time: the zero-bubble paper's setting) and ``transformer`` is
-  :func:`transformer_profile` with its defaults.
+  ``uniform`` is ``Profile.uniform`` (F = I = W = 1, the activation held until W as torch's split
+  backward does, no communication time) and ``transformer`` is :func:`transformer_profile` with its
+  defaults. Every set-up is compiled for torch's runtime (stage 0's backward all in W).
 - :func:`build_library` compiles each set-up (``schedc.solver.compile_schedule``, makespan
   objective, seed 0) with a time limit scaled by the instance's size (:func:`time_limit_for`),
   writes ``NAME.csv`` and ``NAME.json`` (the compiler's report plus a ``library`` section), then
@@ -78,8 +78,10 @@ _NOTES = [
     "activation bytes per layer 18bsh + 4bsf (= 34bsh for f = 4h; Korthikanti et al. 2022, 'Reducing Activation "
     "Recomputation in Large Transformer Models', eq. 1 without the 5as^2b score term, i.e. flash attention); "
     "LM head: logits 6bsV (bf16 + fp32 for the loss) + 4bsh",
-    "held between I and W per layer 16bsh + 4bsf (inputs of the linears + gradients of their outputs; = 32bsh for "
-    "f = 4h, the zero-bubble paper's M_W, Qi et al. 2023, table 1); LM head 2bsh + 2bsV",
+    "held between I and W: everything (torch's split backward keeps the graph until W; measured by "
+    "benchmarks/split_backward_memory.py); with held='paper' per layer 16bsh + 4bsf (inputs of the linears + "
+    "gradients of their outputs; = 32bsh for f = 4h, the zero-bubble paper's M_W, Qi et al. 2023, table 1), "
+    "LM head 2bsh + 2bsV",
     "static bytes 18 per parameter (bf16 weights 2 + fp32 gradients 4 + fp32 master weights 4 + Adam moments 8)",
 ]
 
@@ -101,6 +103,7 @@ def transformer_profile(
     flops_per_second: float = 400e12,
     bandwidth: float = 40e9,
     tied_embeddings: bool = False,
+    held: str = "torch",
 ) -> Profile:
     """Costs of a GPT/Llama-like decoder split into `n_stages` pipeline stages, from arithmetic.
 
@@ -121,9 +124,11 @@ def transformer_profile(
     - activation bytes ``18bsh + 4bsf`` (= 34bsh; Korthikanti et al. 2022, "Reducing Activation
       Recomputation in Large Transformer Models", eq. 1 without the 5as^2b attention-score term,
       which flash attention does not store).
-    - bytes held between I and W ``16bsh + 4bsf`` (= 32bsh: the inputs of the linear layers plus
+    - bytes held between I and W: with `held` = ``"torch"`` (default) the whole activation, since
+      torch's split backward (``stage_backward_input`` with ``retain_graph=True``) keeps the graph
+      until W; with ``"paper"`` ``16bsh + 4bsf`` (= 32bsh: the inputs of the linear layers plus
       the gradients of their outputs, which W needs; the zero-bubble paper's M_W, Qi et al. 2023,
-      "Zero Bubble Pipeline Parallelism", table 1).
+      "Zero Bubble Pipeline Parallelism", table 1), what a runtime that frees the rest could reach.
     - parameters ``4h^2 + 2hf``; static bytes 18 per parameter (bf16 weights, fp32 gradients,
       fp32 master weights and two fp32 Adam moments; Rajbhandari et al. 2020, ZeRO, count 16 for
       fp16 weights and gradients, fp32 gradients add 2).
@@ -148,6 +153,8 @@ def transformer_profile(
             raise SchedcError(f"transformer_profile: {name} must be >= 1, got {value}")
     if not flops_per_second > 0 or not bandwidth > 0:
         raise SchedcError("transformer_profile: flops_per_second and bandwidth must be > 0")
+    if held not in ("torch", "paper"):
+        raise SchedcError(f"transformer_profile: held must be 'torch' or 'paper', got {held!r}")
     h, s, b, V = float(hidden), float(seq), float(microbatch_size), float(vocab)
     f = float(ffn_hidden if ffn_hidden is not None else 4 * hidden)
 
@@ -165,18 +172,18 @@ def transformer_profile(
     counts = _split_layers(layers, n_stages)
     for st, n in enumerate(counts):
         fl, il, wl = n * layer_f, n * layer_i, n * layer_w
-        act, held, params = n * layer_act, n * layer_held, n * layer_params
+        act, kept, params = n * layer_act, n * layer_held, n * layer_params
         if st == 0 and not tied_embeddings:
             params += V * h
         if st == n_stages - 1:
             fl, il, wl = fl + head, il + head, wl + head
-            act, held, params = act + head_act, held + head_held, params + V * h
+            act, kept, params = act + head_act, kept + head_held, params + V * h
         stages.append(StageCost(
             forward=fl / flops_per_second,
             backward_input=il / flops_per_second,
             backward_weight=wl / flops_per_second,
             activation_bytes=act,
-            weight_grad_bytes=held,
+            weight_grad_bytes=act if held == "torch" else kept,
             static_bytes=18 * params,
         ))
     comm = 2 * b * s * h / bandwidth
@@ -643,7 +650,9 @@ validates, loads in torch, matches its report when re-simulated, and that this i
 Names: `r{{ranks}}_mb{{microbatches}}_mem{{K}}p_{{placement}}_{{costs}}`. `loop` = one stage per rank;
 `v` = two stages per rank in a V (rank r holds stages r and 2R-1-r, as ZB-V and DualPipeV).
 `mem1p` = each rank may hold R microbatches of its stages' activations (what 1F1B holds),
-`mem2p` = twice that. `uniform` = identical stages, F = I = W = 1, no communication time;
+`mem2p` = twice that. Every schedule is timed as torch's `_PipelineScheduleRuntime` runs it (stage 0's
+backward all in W; I frees nothing until W, as torch's split backward keeps the graph).
+`uniform` = identical stages, F = I = W = 1 (unit-less), no communication time;
 `transformer` = `schedc.library.transformer_profile` (32 layers, hidden 4096, vocab 128256,
 sequence 4096, bf16; the last stage carries the LM head and loss; times in ms at 400 TFLOP/s
 effective, 40 GB/s between stages). Objective: makespan (all ranks start and end the step together).

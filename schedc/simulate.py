@@ -12,7 +12,8 @@ we say which actions wait on which. Memory on a rank changes only through its ow
 its curve is the running sum of the ZB paper's deltas in the rank's order: F allocates at its
 start, I/W/B release at their end. An overlapped cell (torch's OVERLAP_F_B) starts when the
 inputs of all its parts are there, as torch's runtime receives them all first, and its parts
-run back to back.
+run back to back. Costs are those of the chosen runtime model (``Profile.executed``; torch's by
+default: stage 0's I is empty and its W runs the whole backward).
 
 Cost: O(total actions x ranks) in the worst case, linear in practice.
 """
@@ -61,6 +62,7 @@ class SimResult:
     peak_memory: list[float]  # per rank, static bytes included
     memory_curve: list[list[tuple[float, float]]]  # per rank: (time, bytes held) steps
     memory_limit: list[float] = field(default_factory=list)  # per rank; inf when uncapped
+    runtime: str = "torch"  # the runtime model the costs were executed with
 
     @property
     def n_ranks(self) -> int:
@@ -112,8 +114,11 @@ class SimResult:
         return all(p <= lim * (1 + 1e-9) + 1e-9 for p, lim in zip(self.peak_memory, self.memory_limit))
 
 
-def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None) -> SimResult:
-    """Simulate `schedule` with `profile`'s costs; `memory` (default none) sets the caps reported."""
+def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None,
+             runtime: Optional[str] = None) -> SimResult:
+    """Simulate `schedule` with `profile`'s costs as `runtime` executes them (None: the runtime the
+    profile already follows, else torch's); `memory` (default none) sets the caps reported."""
+    profile = profile.executed(runtime)
     if profile.n_stages != schedule.n_stages:
         raise SchedcError(
             f"the profile describes {profile.n_stages} stages but the schedule has {schedule.n_stages}"
@@ -189,7 +194,7 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
     limit = (memory or MemoryLimit(kind="none")).per_rank(profile, schedule.placement)
     makespan = max((t.end for t in timings.values()), default=0.0)
     busy = [sum(timings[a].end - timings[a].start for a in row) for row in order]
-    return SimResult(timings, order, makespan, busy, peaks, curves, limit)
+    return SimResult(timings, order, makespan, busy, peaks, curves, limit, profile.runtime)
 
 
 def _describe_wait(order, next_index, where, schedule, backward_kind) -> str:
@@ -204,10 +209,10 @@ def _describe_wait(order, next_index, where, schedule, backward_kind) -> str:
     return "; ".join(parts)
 
 
-def peak_activation_units(schedule: Schedule, profile: Profile) -> list[float]:
+def peak_activation_units(schedule: Schedule, profile: Profile, runtime: Optional[str] = None) -> list[float]:
     """Peak held bytes per rank without static bytes, in multiples of one microbatch of the
     rank's own stages (so 1F1B's rank 0 reads R)."""
-    res = simulate(schedule, profile)
+    res = simulate(schedule, profile, runtime=runtime)
     out = []
     for r in range(schedule.n_ranks):
         own = schedule.stages_of(r)

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from schedc.costs import MemoryLimit, Profile, parse_comm, parse_costs
+from schedc.costs import HELD_FRACTION, MemoryLimit, Profile, parse_comm, parse_costs
 from schedc.errors import SchedcError
 from schedc.ir import loop_placement, v_placement
 
@@ -54,11 +54,25 @@ def test_profile_bad_json_and_missing_file(tmp_path):
         Profile.load(tmp_path / "nope.json")
 
 
-def test_uniform_profile_follows_zero_bubble_memory_ratio():
+def test_uniform_profile_holds_what_torch_split_backward_holds():
     p = Profile.uniform(4, 1, 2, 3, comm=0.5)
     assert [p.duration(0, k) for k in "FIWB"] == [1, 2, 3, 5]
-    assert [p.memory_delta(2, k) for k in "FIWB"] == [1.0, -0.5, -0.5, -1.0]
+    # torch's I keeps the graph until W (retain_graph=True): I frees nothing by default
+    assert [p.memory_delta(2, k) for k in "FIWB"] == [1.0, 0.0, -1.0, -1.0]
     assert p.comm_after(2) == 0.5
+    # the zero-bubble paper's ratio stays reachable
+    half = Profile.uniform(4, held_fraction=0.5)
+    assert [half.memory_delta(2, k) for k in "FIWB"] == [1.0, -0.5, -0.5, -1.0]
+
+
+def test_weight_grad_bytes_defaults_to_the_held_fraction(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"format": "schedc.profile/v1", "stages": [{"forward": 1, "backward_input": 1, '
+                    '"backward_weight": 1, "activation_bytes": 8}]}')
+    prof = Profile.load(path)
+    assert prof.stages[0].weight_grad_bytes == 8 * HELD_FRACTION
+    assert prof.runtime is None  # each stage's real I and W: converted for torch when used
+    assert prof.executed().runtime == "torch"
 
 
 @pytest.mark.parametrize(

@@ -21,11 +21,15 @@ from schedc.validate import validate
 
 
 def check(problem: Problem, budget: float = 0.2):
+    """The list scheduler's schedule is valid and fits; the warm start built from it and the
+    hand-made schedules is never behind a fitting hand-made schedule."""
     sched = heuristic_schedule(problem, time_budget=budget)
     validate(sched, problem.n_stages, problem.n_microbatches, problem.n_ranks, tuple(problem.placement))
     sim = simulate(sched, problem.profile, problem.memory)
     assert sim.fits, (sim.peak_memory, sim.memory_limit)
-    value = sim.objective(problem.objective)
+    _, warm_sim, _ = warm_start(problem, time_budget=budget)
+    assert warm_sim.fits and warm_sim.objective(problem.objective) <= sim.objective(problem.objective) + 1e-9
+    value = warm_sim.objective(problem.objective)
     for name, _, bsim in feasible_baselines(problem):
         assert value <= bsim.objective(problem.objective) + 1e-9, (name, value, bsim.objective(problem.objective))
     return sched, sim

@@ -279,7 +279,8 @@ def test_transformer_profile_is_sane():
     mid = p.stages[1]
     assert mid.backward_input == pytest.approx(8 / 7 * mid.forward)  # (24+8)/(24+4) with s = h
     assert mid.backward_weight == pytest.approx(6 / 7 * mid.forward)
-    assert mid.weight_grad_bytes == pytest.approx(32 / 34 * mid.activation_bytes)
+    assert mid.weight_grad_bytes == mid.activation_bytes  # torch's split backward holds it all until W
+    assert transformer_profile(n, held="paper").stages[1].weight_grad_bytes == pytest.approx(32 / 34 * mid.activation_bytes)
     # totals: 32 layers of 28 s h^2 FLOPs (s = h = 4096) + the LM head 2 s h V, at 400 TFLOP/s
     s = h = 4096
     total = 32 * 28 * s * h * h + 2 * s * h * 128256

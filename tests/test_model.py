@@ -107,12 +107,13 @@ def test_model_vocabulary_round_trip():
 
 
 def test_zero_cost_w_stages_use_b():
-    stages = [StageCost(forward=1, backward_input=1, backward_weight=0, activation_bytes=1, weight_grad_bytes=0),
-              StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1, weight_grad_bytes=0.5)]
+    # the stage without weights is the last one: under torch's runtime stage 0's W is its whole backward
+    stages = [StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1, weight_grad_bytes=0.5),
+              StageCost(forward=1, backward_input=1, backward_weight=0, activation_bytes=1, weight_grad_bytes=0)]
     problem = Problem.build(2, 3, profile=Profile(stages=stages))
     inst = model.build_instance(problem)
-    assert inst.backward == ["B", "I"]
-    assert Action(0, "W", 0) not in inst.index
+    assert inst.backward == ["I", "B"]
+    assert Action(1, "W", 0) not in inst.index
     exact, _ = exact_optimum(problem)
     _, _, out = solve_full(problem)
     sim = simulate(model.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)

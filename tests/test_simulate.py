@@ -71,7 +71,7 @@ def test_zb_h1_bubble_is_p_minus_1_times_f_plus_i_minus_w(p, m):
 def test_zb_h2_has_no_bubble_inside_any_rank_span(p, m):
     """ZB-H2 with F=I=W and m >= 2p-1: (p-1)(F+I-2W) = 0 on every rank; the ranks form a
     parallelogram (rank r runs from r to r + 3m), so the makespan is 3m + p - 1."""
-    res = simulate(make_baseline("zb-h2", p, m), Profile.uniform(p))
+    res = simulate(make_baseline("zb-h2", p, m), Profile.uniform(p), runtime="ideal")
     assert res.span_per_rank == [3 * m] * p
     assert res.span_bubble == 0
     assert res.makespan == 3 * m + p - 1
@@ -81,14 +81,14 @@ def test_zb_h2_has_no_bubble_inside_any_rank_span(p, m):
 @pytest.mark.parametrize("costs", [(2, 2, 1), (1, 1, 0.5), (1, 2, 1)])
 @pytest.mark.parametrize("p,m", [(3, 9), (4, 8), (4, 12)])
 def test_closed_forms_with_unequal_pass_times(costs, p, m):
-    """The formulas with F, I, W not all equal (W <= F, I): span minus busy is
-    (p-1)(F+I+W) for 1F1B, (p-1)(F+I-W) for ZB-H1, (p-1)(F+I-2W) for ZB-H2."""
+    """The paper's formulas with F, I, W not all equal (W <= F, I), under its ideal runtime: span
+    minus busy is (p-1)(F+I+W) for 1F1B, (p-1)(F+I-W) for ZB-H1, (p-1)(F+I-2W) for ZB-H2."""
     f, i, w = costs
     prof = Profile.uniform(p, f, i, w)
     busy = m * (f + i + w)
     expected = {"1f1b": (p - 1) * (f + i + w), "zb-h1": (p - 1) * (f + i - w), "zb-h2": (p - 1) * (f + i - 2 * w)}
     for name, bubble in expected.items():
-        assert simulate(make_baseline(name, p, m), prof).span - busy == pytest.approx(bubble), name
+        assert simulate(make_baseline(name, p, m), prof, runtime="ideal").span - busy == pytest.approx(bubble), name
 
 
 # ---------------------------------------------------------------- peak memory
@@ -96,19 +96,34 @@ def test_closed_forms_with_unequal_pass_times(costs, p, m):
 
 @pytest.mark.parametrize("p,m", [(2, 4), (3, 6), (4, 8), (4, 12), (5, 10)])
 def test_peak_memory_1f1b_zbh1_zbh2(p, m):
-    prof = Profile.uniform(p)
-    f1b = peak_activation_units(make_baseline("1f1b", p, m), prof)
+    """The paper's memory accounting (ideal runtime, half the activation freed by I)."""
+    prof = Profile.uniform(p, held_fraction=0.5)
+    f1b = peak_activation_units(make_baseline("1f1b", p, m), prof, runtime="ideal")
     assert f1b == [p - r for r in range(p)]  # rank 0 holds p microbatches: "1p"
-    h1 = peak_activation_units(make_baseline("zb-h1", p, m), prof)
+    h1 = peak_activation_units(make_baseline("zb-h1", p, m), prof, runtime="ideal")
     assert h1[0] == p and max(h1) <= p
-    h2 = peak_activation_units(make_baseline("zb-h2", p, m), prof)
+    h2 = peak_activation_units(make_baseline("zb-h2", p, m), prof, runtime="ideal")
     assert h2[0] == min(m, 2 * p - 1) and max(h2) <= 2 * p - 1  # about 2p
     # the memory limit says the same thing
     one_p, two_p = MemoryLimit.parse("1p"), MemoryLimit.parse("2p")
-    assert simulate(make_baseline("1f1b", p, m), prof, one_p).fits
-    assert simulate(make_baseline("zb-h1", p, m), prof, one_p).fits
-    assert not simulate(make_baseline("zb-h2", p, m), prof, one_p).fits
-    assert simulate(make_baseline("zb-h2", p, m), prof, two_p).fits
+    assert simulate(make_baseline("1f1b", p, m), prof, one_p, runtime="ideal").fits
+    assert simulate(make_baseline("zb-h1", p, m), prof, one_p, runtime="ideal").fits
+    assert not simulate(make_baseline("zb-h2", p, m), prof, one_p, runtime="ideal").fits
+    assert simulate(make_baseline("zb-h2", p, m), prof, two_p, runtime="ideal").fits
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 6), (4, 8), (4, 12), (5, 10)])
+def test_peak_memory_under_torch_split_backward(p, m):
+    """torch's runtime: I frees nothing (retain_graph keeps the graph until W), so a schedule
+    that defers W holds more. 1F1B runs B and holds p on rank 0 either way; ZB-H1 holds one
+    more microbatch per deferred W, so it needs more than 1p."""
+    prof = Profile.uniform(p)
+    assert peak_activation_units(make_baseline("1f1b", p, m), prof) == [p - r for r in range(p)]
+    h1 = peak_activation_units(make_baseline("zb-h1", p, m), prof)
+    assert h1[0] == p  # stage 0's W is its whole backward: freed as in 1F1B
+    assert max(h1) > p - 1 and all(h >= p - r for r, h in enumerate(h1))
+    assert max(h1[r] - (p - r) for r in range(p)) >= 1  # some rank holds at least one more
+
 
 
 @pytest.mark.parametrize("name,n,m", [("1f1b", 4, 8), ("zb-h1", 3, 6), ("zb-h2", 4, 9), ("zb-v", 6, 12),
@@ -128,7 +143,8 @@ def test_memory_curve_is_consistent(name, n, m):
         assert max(v for _, v in curve) == res.peak_memory[r]
         assert len(curve) == len(res.order[r]) + 1
         steps = {round(b - a, 9) for (_, a), (_, b) in zip(curve, curve[1:])}
-        assert steps <= {4.0, -3.0, -1.0, -4.0}
+        # under torch's runtime stage 0's I frees nothing (0) and its W frees everything (-4)
+        assert steps <= ({4.0, -3.0, -1.0, -4.0, 0.0} if 0 in schedule.stages_of(r) else {4.0, -3.0, -1.0, -4.0})
 
 
 # ---------------------------------------------------------------- communication and heterogeneous stages
@@ -269,3 +285,46 @@ def test_memory_limit_bytes_and_none():
     res = simulate(make_baseline("gpipe", 2, 4), prof, MemoryLimit.parse("4GiB"))
     assert not res.fits
     assert simulate(make_baseline("gpipe", 2, 4), prof).memory_limit == [math.inf, math.inf]
+
+
+# ---------------------------------------------------------------- torch's runtime: stage 0's backward
+
+
+def test_torch_runtime_runs_stage0_backward_in_w():
+    """Stage 0's I takes no time and frees nothing; its W takes I + W and frees the activation.
+    Other stages keep their own I and W. The ideal runtime keeps the paper's numbers."""
+    prof = _profile([1, 1, 1], [2, 2, 2], [1, 1, 1], activation=4.0, weight_grad=1.0)
+    schedule = make_baseline("zb-h1", 3, 3)
+    torch_run, ideal_run = simulate(schedule, prof), simulate(schedule, prof, runtime="ideal")
+    for m in range(3):
+        i0, w0 = torch_run.timings[Action(0, "I", m)], torch_run.timings[Action(0, "W", m)]
+        assert i0.end == i0.start and w0.end - w0.start == 3
+        i1 = torch_run.timings[Action(1, "I", m)]
+        assert i1.end - i1.start == 2
+        assert ideal_run.timings[Action(0, "I", m)].end - ideal_run.timings[Action(0, "I", m)].start == 2
+    # rank 0's curve: F adds 4, I changes nothing, W frees 4
+    steps = [round(b - a, 9) for (_, a), (_, b) in zip(torch_run.memory_curve[0], torch_run.memory_curve[0][1:])]
+    kinds = [a.kind for a in torch_run.order[0]]
+    assert {k: {s for s, kk in zip(steps, kinds) if kk == k} for k in "FIW"} == {"F": {4.0}, "I": {0.0}, "W": {-4.0}}
+
+
+def test_torch_conversion_is_idempotent_and_marked():
+    prof = _profile([1, 1], [2, 2], [1, 1], activation=4.0, weight_grad=1.0)
+    once = prof.executed("torch")
+    assert once.runtime == "torch" and once.executed("torch") is once
+    assert [once.duration(0, k) for k in "IWB"] == [0, 3, 3] and once.memory_delta(0, "W") == -4
+    assert [once.duration(1, k) for k in "IWB"] == [2, 1, 3]
+    assert simulate(make_baseline("zb-h1", 2, 4), once).makespan == simulate(make_baseline("zb-h1", 2, 4), prof).makespan
+    # a profile measured under torch has no ideal form
+    with pytest.raises(SchedcError, match="follows torch's runtime"):
+        simulate(make_baseline("1f1b", 2, 2), once, runtime="ideal")
+    with pytest.raises(SchedcError, match="--runtime must be one of torch, ideal"):
+        simulate(make_baseline("1f1b", 2, 2), prof, runtime="megatron")
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_full_backward_schedules_time_alike_under_both_runtimes(name):
+    """B on stage 0 is I + W either way, so schedules without split backwards do not change."""
+    prof = _profile([1, 2, 1], [2, 1, 3], [1, 1, 2], comm=0.25, activation=4.0, weight_grad=1.0)
+    schedule = make_baseline(name, 3, 6)
+    assert simulate(schedule, prof).makespan == simulate(schedule, prof, runtime="ideal").makespan

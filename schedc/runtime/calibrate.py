@@ -495,6 +495,7 @@ def refine_profile(profile: Profile, schedule: Schedule, measured: list[_Measure
         "stages": [StageCost.model_validate(s.model_dump()) for s in stages],
         "comm": comm if n_bound else 0.0,
         "notes": notes,
+        "runtime": "torch",  # measured inside torch's runtime: stage 0's backward is already all in W
     })
 
 

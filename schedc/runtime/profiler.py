@@ -646,6 +646,7 @@ def to_profile(
         torch_version=torch.__version__,
         created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         notes=notes,
+        runtime="torch",  # measured with torch's split backward: stage 0's I is empty, its W the whole backward
     )
 
 

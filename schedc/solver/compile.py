@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
 from schedc import __version__
-from schedc.costs import MemoryLimit, Profile
+from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
@@ -81,10 +81,12 @@ def compile_schedule(
     solver: Optional[str] = None,
     progress: Optional[Callable[[dict], None]] = None,
     seed: int = 0,
+    runtime: str = DEFAULT_RUNTIME,
 ) -> CompileResult:
-    """Compile the fastest schedule under the memory limit (see the module docstring)."""
+    """Compile the fastest schedule under the memory limit (see the module docstring), timed as
+    `runtime` executes it (torch's runtime by default)."""
     problem = Problem.build(n_stages, n_microbatches, n_ranks=n_ranks, placement=placement, profile=profile,
-                            memory=memory, objective=objective)
+                            memory=memory, objective=objective, runtime=runtime)
     return compile_problem(problem, time_limit=time_limit, solver=solver, progress=progress, seed=seed)
 
 
@@ -308,7 +310,8 @@ def build_report(result: CompileResult, lb_details: dict, bound_source: str, sol
             "placement": p.placement_name,
             "stage_to_rank": list(p.placement),
             "microbatches": p.n_microbatches,
-            "costs": p.profile.model_dump(mode="json", exclude_none=True),
+            "costs": p.given_profile.model_dump(mode="json", exclude_none=True),
+            "runtime": p.runtime,
             "memory_limit": str(p.memory),
             "objective": p.objective,
             "solver": solver,

@@ -673,7 +673,9 @@ def solve_model(
         return SolveOutcome(None, False, None, dual, elapsed, n_bin, prob.numConstraints(), solver, "no solution")
     orders = []
     for acts in inst.by_rank:
-        orders.append(sorted(acts, key=lambda i: (round(value(i), 6), win.est[i], i)))
+        # by start, then end: a zero-length action (stage 0's I under torch's runtime) that starts
+        # with another one ran first
+        orders.append(sorted(acts, key=lambda i: (round(value(i), 6), round(value(i) + inst.dur[i], 6), win.est[i], i)))
     return SolveOutcome(orders, proven, pulp.value(prob.objective), dual, elapsed, n_bin, prob.numConstraints(), solver)
 
 

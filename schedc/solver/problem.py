@@ -1,7 +1,9 @@
 """One compile request, resolved: costs per stage, placement, microbatches, memory caps, objective.
 
 Everything the heuristic, the integer program and the lower bounds need, in one small object, so
-that they all read the same numbers.
+that they all read the same numbers. ``Problem.profile`` holds the costs as the chosen runtime
+executes them (``Profile.executed``: torch's by default); ``given_profile`` is what the user gave,
+which reports write down together with the runtime's name.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional, Sequence, Union
 
-from schedc.costs import MemoryLimit, Profile
+from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.ir import make_placement, placement_name
 
@@ -19,11 +21,17 @@ OBJECTIVES = ("makespan", "span")
 
 @dataclass(frozen=True)
 class Problem:
-    profile: Profile
+    given_profile: Profile  # the costs as the user gave them
     placement: tuple[int, ...]  # placement[stage] = rank
     n_microbatches: int
     memory: MemoryLimit = field(default_factory=lambda: MemoryLimit(kind="relative", value=1.0))
     objective: str = "makespan"
+    runtime: str = DEFAULT_RUNTIME
+
+    @cached_property
+    def profile(self) -> Profile:
+        """The costs as `runtime` executes them: what the heuristic, model and bounds read."""
+        return self.given_profile.executed(self.runtime)
 
     @property
     def n_stages(self) -> int:
@@ -75,6 +83,7 @@ class Problem:
         profile: Optional[Profile] = None,
         memory: Union[str, MemoryLimit] = "1p",
         objective: str = "makespan",
+        runtime: str = DEFAULT_RUNTIME,
     ) -> "Problem":
         if n_stages < 1:
             raise SchedcError(f"--stages must be >= 1, got {n_stages}")
@@ -107,4 +116,7 @@ class Problem:
             raise SchedcError(f"the profile describes {profile.n_stages} stages but --stages is {n_stages}")
         if isinstance(memory, str):
             memory = MemoryLimit.parse(memory)
-        return cls(profile=profile, placement=placement, n_microbatches=n_microbatches, memory=memory, objective=objective)
+        problem = cls(given_profile=profile, placement=placement, n_microbatches=n_microbatches, memory=memory,
+                      objective=objective, runtime=runtime)
+        problem.profile  # an impossible runtime conversion fails here, before any solving
+        return problem
