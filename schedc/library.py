@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from schedc.costs import MemoryLimit, Profile, StageCost, format_bytes
+from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile, StageCost, format_bytes
 from schedc.errors import SchedcError
 
 PathLike = Union[str, Path]
@@ -716,7 +716,8 @@ def check_entry(entry: Entry, torch: bool = True) -> list[str]:
         return [f"{json_path}: no 'inputs' section; rebuild with `{BUILD_COMMAND}`"]
     # what the name promises vs what the report says was compiled
     expected = {"ranks": setup.ranks, "stages": setup.stages, "microbatches": setup.mb,
-                "placement": setup.placement, "memory_limit": setup.memory, "objective": LIBRARY_OBJECTIVE}
+                "placement": setup.placement, "memory_limit": setup.memory, "objective": LIBRARY_OBJECTIVE,
+                "runtime": DEFAULT_RUNTIME}
     for key, want in expected.items():
         if inputs.get(key) != want:
             out.append(f"{json_path}: inputs.{key} is {inputs.get(key)!r} but the name {setup.name} means {want!r}")
@@ -745,7 +746,7 @@ def check_entry(entry: Entry, torch: bool = True) -> list[str]:
             out.append(str(e))
 
     memory = MemoryLimit.parse(setup.memory)
-    sim = simulate(sched, profile, memory)
+    sim = simulate(sched, profile, memory, runtime=DEFAULT_RUNTIME)
     predicted = rep.get("predicted") or {}
     for key, got in (("makespan", sim.makespan), ("span", sim.span), ("bubble", sim.bubble)):
         if not _close(predicted.get(key), got):
