@@ -58,7 +58,7 @@ def test_compare_is_exact_when_the_run_matches_the_simulation():
         assert got.backward_input == pytest.approx(want.backward_input, abs=1e-8)
         assert got.backward_weight == pytest.approx(want.backward_weight)
     assert cal.refined.comm == pytest.approx([0.002])
-    assert abs(cal.refined_error) < 1e-9
+    assert abs(cal.refined_error) < 1e-7  # stage 0's empty I is stored as 1e-9 s (a profile's I is > 0)
     assert "error +0.0%" in format_calibration(cal)
 
 
