@@ -119,100 +119,143 @@ def compile_problem(
     deadline = t0 + time_limit - min(0.05 * time_limit, 5.0)
     solver_name = model.available_solver(solver)
     heuristic.check_memory_feasible(problem)
-    obj_name = problem.objective
 
     if warm is None:
         warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
     warm_sched, warm_sim, warm_source = warm
     if not warm_sim.fits:
         raise SchedcError("the warm start does not fit the memory limit (internal error)")
-    lb, lb_details = _lower_bound(problem)
+    c = _Compilation.begin(problem, warm, solver_name, seed, t0, deadline, progress)
+    c.emit("warm start (" + warm_source + ")", c.best_val, c.bound)
+    if c.inc_orders is not None and not _close(c.best_val, c.bound) and time.monotonic() < deadline - 0.2:
+        if model.count_free_pairs(c.inst) <= model.FULL_MODEL_PAIRS:
+            c.solve_full_model()
+        if not _close(c.best_val, c.bound) and time.monotonic() < deadline - 0.5:
+            c.search_windows()
+    return c.result(time_limit)
 
-    inst = model.build_instance(problem)
-    # the model's incumbent: the warm start relabelled so each kind runs in microbatch order
-    # (never slower for makespan; for span an earlier first start can lengthen a rank's span,
-    # so the warm start itself stays the answer to beat)
-    inc_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm_sched))
-    inc_sched, inc_sim = _materialize(inst, inc_orders, problem)
-    if inc_sim is None or not inc_sim.fits:
-        inc_orders = None
-    best_sched, best_sim = warm_sched, warm_sim
-    if inc_orders is not None and inc_sim.objective(obj_name) <= warm_sim.objective(obj_name) - _TOL * warm_sim.objective(obj_name):
-        best_sched, best_sim = inc_sched, inc_sim
-    best_val = best_sim.objective(obj_name)
-    bound = lb
-    bound_source = "combinatorial"
-    ilp_used = False
-    log: list[dict] = []
-    # the solver's dual bound certifies makespan only: for span the model fixes each rank's
-    # first start at its chain head, which in-order schedules meet but others may not
-    exact = obj_name == "makespan"
 
-    def emit(phase: str, best: float, bnd: float) -> None:
-        entry = {"elapsed": time.monotonic() - t0, "best": best, "bound": bnd,
+@dataclass
+class _Compilation:
+    """One compile run: the best schedule so far, the model's incumbent, the certified bound."""
+
+    problem: Problem
+    inst: model.Instance
+    solver: str
+    seed: int
+    t0: float
+    deadline: float
+    progress: Optional[Callable[[dict], None]]
+    warm_source: str
+    best_sched: Schedule
+    best_sim: SimResult
+    inc_orders: Optional[list[list[int]]]  # the model's incumbent: in-order, re-simulated
+    inc_sched: Schedule
+    inc_sim: Optional[SimResult]
+    lb: float  # the combinatorial bound
+    lb_details: dict
+    bound: float  # the best certified bound
+    bound_source: str = "combinatorial"
+    ilp_used: bool = False
+    log: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def begin(cls, problem, warm, solver, seed, t0, deadline, progress) -> "_Compilation":
+        """The warm start, and the model's incumbent: the warm start relabelled so each kind
+        runs in microbatch order (never slower for makespan; for span an earlier first start
+        can lengthen a rank's span, so the warm start itself stays the answer to beat)."""
+        warm_sched, warm_sim, warm_source = warm
+        lb, lb_details = _lower_bound(problem)
+        inst = model.build_instance(problem)
+        inc_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm_sched))
+        inc_sched, inc_sim = _materialize(inst, inc_orders, problem)
+        if inc_sim is None or not inc_sim.fits:
+            inc_orders = None
+        c = cls(problem, inst, solver, seed, t0, deadline, progress, warm_source, warm_sched, warm_sim,
+                inc_orders, inc_sched, inc_sim, lb, lb_details, lb)
+        obj = problem.objective
+        if inc_orders is not None and inc_sim.objective(obj) <= warm_sim.objective(obj) - _TOL * warm_sim.objective(obj):
+            c.best_sched, c.best_sim = inc_sched, inc_sim
+        return c
+
+    @property
+    def best_val(self) -> float:
+        return self.best_sim.objective(self.problem.objective)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the solver's dual bound certifies: for makespan only, since for span the
+        model fixes each rank's first start at its chain head, which in-order schedules meet
+        but others may not."""
+        return self.problem.objective == "makespan"
+
+    def emit(self, phase: str, best: float, bnd: float) -> None:
+        entry = {"elapsed": time.monotonic() - self.t0, "best": best, "bound": bnd,
                  "gap": _gap(best, bnd), "phase": phase}
-        log.append(entry)
-        if progress is not None:
-            progress(entry)
+        self.log.append(entry)
+        if self.progress is not None:
+            self.progress(entry)
 
-    def consider(sched, sim) -> None:
-        nonlocal best_sched, best_sim, best_val
-        if sim is not None and sim.fits and sim.objective(obj_name) < best_val - 1e-12 * max(1.0, best_val):
-            best_sched, best_sim, best_val = sched, sim, sim.objective(obj_name)
+    def consider(self, sched: Schedule, sim: Optional[SimResult]) -> None:
+        """Keep (sched, sim) when it fits and beats the best so far."""
+        best = self.best_val
+        if sim is not None and sim.fits and sim.objective(self.problem.objective) < best - 1e-12 * max(1.0, best):
+            self.best_sched, self.best_sim = sched, sim
 
-    emit("warm start (" + warm_source + ")", best_val, bound)
+    def solve_full_model(self) -> None:
+        """Most of the time to the full model (the only one that can prove); the rest is left
+        to windows around its best answer."""
+        obj = self.problem.objective
+        inc_val = self.inc_sim.objective(obj)
+        remaining = FULL_MODEL_SHARE * (self.deadline - time.monotonic())
 
-    if inc_orders is not None and not _close(best_val, bound) and time.monotonic() < deadline - 0.2:
-        inc_val = inc_sim.objective(obj_name)
-        free_pairs = model.count_free_pairs(inst)
-        if free_pairs <= model.FULL_MODEL_PAIRS:
-            # most of the time to the full model (the only one that can prove), the rest to
-            # windows around its best answer
-            remaining = FULL_MODEL_SHARE * (deadline - time.monotonic())
+        def on_progress(primal, dual):
+            p = min(self.best_val, primal) if primal is not None and math.isfinite(primal) else self.best_val
+            d = max(self.bound, dual) if self.exact and dual is not None and math.isfinite(dual) else self.bound
+            self.emit("full model", p, d)
 
-            def on_progress(primal, dual):
-                p = min(best_val, primal) if primal is not None and math.isfinite(primal) else best_val
-                d = max(bound, dual) if exact and dual is not None and math.isfinite(dual) else bound
-                emit("full model", p, d)
+        out = model.solve_model(self.inst, self.inc_orders, inc_val, obj, remaining, self.solver,
+                                lower_bound=self.lb, progress=on_progress, seed=self.seed)
+        if out.orders is not None:
+            self.ilp_used = True
+            cand_orders = model.canonical_orders(self.inst, out.orders)
+            sched, sim = _materialize(self.inst, cand_orders, self.problem)
+            if sim is not None and sim.fits and sim.objective(obj) <= inc_val + 1e-12 * max(1.0, inc_val):
+                self.inc_orders, self.inc_sched, self.inc_sim = cand_orders, sched, sim
+                self.consider(sched, sim)
+        if self.exact and out.dual_bound is not None and out.dual_bound > self.bound:
+            self.bound, self.bound_source = out.dual_bound, f"{self.solver} dual bound"
+            if out.proven:
+                self.bound_source = f"{self.solver} (proven optimal)"
+        self.emit("full model done", self.best_val, self.bound)
 
-            out = model.solve_model(inst, inc_orders, inc_val, obj_name, remaining, solver_name,
-                                    lower_bound=lb, progress=on_progress, seed=seed)
-            if out.orders is not None:
-                ilp_used = True
-                cand_orders = model.canonical_orders(inst, out.orders)
-                sched, sim = _materialize(inst, cand_orders, problem)
-                if sim is not None and sim.fits and sim.objective(obj_name) <= inc_val + 1e-12 * max(1.0, inc_val):
-                    inc_orders, inc_sched, inc_sim = cand_orders, sched, sim
-                    consider(sched, sim)
-            if exact and out.dual_bound is not None and out.dual_bound > bound:
-                bound, bound_source = out.dual_bound, f"{solver_name} dual bound"
-                if out.proven:
-                    bound_source = f"{solver_name} (proven optimal)"
-            emit("full model done", best_val, bound)
-        if not _close(best_val, bound) and time.monotonic() < deadline - 0.5:
-            inc_orders, inc_sched, inc_sim, used = _window_search(
-                inst, problem, inc_orders, inc_sched, inc_sim, deadline, solver_name, lb,
-                lambda b, what: emit(what, min(b, best_val), bound), seed)
-            ilp_used = ilp_used or used
-            consider(inc_sched, inc_sim)
+    def search_windows(self) -> None:
+        self.inc_orders, self.inc_sched, self.inc_sim, used = _window_search(
+            self.inst, self.problem, self.inc_orders, self.inc_sched, self.inc_sim, self.deadline, self.solver,
+            self.lb, lambda b, what: self.emit(what, min(b, self.best_val), self.bound), self.seed)
+        self.ilp_used = self.ilp_used or used
+        self.consider(self.inc_sched, self.inc_sim)
 
-    if _close(best_val, bound):
-        status = "optimal"
-        bound = min(bound, best_val)
-    elif ilp_used:
-        status = "feasible"
-    else:
-        status = "heuristic"
-    solve_time = time.monotonic() - t0
-    baselines = all_baselines(problem)
-    result = CompileResult(
-        schedule=best_sched, sim=best_sim, problem=problem, status=status, lower_bound=bound,
-        gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time, baselines=baselines, warm_start_source=warm_source,
-    )
-    result.report = build_report(result, lb_details=lb_details, bound_source=bound_source, solver=solver_name,
-                                 time_limit=time_limit, log=log)
-    emit("done", best_val, bound)
-    return result
+    def result(self, time_limit: float) -> CompileResult:
+        """Status (``optimal`` only when the bound is met), baselines and the report."""
+        best_val, bound = self.best_val, self.bound
+        if _close(best_val, bound):
+            status = "optimal"
+            bound = min(bound, best_val)
+        elif self.ilp_used:
+            status = "feasible"
+        else:
+            status = "heuristic"
+        solve_time = time.monotonic() - self.t0
+        result = CompileResult(
+            schedule=self.best_sched, sim=self.best_sim, problem=self.problem, status=status, lower_bound=bound,
+            gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time,
+            baselines=all_baselines(self.problem), warm_start_source=self.warm_source,
+        )
+        result.report = build_report(result, lb_details=self.lb_details, bound_source=self.bound_source,
+                                     solver=self.solver, time_limit=time_limit, log=self.log)
+        self.emit("done", best_val, bound)
+        return result
 
 
 def _gap(value: float, bound: float) -> float:
@@ -265,12 +308,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, solver_name, lb,
         for t in positions:
             if time.monotonic() >= deadline - 0.5:
                 break
-            free = []
-            for r, row in enumerate(orders):
-                starts = [sim.timings[inst.actions[i]].start for i in row]
-                lo = next((j for j, s in enumerate(starts) if s >= t - 1e-12), len(row))
-                hi = next((j for j, s in enumerate(starts) if s >= t + length - 1e-12), len(row))
-                free.append((lo, hi))
+            free = _window_at(inst, orders, sim, t, length)
             if sum(hi - lo for lo, hi in free) >= 2:
                 remaining = deadline - time.monotonic()
                 out = model.solve_model(inst, orders, best_val, obj_name, min(WINDOW_SOLVE_LIMIT, remaining),
@@ -294,6 +332,17 @@ def _window_search(inst, problem, orders, sched, sim, deadline, solver_name, lb,
         if not improved_sweep:
             size_i += 1
     return orders, sched, sim, used
+
+
+def _window_at(inst, orders, sim, t: float, length: float) -> list[tuple[int, int]]:
+    """Per rank, the positions (lo, hi) of its actions whose simulated start lies in [t, t + length)."""
+    free = []
+    for row in orders:
+        starts = [sim.timings[inst.actions[i]].start for i in row]
+        lo = next((j for j, s in enumerate(starts) if s >= t - 1e-12), len(row))
+        hi = next((j for j, s in enumerate(starts) if s >= t + length - 1e-12), len(row))
+        free.append((lo, hi))
+    return free
 
 
 def build_report(result: CompileResult, lb_details: dict, bound_source: str, solver: str, time_limit: float,

@@ -36,6 +36,8 @@ returning an unproven answer.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
@@ -54,89 +56,205 @@ def exact_optimum(
 
     `use_heuristic=False` starts from no incumbent (slower; for testing the search itself)."""
     check_memory_feasible(problem)
-    S, M, R = problem.n_stages, problem.n_microbatches, problem.n_ranks
-    prof = problem.profile
     objective = problem.objective
-    rank_of = list(problem.placement)
-    dur = {}
-    delta = {}
-    for s in range(S):
-        for k in KINDS:
-            dur[(s, k)] = problem.duration(s, k)
-            delta[(s, k)] = prof.memory_delta(s, k)
-    comm = [problem.comm(b) for b in range(S - 1)] + [0.0]
-    room = [x + EPS * max(1.0, abs(x)) if x != float("inf") else x for x in problem.activation_room]
-
-    def aid(s: int, k: str, m: int) -> int:
-        return ((s * M) + m) * 4 + KINDS.index(k)
-
-    # incumbent
     if use_heuristic:
         inc_sched = heuristic_schedule(problem, time_budget=0.1)
-        inc_val = simulate(inc_sched, prof, problem.memory).objective(objective)
+        inc_val = simulate(inc_sched, problem.profile, problem.memory).objective(objective)
         if inc_val <= lower_bound(problem) + EPS:
             inc_sched.meta = dict(inc_sched.meta, source="exhaustive (heuristic meets the lower bound)", nodes=0)
             return inc_val, inc_sched
     else:
         inc_sched, inc_val = None, float("inf")
-    best = {"val": inc_val, "orders": None}
+    search = _Search(problem, inc_val, max_nodes, merge_backward)
+    search.dfs()
+    if search.best_orders is None:
+        # Nothing beat the heuristic: it is optimal.
+        inc_sched.meta = dict(inc_sched.meta, source="exhaustive (heuristic proven optimal)", nodes=search.nodes)
+        return search.best_val, inc_sched
+    rows = [[Action(s, k, m) for s, k, m in row] for row in search.best_orders]
+    sched = Schedule(rows=rows, placement=tuple(problem.placement), n_microbatches=problem.n_microbatches,
+                     name="exhaustive-optimum", meta={"source": "exhaustive", "nodes": search.nodes})
+    val = simulate(sched, problem.profile, problem.memory).objective(objective)
+    return val, sched
 
-    rank_lb = rank_span_bounds(problem)
-    work_left = [0.0] * R
-    for s in range(S):
-        work_left[rank_of[s]] += M * (dur[(s, "F")] + dur[(s, "I")] + dur[(s, "W")])
-    total_actions = S * M * 3  # B counts as two placements (its I and W slots)
 
-    end: dict[int, float] = {}
-    bkind: dict[tuple[int, int], str] = {}  # (s, m) -> 'I' or 'B' once placed
-    rank_free = [0.0] * R
-    rank_start = [None] * R
-    held = [0.0] * R
-    orders: list[list[tuple[int, str, int]]] = [[] for _ in range(R)]
-    nextF0 = [0]
-    i_order: list[list[int]] = [[] for _ in range(S)]  # per stage: microbatches in the order their I ran
-    w_done = [0] * S
-    placed_mask = [0]
-    nodes = [0]
-    memo: dict[int, list[tuple]] = {}
-    done_slots = [0]
+class _Search:
+    """Depth-first search over global topological orders (module docstring); a partial state
+    is the placed actions with their exact end times, per-rank free / first-start times and
+    held memory."""
 
-    def frontier_vector() -> tuple:
-        vec = list(rank_free)
-        for key in sorted(end):
-            s, kidx, m = key // 4 // M, key % 4, (key // 4) % M
-            k = KINDS[kidx]
-            if _feeds_unplaced(s, k, m):
-                vec.append(end[key])
-        return tuple(vec)
+    def __init__(self, problem: Problem, incumbent: float, max_nodes: int, merge_backward: bool):
+        S, M, R = problem.n_stages, problem.n_microbatches, problem.n_ranks
+        self.problem, self.S, self.M, self.R = problem, S, M, R
+        self.objective, self.max_nodes, self.merge_backward = problem.objective, max_nodes, merge_backward
+        self.rank_of = list(problem.placement)
+        self.dur = {(s, k): problem.duration(s, k) for s in range(S) for k in KINDS}
+        self.delta = {(s, k): problem.profile.memory_delta(s, k) for s in range(S) for k in KINDS}
+        self.comm = [problem.comm(b) for b in range(S - 1)] + [0.0]
+        self.room = [x + EPS * max(1.0, abs(x)) if x != float("inf") else x for x in problem.activation_room]
+        self.rank_lb = rank_span_bounds(problem)
+        self.work_left = [0.0] * R
+        for s in range(S):
+            self.work_left[self.rank_of[s]] += M * (self.dur[(s, "F")] + self.dur[(s, "I")] + self.dur[(s, "W")])
+        self.total_actions = S * M * 3  # B counts as two placements (its I and W slots)
+        self.best_val, self.best_orders = incumbent, None
+        self.end: dict[int, float] = {}  # placed action id -> end time
+        self.bkind: dict[tuple[int, int], str] = {}  # (s, m) -> 'I' or 'B' once placed
+        self.rank_free = [0.0] * R
+        self.rank_start: list[Optional[float]] = [None] * R
+        self.held = [0.0] * R
+        self.orders: list[list[tuple[int, str, int]]] = [[] for _ in range(R)]
+        self.next_f0 = 0  # stage 0 runs its forwards in microbatch order
+        self.i_order: list[list[int]] = [[] for _ in range(S)]  # per stage: microbatches in the order their I ran
+        self.w_done = [0] * S
+        self.placed_mask = 0
+        self.nodes = 0
+        self.memo: dict[int, list[tuple]] = {}
+        self.done_slots = 0
 
-    def _feeds_unplaced(s: int, k: str, m: int) -> bool:
-        mask = placed_mask[0]
-        if k == "F":
-            if s + 1 < S and not mask >> aid(s + 1, "F", m) & 1:
-                return True
-            return (s, m) not in bkind
+    def aid(self, s: int, k: str, m: int) -> int:
+        return ((s * self.M) + m) * 4 + KINDS.index(k)
+
+    def dfs(self) -> None:
+        self.nodes += 1
+        if self.nodes > self.max_nodes:
+            raise SchedcError(
+                f"exhaustive search exceeded {self.max_nodes} nodes; the instance is too large for exact_optimum"
+            )
+        if self.done_slots == self.total_actions:
+            v = self.value_now()
+            if v < self.best_val - EPS:
+                self.best_val = v
+                self.best_orders = [list(o) for o in self.orders]
+            return
+        if self.lower() >= self.best_val - EPS:
+            return  # cannot beat the incumbent (which is kept)
+        if self.dominated():
+            return
+        moves = []
+        for r in range(self.R):
+            for s, k, m, rt in self.available(r):
+                moves.append((max(self.rank_free[r], rt), r, s, k, m))
+        moves.sort()
+        for st, r, s, k, m in moves:
+            saved = self.place(st, r, s, k, m)
+            self.dfs()
+            self.unplace(saved, r, s, k, m)
+
+    def place(self, st: float, r: int, s: int, k: str, m: int) -> tuple:
+        """Append (s, k, m) to rank r's order, starting at st; returns what unplace restores."""
+        d = self.dur[(s, k)]
+        saved = (self.rank_free[r], self.rank_start[r], self.held[r], self.work_left[r])
+        a = self.aid(s, k, m)
+        self.end[a] = st + d
+        self.placed_mask |= 1 << a
+        self.rank_free[r] = st + d
+        if self.rank_start[r] is None:
+            self.rank_start[r] = st
+        self.held[r] += self.delta[(s, k)]
+        self.work_left[r] -= d
+        self.done_slots += 2 if k == "B" else 1
+        if k in ("I", "B"):
+            self.bkind[(s, m)] = k
         if k == "I":
-            if not mask >> aid(s, "W", m) & 1:
-                return True
-            return s > 0 and (s - 1, m) not in bkind
-        if k == "B":
-            return s > 0 and (s - 1, m) not in bkind
-        return False
+            self.i_order[s].append(m)
+        elif k == "W":
+            self.w_done[s] += 1
+        if k == "F" and s == 0:
+            self.next_f0 += 1
+        self.orders[r].append((s, k, m))
+        return saved
 
-    def dominated() -> bool:
-        key = placed_mask[0]
-        vec = frontier_vector()
-        if objective == "span":
-            if all(st is not None for st in rank_start):
-                vec = vec + tuple(-st for st in rank_start)
-                exact = False
+    def unplace(self, saved: tuple, r: int, s: int, k: str, m: int) -> None:
+        self.orders[r].pop()
+        if k == "F" and s == 0:
+            self.next_f0 -= 1
+        if k in ("I", "B"):
+            del self.bkind[(s, m)]
+        if k == "I":
+            self.i_order[s].pop()
+        elif k == "W":
+            self.w_done[s] -= 1
+        self.done_slots -= 2 if k == "B" else 1
+        self.rank_free[r], self.rank_start[r], self.held[r], self.work_left[r] = saved
+        a = self.aid(s, k, m)
+        self.placed_mask &= ~(1 << a)
+        del self.end[a]
+
+    def available(self, r: int) -> list[tuple[int, str, int, float]]:
+        """(stage, kind, microbatch, ready time) of every action rank r may append now."""
+        out = []
+        for s in self.problem.stages_of(r):
+            for m in range(self.M):
+                f = self.aid(s, "F", m)
+                if not self.placed_mask >> f & 1:
+                    rt = self.forward_ready(s, m)
+                    if rt is not None and self.held[r] + self.delta[(s, "F")] <= self.room[r]:
+                        out.append((s, "F", m, rt))
+                elif (s, m) not in self.bkind:
+                    rt = self.backward_ready(s, m)
+                    if rt is not None:
+                        out.append((s, "I", m, rt))
+                        if self.merge_backward:
+                            out.append((s, "B", m, rt))
+            # W's of a stage follow the order of its I's (see module docstring)
+            q = self.i_order[s]
+            if self.w_done[s] < len(q):
+                m = q[self.w_done[s]]
+                out.append((s, "W", m, self.end[self.aid(s, "I", m)]))
+        return out
+
+    def forward_ready(self, s: int, m: int) -> Optional[float]:
+        """When F(s, m) may start (its input's arrival), or None while it cannot."""
+        if s == 0:
+            return 0.0 if m == self.next_f0 else None
+        pf = self.aid(s - 1, "F", m)
+        if not self.placed_mask >> pf & 1:
+            return None
+        return self.end[pf] + self.comm[s - 1]
+
+    def backward_ready(self, s: int, m: int) -> Optional[float]:
+        """When I(s, m) (or B) may start, F(s, m) placed: None while the next stage's backward is not."""
+        rt = self.end[self.aid(s, "F", m)]
+        if s + 1 < self.S:
+            nk = self.bkind.get((s + 1, m))
+            if nk is None:
+                return None
+            rt = max(rt, self.end[self.aid(s + 1, nk, m)] + self.comm[s])
+        return rt
+
+    def lower(self) -> float:
+        """A bound on every completion of this state: a rank's free time plus its remaining work
+        (for span: minus its first start, or its whole span bound before it starts)."""
+        lb = 0.0
+        for r in range(self.R):
+            if self.objective == "makespan":
+                lb = max(lb, self.rank_free[r] + self.work_left[r])
             else:
-                vec = vec + tuple(-(st if st is not None else -1.0) for st in rank_start)
+                st = self.rank_start[r]
+                if st is None:
+                    lb = max(lb, self.rank_lb[r])  # the rank's whole span is still ahead
+                else:
+                    lb = max(lb, self.rank_free[r] - st + self.work_left[r])
+        return lb
+
+    def value_now(self) -> float:
+        if self.objective == "makespan":
+            return max(self.rank_free)
+        return max(self.rank_free[r] - self.rank_start[r] for r in range(self.R) if self.rank_start[r] is not None)
+
+    def dominated(self) -> bool:
+        """True when a recorded state with the same placed actions is no worse (module
+        docstring); otherwise records this one."""
+        vec = self.frontier_vector()
+        exact = False
+        if self.objective == "span":
+            if all(st is not None for st in self.rank_start):
+                vec = vec + tuple(-st for st in self.rank_start)
+            else:
+                vec = vec + tuple(-(st if st is not None else -1.0) for st in self.rank_start)
                 exact = True
-        else:
-            exact = False
-        lst = memo.setdefault(key, [])
+        lst = self.memo.setdefault(self.placed_mask, [])
         for old in lst:
             if exact:
                 if old == vec:
@@ -148,128 +266,26 @@ def exact_optimum(
         lst.append(vec)
         return False
 
-    def lower() -> float:
-        lb = 0.0
-        for r in range(R):
-            if objective == "makespan":
-                lb = max(lb, rank_free[r] + work_left[r])
-            else:
-                st = rank_start[r]
-                if st is None:
-                    lb = max(lb, rank_lb[r])  # the rank's whole span is still ahead
-                else:
-                    lb = max(lb, rank_free[r] - st + work_left[r])
-        return lb
+    def frontier_vector(self) -> tuple:
+        """Rank free times, then the end times of placed actions that still feed an unplaced one."""
+        vec = list(self.rank_free)
+        M = self.M
+        for key in sorted(self.end):
+            s, kidx, m = key // 4 // M, key % 4, (key // 4) % M
+            if self.feeds_unplaced(s, KINDS[kidx], m):
+                vec.append(self.end[key])
+        return tuple(vec)
 
-    def available(r: int):
-        mask = placed_mask[0]
-        out = []
-        for s in problem.stages_of(r):
-            for m in range(M):
-                f = aid(s, "F", m)
-                if not mask >> f & 1:
-                    if s == 0:
-                        if m != nextF0[0]:
-                            continue
-                        rt = 0.0
-                    else:
-                        pf = aid(s - 1, "F", m)
-                        if not mask >> pf & 1:
-                            continue
-                        rt = end[pf] + comm[s - 1]
-                    if held[r] + delta[(s, "F")] <= room[r]:
-                        out.append((s, "F", m, rt))
-                    continue
-                if (s, m) not in bkind:
-                    rt = end[f]
-                    if s + 1 < S:
-                        nk = bkind.get((s + 1, m))
-                        if nk is None:
-                            continue
-                        rt = max(rt, end[aid(s + 1, nk, m)] + comm[s])
-                    out.append((s, "I", m, rt))
-                    if merge_backward:
-                        out.append((s, "B", m, rt))
-                    continue
-            # W's of a stage follow the order of its I's (see module docstring)
-            q = i_order[s]
-            if w_done[s] < len(q):
-                m = q[w_done[s]]
-                out.append((s, "W", m, end[aid(s, "I", m)]))
-        return out
-
-    def value_now() -> float:
-        if objective == "makespan":
-            return max(rank_free)
-        return max(rank_free[r] - rank_start[r] for r in range(R) if rank_start[r] is not None)
-
-    def dfs() -> None:
-        nodes[0] += 1
-        if nodes[0] > max_nodes:
-            raise SchedcError(
-                f"exhaustive search exceeded {max_nodes} nodes; the instance is too large for exact_optimum"
-            )
-        if done_slots[0] == total_actions:
-            v = value_now()
-            if v < best["val"] - EPS:
-                best["val"] = v
-                best["orders"] = [list(o) for o in orders]
-            return
-        if lower() >= best["val"] - EPS:
-            return  # cannot beat the incumbent (which is kept)
-        if dominated():
-            return
-        moves = []
-        for r in range(R):
-            for s, k, m, rt in available(r):
-                st = max(rank_free[r], rt)
-                moves.append((st, r, s, k, m))
-        moves.sort()
-        for st, r, s, k, m in moves:
-            a = aid(s, k, m)
-            d = dur[(s, k)]
-            saved = (rank_free[r], rank_start[r], held[r], work_left[r])
-            end[a] = st + d
-            placed_mask[0] |= 1 << a
-            rank_free[r] = st + d
-            if rank_start[r] is None:
-                rank_start[r] = st
-            held[r] += delta[(s, k)]
-            work_left[r] -= d
-            slots = 2 if k == "B" else 1
-            done_slots[0] += slots
-            if k in ("I", "B"):
-                bkind[(s, m)] = k
-            if k == "I":
-                i_order[s].append(m)
-            elif k == "W":
-                w_done[s] += 1
-            if k == "F" and s == 0:
-                nextF0[0] += 1
-            orders[r].append((s, k, m))
-            dfs()
-            orders[r].pop()
-            if k == "F" and s == 0:
-                nextF0[0] -= 1
-            if k in ("I", "B"):
-                del bkind[(s, m)]
-            if k == "I":
-                i_order[s].pop()
-            elif k == "W":
-                w_done[s] -= 1
-            done_slots[0] -= slots
-            rank_free[r], rank_start[r], held[r], work_left[r] = saved
-            placed_mask[0] &= ~(1 << a)
-            del end[a]
-
-    dfs()
-    if best["orders"] is None:
-        # Nothing beat the heuristic: it is optimal.
-        sched = inc_sched
-        sched.meta = dict(sched.meta, source="exhaustive (heuristic proven optimal)", nodes=nodes[0])
-        return best["val"], sched
-    rows = [[Action(s, k, m) for s, k, m in row] for row in best["orders"]]
-    sched = Schedule(rows=rows, placement=tuple(problem.placement), n_microbatches=M,
-                     name="exhaustive-optimum", meta={"source": "exhaustive", "nodes": nodes[0]})
-    val = simulate(sched, prof, problem.memory).objective(objective)
-    return val, sched
+    def feeds_unplaced(self, s: int, k: str, m: int) -> bool:
+        mask = self.placed_mask
+        if k == "F":
+            if s + 1 < self.S and not mask >> self.aid(s + 1, "F", m) & 1:
+                return True
+            return (s, m) not in self.bkind
+        if k == "I":
+            if not mask >> self.aid(s, "W", m) & 1:
+                return True
+            return s > 0 and (s - 1, m) not in self.bkind
+        if k == "B":
+            return s > 0 and (s - 1, m) not in self.bkind
+        return False

@@ -159,354 +159,413 @@ class Rule:
 
 def _list_schedule(a: _Arrays, rule: Rule) -> Optional[list[list[tuple[int, str, int]]]]:
     """Per-rank orders of (stage, kind, microbatch), or None if this rule gets stuck."""
-    S, M, R = a.S, a.M, a.R
-    endF = [[-1.0] * M for _ in range(S)]
-    endI = [[-1.0] * M for _ in range(S)]
-    nextF = [0] * S
-    nextI = [0] * S
-    pendW: list[list[tuple[int, int]]] = [[] for _ in range(R)]
-    wpos = [0] * R
-    rank_free = [0.0] * R
-    held = [0.0] * R
-    admitted = [0] * R  # microbatches past F but not yet I on the rank's first stage
-    first = [st[0] for st in a.stages]
-    orders: list[list[tuple[int, str, int]]] = [[] for _ in range(R)]
-    use_banker = a.multi and any(f < INF for f in a.free0)
-    if use_banker:
-        mb_held = [[0.0] * R for _ in range(M)]
-        mb_rem = [[0.0] * R for _ in range(M)]
-        for m in range(M):
-            for s in range(S):
-                mb_rem[m][a.rank[s]] += a.act[s]
-        started = [False] * M
-        live: list[int] = []  # started microbatches in index order (finished ones pruned lazily)
-    remaining = sum(len(st) for st in a.stages) * M * 3
-    heap = [(0.0, r) for r in range(R)]
-    heapq.heapify(heap)
+    return _ListScheduler(a, rule).run()
 
-    def ready_F(s: int, m: int) -> float:
+
+class _ListScheduler:
+    """One construction: events in time order; a rank that comes free picks an action by the
+    rule (module docstring): a forced W, an I, an admissible F, or a W as filler."""
+
+    def __init__(self, a: _Arrays, rule: Rule):
+        S, M, R = a.S, a.M, a.R
+        self.a, self.rule = a, rule
+        self.endF = [[-1.0] * M for _ in range(S)]
+        self.endI = [[-1.0] * M for _ in range(S)]
+        self.nextF = [0] * S
+        self.nextI = [0] * S
+        self.pendW: list[list[tuple[int, int]]] = [[] for _ in range(R)]  # per rank, W's in I order
+        self.wpos = [0] * R  # per rank: W's of pendW already run
+        self.rank_free = [0.0] * R
+        self.held = [0.0] * R
+        self.admitted = [0] * R  # microbatches past F but not yet I on the rank's first stage
+        self.first = [st[0] for st in a.stages]
+        self.orders: list[list[tuple[int, str, int]]] = [[] for _ in range(R)]
+        self.use_banker = a.multi and any(f < INF for f in a.free0)
+        if self.use_banker:
+            self.mb_held = [[0.0] * R for _ in range(M)]  # per microbatch, per rank: bytes held
+            self.mb_rem = [[0.0] * R for _ in range(M)]  # per microbatch, per rank: forward bytes still to come
+            for m in range(M):
+                for s in range(S):
+                    self.mb_rem[m][a.rank[s]] += a.act[s]
+            self.started = [False] * M
+            self.live: list[int] = []  # started microbatches in index order (finished ones pruned lazily)
+        self.remaining = sum(len(st) for st in a.stages) * M * 3
+        self.heap = [(0.0, r) for r in range(R)]
+        heapq.heapify(self.heap)
+        self.stages_desc = [list(reversed(st)) for st in a.stages]
+        self.w_lim = rule.w_limit if isinstance(rule.w_limit, tuple) else (rule.w_limit,) * R
+
+    def run(self) -> Optional[list[list[tuple[int, str, int]]]]:
+        heap, rank_free = self.heap, self.rank_free
+        while heap:
+            t0, r = heapq.heappop(heap)
+            t = max(t0, rank_free[r])
+            if t0 < rank_free[r] - EPS:
+                continue  # stale event: the rank was busy
+            choice = self.choose(r, t)
+            if choice is None:
+                continue  # idle: woken again by the next event that can make something ready
+            s, kind, m = choice
+            if kind == "wait":
+                heapq.heappush(heap, (s, r))  # protect_i: back when the I is ready
+            elif kind == "F":
+                self.run_F(r, s, m, t)
+            elif kind == "I":
+                self.run_I(r, s, m, t)
+            else:
+                self.wpos[r] += 1
+                self.run_W(r, s, m, t)
+        return None if self.remaining else self.orders
+
+    def choose(self, r: int, t: float) -> Optional[tuple]:
+        """(stage, kind, microbatch) rank r runs at t; (time, "wait", None) to wait for an I;
+        None when nothing is ready."""
+        rule = self.rule
+        best_I, soon_I = self.ready_backward(r, t)
+        cand_F, f_blocked_by_memory = self.admissible_forward(r, t)
+        n_pend = len(self.pendW[r]) - self.wpos[r]
+        have_W = n_pend > 0
+        if have_W and n_pend > self.w_lim[r]:
+            return self.next_W(r)
+        if rule.depth_first and best_I is not None and cand_F is not None:
+            # deeper stage first, as ZB-V does
+            return (cand_F[0], "F", cand_F[1]) if cand_F[0] > best_I[0] else (best_I[0], "I", best_I[1])
+        if best_I is not None and not (rule.f_first and cand_F is not None):
+            return best_I[0], "I", best_I[1]
+        if cand_F is not None:
+            return cand_F[0], "F", cand_F[1]
+        if best_I is not None:
+            return best_I[0], "I", best_I[1]
+        if have_W:
+            s, _, m = self.next_W(r)
+            if rule.protect_i and not f_blocked_by_memory and soon_I < t + self.a.dW[s] - EPS:
+                return soon_I, "wait", None
+            return s, "W", m
+        return None
+
+    def next_W(self, r: int) -> tuple[int, str, int]:
+        s, m = self.pendW[r][self.wpos[r]]
+        return s, "W", m
+
+    def ready_backward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], float]:
+        """The I rank r should run at t (deepest stage first; by microbatch group under
+        rule.group), or None; and the earliest time an I not yet ready becomes ready."""
+        group, M = self.rule.group, self.a.M
+        best_I, best_key, soon_I = None, None, INF
+        for s in self.stages_desc[r]:
+            m = self.nextI[s]
+            if m < M:
+                rt = self.ready_I(s, m)
+                if rt >= 0:
+                    if rt <= t + EPS:
+                        key = (m // group, -s, m) if group else (-s, m)
+                        if best_I is None or key < best_key:
+                            best_I, best_key = (s, m), key
+                    else:
+                        soon_I = min(soon_I, rt)
+        return best_I, soon_I
+
+    def admissible_forward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], bool]:
+        """The F rank r may run at t (ready, under the warm-up limit, within memory, banker-safe),
+        or None; and whether memory (not readiness) blocked one."""
+        a, rule, nextF = self.a, self.rule, self.nextF
+        order_f = self.stages_desc[r] if rule.deep_f else a.stages[r]
+        if rule.group and len(order_f) > 1:
+            order_f = sorted(order_f, key=lambda s: (nextF[s] // rule.group, s))
+        blocked = False
+        for s in order_f:
+            m = nextF[s]
+            if m >= a.M:
+                continue
+            rt = self.ready_F(s, m)
+            if rt < 0 or rt > t + EPS:
+                continue
+            if s == self.first[r] and self.admitted[r] >= rule.warmup[r]:
+                continue
+            if self.held[r] + a.act[s] > a.free0[r] + EPS * max(1.0, abs(a.free0[r])):
+                blocked = True
+                continue
+            if self.use_banker and not self.banker_ok(s, m):
+                blocked = True
+                continue
+            return (s, m), blocked
+        return None, blocked
+
+    def ready_F(self, s: int, m: int) -> float:
         if s == 0:
             return 0.0
-        e = endF[s - 1][m]
-        return -1.0 if e < 0 else e + a.comm[s - 1]
+        e = self.endF[s - 1][m]
+        return -1.0 if e < 0 else e + self.a.comm[s - 1]
 
-    def ready_I(s: int, m: int) -> float:
-        e = endF[s][m]
+    def ready_I(self, s: int, m: int) -> float:
+        e = self.endF[s][m]
         if e < 0:
             return -1.0
-        if s + 1 < S:
-            e2 = endI[s + 1][m]
+        if s + 1 < self.a.S:
+            e2 = self.endI[s + 1][m]
             if e2 < 0:
                 return -1.0
-            e = max(e, e2 + a.comm[s])
+            e = max(e, e2 + self.a.comm[s])
         return e
 
-    def banker_ok(s: int, m: int) -> bool:
+    def banker_ok(self, s: int, m: int) -> bool:
         # Safe state (by induction): the in-flight microbatches can finish one at a time in index
         # order, x needing free[q] + (bytes of older ones) >= its remaining forward bytes rem[x][q]
         # on every rank q. F(s, m) on rank r lowers free[r] by act(s) and changes nothing for m
         # itself or younger microbatches (m's held rises by what free loses), so it stays safe iff
         # every older in-flight microbatch keeps a slack of act(s) on r. A new microbatch's own
         # condition is free0[q] >= its whole demand, which check_memory_feasible guarantees.
+        a = self.a
         r = a.rank[s]
         need = a.act[s]
-        free = a.free0[r] - held[r]
+        free = a.free0[r] - self.held[r]
         if free - need < -EPS:
             return False
         cum = 0.0
-        for x in live:
+        for x in self.live:
             if x >= m:
                 break
-            if not started[x]:
+            if not self.started[x]:
                 continue
-            if free + cum - mb_rem[x][r] < need - EPS:
+            if free + cum - self.mb_rem[x][r] < need - EPS:
                 return False
-            cum += mb_held[x][r]
+            cum += self.mb_held[x][r]
         return True
 
-    def run(r: int, s: int, kind: str, m: int, start: float) -> None:
-        nonlocal remaining
-        if kind == "F":
-            d = a.dF[s]
-            end = start + d
-            endF[s][m] = end
-            nextF[s] += 1
-            held[r] += a.act[s]
-            if s == first[r]:
-                admitted[r] += 1
-            if use_banker:
-                if not started[m]:
-                    started[m] = True
-                    live.append(m)
-                mb_held[m][r] += a.act[s]
-                mb_rem[m][r] -= a.act[s]
-            # wake the rank of F(s+1, m); same-rank consumers are woken by the rank's own end event
-            if s + 1 < S:
-                q = a.rank[s + 1]
-                if q != r:
-                    heapq.heappush(heap, (end + a.comm[s], q))
-        elif kind == "I":
-            d = a.dI[s]
-            end = start + d
-            endI[s][m] = end
-            nextI[s] += 1
-            freed = a.act[s] - a.wg[s]
-            held[r] -= freed
-            if s == first[r]:
-                admitted[r] -= 1
-            if use_banker:
-                mb_held[m][r] -= freed
-            pendW[r].append((s, m))
-            if s > 0:
-                q = a.rank[s - 1]
-                if q != r:
-                    heapq.heappush(heap, (end + a.comm[s - 1], q))
-        else:
-            d = a.dW[s]
-            end = start + d
-            held[r] -= a.wg[s]
-            if use_banker:
-                mb_held[m][r] -= a.wg[s]
-                if all(v <= EPS for v in mb_held[m]) and all(v <= EPS for v in mb_rem[m]):
-                    started[m] = False
-                    if len(live) > 2 * R + 8:
-                        live[:] = [x for x in live if started[x]]
-        rank_free[r] = end
-        orders[r].append((s, kind, m))
-        remaining -= 1
-        heapq.heappush(heap, (end, r))
+    def run_F(self, r: int, s: int, m: int, start: float) -> None:
+        a = self.a
+        end = start + a.dF[s]
+        self.endF[s][m] = end
+        self.nextF[s] += 1
+        self.held[r] += a.act[s]
+        if s == self.first[r]:
+            self.admitted[r] += 1
+        if self.use_banker:
+            if not self.started[m]:
+                self.started[m] = True
+                self.live.append(m)
+            self.mb_held[m][r] += a.act[s]
+            self.mb_rem[m][r] -= a.act[s]
+        # wake the rank of F(s+1, m); same-rank consumers are woken by the rank's own end event
+        if s + 1 < a.S and a.rank[s + 1] != r:
+            heapq.heappush(self.heap, (end + a.comm[s], a.rank[s + 1]))
+        self._done(r, s, "F", m, end)
 
-    stages_desc = [list(reversed(st)) for st in a.stages]
-    w_lim = rule.w_limit if isinstance(rule.w_limit, tuple) else (rule.w_limit,) * R
-    while heap:
-        t0, r = heapq.heappop(heap)
-        t = max(t0, rank_free[r])
-        if t0 < rank_free[r] - EPS:
-            continue  # stale event: the rank was busy
-        # gather candidates
-        best_I = None
-        best_I_key = None
-        soon_I = INF
-        for s in stages_desc[r]:
-            m = nextI[s]
-            if m < M:
-                rt = ready_I(s, m)
-                if rt >= 0:
-                    if rt <= t + EPS:
-                        key = (m // rule.group, -s, m) if rule.group else (-s, m)
-                        if best_I is None or key < best_I_key:
-                            best_I, best_I_key = (s, m), key
-                    else:
-                        soon_I = min(soon_I, rt)
-        cand_F = None
-        f_blocked_by_memory = False
-        order_f = stages_desc[r] if rule.deep_f else a.stages[r]
-        if rule.group and len(order_f) > 1:
-            order_f = sorted(order_f, key=lambda s: (nextF[s] // rule.group, s))
-        for s in order_f:
-            m = nextF[s]
-            if m >= M:
-                continue
-            rt = ready_F(s, m)
-            if rt < 0:
-                continue
-            if rt > t + EPS:
-                continue
-            if s == first[r] and admitted[r] >= rule.warmup[r]:
-                continue
-            if held[r] + a.act[s] > a.free0[r] + EPS * max(1.0, abs(a.free0[r])):
-                f_blocked_by_memory = True
-                continue
-            if use_banker and not banker_ok(s, m):
-                f_blocked_by_memory = True
-                continue
-            cand_F = (s, m)
-            break
-        have_W = wpos[r] < len(pendW[r])
-        n_pend = len(pendW[r]) - wpos[r]
+    def run_I(self, r: int, s: int, m: int, start: float) -> None:
+        a = self.a
+        end = start + a.dI[s]
+        self.endI[s][m] = end
+        self.nextI[s] += 1
+        freed = a.act[s] - a.wg[s]
+        self.held[r] -= freed
+        if s == self.first[r]:
+            self.admitted[r] -= 1
+        if self.use_banker:
+            self.mb_held[m][r] -= freed
+        self.pendW[r].append((s, m))
+        if s > 0 and a.rank[s - 1] != r:
+            heapq.heappush(self.heap, (end + a.comm[s - 1], a.rank[s - 1]))
+        self._done(r, s, "I", m, end)
 
-        choice = None
-        if have_W and n_pend > w_lim[r]:
-            choice = "W"
-        elif rule.depth_first and best_I is not None and cand_F is not None:
-            choice = "F" if cand_F[0] > best_I[0] else "I"  # deeper stage first, as ZB-V does
-        elif best_I is not None and not (rule.f_first and cand_F is not None):
-            choice = "I"
-        elif cand_F is not None:
-            choice = "F"
-        elif best_I is not None:
-            choice = "I"
-        elif have_W:
-            s, m = pendW[r][wpos[r]]
-            if rule.protect_i and not f_blocked_by_memory and soon_I < t + a.dW[s] - EPS:
-                heapq.heappush(heap, (soon_I, r))
-                continue
-            choice = "W"
-        if choice is None:
-            continue  # idle: woken again by the next event that can make something ready
-        if choice == "W":
-            s, m = pendW[r][wpos[r]]
-            wpos[r] += 1
-            run(r, s, "W", m, t)
-        elif choice == "I":
-            run(r, best_I[0], "I", best_I[1], t)
-        else:
-            run(r, cand_F[0], "F", cand_F[1], t)
-    if remaining:
-        return None
-    return orders
+    def run_W(self, r: int, s: int, m: int, start: float) -> None:
+        a = self.a
+        end = start + a.dW[s]
+        self.held[r] -= a.wg[s]
+        if self.use_banker:
+            self.mb_held[m][r] -= a.wg[s]
+            if all(v <= EPS for v in self.mb_held[m]) and all(v <= EPS for v in self.mb_rem[m]):
+                self.started[m] = False
+                if len(self.live) > 2 * a.R + 8:
+                    self.live[:] = [x for x in self.live if self.started[x]]
+        self._done(r, s, "W", m, end)
+
+    def _done(self, r: int, s: int, kind: str, m: int, end: float) -> None:
+        self.rank_free[r] = end
+        self.orders[r].append((s, kind, m))
+        self.remaining -= 1
+        heapq.heappush(self.heap, (end, r))
 
 
 # ---------------------------------------------------------------- fast exact re-timing
 
 def _retime(a: _Arrays, orders: list[list[tuple[int, str, int]]]) -> Optional[tuple]:
-    """(makespan, span, fits, sum of rank ends, sum of rank spans) of per-rank orders with earliest starts, as simulate() computes
-    them for an all-split (I/W) schedule; None on deadlock or missing actions."""
-    S, M, R = a.S, a.M, a.R
-    endF = [[-1.0] * M for _ in range(S)]
-    endI = [[-1.0] * M for _ in range(S)]
-    idx = [0] * R
-    free = [0.0] * R
-    first_start = [INF] * R
-    fits = True
-    for r in range(R):
+    """(makespan, span, fits, sum of rank ends, sum of rank spans) of per-rank orders with
+    earliest starts, as simulate() computes them for an all-split (I/W) schedule; None on
+    deadlock or missing actions."""
+    times = _earliest_times(a, orders)
+    if times is None:
+        return None
+    free, first_start = times
+    spans = [free[r] - first_start[r] for r in range(a.R) if orders[r]]
+    # trailing sums: tie-breakers that give the local search a slope on plateaus of the max
+    return max(free), max(spans), _fits_memory(a, orders), sum(free), sum(spans)
+
+
+def _fits_memory(a: _Arrays, orders) -> bool:
+    """Every rank's running sum of held activation bytes stays within its room."""
+    for r in range(a.R):
         held, cap = 0.0, a.free0[r] + EPS * max(1.0, abs(a.free0[r]) if a.free0[r] < INF else 1.0)
         for s, k, m in orders[r]:
             held += a.act[s] if k == "F" else (-(a.act[s] - a.wg[s]) if k == "I" else -a.wg[s])
             if held > cap:
-                fits = False
+                return False
+    return True
+
+
+def _earliest_times(a: _Arrays, orders) -> Optional[tuple[list[float], list[float]]]:
+    """(end of each rank's last action, start of its first): every rank advances through its
+    order as far as its inputs allow, round after round; None when a round makes no progress."""
+    R = a.R
+    endF = [[-1.0] * a.M for _ in range(a.S)]
+    endI = [[-1.0] * a.M for _ in range(a.S)]
+    idx = [0] * R
+    free = [0.0] * R
+    first_start = [INF] * R
     left = sum(len(o) for o in orders)
     while left:
         progressed = False
         for r in range(R):
-            row = orders[r]
-            i = idx[r]
-            t = free[r]
-            while i < len(row):
-                s, k, m = row[i]
-                if k == "F":
-                    rt = 0.0
-                    if s > 0:
-                        e = endF[s - 1][m]
-                        if e < 0:
-                            break
-                        rt = e + a.comm[s - 1]
-                    st = t if t > rt else rt
-                    t = st + a.dF[s]
-                    endF[s][m] = t
-                elif k == "I":
-                    e = endF[s][m]
-                    if e < 0:
-                        break
-                    if s + 1 < S:
-                        e2 = endI[s + 1][m]
-                        if e2 < 0:
-                            break
-                        e = max(e, e2 + a.comm[s])
-                    st = t if t > e else e
-                    t = st + a.dI[s]
-                    endI[s][m] = t
-                else:
-                    e = endI[s][m]
-                    if e < 0:
-                        break
-                    st = t if t > e else e
-                    t = st + a.dW[s]
-                if i == 0:
-                    first_start[r] = st
-                i += 1
+            i, t, st0 = _advance(a, orders[r], idx[r], free[r], endF, endI)
             if i != idx[r]:
+                if idx[r] == 0:
+                    first_start[r] = st0
                 left -= i - idx[r]
                 idx[r] = i
                 free[r] = t
                 progressed = True
         if not progressed:
             return None
-    makespan = max(free)
-    spans = [free[r] - first_start[r] for r in range(R) if orders[r]]
-    # trailing sums: tie-breakers that give the local search a slope on plateaus of the max
-    return makespan, max(spans), fits, sum(free), sum(spans)
+    return free, first_start
+
+
+def _advance(a: _Arrays, row, i: int, t: float, endF, endI) -> tuple[int, float, float]:
+    """Run `row` from position i (its rank free at t) until an input is missing: (next
+    position, rank free time, start of the first action run)."""
+    S = a.S
+    first = INF
+    while i < len(row):
+        s, k, m = row[i]
+        if k == "F":
+            rt = 0.0
+            if s > 0:
+                e = endF[s - 1][m]
+                if e < 0:
+                    break
+                rt = e + a.comm[s - 1]
+            st = t if t > rt else rt
+            t = endF[s][m] = st + a.dF[s]
+        elif k == "I":
+            e = endF[s][m]
+            if e < 0:
+                break
+            if s + 1 < S:
+                e2 = endI[s + 1][m]
+                if e2 < 0:
+                    break
+                e = max(e, e2 + a.comm[s])
+            st = t if t > e else e
+            t = endI[s][m] = st + a.dI[s]
+        else:
+            e = endI[s][m]
+            if e < 0:
+                break
+            st = t if t > e else e
+            t = st + a.dW[s]
+        if first == INF:
+            first = st
+        i += 1
+    return i, t, first
 
 
 # ---------------------------------------------------------------- rules and search
 
 def _rules(a: _Arrays, objective: str) -> list[Rule]:
     """Deterministic priority rules, most promising first for `objective` (so a tight time
-    budget still tries the good ones)."""
-    R, S = a.R, a.S
-    spr = max(1, S // R)
-    # 1F1B's warm-up: how many stage-visits lie at or below the rank's first stage
-    base = [math.ceil((S - a.stages[r][0]) / spr) for r in range(R)]
-    rules: list[Rule] = []
-    seen = set()
-
-    def add(rule: Rule) -> None:
-        if rule not in seen:
-            seen.add(rule)
-            rules.append(rule)
-
-    unlimited = tuple([INF] * R)
-
-    def zb_h1_like(k: int, f_first: bool = True) -> list[Rule]:
-        # 1F1B warm-up, rank r keeps about r W's pending (they fill its tail)
-        out = []
-        for mult in (2.0, 1.0, 0.5):
-            wl = tuple(float(math.floor(mult * r)) for r in range(R))
-            out.append(Rule(tuple(float(b + k) for b in base), f_first=f_first, w_limit=wl))
-        return out
-
-    def scaled(fracs) -> list[Rule]:
-        # warm-up proportional to 1F1B's: what a memory of K x 1F1B's lets a span schedule use
-        out = []
-        for frac in fracs:
-            for f_first in (True, False):
-                out.append(Rule(tuple(float(max(1, round(b * frac))) for b in base), f_first=f_first))
-        return out
-
-    def interleave(*families: list[Rule]) -> None:
-        # round-robin over rule families, so a short budget samples each of them
-        for i in range(max(len(f) for f in families)):
-            for f in families:
-                if i < len(f):
-                    add(f[i])
-
-    def zb_v_like() -> list[Rule]:
-        # ZB-V's shape on multi-stage ranks: rank r admits about spr * R - r microbatches before
-        # its first-stage backward; W's fill gaps, run right after their I, or stay pending as in ZB-H1
-        out = []
-        for k in (-1, 0, -2, 1):
-            warm = tuple(float(max(1, len(a.stages[r]) * R - r + k)) for r in range(R))
-            for wl in (INF, 0.0, tuple(float(r) for r in range(R))):
-                out.append(Rule(warm, f_first=True, w_limit=wl, depth_first=True))
-                out.append(Rule(warm, f_first=True, w_limit=wl))
-        return out
-
-    v_family = zb_v_like() if a.multi else []
+    budget still tries the good ones); each rule once."""
+    base = _one_f_one_b_warmup(a)
+    unlimited = Rule(tuple([INF] * a.R))
+    v_family = _zb_v_like(a) if a.multi else []
     if objective == "span":
-        interleave(scaled((1.5, 2.0, 1.25, 1.75, 1.0)), zb_h1_like(0) + zb_h1_like(1), [Rule(unlimited)], v_family)
+        first = _interleave(_scaled(base, (1.5, 2.0, 1.25, 1.75, 1.0)),
+                            _zb_h1_like(a, base, 0) + _zb_h1_like(a, base, 1), [unlimited], v_family)
     else:
-        interleave(zb_h1_like(0) + zb_h1_like(1), [Rule(unlimited)], v_family, scaled((1.5, 2.0)))
+        first = _interleave(_zb_h1_like(a, base, 0) + _zb_h1_like(a, base, 1), [unlimited], v_family,
+                            _scaled(base, (1.5, 2.0)))
+    last = _interleave(_zb_h1_like(a, base, 1, f_first=False), _zb_h1_like(a, base, 0, f_first=False),
+                       _scaled(base, (0.5, 1.25, 1.75)))
+    rules = list(dict.fromkeys(first + _warmup_grid(a, base) + last))
+    if a.multi:
+        rules = list(dict.fromkeys(rules + [replace(r, deep_f=False) for r in rules]))
+        rules = list(dict.fromkeys(rules + [replace(r, group=a.R) for r in rules[: len(rules) // 2]]))
+    return rules
+
+
+def _one_f_one_b_warmup(a: _Arrays) -> list[int]:
+    """Per rank, 1F1B's warm-up: how many stage-visits lie at or below the rank's first stage."""
+    spr = max(1, a.S // a.R)
+    return [math.ceil((a.S - a.stages[r][0]) / spr) for r in range(a.R)]
+
+
+def _interleave(*families: list[Rule]) -> list[Rule]:
+    """Round-robin over rule families, so a short budget samples each of them."""
+    out = []
+    for i in range(max(len(f) for f in families)):
+        for f in families:
+            if i < len(f):
+                out.append(f[i])
+    return out
+
+
+def _zb_h1_like(a: _Arrays, base: list[int], k: int, f_first: bool = True) -> list[Rule]:
+    """1F1B's warm-up + k; rank r keeps about r W's pending (they fill its tail), as ZB-H1."""
+    out = []
+    for mult in (2.0, 1.0, 0.5):
+        wl = tuple(float(math.floor(mult * r)) for r in range(a.R))
+        out.append(Rule(tuple(float(b + k) for b in base), f_first=f_first, w_limit=wl))
+    return out
+
+
+def _scaled(base: list[int], fracs) -> list[Rule]:
+    """Warm-up proportional to 1F1B's: what a memory of K x 1F1B's lets a span schedule use."""
+    out = []
+    for frac in fracs:
+        for f_first in (True, False):
+            out.append(Rule(tuple(float(max(1, round(b * frac))) for b in base), f_first=f_first))
+    return out
+
+
+def _zb_v_like(a: _Arrays) -> list[Rule]:
+    """ZB-V's shape on multi-stage ranks: rank r admits about spr * R - r microbatches before its
+    first-stage backward; W's fill gaps, run right after their I, or stay pending as in ZB-H1."""
+    R = a.R
+    out = []
+    for k in (-1, 0, -2, 1):
+        warm = tuple(float(max(1, len(a.stages[r]) * R - r + k)) for r in range(R))
+        for wl in (INF, 0.0, tuple(float(r) for r in range(R))):
+            out.append(Rule(warm, f_first=True, w_limit=wl, depth_first=True))
+            out.append(Rule(warm, f_first=True, w_limit=wl))
+    return out
+
+
+def _warmup_grid(a: _Arrays, base: list[int]) -> list[Rule]:
+    """Warm-ups around 1F1B's crossed with the flags, then longer warm-ups and W limits."""
+    unlimited = tuple([INF] * a.R)
+    out = []
     for protect in (False, True):
-        add(Rule(unlimited, protect_i=protect))
+        out.append(Rule(unlimited, protect_i=protect))
         for k in (0, 1):
-            add(Rule(tuple(float(b + k) for b in base), f_first=True, protect_i=protect))
+            out.append(Rule(tuple(float(b + k) for b in base), f_first=True, protect_i=protect))
     for k in (0, 1, 2, 3, -1):
         for f_first in (True, False):
             for w_limit in (INF, 0.0):
                 for protect in (False, True):
                     w = tuple(float(max(1, b + k)) for b in base)
-                    add(Rule(w, f_first=f_first, w_limit=w_limit, protect_i=protect))
-    for k in range(2, 2 * R + 2, max(1, R // 4)):
-        add(Rule(tuple(float(max(1, b + k)) for b in base), f_first=True))
-    for w_limit in (1.0, 2.0, float(R)):
-        add(Rule(unlimited, w_limit=w_limit))
-    interleave(zb_h1_like(1, f_first=False), zb_h1_like(0, f_first=False), scaled((0.5, 1.25, 1.75)))
-    if a.multi:
-        for r in list(rules):
-            add(replace(r, deep_f=False))
-        for r in list(rules[: len(rules) // 2]):
-            add(replace(r, group=R))
-    return rules
+                    out.append(Rule(w, f_first=f_first, w_limit=w_limit, protect_i=protect))
+    for k in range(2, 2 * a.R + 2, max(1, a.R // 4)):
+        out.append(Rule(tuple(float(max(1, b + k)) for b in base), f_first=True))
+    for w_limit in (1.0, 2.0, float(a.R)):
+        out.append(Rule(unlimited, w_limit=w_limit))
+    return out
 
 
 def _dedupe_by_memory(a: _Arrays, rules: list[Rule]) -> list[Rule]:
@@ -590,42 +649,14 @@ def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0
     check_memory_feasible(problem)
     t_start = time.perf_counter()
     a = _arrays(problem)
-    best = None
-    best_val = INF
-    best_rule = None
-    tried = 0
     bound = lower_bound(problem)
-    rng = random.Random(seed)
-
-    def done() -> bool:
-        return best_val <= bound + EPS * max(1.0, bound)
-
-    rules = _dedupe_by_memory(a, _rules(a, problem.objective))
     # Local search pays off on small instances (cheap re-timing); large ones get more rules.
     rule_share = 0.4 if a.S * a.M < 1000 else 0.8
-    while True:
-        if tried and (time.perf_counter() - t_start > time_budget * rule_share or done()):
-            break
-        if tried < len(rules):
-            rule = rules[tried]
-        else:
-            rule = _random_rule(a, rng, best_rule or rules[0])  # perturb the best rule so far
-        tried += 1
-        orders = _list_schedule(a, rule)
-        if orders is None:
-            continue
-        res = _retime(a, orders)
-        if res is None or not res[2]:
-            continue
-        v = _value(res, problem.objective)
-        if v < best_val - EPS:
-            best, best_val, best_rule = orders, v, rule
-    if best is None:
-        # Memory-only rule is provably deadlock-free; reaching here is a bug, not a user error.
-        raise SchedcError("internal error: the heuristic found no feasible schedule; please report it")
+    best, best_val, best_rule, tried = _best_construction(
+        a, problem.objective, bound, t_start + time_budget * rule_share, seed)
     constructed_val = best_val
     moves = 0
-    if not done():
+    if best_val > bound + EPS * max(1.0, bound):
         best, best_val, moves = _local_search(a, best, best_val, problem.objective, t_start + time_budget, seed)
     meta = {
         "source": "heuristic",
@@ -638,6 +669,34 @@ def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0
     if final is None or not final[2]:  # every candidate was checked; this guards the guarantee
         raise SchedcError("internal error: the heuristic's schedule deadlocks or exceeds the memory cap; please report it")
     return _to_schedule(problem, a, best, "schedc-heuristic", meta)
+
+
+def _best_construction(a: _Arrays, objective: str, bound: float, deadline: float, seed: int):
+    """(orders, value, rule, rules tried) of the best list schedule: the deterministic rules in
+    turn, then perturbations of the best one, until the deadline (at least one rule) or the
+    lower bound is met."""
+    best, best_val, best_rule, tried = None, INF, None, 0
+    rng = random.Random(seed)
+    rules = _dedupe_by_memory(a, _rules(a, objective))
+    while not tried or (time.perf_counter() <= deadline and best_val > bound + EPS * max(1.0, bound)):
+        if tried < len(rules):
+            rule = rules[tried]
+        else:
+            rule = _random_rule(a, rng, best_rule or rules[0])  # perturb the best rule so far
+        tried += 1
+        orders = _list_schedule(a, rule)
+        if orders is None:
+            continue
+        res = _retime(a, orders)
+        if res is None or not res[2]:
+            continue
+        v = _value(res, objective)
+        if v < best_val - EPS:
+            best, best_val, best_rule = orders, v, rule
+    if best is None:
+        # Memory-only rule is provably deadlock-free; reaching here is a bug, not a user error.
+        raise SchedcError("internal error: the heuristic found no feasible schedule; please report it")
+    return best, best_val, best_rule, tried
 
 
 def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: float, seed: int):

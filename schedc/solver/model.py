@@ -5,15 +5,40 @@ count, per-rank memory caps, objective) choose, for every rank, the order of its
 the simulated step time (``schedc.simulate``: every action as early as its rank and its producers
 allow) is as small as possible and no rank's running memory sum exceeds its cap.
 
-Formulation (disjunctive, continuous time). One continuous ``start[a]`` per action; data
-dependencies are ``start[b] >= start[a] + dur[a] + comm``; for every pair of actions on one rank
-whose order is not already implied, one binary ``before[a,b]`` with two big-M constraints. The
-memory a rank holds when action ``a`` (an F) begins is ``static + sum_b delta_b * [b before a]``
-over the rank's other actions, so the cap is one linear row per F, written with the same order
-binaries (the ZB paper's accounting, DESIGN.md). ``makespan >= end[a]``; for the span objective
-``span >= last_end[r] - start[first action of r]``.
+Formulation (disjunctive, continuous time). Each family of constraints is one function below,
+named as here (``add_<family>``); the rows carry the family's name.
 
-What makes it much smaller and tighter than the naive model (numbers below; the table is
+  Sets and data
+    A, A_r       actions (F, I, W per stage and microbatch; B for a stage whose W costs 0), those
+                 of rank r; d_a duration, mu_a memory delta (DESIGN.md), cap_r, static_r
+    P            dependencies (a, b, lag): b starts after a ends + lag (comm across ranks), with
+                 kinds in microbatch order and the memory-forced orders (below)
+    anc(b)       everything P forces before b (transitive closure)
+    [est_a, lst_a]  time windows: longest paths (+ same-rank work forced before / after a),
+                 horizon H = the incumbent's value
+    first_r      rank r's first action (F of its lowest stage, microbatch 0); head_r its chain
+                 head: the longest dependency path to it
+    O_r          the free pairs: {a, b} in A_r ordered neither by anc nor by the windows
+    [b <| a]     "b runs before a": 1 or 0 when anc or the windows decide, else before_ba
+                 (or 1 - before_ab)
+  Variables (add_start_times)
+    start_a in [est_a, lst_a]; T in [combinatorial bound, H], T = makespan or span;
+    before_ab in {0, 1} for {a, b} in O_r (1: a runs before b)
+  minimize T subject to
+    precedence     start_b >= start_a + d_a + lag                          (a, b, lag) in P
+    machine_order  start_b >= start_a + d_a - M_ab (1 - before_ab),
+                   start_a >= start_b + d_b - M_ba before_ab                {a, b} in O_r
+                   (M_ab = lst_a + d_a - est_b); forced_order: start_b >= start_a + d_a for a
+                   pair whose windows fit only a first
+    memory_cap     static_r + mu_a + sum_{b in A_r - a} mu_b [b <| a] <= cap_r    a in A_r, mu_a > 0
+    objective      makespan: T >= start_a + d_a + after_a                           a in A
+                   span:     T >= start_a + d_a + after_a - start_{first_r},  start_{first_r} = head_r
+                   (after_a: work of a's rank that P forces after a)
+    one_machine    start_a >= min_{b in A_r} est_b + sum_{b in A_r - a} d_b [b <| a]
+    (valid ineq.)  T >= start_a + d_a + sum_{b in A_r - a} d_b (1 - [b <| a])  (- start_{first_r})
+  mip_start        the incumbent's simulated times, its orders and its value
+
+Assumptions and what makes it small and tight (numbers below; the table is
 benchmarks/compile_quality.py):
 
 * Kinds in order (symmetry breaking): on every stage the F's run in microbatch order, likewise
@@ -29,17 +54,14 @@ benchmarks/compile_quality.py):
   driver does not use the solver's bound as a certificate. tests/test_model.py checks the
   model's optimum against exhaustive search over *all* orders on tiny instances, both
   objectives. Memory caps also force precedences (I(s, j-K) and W(s, j-L-1) before F(s, j),
-  see ``_add_memory_precedences``), added to the graph.
+  see ``_add_memory_precedences``), added to P.
 * Order fixing: the transitive closure of "dependencies + in-order kinds" fixes every pair one of
-  which must precede the other (no binary); time windows ``est <= start <= lst`` from longest
-  paths, the incumbent's value as horizon, and the per-rank work that must precede / follow an
-  action fix further pairs (``est[b] + dur[b] > lst[a]`` forces a before b) and give each
-  remaining pair its own tight big-M.
-* Valid inequalities: one machine per rank, so ``start[a] >= release + sum_b dur[b] [b before
-  a]`` and ``objective >= end[a] + sum_b dur[b] [a before b]`` over the rank's other actions
-  (these link the order binaries to time far more tightly than the big-M rows: heterogeneous
-  4x6 at 1p proves in 0.3 s instead of 3.1 s, 4x8 in 5.6 s); the combinatorial lower bound
-  (schedc.solver.bounds) bounds the objective variable.
+  which must precede the other (no binary); time windows, the incumbent's value as horizon, and
+  the per-rank work that must precede / follow an action fix further pairs (``est_b + d_b >
+  lst_a`` forces a before b) and give each remaining pair its own tight big-M.
+* Valid inequalities (one_machine) link the order binaries to time far more tightly than the
+  big-M rows: heterogeneous 4x6 at 1p proves in 0.3 s instead of 3.1 s, 4x8 in 5.6 s; the
+  combinatorial lower bound (schedc.solver.bounds) bounds T.
 * B: a split I then W is never worse than B under the simulator's rules (I releases memory and
   unblocks the previous stage earlier), so the model splits every backward; stages whose W costs
   0 (no parameters) use one B action instead of an empty W. A merge binary would only add
@@ -49,21 +71,21 @@ Decomposition (large instances). The number of free pairs grows with (actions pe
 (heterogeneous 4x16: 1440, 8x24: 6624, 16x48: 54144 before time-window fixing); above
 ``FULL_MODEL_PAIRS`` the driver does a rolling-horizon large-neighbourhood search instead: keep
 the incumbent order, free the actions of every rank whose simulated start falls in a time
-window, fix everything else in its incumbent order (prefix -> window -> suffix chains), solve,
-re-simulate, keep if better, slide the window by half its length, widen it (8, 14, 22 actions
-per rank) after a fruitless sweep, sweeping alternately from the end (where the objective is
-decided) and from the start. A window's prefix is closed under dependencies, so its times are
-pinned as constants (no variables, no rows): a window on 16x48 costs ~0.5 s. Only the full
-model gives a proof; a window never claims optimality. Measured here (2 loaded cores): the full
-model proves 3x3 .. 4x6 instances in well under a second, heterogeneous 4x8 at 1p in ~6 s; on
-4x16 it does not close the last 0.6% in 60 s. The windows took heterogeneous 16x48 (1p,
+window, fix everything else in its incumbent order (prefix -> window -> suffix chains, added to
+P), solve, re-simulate, keep if better, slide the window by half its length, widen it (8, 14, 22
+actions per rank) after a fruitless sweep, sweeping alternately from the end (where the
+objective is decided) and from the start. A window's prefix is closed under dependencies, so its
+times are pinned as constants (no variables, no rows): a window on 16x48 costs ~0.5 s. Only the
+full model gives a proof; a window never claims optimality. Measured here (2 loaded cores): the
+full model proves 3x3 .. 4x6 instances in well under a second, heterogeneous 4x8 at 1p in ~6 s;
+on 4x16 it does not close the last 0.6% in 60 s. The windows took heterogeneous 16x48 (1p,
 makespan) from ZB-H1's 204.78 to the bound 204 in ~30 s and 32x128 from 533.69 to the bound
 533.6 in ~17 s.
 
-Warm start. The incumbent's simulated times and orders are handed to the solver as a MIP start:
-HiGHS via ``Highs.setSolution`` (pulp's HiGHS class does not pass ``warmStart`` on), CBC via
-pulp's ``warmStart=True``. Extracted orders are always re-simulated; the driver never returns
-anything worse than the incumbent.
+Warm start. The incumbent is handed to the solver as a MIP start (``mip_start``): HiGHS via
+``Highs.setSolution`` (pulp's HiGHS class does not pass ``warmStart`` on), CBC via pulp's
+``warmStart=True``. Extracted orders are always re-simulated; the driver never returns anything
+worse than the incumbent.
 
 Cost: building is O(pairs) PuLP terms; solving is exponential in the worst case, bounded by the
 time limit.
@@ -73,7 +95,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import pulp
@@ -330,7 +352,7 @@ def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, fi
     return Windows(est, lst, anc, work_before, work_after)
 
 
-# ---------------------------------------------------------------- solving
+# ---------------------------------------------------------------- the order model
 
 
 @dataclass
@@ -344,6 +366,299 @@ class SolveOutcome:
     n_rows: int = 0
     solver: str = ""
     message: str = ""
+
+
+@dataclass
+class OrderModel:
+    """The PuLP model being built, and what its families of constraints read (module docstring)."""
+
+    inst: Instance
+    objective: str
+    prob: pulp.LpProblem
+    win: Windows  # est, lst, ancestors, same-rank work before / after, under the window's chains
+    preds: list[list[tuple[int, float]]]  # dependencies plus the window's fixed chains
+    window: Optional[list[set[int]]]  # per rank, the actions a window frees (None: full model)
+    pinned: list[bool]  # a window's prefix: start times are the incumbent's constants
+    incumbent_start: list[float]  # the incumbent's simulated start times
+    incumbent_pos: dict[int, int]  # action -> position in its rank's incumbent order
+    chain_head: list[float]  # per rank: where its first action starts in the simulator
+    start: dict = field(default_factory=dict)  # action -> LpVariable (a float when pinned)
+    step: Optional[pulp.LpVariable] = None  # T: the makespan or the span
+    before: dict[tuple[int, int], pulp.LpVariable] = field(default_factory=dict)  # (a, b), a < b
+    forced: set[tuple[int, int]] = field(default_factory=set)  # (a, b): the windows force a first
+
+    def is_free(self, a: int) -> bool:
+        """a's order is decided by this model (everything in the full model; a window's actions)."""
+        return self.window is None or a in self.window[self.inst.rank[a]]
+
+    def runs_before(self, a: int, b: int):
+        """[a before b] for two actions of one rank: 1, 0, or the binary expression."""
+        anc = self.win.anc
+        if (anc[b] >> a) & 1 or (a, b) in self.forced:
+            return 1
+        if (anc[a] >> b) & 1 or (b, a) in self.forced:
+            return 0
+        if (a, b) in self.before:
+            return self.before[(a, b)]
+        if (b, a) in self.before:
+            return 1 - self.before[(b, a)]
+        # both fixed outside a window: the incumbent order decides
+        return 1 if self.incumbent_pos[a] < self.incumbent_pos[b] else 0
+
+
+def solve_model(
+    inst: Instance,
+    incumbent: Sequence[Sequence[int]],
+    incumbent_value: float,
+    objective: str,
+    time_limit: float,
+    solver: str = "highs",
+    free: Optional[Sequence[tuple[int, int]]] = None,
+    lower_bound: float = 0.0,
+    progress: Optional[Callable[[float, float], None]] = None,
+    exact_span_start: bool = True,
+    seed: int = 0,
+) -> SolveOutcome:
+    """Build and solve the order model around `incumbent` (per-rank orders of action ids).
+
+    ``free[r] = (lo, hi)`` frees the incumbent positions lo..hi-1 of rank r and keeps the rest
+    in incumbent order (a window); ``free=None`` is the full model. The horizon is the
+    incumbent's value, so the incumbent is always a feasible point of the model.
+    """
+    t0 = time.monotonic()
+    m = _frame(inst, incumbent, incumbent_value, objective, free)
+    failure = add_start_times(m, incumbent_value, lower_bound)
+    if not failure:
+        add_precedence(m)
+        failure = add_machine_order(m)
+    if failure:
+        return SolveOutcome(None, False, None, None, time.monotonic() - t0, message=failure)
+    add_memory_cap(m)
+    add_objective(m, exact_span_start)
+    add_one_machine_cuts(m)
+    values = mip_start(m, incumbent_value)
+    remaining = max(0.5, time_limit - (time.monotonic() - t0))
+    return _solve(m, values, solver, remaining, progress, seed, t0)
+
+
+def _frame(inst: Instance, incumbent, incumbent_value: float, objective: str, free) -> OrderModel:
+    """The model's data before any variable: the window's chains, time windows, the incumbent's
+    times, and an empty PuLP problem."""
+    preds, window = _window_chains(inst, incumbent, free)
+    topo = _topological(inst.n, preds)
+    chain_head = _chain_heads(inst, preds, topo)
+    win = time_windows(inst, preds, topo, objective, incumbent_value + 1e-9, chain_head)
+    sim = simulate(schedule_from_orders(inst, incumbent), inst.problem.profile)
+    pinned = [False] * inst.n
+    if free is not None:
+        # a window's prefix (actions before it on their rank) is closed under dependencies, so
+        # its times are the incumbent's: constants, not variables
+        for r, row in enumerate(incumbent):
+            for i in row[: max(0, free[r][0])]:
+                pinned[i] = True
+    return OrderModel(
+        inst=inst, objective=objective, prob=pulp.LpProblem("schedule", pulp.LpMinimize), win=win,
+        preds=preds, window=window, pinned=pinned,
+        incumbent_start=[sim.timings[a].start for a in inst.actions],
+        incumbent_pos={i: k for row in incumbent for k, i in enumerate(row)}, chain_head=chain_head,
+    )
+
+
+def _window_chains(inst: Instance, incumbent, free) -> tuple[list, Optional[list[set[int]]]]:
+    """The dependencies plus, for a window, the chains that keep the fixed prefix and suffix of
+    every rank in incumbent order around it; one (strongest) lag per (producer, consumer)."""
+    preds = [list(p) for p in inst.preds]
+    window: Optional[list[set[int]]] = None
+    if free is not None:
+        window = []
+        for r, row in enumerate(incumbent):
+            lo, hi = max(0, free[r][0]), min(len(row), free[r][1])
+            inside = row[lo:hi]
+            window.append(set(inside))
+            for k in range(1, len(row)):
+                if not (lo <= k - 1 < hi) and not (lo <= k < hi):
+                    preds[row[k]].append((row[k - 1], 0.0))
+            if hi > lo:
+                if lo > 0:
+                    for b in inside:
+                        preds[b].append((row[lo - 1], 0.0))
+                if hi < len(row):
+                    for a in inside:
+                        preds[row[hi]].append((a, 0.0))
+    dedup = []
+    for b in range(inst.n):
+        lags: dict[int, float] = {}
+        for a, lag in preds[b]:
+            lags[a] = max(lag, lags.get(a, lag))
+        dedup.append(list(lags.items()))
+    return dedup, window
+
+
+def _chain_heads(inst: Instance, preds, topo: list[int]) -> list[float]:
+    """Per rank, the longest dependency path to its first action: where the simulator starts it
+    (loop and V placement: exact)."""
+    head = [0.0] * inst.n
+    for b in topo:
+        t = 0.0
+        for a, lag in preds[b]:
+            t = max(t, head[a] + inst.dur[a] + lag)
+        head[b] = t
+    return [head[f] for f in inst.first]
+
+
+def add_start_times(m: OrderModel, incumbent_value: float, lower_bound: float) -> str:
+    """start_a in [est_a, lst_a] (a constant when pinned) and T in [lower bound, incumbent];
+    minimize T. Returns a failure message when some window is empty."""
+    new_var = getattr(m.prob, "add_variable", None) or pulp.LpVariable  # PuLP >= 3.3 prefers add_variable
+    for i in range(m.inst.n):
+        lo, hi = m.win.est[i], m.win.lst[i]
+        if hi < lo - 1e-9:
+            return "empty time window"
+        if m.pinned[i]:
+            m.start[i] = m.incumbent_start[i]
+        else:
+            m.start[i] = new_var(f"start_{m.inst.actions[i]}", lowBound=lo, upBound=max(lo, hi))
+    m.step = new_var(m.objective, lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
+    m.prob += m.step
+    return ""
+
+
+def add_precedence(m: OrderModel) -> None:
+    """precedence: start_b >= start_a + d_a + lag for every dependency (a, b, lag)."""
+    inst = m.inst
+    for b in range(inst.n):
+        if m.pinned[b]:
+            continue
+        for a, lag in m.preds[b]:
+            m.prob += m.start[b] >= m.start[a] + inst.dur[a] + lag, f"precedence_{inst.actions[a]}_{inst.actions[b]}"
+
+
+def add_machine_order(m: OrderModel) -> str:
+    """machine_order: two actions of one rank do not overlap. A pair ordered by the closure needs
+    nothing; a pair whose time windows allow one order gets that order as a row (forced_order);
+    every other pair gets a binary before_ab and two big-M rows (order), each M as small as the
+    windows allow. Returns a failure message when some pair fits in neither order."""
+    inst, win, new_var = m.inst, m.win, getattr(m.prob, "add_variable", None) or pulp.LpVariable
+    for r, acts in enumerate(inst.by_rank):
+        cand = sorted(a for a in acts if m.is_free(a))
+        for x, a in enumerate(cand):
+            for b in cand[x + 1:]:
+                if (win.anc[b] >> a) & 1 or (win.anc[a] >> b) & 1:
+                    continue
+                a_first_ok = win.est[a] + inst.dur[a] <= win.lst[b] + 1e-9
+                b_first_ok = win.est[b] + inst.dur[b] <= win.lst[a] + 1e-9
+                if not a_first_ok and not b_first_ok:
+                    return "no order fits"
+                if a_first_ok != b_first_ok:
+                    first, second = (a, b) if a_first_ok else (b, a)
+                    m.prob += (m.start[second] >= m.start[first] + inst.dur[first],
+                               f"forced_order_{inst.actions[first]}_{inst.actions[second]}")
+                    m.forced.add((first, second))
+                    continue
+                v = new_var(f"before_{inst.actions[a]}_{inst.actions[b]}", 0, 1, cat=pulp.LpBinary)
+                m.before[(a, b)] = v
+                big_ab = win.lst[a] + inst.dur[a] - win.est[b]
+                big_ba = win.lst[b] + inst.dur[b] - win.est[a]
+                m.prob += m.start[b] >= m.start[a] + inst.dur[a] - big_ab * (1 - v), f"order_{inst.actions[a]}_{inst.actions[b]}"
+                m.prob += m.start[a] >= m.start[b] + inst.dur[b] - big_ba * v, f"order_{inst.actions[b]}_{inst.actions[a]}"
+    return ""
+
+
+def add_memory_cap(m: OrderModel) -> None:
+    """memory_cap: when an allocating action a (an F) begins, its rank holds static + mu_a +
+    sum of mu_b over the rank's actions b before a; at most the cap. Rows that cannot bind
+    (every freeing action counted as not yet run) are left out; so are a window's fixed actions
+    (their prefix is the incumbent's, which fits)."""
+    inst = m.inst
+    for r, acts in enumerate(inst.by_rank):
+        cap = inst.caps[r]
+        if math.isinf(cap):
+            continue
+        for a in acts:
+            if inst.delta[a] <= 0 or not m.is_free(a):
+                continue
+            const = worst = inst.static[r] + inst.delta[a]
+            terms = []
+            for b in acts:
+                if b == a or inst.delta[b] == 0:
+                    continue
+                v = m.runs_before(b, a)
+                if isinstance(v, int):
+                    const += inst.delta[b] * v
+                    worst += inst.delta[b] * v
+                else:
+                    terms.append((inst.delta[b], v))
+                    worst += max(inst.delta[b], 0.0)
+            if worst <= cap * (1 + 1e-9) + 1e-9:
+                continue
+            m.prob += pulp.lpSum(d * v for d, v in terms) + const <= cap, f"memory_cap_{inst.actions[a]}"
+
+
+def add_objective(m: OrderModel, exact_span_start: bool) -> None:
+    """objective: T >= end of a + the work that must follow a on its rank, minus (span) the
+    start of the rank's first action, which is pinned at its chain head (see docstring)."""
+    inst, win = m.inst, m.win
+    if m.objective == "makespan":
+        for a in range(inst.n):
+            if not m.pinned[a]:
+                m.prob += m.step >= m.start[a] + inst.dur[a] + win.work_after[a], f"objective_after_{inst.actions[a]}"
+        return
+    for r, acts in enumerate(inst.by_rank):
+        f = inst.first[r]
+        if exact_span_start and not m.pinned[f]:
+            m.prob += m.start[f] == m.chain_head[r], f"first_start_r{r}"
+        for a in acts:
+            if not m.pinned[a]:
+                m.prob += (m.step >= m.start[a] + inst.dur[a] + win.work_after[a] - m.start[f],
+                           f"objective_after_{inst.actions[a]}")
+
+
+def add_one_machine_cuts(m: OrderModel) -> None:
+    """one_machine (valid inequalities): a rank runs one action at a time, so a starts after
+    the rank's release plus everything ordered before it, and T covers a's end plus everything
+    ordered after it. These link the order binaries to time far more tightly than big-M rows."""
+    inst = m.inst
+    for r, acts in enumerate(inst.by_rank):
+        release = min(m.win.est[i] for i in acts)
+        first_start = m.start[inst.first[r]] if m.objective == "span" else 0
+        for a in acts:
+            if not m.is_free(a):
+                continue
+            pre_const, pre_terms, post_const, post_terms = 0.0, [], 0.0, []
+            for b in acts:
+                if b == a:
+                    continue
+                v = m.runs_before(b, a)
+                if isinstance(v, int):
+                    pre_const += inst.dur[b] * v
+                    post_const += inst.dur[b] * (1 - v)
+                else:
+                    pre_terms.append(inst.dur[b] * v)
+                    post_terms.append(inst.dur[b] * (1 - v))
+            if not pre_terms:
+                continue
+            m.prob += m.start[a] >= release + pre_const + pulp.lpSum(pre_terms), f"one_machine_before_{inst.actions[a]}"
+            tail = m.start[a] + inst.dur[a] + post_const + pulp.lpSum(post_terms)
+            m.prob += m.step >= tail - first_start, f"one_machine_after_{inst.actions[a]}"
+
+
+def mip_start(m: OrderModel, incumbent_value: float) -> dict[str, float]:
+    """The incumbent as a MIP start: its simulated times (clipped into the windows), its orders
+    and its value; also set as the variables' initial values (CBC's warmStart reads those)."""
+    values = {}
+    for i in range(m.inst.n):
+        if not m.pinned[i]:
+            values[m.start[i].name] = min(max(m.incumbent_start[i], m.win.est[i]), m.win.lst[i])
+    for (a, b), v in m.before.items():
+        values[v.name] = 1.0 if m.incumbent_pos[a] < m.incumbent_pos[b] else 0.0
+    values[m.step.name] = incumbent_value
+    for var in m.prob.variables():
+        if var.name in values:
+            var.setInitialValue(values[var.name])
+    return values
+
+
+# ---------------------------------------------------------------- solvers
 
 
 def available_solver(name: Optional[str] = None) -> str:
@@ -373,26 +688,31 @@ class _WarmHiGHS(pulp.HiGHS):
         self.start_accepted: Optional[bool] = None
         self._last = 0.0
 
-    def callSolver(self, lp):
+    def _set_start(self, h, lp) -> None:
+        # pulp's HiGHS class does not pass warmStart on: hand the values to highspy directly
         import highspy
 
+        cols = [v for v in lp.variables() if v.name in self.start_values]
+        idx = [v.index for v in cols]
+        vals = [float(self.start_values[v.name]) for v in cols]
+        if not hasattr(h, "setSolution"):
+            return
+        try:
+            status = h.setSolution(len(idx), idx, vals)
+        except TypeError:  # older highspy: a full HighsSolution
+            sol = highspy.HighsSolution()
+            full = [0.0] * len(lp.variables())
+            for i, v in zip(idx, vals):
+                full[i] = v
+            sol.col_value = full
+            sol.value_valid = True
+            status = h.setSolution(sol)
+        self.start_accepted = status == highspy.HighsStatus.kOk
+
+    def callSolver(self, lp):
         h = lp.solverModel
         if self.start_values:
-            cols = [v for v in lp.variables() if v.name in self.start_values]
-            idx = [v.index for v in cols]
-            vals = [float(self.start_values[v.name]) for v in cols]
-            if hasattr(h, "setSolution"):
-                try:
-                    status = h.setSolution(len(idx), idx, vals)
-                except TypeError:
-                    sol = highspy.HighsSolution()
-                    full = [0.0] * len(lp.variables())
-                    for i, v in zip(idx, vals):
-                        full[i] = v
-                    sol.col_value = full
-                    sol.value_valid = True
-                    status = h.setSolution(sol)
-                self.start_accepted = status == highspy.HighsStatus.kOk
+            self._set_start(h, lp)
 
         def interrupt(e):
             out = e.data_out
@@ -411,240 +731,15 @@ class _WarmHiGHS(pulp.HiGHS):
         self.model_status = h.getModelStatus()
 
 
-def solve_model(
-    inst: Instance,
-    incumbent: Sequence[Sequence[int]],
-    incumbent_value: float,
-    objective: str,
-    time_limit: float,
-    solver: str = "highs",
-    free: Optional[Sequence[tuple[int, int]]] = None,
-    lower_bound: float = 0.0,
-    progress: Optional[Callable[[float, float], None]] = None,
-    exact_span_start: bool = True,
-    seed: int = 0,
-) -> SolveOutcome:
-    """Build and solve the order model around `incumbent` (per-rank orders of action ids).
-
-    ``free[r] = (lo, hi)`` frees the incumbent positions lo..hi-1 of rank r and keeps the rest
-    in incumbent order (a window); ``free=None`` is the full model. The horizon is the
-    incumbent's value, so the incumbent is always a feasible point of the model.
-    """
-    t0 = time.monotonic()
-    n = inst.n
-    preds = [list(p) for p in inst.preds]
-    free_sets: list[set[int]] = []
-    if free is not None:
-        for r, row in enumerate(incumbent):
-            lo, hi = free[r]
-            lo, hi = max(0, lo), min(len(row), hi)
-            window = row[lo:hi]
-            free_sets.append(set(window))
-            # fixed prefix and suffix keep their incumbent order around the window
-            def outside(k: int) -> bool:
-                return k < lo or k >= hi
-            for k in range(1, len(row)):
-                if outside(k - 1) and outside(k):
-                    preds[row[k]].append((row[k - 1], 0.0))
-            if hi > lo:
-                if lo > 0:
-                    for b in window:
-                        preds[b].append((row[lo - 1], 0.0))
-                if hi < len(row):
-                    for a in window:
-                        preds[row[hi]].append((a, 0.0))
-    # one row per (producer, consumer): window chains may repeat a dependency
-    dedup = []
-    for b in range(n):
-        lags: dict[int, float] = {}
-        for a, lag in preds[b]:
-            lags[a] = max(lag, lags.get(a, lag))
-        dedup.append(list(lags.items()))
-    preds = dedup
-    topo = _topological(n, preds)
-
-    sim_first = [0.0] * len(inst.by_rank)
-    # the first action of a rank starts at its chain head in the simulator (loop and V: exact)
-    head = [0.0] * n
-    for b in topo:
-        t = 0.0
-        for a, lag in preds[b]:
-            t = max(t, head[a] + inst.dur[a] + lag)
-        head[b] = t
-    for r, f in enumerate(inst.first):
-        sim_first[r] = head[f]
-    win = time_windows(inst, preds, topo, objective, incumbent_value + 1e-9, sim_first)
-
-    # the incumbent's simulated times: the warm start, and the pinned prefix of a window
-    sim = simulate(schedule_from_orders(inst, incumbent), inst.problem.profile)
-    sim_start = [sim.timings[a].start for a in inst.actions]
-    pinned = [False] * n
-    if free is not None:
-        # a window's prefix (actions before it on their rank) is closed under dependencies, so
-        # its times are the incumbent's: constants, not variables
-        for r, row in enumerate(incumbent):
-            for i in row[: max(0, free[r][0])]:
-                pinned[i] = True
-
-    prob = pulp.LpProblem("schedule", pulp.LpMinimize)
-    new_var = getattr(prob, "add_variable", None) or pulp.LpVariable  # PuLP >= 3.3 prefers add_variable
-    start = {}
-    for i in range(n):
-        lo, hi = win.est[i], win.lst[i]
-        if hi < lo - 1e-9:
-            return SolveOutcome(None, False, None, None, time.monotonic() - t0, message="empty time window")
-        if pinned[i]:
-            start[i] = sim_start[i]
-        else:
-            start[i] = new_var(f"start_{inst.actions[i]}", lowBound=lo, upBound=max(lo, hi))
-    obj = new_var("makespan" if objective == "makespan" else "span",
-                  lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
-    prob += obj
-
-    for b in range(n):
-        if pinned[b]:
-            continue
-        for a, lag in preds[b]:
-            prob += start[b] >= start[a] + inst.dur[a] + lag, f"dep_{inst.actions[a]}_{inst.actions[b]}"
-
-    # order binaries for pairs the closure and the windows leave open
-    before: dict[tuple[int, int], object] = {}  # (a, b) a<b -> var (1: a before b)
-    fixed_before: set[tuple[int, int]] = set()  # (a, b): a surely before b
-    n_bin = 0
-    for r, acts in enumerate(inst.by_rank):
-        cand = acts if free is None else [i for i in acts if i in free_sets[r]]
-        cand = sorted(cand)
-        for x in range(len(cand)):
-            a = cand[x]
-            for y in range(x + 1, len(cand)):
-                b = cand[y]
-                if (win.anc[b] >> a) & 1 or (win.anc[a] >> b) & 1:
-                    continue
-                a_first_ok = win.est[a] + inst.dur[a] <= win.lst[b] + 1e-9
-                b_first_ok = win.est[b] + inst.dur[b] <= win.lst[a] + 1e-9
-                if not a_first_ok and not b_first_ok:
-                    return SolveOutcome(None, False, None, None, time.monotonic() - t0, message="no order fits")
-                if a_first_ok and not b_first_ok:
-                    prob += start[b] >= start[a] + inst.dur[a], f"forced_{inst.actions[a]}_{inst.actions[b]}"
-                    fixed_before.add((a, b))
-                    continue
-                if b_first_ok and not a_first_ok:
-                    prob += start[a] >= start[b] + inst.dur[b], f"forced_{inst.actions[b]}_{inst.actions[a]}"
-                    fixed_before.add((b, a))
-                    continue
-                v = new_var(f"before_{inst.actions[a]}_{inst.actions[b]}", 0, 1, cat=pulp.LpBinary)
-                before[(a, b)] = v
-                n_bin += 1
-                m1 = win.lst[a] + inst.dur[a] - win.est[b]
-                m2 = win.lst[b] + inst.dur[b] - win.est[a]
-                prob += start[b] >= start[a] + inst.dur[a] - m1 * (1 - v), f"order_{inst.actions[a]}_{inst.actions[b]}"
-                prob += start[a] >= start[b] + inst.dur[b] - m2 * v, f"order_{inst.actions[b]}_{inst.actions[a]}"
-
-    pos = {i: k for row in incumbent for k, i in enumerate(row)}
-
-    def is_before(a: int, b: int):
-        """1, 0 or the binary expression for 'a runs before b' (same rank)."""
-        if (win.anc[b] >> a) & 1 or (a, b) in fixed_before:
-            return 1
-        if (win.anc[a] >> b) & 1 or (b, a) in fixed_before:
-            return 0
-        if (a, b) in before:
-            return before[(a, b)]
-        if (b, a) in before:
-            return 1 - before[(b, a)]
-        # both fixed outside a window: incumbent order decides
-        return 1 if pos[a] < pos[b] else 0
-
-    # memory: held bytes when an F begins, as a sum over the rank's earlier actions
-    for r, acts in enumerate(inst.by_rank):
-        cap = inst.caps[r]
-        if math.isinf(cap):
-            continue
-        for a in acts:
-            if inst.delta[a] <= 0:
-                continue
-            if free is not None and a not in free_sets[r]:
-                continue  # outside the window, its prefix is unchanged: the incumbent fits
-            const = inst.static[r] + inst.delta[a]
-            terms = []
-            worst = const
-            for b in acts:
-                if b == a or inst.delta[b] == 0:
-                    continue
-                v = is_before(b, a)
-                if isinstance(v, int):
-                    const += inst.delta[b] * v
-                    worst += inst.delta[b] * v
-                else:
-                    terms.append((inst.delta[b], v))
-                    worst += max(inst.delta[b], 0.0)
-            if worst <= cap * (1 + 1e-9) + 1e-9:
-                continue
-            prob += pulp.lpSum(d * v for d, v in terms) + const <= cap, f"memory_{inst.actions[a]}"
-
-    # objective rows and valid inequalities (work that must follow an action on its rank)
-    if objective == "makespan":
-        for a in range(n):
-            if not pinned[a]:
-                prob += obj >= start[a] + inst.dur[a] + win.work_after[a], f"makespan_after_{inst.actions[a]}"
-    else:
-        for r, acts in enumerate(inst.by_rank):
-            f = inst.first[r]
-            if exact_span_start and not pinned[f]:
-                prob += start[f] == sim_first[r], f"first_start_r{r}"
-            for a in acts:
-                if pinned[a]:
-                    continue
-                prob += obj >= start[a] + inst.dur[a] + win.work_after[a] - start[f], f"span_after_{inst.actions[a]}"
-
-    # one machine per rank: everything ordered before a runs before it, everything after it
-    # after it (links the order binaries to the times far more tightly than the big-M rows)
-    for r, acts in enumerate(inst.by_rank):
-        rank_release = min(win.est[i] for i in acts)
-        f = inst.first[r]
-        for a in acts:
-            if free is not None and a not in free_sets[r]:
-                continue
-            pre_const, pre_terms, post_const, post_terms = 0.0, [], 0.0, []
-            for b in acts:
-                if b == a:
-                    continue
-                v = is_before(b, a)
-                if isinstance(v, int):
-                    pre_const += inst.dur[b] * v
-                    post_const += inst.dur[b] * (1 - v)
-                else:
-                    pre_terms.append(inst.dur[b] * v)
-                    post_terms.append(inst.dur[b] * (1 - v))
-            if not pre_terms:
-                continue
-            prob += start[a] >= rank_release + pre_const + pulp.lpSum(pre_terms), f"machine_before_{inst.actions[a]}"
-            tail = start[a] + inst.dur[a] + post_const + pulp.lpSum(post_terms)
-            if objective == "makespan":
-                prob += obj >= tail, f"machine_after_{inst.actions[a]}"
-            else:
-                prob += obj >= tail - start[f], f"machine_after_{inst.actions[a]}"
-
-    # warm start values: the incumbent's simulated times
-    values = {}
-    for i in range(n):
-        if not pinned[i]:
-            values[start[i].name] = min(max(sim_start[i], win.est[i]), win.lst[i])
-    for (a, b), v in before.items():
-        values[v.name] = 1.0 if pos[a] < pos[b] else 0.0
-    values[obj.name] = incumbent_value
-    for var in prob.variables():
-        if var.name in values:
-            var.setInitialValue(values[var.name])
-
-    build_time = time.monotonic() - t0
-    remaining = max(0.5, time_limit - build_time)
+def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, seed: int, t0: float) -> SolveOutcome:
+    """Run HiGHS (with the MIP start) or CBC on the built model; read back orders and bounds."""
+    prob, n_bin = m.prob, len(m.before)
     if solver == "highs":
-        s = _WarmHiGHS(values, on_progress=progress, deadline=time.monotonic() + remaining,
-                       msg=False, timeLimit=remaining, threads=1, mip_rel_gap=1e-6, mip_abs_gap=1e-6,
+        s = _WarmHiGHS(values, on_progress=progress, deadline=time.monotonic() + seconds,
+                       msg=False, timeLimit=seconds, threads=1, mip_rel_gap=1e-6, mip_abs_gap=1e-6,
                        random_seed=int(seed))
     else:
-        s = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(remaining))), warmStart=True, threads=1,
+        s = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(seconds))), warmStart=True, threads=1,
                               gapRel=1e-6, gapAbs=1e-6)
     try:
         status = prob.solve(s)
@@ -652,7 +747,6 @@ def solve_model(
         return SolveOutcome(None, False, None, None, time.monotonic() - t0, n_bin, prob.numConstraints(), solver, str(e))
     elapsed = time.monotonic() - t0
     dual = None
-    proven = False
     if solver == "highs":
         import highspy
 
@@ -666,17 +760,24 @@ def solve_model(
         proven = pulp.LpStatus[status] == "Optimal" and prob.sol_status == pulp.LpSolutionOptimal
     if proven and dual is None:
         dual = pulp.value(prob.objective)
-    def value(i: int) -> Optional[float]:
-        return start[i] if pinned[i] else start[i].varValue
-
-    if obj.varValue is None or any(value(i) is None for i in range(n)):
+    orders = _solution_orders(m)
+    if orders is None:
         return SolveOutcome(None, False, None, dual, elapsed, n_bin, prob.numConstraints(), solver, "no solution")
-    orders = []
-    for acts in inst.by_rank:
-        # by start, then end: a zero-length action (stage 0's I under torch's runtime) that starts
-        # with another one ran first
-        orders.append(sorted(acts, key=lambda i: (round(value(i), 6), round(value(i) + inst.dur[i], 6), win.est[i], i)))
     return SolveOutcome(orders, proven, pulp.value(prob.objective), dual, elapsed, n_bin, prob.numConstraints(), solver)
+
+
+def _solution_orders(m: OrderModel) -> Optional[list[list[int]]]:
+    """Per rank, its actions by the solution's start times (None when the solver has none)."""
+    def value(i: int) -> Optional[float]:
+        return m.start[i] if m.pinned[i] else m.start[i].varValue
+
+    if m.step.varValue is None or any(value(i) is None for i in range(m.inst.n)):
+        return None
+    # by start, then end: a zero-length action (stage 0's I under torch's runtime) that starts
+    # with another one ran first
+    dur = m.inst.dur
+    return [sorted(acts, key=lambda i: (round(value(i), 6), round(value(i) + dur[i], 6), m.win.est[i], i))
+            for acts in m.inst.by_rank]
 
 
 def count_free_pairs(inst: Instance) -> int:
