@@ -5,11 +5,17 @@ Cases (issue 3's targets):
   (b) heterogeneous stages (first and last 1.3x, I = 1.1F, W = 0.9F, comm 0.1F), both objectives,
       1p / 1.5p / 2p, for (4,16), (8,24), (16,48) and V placement 4 ranks x 2 stages x 16 mb;
   (c) 32 stages x 128 microbatches (identical, 1p, 120 s; and heterogeneous, outside --quick);
-  (d) span objective, identical stages, vs the ZB paper's closed forms (ZB-H1 at 1p, ZB-H2 at 2p).
+  (d) span objective, identical stages, vs the ZB paper's closed forms (ZB-H1 at 1p, ZB-H2 at 2p);
+  (e) issue 11: identical stages on slow links (comm 0.25F, 0.5F) and first/last stages 1.25x /
+      1.5x heavier, at 8x24 (60 s) and 16x48 (120 s), memory 1.25p and 2p, both objectives;
+  (v) issue 11: V placement, 4 and 8 ranks x 2 stages, F = I = W, at 0.5p, 0.75p and 1p, both
+      objectives, against V-Half / V-Min / ZB-V.
 
-Usage: python benchmarks/compile_quality.py [--quick] [--markdown] [--time-limit S] [--only a,b,c,d]
-A baseline column shows its objective value when it exists for the case and fits the memory
-limit, '-' otherwise. --quick runs one memory level per heterogeneous size and shorter limits.
+Usage: python benchmarks/compile_quality.py [--quick] [--markdown] [--time-limit S] [--only a,b,c,d,e,v]
+'best hand-made' is the best hand-made schedule (V-Half and V-Min included) that exists for the
+case and fits the memory limit, with its name; 'zb-greedy' is the zero-bubble paper's greedy
+(one stage per rank), '-' where none fits or applies. --quick runs a tiny subset with 5 s limits.
+Costs follow torch's runtime (stage 0's backward all in W), the default everywhere.
 """
 
 from __future__ import annotations
@@ -24,11 +30,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from schedc.costs import Profile  # noqa: E402
 from schedc.solver import compile_schedule  # noqa: E402
 
-BASELINES = ["gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b", "zb-v"]
+GREEDY = "zb-greedy"
+
+
+def issue11_cases(quick: bool, only: set[str]):
+    out = []
+    if "e" in only:
+        profiles = [("comm 0.25F", lambda n: Profile.uniform(n, comm=0.25)),
+                    ("comm 0.5F", lambda n: Profile.uniform(n, comm=0.5)),
+                    ("edges 1.25x", lambda n: Profile.edge_heavy(n, edge=1.25)),
+                    ("edges 1.5x", lambda n: Profile.edge_heavy(n, edge=1.5))]
+        sizes = [(8, 24, 60.0), (16, 48, 120.0)]
+        mems = ["1.25p", "2p"]
+        if quick:
+            profiles, sizes, mems = profiles[:1], [(8, 24, 5.0)], mems[:1]
+        for objective in ("makespan", "span"):
+            for label, prof in profiles:
+                for n, m, tl in sizes:
+                    for mem in mems:
+                        out.append(("e", f"{n}x{m} {label}", dict(n_stages=n, n_microbatches=m, profile=prof(n),
+                                                                  memory=mem, objective=objective), tl, None))
+    if "v" in only:
+        shapes = [(4, 16, 30.0), (8, 24, 60.0)]
+        mems = ["0.5p", "0.75p", "1p"]
+        objectives = ("makespan", "span")
+        if quick:
+            shapes, mems, objectives = [(4, 8, 5.0)], ["0.5p", "0.75p"], ("makespan",)
+        for objective in objectives:
+            for r, m, tl in shapes:
+                for mem in mems:
+                    out.append(("v", f"V {r}r x 2s x {m}", dict(n_stages=2 * r, n_microbatches=m, n_ranks=r,
+                                                                placement="v", memory=mem, objective=objective),
+                                tl, None))
+    return out
 
 
 def cases(quick: bool, time_limit: float, only: set[str]):
     out = []
+    if quick:  # a tiny subset: one row of each older group, short limits
+        time_limit = min(time_limit, 5.0)
+        if "a" in only:
+            out.append(("a", "8x16 identical", dict(n_stages=8, n_microbatches=16, memory="1p"), 5.0, None))
+        if "b" in only:
+            out.append(("b", "4x16 hetero", dict(n_stages=4, n_microbatches=16, profile=Profile.edge_heavy(4),
+                                                 memory="1p", objective="span"), time_limit, None))
+        if "d" in only:
+            out.append(("d", "4x12 identical", dict(n_stages=4, n_microbatches=12, memory="2p", objective="span"),
+                        time_limit, 3 * 12))
+        return out + issue11_cases(quick, only)
     if "a" in only:
         out.append(("a", "8x16 identical", dict(n_stages=8, n_microbatches=16, memory="1p"), 10.0, None))
     if "b" in only:
@@ -57,7 +106,12 @@ def cases(quick: bool, time_limit: float, only: set[str]):
                         time_limit, 3 * m + (p - 1) * 1))
             out.append(("d", f"{n}x{m} identical", dict(n_stages=n, n_microbatches=m, memory="2p", objective="span"),
                         time_limit, 3 * m + (p - 1) * 0))
-    return out
+    return out + issue11_cases(quick, only)
+
+
+def _line(cells) -> str:
+    widths = [26, 8, 6, 20] + [10] * (len(cells) - 4)
+    return "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths)))
 
 
 def fmt(x) -> str:
@@ -69,19 +123,20 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a subset with shorter limits")
     ap.add_argument("--markdown", action="store_true", help="emit a Markdown table (for the README)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per heterogeneous case (default 60)")
-    ap.add_argument("--only", default="a,b,c,d", help="comma-separated case groups (a,b,c,d)")
+    ap.add_argument("--only", default="a,b,c,d,e,v", help="comma-separated case groups (a,b,c,d,e,v)")
     ap.add_argument("--progress", action="store_true", help="print solver progress to stderr")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
-    limit = min(args.time_limit, 20.0) if args.quick else args.time_limit
+    limit = min(args.time_limit, 5.0) if args.quick else args.time_limit
 
-    header = ["case", "obj", "mem", "schedc"] + BASELINES + ["closed form", "lower bound", "gap", "status", "time s"]
+    header = ["case", "obj", "mem", "best hand-made", GREEDY, "schedc", "closed form", "lower bound", "gap",
+              "status", "time s"]
     rows = []
     if args.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
     else:
-        print("  ".join(f"{h:>12}" if i else f"{h:<24}" for i, h in enumerate(header)))
+        print(_line(header))
     for group, label, kw, tl, closed in cases(args.quick, limit, only):
         kw = dict(kw)
         objective = kw.get("objective", "makespan")
@@ -94,17 +149,19 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         res = compile_schedule(time_limit=tl, progress=progress, **kw)
         wall = time.monotonic() - t0
-        base = []
-        for name in BASELINES:
-            b = res.baselines.get(name)
-            base.append(b[objective] if b and b["fits"] else None)
-        row = [f"({group}) {label}", objective, kw.get("memory", "1p"), fmt(res.value)] + [fmt(b) for b in base] + [
-            fmt(closed), fmt(res.lower_bound), f"{100 * res.gap:.2f}%", res.status, f"{wall:.1f}"]
+        hand = {name: b[objective] for name, b in res.baselines.items() if b["fits"] and name != GREEDY}
+        best_hand = min(hand, key=hand.get) if hand else None
+        greedy = res.baselines.get(GREEDY)
+        greedy_val = greedy[objective] if greedy and greedy["fits"] else None
+        base = [hand[best_hand] if best_hand else None, greedy_val]
+        row = [f"({group}) {label}", objective, kw.get("memory", "1p"),
+               f"{fmt(base[0])} {best_hand}" if best_hand else "-", fmt(greedy_val), fmt(res.value),
+               fmt(closed), fmt(res.lower_bound), f"{100 * res.gap:.2f}%", res.status, f"{wall:.1f}"]
         rows.append(row)
         if args.markdown:
             print("| " + " | ".join(row) + " |", flush=True)
         else:
-            print("  ".join(f"{c:>12}" if i else f"{c:<24}" for i, c in enumerate(row)), flush=True)
+            print(_line(row), flush=True)
         fitting = [b for b in base if b is not None]
         if fitting and res.value > min(fitting) + 1e-9:
             print(f"  WARNING: worse than a fitting baseline ({min(fitting):.4g})", file=sys.stderr)

@@ -62,6 +62,10 @@ _INFOS = (
                  "split and W's delayed into the bubbles", _MULTI, "ScheduleInterleavedZeroBubble"),
     BaselineInfo("dualpipev", "v", "DeepSeek DualPipeV: 2 stages per rank in a V, overlapped F+B cells",
                  _TWO, "ScheduleDualPipeV"),
+    BaselineInfo("v-half", "v", "controllable-memory V-Half: V building block with forward offsets 2, "
+                 "backward offsets 1; about 1/2 of 1F1B's activation memory", _TWO),
+    BaselineInfo("v-min", "v", "controllable-memory V-Min: V building block with all offsets 1; about "
+                 "1/3 of 1F1B's activation memory", _TWO),
 )
 
 BASELINE_NAMES: tuple[str, ...] = tuple(i.name for i in _INFOS)
@@ -81,6 +85,10 @@ _ALIASES = {
     "interleavedzb": "interleaved-zb",
     "interleavedzerobubble": "interleaved-zb",
     "dualpipev": "dualpipev",
+    "vhalf": "v-half",
+    "zbvhalf": "v-half",
+    "vmin": "v-min",
+    "zbvmin": "v-min",
 }
 
 
@@ -481,6 +489,61 @@ def _dualpipev(p: int, v: int, m: int) -> list[list[Cell]]:
     return rows
 
 
+def _v_block(p: int, forward_offset: int) -> dict[tuple[str, int], int]:
+    """The building block of Qi et al. 2024 ("Pipeline Parallelism with Controllable Memory",
+    section 4) for the V placement, in unit time (F = I = W = 1): the start of F, I and W of one
+    microbatch on every stage. Consecutive forwards are `forward_offset` apart (1 at the V's
+    turn, where both stages sit on the last rank), consecutive backwards 1 apart, and each W
+    takes the first slot after its I. Repeated every T = 6 units (two stages x F, I, W per rank)
+    the blocks must not collide, so each pass takes the first time whose residue mod 6 is still
+    free on its rank. A rank's activation memory is set by the block's lifespan (F start to W
+    end, summed over its two stages) divided by T: about (2R-1)(offset_F + offset_B) / 6 stage
+    activations, i.e. 1/3 of 1F1B's for offsets (1, 1) and 1/2 for (2, 1)."""
+    n, period = 2 * p, 6
+    rank = v_placement(n, p)
+    used: list[set[int]] = [set() for _ in range(p)]
+    start: dict[tuple[str, int], int] = {}
+
+    def place(kind: str, s: int, earliest: int) -> None:
+        t = earliest
+        while t % period in used[rank[s]]:
+            t += 1
+        used[rank[s]].add(t % period)
+        start[(kind, s)] = t
+
+    place("F", 0, 0)
+    for s in range(1, n):
+        place("F", s, start[("F", s - 1)] + (1 if s == p else forward_offset))
+    place("I", n - 1, start[("F", n - 1)] + 1)
+    for s in range(n - 2, -1, -1):
+        place("I", s, start[("I", s + 1)] + 1)
+    for s in range(n):
+        place("W", s, start[("I", s)] + 1)
+    return start
+
+
+def _v_repeated(p: int, m: int, forward_offset: int) -> list[list[Cell]]:
+    """The block repeated every 6 units for each microbatch; each rank runs its passes in the
+    order of their nominal start times. The simulator's earliest-start timing then squeezes out
+    the warm-up and cool-down gaps (the paper's "squeezing"); the nominal times form a valid
+    unit-time schedule, so the order cannot deadlock."""
+    block = _v_block(p, forward_offset)
+    rank = v_placement(2 * p, p)
+    timed: list[list[tuple[int, Action]]] = [[] for _ in range(p)]
+    for k in range(m):
+        for (kind, s), t in block.items():
+            timed[rank[s]].append((t + 6 * k, Action(s, kind, k)))
+    return [[a for _, a in sorted(row, key=lambda x: x[0])] for row in timed]
+
+
+def _v_half(p: int, v: int, m: int) -> list[list[Cell]]:
+    return _v_repeated(p, m, forward_offset=2)
+
+
+def _v_min(p: int, v: int, m: int) -> list[list[Cell]]:
+    return _v_repeated(p, m, forward_offset=1)
+
+
 _GENERATORS: dict[str, Callable[[int, int, int], list[list[Cell]]]] = {
     "gpipe": _gpipe,
     "1f1b": _1f1b,
@@ -491,4 +554,6 @@ _GENERATORS: dict[str, Callable[[int, int, int], list[list[Cell]]]] = {
     "looped-bfs": _looped_bfs,
     "interleaved-zb": _interleaved_zb,
     "dualpipev": _dualpipev,
+    "v-half": _v_half,
+    "v-min": _v_min,
 }

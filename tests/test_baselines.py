@@ -104,6 +104,7 @@ def test_warm_up_lengths_follow_the_papers():
     ("LoopedBFS", "looped-bfs"), ("ScheduleLoopedBFS", "looped-bfs"),
     ("InterleavedZeroBubble", "interleaved-zb"), ("ScheduleInterleavedZeroBubble", "interleaved-zb"),
     ("DualPipeV", "dualpipev"), ("ScheduleDualPipeV", "dualpipev"), ("dual_pipe_v", "dualpipev"),
+    ("v-half", "v-half"), ("V_Half", "v-half"), ("ZBV-Half", "v-half"), ("vmin", "v-min"), ("V-Min", "v-min"),
 ])
 def test_normalize_name(spelling, name):
     assert normalize_name(spelling) == name
@@ -122,15 +123,15 @@ def test_list_baselines():
     assert {"gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b", "zb-v"} <= set(BASELINE_NAMES)
     for i in infos:
         assert i.placement in ("loop", "v") and i.description
-    assert {i.name for i in infos if i.placement == "v"} == {"zb-v", "dualpipev"}
+    assert {i.name for i in infos if i.placement == "v"} == {"zb-v", "dualpipev", "v-half", "v-min"}
 
 
 def test_baselines_for_a_shape():
     assert list(baselines_for(4, 8, 4)) == ["gpipe", "1f1b", "zb-h1", "zb-h2"]
     assert list(baselines_for(4, 2, 4)) == ["gpipe", "zb-h1", "zb-h2"]  # 1F1B needs M >= 4
     assert list(baselines_for(8, 8, n_ranks=4)) == ["interleaved-1f1b", "zb-v", "looped-bfs", "interleaved-zb",
-                                                  "dualpipev"]
-    assert list(baselines_for(8, 8, n_ranks=4, placement="v")) == ["zb-v", "dualpipev"]
+                                                  "dualpipev", "v-half", "v-min"]
+    assert list(baselines_for(8, 8, n_ranks=4, placement="v")) == ["zb-v", "dualpipev", "v-half", "v-min"]
     assert list(baselines_for(8, 8, n_ranks=4, placement="loop")) == ["interleaved-1f1b", "looped-bfs",
                                                                       "interleaved-zb"]
     assert list(baselines_for(12, 8, n_ranks=4)) == ["interleaved-1f1b", "looped-bfs", "interleaved-zb"]
@@ -319,3 +320,49 @@ def test_cli_baseline_errors_leave_no_file(tmp_path, capsys):
     assert "unknown schedule 'nope'" in capsys.readouterr().err
     assert main(["baseline", "1f1b"]) == 2
     assert "give NAME --stages N --mb M" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- V-Half and V-Min (controllable memory)
+
+
+def _v_peak(name, p, m, held, runtime):
+    schedule = make_baseline(name, 2 * p, m)
+    res = simulate(schedule, Profile.uniform(2 * p, held_fraction=held), runtime=runtime)
+    return res, max(res.peak_memory) / (2 * p)  # in units of p: 1p = p microbatches of both stages
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 6, 8])
+def test_v_min_holds_its_claimed_memory(p):
+    """V-Min: at most (p+4)//3 microbatches of a rank's stages (the paper's table), under the
+    paper's accounting (I frees half) and also when I frees nothing, ideal or torch runtime."""
+    bound = ((p + 4) // 3) / p
+    for held, runtime in ((0.5, "ideal"), (1.0, "ideal"), (1.0, "torch")):
+        _, peak = _v_peak("v-min", p, 16, held, runtime)
+        assert peak <= bound + 1e-9
+
+
+@pytest.mark.parametrize("p", [2, 4, 6])
+def test_v_half_holds_its_claimed_memory(p):
+    """V-Half: at most (p+2)//2 microbatches of a rank's stages for even p under the paper's
+    accounting (its table); when I frees nothing (torch's split backward), at most 3/4 p."""
+    _, peak = _v_peak("v-half", p, 16, 0.5, "ideal")
+    assert peak <= ((p + 2) // 2) / p + 1e-9
+    for runtime in ("ideal", "torch"):
+        _, peak = _v_peak("v-half", p, 16, 1.0, runtime)
+        assert peak <= max(0.75, ((p + 2) // 2) / p) + 1e-9
+
+
+def test_v_schedules_on_the_issue_instance():
+    """4 ranks x 2 stages, F = I = W, I frees nothing, ideal runtime: V-Min fits 0.5p and takes
+    59 / 107 for 8 / 16 microbatches (the authors' numbers); V-Half fits 0.75p and beats it."""
+    for m, v_min, v_half in ((8, 59, 57), (16, 107, 105)):
+        res, peak = _v_peak("v-min", 4, m, 1.0, "ideal")
+        assert (res.makespan, peak) == (v_min, 0.5)
+        res, peak = _v_peak("v-half", 4, m, 1.0, "ideal")
+        assert (res.makespan, peak) == (v_half, 0.75)
+
+
+def test_cli_v_half(capsys):
+    assert main(["baseline", "v-half", "--stages", "8", "--mb", "8"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 4 and rows[0].startswith("0F0,0F1,")

@@ -770,6 +770,11 @@ def matching_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]
         except SchedcError:
             continue
         out.append((name, sched, sim))
+    from schedc.solver import greedy
+
+    best = greedy.zb_greedy(problem)  # the zero-bubble paper's greedy: a peer, so a baseline too
+    if best is not None:
+        out.append((greedy.NAME, *best))
     return out
 
 
