@@ -193,7 +193,11 @@ class _SavedTensorTracker:
         self.boxes: list[tuple[weakref.ref, Optional[tuple[int, int]]]] = []
 
     def pack(self, t: torch.Tensor) -> _Box:
-        box = _Box(t)
+        # Keep the storage, not the autograd identity: a saved *output* (softmax's result, SDPA's
+        # out) would otherwise hold its own grad_fn, a cycle through C++ that gc cannot break, so
+        # the node and its saved tensors would never be freed unless a backward releases them;
+        # under the split backward they would look held after I (and after W).
+        box = _Box(t.detach())
         self.boxes.append((weakref.ref(box), _storage_key(t)))
         return box
 
