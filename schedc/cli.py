@@ -14,11 +14,12 @@ import sys
 from typing import Optional, Sequence
 
 from schedc import __version__
-from schedc.commands import COMMANDS
 from schedc.errors import SchedcError
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from schedc.commands import COMMANDS
+
     parser = argparse.ArgumentParser(prog="schedc", description="Pipeline-schedule compiler for PyTorch training.")
     parser.add_argument("--version", action="version", version=f"schedc {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors (also after the command)")
@@ -38,7 +39,12 @@ def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv, debug = _split_debug(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()  # imports the commands: Ctrl-C may come while they load
+    except KeyboardInterrupt:
+        print("schedc: interrupted", file=sys.stderr)
+        return 130
+    args = parser.parse_args(argv)
     args.debug = debug
     try:
         return args.handler(args)

@@ -189,8 +189,12 @@ def read_csv(
         raise SchedcError(f"{path}: is a directory, expected a CSV file") from None
     except PermissionError:
         raise SchedcError(f"{path}: permission denied") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise SchedcError(f"{path}: starts with a UTF-8 byte-order mark (BOM); torch's _load_csv (torchtitan, NeMo "
+                          f"AutoModel) fails on it ('Invalid action string: \\ufeff...'): save the file without "
+                          f"BOM (e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' {path})") from None
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SchedcError(f"{path}: not a UTF-8 text file (byte {e.start}); expected a CSV schedule") from None
     schedule = parse_csv_text(text, str(path), n_microbatches, placement)

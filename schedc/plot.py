@@ -152,15 +152,19 @@ def plot_schedule(
 
 
 def save_figure(fig: Figure, path: Union[str, Path], fmt: Optional[str] = None) -> None:
-    """Render to bytes, then write atomically (no partial file on failure). Deterministic output:
-    no dates in SVG/PDF metadata and a fixed SVG id salt."""
-    fmt = fmt or output_format(path)
+    """Render to bytes, then write atomically (no partial file on failure)."""
+    atomic_write_bytes(path, render_figure(fig, fmt or output_format(path)))
+
+
+def render_figure(fig: Figure, fmt: str) -> bytes:
+    """The picture as bytes in `fmt` (png, svg, pdf). Deterministic output: no dates in SVG/PDF
+    metadata and a fixed SVG id salt."""
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     dpi = 110 if fig.get_figwidth() > 16 else 130
     buf = io.BytesIO()
     with rc_context({"svg.hashsalt": "schedc", "svg.fonttype": "none"}):
         fig.savefig(buf, format=fmt, dpi=dpi, metadata=metadata)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 # ---------------------------------------------------------------------------- drawing

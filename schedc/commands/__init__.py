@@ -5,6 +5,16 @@ A command module defines ``register(subparsers) -> None`` (adds its parser and s
 shared argument groups and read/validate helpers live in :mod:`schedc.commands.common`.
 """
 
-from schedc.commands import baseline, calibrate, compile, library, plot, profile, simulate, trace, validate
+from schedc.commands import (
+    baseline,
+    calibrate,
+    compile,
+    library,
+    plot,
+    profile,
+    simulate,
+    trace,
+    validate,
+)
 
 COMMANDS = [baseline, validate, simulate, compile, plot, trace, profile, calibrate, library]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from schedc.commands import common
 from schedc.errors import SchedcError
 
 
@@ -32,8 +33,8 @@ def run(args) -> int:
     schedule = baselines.make_baseline(args.name, args.stages, args.mb, n_ranks=args.ranks, placement=args.placement)
     if args.output:
         csvio.write_csv(schedule, args.output)
-        print(f"wrote {args.output}: {schedule.name}, {schedule.n_stages} stages on {schedule.n_ranks} ranks, "
-              f"{schedule.n_microbatches} microbatches")
+        print(f"wrote {args.output}: {schedule.name}, "
+              f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}")
     else:
         sys.stdout.write(csvio.to_csv_text(schedule))
     return 0

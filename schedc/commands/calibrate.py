@@ -8,6 +8,7 @@ import sys
 from schedc.commands import common
 from schedc.costs import Profile
 from schedc.errors import SchedcError
+from schedc.fileio import check_writable
 
 
 def register(sub) -> None:
@@ -32,6 +33,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     common.require_torch("schedc calibrate")
+    if args.output:
+        check_writable(args.output, "-o")  # before the ranks run
     from schedc.runtime.calibrate import calibrate, format_calibration
 
     profile = Profile.load(args.profile)

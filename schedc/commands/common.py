@@ -8,6 +8,7 @@ Every command module is a pair: ``register(subparsers)`` declares its parser and
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from schedc.costs import MemoryLimit, Profile, parse_comm, parse_costs
@@ -32,15 +33,30 @@ def profile_from_args(args, n_stages: int) -> Profile:
             raise SchedcError("give either --profile or --costs, not both")
         profile = Profile.load(args.profile)
         if args.comm is not None:
-            profile = profile.model_copy(update={"comm": parse_comm(args.comm)})
-            Profile.model_validate(profile.model_dump())
+            profile = _with_comm(profile, args.comm)
         return profile
     f, i, w = parse_costs(args.costs or "1,1,1")
-    return Profile.uniform(n_stages, f, i, w, comm=parse_comm(args.comm) if args.comm else 0.0)
+    profile = Profile.uniform(n_stages, f, i, w)
+    return _with_comm(profile, args.comm) if args.comm is not None else profile
+
+
+def _with_comm(profile: Profile, comm: str) -> Profile:
+    """The profile with --comm's times, checked before pydantic sees them (one line, not a dump)."""
+    values = parse_comm(comm)
+    n = profile.n_stages
+    if isinstance(values, list) and len(values) != n - 1:
+        raise SchedcError(f"--comm: {len(values)} values given, but {n} stages have {n - 1} boundaries; "
+                          f"give one number (every boundary) or {n - 1} separated by commas")
+    return Profile.model_validate({**profile.model_dump(), "comm": values})
 
 
 def memory_from_args(args) -> MemoryLimit:
-    return MemoryLimit.parse(args.memory)
+    """--memory; a byte size needs a --profile (with --costs, memory counts activations, not bytes)."""
+    memory = MemoryLimit.parse(args.memory)
+    if memory.kind == "bytes" and not getattr(args, "profile", None):
+        raise SchedcError(f"--memory {args.memory} is a byte size, but without --profile memory is counted in "
+                          "microbatch activations, not bytes; give --memory Kp (e.g. 1.5p) or a measured --profile")
+    return memory
 
 
 def read_checked(args):
@@ -100,3 +116,42 @@ def fmt_secs(x: float) -> str:
     if x == 0:
         return "0"
     return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """'1 microbatch', '16 microbatches'."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def shape(n_stages: int, n_ranks: int, n_microbatches: int, placement: str = "") -> str:
+    """'4 stages on 4 ranks (loop), 8 microbatches'."""
+    return (f"{plural(n_stages, 'stage')} on {plural(n_ranks, 'rank')}{f' ({placement})' if placement else ''}, "
+            f"{plural(n_microbatches, 'microbatch', 'microbatches')}")
+
+
+def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit) -> None:
+    """Warn on stderr when the comparison asked for is not like for like.
+
+    - Schedules of different microbatch counts: their step times do not compare.
+    - A CSV with a schedc report beside it (``NAME.json`` from ``schedc compile``) that was
+      compiled for another memory limit than the one it is judged against here: its
+      "fits"/"EXCEEDED" refers to the limit given here, not to the one it was built for.
+    """
+    from schedc import csvio
+
+    counts = {s.n_microbatches for s in schedules}
+    if len(counts) > 1:
+        listed = ", ".join(f"{Path(p).name} {s.n_microbatches}" for p, s in zip(paths, schedules))
+        print(f"schedc {command}: warning: the schedules differ in microbatches ({listed}); their step times "
+              "are not comparable: compare schedules with the same --mb", file=sys.stderr)
+    for path in paths:
+        if not csvio.report_path(path).is_file():
+            continue
+        try:
+            compiled_for = csvio.read_report(path).get("inputs", {}).get("memory_limit")
+        except SchedcError:
+            continue
+        if isinstance(compiled_for, str) and compiled_for != str(memory):
+            print(f"schedc {command}: warning: {path} was compiled for --memory {compiled_for} but is judged "
+                  f"against --memory {memory} here; pass --memory {compiled_for} to judge it by its own limit",
+                  file=sys.stderr)

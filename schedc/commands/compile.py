@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 
 from schedc.commands import common
-from schedc.costs import format_memory
+from schedc.costs import format_duration, format_memory
 from schedc.errors import SchedcError
+from schedc.fileio import check_writable, write_all
 
 
 def register(sub) -> None:
@@ -28,57 +31,101 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from schedc.solver.interrupt import stop_on_sigint
+
+    # Ctrl-C from here on stops the search and the best schedule so far is written. Taken before
+    # pulp is imported: its optional-solver imports use bare excepts that would swallow a
+    # KeyboardInterrupt (the compile then ran to its time limit and exited 0).
+    with stop_on_sigint():
+        res, outputs = _compile(args)
+    if res.interrupted:
+        print(f"schedc compile: interrupted: wrote the best schedule found so far to {args.output} "
+              f"(status {res.status}, gap {100 * res.gap:.2f}%)", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _compile(args):
     from schedc import csvio
     from schedc.solver.compile import compile_schedule
 
-    if not str(args.output).endswith(".csv"):
-        raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
-    if args.time_limit is None or not args.time_limit > 0:
-        raise SchedcError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
-    if args.plot:
-        from schedc.plot import output_format
-
-        output_format(args.plot)
+    outputs = _check_request(args)
     profile = common.profile_from_args(args, args.stages) if args.stages and args.stages > 0 else None
     memory = common.memory_from_args(args)
 
     def progress(e: dict) -> None:
         if args.quiet:
             return
-        bound = e["bound"]
-        print(f"[{e['elapsed']:7.1f}s] {e['phase']:<26s} best {e['best']:.6g}  bound {bound:.6g}  "
+        print(f"[{e['elapsed']:7.1f}s] {e['phase']:<26s} best {e['best']:.6g}  bound {e['bound']:.6g}  "
               f"gap {100 * e['gap']:.2f}%", file=sys.stderr, flush=True)
 
     res = compile_schedule(args.stages, args.mb, n_ranks=args.ranks, placement=args.placement, profile=profile,
                            memory=memory, objective=args.objective, time_limit=args.time_limit,
                            solver=args.solver, progress=progress)
-    csvio.write_csv(res.schedule, args.output)
-    report_file = csvio.write_report(res.report, args.output)
+    files = {args.output: csvio.to_csv_text(res.schedule).encode(), outputs["report"]: _report_bytes(res, outputs)}
     if args.plot:
-        from schedc import baselines as bl_mod
-        from schedc.plot import plot_schedules
-
-        schedules, titles = [res.schedule], [f"schedc ({res.status})"]
-        fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
-        if fitting:
-            best = min(fitting, key=lambda k: fitting[k][args.objective])
-            schedules.append(bl_mod.make_baseline(best, args.stages, args.mb, n_ranks=res.problem.n_ranks,
-                                                  placement=res.problem.placement_name))
-            titles.append(best)
-        plot_schedules(schedules, res.problem.profile, res.problem.memory, titles=titles, path=args.plot)
-    print(format_compile_summary(res, args.output, report_file))
+        files[args.plot] = _plot_bytes(res, args)
+    write_all(files)  # all or none: a failing plot leaves no CSV or report behind
+    print(format_compile_summary(res, args.output, outputs["report"]))
     if args.plot:
         print(f"plot: {args.plot}")
-    return 0
+    return res, outputs
+
+
+def _check_request(args) -> dict:
+    """Everything that can fail before the solve, checked before it: names, places, limits."""
+    from schedc import csvio
+
+    if not str(args.output).endswith(".csv"):
+        raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
+    if args.time_limit is None or not 0 < args.time_limit < math.inf:
+        raise SchedcError(f"--time-limit must be a finite number of seconds > 0 (e.g. 60, or 3600 for a long "
+                          f"search), got {args.time_limit}")
+    report = csvio.report_path(args.output)
+    check_writable(args.output, "-o")
+    check_writable(report, "-o (the report beside it)")
+    if args.plot:
+        from schedc.plot import output_format
+
+        output_format(args.plot)
+        check_writable(args.plot, "--plot")
+    return {"report": report}
+
+
+def _report_bytes(res, outputs) -> bytes:
+    try:
+        return (json.dumps(res.report, indent=2, allow_nan=False) + "\n").encode()
+    except (TypeError, ValueError) as e:
+        raise SchedcError(f"{outputs['report']}: the report cannot be written as JSON: {e}") from None
+
+
+def _plot_bytes(res, args) -> bytes:
+    """The compiled schedule next to the best hand-made one that fits, as the picture's bytes."""
+    from schedc import baselines as bl_mod
+    from schedc.plot import output_format, plot_schedules, render_figure
+
+    schedules, titles = [res.schedule], [f"schedc ({res.status})"]
+    fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
+    if fitting:
+        best = min(fitting, key=lambda k: fitting[k][args.objective])
+        schedules.append(bl_mod.make_baseline(best, args.stages, args.mb, n_ranks=res.problem.n_ranks,
+                                              placement=res.problem.placement_name))
+        titles.append(best)
+    fig = plot_schedules(schedules, res.problem.profile, res.problem.memory, titles=titles)
+    return render_figure(fig, output_format(args.plot))
 
 
 def format_compile_summary(res, csv_path, report_file) -> str:
     p, sim = res.problem, res.sim
+
+    def t(x: float) -> str:
+        return format_duration(x, p.profile, digits=6)
+
     lines = [
-        f"wrote {csv_path} and {report_file}: {p.n_stages} stages on {p.n_ranks} ranks ({p.placement_name}), "
-        f"{p.n_microbatches} microbatches, memory {p.memory}, objective {p.objective}",
-        f"  makespan {sim.makespan:.6g}   span {sim.span:.6g}   bubble {100 * sim.bubble:.1f}%   "
-        f"status {res.status}   lower bound {res.lower_bound:.6g}   gap {100 * res.gap:.2f}%   "
+        f"wrote {csv_path} and {report_file}: {common.shape(p.n_stages, p.n_ranks, p.n_microbatches, p.placement_name)}, "
+        f"memory {p.memory}, objective {p.objective}",
+        f"  makespan {t(sim.makespan)}   span {t(sim.span)}   bubble {100 * sim.bubble:.1f}%   "
+        f"status {res.status}   lower bound {t(res.lower_bound)}   gap {100 * res.gap:.2f}%   "
         f"time {res.solve_time:.1f}s",
         "  peak memory per rank vs limit: " + ", ".join(
             f"{format_memory(pk)}/{format_memory(lim)}" for pk, lim in zip(sim.peak_memory, sim.memory_limit)),
@@ -86,7 +133,7 @@ def format_compile_summary(res, csv_path, report_file) -> str:
     fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
     if fitting:
         lines.append("  baselines that fit: " + ", ".join(
-            f"{k} {v['makespan']:.6g}" + (f" (span {v['span']:.6g})" if p.objective == "span" else "")
+            f"{k} {t(v['makespan'])}" + (f" (span {t(v['span'])})" if p.objective == "span" else "")
             for k, v in sorted(fitting.items(), key=lambda kv: kv[1][p.objective])))
     else:
         lines.append("  baselines that fit: none")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from schedc.commands import common
 from schedc.errors import SchedcError
+from schedc.fileio import check_writable
 
 
 def register(sub) -> None:
@@ -21,11 +22,13 @@ def register(sub) -> None:
 def run(args) -> int:
     from schedc.plot import output_format, plot_schedules
 
-    output_format(args.output)  # a wrong extension fails before any work
+    output_format(args.output)  # a wrong extension or place fails before any work
+    check_writable(args.output, "-o")
     if args.title and len(args.title) != len(args.files):
         raise SchedcError(f"give --title once per file ({len(args.files)}), or not at all")
     schedules, profiles = common.read_checked(args)
     memory = common.memory_from_args(args)
+    common.warn_mismatches("plot", args.files, schedules, memory)
     titles = args.title or [Path(f).name for f in args.files]
     plot_schedules(schedules, profiles, memory, titles=titles, path=args.output)
     print(f"wrote {args.output}: {len(schedules)} panel{'s' if len(schedules) > 1 else ''} "

@@ -8,6 +8,7 @@ from typing import Optional
 from schedc.commands import common
 from schedc.costs import MemoryLimit, format_bytes
 from schedc.errors import SchedcError
+from schedc.fileio import check_writable
 
 
 def register(sub) -> None:
@@ -31,6 +32,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     common.require_torch("schedc profile")
+    check_writable(args.output, "-o")  # before minutes of measuring
     import torch
 
     from schedc.runtime.profiler import StderrProgress, profile_gpt

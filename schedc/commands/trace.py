@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-
 from schedc.commands import common
+from schedc.fileio import check_writable
 
 
 def register(sub) -> None:
@@ -17,9 +17,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from schedc.trace import write_trace
 
+    check_writable(args.output, "-o")
     args.files = [args.file]
     (schedule,), (profile,) = common.read_checked(args)
-    trace = write_trace(schedule, profile, args.output, common.memory_from_args(args))
+    memory = common.memory_from_args(args)
+    common.warn_mismatches("trace", args.files, [schedule], memory)
+    trace = write_trace(schedule, profile, args.output, memory)
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks; open it in https://ui.perfetto.dev "
           f"or chrome://tracing (1 s of the profile = 1 s of trace)")

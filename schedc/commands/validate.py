@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-
+from schedc.commands import common
 
 
 def register(sub) -> None:
@@ -21,8 +21,8 @@ def run(args) -> int:
     schedule = csvio.read_csv(args.file)
     validate.validate(schedule, n_stages=args.stages, n_microbatches=args.mb, n_ranks=args.ranks,
                       placement=args.placement, source=args.file)
-    print(f"{args.file}: valid: {schedule.n_stages} stages on {schedule.n_ranks} ranks "
-          f"({_placement_label(schedule)}), {schedule.n_microbatches} microbatches")
+    print(f"{args.file}: valid: "
+          f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches, _placement_label(schedule))}")
     return 0
 
 

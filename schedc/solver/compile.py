@@ -39,7 +39,7 @@ from schedc.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
-from schedc.solver import model
+from schedc.solver import interrupt, model
 from schedc.solver.problem import Problem
 
 _TOL = 1e-6  # relative: values this close count as equal (MIP gaps, float sums)
@@ -59,6 +59,7 @@ class CompileResult:
     baselines: dict[str, dict] = field(default_factory=dict)
     warm_start_source: str = ""
     report: dict = field(default_factory=dict)
+    interrupted: bool = False  # Ctrl-C ended the search early (schedc.solver.interrupt)
 
     @property
     def value(self) -> float:
@@ -160,7 +161,8 @@ def compile_problem(
 
     emit("warm start (" + warm_source + ")", best_val, bound)
 
-    if inc_orders is not None and not _close(best_val, bound) and time.monotonic() < deadline - 0.2:
+    if inc_orders is not None and not _close(best_val, bound) and time.monotonic() < deadline - 0.2 \
+            and not interrupt.requested():
         inc_val = inc_sim.objective(obj_name)
         free_pairs = model.count_free_pairs(inst)
         if free_pairs <= model.FULL_MODEL_PAIRS:
@@ -187,7 +189,7 @@ def compile_problem(
                 if out.proven:
                     bound_source = f"{solver_name} (proven optimal)"
             emit("full model done", best_val, bound)
-        if not _close(best_val, bound) and time.monotonic() < deadline - 0.5:
+        if not _close(best_val, bound) and time.monotonic() < deadline - 0.5 and not interrupt.requested():
             inc_orders, inc_sched, inc_sim, used = _window_search(
                 inst, problem, inc_orders, inc_sched, inc_sim, deadline, solver_name, lb,
                 lambda b, what: emit(what, min(b, best_val), bound), seed)
@@ -206,6 +208,7 @@ def compile_problem(
     result = CompileResult(
         schedule=best_sched, sim=best_sim, problem=problem, status=status, lower_bound=bound,
         gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time, baselines=baselines, warm_start_source=warm_source,
+        interrupted=interrupt.requested(),
     )
     result.report = build_report(result, lb_details=lb_details, bound_source=bound_source, solver=solver_name,
                                  time_limit=time_limit, log=log)
@@ -250,7 +253,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, solver_name, lb,
     n_windows = 0
     n_sweeps = 0
     last_report = time.monotonic()
-    while size_i < len(sizes) and time.monotonic() < deadline - 0.5:
+    while size_i < len(sizes) and time.monotonic() < deadline - 0.5 and not interrupt.requested():
         k = sizes[size_i]
         improved_sweep = False
         span_t = sim.makespan
@@ -261,7 +264,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, solver_name, lb,
             positions.reverse()  # the cool-down first: the objective is decided at the end
         n_sweeps += 1
         for t in positions:
-            if time.monotonic() >= deadline - 0.5:
+            if time.monotonic() >= deadline - 0.5 or interrupt.requested():
                 break
             free = []
             for r, row in enumerate(orders):
@@ -332,6 +335,7 @@ def build_report(result: CompileResult, lb_details: dict, bound_source: str, sol
         "status": result.status,
         "solve_time": result.solve_time,
         "warm_start": result.warm_start_source,
+        "interrupted": result.interrupted,
         "progress": [{k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in e.items()}
                      for e in log],
     }
