@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
+from contextlib import contextmanager
 
 from schedc.commands import common
 from schedc.costs import Profile
@@ -56,9 +59,12 @@ def run(args) -> int:
         print(f"schedc calibrate: warning: the profile was measured with {threads_note}, the ranks run with "
               f"--threads {args.threads}; predictions will be off (profile with --threads {args.threads})",
               file=sys.stderr)
-    cal = calibrate(args.file, profile, cfg, mbs, steps=args.steps,
-                    warmup_steps=args.warmup_steps, threads=args.threads, device=args.device,
-                    timeout=args.timeout, n_ranks=args.nproc, in_situ=args.in_situ)
+    what = (f"running {args.file} on local ranks: {args.warmup_steps} warm-up + {args.steps} timed steps"
+            f"{' with in-situ profiling' if args.in_situ else ''} (--timeout {args.timeout:g}s)")
+    with _ticking(what):
+        cal = calibrate(args.file, profile, cfg, mbs, steps=args.steps,
+                        warmup_steps=args.warmup_steps, threads=args.threads, device=args.device,
+                        timeout=args.timeout, n_ranks=args.nproc, in_situ=args.in_situ)
     if args.output:
         cal.refined.save(args.output)
     if args.json:
@@ -69,3 +75,31 @@ def run(args) -> int:
             print(f"wrote {args.output}: profile refined from the measured action times")
     return 0
 
+
+
+@contextmanager
+def _ticking(what: str):
+    """Say on stderr what runs while the ranks work, with the seconds elapsed on a terminal (the
+    run is silent otherwise: ranks start, build, warm up and time their steps for minutes)."""
+    from schedc.runtime.profiler import StderrProgress
+
+    progress = StderrProgress("schedc calibrate")
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            progress(f"{what}: {time.monotonic() - t0:.0f}s")
+
+    progress(what)
+    ticker = threading.Thread(target=tick, daemon=True)
+    if sys.stderr.isatty():
+        ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if ticker.is_alive():
+            ticker.join()
+        progress.done()
+    print(f"schedc calibrate: ranks done in {time.monotonic() - t0:.0f}s", file=sys.stderr)  # not on errors

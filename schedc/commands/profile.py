@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Optional
 
 from schedc.commands import common
@@ -35,7 +36,7 @@ def run(args) -> int:
     check_writable(args.output, "-o")  # before minutes of measuring
     import torch
 
-    from schedc.runtime.profiler import StderrProgress, profile_gpt
+    from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_warnings
 
     if args.threads is not None:
         if args.threads < 1:
@@ -71,6 +72,8 @@ def run(args) -> int:
     if rank != 0:
         return 0
     profile.save(args.output)
+    for warning in profile_warnings(profile):
+        print(f"schedc profile: warning: {warning}", file=sys.stderr)
     print(f"wrote {args.output}: {profile.n_stages} stages of {profile.model} on {profile.device}, "
           f"microbatch {profile.microbatch_size}, {profile.dtype}")
     print(f"  {'stage':>5}  {'F':>9}  {'I':>9}  {'W':>9}  {'activation':>10}  {'held I..W':>10}  {'static':>10}")
