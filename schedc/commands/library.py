@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from schedc.costs import MemoryLimit, Profile, format_memory
@@ -59,8 +60,8 @@ def _build(args) -> int:
         return 0
     setups = lib.select(lib.DEFAULT_SETUPS, args.only)
     limit = args.time_limit if args.time_limit is not None else lib.DEFAULT_MAX_TIME_LIMIT
-    if not limit > 0:
-        raise SchedcError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if not 0 < limit < math.inf:
+        raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {args.time_limit}")
     print(f"building {len(setups)} schedule(s) into {directory} (solver time at most "
           f"{lib.default_budget(setups, limit):.0f}s)", flush=True)
     lib.build_library(directory, setups, time_limit=limit, progress=lambda line: print(line, flush=True))
