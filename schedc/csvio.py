@@ -249,12 +249,16 @@ def report_path(csv_path: PathLike) -> Path:
 def write_report(report: Mapping[str, Any], csv_path: PathLike) -> Path:
     """Write `report` as JSON beside `csv_path`, all-or-nothing; returns the report's path."""
     path = report_path(csv_path)
+    atomic_write_text(path, report_text(report, path))
+    return path
+
+
+def report_text(report: Mapping[str, Any], path: PathLike) -> str:
+    """`report` as the JSON text of the file `path` (named in the error when it has no JSON form)."""
     try:
-        text = json.dumps(report, indent=2, allow_nan=False) + "\n"
+        return json.dumps(report, indent=2, allow_nan=False) + "\n"
     except (TypeError, ValueError) as e:
         raise SchedcError(f"{path}: the report cannot be written as JSON: {e}") from None
-    atomic_write_text(path, text)
-    return path
 
 
 def read_report(csv_path: PathLike) -> dict:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
+from pathlib import Path
 
 from schedc.commands import common
 from schedc.costs import format_duration, format_memory
@@ -37,7 +37,7 @@ def run(args) -> int:
     # pulp is imported: its optional-solver imports use bare excepts that would swallow a
     # KeyboardInterrupt (the compile then ran to its time limit and exited 0).
     with stop_on_sigint():
-        res, outputs = _compile(args)
+        res = _compile(args)
     if res.interrupted:
         print(f"schedc compile: interrupted: wrote the best schedule found so far to {args.output} "
               f"(status {res.status}, gap {100 * res.gap:.2f}%)", file=sys.stderr)
@@ -49,7 +49,7 @@ def _compile(args):
     from schedc import csvio
     from schedc.solver.compile import compile_schedule
 
-    outputs = _check_request(args)
+    report = _check_request(args)
     profile = common.profile_from_args(args, args.stages) if args.stages and args.stages > 0 else None
     memory = common.memory_from_args(args)
 
@@ -62,18 +62,19 @@ def _compile(args):
     res = compile_schedule(args.stages, args.mb, n_ranks=args.ranks, placement=args.placement, profile=profile,
                            memory=memory, objective=args.objective, time_limit=args.time_limit,
                            solver=args.solver, progress=progress)
-    files = {args.output: csvio.to_csv_text(res.schedule).encode(), outputs["report"]: _report_bytes(res, outputs)}
+    files = {args.output: csvio.to_csv_text(res.schedule).encode(), report: csvio.report_text(res.report, report).encode()}
     if args.plot:
         files[args.plot] = _plot_bytes(res, args)
     write_all(files)  # all or none: a failing plot leaves no CSV or report behind
-    print(format_compile_summary(res, args.output, outputs["report"]))
+    print(format_compile_summary(res, args.output, report))
     if args.plot:
         print(f"plot: {args.plot}")
-    return res, outputs
+    return res
 
 
-def _check_request(args) -> dict:
-    """Everything that can fail before the solve, checked before it: names, places, limits."""
+def _check_request(args) -> Path:
+    """Everything that can fail before the solve, checked before it: names, places, limits.
+    Returns the report's path."""
     from schedc import csvio
 
     if not str(args.output).endswith(".csv"):
@@ -89,14 +90,7 @@ def _check_request(args) -> dict:
 
         output_format(args.plot)
         check_writable(args.plot, "--plot")
-    return {"report": report}
-
-
-def _report_bytes(res, outputs) -> bytes:
-    try:
-        return (json.dumps(res.report, indent=2, allow_nan=False) + "\n").encode()
-    except (TypeError, ValueError) as e:
-        raise SchedcError(f"{outputs['report']}: the report cannot be written as JSON: {e}") from None
+    return report
 
 
 def _plot_bytes(res, args) -> bytes:
