@@ -47,7 +47,7 @@ HELD_FRACTION = 1.0
 
 
 class StageCost(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     forward: float = Field(gt=0, description="seconds of F for one microbatch")
     backward_input: float = Field(gt=0, description="seconds of I (backward for inputs)")
@@ -75,7 +75,7 @@ class StageCost(BaseModel):
 
 
 class Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: Literal["schedc.profile/v1"] = PROFILE_FORMAT
     stages: list[StageCost] = Field(min_length=1)
@@ -219,10 +219,12 @@ def describe_validation_error(e: ValidationError) -> str:
     loc = ""
     for part in err["loc"]:
         loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field (remove it or check its spelling)"
-    got = f" (got {err['input']!r})" if "input" in err and err["type"] != "extra_forbidden" else ""
+    # a scalar is worth echoing; a whole object (model-level checks, missing fields) is not
+    scalar = not isinstance(err.get("input"), (dict, list, BaseModel))
+    got = f" (got {err['input']!r})" if "input" in err and scalar and err["type"] != "extra_forbidden" else ""
     where = f"field {loc}: " if loc else ""
     return f"{where}{msg}{got}"
 
@@ -322,3 +324,14 @@ def format_memory(x: float) -> str:
     if math.isinf(x):
         return "none"
     return format_bytes(x) if x >= 1024 else f"{x:.4g}"
+
+
+def format_duration(x: float, profile: Profile, digits: int = 4) -> str:
+    """A time as every command prints it: seconds (scaled to s, ms or us) for measured profiles,
+    'units' for identical stages from --costs (``Profile.uniform``, model "uniform"), whose times
+    are in the unit the user gave F, I and W in."""
+    if profile.model == "uniform":
+        return f"{x:.{digits}g} units"
+    if not math.isfinite(x) or x == 0 or abs(x) >= 1:
+        return f"{x:.{digits}g} s"
+    return f"{1e3 * x:.{digits}g} ms" if abs(x) >= 1e-3 else f"{1e6 * x:.{digits}g} us"

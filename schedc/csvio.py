@@ -189,8 +189,12 @@ def read_csv(
         raise SchedcError(f"{path}: is a directory, expected a CSV file") from None
     except PermissionError:
         raise SchedcError(f"{path}: permission denied") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise SchedcError(f"{path}: starts with a UTF-8 byte-order mark (BOM); torch's _load_csv (torchtitan, NeMo "
+                          f"AutoModel) fails on it ('Invalid action string: \\ufeff...'): save the file without "
+                          f"BOM (e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' {path})") from None
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SchedcError(f"{path}: not a UTF-8 text file (byte {e.start}); expected a CSV schedule") from None
     schedule = parse_csv_text(text, str(path), n_microbatches, placement)
@@ -245,12 +249,16 @@ def report_path(csv_path: PathLike) -> Path:
 def write_report(report: Mapping[str, Any], csv_path: PathLike) -> Path:
     """Write `report` as JSON beside `csv_path`, all-or-nothing; returns the report's path."""
     path = report_path(csv_path)
+    atomic_write_text(path, report_text(report, path))
+    return path
+
+
+def report_text(report: Mapping[str, Any], path: PathLike) -> str:
+    """`report` as the JSON text of the file `path` (named in the error when it has no JSON form)."""
     try:
-        text = json.dumps(report, indent=2, allow_nan=False) + "\n"
+        return json.dumps(report, indent=2, allow_nan=False) + "\n"
     except (TypeError, ValueError) as e:
         raise SchedcError(f"{path}: the report cannot be written as JSON: {e}") from None
-    atomic_write_text(path, text)
-    return path
 
 
 def read_report(csv_path: PathLike) -> dict:

@@ -9,14 +9,16 @@ headless.
 Method: :func:`schedc.simulate.simulate` gives the start and end of every action and each rank's
 memory curve. Each schedule becomes one panel: a Gantt axes (one row per rank, rank 0 on top; a
 pale band marks the step, so idle time shows as grey inside it) drawn as ONE PolyCollection of
-boxes, and beneath it a memory axes with one step line per rank and a dashed line per memory
-limit. Colour: one hue per kind (F blue, I orange, W green, B purple); on ranks holding several
-stages, each stage slot of the rank (1st, 2nd, ...) takes its own shade of that hue, so V and
-interleaved schedules stay readable. The microbatch number is written in a box only when it fits
-at the figure's scale, so labels drop out on their own for large schedules, and the figure grows
-with the number of actions per rank (up to a cap). We use ``matplotlib.figure.Figure`` with the
-Agg canvas directly, never pyplot, so rendering is headless and does not touch a notebook's
-backend.
+boxes, and beneath it a memory axes with one step line per rank (up to 10 ranks each in its own
+colour and marker, more as a pale band with the rank closest to its limit in bold) and one labelled
+dashed line per distinct memory limit (ranks of equal limits share it). Colour: one hue per kind (F
+blue, I orange, W green, B purple); on ranks holding several stages, each stage slot of the rank
+(1st, 2nd, ...) takes its own shade of that hue, so V and interleaved schedules stay readable. The
+microbatch number is written in a box only when it fits at the figure's scale with room to spare on
+both sides (so neighbouring numbers never read as one), so labels drop out on their own for large
+schedules, and the figure grows with the number of actions per rank (up to a cap). We use
+``matplotlib.figure.Figure`` with the Agg canvas directly, never pyplot, so rendering is headless
+and does not touch a notebook's backend.
 
 Cost: one simulation per schedule, then O(actions) polygons; 32 ranks x 128 microbatches with
 split backward (about 12k boxes) renders in a few seconds.
@@ -38,7 +40,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from schedc.costs import MemoryLimit, Profile, format_memory
+from schedc.costs import MemoryLimit, Profile, format_duration, format_memory
 from schedc.errors import SchedcError
 from schedc.fileio import atomic_write_bytes
 from schedc.ir import KINDS, Schedule
@@ -124,7 +126,7 @@ def plot_schedules(
         mem_ax = fig.add_subplot(grid[2 * i + 1], sharex=first)
         row_pt = gantt_h[i] * 72 / schedule.n_ranks
         _draw_gantt(ax, schedule, res, pt_per_time, row_pt, legend_keys)
-        _draw_memory(mem_ax, schedule, res, prof)
+        _draw_memory(mem_ax, schedule, res, prof, memory)
         ax.set_title(_title_line(name, schedule, res, memory, prof), loc="left", fontsize=9)
         ax.tick_params(labelbottom=False)
         mem_ax.tick_params(labelbottom=(i == len(schedules) - 1))
@@ -152,15 +154,19 @@ def plot_schedule(
 
 
 def save_figure(fig: Figure, path: Union[str, Path], fmt: Optional[str] = None) -> None:
-    """Render to bytes, then write atomically (no partial file on failure). Deterministic output:
-    no dates in SVG/PDF metadata and a fixed SVG id salt."""
-    fmt = fmt or output_format(path)
+    """Render to bytes, then write atomically (no partial file on failure)."""
+    atomic_write_bytes(path, render_figure(fig, fmt or output_format(path)))
+
+
+def render_figure(fig: Figure, fmt: str) -> bytes:
+    """The picture as bytes in `fmt` (png, svg, pdf). Deterministic output: no dates in SVG/PDF
+    metadata and a fixed SVG id salt."""
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     dpi = 110 if fig.get_figwidth() > 16 else 130
     buf = io.BytesIO()
     with rc_context({"svg.hashsalt": "schedc", "svg.fonttype": "none"}):
         fig.savefig(buf, format=fmt, dpi=dpi, metadata=metadata)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 # ---------------------------------------------------------------------------- drawing
@@ -182,8 +188,8 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
 
     verts, colors, labels = [], [], []
     font = min(7.0, row_pt * box_h * 0.62)
-    # DejaVu Sans digits are 0.64 em wide; 1.5 pt keeps a digit off the box's edges.
-    need_pt = 0.64 * font * len(str(max(schedule.n_microbatches - 1, 0))) + 1.5
+    # DejaVu Sans digits are 0.64 em wide; 1.5 pt a side keep neighbouring numbers apart.
+    need_pt = 0.64 * font * len(str(max(schedule.n_microbatches - 1, 0))) + 3.0
     for r, row in enumerate(res.order):
         for a in row:
             t = res.timings[a]
@@ -218,10 +224,13 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
         ax.spines[side].set_visible(False)
 
 
-def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile) -> None:
+_MARKERS = "osD^vP<X>*"  # one per rank up to 10, with tab10's colours
+
+
+def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memory: Optional[MemoryLimit]) -> None:
     n_ranks = schedule.n_ranks
-    cmap = colormaps["viridis"]
-    many = n_ranks > 8
+    many = n_ranks > len(_MARKERS)
+    cmap = colormaps["viridis"] if many else colormaps["tab10"]
     # With many ranks the lines merge into a band; the rank closest to its limit stays bold.
     tightest = max(range(n_ranks), key=lambda r: (res.peak_memory[r] / res.memory_limit[r]
                                                   if math.isfinite(res.memory_limit[r]) and res.memory_limit[r] > 0
@@ -236,14 +245,12 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile) -> No
         # notch; one value per instant (the last) is what the rank holds from then on.
         xs = [t for t, _ in curve] + [res.makespan]
         ys = [m / unit for _, m in curve] + [curve[-1][1] / unit]
-        color = cmap(0.85 * r / max(1, n_ranks - 1))
         bold = many and r == tightest
-        ax.step(xs, ys, where="post", color=color, lw=1.3 if bold else (0.5 if many else 1.0),
-                alpha=1.0 if bold or not many else 0.45, zorder=3 if bold else 2,
-                label=f"rank {r}", gid=f"memory-rank-{r}")
-    for k, lim in enumerate(limits):
-        ax.axhline(lim / unit, color="#c0392b", ls="--", lw=1.0, gid="memory-limit",
-                   label="memory limit" if k == 0 else None)
+        style = dict(lw=1.3 if bold else 0.5, alpha=1.0 if bold else 0.45, color=cmap(0.85 * r / max(1, n_ranks - 1))) \
+            if many else dict(lw=1.0, color=cmap(r), marker=_MARKERS[r], markersize=3,
+                              markevery=(r % 7, max(1, len(xs) // 9)))  # staggered: markers do not pile up
+        ax.step(xs, ys, where="post", zorder=3 if bold else 2, label=f"rank {r}", gid=f"memory-rank-{r}", **style)
+    _draw_limits(ax, res.memory_limit, unit, top, memory)
     ax.set_ylim(0, top / unit * 1.12 if top > 0 else 1)
     ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -270,8 +277,47 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile) -> No
                   handlelength=1.2)
 
 
+def _draw_limits(ax, caps: Sequence[float], unit: float, top: float, memory: Optional[MemoryLimit]) -> None:
+    """One dashed line per distinct limit, labelled with its value and, when ranks differ (their
+    own static bytes), which ranks it caps; labels that would overlap go to the other side."""
+    groups: dict[float, list[int]] = {}
+    for r, cap in enumerate(caps):
+        if math.isfinite(cap):
+            key = next((k for k in groups if abs(k - cap) <= 1e-9 * max(1.0, abs(k))), cap)
+            groups.setdefault(key, []).append(r)
+    spec = f" ({memory})" if memory is not None and memory.kind == "relative" else ""
+    shown = sorted(groups.items())
+    if len(shown) > 4:  # per-rank limits: label the lowest and the highest, draw all
+        labelled = {shown[0][0], shown[-1][0]}
+    else:
+        labelled = set(groups)
+    last_y, side = -math.inf, 1
+    for k, (cap, ranks) in enumerate(shown):
+        ax.axhline(cap / unit, color="#c0392b", ls="--", lw=1.0, gid="memory-limit",
+                   label="memory limit" if k == 0 else None)
+        if cap not in labelled:
+            continue
+        who = "" if len(groups) == 1 else f", {_rank_list(ranks)}"
+        side = -side if top > 0 and (cap - last_y) < 0.12 * top else 1
+        last_y = cap
+        ax.text(0.995 if side > 0 else 0.005, cap / unit, f"limit {format_memory(cap)}{spec}{who}",
+                transform=ax.get_yaxis_transform(), ha="right" if side > 0 else "left", va="bottom",
+                fontsize=6, color="#c0392b", gid="memory-limit-label", zorder=4,
+                bbox=dict(facecolor="white", edgecolor="none", alpha=0.7, pad=0.5))
+
+
+def _rank_list(ranks: Sequence[int]) -> str:
+    """'rank 3', 'ranks 1-7', 'ranks 0, 2, 5'."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if list(ranks) == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
+
+
 def _title_line(name: str, schedule: Schedule, res: SimResult, memory: Optional[MemoryLimit], profile: Profile) -> str:
-    shape = f"{schedule.n_stages} stages on {schedule.n_ranks} ranks, {schedule.n_microbatches} microbatches"
+    mb = schedule.n_microbatches
+    shape = f"{schedule.n_stages} stages on {schedule.n_ranks} ranks, {mb} microbatch{'' if mb == 1 else 'es'}"
     finite = [(p / lim, r) for r, (p, lim) in enumerate(zip(res.peak_memory, res.memory_limit)) if math.isfinite(lim) and lim > 0]
     peak = max(res.peak_memory) if res.peak_memory else 0.0
     if finite:
@@ -281,8 +327,7 @@ def _title_line(name: str, schedule: Schedule, res: SimResult, memory: Optional[
                f" on rank {r}: {'fits' if res.fits else 'EXCEEDED'}")
     else:
         mem = f"peak memory {format_memory(peak)}, no limit"
-    seconds = "" if profile.model == "uniform" else " s"
-    return f"{name}   ({shape})\nmakespan {res.makespan:.4g}{seconds}   bubble {100 * res.bubble:.1f}%   {mem}"
+    return f"{name}   ({shape})\nmakespan {format_duration(res.makespan, profile)}   bubble {100 * res.bubble:.1f}%   {mem}"
 
 
 def _add_legend(fig: Figure, keys) -> None:

@@ -71,6 +71,12 @@ def _expectation_problems(schedule: Schedule, n_stages, n_microbatches, n_ranks,
                 wanted = None
             ok = wanted == actual
             label = f"{placement!r} placement"
+            if placement == "v" and schedule.n_stages < 2 * schedule.n_ranks:
+                # with one stage per rank 'v' and 'loop' coincide, but V-placement schedules
+                # (ZBVZeroBubble, DualPipeV) build two stages per rank: not this schedule
+                out.append("expected 'v' placement (two stages per rank, rank r holding r and 2R-1-r, as "
+                           "ZBVZeroBubble and DualPipeV build them), the schedule has one stage per rank")
+                return out
         else:
             ok = tuple(placement) == actual
             label = f"placement {tuple(placement)}"

@@ -1,11 +1,17 @@
 """The command line as a user meets it: one-line errors, --debug, pipes, the set-up command."""
 
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from schedc import cli
+from schedc import cli, csvio
+from schedc.costs import Profile
+from schedc.validate import validate
 
 
 def _schedc(*args, cwd=None):
@@ -51,3 +57,143 @@ def test_bad_requests_exit_2_without_output_files(tmp_path, argv, capsys, monkey
     err = capsys.readouterr().err
     assert err.startswith(f"schedc {argv[0]}: error: ") and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- issue 12: inputs that slipped through
+
+_NEG_COMM = '{"format": "schedc.profile/v1", "comm": -1, "stages": [' \
+            '{"forward": 1, "backward_input": 1, "backward_weight": 1, "activation_bytes": 1, "weight_grad_bytes": 0.5}]}'
+_INF_F = _NEG_COMM.replace('"comm": -1', '"comm": 0').replace('"forward": 1', '"forward": Infinity')
+
+
+@pytest.mark.parametrize("files, argv, message", [
+    ({}, ["compile", "--stages", "4", "--mb", "8", "--comm", "1,2", "-o", "s.csv"],
+     "--comm: 2 values given, but 4 stages have 3 boundaries; give one number (every boundary) or 3 separated by commas"),
+    ({"a.csv": "1f1b"}, ["simulate", "a.csv", "--comm", "1,2"], "--comm: 2 values given, but 4 stages have 3"),
+    ({}, ["compile", "--stages", "4", "--mb", "8", "--time-limit", "inf", "-o", "inf.csv"],
+     "--time-limit must be a finite number of seconds > 0"),
+    ({}, ["compile", "--stages", "4", "--mb", "8", "--time-limit", "nan", "-o", "nan.csv"],
+     "--time-limit must be a finite number of seconds > 0"),
+    ({"inf.json": _INF_F}, ["compile", "--stages", "1", "--mb", "2", "--profile", "inf.json", "-o", "s.csv"],
+     "inf.json: field stages[0].forward: Input should be a finite number (got inf)"),
+    ({"a.csv": "1f1b", "inf.json": _INF_F}, ["simulate", "a.csv", "--profile", "inf.json"],
+     "inf.json: field stages[0].forward: Input should be a finite number"),
+    ({"neg.json": _NEG_COMM}, ["compile", "--stages", "1", "--mb", "2", "--profile", "neg.json", "-o", "s.csv"],
+     "neg.json: comm: every communication time must be >= 0"),
+    ({"nostages.json": '{"format": "schedc.profile/v1"}'},
+     ["compile", "--stages", "1", "--mb", "2", "--profile", "nostages.json", "-o", "s.csv"],
+     "nostages.json: field stages: Field required"),
+    ({}, ["compile", "--stages", "4", "--mb", "8", "--memory", "40GiB", "-o", "s.csv"],
+     "--memory 40GiB is a byte size, but without --profile memory is counted in microbatch activations"),
+    ({"a.csv": "1f1b"}, ["simulate", "a.csv", "--memory", "40GiB"], "--memory 40GiB is a byte size"),
+    ({}, ["compile", "--stages", "4", "--mb", "8", "-o", "nodir/s.csv"],
+     "-o nodir/s.csv: directory nodir does not exist; create it first (mkdir -p nodir)"),
+    ({"a.csv": "1f1b"}, ["compile", "--stages", "4", "--mb", "8", "-o", "a.csv/s.csv"],
+     "-o a.csv/s.csv: a.csv is a file, not a directory"),
+    ({}, ["compile", "--stages", "4", "--mb", "8", "-o", "s.csv", "--plot", "nodir/x.png"],
+     "--plot nodir/x.png: directory nodir does not exist"),
+    ({"a.csv": "1f1b"}, ["plot", "a.csv", "-o", "nodir/x.png"], "-o nodir/x.png: directory nodir does not exist"),
+    ({"a.csv": "1f1b"}, ["trace", "a.csv", "-o", "nodir/t.json"], "-o nodir/t.json: directory nodir does not exist"),
+    ({"a.csv": "1f1b"}, ["baseline", "gpipe", "--stages", "2", "--mb", "2", "-o", "nodir/g.csv"],
+     "nodir/g.csv: No such file or directory"),
+    ({"a.csv": "1f1b"}, ["validate", "a.csv", "--placement", "v"],
+     "a.csv: expected 'v' placement (two stages per rank, rank r holding r and 2R-1-r"),
+    ({"bom.csv": "\ufeff0F0,0B0\n"}, ["validate", "bom.csv"],
+     "bom.csv: starts with a UTF-8 byte-order mark (BOM); torch's _load_csv (torchtitan, NeMo AutoModel) fails on it"),
+])
+def test_bad_input_is_one_line_exit_2_and_leaves_no_output(tmp_path, monkeypatch, capsys, files, argv, message):
+    monkeypatch.chdir(tmp_path)
+    for name, content in files.items():
+        if content == "1f1b":
+            assert cli.main(["baseline", "1f1b", "--stages", "4", "--mb", "8", "-o", name]) == 0
+        else:
+            (tmp_path / name).write_text(content)
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"schedc {argv[0]}: error: ") and err.count("\n") == 1, err
+    assert message in err
+    assert "{'" not in err and "pydantic" not in err  # no dict dumps, no library internals
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)  # nothing new, no temp files
+
+
+def test_a_failing_plot_leaves_neither_csv_nor_report(tmp_path, monkeypatch, capsys):
+    import schedc.plot
+
+    def broken(fig, fmt):
+        raise OSError(28, "No space left on device", "s.png")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(schedc.plot, "render_figure", broken)
+    assert cli.main(["compile", "--stages", "2", "--mb", "4", "--quiet", "-o", "s.csv", "--plot", "s.png"]) == 2
+    assert capsys.readouterr().err == "schedc compile: error: s.png: No space left on device\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_output_directory_fails_before_solving(tmp_path, monkeypatch, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    assert cli.main(["compile", "--stages", "4", "--mb", "8", "-o", str(ro / "s.csv")]) == 2
+    assert "is not writable" in capsys.readouterr().err
+    assert list(ro.iterdir()) == []
+
+
+def test_debug_works_after_the_subcommand_too(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0F0,0B0x\n")
+    out = _schedc("validate", str(bad), "--debug")
+    assert out.returncode != 0 and "Traceback" in out.stderr and "SchedcError" in out.stderr
+
+
+def test_makespans_carry_units_and_one_microbatch_is_singular(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["baseline", "gpipe", "--stages", "2", "--mb", "1", "-o", "g.csv"]) == 0
+    assert "2 stages on 2 ranks, 1 microbatch\n" in capsys.readouterr().out
+    assert cli.main(["simulate", "g.csv", "--costs", "1,2,1"]) == 0
+    assert "makespan 8 units   span 8 units" in capsys.readouterr().out
+    prof = Profile.uniform(2, 0.01, 0.02, 0.01).model_copy(update={"model": "measured"})
+    prof.save(tmp_path / "p.json")
+    assert cli.main(["simulate", "g.csv", "--profile", "p.json"]) == 0
+    assert "makespan 80 ms   span 80 ms" in capsys.readouterr().out
+    assert cli.main(["compile", "--stages", "2", "--mb", "2", "--profile", "p.json", "--quiet", "-o", "s.csv"]) == 0
+    out = capsys.readouterr().out
+    assert "makespan 100 ms" in out and "lower bound 100 ms" in out
+
+
+def test_comparing_unlike_schedules_warns(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["baseline", "1f1b", "--stages", "4", "--mb", "8", "-o", "a.csv"]) == 0
+    assert cli.main(["compile", "--stages", "4", "--mb", "16", "--memory", "1.5p", "--quiet", "-o", "s.csv"]) == 0
+    capsys.readouterr()
+    assert cli.main(["simulate", "a.csv", "s.csv"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the schedules differ in microbatches (a.csv 8, s.csv 16)" in err
+    assert "warning: s.csv was compiled for --memory 1.5p but is judged against --memory 1p here" in err
+    assert cli.main(["plot", "s.csv", "--memory", "1.5p", "-o", "s.png"]) == 0
+    assert capsys.readouterr().err == ""  # like for like: quiet
+
+
+def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path):
+    # a compile that would search for 30 s (no proof of optimality comes early); SIGINT at a few
+    # moments: while Python loads, during the warm start, during the integer program
+    argv = [sys.executable, "-m", "schedc.cli", "compile", "--stages", "6", "--mb", "12", "--costs", "1,1.3,0.7",
+            "--comm", "0.17", "--memory", "1.3p", "--time-limit", "30", "--quiet", "-o", "s.csv"]
+    for delay in (0.4, 1.2, 2.5):
+        for f in tmp_path.iterdir():
+            f.unlink()
+        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - sent < 10, f"took {time.monotonic() - sent:.1f}s to stop after Ctrl-C"
+        assert proc.returncode == 130 and "Traceback" not in err, (delay, proc.returncode, err)
+        if "wrote the best schedule found so far to s.csv" in err:
+            assert err.count("\n") == 1 and "interrupted" in err
+            schedule = csvio.read_csv(tmp_path / "s.csv")
+            validate(schedule, n_stages=6, n_microbatches=12)
+            assert json.loads((tmp_path / "s.json").read_text())["interrupted"] is True
+        else:  # Ctrl-C before the compile started: nothing to write
+            assert err.endswith("interrupted\n") and list(tmp_path.iterdir()) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 
 import pytest
@@ -90,11 +91,23 @@ def test_read_with_explicit_counts(tmp_path):
     assert s.n_microbatches == 3 and s.placement == (0, 1)
 
 
-def test_crlf_and_bom_are_accepted(tmp_path):
+def test_crlf_is_accepted(tmp_path):
     p = tmp_path / "s.csv"
-    p.write_bytes("\ufeff0F0,0B0\r\n1F0,1B0\r\n".encode())
+    p.write_bytes("0F0,0B0\r\n1F0,1B0\r\n".encode())
     s = csvio.read_csv(p)
     assert s.rows == [[Action(0, "F", 0), Action(0, "B", 0)], [Action(1, "F", 0), Action(1, "B", 0)]]
+
+
+def test_a_byte_order_mark_is_rejected_as_torch_rejects_it(tmp_path):
+    p = tmp_path / "bom.csv"
+    p.write_bytes("\ufeff0F0,0B0\r\n1F0,1B0\r\n".encode())
+    with pytest.raises(SchedcError, match=r"bom\.csv: starts with a UTF-8 byte-order mark .*torch's _load_csv"):
+        csvio.read_csv(p)
+    torch_schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    with open(p, newline="") as f:  # what _PipelineScheduleRuntime._load_csv does with it
+        first = next(csv.reader(f))[0]
+    with pytest.raises(RuntimeError, match="Invalid action string"):
+        torch_schedules._Action.from_str(first)
 
 
 @pytest.mark.parametrize("text, fragments", [

@@ -246,3 +246,42 @@ def test_cli_plot_names_the_file_whose_stages_the_profile_does_not_match(tmp_pat
     err = capsys.readouterr().err
     assert f"{a}: the schedule has 4 stages but {prof} describes 8" in err
     assert not (tmp_path / "s.png").exists()
+
+
+def test_one_labelled_limit_line_per_distinct_limit_and_curves_told_apart_by_colour_and_marker():
+    from schedc.costs import StageCost
+
+    def stage(static):
+        return StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=2**30,
+                         weight_grad_bytes=2**29, static_bytes=static)
+
+    # rank 0 carries more static bytes (embedding): its 1p limit differs, ranks 1-3 share theirs
+    profile = Profile(stages=[stage(8 * 2**30)] + [stage(2**30)] * 3, comm=0.0)
+    fig = plot_schedules([one_f_one_b(4, 8)], profile, MemoryLimit.parse("1p"))
+    (mem,) = memory_axes(fig)
+    limits = [line for line in mem.lines if line.get_gid() == "memory-limit"]
+    assert sorted(line.get_ydata()[0] for line in limits) == pytest.approx([5, 12])  # GiB: 1 + 4x1, 8 + 4x1
+    labels = sorted(t.get_text() for t in mem.texts if t.get_gid() == "memory-limit-label")
+    assert labels == ["limit 12.00GiB (1p), rank 0", "limit 5.00GiB (1p), ranks 1-3"]
+    curves = [line for line in mem.lines if (line.get_gid() or "").startswith("memory-rank-")]
+    assert len({line.get_color() for line in curves}) == 4 and len({line.get_marker() for line in curves}) == 4
+
+    uniform = plot_schedules([one_f_one_b(4, 8)] * 2, Profile.uniform(4), MemoryLimit.parse("1p"))
+    for mem in memory_axes(uniform):
+        assert [line.get_gid() for line in mem.lines].count("memory-limit") == 1
+        assert [t.get_text() for t in mem.texts if t.get_gid() == "memory-limit-label"] == ["limit 4 (1p)"]
+
+
+def test_neighbouring_microbatch_numbers_keep_a_gap():
+    fig = plot_schedules([one_f_one_b(8, 32, split=True)], Profile.uniform(8, 1, 1.1, 0.9, comm=0.1))
+    ax = gantt_axes(fig)[0]
+    renderer = fig.canvas.get_renderer()
+    by_row: dict[float, list] = {}
+    for t in ax.texts:
+        if t.get_gid() == "label":
+            by_row.setdefault(t.get_position()[1], []).append(t.get_window_extent(renderer))
+    assert by_row, "the 8x32 rows are wide enough for numbers"
+    for extents in by_row.values():
+        extents.sort(key=lambda e: e.x0)
+        gaps = [b.x0 - a.x1 for a, b in zip(extents, extents[1:])]
+        assert min(gaps) >= 3.0  # pixels at 100 dpi (> 2 pt): two numbers never read as one

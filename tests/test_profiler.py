@@ -243,3 +243,27 @@ def test_concurrent_profile_pools_processes():
     assert [c.activation_bytes for c in p.stages] == [m.activation_bytes for m in single]
     with pytest.raises(SchedcError, match="--concurrent must be >= 1"):
         profile_gpt(CFG, 2, 2, concurrent=0)
+
+
+def _measurement(index, forward, backward_input, backward_weight):
+    from schedc.runtime.profiler import Stat, StageMeasurement
+
+    return StageMeasurement(index=index, forward=Stat(forward), backward_input=Stat(backward_input),
+                            backward_weight=Stat(backward_weight), backward_full=Stat([1.0]),
+                            activation_bytes=10, weight_grad_bytes=5, static_bytes=0, param_bytes=0,
+                            output_bytes=4, n_params=1)
+
+
+def test_large_timing_spreads_warn_and_say_what_to_do():
+    from schedc.runtime.profiler import profile_warnings, timing_warning, to_profile
+
+    steady = _measurement(0, [1.0, 1.1, 1.05], [1.0, 1.0, 1.0], [0.5, 0.52, 0.5])
+    # stage 0's I is skipped by torch's runtime (near zero): its relative spread does not matter
+    skipped_i = _measurement(0, [1.0, 1.1, 1.05], [1e-6, 5e-6, 1e-6], [2.0, 2.0, 2.1])
+    noisy = _measurement(1, [1.0, 3.0, 1.2], [1.0, 1.0, 1.0], [0.5, 0.5, 0.5])
+    assert timing_warning([steady, skipped_i]) is None
+    message = timing_warning([steady, noisy])
+    assert "stage 1 F ±167%" in message and "--repeats" in message and "--threads" in message
+    assert "quiet machine" in message
+    assert profile_warnings(to_profile([steady, noisy])) == [message.removeprefix("warning: ")]
+    assert profile_warnings(to_profile([steady])) == []

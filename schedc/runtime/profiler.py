@@ -23,7 +23,12 @@ for W, so on the built-in GPT nothing is freed before W and the gradients I leav
 it; the file's ``weight_grad_bytes <= activation_bytes`` rule then caps it, and a note says so.) On CUDA the allocator's ``memory_allocated`` deltas are
 recorded next to the hook counts as a cross-check. Times are medians over ``repeats`` runs after
 ``warmup`` runs, measured with CUDA events + synchronize on GPU and ``perf_counter`` on CPU; the
-spread goes to the profile's notes. Communication is ``latency + bytes / bandwidth`` of each
+spread goes to the profile's notes. The median, not the minimum: the ranks will run under the
+same conditions as the profile (shared cores, other processes), and a minimum would hide that
+interference rather than measure it; repeats are not extended adaptively either, because on a
+loaded machine more samples mostly lengthen the wait. Instead a spread above ``NOISY_SPREAD``
+in any F, I or W that matters (>= 5% of its stage's time) adds a ``warning:`` note, which
+``schedc profile`` prints on stderr with what to do (:func:`profile_warnings`). Communication is ``latency + bytes / bandwidth`` of each
 boundary's activation, or measured by a send/recv ping-pong between ranks 0 and 1 under torchrun
 (:func:`measure_p2p_seconds`). On a CPU host whose ranks share the cores, ``concurrent=N``
 (:func:`profile_gpt`) measures in N processes at once, which is what each rank will see.
@@ -599,6 +604,29 @@ def measure_stages(
     return results
 
 
+NOISY_SPREAD = 0.5  # (max - min) / median above which the repeats disagree too much to trust
+
+
+def timing_warning(measured: Sequence[StageMeasurement]) -> Optional[str]:
+    """A warning when the repeats of some F, I or W spread more than NOISY_SPREAD (None if not)."""
+    noisy = []
+    for m in measured:
+        total = m.forward.median + m.backward_input.median + m.backward_weight.median
+        for kind, stat in (("F", m.forward), ("I", m.backward_input), ("W", m.backward_weight)):
+            if stat.median >= 0.05 * total and stat.spread > NOISY_SPREAD:
+                noisy.append(f"stage {m.index} {kind} ±{100 * stat.spread:.0f}%")
+    if not noisy:
+        return None
+    return (f"warning: timings vary a lot between repeats ({', '.join(noisy[:6])}{', ...' if len(noisy) > 6 else ''}); "
+            f"the compiler would optimize noise: profile again with more --repeats (e.g. 20), --threads as the "
+            f"ranks will use, on a quiet machine (other processes share the cores)")
+
+
+def profile_warnings(profile: Profile) -> list[str]:
+    """The profile's notes that are warnings (e.g. from :func:`timing_warning`), without the prefix."""
+    return [n.removeprefix("warning: ") for n in profile.notes or [] if n.startswith("warning: ")]
+
+
 def to_profile(
     measured: Sequence[StageMeasurement],
     comm: Union[float, Sequence[float]] = 0.0,
@@ -620,6 +648,9 @@ def to_profile(
         for m in measured
     ]
     notes = list(extra_notes)
+    warning = timing_warning(measured)
+    if warning:
+        notes.append(warning)
     for m in measured:
         iw = m.backward_input.median + m.backward_weight.median
         b = m.backward_full.median

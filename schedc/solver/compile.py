@@ -39,7 +39,7 @@ from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
-from schedc.solver import model
+from schedc.solver import interrupt, model
 from schedc.solver.problem import Problem
 
 _TOL = 1e-6  # relative: values this close count as equal (MIP gaps, float sums)
@@ -58,6 +58,7 @@ class CompileResult:
     solve_time: float
     baselines: dict[str, dict] = field(default_factory=dict)
     warm_start_source: str = ""
+    interrupted: bool = False  # Ctrl-C ended the search early (schedc.solver.interrupt)
     report: dict = field(default_factory=dict)
 
     @property
@@ -127,10 +128,11 @@ def compile_problem(
         raise SchedcError("the warm start does not fit the memory limit (internal error)")
     c = _Compilation.begin(problem, warm, solver_name, seed, t0, deadline, progress)
     c.emit("warm start (" + warm_source + ")", c.best_val, c.bound)
-    if c.inc_orders is not None and not _close(c.best_val, c.bound) and time.monotonic() < deadline - 0.2:
+    if c.inc_orders is not None and not _close(c.best_val, c.bound) and time.monotonic() < deadline - 0.2 \
+            and not interrupt.requested():
         if model.count_free_pairs(c.inst) <= model.FULL_MODEL_PAIRS:
             c.solve_full_model()
-        if not _close(c.best_val, c.bound) and time.monotonic() < deadline - 0.5:
+        if not _close(c.best_val, c.bound) and time.monotonic() < deadline - 0.5 and not interrupt.requested():
             c.search_windows()
     return c.result(time_limit)
 
@@ -251,6 +253,7 @@ class _Compilation:
             schedule=self.best_sched, sim=self.best_sim, problem=self.problem, status=status, lower_bound=bound,
             gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time,
             baselines=all_baselines(self.problem), warm_start_source=self.warm_source,
+            interrupted=interrupt.requested(),
         )
         result.report = build_report(result, lb_details=self.lb_details, bound_source=self.bound_source,
                                      solver=self.solver, time_limit=time_limit, log=self.log)
@@ -295,7 +298,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, solver_name, lb,
     n_windows = 0
     n_sweeps = 0
     last_report = time.monotonic()
-    while size_i < len(sizes) and time.monotonic() < deadline - 0.5:
+    while size_i < len(sizes) and time.monotonic() < deadline - 0.5 and not interrupt.requested():
         k = sizes[size_i]
         improved_sweep = False
         span_t = sim.makespan
@@ -306,7 +309,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, solver_name, lb,
             positions.reverse()  # the cool-down first: the objective is decided at the end
         n_sweeps += 1
         for t in positions:
-            if time.monotonic() >= deadline - 0.5:
+            if time.monotonic() >= deadline - 0.5 or interrupt.requested():
                 break
             free = _window_at(inst, orders, sim, t, length)
             if sum(hi - lo for lo, hi in free) >= 2:
@@ -384,6 +387,7 @@ def build_report(result: CompileResult, lb_details: dict, bound_source: str, sol
         "status": result.status,
         "solve_time": result.solve_time,
         "warm_start": result.warm_start_source,
+        "interrupted": result.interrupted,
         "progress": [{k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in e.items()}
                      for e in log],
     }

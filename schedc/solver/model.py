@@ -102,6 +102,7 @@ import pulp
 
 from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
+from schedc.solver.interrupt import requested as stop_requested
 from schedc.solver.problem import Problem
 
 FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to windows
@@ -717,7 +718,7 @@ class _WarmHiGHS(pulp.HiGHS):
         def interrupt(e):
             out = e.data_out
             now = time.monotonic()
-            if self.deadline is not None and now > self.deadline:
+            if (self.deadline is not None and now > self.deadline) or stop_requested():
                 e.interrupt()
             if self.on_progress is not None and now - self._last >= 1.0:
                 self._last = now

@@ -1,0 +1,20 @@
+"""The `schedc` subcommands, one module each (pip's ``commands/`` layout).
+
+A command module defines ``register(subparsers) -> None`` (adds its parser and sets
+``handler=run``) and ``run(args) -> int``. ``COMMANDS`` lists them in ``schedc --help`` order;
+shared argument groups and read/validate helpers live in :mod:`schedc.commands.common`.
+"""
+
+from schedc.commands import (
+    baseline,
+    calibrate,
+    compile,
+    library,
+    plot,
+    profile,
+    simulate,
+    trace,
+    validate,
+)
+
+COMMANDS = [baseline, validate, simulate, compile, plot, trace, profile, calibrate, library]

@@ -1,0 +1,160 @@
+"""What several commands share: the cost and model arguments, reading + validating CSVs with a profile each.
+
+Every command module is a pair: ``register(subparsers)`` declares its parser and sets
+``handler=run``; ``run(args) -> int`` calls the Python API and prints. A user-facing failure is a
+:class:`SchedcError` (or an OSError on a path); ``schedc.cli.main`` turns it into one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from schedc.costs import DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, parse_comm, parse_costs
+from schedc.errors import SchedcError
+
+
+def add_cost_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("costs")
+    g.add_argument("--profile", metavar="P.json", help="measured per-stage costs (schedc profile)")
+    g.add_argument("--costs", metavar="F,I,W", default=None,
+                   help="identical stages: seconds (or units) of F, I, W (default 1,1,1)")
+    g.add_argument("--comm", metavar="C", default=None,
+                   help="communication time per stage boundary: one number or one per boundary")
+    g.add_argument("--memory", metavar="SPEC", default="1p",
+                   help="per-rank memory limit: Kp (1p = what 1F1B holds), a size (40GiB) or none; default 1p")
+    g.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
+                   help="how the schedule is executed: torch (stage 0's backward all in W, as torch's "
+                        "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
+
+
+def profile_from_args(args, n_stages: int) -> Profile:
+    """The profile named by --profile, or identical stages from --costs/--comm."""
+    if args.profile:
+        if args.costs:
+            raise SchedcError("give either --profile or --costs, not both")
+        profile = Profile.load(args.profile)
+        if args.comm is not None:
+            profile = _with_comm(profile, args.comm)
+        return profile
+    f, i, w = parse_costs(args.costs or "1,1,1")
+    profile = Profile.uniform(n_stages, f, i, w)
+    return _with_comm(profile, args.comm) if args.comm is not None else profile
+
+
+def _with_comm(profile: Profile, comm: str) -> Profile:
+    """The profile with --comm's times, checked before pydantic sees them (one line, not a dump)."""
+    values = parse_comm(comm)
+    n = profile.n_stages
+    if isinstance(values, list) and len(values) != n - 1:
+        raise SchedcError(f"--comm: {len(values)} values given, but {n} stages have {n - 1} boundaries; "
+                          f"give one number (every boundary) or {n - 1} separated by commas")
+    return Profile.model_validate({**profile.model_dump(), "comm": values})
+
+
+def memory_from_args(args) -> MemoryLimit:
+    """--memory; a byte size needs a --profile (with --costs, memory counts activations, not bytes)."""
+    memory = MemoryLimit.parse(args.memory)
+    if memory.kind == "bytes" and not getattr(args, "profile", None):
+        raise SchedcError(f"--memory {args.memory} is a byte size, but without --profile memory is counted in "
+                          "microbatch activations, not bytes; give --memory Kp (e.g. 1.5p) or a measured --profile")
+    return memory
+
+
+def read_checked(args):
+    """Read and validate every CSV in args.files, with a profile for each."""
+    from schedc import csvio, validate
+
+    schedules, profiles = [], []
+    by_stage_count: dict[int, Profile] = {}  # read a --profile file once, not once per CSV
+    for path in args.files:
+        schedule = csvio.read_csv(path)
+        validate.validate(schedule, source=path)
+        schedule.name = schedule.name or Path(path).stem
+        if schedule.n_stages not in by_stage_count:
+            by_stage_count[schedule.n_stages] = profile_from_args(args, schedule.n_stages)
+        profile = by_stage_count[schedule.n_stages]
+        if profile.n_stages != schedule.n_stages:
+            raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "
+                              f"{profile.n_stages}; give a profile of this model's {schedule.n_stages} stages")
+        schedules.append(schedule)
+        profiles.append(profile.executed(args.runtime))
+    return schedules, profiles
+
+
+def add_gpt_args(p: argparse.ArgumentParser, with_stages: bool = True) -> None:
+    g = p.add_argument_group("model (schedc's built-in GPT)")
+    g.add_argument("--layers", type=int, default=4, help="transformer blocks (default 4)")
+    g.add_argument("--hidden", type=int, default=64, help="hidden size (default 64)")
+    g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    g.add_argument("--seq", type=int, default=32, help="sequence length (default 32)")
+    g.add_argument("--vocab", type=int, default=256, help="vocabulary size (default 256)")
+    g.add_argument("--mbs", type=int, default=4, help="microbatch size: sequences per microbatch (default 4)")
+    if with_stages:
+        g.add_argument("--stages", type=int, default=2, help="pipeline stages to split the model into (default 2)")
+    g.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64 (default float32)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per process (torch.set_num_threads); use the same number when calibrating")
+
+
+def gpt_config_from_args(args):
+    from schedc.runtime.models import GPTConfig
+
+    try:
+        return GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                         seq_len=args.seq, dtype=args.dtype)
+    except ValueError as e:
+        raise SchedcError(f"model: {e}")
+
+
+def require_torch(command: str) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SchedcError(f"{command} runs the model and needs torch: pip install 'schedc[torch]'")
+
+
+def fmt_secs(x: float) -> str:
+    if x == 0:
+        return "0"
+    return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """'1 microbatch', '16 microbatches'."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def shape(n_stages: int, n_ranks: int, n_microbatches: int, placement: str = "") -> str:
+    """'4 stages on 4 ranks (loop), 8 microbatches'."""
+    return (f"{plural(n_stages, 'stage')} on {plural(n_ranks, 'rank')}{f' ({placement})' if placement else ''}, "
+            f"{plural(n_microbatches, 'microbatch', 'microbatches')}")
+
+
+def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit) -> None:
+    """Warn on stderr when the comparison asked for is not like for like.
+
+    - Schedules of different microbatch counts: their step times do not compare.
+    - A CSV with a schedc report beside it (``NAME.json`` from ``schedc compile``) that was
+      compiled for another memory limit than the one it is judged against here: its
+      "fits"/"EXCEEDED" refers to the limit given here, not to the one it was built for.
+    """
+    from schedc import csvio
+
+    counts = {s.n_microbatches for s in schedules}
+    if len(counts) > 1:
+        listed = ", ".join(f"{Path(p).name} {s.n_microbatches}" for p, s in zip(paths, schedules))
+        print(f"schedc {command}: warning: the schedules differ in microbatches ({listed}); their step times "
+              "are not comparable: compare schedules with the same --mb", file=sys.stderr)
+    for path in paths:
+        if not csvio.report_path(path).is_file():
+            continue
+        try:
+            compiled_for = csvio.read_report(path).get("inputs", {}).get("memory_limit")
+        except SchedcError:
+            continue
+        if isinstance(compiled_for, str) and compiled_for != str(memory):
+            print(f"schedc {command}: warning: {path} was compiled for --memory {compiled_for} but is judged "
+                  f"against --memory {memory} here; pass --memory {compiled_for} to judge it by its own limit",
+                  file=sys.stderr)

@@ -1,0 +1,135 @@
+"""`schedc compile`: the fastest schedule under a memory limit (the integer program)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from schedc.commands import common
+from schedc.costs import format_duration, format_memory
+from schedc.errors import SchedcError
+from schedc.fileio import check_writable, write_all
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compile", help="find the fastest schedule under a memory limit (integer program)")
+    p.set_defaults(handler=run)
+    p.add_argument("--stages", type=int, required=True, help="number of pipeline stages N")
+    p.add_argument("--mb", type=int, required=True, help="number of microbatches M")
+    p.add_argument("--ranks", type=int, help="number of ranks R (default: N for loop, N/2 for v)")
+    p.add_argument("--placement", choices=["loop", "v"], default="loop", help="stage placement (default loop)")
+    common.add_cost_args(p)
+    p.add_argument("--objective", choices=["makespan", "span"], default="makespan",
+                   help="makespan (ranks synchronize at the optimizer step; default) or per-rank span")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
+    p.add_argument("--solver", choices=["highs", "cbc"], help="MIP solver (default: HiGHS if installed, else CBC)")
+    p.add_argument("-o", "--output", metavar="FILE.csv", default="schedule.csv",
+                   help="where to write the CSV; the report goes to FILE.json (default schedule.csv)")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the compiled schedule next to the best baseline")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def run(args) -> int:
+    from schedc.solver.interrupt import stop_on_sigint
+
+    # Ctrl-C from here on stops the search and the best schedule so far is written. Taken before
+    # pulp is imported: its optional-solver imports use bare excepts that would swallow a
+    # KeyboardInterrupt (the compile then ran to its time limit and exited 0).
+    with stop_on_sigint():
+        res = _compile(args)
+    if res.interrupted:
+        print(f"schedc compile: interrupted: wrote the best schedule found so far to {args.output} "
+              f"(status {res.status}, gap {100 * res.gap:.2f}%)", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _compile(args):
+    from schedc import csvio
+    from schedc.solver.compile import compile_schedule
+
+    report = _check_request(args)
+    profile = common.profile_from_args(args, args.stages) if args.stages and args.stages > 0 else None
+    memory = common.memory_from_args(args)
+
+    def progress(e: dict) -> None:
+        if args.quiet:
+            return
+        print(f"[{e['elapsed']:7.1f}s] {e['phase']:<26s} best {e['best']:.6g}  bound {e['bound']:.6g}  "
+              f"gap {100 * e['gap']:.2f}%", file=sys.stderr, flush=True)
+
+    res = compile_schedule(args.stages, args.mb, n_ranks=args.ranks, placement=args.placement, profile=profile,
+                           memory=memory, objective=args.objective, time_limit=args.time_limit,
+                           solver=args.solver, progress=progress, runtime=args.runtime)
+    files = {args.output: csvio.to_csv_text(res.schedule).encode(), report: csvio.report_text(res.report, report).encode()}
+    if args.plot:
+        files[args.plot] = _plot_bytes(res, args)
+    write_all(files)  # all or none: a failing plot leaves no CSV or report behind
+    print(format_compile_summary(res, args.output, report))
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return res
+
+
+def _check_request(args) -> Path:
+    """Everything that can fail before the solve, checked before it: names, places, limits.
+    Returns the report's path."""
+    from schedc import csvio
+
+    if not str(args.output).endswith(".csv"):
+        raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
+    if args.time_limit is None or not 0 < args.time_limit < math.inf:
+        raise SchedcError(f"--time-limit must be a finite number of seconds > 0 (e.g. 60, or 3600 for a long "
+                          f"search), got {args.time_limit}")
+    report = csvio.report_path(args.output)
+    check_writable(args.output, "-o")
+    check_writable(report, "-o (the report beside it)")
+    if args.plot:
+        from schedc.plot import output_format
+
+        output_format(args.plot)
+        check_writable(args.plot, "--plot")
+    return report
+
+
+def _plot_bytes(res, args) -> bytes:
+    """The compiled schedule next to the best hand-made one that fits, as the picture's bytes."""
+    from schedc import baselines as bl_mod
+    from schedc.plot import output_format, plot_schedules, render_figure
+
+    schedules, titles = [res.schedule], [f"schedc ({res.status})"]
+    fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
+    if fitting:
+        best = min(fitting, key=lambda k: fitting[k][args.objective])
+        schedules.append(bl_mod.make_baseline(best, args.stages, args.mb, n_ranks=res.problem.n_ranks,
+                                              placement=res.problem.placement_name))
+        titles.append(best)
+    fig = plot_schedules(schedules, res.problem.profile, res.problem.memory, titles=titles)
+    return render_figure(fig, output_format(args.plot))
+
+
+def format_compile_summary(res, csv_path, report_file) -> str:
+    p, sim = res.problem, res.sim
+
+    def t(x: float) -> str:
+        return format_duration(x, p.profile, digits=6)
+
+    lines = [
+        f"wrote {csv_path} and {report_file}: {common.shape(p.n_stages, p.n_ranks, p.n_microbatches, p.placement_name)}, "
+        f"memory {p.memory}, objective {p.objective}, {p.runtime} runtime",
+        f"  makespan {t(sim.makespan)}   span {t(sim.span)}   bubble {100 * sim.bubble:.1f}%   "
+        f"status {res.status}   lower bound {t(res.lower_bound)}   gap {100 * res.gap:.2f}%   "
+        f"time {res.solve_time:.1f}s",
+        "  peak memory per rank vs limit: " + ", ".join(
+            f"{format_memory(pk)}/{format_memory(lim)}" for pk, lim in zip(sim.peak_memory, sim.memory_limit)),
+    ]
+    fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
+    if fitting:
+        lines.append("  baselines that fit: " + ", ".join(
+            f"{k} {t(v['makespan'])}" + (f" (span {t(v['span'])})" if p.objective == "span" else "")
+            for k, v in sorted(fitting.items(), key=lambda kv: kv[1][p.objective])))
+    else:
+        lines.append("  baselines that fit: none")
+    return "\n".join(lines)
+
