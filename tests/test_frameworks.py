@@ -110,7 +110,7 @@ def test_files_torch_would_misread_do_not_fit(tmp_path, csvs):
 
 
 def test_every_torch_name_is_known():
-    torch = pytest.importorskip("torch")  # noqa: F841
+    pytest.importorskip("torch")
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
     for name, single in SCHEDULE_NAMES.items():

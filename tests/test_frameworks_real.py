@@ -8,9 +8,7 @@ when they are absent. One spawned 2-rank group runs every case (importing the fr
 
 from __future__ import annotations
 
-import math
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
