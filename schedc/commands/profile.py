@@ -29,6 +29,29 @@ def register(sub) -> None:
     p.add_argument("--concurrent", type=int, default=1, metavar="N",
                    help="CPU: measure in N processes at once, as N ranks sharing this host will run (default 1)")
     p.add_argument("-o", "--output", metavar="P.json", required=True, help="profile file to write")
+    g = p.add_argument_group("your own model (instead of the built-in GPT; schedc.runtime.user_model)")
+    g.add_argument("--model", metavar="MODULE:FUNCTION",
+                   help="returns the stage modules, or {'model': m, 'split': [[module names], ...]} with optional "
+                        "'sample', 'target', 'loss_fn'; it is passed n_stages (--stages), microbatch_size (--mbs), "
+                        "dtype (--dtype) if it takes them; e.g. examples/llama.py:stages")
+    g.add_argument("--sample", metavar="MODULE:FUNCTION", help="returns one microbatch for stage 0 (or (sample, target))")
+    g.add_argument("--model-arg", metavar="KEY=VALUE", action="append", default=[],
+                   help="extra keyword argument for the --model/--sample functions (repeatable)")
+
+
+def _model_args(pairs: list[str]) -> dict:
+    import ast
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise SchedcError(f"--model-arg {pair!r}: expected KEY=VALUE, e.g. layers=8")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
 
 
 def run(args) -> int:
@@ -36,7 +59,7 @@ def run(args) -> int:
     check_writable(args.output, "-o")  # before minutes of measuring
     import torch
 
-    from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_warnings
+    from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_warnings
 
     if args.threads is not None:
         if args.threads < 1:
@@ -56,12 +79,27 @@ def run(args) -> int:
         if args.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     try:
-        profile = profile_gpt(
-            cfg, args.stages, args.mbs, device=args.device, warmup=args.warmup, repeats=args.repeats,
-            optimizer=args.optimizer, comm="measure" if args.comm_measure else None,
-            comm_bandwidth=bandwidth, comm_latency=args.comm_latency,
-            progress=progress if rank == 0 else None, concurrent=args.concurrent,
-        )
+        if args.model:
+            if args.concurrent != 1:
+                raise SchedcError("--concurrent measures the built-in GPT only; drop it with --model")
+            from schedc.runtime.user_model import build_user_model
+
+            offered = {"n_stages": args.stages, "microbatch_size": args.mbs, "dtype": args.dtype,
+                       **_model_args(args.model_arg)}
+            user = build_user_model(args.model, args.sample, offered)
+            profile = profile_stages(
+                user.stages, user.sample, user.loss_fn, user.target, device=args.device, warmup=args.warmup,
+                repeats=args.repeats, optimizer=args.optimizer, comm="measure" if args.comm_measure else None,
+                comm_bandwidth=bandwidth, comm_latency=args.comm_latency, model=f"{user.name}/{len(user.stages)} stages",
+                microbatch_size=args.mbs, progress=progress if rank == 0 else None,
+            )
+        else:
+            profile = profile_gpt(
+                cfg, args.stages, args.mbs, device=args.device, warmup=args.warmup, repeats=args.repeats,
+                optimizer=args.optimizer, comm="measure" if args.comm_measure else None,
+                comm_bandwidth=bandwidth, comm_latency=args.comm_latency,
+                progress=progress if rank == 0 else None, concurrent=args.concurrent,
+            )
     finally:
         progress.done()
         if args.comm_measure:

@@ -1,0 +1,138 @@
+"""A torchtitan-style Llama in plain torch, and the factory `schedc profile --model` calls.
+
+    schedc profile --model examples/llama.py:stages --stages 4 --mbs 2 -o llama.json
+    schedc profile --model examples/llama.py:stages --model-arg layers=8 --model-arg dim=256 -o llama.json
+
+The module layout is torchtitan's (``tok_embeddings``, ``layers`` as a ModuleDict keyed "0",
+"1", ..., ``norm``, ``lm_head``) and ``forward`` skips any of them that is None, so torchtitan's
+``pipeline_llm`` splits it by module names exactly as it splits its own Llama 3 (the
+integration tests run it that way). Blocks: RMSNorm, causal attention with rotary position
+embeddings (a cos/sin buffer the model owns), RMSNorm, SwiGLU feed-forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int = 256
+    dim: int = 64
+    n_layers: int = 4
+    n_heads: int = 4
+    seq_len: int = 32
+    ffn_dim: int = 0  # 0: about 8/3 of dim, rounded up to a multiple of 8
+    rope_theta: float = 10000.0
+    dtype: str = "float32"
+
+    def ffn(self) -> int:
+        return self.ffn_dim or 8 * ((8 * self.dim // 3 + 7) // 8)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.dim // cfg.n_heads
+        self.wq = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = (w(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k = _rope(q, cos[:t], sin[:t]), _rope(k, cos[:t], sin[:t])
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn(), bias=False)
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn(), bias=False)
+        self.w2 = nn.Linear(cfg.ffn(), cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(cfg.dim)
+        self.attention = Attention(cfg)
+        self.ffn_norm = nn.RMSNorm(cfg.dim)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig, seed: int = 0):
+        super().__init__()
+        dtype = getattr(torch, cfg.dtype)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+            self.layers = nn.ModuleDict({str(i): TransformerBlock(cfg) for i in range(cfg.n_layers)})
+            self.norm = nn.RMSNorm(cfg.dim)
+            self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        head_dim = cfg.dim // cfg.n_heads
+        freqs = 1.0 / cfg.rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.outer(torch.arange(cfg.seq_len, dtype=torch.float64), freqs)
+        self.register_buffer("rope_cos", angles.cos(), persistent=False)
+        self.register_buffer("rope_sin", angles.sin(), persistent=False)
+        self.to(dtype)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        # Any part may be None: torchtitan's pipeline split keeps only one stage's modules.
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        for layer in self.layers.values():
+            h = layer(h, self.rope_cos, self.rope_sin)
+        h = self.norm(h) if self.norm is not None else h
+        return self.lm_head(h) if self.lm_head is not None else h
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def fqns_per_stage(cfg: LlamaConfig, n_stages: int) -> list[list[str]]:
+    """Module names per stage: layers spread evenly, embedding on the first, norm + head on the last
+    (torchtitan's ``module_fqns_per_model_part`` form)."""
+    if not 1 <= n_stages <= cfg.n_layers:
+        raise ValueError(f"n_stages must be between 1 and the {cfg.n_layers} layers, got {n_stages}")
+    bounds = [round(s * cfg.n_layers / n_stages) for s in range(n_stages + 1)]
+    parts = [[f"layers.{i}" for i in range(bounds[s], bounds[s + 1])] for s in range(n_stages)]
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "lm_head"]
+    return parts
+
+
+def stages(n_stages: int = 2, microbatch_size: int = 4, dtype: str = "float32", layers: int = 4, dim: int = 64,
+           heads: int = 4, seq_len: int = 32, vocab_size: int = 256) -> dict:
+    """The `schedc profile --model` factory: the model with a split rule, a sample microbatch, the loss."""
+    cfg = LlamaConfig(vocab_size=vocab_size, dim=dim, n_layers=layers, n_heads=heads, seq_len=seq_len, dtype=dtype)
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, vocab_size, (microbatch_size, seq_len + 1), generator=gen)
+    return {
+        "model": Llama(cfg),
+        "split": fqns_per_stage(cfg, n_stages),
+        "sample": tokens[:, :-1],
+        "target": tokens[:, 1:],
+        "loss_fn": lm_loss,
+        "name": f"llama(layers={layers}, dim={dim}, heads={heads}, seq={seq_len}, vocab={vocab_size})",
+    }

@@ -1,0 +1,136 @@
+"""A user's model for the profiler: ``MODULE:FUNCTION`` factories and splitting by module names.
+
+Problem: ``schedc profile`` must measure the user's own model (a torchtitan Llama, a Hugging Face
+model, ...), not only the built-in GPT, without schedc knowing its class. Method: the user names a
+function (``pkg.mod:fn`` or ``path/to/file.py:fn``) that returns either the stage modules in order,
+or the whole model with a split rule in torchtitan's ``module_fqns_per_model_part`` form (one list
+of module names per stage, e.g. ``[["tok_embeddings", "layers.0"], ["layers.1", "norm", "lm_head"]]``).
+It may return a dict to add the sample microbatch and the loss:
+
+    {"stages": [...]} or {"model": m, "split": [[...], ...]},
+    plus optional "sample" (stage 0's input), "target", "loss_fn" (loss_fn(output, target)), "name"
+
+A separate ``--sample MODULE:FUNCTION`` returns the sample (or ``(sample, target)``). Splitting
+copies the model once per stage and sets every module a stage does not keep to None (entries of
+a ModuleList/ModuleDict are dropped), so the model's ``forward`` must skip parts that are None,
+as torchtitan's models do. Without a loss the last stage's output is summed: its backward costs
+what any loss's does, less the loss itself. Cost: one deep copy of the model per stage.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch.nn as nn
+
+from schedc.errors import SchedcError
+
+
+@dataclass
+class UserModel:
+    stages: list[nn.Module]
+    sample: Any = None
+    target: Any = None
+    loss_fn: Optional[Callable] = None
+    name: str = ""
+
+
+def load_function(spec: str, flag: str = "--model") -> Callable:
+    """'pkg.mod:fn' or 'path/file.py:fn' -> the function."""
+    module_name, sep, fn_name = spec.rpartition(":")
+    if not sep or not module_name or not fn_name:
+        raise SchedcError(f"{flag} {spec!r}: expected MODULE:FUNCTION, e.g. examples/llama.py:stages or pkg.models:build")
+    try:
+        if module_name.endswith(".py") or "/" in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                raise SchedcError(f"{flag} {spec!r}: {path} is not a file")
+            loader_spec = importlib.util.spec_from_file_location(f"_schedc_user_{path.stem}", path)
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[loader_spec.name] = module  # dataclasses and pickling look modules up here
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except SchedcError:
+        raise
+    except ImportError as e:
+        raise SchedcError(f"{flag} {spec!r}: cannot import {module_name}: {e}") from None
+    except Exception as e:  # the user's code: one line here, the traceback with --debug
+        raise SchedcError(f"{flag} {spec!r}: importing {module_name} raised {type(e).__name__}: {e}") from e
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise SchedcError(f"{flag} {spec!r}: {module_name} has no function {fn_name}")
+    return fn
+
+
+def call_with(fn: Callable, offered: dict, label: str = "") -> Any:
+    """Call ``fn`` with those of ``offered`` its signature names (the CLI offers n_stages,
+    microbatch_size, dtype and every --model-arg), dropping what it does not take."""
+    params = inspect.signature(fn).parameters
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    try:
+        return fn(**{k: v for k, v in offered.items() if takes_any or k in params})
+    except SchedcError:
+        raise
+    except Exception as e:  # the user's code: one line here, the traceback with --debug
+        raise SchedcError(f"{label or fn.__name__} raised {type(e).__name__}: {e}") from e
+
+
+def split_by_fqns(model: nn.Module, split: Sequence[Sequence[str]]) -> list[nn.Module]:
+    """One copy of ``model`` per stage keeping only that stage's named modules."""
+    known = dict(model.named_modules())
+    for s, names in enumerate(split):
+        for name in names:
+            if name not in known:
+                raise SchedcError(f"split: stage {s} names {name!r}, which the model does not have")
+    return [_keep(copy.deepcopy(model), set(names)) for names in split]
+
+
+def _keep(module: nn.Module, names: set[str], prefix: str = "") -> nn.Module:
+    """``module`` with only the named parts (and what contains them) left; returns what to put in its place."""
+    for child_name, child in list(module.named_children()):
+        full = prefix + child_name
+        if full in names:
+            continue
+        if any(n.startswith(full + ".") for n in names):
+            module._modules[child_name] = _keep(child, names, full + ".")
+        elif isinstance(module, (nn.ModuleDict, nn.ModuleList)):
+            del module._modules[child_name]
+        else:
+            setattr(module, child_name, None)
+    if isinstance(module, nn.ModuleList):
+        # keyed by the original indices, so parameter names stay those of the whole model
+        return nn.ModuleDict(module._modules)
+    return module
+
+
+def build_user_model(model_spec: str, sample_spec: Optional[str], offered: dict) -> UserModel:
+    """Call the ``--model`` (and ``--sample``) functions and put their answer in one shape."""
+    made = call_with(load_function(model_spec), offered, f"--model {model_spec}")
+    if not isinstance(made, dict):
+        made = {"stages": made}
+    if "stages" in made:
+        stages = list(made["stages"])
+    elif "model" in made and "split" in made:
+        stages = split_by_fqns(made["model"], made["split"])
+    else:
+        raise SchedcError(f"--model {model_spec}: return the stage modules, or a dict with 'stages' or 'model' + 'split'")
+    if not stages or not all(isinstance(s, nn.Module) for s in stages):
+        raise SchedcError(f"--model {model_spec}: expected a non-empty list of torch.nn.Module stages")
+    sample, target = made.get("sample"), made.get("target")
+    if sample_spec:
+        got = call_with(load_function(sample_spec, "--sample"), offered, f"--sample {sample_spec}")
+        sample, target = got if isinstance(got, tuple) and len(got) == 2 else (got, target)
+    if sample is None:
+        raise SchedcError(f"--model {model_spec}: no sample microbatch; return 'sample' from it or pass --sample")
+    loss_fn = made.get("loss_fn")
+    if loss_fn is None:
+        loss_fn, target = (lambda out, _target: out.sum()), None
+    return UserModel(stages, sample, target, loss_fn, made.get("name") or model_spec)

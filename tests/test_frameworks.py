@@ -1,0 +1,127 @@
+"""schedc.frameworks: what torchtitan 0.3.0 / NeMo AutoModel 0.7.0 build, and `validate --for`.
+
+The rules are checked here against the numbers their sources give by hand; test_frameworks_real.py
+checks them against the installed frameworks' own functions and trains through them.
+"""
+
+import pytest
+
+from schedc import cli
+from schedc.baselines import make_baseline
+from schedc.csvio import write_csv
+from schedc.errors import SchedcError
+from schedc.frameworks import (SCHEDULE_NAMES, check_csv_for, nemo_build, parse_spec, schedule_name,
+                               torchtitan_build)
+
+
+@pytest.fixture
+def csvs(tmp_path):
+    paths = {}
+    for key, name, stages in [("v", "zb-v", 4), ("loop", "interleaved-1f1b", 4), ("one", "1f1b", 2)]:
+        paths[key] = tmp_path / f"{key}.csv"
+        write_csv(make_baseline(name, stages, 4, n_ranks=2), paths[key])
+    return paths
+
+
+def test_names_match_case_insensitively_like_torch():
+    assert schedule_name("zbvzerobubble") == "ZBVZeroBubble"
+    assert parse_spec("torchtitan:interleaved1f1b") == ("torchtitan", "Interleaved1F1B")
+    assert parse_spec("NeMo:1f1b") == ("nemo", "1F1B")
+    with pytest.raises(SchedcError, match="unknown schedule name 'interleaved_1f1b'"):
+        schedule_name("interleaved_1f1b")  # NeMo's docstring spelling; torch rejects it
+    with pytest.raises(SchedcError, match="torchtitan:NAME or nemo:NAME"):
+        parse_spec("megatron:1F1B")
+
+
+def test_default_stage_counts_and_placements():
+    assert torchtitan_build("1F1B", 4).n_stages == 4
+    b = torchtitan_build("Interleaved1F1B", 4)
+    assert (b.n_stages, b.placement, b.stages_per_rank) == (8, "loop", 2)
+    assert torchtitan_build("DualPipeV", 2).placement == "v"
+    assert nemo_build("DualPipeV", 2).placement == "loop"  # NeMo builds V only for ZBVZeroBubble
+    assert nemo_build("ZBVZeroBubble", 2).placement == "v"
+
+
+def test_layers_per_stage_rules():
+    # torchtitan counts embedding and head as first_less/last_less layers: ceil((8 + 1 + 1) / 5) = 2
+    assert torchtitan_build("1F1B", 2, layers=8, layers_per_stage=5).n_stages == 2
+    assert torchtitan_build("Interleaved1F1B", 2, layers=6, layers_per_stage=2).n_stages == 4
+    with pytest.raises(SchedcError, match="not a multiple of the 2 PP ranks"):
+        torchtitan_build("Interleaved1F1B", 2, layers=8, layers_per_stage=2)  # 5 stages
+    with pytest.raises(SchedcError, match="exactly 1 stage per rank"):
+        torchtitan_build("1F1B", 2, layers=6, layers_per_stage=2)
+    with pytest.raises(SchedcError, match="at least 2 stages per rank"):
+        torchtitan_build("Interleaved1F1B", 2, layers=6, layers_per_stage=4)
+    with pytest.raises(SchedcError, match="exactly 2 per rank"):
+        torchtitan_build("ZBVZeroBubble", 2, layers=10, layers_per_stage=2)  # 6 stages in a V
+    with pytest.raises(SchedcError, match="give --layers"):
+        torchtitan_build("1F1B", 2, layers_per_stage=2)
+    # NeMo: ceil(layers / K), no embedding weight; rounding to a multiple of pp_size when asked
+    assert nemo_build("Interleaved1F1B", 2, layers=8, layers_per_stage=2).n_stages == 4
+    with pytest.raises(SchedcError, match="3 stages, not a multiple"):
+        nemo_build("Interleaved1F1B", 2, layers=8, layers_per_stage=3)
+    assert nemo_build("Interleaved1F1B", 2, layers=8, layers_per_stage=3, round_virtual_stages="up").n_stages == 4
+    with pytest.raises(SchedcError, match="exceed the model's 3 layers"):
+        nemo_build("Interleaved1F1B", 2, layers=3)
+
+
+def test_microbatch_rules():
+    assert torchtitan_build("1F1B", 2, local_batch_size=8, microbatch_size=2).n_microbatches == 4
+    with pytest.raises(SchedcError, match="--training.local_batch_size 7 is not divisible"):
+        torchtitan_build("1F1B", 2, local_batch_size=7, microbatch_size=2)
+    with pytest.raises(SchedcError, match="step_scheduler.local_batch_size 7 is not divisible"):
+        nemo_build("1F1B", 2, local_batch_size=7, microbatch_size=2)
+    with pytest.raises(SchedcError, match="fewer than pp_size 4"):
+        nemo_build("1F1B", 4, local_batch_size=3)
+
+
+def test_fitting_csvs_say_so_and_how_to_set_the_batch(csvs):
+    r = check_csv_for(csvs["v"], "torchtitan:ZBVZeroBubble")
+    assert r.ok and "fits torchtitan:ZBVZeroBubble" in r.message and "local_batch_size to 4" in r.message
+    assert check_csv_for(csvs["v"], "torchtitan:DualPipeV", local_batch_size=8, microbatch_size=2).ok
+    assert check_csv_for(csvs["loop"], "nemo:interleaved1f1b", layers=8, layers_per_stage=2).ok
+    assert check_csv_for(csvs["one"], "nemo:1F1B", local_batch_size=4).ok
+
+
+def test_mismatches_name_what_would_fit(csvs):
+    r = check_csv_for(csvs["v"], "torchtitan:Interleaved1F1B")
+    assert not r.ok and "in a V" in r.message and "ZBVZeroBubble or DualPipeV" in r.message
+    r = check_csv_for(csvs["v"], "nemo:DualPipeV")
+    assert not r.ok and "use distributed.pipeline.pp_schedule ZBVZeroBubble" in r.message
+    r = check_csv_for(csvs["one"], "torchtitan:Interleaved1F1B")
+    assert not r.ok and "1F1B or GPipe" in r.message
+    r = check_csv_for(csvs["one"], "torchtitan:1F1B", local_batch_size=16, microbatch_size=2)
+    assert not r.ok and "microbatch_size give 8" in r.message and "--training.local_batch_size to 8" in r.message
+    r = check_csv_for(csvs["loop"], "torchtitan:Interleaved1F1B", layers=6, layers_per_stage=4)
+    assert not r.ok and "does not start" in r.message and "layers_per_stage 2" in r.message
+    r = check_csv_for(csvs["one"], "torchtitan:1F1B", ranks=4)
+    assert not r.ok and "pipeline_parallel_degree to 2" in r.message
+    assert "no setting first_less" in check_csv_for(csvs["one"], "nemo:1F1B", first_less=2).message
+
+
+def test_files_torch_would_misread_do_not_fit(tmp_path, csvs):
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + csvs["one"].read_bytes())
+    r = check_csv_for(bom, "torchtitan:1F1B")
+    assert not r.ok and "byte-order mark" in r.message
+    typo = tmp_path / "typo.csv"
+    typo.write_text(csvs["one"].read_text().replace("0F1", "0F1x", 1))  # torch would run it as 0F1
+    assert not check_csv_for(typo, "torchtitan:1F1B").ok
+
+
+def test_every_torch_name_is_known():
+    pytest.importorskip("torch")
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
+
+    for name, single in SCHEDULE_NAMES.items():
+        assert issubclass(get_schedule_class(name), PipelineScheduleSingle) == single, name
+
+
+def test_cli_validate_for(csvs, capsys):
+    assert cli.main(["validate", str(csvs["v"]), "--for", "torchtitan:ZBVZeroBubble", "--local-batch-size", "4"]) == 0
+    assert "fits torchtitan:ZBVZeroBubble" in capsys.readouterr().out
+    assert cli.main(["validate", str(csvs["v"]), "--for", "torchtitan:Interleaved1F1B"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit" in err and "ZBVZeroBubble" in err
+    assert cli.main(["validate", str(csvs["v"]), "--for", "nemo:ZBVZeroBubble", "--mb", "4"]) == 2
+    assert "drop --mb" in capsys.readouterr().err
