@@ -692,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
     module = sys.modules[__name__]
     for name in COMMANDS:
         getattr(module, f"add_{name}")(sub)
+    from schedc.commands import emulate
+
+    emulate.register(sub)
     return parser
 
 
@@ -700,7 +703,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     debug = "--debug" in argv
     parser = build_parser()
     args = parser.parse_args(argv)
-    runner = getattr(sys.modules[__name__], f"run_{args.command.replace('-', '_')}")
+    runner = getattr(args, "handler", None) or getattr(sys.modules[__name__], f"run_{args.command.replace('-', '_')}")
     try:
         return runner(args)
     except SchedcError as e:

@@ -267,7 +267,7 @@ def emulate(
     """Emulate each CSV (one profile for all, or one per CSV) and compare with the prediction.
 
     ``scale`` multiplies every profile time (units -> seconds); ``comm`` is the prediction's
-    communication per boundary (0: what is emulated; None: the profile's). ``ranks`` launches
+    communication per boundary in profile units (0: what is emulated; None: the profile's). ``ranks`` launches
     that many processes instead of the CSV's rows (a mismatch then fails in the ranks' own
     pre-collective check). ``timeout`` (seconds per launch) defaults to start-up plus three
     times the predicted work."""
@@ -282,6 +282,10 @@ def emulate(
     if len(profiles) != len(csv_paths):
         raise SchedcError(f"emulate: {len(csv_paths)} CSVs but {len(profiles)} profiles")
     runs = [_prepare(str(path), prof, scale) for path, prof in zip(csv_paths, profiles)]
+    for path, schedule, _, _ in runs:
+        if isinstance(comm, (list, tuple)) and len(comm) != schedule.n_stages - 1:
+            raise SchedcError(f"--comm: {len(comm)} values given but {path} has {schedule.n_stages - 1} stage "
+                              f"boundaries; give one number or one per boundary")
     groups: dict[int, list[int]] = {}
     for k, (_, schedule, _, _) in enumerate(runs):
         groups.setdefault(ranks or schedule.n_ranks, []).append(k)
@@ -329,7 +333,7 @@ def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: l
     slept = _parse_steps([{"rank": r["rank"], "steps": r["sleep"]} for r in by_rank], schedule)
     base = profile.model_copy(update={"comm": 0.0})
     overhead = refine_profile(base, schedule, zero)  # each stage's F/I/W: median overhead-run work
-    scaled_comm = [scale * profile.comm_after(b) if comm is None else _comm_at(comm, b)
+    scaled_comm = [scale * (profile.comm_after(b) if comm is None else _comm_at(comm, b))
                    for b in range(profile.n_stages - 1)]
     plain = _scaled(profile, scale, scaled_comm)
     pooled = [x for r in by_rank for x in r["overshoot"]]
