@@ -23,9 +23,10 @@ Every CSV is first run with every sleep cut to 1 us (the overhead run): what its
 take is the runtime's own per-action overhead (Python, autograd bookkeeping, posting sends and
 receives, and the wake-up a rank pays after giving its core away, which a loaded host makes
 larger), and each boundary's transfer delay is what localhost gloo adds. The prediction is
-``simulate(schedule, P, runtime="torch")`` where P has, per stage and kind, scale x the
-profile's time plus the median overhead-run duration of that stage's actions of that kind, and
-per boundary ``comm`` (default 0) plus the median overhead-run transfer delay. Communication
+``simulate(schedule, P)`` where P is ``profile.executed("torch")`` (stage 0's I empty, its W
+= I + W) scaled, plus, per stage and kind, the median overhead-run duration of that stage's
+actions of that kind (measured in torch, so already in torch's form), and per boundary ``comm``
+(default 0) plus the median overhead-run transfer delay. Communication
 time itself is not emulated (nothing sleeps for it), so the default ``comm=0`` predicts exactly
 what is emulated; ``comm=None`` puts the profile's comm into the prediction to show its share.
 Steps start together after a barrier; the measured step is the median over the timed steps
@@ -202,7 +203,7 @@ class Emulation:
     scale: float
     measured_steps: list[float]
     zero_steps: list[float]  # the overhead run (every sleep 1 us): the runtime's own cost
-    prediction: SimResult  # simulate(..., runtime="torch") with the measured overhead added
+    prediction: SimResult  # simulate(...) of the costs as torch runs them, the measured overhead added
     plain_prediction: SimResult  # the same without the overhead (scale x profile, comm as asked)
     measured_finish: list[float]  # per rank: when its last action ended
     overhead: dict[str, float]  # kind -> median overhead-run seconds of one action of that kind
@@ -244,15 +245,6 @@ def _rank_finish(sim: SimResult) -> list[float]:
     return [max((sim.timings[a].end for a in row), default=0.0) for row in sim.order]
 
 
-def simulate_torch(schedule: Schedule, profile: Profile) -> SimResult:
-    """TEMPORARY until ``simulate(..., runtime="torch")`` lands on main: torch's rule applied by
-    hand (stage 0's I takes no time, its W takes I + W). Replace by ``simulate(schedule,
-    profile, runtime="torch")`` after rebasing."""
-    first = profile.stages[0]
-    stage0 = first.model_copy(update={"backward_input": 1e-12, "backward_weight": first.backward})
-    return simulate(schedule, profile.model_copy(update={"stages": [stage0, *profile.stages[1:]]}))
-
-
 def emulate(
     csv_paths: Sequence[Union[str, os.PathLike]],
     profile: Union[Profile, Sequence[Profile]],
@@ -291,7 +283,7 @@ def emulate(
         groups.setdefault(ranks or schedule.n_ranks, []).append(k)
     out: list[Optional[Emulation]] = [None] * len(runs)
     for n, members in groups.items():
-        results = _launch([runs[k] for k in members], n, steps, warmup, overhead_steps, timeout)
+        results = _launch([runs[k] for k in members], n, scale, steps, warmup, overhead_steps, timeout)
         for j, k in enumerate(members):
             path, schedule, prof, _ = runs[k]
             out[k] = _compare(path, schedule, prof, scale, comm, [r[j] for r in results])
@@ -311,13 +303,12 @@ def _prepare(path: str, profile: Profile, scale: float) -> tuple[str, Schedule, 
     return str(Path(path).resolve()), schedule, profile, seconds
 
 
-def _launch(runs, n_ranks, steps, warmup, overhead_steps, timeout) -> list[list[dict]]:
+def _launch(runs, n_ranks, scale, steps, warmup, overhead_steps, timeout) -> list[list[dict]]:
     from schedc.runtime import launch as launcher
 
     if timeout is None:
-        work = sum(simulate_torch(s, p.model_copy(update={"stages": [
-            c.model_copy(update={"forward": f, "backward_input": max(i, 1e-12), "backward_weight": w})
-            for c, (f, i, w) in zip(p.stages, sec)]})).makespan for _, s, p, sec in runs)
+        work = sum(simulate(s, _executed(p, scale, [0.0] * (p.n_stages - 1))).makespan
+                   for _, s, p, _ in runs)
         timeout = STARTUP_SECONDS + 3.0 * (warmup + steps) * work + 5.0 * len(runs) * (1 + overhead_steps)
     spec = {"runs": [{"csv": path, "seconds": sec} for path, _, _, sec in runs],
             "steps": steps, "warmup": warmup, "overhead_steps": overhead_steps}
@@ -335,11 +326,11 @@ def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: l
     overhead = refine_profile(base, schedule, zero)  # each stage's F/I/W: median overhead-run work
     scaled_comm = [scale * (profile.comm_after(b) if comm is None else _comm_at(comm, b))
                    for b in range(profile.n_stages - 1)]
-    plain = _scaled(profile, scale, scaled_comm)
+    plain = _executed(profile, scale, scaled_comm)
     pooled = [x for r in by_rank for x in r["overshoot"]]
     overshoot = statistics.median(pooled) if pooled else 0.0
-    predicted = _scaled(profile, scale, [c + overhead.comm_after(b) for b, c in enumerate(scaled_comm)],
-                        add=overhead)
+    predicted = _executed(profile, scale, [c + overhead.comm_after(b) for b, c in enumerate(scaled_comm)],
+                          add=overhead)
     kinds: dict[str, list[float]] = {}
     for m in zero:
         for a, (_, _, _, _, work) in m.actions.items():
@@ -352,8 +343,8 @@ def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: l
         csv=path, schedule=schedule, scale=scale,
         measured_steps=[max(m.rank_end) for m in slept],
         zero_steps=[max(m.rank_end) for m in zero],
-        prediction=simulate_torch(schedule, predicted),
-        plain_prediction=simulate_torch(schedule, plain),
+        prediction=simulate(schedule, predicted),
+        plain_prediction=simulate(schedule, plain),
         measured_finish=[statistics.median(max(m.actions[a][2] for a in schedule.actions(r)) for m in slept)
                          for r in range(schedule.n_ranks)],
         overhead={k: statistics.median(v) for k, v in sorted(kinds.items())},
@@ -367,17 +358,19 @@ def _comm_at(comm: Union[float, Sequence[float]], boundary: int) -> float:
     return float(comm[boundary]) if isinstance(comm, (list, tuple)) else float(comm)
 
 
-def _scaled(profile: Profile, scale: float, comm: list[float], add: Optional[Profile] = None) -> Profile:
-    """scale x profile (+ ``add``'s per-stage times), with ``comm`` per boundary."""
+def _executed(profile: Profile, scale: float, comm: list[float], add: Optional[Profile] = None) -> Profile:
+    """scale x the costs as torch executes them (stage 0's I empty, its W = I + W), plus ``add``'s
+    per-stage times (measured in torch, so already in that form), with ``comm`` per boundary."""
+    torch_costs = profile.executed("torch")
     stages = []
-    for s, c in enumerate(profile.stages):
+    for s, c in enumerate(torch_costs.stages):
         extra = add.stages[s] if add is not None else None
         stages.append(c.model_copy(update={
             "forward": scale * c.forward + (extra.forward if extra else 0.0),
             "backward_input": scale * c.backward_input + (extra.backward_input if extra else 0.0),
             "backward_weight": scale * c.backward_weight + (extra.backward_weight if extra else 0.0),
         }))
-    return profile.model_copy(update={"stages": stages, "comm": comm or 0.0})
+    return torch_costs.model_copy(update={"stages": stages, "comm": comm or 0.0})
 
 
 # ---------------------------------------------------------------- printing
@@ -395,7 +388,8 @@ def format_emulations(runs: Sequence[Emulation], comm_note: str) -> str:
         f"sleep scale x F/I/W (scale {first.scale:g}); step = median of {len(first.measured_steps)} steps after "
         f"a warm-up",
         f"communication is not emulated (nothing sleeps for it): {comm_note}",
-        "predicted = simulate(runtime=torch) with each action = scale x profile + the median time that stage's "
+        "predicted = simulate() of scale x the costs as torch runs them (stage 0's backward all in W), each "
+        "action + the median time that stage's "
         "actions of that kind took in the overhead run (every sleep 1 us), each boundary + its overhead-run "
         "transfer delay; plain = without the overhead",
         "",
