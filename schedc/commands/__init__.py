@@ -9,6 +9,7 @@ from schedc.commands import (
     baseline,
     calibrate,
     compile,
+    emulate,
     library,
     plot,
     profile,
@@ -17,4 +18,4 @@ from schedc.commands import (
     validate,
 )
 
-COMMANDS = [baseline, validate, simulate, compile, plot, trace, profile, calibrate, library]
+COMMANDS = [baseline, validate, simulate, compile, plot, trace, emulate, profile, calibrate, library]

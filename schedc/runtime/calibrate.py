@@ -33,11 +33,8 @@ import json
 import math
 import os
 import re
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -219,95 +216,23 @@ def rank_main(spec: dict) -> dict:
         dist.destroy_process_group()
 
 
-def _worker_entry(argv: list[str]) -> int:
-    """``python -m schedc.runtime.calibrate SPEC.json OUT_DIR``: what each launched rank runs."""
-    spec = json.loads(Path(argv[0]).read_text())
-    out_dir = Path(argv[1])
-    rank = int(os.environ["RANK"])
-    try:
-        result = {"ok": rank_main(spec)}
-    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
-        result = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:500]}
-    (out_dir / f"rank{rank}.json.tmp").write_text(json.dumps(result))
-    os.replace(out_dir / f"rank{rank}.json.tmp", out_dir / f"rank{rank}.json")
-    return 0 if "ok" in result else 1
+def _worker_entry() -> int:
+    """``python -m schedc.runtime.calibrate``: what each rank :func:`launch` starts runs."""
+    from schedc.runtime import launch as launcher
+
+    return launcher.run_rank(lambda: rank_main(launcher.read_spec()))
 
 
 # ---------------------------------------------------------------- launching the ranks
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(spec: dict, n_ranks: int, timeout: float = 300.0) -> list[dict]:
     """Start `n_ranks` processes as torchrun would, wait (killing all at the deadline), return their results."""
-    root = Path(__file__).resolve().parents[2]
-    with tempfile.TemporaryDirectory(prefix="schedc-calibrate-") as tmp:
-        spec = dict(spec, pg_timeout=max(10.0, timeout - 10.0))
-        spec_file = Path(tmp) / "spec.json"
-        spec_file.write_text(json.dumps(spec))
-        port = _free_port()
-        procs, logs = [], []
-        for rank in range(n_ranks):
-            env = dict(os.environ)
-            env.update(
-                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n_ranks), LOCAL_WORLD_SIZE=str(n_ranks),
-                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                PYTHONPATH=os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")])),
-            )
-            if spec.get("threads"):
-                env["OMP_NUM_THREADS"] = str(spec["threads"])
-            env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-            log = open(Path(tmp) / f"rank{rank}.log", "w+")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "schedc.runtime.calibrate", str(spec_file), tmp],
-                stdout=log, stderr=subprocess.STDOUT, env=env,
-            ))
-        deadline = time.monotonic() + timeout
-        try:
-            # a rank that failed leaves its peers blocked in a collective: give them a few
-            # seconds to fail on their own, then stop them instead of waiting for the deadline
-            failed_at = None
-            while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-                if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
-                    failed_at = time.monotonic()
-                if failed_at is not None and time.monotonic() - failed_at > 5.0:
-                    break
-                time.sleep(0.05)
-        finally:
-            hung = [r for r, p in enumerate(procs) if p.poll() is None]
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        results, errors = [], []
-        for rank, log in enumerate(logs):
-            log.seek(0)
-            tail = [line for line in log.read().splitlines() if line.strip()]
-            log.close()
-            out = Path(tmp) / f"rank{rank}.json"
-            if out.exists():
-                r = json.loads(out.read_text())
-                if "error" in r:
-                    errors.append(f"rank {rank}: {r['error']}")
-                else:
-                    results.append(r["ok"])
-            elif rank in hung:
-                errors.append(f"rank {rank}: still running after {timeout:.0f}s (raise --timeout)"
-                              if time.monotonic() >= deadline else f"rank {rank}: stopped after another rank failed")
-            else:
-                errors.append(f"rank {rank}: exited with code {procs[rank].returncode}: "
-                              f"{tail[-1] if tail else 'no output'}")
-        if errors:
-            # the first failing rank's own message; peers usually fail only because it left
-            first = next((e for e in errors if "Connection" not in e and "still running" not in e
-                          and "stopped after" not in e), errors[0])
-            raise SchedcError(f"calibrate: {first}")
-        return results
+    from schedc.runtime import launch as launcher
+
+    spec = dict(spec, pg_timeout=max(10.0, timeout - 10.0))
+    return launcher.launch(launcher.python_module("schedc.runtime.calibrate"), n_ranks, timeout=timeout,
+                           spec=spec, label="calibrate", threads=spec.get("threads"))
 
 
 # ---------------------------------------------------------------- comparing
@@ -654,4 +579,4 @@ def _ms(x: float) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker_entry(sys.argv[1:]))
+    sys.exit(_worker_entry())

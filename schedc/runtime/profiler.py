@@ -863,66 +863,36 @@ def profile_gpt(
 
 def _measure_concurrently(config, n_stages, mbs, n_procs, warmup, repeats, optimizer, timeout) -> list[StageMeasurement]:
     import dataclasses
-    import json
-    import os
-    import subprocess
-    import tempfile
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    from schedc.runtime import launch as launcher
+
     spec = {"config": dataclasses.asdict(config), "n_stages": n_stages, "mbs": mbs, "warmup": warmup,
             "repeats": repeats, "optimizer": optimizer, "threads": torch.get_num_threads()}
-    with tempfile.TemporaryDirectory(prefix="schedc-profile-") as tmp:
-        spec_file = Path(tmp) / "spec.json"
-        spec_file.write_text(json.dumps(spec))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
-        env["OMP_NUM_THREADS"] = str(spec["threads"])
-        procs = [
-            subprocess.Popen([sys.executable, "-m", "schedc.runtime.profiler", str(spec_file), str(Path(tmp) / f"{k}.json")],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for k in range(n_procs)
-        ]
-        deadline = time.monotonic() + timeout
-        errors = []
-        for k, p in enumerate(procs):
-            try:
-                _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                _, err = p.communicate()
-                errors.append(f"process {k} still running after {timeout:.0f}s")
-                continue
-            if p.returncode != 0:
-                lines = [line for line in (err or "").splitlines() if line.strip()]
-                errors.append(f"process {k} failed: {lines[-1] if lines else p.returncode}")
-        if errors:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            raise SchedcError(f"profile --concurrent: {errors[0]}")
-        pooled: Optional[list[StageMeasurement]] = None
-        for k in range(n_procs):
-            got = [StageMeasurement.from_dict(d) for d in json.loads((Path(tmp) / f"{k}.json").read_text())]
-            pooled = got if pooled is None else [a.merged(b) for a, b in zip(pooled, got)]
-        return pooled or []
+    results = launcher.launch(launcher.python_module("schedc.runtime.profiler"), n_procs, timeout=timeout,
+                              spec=spec, label="profile --concurrent", threads=spec["threads"])
+    pooled: Optional[list[StageMeasurement]] = None
+    for got in results:
+        got = [StageMeasurement.from_dict(d) for d in got]
+        pooled = got if pooled is None else [a.merged(b) for a, b in zip(pooled, got)]
+    return pooled or []
 
 
-def _concurrent_entry(argv: list[str]) -> int:
-    """``python -m schedc.runtime.profiler SPEC.json OUT.json``: one of the concurrent measurers."""
-    import json
-    from pathlib import Path
+def _concurrent_entry() -> int:
+    """``python -m schedc.runtime.profiler``: one of the concurrent measurers :func:`launch` starts."""
+    from schedc.runtime import launch as launcher
 
+    return launcher.run_rank(lambda: _measure_one(launcher.read_spec()))
+
+
+def _measure_one(spec: dict) -> list[dict]:
     from schedc.runtime.models import GPTConfig, lm_loss, make_batch
 
-    spec = json.loads(Path(argv[0]).read_text())
     torch.set_num_threads(int(spec["threads"]))
     cfg = GPTConfig(**spec["config"])
     tokens, targets = make_batch(cfg, int(spec["mbs"]), seed=0)
     measured = measure_stages(gpt_stages(cfg, int(spec["n_stages"])), tokens, lm_loss, targets, "cpu",
                               int(spec["warmup"]), int(spec["repeats"]), spec["optimizer"])
-    Path(argv[1]).write_text(json.dumps([m.to_dict() for m in measured]))
-    return 0
+    return [m.to_dict() for m in measured]
 
 
 class StderrProgress:
@@ -943,4 +913,4 @@ class StderrProgress:
 
 
 if __name__ == "__main__":
-    sys.exit(_concurrent_entry(sys.argv[1:]))
+    sys.exit(_concurrent_entry())

@@ -1,0 +1,130 @@
+"""Emulation check: every hand-made schedule that fits, and the compiled one, run in torch's own
+pipeline runtime (sleeping stages, `schedc emulate`) against the prediction.
+
+Cases (issue 10's targets): loop and V placement; identical, transformer-like
+(schedc.library.transformer_profile) and edge-heavy (Profile.edge_heavy) costs; memory 1p and 2p;
+4 and 8 ranks; microbatches = 2 x ranks. Per case the compiled schedule (``--time-limit``) and
+every hand-made schedule that exists for it and fits the memory limit (the solver's
+feasible_baselines: schedc.baselines plus zb-greedy) run in one launch of
+:func:`schedc.runtime.emulate.emulate`.
+
+Costs: each profile is scaled so that its mean F sleeps ``--unit`` seconds; communication is set to
+0 for compiling, simulating and emulating alike, since the emulation does not sleep for it. The
+prediction adds the per-action overhead measured in the overhead run (every sleep 1 us) to each
+action (see schedc.runtime.emulate).
+
+Printed: a markdown table, one row per schedule: measured step (median of --steps after a
+warm-up), prediction with the overhead, ratio, and per case the compiled schedule's margin over
+the best fitting hand-made schedule, measured, predicted and predicted without the overhead
+(positive = compiled faster).
+
+Usage: python benchmarks/emulate_check.py [--quick] [--placement loop,v] [--profiles identical,
+transformer,edge] [--memory 1p,2p] [--ranks 4,8] [--time-limit S] [--unit S] [--steps N]
+--quick: loop and V, edge-heavy, 1p, 4 ranks, 5 s compiles. Timings depend on how loaded the host
+is (a sleeping rank wakes late on a busy host); say so when quoting them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from schedc.costs import Profile  # noqa: E402
+from schedc.csvio import write_csv  # noqa: E402
+from schedc.library import transformer_profile  # noqa: E402
+from schedc.runtime.emulate import emulate  # noqa: E402
+from schedc.solver import Problem  # noqa: E402
+from schedc.solver.compile import compile_problem  # noqa: E402
+from schedc.solver.heuristic import feasible_baselines  # noqa: E402
+
+PROFILES = {
+    "identical": lambda n: Profile.uniform(n),
+    "transformer": lambda n: transformer_profile(n),
+    "edge": lambda n: Profile.edge_heavy(n),
+}
+
+
+def case_schedules(placement: str, profile_name: str, memory: str, ranks: int, time_limit: float):
+    """(profile without comm, [(name, schedule)]): the compiled schedule first, then the fitting
+    hand-made ones."""
+    n_stages = ranks * (2 if placement == "v" else 1)
+    profile = PROFILES[profile_name](n_stages).model_copy(update={"comm": 0.0})
+    problem = Problem.build(n_stages, 2 * ranks, n_ranks=ranks, placement=placement, profile=profile,
+                            memory=memory)
+    compiled = compile_problem(problem, time_limit=time_limit)
+    hand = [(name, sched) for name, sched, _ in feasible_baselines(problem)]
+    return profile, [("compiled", compiled.schedule)] + hand
+
+
+def run_case(placement, profile_name, memory, ranks, args, tmp: Path) -> list[dict]:
+    profile, schedules = case_schedules(placement, profile_name, memory, ranks, args.time_limit)
+    scale = args.unit / statistics.fmean(c.forward for c in profile.stages)
+    paths = []
+    for name, schedule in schedules:
+        paths.append(tmp / f"{placement}-{profile_name}-{memory}-r{ranks}-{name}.csv")
+        write_csv(schedule, paths[-1])
+    runs = emulate(paths, profile, scale=scale, steps=args.steps, warmup=1)
+    return [{"name": name, "run": run} for (name, _), run in zip(schedules, runs)]
+
+
+def margin(rows: list[dict], key) -> tuple[str, float]:
+    """(best hand-made name, (best hand-made - compiled) / best hand-made) under `key`."""
+    hand = [r for r in rows if r["name"] != "compiled"]
+    if not hand:
+        return "-", float("nan")
+    best = min(hand, key=lambda r: key(r["run"]))
+    compiled = key(rows[0]["run"])
+    return best["name"], (key(best["run"]) - compiled) / key(best["run"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="loop and V, edge-heavy, 1p, 4 ranks, 5 s compiles")
+    ap.add_argument("--placement", default="loop,v")
+    ap.add_argument("--profiles", default="identical,transformer,edge")
+    ap.add_argument("--memory", default="1p,2p")
+    ap.add_argument("--ranks", default="4,8")
+    ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per compile (default 30)")
+    ap.add_argument("--unit", type=float, default=0.02, help="seconds the mean F sleeps (default 0.02)")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per schedule (default 5)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.profiles, args.memory, args.ranks, args.time_limit = "edge", "1p", "4", 5.0
+    cases = [(pl, pr, mem, int(r)) for r in args.ranks.split(",") for pl in args.placement.split(",")
+             for pr in args.profiles.split(",") for mem in args.memory.split(",")]
+    print("| case | schedule | measured | predicted | ratio |")
+    print("|---|---|---:|---:|---:|")
+    summary, ratios = [], []
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="schedc-emulate-check-") as tmp:
+        for placement, profile_name, memory, ranks in cases:
+            label = f"{placement} {profile_name} {memory} {ranks} ranks"
+            rows = run_case(placement, profile_name, memory, ranks, args, Path(tmp))
+            for row in rows:
+                r = row["run"]
+                ratios.append(r.ratio)
+                print(f"| {label} | {row['name']} | {1e3 * r.measured_step:.1f} ms | {1e3 * r.predicted_step:.1f} ms "
+                      f"| {r.ratio:.3f} |", flush=True)
+            best, measured = margin(rows, lambda r: r.measured_step)
+            _, predicted = margin(rows, lambda r: r.predicted_step)
+            _, plain = margin(rows, lambda r: r.plain_prediction.makespan)
+            summary.append(f"| {label} | {best} | {100 * measured:+.1f}% | {100 * predicted:+.1f}% "
+                           f"| {100 * plain:+.1f}% |")
+    print()
+    print("| case | best fitting hand-made | compiled's margin, measured | predicted | without overhead |")
+    print("|---|---|---:|---:|---:|")
+    print("\n".join(summary))
+    worst = max(abs(x - 1) for x in ratios)
+    print(f"\nworst |measured / predicted - 1|: {100 * worst:.1f}% over {len(ratios)} schedules; "
+          f"{time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,419 @@
+"""Emulate: run CSV schedules in torch's own pipeline runtime with stages that sleep their costs.
+
+Problem: every number the compiler prints comes from schedc's simulator. To know that a schedule
+is as fast in torch as predicted we must run it in torch's ``_PipelineScheduleRuntime`` (its
+lowering into compute + send/recv actions, its step, its I/W split) with stage times we control,
+on any machine, at 8 or 16 ranks.
+
+Method: one local gloo process per CSV row (:mod:`schedc.runtime.launch`). Each rank builds, for
+its CSV stages, a module whose forward sleeps F x ``scale`` and whose backward meets sleeps of
+I and W placed where torch's split finds the real work (:class:`SleepStage`): the output is
+``SleepI(x * p1) + SleepW(p2)``. torch's ``stage_backward_input`` differentiates only the path
+from the output to the stage input (``SleepI``'s backward sleeps I); ``stage_backward_weight``
+then walks from the saved intermediates to the parameters (``SleepW``'s backward sleeps W).
+``p1`` makes stage 0's output require grad although its input does not, so torch treats stage 0
+as it treats a real first stage: its I is skipped and its W runs the whole backward (I + W).
+The stages are wrapped as ``PipelineStage``s and the CSV is loaded with
+:func:`schedc.runtime.pipeline.build_schedule` (world size, microbatch count and placement are
+checked before any collective; a deadlocking CSV is refused before launching, and the launcher's
+deadline stops anything that still hangs). Tensors are tiny and every rank runs one thread,
+so sleeping ranks need no CPU and many ranks fit on a small machine.
+
+Every CSV is first run with every sleep cut to 1 us (the overhead run): what its actions then
+take is the runtime's own per-action overhead (Python, autograd bookkeeping, posting sends and
+receives, and the wake-up a rank pays after giving its core away, which a loaded host makes
+larger), and each boundary's transfer delay is what localhost gloo adds. The prediction is
+``simulate(schedule, P)`` where P is ``profile.executed("torch")`` (stage 0's I empty, its W
+= I + W) scaled, plus, per stage and kind, the median overhead-run duration of that stage's
+actions of that kind (measured in torch, so already in torch's form), and per boundary ``comm``
+(default 0) plus the median overhead-run transfer delay. Communication
+time itself is not emulated (nothing sleeps for it), so the default ``comm=0`` predicts exactly
+what is emulated; ``comm=None`` puts the profile's comm into the prediction to show its share.
+Steps start together after a barrier; the measured step is the median over the timed steps
+(after ``warmup`` untimed ones) of the slowest rank's ``step()``, on the common monotonic clock.
+
+Cost: per launch, process start-up (importing torch) on every rank; then per CSV
+(1 + overhead_steps) overhead-run steps and (warmup + steps) emulated steps of about the
+predicted step time each. CSVs with the same rank count share one launch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from schedc.costs import Profile
+from schedc.errors import SchedcError
+from schedc.ir import Schedule
+from schedc.simulate import SimResult, simulate
+
+WIDTH = 4  # elements per microbatch row: transfers stay tiny, so they cost no more than latency
+# the overhead run sleeps this long wherever the emulation sleeps: a rank that sleeps gives its
+# core away and pays a wake-up (more on a loaded host), which belongs to the overhead
+TOKEN_SLEEP = 1e-6
+STARTUP_SECONDS = 120.0  # deadline allowance for starting the ranks and importing torch
+
+
+# ---------------------------------------------------------------- inside each rank
+
+
+OVERSHOOT: list[float] = []  # how much longer than asked each sleep of the timed steps took
+
+
+def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        OVERSHOOT.append(time.perf_counter() - t0 - seconds)
+
+
+def _sleep_function():
+    import torch
+
+    class SleepBackward(torch.autograd.Function):
+        """Identity whose backward sleeps ``seconds`` (read when the backward runs)."""
+
+        @staticmethod
+        def forward(ctx, x, box):
+            ctx.box = box
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            _sleep(ctx.box[0])
+            return grad, None
+
+    return SleepBackward
+
+
+def sleep_stage(forward: float, backward_input: float, backward_weight: float):
+    """A stage module whose forward sleeps ``forward`` s and whose torch-split backward sleeps
+    ``backward_input`` s on the input path and ``backward_weight`` s on the weight path.
+    ``.set_seconds(f, i, w)`` changes the times (a mutable box the autograd nodes read)."""
+    import torch
+    import torch.nn as nn
+
+    sleep_backward = _sleep_function()
+
+    class SleepStage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p1 = nn.Parameter(torch.ones(WIDTH))  # input path: x * p1 needs grad on stage 0 too
+            self.p2 = nn.Parameter(torch.zeros(WIDTH))  # weight path only
+            self.set_seconds(forward, backward_input, backward_weight)
+
+        def set_seconds(self, f: float, i: float, w: float) -> None:
+            self.forward_seconds = f
+            self.input_box, self.weight_box = [i], [w]
+
+        def forward(self, x):
+            _sleep(self.forward_seconds)
+            h = sleep_backward.apply(x * self.p1, self.input_box)
+            return h + sleep_backward.apply(self.p2, self.weight_box)
+
+    return SleepStage()
+
+
+def _loss(output, target):
+    return (output * target).mean()
+
+
+def rank_main(spec: dict) -> list[dict]:
+    """Run every CSV of ``spec["runs"]`` on this rank; per run the timed overhead-run and emulated steps."""
+    import torch
+    import torch.distributed as dist
+
+    from schedc.runtime import launch as launcher
+
+    torch.set_num_threads(1)
+    launcher.init_group("gloo")
+    try:
+        return [_emulate_one(run, spec, dist.get_rank(), dist.get_world_size()) for run in spec["runs"]]
+    finally:
+        dist.destroy_process_group()
+
+
+def _emulate_one(run: dict, spec: dict, rank: int, world: int) -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+
+    from schedc.runtime.pipeline import build_schedule, read_schedule, stages_for_rank
+
+    schedule = read_schedule(run["csv"])
+    mine = stages_for_rank(schedule, rank, n_ranks=world)  # a world-size mismatch stops here
+    modules = {s: sleep_stage(TOKEN_SLEEP, TOKEN_SLEEP, TOKEN_SLEEP) for s in mine}
+    stages = [PipelineStage(modules[s], s, schedule.n_stages, torch.device("cpu")) for s in mine]
+    runtime = build_schedule(run["csv"], stages, loss_fn=_loss)
+    n_mb = schedule.n_microbatches
+    inputs = torch.ones(n_mb, WIDTH)
+    target = torch.ones(n_mb, WIDTH)
+
+    def steps(count: int) -> list[dict]:
+        return [_timed_step(runtime, modules, stages, inputs, target, dist) for _ in range(count)]
+
+    steps(1)  # shape inference and the first transfers happen in the first step
+    zero = steps(int(spec["overhead_steps"]))
+    for s, module in modules.items():
+        module.set_seconds(*run["seconds"][s])
+    steps(int(spec["warmup"]))
+    OVERSHOOT.clear()
+    timed = steps(int(spec["steps"]))
+    return {"rank": rank, "zero": zero, "sleep": timed, "overshoot": list(OVERSHOOT)}
+
+
+def _timed_step(runtime, modules, stages, inputs, target, dist) -> dict:
+    from schedc.runtime.calibrate import timed_actions
+
+    for module in modules.values():
+        for p in module.parameters():
+            p.grad = None
+    first = any(s.is_first for s in stages)
+    last = any(s.is_last for s in stages)
+    dist.barrier()
+    with timed_actions() as rec:
+        t0 = time.perf_counter()
+        runtime.step(*((inputs,) if first else ()), target=target if last else None, losses=[] if last else None)
+        t1 = time.perf_counter()
+    return {"start": t0, "end": t1, "events": rec.events}
+
+
+def _worker_entry() -> int:
+    """``python -m schedc.runtime.emulate``: what each rank :func:`emulate` launches runs."""
+    from schedc.runtime import launch as launcher
+
+    return launcher.run_rank(lambda: rank_main(launcher.read_spec()))
+
+
+# ---------------------------------------------------------------- in the parent
+
+
+@dataclass
+class Emulation:
+    """One CSV emulated: seconds; medians over the timed steps."""
+
+    csv: str
+    schedule: Schedule
+    scale: float
+    measured_steps: list[float]
+    zero_steps: list[float]  # the overhead run (every sleep 1 us): the runtime's own cost
+    prediction: SimResult  # simulate(...) of the costs as torch runs them, the measured overhead added
+    plain_prediction: SimResult  # the same without the overhead (scale x profile, comm as asked)
+    measured_finish: list[float]  # per rank: when its last action ended
+    overhead: dict[str, float]  # kind -> median overhead-run seconds of one action of that kind
+    transfer: float  # median overhead-run delay of a waited-for transfer
+    overshoot: float  # median of how much longer than asked a sleep took (host load shows here)
+    action_seconds: dict[tuple[int, str], float] = field(default_factory=dict)  # (stage, kind) -> median
+
+    @property
+    def measured_step(self) -> float:
+        return statistics.median(self.measured_steps)
+
+    @property
+    def predicted_step(self) -> float:
+        return self.prediction.makespan
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_step / self.predicted_step if self.predicted_step else math.nan
+
+    @property
+    def zero_step(self) -> float:
+        return statistics.median(self.zero_steps)
+
+    @property
+    def predicted_finish(self) -> list[float]:
+        return _rank_finish(self.prediction)
+
+    def to_dict(self) -> dict:
+        return {
+            "csv": self.csv, "scale": self.scale, "measured_step": self.measured_step,
+            "predicted_step": self.predicted_step, "plain_predicted_step": self.plain_prediction.makespan,
+            "ratio": self.ratio, "zero_step": self.zero_step, "measured_steps": self.measured_steps,
+            "measured_finish": self.measured_finish, "predicted_finish": self.predicted_finish,
+            "overhead_per_action": self.overhead, "transfer_delay": self.transfer,
+        }
+
+
+def _rank_finish(sim: SimResult) -> list[float]:
+    return [max((sim.timings[a].end for a in row), default=0.0) for row in sim.order]
+
+
+def emulate(
+    csv_paths: Sequence[Union[str, os.PathLike]],
+    profile: Union[Profile, Sequence[Profile]],
+    scale: float = 1.0,
+    steps: int = 5,
+    warmup: int = 1,
+    overhead_steps: int = 10,
+    comm: Union[None, float, Sequence[float]] = 0.0,
+    ranks: Optional[int] = None,
+    timeout: Optional[float] = None,
+) -> list[Emulation]:
+    """Emulate each CSV (one profile for all, or one per CSV) and compare with the prediction.
+
+    ``scale`` multiplies every profile time (units -> seconds); ``comm`` is the prediction's
+    communication per boundary in profile units (0: what is emulated; None: the profile's). ``ranks`` launches
+    that many processes instead of the CSV's rows (a mismatch then fails in the ranks' own
+    pre-collective check). ``timeout`` (seconds per launch) defaults to start-up plus three
+    times the predicted work."""
+    if not csv_paths:
+        raise SchedcError("emulate: give at least one CSV schedule")
+    if not scale > 0:
+        raise SchedcError(f"emulate: --scale must be > 0, got {scale}")
+    if steps < 1 or warmup < 0 or overhead_steps < 1:
+        raise SchedcError(f"emulate: need --steps >= 1, --warmup >= 0 and overhead steps >= 1, "
+                          f"got {steps}, {warmup}, {overhead_steps}")
+    profiles = [profile] * len(csv_paths) if isinstance(profile, Profile) else list(profile)
+    if len(profiles) != len(csv_paths):
+        raise SchedcError(f"emulate: {len(csv_paths)} CSVs but {len(profiles)} profiles")
+    runs = [_prepare(str(path), prof, scale) for path, prof in zip(csv_paths, profiles)]
+    for path, schedule, _, _ in runs:
+        if isinstance(comm, (list, tuple)) and len(comm) != schedule.n_stages - 1:
+            raise SchedcError(f"--comm: {len(comm)} values given but {path} has {schedule.n_stages - 1} stage "
+                              f"boundaries; give one number or one per boundary")
+    groups: dict[int, list[int]] = {}
+    for k, (_, schedule, _, _) in enumerate(runs):
+        groups.setdefault(ranks or schedule.n_ranks, []).append(k)
+    out: list[Optional[Emulation]] = [None] * len(runs)
+    for n, members in groups.items():
+        results = _launch([runs[k] for k in members], n, scale, steps, warmup, overhead_steps, timeout)
+        for j, k in enumerate(members):
+            path, schedule, prof, _ = runs[k]
+            out[k] = _compare(path, schedule, prof, scale, comm, [r[j] for r in results])
+    return out  # type: ignore[return-value]
+
+
+def _prepare(path: str, profile: Profile, scale: float) -> tuple[str, Schedule, Profile, list]:
+    from schedc.csvio import read_csv
+    from schedc.validate import validate
+
+    schedule = read_csv(path)
+    validate(schedule, source=path)  # a deadlocking CSV is refused here, before any rank starts
+    if profile.n_stages != schedule.n_stages:
+        raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but the profile describes "
+                          f"{profile.n_stages}; give a profile with {schedule.n_stages} stages")
+    seconds = [[scale * c.forward, scale * c.backward_input, scale * c.backward_weight] for c in profile.stages]
+    return str(Path(path).resolve()), schedule, profile, seconds
+
+
+def _launch(runs, n_ranks, scale, steps, warmup, overhead_steps, timeout) -> list[list[dict]]:
+    from schedc.runtime import launch as launcher
+
+    if timeout is None:
+        work = sum(simulate(s, _executed(p, scale, [0.0] * (p.n_stages - 1))).makespan
+                   for _, s, p, _ in runs)
+        timeout = STARTUP_SECONDS + 3.0 * (warmup + steps) * work + 5.0 * len(runs) * (1 + overhead_steps)
+    spec = {"runs": [{"csv": path, "seconds": sec} for path, _, _, sec in runs],
+            "steps": steps, "warmup": warmup, "overhead_steps": overhead_steps}
+    return launcher.launch(launcher.python_module("schedc.runtime.emulate"), n_ranks, timeout=timeout,
+                           spec=spec, label="emulate", threads=1)
+
+
+def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: list[dict]) -> Emulation:
+    from schedc.runtime.calibrate import _parse_steps, refine_profile
+
+    by_rank = sorted(results, key=lambda r: r["rank"])
+    zero = _parse_steps([{"rank": r["rank"], "steps": r["zero"]} for r in by_rank], schedule)
+    slept = _parse_steps([{"rank": r["rank"], "steps": r["sleep"]} for r in by_rank], schedule)
+    base = profile.model_copy(update={"comm": 0.0})
+    overhead = refine_profile(base, schedule, zero)  # each stage's F/I/W: median overhead-run work
+    scaled_comm = [scale * (profile.comm_after(b) if comm is None else _comm_at(comm, b))
+                   for b in range(profile.n_stages - 1)]
+    plain = _executed(profile, scale, scaled_comm)
+    pooled = [x for r in by_rank for x in r["overshoot"]]
+    overshoot = statistics.median(pooled) if pooled else 0.0
+    predicted = _executed(profile, scale, [c + overhead.comm_after(b) for b, c in enumerate(scaled_comm)],
+                          add=overhead)
+    kinds: dict[str, list[float]] = {}
+    for m in zero:
+        for a, (_, _, _, _, work) in m.actions.items():
+            kinds.setdefault(a.kind, []).append(work)
+    per_action: dict[tuple[int, str], list[float]] = {}
+    for m in slept:
+        for a, (_, _, _, _, work) in m.actions.items():
+            per_action.setdefault((a.stage, a.kind), []).append(work)
+    return Emulation(
+        csv=path, schedule=schedule, scale=scale,
+        measured_steps=[max(m.rank_end) for m in slept],
+        zero_steps=[max(m.rank_end) for m in zero],
+        prediction=simulate(schedule, predicted),
+        plain_prediction=simulate(schedule, plain),
+        measured_finish=[statistics.median(max(m.actions[a][2] for a in schedule.actions(r)) for m in slept)
+                         for r in range(schedule.n_ranks)],
+        overhead={k: statistics.median(v) for k, v in sorted(kinds.items())},
+        transfer=statistics.median([overhead.comm_after(b) for b in range(profile.n_stages - 1)] or [0.0]),
+        overshoot=overshoot,
+        action_seconds={k: statistics.median(v) for k, v in per_action.items()},
+    )
+
+
+def _comm_at(comm: Union[float, Sequence[float]], boundary: int) -> float:
+    return float(comm[boundary]) if isinstance(comm, (list, tuple)) else float(comm)
+
+
+def _executed(profile: Profile, scale: float, comm: list[float], add: Optional[Profile] = None) -> Profile:
+    """scale x the costs as torch executes them (stage 0's I empty, its W = I + W), plus ``add``'s
+    per-stage times (measured in torch, so already in that form), with ``comm`` per boundary."""
+    torch_costs = profile.executed("torch")
+    stages = []
+    for s, c in enumerate(torch_costs.stages):
+        extra = add.stages[s] if add is not None else None
+        stages.append(c.model_copy(update={
+            "forward": scale * c.forward + (extra.forward if extra else 0.0),
+            "backward_input": scale * c.backward_input + (extra.backward_input if extra else 0.0),
+            "backward_weight": scale * c.backward_weight + (extra.backward_weight if extra else 0.0),
+        }))
+    return torch_costs.model_copy(update={"stages": stages, "comm": comm or 0.0})
+
+
+# ---------------------------------------------------------------- printing
+
+
+def format_emulations(runs: Sequence[Emulation], comm_note: str) -> str:
+    """The side-by-side comparison the CLI prints: one row per CSV, then per-rank finish times."""
+    import torch
+
+    first = runs[0]
+    names = [Path(r.csv).name for r in runs]
+    width = max(8, *(len(n) for n in names))
+    lines = [
+        f"emulated in torch {torch.__version__}'s _PipelineScheduleRuntime, one gloo process per rank; stages "
+        f"sleep scale x F/I/W (scale {first.scale:g}); step = median of {len(first.measured_steps)} steps after "
+        f"a warm-up",
+        f"communication is not emulated (nothing sleeps for it): {comm_note}",
+        "predicted = simulate() of scale x the costs as torch runs them (stage 0's backward all in W), each "
+        "action + the median time that stage's "
+        "actions of that kind took in the overhead run (every sleep 1 us), each boundary + its overhead-run "
+        "transfer delay; plain = without the overhead",
+        "",
+        f"{'schedule':<{width}}  {'measured':>9}  {'predicted':>9}  {'ratio':>6}  {'plain':>9}  "
+        f"{'overhead run':>12}  {'overhead per action F/I/W/B':>28}  {'transfer':>8}  {'sleep over':>10}",
+    ]
+    for name, r in zip(names, runs):
+        per = "/".join(_ms(r.overhead[k]) if k in r.overhead else "-" for k in "FIWB")
+        lines.append(
+            f"{name:<{width}}  {_ms(r.measured_step):>9}  {_ms(r.predicted_step):>9}  {r.ratio:>6.3f}  "
+            f"{_ms(r.plain_prediction.makespan):>9}  {_ms(r.zero_step):>12}  {per:>28}  {_ms(r.transfer):>8}  "
+            f"{_ms(r.overshoot):>10}")
+    lines += ["", "per-rank finish, measured / predicted:",
+              f"{'rank':>4}  " + "  ".join(f"{n:>{max(19, len(n))}}" for n in names)]
+    for rank in range(max(r.schedule.n_ranks for r in runs)):
+        cells = [(f"{_ms(r.measured_finish[rank])} / {_ms(r.predicted_finish[rank])}"
+                  if rank < r.schedule.n_ranks else "-") for r in runs]
+        lines.append(f"{rank:>4}  " + "  ".join(f"{c:>{max(19, len(n))}}" for c, n in zip(cells, names)))
+    return "\n".join(lines)
+
+
+def _ms(x: float) -> str:
+    return f"{1e3 * x:.1f}ms" if x >= 0.01 else f"{1e3 * x:.2f}ms"
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_entry())
