@@ -63,6 +63,7 @@ from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import model
+from schedc.solver.bounds import lower_bound
 from schedc.solver.problem import Problem
 
 _REL = 1e-9
@@ -113,20 +114,37 @@ def choose_byte_scale(values: list[float]) -> Scale:
     return Scale(max(abs(v) for v in values) / 1e6, False)
 
 
+def import_cp_model():
+    """OR-Tools' CP-SAT module, or a one-line SchedcError saying how to get a working one."""
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError as e:
+        if "undefined symbol" in str(e):
+            # OR-Tools >= 9.12 ships its own libhighs.so.1; with highspy's already loaded (or the
+            # other way round) the dynamic loader binds one to the other's symbols
+            raise SchedcError("--solver cpsat: this OR-Tools clashes with highspy's HiGHS in one process; "
+                              "pip install 'ortools>=9.10,<9.12' (or pip install 'schedc[cpsat]')") from None
+        raise SchedcError("--solver cpsat: OR-Tools is not installed (pip install 'schedc[cpsat]')") from None
+    return cp_model
+
+
 @dataclass
 class CpsatOutcome:
     schedule: Optional[Schedule]  # the best simulated schedule (the warm start when CP-SAT found nothing better)
     sim: Optional[SimResult]
     value: float  # simulated objective of `schedule`
-    bound: Optional[float]  # certified lower bound in seconds (None: not certifiable, see docstring)
+    bound: float  # certified lower bound in seconds: the combinatorial one or CP-SAT's, whichever is higher
+    cp_bound: Optional[float]  # CP-SAT's bound in seconds (None: not certifiable, see the module docstring)
     cp_value: Optional[float]  # CP-SAT's objective in seconds (u x integer value)
-    proven: bool  # CP-SAT proved its integer model optimal
+    proven: bool  # CP-SAT proved its integer model optimal (or the warm start met the bound)
     status: str  # CP-SAT's status name
     solve_time: float
     time_unit: float
     time_exact: bool
     memory_exact: bool
     improved: bool  # CP-SAT's schedule beat the warm start
+    cp_schedule: Optional[Schedule] = None  # CP-SAT's own answer, before comparing with the warm start
+    cp_sim: Optional[SimResult] = None
 
 
 def _durations(inst: model.Instance, ts: Scale) -> list[int]:
@@ -155,8 +173,10 @@ def _horizon(inst: model.Instance, dur: list[int], lags: dict, objective: str, i
     return sum(dur) + sum(lags.values()) + incumbent_units
 
 
-def build_cp_model(inst: model.Instance, ts: Scale, bs: Scale, objective: str, incumbent_units: int):
-    """The CP-SAT model; returns (model, starts, ends, objective variable)."""
+def build_cp_model(inst: model.Instance, ts: Scale, bs: Scale, objective: str, incumbent_units: int,
+                   bound_units: int = 0):
+    """The CP-SAT model; returns (model, starts, ends, objective variable). `bound_units` is a
+    lower bound on the integer objective (lets CP-SAT stop when it reaches it)."""
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
@@ -174,7 +194,7 @@ def build_cp_model(inst: model.Instance, ts: Scale, bs: Scale, objective: str, i
     for acts in inst.by_rank:
         m.add_no_overlap([intervals[i] for i in acts])
     _add_memory(m, inst, bs, starts, ends)
-    obj = _add_objective(m, inst, starts, ends, objective, incumbent_units)
+    obj = _add_objective(m, inst, starts, ends, objective, incumbent_units, bound_units)
     return m, starts, ends, obj
 
 
@@ -211,8 +231,8 @@ def _add_memory(m, inst: model.Instance, bs: Scale, starts, ends) -> None:
             m.add_cumulative(intervals, demands, int(room[r]))
 
 
-def _add_objective(m, inst: model.Instance, starts, ends, objective: str, incumbent_units: int):
-    obj = m.new_int_var(0, incumbent_units, objective)
+def _add_objective(m, inst: model.Instance, starts, ends, objective: str, incumbent_units: int, bound_units: int):
+    obj = m.new_int_var(min(bound_units, incumbent_units), incumbent_units, objective)
     if objective == "makespan":
         for e in ends:
             m.add(obj >= e)
@@ -248,12 +268,12 @@ def solve_cpsat(
     workers: int = 1,
     seed: int = 0,
     hint: bool = True,
+    stop_at_bound: bool = True,
 ) -> CpsatOutcome:
-    """Solve `problem` with CP-SAT within `time_limit` seconds (see the module docstring)."""
-    try:
-        from ortools.sat.python import cp_model
-    except ImportError:
-        raise SchedcError("--solver cpsat: OR-Tools is not installed (pip install 'schedc[cpsat]')")
+    """Solve `problem` with CP-SAT within `time_limit` seconds (see the module docstring).
+    `hint=False` starts CP-SAT cold; `stop_at_bound=False` runs it even when the warm start
+    already meets the combinatorial bound."""
+    cp_model = import_cp_model()
     from schedc.solver import heuristic
 
     t0 = time.monotonic()
@@ -272,7 +292,14 @@ def solve_cpsat(
     ts = choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p])
     bs = choose_byte_scale([d for d in inst.delta])
     inc_units = ts.ceil(max(inc_sim.objective(objective), best_sim.objective(objective))) + 1
-    m, starts, ends, obj = build_cp_model(inst, ts, bs, objective, inc_units)
+    comb = lower_bound(problem)
+    # with exact units the integer makespan is the real one over u, so the combinatorial bound
+    # holds for it too (not for span: the free first starts relax what that bound assumes)
+    bound_units = ts.ceil(comb) if ts.exact and objective == "makespan" else 0
+    if stop_at_bound and best_sim.objective(objective) <= comb * (1 + 1e-9) + 1e-9:
+        return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), comb, None, None, True, "WARM_START_AT_BOUND",
+                            time.monotonic() - t0, ts.unit, ts.exact, bs.exact, False)
+    m, starts, ends, obj = build_cp_model(inst, ts, bs, objective, inc_units, bound_units)
     if hint and inc_sim.fits:
         _hint(m, inst, ts, starts, ends, obj, inc_sim, objective)
 
@@ -284,18 +311,20 @@ def solve_cpsat(
     status_name = solver.status_name(status)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     proven = status == cp_model.OPTIMAL
-    bound = _certified_bound(solver, status, ts, bs, objective)
+    cp_bound = _certified_bound(solver, status, ts, bs, objective)
+    bound = comb if cp_bound is None else max(comb, cp_bound)
     cp_value = solver.objective_value * ts.unit if found else None
 
-    improved = False
+    improved, cp_sched, cp_sim = False, None, None
     if found:
         orders = _orders(inst, [solver.value(s) for s in starts], [solver.value(e) for e in ends])
-        sched = model.schedule_from_orders(inst, orders, name="schedc-cpsat")
-        sim = simulate(sched, problem.profile, problem.memory)
-        if sim.fits and sim.objective(objective) < best_sim.objective(objective) * (1 - 1e-12):
-            best_sched, best_sim, improved = sched, sim, True
-    return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), bound, cp_value, proven, status_name,
-                        time.monotonic() - t0, ts.unit, ts.exact, bs.exact, improved)
+        cp_sched = model.schedule_from_orders(inst, orders, name="schedc-cpsat")
+        cp_sim = simulate(cp_sched, problem.profile, problem.memory)
+        if cp_sim.fits and cp_sim.objective(objective) < best_sim.objective(objective) * (1 - 1e-12):
+            best_sched, best_sim, improved = cp_sched, cp_sim, True
+    return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), bound, cp_bound, cp_value, proven,
+                        status_name,
+                        time.monotonic() - t0, ts.unit, ts.exact, bs.exact, improved, cp_sched, cp_sim)
 
 
 def _certified_bound(solver, status, ts: Scale, bs: Scale, objective: str) -> Optional[float]:
