@@ -282,23 +282,17 @@ def solve_cpsat(
     if warm is None:
         warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
     inst = model.build_instance(problem)
-    inc_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm[0]))
-    inc_sched = model.schedule_from_orders(inst, inc_orders, name="schedc-cpsat")
-    inc_sim = simulate(inc_sched, problem.profile, problem.memory)
-    best_sched, best_sim = warm[0], warm[1]
-    if inc_sim.fits and inc_sim.objective(objective) < best_sim.objective(objective):
-        best_sched, best_sim = inc_sched, inc_sim
-
+    inc_sim, best_sched, best_sim = _incumbent(problem, inst, warm)
     ts = choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p])
-    bs = choose_byte_scale([d for d in inst.delta])
-    inc_units = ts.ceil(max(inc_sim.objective(objective), best_sim.objective(objective))) + 1
+    bs = choose_byte_scale(list(inst.delta))
     comb = lower_bound(problem)
+    if stop_at_bound and best_sim.objective(objective) <= comb * (1 + 1e-9) + 1e-9:
+        return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), comb, None, None, True,
+                            "WARM_START_AT_BOUND", time.monotonic() - t0, ts.unit, ts.exact, bs.exact, False)
+    inc_units = ts.ceil(max(inc_sim.objective(objective), best_sim.objective(objective))) + 1
     # with exact units the integer makespan is the real one over u, so the combinatorial bound
     # holds for it too (not for span: the free first starts relax what that bound assumes)
     bound_units = ts.ceil(comb) if ts.exact and objective == "makespan" else 0
-    if stop_at_bound and best_sim.objective(objective) <= comb * (1 + 1e-9) + 1e-9:
-        return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), comb, None, None, True, "WARM_START_AT_BOUND",
-                            time.monotonic() - t0, ts.unit, ts.exact, bs.exact, False)
     m, starts, ends, obj = build_cp_model(inst, ts, bs, objective, inc_units, bound_units)
     if hint and inc_sim.fits:
         _hint(m, inst, ts, starts, ends, obj, inc_sim, objective)
@@ -308,23 +302,82 @@ def solve_cpsat(
     solver.parameters.num_workers = max(1, int(workers))
     solver.parameters.random_seed = int(seed)
     status = solver.solve(m)
-    status_name = solver.status_name(status)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    proven = status == cp_model.OPTIMAL
     cp_bound = _certified_bound(solver, status, ts, bs, objective)
-    bound = comb if cp_bound is None else max(comb, cp_bound)
-    cp_value = solver.objective_value * ts.unit if found else None
-
-    improved, cp_sched, cp_sim = False, None, None
+    out = CpsatOutcome(best_sched, best_sim, best_sim.objective(objective),
+                       comb if cp_bound is None else max(comb, cp_bound), cp_bound,
+                       solver.objective_value * ts.unit if found else None, status == cp_model.OPTIMAL,
+                       solver.status_name(status), 0.0, ts.unit, ts.exact, bs.exact, False)
     if found:
-        orders = _orders(inst, [solver.value(s) for s in starts], [solver.value(e) for e in ends])
-        cp_sched = model.schedule_from_orders(inst, orders, name="schedc-cpsat")
-        cp_sim = simulate(cp_sched, problem.profile, problem.memory)
-        if cp_sim.fits and cp_sim.objective(objective) < best_sim.objective(objective) * (1 - 1e-12):
-            best_sched, best_sim, improved = cp_sched, cp_sim, True
-    return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), bound, cp_bound, cp_value, proven,
-                        status_name,
-                        time.monotonic() - t0, ts.unit, ts.exact, bs.exact, improved, cp_sched, cp_sim)
+        _take_answer(out, problem, inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])
+    out.solve_time = time.monotonic() - t0
+    return out
+
+
+def _incumbent(problem: Problem, inst: model.Instance, warm):
+    """The warm start in the model's vocabulary (kinds in microbatch order) and simulated; plus
+    the better of it and the warm start as given (the answer to beat)."""
+    orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm[0]))
+    sim = simulate(model.schedule_from_orders(inst, orders, name="schedc-cpsat"), problem.profile, problem.memory)
+    best_sched, best_sim = warm[0], warm[1]
+    if sim.fits and sim.objective(problem.objective) < best_sim.objective(problem.objective):
+        best_sched, best_sim = model.schedule_from_orders(inst, orders, name="schedc-cpsat"), sim
+    return sim, best_sched, best_sim
+
+
+def _take_answer(out: CpsatOutcome, problem: Problem, inst: model.Instance, start_vals, end_vals) -> None:
+    """Turn CP-SAT's times into a schedule, simulate it, keep it when it fits and beats the best."""
+    sched = model.schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat")
+    sim = simulate(sched, problem.profile, problem.memory)
+    out.cp_schedule, out.cp_sim = sched, sim
+    if sim.fits and sim.objective(problem.objective) < out.value * (1 - 1e-12):
+        out.schedule, out.sim, out.value, out.improved = sched, sim, sim.objective(problem.objective), True
+
+
+def compile_cpsat(problem: Problem, time_limit: float = 60.0, progress=None, seed: int = 0, warm=None,
+                  workers: int = 2):
+    """``compile_problem`` with CP-SAT as the engine (``--solver cpsat``): the same warm start,
+    result, status rules and report; the certificate is the higher of the combinatorial bound
+    and CP-SAT's converted bound (valid for span too: its first starts are free)."""
+    from schedc.solver import compile as driver
+    from schedc.solver import heuristic
+
+    t0 = time.monotonic()
+    if not time_limit or time_limit <= 0:
+        raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")
+    import_cp_model()
+    heuristic.check_memory_feasible(problem)
+    if warm is None:
+        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
+    lb, lb_details = driver._lower_bound(problem)
+    log: list[dict] = []
+
+    def emit(phase: str, best: float, bound: float) -> None:
+        entry = {"elapsed": time.monotonic() - t0, "best": best, "bound": bound, "gap": driver._gap(best, bound),
+                 "phase": phase}
+        log.append(entry)
+        if progress is not None:
+            progress(entry)
+
+    emit("warm start (" + warm[2] + ")", warm[1].objective(problem.objective), lb)
+    budget = time_limit - (time.monotonic() - t0) - min(0.05 * time_limit, 5.0)
+    out = solve_cpsat(problem, time_limit=max(0.1, budget), warm=warm, workers=workers, seed=seed)
+    bound = out.bound
+    if driver._close(out.value, bound):
+        status, bound = "optimal", min(bound, out.value)
+    else:
+        status = "feasible" if out.cp_schedule is not None else "heuristic"
+    result = driver.CompileResult(
+        schedule=out.schedule, sim=out.sim, problem=problem, status=status, lower_bound=bound,
+        gap=0.0 if status == "optimal" else driver._gap(out.value, bound), solve_time=time.monotonic() - t0,
+        baselines=driver.all_baselines(problem), warm_start_source=warm[2])
+    source = "cp-sat (proven optimal)" if out.proven and out.cp_bound is not None else "cp-sat bound"
+    if out.cp_bound is None or out.cp_bound < lb:
+        source = "combinatorial"
+    result.report = driver.build_report(result, lb_details=lb_details, bound_source=source, solver="cpsat",
+                                        time_limit=time_limit, log=log)
+    emit("done", out.value, bound)
+    return result
 
 
 def _certified_bound(solver, status, ts: Scale, bs: Scale, objective: str) -> Optional[float]:
