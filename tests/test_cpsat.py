@@ -1,4 +1,5 @@
-"""CP-SAT engine against exhaustive search on tiny instances: its schedules are valid and fit
+"""CP-SAT engine against exhaustive search on tiny instances (torch's runtime model, where stage 0's I
+is a 0-length action, and the ideal one): its schedules are valid and fit
 memory, reach the exact optimum (makespan: its own answer, unhinted), and its bound, converted from
 integer units, is never above the optimum (exact and inexact time units, both objectives)."""
 
@@ -117,3 +118,14 @@ def test_compile_with_cpsat_certifies_and_reports():
     # the combinatorial bound stops short here; CP-SAT's free-start bound proves the span optimal
     assert res.status == "optimal"
     assert res.report["lower_bound_source"] == "cp-sat (proven optimal)"
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_cpsat_under_the_ideal_runtime(objective):
+    # every stage's I takes time and frees memory (the paper's model), not only stage 0's W
+    problem = Problem.build(3, 3, profile=Profile.edge_heavy(3), memory="0.67p", objective=objective, runtime="ideal")
+    exact, _ = exact_optimum(problem)
+    out = cpsat.solve_cpsat(problem, time_limit=10.0, hint=False, stop_at_bound=False)
+    _check_schedule(problem, out.cp_schedule, out.cp_sim)
+    assert out.value == pytest.approx(exact, abs=1e-6)
+    assert out.cp_bound <= exact + 1e-6
