@@ -113,6 +113,10 @@ def compile_problem(
     """Compile `problem`; `warm` overrides the warm start (schedule, simulation, source name)."""
     from schedc.solver import heuristic
 
+    if solver == "cpsat":  # the CP-SAT engine (schedc.solver.cpsat), same result and report
+        from schedc.solver.cpsat import compile_cpsat
+
+        return compile_cpsat(problem, time_limit=time_limit, progress=progress, seed=seed, warm=warm)
     t0 = time.monotonic()
     if not time_limit or time_limit <= 0:
         raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")

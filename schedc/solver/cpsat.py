@@ -1,0 +1,395 @@
+"""A second engine: the same scheduling problem as a CP-SAT model (OR-Tools), with its own bound.
+
+Problem. As schedc.solver.model: order every F, I, W (or B) of every stage on its rank so that the
+simulated step time (makespan or span) is smallest and no rank's running memory sum exceeds its
+cap. The answer is turned back into a Schedule (each rank's actions by start time) and simulated;
+the simulated value is the reported one.
+
+Formulation (scheduling, integer time). One interval variable per action of
+``model.build_instance`` (its duration from the problem's executed profile: stage 0's I under
+torch's runtime is a legal 0-length interval), and
+
+* precedence: ``start[b] >= end[a] + lag`` for every producer a of b (the boundary's comm when
+  the two stages sit on different ranks), plus the instance's valid precedences: kinds in
+  microbatch order on each stage and the orders the memory cap forces;
+* ``NoOverlap`` over each rank's intervals;
+* memory: per rank, a reservoir with level in ``[0, cap - static]`` where an F adds its
+  activation bytes at its start and an I / W / B its (negative) delta at its end. Because a
+  rank's intervals do not overlap and every F lasts > 0, the level at an F's start is exactly
+  the simulator's running sum after that F in rank order (releases that end at that instant
+  belong to actions before it): simulate()'s accounting, not an approximation. It is stated as
+  the equivalent cumulative (each microbatch of a stage holds "I's bytes" over [F start, I end)
+  and "W's bytes" over [F start, W end)), because CP-SAT expands a reservoir into one Boolean
+  per pair of events (4 ranks x 2 stages x 16 mb: 16k Booleans, 8 s of presolve) while
+  cumulative propagation stays near-linear;
+* objective: ``makespan >= end[a]`` for all a; or ``span >= end[a] - start[first action of the
+  rank]``, where the rank's first start is free (a rank may start late): this optimum is a lower
+  bound on every schedule's simulated span (simulate's earliest starts are one feasible point),
+  and the extracted order is re-simulated at earliest starts, so its span may come out higher.
+
+Kinds in microbatch order lose nothing here for either objective: relabelling each (stage, kind)
+by start time keeps a feasible time assignment feasible with the same times (see model's
+docstring), and with free start times the span is a function of those times only.
+
+Integer scaling and what it does to the certificate. Times are multiples of a unit ``u``: the
+coarsest of 1, 0.1, ..., 1e-6 that represents every duration and comm exactly (to 1e-9
+relative; the benchmark costs all are), else ``min positive duration / 1000`` with every
+duration and lag rounded *down*. Rounding down is a relaxation: flooring the times of any real
+schedule gives a feasible integer point with makespan' <= makespan / u and span' < span / u + 1.
+So a CP-SAT bound LB' converts to ``u * LB'`` for makespan, and to ``u * LB'`` for span when the
+unit is exact, ``u * (LB' - 1)`` when it is not. Bytes likewise: exact integers of a unit when
+activation and weight-grad bytes allow it (byte counts, 0.5-unit fractions), the cap floored
+(exact, as every level is a multiple of the unit); otherwise the deltas are rounded against the
+cap (adds up, releases down), which makes every answer fit but is no relaxation, and the bound
+is then not reported.
+
+Warm start: the heuristic's schedule (schedc.solver.heuristic.warm_start), relabelled in
+microbatch order and simulated; its times (floored to units) are the solution hint, which is a
+feasible point of the integer model.
+
+Cost: CP-SAT search, exponential in the worst case, bounded by the time limit; the model has
+O(actions) variables and constraints (no pairwise binaries: NoOverlap and the reservoir reason
+on orders themselves).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from schedc.errors import SchedcError
+from schedc.ir import Schedule
+from schedc.simulate import SimResult, simulate
+from schedc.solver import model
+from schedc.solver.bounds import lower_bound
+from schedc.solver.problem import Problem
+
+_REL = 1e-9
+
+
+@dataclass
+class Scale:
+    unit: float
+    exact: bool
+
+    def floor(self, x: float) -> int:
+        return int(math.floor(x / self.unit * (1 + _REL) + _REL))
+
+    def ceil(self, x: float) -> int:
+        return int(math.ceil(x / self.unit * (1 - _REL) - _REL))
+
+
+def _exact_unit(values: list[float], exponents, max_int: float) -> Optional[float]:
+    """The first unit 10**-k (k in `exponents`) in which every value is an integer (to 1e-9
+    relative) and the largest stays below `max_int`; None when there is none."""
+    positive = [abs(v) for v in values if abs(v) > 0]
+    if not positive:
+        return 1.0
+    for k in exponents:
+        unit = 10.0 ** -k
+        if max(positive) / unit > max_int:
+            continue
+        if all(round(v / unit) >= 1 and abs(v / unit - round(v / unit)) <= _REL * v / unit for v in positive):
+            return unit
+    return None
+
+
+def choose_time_scale(values: list[float]) -> Scale:
+    """Seconds: the coarsest of 1, 0.1, ..., 1e-6 that is exact, else 1/1000 of the smallest
+    positive value (inexact: durations and lags are floored)."""
+    unit = _exact_unit(values, range(0, 7), 1e9)
+    if unit is not None:
+        return Scale(unit, True)
+    return Scale(min(abs(v) for v in values if abs(v) > 0) / 1000.0, False)
+
+
+def choose_byte_scale(values: list[float]) -> Scale:
+    """Bytes: the coarsest of 1e12, ..., 1e-6 that is exact (byte counts, halves of a unit), else
+    a millionth of the largest value (inexact: deltas rounded against the cap)."""
+    unit = _exact_unit(values, range(-12, 7), 1e12)
+    if unit is not None:
+        return Scale(unit, True)
+    return Scale(max(abs(v) for v in values) / 1e6, False)
+
+
+def import_cp_model():
+    """OR-Tools' CP-SAT module, or a one-line SchedcError saying how to get a working one."""
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError as e:
+        if "undefined symbol" in str(e):
+            # OR-Tools >= 9.12 ships its own libhighs.so.1; with highspy's already loaded (or the
+            # other way round) the dynamic loader binds one to the other's symbols
+            raise SchedcError("--solver cpsat: this OR-Tools clashes with highspy's HiGHS in one process; "
+                              "pip install 'ortools>=9.10,<9.12' (or pip install 'schedc[cpsat]')") from None
+        raise SchedcError("--solver cpsat: OR-Tools is not installed (pip install 'schedc[cpsat]')") from None
+    return cp_model
+
+
+@dataclass
+class CpsatOutcome:
+    schedule: Optional[Schedule]  # the best simulated schedule (the warm start when CP-SAT found nothing better)
+    sim: Optional[SimResult]
+    value: float  # simulated objective of `schedule`
+    bound: float  # certified lower bound in seconds: the combinatorial one or CP-SAT's, whichever is higher
+    cp_bound: Optional[float]  # CP-SAT's bound in seconds (None: not certifiable, see the module docstring)
+    cp_value: Optional[float]  # CP-SAT's objective in seconds (u x integer value)
+    proven: bool  # CP-SAT proved its integer model optimal (or the warm start met the bound)
+    status: str  # CP-SAT's status name
+    solve_time: float
+    time_unit: float
+    time_exact: bool
+    memory_exact: bool
+    improved: bool  # CP-SAT's schedule beat the warm start
+    cp_schedule: Optional[Schedule] = None  # CP-SAT's own answer, before comparing with the warm start
+    cp_sim: Optional[SimResult] = None
+
+
+def _durations(inst: model.Instance, ts: Scale) -> list[int]:
+    return [ts.floor(d) for d in inst.dur]
+
+
+def _memory_events(inst: model.Instance, bs: Scale) -> tuple[list[int], list[float]]:
+    """Integer deltas and the integer room per rank (cap - static; inf when uncapped)."""
+    if bs.exact:
+        deltas = [int(round(d / bs.unit)) for d in inst.delta]
+    else:  # held bytes rounded up: every answer fits, no bound is claimed
+        deltas = [math.ceil(d / bs.unit) if d > 0 else -math.ceil(-d / bs.unit) for d in inst.delta]
+    room = []
+    for r in range(len(inst.by_rank)):
+        left = inst.caps[r] - inst.static[r]
+        room.append(math.inf if math.isinf(left) else bs.floor(left))
+    return deltas, room
+
+
+def _horizon(inst: model.Instance, dur: list[int], lags: dict, objective: str, incumbent_units: int) -> int:
+    """Latest time any action may end without cutting off an optimum. Makespan: the incumbent.
+    Span (free starts): closing every instant no action or lag covers never lengthens a span,
+    so some optimum ends by the total of all durations and lags."""
+    if objective == "makespan":
+        return incumbent_units
+    return sum(dur) + sum(lags.values()) + incumbent_units
+
+
+def build_cp_model(inst: model.Instance, ts: Scale, bs: Scale, objective: str, incumbent_units: int,
+                   bound_units: int = 0):
+    """The CP-SAT model; returns (model, starts, ends, objective variable). `bound_units` is a
+    lower bound on the integer objective (lets CP-SAT stop when it reaches it)."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    dur = _durations(inst, ts)
+    lags = {(a, b): ts.floor(lag) for b in range(inst.n) for a, lag in inst.preds[b]}
+    horizon = _horizon(inst, dur, lags, objective, incumbent_units)
+    starts, ends, intervals = [], [], []
+    for i, a in enumerate(inst.actions):
+        s = m.new_int_var(0, max(0, horizon - dur[i]), f"start_{a}")
+        e = m.new_int_var(dur[i], horizon, f"end_{a}")
+        intervals.append(m.new_interval_var(s, dur[i], e, f"iv_{a}"))
+        starts.append(s)
+        ends.append(e)
+    _add_precedences(m, inst, starts, ends, lags)
+    for acts in inst.by_rank:
+        m.add_no_overlap([intervals[i] for i in acts])
+    _add_memory(m, inst, bs, starts, ends)
+    obj = _add_objective(m, inst, starts, ends, objective, incumbent_units, bound_units)
+    return m, starts, ends, obj
+
+
+def _add_precedences(m, inst: model.Instance, starts, ends, lags: dict) -> None:
+    for b in range(inst.n):
+        for a, _ in inst.preds[b]:
+            m.add(starts[b] >= ends[a] + lags[(a, b)])
+
+
+def _add_memory(m, inst: model.Instance, bs: Scale, starts, ends) -> None:
+    """Per rank, what each microbatch of a stage holds, as intervals of one cumulative: from
+    its F's start to its I's end the bytes I frees, to its W's (B's) end the rest. At every
+    instant their sum is the reservoir level described in the module docstring (an interval
+    covers [start, end), so a release at an F's start instant is already counted); cumulative
+    propagation (time tables, energy) stays linear in the actions, where CP-SAT's reservoir
+    expands into one Boolean per pair of events."""
+    deltas, room = _memory_events(inst, bs)
+    for r, acts in enumerate(inst.by_rank):
+        if math.isinf(room[r]):
+            continue
+        intervals, demands = [], []
+        for f in acts:
+            a = inst.actions[f]
+            if a.kind != "F" or deltas[f] <= 0:
+                continue
+            for kind in ("I", "W", "B"):
+                j = inst.index.get(model.Action(a.stage, kind, a.microbatch))
+                if j is None or deltas[j] >= 0:
+                    continue
+                size = m.new_int_var(0, ends[j].Proto().domain[-1], f"held_{a}_{kind}")
+                intervals.append(m.new_interval_var(starts[f], size, ends[j], f"hold_{a}_{kind}"))
+                demands.append(-deltas[j])
+        if intervals:
+            m.add_cumulative(intervals, demands, int(room[r]))
+
+
+def _add_objective(m, inst: model.Instance, starts, ends, objective: str, incumbent_units: int, bound_units: int):
+    obj = m.new_int_var(min(bound_units, incumbent_units), incumbent_units, objective)
+    if objective == "makespan":
+        for e in ends:
+            m.add(obj >= e)
+    else:
+        for r, acts in enumerate(inst.by_rank):
+            first = starts[inst.first[r]]
+            for i in acts:
+                m.add(obj >= ends[i] - first)
+    m.minimize(obj)
+    return obj
+
+
+def _hint(m, inst: model.Instance, ts: Scale, starts, ends, obj, sim: SimResult, objective: str) -> None:
+    dur = _durations(inst, ts)
+    for i, a in enumerate(inst.actions):
+        s = ts.floor(sim.timings[a].start)
+        m.add_hint(starts[i], s)
+        m.add_hint(ends[i], s + dur[i])
+    m.add_hint(obj, ts.ceil(sim.objective(objective)))
+
+
+def _orders(inst: model.Instance, start_vals: list[int], end_vals: list[int]) -> list[list[int]]:
+    """Each rank's actions by start; a 0-length action at an instant goes before the action that
+    starts there (it cannot depend on it), ties between 0-length ones in dependency order."""
+    topo_pos = {i: k for k, i in enumerate(inst.topo)}
+    return [sorted(acts, key=lambda i: (start_vals[i], end_vals[i], topo_pos[i])) for acts in inst.by_rank]
+
+
+def solve_cpsat(
+    problem: Problem,
+    time_limit: float = 10.0,
+    warm: Optional[tuple[Schedule, SimResult, str]] = None,
+    workers: int = 1,
+    seed: int = 0,
+    hint: bool = True,
+    stop_at_bound: bool = True,
+) -> CpsatOutcome:
+    """Solve `problem` with CP-SAT within `time_limit` seconds (see the module docstring).
+    `hint=False` starts CP-SAT cold; `stop_at_bound=False` runs it even when the warm start
+    already meets the combinatorial bound."""
+    cp_model = import_cp_model()
+    from schedc.solver import heuristic
+
+    t0 = time.monotonic()
+    heuristic.check_memory_feasible(problem)
+    objective = problem.objective
+    if warm is None:
+        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
+    inst = model.build_instance(problem)
+    inc_sim, best_sched, best_sim = _incumbent(problem, inst, warm)
+    ts = choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p])
+    bs = choose_byte_scale(list(inst.delta))
+    comb = lower_bound(problem)
+    if stop_at_bound and best_sim.objective(objective) <= comb * (1 + 1e-9) + 1e-9:
+        return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), comb, None, None, True,
+                            "WARM_START_AT_BOUND", time.monotonic() - t0, ts.unit, ts.exact, bs.exact, False)
+    inc_units = ts.ceil(max(inc_sim.objective(objective), best_sim.objective(objective))) + 1
+    # with exact units the integer makespan is the real one over u, so the combinatorial bound
+    # holds for it too (not for span: the free first starts relax what that bound assumes)
+    bound_units = ts.ceil(comb) if ts.exact and objective == "makespan" else 0
+    m, starts, ends, obj = build_cp_model(inst, ts, bs, objective, inc_units, bound_units)
+    if hint and inc_sim.fits:
+        _hint(m, inst, ts, starts, ends, obj, inc_sim, objective)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.1, time_limit - (time.monotonic() - t0))
+    solver.parameters.num_workers = max(1, int(workers))
+    solver.parameters.random_seed = int(seed)
+    status = solver.solve(m)
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    cp_bound = _certified_bound(solver, status, ts, bs, objective)
+    out = CpsatOutcome(best_sched, best_sim, best_sim.objective(objective),
+                       comb if cp_bound is None else max(comb, cp_bound), cp_bound,
+                       solver.objective_value * ts.unit if found else None, status == cp_model.OPTIMAL,
+                       solver.status_name(status), 0.0, ts.unit, ts.exact, bs.exact, False)
+    if found:
+        _take_answer(out, problem, inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])
+    out.solve_time = time.monotonic() - t0
+    return out
+
+
+def _incumbent(problem: Problem, inst: model.Instance, warm):
+    """The warm start in the model's vocabulary (kinds in microbatch order) and simulated; plus
+    the better of it and the warm start as given (the answer to beat)."""
+    orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm[0]))
+    sim = simulate(model.schedule_from_orders(inst, orders, name="schedc-cpsat"), problem.profile, problem.memory)
+    best_sched, best_sim = warm[0], warm[1]
+    if sim.fits and sim.objective(problem.objective) < best_sim.objective(problem.objective):
+        best_sched, best_sim = model.schedule_from_orders(inst, orders, name="schedc-cpsat"), sim
+    return sim, best_sched, best_sim
+
+
+def _take_answer(out: CpsatOutcome, problem: Problem, inst: model.Instance, start_vals, end_vals) -> None:
+    """Turn CP-SAT's times into a schedule, simulate it, keep it when it fits and beats the best."""
+    sched = model.schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat")
+    sim = simulate(sched, problem.profile, problem.memory)
+    out.cp_schedule, out.cp_sim = sched, sim
+    if sim.fits and sim.objective(problem.objective) < out.value * (1 - 1e-12):
+        out.schedule, out.sim, out.value, out.improved = sched, sim, sim.objective(problem.objective), True
+
+
+def compile_cpsat(problem: Problem, time_limit: float = 60.0, progress=None, seed: int = 0, warm=None,
+                  workers: int = 2):
+    """``compile_problem`` with CP-SAT as the engine (``--solver cpsat``): the same warm start,
+    result, status rules and report; the certificate is the higher of the combinatorial bound
+    and CP-SAT's converted bound (valid for span too: its first starts are free)."""
+    from schedc.solver import compile as driver
+    from schedc.solver import heuristic
+
+    t0 = time.monotonic()
+    if not time_limit or time_limit <= 0:
+        raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")
+    import_cp_model()
+    heuristic.check_memory_feasible(problem)
+    if warm is None:
+        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
+    lb, lb_details = driver._lower_bound(problem)
+    log: list[dict] = []
+
+    def emit(phase: str, best: float, bound: float) -> None:
+        entry = {"elapsed": time.monotonic() - t0, "best": best, "bound": bound, "gap": driver._gap(best, bound),
+                 "phase": phase}
+        log.append(entry)
+        if progress is not None:
+            progress(entry)
+
+    emit("warm start (" + warm[2] + ")", warm[1].objective(problem.objective), lb)
+    budget = time_limit - (time.monotonic() - t0) - min(0.05 * time_limit, 5.0)
+    out = solve_cpsat(problem, time_limit=max(0.1, budget), warm=warm, workers=workers, seed=seed)
+    bound = out.bound
+    if driver._close(out.value, bound):
+        status, bound = "optimal", min(bound, out.value)
+    else:
+        status = "feasible" if out.cp_schedule is not None else "heuristic"
+    result = driver.CompileResult(
+        schedule=out.schedule, sim=out.sim, problem=problem, status=status, lower_bound=bound,
+        gap=0.0 if status == "optimal" else driver._gap(out.value, bound), solve_time=time.monotonic() - t0,
+        baselines=driver.all_baselines(problem), warm_start_source=warm[2])
+    source = "cp-sat (proven optimal)" if out.proven and out.cp_bound is not None else "cp-sat bound"
+    if out.cp_bound is None or out.cp_bound < lb:
+        source = "combinatorial"
+    result.report = driver.build_report(result, lb_details=lb_details, bound_source=source, solver="cpsat",
+                                        time_limit=time_limit, log=log)
+    emit("done", out.value, bound)
+    return result
+
+
+def _certified_bound(solver, status, ts: Scale, bs: Scale, objective: str) -> Optional[float]:
+    """CP-SAT's bound, converted to seconds conservatively (module docstring); None when the
+    byte rounding was not exact (the model is then a restriction, not a relaxation)."""
+    from ortools.sat.python import cp_model
+
+    if not bs.exact or status in (cp_model.MODEL_INVALID, cp_model.INFEASIBLE):
+        return None
+    if not math.isfinite(solver.best_objective_bound):
+        return None
+    lb = math.ceil(solver.best_objective_bound - 1e-9)
+    if objective == "span" and not ts.exact:
+        lb -= 1
+    return max(0.0, lb * ts.unit)

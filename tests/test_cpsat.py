@@ -1,0 +1,131 @@
+"""CP-SAT engine against exhaustive search on tiny instances (torch's runtime model, where stage 0's I
+is a 0-length action, and the ideal one): its schedules are valid and fit
+memory, reach the exact optimum (makespan: its own answer, unhinted), and its bound, converted from
+integer units, is never above the optimum (exact and inexact time units, both objectives)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from schedc.costs import Profile, StageCost
+from schedc.errors import SchedcError
+from schedc.solver import cpsat
+from schedc.solver.exhaustive import exact_optimum
+from schedc.solver.problem import Problem
+from schedc.validate import problems
+
+
+TINY = [
+    # (stages, mb, ranks, placement, profile, memory, objective)
+    (3, 3, None, "loop", None, "1p", "makespan"),
+    (3, 3, None, "loop", "hetero", "1p", "makespan"),
+    (3, 3, None, "loop", "hetero", "0.67p", "makespan"),
+    (2, 4, None, "loop", "hetero", "0.5p", "makespan"),
+    (4, 2, 2, "v", "hetero", "1p", "makespan"),
+    (4, 2, 2, "v", "i-frees-0", "0.75p", "makespan"),
+    (3, 3, None, "loop", "hetero", "1p", "span"),
+    (2, 4, None, "loop", "hetero", "none", "span"),
+    (4, 2, 2, "v", "hetero", "1p", "span"),
+]
+
+
+def _profile(kind, n):
+    if kind == "hetero":
+        return Profile.edge_heavy(n)
+    if kind == "i-frees-0":
+        st = StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1.0, weight_grad_bytes=1.0)
+        return Profile(stages=[st] * n)
+    return None
+
+
+def _problem(case):
+    n, m, r, placement, prof, memory, objective = case
+    return Problem.build(n, m, n_ranks=r, placement=placement, profile=_profile(prof, n), memory=memory,
+                         objective=objective)
+
+
+def _check_schedule(problem, sched, sim):
+    assert problems(sched, problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement) == []
+    assert sim.fits
+
+
+@pytest.mark.parametrize("case", TINY, ids=lambda c: "-".join(str(x) for x in c))
+def test_cpsat_matches_exhaustive_optimum(case):
+    problem = _problem(case)
+    exact, _ = exact_optimum(problem)
+    out = cpsat.solve_cpsat(problem, time_limit=10.0, hint=False, stop_at_bound=False)
+    assert out.time_exact and out.memory_exact
+    assert out.proven
+    _check_schedule(problem, out.cp_schedule, out.cp_sim)
+    _check_schedule(problem, out.schedule, out.sim)
+    assert out.value == pytest.approx(exact, abs=1e-6)
+    assert out.cp_bound <= exact + 1e-6
+    if problem.objective == "makespan":
+        # the model is exact for makespan: CP-SAT's own schedule is optimal, its bound tight
+        assert out.cp_sim.makespan == pytest.approx(exact, abs=1e-6)
+        assert out.cp_bound == pytest.approx(exact, abs=1e-6)
+    else:
+        # free first starts: a relaxation of simulate()'s earliest starts
+        assert out.cp_value <= exact + 1e-6 <= out.cp_sim.span + 2e-6
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_inexact_time_unit_gives_a_conservative_bound(objective):
+    # thirds are no decimal: durations are floored in a fine unit and the bound converted down
+    stages = [StageCost(forward=1 / 3 * (1 + s), backward_input=0.37 / 3, backward_weight=2 / 7,
+                        activation_bytes=1.0, weight_grad_bytes=0.5) for s in range(3)]
+    problem = Problem.build(3, 3, profile=Profile(stages=stages, comm=1 / 30), memory="1p", objective=objective)
+    exact, _ = exact_optimum(problem)
+    out = cpsat.solve_cpsat(problem, time_limit=10.0, stop_at_bound=False)
+    assert not out.time_exact
+    _check_schedule(problem, out.schedule, out.sim)
+    assert out.value == pytest.approx(exact, rel=1e-9)
+    assert out.cp_bound is not None and out.cp_bound <= exact + 1e-9
+    if objective == "makespan":
+        assert out.cp_bound >= 0.99 * exact  # flooring in a unit of 1/1000 of the shortest action costs little
+
+
+def test_inexact_bytes_still_fit_and_claim_no_bound():
+    stages = [StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1 / 3,
+                        weight_grad_bytes=1 / 7) for _ in range(3)]
+    problem = Problem.build(3, 4, profile=Profile(stages=stages), memory="0.67p")
+    out = cpsat.solve_cpsat(problem, time_limit=10.0, hint=False, stop_at_bound=False)
+    assert not out.memory_exact
+    assert out.cp_bound is None
+    _check_schedule(problem, out.cp_schedule, out.cp_sim)
+    assert out.value >= exact_optimum(problem)[0] - 1e-9
+
+
+def test_missing_ortools_is_one_clear_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ortools.sat.python", None)
+    with pytest.raises(SchedcError, match=r"pip install 'schedc\[cpsat\]'"):
+        cpsat.solve_cpsat(Problem.build(2, 2), time_limit=1.0)
+
+
+def test_compile_with_cpsat_certifies_and_reports():
+    from schedc.solver import compile_schedule
+
+    kw = dict(n_stages=4, n_microbatches=2, n_ranks=2, placement="v", profile=Profile.edge_heavy(4), memory="1p",
+              objective="span")
+    exact, _ = exact_optimum(Problem.build(**kw))
+    res = compile_schedule(time_limit=10.0, solver="cpsat", **kw)
+    assert res.sim.fits
+    assert res.value == pytest.approx(exact, abs=1e-6)
+    assert res.lower_bound <= exact + 1e-6
+    assert res.report["inputs"]["solver"] == "cpsat"
+    # the combinatorial bound stops short here; CP-SAT's free-start bound proves the span optimal
+    assert res.status == "optimal"
+    assert res.report["lower_bound_source"] == "cp-sat (proven optimal)"
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_cpsat_under_the_ideal_runtime(objective):
+    # every stage's I takes time and frees memory (the paper's model), not only stage 0's W
+    problem = Problem.build(3, 3, profile=Profile.edge_heavy(3), memory="0.67p", objective=objective, runtime="ideal")
+    exact, _ = exact_optimum(problem)
+    out = cpsat.solve_cpsat(problem, time_limit=10.0, hint=False, stop_at_bound=False)
+    _check_schedule(problem, out.cp_schedule, out.cp_sim)
+    assert out.value == pytest.approx(exact, abs=1e-6)
+    assert out.cp_bound <= exact + 1e-6
