@@ -8,10 +8,12 @@ every hand-made schedule that exists for it and fits the memory limit (the solve
 feasible_baselines: schedc.baselines plus zb-greedy) run in one launch of
 :func:`schedc.runtime.emulate.emulate`.
 
-Costs: each profile is scaled so that its mean F sleeps ``--unit`` seconds; communication is set to
-0 for compiling, simulating and emulating alike, since the emulation does not sleep for it. The
-prediction adds the per-action overhead measured in the overhead run (every sleep 1 us) to each
-action (see schedc.runtime.emulate).
+Costs: each profile is scaled so that its mean F sleeps ``--unit`` seconds; the emulation sleeps no
+communication. The compiler plans with the costs a profile measured inside torch's runtime would
+give: the scaled costs plus the runtime's per-action overhead and localhost transfer delay,
+measured once per placement and rank count by a short overhead run (``runtime_costs``). The
+prediction adds the per-action overhead measured in each schedule's own overhead run (every sleep
+1 us) to each action (see schedc.runtime.emulate).
 
 Printed: a markdown table, one row per schedule: measured step (median of --steps after a
 warm-up), prediction with the overhead, ratio, and per case the compiled schedule's margin over
@@ -35,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from schedc.baselines import make_baseline  # noqa: E402
 from schedc.costs import Profile  # noqa: E402
 from schedc.csvio import write_csv  # noqa: E402
 from schedc.library import transformer_profile  # noqa: E402
@@ -50,21 +53,47 @@ PROFILES = {
 }
 
 
-def case_schedules(placement: str, profile_name: str, memory: str, ranks: int, time_limit: float):
-    """(profile without comm, [(name, schedule)]): the compiled schedule first, then the fitting
-    hand-made ones."""
+def runtime_costs(profile: Profile, scale: float, overhead: dict[str, float], transfer: float) -> Profile:
+    """The costs a profile measured inside torch's runtime would give: `profile` as torch runs it,
+    scaled to seconds, plus the runtime's own per-action overhead (by kind) and per-boundary
+    transfer delay, both measured by an overhead run. The compiler plans with these, as it would
+    with a real profile."""
+    torch_costs = profile.executed("torch")
+    stages = [c.model_copy(update={
+        "forward": scale * c.forward + overhead.get("F", 0.0),
+        "backward_input": scale * c.backward_input + overhead.get("I", 0.0),
+        "backward_weight": scale * c.backward_weight + overhead.get("W", 0.0),
+    }) for c in torch_costs.stages]
+    return torch_costs.model_copy(update={"stages": stages, "comm": transfer})
+
+
+def measure_overhead(placement: str, ranks: int, args, tmp: Path) -> tuple[dict[str, float], float]:
+    """Per-kind action overhead and transfer delay of torch's runtime on this many local ranks: one
+    short emulation of a hand-made schedule (the overhead does not depend on the stage times)."""
+    n_stages = ranks * (2 if placement == "v" else 1)
+    path = tmp / f"overhead-{placement}-r{ranks}.csv"
+    write_csv(make_baseline("zb-v" if placement == "v" else "zb-h1", n_stages, 2 * ranks, n_ranks=ranks), path)
+    run, = emulate([path], Profile.uniform(n_stages), scale=args.unit, steps=1, warmup=0)
+    return run.overhead, run.transfer
+
+
+def case_schedules(placement, profile_name, memory, ranks, args, overhead, transfer):
+    """(profile without comm, scale, [(name, schedule)]): the compiled schedule first, then the
+    fitting hand-made ones. The compiler sees the costs as the runtime will run them."""
     n_stages = ranks * (2 if placement == "v" else 1)
     profile = PROFILES[profile_name](n_stages).model_copy(update={"comm": 0.0})
+    scale = args.unit / statistics.fmean(c.forward for c in profile.stages)
     problem = Problem.build(n_stages, 2 * ranks, n_ranks=ranks, placement=placement, profile=profile,
                             memory=memory)
-    compiled = compile_problem(problem, time_limit=time_limit)
+    measured = Problem.build(n_stages, 2 * ranks, n_ranks=ranks, placement=placement, memory=memory,
+                             profile=runtime_costs(profile, scale, overhead, transfer))
+    compiled = compile_problem(measured, time_limit=args.time_limit)
     hand = [(name, sched) for name, sched, _ in feasible_baselines(problem)]
-    return profile, [("compiled", compiled.schedule)] + hand
+    return profile, scale, [("compiled", compiled.schedule)] + hand
 
 
-def run_case(placement, profile_name, memory, ranks, args, tmp: Path) -> list[dict]:
-    profile, schedules = case_schedules(placement, profile_name, memory, ranks, args.time_limit)
-    scale = args.unit / statistics.fmean(c.forward for c in profile.stages)
+def run_case(placement, profile_name, memory, ranks, args, tmp: Path, overhead, transfer) -> list[dict]:
+    profile, scale, schedules = case_schedules(placement, profile_name, memory, ranks, args, overhead, transfer)
     paths = []
     for name, schedule in schedules:
         paths.append(tmp / f"{placement}-{profile_name}-{memory}-r{ranks}-{name}.csv")
@@ -103,9 +132,12 @@ def main(argv=None) -> int:
     summary, ratios = [], []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="schedc-emulate-check-") as tmp:
+        overheads = {}
         for placement, profile_name, memory, ranks in cases:
             label = f"{placement} {profile_name} {memory} {ranks} ranks"
-            rows = run_case(placement, profile_name, memory, ranks, args, Path(tmp))
+            if (placement, ranks) not in overheads:
+                overheads[placement, ranks] = measure_overhead(placement, ranks, args, Path(tmp))
+            rows = run_case(placement, profile_name, memory, ranks, args, Path(tmp), *overheads[placement, ranks])
             for row in rows:
                 r = row["run"]
                 ratios.append(r.ratio)

@@ -8,7 +8,8 @@ holds; 1.5p; 2p). Every schedule gets the split it is made for: one stage per ra
 GPipe / 1F1B / ZB-H1 / ZB-H2 and schedc's `loop` column; two stages per rank (2R stages of half
 the size) for interleaved 1F1B (loop placement), ZB-V and schedc's `v` column. The models:
   - identical: R x (F, I, W) = (1, 1, 1) per rank in total, activation 1 per microbatch per rank
-    (0.5 held between I and W), no communication time; the 2R split halves every number;
+    (held until W, as torch's split backward does), no communication time; the 2R split halves
+    every number;
   - transformer: schedc.library.transformer_profile (32 layers, hidden 4096, vocab 128256,
     sequence 4096; LM head + loss on the last stage), split into R or 2R stages; times in ms.
 The memory limit is relative to each split (Kp = K x R microbatches of the rank's own stages'
@@ -16,24 +17,34 @@ activations, DESIGN.md). Every hand-made schedule is simulated under the row's c
 over the memory limit is shown in parentheses and never counted as "best". schedc compiles
 each split (makespan objective, --time-limit per compile). torch's table simulates the orders
 torch's classes report (``_schedule_visualizer.get_schedule_ops``, converted with
-``csvio.from_torch_order``) under the same costs.
+``csvio.from_torch_order``) under the same costs. Everything is timed as torch's runtime runs it
+(stage 0's backward all in W).
 
-Usage: python benchmarks/results_table.py [--time-limit S] [--quick]
+Emulated columns (with torch installed, unless --no-emulate): per row, schedc's faster schedule and
+the best hand-made one that fits run in torch's own ``_PipelineScheduleRuntime`` on R local gloo
+ranks whose stages sleep their costs (``schedc.runtime.emulate``; identical stages sleep
+``IDENTICAL_SCALE`` s per unit, the transformer its seconds). Communication is not slept, so the
+emulated margin compares the two schedules without it; per-action runtime overhead is in the
+measurement, as it would be on GPUs.
+
+Usage: python benchmarks/results_table.py [--time-limit S] [--quick] [--no-emulate] [--no-torch]
 Prints Markdown (the command that produced it first). Cost: 2 compiles per row
-(at most --time-limit each) plus simulations.
+(at most --time-limit each), simulations, and one emulation launch per row (~1 minute).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schedc import baselines as bl  # noqa: E402
-from schedc.costs import MemoryLimit, Profile, StageCost  # noqa: E402
+from schedc.costs import HELD_FRACTION, MemoryLimit, Profile, StageCost  # noqa: E402
+from schedc.csvio import write_csv  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.library import transformer_profile  # noqa: E402
 from schedc.simulate import simulate  # noqa: E402
@@ -62,7 +73,8 @@ TORCH_CLASSES = [  # torch class, stages per rank
 def identical(n_stages: int, n_ranks: int) -> Profile:
     """Identical stages whose per-rank total is F = I = W = 1 and activation 1 per microbatch."""
     k = n_ranks / n_stages
-    stage = StageCost(forward=k, backward_input=k, backward_weight=k, activation_bytes=k, weight_grad_bytes=k / 2)
+    stage = StageCost(forward=k, backward_input=k, backward_weight=k, activation_bytes=k,
+                      weight_grad_bytes=k * HELD_FRACTION)
     return Profile(stages=[stage] * n_stages, comm=0.0, model="identical")
 
 
@@ -89,6 +101,23 @@ def fmt(value, model: str, fits: bool = True) -> str:
     return text if fits else f"({text})"
 
 
+IDENTICAL_SCALE = 0.02  # seconds slept per unit of the identical-stage costs
+
+
+def emulate_pair(model: str, ranks: int, schedules: list, profiles: list) -> list[float]:
+    """Measured median step (seconds, in the row's units) of each schedule in torch's runtime."""
+    from schedc.runtime.emulate import emulate
+
+    scale = IDENTICAL_SCALE if model == "identical" else 1.0
+    with tempfile.TemporaryDirectory(prefix="schedc-results-") as tmp:
+        paths = []
+        for k, sched in enumerate(schedules):
+            paths.append(Path(tmp) / f"s{k}.csv")
+            write_csv(sched, paths[-1])
+        runs = emulate(paths, profiles, scale=scale, steps=5, warmup=1)
+    return [r.measured_step / scale for r in runs]
+
+
 def torch_orders(name: str, ranks: int, m: int, per_rank: int):
     """torch's reported order for class `name` as a schedc Schedule, or None if torch refuses."""
     from torch.distributed.pipelining import schedules as ts
@@ -107,6 +136,7 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per compile (default 30)")
     ap.add_argument("--quick", action="store_true", help="first two rows only, 5 s per compile (a smoke test)")
     ap.add_argument("--no-torch", action="store_true", help="skip the table of torch's own schedule classes")
+    ap.add_argument("--no-emulate", action="store_true", help="skip the emulated columns (torch's runtime)")
     args = ap.parse_args(argv)
     rows = ROWS[:2] if args.quick else ROWS
     limit = 5.0 if args.quick else args.time_limit
@@ -114,15 +144,17 @@ def main(argv=None) -> int:
         f" --time-limit {args.time_limit:g}" if not args.quick and args.time_limit != 30.0 else "")
     try:
         import torch  # noqa: F401
-        have_torch = not args.no_torch
+        have_torch, can_emulate = not args.no_torch, not args.no_emulate
     except ImportError:
-        have_torch = False
+        have_torch = can_emulate = False
 
     print(f"Produced by `{command}` (schedc {__import__('schedc').__version__}; makespan per training step: "
           "identical stages in units of one stage's F, transformer in ms; lower is better; "
           "(x) = exceeds the memory limit).\n")
     head = ["set-up", "memory", "schedc loop", "schedc V"] + [c for c, _, _ in HAND_MADE] + [
         "schedc vs best hand-made that fits", "schedc status"]
+    if can_emulate:
+        head += ["emulated: schedc", "emulated: best hand-made", "emulated: schedc vs it"]
     print("| " + " | ".join(head) + " |")
     print("|---|---|" + "---:|" * (len(head) - 3) + "---|")
     torch_lines = []
@@ -130,6 +162,7 @@ def main(argv=None) -> int:
     for model, ranks, m, memory in rows:
         label = f"{model}, {ranks} ranks, {m} mb"
         values: dict[str, tuple[float, bool]] = {}
+        made: dict[str, tuple] = {}  # column -> (schedule, profile)
         results = {}
         for placement, per_rank in (("loop", 1), ("v", 2)):
             n = ranks * per_rank
@@ -141,6 +174,7 @@ def main(argv=None) -> int:
             sched = bl.make_baseline(name, n, m, n_ranks=ranks)
             sim = simulate(sched, profile_for(model, n, ranks), MemoryLimit.parse(memory))
             values[col] = (sim.makespan, sim.fits)
+            made[col] = (sched, profile_for(model, n, ranks))
         best_col = min((c for c in values if values[c][1]), key=lambda c: values[c][0])
         schedc_best = min(results.values(), key=lambda r: r.sim.makespan)
         which = "loop" if schedc_best is results["loop"] else "V"
@@ -150,6 +184,11 @@ def main(argv=None) -> int:
         cells = [label, memory, fmt(results["loop"].sim.makespan, model), fmt(results["v"].sim.makespan, model)]
         cells += [fmt(values[c][0], model, values[c][1]) for c, _, _ in HAND_MADE]
         cells += [f"{100 * gain:+.1f}% ({which} vs {best_col})", status]
+        if can_emulate:
+            ours = results["loop" if which == "loop" else "v"]
+            mine, theirs = emulate_pair(model, ranks, [ours.schedule, made[best_col][0]],
+                                        [ours.problem.given_profile, made[best_col][1]])
+            cells += [fmt(mine, model), fmt(theirs, model), f"{100 * (mine / theirs - 1):+.1f}%"]
         print("| " + " | ".join(cells) + " |", flush=True)
 
         if have_torch:
