@@ -540,10 +540,10 @@ def _v_repeated(p: int, m: int, forward_offset: int) -> list[list[Cell]]:
 
 def _v_half(p: int, v: int, m: int) -> list[list[Cell]]:
     """V-Half (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory", section 4, V-Shape
-    building blocks, and its memory table): a V schedule holding at most (R+2)//2 microbatches of a rank's two stages, about
-    half of 1F1B's activation memory, counted the paper's way (a microbatch's activation lives
-    from its F to the end of its W, so I frees nothing; any accounting where I frees part of it
-    only lowers the peak).
+    building blocks, and its memory table): a V schedule holding at most (R+2)//2 microbatches
+    of a rank's two stages, about half of 1F1B's activation memory, counted the paper's way (a
+    microbatch's activation lives from its F to the end of its W, so I frees nothing; any
+    accounting where I frees part of it only lowers the peak).
 
     Problem: an order per rank that keeps that memory bound and loses as little time as
     possible in warm-up and cool-down. Repeating the V-Half building block (forward offsets 2,
