@@ -2,15 +2,16 @@
 
 Problem: emit, for given stages N, ranks R and microbatches M, the per-rank action order of the
 well-known schedules (GPipe, 1F1B, ZB-H1, ZB-H2, interleaved 1F1B, ZB-V, looped BFS, interleaved
-zero bubble, DualPipeV) as a :class:`schedc.ir.Schedule`, so they can be simulated, validated,
-written as torch CSV and run by torch's ``_PipelineScheduleRuntime``.
+zero bubble, DualPipeV, the controllable-memory V-Half and V-Min) as a :class:`schedc.ir.Schedule`,
+so they can be simulated, validated, written as torch CSV and run by torch's
+``_PipelineScheduleRuntime``.
 
 Method: each schedule is a short rule over counters (warm-up length, steady F/B alternation,
 cool-down), written from the papers' descriptions; where torch ships the same schedule the rules
 are torch's (so warm-up lengths and microbatch-count restrictions agree with what torch users
 know) and tests compare the two by simulation. Orders only: idle cells are not emitted, since the
-simulator and torch's runtime both wait for data anyway. ZB-H2 is the one schedule defined by
-construction rather than a formula: a unit-time list schedule (see :func:`_zb_h2`).
+simulator and torch's runtime both wait for data anyway. ZB-H2 and V-Half are defined by
+construction rather than a formula: unit-time list schedules (see :func:`_zb_h2`, :func:`_v_half`).
 
 Known torch quirk (torch 2.13): ``Schedule1F1B._get_pipeline_order`` (what
 ``get_schedule_ops`` and the visualizer show) starts the last rank's forwards at microbatch 1
@@ -19,7 +20,8 @@ microbatch that does not exist. torch's real 1F1B execution (``_step_microbatche
 only the reported order is off by one. schedc's 1F1B is the correct order (``F0 B0 F1 B1 ...``
 on the last rank); tests pin this.
 
-Cost: O(N x M) actions; ZB-H2's construction steps through about 3M + 2R unit time steps x R ranks.
+Cost: O(N x M) actions; ZB-H2's and V-Half's constructions step through about 6M + 2R unit time
+steps x R ranks.
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ _INFOS = (
                  "split and W's delayed into the bubbles", _MULTI, "ScheduleInterleavedZeroBubble"),
     BaselineInfo("dualpipev", "v", "DeepSeek DualPipeV: 2 stages per rank in a V, overlapped F+B cells",
                  _TWO, "ScheduleDualPipeV"),
-    BaselineInfo("v-half", "v", "controllable-memory V-Half: V building block with forward offsets 2, "
-                 "backward offsets 1; about 1/2 of 1F1B's activation memory", _TWO),
+    BaselineInfo("v-half", "v", "controllable-memory V-Half: V building block squeezed and reordered "
+                 "(I first, W fills gaps) within (R+2)//2 microbatches, about 1/2 of 1F1B's memory", _TWO),
     BaselineInfo("v-min", "v", "controllable-memory V-Min: V building block with all offsets 1; about "
                  "1/3 of 1F1B's activation memory", _TWO),
 )
@@ -498,7 +500,7 @@ def _v_block(p: int, forward_offset: int) -> dict[tuple[str, int], int]:
     the blocks must not collide, so each pass takes the first time whose residue mod 6 is still
     free on its rank. A rank's activation memory is set by the block's lifespan (F start to W
     end, summed over its two stages) divided by T: about (2R-1)(offset_F + offset_B) / 6 stage
-    activations, i.e. 1/3 of 1F1B's for offsets (1, 1) and 1/2 for (2, 1)."""
+    activations, i.e. 1/3 of 1F1B's for offsets (1, 1)."""
     n, period = 2 * p, 6
     rank = v_placement(n, p)
     used: list[set[int]] = [set() for _ in range(p)]
@@ -537,7 +539,83 @@ def _v_repeated(p: int, m: int, forward_offset: int) -> list[list[Cell]]:
 
 
 def _v_half(p: int, v: int, m: int) -> list[list[Cell]]:
-    return _v_repeated(p, m, forward_offset=2)
+    """V-Half (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory", section 4, V-Shape
+    building blocks, and its memory table): a V schedule holding at most (R+2)//2 microbatches
+    of a rank's two stages, about half of 1F1B's activation memory, counted the paper's way (a
+    microbatch's activation lives from its F to the end of its W, so I frees nothing; any
+    accounting where I frees part of it only lowers the peak).
+
+    Problem: an order per rank that keeps that memory bound and loses as little time as
+    possible in warm-up and cool-down. Repeating the V-Half building block (forward offsets 2,
+    backward offsets 1) and keeping each rank's passes in block order, as :func:`_v_repeated`
+    does for V-Min, leaves gaps the paper removes by squeezing *and reordering* (its figure 18):
+    passes that are ready move ahead of passes that are not.
+
+    Method: a unit-time list schedule (F = I = W = 1) that does that squeezing directly. At
+    every time step each rank runs, among its ready passes, the first by (I before F before W,
+    oldest microbatch, first stage of the V before the second): I's are on the critical path
+    back down the V; W's fill the time nothing else can use. A forward runs only while the rank
+    stays within the memory bound, and the first stage's forwards leave room for the second
+    stage's microbatches in flight: ceil((r+1)/2) on rank r, the lifespan of the building
+    block's second-stage pass there (3(r+1) units: r forward hops of 2, the backward hops of 1,
+    I and W) over the period of 6, so the V's turn is never starved. Memory depends only on
+    each rank's order (F allocates, W frees), so the bound holds under any costs and runtime;
+    the order comes from a valid unit-time execution, so it cannot deadlock. With 4 ranks it
+    meets the lower bound 6M + 5 (53 / 101 for 8 / 16 microbatches).
+
+    Cost: O((6M + R) x R) steps of at most 6 candidates each."""
+    n = 2 * p
+    cap = 2 * ((p + 2) // 2)  # stage activations = (R+2)//2 microbatches of both stages
+    rank = v_placement(n, p)
+    done: dict[tuple[str, int], int] = {}  # (kind, stage) -> microbatches finished
+    ends: dict[Action, int] = {}
+    held = [[0, 0] for _ in range(p)]  # per rank: activations of its first / second stage
+    rows: list[list[Cell]] = [[] for _ in range(p)]
+    t, total = 0, 3 * n * m
+    while len(ends) < total:
+        if t > 6 * m * n + 4 * n:  # a unit-time order finishes well before this
+            raise SchedcError(f"v-half: no order found for {p} ranks and {m} microbatches")
+        for r in range(p):
+            ready = [a for a in _v_half_candidates(r, n, m, done) if _v_half_ready(a, n, ends, t)]
+            ready = [a for a in ready if a.kind != "F" or _v_half_fits(a, r, held[r], cap)]
+            if not ready:
+                continue
+            a = min(ready, key=lambda a: ("IFW".index(a.kind), a.microbatch, a.stage != r))
+            rows[r].append(a)
+            ends[a] = t + 1
+            done[(a.kind, a.stage)] = a.microbatch + 1
+            held[r][a.stage != r] += {"F": 1, "I": 0, "W": -1}[a.kind]
+        t += 1
+    return rows
+
+
+def _v_half_candidates(r: int, n: int, m: int, done: dict[tuple[str, int], int]) -> list[Action]:
+    """The next F, I and W of each of rank r's stages (each kind runs microbatches in order)."""
+    out = []
+    for s in (r, n - 1 - r):
+        for kind in "FIW":
+            k = done.get((kind, s), 0)
+            if k < m:
+                out.append(Action(s, kind, k))
+    return out
+
+
+def _v_half_ready(a: Action, n: int, ends: dict[Action, int], t: int) -> bool:
+    s, k = a.stage, a.microbatch
+    if a.kind == "F":
+        deps = [Action(s - 1, "F", k)] if s else []
+    elif a.kind == "I":
+        deps = [Action(s, "F", k)] + ([Action(s + 1, "I", k)] if s < n - 1 else [])
+    else:
+        deps = [Action(s, "I", k)]
+    return all(ends.get(d, t + 1) <= t for d in deps)
+
+
+def _v_half_fits(a: Action, r: int, held: list[int], cap: int) -> bool:
+    if held[0] + held[1] + 1 > cap:
+        return False
+    reserve = (r + 2) // 2  # ceil((r+1)/2): the second stage's in-flight microbatches
+    return a.stage != r or held[0] + 1 <= cap - reserve
 
 
 def _v_min(p: int, v: int, m: int) -> list[list[Cell]]:
