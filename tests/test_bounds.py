@@ -7,7 +7,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from schedc.costs import MemoryLimit, Profile, StageCost
@@ -16,6 +16,7 @@ from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
 from schedc.solver.bounds import lower_bound, lower_bound_details, rank_span_bounds
 from schedc.solver.exhaustive import exact_optimum
+from schedc.solver import model
 from schedc.solver.heuristic import feasible_baselines, heuristic_schedule
 from schedc.solver.problem import Problem
 
@@ -183,3 +184,19 @@ def test_property_bound_exact_heuristic(p):
     hsim = simulate(h, p.profile, p.memory)
     assert hsim.fits
     assert hsim.objective(p.objective) >= opt - EPS
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_problems())
+def test_property_late_start_model_never_above_exhaustive_span_optimum(p):
+    # the span certificate the compiler prints (the late-start model's dual bound) on random
+    # costs, links, memory and weightless stages, against the optimum over all orders
+    assume(p.n_stages * p.n_microbatches <= 6)  # span searches of 3 x 3 take seconds
+    p = Problem(given_profile=p.given_profile, placement=p.placement, n_microbatches=p.n_microbatches,
+                memory=p.memory, objective="span", runtime=p.runtime)
+    opt, sched = exact_optimum(p, max_nodes=400_000)
+    inst = model.build_instance(p)
+    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
+    val = simulate(model.schedule_from_orders(inst, inc), p.profile).span
+    out = model.solve_model(inst, inc, max(val, opt), "span", 10.0, late_start=True, lower_bound=lower_bound(p))
+    assert out.dual_bound is not None and out.dual_bound <= opt + 1e-6

@@ -101,6 +101,18 @@ def test_span_objective_and_v_placement():
     assert res.problem.placement == (0, 1, 1, 0)
 
 
+def test_span_proven_optimal_above_the_combinatorial_bound():
+    # unequal stages, no memory cap: the combinatorial span bound is below the optimum, which
+    # only the late-start model's dual bound certifies
+    problem = Problem.build(2, 3, profile=Profile.edge_heavy(2), memory="none", objective="span")
+    exact, _ = exact_optimum(problem)
+    res = compile_problem(problem, time_limit=3)
+    check_result(res)
+    assert res.report["lower_bound_details"]["lower_bound"] < exact - 0.1
+    assert res.status == "optimal" and res.value == pytest.approx(exact)
+    assert res.report["lower_bound_source"].startswith("highs")
+
+
 def test_infeasible_memory_names_the_smallest_limit():
     with pytest.raises(SchedcError, match="smallest limit that works is --memory"):
         compile_schedule(4, 8, memory="0.1p", time_limit=2)

@@ -62,6 +62,36 @@ def test_ilp_optimum_equals_exhaustive_optimum(case):
     assert out.dual_bound <= exact + 1e-6
 
 
+SPAN = [c for c in TINY if c[-1] == "span"] + [(2, 3, None, "loop", "slow", "1p", "span"),
+                                              (4, 2, 2, "loop", "slow", "2p", "span")]
+
+
+@pytest.mark.parametrize("case", SPAN, ids=lambda c: "-".join(str(x) for x in c))
+def test_late_start_model_bounds_the_exhaustive_span_optimum(case):
+    # the late-start model relaxes every schedule (out-of-order ones included): its proven
+    # optimum never exceeds the exhaustive optimum, and its orders re-simulate to a real schedule
+    n, m, r, placement, prof, memory, objective = case
+    profile = {"hetero": Profile.edge_heavy(n), "slow": Profile.uniform(n, 1.0, 2.0, 0.5, comm=0.3)}.get(prof)
+    problem = Problem.build(n, m, n_ranks=r, placement=placement, profile=profile, memory=memory, objective=objective)
+    exact, _ = exact_optimum(problem)
+    inst = model.build_instance(problem)
+    sched, _, _ = warm_start(problem, time_budget=0.05)
+    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
+    val = simulate(model.schedule_from_orders(inst, inc), problem.profile).span
+    out = model.solve_model(inst, inc, val, "span", 20.0, late_start=True)
+    assert out.proven and out.dual_bound <= exact + 1e-6
+    sim = simulate(model.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
+    assert sim.fits and sim.span >= exact - 1e-6
+
+
+def test_late_start_is_the_full_span_model_only():
+    problem = Problem.build(2, 2, memory="1p")
+    inst = model.build_instance(problem)
+    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, warm_start(problem, 0.05)[0]))
+    with pytest.raises(ValueError, match="late_start"):
+        model.solve_model(inst, inc, 10.0, "makespan", 5.0, late_start=True)
+
+
 def test_cbc_reaches_the_same_optimum():
     problem = Problem.build(3, 3, profile=Profile.edge_heavy(3), memory="1p", objective="makespan")
     exact, _ = exact_optimum(problem)

@@ -13,10 +13,10 @@ Method:
 3. Lower bound: schedc.solver.bounds.lower_bound. If the warm start meets it, stop: proven.
 4. Integer program (schedc.solver.model): instances whose free order pairs stay under
    ``model.FULL_MODEL_PAIRS`` get the full model for 70% of the time (its dual bound is a
-   certificate for makespan, where the model is exact; for span the model covers only in-order
-   schedules, so only the combinatorial bound certifies); the rest, or what the full model
-   leaves unproven, get a rolling-horizon window search over the incumbent's timeline until
-   time runs out or a sweep of the widest windows finds nothing.
+   certificate: for makespan the model is exact; for span the driver solves the late-start
+   model, where each rank's start is a variable, a relaxation of every schedule); the rest, or
+   what the full model leaves unproven, get a rolling-horizon window search over the
+   incumbent's timeline until time runs out or a sweep of the widest windows finds nothing.
 5. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
    worse than the warm start nor over the memory caps.
 
@@ -188,13 +188,6 @@ class _Compilation:
     def best_val(self) -> float:
         return self.best_sim.objective(self.problem.objective)
 
-    @property
-    def exact(self) -> bool:
-        """Whether the solver's dual bound certifies: for makespan only, since for span the
-        model fixes each rank's first start at its chain head, which in-order schedules meet
-        but others may not."""
-        return self.problem.objective == "makespan"
-
     def emit(self, phase: str, best: float, bnd: float) -> None:
         entry = {"elapsed": time.monotonic() - self.t0, "best": best, "bound": bnd,
                  "gap": _gap(best, bnd), "phase": phase}
@@ -210,18 +203,20 @@ class _Compilation:
 
     def solve_full_model(self) -> None:
         """Most of the time to the full model (the only one that can prove); the rest is left
-        to windows around its best answer."""
+        to windows around its best answer. For span it is the late-start model (each rank's
+        start a variable), a relaxation of every schedule, so its dual bound certifies both
+        objectives."""
         obj = self.problem.objective
         inc_val = self.inc_sim.objective(obj)
         remaining = FULL_MODEL_SHARE * (self.deadline - time.monotonic())
 
         def on_progress(primal, dual):
             p = min(self.best_val, primal) if primal is not None and math.isfinite(primal) else self.best_val
-            d = max(self.bound, dual) if self.exact and dual is not None and math.isfinite(dual) else self.bound
+            d = max(self.bound, dual) if dual is not None and math.isfinite(dual) else self.bound
             self.emit("full model", p, d)
 
         out = model.solve_model(self.inst, self.inc_orders, inc_val, obj, remaining, self.solver,
-                                lower_bound=self.lb, progress=on_progress, seed=self.seed)
+                                lower_bound=self.lb, progress=on_progress, late_start=obj == "span", seed=self.seed)
         if out.orders is not None:
             self.ilp_used = True
             cand_orders = model.canonical_orders(self.inst, out.orders)
@@ -229,7 +224,7 @@ class _Compilation:
             if sim is not None and sim.fits and sim.objective(obj) <= inc_val + 1e-12 * max(1.0, inc_val):
                 self.inc_orders, self.inc_sched, self.inc_sim = cand_orders, sched, sim
                 self.consider(sched, sim)
-        if self.exact and out.dual_bound is not None and out.dual_bound > self.bound:
+        if out.dual_bound is not None and out.dual_bound > self.bound:
             self.bound, self.bound_source = out.dual_bound, f"{self.solver} dual bound"
             if out.proven:
                 self.bound_source = f"{self.solver} (proven optimal)"

@@ -250,36 +250,34 @@ class _ListScheduler:
     def ready_backward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], float]:
         """The I rank r should run at t (deepest stage first; by microbatch group under
         rule.group), or None; and the earliest time an I not yet ready becomes ready."""
-        group, M = self.rule.group, self.a.M
+        group, M, S, comm = self.rule.group, self.a.M, self.a.S, self.a.comm
+        endF, endI, nextI = self.endF, self.endI, self.nextI
         best_I, best_key, soon_I = None, None, INF
         for s in self.stages_desc[r]:
-            m = self.nextI[s]
-            if m < M:
-                rt = self.ready_I(s, m)
-                if rt >= 0:
-                    if rt <= t + EPS:
-                        key = (m // group, -s, m) if group else (-s, m)
-                        if best_I is None or key < best_key:
-                            best_I, best_key = (s, m), key
-                    else:
-                        soon_I = min(soon_I, rt)
+            m = nextI[s]
+            if m >= M or endF[s][m] < 0 or (s + 1 < S and endI[s + 1][m] < 0):
+                continue
+            rt = endF[s][m] if s + 1 == S else max(endF[s][m], endI[s + 1][m] + comm[s])
+            if rt <= t + EPS:
+                key = (m // group, -s, m) if group else (-s, m)
+                if best_I is None or key < best_key:
+                    best_I, best_key = (s, m), key
+            else:
+                soon_I = min(soon_I, rt)
         return best_I, soon_I
 
     def admissible_forward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], bool]:
         """The F rank r may run at t (ready, under the warm-up limit, within memory, banker-safe),
         or None; and whether memory (not readiness) blocked one."""
-        a, rule, nextF = self.a, self.rule, self.nextF
+        a, rule, nextF, endF = self.a, self.rule, self.nextF, self.endF
         order_f = self.stages_desc[r] if rule.deep_f else a.stages[r]
         if rule.group and len(order_f) > 1:
             order_f = sorted(order_f, key=lambda s: (nextF[s] // rule.group, s))
         blocked = False
         for s in order_f:
             m = nextF[s]
-            if m >= a.M:
-                continue
-            rt = self.ready_F(s, m)
-            if rt < 0 or rt > t + EPS:
-                continue
+            if m >= a.M or (s > 0 and (endF[s - 1][m] < 0 or endF[s - 1][m] + a.comm[s - 1] > t + EPS)):
+                continue  # all done, or its input is not there yet
             if s == self.first[r] and self.admitted[r] >= rule.warmup[r]:
                 continue
             if self.held[r] + a.act[s] > a.free0[r] + EPS * max(1.0, abs(a.free0[r])):
@@ -290,23 +288,6 @@ class _ListScheduler:
                 continue
             return (s, m), blocked
         return None, blocked
-
-    def ready_F(self, s: int, m: int) -> float:
-        if s == 0:
-            return 0.0
-        e = self.endF[s - 1][m]
-        return -1.0 if e < 0 else e + self.a.comm[s - 1]
-
-    def ready_I(self, s: int, m: int) -> float:
-        e = self.endF[s][m]
-        if e < 0:
-            return -1.0
-        if s + 1 < self.a.S:
-            e2 = self.endI[s + 1][m]
-            if e2 < 0:
-                return -1.0
-            e = max(e, e2 + self.a.comm[s])
-        return e
 
     def banker_ok(self, s: int, m: int) -> bool:
         # Safe state (by induction): the in-flight microbatches can finish one at a time in index
@@ -415,66 +396,53 @@ def _fits_memory(a: _Arrays, orders) -> bool:
 def _earliest_times(a: _Arrays, orders) -> Optional[tuple[list[float], list[float]]]:
     """(end of each rank's last action, start of its first): every rank advances through its
     order as far as its inputs allow, round after round; None when a round makes no progress."""
-    R = a.R
-    endF = [[-1.0] * a.M for _ in range(a.S)]
-    endI = [[-1.0] * a.M for _ in range(a.S)]
-    idx = [0] * R
-    free = [0.0] * R
-    first_start = [INF] * R
+    S, M, R = a.S, a.M, a.R
+    endF = [[-1.0] * M for _ in range(S)]
+    endI = [[-1.0] * M for _ in range(S)]
+    idx, free, first_start = [0] * R, [0.0] * R, [INF] * R
     left = sum(len(o) for o in orders)
     while left:
         progressed = False
         for r in range(R):
-            i, t, st0 = _advance(a, orders[r], idx[r], free[r], endF, endI)
+            row, i, t = orders[r], idx[r], free[r]
+            while i < len(row):
+                s, k, m = row[i]
+                if k == "F":
+                    rt = 0.0
+                    if s > 0:
+                        e = endF[s - 1][m]
+                        if e < 0:
+                            break
+                        rt = e + a.comm[s - 1]
+                    st = t if t > rt else rt
+                    t = endF[s][m] = st + a.dF[s]
+                elif k == "I":
+                    e = endF[s][m]
+                    if e < 0:
+                        break
+                    if s + 1 < S:
+                        e2 = endI[s + 1][m]
+                        if e2 < 0:
+                            break
+                        e = max(e, e2 + a.comm[s])
+                    st = t if t > e else e
+                    t = endI[s][m] = st + a.dI[s]
+                else:
+                    e = endI[s][m]
+                    if e < 0:
+                        break
+                    st = t if t > e else e
+                    t = st + a.dW[s]
+                if i == 0:
+                    first_start[r] = st
+                i += 1
             if i != idx[r]:
-                if idx[r] == 0:
-                    first_start[r] = st0
                 left -= i - idx[r]
-                idx[r] = i
-                free[r] = t
+                idx[r], free[r] = i, t
                 progressed = True
         if not progressed:
             return None
     return free, first_start
-
-
-def _advance(a: _Arrays, row, i: int, t: float, endF, endI) -> tuple[int, float, float]:
-    """Run `row` from position i (its rank free at t) until an input is missing: (next
-    position, rank free time, start of the first action run)."""
-    S = a.S
-    first = INF
-    while i < len(row):
-        s, k, m = row[i]
-        if k == "F":
-            rt = 0.0
-            if s > 0:
-                e = endF[s - 1][m]
-                if e < 0:
-                    break
-                rt = e + a.comm[s - 1]
-            st = t if t > rt else rt
-            t = endF[s][m] = st + a.dF[s]
-        elif k == "I":
-            e = endF[s][m]
-            if e < 0:
-                break
-            if s + 1 < S:
-                e2 = endI[s + 1][m]
-                if e2 < 0:
-                    break
-                e = max(e, e2 + a.comm[s])
-            st = t if t > e else e
-            t = endI[s][m] = st + a.dI[s]
-        else:
-            e = endI[s][m]
-            if e < 0:
-                break
-            st = t if t > e else e
-            t = st + a.dW[s]
-        if first == INF:
-            first = st
-        i += 1
-    return i, t, first
 
 
 # ---------------------------------------------------------------- rules and search

@@ -15,9 +15,9 @@ named as here (``add_<family>``); the rows carry the family's name.
                  kinds in microbatch order and the memory-forced orders (below)
     anc(b)       everything P forces before b (transitive closure)
     [est_a, lst_a]  time windows: longest paths (+ same-rank work forced before / after a),
-                 horizon H = the incumbent's value
+                 horizon H = the incumbent's value; late start: relative to s_r
     first_r      rank r's first action (F of its lowest stage, microbatch 0); head_r its chain
-                 head: the longest dependency path to it
+                 head: the longest dependency path to it; s_r = start_{first_r}
     O_r          the free pairs: {a, b} in A_r ordered neither by anc nor by the windows
     [b <| a]     "b runs before a": 1 or 0 when anc or the windows decide, else before_ba
                  (or 1 - before_ab)
@@ -32,10 +32,11 @@ named as here (``add_<family>``); the rows carry the family's name.
                    pair whose windows fit only a first
     memory_cap     static_r + mu_a + sum_{b in A_r - a} mu_b [b <| a] <= cap_r    a in A_r, mu_a > 0
     objective      makespan: T >= start_a + d_a + after_a                           a in A
-                   span:     T >= start_a + d_a + after_a - start_{first_r},  start_{first_r} = head_r
+                   span:     T >= start_a + d_a + after_a - s_r,  s_r = head_r (pinned), or
+                             late start: s_r free, s_r = 0 on the rank of stage 0
                    (after_a: work of a's rank that P forces after a)
-    one_machine    start_a >= min_{b in A_r} est_b + sum_{b in A_r - a} d_b [b <| a]
-    (valid ineq.)  T >= start_a + d_a + sum_{b in A_r - a} d_b (1 - [b <| a])  (- start_{first_r})
+    one_machine    start_a >= min_{b in A_r} est_b (late start: s_r) + sum_{b in A_r - a} d_b [b <| a]
+    (valid ineq.)  T >= start_a + d_a + sum_{b in A_r - a} d_b (1 - [b <| a])  (- s_r)
   mip_start        the incumbent's simulated times, its orders and its value
 
 Assumptions and what makes it small and tight (numbers below; the table is
@@ -47,14 +48,27 @@ benchmarks/compile_quality.py):
   relabelled to microbatch i with the same times -- when the i-th F on stage s starts, i
   distinct microbatches have left stage s-1, so the i-th F of s-1 has ended; the same counting
   holds for I (needs F of the stage and I of the next) and W; memory only depends on counts --
-  and earliest-start times only get earlier. For span the model also fixes each rank's first
-  start at its chain head, which in-order schedules meet in the simulator (loop and V
-  placement), so its optimum is the best in-order schedule; an out-of-order schedule can delay
-  a rank's first action and so shorten its span (seen with random costs), hence for span the
-  driver does not use the solver's bound as a certificate. tests/test_model.py checks the
-  model's optimum against exhaustive search over *all* orders on tiny instances, both
-  objectives. Memory caps also force precedences (I(s, j-K) and W(s, j-L-1) before F(s, j),
-  see ``_add_memory_precedences``), added to P.
+  and earliest-start times only get earlier. tests/test_model.py checks the model's optimum
+  against exhaustive search over *all* orders on tiny instances, both objectives. Memory caps
+  also force precedences (I(s, j-K) and W(s, j-L-1) before F(s, j), see
+  ``_add_memory_precedences``), added to P.
+* Span: pinned or late start. In the simulator an in-order schedule's rank r starts with
+  F(lo_r, 0), whose input chain F(0..lo_r-1, 0) are first actions of their ranks, so it starts
+  exactly at head_r: the pinned model (s_r = head_r; the windows use it) is exact for in-order
+  schedules, but not a relaxation of all of them: an out-of-order schedule can make a rank's
+  first action wait for a later microbatch, starting the rank later and shortening its span.
+  The late-start model (``late_start=True``, full model only) makes s_r a variable and is a
+  relaxation of EVERY schedule: take any schedule with its simulated times and relabel the
+  microbatches so that each kind runs in microbatch order on each stage, keeping every start
+  time. The counting argument above holds for any start times, so precedence, machine order
+  and memory (counts) still hold; rank r's earliest action is an F of lo_r (every other action
+  needs one first), now labelled F(lo_r, 0) = first_r; spans are unchanged. Shifting all times
+  by the start of F(0, 0), the root of every action, pins s_r = 0 on the rank of stage 0 and
+  keeps the absolute est (longest paths from 0). So the relabelled schedule is a point of the
+  model with T = its span, and the solver's dual bound is a lower bound on every schedule's
+  span: the span certificate. Windows there are relative to s_r (``late_start_windows``). Its
+  solutions are re-simulated with earliest starts (a rank may start earlier than the model
+  let it, lengthening its span); ``optimal`` needs the simulated span to reach the bound.
 * Order fixing: the transitive closure of "dependencies + in-order kinds" fixes every pair one of
   which must precede the other (no binary); time windows, the incumbent's value as horizon, and
   the per-rank work that must precede / follow an action fix further pairs (``est_b + d_b >
@@ -300,11 +314,12 @@ def _closure(inst: Instance, preds: list[list[tuple[int, float]]], topo: list[in
 
 @dataclass
 class Windows:
-    est: list[float]
-    lst: list[float]
+    est: list[float]  # earliest start of a (relative to its rank's start when `earliest` is set)
+    lst: list[float]  # latest start of a in a schedule no worse than the horizon (same origin)
     anc: list[int]
     work_before: list[float]  # same-rank work that must precede a
     work_after: list[float]  # same-rank work that must follow a (a excluded)
+    earliest: Optional[list[float]] = None  # late-start model: absolute earliest starts
 
 
 def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, first_start: list[float]) -> Windows:
@@ -351,6 +366,38 @@ def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, fi
             t = min(t, lst[b] - lag - inst.dur[a])
         lst[a] = t
     return Windows(est, lst, anc, work_before, work_after)
+
+
+def late_start_windows(inst: Instance, preds, topo, horizon: float) -> Windows:
+    """Time windows for the late-start span model, relative to each rank's own start s_r: every
+    action of rank r descends from first_r, so start_a - s_r >= the longest path first_r -> a
+    (and >= the rank's work forced before a); a schedule of span <= horizon has start_a - s_r <=
+    horizon - d_a - after_a, and a predecessor x of such an a (any rank) start_x - s_r <=
+    (that bound) - lag - d_x. O(R x (actions + dependencies))."""
+    n = inst.n
+    w = time_windows(inst, preds, topo, "makespan", math.inf, [0.0] * len(inst.by_rank))
+    succs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for b in range(n):
+        for a, lag in preds[b]:
+            succs[a].append((b, lag))
+    rel_est, rel_lst = [0.0] * n, [0.0] * n
+    for r, acts in enumerate(inst.by_rank):
+        dist = [-math.inf] * n
+        dist[inst.first[r]] = 0.0
+        for x in topo:
+            t = dist[x]
+            for a, lag in preds[x]:
+                t = max(t, dist[a] + inst.dur[a] + lag)
+            dist[x] = max(t, w.work_before[x]) if inst.rank[x] == r else t
+        late = [math.inf] * n
+        for x in reversed(topo):
+            t = horizon - inst.dur[x] - w.work_after[x] if inst.rank[x] == r else math.inf
+            for y, lag in succs[x]:
+                t = min(t, late[y] - lag - inst.dur[x])
+            late[x] = t
+        for a in acts:
+            rel_est[a], rel_lst[a] = dist[a], late[a]
+    return Windows(rel_est, rel_lst, w.anc, w.work_before, w.work_after, earliest=w.est)
 
 
 # ---------------------------------------------------------------- the order model
@@ -417,7 +464,7 @@ def solve_model(
     free: Optional[Sequence[tuple[int, int]]] = None,
     lower_bound: float = 0.0,
     progress: Optional[Callable[[float, float], None]] = None,
-    exact_span_start: bool = True,
+    late_start: bool = False,
     seed: int = 0,
 ) -> SolveOutcome:
     """Build and solve the order model around `incumbent` (per-rank orders of action ids).
@@ -425,9 +472,13 @@ def solve_model(
     ``free[r] = (lo, hi)`` frees the incumbent positions lo..hi-1 of rank r and keeps the rest
     in incumbent order (a window); ``free=None`` is the full model. The horizon is the
     incumbent's value, so the incumbent is always a feasible point of the model.
+    ``late_start`` (span, full model only): each rank's start is a variable (module docstring),
+    so the model relaxes every schedule and its dual bound certifies the span.
     """
+    if late_start and (objective != "span" or free is not None):
+        raise ValueError("late_start is the full span model's option")
     t0 = time.monotonic()
-    m = _frame(inst, incumbent, incumbent_value, objective, free)
+    m = _frame(inst, incumbent, incumbent_value, objective, free, late_start)
     failure = add_start_times(m, incumbent_value, lower_bound)
     if not failure:
         add_precedence(m)
@@ -435,20 +486,23 @@ def solve_model(
     if failure:
         return SolveOutcome(None, False, None, None, time.monotonic() - t0, message=failure)
     add_memory_cap(m)
-    add_objective(m, exact_span_start)
+    add_objective(m)
     add_one_machine_cuts(m)
     values = mip_start(m, incumbent_value)
     remaining = max(0.5, time_limit - (time.monotonic() - t0))
     return _solve(m, values, solver, remaining, progress, seed, t0)
 
 
-def _frame(inst: Instance, incumbent, incumbent_value: float, objective: str, free) -> OrderModel:
+def _frame(inst: Instance, incumbent, incumbent_value: float, objective: str, free, late_start: bool) -> OrderModel:
     """The model's data before any variable: the window's chains, time windows, the incumbent's
     times, and an empty PuLP problem."""
     preds, window = _window_chains(inst, incumbent, free)
     topo = _topological(inst.n, preds)
     chain_head = _chain_heads(inst, preds, topo)
-    win = time_windows(inst, preds, topo, objective, incumbent_value + 1e-9, chain_head)
+    if late_start:
+        win = late_start_windows(inst, preds, topo, incumbent_value + 1e-9)
+    else:
+        win = time_windows(inst, preds, topo, objective, incumbent_value + 1e-9, chain_head)
     sim = simulate(schedule_from_orders(inst, incumbent), inst.problem.profile)
     pinned = [False] * inst.n
     if free is not None:
@@ -517,6 +571,8 @@ def add_start_times(m: OrderModel, incumbent_value: float, lower_bound: float) -
             return "empty time window"
         if m.pinned[i]:
             m.start[i] = m.incumbent_start[i]
+        elif m.win.earliest is not None:  # late start: the window is relative to the rank's start
+            m.start[i] = new_var(f"start_{m.inst.actions[i]}", lowBound=m.win.earliest[i])
         else:
             m.start[i] = new_var(f"start_{m.inst.actions[i]}", lowBound=lo, upBound=max(lo, hi))
     m.step = new_var(m.objective, lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
@@ -595,9 +651,10 @@ def add_memory_cap(m: OrderModel) -> None:
             m.prob += pulp.lpSum(d * v for d, v in terms) + const <= cap, f"memory_cap_{inst.actions[a]}"
 
 
-def add_objective(m: OrderModel, exact_span_start: bool) -> None:
+def add_objective(m: OrderModel) -> None:
     """objective: T >= end of a + the work that must follow a on its rank, minus (span) the
-    start of the rank's first action, which is pinned at its chain head (see docstring)."""
+    rank's start s_r = start of its first action: pinned at its chain head, or (late start)
+    free, except on the rank of stage 0, whose start is the origin of time (module docstring)."""
     inst, win = m.inst, m.win
     if m.objective == "makespan":
         for a in range(inst.n):
@@ -606,7 +663,8 @@ def add_objective(m: OrderModel, exact_span_start: bool) -> None:
         return
     for r, acts in enumerate(inst.by_rank):
         f = inst.first[r]
-        if exact_span_start and not m.pinned[f]:
+        late = m.win.earliest is not None
+        if not m.pinned[f] and (not late or inst.problem.placement[0] == r):
             m.prob += m.start[f] == m.chain_head[r], f"first_start_r{r}"
         for a in acts:
             if not m.pinned[a]:
@@ -621,6 +679,8 @@ def add_one_machine_cuts(m: OrderModel) -> None:
     inst = m.inst
     for r, acts in enumerate(inst.by_rank):
         release = min(m.win.est[i] for i in acts)
+        if m.win.earliest is not None:  # late start: the rank's own start is the release
+            release = m.start[inst.first[r]]
         first_start = m.start[inst.first[r]] if m.objective == "span" else 0
         for a in acts:
             if not m.is_free(a):
@@ -648,7 +708,11 @@ def mip_start(m: OrderModel, incumbent_value: float) -> dict[str, float]:
     and its value; also set as the variables' initial values (CBC's warmStart reads those)."""
     values = {}
     for i in range(m.inst.n):
-        if not m.pinned[i]:
+        if m.pinned[i]:
+            continue
+        if m.win.earliest is not None:
+            values[m.start[i].name] = max(m.incumbent_start[i], m.win.earliest[i])
+        else:
             values[m.start[i].name] = min(max(m.incumbent_start[i], m.win.est[i]), m.win.lst[i])
     for (a, b), v in m.before.items():
         values[v.name] = 1.0 if m.incumbent_pos[a] < m.incumbent_pos[b] else 0.0
