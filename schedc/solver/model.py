@@ -719,6 +719,10 @@ def mip_start(m: OrderModel, incumbent_value: float) -> dict[str, float]:
     values[m.step.name] = incumbent_value
     for var in m.prob.variables():
         if var.name in values:
+            # a bound computed by another route can sit an ulp above the incumbent it equals
+            v = values[var.name]
+            v = v if var.lowBound is None else max(v, var.lowBound)
+            values[var.name] = v if var.upBound is None else min(v, var.upBound)
             var.setInitialValue(values[var.name])
     return values
 
