@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=8)
     ap.add_argument("--mb", type=int, default=24)
     args = ap.parse_args()
-    print(f"| comm | memory | limit (s) | span | lower bound | gap | status | bound from |")
+    print("| comm | memory | limit (s) | span | lower bound | gap | status | bound from |")
     print("|---|---|---|---|---|---|---|---|")
     for comm in (0.25, 0.5):
         for memory in ("1.25p", "2p"):

@@ -566,7 +566,6 @@ def _v_half(p: int, v: int, m: int) -> list[list[Cell]]:
     Cost: O((6M + R) x R) steps of at most 6 candidates each."""
     n = 2 * p
     cap = 2 * ((p + 2) // 2)  # stage activations = (R+2)//2 microbatches of both stages
-    rank = v_placement(n, p)
     done: dict[tuple[str, int], int] = {}  # (kind, stage) -> microbatches finished
     ends: dict[Action, int] = {}
     held = [[0, 0] for _ in range(p)]  # per rank: activations of its first / second stage

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
+from schedc.commands import common
 from schedc.costs import Profile, parse_comm, parse_costs
-from schedc.errors import SchedcError
 
 COSTS_SCALE = 0.02  # --costs are unit-less: one unit sleeps 20 ms unless --scale says otherwise
 
@@ -35,10 +35,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise SchedcError("schedc emulate runs torch's pipeline runtime and needs torch: pip install 'schedc[torch]'")
+    common.require_torch("schedc emulate")
     from schedc.csvio import read_csv
     from schedc.runtime.emulate import emulate, format_emulations
 

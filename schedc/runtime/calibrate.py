@@ -29,7 +29,6 @@ Cost: (warm-up + steps) training steps of the model on every rank, plus process 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
