@@ -85,8 +85,8 @@ def hf_model(arch: str = "llama", layers: int = 4, hidden: int = 64, heads: int 
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config)
-    return model.to(getattr(torch, dtype))
+        # dtype here, not .to(dtype): HF keeps the rotary inverse frequencies in float32, as from_pretrained does
+        return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
 
 
 def fqns_per_stage(n_layers: int, n_stages: int) -> list[list[str]]:
