@@ -144,7 +144,7 @@ def test_readme_block_runs(block: Block, workdir):
     code = block.runnable_code()
     argv = ["bash", "-euo", "pipefail", "-c", code] if block.lang == "bash" else [sys.executable, "-c", code]
     try:
-        out = subprocess.run(argv, cwd=workdir["dir"], env=_env(), capture_output=True, text=True, timeout=300)
+        out = subprocess.run(argv, cwd=workdir["dir"], env=_env(), capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         workdir["failed"] = block.line
         raise
