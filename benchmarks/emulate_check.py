@@ -41,7 +41,7 @@ from schedc.baselines import make_baseline  # noqa: E402
 from schedc.costs import Profile  # noqa: E402
 from schedc.csvio import write_csv  # noqa: E402
 from schedc.library import transformer_profile  # noqa: E402
-from schedc.runtime.emulate import emulate  # noqa: E402
+from schedc.runtime.emulate import emulate, scaled_costs  # noqa: E402
 from schedc.solver import Problem  # noqa: E402
 from schedc.solver.compile import compile_problem  # noqa: E402
 from schedc.solver.heuristic import feasible_baselines  # noqa: E402
@@ -58,13 +58,10 @@ def runtime_costs(profile: Profile, scale: float, overhead: dict[str, float], tr
     scaled to seconds, plus the runtime's own per-action overhead (by kind) and per-boundary
     transfer delay, both measured by an overhead run. The compiler plans with these, as it would
     with a real profile."""
-    torch_costs = profile.executed("torch")
-    stages = [c.model_copy(update={
-        "forward": scale * c.forward + overhead.get("F", 0.0),
-        "backward_input": scale * c.backward_input + overhead.get("I", 0.0),
-        "backward_weight": scale * c.backward_weight + overhead.get("W", 0.0),
-    }) for c in torch_costs.stages]
-    return torch_costs.model_copy(update={"stages": stages, "comm": transfer})
+    per_kind = {"forward": overhead.get("F", 0.0), "backward_input": overhead.get("I", 0.0),
+                "backward_weight": overhead.get("W", 0.0)}
+    add = profile.model_copy(update={"stages": [c.model_copy(update=per_kind) for c in profile.stages]})
+    return scaled_costs(profile, scale, [transfer] * (profile.n_stages - 1), add=add)
 
 
 def measure_overhead(placement: str, ranks: int, args, tmp: Path) -> tuple[dict[str, float], float]:

@@ -23,7 +23,7 @@ torch's classes report (``_schedule_visualizer.get_schedule_ops``, converted wit
 Emulated columns (with torch installed, unless --no-emulate): per row, schedc's faster schedule and
 the best hand-made one that fits run in torch's own ``_PipelineScheduleRuntime`` on R local gloo
 ranks whose stages sleep their costs (``schedc.runtime.emulate``; identical stages sleep
-``IDENTICAL_SCALE`` s per unit, the transformer its seconds). Communication is not slept, so the
+``UNIT_SECONDS`` s per unit, the transformer its seconds). Communication is not slept, so the
 emulated margin compares the two schedules without it; per-action runtime overhead is in the
 measurement, as it would be on GPUs.
 
@@ -101,14 +101,11 @@ def fmt(value, model: str, fits: bool = True) -> str:
     return text if fits else f"({text})"
 
 
-IDENTICAL_SCALE = 0.02  # seconds slept per unit of the identical-stage costs
-
-
-def emulate_pair(model: str, ranks: int, schedules: list, profiles: list) -> list[float]:
+def emulate_pair(model: str, schedules: list, profiles: list) -> list[float]:
     """Measured median step (seconds, in the row's units) of each schedule in torch's runtime."""
-    from schedc.runtime.emulate import emulate
+    from schedc.runtime.emulate import UNIT_SECONDS, emulate
 
-    scale = IDENTICAL_SCALE if model == "identical" else 1.0
+    scale = UNIT_SECONDS if model == "identical" else 1.0
     with tempfile.TemporaryDirectory(prefix="schedc-results-") as tmp:
         paths = []
         for k, sched in enumerate(schedules):
@@ -171,10 +168,10 @@ def main(argv=None) -> int:
             results[placement] = res
         for col, name, per_rank in HAND_MADE:
             n = ranks * per_rank
-            sched = bl.make_baseline(name, n, m, n_ranks=ranks)
-            sim = simulate(sched, profile_for(model, n, ranks), MemoryLimit.parse(memory))
+            sched, profile = bl.make_baseline(name, n, m, n_ranks=ranks), profile_for(model, n, ranks)
+            sim = simulate(sched, profile, MemoryLimit.parse(memory))
             values[col] = (sim.makespan, sim.fits)
-            made[col] = (sched, profile_for(model, n, ranks))
+            made[col] = (sched, profile)
         best_col = min((c for c in values if values[c][1]), key=lambda c: values[c][0])
         schedc_best = min(results.values(), key=lambda r: r.sim.makespan)
         which = "loop" if schedc_best is results["loop"] else "V"
@@ -185,9 +182,8 @@ def main(argv=None) -> int:
         cells += [fmt(values[c][0], model, values[c][1]) for c, _, _ in HAND_MADE]
         cells += [f"{100 * gain:+.1f}% ({which} vs {best_col})", status]
         if can_emulate:
-            ours = results["loop" if which == "loop" else "v"]
-            mine, theirs = emulate_pair(model, ranks, [ours.schedule, made[best_col][0]],
-                                        [ours.problem.given_profile, made[best_col][1]])
+            mine, theirs = emulate_pair(model, [schedc_best.schedule, made[best_col][0]],
+                                        [schedc_best.problem.given_profile, made[best_col][1]])
             cells += [fmt(mine, model), fmt(theirs, model), f"{100 * (mine / theirs - 1):+.1f}%"]
         print("| " + " | ".join(cells) + " |", flush=True)
 

@@ -236,9 +236,9 @@ def parse_costs(text: str) -> tuple[float, float, float]:
         values = tuple(float(p) for p in parts)
     except ValueError:
         values = ()
-    if len(values) != 3 or values[0] <= 0 or values[1] <= 0 or values[2] < 0:
+    if len(values) != 3 or values[0] <= 0 or values[1] <= 0 or values[2] < 0 or not all(map(math.isfinite, values)):
         raise SchedcError(
-            f"--costs: expected three numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {text!r}"
+            f"--costs: expected three finite numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {text!r}"
         )
     return values  # type: ignore[return-value]
 
@@ -249,8 +249,8 @@ def parse_comm(text: str) -> Union[float, list[float]]:
         values = [float(p) for p in text.split(",")]
     except ValueError:
         raise SchedcError(f"--comm: expected seconds per boundary (e.g. 0.1 or 0.1,0.2), got {text!r}")
-    if any(v < 0 for v in values):
-        raise SchedcError(f"--comm: communication times must be >= 0, got {text!r}")
+    if any(v < 0 or not math.isfinite(v) for v in values):
+        raise SchedcError(f"--comm: communication times must be finite and >= 0, got {text!r}")
     return values[0] if len(values) == 1 else values
 
 

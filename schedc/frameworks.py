@@ -305,14 +305,7 @@ def _read(csv) -> tuple[Schedule, str]:
         schedule, source = csv, csv.meta.get("source", "")
     else:
         source = str(csv)
-        try:
-            head = Path(csv).read_bytes()[:3]
-        except OSError:
-            head = b""
-        if head == b"\xef\xbb\xbf":
-            raise SchedcError(f"{source}: starts with a UTF-8 byte-order mark, which torch's CSV reader "
-                              "takes as part of the first cell; save the file without a BOM")
-        schedule = csvio.read_csv(csv)
+        schedule = csvio.read_csv(csv)  # refuses a BOM as torch's reader would
     validate.validate(schedule, source=source)
     return schedule, source
 

@@ -197,3 +197,21 @@ def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path):
             assert json.loads((tmp_path / "s.json").read_text())["interrupted"] is True
         else:  # Ctrl-C before the compile started: nothing to write
             assert err.endswith("interrupted\n") and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags", [["--comm", "nan"], ["--comm", "inf"], ["--costs", "inf,1,1"], ["--comm", "0.1,nan,0.1"]])
+def test_non_finite_costs_are_one_line_errors(flags, tmp_path, capsys):
+    out = tmp_path / "s.csv"
+    assert cli.main(["compile", "--stages", "4", "--mb", "4", "--time-limit", "2", "-o", str(out), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("--comm" in err[0] or "--costs" in err[0]) and "finite" in err[0]
+    assert not out.exists()
+
+
+def test_plot_shows_zb_greedy_when_it_is_the_best_fitting_baseline(tmp_path):
+    # zb-greedy fits 2p here and beats every hand-made schedule: the plot draws it (built by the
+    # solver, not by name)
+    out, png = tmp_path / "s.csv", tmp_path / "s.png"
+    assert cli.main(["compile", "--stages", "4", "--mb", "8", "--costs", "1,2,0.5", "--comm", "0.1",
+                     "--memory", "2p", "--time-limit", "3", "--quiet", "-o", str(out), "--plot", str(png)]) == 0
+    assert out.exists() and png.stat().st_size > 0

@@ -97,15 +97,14 @@ def _check_request(args) -> Path:
 
 def _plot_bytes(res, args) -> bytes:
     """The compiled schedule next to the best hand-made one that fits, as the picture's bytes."""
-    from schedc import baselines as bl_mod
     from schedc.plot import output_format, plot_schedules, render_figure
+    from schedc.solver.heuristic import feasible_baselines
 
     schedules, titles = [res.schedule], [f"schedc ({res.status})"]
-    fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
+    fitting = feasible_baselines(res.problem)  # the hand-made ones and zb-greedy, as the report lists
     if fitting:
-        best = min(fitting, key=lambda k: fitting[k][args.objective])
-        schedules.append(bl_mod.make_baseline(best, args.stages, args.mb, n_ranks=res.problem.n_ranks,
-                                              placement=res.problem.placement_name))
+        best, sched, _ = min(fitting, key=lambda b: b[2].objective(args.objective))
+        schedules.append(sched)
         titles.append(best)
     fig = plot_schedules(schedules, res.problem.profile, res.problem.memory, titles=titles)
     return render_figure(fig, output_format(args.plot))

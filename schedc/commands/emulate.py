@@ -8,8 +8,8 @@ import sys
 
 from schedc.commands import common
 from schedc.costs import Profile, parse_comm, parse_costs
+from schedc.runtime.emulate import UNIT_SECONDS  # torch-free module; torch loads when a run starts
 
-COSTS_SCALE = 0.02  # --costs are unit-less: one unit sleeps 20 ms unless --scale says otherwise
 
 
 def register(subparsers) -> None:
@@ -24,7 +24,7 @@ def register(subparsers) -> None:
                    help="communication per boundary the prediction adds, in profile units: a number, one per "
                         "boundary, or 'profile'; default 0, since the emulation does not sleep for communication")
     p.add_argument("--scale", type=float, default=None, metavar="S",
-                   help=f"seconds slept per profile second (default 1 with --profile, {COSTS_SCALE} per unit "
+                   help=f"seconds slept per profile second (default 1 with --profile, {UNIT_SECONDS} per unit "
                         f"with --costs)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per schedule (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
@@ -44,7 +44,7 @@ def run(args) -> int:
     else:
         f, i, w = parse_costs(args.costs or "1,1,1")
         profiles = [Profile.uniform(read_csv(path).n_stages, f, i, w) for path in args.files]
-    scale = args.scale if args.scale is not None else (1.0 if args.profile else COSTS_SCALE)
+    scale = args.scale if args.scale is not None else (1.0 if args.profile else UNIT_SECONDS)
     comm = None if args.comm.strip().lower() == "profile" else parse_comm(args.comm)
     runs = emulate(args.files, profiles, scale=scale, steps=args.steps, warmup=args.warmup, comm=comm,
                    timeout=args.timeout)

@@ -58,6 +58,7 @@ WIDTH = 4  # elements per microbatch row: transfers stay tiny, so they cost no m
 # core away and pays a wake-up (more on a loaded host), which belongs to the overhead
 TOKEN_SLEEP = 1e-6
 STARTUP_SECONDS = 120.0  # deadline allowance for starting the ranks and importing torch
+UNIT_SECONDS = 0.02  # what one unit of unit-less costs (--costs) sleeps unless a scale is given
 
 
 # ---------------------------------------------------------------- inside each rank
@@ -307,7 +308,7 @@ def _launch(runs, n_ranks, scale, steps, warmup, overhead_steps, timeout) -> lis
     from schedc.runtime import launch as launcher
 
     if timeout is None:
-        work = sum(simulate(s, _executed(p, scale, [0.0] * (p.n_stages - 1))).makespan
+        work = sum(simulate(s, scaled_costs(p, scale, [0.0] * (p.n_stages - 1))).makespan
                    for _, s, p, _ in runs)
         timeout = STARTUP_SECONDS + 3.0 * (warmup + steps) * work + 5.0 * len(runs) * (1 + overhead_steps)
     spec = {"runs": [{"csv": path, "seconds": sec} for path, _, _, sec in runs],
@@ -326,10 +327,10 @@ def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: l
     overhead = refine_profile(base, schedule, zero)  # each stage's F/I/W: median overhead-run work
     scaled_comm = [scale * (profile.comm_after(b) if comm is None else _comm_at(comm, b))
                    for b in range(profile.n_stages - 1)]
-    plain = _executed(profile, scale, scaled_comm)
+    plain = scaled_costs(profile, scale, scaled_comm)
     pooled = [x for r in by_rank for x in r["overshoot"]]
     overshoot = statistics.median(pooled) if pooled else 0.0
-    predicted = _executed(profile, scale, [c + overhead.comm_after(b) for b, c in enumerate(scaled_comm)],
+    predicted = scaled_costs(profile, scale, [c + overhead.comm_after(b) for b, c in enumerate(scaled_comm)],
                           add=overhead)
     kinds: dict[str, list[float]] = {}
     for m in zero:
@@ -358,7 +359,7 @@ def _comm_at(comm: Union[float, Sequence[float]], boundary: int) -> float:
     return float(comm[boundary]) if isinstance(comm, (list, tuple)) else float(comm)
 
 
-def _executed(profile: Profile, scale: float, comm: list[float], add: Optional[Profile] = None) -> Profile:
+def scaled_costs(profile: Profile, scale: float, comm: list[float], add: Optional[Profile] = None) -> Profile:
     """scale x the costs as torch executes them (stage 0's I empty, its W = I + W), plus ``add``'s
     per-stage times (measured in torch, so already in that form), with ``comm`` per boundary."""
     torch_costs = profile.executed("torch")
