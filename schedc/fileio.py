@@ -29,19 +29,7 @@ def _temp_beside(path: Path) -> tuple[int, str]:
 
 
 def atomic_write_bytes(path: Union[str, Path], data: bytes) -> None:
-    path = Path(path)
-    fd, tmp = _temp_beside(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, _default_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_all({path: data})
 
 
 def check_writable(path: Union[str, Path], option: str) -> None:

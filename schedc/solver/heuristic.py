@@ -716,7 +716,13 @@ def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: floa
 
 def matching_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
     """The hand-made schedules (schedc.baselines) that exist for this problem's stages, ranks,
-    placement and microbatches, each with its simulation (fitting the memory caps or not)."""
+    placement and microbatches, and zb-greedy, each with its simulation (fitting the memory caps
+    or not). Built once per problem: the warm start, the report and the plot all ask for them."""
+    return problem.baselines
+
+
+def build_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
+    """What :func:`matching_baselines` returns, built and simulated afresh."""
     try:
         from schedc import baselines
     except ImportError:

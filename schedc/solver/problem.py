@@ -45,6 +45,14 @@ class Problem:
     def placement_name(self) -> str:
         return placement_name(self.placement)
 
+    @cached_property
+    def baselines(self) -> list:
+        """The hand-made schedules and zb-greedy for this problem, each with its simulation
+        (schedc.solver.heuristic.matching_baselines): built once, however many ask."""
+        from schedc.solver.heuristic import build_baselines
+
+        return build_baselines(self)
+
     def stages_of(self, rank: int) -> list[int]:
         return [s for s, r in enumerate(self.placement) if r == rank]
 
