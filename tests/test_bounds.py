@@ -138,6 +138,31 @@ def test_identical_stages_known_values():
     assert lower_bound_details(p)["span_memory_warmup"] == pytest.approx(27)
 
 
+def test_memory_cool_down_proves_slow_link_optimum():
+    # 8 identical stages, comm 0.5F, 24 mb, 1.25p: rank 0 idles >= 22 - 10 before its first
+    # backward and >= 23 - 20 after its last forward; zb-greedy's schedule meets 72 + 12 + 3
+    p = Problem.build(8, 24, profile=Profile.uniform(8, comm=0.5), memory="1.25p")
+    assert lower_bound_details(p)["memory_warmup"] == pytest.approx(87)
+    assert lower_bound(p) == pytest.approx(87)
+    greedy = next(sim for name, _, sim in p.baselines if name == "zb-greedy")
+    assert greedy.fits and greedy.makespan == pytest.approx(87)
+
+
+@pytest.mark.parametrize("n_stages,n_mb,costs,memory", [
+    (3, 5, (1.0, 1.0, 1.0, 1.0), "1p"), (2, 5, (1.0, 1.0, 2.0, 1.0), "1p"), (3, 5, (1.0, 2.0, 0.5, 2.0), "1p"),
+    (3, 5, (1.0, 1.0, 1.0, 0.5), "0.75p"), (2, 5, (1.0, 2.0, 0.5, 0.5), "1.5p"),
+])
+def test_memory_cool_down_span_term_below_exact_optimum(n_stages, n_mb, costs, memory):
+    # instances where the warm-up + cool-down span term is the strongest one: still a valid bound
+    p = Problem.build(n_stages, n_mb, profile=Profile.uniform(n_stages, *costs[:3], comm=costs[3]), memory=memory,
+                      objective="span")
+    d = lower_bound_details(p)
+    others = max(v for k, v in d.items() if k not in ("span_memory_warmup", "lower_bound"))
+    assert d["span_memory_warmup"] > others + EPS
+    opt, _ = exact_optimum(p)
+    assert d["span_memory_warmup"] <= opt + EPS
+
+
 def test_details_name_every_term():
     p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     d = lower_bound_details(p)

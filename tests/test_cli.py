@@ -175,12 +175,14 @@ def test_comparing_unlike_schedules_warns(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == ""  # like for like: quiet
 
 
-def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path):
-    # a compile that would search for 30 s (no proof of optimality comes early); SIGINT at a few
-    # moments: while Python loads, during the warm start, during the integer program
-    argv = [sys.executable, "-m", "schedc.cli", "compile", "--stages", "6", "--mb", "12", "--costs", "1,1.3,0.7",
-            "--comm", "0.17", "--memory", "1.3p", "--time-limit", "30", "--quiet", "-o", "s.csv"]
-    for delay in (0.4, 1.2, 2.5):
+@pytest.mark.parametrize("solver,delays", [([], (0.4, 1.2, 2.5, 6.0)), (["--solver", "cpsat"], (6.0,))])
+def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solver, delays):
+    # a compile that would search for 60 s (slow links at 1.25p: no proof comes early); SIGINT at
+    # a few moments: while Python loads, during the warm start, during CP-SAT (native code that
+    # holds the main thread: interrupt.stop_native_solver) and the integer program
+    argv = [sys.executable, "-m", "schedc.cli", "compile", "--stages", "16", "--mb", "48", "--comm", "0.25",
+            "--memory", "1.25p", "--time-limit", "60", "--quiet", "-o", "s.csv", *solver]
+    for delay in delays:
         for f in tmp_path.iterdir():
             f.unlink()
         proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -193,7 +195,7 @@ def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path):
         if "wrote the best schedule found so far to s.csv" in err:
             assert err.count("\n") == 1 and "interrupted" in err
             schedule = csvio.read_csv(tmp_path / "s.csv")
-            validate(schedule, n_stages=6, n_microbatches=12)
+            validate(schedule, n_stages=16, n_microbatches=48)
             assert json.loads((tmp_path / "s.json").read_text())["interrupted"] is True
         else:  # Ctrl-C before the compile started: nothing to write
             assert err.endswith("interrupted\n") and list(tmp_path.iterdir()) == []

@@ -18,6 +18,7 @@ from schedc.costs import Profile
 from schedc.errors import SchedcError
 from schedc.simulate import simulate
 from schedc.solver import CompileResult, Problem, compile_schedule
+from schedc.solver import model
 from schedc.solver.compile import compile_problem
 from schedc.solver.exhaustive import exact_optimum
 from schedc.solver.heuristic import warm_start
@@ -106,11 +107,14 @@ def test_span_proven_optimal_above_the_combinatorial_bound():
     # only the late-start model's dual bound certifies
     problem = Problem.build(2, 3, profile=Profile.edge_heavy(2), memory="none", objective="span")
     exact, _ = exact_optimum(problem)
-    res = compile_problem(problem, time_limit=3)
+    mip = model.available_solver()
+    res = compile_problem(problem, time_limit=3, solver=mip)  # the integer program alone
     check_result(res)
     assert res.report["lower_bound_details"]["lower_bound"] < exact - 0.1
     assert res.status == "optimal" and res.value == pytest.approx(exact)
-    assert res.report["lower_bound_source"].startswith("highs")
+    assert res.report["lower_bound_source"].startswith(mip)
+    res = compile_problem(problem, time_limit=3)  # by default CP-SAT's late-start bound proves it first
+    assert res.status == "optimal" and res.report["lower_bound_source"] == "cp-sat (proven optimal)"
 
 
 def test_infeasible_memory_names_the_smallest_limit():
@@ -215,13 +219,13 @@ def test_cli_prints_progress_lines(tmp_path, capsys):
 def test_window_decomposition_improves_and_stays_valid(monkeypatch):
     # force the rolling-horizon path (as on large instances) from a weak warm start
     from schedc import baselines
-    from schedc.solver import model
 
     monkeypatch.setattr(model, "FULL_MODEL_PAIRS", 0)
     problem = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     weak = baselines.make_baseline("1f1b", 4, 8)
     weak_sim = simulate(weak, problem.profile, problem.memory)
-    res = compile_problem(problem, time_limit=4, warm=(weak, weak_sim, "1f1b"))
+    # the integer program alone (no CP-SAT polishing, which would prove this instance)
+    res = compile_problem(problem, time_limit=4, solver=model.available_solver(), warm=(weak, weak_sim, "1f1b"))
     check_result(res, weak_sim.makespan)
     assert res.sim.makespan < weak_sim.makespan - 1e-6
     assert res.status in ("optimal", "feasible")

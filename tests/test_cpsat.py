@@ -129,3 +129,26 @@ def test_cpsat_under_the_ideal_runtime(objective):
     _check_schedule(problem, out.cp_schedule, out.cp_sim)
     assert out.value == pytest.approx(exact, abs=1e-6)
     assert out.cp_bound <= exact + 1e-6
+
+
+def test_default_compile_polishes_with_cpsat_before_the_integer_program():
+    from schedc.solver import compile_schedule
+
+    # slow-ish links at 1.3p: the integer program alone does not prove this in 30 s; CP-SAT
+    # finds 45 and proves it in about 2 s, so the compile ends long before its limit
+    res = compile_schedule(6, 12, profile=Profile.uniform(6, 1.0, 1.3, 0.7, comm=0.17), memory="1.3p",
+                           time_limit=30.0)
+    assert res.report["inputs"]["solver"] in ("highs+cpsat", "cbc+cpsat")
+    assert [e["phase"] for e in res.report["progress"]][1] == "cp-sat done"
+    assert res.status == "optimal" and res.value == pytest.approx(45)
+    assert res.report["lower_bound_source"].startswith("cp-sat")
+    assert res.solve_time < 25
+
+
+def test_a_vanishing_cost_does_not_overflow_the_time_scale():
+    # a 1e-45 s link once gave CP-SAT a 1e48-unit horizon (a TypeError from its 64-bit domains)
+    problem = Problem.build(2, 2, profile=Profile.uniform(2, 1.0, 1.0, 0.0, comm=1.401298464324817e-45),
+                            memory="1p", objective="span")
+    out = cpsat.solve_cpsat(problem, time_limit=5.0, hint=False, stop_at_bound=False)
+    assert not out.time_exact and out.time_unit > 1e-12
+    _check_schedule(problem, out.cp_schedule, out.cp_sim)

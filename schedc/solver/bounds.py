@@ -70,12 +70,27 @@ Memory-limited warm-up (only with a finite cap): before rank r's first I (or B) 
 F's (a W needs its I), and none of those microbatches has been I'd yet, so all their activations
 are held at once: the F-seconds done before r's first I are at most X_r = min(F_r,
 room_r * max_{s on r} F(s) / act(s)) (with one stage: K * F(s), K = floor(room / act)). Every other
-second of r's work comes after that first I. Hence
-  span:     span_r >= work_r + max(0, fiChain(r) - X_r)            (``span_memory_warmup``)
-            (the first I starts >= a_r + fiChain; at most X_r of that wait is useful work)
-  makespan: makespan >= headI(hi) + work_r - X_r                    (``memory_warmup``)
+second of r's work comes after that first I.
 
-Cost: O(S x R) (one pass over each rank's stages after O(S) prefix sums).
+Memory-limited cool-down, the mirror image: after the end of r's last F, F(hi, m*), r runs only
+I's and W's of microbatches it has already started, and at the start of that F every one of them
+still holds bytes (its activation while it owes I + W, its weight-gradient bytes while it owes
+only W), all within room_r. So the I/W-seconds left after r's last F are at most Y_r, the best
+such knapsack (one stage: a microbatches owing I + W and b owing W, a >= 1, a + b <= M; several
+stages: room_r times the best seconds-per-byte ratio). Yet that window lasts at least the chain
+of m*: tailSpan(r) = afterF(hi) + iChain(r) + W(lo) on r, tailF(hi) to the step's end.
+When X_r < F_r the two windows are disjoint (r cannot hold all its activations, so an F runs after
+its first I) and their idle times add up. Hence
+  span:     span_r >= work_r + max(0, fiChain(r) - X_r) + max(0, tailSpan(r) - Y_r)
+            (``span_memory_warmup``: the first I starts >= a_r + fiChain, at most X_r of that wait
+            is useful work; likewise at the end)
+  makespan: makespan >= work_r + max(head(lo), headI(hi) - X_r)
+                       + max(0, max(tailSpan(r), tailF(hi)) - Y_r)          (``memory_warmup``)
+  e.g. 8 identical stages, comm 0.5F, 24 microbatches, 1.25p: rank 0 idles >= 22 - 10 at the
+  start and >= 23 - 20 at the end, so makespan >= 72 + 12 + 3 = 87, which zb-greedy reaches.
+
+Cost: O(S x R + R x M) (one pass over each rank's stages after O(S) prefix sums; the one-stage
+knapsack tries each a = 1..M).
 """
 
 from __future__ import annotations
@@ -131,6 +146,35 @@ def _forward_work_in_memory(problem: Problem, own: list[int], room: float, F: li
     return min(total, room * max(ratios))
 
 
+def _backward_work_in_memory(problem: Problem, own: list[int], room: float, M: int) -> float:
+    """Most I/W-seconds rank r can still owe when it starts its last F (see docstring): a
+    microbatch owing I + W holds its activation, one owing only W its weight-gradient bytes."""
+    prof = problem.profile
+    owed_total = M * sum(problem.duration(s, "I") + problem.duration(s, "W") for s in own)
+    if len(own) == 1:
+        s = own[0]
+        act, wg = prof.stages[s].activation_bytes, prof.stages[s].weight_grad_bytes
+        i, w = problem.duration(s, "I"), problem.duration(s, "W")
+        if act <= 0 or wg <= 0:
+            return owed_total
+        best = 0.0
+        for a in range(1, M + 1):  # a microbatches owe I + W (the last F's one among them)
+            left = room - a * act
+            if left < -1e-9 * act:
+                break
+            b = min(M - a, math.floor(max(left, 0.0) / wg + 1e-9))  # the rest owe only W
+            best = max(best, a * (i + w) + b * w)
+        return min(owed_total, best)
+    ratios = []
+    for s in own:
+        act, wg = prof.stages[s].activation_bytes, prof.stages[s].weight_grad_bytes
+        if act <= 0 or wg <= 0:
+            return owed_total
+        i, w = problem.duration(s, "I"), problem.duration(s, "W")
+        ratios.append(max((i + w) / act, w / wg))
+    return min(owed_total, room * max(ratios))
+
+
 def lower_bound_details(problem: Problem) -> dict[str, float]:
     """Each named lower-bound term (see the module docstring for why each is valid) and
     ``lower_bound``, their maximum, for problem.objective."""
@@ -179,8 +223,13 @@ def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
         return out
     x = _forward_work_in_memory(problem, own, room, F, M)
     if x < Fr:
-        out["span_memory_warmup"] = work + max(0.0, fi_chain - x)
-        out["memory_warmup"] = ch["head_i"][hi] + work - x
+        # r cannot hold every activation at once, so its first I starts before its last F ends:
+        # the warm-up and cool-down windows are disjoint and their idle times add up
+        y = _backward_work_in_memory(problem, own, room, M)
+        span_tail = ch["after_f"][hi] + i_chain + W[lo]
+        out["span_memory_warmup"] = work + max(0.0, fi_chain - x) + max(0.0, span_tail - y)
+        out["memory_warmup"] = (work + max(head_r, ch["head_i"][hi] - x)
+                                + max(0.0, max(span_tail, ch["tail_f"][hi]) - y))
     area = M * sum(prof.stages[s].activation_bytes * (F[s] + ch["after_f"][s] + I[s])
                    + prof.stages[s].weight_grad_bytes * W[s] for s in own)
     out["memory_area"] = area / room

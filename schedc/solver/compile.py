@@ -1,4 +1,4 @@
-"""The compiler driver: warm start -> integer program (full or by windows) -> certified result.
+"""The compiler driver: warm start -> CP-SAT -> integer program (full or by windows) -> certified result.
 
 Problem: return the schedule with the smallest simulated step time (``problem.objective``) that
 fits the memory caps, within a time limit, together with a certificate: a lower bound valid for
@@ -11,17 +11,24 @@ Method:
 2. Warm start: the best of the heuristic and the hand-made schedules that fit
    (schedc.solver.heuristic.warm_start), relabelled so each kind runs in microbatch order.
 3. Lower bound: schedc.solver.bounds.lower_bound. If the warm start meets it, stop: proven.
-4. Integer program (schedc.solver.model): instances whose free order pairs stay under
-   ``model.FULL_MODEL_PAIRS`` get the full model for 70% of the time (its dual bound is a
+4. CP-SAT polishing (schedc.solver.cpsat, when OR-Tools is installed): 40% of the time, hinted
+   with the warm start; its bound is a certificate too. Measured on slow links
+   (benchmarks/compile_quality.py, group e) it finds in seconds orders that the integer program
+   does not find in a minute; it stops early when it proves its answer.
+5. Integer program (schedc.solver.model): instances whose free order pairs stay under
+   ``model.FULL_MODEL_PAIRS`` get the full model for 70% of the time left (its dual bound is a
    certificate: for makespan the model is exact; for span the driver solves the late-start
-   model, where each rank's start is a variable, a relaxation of every schedule); the rest, or
-   what the full model leaves unproven, get a rolling-horizon window search over the
+   model, where each rank's start is a variable, a relaxation of every schedule).
+6. What is still unproven gets a rolling-horizon window search of the integer program over the
    incumbent's timeline until time runs out or a sweep of the widest windows finds nothing.
-5. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
+7. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
    worse than the warm start nor over the memory caps.
 
+``solver="highs"`` / ``"cbc"`` runs steps 5 and 6 with that MIP solver and no CP-SAT;
+``solver="cpsat"`` runs step 4 alone with all the time.
+
 Status: ``optimal`` when the simulated objective equals the certified bound; otherwise
-``feasible`` when the integer program returned a solution (full model or a window), else
+``feasible`` when a solver returned a solution (full model, CP-SAT or a window), else
 ``heuristic`` (the warm start, with no solver answer).
 
 Cost: the time limit (plus up to ~1 s of set-up on large instances).
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence, Union
 
 from schedc import __version__
@@ -44,7 +51,9 @@ from schedc.solver.problem import Problem
 
 _TOL = 1e-6  # relative: values this close count as equal (MIP gaps, float sums)
 WINDOW_SOLVE_LIMIT = 6.0  # seconds per window model
-FULL_MODEL_SHARE = 0.7  # of the time limit, for the full model when it is small enough
+FULL_MODEL_SHARE = 0.7  # of the time left, for the full model when it is small enough
+CPSAT_SHARE = 0.4  # of the time, for CP-SAT polishing first (the rest: the integer program)
+CPSAT_WORKERS = 2  # CP-SAT's parallel search is its strength; one worker finds much less
 
 
 @dataclass
@@ -110,35 +119,47 @@ def compile_problem(
     seed: int = 0,
     warm: Optional[tuple[Schedule, SimResult, str]] = None,
 ) -> CompileResult:
-    """Compile `problem`; `warm` overrides the warm start (schedule, simulation, source name)."""
+    """Compile `problem`; `warm` overrides the warm start (schedule, simulation, source name).
+    `solver`: None = the integer program (HiGHS, else CBC) plus CP-SAT polishing when OR-Tools
+    is installed; "highs" / "cbc" = that MIP solver alone; "cpsat" = CP-SAT alone."""
     from schedc.solver import heuristic
 
-    if solver == "cpsat":  # the CP-SAT engine (schedc.solver.cpsat), same result and report
-        from schedc.solver.cpsat import compile_cpsat
-
-        return compile_cpsat(problem, time_limit=time_limit, progress=progress, seed=seed, warm=warm)
     t0 = time.monotonic()
     if not time_limit or time_limit <= 0:
         raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")
     # keep a reserve for the final simulation, the baselines and the report (and a window's overrun)
     deadline = t0 + time_limit - min(0.05 * time_limit, 5.0)
-    solver_name = model.available_solver(solver)
+    mip, use_cpsat = _engines(solver)
     heuristic.check_memory_feasible(problem)
 
     if warm is None:
         warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
-    warm_sched, warm_sim, warm_source = warm
-    if not warm_sim.fits:
+    if not warm[1].fits:
         raise SchedcError("the warm start does not fit the memory limit (internal error)")
-    c = _Compilation.begin(problem, warm, solver_name, seed, t0, deadline, progress)
-    c.emit("warm start (" + warm_source + ")", c.best_val, c.bound)
-    if c.inc_orders is not None and not _close(c.best_val, c.bound) and time.monotonic() < deadline - 0.2 \
-            and not interrupt.requested():
-        if model.count_free_pairs(c.inst) <= model.FULL_MODEL_PAIRS:
-            c.solve_full_model()
-        if not _close(c.best_val, c.bound) and time.monotonic() < deadline - 0.5 and not interrupt.requested():
-            c.search_windows()
+    c = _Compilation.begin(problem, warm, mip, use_cpsat, seed, t0, deadline, progress)
+    c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
+    if use_cpsat and c.unfinished(0.5):
+        c.polish_with_cpsat(CPSAT_SHARE if mip else 1.0)
+    if mip and c.inc_orders is not None and c.unfinished(0.2) and model.count_free_pairs(c.inst) <= model.FULL_MODEL_PAIRS:
+        c.solve_full_model()
+    if mip and c.inc_orders is not None and c.unfinished(0.5):
+        c.search_windows()
     return c.result(time_limit)
+
+
+def _engines(solver: Optional[str]) -> tuple[Optional[str], bool]:
+    """(MIP solver name or None, whether CP-SAT runs) for the `solver` argument."""
+    if solver == "cpsat":
+        from schedc.solver.cpsat import import_cp_model
+
+        import_cp_model()  # a one-line error when OR-Tools is missing or broken
+        return None, True
+    mip = model.available_solver(solver)
+    if solver is not None:
+        return mip, False
+    from schedc.solver.cpsat import cpsat_available
+
+    return mip, cpsat_available()
 
 
 @dataclass
@@ -147,7 +168,8 @@ class _Compilation:
 
     problem: Problem
     inst: model.Instance
-    solver: str
+    mip: Optional[str]  # highs | cbc, None when CP-SAT runs alone
+    use_cpsat: bool
     seed: int
     t0: float
     deadline: float
@@ -162,11 +184,11 @@ class _Compilation:
     lb_details: dict
     bound: float  # the best certified bound
     bound_source: str = "combinatorial"
-    ilp_used: bool = False
+    solver_answered: bool = False
     log: list[dict] = field(default_factory=list)
 
     @classmethod
-    def begin(cls, problem, warm, solver, seed, t0, deadline, progress) -> "_Compilation":
+    def begin(cls, problem, warm, mip, use_cpsat, seed, t0, deadline, progress) -> "_Compilation":
         """The warm start, and the model's incumbent: the warm start relabelled so each kind
         runs in microbatch order (never slower for makespan; for span an earlier first start
         can lengthen a rank's span, so the warm start itself stays the answer to beat)."""
@@ -177,7 +199,7 @@ class _Compilation:
         inc_sched, inc_sim = _materialize(inst, inc_orders, problem)
         if inc_sim is None or not inc_sim.fits:
             inc_orders = None
-        c = cls(problem, inst, solver, seed, t0, deadline, progress, warm_source, warm_sched, warm_sim,
+        c = cls(problem, inst, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched, warm_sim,
                 inc_orders, inc_sched, inc_sim, lb, lb_details, lb)
         obj = problem.objective
         if inc_orders is not None and inc_sim.objective(obj) <= warm_sim.objective(obj) - _TOL * warm_sim.objective(obj):
@@ -187,6 +209,15 @@ class _Compilation:
     @property
     def best_val(self) -> float:
         return self.best_sim.objective(self.problem.objective)
+
+    @property
+    def engines(self) -> str:
+        return "+".join(name for name in (self.mip, "cpsat" if self.use_cpsat else None) if name)
+
+    def unfinished(self, margin: float) -> bool:
+        """Not proven, more than `margin` seconds left, no Ctrl-C: worth another phase."""
+        return not _close(self.best_val, self.bound) and time.monotonic() < self.deadline - margin \
+            and not interrupt.requested()
 
     def emit(self, phase: str, best: float, bnd: float) -> None:
         entry = {"elapsed": time.monotonic() - self.t0, "best": best, "bound": bnd,
@@ -215,26 +246,60 @@ class _Compilation:
             d = max(self.bound, dual) if dual is not None and math.isfinite(dual) else self.bound
             self.emit("full model", p, d)
 
-        out = model.solve_model(self.inst, self.inc_orders, inc_val, obj, remaining, self.solver,
+        out = model.solve_model(self.inst, self.inc_orders, inc_val, obj, remaining, self.mip,
                                 lower_bound=self.lb, progress=on_progress, late_start=obj == "span", seed=self.seed)
         if out.orders is not None:
-            self.ilp_used = True
+            self.solver_answered = True
             cand_orders = model.canonical_orders(self.inst, out.orders)
             sched, sim = _materialize(self.inst, cand_orders, self.problem)
             if sim is not None and sim.fits and sim.objective(obj) <= inc_val + 1e-12 * max(1.0, inc_val):
                 self.inc_orders, self.inc_sched, self.inc_sim = cand_orders, sched, sim
                 self.consider(sched, sim)
         if out.dual_bound is not None and out.dual_bound > self.bound:
-            self.bound, self.bound_source = out.dual_bound, f"{self.solver} dual bound"
+            self.bound, self.bound_source = out.dual_bound, f"{self.mip} dual bound"
             if out.proven:
-                self.bound_source = f"{self.solver} (proven optimal)"
+                self.bound_source = f"{self.mip} (proven optimal)"
         self.emit("full model done", self.best_val, self.bound)
+
+    def polish_with_cpsat(self, share: float) -> None:
+        """CP-SAT (schedc.solver.cpsat) for `share` of the time left, hinted with the best schedule
+        so far. It reasons on orders and intervals without pairwise binaries and finds, on slow
+        links, orders the integer program misses; its converted bound is a certificate too, and
+        the higher bound wins. Its answer becomes the integer program's incumbent.
+
+        For span, half of that time first goes to the makespan model: CP-SAT's span model (free
+        first starts, a far horizon) propagates weakly and rarely leaves its hint, while a
+        makespan optimum is a good span schedule (span <= makespan) and a better hint."""
+        seconds = share * (self.deadline - time.monotonic())
+        end = time.monotonic() + seconds
+        if self.problem.objective == "span":
+            self._cpsat_round(replace(self.problem, objective="makespan"), seconds / 2, certifies=False)
+        if self.unfinished(0.2):
+            self._cpsat_round(self.problem, max(0.1, end - time.monotonic()), certifies=True)
+        self.emit("cp-sat done", self.best_val, self.bound)
+
+    def _cpsat_round(self, problem: Problem, seconds: float, certifies: bool) -> None:
+        from schedc.solver import cpsat
+
+        out = cpsat.solve_cpsat(problem, time_limit=seconds, warm=(self.best_sched, self.best_sim, "best so far"),
+                                workers=CPSAT_WORKERS, seed=self.seed)
+        if out.cp_sim is not None and out.cp_sim.fits:
+            self.solver_answered = True
+            self.consider(out.cp_schedule, out.cp_sim)
+            orders = model.canonical_orders(self.inst, model.orders_from_schedule(self.inst, out.cp_schedule))
+            sched, sim = _materialize(self.inst, orders, self.problem)
+            obj = self.problem.objective
+            if sim is not None and sim.fits and (self.inc_sim is None or sim.objective(obj) < self.inc_sim.objective(obj)):
+                self.inc_orders, self.inc_sched, self.inc_sim = orders, sched, sim
+        if certifies and out.cp_bound is not None and out.cp_bound > self.bound:
+            self.bound = out.cp_bound
+            self.bound_source = "cp-sat (proven optimal)" if out.proven else "cp-sat bound"
 
     def search_windows(self) -> None:
         self.inc_orders, self.inc_sched, self.inc_sim, used = _window_search(
-            self.inst, self.problem, self.inc_orders, self.inc_sched, self.inc_sim, self.deadline, self.solver,
+            self.inst, self.problem, self.inc_orders, self.inc_sched, self.inc_sim, self.deadline, self.mip,
             self.lb, lambda b, what: self.emit(what, min(b, self.best_val), self.bound), self.seed)
-        self.ilp_used = self.ilp_used or used
+        self.solver_answered = self.solver_answered or used
         self.consider(self.inc_sched, self.inc_sim)
 
     def result(self, time_limit: float) -> CompileResult:
@@ -243,7 +308,7 @@ class _Compilation:
         if _close(best_val, bound):
             status = "optimal"
             bound = min(bound, best_val)
-        elif self.ilp_used:
+        elif self.solver_answered:
             status = "feasible"
         else:
             status = "heuristic"
@@ -255,7 +320,7 @@ class _Compilation:
             interrupted=interrupt.requested(),
         )
         result.report = build_report(result, lb_details=self.lb_details, bound_source=self.bound_source,
-                                     solver=self.solver, time_limit=time_limit, log=self.log)
+                                     solver=self.engines, time_limit=time_limit, log=self.log)
         self.emit("done", best_val, bound)
         return result
 

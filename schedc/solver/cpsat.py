@@ -43,9 +43,13 @@ activation and weight-grad bytes allow it (byte counts, 0.5-unit fractions), the
 cap (adds up, releases down), which makes every answer fit but is no relaxation, and the bound
 is then not reported.
 
-Warm start: the heuristic's schedule (schedc.solver.heuristic.warm_start), relabelled in
-microbatch order and simulated; its times (floored to units) are the solution hint, which is a
-feasible point of the integer model.
+Warm start: the schedule it is given (the compile driver passes its best so far; alone, the
+heuristic's, schedc.solver.heuristic.warm_start), relabelled in microbatch order and simulated;
+its times (floored to units) are the solution hint, which is a feasible point of the integer
+model.
+
+Use: ``schedc.solver.compile`` runs it after the integer program's full model and before its
+windows (the default when OR-Tools is installed), or alone (``--solver cpsat``).
 
 Cost: CP-SAT search, exponential in the worst case, bounded by the time limit; the model has
 O(actions) variables and constraints (no pairwise binaries: NoOverlap and the reservoir reason
@@ -62,7 +66,7 @@ from typing import Optional
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
-from schedc.solver import model
+from schedc.solver import interrupt, model
 from schedc.solver.bounds import lower_bound
 from schedc.solver.problem import Problem
 
@@ -98,11 +102,13 @@ def _exact_unit(values: list[float], exponents, max_int: float) -> Optional[floa
 
 def choose_time_scale(values: list[float]) -> Scale:
     """Seconds: the coarsest of 1, 0.1, ..., 1e-6 that is exact, else 1/1000 of the smallest
-    positive value (inexact: durations and lags are floored)."""
+    positive value (inexact: durations and lags are floored), but never so fine that the sum of
+    all values passes 1e9 units (a 1e-45 s action would overflow CP-SAT's 64-bit domains)."""
     unit = _exact_unit(values, range(0, 7), 1e9)
     if unit is not None:
         return Scale(unit, True)
-    return Scale(min(abs(v) for v in values if abs(v) > 0) / 1000.0, False)
+    positive = [abs(v) for v in values if abs(v) > 0]
+    return Scale(max(min(positive) / 1000.0, sum(positive) / 1e9), False)
 
 
 def choose_byte_scale(values: list[float]) -> Scale:
@@ -126,6 +132,15 @@ def import_cp_model():
                               "pip install 'ortools>=9.10,<9.12' (or pip install 'schedc[cpsat]')") from None
         raise SchedcError("--solver cpsat: OR-Tools is not installed (pip install 'schedc[cpsat]')") from None
     return cp_model
+
+
+def cpsat_available() -> bool:
+    """Whether a working CP-SAT can be imported (the default compile then polishes with it)."""
+    try:
+        import_cp_model()
+    except SchedcError:
+        return False
+    return True
 
 
 @dataclass
@@ -301,7 +316,9 @@ def solve_cpsat(
     solver.parameters.max_time_in_seconds = max(0.1, time_limit - (time.monotonic() - t0))
     solver.parameters.num_workers = max(1, int(workers))
     solver.parameters.random_seed = int(seed)
-    status = solver.solve(m)
+    solver.parameters.catch_sigint_signal = False  # its handler is never given back (interrupt.py)
+    with interrupt.stop_native_solver(solver.stop_search):
+        status = solver.solve(m)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     cp_bound = _certified_bound(solver, status, ts, bs, objective)
     out = CpsatOutcome(best_sched, best_sim, best_sim.objective(objective),
@@ -332,52 +349,6 @@ def _take_answer(out: CpsatOutcome, problem: Problem, inst: model.Instance, star
     out.cp_schedule, out.cp_sim = sched, sim
     if sim.fits and sim.objective(problem.objective) < out.value * (1 - 1e-12):
         out.schedule, out.sim, out.value, out.improved = sched, sim, sim.objective(problem.objective), True
-
-
-def compile_cpsat(problem: Problem, time_limit: float = 60.0, progress=None, seed: int = 0, warm=None,
-                  workers: int = 2):
-    """``compile_problem`` with CP-SAT as the engine (``--solver cpsat``): the same warm start,
-    result, status rules and report; the certificate is the higher of the combinatorial bound
-    and CP-SAT's converted bound (valid for span too: its first starts are free)."""
-    from schedc.solver import compile as driver
-    from schedc.solver import heuristic
-
-    t0 = time.monotonic()
-    if not time_limit or time_limit <= 0:
-        raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")
-    import_cp_model()
-    heuristic.check_memory_feasible(problem)
-    if warm is None:
-        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
-    lb, lb_details = driver._lower_bound(problem)
-    log: list[dict] = []
-
-    def emit(phase: str, best: float, bound: float) -> None:
-        entry = {"elapsed": time.monotonic() - t0, "best": best, "bound": bound, "gap": driver._gap(best, bound),
-                 "phase": phase}
-        log.append(entry)
-        if progress is not None:
-            progress(entry)
-
-    emit("warm start (" + warm[2] + ")", warm[1].objective(problem.objective), lb)
-    budget = time_limit - (time.monotonic() - t0) - min(0.05 * time_limit, 5.0)
-    out = solve_cpsat(problem, time_limit=max(0.1, budget), warm=warm, workers=workers, seed=seed)
-    bound = out.bound
-    if driver._close(out.value, bound):
-        status, bound = "optimal", min(bound, out.value)
-    else:
-        status = "feasible" if out.cp_schedule is not None else "heuristic"
-    result = driver.CompileResult(
-        schedule=out.schedule, sim=out.sim, problem=problem, status=status, lower_bound=bound,
-        gap=0.0 if status == "optimal" else driver._gap(out.value, bound), solve_time=time.monotonic() - t0,
-        baselines=driver.all_baselines(problem), warm_start_source=warm[2])
-    source = "cp-sat (proven optimal)" if out.proven and out.cp_bound is not None else "cp-sat bound"
-    if out.cp_bound is None or out.cp_bound < lb:
-        source = "combinatorial"
-    result.report = driver.build_report(result, lb_details=lb_details, bound_source=source, solver="cpsat",
-                                        time_limit=time_limit, log=log)
-    emit("done", out.value, bound)
-    return result
 
 
 def _certified_bound(solver, status, ts: Scale, bs: Scale, objective: str) -> Optional[float]:

@@ -8,16 +8,25 @@ driver's loops see :func:`requested` and end, and ``compile_problem`` returns it
 with ``interrupted=True`` (the CLI writes it, says so, and exits 130). A second Ctrl-C raises
 KeyboardInterrupt as usual, for when the user does not want to wait for the search to wind down.
 Outside the context (the library builder, benchmarks, plain API calls) nothing changes.
+
+CP-SAT's solve holds the main thread in C++ for its whole run, so no Python signal handler runs
+until it returns (and CP-SAT's own SIGINT catching, which schedc turns off, leaves the process
+with no handler at all afterwards). :func:`stop_native_solver` bridges that: Python's C-level
+handler still writes a byte to a wakeup pipe, and a watcher thread turns it into the solver's
+own stop call.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 _requested = False
+_active = False  # inside stop_on_sigint, with our handler installed
 
 
 def requested() -> bool:
@@ -40,10 +49,41 @@ def stop_on_sigint() -> Iterator[None]:
         _requested = True
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
 
-    _requested = False
+    global _active
+    _requested, _active = False, True
     signal.signal(signal.SIGINT, on_sigint)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        _requested = False
+        _requested, _active = False, False
+
+
+@contextmanager
+def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
+    """Inside :func:`stop_on_sigint`, call `stop` (from a watcher thread) as soon as SIGINT
+    arrives while native code holds the main thread; the stop request itself is recorded when
+    that code returns and Python runs the handler. Elsewhere a no-op."""
+    if not _active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end)
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            if select.select([read_end], [], [], 0.1)[0] and signal.SIGINT in os.read(read_end, 512):
+                stop()
+
+    watcher = threading.Thread(target=watch, name="schedc-sigint-watcher", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        watcher.join()
+        signal.set_wakeup_fd(previous)
+        os.close(read_end)
+        os.close(write_end)
