@@ -5,7 +5,10 @@ integer units, is never above the optimum (exact and inexact time units, both ob
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -152,3 +155,18 @@ def test_a_vanishing_cost_does_not_overflow_the_time_scale():
     out = cpsat.solve_cpsat(problem, time_limit=5.0, hint=False, stop_at_bound=False)
     assert not out.time_exact and out.time_unit > 1e-12
     _check_schedule(problem, out.cp_schedule, out.cp_sim)
+
+
+def test_ctrl_c_in_an_api_call_stops_cpsat_at_once():
+    # outside the CLI (no stop_on_sigint) Ctrl-C during CP-SAT's native solve is a
+    # KeyboardInterrupt as soon as the solver stops, not after its 60 s
+    code = ("from schedc.solver import compile_schedule\nfrom schedc.costs import Profile\n"
+            "compile_schedule(16, 48, profile=Profile.uniform(16, comm=0.25), memory='1.25p', time_limit=60, "
+            "solver='cpsat')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(6.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10, f"took {time.monotonic() - sent:.1f}s to stop after Ctrl-C"
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err

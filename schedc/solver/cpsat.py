@@ -48,8 +48,8 @@ heuristic's, schedc.solver.heuristic.warm_start), relabelled in microbatch order
 its times (floored to units) are the solution hint, which is a feasible point of the integer
 model.
 
-Use: ``schedc.solver.compile`` runs it after the integer program's full model and before its
-windows (the default when OR-Tools is installed), or alone (``--solver cpsat``).
+Use: ``schedc.solver.compile`` runs it first, before the integer program (the default when
+OR-Tools is installed), or alone (``--solver cpsat``).
 
 Cost: CP-SAT search, exponential in the worst case, bounded by the time limit; the model has
 O(actions) variables and constraints (no pairwise binaries: NoOverlap and the reservoir reason

@@ -9,11 +9,12 @@ with ``interrupted=True`` (the CLI writes it, says so, and exits 130). A second 
 KeyboardInterrupt as usual, for when the user does not want to wait for the search to wind down.
 Outside the context (the library builder, benchmarks, plain API calls) nothing changes.
 
-CP-SAT's solve holds the main thread in C++ for its whole run, so no Python signal handler runs
-until it returns (and CP-SAT's own SIGINT catching, which schedc turns off, leaves the process
+CP-SAT's solve holds the main thread in C++ for its whole run: OR-Tools' wrapper runs Python's
+handler in there but swallows the KeyboardInterrupt it raises, and the search goes on to its
+time limit (CP-SAT's own SIGINT catching, which schedc turns off, is worse: it leaves the process
 with no handler at all afterwards). :func:`stop_native_solver` bridges that: Python's C-level
-handler still writes a byte to a wakeup pipe, and a watcher thread turns it into the solver's
-own stop call.
+handler also writes a byte to a wakeup pipe, a watcher thread turns it into the solver's own stop
+call, and the handler's effect (the stop request, or a KeyboardInterrupt) is redone afterwards.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 _requested = False
-_active = False  # inside stop_on_sigint, with our handler installed
 
 
 def requested() -> bool:
     """Whether Ctrl-C was pressed inside :func:`stop_on_sigint`."""
     return _requested
+
+
+def _on_sigint(signum, frame) -> None:
+    global _requested
+    _requested = True
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
 
 
 @contextmanager
@@ -44,37 +50,42 @@ def stop_on_sigint() -> Iterator[None]:
         yield
         return
 
-    def on_sigint(signum, frame) -> None:
-        global _requested
-        _requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
-
-    global _active
-    _requested, _active = False, True
-    signal.signal(signal.SIGINT, on_sigint)
+    _requested = False
+    signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        _requested, _active = False, False
+        _requested = False
 
 
 @contextmanager
 def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
-    """Inside :func:`stop_on_sigint`, call `stop` (from a watcher thread) as soon as SIGINT
-    arrives while native code holds the main thread; the stop request itself is recorded when
-    that code returns and Python runs the handler. Elsewhere a no-op."""
-    if not _active or threading.current_thread() is not threading.main_thread():
+    """Call `stop` (from a watcher thread) as soon as SIGINT arrives while native code holds the
+    main thread. Python runs its own handler when that code returns: inside
+    :func:`stop_on_sigint` the stop request is recorded, elsewhere KeyboardInterrupt follows at
+    once instead of after the solver's time limit. A no-op off the main thread, with SIGINT
+    ignored, or when another wakeup pipe (an event loop's) is already installed."""
+    if threading.current_thread() is not threading.main_thread() or \
+            not callable(signal.getsignal(signal.SIGINT)):
         yield
         return
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     previous = signal.set_wakeup_fd(write_end)
+    if previous != -1:  # someone else's pipe: leave it theirs
+        signal.set_wakeup_fd(previous)
+        os.close(read_end)
+        os.close(write_end)
+        yield
+        return
     finished = threading.Event()
+    seen = threading.Event()
 
     def watch() -> None:
         while not finished.is_set():
             if select.select([read_end], [], [], 0.1)[0] and signal.SIGINT in os.read(read_end, 512):
+                seen.set()
                 stop()
 
     watcher = threading.Thread(target=watch, name="schedc-sigint-watcher", daemon=True)
@@ -84,6 +95,13 @@ def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
     finally:
         finished.set()
         watcher.join()
-        signal.set_wakeup_fd(previous)
+        signal.set_wakeup_fd(-1)
         os.close(read_end)
         os.close(write_end)
+    # OR-Tools runs Python's handler inside its solve and swallows what it raises: redo its effect
+    if seen.is_set() and not _requested:
+        handler = signal.getsignal(signal.SIGINT)
+        if handler is _on_sigint:
+            _on_sigint(signal.SIGINT, None)
+        elif handler is signal.default_int_handler:
+            raise KeyboardInterrupt
