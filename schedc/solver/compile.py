@@ -289,7 +289,7 @@ class _Compilation:
             orders = model.canonical_orders(self.inst, model.orders_from_schedule(self.inst, out.cp_schedule))
             sched, sim = _materialize(self.inst, orders, self.problem)
             obj = self.problem.objective
-            if sim is not None and sim.fits and (self.inc_sim is None or sim.objective(obj) < self.inc_sim.objective(obj)):
+            if sim is not None and sim.fits and (self.inc_orders is None or sim.objective(obj) < self.inc_sim.objective(obj)):
                 self.inc_orders, self.inc_sched, self.inc_sim = orders, sched, sim
         if certifies and out.cp_bound is not None and out.cp_bound > self.bound:
             self.bound = out.cp_bound
