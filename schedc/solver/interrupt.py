@@ -7,7 +7,8 @@ therefore only sets a flag: the HiGHS callback asks the solver to stop (``e.inte
 driver's loops see :func:`requested` and end, and ``compile_problem`` returns its best schedule
 with ``interrupted=True`` (the CLI writes it, says so, and exits 130). A second Ctrl-C raises
 KeyboardInterrupt as usual, for when the user does not want to wait for the search to wind down.
-Outside the context (the library builder, benchmarks, plain API calls) nothing changes.
+Outside the context (the library builder, benchmarks, plain API calls) Ctrl-C stays a
+KeyboardInterrupt.
 
 CP-SAT's solve holds the main thread in C++ for its whole run: OR-Tools' wrapper runs Python's
 handler in there but swallows the KeyboardInterrupt it raises, and the search goes on to its
