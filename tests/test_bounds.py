@@ -21,6 +21,7 @@ from schedc.solver.heuristic import feasible_baselines, heuristic_schedule
 from schedc.solver.problem import Problem
 
 EPS = 1e-9
+FIRST_RANK_TERMS = ("first_rank_last_backward", "first_rank_last_forward")
 
 COSTS = [
     (1.0, 1.0, 1.0, 0.0),  # identical stages, the paper's unit case
@@ -157,17 +158,47 @@ def test_memory_cool_down_span_term_below_exact_optimum(n_stages, n_mb, costs, m
     p = Problem.build(n_stages, n_mb, profile=Profile.uniform(n_stages, *costs[:3], comm=costs[3]), memory=memory,
                       objective="span")
     d = lower_bound_details(p)
-    others = max(v for k, v in d.items() if k not in ("span_memory_warmup", "lower_bound"))
+    others = max(v for k, v in d.items() if k not in ("span_memory_warmup", "lower_bound") + FIRST_RANK_TERMS)
     assert d["span_memory_warmup"] > others + EPS
     opt, _ = exact_optimum(p)
     assert d["span_memory_warmup"] <= opt + EPS
+
+
+@pytest.mark.parametrize("n_stages,n_mb,costs,memory,objective", [
+    (2, 5, (1.0, 2.0, 0.5, 0.5), "1.5p", "span"), (2, 5, (1.0, 2.0, 0.5, 0.5), "none", "span"),
+    (3, 3, (1.5, 1.0, 1.0, 0.2), "1p", "span"), (3, 4, (1.5, 1.0, 1.0, 0.2), "none", "span"),
+    (2, 4, (1.0, 2.0, 0.5, 0.5), "1.5p", "makespan"),
+])
+def test_first_rank_terms_meet_exact_optimum(n_stages, n_mb, costs, memory, objective):
+    # instances where bounding rank 0's span through another rank is the strongest term: valid,
+    # and here exactly the optimum
+    p = Problem.build(n_stages, n_mb, profile=Profile.uniform(n_stages, *costs[:3], comm=costs[3]), memory=memory,
+                      objective=objective)
+    d = lower_bound_details(p)
+    others = max(v for k, v in d.items() if k not in ("lower_bound",) + FIRST_RANK_TERMS)
+    assert max(d[k] for k in FIRST_RANK_TERMS) > others + EPS
+    opt, _ = exact_optimum(p)
+    assert d["lower_bound"] == pytest.approx(opt)
+    assert rank_span_bounds(p)[0] == pytest.approx(d["lower_bound"])
+
+
+def test_first_rank_bound_proves_edge_heavy_span_optimum():
+    # 8 stages, first and last 1.25x heavier, 24 mb, 1.25p: the last rank holds at most 10
+    # owed W's, so its last I ends >= 7.95 + 63 + 14 x 1.125 after rank 0 starts, then 7.3 down
+    # to stage 0 and its 2.5 s W: 96.5, which zb-greedy's span reaches (the warm-up term: 95.375)
+    p = Problem.build(8, 24, profile=Profile.edge_heavy(8, edge=1.25), memory="1.25p", objective="span")
+    d = lower_bound_details(p)
+    assert d["span_memory_warmup"] == pytest.approx(95.375)
+    assert d["first_rank_last_backward"] == pytest.approx(96.5)
+    greedy = next(sim for name, _, sim in p.baselines if name == "zb-greedy")
+    assert greedy.fits and greedy.span == pytest.approx(96.5)
 
 
 def test_details_name_every_term():
     p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     d = lower_bound_details(p)
     assert d["lower_bound"] == max(v for k, v in d.items() if k != "lower_bound")
-    assert {"work_after_head", "one_microbatch_chain", "memory_warmup", "span_work"} <= set(d)
+    assert {"work_after_head", "one_microbatch_chain", "memory_warmup", "span_work", *FIRST_RANK_TERMS} <= set(d)
     d_span = lower_bound_details(Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p", objective="span"))
     assert "work_after_head" not in d_span  # head terms are not valid when ranks may start late
 

@@ -137,14 +137,14 @@ def test_cpsat_under_the_ideal_runtime(objective):
 def test_default_compile_polishes_with_cpsat_before_the_integer_program():
     from schedc.solver import compile_schedule
 
-    # slow-ish links at 1.3p: the integer program alone does not prove this in 30 s; CP-SAT
-    # finds 45 and proves it in about 2 s, so the compile ends long before its limit
+    # slow-ish links at 1.3p: the warm start takes 45.08; CP-SAT finds 45 in about 1 s (the
+    # integer program alone: 7 s), the bound proves it, and the compile ends there
     res = compile_schedule(6, 12, profile=Profile.uniform(6, 1.0, 1.3, 0.7, comm=0.17), memory="1.3p",
                            time_limit=30.0)
     assert res.report["inputs"]["solver"] in ("highs+cpsat", "cbc+cpsat")
-    assert [e["phase"] for e in res.report["progress"]][1] == "cp-sat done"
+    progress = res.report["progress"]
+    assert progress[0]["best"] > 45.05 and progress[1]["phase"] == "cp-sat done"
     assert res.status == "optimal" and res.value == pytest.approx(45)
-    assert res.report["lower_bound_source"].startswith("cp-sat")
     assert res.solve_time < 25
 
 

@@ -89,6 +89,22 @@ its first I) and their idle times add up. Hence
   e.g. 8 identical stages, comm 0.5F, 24 microbatches, 1.25p: rank 0 idles >= 22 - 10 at the
   start and >= 23 - 20 at the end, so makespan >= 72 + 12 + 3 = 87, which zb-greedy reaches.
 
+The first rank seen from another rank (valid for both objectives): let r0 hold stage 0 and a0
+be r0's first start. Every F(s, m) waits for F(0, m), on r0, so it starts >= a0 + head(s), and
+every action of a rank r starts >= a0 + head(lo). Take r's last I, I(lo, m*) (d): all of r's
+F's and I's end by its end, and so do the W's r no longer owes then. Right after that I, r holds
+exactly the weight-gradient bytes of the W's it still owes (every I is done), no more than after
+its last F (I's and W's only free bytes), so within room_r: they are at most Z_r W-seconds (one
+stage: floor(room / weight_grad) W's; several: room_r times the best W-seconds-per-byte). Then m*'s backward still runs down to W(0, m*) on r0. Likewise r's
+last F, F(hi, m*), ends after all of r's F's and all but Y_r of its I/W-seconds, then m*'s chain
+runs to W(0, m*). Hence, for every rank r, the span of r0 (and so both objectives):
+  span_r0 >= head(lo) + F_r + I_r + max(0, W_r - Z_r) + tailI(lo)  (``first_rank_last_backward``)
+  span_r0 >= head(lo) + F_r + max(0, I_r + W_r - Y_r) + tailF(hi)  (``first_rank_last_forward``)
+  e.g. 16 stages, first and last 1.25x heavier, 48 microbatches, 1.25p: the last rank cannot
+  send its last gradient before 16.75 + 126 + 28 x 1.125 (it holds at most 20 unfinished W's),
+  then 16.9 to stage 0 and its 2.5 s W: 193.65, which zb-greedy reaches (the warm-up term gives
+  191.275).
+
 Cost: O(S x R + R x M) (one pass over each rank's stages after O(S) prefix sums; the one-stage
 knapsack tries each a = 1..M).
 """
@@ -175,6 +191,39 @@ def _backward_work_in_memory(problem: Problem, own: list[int], room: float, M: i
     return min(owed_total, room * max(ratios))
 
 
+def _pending_weight_work(problem: Problem, own: list[int], room: float, M: int) -> float:
+    """Most W-seconds rank r can owe right after its last I: each owed W holds its stage's
+    weight-gradient bytes, all within `room` (see docstring)."""
+    w = [problem.duration(s, "W") for s in own]
+    wg = [problem.profile.stages[s].weight_grad_bytes for s in own]
+    owed_total = M * sum(w)
+    if min(wg) <= 0:
+        return owed_total
+    if len(own) == 1:
+        return min(owed_total, math.floor(room / wg[0] + 1e-9) * w[0])
+    return min(owed_total, room * max(x / y for x, y in zip(w, wg)))
+
+
+def _first_rank_terms(problem: Problem, ch: dict) -> dict[str, float]:
+    """The span of the rank holding stage 0, bounded through each other rank (see docstring)."""
+    M = problem.n_microbatches
+    out = {"first_rank_last_backward": 0.0, "first_rank_last_forward": 0.0}
+    for r in range(problem.n_ranks):
+        own = problem.stages_of(r)
+        lo, hi = own[0], own[-1]
+        Fr, Ir, Wr = (M * sum(ch[k][s] for s in own) for k in ("F", "I", "W"))
+        room = problem.activation_room[r]
+        limited = math.isfinite(problem.memory_caps[r]) and room > 0
+        owed_w = _pending_weight_work(problem, own, room, M) if limited else Wr
+        owed_iw = _backward_work_in_memory(problem, own, room, M) if limited else Ir + Wr
+        head = ch["head"][lo]
+        out["first_rank_last_backward"] = max(out["first_rank_last_backward"],
+                                              head + Fr + Ir + max(0.0, Wr - owed_w) + ch["tail_i"][lo])
+        out["first_rank_last_forward"] = max(out["first_rank_last_forward"],
+                                             head + Fr + max(0.0, Ir + Wr - owed_iw) + ch["tail_f"][hi])
+    return out
+
+
 def lower_bound_details(problem: Problem) -> dict[str, float]:
     """Each named lower-bound term (see the module docstring for why each is valid) and
     ``lower_bound``, their maximum, for problem.objective."""
@@ -254,8 +303,12 @@ def _details(problem: Problem) -> tuple[dict[str, float], list[float]]:
     out = {name: max(t[name] for t in per_rank_terms) for name in names}
     if problem.objective == "makespan":
         out["one_microbatch_chain"] = ch["chain"]
+    first = _first_rank_terms(problem, ch)
+    out.update(first)
     out["lower_bound"] = max(out.values())
     per_rank = [max(t[name] for name in SPAN_TERMS) for t in per_rank_terms]
+    r0 = problem.placement[0]
+    per_rank[r0] = max(per_rank[r0], *first.values())
     return out, per_rank
 
 
