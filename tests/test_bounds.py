@@ -194,6 +194,20 @@ def test_first_rank_bound_proves_edge_heavy_span_optimum():
     assert greedy.fits and greedy.span == pytest.approx(96.5)
 
 
+@pytest.mark.parametrize("n_mb,memory,name,value", [(8, "0.5p", "v-min", 59), (8, "0.75p", "v-half", 53),
+                                                      (16, "0.5p", "v-min", 107), (16, "0.75p", "v-half", 101)])
+def test_first_rank_bound_proves_controllable_memory_v_schedules(n_mb, memory, name, value):
+    # V, 4 ranks x 2 stages, F = I = W (issue 11). Rank 3 (stages 3, 4), 8 mb at 0.5p: its
+    # first I starts >= 11 s after rank 0's start with at most 4 F-seconds before it; its other
+    # 12 F-seconds and all but 8 s of its 32 s of I + W precede the end of its last F, whose
+    # chain to stage 0's W takes 12 s more: 11 + 12 + 24 + 12 = 59 (0.75p: 11 + 10 + 20 + 12)
+    p = Problem.build(8, n_mb, n_ranks=4, placement="v", memory=memory, objective="span")
+    hand_made = next(sim for n, _, sim in p.baselines if n == name)
+    assert hand_made.fits and hand_made.span == pytest.approx(value)
+    assert lower_bound_details(p)["first_rank_last_forward"] == pytest.approx(value)
+    assert lower_bound(p) == pytest.approx(value)
+
+
 def test_details_name_every_term():
     p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     d = lower_bound_details(p)

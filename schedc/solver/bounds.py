@@ -97,9 +97,12 @@ exactly the weight-gradient bytes of the W's it still owes (every I is done), no
 its last F (I's and W's only free bytes), so within room_r: they are at most Z_r W-seconds (one
 stage: floor(room / weight_grad) W's; several: room_r times the best W-seconds-per-byte). Then m*'s backward still runs down to W(0, m*) on r0. Likewise r's
 last F, F(hi, m*), ends after all of r's F's and all but Y_r of its I/W-seconds, then m*'s chain
-runs to W(0, m*). Hence, for every rank r, the span of r0 (and so both objectives):
-  span_r0 >= head(lo) + F_r + I_r + max(0, W_r - Z_r) + tailI(lo)  (``first_rank_last_backward``)
-  span_r0 >= head(lo) + F_r + max(0, I_r + W_r - Y_r) + tailF(hi)  (``first_rank_last_forward``)
+runs to W(0, m*). When X_r < F_r the F's before either of those ends can also be counted from
+r's first I, which starts >= a0 + headI(hi), with at most X_r F-seconds before it (the warm-up
+argument): Fdone_r = max(head(lo) + F_r, headI(hi) + F_r - X_r) (the first form alone when
+X_r >= F_r). Hence, for every rank r, the span of r0 (and so both objectives):
+  span_r0 >= Fdone_r + I_r + max(0, W_r - Z_r) + tailI(lo)       (``first_rank_last_backward``)
+  span_r0 >= Fdone_r + max(0, I_r + W_r - Y_r) + tailF(hi)       (``first_rank_last_forward``)
   e.g. 16 stages, first and last 1.25x heavier, 48 microbatches, 1.25p: the last rank cannot
   send its last gradient before 16.75 + 126 + 28 x 1.125 (it holds at most 20 unfinished W's),
   then 16.9 to stage 0 and its 2.5 s W: 193.65, which zb-greedy reaches (the warm-up term gives
@@ -214,13 +217,18 @@ def _first_rank_terms(problem: Problem, ch: dict) -> dict[str, float]:
         Fr, Ir, Wr = (M * sum(ch[k][s] for s in own) for k in ("F", "I", "W"))
         room = problem.activation_room[r]
         limited = math.isfinite(problem.memory_caps[r]) and room > 0
-        owed_w = _pending_weight_work(problem, own, room, M) if limited else Wr
+        x = _forward_work_in_memory(problem, own, room, ch["F"], M) if limited else Fr
         owed_iw = _backward_work_in_memory(problem, own, room, M) if limited else Ir + Wr
-        head = ch["head"][lo]
+        owed_w = _pending_weight_work(problem, own, room, M) if limited else Wr
+        # the end of r's F's that come before a given action: all of them after r's start, or
+        # (when memory forces some after r's first I) those after that first I
+        forwards_done = ch["head"][lo] + Fr
+        if x < Fr:
+            forwards_done = max(forwards_done, ch["head_i"][hi] + Fr - x)
         out["first_rank_last_backward"] = max(out["first_rank_last_backward"],
-                                              head + Fr + Ir + max(0.0, Wr - owed_w) + ch["tail_i"][lo])
+                                              forwards_done + Ir + max(0.0, Wr - owed_w) + ch["tail_i"][lo])
         out["first_rank_last_forward"] = max(out["first_rank_last_forward"],
-                                             head + Fr + max(0.0, Ir + Wr - owed_iw) + ch["tail_f"][hi])
+                                             forwards_done + max(0.0, Ir + Wr - owed_iw) + ch["tail_f"][hi])
     return out
 
 
