@@ -95,18 +95,19 @@ every action of a rank r starts >= a0 + head(lo). Take r's last I, I(lo, m*) (d)
 F's and I's end by its end, and so do the W's r no longer owes then. Right after that I, r holds
 exactly the weight-gradient bytes of the W's it still owes (every I is done), no more than after
 its last F (I's and W's only free bytes), so within room_r: they are at most Z_r W-seconds (one
-stage: floor(room / weight_grad) W's; several: room_r times the best W-seconds-per-byte). Then m*'s backward still runs down to W(0, m*) on r0. Likewise r's
-last F, F(hi, m*), ends after all of r's F's and all but Y_r of its I/W-seconds, then m*'s chain
-runs to W(0, m*). When X_r < F_r the F's before either of those ends can also be counted from
-r's first I, which starts >= a0 + headI(hi), with at most X_r F-seconds before it (the warm-up
-argument): Fdone_r = max(head(lo) + F_r, headI(hi) + F_r - X_r) (the first form alone when
-X_r >= F_r). Hence, for every rank r, the span of r0 (and so both objectives):
+stage: floor(room / weight_grad) W's; several: room_r times the best W-seconds-per-byte). Then
+m*'s backward still runs down to W(0, m*) on r0. Likewise r's last F, F(hi, m*), ends after all
+of r's F's and all but Y_r of its I/W-seconds, then m*'s chain runs to W(0, m*). When X_r < F_r
+the F's before either of those ends can also be counted from r's first I, which starts
+>= a0 + headI(hi), with at most X_r F-seconds before it (the warm-up argument):
+Fdone_r = max(head(lo) + F_r, headI(hi) + F_r - X_r) (the first form alone when X_r >= F_r).
+Hence, for every rank r, the span of r0 (and so both objectives):
   span_r0 >= Fdone_r + I_r + max(0, W_r - Z_r) + tailI(lo)       (``first_rank_last_backward``)
   span_r0 >= Fdone_r + max(0, I_r + W_r - Y_r) + tailF(hi)       (``first_rank_last_forward``)
   e.g. 16 stages, first and last 1.25x heavier, 48 microbatches, 1.25p: the last rank cannot
-  send its last gradient before 16.75 + 126 + 28 x 1.125 (it holds at most 20 unfinished W's),
-  then 16.9 to stage 0 and its 2.5 s W: 193.65, which zb-greedy reaches (the warm-up term gives
-  191.275).
+  send its last gradient before 16.75 + 126 + 28 x 1.125 (it can owe at most 20 W's then), then
+  16.9 to stage 0 and its 2.5 s W: 193.65, which zb-greedy reaches (the warm-up term gives
+  191.275). With memory below 1p the warm-up form proves V-Min and V-Half optimal for span.
 
 Cost: O(S x R + R x M) (one pass over each rank's stages after O(S) prefix sums; the one-stage
 knapsack tries each a = 1..M).
