@@ -318,6 +318,18 @@ def format_bytes(n: float) -> str:
     return f"{n:g}B" if n != int(n) else f"{int(n)}B"
 
 
+def format_seconds(x: float) -> str:
+    """A measured duration, 3 significant digits: '19.2ms', '840us' ('0' for none)."""
+    if x == 0:
+        return "0"
+    return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
+
+
+def format_ms(x: float) -> str:
+    """A step or finish time for a table column: '1504.0ms', '8.25ms' (two decimals below 10 ms)."""
+    return f"{1e3 * x:.1f}ms" if x >= 0.01 else f"{1e3 * x:.2f}ms"
+
+
 def format_memory(x: float) -> str:
     """A memory amount as the CLI and plots print it: 'none' for no cap, bytes from 1 KiB up,
     else the bare number (uniform costs count memory in stage activations, not bytes)."""

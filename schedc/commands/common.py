@@ -115,12 +115,6 @@ def require_torch(command: str) -> None:
         raise SchedcError(f"{command} runs the model and needs torch: pip install 'schedc[torch]'")
 
 
-def fmt_secs(x: float) -> str:
-    if x == 0:
-        return "0"
-    return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
-
-
 def plural(n: int, word: str, many: str = "") -> str:
     """'1 microbatch', '16 microbatches'."""
     return f"{n} {word if n == 1 else (many or word + 's')}"

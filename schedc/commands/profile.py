@@ -7,7 +7,7 @@ import sys
 from typing import Optional
 
 from schedc.commands import common
-from schedc.costs import MemoryLimit, format_bytes
+from schedc.costs import MemoryLimit, format_bytes, format_seconds
 from schedc.errors import SchedcError
 from schedc.fileio import check_writable
 
@@ -116,11 +116,11 @@ def run(args) -> int:
           f"microbatch {profile.microbatch_size}, {profile.dtype}")
     print(f"  {'stage':>5}  {'F':>9}  {'I':>9}  {'W':>9}  {'activation':>10}  {'held I..W':>10}  {'static':>10}")
     for s, c in enumerate(profile.stages):
-        print(f"  {s:>5}  {common.fmt_secs(c.forward):>9}  {common.fmt_secs(c.backward_input):>9}  "
-              f"{common.fmt_secs(c.backward_weight):>9}  {format_bytes(c.activation_bytes):>10}  "
+        print(f"  {s:>5}  {format_seconds(c.forward):>9}  {format_seconds(c.backward_input):>9}  "
+              f"{format_seconds(c.backward_weight):>9}  {format_bytes(c.activation_bytes):>10}  "
               f"{format_bytes(c.weight_grad_bytes):>10}  {format_bytes(c.static_bytes):>10}")
     comm = profile.comm if isinstance(profile.comm, list) else [profile.comm]
-    print(f"  comm per boundary: {', '.join(common.fmt_secs(c) for c in comm)}")
+    print(f"  comm per boundary: {', '.join(format_seconds(c) for c in comm)}")
     return 0
 
 

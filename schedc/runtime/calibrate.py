@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from schedc.costs import Profile, StageCost
+from schedc.costs import Profile, StageCost, format_ms
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import producers, simulate
@@ -557,24 +557,20 @@ def calibrate(
 def format_calibration(cal: Calibration) -> str:
     lines = [
         f"{cal.csv}: {cal.steps} timed step(s)",
-        f"  step time: predicted {_ms(cal.predicted_step)}, measured {_ms(cal.measured_step)} "
-        f"(error {100 * cal.step_error:+.1f}%); with the refined profile {_ms(cal.refined_step)} "
+        f"  step time: predicted {format_ms(cal.predicted_step)}, measured {format_ms(cal.measured_step)} "
+        f"(error {100 * cal.step_error:+.1f}%); with the refined profile {format_ms(cal.refined_step)} "
         f"({100 * cal.refined_error:+.1f}%)",
         *([f"  with the in-situ profile (stages measured inside the ranks between steps) "
-           f"{_ms(cal.in_situ_step)} ({100 * cal.in_situ_error:+.1f}%)"] if cal.in_situ_step is not None else []),
+           f"{format_ms(cal.in_situ_step)} ({100 * cal.in_situ_error:+.1f}%)"] if cal.in_situ_step is not None else []),
         f"  action starts: mean distance from prediction {100 * cal.start_error:.1f}% of the step",
         f"  {'rank':>4}  {'finish pred':>11}  {'measured':>9}  {'error':>7}  {'busy pred':>9}  {'measured':>9}  {'error':>7}",
     ]
     for r in cal.ranks:
         lines.append(
-            f"  {r.rank:>4}  {_ms(r.predicted_finish):>11}  {_ms(r.measured_finish):>9}  {100 * r.finish_error:>+6.1f}%  "
-            f"{_ms(r.predicted_busy):>9}  {_ms(r.measured_busy):>9}  {100 * r.busy_error:>+6.1f}%"
+            f"  {r.rank:>4}  {format_ms(r.predicted_finish):>11}  {format_ms(r.measured_finish):>9}  {100 * r.finish_error:>+6.1f}%  "
+            f"{format_ms(r.predicted_busy):>9}  {format_ms(r.measured_busy):>9}  {100 * r.busy_error:>+6.1f}%"
         )
     return "\n".join(lines)
-
-
-def _ms(x: float) -> str:
-    return f"{1e3 * x:.1f}ms"
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from schedc.costs import Profile
+from schedc.costs import Profile, format_ms
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
@@ -398,22 +398,18 @@ def format_emulations(runs: Sequence[Emulation], comm_note: str) -> str:
         f"{'overhead run':>12}  {'overhead per action F/I/W/B':>28}  {'transfer':>8}  {'sleep over':>10}",
     ]
     for name, r in zip(names, runs):
-        per = "/".join(_ms(r.overhead[k]) if k in r.overhead else "-" for k in "FIWB")
+        per = "/".join(format_ms(r.overhead[k]) if k in r.overhead else "-" for k in "FIWB")
         lines.append(
-            f"{name:<{width}}  {_ms(r.measured_step):>9}  {_ms(r.predicted_step):>9}  {r.ratio:>6.3f}  "
-            f"{_ms(r.plain_prediction.makespan):>9}  {_ms(r.zero_step):>12}  {per:>28}  {_ms(r.transfer):>8}  "
-            f"{_ms(r.overshoot):>10}")
+            f"{name:<{width}}  {format_ms(r.measured_step):>9}  {format_ms(r.predicted_step):>9}  {r.ratio:>6.3f}  "
+            f"{format_ms(r.plain_prediction.makespan):>9}  {format_ms(r.zero_step):>12}  {per:>28}  {format_ms(r.transfer):>8}  "
+            f"{format_ms(r.overshoot):>10}")
     lines += ["", "per-rank finish, measured / predicted:",
               f"{'rank':>4}  " + "  ".join(f"{n:>{max(19, len(n))}}" for n in names)]
     for rank in range(max(r.schedule.n_ranks for r in runs)):
-        cells = [(f"{_ms(r.measured_finish[rank])} / {_ms(r.predicted_finish[rank])}"
+        cells = [(f"{format_ms(r.measured_finish[rank])} / {format_ms(r.predicted_finish[rank])}"
                   if rank < r.schedule.n_ranks else "-") for r in runs]
         lines.append(f"{rank:>4}  " + "  ".join(f"{c:>{max(19, len(n))}}" for c, n in zip(cells, names)))
     return "\n".join(lines)
-
-
-def _ms(x: float) -> str:
-    return f"{1e3 * x:.1f}ms" if x >= 0.01 else f"{1e3 * x:.2f}ms"
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ from torch.distributed.pipelining._backward import (
     stage_backward_weight,
 )
 
-from schedc.costs import Profile, StageCost, format_bytes
+from schedc.costs import Profile, StageCost, format_bytes, format_seconds
 from schedc.errors import SchedcError
 
 OPTIMIZER_STATE_FACTOR = {
@@ -148,11 +148,7 @@ class Stat:
         return (max(self.samples) - min(self.samples)) / m if m > 0 else 0.0
 
     def __str__(self) -> str:
-        return f"{_fmt_s(self.median)} ±{100 * self.spread:.0f}%"
-
-
-def _fmt_s(x: float) -> str:
-    return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
+        return f"{format_seconds(self.median)} ±{100 * self.spread:.0f}%"
 
 
 # ---------------------------------------------------------------- memory accounting
