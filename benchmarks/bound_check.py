@@ -8,9 +8,9 @@ often it meets the optimum, and (the number that must stay 0) how often it excee
 Method: random problems of 2-4 stages and 2-5 microbatches (placements loop, V, interleaved and
 hand-written; torch's and the ideal runtime; caps from 0.5p to none; communication 0 to 1; random
 F, I, W, activation and weight-gradient bytes) for both objectives. The optimum is
-schedc.solver.exhaustive's search with its bound pruning replaced by each rank's total work and
-no early stop at the bound (so an invalid bound cannot certify itself); instances it cannot
-finish within --nodes are skipped. Every rank's own span bound is checked against that rank's
+schedc.solver.exhaustive's search with ``use_bounds=False`` (no pruning or early stop by these
+bounds, so an invalid bound cannot certify itself); instances it cannot finish within --nodes are
+skipped. Every rank's own span bound is checked against that rank's
 span in the optimal schedule too.
 
 Usage: python benchmarks/bound_check.py [--seconds 120] [--seed 0] [--nodes 300000]
@@ -58,18 +58,6 @@ def random_problem(rng: random.Random) -> Problem:
                          objective=rng.choice(["makespan", "span"]), runtime=rng.choice(["torch", "ideal"]))
 
 
-def optimum_without_bounds(problem: Problem, nodes: int):
-    """(optimum, schedule): the exhaustive search pruning only with each rank's total work."""
-    saved = exhaustive.lower_bound, exhaustive.rank_span_bounds
-    exhaustive.lower_bound = lambda p: 0.0
-    exhaustive.rank_span_bounds = lambda p: [
-        p.n_microbatches * sum(p.duration(s, k) for s in p.stages_of(r) for k in "FIW") for r in range(p.n_ranks)]
-    try:
-        return exhaustive.exact_optimum(problem, max_nodes=nodes)
-    finally:
-        exhaustive.lower_bound, exhaustive.rank_span_bounds = saved
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=120.0)
@@ -83,7 +71,7 @@ def main() -> None:
     while time.monotonic() < end:
         try:
             problem = random_problem(rng)
-            opt, sched = optimum_without_bounds(problem, args.nodes)
+            opt, sched = exhaustive.exact_optimum(problem, max_nodes=args.nodes, use_bounds=False)
         except SchedcError:  # a cap below one microbatch, or a search too large
             skipped += 1
             continue

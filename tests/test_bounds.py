@@ -1,6 +1,6 @@
 """Lower bounds are certificates: never above a known optimum. The exhaustive search that provides
 those optima is itself checked against brute force over all per-rank orders, and runs without the
-bounds under test where it checks them (independent_optimum)."""
+bounds under test where it checks them (use_bounds=False)."""
 
 from __future__ import annotations
 
@@ -25,22 +25,6 @@ EPS = 1e-9
 FIRST_RANK_TERMS = ("first_rank_last_backward", "first_rank_last_forward")
 
 
-def independent_optimum(problem: Problem, max_nodes: int = 2_000_000) -> tuple[float, Schedule]:
-    """The exhaustive optimum found without the bounds under test: exact_optimum prunes with them
-    and stops when the heuristic meets them, so an invalid bound could pass as its own proof.
-    Here it prunes only with each rank's total work (a rank's span holds all of it)."""
-    from schedc.solver import exhaustive
-
-    def rank_work(p: Problem) -> list[float]:
-        return [p.n_microbatches * sum(p.duration(s, k) for s in p.stages_of(r) for k in "FIW")
-                for r in range(p.n_ranks)]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(exhaustive, "lower_bound", lambda p: 0.0)
-        mp.setattr(exhaustive, "rank_span_bounds", rank_work)
-        return exact_optimum(problem, max_nodes=max_nodes)
-
-
 COSTS = [
     (1.0, 1.0, 1.0, 0.0),  # identical stages, the paper's unit case
     (1.0, 2.0, 0.5, 0.3),  # slow I, fast W, slow links
@@ -62,7 +46,7 @@ def test_bound_never_above_exact_optimum(n_stages, n_mb, placement, n_ranks, mem
         prof = Profile.edge_heavy(n_stages) if costs is None else Profile.uniform(n_stages, *costs[:3], comm=costs[3])
         p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, profile=prof,
                           memory=memory, objective=objective)
-        opt, sched = independent_optimum(p)
+        opt, sched = exact_optimum(p, use_bounds=False)
         sim = simulate(sched, prof, p.memory)
         assert sim.fits and abs(sim.objective(objective) - opt) < 1e-6
         details = lower_bound_details(p)
@@ -117,7 +101,9 @@ BRUTE += [(3, 2, "1p", "makespan"), (3, 2, "none", "span")]  # 8000 order tuples
 def test_exhaustive_search_matches_brute_force(n_stages, n_mb, memory, objective):
     prof = Profile.uniform(n_stages, 1.0, 2.0, 0.5, comm=0.3)
     p = Problem.build(n_stages, n_mb, profile=prof, memory=memory, objective=objective)
-    assert exact_optimum(p, use_heuristic=False)[0] == pytest.approx(_brute_force(p))
+    brute = _brute_force(p)
+    assert exact_optimum(p, use_heuristic=False)[0] == pytest.approx(brute)
+    assert exact_optimum(p, use_bounds=False)[0] == pytest.approx(brute)
 
 
 def test_merging_backward_never_helps():
@@ -178,7 +164,7 @@ def test_memory_cool_down_span_term_below_exact_optimum(n_stages, n_mb, costs, m
     d = lower_bound_details(p)
     others = max(v for k, v in d.items() if k not in ("span_memory_warmup", "lower_bound") + FIRST_RANK_TERMS)
     assert d["span_memory_warmup"] > others + EPS
-    assert d["span_memory_warmup"] <= independent_optimum(p)[0] + EPS
+    assert d["span_memory_warmup"] <= exact_optimum(p, use_bounds=False)[0] + EPS
 
 
 @pytest.mark.parametrize("n_stages,n_mb,costs,memory,objective", [
@@ -194,7 +180,7 @@ def test_first_rank_terms_meet_exact_optimum(n_stages, n_mb, costs, memory, obje
     d = lower_bound_details(p)
     others = max(v for k, v in d.items() if k not in ("lower_bound",) + FIRST_RANK_TERMS)
     assert max(d[k] for k in FIRST_RANK_TERMS) > others + EPS
-    assert d["lower_bound"] == pytest.approx(independent_optimum(p)[0])
+    assert d["lower_bound"] == pytest.approx(exact_optimum(p, use_bounds=False)[0])
     assert rank_span_bounds(p)[0] == pytest.approx(d["lower_bound"])
 
 
@@ -262,7 +248,7 @@ def tiny_problems(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_problems())
 def test_property_bound_exact_heuristic(p):
-    opt, sched = independent_optimum(p, max_nodes=400_000)
+    opt, sched = exact_optimum(p, max_nodes=400_000, use_bounds=False)
     sim = simulate(sched, p.profile, p.memory)
     assert sim.fits
     assert lower_bound(p) <= opt + EPS
@@ -280,7 +266,7 @@ def test_property_late_start_model_never_above_exhaustive_span_optimum(p):
     assume(p.n_stages * p.n_microbatches <= 6)  # span searches of 3 x 3 take seconds
     p = Problem(given_profile=p.given_profile, placement=p.placement, n_microbatches=p.n_microbatches,
                 memory=p.memory, objective="span", runtime=p.runtime)
-    opt, sched = independent_optimum(p, max_nodes=400_000)
+    opt, sched = exact_optimum(p, max_nodes=400_000, use_bounds=False)
     inst = model.build_instance(p)
     inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
     val = simulate(model.schedule_from_orders(inst, inc), p.profile).span

@@ -23,7 +23,11 @@ are all placed), so partial states carry exact times. The search is exhaustive u
   only once every rank has started (an earlier producer could otherwise start an idle rank
   earlier and lengthen its span), falling back to exact duplicates before that;
 * bounds: a state is cut when max over ranks of (free time + remaining work) (for span: minus
-  the rank's first start) already reaches the incumbent, which starts as the heuristic's value.
+  the rank's first start; before a rank starts, its span bound from schedc.solver.bounds)
+  already reaches the incumbent, which starts as the heuristic's value (the search is skipped
+  when that meets schedc.solver.bounds.lower_bound). ``use_bounds=False`` leaves
+  schedc.solver.bounds out (a rank not yet started is bounded by its total work), so the optimum
+  it returns can check those bounds without taking them on trust.
 
 ``merge_backward=True`` also branches on B (I and W fused) for every backward; splitting never
 loses (I ends earlier, W ends when B would, memory drops no later), so both settings give the
@@ -50,22 +54,24 @@ KINDS = ("F", "I", "W", "B")
 
 
 def exact_optimum(
-    problem: Problem, max_nodes: int = 2_000_000, merge_backward: bool = False, use_heuristic: bool = True
+    problem: Problem, max_nodes: int = 2_000_000, merge_backward: bool = False, use_heuristic: bool = True,
+    use_bounds: bool = True,
 ) -> tuple[float, Schedule]:
     """(optimal objective value, a schedule attaining it) for a tiny `problem`.
 
-    `use_heuristic=False` starts from no incumbent (slower; for testing the search itself)."""
+    `use_heuristic=False` starts from no incumbent (slower; for testing the search itself);
+    `use_bounds=False` does not rely on schedc.solver.bounds (for testing those bounds)."""
     check_memory_feasible(problem)
     objective = problem.objective
     if use_heuristic:
         inc_sched = heuristic_schedule(problem, time_budget=0.1)
         inc_val = simulate(inc_sched, problem.profile, problem.memory).objective(objective)
-        if inc_val <= lower_bound(problem) + EPS:
+        if use_bounds and inc_val <= lower_bound(problem) + EPS:
             inc_sched.meta = dict(inc_sched.meta, source="exhaustive (heuristic meets the lower bound)", nodes=0)
             return inc_val, inc_sched
     else:
         inc_sched, inc_val = None, float("inf")
-    search = _Search(problem, inc_val, max_nodes, merge_backward)
+    search = _Search(problem, inc_val, max_nodes, merge_backward, use_bounds)
     search.dfs()
     if search.best_orders is None:
         # Nothing beat the heuristic: it is optimal.
@@ -83,7 +89,7 @@ class _Search:
     is the placed actions with their exact end times, per-rank free / first-start times and
     held memory."""
 
-    def __init__(self, problem: Problem, incumbent: float, max_nodes: int, merge_backward: bool):
+    def __init__(self, problem: Problem, incumbent: float, max_nodes: int, merge_backward: bool, use_bounds: bool):
         S, M, R = problem.n_stages, problem.n_microbatches, problem.n_ranks
         self.problem, self.S, self.M, self.R = problem, S, M, R
         self.objective, self.max_nodes, self.merge_backward = problem.objective, max_nodes, merge_backward
@@ -92,10 +98,10 @@ class _Search:
         self.delta = {(s, k): problem.profile.memory_delta(s, k) for s in range(S) for k in KINDS}
         self.comm = [problem.comm(b) for b in range(S - 1)] + [0.0]
         self.room = [x + EPS * max(1.0, abs(x)) if x != float("inf") else x for x in problem.activation_room]
-        self.rank_lb = rank_span_bounds(problem)
         self.work_left = [0.0] * R
         for s in range(S):
             self.work_left[self.rank_of[s]] += M * (self.dur[(s, "F")] + self.dur[(s, "I")] + self.dur[(s, "W")])
+        self.rank_lb = rank_span_bounds(problem) if use_bounds else list(self.work_left)
         self.total_actions = S * M * 3  # B counts as two placements (its I and W slots)
         self.best_val, self.best_orders = incumbent, None
         self.end: dict[int, float] = {}  # placed action id -> end time
