@@ -15,14 +15,13 @@ from schedc.costs import MemoryLimit, Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
-from schedc.solver.bounds import lower_bound, lower_bound_details, rank_span_bounds
+from schedc.solver.bounds import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
 from schedc.solver.exhaustive import exact_optimum
 from schedc.solver import model
 from schedc.solver.heuristic import feasible_baselines, heuristic_schedule
 from schedc.solver.problem import Problem
 
 EPS = 1e-9
-FIRST_RANK_TERMS = ("first_rank_last_backward", "first_rank_last_forward")
 
 
 COSTS = [

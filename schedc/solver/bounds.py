@@ -208,31 +208,6 @@ def _pending_weight_work(problem: Problem, own: list[int], room: float, M: int) 
     return min(owed_total, room * max(x / y for x, y in zip(w, wg)))
 
 
-def _first_rank_terms(problem: Problem, ch: dict) -> dict[str, float]:
-    """The span of the rank holding stage 0, bounded through each other rank (see docstring)."""
-    M = problem.n_microbatches
-    out = {"first_rank_last_backward": 0.0, "first_rank_last_forward": 0.0}
-    for r in range(problem.n_ranks):
-        own = problem.stages_of(r)
-        lo, hi = own[0], own[-1]
-        Fr, Ir, Wr = (M * sum(ch[k][s] for s in own) for k in ("F", "I", "W"))
-        room = problem.activation_room[r]
-        limited = math.isfinite(problem.memory_caps[r]) and room > 0
-        x = _forward_work_in_memory(problem, own, room, ch["F"], M) if limited else Fr
-        owed_iw = _backward_work_in_memory(problem, own, room, M) if limited else Ir + Wr
-        owed_w = _pending_weight_work(problem, own, room, M) if limited else Wr
-        # the end of r's F's that come before a given action: all of them after r's start, or
-        # (when memory forces some after r's first I) those after that first I
-        forwards_done = ch["head"][lo] + Fr
-        if x < Fr:
-            forwards_done = max(forwards_done, ch["head_i"][hi] + Fr - x)
-        out["first_rank_last_backward"] = max(out["first_rank_last_backward"],
-                                              forwards_done + Ir + max(0.0, Wr - owed_w) + ch["tail_i"][lo])
-        out["first_rank_last_forward"] = max(out["first_rank_last_forward"],
-                                             forwards_done + max(0.0, Ir + Wr - owed_iw) + ch["tail_f"][hi])
-    return out
-
-
 def lower_bound_details(problem: Problem) -> dict[str, float]:
     """Each named lower-bound term (see the module docstring for why each is valid) and
     ``lower_bound``, their maximum, for problem.objective."""
@@ -249,6 +224,8 @@ SPAN_TERMS = ("span_work", "span_backward", "span_last_forward", "memory_slots",
               "memory_area")
 MAKESPAN_TERMS = ("work_after_head", "backward_after_head", "last_backward", "last_forward",
                   "memory_slots_makespan", "memory_warmup", "memory_area_makespan")
+# bounds on the span of the rank holding stage 0, evaluated through each rank r (docstring)
+FIRST_RANK_TERMS = ("first_rank_last_backward", "first_rank_last_forward")
 
 
 def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
@@ -267,7 +244,7 @@ def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
     fi_chain = ch["head"][hi] - ch["head"][lo] + F[hi] + ch["after_f"][hi]
     # from the start of I(hi, m) to the end of I(lo, m)
     i_chain = ch["head_i"][lo] - ch["head_i"][hi] + I[lo]
-    out = dict.fromkeys(SPAN_TERMS + MAKESPAN_TERMS, 0.0)
+    out = dict.fromkeys(SPAN_TERMS + MAKESPAN_TERMS + FIRST_RANK_TERMS, 0.0)
     out["span_work"] = work
     out["span_backward"] = fi_chain + Ir + Wr
     out["span_last_forward"] = max(Fr + ch["after_f"][hi], fi_chain) + i_chain + W[lo]
@@ -275,19 +252,28 @@ def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
     out["backward_after_head"] = ch["head_i"][hi] + Ir + Wr
     out["last_backward"] = head_r + Fr + Ir + max(W[lo], ch["tail_i"][lo])
     out["last_forward"] = head_r + Fr + ch["tail_f"][hi]
+    # without a cap r may owe all its W's after its last I, all its I/W's after its last F
+    out["first_rank_last_backward"] = head_r + Fr + Ir + ch["tail_i"][lo]
+    out["first_rank_last_forward"] = head_r + Fr + ch["tail_f"][hi]
     cap = problem.memory_caps[r]
     room = problem.activation_room[r]
     if not math.isfinite(cap) or room <= 0:
         return out
     x = _forward_work_in_memory(problem, own, room, F, M)
+    y = _backward_work_in_memory(problem, own, room, M)
+    forwards_done = head_r + Fr
     if x < Fr:
         # r cannot hold every activation at once, so its first I starts before its last F ends:
         # the warm-up and cool-down windows are disjoint and their idle times add up
-        y = _backward_work_in_memory(problem, own, room, M)
         span_tail = ch["after_f"][hi] + i_chain + W[lo]
         out["span_memory_warmup"] = work + max(0.0, fi_chain - x) + max(0.0, span_tail - y)
         out["memory_warmup"] = (work + max(head_r, ch["head_i"][hi] - x)
                                 + max(0.0, max(span_tail, ch["tail_f"][hi]) - y))
+        # the F's r still runs after its first I, which starts >= headI(hi)
+        forwards_done = max(forwards_done, ch["head_i"][hi] + Fr - x)
+    z = _pending_weight_work(problem, own, room, M)
+    out["first_rank_last_backward"] = forwards_done + Ir + max(0.0, Wr - z) + ch["tail_i"][lo]
+    out["first_rank_last_forward"] = forwards_done + max(0.0, Ir + Wr - y) + ch["tail_f"][hi]
     area = M * sum(prof.stages[s].activation_bytes * (F[s] + ch["after_f"][s] + I[s])
                    + prof.stages[s].weight_grad_bytes * W[s] for s in own)
     out["memory_area"] = area / room
@@ -312,12 +298,11 @@ def _details(problem: Problem) -> tuple[dict[str, float], list[float]]:
     out = {name: max(t[name] for t in per_rank_terms) for name in names}
     if problem.objective == "makespan":
         out["one_microbatch_chain"] = ch["chain"]
-    first = _first_rank_terms(problem, ch)
-    out.update(first)
+    out.update({name: max(t[name] for t in per_rank_terms) for name in FIRST_RANK_TERMS})
     out["lower_bound"] = max(out.values())
     per_rank = [max(t[name] for name in SPAN_TERMS) for t in per_rank_terms]
     r0 = problem.placement[0]
-    per_rank[r0] = max(per_rank[r0], *first.values())
+    per_rank[r0] = max(per_rank[r0], *(out[name] for name in FIRST_RANK_TERMS))
     return out, per_rank
 
 
