@@ -25,7 +25,8 @@ def register(sub) -> None:
     p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
     p.add_argument("--solver", choices=["highs", "cbc", "cpsat"],
                    help="one engine only: the integer program with HiGHS or CBC, or OR-Tools' CP-SAT (default: "
-                        "CP-SAT for 40%% of the time when installed, then the integer program with HiGHS, else CBC)")
+                        "CP-SAT for 40%% of the time when installed, then the integer program with HiGHS, else CBC, and "
+                        "on instances too large for it, CP-SAT windows)")
     p.add_argument("-o", "--output", metavar="FILE.csv", default="schedule.csv",
                    help="where to write the CSV; the report goes to FILE.json (default schedule.csv)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the compiled schedule next to the best baseline")

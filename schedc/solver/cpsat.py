@@ -49,7 +49,11 @@ its times (floored to units) are the solution hint, which is a feasible point of
 model.
 
 Use: ``schedc.solver.compile`` runs it first, before the integer program (the default when
-OR-Tools is installed), or alone (``--solver cpsat``).
+OR-Tools is installed), or alone (``--solver cpsat``). On instances too large for the full
+integer program it stops once it has found nothing new for a while (``stale_seconds``), and the
+time goes to windows: ``solve_window`` is the same model with every action outside a time window
+held in its rank's order, which CP-SAT solves in about a second at 16x48 where the whole model
+stalls (comm 0.25F, 1.25p: 168 after 46 s as one model; 163.5-165 in 120 s with windows).
 
 Cost: CP-SAT search, exponential in the worst case, bounded by the time limit; the model has
 O(actions) variables and constraints (no pairwise binaries: NoOverlap and the reservoir reason
@@ -59,7 +63,9 @@ on orders themselves).
 from __future__ import annotations
 
 import math
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional
 
@@ -284,10 +290,12 @@ def solve_cpsat(
     seed: int = 0,
     hint: bool = True,
     stop_at_bound: bool = True,
+    stale_seconds: Optional[float] = None,
 ) -> CpsatOutcome:
     """Solve `problem` with CP-SAT within `time_limit` seconds (see the module docstring).
     `hint=False` starts CP-SAT cold; `stop_at_bound=False` runs it even when the warm start
-    already meets the combinatorial bound."""
+    already meets the combinatorial bound; `stale_seconds` ends the search early once that
+    long has passed without a better solution."""
     cp_model = import_cp_model()
     from schedc.solver import heuristic
 
@@ -317,8 +325,8 @@ def solve_cpsat(
     solver.parameters.num_workers = max(1, int(workers))
     solver.parameters.random_seed = int(seed)
     solver.parameters.catch_sigint_signal = False  # its handler is never given back (interrupt.py)
-    with interrupt.stop_native_solver(solver.stop_search):
-        status = solver.solve(m)
+    with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
+        status = solver.solve(m, on_solution)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     cp_bound = _certified_bound(solver, status, ts, bs, objective)
     out = CpsatOutcome(best_sched, best_sim, best_sim.objective(objective),
@@ -329,6 +337,108 @@ def solve_cpsat(
         _take_answer(out, problem, inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])
     out.solve_time = time.monotonic() - t0
     return out
+
+
+def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult, free, time_limit: float,
+                 workers: int = 1, seed: int = 0) -> Optional[list[list[int]]]:
+    """One step of the window search (schedc.solver.compile): CP-SAT re-orders and re-times the
+    actions at positions ``free[r] = (lo, hi)`` of each rank's order (``orders``, simulated as
+    ``sim``); every other action keeps its place in its rank's order. Actions before a rank's
+    window keep their simulated start too (in ``sim`` they start before every moved action, so
+    what they wait for stays put, and fixed times propagate far better than orders). Those
+    after it keep only their order, so a gain inside the window carries on to the end.
+
+    Goal: the objective, capped at its current value, then the latest end of a moved action.
+    The second goal matters because the step time is usually decided outside the window: then
+    every answer ties, and ending the window's work early is what leaves the next window room.
+
+    Returns the new orders (each rank's actions by CP-SAT's start times), or None when CP-SAT
+    found no answer in time."""
+    cp_model = import_cp_model()
+    objective = problem.objective
+    ts = choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p])
+    bs = choose_byte_scale(list(inst.delta))
+    dur = _durations(inst, ts)
+    lags = {(a, b): ts.floor(lag) for b in range(inst.n) for a, lag in inst.preds[b]}
+    current = ts.ceil(sim.objective(objective))
+    horizon = _horizon(inst, dur, lags, objective, current)
+    hint = [ts.floor(sim.timings[a].start) for a in inst.actions]
+    fixed = {i for r, row in enumerate(orders) for i in row[: free[r][0]]}
+
+    m = cp_model.CpModel()
+    starts, ends, intervals = [], [], []
+    for i, a in enumerate(inst.actions):
+        lo, hi = (hint[i], hint[i]) if i in fixed else (0, max(0, horizon - dur[i]))
+        starts.append(m.new_int_var(lo, hi, f"start_{a}"))
+        ends.append(m.new_int_var(lo + dur[i], hi + dur[i], f"end_{a}"))
+        intervals.append(m.new_interval_var(starts[i], dur[i], ends[i], f"iv_{a}"))
+    _add_precedences(m, inst, starts, ends, lags)
+    moved = []
+    for r, row in enumerate(orders):
+        lo, hi = free[r]
+        window = row[lo:hi]
+        moved += window
+        m.add_no_overlap([intervals[i] for i in window])
+        for i in window:
+            if lo > 0:
+                m.add(starts[i] >= ends[row[lo - 1]])
+            if hi < len(row):
+                m.add(starts[row[hi]] >= ends[i])
+        for a, b in zip(row[hi:], row[hi + 1:]):
+            m.add(starts[b] >= ends[a])
+    _add_memory(m, inst, bs, starts, ends)
+    obj = _add_objective(m, inst, starts, ends, objective, current, 0)
+    if moved:
+        window_end = m.new_int_var(0, horizon, "window_end")
+        m.add_max_equality(window_end, [ends[i] for i in moved])
+        m.minimize(obj * (horizon + 1) + window_end)
+    m.add_hint(obj, current)
+    for i in range(inst.n):
+        m.add_hint(starts[i], hint[i])
+        m.add_hint(ends[i], hint[i] + dur[i])
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.1, time_limit)
+    solver.parameters.num_workers = max(1, int(workers))
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.catch_sigint_signal = False
+    with interrupt.stop_native_solver(solver.stop_search):
+        status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return _orders(inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])
+
+
+@contextmanager
+def _stop_when_stale(solver, stale_seconds: Optional[float]):
+    """A solution callback for `solver.solve`, and a watcher thread that stops the search once
+    `stale_seconds` pass without a new solution (None: never)."""
+    from ortools.sat.python import cp_model
+
+    last = [time.monotonic()]
+
+    class OnSolution(cp_model.CpSolverSolutionCallback):
+        def on_solution_callback(self) -> None:
+            last[0] = time.monotonic()
+
+    if stale_seconds is None:
+        yield None
+        return
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.wait(0.2):
+            if time.monotonic() - last[0] > stale_seconds:
+                solver.stop_search()
+                return
+
+    watcher = threading.Thread(target=watch, name="schedc-cpsat-stale", daemon=True)
+    watcher.start()
+    try:
+        yield OnSolution()
+    finally:
+        finished.set()
+        watcher.join()
 
 
 def _incumbent(problem: Problem, inst: model.Instance, warm):
