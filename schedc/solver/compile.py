@@ -25,7 +25,7 @@ Method:
    windows of the integer program, until time runs out or no window size finds anything. For
    span, half of that time goes to makespan windows first, as in step 4. Measured at 16x48,
    comm 0.25F, 1.25p (120 s): the integer program's windows left 168 (3.1% above the bound);
-   CP-SAT's reach 163.5-165 (0.5-1.4%; CP-SAT's two workers make runs differ).
+   CP-SAT's reach 163.5-164.5 (0.5-1.2%; CP-SAT's two workers make runs differ).
 7. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
    worse than the warm start nor over the memory caps.
 
@@ -372,7 +372,7 @@ def _materialize(inst, orders, problem: Problem):
 
 
 # Window sizes, in actions per rank, tried smallest first. CP-SAT solves a 48-per-rank window
-# of a 16x48 pipeline in about 2 s (NoOverlap and the cumulative reason on orders directly);
+# of a 16x48 pipeline in 2-3 s (NoOverlap and the cumulative reason on orders directly);
 # the integer program's pairwise order binaries grow with the square of the window.
 WINDOW_SIZES = {"cpsat": (24, 48, 72), "mip": (8, 14, 22)}
 WINDOW_OFFSETS = (0.0, 0.5, 0.25, 0.75)  # of a step: where each round of sweeps puts its window edges
@@ -404,14 +404,8 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
             and not interrupt.requested():
         k = sizes[size_i]
         improved_sweep = False
-        span_t = sim.makespan
-        length = span_t * min(1.0, k / max(1, per_rank))
-        step = length / 2
-        offset = step * WINDOW_OFFSETS[n_sweeps % len(WINDOW_OFFSETS)]
-        first = offset - step if offset > 0 else 0.0
-        positions = [first + i * step for i in range(int(math.ceil((span_t - first) / step)))]
-        if n_sweeps % 2 == 0:
-            positions.reverse()  # the cool-down first: the objective is decided at the end
+        length = sim.makespan * min(1.0, k / max(1, per_rank))
+        positions = _sweep(sim.makespan, length, n_sweeps)
         n_sweeps += 1
         for t in positions:
             if time.monotonic() >= deadline - 0.5 or interrupt.requested():
@@ -443,6 +437,16 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
         size_i = 0 if improved_sweep else (size_i + 1) % len(sizes)
         fruitless = 0 if improved_sweep else fruitless + 1
     return orders, sched, sim, used
+
+
+def _sweep(end: float, length: float, n_sweeps: int) -> list[float]:
+    """Window starts every half window over [0, end), edges shifted by this sweep's offset;
+    every other sweep runs from the end (the cool-down first: the objective is decided there)."""
+    step = length / 2
+    offset = step * WINDOW_OFFSETS[n_sweeps % len(WINDOW_OFFSETS)]
+    first = offset - step if offset > 0 else 0.0
+    positions = [first + i * step for i in range(int(math.ceil((end - first) / step)))]
+    return positions[::-1] if n_sweeps % 2 == 0 else positions
 
 
 def _window_solver(inst, problem: Problem, engine: str, lower_bound: float):

@@ -53,7 +53,7 @@ OR-Tools is installed), or alone (``--solver cpsat``). On instances too large fo
 integer program it stops once it has found nothing new for a while (``stale_seconds``), and the
 time goes to windows: ``solve_window`` is the same model with every action outside a time window
 held in its rank's order, which CP-SAT solves in about a second at 16x48 where the whole model
-stalls (comm 0.25F, 1.25p: 168 after 46 s as one model; 163.5-165 in 120 s with windows).
+stalls (comm 0.25F, 1.25p: 168 after 46 s as one model; 163.5-164.5 in 120 s with windows).
 
 Cost: CP-SAT search, exponential in the worst case, bounded by the time limit; the model has
 O(actions) variables and constraints (no pairwise binaries: NoOverlap and the reservoir reason
@@ -388,10 +388,13 @@ def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult,
             m.add(starts[b] >= ends[a])
     _add_memory(m, inst, bs, starts, ends)
     obj = _add_objective(m, inst, starts, ends, objective, current, 0)
-    if moved:
-        window_end = m.new_int_var(0, horizon, "window_end")
+    # the window's work ends by the current makespan (true of the hint, so a restriction that
+    # keeps it), which keeps the weighted sum far inside 64 bits
+    last_end = ts.ceil(sim.makespan)
+    if moved and (current + 1) * (last_end + 1) < 2**62:
+        window_end = m.new_int_var(0, last_end, "window_end")
         m.add_max_equality(window_end, [ends[i] for i in moved])
-        m.minimize(obj * (horizon + 1) + window_end)
+        m.minimize(obj * (last_end + 1) + window_end)
     m.add_hint(obj, current)
     for i in range(inst.n):
         m.add_hint(starts[i], hint[i])
@@ -415,15 +418,15 @@ def _stop_when_stale(solver, stale_seconds: Optional[float]):
     `stale_seconds` pass without a new solution (None: never)."""
     from ortools.sat.python import cp_model
 
+    if stale_seconds is None:
+        yield None
+        return
     last = [time.monotonic()]
 
     class OnSolution(cp_model.CpSolverSolutionCallback):
         def on_solution_callback(self) -> None:
             last[0] = time.monotonic()
 
-    if stale_seconds is None:
-        yield None
-        return
     finished = threading.Event()
 
     def watch() -> None:
