@@ -202,21 +202,43 @@ def build_cp_model(inst: model.Instance, ts: Scale, bs: Scale, objective: str, i
 
     m = cp_model.CpModel()
     dur = _durations(inst, ts)
-    lags = {(a, b): ts.floor(lag) for b in range(inst.n) for a, lag in inst.preds[b]}
+    lags = _lags(inst, ts)
     horizon = _horizon(inst, dur, lags, objective, incumbent_units)
-    starts, ends, intervals = [], [], []
-    for i, a in enumerate(inst.actions):
-        s = m.new_int_var(0, max(0, horizon - dur[i]), f"start_{a}")
-        e = m.new_int_var(dur[i], horizon, f"end_{a}")
-        intervals.append(m.new_interval_var(s, dur[i], e, f"iv_{a}"))
-        starts.append(s)
-        ends.append(e)
+    starts, ends, intervals = _intervals(m, inst, dur, horizon)
     _add_precedences(m, inst, starts, ends, lags)
     for acts in inst.by_rank:
         m.add_no_overlap([intervals[i] for i in acts])
     _add_memory(m, inst, bs, starts, ends)
     obj = _add_objective(m, inst, starts, ends, objective, incumbent_units, bound_units)
     return m, starts, ends, obj
+
+
+def _lags(inst: model.Instance, ts: Scale) -> dict:
+    return {(a, b): ts.floor(lag) for b in range(inst.n) for a, lag in inst.preds[b]}
+
+
+def _intervals(m, inst: model.Instance, dur: list[int], horizon: int, fixed: Optional[dict] = None):
+    """One interval per action within [0, horizon]: starts, ends, intervals; `fixed` maps an
+    action to the start it must keep."""
+    fixed = fixed or {}
+    starts, ends, intervals = [], [], []
+    for i, a in enumerate(inst.actions):
+        lo, hi = (fixed[i], fixed[i]) if i in fixed else (0, max(0, horizon - dur[i]))
+        starts.append(m.new_int_var(lo, hi, f"start_{a}"))
+        ends.append(m.new_int_var(lo + dur[i], hi + dur[i], f"end_{a}"))
+        intervals.append(m.new_interval_var(starts[i], dur[i], ends[i], f"iv_{a}"))
+    return starts, ends, intervals
+
+
+def _solver(time_limit: float, workers: int, seed: int):
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.1, time_limit)
+    solver.parameters.num_workers = max(1, int(workers))
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.catch_sigint_signal = False  # its handler is never given back (interrupt.py)
+    return solver
 
 
 def _add_precedences(m, inst: model.Instance, starts, ends, lags: dict) -> None:
@@ -320,11 +342,7 @@ def solve_cpsat(
     if hint and inc_sim.fits:
         _hint(m, inst, ts, starts, ends, obj, inc_sim, objective)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.1, time_limit - (time.monotonic() - t0))
-    solver.parameters.num_workers = max(1, int(workers))
-    solver.parameters.random_seed = int(seed)
-    solver.parameters.catch_sigint_signal = False  # its handler is never given back (interrupt.py)
+    solver = _solver(time_limit - (time.monotonic() - t0), workers, seed)
     with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
         status = solver.solve(m, on_solution)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
@@ -359,19 +377,14 @@ def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult,
     ts = choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p])
     bs = choose_byte_scale(list(inst.delta))
     dur = _durations(inst, ts)
-    lags = {(a, b): ts.floor(lag) for b in range(inst.n) for a, lag in inst.preds[b]}
+    lags = _lags(inst, ts)
     current = ts.ceil(sim.objective(objective))
     horizon = _horizon(inst, dur, lags, objective, current)
     hint = [ts.floor(sim.timings[a].start) for a in inst.actions]
-    fixed = {i for r, row in enumerate(orders) for i in row[: free[r][0]]}
+    fixed = {i: hint[i] for r, row in enumerate(orders) for i in row[: free[r][0]]}
 
     m = cp_model.CpModel()
-    starts, ends, intervals = [], [], []
-    for i, a in enumerate(inst.actions):
-        lo, hi = (hint[i], hint[i]) if i in fixed else (0, max(0, horizon - dur[i]))
-        starts.append(m.new_int_var(lo, hi, f"start_{a}"))
-        ends.append(m.new_int_var(lo + dur[i], hi + dur[i], f"end_{a}"))
-        intervals.append(m.new_interval_var(starts[i], dur[i], ends[i], f"iv_{a}"))
+    starts, ends, intervals = _intervals(m, inst, dur, horizon, fixed)
     _add_precedences(m, inst, starts, ends, lags)
     moved = []
     for r, row in enumerate(orders):
@@ -400,11 +413,7 @@ def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult,
         m.add_hint(starts[i], hint[i])
         m.add_hint(ends[i], hint[i] + dur[i])
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.1, time_limit)
-    solver.parameters.num_workers = max(1, int(workers))
-    solver.parameters.random_seed = int(seed)
-    solver.parameters.catch_sigint_signal = False
+    solver = _solver(time_limit, workers, seed)
     with interrupt.stop_native_solver(solver.stop_search):
         status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
