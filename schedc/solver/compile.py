@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable, Optional, Sequence, Union
 
 from schedc import __version__
@@ -146,7 +147,7 @@ def compile_problem(
     c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
     if use_cpsat and c.unfinished(0.5):
         c.polish_with_cpsat(CPSAT_SHARE if mip else 1.0)
-    if mip and c.inc_orders is not None and c.unfinished(0.2) and model.count_free_pairs(c.inst) <= model.FULL_MODEL_PAIRS:
+    if mip and c.inc_orders is not None and c.unfinished(0.2) and not c.too_large_for_full_model:
         c.solve_full_model()
     if c.inc_orders is not None and c.unfinished(0.5):
         c.search_windows()
@@ -216,6 +217,11 @@ class _Compilation:
     def best_val(self) -> float:
         return self.best_sim.objective(self.problem.objective)
 
+    @cached_property
+    def too_large_for_full_model(self) -> bool:
+        """More free order pairs than the full integer program takes: windows instead (step 5)."""
+        return model.count_free_pairs(self.inst) > model.FULL_MODEL_PAIRS
+
     @property
     def engines(self) -> str:
         return "+".join(name for name in (self.mip, "cpsat" if self.use_cpsat else None) if name)
@@ -280,7 +286,7 @@ class _Compilation:
         end = time.monotonic() + seconds
         # too large for the full integer program: windows come next and do better there than a
         # whole model that has stopped improving (16x48, comm 0.25F, 1.25p: 168 after 46 s)
-        large = model.count_free_pairs(self.inst) > model.FULL_MODEL_PAIRS
+        large = self.too_large_for_full_model
         if self.problem.objective == "span":
             self._cpsat_round(replace(self.problem, objective="makespan"), seconds / 2, certifies=False, large=large)
         if self.unfinished(0.2):

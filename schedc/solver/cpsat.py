@@ -168,6 +168,12 @@ class CpsatOutcome:
     cp_sim: Optional[SimResult] = None
 
 
+def _scales(inst: model.Instance) -> tuple[Scale, Scale]:
+    """The time unit (durations and lags) and the byte unit (memory deltas) of the instance."""
+    return choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p]), \
+        choose_byte_scale(list(inst.delta))
+
+
 def _durations(inst: model.Instance, ts: Scale) -> list[int]:
     return [ts.floor(d) for d in inst.dur]
 
@@ -328,8 +334,7 @@ def solve_cpsat(
         warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
     inst = model.build_instance(problem)
     inc_sim, best_sched, best_sim = _incumbent(problem, inst, warm)
-    ts = choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p])
-    bs = choose_byte_scale(list(inst.delta))
+    ts, bs = _scales(inst)
     comb = lower_bound(problem)
     if stop_at_bound and best_sim.objective(objective) <= comb * (1 + 1e-9) + 1e-9:
         return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), comb, None, None, True,
@@ -374,8 +379,7 @@ def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult,
     found no answer in time."""
     cp_model = import_cp_model()
     objective = problem.objective
-    ts = choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p])
-    bs = choose_byte_scale(list(inst.delta))
+    ts, bs = _scales(inst)
     dur = _durations(inst, ts)
     lags = _lags(inst, ts)
     current = ts.ceil(sim.objective(objective))
