@@ -185,14 +185,15 @@ def _weak_start(problem):
     return inst, orders, sched, simulate(sched, problem.profile, problem.memory)
 
 
-def test_cpsat_window_moves_only_the_window_and_never_loses():
+@pytest.mark.parametrize("stale_seconds", [None, 0.5])
+def test_cpsat_window_moves_only_the_window_and_never_loses(stale_seconds):
     from schedc.simulate import simulate
     from schedc.solver import model
 
     problem = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     inst, orders, _, sim = _weak_start(problem)
     free = [(4, 12)] * problem.n_ranks
-    out = cpsat.solve_window(problem, inst, orders, sim, free, time_limit=5.0, workers=2)
+    out = cpsat.solve_window(problem, inst, orders, sim, free, time_limit=5.0, workers=2, stale_seconds=stale_seconds)
     assert out is not None
     for r, row in enumerate(out):
         assert row[:4] == orders[r][:4] and row[12:] == orders[r][12:]
@@ -204,6 +205,35 @@ def test_cpsat_window_moves_only_the_window_and_never_loses():
     # the actions before each window kept their times: nothing they wait for moved
     for r, row in enumerate(orders):
         for i in row[:4]:
+            assert new_sim.timings[inst.actions[i]].start == pytest.approx(sim.timings[inst.actions[i]].start)
+
+
+@pytest.mark.parametrize("shear", [1.0, -1.0])
+def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
+    # a window slanted along the forward wave frees, on some ranks, actions that a fixed action
+    # on the neighbouring rank waits for: the fixed action must still get its inputs in time
+    from schedc.simulate import simulate
+    from schedc.solver import model
+    from schedc.solver.compile import _forward_hop, _window_at
+
+    problem = Problem.build(4, 8, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
+    inst, orders, _, sim = _weak_start(problem)
+    hop = _forward_hop(problem)
+    assert hop == pytest.approx(1.25)
+    free = _window_at(inst, orders, sim, 8.0, 6.0, shear * hop)
+    starts = [[sim.timings[inst.actions[i]].start for i in row] for row in orders]
+    for r, (lo, hi) in enumerate(free):
+        t_r = 8.0 + shear * hop * (r - 1.5)
+        assert all(s < t_r for s in starts[r][:lo]) and all(t_r <= s < t_r + 6.0 for s in starts[r][lo:hi])
+    assert len({lo for lo, _ in free}) > 1  # the window is really slanted
+    out = cpsat.solve_window(problem, inst, orders, sim, free, time_limit=5.0, workers=2)
+    assert out is not None
+    new_sched = model.schedule_from_orders(inst, out)
+    new_sim = simulate(new_sched, problem.profile, problem.memory)
+    _check_schedule(problem, new_sched, new_sim)
+    assert new_sim.makespan <= sim.makespan + 1e-9
+    for r, (lo, _) in enumerate(free):
+        for i in orders[r][:lo]:
             assert new_sim.timings[inst.actions[i]].start == pytest.approx(sim.timings[inst.actions[i]].start)
 
 

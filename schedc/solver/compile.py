@@ -23,9 +23,10 @@ Method:
 6. What is still unproven gets a rolling-horizon window search over the incumbent's timeline
    (``_window_search``): CP-SAT windows (cpsat.solve_window) when OR-Tools is installed, else
    windows of the integer program, until time runs out or no window size finds anything. For
-   span, half of that time goes to makespan windows first, as in step 4. Measured at 16x48,
-   comm 0.25F, 1.25p (120 s): the integer program's windows left 168 (3.1% above the bound);
-   CP-SAT's reach 163.5-164.5 (0.5-1.2%; CP-SAT's two workers make runs differ).
+   span, half of that time goes to makespan windows first, as in step 4. A CP-SAT window stops
+   after WINDOW_STALE_SECONDS without a new solution. Measured at 16x48, comm 0.25F, 1.25p
+   (120 s): the integer program's windows left 168 (3.1% above the bound); CP-SAT's reach
+   163.5-165 (0.5-1.5%; CP-SAT's two workers make runs differ).
 7. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
    worse than the warm start nor over the memory caps.
 
@@ -57,6 +58,10 @@ from schedc.solver.problem import Problem
 
 _TOL = 1e-6  # relative: values this close count as equal (MIP gaps, float sums)
 WINDOW_SOLVE_LIMIT = 6.0  # seconds per window model
+# a CP-SAT window that has found nothing new for this long rarely finds more: at 16x48 (comm
+# 0.25F, 1.25p) the 48-per-rank windows that ran their full 6 s returned the same step time
+# after 1.4-2 s with this rule
+WINDOW_STALE_SECONDS = 1.0
 FULL_MODEL_SHARE = 0.7  # of the time left, for the full model when it is small enough
 CPSAT_SHARE = 0.4  # of the time, for CP-SAT polishing first (the rest: the integer program)
 CPSAT_STALE_SHARE, CPSAT_STALE_MIN = 0.25, 5.0  # on large instances: stop CP-SAT after this long without news
@@ -382,6 +387,12 @@ def _materialize(inst, orders, problem: Problem):
 # the integer program's pairwise order binaries grow with the square of the window.
 WINDOW_SIZES = {"cpsat": (24, 48, 72), "mip": (8, 14, 22)}
 WINDOW_OFFSETS = (0.0, 0.5, 0.25, 0.75)  # of a step: where each round of sweeps puts its window edges
+# how far a window's edges move from one rank to the next, in forward hops, once upright windows
+# stop finding anything: a window that follows the forward wave (or runs against it) re-times a
+# microbatch's passage through all ranks at once, where an upright one cuts it (16x48, comm
+# 0.25F, 1.25p: from a 165 that upright windows left unchanged for 60 s on three seeds, the
+# search with slanted windows reached 164.5 on both seeds tried)
+WINDOW_SHEARS = (0.0, 1.0, -1.0)
 
 
 def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, report, seed):
@@ -389,10 +400,11 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
     starting inside a time window on every rank, keep the rest in order, re-solve with `engine`
     (``cpsat`` or a MIP solver name), keep the answer when it is no worse (so the incumbent can
     drift across plateaus), slide by half a window (alternately from the end and from the
-    start). After a sweep that improved, start again from the smallest windows; after a
-    fruitless one, try the next size; each sweep shifts the window edges by a quarter or half
-    step (WINDOW_OFFSETS), and the search stops when every size at every offset has found
-    nothing in a row, or at the deadline."""
+    start). After a sweep that improved, start again from the smallest upright windows; after a
+    fruitless one, try the next size; after a whole round of sizes has found nothing, slant the
+    windows along the forward wave, then against it (WINDOW_SHEARS). Each sweep shifts the
+    window edges by a quarter or half step (WINDOW_OFFSETS), and the search stops when every
+    size at every offset has found nothing in a row, or at the deadline."""
     obj_name = problem.objective
     best_val = sim.objective(obj_name)
     used = False
@@ -401,6 +413,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
     solve = _window_solver(inst, problem, engine, lb)
     sizes = WINDOW_SIZES["cpsat" if engine == "cpsat" else "mip"]
     per_rank = max(len(r) for r in orders)
+    hop = _forward_hop(problem)
     size_i = 0
     n_windows = 0
     n_sweeps = 0
@@ -411,12 +424,14 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
         k = sizes[size_i]
         improved_sweep = False
         length = sim.makespan * min(1.0, k / max(1, per_rank))
-        positions = _sweep(sim.makespan, length, n_sweeps)
+        # upright windows until a whole round of sizes has found nothing, then slanted ones
+        shear = hop * WINDOW_SHEARS[(fruitless // len(sizes)) % len(WINDOW_SHEARS)]
+        positions = _sweep(sim.makespan, length, n_sweeps, reach=abs(shear) * (len(orders) - 1) / 2)
         n_sweeps += 1
         for t in positions:
             if time.monotonic() >= deadline - 0.5 or interrupt.requested():
                 break
-            free = _window_at(inst, orders, sim, t, length)
+            free = _window_at(inst, orders, sim, t, length, shear)
             if sum(hi - lo for lo, hi in free) < 2:
                 continue
             seconds = min(WINDOW_SOLVE_LIMIT, deadline - time.monotonic())
@@ -445,14 +460,23 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
     return orders, sched, sim, used
 
 
-def _sweep(end: float, length: float, n_sweeps: int) -> list[float]:
-    """Window starts every half window over [0, end), edges shifted by this sweep's offset;
-    every other sweep runs from the end (the cool-down first: the objective is decided there)."""
+def _sweep(end: float, length: float, n_sweeps: int, reach: float = 0.0) -> list[float]:
+    """Window starts every half window over [-reach, end + reach) (a slanted window's middle
+    rank must go that far for its outer ranks to reach both ends), edges shifted by this sweep's
+    offset; every other sweep runs from the end (the cool-down first: the objective is decided
+    there)."""
     step = length / 2
     offset = step * WINDOW_OFFSETS[n_sweeps % len(WINDOW_OFFSETS)]
-    first = offset - step if offset > 0 else 0.0
-    positions = [first + i * step for i in range(int(math.ceil((end - first) / step)))]
+    first = (offset - step if offset > 0 else 0.0) - reach
+    positions = [first + i * step for i in range(int(math.ceil((end + reach - first) / step)))]
     return positions[::-1] if n_sweeps % 2 == 0 else positions
+
+
+def _forward_hop(problem: Problem) -> float:
+    """A microbatch's forward time per rank: all its F's and comms but the last stage's,
+    spread over the ranks (with one stage per rank, the mean of F + the comm after it)."""
+    hops = [problem.duration(s, "F") + problem.comm(s) for s in range(problem.n_stages - 1)]
+    return sum(hops) / max(1, problem.n_ranks - 1)
 
 
 def _window_solver(inst, problem: Problem, engine: str, lower_bound: float):
@@ -461,7 +485,8 @@ def _window_solver(inst, problem: Problem, engine: str, lower_bound: float):
         from schedc.solver import cpsat
 
         def solve(orders, sim, value, free, seconds, seed):
-            return cpsat.solve_window(problem, inst, orders, sim, free, seconds, workers=CPSAT_WORKERS, seed=seed)
+            return cpsat.solve_window(problem, inst, orders, sim, free, seconds, workers=CPSAT_WORKERS, seed=seed,
+                                      stale_seconds=WINDOW_STALE_SECONDS)
     else:
         def solve(orders, sim, value, free, seconds, seed):
             return model.solve_model(inst, orders, value, problem.objective, seconds, engine, free=free,
@@ -469,13 +494,16 @@ def _window_solver(inst, problem: Problem, engine: str, lower_bound: float):
     return solve
 
 
-def _window_at(inst, orders, sim, t: float, length: float) -> list[tuple[int, int]]:
-    """Per rank, the positions (lo, hi) of its actions whose simulated start lies in [t, t + length)."""
+def _window_at(inst, orders, sim, t: float, length: float, shear: float = 0.0) -> list[tuple[int, int]]:
+    """Per rank r, the positions (lo, hi) of its actions whose simulated start lies in
+    [t_r, t_r + length), t_r = t + shear * (r - middle rank)."""
     free = []
-    for row in orders:
+    middle = (len(orders) - 1) / 2
+    for r, row in enumerate(orders):
+        t_r = t + shear * (r - middle)
         starts = [sim.timings[inst.actions[i]].start for i in row]
-        lo = next((j for j, s in enumerate(starts) if s >= t - 1e-12), len(row))
-        hi = next((j for j, s in enumerate(starts) if s >= t + length - 1e-12), len(row))
+        lo = next((j for j, s in enumerate(starts) if s >= t_r - 1e-12), len(row))
+        hi = next((j for j, s in enumerate(starts) if s >= t_r + length - 1e-12), len(row))
         free.append((lo, hi))
     return free
 

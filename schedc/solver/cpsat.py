@@ -53,7 +53,10 @@ OR-Tools is installed), or alone (``--solver cpsat``). On instances too large fo
 integer program it stops once it has found nothing new for a while (``stale_seconds``), and the
 time goes to windows: ``solve_window`` is the same model with every action outside a time window
 held in its rank's order, which CP-SAT solves in about a second at 16x48 where the whole model
-stalls (comm 0.25F, 1.25p: 168 after 46 s as one model; 163.5-164.5 in 120 s with windows).
+stalls (comm 0.25F, 1.25p: 168 after 46 s as one model; 163.5-165 in 120 s with windows). The
+actions before a window keep their times as plain integers, not variables, so a window late in
+the timeline builds and solves a model of its own size (0.5 s of Python where every action as a
+variable took 0.9 s; 0.8 s of search where it took 1.7 s).
 
 Cost: CP-SAT search, exponential in the worst case, bounded by the time limit; the model has
 O(actions) variables and constraints (no pairwise binaries: NoOverlap and the reservoir reason
@@ -214,8 +217,8 @@ def build_cp_model(inst: model.Instance, ts: Scale, bs: Scale, objective: str, i
     _add_precedences(m, inst, starts, ends, lags)
     for acts in inst.by_rank:
         m.add_no_overlap([intervals[i] for i in acts])
-    _add_memory(m, inst, bs, starts, ends)
-    obj = _add_objective(m, inst, starts, ends, objective, incumbent_units, bound_units)
+    _add_memory(m, inst, bs, starts, ends, horizon)
+    obj = _add_objective(m, inst, starts, ends, objective, incumbent_units, bound_units, inst.by_rank)
     return m, starts, ends, obj
 
 
@@ -223,16 +226,26 @@ def _lags(inst: model.Instance, ts: Scale) -> dict:
     return {(a, b): ts.floor(lag) for b in range(inst.n) for a, lag in inst.preds[b]}
 
 
-def _intervals(m, inst: model.Instance, dur: list[int], horizon: int, fixed: Optional[dict] = None):
-    """One interval per action within [0, horizon]: starts, ends, intervals; `fixed` maps an
-    action to the start it must keep."""
+def _intervals(m, inst: model.Instance, dur: list[int], horizon: int, fixed: Optional[dict] = None,
+               earliest: Optional[list[int]] = None):
+    """One fixed-size interval per action within [0, horizon]: starts, ends (start + duration,
+    an expression) and intervals. An action in `fixed` (action -> the start it keeps) gets no
+    variable: its start and end are plain integers and its interval is None, so constraints
+    between fixed actions cost nothing to build; `earliest[i]` is the lowest start of action i
+    (what its fixed predecessors already imply)."""
     fixed = fixed or {}
     starts, ends, intervals = [], [], []
     for i, a in enumerate(inst.actions):
-        lo, hi = (fixed[i], fixed[i]) if i in fixed else (0, max(0, horizon - dur[i]))
-        starts.append(m.new_int_var(lo, hi, f"start_{a}"))
-        ends.append(m.new_int_var(lo + dur[i], hi + dur[i], f"end_{a}"))
-        intervals.append(m.new_interval_var(starts[i], dur[i], ends[i], f"iv_{a}"))
+        if i in fixed:
+            starts.append(fixed[i])
+            ends.append(fixed[i] + dur[i])
+            intervals.append(None)
+            continue
+        lo = earliest[i] if earliest else 0
+        start = m.new_int_var(lo, max(lo, horizon - dur[i]), f"start_{a}")
+        starts.append(start)
+        ends.append(start + dur[i])
+        intervals.append(m.new_fixed_size_interval_var(start, dur[i], f"iv_{a}"))
     return starts, ends, intervals
 
 
@@ -247,19 +260,28 @@ def _solver(time_limit: float, workers: int, seed: int):
     return solver
 
 
-def _add_precedences(m, inst: model.Instance, starts, ends, lags: dict) -> None:
+def _add_precedences(m, inst: model.Instance, starts, ends, lags: dict, fixed: Optional[dict] = None) -> None:
+    """``start[b] >= end[a] + lag``, except from a fixed action: that one is already in b's
+    lowest start (`_intervals`' earliest), or b is fixed too."""
+    fixed = fixed or {}
     for b in range(inst.n):
         for a, _ in inst.preds[b]:
-            m.add(starts[b] >= ends[a] + lags[(a, b)])
+            if a not in fixed:
+                m.add(starts[b] >= ends[a] + lags[(a, b)])
 
 
-def _add_memory(m, inst: model.Instance, bs: Scale, starts, ends) -> None:
+def _add_memory(m, inst: model.Instance, bs: Scale, starts, ends, horizon: int, fixed: Optional[dict] = None) -> None:
     """Per rank, what each microbatch of a stage holds, as intervals of one cumulative: from
     its F's start to its I's end the bytes I frees, to its W's (B's) end the rest. At every
     instant their sum is the reservoir level described in the module docstring (an interval
     covers [start, end), so a release at an F's start instant is already counted); cumulative
     propagation (time tables, energy) stays linear in the actions, where CP-SAT's reservoir
-    expands into one Boolean per pair of events."""
+    expands into one Boolean per pair of events.
+
+    With `fixed` actions (a prefix of each rank's order, as in solve_window) a hold between two
+    fixed actions ends before any moved action of its rank starts; the level up to then is the
+    hint's, which fits, so such holds are left out."""
+    fixed = fixed or {}
     deltas, room = _memory_events(inst, bs)
     for r, acts in enumerate(inst.by_rank):
         if math.isinf(room[r]):
@@ -271,35 +293,31 @@ def _add_memory(m, inst: model.Instance, bs: Scale, starts, ends) -> None:
                 continue
             for kind in ("I", "W", "B"):
                 j = inst.index.get(model.Action(a.stage, kind, a.microbatch))
-                if j is None or deltas[j] >= 0:
+                if j is None or deltas[j] >= 0 or (f in fixed and j in fixed):
                     continue
-                size = m.new_int_var(0, ends[j].Proto().domain[-1], f"held_{a}_{kind}")
+                size = m.new_int_var(0, horizon, f"held_{a}_{kind}")
                 intervals.append(m.new_interval_var(starts[f], size, ends[j], f"hold_{a}_{kind}"))
                 demands.append(-deltas[j])
         if intervals:
             m.add_cumulative(intervals, demands, int(room[r]))
 
 
-def _add_objective(m, inst: model.Instance, starts, ends, objective: str, incumbent_units: int, bound_units: int):
+def _add_objective(m, inst: model.Instance, starts, ends, objective: str, incumbent_units: int, bound_units: int,
+                   may_end_last: list[list[int]]):
+    """The objective variable, at least every rank's makespan or span; `may_end_last[r]` are the
+    actions of rank r that can end last (all of them, unless the model chains its order)."""
     obj = m.new_int_var(min(bound_units, incumbent_units), incumbent_units, objective)
-    if objective == "makespan":
-        for e in ends:
-            m.add(obj >= e)
-    else:
-        for r, acts in enumerate(inst.by_rank):
-            first = starts[inst.first[r]]
-            for i in acts:
-                m.add(obj >= ends[i] - first)
+    for r, acts in enumerate(may_end_last):
+        first = 0 if objective == "makespan" else starts[inst.first[r]]
+        for i in acts:
+            m.add(obj >= ends[i] - first)
     m.minimize(obj)
     return obj
 
 
-def _hint(m, inst: model.Instance, ts: Scale, starts, ends, obj, sim: SimResult, objective: str) -> None:
-    dur = _durations(inst, ts)
+def _hint(m, inst: model.Instance, ts: Scale, starts, obj, sim: SimResult, objective: str) -> None:
     for i, a in enumerate(inst.actions):
-        s = ts.floor(sim.timings[a].start)
-        m.add_hint(starts[i], s)
-        m.add_hint(ends[i], s + dur[i])
+        m.add_hint(starts[i], ts.floor(sim.timings[a].start))
     m.add_hint(obj, ts.ceil(sim.objective(objective)))
 
 
@@ -345,7 +363,7 @@ def solve_cpsat(
     bound_units = ts.ceil(comb) if ts.exact and objective == "makespan" else 0
     m, starts, ends, obj = build_cp_model(inst, ts, bs, objective, inc_units, bound_units)
     if hint and inc_sim.fits:
-        _hint(m, inst, ts, starts, ends, obj, inc_sim, objective)
+        _hint(m, inst, ts, starts, obj, inc_sim, objective)
 
     solver = _solver(time_limit - (time.monotonic() - t0), workers, seed)
     with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
@@ -363,7 +381,7 @@ def solve_cpsat(
 
 
 def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult, free, time_limit: float,
-                 workers: int = 1, seed: int = 0) -> Optional[list[list[int]]]:
+                 workers: int = 1, seed: int = 0, stale_seconds: Optional[float] = None) -> Optional[list[list[int]]]:
     """One step of the window search (schedc.solver.compile): CP-SAT re-orders and re-times the
     actions at positions ``free[r] = (lo, hi)`` of each rank's order (``orders``, simulated as
     ``sim``); every other action keeps its place in its rank's order. Actions before a rank's
@@ -386,25 +404,26 @@ def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult,
     horizon = _horizon(inst, dur, lags, objective, current)
     hint = [ts.floor(sim.timings[a].start) for a in inst.actions]
     fixed = {i: hint[i] for r, row in enumerate(orders) for i in row[: free[r][0]]}
+    earliest = _earliest_starts(inst, orders, free, dur, lags, fixed)
 
     m = cp_model.CpModel()
-    starts, ends, intervals = _intervals(m, inst, dur, horizon, fixed)
-    _add_precedences(m, inst, starts, ends, lags)
-    moved = []
+    starts, ends, intervals = _intervals(m, inst, dur, horizon, fixed, earliest)
+    _add_precedences(m, inst, starts, ends, lags, fixed)
+    moved, may_end_last = [], []
     for r, row in enumerate(orders):
         lo, hi = free[r]
         window = row[lo:hi]
         moved += window
         m.add_no_overlap([intervals[i] for i in window])
-        for i in window:
-            if lo > 0:
-                m.add(starts[i] >= ends[row[lo - 1]])
-            if hi < len(row):
+        if hi < len(row):
+            for i in window:
                 m.add(starts[row[hi]] >= ends[i])
         for a, b in zip(row[hi:], row[hi + 1:]):
             m.add(starts[b] >= ends[a])
-    _add_memory(m, inst, bs, starts, ends)
-    obj = _add_objective(m, inst, starts, ends, objective, current, 0)
+        # after the window the rank's order is a chain, and its last action ends last
+        may_end_last.append((window if hi == len(row) else []) or row[-1:])
+    _add_memory(m, inst, bs, starts, ends, horizon, fixed)
+    obj = _add_objective(m, inst, starts, ends, objective, current, 0, may_end_last)
     # the window's work ends by the current makespan (true of the hint, so a restriction that
     # keeps it), which keeps the weighted sum far inside 64 bits
     last_end = ts.ceil(sim.makespan)
@@ -414,15 +433,32 @@ def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult,
         m.minimize(obj * (last_end + 1) + window_end)
     m.add_hint(obj, current)
     for i in range(inst.n):
-        m.add_hint(starts[i], hint[i])
-        m.add_hint(ends[i], hint[i] + dur[i])
+        if i not in fixed:
+            m.add_hint(starts[i], hint[i])
 
     solver = _solver(time_limit, workers, seed)
-    with interrupt.stop_native_solver(solver.stop_search):
-        status = solver.solve(m)
+    with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
+        status = solver.solve(m, on_solution)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return _orders(inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])
+
+
+def _earliest_starts(inst: model.Instance, orders, free, dur: list[int], lags: dict, fixed: dict) -> list[int]:
+    """For solve_window: each action's lowest start implied by fixed actions alone (its fixed
+    predecessors' ends plus lags, and the end of its rank's last fixed action)."""
+    earliest = [0] * inst.n
+    for b in range(inst.n):
+        for a, _ in inst.preds[b]:
+            if a in fixed:
+                earliest[b] = max(earliest[b], fixed[a] + dur[a] + lags[(a, b)])
+    for r, row in enumerate(orders):
+        lo = free[r][0]
+        if lo > 0:
+            frontier = fixed[row[lo - 1]] + dur[row[lo - 1]]
+            for i in row[lo:]:
+                earliest[i] = max(earliest[i], frontier)
+    return earliest
 
 
 @contextmanager
