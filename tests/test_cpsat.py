@@ -208,10 +208,11 @@ def test_cpsat_window_moves_only_the_window_and_never_loses(stale_seconds):
             assert new_sim.timings[inst.actions[i]].start == pytest.approx(sim.timings[inst.actions[i]].start)
 
 
-@pytest.mark.parametrize("shear", [1.0, -1.0])
+@pytest.mark.parametrize("shear", [1.0, -1.0, 3.0, -3.0])
 def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
-    # a window slanted along the forward wave frees, on some ranks, actions that a fixed action
-    # on the neighbouring rank waits for: the fixed action must still get its inputs in time
+    # slanted one forward hop per rank (as the search slants them), a window keeps every
+    # producer of a fixed action fixed too; slanted more steeply it frees some producer that a
+    # fixed action on the next rank waits for, which must then still finish in time for it
     from schedc.simulate import simulate
     from schedc.solver import model
     from schedc.solver.compile import _forward_hop, _window_at
@@ -226,6 +227,9 @@ def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
         t_r = 8.0 + shear * hop * (r - 1.5)
         assert all(s < t_r for s in starts[r][:lo]) and all(t_r <= s < t_r + 6.0 for s in starts[r][lo:hi])
     assert len({lo for lo, _ in free}) > 1  # the window is really slanted
+    fixed = {i for r, (lo, _) in enumerate(free) for i in orders[r][:lo]}
+    freed_producers = [a for b in fixed for a, _ in inst.preds[b] if a not in fixed]
+    assert bool(freed_producers) == (abs(shear) > 1)
     out = cpsat.solve_window(problem, inst, orders, sim, free, time_limit=5.0, workers=2)
     assert out is not None
     new_sched = model.schedule_from_orders(inst, out)
