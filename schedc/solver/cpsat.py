@@ -385,9 +385,11 @@ def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult,
     """One step of the window search (schedc.solver.compile): CP-SAT re-orders and re-times the
     actions at positions ``free[r] = (lo, hi)`` of each rank's order (``orders``, simulated as
     ``sim``); every other action keeps its place in its rank's order. Actions before a rank's
-    window keep their simulated start too (in ``sim`` they start before every moved action, so
-    what they wait for stays put, and fixed times propagate far better than orders). Those
-    after it keep only their order, so a gain inside the window carries on to the end.
+    window keep their simulated start too (fixed times propagate far better than orders); in an
+    upright time window what they wait for is fixed as well, in a slanted one a producer that
+    moves must still finish in time for them. Those after it keep only their order, so a gain
+    inside the window carries on to the end. `stale_seconds`: stop after that long without a
+    new solution.
 
     Goal: the objective, capped at its current value, then the latest end of a moved action.
     The second goal matters because the step time is usually decided outside the window: then
