@@ -185,11 +185,24 @@ def _weak_start(problem):
     return inst, orders, sched, simulate(sched, problem.profile, problem.memory)
 
 
-@pytest.mark.parametrize("stale_seconds", [None, 0.5])
-def test_cpsat_window_moves_only_the_window_and_never_loses(stale_seconds):
+def _check_window_answer(problem, inst, orders, sim, free, out):
+    """A window's answer is valid, fits, is no slower, and every action before its rank's window
+    kept its start (whatever it waits for finished in time)."""
     from schedc.simulate import simulate
     from schedc.solver import model
 
+    assert out is not None
+    new_sched = model.schedule_from_orders(inst, out)
+    new_sim = simulate(new_sched, problem.profile, problem.memory)
+    _check_schedule(problem, new_sched, new_sim)
+    assert new_sim.makespan <= sim.makespan + 1e-9
+    for r, (lo, _) in enumerate(free):
+        for i in orders[r][:lo]:
+            assert new_sim.timings[inst.actions[i]].start == pytest.approx(sim.timings[inst.actions[i]].start)
+
+
+@pytest.mark.parametrize("stale_seconds", [None, 0.5])
+def test_cpsat_window_moves_only_the_window_and_never_loses(stale_seconds):
     problem = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
     inst, orders, _, sim = _weak_start(problem)
     free = [(4, 12)] * problem.n_ranks
@@ -198,14 +211,7 @@ def test_cpsat_window_moves_only_the_window_and_never_loses(stale_seconds):
     for r, row in enumerate(out):
         assert row[:4] == orders[r][:4] and row[12:] == orders[r][12:]
         assert sorted(row[4:12]) == sorted(orders[r][4:12])
-    new_sched = model.schedule_from_orders(inst, out)
-    new_sim = simulate(new_sched, problem.profile, problem.memory)
-    _check_schedule(problem, new_sched, new_sim)
-    assert new_sim.makespan <= sim.makespan + 1e-9
-    # the actions before each window kept their times: nothing they wait for moved
-    for r, row in enumerate(orders):
-        for i in row[:4]:
-            assert new_sim.timings[inst.actions[i]].start == pytest.approx(sim.timings[inst.actions[i]].start)
+    _check_window_answer(problem, inst, orders, sim, free, out)
 
 
 @pytest.mark.parametrize("shear", [1.0, -1.0, 3.0, -3.0])
@@ -213,8 +219,6 @@ def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
     # slanted one forward hop per rank (as the search slants them), a window keeps every
     # producer of a fixed action fixed too; slanted more steeply it frees some producer that a
     # fixed action on the next rank waits for, which must then still finish in time for it
-    from schedc.simulate import simulate
-    from schedc.solver import model
     from schedc.solver.compile import _forward_hop, _window_at
 
     problem = Problem.build(4, 8, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
@@ -231,14 +235,7 @@ def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
     freed_producers = [a for b in fixed for a, _ in inst.preds[b] if a not in fixed]
     assert bool(freed_producers) == (abs(shear) > 1)
     out = cpsat.solve_window(problem, inst, orders, sim, free, time_limit=5.0, workers=2)
-    assert out is not None
-    new_sched = model.schedule_from_orders(inst, out)
-    new_sim = simulate(new_sched, problem.profile, problem.memory)
-    _check_schedule(problem, new_sched, new_sim)
-    assert new_sim.makespan <= sim.makespan + 1e-9
-    for r, (lo, _) in enumerate(free):
-        for i in orders[r][:lo]:
-            assert new_sim.timings[inst.actions[i]].start == pytest.approx(sim.timings[inst.actions[i]].start)
+    _check_window_answer(problem, inst, orders, sim, free, out)
 
 
 @pytest.mark.parametrize("objective", ["makespan", "span"])
