@@ -148,6 +148,24 @@ def test_default_compile_polishes_with_cpsat_before_the_integer_program():
     assert res.solve_time < 25
 
 
+@pytest.mark.parametrize("values, unit", [
+    ([1.0, 0.25, 2.0], 0.25),  # quarters: 0.25, not the decimal 0.01
+    ([1.3, 1.1, 0.9, 0.1], 0.1),
+    ([2.0, 4.0, 6.0], 2.0),
+    ([0.5, 0.75], 0.25),
+])
+def test_the_time_unit_is_the_largest_that_divides_every_cost(values, unit):
+    scale = cpsat.choose_time_scale(values)
+    assert scale.exact and scale.unit == pytest.approx(unit)
+    assert all(scale.floor(v) * scale.unit == pytest.approx(v) for v in values)
+
+
+def test_byte_unit_divides_every_delta_and_keeps_the_cap_exact():
+    scale = cpsat.choose_byte_scale([2e9, -1e9, 3e9, -4e9])
+    assert scale.exact and scale.unit == pytest.approx(1e9)
+    assert scale.floor(7.5e9) == 7  # a cap between two levels keeps the lower one
+
+
 def test_a_vanishing_cost_does_not_overflow_the_time_scale():
     # a 1e-45 s link once gave CP-SAT a 1e48-unit horizon (a TypeError from its 64-bit domains)
     problem = Problem.build(2, 2, profile=Profile.uniform(2, 1.0, 1.0, 0.0, comm=1.401298464324817e-45),
@@ -250,6 +268,77 @@ def test_cpsat_window_search_improves_a_weak_start(objective):
     assert used and reports
     _check_schedule(problem, sched2, sim2)
     assert sim2.objective(objective) < sim.objective(objective) - 1e-6
+
+
+def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypatch):
+    # a fake window solver that improves once, in the second half of the timeline: the windows
+    # after it stay where it gained until a whole cycle there finds nothing; then the search
+    # sweeps all of the timeline again, and stops when that finds nothing either
+    from schedc import baselines
+    from schedc.solver import compile as driver
+    from schedc.solver import model
+
+    problem = Problem.build(4, 12, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
+    inst, orders, sched, sim = _weak_start(problem)
+    better = baselines.make_baseline("zb-h1", 4, 12)
+    better_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, better))
+    windows, gains = [], []  # (t, length) of every window solved; (t, length) of the gain
+    window_at = driver._window_at
+
+    def recording_window_at(inst, orders, sim, t, length, shear=0.0):
+        windows.append((t, length, sim.makespan))
+        return window_at(inst, orders, sim, t, length, shear)
+
+    def fake_solver(inst, problem, engine, lb):
+        def solve(orders, sim, value, free, seconds, seed):
+            t, length, end = windows[-1]
+            if not gains and t >= end / 2:
+                gains.append((t, length))
+                return better_orders
+            return None
+        return solve
+
+    monkeypatch.setattr(driver, "_window_at", recording_window_at)
+    monkeypatch.setattr(driver, "_window_solver", fake_solver)
+    _, _, sim2, used = driver._window_search(inst, problem, orders, sched, sim, time.monotonic() + 60.0, "cpsat",
+                                             0.0, lambda best, what: None, seed=0)
+    _, better_sim = driver._materialize(inst, better_orders, problem)
+    assert used and sim2.makespan == pytest.approx(better_sim.makespan) and better_sim.makespan < sim.makespan
+    (t_gain, length), = gains
+    focus_from = t_gain - length
+    after = [t for t, _, _ in windows[[w[0] for w in windows].index(t_gain) + 1:]]
+    first_outside = next(i for i, t in enumerate(after) if t < focus_from - 1e-9)
+    n_cycle = len(driver.WINDOW_SIZES["cpsat"]) * len(driver.WINDOW_OFFSETS)
+    assert first_outside >= n_cycle  # at least one window per focused sweep of a whole cycle
+    assert min(after) < 0  # then the whole timeline again, edges included
+    assert len(after) < 10 * first_outside  # and it stopped: nothing more to find
+
+
+def test_the_first_solution_does_not_reset_the_stale_clock():
+    # CP-SAT's first solution is the hint (9 s to complete on a 16x48 model): only solutions
+    # after it are news
+    class FakeSolver:
+        stopped_at = None
+
+        def stop_search(self):
+            self.stopped_at = time.monotonic()
+
+    for news_after in (None, 0.8):
+        solver = FakeSolver()
+        t0 = time.monotonic()
+        with cpsat._stop_when_stale(solver, 1.0) as on_solution:
+            on_solution.on_solution_callback()  # the hint
+            if news_after is not None:
+                time.sleep(news_after)
+                on_solution.on_solution_callback()
+            while solver.stopped_at is None and time.monotonic() - t0 < 10:
+                time.sleep(0.05)
+        assert solver.stopped_at is not None
+        waited = solver.stopped_at - t0
+        if news_after is None:
+            assert 1.0 <= waited < 2.5
+        else:
+            assert news_after + 1.0 <= waited < news_after + 2.5
 
 
 def test_stale_cpsat_search_stops_long_before_its_time_limit():

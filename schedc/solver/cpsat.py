@@ -32,8 +32,9 @@ by start time keeps a feasible time assignment feasible with the same times (see
 docstring), and with free start times the span is a function of those times only.
 
 Integer scaling and what it does to the certificate. Times are multiples of a unit ``u``: the
-coarsest of 1, 0.1, ..., 1e-6 that represents every duration and comm exactly (to 1e-9
-relative; the benchmark costs all are), else ``min positive duration / 1000`` with every
+largest that divides every duration and comm exactly (to 1e-9 relative; the benchmark costs all
+do): the first of 1, 0.1, ..., 1e-6 in which all are integers, times their greatest common
+divisor there (quarters of a second give 0.25, not 0.01); else ``min positive duration / 1000`` with every
 duration and lag rounded *down*. Rounding down is a relaxation: flooring the times of any real
 schedule gives a feasible integer point with makespan' <= makespan / u and span' < span / u + 1.
 So a CP-SAT bound LB' converts to ``u * LB'`` for makespan, and to ``u * LB'`` for span when the
@@ -53,7 +54,7 @@ OR-Tools is installed), or alone (``--solver cpsat``). On instances too large fo
 integer program it stops once it has found nothing new for a while (``stale_seconds``), and the
 time goes to windows: ``solve_window`` is the same model with every action outside a time window
 held in its rank's order, which CP-SAT solves in about a second at 16x48 where the whole model
-stalls (comm 0.25F, 1.25p: 168 after 46 s as one model; 163.5-165 in 120 s with windows). The
+stalls (comm 0.25F, 1.25p: 168 after 46 s as one model; 163.25-164.5 in 120 s with windows). The
 actions before a window keep their times as plain integers, not variables, so a window late in
 the timeline builds and solves a model of its own size (0.5 s of Python where every action as a
 variable took 0.9 s; 0.8 s of search where it took 1.7 s).
@@ -95,8 +96,9 @@ class Scale:
 
 
 def _exact_unit(values: list[float], exponents, max_int: float) -> Optional[float]:
-    """The first unit 10**-k (k in `exponents`) in which every value is an integer (to 1e-9
-    relative) and the largest stays below `max_int`; None when there is none."""
+    """The largest unit that divides every value: the first 10**-k (k in `exponents`) in which
+    every value is an integer (to 1e-9 relative) and the largest stays below `max_int`, times the
+    values' greatest common divisor in it; None when there is none."""
     positive = [abs(v) for v in values if abs(v) > 0]
     if not positive:
         return 1.0
@@ -105,14 +107,15 @@ def _exact_unit(values: list[float], exponents, max_int: float) -> Optional[floa
         if max(positive) / unit > max_int:
             continue
         if all(round(v / unit) >= 1 and abs(v / unit - round(v / unit)) <= _REL * v / unit for v in positive):
-            return unit
+            return unit * math.gcd(*(round(v / unit) for v in positive))
     return None
 
 
 def choose_time_scale(values: list[float]) -> Scale:
-    """Seconds: the coarsest of 1, 0.1, ..., 1e-6 that is exact, else 1/1000 of the smallest
-    positive value (inexact: durations and lags are floored), but never so fine that the sum of
-    all values passes 1e9 units (a 1e-45 s action would overflow CP-SAT's 64-bit domains)."""
+    """Seconds: the largest exact unit (`_exact_unit`, from decimals 1 to 1e-6), else 1/1000 of
+    the smallest positive value (inexact: durations and lags are floored), but never so fine that
+    the sum of all values passes 1e9 units (a 1e-45 s action would overflow CP-SAT's 64-bit
+    domains)."""
     unit = _exact_unit(values, range(0, 7), 1e9)
     if unit is not None:
         return Scale(unit, True)
@@ -121,8 +124,9 @@ def choose_time_scale(values: list[float]) -> Scale:
 
 
 def choose_byte_scale(values: list[float]) -> Scale:
-    """Bytes: the coarsest of 1e12, ..., 1e-6 that is exact (byte counts, halves of a unit), else
-    a millionth of the largest value (inexact: deltas rounded against the cap)."""
+    """Bytes: the largest exact unit (`_exact_unit`, from decimals 1e12 to 1e-6: byte counts,
+    halves of a unit), else a millionth of the largest value (inexact: deltas rounded against the
+    cap)."""
     unit = _exact_unit(values, range(-12, 7), 1e12)
     if unit is not None:
         return Scale(unit, True)
@@ -466,17 +470,22 @@ def _earliest_starts(inst: model.Instance, orders, free, dur: list[int], lags: d
 @contextmanager
 def _stop_when_stale(solver, stale_seconds: Optional[float]):
     """A solution callback for `solver.solve`, and a watcher thread that stops the search once
-    `stale_seconds` pass without a new solution (None: never)."""
+    `stale_seconds` pass without a new solution (None: never). The clock starts with the search,
+    and the first solution does not reset it: it is the hint, which CP-SAT can take seconds to
+    complete on a large model (16x48, comm 0.25F: 9 s), and it is no news."""
     from ortools.sat.python import cp_model
 
     if stale_seconds is None:
         yield None
         return
     last = [time.monotonic()]
+    solutions = [0]
 
     class OnSolution(cp_model.CpSolverSolutionCallback):
         def on_solution_callback(self) -> None:
-            last[0] = time.monotonic()
+            solutions[0] += 1
+            if solutions[0] > 1:
+                last[0] = time.monotonic()
 
     finished = threading.Event()
 
