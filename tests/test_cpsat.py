@@ -282,7 +282,7 @@ def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypat
     inst, orders, sched, sim = _weak_start(problem)
     better = baselines.make_baseline("zb-h1", 4, 12)
     better_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, better))
-    windows, gains = [], []  # (t, length) of every window solved; (t, length) of the gain
+    windows, gains = [], []  # (t, length, step time) of every window placed; (t, length) of the gain
     window_at = driver._window_at
 
     def recording_window_at(inst, orders, sim, t, length, shear=0.0):
@@ -300,8 +300,10 @@ def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypat
 
     monkeypatch.setattr(driver, "_window_at", recording_window_at)
     monkeypatch.setattr(driver, "_window_solver", fake_solver)
-    _, _, sim2, used = driver._window_search(inst, problem, orders, sched, sim, time.monotonic() + 60.0, "cpsat",
+    t0 = time.monotonic()
+    _, _, sim2, used = driver._window_search(inst, problem, orders, sched, sim, t0 + 60.0, "cpsat",
                                              0.0, lambda best, what: None, seed=0)
+    assert time.monotonic() - t0 < 30  # it stopped on its own: nothing more to find
     _, better_sim = driver._materialize(inst, better_orders, problem)
     assert used and sim2.makespan == pytest.approx(better_sim.makespan) and better_sim.makespan < sim.makespan
     (t_gain, length), = gains
@@ -311,7 +313,6 @@ def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypat
     n_cycle = len(driver.WINDOW_SIZES["cpsat"]) * len(driver.WINDOW_OFFSETS)
     assert first_outside >= n_cycle  # at least one window per focused sweep of a whole cycle
     assert min(after) < 0  # then the whole timeline again, edges included
-    assert len(after) < 10 * first_outside  # and it stopped: nothing more to find
 
 
 def test_the_first_solution_does_not_reset_the_stale_clock():

@@ -34,8 +34,8 @@ docstring), and with free start times the span is a function of those times only
 Integer scaling and what it does to the certificate. Times are multiples of a unit ``u``: the
 largest that divides every duration and comm exactly (to 1e-9 relative; the benchmark costs all
 do): the first of 1, 0.1, ..., 1e-6 in which all are integers, times their greatest common
-divisor there (quarters of a second give 0.25, not 0.01); else ``min positive duration / 1000`` with every
-duration and lag rounded *down*. Rounding down is a relaxation: flooring the times of any real
+divisor there (quarters of a second give 0.25, not 0.01); else ``min positive duration / 1000``
+with every duration and lag rounded *down*. Rounding down is a relaxation: flooring the times of any real
 schedule gives a feasible integer point with makespan' <= makespan / u and span' < span / u + 1.
 So a CP-SAT bound LB' converts to ``u * LB'`` for makespan, and to ``u * LB'`` for span when the
 unit is exact, ``u * (LB' - 1)`` when it is not. Bytes likewise: exact integers of a unit when
@@ -471,8 +471,8 @@ def _earliest_starts(inst: model.Instance, orders, free, dur: list[int], lags: d
 def _stop_when_stale(solver, stale_seconds: Optional[float]):
     """A solution callback for `solver.solve`, and a watcher thread that stops the search once
     `stale_seconds` pass without a new solution (None: never). The clock starts with the search,
-    and the first solution does not reset it: it is the hint, which CP-SAT can take seconds to
-    complete on a large model (16x48, comm 0.25F: 9 s), and it is no news."""
+    and the first solution does not reset it: with a hint it is the hint, which is no news and
+    which CP-SAT can take seconds to complete on a large model (16x48, comm 0.25F: 9 s)."""
     from ortools.sat.python import cp_model
 
     if stale_seconds is None:
