@@ -35,8 +35,9 @@ Integer scaling and what it does to the certificate. Times are multiples of a un
 largest that divides every duration and comm exactly (to 1e-9 relative; the benchmark costs all
 do): the first of 1, 0.1, ..., 1e-6 in which all are integers, times their greatest common
 divisor there (quarters of a second give 0.25, not 0.01); else ``min positive duration / 1000``
-with every duration and lag rounded *down*. Rounding down is a relaxation: flooring the times of any real
-schedule gives a feasible integer point with makespan' <= makespan / u and span' < span / u + 1.
+with every duration and lag rounded *down*. Rounding down is a relaxation: flooring the times of
+any real schedule gives a feasible integer point with makespan' <= makespan / u and
+span' < span / u + 1.
 So a CP-SAT bound LB' converts to ``u * LB'`` for makespan, and to ``u * LB'`` for span when the
 unit is exact, ``u * (LB' - 1)`` when it is not. Bytes likewise: exact integers of a unit when
 activation and weight-grad bytes allow it (byte counts, 0.5-unit fractions), the cap floored
