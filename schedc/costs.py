@@ -50,12 +50,15 @@ class StageCost(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     forward: float = Field(gt=0, description="seconds of F for one microbatch")
-    backward_input: float = Field(gt=0, description="seconds of I (backward for inputs)")
+    backward_input: float = Field(ge=0, description="seconds of I (backward for inputs); 0 for a unit with no input gradient (the embedding)")
     backward_weight: float = Field(ge=0, description="seconds of W; 0 for a stage without parameters")
     activation_bytes: float = Field(ge=0, description="bytes one microbatch holds after F")
     weight_grad_bytes: Optional[float] = Field(
         default=None, ge=0, description="bytes still held between I and W; default HELD_FRACTION x activation_bytes")
     static_bytes: float = Field(default=0, ge=0, description="params + grads + optimizer state")
+    # in a per-unit profile (input of `schedc plan`): the module names this unit holds, in
+    # torchtitan's / NeMo's module_fqns_per_model_part vocabulary, e.g. ["layers.0"]
+    modules: Optional[list[str]] = None
 
     @model_validator(mode="after")
     def _weight_grad_within_activation(self) -> "StageCost":
@@ -112,6 +115,43 @@ class Profile(BaseModel):
         if isinstance(self.comm, list):
             return self.comm[stage]
         return float(self.comm)
+
+    def merge(self, units_per_stage: Sequence[int]) -> "Profile":
+        """The per-stage profile of a contiguous partition of this per-unit profile.
+
+        ``units_per_stage[k]`` consecutive units (in model order) form stage k. A stage costs the
+        sums of its units' times and bytes and holds all their module names; the communication
+        after a stage is that of the unit boundary where it ends. A profile that already follows
+        torch's runtime (its unit 0 has no I) stays in that form: the merged stage 0's whole
+        backward is in W.
+        """
+        counts = [int(n) for n in units_per_stage]
+        if any(n < 1 for n in counts) or sum(counts) != self.n_stages:
+            raise SchedcError(
+                f"a partition of {self.n_stages} units needs positive unit counts summing to "
+                f"{self.n_stages}, got {counts}")
+        stages, ends, start = [], [], 0
+        for n in counts:
+            part = self.stages[start:start + n]
+            names = [m for u in part for m in (u.modules or [])]
+            stages.append(StageCost(
+                forward=sum(u.forward for u in part),
+                backward_input=sum(u.backward_input for u in part),
+                backward_weight=sum(u.backward_weight for u in part),
+                activation_bytes=sum(u.activation_bytes for u in part),
+                weight_grad_bytes=sum(u.weight_grad_bytes for u in part),
+                static_bytes=sum(u.static_bytes for u in part),
+                modules=names if all(u.modules for u in part) else None,
+            ))
+            start += n
+            ends.append(start - 1)
+        if self.runtime == "torch":
+            first = stages[0]
+            stages[0] = first.model_copy(update={
+                "backward_input": 0.0, "backward_weight": first.backward,
+                "weight_grad_bytes": first.activation_bytes})
+        comm = [self.comm_after(u) for u in ends[:-1]] if isinstance(self.comm, list) else self.comm
+        return self.model_copy(update={"stages": stages, "comm": comm})
 
     def executed(self, runtime: Optional[str] = None) -> "Profile":
         """The costs as `runtime` executes them (module docstring); None: the runtime this profile

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from schedc.costs import HELD_FRACTION, MemoryLimit, Profile, parse_comm, parse_costs
+from schedc.costs import HELD_FRACTION, MemoryLimit, Profile, StageCost, parse_comm, parse_costs
 from schedc.errors import SchedcError
 from schedc.ir import loop_placement, v_placement
 
@@ -115,3 +115,33 @@ def test_edge_heavy_profile_is_the_benchmark_shape():
     assert [p.duration(s, "F") for s in range(4)] == [1.3, 1.0, 1.0, 1.3]
     assert p.duration(0, "I") == pytest.approx(1.43) and p.duration(1, "W") == pytest.approx(0.9)
     assert p.comm_after(0) == 0.1
+
+
+def test_merge_sums_units_into_stages_and_keeps_module_names():
+    units = [StageCost(forward=f, backward_input=i, backward_weight=w, activation_bytes=a, weight_grad_bytes=a / 2,
+                       static_bytes=10 * a, modules=[name])
+             for f, i, w, a, name in [(0.5, 0.0, 0.25, 1, "tok_embeddings"), (1, 1, 1, 2, "layers.0"),
+                                      (1, 1, 1, 2, "layers.1"), (2, 2, 2, 3, "norm")]]
+    profile = Profile(stages=units, comm=[0.1, 0.2, 0.3])
+    merged = profile.merge([2, 1, 1])
+    assert merged.n_stages == 3
+    assert [s.modules for s in merged.stages] == [["tok_embeddings", "layers.0"], ["layers.1"], ["norm"]]
+    first = merged.stages[0]
+    assert (first.forward, first.backward_input, first.backward_weight) == (1.5, 1.0, 1.25)
+    assert (first.activation_bytes, first.weight_grad_bytes, first.static_bytes) == (3, 1.5, 30)
+    assert merged.comm == [0.2, 0.3]  # the unit boundaries where stages 0 and 1 end
+
+
+def test_merge_rejects_partitions_that_do_not_cover_the_units():
+    profile = Profile.uniform(4)
+    for bad in ([2, 1], [2, 2, 1], [0, 4]):
+        with pytest.raises(SchedcError, match="partition of 4 units"):
+            profile.merge(bad)
+
+
+def test_merge_of_a_torch_form_profile_keeps_stage_zero_backward_in_w():
+    torch_form = Profile.uniform(4).executed("torch")
+    merged = torch_form.merge([2, 2])
+    assert merged.runtime == "torch"
+    assert merged.stages[0].backward_input == 0.0 and merged.stages[0].backward_weight == 4.0
+    assert merged.stages[1].backward_input == 2.0
