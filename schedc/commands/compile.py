@@ -123,7 +123,7 @@ def format_compile_summary(res, csv_path, report_file) -> str:
         f"  makespan {t(sim.makespan)}   span {t(sim.span)}   bubble {100 * sim.bubble:.1f}%   "
         f"status {res.status}   lower bound {t(res.lower_bound)}   gap {100 * res.gap:.2f}%   "
         f"time {res.solve_time:.1f}s",
-        "  peak memory per rank vs limit: " + ", ".join(
+        "  peak memory / limit per rank: " + ", ".join(
             f"{format_memory(pk)}/{format_memory(lim)}" for pk, lim in zip(sim.peak_memory, sim.memory_limit)),
     ]
     fitting = {k: v for k, v in res.baselines.items() if v["fits"]}
@@ -133,5 +133,32 @@ def format_compile_summary(res, csv_path, report_file) -> str:
             for k, v in sorted(fitting.items(), key=lambda kv: kv[1][p.objective])))
     else:
         lines.append("  baselines that fit: none")
+    same = res.report.get("same_as_baseline")
+    if same:
+        proof = "; the lower bound proves nothing shorter fits" if res.status == "optimal" else ""
+        lines.append(f"  the compiled schedule is the hand-made {same} itself (same order on every rank){proof}")
+    lines.append("  limits the step: " + res.report["limiter"]["message"])
+    lines += ["  " + line for line in explain_units(p)]
     return "\n".join(lines)
 
+
+def explain_units(problem) -> list[str]:
+    """What the numbers above are measured in: the time unit of --costs and the memory unit, and
+    what the memory limit is in that unit (1p = 1F1B's need on its most loaded rank)."""
+    from schedc.costs import one_f_one_b_peaks, rank_static_bytes
+
+    out = []
+    uniform = problem.profile.model == "uniform"
+    if uniform:
+        out.append("units: times are in the unit of --costs F,I,W (one stage's F, I and W of one microbatch); memory "
+                   "counts one microbatch's activation of one stage as 1")
+    if problem.memory.kind == "relative":
+        peaks = one_f_one_b_peaks(problem.profile, problem.placement, problem.n_microbatches)
+        static = rank_static_bytes(problem.profile, problem.placement)
+        r = max(range(len(peaks)), key=lambda i: (static[i] + peaks[i], -i))
+        act = sum(problem.profile.stages[s].activation_bytes for s in problem.stages_of(r))
+        held = peaks[r] / act if act else 0.0
+        out.append(f"memory {problem.memory} = {format_memory(problem.memory_caps[r])} on every rank: "
+                   f"{problem.memory.value:g} x what 1F1B holds on its most loaded rank (rank {r}: {held:g} "
+                   f"microbatches of its stages{', plus static bytes' if static[r] else ''})")
+    return out

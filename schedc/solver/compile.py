@@ -51,6 +51,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from schedc import __version__
 from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
+from schedc.diagnose import limiter, same_hand_made
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
@@ -559,6 +560,8 @@ def build_report(result: CompileResult, lb_details: dict, bound_source: str, sol
             "memory_limit_per_rank": caps,
             "fits_memory": bool(sim.fits),
         },
+        "limiter": limiter(sim, p.profile).as_dict(),
+        "same_as_baseline": same_hand_made(result.schedule, p.baselines) or None,
         "baselines": result.baselines,
         "lower_bound": result.lower_bound,
         "lower_bound_source": bound_source,

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from schedc.costs import format_bytes
+from schedc.costs import format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
@@ -74,9 +74,8 @@ def min_memory_limit(problem: Problem) -> str:
         return "none"
     if kind == "bytes":
         return format_bytes(max(min_memory_need(problem)))
-    # Kp caps rank r at static + K * R * (its activation bytes) (MemoryLimit.per_rank), and one
-    # microbatch needs static + those activation bytes: K = 1/R on every rank
-    return f"{_round_up(1.0 / problem.n_ranks)}p"
+    # Kp is one cap for every rank (MemoryLimit.per_rank); the largest one-microbatch need must fit
+    return f"{_round_up(p_needed(max(min_memory_need(problem)), problem.profile, problem.placement, problem.n_microbatches))}p"
 
 
 def _round_up(k: float) -> str:

@@ -58,8 +58,9 @@ class Problem:
 
     @cached_property
     def memory_caps(self) -> list[float]:
-        """Per-rank byte cap, static bytes included (inf when uncapped)."""
-        return self.memory.per_rank(self.profile, self.placement)
+        """Per-rank byte cap, static bytes included (inf when uncapped; ``Kp``: one cap for every
+        rank, schedc.costs.MemoryLimit.per_rank)."""
+        return self.memory.per_rank(self.profile, self.placement, self.n_microbatches)
 
     @cached_property
     def static_bytes(self) -> list[float]:
