@@ -80,15 +80,18 @@ def _list(args) -> int:
               and (memory is None or e.setup.memory == memory)
               and (args.placement is None or e.setup.placement == args.placement)
               and (args.costs is None or e.setup.costs == args.costs)]
-    print(f"{'name':34s} {'stages':>6} {'makespan':>12} {'bubble':>7} {'status':>9} {'gap':>7}")
+    print(f"{'name':34s} {'stages':>6} {'makespan':>14} {'bubble':>7} {'status':>9} {'gap':>7}")
     for e in chosen:
         pred = e.report.get("predicted") or {}
         mk = pred.get("makespan")
         gap = e.report.get("gap")
-        print(f"{e.setup.name:34s} {e.setup.stages:>6} {lib.format_makespan(mk, e.setup.costs):>12} "
+        print(f"{e.setup.name:34s} {e.setup.stages:>6} {lib.format_rank_makespan(mk, e.setup):>14} "
               f"{100 * pred.get('bubble', 0.0):>6.1f}% {str(e.report.get('status', '?')):>9} "
               f"{'-' if gap is None else f'{100 * gap:.2f}%':>7}")
     print(f"{len(chosen)} of {len(entries)} schedules in {directory}")
+    if any(e.setup.costs == "uniform" for e in chosen):
+        print("rank-F: uniform makespans in units of one rank's forward over all its stages (every stage has "
+              "F = I = W = 1, so a v rank's two stages make one rank-F of 2 units: its report reads twice this)")
     for line in problems:
         print(f"warning: {line}", file=sys.stderr)
     return 0
@@ -141,11 +144,12 @@ def format_library_entry(entry) -> str:
         f"{s.costs} costs, objective {rep.get('inputs', {}).get('objective', '?')}",
         f"  csv:    {entry.csv}",
         f"  report: {csvio.report_path(entry.csv)}",
-        f"  makespan {lib.format_makespan(mk, s.costs)}   span {lib.format_makespan(pred.get('span'), s.costs)}   "
+        f"  makespan {lib.format_makespan(mk, s.costs)}{'' if s.costs != 'uniform' else ' units'}"
+        f"{'' if s.costs != 'uniform' or s.stages_per_rank == 1 else f' (= {lib.format_rank_makespan(mk, s)})'}   span {lib.format_makespan(pred.get('span'), s.costs)}   "
         f"bubble {100 * pred.get('bubble', 0.0):.1f}%   status {rep.get('status', '?')}   "
         f"lower bound {lib.format_makespan(rep.get('lower_bound'), s.costs)}   gap {100 * (rep.get('gap') or 0.0):.2f}%   "
         f"solve time {rep.get('solve_time', 0.0):.1f}s",
-        f"  peak memory per rank vs limit ({'-' if p_units is None else f'{p_units:.2f}p'} of {s.memory} at most): "
+        f"  peak memory / limit per rank (needs {'-' if p_units is None else f'{p_units:.2f}p'} of {s.memory}): "
         + ", ".join(f"{format_memory(pk)}/{format_memory(lim if lim is not None else float('inf'))}"
                     for pk, lim in zip(peaks, limits)),
     ]
