@@ -126,13 +126,15 @@ def shape(n_stages: int, n_ranks: int, n_microbatches: int, placement: str = "")
             f"{plural(n_microbatches, 'microbatch', 'microbatches')}")
 
 
-def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit) -> None:
+def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit, profiles=None) -> None:
     """Warn on stderr when the comparison asked for is not like for like.
 
     - Schedules of different microbatch counts: their step times do not compare.
     - A CSV with a schedc report beside it (``NAME.json`` from ``schedc compile``) that was
       compiled for another memory limit than the one it is judged against here: its
       "fits"/"EXCEEDED" refers to the limit given here, not to the one it was built for.
+    - The same for costs (`profiles`, one per CSV, as judged here): a CSV compiled for one
+      model's profile and judged with another's gets another model's step time and memory.
     """
     from schedc import csvio
 
@@ -141,14 +143,42 @@ def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit) -> None
         listed = ", ".join(f"{Path(p).name} {s.n_microbatches}" for p, s in zip(paths, schedules))
         print(f"schedc {command}: warning: the schedules differ in microbatches ({listed}); their step times "
               "are not comparable: compare schedules with the same --mb", file=sys.stderr)
-    for path in paths:
+    for k, path in enumerate(paths):
         if not csvio.report_path(path).is_file():
             continue
         try:
-            compiled_for = csvio.read_report(path).get("inputs", {}).get("memory_limit")
+            inputs = csvio.read_report(path).get("inputs", {})
         except SchedcError:
             continue
+        compiled_for = inputs.get("memory_limit")
         if isinstance(compiled_for, str) and compiled_for != str(memory):
             print(f"schedc {command}: warning: {path} was compiled for --memory {compiled_for} but is judged "
                   f"against --memory {memory} here; pass --memory {compiled_for} to judge it by its own limit",
                   file=sys.stderr)
+        if profiles is not None and not _same_costs(inputs.get("costs"), profiles[k]):
+            theirs = _costs_name(Profile.model_validate(inputs["costs"]))
+            print(f"schedc {command}: warning: {path} was compiled for the costs of {theirs} (its report "
+                  f"{csvio.report_path(path).name}) but is judged with those of {_costs_name(profiles[k])} here; "
+                  "the step time and memory printed are another model's: pass the costs it was compiled with "
+                  "(--profile, --costs)", file=sys.stderr)
+
+
+def _costs_name(profile: Profile) -> str:
+    """'--costs 1,2,1' for identical stages, else the profile's model name."""
+    if profile.model == "uniform":
+        last = profile.stages[-1]  # stage 0 may be in torch's executed form
+        return f"--costs {last.forward:g},{last.backward_input:g},{last.backward_weight:g}"
+    return repr(profile.model) if profile.model else "an unnamed profile"
+
+
+def _same_costs(recorded, profile: Profile) -> bool:
+    """Whether a report's recorded costs (``inputs.costs``) are `profile`'s, stage by stage, under
+    the runtime `profile` follows; True when the report records none it can be judged by."""
+    if not isinstance(recorded, dict):
+        return True
+    try:
+        theirs = Profile.model_validate(recorded).executed(profile.runtime)
+    except Exception:  # an unreadable or impossible record: nothing to compare
+        return True
+    keys = {"stages", "comm"}
+    return theirs.model_dump(include=keys) == profile.model_dump(include=keys)

@@ -28,7 +28,7 @@ def run(args) -> int:
         raise SchedcError(f"give --title once per file ({len(args.files)}), or not at all")
     schedules, profiles = common.read_checked(args)
     memory = common.memory_from_args(args)
-    common.warn_mismatches("plot", args.files, schedules, memory)
+    common.warn_mismatches("plot", args.files, schedules, memory, profiles)
     titles = args.title or [Path(f).name for f in args.files]
     plot_schedules(schedules, profiles, memory, titles=titles, path=args.output)
     print(f"wrote {args.output}: {len(schedules)} panel{'s' if len(schedules) > 1 else ''} "

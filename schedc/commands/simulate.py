@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from schedc.commands import common
 from schedc.costs import MemoryLimit, Profile, format_duration, format_memory
+from schedc.diagnose import limiter
 
 
 def register(sub) -> None:
@@ -14,6 +16,8 @@ def register(sub) -> None:
     p.add_argument("files", nargs="+", metavar="FILE.csv")
     common.add_cost_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 (after printing) when a schedule exceeds the memory limit, for scripts")
 
 
 def run(args) -> int:
@@ -21,17 +25,25 @@ def run(args) -> int:
 
     memory = common.memory_from_args(args)
     schedules, profiles = common.read_checked(args)
-    common.warn_mismatches("simulate", args.files, schedules, memory)
+    common.warn_mismatches("simulate", args.files, schedules, memory, profiles)
     rows = [(path, schedule, simulate(schedule, profile, memory))
             for path, schedule, profile in zip(args.files, schedules, profiles)]
     if args.json:
         print(json.dumps([summary_dict(p, s, r, prof) for (p, s, r), prof in zip(rows, profiles)], indent=2))
-        return 0
-    for (path, schedule, res), profile in zip(rows, profiles):
-        print(format_simulation(path, schedule, res, memory, profile))
-        print()
-    if len(rows) > 1:
-        print(format_comparison(rows, profiles))
+    else:
+        for (path, schedule, res), profile in zip(rows, profiles):
+            print(format_simulation(path, schedule, res, memory, profile))
+            print()
+        if len(rows) > 1:
+            print(format_comparison(rows, profiles))
+    over = [(path, res) for path, _, res in rows if not res.fits]
+    if args.check and over:
+        for path, res in over:
+            ranks = [r for r, (pk, lim) in enumerate(zip(res.peak_memory, res.memory_limit)) if pk > lim * (1 + 1e-9)]
+            print(f"schedc simulate: {path} exceeds the memory limit {memory} on rank(s) "
+                  f"{', '.join(map(str, ranks))} (peak {format_memory(max(res.peak_memory))}, limit "
+                  f"{format_memory(res.memory_limit[ranks[0]])})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -50,6 +62,7 @@ def summary_dict(path, schedule, res, profile: Profile) -> dict:
         "memory_limit": [None if m == float("inf") else m for m in res.memory_limit],
         "fits_memory": res.fits,
         "runtime": res.runtime,
+        "limiter": limiter(res, profile).as_dict(),
     }
 
 
@@ -64,6 +77,7 @@ def format_simulation(path, schedule, res, memory: MemoryLimit, profile: Profile
         flag = "" if res.peak_memory[r] <= res.memory_limit[r] * (1 + 1e-9) else "  over"
         lines.append(f"  {r:>4}  {res.busy[r]:>12.4g}  {100 * res.bubble_per_rank[r]:>6.1f}%  "
                      f"{format_memory(res.peak_memory[r]):>12}  {format_memory(res.memory_limit[r]):>10}{flag}")
+    lines.append(f"  limits the step: {limiter(res, profile).message}")
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ def run(args) -> int:
     args.files = [args.file]
     (schedule,), (profile,) = common.read_checked(args)
     memory = common.memory_from_args(args)
-    common.warn_mismatches("trace", args.files, [schedule], memory)
+    common.warn_mismatches("trace", args.files, [schedule], memory, [profile])
     trace = write_trace(schedule, profile, args.output, memory)
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks; open it in https://ui.perfetto.dev "
