@@ -12,8 +12,8 @@ the size) for interleaved 1F1B (loop placement), ZB-V and schedc's `v` column. T
     every number;
   - transformer: schedc.library.transformer_profile (32 layers, hidden 4096, vocab 128256,
     sequence 4096; LM head + loss on the last stage), split into R or 2R stages; times in ms.
-The memory limit is relative to each split (Kp = K x R microbatches of the rank's own stages'
-activations, DESIGN.md). Every hand-made schedule is simulated under the row's costs; a value
+The memory limit is relative to each split (Kp = one cap for every rank: max over ranks of
+static + K x 1F1B's activation peak there, a rank's stages run as one; schedc.costs). Every hand-made schedule is simulated under the row's costs; a value
 over the memory limit is shown in parentheses and never counted as "best". schedc compiles
 each split (makespan objective, --time-limit per compile). torch's table simulates the orders
 torch's classes report (``_schedule_visualizer.get_schedule_ops``, converted with
@@ -134,11 +134,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="first two rows only, 5 s per compile (a smoke test)")
     ap.add_argument("--no-torch", action="store_true", help="skip the table of torch's own schedule classes")
     ap.add_argument("--no-emulate", action="store_true", help="skip the emulated columns (torch's runtime)")
+    ap.add_argument("--model", choices=["identical", "transformer"],
+                    help="only this model's rows (e.g. to regenerate the rows a cost change touches)")
     args = ap.parse_args(argv)
     rows = ROWS[:2] if args.quick else ROWS
+    if args.model:
+        rows = [row for row in rows if row[0] == args.model]
     limit = 5.0 if args.quick else args.time_limit
     command = "python benchmarks/results_table.py" + (" --quick" if args.quick else "") + (
-        f" --time-limit {args.time_limit:g}" if not args.quick and args.time_limit != 30.0 else "")
+        f" --time-limit {args.time_limit:g}" if not args.quick and args.time_limit != 30.0 else "") + (
+        f" --model {args.model}" if args.model else "")
     try:
         import torch  # noqa: F401
         have_torch, can_emulate = not args.no_torch, not args.no_emulate
