@@ -136,7 +136,7 @@ def format_compile_summary(res, csv_path, report_file) -> str:
     same = res.report.get("same_as_baseline")
     if same:
         proof = "; the lower bound proves nothing shorter fits" if res.status == "optimal" else ""
-        lines.append(f"  the compiled schedule is the hand-made {same} itself (same order on every rank){proof}")
+        lines.append(f"  the compiled schedule is {same} itself (a baseline above, same order on every rank){proof}")
     lines.append("  limits the step: " + res.report["limiter"]["message"])
     lines += ["  " + line for line in explain_units(p)]
     return "\n".join(lines)
