@@ -278,8 +278,9 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memor
 
 
 def _draw_limits(ax, caps: Sequence[float], unit: float, top: float, memory: Optional[MemoryLimit]) -> None:
-    """One dashed line per distinct limit, labelled with its value and, when ranks differ (their
-    own static bytes), which ranks it caps; labels that would overlap go to the other side."""
+    """One dashed line per distinct limit, labelled with its value and, when ranks differ (caps
+    given per rank; ``--memory`` gives every rank the same), which ranks it caps; labels that
+    would overlap go to the other side."""
     groups: dict[float, list[int]] = {}
     for r, cap in enumerate(caps):
         if math.isfinite(cap):
