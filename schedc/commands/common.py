@@ -23,7 +23,8 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--comm", metavar="C", default=None,
                    help="communication time per stage boundary: one number or one per boundary")
     g.add_argument("--memory", metavar="SPEC", default="1p",
-                   help="per-rank memory limit: Kp (1p = what 1F1B holds), a size (40GiB) or none; default 1p")
+                   help="per-rank memory limit: Kp (1p = what 1F1B needs on its most loaded rank, the same cap for every "
+                        "rank), a size (40GiB) or none; default 1p")
     g.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
                    help="how the schedule is executed: torch (stage 0's backward all in W, as torch's "
                         "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
