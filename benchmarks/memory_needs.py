@@ -45,7 +45,7 @@ def need(name: str, ranks: int, mb: int, costs: str) -> str:
         except (SchedcError, ValueError):
             continue
         sim = simulate(sched, PROFILES[costs](n))
-        return f"{p_needed(max(sim.peak_memory), PROFILES[costs](n), sched.placement, mb):.3g}p"
+        return f"{p_needed(max(sim.peak_memory), PROFILES[costs](n), sched.placement):.3g}p"
     return "-"
 
 

@@ -13,14 +13,15 @@ most loaded rank, static bytes included, with the activation part scaled by K::
 
 ``peak1F1B_r`` (:func:`one_f_one_b_peaks`) is 1F1B's activation peak on rank r when 1F1B runs
 each rank's stages as one stage: the ranks form a chain in the order of their first stages
-(rank r is at position r for loop and V placements), a rank at position q holds
-``min(R - q, M)`` microbatches of all its stages at once (its R-1-q warm-up forwards plus one),
-so ``peak1F1B_r = min(R - q, M) x (activation bytes of r's stages)``. 1F1B's order is fixed, so
-this is exact whatever the stage times; it is what ZB-V's "same memory as 1F1B" means for two
-stages per rank. ``1p`` therefore fits wherever 1F1B fits, also on uneven stages: a heavy
+(rank r is at position r for loop and V placements), a rank at position q holds R - q
+microbatches of all its stages at once (its R-1-q warm-up forwards plus one), so
+``peak1F1B_r = (R - q) x (activation bytes of r's stages)``. 1F1B's order is fixed, so this is
+exact whatever the stage times; it is what ZB-V's "same memory as 1F1B" means for two stages per
+rank. 1F1B needs M >= R microbatches (as torch's ``Schedule1F1B``), so the cap is its steady
+state and does not depend on M: with fewer microbatches ``Kp`` means what it means with R. ``1p`` therefore fits wherever 1F1B fits, also on uneven stages: a heavy
 LM-head stage on the last rank is not allowed R of its own microbatches just because rank 0
-holds R of its own. For identical stages the cap is R microbatches of a rank's stages (M >= R),
-as before. :func:`p_needed` inverts the cap: the smallest K under which given peaks fit.
+holds R of its own. For identical stages the cap is R microbatches of a rank's stages, as
+before. :func:`p_needed` inverts the cap: the smallest K under which given peaks fit.
 
 Runtime models. A profile's numbers are the real work of each stage; how a runtime executes them
 is a separate choice (``RUNTIMES``):
@@ -348,18 +349,17 @@ class MemoryLimit(BaseModel):
             return f"{self.value:g}p"
         return format_bytes(self.value)
 
-    def per_rank(self, profile: Profile, placement: Sequence[int],
-                 n_microbatches: Optional[int] = None) -> list[float]:
+    def per_rank(self, profile: Profile, placement: Sequence[int]) -> list[float]:
         """The cap in bytes for each rank (static bytes included); inf when there is none. A
         ``Kp`` cap is the same on every rank: max over r of static_r + K x 1F1B's activation peak
-        on r (module docstring), with `n_microbatches` (None: at least R) microbatches."""
+        on r (module docstring)."""
         n_ranks = max(placement) + 1
         if self.kind == "none":
             return [math.inf] * n_ranks
         if self.kind == "bytes":
             return [self.value] * n_ranks
         static = rank_static_bytes(profile, placement)
-        peaks = one_f_one_b_peaks(profile, placement, n_microbatches)
+        peaks = one_f_one_b_peaks(profile, placement)
         cap = max(st + self.value * pk for st, pk in zip(static, peaks))
         return [cap] * n_ranks
 
@@ -372,31 +372,26 @@ def rank_static_bytes(profile: Profile, placement: Sequence[int]) -> list[float]
     return out
 
 
-def one_f_one_b_peaks(profile: Profile, placement: Sequence[int],
-                      n_microbatches: Optional[int] = None) -> list[float]:
+def one_f_one_b_peaks(profile: Profile, placement: Sequence[int]) -> list[float]:
     """Per rank: 1F1B's activation peak in bytes (static bytes excluded) when it runs each rank's
-    stages as one stage: ``min(R - q, M)`` microbatches of all the rank's stages, q = the rank's
-    position in the chain of ranks ordered by their first stage (q = r for loop and V).
-    `n_microbatches` None: M >= R (the steady state). See the module docstring."""
+    stages as one stage (M >= R microbatches): R - q microbatches of all the rank's stages, q =
+    the rank's position in the chain of ranks ordered by their first stage (q = r for loop and
+    V). See the module docstring."""
     n_ranks = max(placement) + 1
     first = [min(s for s, r in enumerate(placement) if r == rank) for rank in range(n_ranks)]
     position = {rank: q for q, rank in enumerate(sorted(range(n_ranks), key=lambda rank: first[rank]))}
     act = [0.0] * n_ranks
     for s, r in enumerate(placement):
         act[r] += profile.stages[s].activation_bytes
-    held = [n_ranks - position[r] for r in range(n_ranks)]
-    if n_microbatches is not None:
-        held = [min(h, n_microbatches) for h in held]
-    return [h * a for h, a in zip(held, act)]
+    return [(n_ranks - position[r]) * act[r] for r in range(n_ranks)]
 
 
-def p_needed(peak: float, profile: Profile, placement: Sequence[int],
-             n_microbatches: Optional[int] = None) -> float:
+def p_needed(peak: float, profile: Profile, placement: Sequence[int]) -> float:
     """The smallest K such that a rank peaking at `peak` bytes (static included) fits under
     ``Kp``: min over ranks r of (peak - static_r) / peak1F1B_r, at least 0. Give it the largest
     per-rank peak of a schedule to get the memory that schedule needs in p."""
     static = rank_static_bytes(profile, placement)
-    peaks = one_f_one_b_peaks(profile, placement, n_microbatches)
+    peaks = one_f_one_b_peaks(profile, placement)
     if any(pk == 0 and st >= peak for st, pk in zip(static, peaks)):
         return 0.0
     ks = [(peak - st) / pk for st, pk in zip(static, peaks) if pk > 0]

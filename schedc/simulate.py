@@ -191,7 +191,7 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
         curves.append(curve)
         peaks.append(peak)
 
-    limit = (memory or MemoryLimit(kind="none")).per_rank(profile, schedule.placement, schedule.n_microbatches)
+    limit = (memory or MemoryLimit(kind="none")).per_rank(profile, schedule.placement)
     makespan = max((t.end for t in timings.values()), default=0.0)
     busy = [sum(timings[a].end - timings[a].start for a in row) for row in order]
     return SimResult(timings, order, makespan, busy, peaks, curves, limit, profile.runtime)

@@ -153,7 +153,7 @@ def explain_units(problem) -> list[str]:
         out.append("units: times are in the unit of --costs F,I,W (one stage's F, I and W of one microbatch); memory "
                    "counts one microbatch's activation of one stage as 1")
     if problem.memory.kind == "relative":
-        peaks = one_f_one_b_peaks(problem.profile, problem.placement, problem.n_microbatches)
+        peaks = one_f_one_b_peaks(problem.profile, problem.placement)
         static = rank_static_bytes(problem.profile, problem.placement)
         r = max(range(len(peaks)), key=lambda i: (static[i] + peaks[i], -i))
         act = sum(problem.profile.stages[s].activation_bytes for s in problem.stages_of(r))

@@ -24,15 +24,14 @@ def _get(report: dict, *keys, default=None):
 def peak_in_p(report: dict) -> Optional[float]:
     """The memory the schedule needs in p (``schedc.costs.p_needed`` of its largest per-rank peak:
     1p = 1F1B's need on its most loaded rank, one cap for every rank), from the report's costs,
-    placement, microbatches and peak memory; None if the report lacks them."""
+    placement and peak memory; None if the report lacks them."""
     try:
         profile = Profile.model_validate(report["inputs"]["costs"])
         placement = report["inputs"]["stage_to_rank"]
-        mb = int(report["inputs"]["microbatches"])
         peaks = report["predicted"]["peak_memory_per_rank"]
     except (KeyError, TypeError, ValueError):
         return None
-    return p_needed(max(peaks), profile, placement, mb) if peaks else None
+    return p_needed(max(peaks), profile, placement) if peaks else None
 
 
 def format_makespan(x: Optional[float], costs: str) -> str:

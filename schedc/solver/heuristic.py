@@ -75,7 +75,7 @@ def min_memory_limit(problem: Problem) -> str:
     if kind == "bytes":
         return format_bytes(max(min_memory_need(problem)))
     # Kp is one cap for every rank (MemoryLimit.per_rank); the largest one-microbatch need must fit
-    return f"{_round_up(p_needed(max(min_memory_need(problem)), problem.profile, problem.placement, problem.n_microbatches))}p"
+    return f"{_round_up(p_needed(max(min_memory_need(problem)), problem.profile, problem.placement))}p"
 
 
 def _round_up(k: float) -> str:

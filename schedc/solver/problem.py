@@ -60,7 +60,7 @@ class Problem:
     def memory_caps(self) -> list[float]:
         """Per-rank byte cap, static bytes included (inf when uncapped; ``Kp``: one cap for every
         rank, schedc.costs.MemoryLimit.per_rank)."""
-        return self.memory.per_rank(self.profile, self.placement, self.n_microbatches)
+        return self.memory.per_rank(self.profile, self.placement)
 
     @cached_property
     def static_bytes(self) -> list[float]:
