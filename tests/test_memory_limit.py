@@ -156,3 +156,16 @@ def test_simulate_check_fails_when_over_the_limit_and_warns_on_other_costs(tmp_p
     captured = capsys.readouterr()
     assert "compiled for the costs of --costs 1,2,1" in captured.err and "--costs 1,1,1 here" in captured.err
     assert json.loads(captured.out)[0]["limiter"]["kind"] in ("rank", "critical-path")
+
+
+def test_library_list_prints_uniform_makespans_per_rank(capsys):
+    # a V rank holds two stages of F = I = W = 1: its report's makespan is twice the rank-F shown
+    assert cli.main(["library", "list", "--ranks", "2", "--mb", "4", "--memory", "1p", "--costs", "uniform"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("r2_")}
+    from schedc.library import find_entry
+
+    for name, per_rank in (("r2_mb4_mem1p_loop_uniform", 1), ("r2_mb4_mem1p_v_uniform", 2)):
+        makespan = find_entry(name).report["predicted"]["makespan"]
+        assert f"{makespan / per_rank:.4g} rank-F" in rows[name]
+    assert "rank-F: uniform makespans in units of one rank's forward" in out
