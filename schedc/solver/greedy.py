@@ -186,7 +186,8 @@ def _construct(problem: Problem, flags: Flags) -> list[list[Action]]:
     return rows
 
 
-def _to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags) -> Schedule:
+def to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags, name: str = NAME) -> Schedule:
+    """Per-rank rows as a Schedule; a stage without weights runs one B instead of I + W."""
     prof = problem.profile
     out = []
     for row in rows:
@@ -200,7 +201,7 @@ def _to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags) -> Sc
             new.append(a)
         out.append(new)
     sched = Schedule(rows=out, placement=tuple(problem.placement), n_microbatches=problem.n_microbatches,
-                     name=NAME, meta={"source": NAME, "flags": flags.describe()})
+                     name=name, meta={"source": name, "flags": flags.describe()})
     return sched
 
 
@@ -210,7 +211,7 @@ def greedy_family(problem: Problem) -> list[tuple[Flags, Schedule, SimResult]]:
         raise SchedcError(f"{NAME} needs one stage per rank; got {problem.n_stages} stages on {problem.n_ranks} ranks")
     out = []
     for flags in ALL_FLAGS:
-        sched = _to_schedule(problem, _construct(problem, flags), flags)
+        sched = to_schedule(problem, _construct(problem, flags), flags)
         out.append((flags, sched, simulate(sched, problem.profile, problem.memory)))
     return out
 
