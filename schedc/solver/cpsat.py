@@ -342,6 +342,7 @@ def solve_cpsat(
     hint: bool = True,
     stop_at_bound: bool = True,
     stale_seconds: Optional[float] = None,
+    inst: Optional[model.Instance] = None,
 ) -> CpsatOutcome:
     """Solve `problem` with CP-SAT within `time_limit` seconds (see the module docstring).
     `hint=False` starts CP-SAT cold; `stop_at_bound=False` runs it even when the warm start
@@ -355,7 +356,7 @@ def solve_cpsat(
     objective = problem.objective
     if warm is None:
         warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
-    inst = model.build_instance(problem)
+    inst = inst if inst is not None else model.build_instance(problem)
     inc_sim, best_sched, best_sim = _incumbent(problem, inst, warm)
     ts, bs = _scales(inst)
     comb = lower_bound(problem)

@@ -849,16 +849,38 @@ def _solution_orders(m: OrderModel) -> Optional[list[list[int]]]:
             for acts in m.inst.by_rank]
 
 
-def count_free_pairs(inst: Instance) -> int:
+def count_free_pairs(inst: Instance, limit: Optional[int] = None) -> int:
     """Pairs on a rank not ordered by dependencies + kind order (the full model's binaries, before
-    time-window fixing): the size measure that picks full model vs windows."""
-    anc = _closure(inst, inst.preds, inst.topo)
+    time-window fixing): the size measure that picks full model vs windows. With `limit`, the
+    count stops once it exceeds `limit` (the value returned is then only known to be larger).
+
+    Each (stage, kind) is a chain m-1 -> m, so the ancestors of an action within any such group
+    are a prefix of its microbatches: |anc(b) on rank r| is the sum over r's groups of a prefix
+    length, propagated in topological order as one small vector per action (the same count as
+    the transitive closure's bitsets, in memory linear in the actions, not quadratic)."""
     total = 0
     for acts in inst.by_rank:
-        mask = 0
-        for i in acts:
-            mask |= 1 << i
         k = len(acts)
-        ordered = sum(bin(anc[b] & mask).count("1") for b in acts)
+        if not k:
+            continue
+        group = {}
+        for i in acts:
+            group.setdefault((inst.actions[i].stage, inst.actions[i].kind), len(group))
+        own = [group.get((a.stage, a.kind), -1) for a in inst.actions]
+        mb = [a.microbatch for a in inst.actions]
+        zero = (0,) * len(group)
+        prefix: list = [zero] * inst.n
+        for b in inst.topo:
+            v = None
+            for a, _ in inst.preds[b]:
+                pa = prefix[a]
+                v = list(pa) if v is None else [x if x >= y else y for x, y in zip(v, pa)]
+                g = own[a]
+                if g >= 0 and v[g] < mb[a] + 1:
+                    v[g] = mb[a] + 1
+            prefix[b] = zero if v is None else tuple(v)
+        ordered = sum(sum(prefix[b]) for b in acts)
         total += k * (k - 1) // 2 - ordered
+        if limit is not None and total > limit:
+            return total
     return total

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
@@ -216,19 +216,23 @@ def rounds_family(problem: Problem, expired: Callable[[], bool] = lambda: False)
         -> list[tuple[Flags, Schedule, SimResult]]:
     """Each flag combination that completes (before `expired()` turns true), simulated under the
     problem's costs, runtime and caps."""
-    out = []
+    return list(_family(problem, expired))
+
+
+def _family(problem: Problem, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Schedule, SimResult]]:
     for flags in ALL_FLAGS:
         if expired():
             break
         per_stage = _Rounds(problem, flags, expired).run()
+        if expired():
+            return
         if per_stage is None:
             continue
         rows: list[list[Action]] = [[] for _ in range(problem.n_ranks)]
         for s, row in enumerate(per_stage):
             rows[problem.placement[s]] = row
         sched = to_schedule(problem, rows, flags, NAME)
-        out.append((flags, sched, simulate(sched, problem.profile, problem.memory)))
-    return out
+        yield flags, sched, simulate(sched, problem.profile, problem.memory)
 
 
 def paper_greedy(problem: Problem, objective: Optional[str] = None,
@@ -238,9 +242,8 @@ def paper_greedy(problem: Problem, objective: Optional[str] = None,
     if not supports(problem):
         return None
     obj = objective or problem.objective
-    fitting = [(sim.objective(obj), i, sched, sim) for i, (_, sched, sim) in enumerate(rounds_family(problem, expired))
-               if sim.fits]
-    if not fitting:
-        return None
-    _, _, sched, sim = min(fitting, key=lambda x: (x[0], x[1]))
-    return sched, sim
+    best = None
+    for _, sched, sim in _family(problem, expired):
+        if sim.fits and (best is None or sim.objective(obj) < best[1].objective(obj)):
+            best = (sched, sim)
+    return best
