@@ -37,9 +37,11 @@ CHECK_EVERY = 4096  # loop steps between clock reads in long constructions
 
 @dataclass(frozen=True)
 class Deadline:
-    """A point in time.monotonic(); ``expired()`` also turns true on Ctrl-C."""
+    """A point in time.monotonic(); ``expired()`` also turns true on Ctrl-C (unless
+    ``interruptible`` is off: :data:`NEVER`, for calls that have no deadline)."""
 
     at: float = math.inf
+    interruptible: bool = True
 
     @classmethod
     def after(cls, seconds: float) -> "Deadline":
@@ -49,14 +51,14 @@ class Deadline:
         return self.at - time.monotonic()
 
     def expired(self) -> bool:
-        return interrupt.requested() or time.monotonic() >= self.at
+        return (self.interruptible and interrupt.requested()) or time.monotonic() >= self.at
 
     def allows(self, n_actions: int, passes: float = 1.0) -> bool:
         """Whether `passes` passes over `n_actions` actions likely end before the deadline."""
         return not self.expired() and self.left() > passes * n_actions * SECONDS_PER_ACTION
 
 
-NEVER = Deadline()
+NEVER = Deadline(interruptible=False)
 
 
 def n_actions(n_stages: int, n_microbatches: int) -> int:

@@ -49,6 +49,7 @@ from schedc.costs import format_bytes
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
+from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
 from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, n_actions
 from schedc.solver.problem import Problem
@@ -749,6 +750,8 @@ class _Built:
     complete: bool = False
 
 
+# below this many actions one list construction ends well within a second, Ctrl-C or not
+QUICK_ACTIONS = 100_000
 _BUILT: dict[int, _Built] = {}  # id(problem) -> what was built; dropped with the problem
 
 
@@ -871,6 +874,13 @@ def warm_start(problem: Problem, time_budget: float = 1.0, deadline: Optional[De
         margin = EPS if best is not None and best[2] in ("heuristic", paper_greedy.NAME) else -EPS
         if best is None or sim.objective(obj) < best[1].objective(obj) + margin:
             best = (s, sim, name)
+    if best is None and interrupt.requested() and n_actions(problem.n_stages, problem.n_microbatches) <= QUICK_ACTIONS:
+        # Ctrl-C before anything that fits was found: one construction takes well under a second
+        # here, and a schedule to write beats none
+        sched = heuristic_schedule(problem, time_budget=0.0)
+        best = (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
+    if best is None and interrupt.requested():
+        raise KeyboardInterrupt
     if best is None:
         raise SchedcError(
             f"no schedule that fits --memory {problem.memory} was found before the time limit ("
