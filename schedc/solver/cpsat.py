@@ -140,10 +140,11 @@ def import_cp_model():
         from ortools.sat.python import cp_model
     except ImportError as e:
         if "undefined symbol" in str(e):
-            # OR-Tools >= 9.12 ships its own libhighs.so.1; with highspy's already loaded (or the
-            # other way round) the dynamic loader binds one to the other's symbols
-            raise SchedcError("--solver cpsat: this OR-Tools clashes with highspy's HiGHS in one process; "
-                              "pip install 'ortools>=9.10,<9.12' (or pip install 'schedc[cpsat]')") from None
+            # OR-Tools >= 9.12 ships its own libhighs.so.1: a HiGHS built as a shared library
+            # elsewhere on the loader's path (not highspy's wheels, which link it in) can bind
+            # one to the other's symbols
+            raise SchedcError("--solver cpsat: OR-Tools does not load beside another HiGHS library in this "
+                              f"process ({e}); pip install --upgrade ortools highspy") from None
         raise SchedcError("--solver cpsat: OR-Tools is not installed (pip install 'schedc[cpsat]')") from None
     return cp_model
 
