@@ -15,12 +15,13 @@ inputs of all its parts are there, as torch's runtime receives them all first, a
 run back to back. Costs are those of the chosen runtime model (``Profile.executed``; torch's by
 default: stage 0's I is empty and its W runs the whole backward).
 
-Cost: O(total actions x ranks) in the worst case, linear in practice.
+Cost: linear in the actions (a worklist of ranks woken by the actions they wait for).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -155,45 +156,63 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
             return [((s, "F", m), -1)]
         return [((s, "I", m), -1)]  # W
 
+    def consumers_of(key: tuple) -> tuple:
+        s, kind, m = key
+        if kind == "F":
+            return ((s + 1, "F", m), (s, "I", m), (s, "B", m))
+        if kind in ("I", "B"):
+            return ((s - 1, "I", m), (s - 1, "B", m), (s, "W", m))
+        return ()
+
+    # ranks advance as far as their inputs allow; a rank that places an action wakes the ranks
+    # that consume it (a worklist: the backward wave of a deep loop pipeline would otherwise take
+    # one sweep over all ranks per rank)
     start_of: dict[tuple, float] = {}
     end_of: dict[tuple, float] = {}
     next_index = [0] * schedule.n_ranks
     rank_free = [0.0] * schedule.n_ranks
     remaining = sum(len(row) for row in order)
-    while remaining:
-        progressed = False
-        for r, row in enumerate(keys):
-            i = next_index[r]
-            mates = cell_mates[r]
-            while i < len(row):
-                key = row[i]
-                ready = rank_free[r]
-                blocked = False
-                cell = mates.get(i) if mates else None
-                deps = deps_of(key) if not cell else \
-                    [(d, b) for part in cell for d, b in deps_of(part) if d not in cell]
-                for dep, boundary in deps:
-                    t = end_of.get(dep)
-                    if t is None:
-                        if dep not in where:
-                            raise SchedcError(f"rank {r}: {order[r][i]} needs {Action(*dep)}, which no rank runs")
-                        blocked = True
-                        break
-                    crossing = boundary >= 0 and where[dep] != r
-                    ready = max(ready, t + (comm[boundary] if crossing else 0.0))
-                if blocked:
+    queue = deque(range(schedule.n_ranks))
+    queued = [True] * schedule.n_ranks
+    while queue:
+        r = queue.popleft()
+        queued[r] = False
+        row = keys[r]
+        i = next_index[r]
+        mates = cell_mates[r]
+        while i < len(row):
+            key = row[i]
+            ready = rank_free[r]
+            blocked = False
+            cell = mates.get(i) if mates else None
+            deps = deps_of(key) if not cell else \
+                [(d, b) for part in cell for d, b in deps_of(part) if d not in cell]
+            for dep, boundary in deps:
+                t = end_of.get(dep)
+                if t is None:
+                    if dep not in where:
+                        raise SchedcError(f"rank {r}: {order[r][i]} needs {Action(*dep)}, which no rank runs")
+                    blocked = True
                     break
-                end = ready + duration[key[0], key[1]]
-                start_of[key] = ready
-                end_of[key] = end
-                rank_free[r] = end
-                i += 1
-                remaining -= 1
-                progressed = True
-            next_index[r] = i
-        if not progressed:
-            raise SchedcError("the schedule deadlocks: " + _describe_wait(order, next_index, where_actions(order),
-                                                                          schedule, backward_kind))
+                crossing = boundary >= 0 and where[dep] != r
+                ready = max(ready, t + (comm[boundary] if crossing else 0.0))
+            if blocked:
+                break
+            end = ready + duration[key[0], key[1]]
+            start_of[key] = ready
+            end_of[key] = end
+            rank_free[r] = end
+            i += 1
+            remaining -= 1
+            for c in consumers_of(key):
+                q = where.get(c)
+                if q is not None and q != r and not queued[q]:
+                    queued[q] = True
+                    queue.append(q)
+        next_index[r] = i
+    if remaining:
+        raise SchedcError("the schedule deadlocks: " + _describe_wait(order, next_index, where_actions(order),
+                                                                      schedule, backward_kind))
     timings = {a: Timing(r, start_of[k], end_of[k]) for r, (row, krow) in enumerate(zip(order, keys))
                for a, k in zip(row, krow)}
 

@@ -801,8 +801,11 @@ def _build_baselines(problem: Problem, built: _Built, deadline: Deadline) -> boo
     for name in names + [greedy.NAME]:
         if name in built.tried:
             continue
-        if not deadline.allows(n_actions(problem.n_stages, problem.n_microbatches)):
-            return False  # not even one more simulation would end in time
+        if any(sim.fits for _, _, sim in built.items) or interrupt.requested():
+            if not deadline.allows(n_actions(problem.n_stages, problem.n_microbatches)):
+                return False  # not even one more simulation would end in time
+        # else: past the deadline too, until one hand-made schedule that fits is there (the
+        # answer of last resort; cheap ones come first)
         if name == greedy.NAME:
             # the zero-bubble paper's greedy: a peer, so a baseline too
             best = greedy.zb_greedy(problem, expired=deadline.expired)
