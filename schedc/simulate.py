@@ -28,6 +28,7 @@ from typing import Optional
 from schedc.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.ir import KINDS, Action, Schedule
+from schedc.tolerances import REL
 
 
 def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int], str]) -> list[tuple[Action, int]]:
@@ -112,7 +113,7 @@ class SimResult:
 
     @property
     def fits(self) -> bool:
-        return all(p <= lim * (1 + 1e-9) + 1e-9 for p, lim in zip(self.peak_memory, self.memory_limit))
+        return all(p <= lim * (1 + REL) + REL for p, lim in zip(self.peak_memory, self.memory_limit))
 
 
 def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None,

@@ -57,8 +57,9 @@ from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt, model
 from schedc.solver.deadline import SECONDS_PER_ACTION, Deadline, check_size, n_actions
 from schedc.solver.problem import Problem
+from schedc.tolerances import PROVEN, REL, TIE
 
-_TOL = 1e-6  # relative: values this close count as equal (MIP gaps, float sums)
+_TOL = PROVEN  # relative: values this close count as equal (MIP gaps, float sums)
 WINDOW_SOLVE_LIMIT = 6.0  # seconds per window model
 # a CP-SAT window that has found nothing new for this long rarely finds more: at 16x48 (comm
 # 0.25F, 1.25p) the 48-per-rank windows that ran their full 6 s returned the same step time
@@ -276,7 +277,7 @@ class _Compilation:
     def consider(self, sched: Schedule, sim: Optional[SimResult]) -> None:
         """Keep (sched, sim) when it fits and beats the best so far."""
         best = self.best_val
-        if sim is not None and sim.fits and sim.objective(self.problem.objective) < best - 1e-12 * max(1.0, best):
+        if sim is not None and sim.fits and sim.objective(self.problem.objective) < best - TIE * max(1.0, best):
             self.best_sched, self.best_sim = sched, sim
 
     def solve_full_model(self) -> None:
@@ -299,7 +300,7 @@ class _Compilation:
             self.solver_answered = True
             cand_orders = model.canonical_orders(self.inst, out.orders)
             sched, sim = _materialize(self.inst, cand_orders, self.problem)
-            if sim is not None and sim.fits and sim.objective(obj) <= inc_val + 1e-12 * max(1.0, inc_val):
+            if sim is not None and sim.fits and sim.objective(obj) <= inc_val + TIE * max(1.0, inc_val):
                 self.inc_orders, self.inc_sched, self.inc_sim = cand_orders, sched, sim
                 self.consider(sched, sim)
         if out.dual_bound is not None and out.dual_bound > self.bound:
@@ -365,7 +366,7 @@ class _Compilation:
             self.lb, lambda b, what: self.emit(what, min(b, self.best_val), self.bound), self.seed)
         self.solver_answered = self.solver_answered or used
         obj = self.problem.objective
-        if sim.objective(obj) <= self.inc_sim.objective(obj) + 1e-12 * max(1.0, self.inc_sim.objective(obj)):
+        if sim.objective(obj) <= self.inc_sim.objective(obj) + TIE * max(1.0, self.inc_sim.objective(obj)):
             self.inc_orders, self.inc_sched, self.inc_sim = orders, sched, sim
         self.consider(sched, sim)
 
@@ -490,7 +491,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
             used = True
             cand = model.canonical_orders(inst, answer)
             cs, csim = _materialize(inst, cand, problem)
-            tol = 1e-9 * max(1.0, best_val)
+            tol = REL * max(1.0, best_val)
             if csim is None or not csim.fits or csim.objective(obj_name) > best_val + tol:
                 continue
             orders, sched, sim = cand, cs, csim
@@ -553,8 +554,8 @@ def _window_at(inst, orders, sim, t: float, length: float, shear: float = 0.0) -
     for r, row in enumerate(orders):
         t_r = t + shear * (r - middle)
         starts = [sim.timings[inst.actions[i]].start for i in row]
-        lo = next((j for j, s in enumerate(starts) if s >= t_r - 1e-12), len(row))
-        hi = next((j for j, s in enumerate(starts) if s >= t_r + length - 1e-12), len(row))
+        lo = next((j for j, s in enumerate(starts) if s >= t_r - TIE), len(row))
+        hi = next((j for j, s in enumerate(starts) if s >= t_r + length - TIE), len(row))
         free.append((lo, hi))
     return free
 

@@ -80,8 +80,9 @@ from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt, model
 from schedc.solver.bounds import lower_bound
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL, TIE
 
-_REL = 1e-9
+_REL = REL
 
 
 @dataclass
@@ -361,7 +362,7 @@ def solve_cpsat(
     inc_sim, best_sched, best_sim = _incumbent(problem, inst, warm)
     ts, bs = _scales(inst)
     comb = lower_bound(problem)
-    if stop_at_bound and best_sim.objective(objective) <= comb * (1 + 1e-9) + 1e-9:
+    if stop_at_bound and best_sim.objective(objective) <= comb * (1 + REL) + REL:
         return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), comb, None, None, True,
                             "WARM_START_AT_BOUND", time.monotonic() - t0, ts.unit, ts.exact, bs.exact, False)
     inc_units = ts.ceil(max(inc_sim.objective(objective), best_sim.objective(objective))) + 1
@@ -523,7 +524,7 @@ def _take_answer(out: CpsatOutcome, problem: Problem, inst: model.Instance, star
     sched = model.schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat")
     sim = simulate(sched, problem.profile, problem.memory)
     out.cp_schedule, out.cp_sim = sched, sim
-    if sim.fits and sim.objective(problem.objective) < out.value * (1 - 1e-12):
+    if sim.fits and sim.objective(problem.objective) < out.value * (1 - TIE):
         out.schedule, out.sim, out.value, out.improved = sched, sim, sim.objective(problem.objective), True
 
 
@@ -536,7 +537,7 @@ def _certified_bound(solver, status, ts: Scale, bs: Scale, objective: str) -> Op
         return None
     if not math.isfinite(solver.best_objective_bound):
         return None
-    lb = math.ceil(solver.best_objective_bound - 1e-9)
+    lb = math.ceil(solver.best_objective_bound - REL)
     if objective == "span" and not ts.exact:
         lb -= 1
     return max(0.0, lb * ts.unit)

@@ -48,8 +48,9 @@ from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver.deadline import CHECK_EVERY
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL
 
-EPS = 1e-9
+EPS = REL
 NAME = "zb-greedy"
 
 

@@ -53,8 +53,9 @@ from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
 from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, n_actions
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL, TIE
 
-EPS = 1e-9
+EPS = REL
 INF = math.inf
 
 
@@ -84,7 +85,7 @@ def min_memory_limit(problem: Problem) -> str:
 
 def _round_up(k: float) -> str:
     for digits in range(2, 7):
-        v = math.ceil(k * 10**digits - 1e-9) / 10**digits
+        v = math.ceil(k * 10**digits - REL) / 10**digits
         if abs(v - k) < 0.01 * k or digits == 6:
             return f"{v:.{digits}f}".rstrip("0").rstrip(".")
     return f"{k:g}"
@@ -95,7 +96,7 @@ def check_memory_feasible(problem: Problem) -> None:
     caps = problem.memory_caps
     need = min_memory_need(problem)
     for r, (cap, n) in enumerate(zip(caps, need)):
-        if n > cap * (1 + 1e-12) + EPS:
+        if n > cap * (1 + TIE) + EPS:
             raise SchedcError(
                 f"--memory {problem.memory}: rank {r} needs {format_bytes(n)} to hold one microbatch "
                 f"of its stages {problem.stages_of(r)} but the cap is {format_bytes(cap)}; "
@@ -550,7 +551,7 @@ def _dedupe_by_memory(a: _Arrays, rules: list[Rule]) -> list[Rule]:
     cap = []
     for r in range(a.R):
         act = a.act[a.stages[r][0]]
-        cap.append(float(math.floor(a.free0[r] / act + 1e-9)) if act > 0 and a.free0[r] < INF else INF)
+        cap.append(float(math.floor(a.free0[r] / act + REL)) if act > 0 and a.free0[r] < INF else INF)
     out, seen = [], set()
     for rule in rules:
         warm = tuple(min(w, c) if c < INF else w for w, c in zip(rule.warmup, cap))
@@ -755,18 +756,20 @@ QUICK_ACTIONS = 100_000
 _BUILT: dict[int, _Built] = {}  # id(problem) -> what was built; dropped with the problem
 
 
-def matching_baselines(problem: Problem, deadline: Optional[Deadline] = None) -> list[tuple[str, Schedule, SimResult]]:
+def matching_baselines(problem: Problem, deadline: Optional[Deadline] = None,
+                       with_greedy: bool = True) -> list[tuple[str, Schedule, SimResult]]:
     """The hand-made schedules (schedc.baselines) that exist for this problem's stages, ranks,
     placement and microbatches, and zb-greedy, each with its simulation (fitting the memory caps
     or not). Built once per problem: the warm start, the report and the plot all ask for them.
-    Under a `deadline` only those built before it passes (a later call builds the rest)."""
+    Under a `deadline` only those built before it passes (a later call builds the rest);
+    ``with_greedy=False`` leaves zb-greedy (eight simulations) for a later call."""
     key = id(problem)
     built = _BUILT.get(key)
     if built is None:
         built = _BUILT[key] = _Built([], set())
         weakref.finalize(problem, _BUILT.pop, key, None)
     if not built.complete:
-        built.complete = _build_baselines(problem, built, deadline or NEVER)
+        built.complete = _build_baselines(problem, built, deadline or NEVER, with_greedy)
     return [b for name in _names(built) for b in built.items if b[0] == name]
 
 
@@ -787,7 +790,7 @@ def build_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
     return [b for name in _names(built) for b in built.items if b[0] == name]
 
 
-def _build_baselines(problem: Problem, built: _Built, deadline: Deadline) -> bool:
+def _build_baselines(problem: Problem, built: _Built, deadline: Deadline, with_greedy: bool = True) -> bool:
     """Add to `built` what is missing, until `deadline`; True when every one has been tried."""
     from schedc.solver import greedy
 
@@ -798,7 +801,7 @@ def _build_baselines(problem: Problem, built: _Built, deadline: Deadline) -> boo
     pname = problem.placement_name
     names = [n for n in _BASELINE_ORDER if baselines and n in baselines.BASELINE_NAMES]
     names += [n for n in (baselines.BASELINE_NAMES if baselines else ()) if n not in names]
-    for name in names + [greedy.NAME]:
+    for name in names + ([greedy.NAME] if with_greedy else []):
         if name in built.tried:
             continue
         if any(sim.fits for _, _, sim in built.items) or interrupt.requested():
@@ -830,12 +833,13 @@ def _build_baselines(problem: Problem, built: _Built, deadline: Deadline) -> boo
         except SchedcError:
             continue
         built.items.append((name, sched, sim))
-    return True
+    return with_greedy
 
 
-def feasible_baselines(problem: Problem, deadline: Optional[Deadline] = None) -> list[tuple[str, Schedule, SimResult]]:
+def feasible_baselines(problem: Problem, deadline: Optional[Deadline] = None,
+                       with_greedy: bool = True) -> list[tuple[str, Schedule, SimResult]]:
     """The matching hand-made schedules that fit the problem's memory caps."""
-    return [(name, sched, sim) for name, sched, sim in matching_baselines(problem, deadline) if sim.fits]
+    return [(name, sched, sim) for name, sched, sim in matching_baselines(problem, deadline, with_greedy) if sim.fits]
 
 
 def warm_start(problem: Problem, time_budget: float = 1.0, deadline: Optional[Deadline] = None,
@@ -858,7 +862,8 @@ def warm_start(problem: Problem, time_budget: float = 1.0, deadline: Optional[De
     hard = deadline or NEVER
     check_memory_feasible(problem)
     tell = on_candidate or (lambda source, value: None)
-    fitting = feasible_baselines(problem, hard)  # the cheap ones first: under a deadline, what gets built in time
+    # the cheap ones first (under a deadline, what gets built in time), zb-greedy's eight last
+    fitting = feasible_baselines(problem, hard, with_greedy=False)
     if fitting:
         name, _, sim = min(fitting, key=lambda b: b[2].objective(obj))
         tell(name, sim.objective(obj))
@@ -869,6 +874,9 @@ def warm_start(problem: Problem, time_budget: float = 1.0, deadline: Optional[De
     rounds = paper_greedy.paper_greedy(problem, expired=hard.expired)
     if rounds is not None:
         tell(paper_greedy.NAME, rounds[1].objective(obj))
+    greedy_best = [b for b in feasible_baselines(problem, hard) if b[0] not in {f[0] for f in fitting}]
+    if greedy_best:
+        tell(greedy_best[0][0], greedy_best[0][2].objective(obj))
     if rounds is not None and (best is None or rounds[1].objective(obj) < best[1].objective(obj) - EPS):
         best = (*rounds, paper_greedy.NAME)
     for name, s, sim in feasible_baselines(problem, hard):

@@ -54,9 +54,10 @@ from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver.greedy import Flags, to_schedule
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL
 
 NAME = "zb-rounds"
-EPS = 1e-9
+EPS = REL
 
 ALL_FLAGS = tuple(Flags(*bits) for bits in itertools.product((True, False), repeat=3))
 
