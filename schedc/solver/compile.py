@@ -55,7 +55,7 @@ from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt, model
-from schedc.solver.deadline import SECONDS_PER_ACTION, Deadline, check_size, n_actions
+from schedc.solver.deadline import Deadline, check_size, n_actions, seconds_per_action
 from schedc.solver.problem import Problem
 from schedc.tolerances import PROVEN, REL, TIE
 
@@ -155,7 +155,7 @@ def compile_problem(
     n = n_actions(problem.n_stages, problem.n_microbatches)
     # keep a reserve for the report (and a window's overrun), and for writing the CSV, which
     # grows with the actions (about a quarter of a pass over them)
-    deadline = t0 + time_limit - min(0.05 * time_limit, 5.0) - 0.25 * n * SECONDS_PER_ACTION
+    deadline = t0 + time_limit - min(0.05 * time_limit, 5.0) - 0.25 * n * seconds_per_action()
     mip, use_cpsat = _engines(solver)
     heuristic.check_memory_feasible(problem)
     lb, lb_details = _lower_bound(problem)
@@ -384,7 +384,7 @@ class _Compilation:
         result = CompileResult(
             schedule=self.best_sched, sim=self.best_sim, problem=self.problem, status=status, lower_bound=bound,
             gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time,
-            baselines=all_baselines(self.problem, Deadline(self.t0 + time_limit)), warm_start_source=self.warm_source,
+            baselines=all_baselines(self.problem, Deadline(self.deadline)), warm_start_source=self.warm_source,
             interrupted=interrupt.requested(),
         )
         result.report = build_report(result, lb_details=self.lb_details, bound_source=self.bound_source,

@@ -51,7 +51,7 @@ from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
-from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, n_actions
+from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, n_actions, observe
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL, TIE
 
@@ -805,8 +805,10 @@ def _build_baselines(problem: Problem, built: _Built, deadline: Deadline, with_g
         if name in built.tried:
             continue
         if any(sim.fits for _, _, sim in built.items) or interrupt.requested():
-            if not deadline.allows(n_actions(problem.n_stages, problem.n_microbatches)):
-                return False  # not even one more simulation would end in time
+            # one pass for a hand-made schedule; zb-greedy builds and simulates eight
+            passes = 2 * len(greedy.ALL_FLAGS) if name == greedy.NAME else 1
+            if not deadline.allows(n_actions(problem.n_stages, problem.n_microbatches), passes):
+                return False  # would not end in time
         # else: past the deadline too, until one hand-made schedule that fits is there (the
         # answer of last resort; cheap ones come first)
         if name == greedy.NAME:
@@ -829,7 +831,9 @@ def _build_baselines(problem: Problem, built: _Built, deadline: Deadline, with_g
         if tuple(sched.placement) != tuple(problem.placement) or sched.n_microbatches != problem.n_microbatches:
             continue
         try:
+            t = time.perf_counter()
             sim = simulate(sched, problem.profile, problem.memory)
+            observe(time.perf_counter() - t, n_actions(problem.n_stages, problem.n_microbatches))
         except SchedcError:
             continue
         built.items.append((name, sched, sim))
@@ -865,8 +869,14 @@ def warm_start(problem: Problem, time_budget: float = 1.0, deadline: Optional[De
     # the cheap ones first (under a deadline, what gets built in time), zb-greedy's eight last
     fitting = feasible_baselines(problem, hard, with_greedy=False)
     if fitting:
-        name, _, sim = min(fitting, key=lambda b: b[2].objective(obj))
+        name, first, sim = fitting[0]
+        for b in fitting[1:]:  # the first of equals, as the comparison below picks it
+            if b[2].objective(obj) < sim.objective(obj) - EPS:
+                name, first, sim = b
         tell(name, sim.objective(obj))
+        bound = lower_bound(problem)
+        if sim.objective(obj) <= bound + EPS * max(1.0, bound):
+            return first, sim, name  # proven optimal: nothing can beat it (and ties go to it anyway)
     sched = heuristic_schedule(problem, time_budget=time_budget * 0.6, deadline=deadline)
     best = None if sched is None else (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
     if best is not None:
