@@ -8,7 +8,8 @@ when the bound proves it.
 Method:
 1. Feasibility: a cap that cannot hold one microbatch per stage fails with the smallest limit
    that works (schedc.solver.heuristic.check_memory_feasible).
-2. Warm start: the best of the heuristic and the hand-made schedules that fit
+2. Warm start: the best of the heuristic, the zero-bubble authors' round greedy (zb-rounds,
+   schedc.solver.paper_greedy), zb-greedy and the hand-made schedules that fit
    (schedc.solver.heuristic.warm_start), relabelled so each kind runs in microbatch order.
 3. Lower bound: schedc.solver.bounds.lower_bound. If the warm start meets it, stop: proven.
 4. CP-SAT polishing (schedc.solver.cpsat, when OR-Tools is installed): 40% of the time, hinted
@@ -38,7 +39,14 @@ Status: ``optimal`` when the simulated objective equals the certified bound; oth
 ``feasible`` when a solver returned a solution (full model, CP-SAT or a window), else
 ``heuristic`` (the warm start, with no solver answer).
 
-Cost: the time limit (plus up to ~1 s of set-up on large instances).
+Deadline: every phase shares one deadline (schedc.solver.deadline): the warm start's families
+are abandoned when it passes (the hand-made schedules come first, and are built past it until one
+fits), the action graph, CP-SAT's model and each window are skipped when the time left is below
+their estimated cost, and a reserve for the report and the CSV grows with the actions. Sizes
+above deadline.MAX_ACTIONS are refused before anything is built.
+
+Cost: the time limit; memory linear in the actions (the full model's pair count no longer builds
+the transitive closure; the integer program's windows, which do, stop at MIP_WINDOW_MAX_ACTIONS).
 """
 
 from __future__ import annotations
