@@ -8,7 +8,7 @@ often it meets the optimum, and (the number that must stay 0) how often it excee
 Method: random problems of 2-4 stages and 2-5 microbatches (placements loop, V, interleaved and
 hand-written; torch's and the ideal runtime; caps from 0.5p to none; communication 0 to 1; random
 F, I, W, activation and weight-gradient bytes) for both objectives. The optimum is
-schedc.solver.exhaustive's search with ``use_bounds=False`` (no pruning or early stop by these
+tests/exhaustive.py's search with ``use_bounds=False`` (no pruning or early stop by these
 bounds, so an invalid bound cannot certify itself); instances it cannot finish within --nodes are
 skipped. Every rank's own span bound is checked against that rank's
 span in the optimal schedule too.
@@ -27,11 +27,12 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the exhaustive oracle lives with its tests
 
 from schedc.costs import Profile, StageCost  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.simulate import simulate  # noqa: E402
-from schedc.solver import exhaustive  # noqa: E402
+import exhaustive  # noqa: E402
 from schedc.solver.bounds import lower_bound_details, rank_span_bounds  # noqa: E402
 from schedc.solver.problem import Problem  # noqa: E402
 

@@ -11,9 +11,18 @@ Cases (issue 3's targets):
       1.5x heavier, at 8x24 (60 s) and 16x48 (120 s), memory 1.25p and 2p, both objectives;
   (v) issue 11: V placement, 4 and 8 ranks x 2 stages, F = I = W, at 0.5p, 0.75p and 1p, both
       objectives, against V-Half / V-Min / ZB-V.
+  (s) issue 22, scale: 32 and 64 ranks x 128 and 256 microbatches, loop and V, 1p and 2p,
+      communication 0 and 0.25F, torch's and the ideal runtime, makespan, 60 s each (--quick: 32
+      ranks x 128, loop, 10 s).
+--paper: the zero-bubble paper's 28.3B setting (32 stages; F, I, W, comm = 10.192, 10.367, 7.559,
+      0.474; 2p; ideal runtime; span) at 96, 128, 256 microbatches: zb-greedy, zb-rounds (their
+      own greedy, schedc.solver.paper_greedy) and schedc in 30 s, as span bubbles.
+--wall: `schedc compile --time-limit 10` as a user runs it (process start included): wall and peak
+      RSS at 64x256, 128x512, V 32x128, 8x8192, 2000x2 and 8x100000 (refused: over the size limit).
+--cost-curve: the same command at 1k, 10k, 100k and 1M actions (8 stages).
 
-Usage: python benchmarks/compile_quality.py [--quick] [--markdown] [--time-limit S] [--only a,b,c,d,e,v]
-       [--solver highs|cbc|cpsat]
+Usage: python benchmarks/compile_quality.py [--quick] [--markdown] [--time-limit S] [--only a,b,c,d,e,v,s]
+       [--solver highs|cbc|cpsat] [--paper] [--wall] [--cost-curve]
 By default each compile runs as `schedc compile` does: CP-SAT first (when OR-Tools is installed),
 then the integer program; --solver runs one engine alone, to compare them.
 'best hand-made' is the best hand-made schedule (V-Half and V-Min included) that exists for the
@@ -25,7 +34,9 @@ Costs follow torch's runtime (stage 0's backward all in W), the default everywhe
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,6 +80,84 @@ def issue11_cases(quick: bool, only: set[str]):
     return out
 
 
+def scale_cases(quick: bool, only: set[str]):
+    if "s" not in only:
+        return []
+    out = []
+    ranks, mbs, placements, mems, comms, runtimes, tl = (32, 64), (128, 256), ("loop", "v"), ("1p", "2p"), \
+        (0.0, 0.25), ("torch", "ideal"), 60.0
+    if quick:
+        ranks, mbs, placements, mems, comms, runtimes, tl = (32,), (128,), ("loop",), ("1p", "2p"), (0.25,), \
+            ("torch",), 10.0
+    for r in ranks:
+        for m in mbs:
+            for placement in placements:
+                n = 2 * r if placement == "v" else r
+                for mem in mems:
+                    for comm in comms:
+                        for runtime in runtimes:
+                            label = f"{'V ' if placement == 'v' else ''}{r}r x {m} c{comm:g} {runtime}"
+                            out.append(("s", label, dict(n_stages=n, n_microbatches=m, n_ranks=r, placement=placement,
+                                                         profile=Profile.uniform(n, comm=comm), memory=mem,
+                                                         runtime=runtime), tl, None))
+    return out
+
+
+PAPER_COSTS = dict(forward=10.192, backward_input=10.367, backward_weight=7.559, comm=0.474)
+
+
+def paper_rows(quick: bool) -> None:
+    """The zero-bubble paper's 28.3B setting: span bubbles of zb-greedy, zb-rounds and schedc."""
+    from schedc.solver import greedy, paper_greedy
+    from schedc.solver.problem import Problem
+
+    print("| stages x mb | zb-greedy | zb-rounds | schedc (30 s) | lower bound | status |")
+    print("|---|---|---|---|---|---|")
+    for m in ((96,) if quick else (96, 128, 256)):
+        kw = dict(profile=Profile.uniform(32, **PAPER_COSTS), memory="2p", objective="span", runtime="ideal")
+        p = Problem.build(32, m, **kw)
+        zg, zr = greedy.zb_greedy(p), paper_greedy.paper_greedy(p)
+        res = compile_schedule(32, m, time_limit=10.0 if quick else 30.0, **kw)
+        cells = [f"{100 * x[1].span_bubble:.2f}%" if x else "-" for x in (zg, zr)]
+        busy = sum(res.sim.busy) / 32
+        print(f"| 32x{m} | {cells[0]} | {cells[1]} | {100 * res.sim.span_bubble:.2f}% | "
+              f"{100 * (1 - busy / res.lower_bound):.2f}% | {res.status} |", flush=True)
+
+
+def _run_measured(argv: list[str], timeout: float) -> tuple[float, float, int, str]:
+    """(wall s, peak RSS MB, exit code, last stderr line) of `schedc <argv>` in a fresh process."""
+    probe = ("import resource, subprocess, sys, time; t = time.monotonic(); "
+             "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "
+             "p.returncode); print((p.stderr.strip().splitlines() or [''])[-1])")
+    out = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "schedc.cli", *argv],
+                         capture_output=True, text=True, timeout=timeout)
+    first, _, last = out.stdout.partition("\n")
+    wall, rss, code = first.split()
+    return float(wall), float(rss), int(code), last.strip()
+
+
+def wall_rows(specs, time_limit: float = 10.0) -> None:
+    """`schedc compile --time-limit 10` as a user runs it: wall (process start included), RSS."""
+    print(f"| instance | actions | wall s (--time-limit {time_limit:g}) | peak RSS MB | exit | note |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, argv in specs:
+            n, m = int(argv[argv.index("--stages") + 1]), int(argv[argv.index("--mb") + 1])
+            wall, rss, code, last = _run_measured(
+                ["compile", *argv, "--time-limit", str(time_limit), "--quiet", "-o", str(Path(tmp) / "s.csv")],
+                timeout=20 * time_limit + 120)
+            note = last[:90] if code else ""
+            print(f"| {label} | {3 * n * m:,} | {wall:.1f} | {rss:.0f} | {code} | {note} |", flush=True)
+
+
+WALL_SPECS = [("64x256", ["--stages", "64", "--mb", "256"]), ("128x512", ["--stages", "128", "--mb", "512"]),
+              ("V 32x128", ["--stages", "64", "--ranks", "32", "--placement", "v", "--mb", "128"]),
+              ("8x8192", ["--stages", "8", "--mb", "8192"]), ("2000x2", ["--stages", "2000", "--mb", "2"]),
+              ("8x100000", ["--stages", "8", "--mb", "100000"])]
+CURVE_SPECS = [(f"8x{m}", ["--stages", "8", "--mb", str(m)]) for m in (42, 417, 4167, 41666)]
+
+
 def cases(quick: bool, time_limit: float, only: set[str]):
     out = []
     if quick:  # a tiny subset: one row of each older group, short limits
@@ -81,7 +170,7 @@ def cases(quick: bool, time_limit: float, only: set[str]):
         if "d" in only:
             out.append(("d", "4x12 identical", dict(n_stages=4, n_microbatches=12, memory="2p", objective="span"),
                         time_limit, 3 * 12))
-        return out + issue11_cases(quick, only)
+        return out + issue11_cases(quick, only) + scale_cases(quick, only)
     if "a" in only:
         out.append(("a", "8x16 identical", dict(n_stages=8, n_microbatches=16, memory="1p"), 10.0, None))
     if "b" in only:
@@ -111,7 +200,7 @@ def cases(quick: bool, time_limit: float, only: set[str]):
                         time_limit, 3 * m + (p - 1) * 1))
             out.append(("d", f"{n}x{m} identical", dict(n_stages=n, n_microbatches=m, memory="2p", objective="span"),
                         time_limit, 3 * m + (p - 1) * 0))
-    return out + issue11_cases(quick, only)
+    return out + issue11_cases(quick, only) + scale_cases(quick, only)
 
 
 def _line(cells) -> str:
@@ -131,7 +220,18 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="a,b,c,d,e,v", help="comma-separated case groups (a,b,c,d,e,v)")
     ap.add_argument("--progress", action="store_true", help="print solver progress to stderr")
     ap.add_argument("--solver", choices=["highs", "cbc", "cpsat"], help="one engine alone (default: as compile)")
+    ap.add_argument("--paper", action="store_true", help="only the zero-bubble paper's 32-stage rows")
+    ap.add_argument("--wall", action="store_true", help="only the --time-limit 10 wall / RSS rows")
+    ap.add_argument("--cost-curve", action="store_true", help="only wall / RSS against the number of actions")
     args = ap.parse_args(argv)
+    if args.paper or args.wall or args.cost_curve:
+        if args.paper:
+            paper_rows(args.quick)
+        if args.wall:
+            wall_rows(WALL_SPECS)
+        if args.cost_curve:
+            wall_rows(CURVE_SPECS)
+        return 0
     only = set(args.only.split(","))
     limit = min(args.time_limit, 5.0) if args.quick else args.time_limit
 

@@ -15,18 +15,20 @@ inputs of all its parts are there, as torch's runtime receives them all first, a
 run back to back. Costs are those of the chosen runtime model (``Profile.executed``; torch's by
 default: stage 0's I is empty and its W runs the whole backward).
 
-Cost: O(total actions x ranks) in the worst case, linear in practice.
+Cost: linear in the actions (a worklist of ranks woken by the actions they wait for).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
 from schedc.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
-from schedc.ir import Action, Schedule
+from schedc.ir import KINDS, Action, Schedule
+from schedc.tolerances import REL
 
 
 def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int], str]) -> list[tuple[Action, int]]:
@@ -46,7 +48,7 @@ def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int]
     return [(Action(s, "I", m), -1)]  # W
 
 
-@dataclass
+@dataclass(slots=True)
 class Timing:
     rank: int
     start: float
@@ -111,7 +113,7 @@ class SimResult:
 
     @property
     def fits(self) -> bool:
-        return all(p <= lim * (1 + 1e-9) + 1e-9 for p, lim in zip(self.peak_memory, self.memory_limit))
+        return all(p <= lim * (1 + REL) + REL for p, lim in zip(self.peak_memory, self.memory_limit))
 
 
 def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None,
@@ -125,76 +127,119 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
         )
     order = [schedule.actions(r) for r in range(schedule.n_ranks)]
     backward_kind = {(a.stage, a.microbatch): a.kind for row in order for a in row if a.kind in ("I", "B")}
-    where = {a: r for r, row in enumerate(order) for a in row}
+    # actions as plain tuples from here on: they hash in C, where Action's hash runs Python code
+    keys = [[(a.stage, a.kind, a.microbatch) for a in row] for row in order]
+    where = {k: r for r, row in enumerate(keys) for k in row}
+    n_stages = schedule.n_stages
+    duration = {(s, k): profile.duration(s, k) for s in range(n_stages) for k in KINDS}
+    comm = [profile.comm_after(b) for b in range(n_stages - 1)]
 
     # torch issues an OVERLAP_F_B cell as one step whose receives all come first, so the cell's
     # first part also waits for what its cell-mates need from outside the cell; the parts then
     # run back to back
-    cell_mates: list[dict[int, tuple[Action, ...]]] = []
+    cell_mates: list[dict[int, tuple[tuple, ...]]] = []
     for row in schedule.rows:
         mates, k = {}, 0
         for cell in row:
             if cell is not None:
                 if len(cell.parts) > 1:
-                    mates[k] = cell.parts
+                    mates[k] = tuple((p.stage, p.kind, p.microbatch) for p in cell.parts)
                 k += len(cell.parts)
         cell_mates.append(mates)
 
-    timings: dict[Action, Timing] = {}
+    def deps_of(key: tuple) -> list[tuple[tuple, int]]:
+        s, kind, m = key
+        if kind == "F":
+            return [((s - 1, "F", m), s - 1)] if s > 0 else []
+        if kind in ("I", "B"):
+            if s + 1 < n_stages:
+                return [((s, "F", m), -1), ((s + 1, backward_kind.get((s + 1, m), "I"), m), s)]
+            return [((s, "F", m), -1)]
+        return [((s, "I", m), -1)]  # W
+
+    def consumers_of(key: tuple) -> tuple:
+        s, kind, m = key
+        if kind == "F":
+            return ((s + 1, "F", m), (s, "I", m), (s, "B", m))
+        if kind in ("I", "B"):
+            return ((s - 1, "I", m), (s - 1, "B", m), (s, "W", m))
+        return ()
+
+    # ranks advance as far as their inputs allow; a rank that places an action wakes the ranks
+    # that consume it (a worklist: the backward wave of a deep loop pipeline would otherwise take
+    # one sweep over all ranks per rank)
+    start_of: dict[tuple, float] = {}
+    end_of: dict[tuple, float] = {}
     next_index = [0] * schedule.n_ranks
     rank_free = [0.0] * schedule.n_ranks
     remaining = sum(len(row) for row in order)
-    while remaining:
-        progressed = False
-        for r, row in enumerate(order):
-            while next_index[r] < len(row):
-                action = row[next_index[r]]
-                ready = rank_free[r]
-                blocked = False
-                deps = producers(action, schedule.n_stages, backward_kind)
-                cell = cell_mates[r].get(next_index[r])
-                if cell:
-                    deps = [(d, b) for part in cell for d, b in producers(part, schedule.n_stages, backward_kind)
-                            if d not in cell]
-                for dep, boundary in deps:
+    queue = deque(range(schedule.n_ranks))
+    queued = [True] * schedule.n_ranks
+    while queue:
+        r = queue.popleft()
+        queued[r] = False
+        row = keys[r]
+        i = next_index[r]
+        mates = cell_mates[r]
+        while i < len(row):
+            key = row[i]
+            ready = rank_free[r]
+            blocked = False
+            cell = mates.get(i) if mates else None
+            deps = deps_of(key) if not cell else \
+                [(d, b) for part in cell for d, b in deps_of(part) if d not in cell]
+            for dep, boundary in deps:
+                t = end_of.get(dep)
+                if t is None:
                     if dep not in where:
-                        raise SchedcError(f"rank {r}: {action} needs {dep}, which no rank runs")
-                    t = timings.get(dep)
-                    if t is None:
-                        blocked = True
-                        break
-                    crossing = boundary >= 0 and where[dep] != r
-                    ready = max(ready, t.end + (profile.comm_after(boundary) if crossing else 0.0))
-                if blocked:
+                        raise SchedcError(f"rank {r}: {order[r][i]} needs {Action(*dep)}, which no rank runs")
+                    blocked = True
                     break
-                end = ready + profile.duration(action.stage, action.kind)
-                timings[action] = Timing(r, ready, end)
-                rank_free[r] = end
-                next_index[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise SchedcError("the schedule deadlocks: " + _describe_wait(order, next_index, where, schedule, backward_kind))
+                crossing = boundary >= 0 and where[dep] != r
+                ready = max(ready, t + (comm[boundary] if crossing else 0.0))
+            if blocked:
+                break
+            end = ready + duration[key[0], key[1]]
+            start_of[key] = ready
+            end_of[key] = end
+            rank_free[r] = end
+            i += 1
+            remaining -= 1
+            for c in consumers_of(key):
+                q = where.get(c)
+                if q is not None and q != r and not queued[q]:
+                    queued[q] = True
+                    queue.append(q)
+        next_index[r] = i
+    if remaining:
+        raise SchedcError("the schedule deadlocks: " + _describe_wait(order, next_index, where_actions(order),
+                                                                      schedule, backward_kind))
+    timings = {a: Timing(r, start_of[k], end_of[k]) for r, (row, krow) in enumerate(zip(order, keys))
+               for a, k in zip(row, krow)}
 
     static = [sum(profile.stages[s].static_bytes for s in schedule.stages_of(r)) for r in range(schedule.n_ranks)]
+    delta_of = {(s, k): profile.memory_delta(s, k) for s in range(n_stages) for k in KINDS}
     curves, peaks = [], []
-    for r, row in enumerate(order):
+    for r, row in enumerate(keys):
         held = static[r]
         curve = [(0.0, held)]
         peak = held
-        for a in row:
-            delta = profile.memory_delta(a.stage, a.kind)
-            t = timings[a]
+        for key in row:
+            delta = delta_of[key[0], key[1]]
             held += delta
-            curve.append((t.start if delta > 0 else t.end, held))
+            curve.append((start_of[key] if delta > 0 else end_of[key], held))
             peak = max(peak, held)
         curves.append(curve)
         peaks.append(peak)
 
     limit = (memory or MemoryLimit(kind="none")).per_rank(profile, schedule.placement)
-    makespan = max((t.end for t in timings.values()), default=0.0)
-    busy = [sum(timings[a].end - timings[a].start for a in row) for row in order]
+    makespan = max(end_of.values(), default=0.0)
+    busy = [sum(end_of[k] - start_of[k] for k in row) for row in keys]
     return SimResult(timings, order, makespan, busy, peaks, curves, limit, profile.runtime)
+
+
+def where_actions(order: list[list[Action]]) -> dict[Action, int]:
+    return {a: r for r, row in enumerate(order) for a in row}
 
 
 def _describe_wait(order, next_index, where, schedule, backward_kind) -> str:

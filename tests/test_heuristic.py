@@ -141,7 +141,7 @@ def test_warm_start_polishes_a_winning_baseline(monkeypatch):
 
     p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p", objective="span")
     poor = baselines.make_baseline("1f1b", 4, 8)  # B everywhere: worse than ZB-H1 here
-    monkeypatch.setattr(heuristic, "heuristic_schedule", lambda problem, time_budget=1.0, seed=0: poor)
+    monkeypatch.setattr(heuristic, "heuristic_schedule", lambda problem, time_budget=1.0, seed=0, deadline=None: poor)
     sched, sim, source = heuristic.warm_start(p, time_budget=0.5)
     best_baseline = min(b.objective("span") for _, _, b in feasible_baselines(p))
     assert source != "heuristic"

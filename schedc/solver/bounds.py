@@ -118,6 +118,7 @@ from __future__ import annotations
 import math
 
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL
 
 
 def _chains(problem: Problem) -> dict:
@@ -156,7 +157,7 @@ def _forward_work_in_memory(problem: Problem, own: list[int], room: float, F: li
         act = prof.stages[own[0]].activation_bytes
         if act <= 0:
             return total
-        return min(total, math.floor(room / act + 1e-9) * F[own[0]])
+        return min(total, math.floor(room / act + REL) * F[own[0]])
     ratios = []
     for s in own:
         act = prof.stages[s].activation_bytes
@@ -180,9 +181,9 @@ def _backward_work_in_memory(problem: Problem, own: list[int], room: float, M: i
         best = 0.0
         for a in range(1, M + 1):  # a microbatches owe I + W (the last F's one among them)
             left = room - a * act
-            if left < -1e-9 * act:
+            if left < -REL * act:
                 break
-            b = min(M - a, math.floor(max(left, 0.0) / wg + 1e-9))  # the rest owe only W
+            b = min(M - a, math.floor(max(left, 0.0) / wg + REL))  # the rest owe only W
             best = max(best, a * (i + w) + b * w)
         return min(owed_total, best)
     ratios = []
@@ -204,7 +205,7 @@ def _pending_weight_work(problem: Problem, own: list[int], room: float, M: int) 
     if min(wg) <= 0:
         return owed_total
     if len(own) == 1:
-        return min(owed_total, math.floor(room / wg[0] + 1e-9) * w[0])
+        return min(owed_total, math.floor(room / wg[0] + REL) * w[0])
     return min(owed_total, room * max(x / y for x, y in zip(w, wg)))
 
 
@@ -282,7 +283,7 @@ def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
         act = prof.stages[s].activation_bytes
         if act <= 0:
             continue
-        k = math.floor(room / act + 1e-9)
+        k = math.floor(room / act + REL)
         if 1 <= k < M:
             cycle = F[s] + ch["after_f"][s] + I[s]
             out["memory_slots"] = max(out["memory_slots"], M * cycle / k)

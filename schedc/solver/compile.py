@@ -8,7 +8,8 @@ when the bound proves it.
 Method:
 1. Feasibility: a cap that cannot hold one microbatch per stage fails with the smallest limit
    that works (schedc.solver.heuristic.check_memory_feasible).
-2. Warm start: the best of the heuristic and the hand-made schedules that fit
+2. Warm start: the best of the heuristic, the zero-bubble authors' round greedy (zb-rounds,
+   schedc.solver.paper_greedy), zb-greedy and the hand-made schedules that fit
    (schedc.solver.heuristic.warm_start), relabelled so each kind runs in microbatch order.
 3. Lower bound: schedc.solver.bounds.lower_bound. If the warm start meets it, stop: proven.
 4. CP-SAT polishing (schedc.solver.cpsat, when OR-Tools is installed): 40% of the time, hinted
@@ -38,7 +39,14 @@ Status: ``optimal`` when the simulated objective equals the certified bound; oth
 ``feasible`` when a solver returned a solution (full model, CP-SAT or a window), else
 ``heuristic`` (the warm start, with no solver answer).
 
-Cost: the time limit (plus up to ~1 s of set-up on large instances).
+Deadline: every phase shares one deadline (schedc.solver.deadline): the warm start's families
+are abandoned when it passes (the hand-made schedules come first, and are built past it until one
+fits), the action graph, CP-SAT's model and each window are skipped when the time left is below
+their estimated cost, and a reserve for the report and the CSV grows with the actions. Sizes
+above deadline.MAX_ACTIONS are refused before anything is built.
+
+Cost: the time limit; memory linear in the actions (the full model's pair count no longer builds
+the transitive closure; the integer program's windows, which do, stop at MIP_WINDOW_MAX_ACTIONS).
 """
 
 from __future__ import annotations
@@ -56,9 +64,11 @@ from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt, model
+from schedc.solver.deadline import Deadline, check_size, n_actions, seconds_per_action
 from schedc.solver.problem import Problem
+from schedc.tolerances import PROVEN, REL, TIE
 
-_TOL = 1e-6  # relative: values this close count as equal (MIP gaps, float sums)
+_TOL = PROVEN  # relative: values this close count as equal (MIP gaps, float sums)
 WINDOW_SOLVE_LIMIT = 6.0  # seconds per window model
 # a CP-SAT window that has found nothing new for this long rarely finds more: at 16x48 (comm
 # 0.25F, 1.25p) the 48-per-rank windows that ran their full 6 s returned the same step time
@@ -68,6 +78,15 @@ FULL_MODEL_SHARE = 0.7  # of the time left, for the full model when it is small 
 CPSAT_SHARE = 0.4  # of the time, for CP-SAT polishing first (the rest: the integer program)
 CPSAT_STALE_SHARE, CPSAT_STALE_MIN = 0.25, 5.0  # on large instances: stop CP-SAT after this long without news
 CPSAT_WORKERS = 2  # CP-SAT's parallel search is its strength; one worker finds much less
+# passes over the action graph (deadline.SECONDS_PER_ACTION each) that one phase costs, measured
+# at 8x8192 and 128x512 (benchmarks/where_time_goes.py): a phase that cannot finish before the
+# deadline is skipped rather than started
+GRAPH_PASSES = 4  # the action graph and the incumbent's re-simulation
+CPSAT_PASSES = 25  # building the whole CP-SAT model
+WINDOW_PASSES = 4  # one window: CP-SAT's model keeps every action, most of them as constants
+# an integer-program window computes the transitive closure of the whole graph (bitsets,
+# quadratic memory: 30k actions ~ 110 MB); above this, --solver highs/cbc keep the warm start
+MIP_WINDOW_MAX_ACTIONS = 30_000
 
 
 @dataclass
@@ -114,14 +133,14 @@ def compile_schedule(
     return compile_problem(problem, time_limit=time_limit, solver=solver, progress=progress, seed=seed)
 
 
-def all_baselines(problem: Problem) -> dict[str, dict]:
+def all_baselines(problem: Problem, deadline: Optional[Deadline] = None) -> dict[str, dict]:
     """Every hand-made schedule that exists for this problem, simulated under its costs:
-    name -> {makespan, span, peak_memory, fits}."""
+    name -> {makespan, span, peak_memory, fits} (under a `deadline`, those built before it)."""
     from schedc.solver.heuristic import matching_baselines
 
     return {
         name: {"makespan": sim.makespan, "span": sim.span, "peak_memory": list(sim.peak_memory), "fits": bool(sim.fits)}
-        for name, _, sim in matching_baselines(problem)
+        for name, _, sim in matching_baselines(problem, deadline)
     }
 
 
@@ -141,17 +160,30 @@ def compile_problem(
     t0 = time.monotonic()
     if not time_limit or time_limit <= 0:
         raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")
-    # keep a reserve for the final simulation, the baselines and the report (and a window's overrun)
-    deadline = t0 + time_limit - min(0.05 * time_limit, 5.0)
+    check_size(problem.n_stages, problem.n_microbatches)
+    n = n_actions(problem.n_stages, problem.n_microbatches)
+    # keep a reserve for the report (and a window's overrun), and for writing the CSV, which
+    # grows with the actions (about a quarter of a pass over them)
+    deadline = t0 + time_limit - min(0.05 * time_limit, 5.0) - 0.25 * n * seconds_per_action()
     mip, use_cpsat = _engines(solver)
     heuristic.check_memory_feasible(problem)
+    lb, lb_details = _lower_bound(problem)
 
+    def early(phase: str, best: float = math.inf) -> None:
+        if progress is not None:
+            progress({"elapsed": time.monotonic() - t0, "best": best, "bound": lb,
+                      "gap": _gap(best, lb) if math.isfinite(best) else 1.0, "phase": phase})
+
+    early(f"start ({n:,} actions)")
     if warm is None:
-        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
+        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit), deadline=Deadline(deadline),
+                                    on_candidate=lambda name, v: early(f"warm start: {name}", v))
     if not warm[1].fits:
         raise SchedcError("the warm start does not fit the memory limit (internal error)")
-    c = _Compilation.begin(problem, warm, mip, use_cpsat, seed, t0, deadline, progress)
+    c = _Compilation.begin(problem, warm, mip, use_cpsat, seed, t0, deadline, progress, (lb, lb_details))
     c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
+    if c.inst is None:
+        return c.result(time_limit)
     if use_cpsat and c.unfinished(0.5):
         c.polish_with_cpsat(CPSAT_SHARE if mip else 1.0)
     if mip and c.inc_orders is not None and c.unfinished(0.2) and not c.too_large_for_full_model:
@@ -181,7 +213,7 @@ class _Compilation:
     """One compile run: the best schedule so far, the model's incumbent, the certified bound."""
 
     problem: Problem
-    inst: model.Instance
+    inst: Optional[model.Instance]  # None: no engine runs (proven at the warm start, or no time)
     mip: Optional[str]  # highs | cbc, None when CP-SAT runs alone
     use_cpsat: bool
     seed: int
@@ -202,12 +234,19 @@ class _Compilation:
     log: list[dict] = field(default_factory=list)
 
     @classmethod
-    def begin(cls, problem, warm, mip, use_cpsat, seed, t0, deadline, progress) -> "_Compilation":
+    def begin(cls, problem, warm, mip, use_cpsat, seed, t0, deadline, progress, lb=None) -> "_Compilation":
         """The warm start, and the model's incumbent: the warm start relabelled so each kind
         runs in microbatch order (never slower for makespan; for span an earlier first start
-        can lengthen a rank's span, so the warm start itself stays the answer to beat)."""
+        can lengthen a rank's span, so the warm start itself stays the answer to beat). When the
+        action graph cannot be built before the deadline (or the warm start is proven), no
+        engine runs: ``inst`` is None and the warm start is the answer."""
         warm_sched, warm_sim, warm_source = warm
-        lb, lb_details = _lower_bound(problem)
+        lb, lb_details = lb if lb is not None else _lower_bound(problem)
+        obj = problem.objective
+        n = n_actions(problem.n_stages, problem.n_microbatches)
+        if _close(warm_sim.objective(obj), lb) or not Deadline(deadline).allows(n, GRAPH_PASSES):
+            return cls(problem, None, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched,
+                       warm_sim, None, warm_sched, None, lb, lb_details, lb)
         inst = model.build_instance(problem)
         inc_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm_sched))
         inc_sched, inc_sim = _materialize(inst, inc_orders, problem)
@@ -215,7 +254,6 @@ class _Compilation:
             inc_orders = None
         c = cls(problem, inst, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched, warm_sim,
                 inc_orders, inc_sched, inc_sim, lb, lb_details, lb)
-        obj = problem.objective
         if inc_orders is not None and inc_sim.objective(obj) <= warm_sim.objective(obj) - _TOL * warm_sim.objective(obj):
             c.best_sched, c.best_sim = inc_sched, inc_sim
         return c
@@ -227,7 +265,7 @@ class _Compilation:
     @cached_property
     def too_large_for_full_model(self) -> bool:
         """More free order pairs than the full integer program takes: windows instead (step 5)."""
-        return model.count_free_pairs(self.inst) > model.FULL_MODEL_PAIRS
+        return model.count_free_pairs(self.inst, limit=model.FULL_MODEL_PAIRS) > model.FULL_MODEL_PAIRS
 
     @property
     def engines(self) -> str:
@@ -248,7 +286,7 @@ class _Compilation:
     def consider(self, sched: Schedule, sim: Optional[SimResult]) -> None:
         """Keep (sched, sim) when it fits and beats the best so far."""
         best = self.best_val
-        if sim is not None and sim.fits and sim.objective(self.problem.objective) < best - 1e-12 * max(1.0, best):
+        if sim is not None and sim.fits and sim.objective(self.problem.objective) < best - TIE * max(1.0, best):
             self.best_sched, self.best_sim = sched, sim
 
     def solve_full_model(self) -> None:
@@ -271,7 +309,7 @@ class _Compilation:
             self.solver_answered = True
             cand_orders = model.canonical_orders(self.inst, out.orders)
             sched, sim = _materialize(self.inst, cand_orders, self.problem)
-            if sim is not None and sim.fits and sim.objective(obj) <= inc_val + 1e-12 * max(1.0, inc_val):
+            if sim is not None and sim.fits and sim.objective(obj) <= inc_val + TIE * max(1.0, inc_val):
                 self.inc_orders, self.inc_sched, self.inc_sim = cand_orders, sched, sim
                 self.consider(sched, sim)
         if out.dual_bound is not None and out.dual_bound > self.bound:
@@ -291,6 +329,8 @@ class _Compilation:
         makespan optimum is a good span schedule (span <= makespan) and a better hint."""
         seconds = share * (self.deadline - time.monotonic())
         end = time.monotonic() + seconds
+        if not Deadline(end).allows(self.inst.n, CPSAT_PASSES):
+            return  # the whole model would not even be built in its share: windows instead
         # too large for the full integer program: windows come next and do better there than a
         # whole model that has stopped improving (16x48, comm 0.25F, 1.25p: 168 after 46 s)
         large = self.too_large_for_full_model
@@ -305,7 +345,7 @@ class _Compilation:
 
         stale = max(CPSAT_STALE_MIN, CPSAT_STALE_SHARE * seconds) if large else None
         out = cpsat.solve_cpsat(problem, time_limit=seconds, warm=(self.best_sched, self.best_sim, "best so far"),
-                                workers=CPSAT_WORKERS, seed=self.seed, stale_seconds=stale)
+                                workers=CPSAT_WORKERS, seed=self.seed, stale_seconds=stale, inst=self.inst)
         if out.cp_sim is not None and out.cp_sim.fits:
             self.solver_answered = True
             self.consider(out.cp_schedule, out.cp_sim)
@@ -335,7 +375,7 @@ class _Compilation:
             self.lb, lambda b, what: self.emit(what, min(b, self.best_val), self.bound), self.seed)
         self.solver_answered = self.solver_answered or used
         obj = self.problem.objective
-        if sim.objective(obj) <= self.inc_sim.objective(obj) + 1e-12 * max(1.0, self.inc_sim.objective(obj)):
+        if sim.objective(obj) <= self.inc_sim.objective(obj) + TIE * max(1.0, self.inc_sim.objective(obj)):
             self.inc_orders, self.inc_sched, self.inc_sim = orders, sched, sim
         self.consider(sched, sim)
 
@@ -353,7 +393,7 @@ class _Compilation:
         result = CompileResult(
             schedule=self.best_sched, sim=self.best_sim, problem=self.problem, status=status, lower_bound=bound,
             gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time,
-            baselines=all_baselines(self.problem), warm_start_source=self.warm_source,
+            baselines=all_baselines(self.problem, Deadline(self.deadline)), warm_start_source=self.warm_source,
             interrupted=interrupt.requested(),
         )
         result.report = build_report(result, lb_details=self.lb_details, bound_source=self.bound_source,
@@ -418,7 +458,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
     obj_name = problem.objective
     best_val = sim.objective(obj_name)
     used = False
-    if orders is None:
+    if orders is None or (engine != "cpsat" and inst.n > MIP_WINDOW_MAX_ACTIONS):
         return orders, sched, sim, used
     solve = _window_solver(inst, problem, engine, lb)
     sizes = WINDOW_SIZES["cpsat" if engine == "cpsat" else "mip"]
@@ -430,7 +470,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
     fruitless = 0  # sweeps in a row that found nothing better
     focus_from = None  # share of the step time before which no window has improved yet
     last_report = time.monotonic()
-    while time.monotonic() < deadline - 0.5 and not interrupt.requested():
+    while time.monotonic() < deadline - 0.5 and Deadline(deadline).allows(inst.n, WINDOW_PASSES):
         if fruitless >= len(sizes) * len(WINDOW_OFFSETS):
             if focus_from is None:
                 break
@@ -444,7 +484,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
         positions = _sweep(sim.makespan, length, n_sweeps, reach, focus_from)
         n_sweeps += 1
         for t in positions:
-            if time.monotonic() >= deadline - 0.5 or interrupt.requested():
+            if time.monotonic() >= deadline - 0.5 or not Deadline(deadline).allows(inst.n, WINDOW_PASSES):
                 break
             free = _window_at(inst, orders, sim, t, length, shear)
             if sum(hi - lo for lo, hi in free) < 2:
@@ -460,7 +500,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
             used = True
             cand = model.canonical_orders(inst, answer)
             cs, csim = _materialize(inst, cand, problem)
-            tol = 1e-9 * max(1.0, best_val)
+            tol = REL * max(1.0, best_val)
             if csim is None or not csim.fits or csim.objective(obj_name) > best_val + tol:
                 continue
             orders, sched, sim = cand, cs, csim
@@ -523,8 +563,8 @@ def _window_at(inst, orders, sim, t: float, length: float, shear: float = 0.0) -
     for r, row in enumerate(orders):
         t_r = t + shear * (r - middle)
         starts = [sim.timings[inst.actions[i]].start for i in row]
-        lo = next((j for j, s in enumerate(starts) if s >= t_r - 1e-12), len(row))
-        hi = next((j for j, s in enumerate(starts) if s >= t_r + length - 1e-12), len(row))
+        lo = next((j for j, s in enumerate(starts) if s >= t_r - TIE), len(row))
+        hi = next((j for j, s in enumerate(starts) if s >= t_r + length - TIE), len(row))
         free.append((lo, hi))
     return free
 

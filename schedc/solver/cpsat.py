@@ -80,8 +80,9 @@ from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt, model
 from schedc.solver.bounds import lower_bound
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL, TIE
 
-_REL = 1e-9
+_REL = REL
 
 
 @dataclass
@@ -140,10 +141,11 @@ def import_cp_model():
         from ortools.sat.python import cp_model
     except ImportError as e:
         if "undefined symbol" in str(e):
-            # OR-Tools >= 9.12 ships its own libhighs.so.1; with highspy's already loaded (or the
-            # other way round) the dynamic loader binds one to the other's symbols
-            raise SchedcError("--solver cpsat: this OR-Tools clashes with highspy's HiGHS in one process; "
-                              "pip install 'ortools>=9.10,<9.12' (or pip install 'schedc[cpsat]')") from None
+            # OR-Tools >= 9.12 ships its own libhighs.so.1: a HiGHS built as a shared library
+            # elsewhere on the loader's path (not highspy's wheels, which link it in) can bind
+            # one to the other's symbols
+            raise SchedcError("--solver cpsat: OR-Tools does not load beside another HiGHS library in this "
+                              f"process ({e}); pip install --upgrade ortools highspy") from None
         raise SchedcError("--solver cpsat: OR-Tools is not installed (pip install 'schedc[cpsat]')") from None
     return cp_model
 
@@ -342,6 +344,7 @@ def solve_cpsat(
     hint: bool = True,
     stop_at_bound: bool = True,
     stale_seconds: Optional[float] = None,
+    inst: Optional[model.Instance] = None,
 ) -> CpsatOutcome:
     """Solve `problem` with CP-SAT within `time_limit` seconds (see the module docstring).
     `hint=False` starts CP-SAT cold; `stop_at_bound=False` runs it even when the warm start
@@ -355,11 +358,11 @@ def solve_cpsat(
     objective = problem.objective
     if warm is None:
         warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
-    inst = model.build_instance(problem)
+    inst = inst if inst is not None else model.build_instance(problem)
     inc_sim, best_sched, best_sim = _incumbent(problem, inst, warm)
     ts, bs = _scales(inst)
     comb = lower_bound(problem)
-    if stop_at_bound and best_sim.objective(objective) <= comb * (1 + 1e-9) + 1e-9:
+    if stop_at_bound and best_sim.objective(objective) <= comb * (1 + REL) + REL:
         return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), comb, None, None, True,
                             "WARM_START_AT_BOUND", time.monotonic() - t0, ts.unit, ts.exact, bs.exact, False)
     inc_units = ts.ceil(max(inc_sim.objective(objective), best_sim.objective(objective))) + 1
@@ -521,7 +524,7 @@ def _take_answer(out: CpsatOutcome, problem: Problem, inst: model.Instance, star
     sched = model.schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat")
     sim = simulate(sched, problem.profile, problem.memory)
     out.cp_schedule, out.cp_sim = sched, sim
-    if sim.fits and sim.objective(problem.objective) < out.value * (1 - 1e-12):
+    if sim.fits and sim.objective(problem.objective) < out.value * (1 - TIE):
         out.schedule, out.sim, out.value, out.improved = sched, sim, sim.objective(problem.objective), True
 
 
@@ -534,7 +537,7 @@ def _certified_bound(solver, status, ts: Scale, bs: Scale, objective: str) -> Op
         return None
     if not math.isfinite(solver.best_objective_bound):
         return None
-    lb = math.ceil(solver.best_objective_bound - 1e-9)
+    lb = math.ceil(solver.best_objective_bound - REL)
     if objective == "span" and not ts.exact:
         lb -= 1
     return max(0.0, lb * ts.unit)

@@ -41,14 +41,16 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
+from schedc.solver.deadline import CHECK_EVERY
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL
 
-EPS = 1e-9
+EPS = REL
 NAME = "zb-greedy"
 
 
@@ -150,13 +152,19 @@ def _decide(st: _State, s: int, t: float, flags: Flags) -> tuple[Optional[str], 
     return None, nxt
 
 
-def _construct(problem: Problem, flags: Flags) -> list[list[Action]]:
+def _construct(problem: Problem, flags: Flags, expired: Callable[[], bool] = lambda: False) \
+        -> Optional[list[list[Action]]]:
+    """Per-rank rows, or None when `expired()` turns true first."""
     st = _State(problem)
     rows: list[list[Action]] = [[] for _ in range(problem.n_ranks)]
     heap = [(0.0, s) for s in range(st.S)]
     waiting_since = [0.0] * st.S
     left = 3 * st.S * st.M
+    steps = 0
     while heap:
+        steps += 1
+        if steps % CHECK_EVERY == 0 and expired():
+            return None
         t, s = heapq.heappop(heap)
         if t < st.free_at[s] - EPS:
             continue
@@ -186,7 +194,8 @@ def _construct(problem: Problem, flags: Flags) -> list[list[Action]]:
     return rows
 
 
-def _to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags) -> Schedule:
+def to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags, name: str = NAME) -> Schedule:
+    """Per-rank rows as a Schedule; a stage without weights runs one B instead of I + W."""
     prof = problem.profile
     out = []
     for row in rows:
@@ -200,7 +209,7 @@ def _to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags) -> Sc
             new.append(a)
         out.append(new)
     sched = Schedule(rows=out, placement=tuple(problem.placement), n_microbatches=problem.n_microbatches,
-                     name=NAME, meta={"source": NAME, "flags": flags.describe()})
+                     name=name, meta={"source": name, "flags": flags.describe()})
     return sched
 
 
@@ -208,21 +217,30 @@ def greedy_family(problem: Problem) -> list[tuple[Flags, Schedule, SimResult]]:
     """All eight flag combinations, each simulated under the problem's costs, runtime and caps."""
     if not supports(problem):
         raise SchedcError(f"{NAME} needs one stage per rank; got {problem.n_stages} stages on {problem.n_ranks} ranks")
-    out = []
+    return list(_family(problem, lambda: False))
+
+
+def _family(problem: Problem, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Schedule, SimResult]]:
     for flags in ALL_FLAGS:
-        sched = _to_schedule(problem, _construct(problem, flags), flags)
-        out.append((flags, sched, simulate(sched, problem.profile, problem.memory)))
-    return out
+        rows = _construct(problem, flags, expired)
+        if rows is None or expired():
+            return
+        sched = to_schedule(problem, rows, flags)
+        yield flags, sched, simulate(sched, problem.profile, problem.memory)
 
 
-def zb_greedy(problem: Problem, objective: Optional[str] = None) -> Optional[tuple[Schedule, SimResult]]:
+def zb_greedy(problem: Problem, objective: Optional[str] = None,
+              expired: Callable[[], bool] = lambda: False) -> Optional[tuple[Schedule, SimResult]]:
     """The best member of the family under `objective` (default the problem's) that fits the
-    memory caps, or None when the problem is not one stage per rank."""
+    memory caps, or None when the problem is not one stage per rank (or `expired()` turned true
+    before all eight were built). Keeps one simulation at a time: memory stays linear."""
     if not supports(problem):
         return None
     obj = objective or problem.objective
-    fitting = [(sim.objective(obj), i, sched, sim) for i, (_, sched, sim) in enumerate(greedy_family(problem)) if sim.fits]
-    if not fitting:
-        return None
-    _, _, sched, sim = min(fitting, key=lambda x: (x[0], x[1]))
-    return sched, sim
+    best = None
+    n = 0
+    for _, sched, sim in _family(problem, expired):
+        n += 1
+        if sim.fits and (best is None or sim.objective(obj) < best[1].objective(obj)):
+            best = (sched, sim)
+    return best if n == len(ALL_FLAGS) else None

@@ -41,17 +41,21 @@ import heapq
 import math
 import random
 import time
+import weakref
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Callable, Optional
 
 from schedc.costs import format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
+from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
+from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, n_actions, observe
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL, TIE
 
-EPS = 1e-9
+EPS = REL
 INF = math.inf
 
 
@@ -80,7 +84,7 @@ def min_memory_limit(problem: Problem) -> str:
 
 def _round_up(k: float) -> str:
     for digits in range(2, 7):
-        v = math.ceil(k * 10**digits - 1e-9) / 10**digits
+        v = math.ceil(k * 10**digits - REL) / 10**digits
         if abs(v - k) < 0.01 * k or digits == 6:
             return f"{v:.{digits}f}".rstrip("0").rstrip(".")
     return f"{k:g}"
@@ -91,7 +95,7 @@ def check_memory_feasible(problem: Problem) -> None:
     caps = problem.memory_caps
     need = min_memory_need(problem)
     for r, (cap, n) in enumerate(zip(caps, need)):
-        if n > cap * (1 + 1e-12) + EPS:
+        if n > cap * (1 + TIE) + EPS:
             raise SchedcError(
                 f"--memory {problem.memory}: rank {r} needs {format_bytes(n)} to hold one microbatch "
                 f"of its stages {problem.stages_of(r)} but the cap is {format_bytes(cap)}; "
@@ -156,9 +160,10 @@ class Rule:
                 f"protect_i={self.protect_i} deep_f={self.deep_f} depth_first={self.depth_first} group={self.group}")
 
 
-def _list_schedule(a: _Arrays, rule: Rule) -> Optional[list[list[tuple[int, str, int]]]]:
-    """Per-rank orders of (stage, kind, microbatch), or None if this rule gets stuck."""
-    return _ListScheduler(a, rule).run()
+def _list_schedule(a: _Arrays, rule: Rule, deadline: Deadline = NEVER) -> Optional[list[list[tuple[int, str, int]]]]:
+    """Per-rank orders of (stage, kind, microbatch), or None if this rule gets stuck (or the
+    deadline passes first)."""
+    return _ListScheduler(a, rule).run(deadline)
 
 
 class _ListScheduler:
@@ -194,9 +199,13 @@ class _ListScheduler:
         self.stages_desc = [list(reversed(st)) for st in a.stages]
         self.w_lim = rule.w_limit if isinstance(rule.w_limit, tuple) else (rule.w_limit,) * R
 
-    def run(self) -> Optional[list[list[tuple[int, str, int]]]]:
+    def run(self, deadline: Deadline = NEVER) -> Optional[list[list[tuple[int, str, int]]]]:
         heap, rank_free = self.heap, self.rank_free
+        steps = 0
         while heap:
+            steps += 1
+            if steps % CHECK_EVERY == 0 and deadline.expired():
+                return None
             t0, r = heapq.heappop(heap)
             t = max(t0, rank_free[r])
             if t0 < rank_free[r] - EPS:
@@ -541,7 +550,7 @@ def _dedupe_by_memory(a: _Arrays, rules: list[Rule]) -> list[Rule]:
     cap = []
     for r in range(a.R):
         act = a.act[a.stages[r][0]]
-        cap.append(float(math.floor(a.free0[r] / act + 1e-9)) if act > 0 and a.free0[r] < INF else INF)
+        cap.append(float(math.floor(a.free0[r] / act + REL)) if act > 0 and a.free0[r] < INF else INF)
     out, seen = [], set()
     for rule in rules:
         warm = tuple(min(w, c) if c < INF else w for w, c in zip(rule.warmup, cap))
@@ -609,22 +618,28 @@ def _to_schedule(problem: Problem, a: _Arrays, orders, name: str, meta: dict) ->
     return Schedule(rows=rows, placement=tuple(problem.placement), n_microbatches=a.M, name=name, meta=meta)
 
 
-def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0) -> Schedule:
+def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0,
+                       deadline: Optional[Deadline] = None) -> Optional[Schedule]:
     """The best schedule found by the list scheduler's rules (and local search, while
     `time_budget` seconds last) for `problem.objective`. Always feasible under the memory caps;
-    raises SchedcError when no schedule can fit."""
+    raises SchedcError when no schedule can fit. With a `deadline`, returns None when it passes
+    before the first construction is done (on very large problems)."""
     check_memory_feasible(problem)
     t_start = time.perf_counter()
     a = _arrays(problem)
     bound = lower_bound(problem)
     # Local search pays off on small instances (cheap re-timing); large ones get more rules.
     rule_share = 0.4 if a.S * a.M < 1000 else 0.8
-    best, best_val, best_rule, tried = _best_construction(
-        a, problem.objective, bound, t_start + time_budget * rule_share, seed)
+    found = _best_construction(a, problem.objective, bound, t_start + time_budget * rule_share, seed,
+                               deadline or NEVER)
+    if found is None:
+        return None
+    best, best_val, best_rule, tried = found
     constructed_val = best_val
     moves = 0
     if best_val > bound + EPS * max(1.0, bound):
-        best, best_val, moves = _local_search(a, best, best_val, problem.objective, t_start + time_budget, seed)
+        end = t_start + time_budget if deadline is None else min(t_start + time_budget, time.perf_counter() + deadline.left())
+        best, best_val, moves = _local_search(a, best, best_val, problem.objective, end, seed)
     meta = {
         "source": "heuristic",
         "rule": best_rule.describe() if best_rule else "",
@@ -638,20 +653,25 @@ def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0
     return _to_schedule(problem, a, best, "schedc-heuristic", meta)
 
 
-def _best_construction(a: _Arrays, objective: str, bound: float, deadline: float, seed: int):
+def _best_construction(a: _Arrays, objective: str, bound: float, deadline: float, seed: int,
+                       hard: Deadline = NEVER):
     """(orders, value, rule, rules tried) of the best list schedule: the deterministic rules in
     turn, then perturbations of the best one, until the deadline (at least one rule) or the
-    lower bound is met."""
+    lower bound is met; None when `hard` passes before any construction is done."""
     best, best_val, best_rule, tried = None, INF, None, 0
     rng = random.Random(seed)
     rules = _dedupe_by_memory(a, _rules(a, objective))
     while not tried or (time.perf_counter() <= deadline and best_val > bound + EPS * max(1.0, bound)):
+        if hard.expired():
+            if best is None:
+                return None
+            break
         if tried < len(rules):
             rule = rules[tried]
         else:
             rule = _random_rule(a, rng, best_rule or rules[0])  # perturb the best rule so far
         tried += 1
-        orders = _list_schedule(a, rule)
+        orders = _list_schedule(a, rule, hard)
         if orders is None:
             continue
         res = _retime(a, orders)
@@ -660,6 +680,8 @@ def _best_construction(a: _Arrays, objective: str, bound: float, deadline: float
         v = _value(res, objective)
         if v < best_val - EPS:
             best, best_val, best_rule = orders, v, rule
+    if best is None and hard.expired():
+        return None
     if best is None:
         # Memory-only rule is provably deadlock-free; reaching here is a bug, not a user error.
         raise SchedcError("internal error: the heuristic found no feasible schedule; please report it")
@@ -713,22 +735,91 @@ def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: floa
 
 # ---------------------------------------------------------------- baselines and warm start
 
-def matching_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
+# the hand-made schedules in the order a warm start under a deadline builds them: those that
+# most often win first (ZB-H1 is optimal for makespan at 1p on identical stages)
+_BASELINE_ORDER = ("zb-h1", "zb-v", "1f1b", "zb-h2", "v-half", "v-min", "interleaved-zb", "interleaved-1f1b",
+                   "dualpipev", "gpipe", "looped-bfs")
+
+
+@dataclass
+class _Built:
+    """The baselines built so far for one problem, and whether every one has been tried."""
+
+    items: list
+    tried: set
+    complete: bool = False
+
+
+# below this many actions one list construction ends well within a second, Ctrl-C or not
+QUICK_ACTIONS = 100_000
+_BUILT: dict[int, _Built] = {}  # id(problem) -> what was built; dropped with the problem
+
+
+def matching_baselines(problem: Problem, deadline: Optional[Deadline] = None,
+                       with_greedy: bool = True) -> list[tuple[str, Schedule, SimResult]]:
     """The hand-made schedules (schedc.baselines) that exist for this problem's stages, ranks,
     placement and microbatches, and zb-greedy, each with its simulation (fitting the memory caps
-    or not). Built once per problem: the warm start, the report and the plot all ask for them."""
-    return problem.baselines
+    or not). Built once per problem: the warm start, the report and the plot all ask for them.
+    Under a `deadline` only those built before it passes (a later call builds the rest);
+    ``with_greedy=False`` leaves zb-greedy (eight simulations) for a later call."""
+    key = id(problem)
+    built = _BUILT.get(key)
+    if built is None:
+        built = _BUILT[key] = _Built([], set())
+        weakref.finalize(problem, _BUILT.pop, key, None)
+    if not built.complete:
+        built.complete = _build_baselines(problem, built, deadline or NEVER, with_greedy)
+    return [b for name in _names(built) for b in built.items if b[0] == name]
+
+
+def _names(built: _Built) -> list[str]:
+    from schedc.solver import greedy
+
+    try:
+        from schedc import baselines
+    except ImportError:
+        return [greedy.NAME]
+    return list(baselines.BASELINE_NAMES) + [greedy.NAME]
 
 
 def build_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
     """What :func:`matching_baselines` returns, built and simulated afresh."""
+    built = _Built([], set())
+    _build_baselines(problem, built, NEVER)
+    return [b for name in _names(built) for b in built.items if b[0] == name]
+
+
+def _build_baselines(problem: Problem, built: _Built, deadline: Deadline, with_greedy: bool = True) -> bool:
+    """Add to `built` what is missing, until `deadline`; True when every one has been tried."""
+    from schedc.solver import greedy
+
     try:
         from schedc import baselines
     except ImportError:
-        return []
-    out = []
+        baselines = None
     pname = problem.placement_name
-    for name in baselines.BASELINE_NAMES:
+    names = [n for n in _BASELINE_ORDER if baselines and n in baselines.BASELINE_NAMES]
+    names += [n for n in (baselines.BASELINE_NAMES if baselines else ()) if n not in names]
+    for name in names + ([greedy.NAME] if with_greedy else []):
+        if name in built.tried:
+            continue
+        if any(sim.fits for _, _, sim in built.items) or interrupt.requested():
+            # one pass for a hand-made schedule; zb-greedy builds and simulates eight
+            passes = 2 * len(greedy.ALL_FLAGS) if name == greedy.NAME else 1
+            if not deadline.allows(n_actions(problem.n_stages, problem.n_microbatches), passes):
+                return False  # would not end in time
+        # else: past the deadline too, until one hand-made schedule that fits is there (the
+        # answer of last resort; cheap ones come first)
+        if name == greedy.NAME:
+            # the zero-bubble paper's greedy: a peer, so a baseline too
+            best = greedy.zb_greedy(problem, expired=deadline.expired)
+            if best is None and greedy.supports(problem) and deadline.expired():
+                return False
+            built.tried.add(name)
+            if best is not None:
+                built.items.append((greedy.NAME, *best))
+            continue
+        built.tried.add(name)
         try:
             sched = baselines.make_baseline(
                 name, problem.n_stages, problem.n_microbatches, n_ranks=problem.n_ranks,
@@ -739,53 +830,99 @@ def build_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
         if tuple(sched.placement) != tuple(problem.placement) or sched.n_microbatches != problem.n_microbatches:
             continue
         try:
+            t = time.perf_counter()
             sim = simulate(sched, problem.profile, problem.memory)
+            observe(time.perf_counter() - t, n_actions(problem.n_stages, problem.n_microbatches))
         except SchedcError:
             continue
-        out.append((name, sched, sim))
-    from schedc.solver import greedy
-
-    best = greedy.zb_greedy(problem)  # the zero-bubble paper's greedy: a peer, so a baseline too
-    if best is not None:
-        out.append((greedy.NAME, *best))
-    return out
+        built.items.append((name, sched, sim))
+    return with_greedy
 
 
-def feasible_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
+def feasible_baselines(problem: Problem, deadline: Optional[Deadline] = None,
+                       with_greedy: bool = True) -> list[tuple[str, Schedule, SimResult]]:
     """The matching hand-made schedules that fit the problem's memory caps."""
-    return [(name, sched, sim) for name, sched, sim in matching_baselines(problem) if sim.fits]
+    return [(name, sched, sim) for name, sched, sim in matching_baselines(problem, deadline, with_greedy) if sim.fits]
 
 
-def warm_start(problem: Problem, time_budget: float = 1.0) -> tuple[Schedule, SimResult, str]:
-    """The best of the heuristic and the feasible hand-made schedules under problem.objective
-    (a hand-made one on a tie): (schedule, its simulation, source). When a hand-made schedule
-    wins, its backwards are split
+def warm_start(problem: Problem, time_budget: float = 1.0, deadline: Optional[Deadline] = None,
+               on_candidate: Optional[Callable[[str, float], None]] = None) -> tuple[Schedule, SimResult, str]:
+    """The best of the heuristic, the zero-bubble authors' round greedy (schedc.solver.paper_greedy)
+    and the feasible hand-made schedules under problem.objective (a hand-made one on a tie):
+    (schedule, its simulation, source). When a hand-made schedule wins, its backwards are split
     into I + W (never worse: I ends earlier, W ends when B did, memory drops no later) and the
     local search polishes it with what is left of `time_budget`; the source then reads e.g.
-    'zb-h1+local-search' if that helped, else the baseline's name (the original is returned)."""
+    'zb-h1+local-search' if that helped, else the baseline's name (the original is returned).
+
+    Under a `deadline` (schedc.solver.deadline) the hand-made schedules come first, then the
+    greedy families and the heuristic, each abandoned when the deadline passes; what finished
+    is compared. When nothing that fits finished, SchedcError says so in one line.
+    `on_candidate(source, value)` hears of each family's best as it finishes (progress lines)."""
+    from schedc.solver import paper_greedy
+
     t_start = time.perf_counter()
-    sched = heuristic_schedule(problem, time_budget=time_budget * 0.6)
-    best = (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
-    for name, s, sim in feasible_baselines(problem):
+    obj = problem.objective
+    hard = deadline or NEVER
+    check_memory_feasible(problem)
+    tell = on_candidate or (lambda source, value: None)
+    # the cheap ones first (under a deadline, what gets built in time), zb-greedy's eight last
+    fitting = feasible_baselines(problem, hard, with_greedy=False)
+    if fitting:
+        name, first, sim = fitting[0]
+        for b in fitting[1:]:  # the first of equals, as the comparison below picks it
+            if b[2].objective(obj) < sim.objective(obj) - EPS:
+                name, first, sim = b
+        tell(name, sim.objective(obj))
+        bound = lower_bound(problem)
+        if sim.objective(obj) <= bound + EPS * max(1.0, bound):
+            return first, sim, name  # proven optimal: nothing can beat it (and ties go to it anyway)
+    sched = heuristic_schedule(problem, time_budget=time_budget * 0.6, deadline=deadline)
+    best = None if sched is None else (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
+    if best is not None:
+        tell("heuristic", best[1].objective(obj))
+    rounds = paper_greedy.paper_greedy(problem, expired=hard.expired)
+    if rounds is not None:
+        tell(paper_greedy.NAME, rounds[1].objective(obj))
+    greedy_best = [b for b in feasible_baselines(problem, hard) if b[0] not in {f[0] for f in fitting}]
+    if greedy_best:
+        tell(greedy_best[0][0], greedy_best[0][2].objective(obj))
+    if rounds is not None and (best is None or rounds[1].objective(obj) < best[1].objective(obj) - EPS):
+        best = (*rounds, paper_greedy.NAME)
+    for name, s, sim in feasible_baselines(problem, hard):
         # a tie goes to the hand-made schedule: in torch's runtime its regular order pays no
         # more per-action overhead and transfer waiting than a list schedule of the same value
-        margin = EPS if best[2] == "heuristic" else -EPS
-        if sim.objective(problem.objective) < best[1].objective(problem.objective) + margin:
+        margin = EPS if best is not None and best[2] in ("heuristic", paper_greedy.NAME) else -EPS
+        if best is None or sim.objective(obj) < best[1].objective(obj) + margin:
             best = (s, sim, name)
-    if best[2] == "heuristic":
+    if best is None and interrupt.requested() and n_actions(problem.n_stages, problem.n_microbatches) <= QUICK_ACTIONS:
+        # Ctrl-C before anything that fits was found: one construction takes well under a second
+        # here, and a schedule to write beats none
+        sched = heuristic_schedule(problem, time_budget=0.0)
+        best = (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
+    if best is None and interrupt.requested():
+        raise KeyboardInterrupt
+    if best is None:
+        raise SchedcError(
+            f"no schedule that fits --memory {problem.memory} was found before the time limit ("
+            f"{problem.n_stages} stages x {problem.n_microbatches} microbatches; no hand-made schedule fits): "
+            f"give a longer --time-limit")
+    if best[2] in ("heuristic", paper_greedy.NAME):
         return best
     a = _arrays(problem)
     orders = [[(x.stage, k, x.microbatch) for x in best[0].actions(r) for k in (("I", "W") if x.kind == "B" else (x.kind,))]
               for r in range(a.R)]
+    if hard.expired():
+        return best
     res = _retime(a, orders)
     if res is None or not res[2]:
         return best
-    val = _value(res, problem.objective)
-    orders, val, moves = _local_search(a, orders, val, problem.objective, t_start + time_budget, 0)
-    if val < best[1].objective(problem.objective) - EPS:
+    val = _value(res, obj)
+    end = t_start + time_budget if deadline is None else min(t_start + time_budget, time.perf_counter() + hard.left())
+    orders, val, moves = _local_search(a, orders, val, obj, end, 0)
+    if val < best[1].objective(obj) - EPS:
         sched = _to_schedule(problem, a, orders, f"schedc-{best[2]}+ls",
                              {"source": "heuristic", "start": best[2], "local_search_moves": moves})
         sim = simulate(sched, problem.profile, problem.memory)
-        if sim.fits and sim.objective(problem.objective) < best[1].objective(problem.objective) - EPS:
+        if sim.fits and sim.objective(obj) < best[1].objective(obj) - EPS:
             return sched, sim, f"{best[2]}+local-search"
     return best

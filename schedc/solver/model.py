@@ -118,9 +118,10 @@ from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
 from schedc.solver.interrupt import requested as stop_requested
 from schedc.solver.problem import Problem
+from schedc.tolerances import MODEL, PROVEN, REL
 
 FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to windows
-_EPS = 1e-7
+_EPS = MODEL
 
 
 # ---------------------------------------------------------------- the action graph
@@ -210,13 +211,13 @@ def _add_memory_precedences(problem: Problem, backward: list[str], index: dict, 
         wg = prof.stages[s].weight_grad_bytes
         if act <= 0:
             continue
-        k = int(math.floor(room / act + 1e-9))
+        k = int(math.floor(room / act + REL))
         for j in range(n_mb):
             f = index[Action(s, "F", j)]
             if j - k >= 0:
                 preds[f].append((index[Action(s, backward[s], j - k)], 0.0))
             if backward[s] == "I" and wg > 0:
-                lim = int(math.floor((room - act) / wg + 1e-9))
+                lim = int(math.floor((room - act) / wg + REL))
                 m = j - lim - 1
                 if m >= 0:
                     preds[f].append((index[Action(s, "W", m)], 0.0))
@@ -500,9 +501,9 @@ def _frame(inst: Instance, incumbent, incumbent_value: float, objective: str, fr
     topo = _topological(inst.n, preds)
     chain_head = _chain_heads(inst, preds, topo)
     if late_start:
-        win = late_start_windows(inst, preds, topo, incumbent_value + 1e-9)
+        win = late_start_windows(inst, preds, topo, incumbent_value + REL)
     else:
-        win = time_windows(inst, preds, topo, objective, incumbent_value + 1e-9, chain_head)
+        win = time_windows(inst, preds, topo, objective, incumbent_value + REL, chain_head)
     sim = simulate(schedule_from_orders(inst, incumbent), inst.problem.profile)
     pinned = [False] * inst.n
     if free is not None:
@@ -567,7 +568,7 @@ def add_start_times(m: OrderModel, incumbent_value: float, lower_bound: float) -
     new_var = getattr(m.prob, "add_variable", None) or pulp.LpVariable  # PuLP >= 3.3 prefers add_variable
     for i in range(m.inst.n):
         lo, hi = m.win.est[i], m.win.lst[i]
-        if hi < lo - 1e-9:
+        if hi < lo - REL:
             return "empty time window"
         if m.pinned[i]:
             m.start[i] = m.incumbent_start[i]
@@ -575,7 +576,7 @@ def add_start_times(m: OrderModel, incumbent_value: float, lower_bound: float) -
             m.start[i] = new_var(f"start_{m.inst.actions[i]}", lowBound=m.win.earliest[i])
         else:
             m.start[i] = new_var(f"start_{m.inst.actions[i]}", lowBound=lo, upBound=max(lo, hi))
-    m.step = new_var(m.objective, lowBound=max(lower_bound, 0.0), upBound=incumbent_value + 1e-9)
+    m.step = new_var(m.objective, lowBound=max(lower_bound, 0.0), upBound=incumbent_value + REL)
     m.prob += m.step
     return ""
 
@@ -602,8 +603,8 @@ def add_machine_order(m: OrderModel) -> str:
             for b in cand[x + 1:]:
                 if (win.anc[b] >> a) & 1 or (win.anc[a] >> b) & 1:
                     continue
-                a_first_ok = win.est[a] + inst.dur[a] <= win.lst[b] + 1e-9
-                b_first_ok = win.est[b] + inst.dur[b] <= win.lst[a] + 1e-9
+                a_first_ok = win.est[a] + inst.dur[a] <= win.lst[b] + REL
+                b_first_ok = win.est[b] + inst.dur[b] <= win.lst[a] + REL
                 if not a_first_ok and not b_first_ok:
                     return "no order fits"
                 if a_first_ok != b_first_ok:
@@ -646,7 +647,7 @@ def add_memory_cap(m: OrderModel) -> None:
                 else:
                     terms.append((inst.delta[b], v))
                     worst += max(inst.delta[b], 0.0)
-            if worst <= cap * (1 + 1e-9) + 1e-9:
+            if worst <= cap * (1 + REL) + REL:
                 continue
             m.prob += pulp.lpSum(d * v for d, v in terms) + const <= cap, f"memory_cap_{inst.actions[a]}"
 
@@ -805,11 +806,11 @@ def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, s
     prob, n_bin = m.prob, len(m.before)
     if solver == "highs":
         s = _WarmHiGHS(values, on_progress=progress, deadline=time.monotonic() + seconds,
-                       msg=False, timeLimit=seconds, threads=1, mip_rel_gap=1e-6, mip_abs_gap=1e-6,
+                       msg=False, timeLimit=seconds, threads=1, mip_rel_gap=PROVEN, mip_abs_gap=PROVEN,
                        random_seed=int(seed))
     else:
         s = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(seconds))), warmStart=True, threads=1,
-                              gapRel=1e-6, gapAbs=1e-6)
+                              gapRel=PROVEN, gapAbs=PROVEN)
     try:
         status = prob.solve(s)
     except pulp.PulpSolverError as e:
@@ -849,16 +850,38 @@ def _solution_orders(m: OrderModel) -> Optional[list[list[int]]]:
             for acts in m.inst.by_rank]
 
 
-def count_free_pairs(inst: Instance) -> int:
+def count_free_pairs(inst: Instance, limit: Optional[int] = None) -> int:
     """Pairs on a rank not ordered by dependencies + kind order (the full model's binaries, before
-    time-window fixing): the size measure that picks full model vs windows."""
-    anc = _closure(inst, inst.preds, inst.topo)
+    time-window fixing): the size measure that picks full model vs windows. With `limit`, the
+    count stops once it exceeds `limit` (the value returned is then only known to be larger).
+
+    Each (stage, kind) is a chain m-1 -> m, so the ancestors of an action within any such group
+    are a prefix of its microbatches: |anc(b) on rank r| is the sum over r's groups of a prefix
+    length, propagated in topological order as one small vector per action (the same count as
+    the transitive closure's bitsets, in memory linear in the actions, not quadratic)."""
     total = 0
     for acts in inst.by_rank:
-        mask = 0
-        for i in acts:
-            mask |= 1 << i
         k = len(acts)
-        ordered = sum(bin(anc[b] & mask).count("1") for b in acts)
+        if not k:
+            continue
+        group = {}
+        for i in acts:
+            group.setdefault((inst.actions[i].stage, inst.actions[i].kind), len(group))
+        own = [group.get((a.stage, a.kind), -1) for a in inst.actions]
+        mb = [a.microbatch for a in inst.actions]
+        zero = (0,) * len(group)
+        prefix: list = [zero] * inst.n
+        for b in inst.topo:
+            v = None
+            for a, _ in inst.preds[b]:
+                pa = prefix[a]
+                v = list(pa) if v is None else [x if x >= y else y for x, y in zip(v, pa)]
+                g = own[a]
+                if g >= 0 and v[g] < mb[a] + 1:
+                    v[g] = mb[a] + 1
+            prefix[b] = zero if v is None else tuple(v)
+        ordered = sum(sum(prefix[b]) for b in acts)
         total += k * (k - 1) // 2 - ordered
+        if limit is not None and total > limit:
+            return total
     return total

@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Union
 from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.ir import make_placement, placement_name
+from schedc.solver.deadline import check_size
 
 OBJECTIVES = ("makespan", "span")
 
@@ -44,14 +45,6 @@ class Problem:
     @property
     def placement_name(self) -> str:
         return placement_name(self.placement)
-
-    @cached_property
-    def baselines(self) -> list:
-        """The hand-made schedules and zb-greedy for this problem, each with its simulation
-        (schedc.solver.heuristic.matching_baselines): built once, however many ask."""
-        from schedc.solver.heuristic import build_baselines
-
-        return build_baselines(self)
 
     def stages_of(self, rank: int) -> list[int]:
         return [s for s, r in enumerate(self.placement) if r == rank]
@@ -98,6 +91,7 @@ class Problem:
             raise SchedcError(f"n_stages (--stages) must be >= 1, got {n_stages}")
         if n_microbatches < 1:
             raise SchedcError(f"n_microbatches (--mb) must be >= 1, got {n_microbatches}")
+        check_size(n_stages, n_microbatches)  # before a profile of that many stages is built
         if objective not in OBJECTIVES:
             raise SchedcError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         if isinstance(placement, str):

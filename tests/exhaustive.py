@@ -48,8 +48,9 @@ from schedc.simulate import simulate
 from schedc.solver.bounds import lower_bound, rank_span_bounds
 from schedc.solver.heuristic import check_memory_feasible, heuristic_schedule
 from schedc.solver.problem import Problem
+from schedc.tolerances import REL
 
-EPS = 1e-9
+EPS = REL
 KINDS = ("F", "I", "W", "B")
 
 

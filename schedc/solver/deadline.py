@@ -1,0 +1,93 @@
+"""One deadline for every phase of a compile, and the largest problem a compile takes.
+
+Problem: ``--time-limit S`` must end the whole command within about S seconds at any size, and
+Ctrl-C must stop it at once, yet only the engines (CP-SAT, the integer program, windows) used to
+look at the clock: building the action graph, the hand-made schedules, the greedy families and
+the list heuristic ran to completion however long that took (8 stages x 8192 microbatches:
+2 minutes for a 10 s limit).
+
+Method: a :class:`Deadline` is passed down to every phase; loops that can run long ask
+``deadline.expired()`` (the clock, or a Ctrl-C recorded by schedc.solver.interrupt) every few
+thousand steps and give up, returning what they have. Phases whose cost is known in advance (the
+action graph, a CP-SAT model, one window) are skipped when the time left is below their
+estimate, from the measured cost per action below. Sizes beyond :data:`MAX_ACTIONS` are refused
+before anything is built (:func:`check_size`).
+
+Cost: a clock read per check.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from schedc.errors import SchedcError
+from schedc.solver import interrupt
+
+# The largest compile: at 1M actions a warm start, the report and the CSV take about 20-40 s on
+# a busy 2-core machine and ~2 GB (benchmarks/compile_quality.py, cost curve); beyond that
+# memory and the time to even write one schedule grow past what a compile is for.
+MAX_ACTIONS = 1_000_000
+# seconds per action of one pass over the action graph (building it, one simulation), measured
+# on the shared 2-core machine; the estimates below use it to skip what cannot finish in time
+SECONDS_PER_ACTION = 2e-5
+CHECK_EVERY = 4096  # loop steps between clock reads in long constructions
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A point in time.monotonic(); ``expired()`` also turns true on Ctrl-C (unless
+    ``interruptible`` is off: :data:`NEVER`, for calls that have no deadline)."""
+
+    at: float = math.inf
+    interruptible: bool = True
+
+    @classmethod
+    def after(cls, seconds: float) -> "Deadline":
+        return cls(time.monotonic() + seconds)
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+    def expired(self) -> bool:
+        return (self.interruptible and interrupt.requested()) or time.monotonic() >= self.at
+
+    def allows(self, n_actions: int, passes: float = 1.0) -> bool:
+        """Whether `passes` passes over `n_actions` actions likely end before the deadline."""
+        return not self.expired() and self.left() > passes * n_actions * seconds_per_action()
+
+
+NEVER = Deadline(interruptible=False)
+
+_observed: list[float] = []  # seconds per action of the passes timed in this process
+
+
+def observe(seconds: float, n_actions: int) -> None:
+    """Record a timed pass (a simulation) over `n_actions` actions: on a loaded machine the
+    estimates follow what this process actually gets."""
+    if n_actions >= 1000:
+        _observed.append(seconds / n_actions)
+
+
+def seconds_per_action() -> float:
+    """The larger of the default and the slowest pass seen lately."""
+    return max([SECONDS_PER_ACTION] + _observed[-8:])
+
+
+def n_actions(n_stages: int, n_microbatches: int) -> int:
+    """F, I and W for every stage and microbatch (a stage without weights has fewer)."""
+    return 3 * n_stages * n_microbatches
+
+
+def check_size(n_stages: int, n_microbatches: int) -> None:
+    """Refuse, in one line, a problem larger than a compile handles."""
+    n = n_actions(n_stages, n_microbatches)
+    if n > MAX_ACTIONS and n_actions(n_stages, 1) > MAX_ACTIONS:
+        raise SchedcError(f"{n_stages} stages is more than schedc compiles: at most {MAX_ACTIONS:,} actions "
+                          f"(3 x stages x microbatches), so at most {MAX_ACTIONS // 3:,} stages")
+    if n > MAX_ACTIONS:
+        raise SchedcError(
+            f"{n_stages} stages x {n_microbatches} microbatches is {n:,} actions; schedc compiles up to "
+            f"{MAX_ACTIONS:,} (3 x stages x microbatches): use fewer microbatches per step (e.g. --mb "
+            f"{max(1, MAX_ACTIONS // (3 * n_stages))}) and accumulate gradients over several steps")
