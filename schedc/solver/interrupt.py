@@ -7,9 +7,10 @@ therefore only sets a flag: the HiGHS callback asks the solver to stop (``e.inte
 driver's loops see :func:`requested` and end, and ``compile_problem`` returns its best schedule
 with ``interrupted=True`` (the CLI writes it, says so, and exits 130). A second Ctrl-C raises
 KeyboardInterrupt as usual, for when the user does not want to wait for the search to wind down.
-SIGTERM (what SLURM and other batch schedulers send at a time limit) is treated the same way,
-when nobody but the CLI handles it: the first stops the search (the CLI then exits 143), a second
-raises :class:`~schedc.errors.Terminated`. Outside the context (the library builder, benchmarks, plain API calls) Ctrl-C stays a
+SIGTERM (what SLURM and other batch schedulers send at a time limit) stops the search the same
+way when nobody but the CLI handles it (the CLI then exits 143), independently of SIGINT (which a
+shell's background job ignores). A repeated SIGTERM changes nothing: the stop is under way, and a
+scheduler that will not wait sends SIGKILL next. Outside the context (the library builder, benchmarks, plain API calls) Ctrl-C stays a
 KeyboardInterrupt.
 
 CP-SAT's solve holds the main thread in C++ for its whole run: OR-Tools' wrapper runs Python's
@@ -47,32 +48,37 @@ def received() -> Optional[int]:
 
 def _on_sigint(signum, frame) -> None:
     global _requested, _received
-    _requested, _received = True, signum
-    # a second signal interrupts at once
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, raise_terminated)
+    _requested = True
+    _received = _received or signum
+    if signum == signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
 
 
 @contextmanager
 def stop_on_sigint() -> Iterator[None]:
     """Turn the first SIGINT (or SIGTERM) into a stop request for the compile running inside the block."""
     global _requested, _received
-    ours = threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if not ours:  # a caller's own handler, or not the main thread: leave signals alone
+    main = threading.current_thread() is threading.main_thread()
+    # a caller's own handler, or not the main thread: leave that signal alone
+    take_int = main and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    term = signal.getsignal(signal.SIGTERM) if main else None
+    take_term = main and term in (signal.SIG_DFL, raise_terminated)
+    if not (take_int or take_term):
         yield
         return
 
     _requested, _received = False, None
-    term = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGINT, _on_sigint)
-    if term in (signal.SIG_DFL, raise_terminated):  # not someone else's handler
+    if take_int:
+        signal.signal(signal.SIGINT, _on_sigint)
+    if take_term:
         signal.signal(signal.SIGTERM, _on_sigint)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, term)
+        if take_int:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if take_term:
+            signal.signal(signal.SIGTERM, term)
         _requested = False
 
 
@@ -84,7 +90,7 @@ def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
     once instead of after the solver's time limit. A no-op off the main thread, with SIGINT
     ignored, or when another wakeup pipe (an event loop's) is already installed."""
     if threading.current_thread() is not threading.main_thread() or \
-            not callable(signal.getsignal(signal.SIGINT)):
+            not any(callable(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)):
         yield
         return
     read_end, write_end = os.pipe()
@@ -102,7 +108,8 @@ def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
     def watch() -> None:
         while not finished.is_set():
             if select.select([read_end], [], [], 0.1)[0]:
-                got = [s for s in (signal.SIGINT, signal.SIGTERM) if s in os.read(read_end, 512)]
+                data = os.read(read_end, 512)
+                got = [s for s in (signal.SIGINT, signal.SIGTERM) if s in data]
                 if got:
                     seen.extend(got)
                     stop()
