@@ -136,8 +136,10 @@ def _launch_dir() -> Iterator[Path]:
     tmpdir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
     lock = None
     try:
-        lock = open(tmpdir / LOCK_NAME, "w")
+        # locked before it takes its name: another launch's sweep never sees it unlocked
+        lock = open(tmpdir / (LOCK_NAME + ".new"), "w")
         _try_lock(lock)
+        os.rename(tmpdir / (LOCK_NAME + ".new"), tmpdir / LOCK_NAME)
         yield tmpdir
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
