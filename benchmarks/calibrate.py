@@ -81,21 +81,26 @@ def main(argv=None) -> int:
             rows[name].append(cal.to_dict())
             print(f"round {r + 1}/{args.rounds} {name:9s} predicted {1e3 * cal.predicted_step:7.1f}ms  "
                   f"measured {1e3 * cal.measured_step:7.1f}ms ({100 * cal.step_error:+.1f}%)  "
-                  f"in-situ {1e3 * cal.in_situ_step:7.1f}ms ({100 * cal.in_situ_error:+.1f}%)  "
-                  f"refined {1e3 * cal.refined_step:7.1f}ms ({100 * cal.refined_error:+.1f}%)", flush=True)
+                  f"in-situ {1e3 * cal.in_situ_step:7.1f}ms ({100 * cal.in_situ_error:+.1f}%, paired "
+                  f"{100 * cal.in_situ_paired_error:+.1f}%)  refined {1e3 * cal.refined_step:7.1f}ms "
+                  f"({100 * cal.refined_error:+.1f}%, paired {100 * cal.refined_paired_error:+.1f}%)", flush=True)
     (out / "results.json").write_text(json.dumps(rows, indent=2))
 
     def med(name, key):
         return statistics.median(row[key] for row in rows[name])
 
     print()
+    # error: a prediction against the measured step (both medians over the steps); paired: the
+    # median over steps of each step's prediction against that step (load changes cancel)
     print(f"{'schedule':10s} {'predicted':>10s} {'measured':>10s} {'error':>7s} {'in-situ':>10s} {'error':>7s} "
-          f"{'refined':>10s} {'error':>7s}   (medians of {args.rounds} rounds x {args.steps} steps, {args.stages} ranks gloo)")
+          f"{'paired':>7s} {'refined':>10s} {'error':>7s} {'paired':>7s}   (medians of {args.rounds} rounds x "
+          f"{args.steps} steps, {args.stages} ranks gloo)")
     for name in schedules:
         print(f"{name:10s} {1e3 * med(name, 'predicted_step'):>8.1f}ms {1e3 * med(name, 'measured_step'):>8.1f}ms "
               f"{100 * med(name, 'step_error'):>+6.1f}% {1e3 * med(name, 'in_situ_step'):>8.1f}ms "
-              f"{100 * med(name, 'in_situ_error'):>+6.1f}% {1e3 * med(name, 'refined_step'):>8.1f}ms "
-              f"{100 * med(name, 'refined_error'):>+6.1f}%")
+              f"{100 * med(name, 'in_situ_error'):>+6.1f}% {100 * med(name, 'in_situ_paired_error'):>+6.1f}% "
+              f"{1e3 * med(name, 'refined_step'):>8.1f}ms {100 * med(name, 'refined_error'):>+6.1f}% "
+              f"{100 * med(name, 'refined_paired_error'):>+6.1f}%")
     return 0
 
 

@@ -3,18 +3,22 @@
 Each subcommand lives in its own module under :mod:`schedc.commands` (parser + handler together).
 A user-facing failure is a :class:`SchedcError` (or an OSError on a path) and becomes one line on
 stderr and exit code 2; ``--debug`` (before or after the subcommand) shows the traceback instead.
-Ctrl-C exits 130; a reader that closes the pipe (``| head``) is not an error.
+Ctrl-C exits 130 and SIGTERM (a batch scheduler's time limit) 143, both after the same clean-up
+(SIGTERM raises :class:`~schedc.errors.Terminated`, a KeyboardInterrupt); a reader that closes the
+pipe (``| head``) is not an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from typing import Optional, Sequence
 
 from schedc import __version__
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, Terminated, raise_terminated
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,12 +42,29 @@ def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if ours:  # SIGTERM cleans up as Ctrl-C does (temp files, ranks) instead of killing at once
+        signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        return _main(argv)
+    finally:
+        if ours:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stopped(e: KeyboardInterrupt) -> tuple[str, int]:
+    return ("terminated", 143) if isinstance(e, Terminated) else ("interrupted", 130)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     argv, debug = _split_debug(list(sys.argv[1:] if argv is None else argv))
     try:
         parser = build_parser()  # imports the commands: Ctrl-C may come while they load
-    except KeyboardInterrupt:
-        print("schedc: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        word, code = _stopped(e)
+        print(f"schedc: {word}", file=sys.stderr)
+        return code
     args = parser.parse_args(argv)
     args.debug = debug
     try:
@@ -63,9 +84,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"schedc {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"schedc {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        word, code = _stopped(e)
+        print(f"schedc {args.command}: {word}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -190,7 +190,8 @@ def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solve
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-        assert time.monotonic() - sent < 10, f"took {time.monotonic() - sent:.1f}s to stop after Ctrl-C"
+        # well under the 60 s the search would run without the stop; a loaded host takes more than 10 s
+        assert time.monotonic() - sent < 30, f"took {time.monotonic() - sent:.1f}s to stop after Ctrl-C"
         assert proc.returncode == 130 and "Traceback" not in err, (delay, proc.returncode, err)
         if "wrote the best schedule found so far to s.csv" in err:
             assert err.count("\n") == 1 and "interrupted" in err

@@ -3,14 +3,13 @@ one line naming it, and nothing is left running."""
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
 
-from schedc.runtime.launch import LaunchError, launch
+from schedc.runtime.launch import LaunchError, launch, python_code
 
-# a rank's body, run as `python -c`: the launcher's helpers give it its rank and spec
+# a rank's body, run as `python -c` (the working directory off the path): the launcher's helpers give it its rank and spec
 BODY = """
 import os, sys, time
 from schedc.runtime import launch as L
@@ -33,7 +32,7 @@ sys.exit(L.run_rank(body))
 
 
 def run(spec: dict, n: int = 3, timeout: float = 30.0, grace: float = 5.0):
-    return launch([sys.executable, "-c", BODY], n, timeout=timeout, spec=spec, label="test", grace=grace)
+    return launch(python_code(BODY), n, timeout=timeout, spec=spec, label="test", grace=grace)
 
 
 def test_values_come_back_in_rank_order_with_torchrun_env():

@@ -26,8 +26,11 @@ CFG = GPTConfig(vocab_size=64, hidden=32, layers=4, heads=2, seq_len=16)
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    # one intra-op thread: the timings compare like with like on a shared machine
+    # one intra-op thread: the timings compare like with like on a shared machine (several threads
+    # on a loaded host wait for each other at every op: a split backward, with more ops, came out 15x
+    # the full one with two busy processes beside the tests)
     before = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
 

@@ -32,6 +32,14 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", metavar="REFINED.json",
                    help="write the profile refined from the measured action times")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    g = p.add_argument_group("your own model (instead of the built-in GPT; as schedc profile --model)")
+    g.add_argument("--model", metavar="MODULE:FUNCTION",
+                   help="returns the stage modules, or {'model': m, 'split': [[module names], ...]} with optional "
+                        "'sample', 'target', 'loss_fn'; it is passed n_stages (the CSV's), microbatch_size (--mbs) "
+                        "if it takes them; e.g. examples/llama.py:stages")
+    g.add_argument("--sample", metavar="MODULE:FUNCTION", help="returns one microbatch for stage 0 (or (sample, target))")
+    g.add_argument("--model-arg", metavar="KEY=VALUE", action="append", default=[],
+                   help="extra keyword argument for the --model/--sample functions (repeatable)")
 
 
 def run(args) -> int:
@@ -51,9 +59,16 @@ def run(args) -> int:
     from schedc.runtime.profiler import gpt_label
 
     expected = gpt_label(cfg, profile.n_stages)
-    if profile.model and profile.model.startswith("gpt(") and profile.model != expected:
+    if args.model:
+        if profile.model and profile.model.startswith("gpt("):
+            raise SchedcError(f"{args.profile} describes the built-in GPT ({profile.model}), not --model "
+                              f"{args.model}; profile it with schedc profile --model {args.model}")
+    elif profile.model and profile.model.startswith("gpt(") and profile.model != expected:
         raise SchedcError(f"{args.profile} describes {profile.model} but the model flags give {expected}; "
                           f"pass the --layers/--hidden/--heads/--seq/--vocab the profile was made with")
+    elif args.sample or args.model_arg:
+        raise SchedcError("--sample and --model-arg go with --model (your own model); without it the built-in "
+                          "GPT runs")
     threads_note = next((n for n in profile.notes or [] if n.startswith("cpu threads: ")), None)
     if args.device == "cpu" and threads_note and threads_note != f"cpu threads: {args.threads}":
         print(f"schedc calibrate: warning: the profile was measured with {threads_note}, the ranks run with "
@@ -61,10 +76,20 @@ def run(args) -> int:
               file=sys.stderr)
     what = (f"running {args.file} on local ranks: {args.warmup_steps} warm-up + {args.steps} timed steps"
             f"{' with in-situ profiling' if args.in_situ else ''} (--timeout {args.timeout:g}s)")
+    model_args = None
+    if args.model:
+        from schedc.commands.profile import _model_args
+        from schedc.runtime.user_model import load_function
+
+        model_args = {"dtype": args.dtype, **_model_args(args.model_arg)}
+        load_function(args.model)  # a wrong name is one line before the progress line
+        if args.sample:
+            load_function(args.sample, "--sample")
     with _ticking(what):
         cal = calibrate(args.file, profile, cfg, mbs, steps=args.steps,
                         warmup_steps=args.warmup_steps, threads=args.threads, device=args.device,
-                        timeout=args.timeout, n_ranks=args.nproc, in_situ=args.in_situ)
+                        timeout=args.timeout, n_ranks=args.nproc, in_situ=args.in_situ,
+                        model=args.model, sample=args.sample, model_args=model_args)
     if args.output:
         cal.refined.save(args.output)
     if args.json:

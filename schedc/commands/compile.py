@@ -35,17 +35,22 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from schedc.solver.interrupt import stop_on_sigint
+    import signal
+
+    from schedc.solver.interrupt import received, stop_on_sigint
 
     # Ctrl-C from here on stops the search and the best schedule so far is written. Taken before
     # pulp is imported: its optional-solver imports use bare excepts that would swallow a
-    # KeyboardInterrupt (the compile then ran to its time limit and exited 0).
+    # KeyboardInterrupt (the compile then ran to its time limit and exited 0). SIGTERM (a batch
+    # scheduler's time limit) does the same and exits 143.
     with stop_on_sigint():
         res = _compile(args)
+        signum = received()
     if res.interrupted:
-        print(f"schedc compile: interrupted: wrote the best schedule found so far to {args.output} "
+        word, code = ("terminated", 143) if signum == signal.SIGTERM else ("interrupted", 130)
+        print(f"schedc compile: {word}: wrote the best schedule found so far to {args.output} "
               f"(status {res.status}, gap {100 * res.gap:.2f}%)", file=sys.stderr)
-        return 130
+        return code
     return 0
 
 

@@ -8,8 +8,10 @@ measured action times can then be written back as a refined profile.
 
 Method: one process per CSV row (rank), launched like ``torchrun`` does (``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` in the environment; gloo on CPU, NCCL on GPU).
-Each rank builds the built-in GPT, keeps its CSV stages (:func:`schedc.runtime.pipeline.load_pipeline`)
-and runs warm-up steps, then timed steps (the pipeline's ``step()``: forward and backward of
+Each rank builds the built-in GPT, keeps its CSV stages (:func:`schedc.runtime.pipeline.load_pipeline`),
+or calls the user's ``MODULE:FUNCTION`` (:mod:`schedc.runtime.user_model`, as ``schedc profile
+--model`` does) and keeps its stages of the list it returns, with the function's sample
+microbatch repeated for every microbatch of the step; then it runs warm-up steps, then timed steps (the pipeline's ``step()``: forward and backward of
 every microbatch; no optimizer update, which the simulator does not model either). Per-action timing uses the labels torch's
 ``_PipelineScheduleRuntime`` already wraps every action in (``record_function("PP:<action>")``):
 for the duration of the run we swap the module's ``record_function`` for a recorder that notes
@@ -22,7 +24,10 @@ earliest rank's start). The parent simulates the schedule with the profile
 each rank's finish and busy time, and the mean distance of action starts. The refined profile
 takes each stage's median measured F, I, W (a full B is split in the profile's I:W ratio) and
 each boundary's median observed transfer delay (consumer's compute start minus producer's end,
-over transfers the consumer waited for).
+over transfers the consumer waited for). Predictions from measured profiles are reported two
+ways: the median of the per-step predictions against the median measured step (the two numbers
+printed side by side), and the median of each step's prediction against that same step (paired,
+so that load changing between steps cancels).
 
 Cost: (warm-up + steps) training steps of the model on every rank, plus process start-up.
 """
@@ -155,9 +160,6 @@ def rank_main(spec: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    from schedc.runtime.models import GPT, GPTConfig, lm_loss, make_batch
-    from schedc.runtime.pipeline import load_pipeline
-
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     if spec.get("threads"):
@@ -169,32 +171,29 @@ def rank_main(spec: dict) -> dict:
         device = f"cuda:{torch.cuda.current_device()}"
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(spec.get("pg_timeout", 120))))
     try:
-        cfg = GPTConfig(**spec["config"])
-        pipe = load_pipeline(spec["csv"], GPT(cfg, seed=0), lm_loss, device)
+        if spec.get("user_model"):
+            pipe, batch, twin = _user_parts(spec, device)
+        else:
+            pipe, batch, twin = _gpt_parts(spec, device)
         n_mb = pipe.schedule.schedule.n_microbatches
-        mbs = int(spec["microbatch_size"])
         steps: list[dict] = []
         sync = (lambda: torch.cuda.synchronize()) if backend == "nccl" else (lambda: None)
         in_situ = []
         if spec.get("in_situ"):
             from schedc.runtime.profiler import measure_stages
-            from schedc.runtime.split import split_gpt
 
-            n_stages = pipe.schedule.schedule.n_stages
             mine = pipe.schedule.schedule.stages_of(rank)
-            twin = split_gpt(GPT(cfg, seed=0), range(n_stages), n_stages)
-            twin_stages = [twin[s] for s in range(n_stages)]
-            sample, sample_target = make_batch(cfg, mbs, seed=0, device=device)
+            twin_stages, sample, loss_fn, sample_target = twin()
         for step in range(int(spec["warmup_steps"]) + int(spec["steps"])):
             if spec.get("in_situ") and step >= int(spec["warmup_steps"]):
                 # this rank's stages, measured in this process while the other ranks measure
                 # theirs: the same threads, the same neighbours as during the step
                 dist.barrier()
                 in_situ.append([m.to_dict() for m in measure_stages(
-                    twin_stages, sample, lm_loss, sample_target, device, warmup=1,
+                    twin_stages, sample, loss_fn, sample_target, device, warmup=1,
                     repeats=int(spec.get("in_situ_repeats", 3)), optimizer=spec.get("optimizer", "adamw"),
                     only=mine)])
-            tokens, targets = make_batch(cfg, mbs * n_mb, seed=step, device=device)
+            inputs, targets = batch(step, n_mb)
             for p in pipe.parameters():
                 p.grad = None
             sync()
@@ -203,7 +202,8 @@ def rank_main(spec: dict) -> dict:
             with timed_actions(cuda=backend == "nccl") as rec:
                 start_event = rec._event() if rec.cuda else None
                 t0 = time.perf_counter()
-                pipe.step(tokens, target=targets, losses=[])
+                pipe.schedule.step(*(inputs if pipe.is_first else ()), target=targets if pipe.is_last else None,
+                                   losses=[] if pipe.is_last else None)
                 sync()
                 t1 = time.perf_counter()
             if rec.cuda:
@@ -213,6 +213,71 @@ def rank_main(spec: dict) -> dict:
         return {"rank": rank, "world": world, "steps": steps, "in_situ": in_situ}
     finally:
         dist.destroy_process_group()
+
+
+def _gpt_parts(spec: dict, device: str):
+    """The built-in GPT on this rank: its pipeline, ``batch(step, n_mb) -> (inputs, target)`` and
+    ``twin() -> (all stages, one microbatch, loss, its target)`` for in-situ profiling."""
+    from schedc.runtime.models import GPT, GPTConfig, lm_loss, make_batch
+    from schedc.runtime.pipeline import load_pipeline
+    from schedc.runtime.split import split_gpt
+
+    cfg = GPTConfig(**spec["config"])
+    mbs = int(spec["microbatch_size"])
+    pipe = load_pipeline(spec["csv"], GPT(cfg, seed=0), lm_loss, device)
+
+    def batch(step: int, n_mb: int):
+        tokens, targets = make_batch(cfg, mbs * n_mb, seed=step, device=device)
+        return (tokens,), targets
+
+    def twin():
+        n_stages = pipe.schedule.schedule.n_stages
+        split = split_gpt(GPT(cfg, seed=0), range(n_stages), n_stages)
+        sample, target = make_batch(cfg, mbs, seed=0, device=device)
+        return [split[s] for s in range(n_stages)], sample, lm_loss, target
+
+    return pipe, batch, twin
+
+
+def _user_parts(spec: dict, device: str):
+    """The user's ``--model`` on this rank, as :func:`_gpt_parts` returns the GPT: its stages of
+    the function's list, and the function's sample microbatch repeated for each microbatch."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+
+    from schedc.runtime.pipeline import Pipeline, build_schedule, read_schedule, stages_for_rank
+    from schedc.runtime.user_model import build_user_model
+
+    m = spec["user_model"]
+    user = build_user_model(m["model"], m.get("sample"), m["offered"])
+    schedule = read_schedule(spec["csv"])
+    mine = stages_for_rank(schedule, dist.get_rank(), n_ranks=dist.get_world_size())
+    check_user_stages(user, schedule, m["model"])
+    modules = {s: user.stages[s].to(device) for s in mine}
+    stages = [PipelineStage(modules[s], s, schedule.n_stages, torch.device(device)) for s in mine]
+    pipe = Pipeline(build_schedule(spec["csv"], stages, loss_fn=user.loss_fn), stages, modules)
+    sample = user.sample if isinstance(user.sample, (tuple, list)) else (user.sample,)
+    sample = tuple(x.to(device) for x in sample)
+
+    def batch(step: int, n_mb: int):
+        inputs = tuple(torch.cat([x] * n_mb) for x in sample)
+        # without a target the loss ignores it, but torch's runtime splits one per microbatch
+        target = torch.cat([user.target.to(device)] * n_mb) if user.target is not None else torch.zeros(n_mb)
+        return inputs, target
+
+    def twin():
+        fresh = build_user_model(m["model"], m.get("sample"), m["offered"])
+        return fresh.stages, fresh.sample, fresh.loss_fn, fresh.target
+
+    return pipe, batch, twin
+
+
+def check_user_stages(user, schedule: Schedule, model_spec: str) -> None:
+    if len(user.stages) != schedule.n_stages:
+        raise SchedcError(f"--model {model_spec} returns {len(user.stages)} stages but the CSV has "
+                          f"{schedule.n_stages}; pass n_stages through (it is offered) or a CSV of "
+                          f"{len(user.stages)} stages")
 
 
 def _worker_entry() -> int:
@@ -285,6 +350,12 @@ class Calibration:
 
     @property
     def refined_error(self) -> float:
+        """The refined prediction (median over steps) against the measured step (median)."""
+        return _rel(self.refined_step, self.measured_step)
+
+    @property
+    def refined_paired_error(self) -> float:
+        """Median over steps of each step's refined prediction against that step."""
         return _paired(self.refined_steps, self.measured_steps)
 
     @property
@@ -293,6 +364,10 @@ class Calibration:
 
     @property
     def in_situ_error(self) -> Optional[float]:
+        return _rel(self.in_situ_step, self.measured_step) if self.in_situ_steps else None
+
+    @property
+    def in_situ_paired_error(self) -> Optional[float]:
         return _paired(self.in_situ_steps, self.measured_steps) if self.in_situ_steps else None
 
     def to_dict(self) -> dict:
@@ -304,8 +379,10 @@ class Calibration:
             "step_error": self.step_error,
             "refined_step": self.refined_step,
             "refined_error": self.refined_error,
+            "refined_paired_error": self.refined_paired_error,
             "in_situ_step": self.in_situ_step,
             "in_situ_error": self.in_situ_error,
+            "in_situ_paired_error": self.in_situ_paired_error,
             "action_start_error": self.start_error,
             "measured_steps": self.measured_steps,
             "refined_steps": self.refined_steps,
@@ -511,9 +588,14 @@ def calibrate(
     n_ranks: Optional[int] = None,
     in_situ: bool = False,
     optimizer: str = "adamw",
+    model: Optional[str] = None,
+    sample: Optional[str] = None,
+    model_args: Optional[dict] = None,
 ) -> Calibration:
-    """Run `csv` on the built-in GPT (``GPTConfig`` `config`) with one process per rank and
-    compare with the prediction from `profile`. ``n_ranks`` (default: the CSV's rows) must match."""
+    """Run `csv` on the built-in GPT (``GPTConfig`` `config`), or on the stages the user's
+    ``model`` function (``MODULE:FUNCTION``, with ``sample`` and ``model_args`` as ``schedc
+    profile --model`` takes them) returns, with one process per rank and compare with the
+    prediction from `profile`. ``n_ranks`` (default: the CSV's rows) must match."""
     from schedc.csvio import read_csv
     from schedc.validate import validate
 
@@ -539,8 +621,19 @@ def calibrate(
                               f"has {torch.cuda.device_count()}")
     elif dev.type != "cpu":
         raise SchedcError(f"--device {device}: calibrate runs on cpu (gloo) or cuda (NCCL)")
+    user_model = None
+    if model is not None:
+        from schedc.runtime.user_model import build_user_model
+
+        # "path/file.py:fn" is read by the ranks from their own working directory: make it absolute
+        model, sample = _absolute_spec(model), _absolute_spec(sample)
+        offered = {"n_stages": schedule.n_stages, "microbatch_size": microbatch_size, **(model_args or {})}
+        # built once here so that a wrong function or stage count is one line before any rank starts
+        check_user_stages(build_user_model(model, sample, offered), schedule, model)
+        user_model = {"model": model, "sample": sample, "offered": offered}
     spec = {
         "csv": str(Path(csv).resolve()),
+        "user_model": user_model,
         "config": asdict(config),
         "microbatch_size": microbatch_size,
         "steps": steps,
@@ -554,14 +647,30 @@ def calibrate(
     return compare(str(csv), schedule, profile, results)
 
 
+def _absolute_spec(spec: Optional[str]) -> Optional[str]:
+    if spec is None:
+        return None
+    module, sep, fn = spec.rpartition(":")
+    if sep and (module.endswith(".py") or "/" in module):
+        return f"{Path(module).resolve()}:{fn}"
+    return spec
+
+
 def format_calibration(cal: Calibration) -> str:
+    def measured_profile(what: str, step: float, error: float, paired: float) -> str:
+        return (f"  with {what}: {format_ms(step)} ({100 * error:+.1f}% against the measured "
+                f"{format_ms(cal.measured_step)}; step by step, each step's prediction against that step: "
+                f"median {100 * paired:+.1f}%)")
+
     lines = [
-        f"{cal.csv}: {cal.steps} timed step(s)",
+        f"{cal.csv}: {cal.steps} timed step(s); times are medians over them",
         f"  step time: predicted {format_ms(cal.predicted_step)}, measured {format_ms(cal.measured_step)} "
-        f"(error {100 * cal.step_error:+.1f}%); with the refined profile {format_ms(cal.refined_step)} "
-        f"({100 * cal.refined_error:+.1f}%)",
-        *([f"  with the in-situ profile (stages measured inside the ranks between steps) "
-           f"{format_ms(cal.in_situ_step)} ({100 * cal.in_situ_error:+.1f}%)"] if cal.in_situ_step is not None else []),
+        f"(error {100 * cal.step_error:+.1f}%)",
+        measured_profile("the refined profile (the measured action times)", cal.refined_step, cal.refined_error,
+                         cal.refined_paired_error),
+        *([measured_profile("the in-situ profile (stages measured inside the ranks between steps)",
+                            cal.in_situ_step, cal.in_situ_error, cal.in_situ_paired_error)]
+          if cal.in_situ_step is not None else []),
         f"  action starts: mean distance from prediction {100 * cal.start_error:.1f}% of the step",
         f"  {'rank':>4}  {'finish pred':>11}  {'measured':>9}  {'error':>7}  {'busy pred':>9}  {'measured':>9}  {'error':>7}",
     ]

@@ -225,6 +225,11 @@ class Emulation:
         return self.measured_step / self.predicted_step if self.predicted_step else math.nan
 
     @property
+    def step_spread(self) -> float:
+        """Run-to-run noise: the slowest timed step minus the fastest."""
+        return max(self.measured_steps) - min(self.measured_steps)
+
+    @property
     def zero_step(self) -> float:
         return statistics.median(self.zero_steps)
 
@@ -237,6 +242,7 @@ class Emulation:
             "csv": self.csv, "scale": self.scale, "measured_step": self.measured_step,
             "predicted_step": self.predicted_step, "plain_predicted_step": self.plain_prediction.makespan,
             "ratio": self.ratio, "zero_step": self.zero_step, "measured_steps": self.measured_steps,
+            "step_spread": self.step_spread,
             "measured_finish": self.measured_finish, "predicted_finish": self.predicted_finish,
             "overhead_per_action": self.overhead, "transfer_delay": self.transfer,
         }
@@ -409,7 +415,28 @@ def format_emulations(runs: Sequence[Emulation], comm_note: str) -> str:
         cells = [(f"{format_ms(r.measured_finish[rank])} / {format_ms(r.predicted_finish[rank])}"
                   if rank < r.schedule.n_ranks else "-") for r in runs]
         lines.append(f"{rank:>4}  " + "  ".join(f"{c:>{max(19, len(n))}}" for c, n in zip(cells, names)))
-    return "\n".join(lines)
+    verdict = winner_line(runs)
+    return "\n".join(lines + (["", verdict] if verdict else []))
+
+
+def winner_line(runs: Sequence[Emulation]) -> Optional[str]:
+    """Which schedule measured fastest, by how much over the runner-up, and whether that margin
+    exceeds the run-to-run noise (the larger spread of the two schedules' timed steps); None for
+    fewer than two schedules."""
+    if len(runs) < 2:
+        return None
+    first, second = sorted(runs, key=lambda r: r.measured_step)[:2]
+    margin = second.measured_step - first.measured_step
+    noise = max(first.step_spread, second.step_spread)
+    head = (f"fastest: {Path(first.csv).name} at {format_ms(first.measured_step)} per step, "
+            f"{format_ms(margin)} ({100 * margin / second.measured_step:.1f}%) ahead of {Path(second.csv).name}")
+    if min(len(first.measured_steps), len(second.measured_steps)) < 2:
+        return f"{head}; one timed step each, so no run-to-run spread to judge the margin by (use --steps 5)"
+    if margin > noise:
+        return (f"{head}: above the run-to-run spread of their timed steps ({format_ms(noise)}), "
+                f"a difference the measurement shows")
+    return (f"{head}: within the run-to-run spread of their timed steps ({format_ms(noise)}), "
+            f"not a clear win; run more --steps on a quieter machine")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,24 @@ failure was seen; a rank that only lost its peer connection is named only when n
 its own error) with its message or the last line of its output; ``.log_tail`` keeps the
 rank's whole output tail for tests and ``--debug``.
 
+Ranks never outlive their leader and never run code from the working directory:
+
+- :func:`python_module` starts a rank with the working directory off ``sys.path`` (``-P`` on
+  Python >= 3.11; a bootstrap that drops ``''`` from the path on 3.10), and the inherited
+  ``PYTHONPATH`` loses its empty entries (``PYTHONPATH=$PYTHONPATH:/x`` with nothing set means
+  the working directory), so a ``torch.py`` or ``pydantic.py`` where the user stands is never
+  imported by a rank.
+- Each rank runs in its own session (a process group the leader kills whole, so what a rank
+  started dies too) and asks the kernel for SIGKILL when its leader dies (``PR_SET_PDEATHSIG``
+  on Linux; elsewhere a thread watching the parent pid), so killing the leader, even with
+  SIGKILL, ends every rank at once instead of leaving them to time out in a collective.
+- The launch directory (``schedc-launch-*`` in the temp directory) holds the spec, the logs and
+  the results; the leader removes it on every exit path it sees. While a launch runs
+  with the default SIGTERM action, SIGTERM is turned into :class:`~schedc.errors.Terminated`
+  so the ranks are killed and the directory removed, then the signal is delivered again. A
+  leader killed outright (SIGKILL) cannot clean up: its directory is held by an ``flock`` on
+  ``leader.lock`` while it lives, and the next launch removes directories whose lock is free.
+
 Cost: process start-up (an interpreter and whatever the rank imports) per rank, in parallel.
 """
 
@@ -27,19 +45,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, Terminated, raise_terminated
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the schedc package
 POLL_SECONDS = 0.05
+DIR_PREFIX = "schedc-launch-"
+LOCK_NAME = "leader.lock"
 # peers of a failed rank typically fail with a connection error of their own: say those last
 _PEER_SYMPTOMS = ("Connection", "connection", "peer", "Broken pipe", "stopped after")
 
@@ -63,7 +87,8 @@ def free_port() -> int:
 def worker_env(extra: Optional[dict[str, str]] = None, threads: Optional[int] = 1) -> dict[str, str]:
     """This process's environment as a rank needs it (see the module docstring); ``extra`` wins."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    # an empty entry means the working directory: keep only the named ones
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     if threads:  # None: keep the caller's OMP_NUM_THREADS
         env["OMP_NUM_THREADS"] = str(threads)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -90,18 +115,106 @@ def launch(
     a rank fails, exits without a result or is still running at ``timeout`` seconds."""
     if n_ranks < 1:
         raise SchedcError(f"{label}: need at least one rank, got {n_ranks}")
-    with tempfile.TemporaryDirectory(prefix="schedc-launch-") as tmp:
-        tmpdir = Path(tmp)
+    remove_stale_dirs()
+    with _sigterm_cleans_up(), _launch_dir() as tmpdir:
         (tmpdir / "spec.json").write_text(json.dumps(spec))
         procs, logs = _start(cmd, n_ranks, tmpdir, timeout, threads, env)
         try:
             exited_at, deadline_hit = _wait(procs, timeout, grace)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        except BaseException:  # Ctrl-C, SIGTERM: nothing of this launch stays behind
+            _kill_all(procs)
+            for log in logs:
+                log.close()
+            raise
+        _kill_all(procs)
         return _collect(procs, logs, tmpdir, exited_at, deadline_hit, timeout, label, hint)
+
+
+@contextmanager
+def _launch_dir() -> Iterator[Path]:
+    """A private directory, locked by this leader while it lives and removed on the way out."""
+    tmpdir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
+    lock = None
+    try:
+        # locked before it takes its name: another launch's sweep never sees it unlocked
+        lock = open(tmpdir / (LOCK_NAME + ".new"), "w")
+        _try_lock(lock)
+        os.rename(tmpdir / (LOCK_NAME + ".new"), tmpdir / LOCK_NAME)
+        yield tmpdir
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        if lock is not None:
+            lock.close()
+
+
+def _try_lock(f) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, nothing is ever taken for stale
+        return False
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def remove_stale_dirs(where: Optional[str] = None) -> list[Path]:
+    """Remove launch directories (in ``where``, default the temp directory) whose leader died
+    without cleaning up: their ``leader.lock`` is not held. Returns what was removed."""
+    removed = []
+    root = Path(where or tempfile.gettempdir())
+    try:
+        candidates = [d for d in root.glob(DIR_PREFIX + "*") if d.is_dir() and not d.is_symlink()]
+    except OSError:
+        return removed
+    for d in candidates:
+        try:
+            if d.stat().st_uid != os.getuid():
+                continue
+            with open(d / LOCK_NAME, "r") as f:  # a fresh directory has no lock file yet: skipped
+                if not _try_lock(f):
+                    continue
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+        except OSError:
+            continue
+    return removed
+
+
+@contextmanager
+def _sigterm_cleans_up() -> Iterator[None]:
+    """With the default SIGTERM action (a script calling :func:`launch`; the CLI installs its own
+    handler), turn SIGTERM into an exception while the ranks run, so that they are killed and
+    the launch directory removed, then die of the signal as the caller expected."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    except Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    """Kill each rank still running with everything it started (its session), and reap it."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                p.kill()
+    for p in procs:
+        try:
+            p.wait()
+        except BaseException:  # a second Ctrl-C: the ranks are dead or dying, go on
+            pass
 
 
 def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env) -> tuple[list[subprocess.Popen], list]:
@@ -114,16 +227,14 @@ def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env) -> tuple[list[subp
                 RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n_ranks),
                 LOCAL_WORLD_SIZE=str(n_ranks), MASTER_PORT=port,
                 SCHEDC_SPEC=str(tmpdir / "spec.json"), SCHEDC_RESULT=str(tmpdir / f"rank{rank}.json"),
-                SCHEDC_PG_TIMEOUT=str(max(5.0, timeout - 10.0)),
+                SCHEDC_PG_TIMEOUT=str(max(5.0, timeout - 10.0)), SCHEDC_LEADER_PID=str(os.getpid()),
             )
             log = open(tmpdir / f"rank{rank}.log", "w+")
             logs.append(log)
             procs.append(subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=rank_env,
-                                          stdin=subprocess.DEVNULL))
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
     except BaseException:
-        for p in procs:
-            p.kill()
-            p.wait()
+        _kill_all(procs)
         for log in logs:
             log.close()
         raise
@@ -218,11 +329,46 @@ def init_group(backend: str = "gloo") -> None:
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
 
 
+_bound = False  # die_with_leader() already ran in this process
+
+
+def die_with_leader() -> None:
+    """In a rank: be killed as soon as the leader (the process that launched it) dies.
+
+    Linux: the kernel sends SIGKILL on the parent's death (``PR_SET_PDEATHSIG``); elsewhere a
+    daemon thread polls the parent pid. Either way a leader already gone ends the rank here."""
+    global _bound
+    leader = int(os.environ.get("SCHEDC_LEADER_PID", "0"))
+    if not leader or _bound:
+        return
+    _bound = True
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            armed = libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != leader:  # it died before the kernel was asked to tell us
+        os._exit(1)
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == leader:
+                time.sleep(0.2)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="schedc-leader-watch", daemon=True).start()
+
+
 def run_rank(fn: Callable[[], Any], full_error: bool = False) -> int:
     """Run ``fn`` in this rank and hand its JSON-serialisable value (or its error, one line;
     with ``full_error`` the whole message) to the parent; the exit code to return.
 
     A SchedcError's message is the user's; any other exception is prefixed by its type."""
+    die_with_leader()
     try:
         result = {"ok": fn()}
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises LaunchError
@@ -240,6 +386,32 @@ def _write_result(result: dict) -> None:
     os.replace(tmp, out)
 
 
+# Python 3.10 has no -P: drop the '' (working directory) that -c puts first, then run the module
+_RUN_MODULE = ("import sys\nif sys.path and sys.path[0] == '': del sys.path[0]\n"
+               "from schedc.runtime.launch import _run_module\n_run_module()")
+# run before the rank's own code, whatever imports it starts with
+_SAFE_PREFIX = "import sys\nif sys.path and sys.path[0] == '': del sys.path[0]\n"
+
+
+def _safe_flag() -> list[str]:
+    return ["-P"] if sys.version_info >= (3, 11) else []
+
+
 def python_module(module: str) -> list[str]:
-    """The command that runs ``python -m module`` with this interpreter."""
-    return [sys.executable, "-m", module]
+    """The command that runs ``module`` as ``__main__`` (like ``python -m``) with this interpreter,
+    the working directory not on ``sys.path`` and the rank bound to its leader from the start."""
+    return [sys.executable, *_safe_flag(), "-c", _RUN_MODULE, module]
+
+
+def python_code(code: str) -> list[str]:
+    """The command that runs ``code`` (like ``python -c``), the working directory not on ``sys.path``."""
+    return [sys.executable, *_safe_flag(), "-c", _SAFE_PREFIX + code]
+
+
+def _run_module() -> None:
+    import runpy
+
+    module = sys.argv[1]
+    del sys.argv[1]
+    die_with_leader()
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -7,7 +7,10 @@ therefore only sets a flag: the HiGHS callback asks the solver to stop (``e.inte
 driver's loops see :func:`requested` and end, and ``compile_problem`` returns its best schedule
 with ``interrupted=True`` (the CLI writes it, says so, and exits 130). A second Ctrl-C raises
 KeyboardInterrupt as usual, for when the user does not want to wait for the search to wind down.
-Outside the context (the library builder, benchmarks, plain API calls) Ctrl-C stays a
+SIGTERM (what SLURM and other batch schedulers send at a time limit) stops the search the same
+way when nobody but the CLI handles it (the CLI then exits 143), independently of SIGINT (which a
+shell's background job ignores). A repeated SIGTERM changes nothing: the stop is under way, and a
+scheduler that will not wait sends SIGKILL next. Outside the context (the library builder, benchmarks, plain API calls) Ctrl-C stays a
 KeyboardInterrupt.
 
 CP-SAT's solve holds the main thread in C++ for its whole run: OR-Tools' wrapper runs Python's
@@ -25,50 +28,69 @@ import select
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
+
+from schedc.errors import Terminated, raise_terminated
 
 _requested = False
+_received: Optional[int] = None
 
 
 def requested() -> bool:
-    """Whether Ctrl-C was pressed inside :func:`stop_on_sigint`."""
+    """Whether Ctrl-C (or SIGTERM) came inside :func:`stop_on_sigint`."""
     return _requested
 
 
+def received() -> Optional[int]:
+    """The signal that asked for the stop inside :func:`stop_on_sigint` (SIGINT or SIGTERM)."""
+    return _received
+
+
 def _on_sigint(signum, frame) -> None:
-    global _requested
+    global _requested, _received
     _requested = True
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
+    _received = _received or signum
+    if signum == signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
 
 
 @contextmanager
 def stop_on_sigint() -> Iterator[None]:
-    """Turn the first SIGINT into a stop request for the compile running inside the block."""
-    global _requested
-    ours = threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if not ours:  # a caller's own handler, or not the main thread: leave signals alone
+    """Turn the first SIGINT (or SIGTERM) into a stop request for the compile running inside the block."""
+    global _requested, _received
+    main = threading.current_thread() is threading.main_thread()
+    # a caller's own handler, or not the main thread: leave that signal alone
+    take_int = main and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    term = signal.getsignal(signal.SIGTERM) if main else None
+    take_term = main and term in (signal.SIG_DFL, raise_terminated)
+    if not (take_int or take_term):
         yield
         return
 
-    _requested = False
-    signal.signal(signal.SIGINT, _on_sigint)
+    _requested, _received = False, None
+    if take_int:
+        signal.signal(signal.SIGINT, _on_sigint)
+    if take_term:
+        signal.signal(signal.SIGTERM, _on_sigint)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if take_int:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if take_term:
+            signal.signal(signal.SIGTERM, term)
         _requested = False
 
 
 @contextmanager
 def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
-    """Call `stop` (from a watcher thread) as soon as SIGINT arrives while native code holds the
+    """Call `stop` (from a watcher thread) as soon as SIGINT (or SIGTERM) arrives while native code holds the
     main thread. Python runs its own handler when that code returns: inside
     :func:`stop_on_sigint` the stop request is recorded, elsewhere KeyboardInterrupt follows at
     once instead of after the solver's time limit. A no-op off the main thread, with SIGINT
     ignored, or when another wakeup pipe (an event loop's) is already installed."""
     if threading.current_thread() is not threading.main_thread() or \
-            not callable(signal.getsignal(signal.SIGINT)):
+            not any(callable(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)):
         yield
         return
     read_end, write_end = os.pipe()
@@ -81,13 +103,16 @@ def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
         yield
         return
     finished = threading.Event()
-    seen = threading.Event()
+    seen: list[int] = []
 
     def watch() -> None:
         while not finished.is_set():
-            if select.select([read_end], [], [], 0.1)[0] and signal.SIGINT in os.read(read_end, 512):
-                seen.set()
-                stop()
+            if select.select([read_end], [], [], 0.1)[0]:
+                data = os.read(read_end, 512)
+                got = [s for s in (signal.SIGINT, signal.SIGTERM) if s in data]
+                if got:
+                    seen.extend(got)
+                    stop()
 
     watcher = threading.Thread(target=watch, name="schedc-sigint-watcher", daemon=True)
     watcher.start()
@@ -100,9 +125,11 @@ def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
         os.close(read_end)
         os.close(write_end)
     # OR-Tools runs Python's handler inside its solve and swallows what it raises: redo its effect
-    if seen.is_set() and not _requested:
-        handler = signal.getsignal(signal.SIGINT)
+    if seen and not _requested:
+        handler = signal.getsignal(seen[0])
         if handler is _on_sigint:
-            _on_sigint(signal.SIGINT, None)
+            _on_sigint(seen[0], None)
         elif handler is signal.default_int_handler:
             raise KeyboardInterrupt
+        elif handler is raise_terminated:
+            raise Terminated

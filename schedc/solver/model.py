@@ -108,6 +108,7 @@ time limit.
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -812,7 +813,7 @@ def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, s
         s = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(seconds))), warmStart=True, threads=1,
                               gapRel=PROVEN, gapAbs=PROVEN)
     try:
-        status = prob.solve(s)
+        status = _solve_in_private_dir(prob, s)
     except pulp.PulpSolverError as e:
         return SolveOutcome(None, False, None, None, time.monotonic() - t0, n_bin, prob.numConstraints(), solver, str(e))
     elapsed = time.monotonic() - t0
@@ -834,6 +835,18 @@ def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, s
     if orders is None:
         return SolveOutcome(None, False, None, dual, elapsed, n_bin, prob.numConstraints(), solver, "no solution")
     return SolveOutcome(orders, proven, pulp.value(prob.objective), dual, elapsed, n_bin, prob.numConstraints(), solver)
+
+
+def _solve_in_private_dir(prob: pulp.LpProblem, s) -> int:
+    """``prob.solve(s)``; a file-based solver (CBC) writes its model, MIP start and solution
+    files (``*-pulp.mps``, ``*.mst``, ``*.sol``) into a directory of its own, removed on every
+    way out: pulp deletes them only after a successful solve, not when CBC fails or the solve
+    is interrupted."""
+    if not hasattr(s, "tmpDir"):
+        return prob.solve(s)
+    with tempfile.TemporaryDirectory(prefix="schedc-cbc-") as tmp:
+        s.tmpDir = tmp
+        return prob.solve(s)
 
 
 def _solution_orders(m: OrderModel) -> Optional[list[list[int]]]:
