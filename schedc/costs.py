@@ -45,6 +45,9 @@ DEFAULT_RUNTIME = "torch"
 # W; benchmarks/split_backward_memory.py measures it for GPT, MLP and attention stages.
 HELD_FRACTION = 1.0
 
+# Seconds one unit of unit-less costs (--costs) sleeps when `schedc emulate` runs it without --scale.
+UNIT_SECONDS = 0.02
+
 
 class StageCost(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

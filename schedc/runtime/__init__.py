@@ -1,46 +1,47 @@
 """schedc's torch side: run a CSV schedule, split a model into stages, the small GPT model.
 
-Everything that imports torch lives in this package; names are exported lazily so that
-``import schedc.runtime`` itself stays cheap and importing a submodule pulls in only what it needs.
+Everything that imports torch lives in this package, and importing it imports torch: without
+torch, ``import schedc.runtime`` (or any of its modules) fails with one ImportError that names
+the extra to install, ``pip install 'schedc[torch]'``. ``import schedc`` never imports it.
 
     from schedc.runtime import stages_for_rank, build_schedule, csv_schedule_factory, load_pipeline
 """
 
-from __future__ import annotations
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as e:  # one line that says what to do, instead of a failure deep in a submodule
+    raise ImportError(f"schedc.runtime needs torch, which cannot be imported ({e}): "
+                      "pip install 'schedc[torch]'", name="torch") from e
 
-import importlib
-from typing import Any
+from schedc.runtime.models import GPT, GPTConfig, lm_loss, make_batch
+from schedc.runtime.pipeline import (
+    CsvSchedule,
+    Pipeline,
+    build_schedule,
+    check_stages,
+    csv_schedule_factory,
+    load_pipeline,
+    load_torch_pipeline,
+    read_schedule,
+    stages_for_rank,
+)
+from schedc.runtime.split import split_gpt, split_model, stage_layer_ranges
 
-_EXPORTS = {
-    "stages_for_rank": "pipeline",
-    "build_schedule": "pipeline",
-    "csv_schedule_factory": "pipeline",
-    "load_pipeline": "pipeline",
-    "load_torch_pipeline": "pipeline",
-    "check_stages": "pipeline",
-    "read_schedule": "pipeline",
-    "CsvSchedule": "pipeline",
-    "Pipeline": "pipeline",
-    "split_model": "split",
-    "split_gpt": "split",
-    "stage_layer_ranges": "split",
-    "GPT": "models",
-    "GPTConfig": "models",
-    "lm_loss": "models",
-    "make_batch": "models",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'schedc.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"schedc.runtime.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = [
+    "CsvSchedule",
+    "GPT",
+    "GPTConfig",
+    "Pipeline",
+    "build_schedule",
+    "check_stages",
+    "csv_schedule_factory",
+    "lm_loss",
+    "load_pipeline",
+    "load_torch_pipeline",
+    "make_batch",
+    "read_schedule",
+    "split_gpt",
+    "split_model",
+    "stage_layer_ranges",
+    "stages_for_rank",
+]
