@@ -50,6 +50,8 @@ UNIT_SECONDS = 0.02
 
 
 class StageCost(BaseModel):
+    """What one stage (or, in a per-unit profile, one unit of the model) costs per microbatch."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     forward: float = Field(gt=0, description="seconds of F for one microbatch")
@@ -81,6 +83,9 @@ class StageCost(BaseModel):
 
 
 class Profile(BaseModel):
+    """The profile file (``schedc.profile/v1``): per-stage costs, communication per boundary,
+    provenance. ``Profile.load(path)`` reads one, ``Profile.uniform(n)`` builds identical stages."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: Literal["schedc.profile/v1"] = PROFILE_FORMAT
