@@ -1,7 +1,7 @@
 """What a schedule costs: the profile file (``schedc.profile/v1``) and the memory limit.
 
 A profile gives, per stage, the seconds of F, I and W and the bytes a microbatch holds (see
-DESIGN.md). ``Profile.uniform`` builds the identical-stage profile behind ``--costs F,I,W``:
+docs/design.md). ``Profile.uniform`` builds the identical-stage profile behind ``--costs F,I,W``:
 1 unit of activation per microbatch, of which ``HELD_FRACTION`` is still held between I and W.
 ``MemoryLimit`` parses ``--memory`` (``1.5p``, ``40GiB``, ``none``) and turns it into a per-rank
 byte cap for a given placement.

@@ -3,7 +3,7 @@
 Problem: a schedule is runnable by torch's ``_PipelineScheduleRuntime`` when (1) every stage
 runs exactly one forward and one backward (B, or I then W) per microbatch, (2) every action runs
 on the rank that holds its stage, (3) on each rank an action never comes before another action
-of the same rank it needs (DESIGN.md's dependency rules), and (4) the ranks cannot wait on each
+of the same rank it needs (docs/design.md's dependency rules), and (4) the ranks cannot wait on each
 other in a circle (deadlock).
 
 Method: (1)-(3) are counted/compared cell by cell. (4) builds one directed graph (networkx)
