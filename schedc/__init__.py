@@ -19,30 +19,33 @@ torch nor the solvers nor matplotlib; those load on the first call that needs th
 
 __version__ = "0.1.0"
 
-# The engine modules whose names the front door's functions take (schedc.simulate, .validate,
-# .plot): imported first, so that the attributes their import sets on the package are replaced
-# below once and for all (a later import finds them in sys.modules and sets nothing).
-from schedc import plot as _plot_module
-from schedc import simulate as _simulate_module
-from schedc import validate as _validate_module
+from schedc._loading import command_exits_on_ctrl_c
 
-from schedc.api import (
-    BASELINES,
-    baseline,
-    compile,
-    plot,
-    read_csv,
-    read_report,
-    simulate,
-    validate,
-    write_csv,
-)
-from schedc.choices import Execution, Objective, Placement, Solver, Status
-from schedc.costs import MemoryLimit, Profile, StageCost
-from schedc.deprecation import attach_module_aliases
-from schedc.errors import SchedcError
-from schedc.ir import Action, Schedule
-from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
+with command_exits_on_ctrl_c():  # the schedc command: Ctrl-C while loading exits 130, no traceback
+    # The engine modules whose names the front door's functions take (schedc.simulate, .validate,
+    # .plot): imported first, so that the attributes their import sets on the package are
+    # replaced below once and for all (a later import finds them in sys.modules and sets nothing).
+    from schedc import plot as _plot_module
+    from schedc import simulate as _simulate_module
+    from schedc import validate as _validate_module
+
+    from schedc.api import (
+        BASELINES,
+        baseline,
+        compile,
+        plot,
+        read_csv,
+        read_report,
+        simulate,
+        validate,
+        write_csv,
+    )
+    from schedc.choices import Execution, Objective, Placement, Solver, Status
+    from schedc.costs import MemoryLimit, Profile, StageCost
+    from schedc.deprecation import attach_module_aliases
+    from schedc.errors import SchedcError
+    from schedc.ir import Action, Schedule
+    from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
 
 # `schedc plan` (choose the stage partition and compile it) joins here as schedc.plan.
 
@@ -87,4 +90,4 @@ attach_module_aliases(validate, _validate_module, {
 attach_module_aliases(plot, _plot_module, {
     "plot_schedules": "schedc.plot(schedules, profile=..., titles=...)",
     "plot_schedule": "schedc.plot(schedule, profile=...)"})
-del _plot_module, _simulate_module, _validate_module, attach_module_aliases
+del _plot_module, _simulate_module, _validate_module, attach_module_aliases, command_exits_on_ctrl_c

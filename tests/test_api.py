@@ -236,7 +236,7 @@ def test_old_spellings_through_the_package_warn_and_still_work():
 
 
 def test_import_schedc_stays_light():
-    code = ("import sys, schedc; print(sorted(m for m in ('torch', 'pulp', 'matplotlib', 'ortools', 'highspy') "
+    code = ("import sys, schedc; print(sorted(m for m in ('torch', 'pulp', 'matplotlib', 'ortools', 'highspy', 'networkx') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
