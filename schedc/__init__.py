@@ -47,7 +47,11 @@ with command_exits_on_ctrl_c():  # the schedc command: Ctrl-C while loading exit
     from schedc.ir import Action, Schedule
     from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
 
-# `schedc plan` (choose the stage partition and compile it) joins here as schedc.plan.
+# `schedc plan` joins here as schedc.plan, the way simulate / validate / plot do: import the module
+# inside the block above first (`from schedc import plan as _plan_module`; its top level must stay
+# light, the solver imported inside functions), then bind the function (`from schedc.plan import
+# plan`), add "plan" to __all__ and `del _plan_module`. Binding the function without importing the
+# module first would let the module's first import replace schedc.plan with the module.
 
 __all__ = [
     # functions

@@ -337,7 +337,11 @@ def plot(
     if profile is None or isinstance(profile, (Profile, str, os.PathLike)):
         profiles = [_profile(profile, s.n_stages) for s in items]
     else:
-        profiles = [_profile(p, None) for p in profile]
+        profiles = list(profile)
+        if len(profiles) != len(items):
+            raise SchedcError(f"profile: {len(items)} schedules but {len(profiles)} profiles; give one, or one "
+                              f"per schedule")
+        profiles = [_profile(p, s.n_stages) for p, s in zip(profiles, items)]
     profiles = [p.executed(execution) for p in profiles]
     return plot_schedules(items, profiles, None if memory is None else _memory(memory), titles=titles, path=path)
 

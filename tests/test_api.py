@@ -108,6 +108,7 @@ def test_positional_calls_raise_type_error(tmp_path):
     (lambda s: schedc.baseline("1f1b", stages=2, microbatches=4, placement="x"), "placement"),
     (lambda s: schedc.plot([s, None]), "schedules[1]"),
     (lambda s: schedc.plot(s, execution="paper"), "execution"),
+    (lambda s: schedc.plot([s, s], profile=[schedc.Profile.uniform(2)]), "profile"),
     (lambda s: schedc.simulate(s).objective("throughput"), "objective"),
 ])
 def test_a_bad_choice_is_one_error_naming_the_parameter(call, parameter):
@@ -236,7 +237,7 @@ def test_old_spellings_through_the_package_warn_and_still_work():
 
 
 def test_import_schedc_stays_light():
-    code = ("import sys, schedc; print(sorted(m for m in ('torch', 'pulp', 'matplotlib', 'ortools', 'highspy', 'networkx') "
-            "if m in sys.modules))")
+    heavy = ("torch", "pulp", "matplotlib", "ortools", "highspy", "networkx")
+    code = f"import sys, schedc; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
