@@ -13,7 +13,8 @@ the size) for interleaved 1F1B (loop placement), ZB-V and schedc's `v` column. T
   - transformer: schedc.library.transformer_profile (32 layers, hidden 4096, vocab 128256,
     sequence 4096; LM head + loss on the last stage), split into R or 2R stages; times in ms.
 The memory limit is relative to each split (Kp = one cap for every rank: max over ranks of
-static + K x 1F1B's activation peak there, a rank's stages run as one; schedc.costs). Every hand-made schedule is simulated under the row's costs; a value
+static + K x 1F1B's activation peak there, a rank's stages run as one; docs/design.md). Every
+hand-made schedule is simulated under the row's costs; a value
 over the memory limit is shown in parentheses and never counted as "best". schedc compiles
 each split (makespan objective, --time-limit per compile). torch's table simulates the orders
 torch's classes report (``_schedule_visualizer.get_schedule_ops``, converted with

@@ -1,3 +1,97 @@
-"""schedc: a pipeline-schedule compiler for PyTorch training."""
+"""schedc: a pipeline-schedule compiler for PyTorch training.
+
+The README's workflow from one import::
+
+    import schedc
+
+    prof = schedc.Profile.uniform(4, 1, 1.1, 0.9, comm=0.1)     # or schedc.Profile.load("prof.json")
+    res = schedc.compile(stages=4, microbatches=16, profile=prof, memory="1.5p", time_limit=30)
+    schedc.write_csv(res.schedule, "s.csv", report=res.report)
+    sim = schedc.simulate(schedc.baseline("zb-h1", stages=4, microbatches=16), profile=prof)
+
+Functions (:mod:`schedc.api`): :func:`compile`, :func:`simulate`, :func:`validate`,
+:func:`baseline`, :func:`plot`, :func:`read_csv`, :func:`write_csv`, :func:`read_report`.
+Results (:mod:`schedc.results`) are frozen; choices (:mod:`schedc.choices`) are ``Literal`` types
+and the :class:`Status` enum. Running a CSV in torch and profiling a model live in
+:mod:`schedc.runtime` (needs ``pip install 'schedc[torch]'``). Importing schedc loads neither
+torch nor the solvers nor matplotlib; those load on the first call that needs them.
+"""
 
 __version__ = "0.1.0"
+
+from schedc._loading import command_exits_on_ctrl_c
+
+with command_exits_on_ctrl_c():  # the schedc command: Ctrl-C while loading exits 130, no traceback
+    # The engine modules whose names the front door's functions take (schedc.simulate, .validate,
+    # .plot): imported first, so that the attributes their import sets on the package are
+    # replaced below once and for all (a later import finds them in sys.modules and sets nothing).
+    from schedc import plot as _plot_module
+    from schedc import simulate as _simulate_module
+    from schedc import validate as _validate_module
+
+    from schedc.api import (
+        BASELINES,
+        baseline,
+        compile,
+        plot,
+        read_csv,
+        read_report,
+        simulate,
+        validate,
+        write_csv,
+    )
+    from schedc.choices import Execution, Objective, Placement, Solver, Status
+    from schedc.costs import MemoryLimit, Profile, StageCost
+    from schedc.deprecation import attach_module_aliases
+    from schedc.errors import SchedcError
+    from schedc.ir import Action, Schedule
+    from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
+
+# `schedc plan` joins here as schedc.plan, the way simulate / validate / plot do: import the module
+# inside the block above first (`from schedc import plan as _plan_module`; its top level must stay
+# light, the solver imported inside functions), then bind the function (`from schedc.plan import
+# plan`), add "plan" to __all__ and `del _plan_module`. Binding the function without importing the
+# module first would let the module's first import replace schedc.plan with the module.
+
+__all__ = [
+    # functions
+    "compile",
+    "simulate",
+    "validate",
+    "baseline",
+    "plot",
+    "read_csv",
+    "write_csv",
+    "read_report",
+    "BASELINES",
+    # inputs
+    "Profile",
+    "StageCost",
+    "MemoryLimit",
+    "Schedule",
+    "Action",
+    # results
+    "Compiled",
+    "Simulation",
+    "ActionTime",
+    "BaselineResult",
+    "Report",
+    # choices
+    "Status",
+    "Objective",
+    "Execution",
+    "Solver",
+    "Placement",
+    # errors
+    "SchedcError",
+]
+
+# before the front door, the README reached these through the package's modules; one release more
+attach_module_aliases(simulate, _simulate_module, {"simulate": "schedc.simulate(schedule, profile=...)"})
+attach_module_aliases(validate, _validate_module, {
+    "validate": "schedc.validate(schedule, ...)",
+    "problems": "'from schedc.validate import problems'"})
+attach_module_aliases(plot, _plot_module, {
+    "plot_schedules": "schedc.plot(schedules, profile=..., titles=...)",
+    "plot_schedule": "schedc.plot(schedule, profile=...)"})
+del _plot_module, _simulate_module, _validate_module, attach_module_aliases, command_exits_on_ctrl_c

@@ -1,7 +1,7 @@
 """What a schedule costs: the profile file (``schedc.profile/v1``) and the memory limit.
 
 A profile gives, per stage, the seconds of F, I and W and the bytes a microbatch holds (see
-DESIGN.md). ``Profile.uniform`` builds the identical-stage profile behind ``--costs F,I,W``:
+docs/design.md). ``Profile.uniform`` builds the identical-stage profile behind ``--costs F,I,W``:
 1 unit of activation per microbatch, of which ``HELD_FRACTION`` is still held between I and W.
 ``MemoryLimit`` parses ``--memory`` (``1.5p``, ``40GiB``, ``none``) and turns it into a per-rank
 byte cap for a given placement.
@@ -62,8 +62,13 @@ DEFAULT_RUNTIME = "torch"
 # W; benchmarks/split_backward_memory.py measures it for GPT, MLP and attention stages.
 HELD_FRACTION = 1.0
 
+# Seconds one unit of unit-less costs (--costs) sleeps when `schedc emulate` runs it without --scale.
+UNIT_SECONDS = 0.02
+
 
 class StageCost(BaseModel):
+    """What one stage (or, in a per-unit profile, one unit of the model) costs per microbatch."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     forward: float = Field(gt=0, description="seconds of F for one microbatch")
@@ -95,6 +100,9 @@ class StageCost(BaseModel):
 
 
 class Profile(BaseModel):
+    """The profile file (``schedc.profile/v1``): per-stage costs, communication per boundary,
+    provenance. ``Profile.load(path)`` reads one, ``Profile.uniform(n)`` builds identical stages."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: Literal["schedc.profile/v1"] = PROFILE_FORMAT

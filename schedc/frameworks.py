@@ -299,14 +299,15 @@ def check_csv_for(csv: Union[str, Path, Schedule], spec: str, ranks: Optional[in
 
 
 def _read(csv) -> tuple[Schedule, str]:
-    from schedc import csvio, validate
+    from schedc import csvio
+    from schedc.validate import validate
 
     if isinstance(csv, Schedule):
         schedule, source = csv, csv.meta.get("source", "")
     else:
         source = str(csv)
         schedule = csvio.read_csv(csv)  # refuses a BOM as torch's reader would
-    validate.validate(schedule, source=source)
+    validate(schedule, source=source)
     return schedule, source
 
 

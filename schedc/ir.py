@@ -21,6 +21,10 @@ KINDS = ("F", "I", "W", "B")
 
 @dataclass(frozen=True, order=True)
 class Action:
+    """One unit of pipeline work: kind F (forward), I (backward for inputs), W (backward for
+    weights) or B (full backward) of one microbatch on one stage; ``str()`` is torch's CSV
+    cell, e.g. ``3F0``."""
+
     stage: int
     kind: str  # one of KINDS
     microbatch: int

@@ -30,15 +30,7 @@ import functools
 import io
 import math
 from pathlib import Path
-from typing import Optional, Sequence, Union
-
-from matplotlib import colormaps, rc_context
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import PolyCollection
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from schedc.costs import MemoryLimit, Profile, format_duration, format_memory
 from schedc.errors import SchedcError
@@ -46,6 +38,10 @@ from schedc.fileio import atomic_write_bytes
 from schedc.ir import KINDS, Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.trace import merge_instants
+
+# matplotlib loads when a picture is drawn, not when schedc is imported (about a second)
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -63,6 +59,8 @@ _BYTE_UNITS = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0
 @functools.lru_cache(maxsize=None)  # colormap lookups copy the map: far too slow per box
 def kind_color(kind: str, slot: int = 0, n_slots: int = 1) -> tuple:
     """RGBA of a box: the kind's hue, shaded by the stage slot on its rank (darker = later)."""
+    from matplotlib import colormaps
+
     if n_slots <= 1:
         x = 0.62
     else:
@@ -91,6 +89,9 @@ def plot_schedules(
     limit) is drawn as a dashed line and judged in the title. Saves to ``path`` (png/svg/pdf by
     extension, written atomically) when given, and returns the Figure either way.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     schedules = list(schedules)
     if not schedules:
         raise SchedcError("plot: give at least one schedule")
@@ -161,6 +162,8 @@ def save_figure(fig: Figure, path: Union[str, Path], fmt: Optional[str] = None) 
 def render_figure(fig: Figure, fmt: str) -> bytes:
     """The picture as bytes in `fmt` (png, svg, pdf). Deterministic output: no dates in SVG/PDF
     metadata and a fixed SVG id salt."""
+    from matplotlib import rc_context
+
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     dpi = 110 if fig.get_figwidth() > 16 else 130
     buf = io.BytesIO()
@@ -173,6 +176,8 @@ def render_figure(fig: Figure, fmt: str) -> bytes:
 
 
 def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_pt: float, legend_keys) -> None:
+    from matplotlib.collections import PolyCollection
+
     n_ranks = schedule.n_ranks
     box_h = 0.8
     slots = {}
@@ -228,6 +233,10 @@ _MARKERS = "osD^vP<X>*"  # one per rank up to 10, with tab10's colours
 
 
 def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memory: Optional[MemoryLimit]) -> None:
+    from matplotlib import colormaps
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     n_ranks = schedule.n_ranks
     many = n_ranks > len(_MARKERS)
     cmap = colormaps["viridis"] if many else colormaps["tab10"]
@@ -332,6 +341,8 @@ def _title_line(name: str, schedule: Schedule, res: SimResult, memory: Optional[
 
 
 def _add_legend(fig: Figure, keys) -> None:
+    from matplotlib.patches import Patch
+
     handles = []
     ordinal = {0: "1st", 1: "2nd", 2: "3rd"}
     for kind, slot, n_slots in sorted(keys, key=lambda k: (KINDS.index(k[0]), k[2], k[1])):

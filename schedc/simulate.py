@@ -2,7 +2,7 @@
 
 Problem: given a schedule (each rank's actions in order) and costs, find the earliest start of
 every action such that each rank runs one action at a time in its given order and every data
-dependency (DESIGN.md) has finished, plus the boundary's communication time when producer and
+dependency (docs/design.md) has finished, plus the boundary's communication time when producer and
 consumer sit on different ranks. All ranks start the step at time 0.
 
 Method: the earliest-start times are a longest-path computation over the graph "rank order +

@@ -3,7 +3,7 @@
 Problem: a schedule is runnable by torch's ``_PipelineScheduleRuntime`` when (1) every stage
 runs exactly one forward and one backward (B, or I then W) per microbatch, (2) every action runs
 on the rank that holds its stage, (3) on each rank an action never comes before another action
-of the same rank it needs (DESIGN.md's dependency rules), and (4) the ranks cannot wait on each
+of the same rank it needs (docs/design.md's dependency rules), and (4) the ranks cannot wait on each
 other in a circle (deadlock).
 
 Method: (1)-(3) are counted/compared cell by cell. (4) builds one directed graph (networkx)
@@ -19,14 +19,15 @@ Cost: O(actions) for the graph and the cycle search.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
-
-import networkx as nx
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from schedc.csvio import _position as _pos  # positions read as in csvio's parse errors
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule, make_placement, placement_name
 from schedc.simulate import producers
+
+if TYPE_CHECKING:  # networkx loads on the first graph built, not with `import schedc`
+    import networkx as nx
 
 PlacementSpec = Union[str, Sequence[int], None]
 
@@ -175,6 +176,8 @@ def _order_problems(schedule: Schedule, where) -> list[str]:
 def dependency_graph(schedule: Schedule) -> nx.DiGraph:
     """Nodes: actions (attributes rank, column: 0-based cell index in the row). Edges u -> v mean u must finish before v
     starts; attribute ``kind`` is ``"order"`` (same rank, CSV order) or ``"data"``."""
+    import networkx as nx
+
     g = nx.DiGraph()
     where = _locate(schedule)
     for a, (r, c, _) in where.items():
@@ -230,6 +233,8 @@ def describe_cycle(g: nx.DiGraph, cycle: list[tuple]) -> str:
 
 
 def _deadlock_problems(schedule: Schedule) -> list[str]:
+    import networkx as nx
+
     g = dependency_graph(schedule)
     try:
         cycle = nx.find_cycle(g)

@@ -118,13 +118,14 @@ def test_bad_input_is_one_line_exit_2_and_leaves_no_output(tmp_path, monkeypatch
 
 
 def test_a_failing_plot_leaves_neither_csv_nor_report(tmp_path, monkeypatch, capsys):
-    import schedc.plot
+    # the module, not the package's schedc.plot (the front door's function of the same name)
+    plot_module = sys.modules["schedc.plot"]
 
     def broken(fig, fmt):
         raise OSError(28, "No space left on device", "s.png")
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(schedc.plot, "render_figure", broken)
+    monkeypatch.setattr(plot_module, "render_figure", broken)
     assert cli.main(["compile", "--stages", "2", "--mb", "4", "--quiet", "-o", "s.csv", "--plot", "s.png"]) == 2
     assert capsys.readouterr().err == "schedc compile: error: s.png: No space left on device\n"
     assert list(tmp_path.iterdir()) == []

@@ -2,7 +2,7 @@
 
 Every compiled schedule validates, loads in torch, fits its memory in the simulator and is never
 worse than the warm start; 'optimal' is claimed only when a bound proves it; infeasible and
-malformed requests fail with one line and no output file; the report carries the DESIGN.md
+malformed requests fail with one line and no output file; the report carries the docs/design.md
 fields. Time limits are short: the solver's quality is benchmarks/compile_quality.py's job."""
 
 from __future__ import annotations

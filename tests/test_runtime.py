@@ -342,8 +342,29 @@ def test_stages_for_rank_reads_placement(tmp_path):
         stages_for_rank(tmp_path / "missing.csv", 0)
 
 
-def test_runtime_import_is_lazy():
-    code = "import sys, schedc.runtime; assert 'torch' not in sys.modules; print('ok')"
+def test_runtime_names_are_declared_for_type_checkers_and_load_on_first_use():
+    import ast
+
+    tree = ast.parse((ROOT / "schedc" / "runtime" / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    declared = sorted(alias.name for imp in block.body for alias in imp.names)
+    code = "import sys, schedc.runtime as r; print('torch' in sys.modules, sorted(r.__all__))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=worker_env(), cwd=str(ROOT), timeout=60)
-    assert out.stdout.strip() == "ok", out.stderr
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"False {declared}"
+    assert stages_for_rank.__module__ == "schedc.runtime.pipeline"  # and a name loads its module when asked
+
+
+def test_runtime_without_torch_is_one_import_error_naming_the_extra(tmp_path):
+    # torch not installed (a plain `pip install schedc`): schedc works, its runtime says what to install
+    code = ("import importlib.util, sys\n"
+            "find = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda name, *a: None if name == 'torch' else find(name, *a)\n"
+            "import schedc\n"
+            "for name in ('schedc.runtime', 'schedc.runtime.launch'):\n"
+            "    try:\n        __import__(name)\n    except ImportError as e:\n        print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=worker_env(), cwd=str(ROOT), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["schedc.runtime needs torch, which is not installed: pip install 'schedc[torch]'"] * 2

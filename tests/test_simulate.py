@@ -3,7 +3,7 @@ stages, flow-shop formulas for GPipe, a hand-computed timeline, memory accountin
 
 How the ZB bubbles are measured: the paper's objective is per rank, from the rank's first
 action's start to its last action's end (``SimResult.span_per_rank``; ``span`` is the largest,
-DESIGN.md's ``span`` objective), because in its setting ranks do not wait for each other at the
+docs/design.md's ``span`` objective), because in its setting ranks do not wait for each other at the
 step boundary. The bubble of a rank is that span minus the rank's busy time ``m(F+I+W)``; the
 schedule's bubble is the largest over ranks (rank 0's for 1F1B and ZB-H1)."""
 

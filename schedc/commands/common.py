@@ -65,13 +65,14 @@ def memory_from_args(args) -> MemoryLimit:
 
 def read_checked(args):
     """Read and validate every CSV in args.files, with a profile for each."""
-    from schedc import csvio, validate
+    from schedc import csvio
+    from schedc.validate import validate
 
     schedules, profiles = [], []
     by_stage_count: dict[int, Profile] = {}  # read a --profile file once, not once per CSV
     for path in args.files:
         schedule = csvio.read_csv(path)
-        validate.validate(schedule, source=path)
+        validate(schedule, source=path)
         schedule.name = schedule.name or Path(path).stem
         if schedule.n_stages not in by_stage_count:
             by_stage_count[schedule.n_stages] = profile_from_args(args, schedule.n_stages)

@@ -7,8 +7,7 @@ import json
 import sys
 
 from schedc.commands import common
-from schedc.costs import Profile, parse_comm, parse_costs
-from schedc.runtime.emulate import UNIT_SECONDS  # torch-free module; torch loads when a run starts
+from schedc.costs import UNIT_SECONDS, Profile, parse_comm, parse_costs
 
 
 

@@ -50,13 +50,14 @@ def _run_validate_for(args) -> int:
 
 
 def run(args) -> int:
-    from schedc import csvio, validate
+    from schedc import csvio
+    from schedc.validate import validate
 
     if args.for_:
         return _run_validate_for(args)
     schedule = csvio.read_csv(args.file)
-    validate.validate(schedule, n_stages=args.stages, n_microbatches=args.mb, n_ranks=args.ranks,
-                      placement=args.placement, source=args.file)
+    validate(schedule, n_stages=args.stages, n_microbatches=args.mb, n_ranks=args.ranks,
+             placement=args.placement, source=args.file)
     print(f"{args.file}: valid: "
           f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches, _placement_label(schedule))}")
     return 0

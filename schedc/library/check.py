@@ -34,8 +34,9 @@ def _torch_available() -> bool:
 
 def check_entry(entry: Entry, torch: bool = True) -> list[str]:
     """Problems of one library file pair (see :func:`check_library`)."""
-    from schedc import csvio, validate
+    from schedc import csvio
     from schedc.simulate import simulate
+    from schedc.validate import validate
 
     setup, rep, csv_path = entry.setup, entry.report, entry.csv
     json_path = csvio.report_path(csv_path)
@@ -62,8 +63,8 @@ def check_entry(entry: Entry, torch: bool = True) -> list[str]:
 
     try:
         sched = csvio.read_csv(csv_path)
-        validate.validate(sched, n_stages=setup.stages, n_microbatches=setup.mb, n_ranks=setup.ranks,
-                          placement=setup.placement, source=str(csv_path))
+        validate(sched, n_stages=setup.stages, n_microbatches=setup.mb, n_ranks=setup.ranks,
+                 placement=setup.placement, source=str(csv_path))
     except SchedcError as e:
         return [str(e)]
     if torch:

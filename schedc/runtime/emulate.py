@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from schedc.costs import Profile, format_ms
+from schedc.costs import UNIT_SECONDS, Profile, format_ms  # noqa: F401 (UNIT_SECONDS: read from here too)
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
@@ -58,7 +58,6 @@ WIDTH = 4  # elements per microbatch row: transfers stay tiny, so they cost no m
 # core away and pays a wake-up (more on a loaded host), which belongs to the overhead
 TOKEN_SLEEP = 1e-6
 STARTUP_SECONDS = 120.0  # deadline allowance for starting the ranks and importing torch
-UNIT_SECONDS = 0.02  # what one unit of unit-less costs (--costs) sleeps unless a scale is given
 
 
 # ---------------------------------------------------------------- inside each rank

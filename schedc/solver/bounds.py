@@ -1,7 +1,7 @@
 """Lower bounds on the step time of every schedule of a problem: the certificate behind "gap".
 
 Problem: a number L such that EVERY schedule of the problem (any per-rank order of its F, I, W or
-B actions, under the dependency rules of DESIGN.md, timed with earliest starts as simulate()
+B actions, under the dependency rules of docs/design.md, timed with earliest starts as simulate()
 does, or indeed with any later starts) has objective >= L. The bound must hold for the
 objective chosen: ``makespan`` (all ranks start at 0, the step ends at the last end) or ``span``
 (max over ranks of last end - first start).

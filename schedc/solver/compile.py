@@ -571,7 +571,7 @@ def _window_at(inst, orders, sim, t: float, length: float, shear: float = 0.0) -
 
 def build_report(result: CompileResult, lb_details: dict, bound_source: str, solver: str, time_limit: float,
                  log: list) -> dict:
-    """The JSON report beside the CSV (DESIGN.md, "Compiler output")."""
+    """The JSON report beside the CSV (docs/design.md, "Compiler output")."""
     p, sim = result.problem, result.sim
     caps = [None if math.isinf(c) else c for c in p.memory_caps]
     return {

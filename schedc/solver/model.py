@@ -10,7 +10,7 @@ named as here (``add_<family>``); the rows carry the family's name.
 
   Sets and data
     A, A_r       actions (F, I, W per stage and microbatch; B for a stage whose W costs 0), those
-                 of rank r; d_a duration, mu_a memory delta (DESIGN.md), cap_r, static_r
+                 of rank r; d_a duration, mu_a memory delta (docs/design.md), cap_r, static_r
     P            dependencies (a, b, lag): b starts after a ends + lag (comm across ranks), with
                  kinds in microbatch order and the memory-forced orders (below)
     anc(b)       everything P forces before b (transitive closure)

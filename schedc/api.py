@@ -1,0 +1,507 @@
+"""schedc's front door: the README's workflow as typed, keyword-only functions.
+
+Problem: a user who wants to compile, check, time and draw a pipeline schedule should need one
+import and one vocabulary, not twelve modules with positional parameters and string flags.
+
+Method: each function here checks its choices up front (a bad one is a
+:class:`~schedc.errors.SchedcError` naming the parameter), calls the engine function that does
+the work, and returns a frozen result (:mod:`schedc.results`). The engine modules keep their
+own signatures; this layer only resolves arguments and freezes answers. The solver and
+matplotlib load on the first call that needs them, so ``import schedc`` stays light.
+
+Cost: that of the engine function called (a compile runs for up to ``time_limit`` seconds).
+
+>>> import schedc
+>>> zbh1 = schedc.baseline("zb-h1", stages=4, microbatches=8)
+>>> schedc.validate(zbh1)
+>>> schedc.simulate(zbh1, profile=schedc.Profile.uniform(4)).makespan
+27.0
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
+
+from schedc.baselines import BASELINE_NAMES, make_baseline
+from schedc.choices import Execution, Objective, Placement, PlacementName, Solver, Status, check_choice
+from schedc.costs import MemoryLimit, Profile
+from schedc.errors import SchedcError
+from schedc.ir import Schedule
+from schedc.results import BaselineResult, Compiled, Report, Simulation
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["compile", "simulate", "validate", "baseline", "plot", "read_csv", "write_csv", "read_report",
+           "BASELINES"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+BASELINES: tuple[str, ...] = BASELINE_NAMES
+"""The hand-made schedules :func:`baseline` builds, by canonical name."""
+
+
+def compile(
+    *,
+    stages: int,
+    microbatches: int,
+    ranks: Optional[int] = None,
+    placement: Placement = "loop",
+    profile: Union[Profile, PathLike, None] = None,
+    memory: Union[str, MemoryLimit] = "1p",
+    objective: Objective = "makespan",
+    execution: Execution = "torch",
+    time_limit: float = 60.0,
+    solver: Solver = "auto",
+    seed: int = 0,
+    progress: Optional[Callable[[dict], None]] = None,
+) -> Compiled:
+    """Compile the shortest schedule that fits the memory limit, with a lower bound and gap.
+
+    Parameters
+    ----------
+    stages : int
+        Pipeline stages N (a multiple of `ranks`).
+    microbatches : int
+        Microbatches M per training step.
+    ranks : int, optional
+        Ranks R; default N for ``loop`` placement, N/2 for ``v``.
+    placement : {"loop", "v"} or sequence of int
+        Stage to rank: ``loop`` (stage s on rank s % R), ``v`` (rank r holds r and 2R-1-r), or
+        explicit (``placement[stage] = rank``).
+    profile : Profile or path, optional
+        Per-stage costs (a :class:`Profile` or a ``schedc.profile/v1`` file); default identical
+        stages with F = I = W = 1 (``Profile.uniform(stages)``).
+    memory : str or MemoryLimit
+        Per-rank limit: ``Kp`` (K times what 1F1B holds), a byte size with static bytes
+        (``40GiB``), or ``none``. Default ``1p``: fits wherever 1F1B fits.
+    objective : {"makespan", "span"}
+        What to minimize: the synchronized step (``makespan``) or the longest per-rank span.
+    execution : {"torch", "ideal"}
+        The execution model the times follow: torch's runtime (stage 0's backward all in W) or
+        the zero-bubble paper's (the CLI's ``--runtime``).
+    time_limit : float
+        Seconds to search; the best schedule found by then is returned.
+    solver : {"auto", "highs", "cbc", "cpsat"}
+        ``auto``: CP-SAT (when installed), then the integer program; else one engine alone.
+    seed : int
+        Seed of the randomized parts (heuristic, CP-SAT).
+    progress : callable, optional
+        Called with ``{"elapsed", "best", "bound", "gap", "phase"}`` as the search goes.
+
+    Returns
+    -------
+    Compiled
+        The schedule, its :class:`Simulation`, ``status`` (:class:`Status`), ``lower_bound``,
+        ``gap``, the hand-made ``baselines`` under the same costs, and the ``report``.
+
+    Raises
+    ------
+    SchedcError
+        A bad argument (named), a memory limit too small for one microbatch per stage (with the
+        smallest that works), or a missing solver.
+
+    Examples
+    --------
+    >>> import schedc
+    >>> res = schedc.compile(stages=4, microbatches=8, memory="1p", time_limit=5)
+    >>> res.status, res.simulation.makespan, res.baselines["1f1b"].makespan
+    (<Status.OPTIMAL: 'optimal'>, 27.0, 33.0)
+    """
+    from schedc.solver.compile import compile_schedule
+
+    _check_count("stages", stages)
+    _check_count("microbatches", microbatches)
+    if ranks is not None:
+        _check_count("ranks", ranks)
+    placement = _check_placement(placement)
+    check_choice("objective", objective, Objective)
+    check_choice("execution", execution, Execution)
+    check_choice("solver", solver, Solver)
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 < time_limit < math.inf:
+        raise SchedcError(f"time_limit: must be a finite number of seconds > 0; got {time_limit!r}")
+    res = compile_schedule(
+        stages, microbatches, n_ranks=ranks, placement=placement, profile=_profile(profile, stages),
+        memory=_memory(memory), objective=objective, time_limit=float(time_limit),
+        solver=None if solver == "auto" else solver, progress=progress, seed=seed, runtime=execution)
+    report = Report.from_dict(res.report)
+    return Compiled(
+        schedule=res.schedule, simulation=Simulation.from_sim(res.sim), status=Status(res.status),
+        lower_bound=res.lower_bound, gap=res.gap, solve_time=res.solve_time, objective=res.problem.objective,
+        execution=res.problem.runtime, memory=res.problem.memory, profile=res.problem.given_profile,
+        baselines=MappingProxyType(dict(report.baselines)), warm_start=res.warm_start_source,
+        interrupted=res.interrupted, report=report)
+
+
+def simulate(
+    schedule: Schedule,
+    *,
+    profile: Union[Profile, PathLike, None] = None,
+    memory: Union[str, MemoryLimit, None] = None,
+    execution: Optional[Execution] = None,
+) -> Simulation:
+    """Time every action of `schedule` and track each rank's memory.
+
+    Every action starts as soon as its rank is free and its inputs have arrived (plus the
+    boundary's communication time when they cross ranks); all ranks start at 0.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        What each rank runs, in order (from :func:`read_csv`, :func:`baseline` or a compile).
+    profile : Profile or path, optional
+        The costs; default identical stages with F = I = W = 1.
+    memory : str or MemoryLimit, optional
+        The limit to judge ``fits`` against; default none.
+    execution : {"torch", "ideal"}, optional
+        The execution model; default the one `profile` follows, else torch's.
+
+    Returns
+    -------
+    Simulation
+        Makespan, span, bubble, peak memory per rank, ``fits``, every action's time.
+
+    Raises
+    ------
+    SchedcError
+        The profile has another stage count, an action waits for one no rank runs, or the
+        ranks wait on each other in a circle (deadlock; the message says who waits for what).
+
+    Examples
+    --------
+    >>> import schedc
+    >>> sim = schedc.simulate(schedc.baseline("1f1b", stages=2, microbatches=4), memory="1p")
+    >>> sim.makespan, sim.peak_memory, sim.fits
+    (15.0, (2.0, 1.0), True)
+    """
+    from schedc.simulate import simulate as simulate_schedule
+
+    _check_schedule("schedule", schedule)
+    if execution is not None:
+        check_choice("execution", execution, Execution)
+    prof = _profile(profile, schedule.n_stages)
+    mem = None if memory is None else _memory(memory)
+    return Simulation.from_sim(simulate_schedule(schedule, prof, mem, runtime=execution))
+
+
+def validate(
+    schedule: Schedule,
+    *,
+    stages: Optional[int] = None,
+    microbatches: Optional[int] = None,
+    ranks: Optional[int] = None,
+    placement: Optional[Placement] = None,
+) -> None:
+    """Check that torch's runtime can run `schedule`; raise on the first problem.
+
+    Checks: every stage runs one forward and one backward (B, or I then W) per microbatch, each
+    on the rank that holds its stage; no rank runs an action before one of its own that it
+    needs; the ranks cannot wait on each other in a circle. Given expectations (`stages`,
+    `microbatches`, `ranks`, `placement`) are checked too.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        The schedule to check.
+    stages, microbatches, ranks : int, optional
+        What the schedule must have.
+    placement : {"loop", "v"} or sequence of int, optional
+        The placement it must use.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    SchedcError
+        The first problem (with the position of the action) and how many more were found.
+
+    Examples
+    --------
+    >>> import schedc
+    >>> schedc.validate(schedc.baseline("zb-v", stages=4, microbatches=4), placement="v")
+    >>> schedc.validate(schedc.baseline("1f1b", stages=2, microbatches=4), microbatches=8)
+    Traceback (most recent call last):
+        ...
+    schedc.errors.SchedcError: expected 8 microbatches, the schedule has 4
+    """
+    from schedc.validate import validate as validate_schedule
+
+    _check_schedule("schedule", schedule)
+    validate_schedule(schedule, n_stages=stages, n_microbatches=microbatches, n_ranks=ranks,
+                      placement=None if placement is None else _check_placement(placement),
+                      source=str(schedule.meta.get("source", "")))
+
+
+def baseline(
+    name: str,
+    *,
+    stages: int,
+    microbatches: int,
+    ranks: Optional[int] = None,
+    placement: Optional[PlacementName] = None,
+) -> Schedule:
+    """A hand-made schedule (GPipe, 1F1B, ZB-H1, ZB-H2, interleaved 1F1B, ZB-V, DualPipeV, ...).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`BASELINES`; case, dashes and underscores are ignored, and torch's class
+        names (``ScheduleInterleaved1F1B``, ``ZBVZeroBubble``) work too.
+    stages : int
+        Pipeline stages N.
+    microbatches : int
+        Microbatches M.
+    ranks : int, optional
+        Ranks R; default N for one-stage-per-rank schedules, N/2 for the others.
+    placement : {"loop", "v"}, optional
+        May only confirm the schedule's own placement.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    SchedcError
+        An unknown name (with the known ones), or a shape the schedule does not exist for.
+
+    Examples
+    --------
+    >>> import schedc
+    >>> s = schedc.baseline("ZBVZeroBubble", stages=4, microbatches=4)
+    >>> s.name, s.n_ranks, s.placement
+    ('zb-v', 2, (0, 1, 1, 0))
+    """
+    if placement is not None:
+        check_choice("placement", placement, PlacementName)
+    _check_count("stages", stages)
+    _check_count("microbatches", microbatches)
+    return make_baseline(name, stages, microbatches, n_ranks=ranks, placement=placement)
+
+
+def plot(
+    schedules: Union[Schedule, Sequence[Schedule]],
+    *,
+    profile: Union[Profile, PathLike, Sequence[Profile], None] = None,
+    memory: Union[str, MemoryLimit, None] = None,
+    titles: Optional[Sequence[str]] = None,
+    execution: Optional[Execution] = None,
+    path: Optional[PathLike] = None,
+) -> "Figure":
+    """Gantt chart and memory curves of one or more schedules on a shared time axis.
+
+    Parameters
+    ----------
+    schedules : Schedule or sequence of Schedule
+        One panel each, top to bottom.
+    profile : Profile, path or sequence of Profile, optional
+        One profile for all, or one per schedule; default identical stages (F = I = W = 1).
+    memory : str or MemoryLimit, optional
+        Drawn as a dashed line per rank and judged in each title.
+    titles : sequence of str, optional
+        One per schedule; default the schedules' names.
+    execution : {"torch", "ideal"}, optional
+        The execution model; default the one each profile follows, else torch's.
+    path : str or path, optional
+        Also write the picture (``.png``, ``.svg`` or ``.pdf``), all-or-nothing.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Rendered headless (never through pyplot).
+
+    Raises
+    ------
+    SchedcError
+        No schedules, counts that do not match, or an unknown picture format.
+
+    Examples
+    --------
+    >>> import schedc
+    >>> fig = schedc.plot(schedc.baseline("zb-h1", stages=2, microbatches=4), titles=["ZB-H1"])
+    >>> len(fig.axes)  # a Gantt chart and a memory axes per schedule
+    2
+    """
+    from schedc.plot import plot_schedules
+
+    if execution is not None:
+        check_choice("execution", execution, Execution)
+    items = [schedules] if isinstance(schedules, Schedule) else list(schedules)
+    for i, s in enumerate(items):
+        _check_schedule(f"schedules[{i}]", s)
+    if profile is None or isinstance(profile, (Profile, str, os.PathLike)):
+        profiles = [_profile(profile, s.n_stages) for s in items]
+    else:
+        profiles = list(profile)
+        if len(profiles) != len(items):
+            raise SchedcError(f"profile: {len(items)} schedules but {len(profiles)} profiles; give one, or one "
+                              f"per schedule")
+        profiles = [_profile(p, s.n_stages) for p, s in zip(profiles, items)]
+    profiles = [p.executed(execution) for p in profiles]
+    return plot_schedules(items, profiles, None if memory is None else _memory(memory), titles=titles, path=path)
+
+
+def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:
+    """Read a schedule CSV in torch's notation (schedc's or torch's ``_dump_csv``).
+
+    One row per rank, cells ``<stage><kind><microbatch>`` (``3F0``, ``0I7``, ``5W2``), empty =
+    idle. The reader is strict where torch's is lax: ``0F0x`` is an error naming row and column.
+
+    Parameters
+    ----------
+    path : str or path
+        The CSV file.
+    microbatches : int, optional
+        The microbatch count; default one more than the largest microbatch index.
+
+    Returns
+    -------
+    Schedule
+        Placement inferred from the rank each stage appears on. Completeness is
+        :func:`validate`'s job.
+
+    Raises
+    ------
+    SchedcError
+        A missing or unreadable file, or a cell that is not an action (row and column named).
+
+    Examples
+    --------
+    >>> import os, schedc, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "1f1b.csv")
+    >>> schedc.write_csv(schedc.baseline("1f1b", stages=2, microbatches=2), path)
+    >>> print(open(path).read(), end="")
+    0F0,0F1,0B0,0B1
+    1F0,1B0,1F1,1B1
+    >>> schedc.read_csv(path).n_ranks
+    2
+    """
+    from schedc.csvio import read_csv as read_schedule
+
+    if microbatches is not None:
+        _check_count("microbatches", microbatches)
+    return read_schedule(path, n_microbatches=microbatches)
+
+
+def write_csv(schedule: Schedule, path: PathLike, *, report: Union[Report, Mapping[str, Any], None] = None) -> None:
+    """Write `schedule` as torch's CSV and, when given, `report` beside it as ``NAME.json``.
+
+    Both files are written all-or-nothing: to temporary files first, renamed only when all are
+    written, so a failure leaves neither.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        The schedule.
+    path : str or path
+        The CSV file; a report goes to the same name with ``.json``.
+    report : Report or dict, optional
+        A compile's report (``Compiled.report``).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    SchedcError
+        The report has no JSON form.
+    OSError
+        The place cannot be written.
+
+    Examples
+    --------
+    >>> import os, schedc, tempfile
+    >>> res = schedc.compile(stages=2, microbatches=4, time_limit=2)
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.csv")
+    >>> schedc.write_csv(res.schedule, path, report=res.report)
+    >>> schedc.read_report(path).status
+    <Status.OPTIMAL: 'optimal'>
+    """
+    from schedc import csvio
+    from schedc.fileio import write_all
+
+    _check_schedule("schedule", schedule)
+    files = {path: csvio.to_csv_text(schedule).encode()}
+    if report is not None:
+        data = report.to_dict() if isinstance(report, Report) else dict(report)
+        where = csvio.report_path(path)
+        files[where] = csvio.report_text(data, where).encode()
+    write_all(files)
+
+
+def read_report(csv_path: PathLike) -> Report:
+    """The report beside a compiled CSV (``NAME.json`` next to ``NAME.csv``), validated.
+
+    Parameters
+    ----------
+    csv_path : str or path
+        The CSV (or the report itself).
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    SchedcError
+        No report, not JSON, or a field of the wrong type (named).
+
+    Examples
+    --------
+    See :func:`write_csv`.
+    """
+    from schedc.csvio import read_report as read_json, report_path
+
+    return Report.from_dict(read_json(csv_path), source=str(report_path(csv_path)))
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def _check_count(parameter: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SchedcError(f"{parameter}: must be an integer >= 1; got {value!r}")
+
+
+def _check_schedule(parameter: str, value: Any) -> None:
+    if not isinstance(value, Schedule):
+        raise SchedcError(f"{parameter}: expected a schedc.Schedule (from schedc.read_csv, schedc.baseline or "
+                          f"schedc.compile(...).schedule); got {type(value).__name__}")
+
+
+def _check_placement(placement: Any) -> Placement:
+    if isinstance(placement, str):
+        return check_choice("placement", placement, PlacementName)
+    if not isinstance(placement, Sequence) or not all(isinstance(r, int) and r >= 0 for r in placement):
+        raise SchedcError(f"placement: must be 'loop', 'v' or one rank (int >= 0) per stage; got {placement!r}")
+    return tuple(placement)
+
+
+def _profile(profile: Any, n_stages: Optional[int]) -> Profile:
+    """The given profile, one read from a file, or identical stages (F = I = W = 1)."""
+    if profile is None:
+        return Profile.uniform(n_stages)
+    if isinstance(profile, Profile):
+        return profile
+    if isinstance(profile, (str, os.PathLike)):
+        return Profile.load(profile)
+    raise SchedcError(f"profile: expected a schedc.Profile or the path of a profile file; "
+                      f"got {type(profile).__name__}")
+
+
+def _memory(memory: Any) -> MemoryLimit:
+    if isinstance(memory, MemoryLimit):
+        return memory
+    if not isinstance(memory, str):
+        raise SchedcError(f"memory: expected Kp (e.g. '1.5p'), a size (e.g. '40GiB'), 'none' or a "
+                          f"schedc.MemoryLimit; got {memory!r}")
+    try:
+        return MemoryLimit.parse(memory)
+    except SchedcError as e:  # the parser names the CLI flag; here the caller passed `memory`
+        raise SchedcError(str(e).replace("--memory:", "memory:", 1)) from None

@@ -1,0 +1,94 @@
+"""The choices schedc's functions take, as types a checker sees, and their one-line check.
+
+Problem: every choice (what to minimize, how a runtime executes a CSV, which solver, where
+stages sit, how sure a result is) used to be a plain string checked, or not, deep inside. A typo
+then surfaced late, or as a message that named a CLI flag the caller never used.
+
+Method: each choice is a ``Literal`` type (so IDEs complete it and type checkers catch a typo),
+or an ``Enum`` for what schedc returns (:class:`Status`). :func:`check_choice` checks a value
+against the type's members at the front door and raises :class:`~schedc.errors.SchedcError`
+naming the parameter, the value and the members.
+
+Cost: O(members) per check.
+
+>>> check_choice("objective", "span", Objective)
+'span'
+>>> check_choice("objective", "fastest", Objective)
+Traceback (most recent call last):
+    ...
+schedc.errors.SchedcError: objective: must be one of 'makespan', 'span'; got 'fastest'
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal, Sequence, Union, get_args
+
+from schedc.errors import SchedcError
+
+__all__ = ["Objective", "Execution", "Solver", "PlacementName", "Placement", "Status", "check_choice"]
+
+Objective = Literal["makespan", "span"]
+"""``makespan``: all ranks start together and the step ends when the last one finishes (the
+optimizer step synchronizes ranks). ``span``: the longest per-rank first-to-last-action time,
+the zero-bubble paper's objective."""
+
+Execution = Literal["torch", "ideal"]
+"""The execution model: how a runtime times and frees a CSV's actions. ``torch``: as torch's
+``_PipelineScheduleRuntime`` runs them (stage 0's I is empty, its W runs the whole backward).
+``ideal``: the zero-bubble paper's model, every stage's I and W as given. The CLI spells it
+``--runtime``; reports and profiles store it as ``"runtime"``."""
+
+Solver = Literal["auto", "highs", "cbc", "cpsat"]
+"""``auto``: CP-SAT for part of the time when OR-Tools is installed, then the integer program
+(HiGHS, else CBC). ``highs`` / ``cbc``: the integer program alone with that MIP solver.
+``cpsat``: OR-Tools' CP-SAT alone."""
+
+PlacementName = Literal["loop", "v"]
+"""``loop``: stage s on rank s % R. ``v``: rank r holds stages r and 2R-1-r (ZB-V)."""
+
+Placement = Union[PlacementName, Sequence[int]]
+"""A placement by name, or explicitly: ``placement[stage] = rank``."""
+
+
+class Status(str, Enum):
+    """How sure a compiled result is. A ``str`` enum: ``Status.OPTIMAL == "optimal"``."""
+
+    OPTIMAL = "optimal"
+    """A lower bound proves that no schedule under the same rules is shorter."""
+    FEASIBLE = "feasible"
+    """A solver answered, but the gap to the best proven bound is open."""
+    HEURISTIC = "heuristic"
+    """The warm start (heuristic or a hand-made schedule); no solver answered in time."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def check_choice(parameter: str, value: Any, choices: Any) -> Any:
+    """Return `value` when it is a member of `choices` (a ``Literal`` type or a sequence).
+
+    Parameters
+    ----------
+    parameter : str
+        The parameter's name, for the message.
+    value : object
+        What the caller passed.
+    choices : Literal type or sequence
+        The allowed values.
+
+    Returns
+    -------
+    object
+        `value`, unchanged.
+
+    Raises
+    ------
+    SchedcError
+        When `value` is not one of `choices`: one line naming `parameter`, the members and `value`.
+    """
+    allowed = get_args(choices) or tuple(choices)
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or value not in allowed:
+        members = ", ".join(repr(a) for a in allowed)
+        raise SchedcError(f"{parameter}: must be one of {members}; got {value!r}")
+    return value

@@ -1,0 +1,210 @@
+"""What schedc's front door returns: frozen results with named fields.
+
+Problem: the engine's results are working objects (``SimResult`` with its dicts of timings,
+``CompileResult`` with the report and the baselines as plain dicts) that the solver fills in as
+it goes. A user wants answers that say what they hold, that cannot be changed by accident, and
+that read the same from a fresh compile and from a report on disk.
+
+Method: :class:`Simulation` and :class:`Compiled` are frozen dataclasses built once from the
+engine's objects (mappings are read-only views, sequences tuples). :class:`Report` and
+:class:`BaselineResult` are frozen pydantic models of the JSON report beside a compiled CSV
+(format ``schedc.report/v1``): reading a report validates it, and :meth:`Report.to_dict` gives
+back exactly the JSON that was read or written (fields it does not name, such as a plan's
+``partition``, are kept).
+
+Cost: one pass over the actions to freeze a simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+
+from pydantic import BaseModel, ConfigDict
+
+from schedc.choices import Execution, Objective, Status, check_choice
+from schedc.costs import MemoryLimit, Profile
+from schedc.ir import Action, Schedule
+
+if TYPE_CHECKING:
+    from schedc.simulate import SimResult
+
+__all__ = ["ActionTime", "Simulation", "BaselineResult", "ReportInputs", "ReportPrediction", "Report", "Compiled"]
+
+Number = Union[int, float]  # as written: an int stays an int, so a report reads back unchanged
+
+
+@dataclass(frozen=True)
+class ActionTime:
+    """When one action runs: its rank, start and end (in the profile's time unit)."""
+
+    rank: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A schedule timed under a profile: every action's start and end, step time, memory.
+
+    ``makespan``: all ranks start at 0, the step ends when the last one finishes. ``span``: the
+    longest per-rank first-to-last-action time. ``bubble``: idle fraction of all ranks over the
+    makespan (``span_bubble``: over the span). Memory is in the profile's bytes (identical
+    stages from ``Profile.uniform``: in microbatch activations), static bytes included.
+    """
+
+    makespan: float
+    span: float
+    bubble: float
+    span_bubble: float
+    busy: tuple[float, ...]  # per rank: time spent computing
+    span_per_rank: tuple[float, ...]
+    bubble_per_rank: tuple[float, ...]
+    peak_memory: tuple[float, ...]  # per rank
+    memory_limit: tuple[float, ...]  # per rank; inf when uncapped
+    fits: bool  # every rank's peak within its limit
+    execution: Execution  # the execution model the times follow
+    timings: Mapping[Action, ActionTime]
+    order: tuple[tuple[Action, ...], ...]  # per rank, in execution order
+    memory_curve: tuple[tuple[tuple[float, float], ...], ...]  # per rank: (time, bytes held) steps
+
+    @property
+    def n_ranks(self) -> int:
+        return len(self.order)
+
+    def objective(self, name: Objective) -> float:
+        """The step time `name` measures: ``makespan`` or ``span``."""
+        return self.makespan if check_choice("objective", name, Objective) == "makespan" else self.span
+
+    @classmethod
+    def from_sim(cls, sim: "SimResult") -> "Simulation":
+        """Freeze the engine's :class:`schedc.simulate.SimResult`."""
+        return cls(
+            makespan=sim.makespan, span=sim.span, bubble=sim.bubble, span_bubble=sim.span_bubble,
+            busy=tuple(sim.busy), span_per_rank=tuple(sim.span_per_rank),
+            bubble_per_rank=tuple(sim.bubble_per_rank), peak_memory=tuple(sim.peak_memory),
+            memory_limit=tuple(sim.memory_limit), fits=bool(sim.fits), execution=sim.runtime,
+            timings=MappingProxyType({a: ActionTime(t.rank, t.start, t.end) for a, t in sim.timings.items()}),
+            order=tuple(tuple(row) for row in sim.order),
+            memory_curve=tuple(tuple(curve) for curve in sim.memory_curve),
+        )
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class BaselineResult(_Frozen):
+    """A hand-made schedule under the same costs as a compiled one."""
+
+    makespan: Number
+    span: Number
+    peak_memory: list[Number]  # per rank, static bytes included
+    fits: bool  # within the memory limit on every rank
+
+
+class ReportInputs(_Frozen):
+    """What a schedule was compiled for (the report's ``inputs``)."""
+
+    stages: int
+    ranks: int
+    placement: str  # loop, v or explicit
+    stage_to_rank: list[int]
+    microbatches: int
+    costs: dict[str, Any]  # the profile as given (schedc.profile/v1)
+    runtime: Optional[str] = None  # the execution model
+    memory_limit: str
+    objective: str
+    solver: str
+    time_limit: Number
+
+
+class ReportPrediction(_Frozen):
+    """The compiled schedule's simulated numbers (the report's ``predicted``)."""
+
+    makespan: Number
+    span: Number
+    bubble: Number
+    span_bubble: Number
+    bubble_per_rank: list[Number]
+    peak_memory_per_rank: list[Number]
+    memory_limit_per_rank: list[Optional[Number]]  # None: no cap
+    fits_memory: bool
+
+
+class Report(_Frozen):
+    """The JSON report beside a compiled CSV (``NAME.json``, format ``schedc.report/v1``).
+
+    >>> import schedc
+    >>> res = schedc.compile(stages=2, microbatches=4, time_limit=2)
+    >>> rep = res.report
+    >>> rep.status, rep.inputs.stages, rep.baselines["1f1b"].fits
+    (<Status.OPTIMAL: 'optimal'>, 2, True)
+    >>> Report.from_dict(rep.to_dict()) == rep
+    True
+    """
+
+    format: str = "schedc.report/v1"
+    schedc_version: str
+    inputs: ReportInputs
+    predicted: ReportPrediction
+    baselines: dict[str, BaselineResult]
+    lower_bound: Number
+    lower_bound_source: str
+    lower_bound_details: dict[str, Any] = {}
+    gap: Number
+    status: Status
+    solve_time: Number
+    warm_start: str = ""
+    interrupted: bool = False
+    progress: list[dict[str, Any]] = []
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "report") -> "Report":
+        """Validate a report's JSON object; a bad field is one :class:`SchedcError` line naming it."""
+        from pydantic import ValidationError
+
+        from schedc.costs import describe_validation_error
+        from schedc.errors import SchedcError
+
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as e:
+            raise SchedcError(f"{source}: {describe_validation_error(e)}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as the JSON object schedc writes (what was read, field for field)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled schedule with its certificate.
+
+    ``schedule`` is the best schedule found; ``simulation`` its simulated numbers. ``status`` is
+    :attr:`Status.OPTIMAL` only when ``lower_bound`` proves it; ``gap`` is
+    ``(value - lower_bound) / value`` for ``value`` the objective's step time. ``baselines``:
+    every hand-made schedule (and zb-greedy) that exists for this shape, under the same costs.
+    ``report`` is the JSON report that :func:`schedc.write_csv` writes beside the CSV.
+    """
+
+    schedule: Schedule
+    simulation: Simulation
+    status: Status
+    lower_bound: float
+    gap: float
+    solve_time: float  # seconds
+    objective: Objective
+    execution: Execution
+    memory: MemoryLimit
+    profile: Profile  # the costs as given
+    baselines: Mapping[str, BaselineResult]
+    warm_start: str  # where the search started (heuristic, a hand-made schedule's name, ...)
+    interrupted: bool  # Ctrl-C ended the search early
+    report: Report
+
+    @property
+    def value(self) -> float:
+        """The step time the compiler minimized (``simulation.makespan`` or ``.span``)."""
+        return self.simulation.objective(self.objective)
