@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -133,6 +133,18 @@ class ReportPrediction(_Frozen):
     fits_memory: bool
 
 
+class ReportLimiter(_Frozen):
+    """What bounds the step (schedc.diagnose.Limiter as the report writes it)."""
+
+    kind: Literal["rank", "critical-path"]
+    rank: int
+    busy_fraction: Number
+    imbalance: Number
+    stages: list[int]
+    carries: str
+    message: str
+
+
 class Report(_Frozen):
     """The JSON report beside a compiled CSV (``NAME.json``, format ``schedc.report/v1``).
 
@@ -149,6 +161,8 @@ class Report(_Frozen):
     schedc_version: str
     inputs: ReportInputs
     predicted: ReportPrediction
+    limiter: Optional[ReportLimiter] = None  # reports before 0.2 have none
+    same_as_baseline: Optional[str] = None  # the hand-made schedule the compiled one equals
     baselines: dict[str, BaselineResult]
     lower_bound: Number
     lower_bound_source: str

@@ -65,6 +65,7 @@ from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt, model
 from schedc.solver.deadline import Deadline, check_size, n_actions, seconds_per_action
+from schedc.solver.heuristic import matching_baselines
 from schedc.solver.problem import Problem
 from schedc.tolerances import PROVEN, REL, TIE
 
@@ -601,7 +602,8 @@ def build_report(result: CompileResult, lb_details: dict, bound_source: str, sol
             "fits_memory": bool(sim.fits),
         },
         "limiter": limiter(sim, p.profile).as_dict(),
-        "same_as_baseline": same_hand_made(result.schedule, p.baselines) or None,
+        # the baselines built during the compile (cached per problem); none are built anew here
+        "same_as_baseline": same_hand_made(result.schedule, matching_baselines(p, Deadline(0.0))) or None,
         "baselines": result.baselines,
         "lower_bound": result.lower_bound,
         "lower_bound_source": bound_source,
