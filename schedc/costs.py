@@ -26,7 +26,6 @@ such a profile is an error (its stage 0 never had a separate I to recover).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -104,7 +103,41 @@ class Profile(BaseModel):
                 f"comm: {len(self.comm)} values given but {len(self.stages)} stages have "
                 f"{len(self.stages) - 1} boundaries"
             )
+        self._check_sums()
         return self
+
+    def _check_sums(self) -> None:
+        """Finite numbers whose sums are not (1e308 + 1e308) would make every makespan inf and
+        every bubble nan: refuse them here, naming the field, so no result is ever inf or nan."""
+        for k, c in enumerate(self.stages):
+            if not math.isfinite(c.forward + c.backward_input + c.backward_weight):
+                raise ValueError(f"stages[{k}]: forward + backward_input + backward_weight is too large to add up "
+                                 "(not a finite number); give times in a larger unit (e.g. seconds)")
+            if not math.isfinite(c.activation_bytes + c.static_bytes):
+                raise ValueError(f"stages[{k}]: activation_bytes + static_bytes is too large to add up "
+                                 "(not a finite number)")
+        if not math.isfinite(self.microbatch_time()):
+            raise ValueError("the time of one microbatch through all stages (forward, backward_input and "
+                             "backward_weight of every stage plus comm twice per boundary) is too large to add "
+                             "up (not a finite number); give times in a larger unit (e.g. seconds)")
+        if not math.isfinite(sum(c.activation_bytes + c.static_bytes for c in self.stages)):
+            raise ValueError("the bytes of all stages (activation_bytes + static_bytes) are too large to add up "
+                             "(not a finite number)")
+
+    def microbatch_time(self) -> float:
+        """Seconds of one microbatch's F, I and W on every stage plus its communication both ways:
+        with M microbatches, no schedule's step is longer than M times this."""
+        comm = sum(self.comm) if isinstance(self.comm, list) else self.comm * (self.n_stages - 1)
+        return sum(c.forward + c.backward_input + c.backward_weight for c in self.stages) + 2 * comm
+
+    def check_step_total(self, n_microbatches: int) -> None:
+        """Raise SchedcError when `n_microbatches` of this profile's work cannot be added up in
+        floating point (the step time or memory would be inf)."""
+        per_mb_bytes = sum(c.activation_bytes for c in self.stages)
+        if not (math.isfinite(n_microbatches * self.microbatch_time())
+                and math.isfinite(n_microbatches * per_mb_bytes + sum(c.static_bytes for c in self.stages))):
+            raise SchedcError(f"{n_microbatches} microbatches of these costs are too large to add up (the step "
+                              "time or memory is not a finite number); give times and bytes in larger units")
 
     @property
     def n_stages(self) -> int:
@@ -229,13 +262,10 @@ class Profile(BaseModel):
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "Profile":
+        from schedc.fileio import read_json
+
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise SchedcError(f"{path}: profile file not found")
-        except json.JSONDecodeError as e:
-            raise SchedcError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON ({e.msg})")
+        data = read_json(path, "a profile")
         if not isinstance(data, dict):
             raise SchedcError(f"{path}: a profile is a JSON object with 'format' and 'stages'")
         if data.get("format") != PROFILE_FORMAT:
@@ -280,6 +310,9 @@ def parse_costs(text: str) -> tuple[float, float, float]:
         raise SchedcError(
             f"--costs: expected three finite numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {text!r}"
         )
+    if not math.isfinite(sum(values)):
+        raise SchedcError(f"--costs {text}: F + I + W is too large to add up (not a finite number); "
+                          "give smaller numbers (they are relative: 1,1,1 is the usual)")
     return values  # type: ignore[return-value]
 
 

@@ -11,7 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from schedc.costs import DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, parse_comm, parse_costs
+from pydantic import ValidationError
+
+from schedc.costs import (DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, describe_validation_error, parse_comm,
+                          parse_costs)
 from schedc.errors import SchedcError
 
 
@@ -50,7 +53,10 @@ def _with_comm(profile: Profile, comm: str) -> Profile:
     if isinstance(values, list) and len(values) != n - 1:
         raise SchedcError(f"--comm: {len(values)} values given, but {n} stages have {n - 1} boundaries; "
                           f"give one number (every boundary) or {n - 1} separated by commas")
-    return Profile.model_validate({**profile.model_dump(), "comm": values})
+    try:
+        return Profile.model_validate({**profile.model_dump(), "comm": values})
+    except ValidationError as e:
+        raise SchedcError(f"--comm {comm}: {describe_validation_error(e)}") from None
 
 
 def memory_from_args(args) -> MemoryLimit:

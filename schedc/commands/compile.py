@@ -6,6 +6,7 @@ import math
 import sys
 from pathlib import Path
 
+from schedc import limits
 from schedc.commands import common
 from schedc.costs import format_duration, format_memory
 from schedc.errors import SchedcError
@@ -80,6 +81,7 @@ def _check_request(args) -> Path:
     Returns the report's path."""
     from schedc import csvio
 
+    limits.check_schedule_size(args.stages, args.mb, args.ranks)
     if not str(args.output).endswith(".csv"):
         raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
     if args.time_limit is None or not 0 < args.time_limit < math.inf:
