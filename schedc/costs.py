@@ -33,6 +33,7 @@ from typing import Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from schedc import limits
 from schedc.errors import SchedcError
 
 PROFILE_FORMAT = "schedc.profile/v1"
@@ -333,6 +334,10 @@ _SIZE_UNITS = {
 }
 
 
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:12]!r}... ({len(text)} characters)"
+
+
 class MemoryLimit(BaseModel):
     """``relative``: K x R microbatches of the rank's own activations (``1p``); ``bytes``: an
     absolute per-rank cap including static bytes; ``none``: no cap."""
@@ -350,10 +355,16 @@ class MemoryLimit(BaseModel):
             k = float(m.group(1))
             if k <= 0:
                 raise SchedcError(f"--memory: the factor in {text!r} must be > 0")
+            if k > limits.MAX_MEMORY_FACTOR:
+                raise SchedcError(f"--memory: the factor in {_short(text)} is more than {limits.MAX_MEMORY_FACTOR:g}; "
+                                  "for no cap give --memory none")
             return cls(kind="relative", value=k)
         m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?i?b)", t)
         if m:
-            return cls(kind="bytes", value=float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+            value = float(m.group(1)) * _SIZE_UNITS[m.group(2)]
+            if not math.isfinite(value) or value > limits.MAX_MEMORY_BYTES:
+                raise SchedcError(f"--memory: {_short(text)} is more than 1 PiB per rank; for no cap give --memory none")
+            return cls(kind="bytes", value=value)
         raise SchedcError(
             f"--memory: expected Kp (e.g. 1p, 1.5p), a size (e.g. 40GiB, 500MB) or 'none', got {text!r}"
         )

@@ -16,6 +16,10 @@ MAX_INPUT_BYTES = 32 * 2**20
 MAX_ACTIONS = 2**20
 # cells of one CSV, idle ones included
 MAX_CELLS = 4 * MAX_ACTIONS
+# --memory: a factor K of Kp, a byte size per rank (past these a value is a typo: 400 digits once
+# read as "infp"); `none` lifts the cap
+MAX_MEMORY_FACTOR = 1e6
+MAX_MEMORY_BYTES = float(2**50)
 # ranks (CSV rows), stages and microbatches of one schedule
 MAX_RANKS = 4096
 MAX_STAGES = 8192

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from schedc.costs import (DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, describe_validation_error, parse_comm,
                           parse_costs)
 from schedc.errors import SchedcError
+from schedc.fileio import check_not_input, check_writable
 
 
 def add_cost_args(p: argparse.ArgumentParser) -> None:
@@ -66,6 +67,27 @@ def memory_from_args(args) -> MemoryLimit:
         raise SchedcError(f"--memory {args.memory} is a byte size, but without --profile memory is counted in "
                           "microbatch activations, not bytes; give --memory Kp (e.g. 1.5p) or a measured --profile")
     return memory
+
+
+def input_files(args) -> list[tuple[str, str]]:
+    """The files a command reads, each with how the user named it (for check_outputs' message)."""
+    out = [(f, "schedule") for f in getattr(args, "files", None) or []]
+    if getattr(args, "file", None):
+        out.append((args.file, "schedule"))
+    for flag in ("profile", "model", "sample"):
+        value = getattr(args, flag, None)
+        if isinstance(value, str) and value:
+            out.append((value.rsplit(":", 1)[0] if flag != "profile" else value, f"--{flag}"))
+    return out
+
+
+def check_outputs(args, *outputs: tuple) -> None:
+    """Before any work: every (path, option) output can be written and is none of the inputs
+    (``compile --profile p.json -o p.csv`` would write its report over the profile)."""
+    inputs = input_files(args)
+    for path, option in outputs:
+        check_writable(path, option)
+        check_not_input(path, option, inputs)
 
 
 def read_checked(args):
