@@ -403,10 +403,25 @@ def format_bytes(n: float) -> str:
 
 
 def format_seconds(x: float) -> str:
-    """A measured duration, 3 significant digits: '19.2ms', '840us' ('0' for none)."""
+    """A measured duration, 3 significant digits: '19.2ms', '840us', '1.02s' ('0' for none); never
+    an exponent ('1.02e+03ms')."""
     if x == 0:
         return "0"
-    return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
+    if abs(x) >= 0.9995:
+        value, unit = x, "s"
+    elif abs(x) >= 1e-4:
+        value, unit = 1e3 * x, "ms"
+    else:
+        value, unit = 1e6 * x, "us"
+    return f"{value:.3g}{unit}" if abs(value) < 999.5 else f"{value:.0f}{unit}"
+
+
+def format_amount(x: float, profile: Profile) -> str:
+    """A memory amount in a message: bytes for a measured profile, 'units' (one microbatch's
+    activation of one stage) for identical stages from --costs, whose memory has no bytes."""
+    if profile.model == "uniform":
+        return f"{x:.4g} unit{'' if x == 1 else 's'}"
+    return format_bytes(x)
 
 
 def format_ms(x: float) -> str:

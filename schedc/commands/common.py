@@ -174,7 +174,8 @@ def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit) -> None
             continue
         try:
             compiled_for = csvio.read_report(path).get("inputs", {}).get("memory_limit")
-        except SchedcError:
+        except SchedcError as e:
+            print(f"schedc {command}: warning: ignoring the report beside {path}: {e}", file=sys.stderr)
             continue
         if isinstance(compiled_for, str) and compiled_for != str(memory):
             print(f"schedc {command}: warning: {path} was compiled for --memory {compiled_for} but is judged "

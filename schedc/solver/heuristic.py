@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from schedc.costs import format_bytes
+from schedc.costs import format_amount, format_bytes
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
@@ -73,10 +73,18 @@ def min_memory_limit(problem: Problem) -> str:
     if kind == "none":
         return "none"
     if kind == "bytes":
-        return format_bytes(max(min_memory_need(problem)))
+        return _bytes_rounded_up(max(min_memory_need(problem)))
     # Kp caps rank r at static + K * R * (its activation bytes) (MemoryLimit.per_rank), and one
     # microbatch needs static + those activation bytes: K = 1/R on every rank
     return f"{_round_up(1.0 / problem.n_ranks)}p"
+
+
+def _bytes_rounded_up(n: float) -> str:
+    """A byte size as --memory takes it, never below `n` (format_bytes rounds 5000 to 4.88KiB)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{math.ceil(n / size * 100 - 1e-9) / 100:.2f}{unit}"
+    return f"{math.ceil(n)}B"
 
 
 def _round_up(k: float) -> str:
@@ -91,13 +99,18 @@ def check_memory_feasible(problem: Problem) -> None:
     """Raise SchedcError when some rank cannot hold even one microbatch of all its stages."""
     caps = problem.memory_caps
     need = min_memory_need(problem)
-    for r, (cap, n) in enumerate(zip(caps, need)):
-        if n > cap * (1 + 1e-12) + EPS:
-            raise SchedcError(
-                f"--memory {problem.memory}: rank {r} needs {format_bytes(n)} to hold one microbatch "
-                f"of its stages {problem.stages_of(r)} but the cap is {format_bytes(cap)}; "
-                f"the smallest limit that works is --memory {min_memory_limit(problem)}"
-            )
+    short = [r for r, (cap, n) in enumerate(zip(caps, need)) if n > cap * (1 + 1e-12) + EPS]
+    if short:
+        # name the rank furthest over its cap: the one whose need sets the smallest limit that works
+        r = max(short, key=lambda q: need[q] / caps[q] if caps[q] > 0 else math.inf)
+        def amount(x: float) -> str:  # bytes when asked in bytes; --costs memory has no bytes
+            return format_bytes(x) if problem.memory.kind == "bytes" else format_amount(x, problem.profile)
+
+        raise SchedcError(
+            f"--memory {problem.memory}: rank {r} needs {amount(need[r])} to hold one microbatch "
+            f"of its stages {problem.stages_of(r)} but the cap is {amount(caps[r])}; "
+            f"the smallest limit that works is --memory {min_memory_limit(problem)}"
+        )
 
 
 # ---------------------------------------------------------------- problem arrays
