@@ -13,6 +13,12 @@ action given twice, a stage on two ranks, a stage number never used. Positions a
 ``rank r (row r+1), column c`` with 1-based rows and columns, i.e. the line and field a text
 editor shows. Placement is inferred from the rank on which each stage appears.
 
+Rows are parsed one at a time and the table is bounded as it grows (``schedc.limits``: bytes,
+ranks, cells, actions, stage and microbatch numbers), so a hostile file fails early, at its place.
+
+The report beside a CSV (``NAME.json``) records the CSV's SHA-256; :func:`read_report` refuses a
+report whose CSV has changed since, so one run's CSV is never paired with another run's report.
+
 Cost: linear in the number of cells. This module never imports torch.
 """
 
