@@ -363,7 +363,8 @@ class MemoryLimit(BaseModel):
         if m:
             value = float(m.group(1)) * _SIZE_UNITS[m.group(2)]
             if not math.isfinite(value) or value > limits.MAX_MEMORY_BYTES:
-                raise SchedcError(f"--memory: {_short(text)} is more than 1 PiB per rank; for no cap give --memory none")
+                raise SchedcError(f"--memory: {_short(text)} is more than {format_bytes(limits.MAX_MEMORY_BYTES)} "
+                                  "per rank; for no cap give --memory none")
             return cls(kind="bytes", value=value)
         raise SchedcError(
             f"--memory: expected Kp (e.g. 1p, 1.5p), a size (e.g. 40GiB, 500MB) or 'none', got {text!r}"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 from schedc.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError

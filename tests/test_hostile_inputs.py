@@ -137,7 +137,8 @@ def test_a_step_too_long_to_add_up_is_refused_by_simulate():
 # ---------------------------------------------------------------- near misses
 
 @pytest.mark.parametrize("argv, needle", [
-    (["compile", "--mbs", "16", "--stages", "4"], "unknown option --mbs; did you mean --mb (number of microbatches M)?"),
+    (["compile", "--mbs", "16", "--stages", "4"],
+     "unknown option --mbs; did you mean --mb (number of microbatches M)?"),
     (["baseline", "1f1b", "--stages", "4", "--mbs", "8"], "unknown option --mbs; did you mean --mb"),
     # argparse would take --mb as an abbreviation of --mbs (the microbatch size) here
     (["profile", "--mb", "4", "-o", "p.json"], "unknown option --mb; did you mean --mbs (microbatch size"),
