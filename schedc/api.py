@@ -392,7 +392,8 @@ def write_csv(schedule: Schedule, path: PathLike, *, report: Union[Report, Mappi
     """Write `schedule` as torch's CSV and, when given, `report` beside it as ``NAME.json``.
 
     Both files are written all-or-nothing: to temporary files first, renamed only when all are
-    written, so a failure leaves neither.
+    written, so a failure leaves neither. The report records the CSV's SHA-256, so
+    :func:`read_report` refuses a report whose CSV was rewritten since.
 
     Parameters
     ----------
@@ -427,12 +428,12 @@ def write_csv(schedule: Schedule, path: PathLike, *, report: Union[Report, Mappi
     from schedc.fileio import write_all
 
     _check_schedule("schedule", schedule)
-    files = {path: csvio.to_csv_text(schedule).encode()}
-    if report is not None:
+    if report is None:
+        write_all({path: csvio.to_csv_text(schedule).encode()})
+    else:  # the report records the CSV's hash, so it is never read as another CSV's
         data = report.to_dict() if isinstance(report, Report) else dict(report)
-        where = csvio.report_path(path)
-        files[where] = csvio.report_text(data, where).encode()
-    write_all(files)
+        data.pop(csvio.CSV_HASH_KEY, None)
+        write_all(csvio.schedule_files(schedule, data, path))
 
 
 def read_report(csv_path: PathLike) -> Report:
@@ -456,9 +457,11 @@ def read_report(csv_path: PathLike) -> Report:
     --------
     See :func:`write_csv`.
     """
-    from schedc.csvio import read_report as read_json, report_path
+    from schedc.csvio import CSV_HASH_KEY, read_report as read_json, report_path
 
-    return Report.from_dict(read_json(csv_path), source=str(report_path(csv_path)))
+    data = read_json(csv_path)  # checks the CSV's hash the report records, then drops it:
+    data.pop(CSV_HASH_KEY, None)  # it pairs the files, it is not part of the compile's report
+    return Report.from_dict(data, source=str(report_path(csv_path)))
 
 
 # ---------------------------------------------------------------- argument checks

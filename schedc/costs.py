@@ -43,7 +43,6 @@ such a profile is an error (its stage 0 never had a separate I to recover).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -51,6 +50,7 @@ from typing import Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from schedc import limits
 from schedc.errors import SchedcError
 
 PROFILE_FORMAT = "schedc.profile/v1"
@@ -129,7 +129,41 @@ class Profile(BaseModel):
                 f"comm: {len(self.comm)} values given but {len(self.stages)} stages have "
                 f"{len(self.stages) - 1} boundaries"
             )
+        self._check_sums()
         return self
+
+    def _check_sums(self) -> None:
+        """Finite numbers whose sums are not (1e308 + 1e308) would make every makespan inf and
+        every bubble nan: refuse them here, naming the field, so no result is ever inf or nan."""
+        for k, c in enumerate(self.stages):
+            if not math.isfinite(c.forward + c.backward_input + c.backward_weight):
+                raise ValueError(f"stages[{k}]: forward + backward_input + backward_weight is too large to add up "
+                                 "(not a finite number); give times in a larger unit (e.g. seconds)")
+            if not math.isfinite(c.activation_bytes + c.static_bytes):
+                raise ValueError(f"stages[{k}]: activation_bytes + static_bytes is too large to add up "
+                                 "(not a finite number)")
+        if not math.isfinite(self.microbatch_time()):
+            raise ValueError("the time of one microbatch through all stages (forward, backward_input and "
+                             "backward_weight of every stage plus comm twice per boundary) is too large to add "
+                             "up (not a finite number); give times in a larger unit (e.g. seconds)")
+        if not math.isfinite(sum(c.activation_bytes + c.static_bytes for c in self.stages)):
+            raise ValueError("the bytes of all stages (activation_bytes + static_bytes) are too large to add up "
+                             "(not a finite number)")
+
+    def microbatch_time(self) -> float:
+        """Seconds of one microbatch's F, I and W on every stage plus its communication both ways:
+        with M microbatches, no schedule's step is longer than M times this."""
+        comm = sum(self.comm) if isinstance(self.comm, list) else self.comm * (self.n_stages - 1)
+        return sum(c.forward + c.backward_input + c.backward_weight for c in self.stages) + 2 * comm
+
+    def check_step_total(self, n_microbatches: int) -> None:
+        """Raise SchedcError when `n_microbatches` of this profile's work cannot be added up in
+        floating point (the step time or memory would be inf)."""
+        per_mb_bytes = sum(c.activation_bytes for c in self.stages)
+        if not (math.isfinite(n_microbatches * self.microbatch_time())
+                and math.isfinite(n_microbatches * per_mb_bytes + sum(c.static_bytes for c in self.stages))):
+            raise SchedcError(f"{n_microbatches} microbatches of these costs are too large to add up (the step "
+                              "time or memory is not a finite number); give times and bytes in larger units")
 
     @property
     def n_stages(self) -> int:
@@ -254,13 +288,10 @@ class Profile(BaseModel):
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "Profile":
+        from schedc.fileio import read_json
+
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise SchedcError(f"{path}: profile file not found")
-        except json.JSONDecodeError as e:
-            raise SchedcError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON ({e.msg})")
+        data = read_json(path, "a profile")
         if not isinstance(data, dict):
             raise SchedcError(f"{path}: a profile is a JSON object with 'format' and 'stages'")
         if data.get("format") != PROFILE_FORMAT:
@@ -305,6 +336,9 @@ def parse_costs(text: str) -> tuple[float, float, float]:
         raise SchedcError(
             f"--costs: expected three finite numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {text!r}"
         )
+    if not math.isfinite(sum(values)):
+        raise SchedcError(f"--costs {text}: F + I + W is too large to add up (not a finite number); "
+                          "give smaller numbers (they are relative: 1,1,1 is the usual)")
     return values  # type: ignore[return-value]
 
 
@@ -325,6 +359,10 @@ _SIZE_UNITS = {
 }
 
 
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:12]!r}... ({len(text)} characters)"
+
+
 class MemoryLimit(BaseModel):
     """``relative``: ``Kp``, K times 1F1B's need on its most loaded rank (module docstring);
     ``bytes``: an absolute per-rank cap including static bytes; ``none``: no cap."""
@@ -342,10 +380,17 @@ class MemoryLimit(BaseModel):
             k = float(m.group(1))
             if k <= 0:
                 raise SchedcError(f"--memory: the factor in {text!r} must be > 0")
+            if k > limits.MAX_MEMORY_FACTOR:
+                raise SchedcError(f"--memory: the factor in {_short(text)} is more than {limits.MAX_MEMORY_FACTOR:g}; "
+                                  "for no cap give --memory none")
             return cls(kind="relative", value=k)
         m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?i?b)", t)
         if m:
-            return cls(kind="bytes", value=float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+            value = float(m.group(1)) * _SIZE_UNITS[m.group(2)]
+            if not math.isfinite(value) or value > limits.MAX_MEMORY_BYTES:
+                raise SchedcError(f"--memory: {_short(text)} is more than {format_bytes(limits.MAX_MEMORY_BYTES)} "
+                                  "per rank; for no cap give --memory none")
+            return cls(kind="bytes", value=value)
         raise SchedcError(
             f"--memory: expected Kp (e.g. 1p, 1.5p), a size (e.g. 40GiB, 500MB) or 'none', got {text!r}"
         )
@@ -416,10 +461,25 @@ def format_bytes(n: float) -> str:
 
 
 def format_seconds(x: float) -> str:
-    """A measured duration, 3 significant digits: '19.2ms', '840us' ('0' for none)."""
+    """A measured duration, 3 significant digits: '19.2ms', '840us', '1.02s' ('0' for none); never
+    an exponent ('1.02e+03ms')."""
     if x == 0:
         return "0"
-    return f"{1e3 * x:.3g}ms" if x >= 1e-4 else f"{1e6 * x:.3g}us"
+    if abs(x) >= 0.9995:
+        value, unit = x, "s"
+    elif abs(x) >= 1e-4:
+        value, unit = 1e3 * x, "ms"
+    else:
+        value, unit = 1e6 * x, "us"
+    return f"{value:.3g}{unit}" if abs(value) < 999.5 else f"{value:.0f}{unit}"
+
+
+def format_amount(x: float, profile: Profile) -> str:
+    """A memory amount in a message: bytes for a measured profile, 'units' (one microbatch's
+    activation of one stage) for identical stages from --costs, whose memory has no bytes."""
+    if profile.model == "uniform":
+        return f"{x:.4g} unit{'' if x == 1 else 's'}"
+    return format_bytes(x)
 
 
 def format_ms(x: float) -> str:

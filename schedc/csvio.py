@@ -13,20 +13,28 @@ action given twice, a stage on two ranks, a stage number never used. Positions a
 ``rank r (row r+1), column c`` with 1-based rows and columns, i.e. the line and field a text
 editor shows. Placement is inferred from the rank on which each stage appears.
 
+Rows are parsed one at a time and the table is bounded as it grows (``schedc.limits``: bytes,
+ranks, cells, actions, stage and microbatch numbers), so a hostile file fails early, at its place.
+
+The report beside a CSV (``NAME.json``) records the CSV's SHA-256; :func:`read_report` refuses a
+report whose CSV has changed since, so one run's CSV is never paired with another run's report.
+
 Cost: linear in the number of cells. This module never imports torch.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import re
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from schedc import limits
 from schedc.errors import SchedcError
-from schedc.fileio import atomic_write_text
+from schedc.fileio import atomic_write_text, read_input, read_json, write_all
 from schedc.ir import Action, Cell, Overlap, Schedule
 
 PathLike = Union[str, Path]
@@ -38,6 +46,8 @@ _NO_MB = re.compile(r"(\d+)([FIWB])")
 _NO_STAGE = re.compile(r"([FIWB])(\d+)")
 _TRAILING = re.compile(r"(\d+[FIWB]\d+)(.+)")
 _OVERLAP_LABELS = ("OVERLAP_F_B",)
+# a cell longer than this is no action (the longest real one, an OVERLAP_F_B of two actions, is ~40)
+_MAX_CELL_CHARS = 200
 _FORMS = "cells look like 3F0, 0I7, 5W2, 2B1, (0F7;7B3)OVERLAP_F_B, or empty for idle"
 
 
@@ -45,48 +55,74 @@ def _fail(where: str, message: str) -> SchedcError:
     return SchedcError(f"{where}: {message}" if where else message)
 
 
+def _show(cell: str) -> str:
+    """A cell as error messages quote it: whole when short, else its start and length."""
+    return repr(cell) if len(cell) <= 40 else f"{cell[:24]!r}... ({len(cell)} characters)"
+
+
+def _number(digits: str, limit: int, what: str, cell: str, where: str) -> int:
+    """A stage or microbatch number of a cell, refused (without converting thousands of digits)
+    when it is not below schedc's limit."""
+    if len(digits) > len(str(limit)) or int(digits) >= limit:
+        raise _fail(where, f"{_show(cell)}: the {what} number is too large; schedc handles {what} numbers "
+                           f"0..{limit - 1}")
+    return int(digits)
+
+
 def parse_cell(text: str, where: str = "") -> Cell:
     """One CSV cell -> Action, Overlap or None (idle). `where` prefixes error messages."""
     cell = text.strip()
     if not cell:
         return None
+    if len(cell) > _MAX_CELL_CHARS:
+        raise _fail(where, f"{_show(cell)} is not a schedule cell; {_FORMS}")
     m = _OVERLAP.fullmatch(cell)
     if m:
         inner, label = m.groups()
         if label not in _OVERLAP_LABELS:
-            raise _fail(where, f"unknown combined action {cell!r}: the label after ')' must be "
+            raise _fail(where, f"unknown combined action {_show(cell)}: the label after ')' must be "
                                f"{' or '.join(_OVERLAP_LABELS)}")
         parts = [p.strip() for p in inner.split(";")]
         if not inner.strip() or any(not p for p in parts):
-            raise _fail(where, f"{cell!r} has an empty action inside the parentheses; "
+            raise _fail(where, f"{_show(cell)} has an empty action inside the parentheses; "
                                "write e.g. (0F7;7B3)OVERLAP_F_B")
         actions = []
         for p in parts:
             if p.startswith("("):
-                raise _fail(where, f"{cell!r}: nested parentheses are not allowed")
+                raise _fail(where, f"{_show(cell)}: nested parentheses are not allowed")
             a = parse_cell(p, where)
             assert isinstance(a, Action)
             actions.append(a)
         if len(set(actions)) != len(actions):
-            raise _fail(where, f"{cell!r} lists the same action twice")
+            raise _fail(where, f"{_show(cell)} lists the same action twice")
         return Overlap(tuple(actions), label)
     m = _ACTION.fullmatch(cell)
     if m:
-        return Action(int(m.group(1)), m.group(2), int(m.group(3)))
+        return Action(_number(m.group(1), limits.MAX_STAGES, "stage", cell, where), m.group(2),
+                      _number(m.group(3), limits.MAX_MICROBATCHES, "microbatch", cell, where))
     if _COMM.fullmatch(cell):
-        raise _fail(where, f"{cell!r} is a communication/FSDP action; schedc reads compute-only "
+        raise _fail(where, f"{_show(cell)} is a communication/FSDP action; schedc reads compute-only "
                            "schedules (F, I, W, B; torch adds sends, receives and FSDP actions itself)")
     if _NO_MB.fullmatch(cell):
-        raise _fail(where, f"{cell!r} has no microbatch number; write e.g. {cell}0")
+        raise _fail(where, f"{_show(cell)} has no microbatch number; write e.g. {cell}0")
     if _NO_STAGE.fullmatch(cell):
-        raise _fail(where, f"{cell!r} has no stage number; write e.g. 0{cell}")
+        raise _fail(where, f"{_show(cell)} has no stage number; write e.g. 0{cell}")
     m = _TRAILING.fullmatch(cell)
     if m:
-        raise _fail(where, f"{cell!r} has trailing text {m.group(2)!r} after {m.group(1)} "
+        raise _fail(where, f"{_show(cell)} has trailing text {m.group(2)!r} after {m.group(1)} "
                            "(torch would silently ignore it); remove it")
     if cell.upper() != cell and _ACTION.fullmatch(cell.upper()):
-        raise _fail(where, f"unknown action {cell!r}: action kinds are upper case ({cell.upper()})")
-    raise _fail(where, f"unknown action {cell!r}; {_FORMS}")
+        raise _fail(where, f"unknown action {_show(cell)}: action kinds are upper case ({cell.upper()})")
+    raise _fail(where, f"unknown action {_show(cell)}; {_FORMS}")
+
+
+def _parse_plain(cell: str) -> Optional[Action]:
+    """The common cell (one action, numbers far below the limits) without building its position
+    text; None for anything else, which :func:`parse_cell` then reads or explains."""
+    m = _ACTION.fullmatch(cell)
+    if m and len(m.group(1)) < 4 and len(m.group(3)) < 6:
+        return Action(int(m.group(1)), m.group(2), int(m.group(3)))
+    return None
 
 
 def _position(rank: int, column: int) -> str:
@@ -149,22 +185,42 @@ def parse_csv_text(
     n_microbatches: Optional[int] = None,
     placement: Optional[Sequence[int]] = None,
 ) -> Schedule:
-    """Parse CSV text (one row per rank) into a Schedule; `source` names it in errors."""
+    """Parse CSV text (one row per rank) into a Schedule; `source` names it in errors.
+
+    Rows are parsed one at a time and the table's size is bounded as it grows (schedc.limits:
+    ranks, cells, actions), so a huge or hostile text fails early with one line."""
     prefix = f"{source}: " if source else ""
     if "\x00" in text:
         raise SchedcError(f"{prefix}contains NUL bytes; this is not a CSV text file")
     reader = csv.reader(io.StringIO(text), strict=True)
+    rows: list[list[Cell]] = []
+    n_cells = n_actions = 0
+    any_cell = False
     try:
-        table = list(reader)
+        for r, row in enumerate(reader):
+            if r >= limits.MAX_RANKS:
+                raise SchedcError(f"{prefix}row {r + 1}: more than {limits.MAX_RANKS} rows; a CSV schedule has one "
+                                  f"row per rank and schedc handles at most {limits.MAX_RANKS} ranks "
+                                  "(blank lines count as ranks without actions)")
+            n_cells += len(row)
+            if n_cells > limits.MAX_CELLS:
+                raise SchedcError(f"{prefix}{_position(r, len(row) - 1)}: more than {limits.MAX_CELLS:,} cells; "
+                                  f"schedc handles schedules of at most {limits.MAX_ACTIONS:,} actions")
+            cells = [_parse_plain(cell) or parse_cell(cell, f"{source or '<csv>'}: {_position(r, c)}")
+                     for c, cell in enumerate(row)]
+            for cell in cells:
+                if cell is not None:
+                    any_cell = True
+                    n_actions += len(cell.parts)
+            if n_actions > limits.MAX_ACTIONS:
+                raise SchedcError(f"{prefix}rank {r} (row {r + 1}): more than {limits.MAX_ACTIONS:,} actions; "
+                                  "schedc handles schedules of at most that many")
+            rows.append(cells)
     except csv.Error as e:
         raise SchedcError(f"{prefix}row {reader.line_num}: not valid CSV ({e}); cells are separated by "
                           "commas and need no quotes") from None
-    if not any(cell.strip() for row in table for cell in row):
+    if not any_cell:
         raise SchedcError(f"{prefix}empty file: expected one row per rank with cells such as 0F0, 0B0")
-    rows = [
-        [parse_cell(cell, f"{source or '<csv>'}: {_position(r, c)}") for c, cell in enumerate(row)]
-        for r, row in enumerate(table)
-    ]
     name = Path(source).stem if source else ""
     return _build(rows, source, n_microbatches, placement, name=name)
 
@@ -178,17 +234,11 @@ def read_csv(
 
     Placement is inferred from where each stage appears unless given; the microbatch count is
     one more than the largest microbatch index unless given. Structural completeness
-    (every F and backward present) is :func:`schedc.validate.validate`'s job.
+    (every F and backward present) is :func:`schedc.validate.validate`'s job. Only regular files
+    of at most ``limits.MAX_INPUT_BYTES`` are read (:func:`schedc.fileio.read_input`).
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SchedcError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise SchedcError(f"{path}: is a directory, expected a CSV file") from None
-    except PermissionError:
-        raise SchedcError(f"{path}: permission denied") from None
+    raw = read_input(path, "a CSV schedule")
     if raw.startswith(b"\xef\xbb\xbf"):
         raise SchedcError(f"{path}: starts with a UTF-8 byte-order mark (BOM); torch's _load_csv (torchtitan, NeMo "
                           f"AutoModel) fails on it ('Invalid action string: \\ufeff...'): save the file without "
@@ -197,6 +247,7 @@ def read_csv(
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SchedcError(f"{path}: not a UTF-8 text file (byte {e.start}); expected a CSV schedule") from None
+    del raw
     schedule = parse_csv_text(text, str(path), n_microbatches, placement)
     schedule.meta["source"] = str(path)
     return schedule
@@ -246,11 +297,40 @@ def report_path(csv_path: PathLike) -> Path:
     return Path(csv_path).with_suffix(".json")
 
 
-def write_report(report: Mapping[str, Any], csv_path: PathLike) -> Path:
-    """Write `report` as JSON beside `csv_path`, all-or-nothing; returns the report's path."""
+# The report records the SHA-256 of the CSV text it was written with; read_report checks it, so a
+# reader never pairs one run's CSV with another run's report (a CSV rewritten after its report,
+# two compiles racing on one name, a crash between the two renames).
+CSV_HASH_KEY = "csv_sha256"
+
+
+def csv_sha256(csv_text: Union[str, bytes]) -> str:
+    data = csv_text.encode() if isinstance(csv_text, str) else csv_text
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_report(report: Mapping[str, Any], csv_path: PathLike, csv_text: Optional[str] = None) -> Path:
+    """Write `report` as JSON beside `csv_path`, all-or-nothing; returns the report's path. Given
+    the CSV's text, the report records its hash (``csv_sha256``), which :func:`read_report` checks."""
     path = report_path(csv_path)
+    if csv_text is not None:
+        report = {**report, CSV_HASH_KEY: csv_sha256(csv_text)}
     atomic_write_text(path, report_text(report, path))
     return path
+
+
+def schedule_files(schedule: Schedule, report: Mapping[str, Any], csv_path: PathLike) -> dict[Path, bytes]:
+    """The CSV and its report (recording the CSV's hash) as bytes per path, CSV first, for
+    :func:`schedc.fileio.write_all` (with other outputs of the same run, e.g. a plot)."""
+    text = to_csv_text(schedule)
+    path = report_path(csv_path)
+    return {Path(csv_path): text.encode(),
+            path: report_text({**report, CSV_HASH_KEY: csv_sha256(text)}, path).encode()}
+
+
+def write_schedule(schedule: Schedule, report: Mapping[str, Any], csv_path: PathLike) -> Path:
+    """Write the CSV and its report together, all-or-nothing; returns the report's path."""
+    write_all(schedule_files(schedule, report, csv_path))
+    return report_path(csv_path)
 
 
 def report_text(report: Mapping[str, Any], path: PathLike) -> str:
@@ -261,20 +341,23 @@ def report_text(report: Mapping[str, Any], path: PathLike) -> str:
         raise SchedcError(f"{path}: the report cannot be written as JSON: {e}") from None
 
 
-def read_report(csv_path: PathLike) -> dict:
-    """The report beside `csv_path` as a dict."""
+def read_report(csv_path: PathLike, csv_text: Optional[Union[str, bytes]] = None) -> dict:
+    """The report beside `csv_path` as a dict. When the report records the hash of its CSV, the
+    CSV (`csv_text`, else the file) must match it: a report of another run is an error."""
     path = report_path(csv_path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SchedcError(f"{path}: no report beside {csv_path} (schedc writes NAME.json next to NAME.csv)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SchedcError(f"{path}: cannot read the report: {e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SchedcError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON: {e.msg}") from None
+    if not path.exists() and not path.is_symlink():
+        raise SchedcError(f"{path}: no report beside {csv_path} (schedc writes NAME.json next to NAME.csv)")
+    data = read_json(path, "a schedule report")
     if not isinstance(data, dict):
         raise SchedcError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}")
+    recorded = data.get(CSV_HASH_KEY)
+    if isinstance(recorded, str):
+        if csv_text is None:
+            try:
+                csv_text = read_input(csv_path, "a CSV schedule")
+            except SchedcError:
+                return data  # no CSV to pair it with (only the report is asked for)
+        if csv_sha256(csv_text) != recorded:
+            raise SchedcError(f"{path}: this report belongs to another version of {csv_path} (the CSV was "
+                              "rewritten after it); recompile, or delete the stale report")
     return data
-

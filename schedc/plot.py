@@ -288,8 +288,9 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memor
 
 def _draw_limits(ax, caps: Sequence[float], unit: float, top: float, memory: Optional[MemoryLimit]) -> None:
     """One dashed line per distinct limit, labelled with its value and, when ranks differ (caps
-    given per rank; ``--memory`` gives every rank the same), which ranks it caps; labels that
-    would overlap go to the other side."""
+    given per rank; ``--memory`` gives every rank the same), which ranks it caps. Limits closer
+    than a label's height share one label ('limits 136.00MiB-148.00MiB, ranks 0-3'), so labels
+    never overlap."""
     groups: dict[float, list[int]] = {}
     for r, cap in enumerate(caps):
         if math.isfinite(cap):
@@ -297,21 +298,22 @@ def _draw_limits(ax, caps: Sequence[float], unit: float, top: float, memory: Opt
             groups.setdefault(key, []).append(r)
     spec = f" ({memory})" if memory is not None and memory.kind == "relative" else ""
     shown = sorted(groups.items())
-    if len(shown) > 4:  # per-rank limits: label the lowest and the highest, draw all
-        labelled = {shown[0][0], shown[-1][0]}
-    else:
-        labelled = set(groups)
-    last_y, side = -math.inf, 1
-    for k, (cap, ranks) in enumerate(shown):
+    clusters: list[list[tuple[float, list[int]]]] = []
+    for cap, ranks in shown:
+        if clusters and top > 0 and cap - clusters[-1][-1][0] < 0.1 * top:
+            clusters[-1].append((cap, ranks))
+        else:
+            clusters.append([(cap, ranks)])
+    for k, (cap, _) in enumerate(shown):
         ax.axhline(cap / unit, color="#c0392b", ls="--", lw=1.0, gid="memory-limit",
                    label="memory limit" if k == 0 else None)
-        if cap not in labelled:
-            continue
+    for cluster in clusters:
+        lo, hi = cluster[0][0], cluster[-1][0]
+        ranks = sorted(r for _, rs in cluster for r in rs)
         who = "" if len(groups) == 1 else f", {_rank_list(ranks)}"
-        side = -side if top > 0 and (cap - last_y) < 0.12 * top else 1
-        last_y = cap
-        ax.text(0.995 if side > 0 else 0.005, cap / unit, f"limit {format_memory(cap)}{spec}{who}",
-                transform=ax.get_yaxis_transform(), ha="right" if side > 0 else "left", va="bottom",
+        value = f" {format_memory(lo)}" if len(cluster) == 1 else f"s {format_memory(lo)}-{format_memory(hi)}"
+        ax.text(0.995, hi / unit, f"limit{value}{spec}{who}",
+                transform=ax.get_yaxis_transform(), ha="right", va="bottom",
                 fontsize=6, color="#c0392b", gid="memory-limit-label", zorder=4,
                 bbox=dict(facecolor="white", edgecolor="none", alpha=0.7, pad=0.5))
 

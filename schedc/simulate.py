@@ -7,15 +7,17 @@ consumer sit on different ranks. All ranks start the step at time 0.
 
 Method: the earliest-start times are a longest-path computation over the graph "rank order +
 data dependencies". We walk it rank by rank: a rank's next action is placed as soon as all its
-producers are placed; if no rank can place its next action the schedule deadlocks (a cycle) and
-we say which actions wait on which. Memory on a rank changes only through its own actions, so
+producers are placed, and a rank that waits for a producer is woken when that one is placed; if
+no rank can place its next action the schedule deadlocks (a cycle) and we say which actions wait
+on which. Memory on a rank changes only through its own actions, so
 its curve is the running sum of the ZB paper's deltas in the rank's order: F allocates at its
 start, I/W/B release at their end. An overlapped cell (torch's OVERLAP_F_B) starts when the
 inputs of all its parts are there, as torch's runtime receives them all first, and its parts
 run back to back. Costs are those of the chosen runtime model (``Profile.executed``; torch's by
 default: stage 0's I is empty and its W runs the whole backward).
 
-Cost: linear in the actions (a worklist of ranks woken by the actions they wait for).
+Cost: linear in the number of actions (:func:`walk`: a worklist of ranks woken by the actions
+they wait for).
 """
 
 from __future__ import annotations
@@ -37,15 +39,20 @@ def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int]
     ``backward_kind[(stage, mb)]`` says whether that stage's backward is split (``"I"``) or
     merged (``"B"``), so that I(s, m) waits on whichever the next stage uses.
     """
-    s, m = action.stage, action.microbatch
-    if action.kind == "F":
-        return [(Action(s - 1, "F", m), s - 1)] if s > 0 else []
-    if action.kind in ("I", "B"):
-        deps = [(Action(s, "F", m), -1)]
+    return [(Action(*key), b) for key, b in producer_keys(action.stage, action.kind, action.microbatch,
+                                                           n_stages, backward_kind)]
+
+
+def producer_keys(s: int, kind: str, m: int, n_stages: int,
+                   backward_kind: dict[tuple[int, int], str]) -> list[tuple[tuple[int, str, int], int]]:
+    """:func:`producers` as (stage, kind, microbatch) tuples, which hash far faster than Actions."""
+    if kind == "F":
+        return [((s - 1, "F", m), s - 1)] if s > 0 else []
+    if kind == "I" or kind == "B":
         if s + 1 < n_stages:
-            deps.append((Action(s + 1, backward_kind.get((s + 1, m), "I"), m), s))
-        return deps
-    return [(Action(s, "I", m), -1)]  # W
+            return [((s, "F", m), -1), ((s + 1, backward_kind.get((s + 1, m), "I"), m), s)]
+        return [((s, "F", m), -1)]
+    return [((s, "I", m), -1)]  # W
 
 
 @dataclass(slots=True)
@@ -125,129 +132,141 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
         raise SchedcError(
             f"the profile describes {profile.n_stages} stages but the schedule has {schedule.n_stages}"
         )
-    order = [schedule.actions(r) for r in range(schedule.n_ranks)]
-    backward_kind = {(a.stage, a.microbatch): a.kind for row in order for a in row if a.kind in ("I", "B")}
-    # actions as plain tuples from here on: they hash in C, where Action's hash runs Python code
-    keys = [[(a.stage, a.kind, a.microbatch) for a in row] for row in order]
-    where = {k: r for r, row in enumerate(keys) for k in row}
-    n_stages = schedule.n_stages
-    duration = {(s, k): profile.duration(s, k) for s in range(n_stages) for k in KINDS}
-    comm = [profile.comm_after(b) for b in range(n_stages - 1)]
-
-    # torch issues an OVERLAP_F_B cell as one step whose receives all come first, so the cell's
-    # first part also waits for what its cell-mates need from outside the cell; the parts then
-    # run back to back
-    cell_mates: list[dict[int, tuple[tuple, ...]]] = []
-    for row in schedule.rows:
-        mates, k = {}, 0
-        for cell in row:
-            if cell is not None:
-                if len(cell.parts) > 1:
-                    mates[k] = tuple((p.stage, p.kind, p.microbatch) for p in cell.parts)
-                k += len(cell.parts)
-        cell_mates.append(mates)
-
-    def deps_of(key: tuple) -> list[tuple[tuple, int]]:
-        s, kind, m = key
-        if kind == "F":
-            return [((s - 1, "F", m), s - 1)] if s > 0 else []
-        if kind in ("I", "B"):
-            if s + 1 < n_stages:
-                return [((s, "F", m), -1), ((s + 1, backward_kind.get((s + 1, m), "I"), m), s)]
-            return [((s, "F", m), -1)]
-        return [((s, "I", m), -1)]  # W
-
-    def consumers_of(key: tuple) -> tuple:
-        s, kind, m = key
-        if kind == "F":
-            return ((s + 1, "F", m), (s, "I", m), (s, "B", m))
-        if kind in ("I", "B"):
-            return ((s - 1, "I", m), (s - 1, "B", m), (s, "W", m))
-        return ()
-
-    # ranks advance as far as their inputs allow; a rank that places an action wakes the ranks
-    # that consume it (a worklist: the backward wave of a deep loop pipeline would otherwise take
-    # one sweep over all ranks per rank)
-    start_of: dict[tuple, float] = {}
-    end_of: dict[tuple, float] = {}
-    next_index = [0] * schedule.n_ranks
+    profile.check_step_total(schedule.n_microbatches)
+    w = walk(schedule)
+    order, actions, rank_of, deps = w.order, w.actions, w.rank_of, w.deps
+    dur = {(s, k): profile.duration(s, k) for s in range(profile.n_stages) for k in KINDS}
+    comm = [profile.comm_after(b) for b in range(profile.n_stages - 1)]
+    start, end = [0.0] * len(actions), [0.0] * len(actions)
     rank_free = [0.0] * schedule.n_ranks
-    remaining = sum(len(row) for row in order)
-    queue = deque(range(schedule.n_ranks))
-    queued = [True] * schedule.n_ranks
-    while queue:
-        r = queue.popleft()
-        queued[r] = False
-        row = keys[r]
-        i = next_index[r]
-        mates = cell_mates[r]
-        while i < len(row):
-            key = row[i]
-            ready = rank_free[r]
-            blocked = False
-            cell = mates.get(i) if mates else None
-            deps = deps_of(key) if not cell else \
-                [(d, b) for part in cell for d, b in deps_of(part) if d not in cell]
-            for dep, boundary in deps:
-                t = end_of.get(dep)
-                if t is None:
-                    if dep not in where:
-                        raise SchedcError(f"rank {r}: {order[r][i]} needs {Action(*dep)}, which no rank runs")
-                    blocked = True
-                    break
-                crossing = boundary >= 0 and where[dep] != r
-                ready = max(ready, t + (comm[boundary] if crossing else 0.0))
-            if blocked:
-                break
-            end = ready + duration[key[0], key[1]]
-            start_of[key] = ready
-            end_of[key] = end
-            rank_free[r] = end
-            i += 1
-            remaining -= 1
-            for c in consumers_of(key):
-                q = where.get(c)
-                if q is not None and q != r and not queued[q]:
-                    queued[q] = True
-                    queue.append(q)
-        next_index[r] = i
-    if remaining:
-        raise SchedcError("the schedule deadlocks: " + _describe_wait(order, next_index, where_actions(order),
-                                                                      schedule, backward_kind))
-    timings = {a: Timing(r, start_of[k], end_of[k]) for r, (row, krow) in enumerate(zip(order, keys))
-               for a, k in zip(row, krow)}
-
+    for i in w.topo:
+        r = rank_of[i]
+        ready = rank_free[r]
+        for d, b in deps[i]:
+            t = end[d] + comm[b] if b >= 0 and rank_of[d] != r else end[d]
+            if t > ready:
+                ready = t
+        a = actions[i]
+        start[i], end[i] = ready, ready + dur[a.stage, a.kind]
+        rank_free[r] = end[i]
+    timings = {a: Timing(rank_of[i], start[i], end[i]) for i, a in enumerate(actions)}
     static = [sum(profile.stages[s].static_bytes for s in schedule.stages_of(r)) for r in range(schedule.n_ranks)]
-    delta_of = {(s, k): profile.memory_delta(s, k) for s in range(n_stages) for k in KINDS}
-    curves, peaks = [], []
-    for r, row in enumerate(keys):
+    delta_of = {(s, k): profile.memory_delta(s, k) for s in range(profile.n_stages) for k in KINDS}
+    curves, peaks, busy = [], [], []
+    i = 0
+    for r, row in enumerate(order):
         held = static[r]
         curve = [(0.0, held)]
-        peak = held
-        for key in row:
-            delta = delta_of[key[0], key[1]]
+        peak, work = held, 0.0
+        for a in row:
+            delta = delta_of[a.stage, a.kind]
             held += delta
-            curve.append((start_of[key] if delta > 0 else end_of[key], held))
+            curve.append((start[i] if delta > 0 else end[i], held))
             peak = max(peak, held)
+            work += end[i] - start[i]
+            i += 1
         curves.append(curve)
         peaks.append(peak)
+        busy.append(work)
 
     limit = (memory or MemoryLimit(kind="none")).per_rank(profile, schedule.placement)
-    makespan = max(end_of.values(), default=0.0)
-    busy = [sum(end_of[k] - start_of[k] for k in row) for row in keys]
+    makespan = max(end, default=0.0)
     return SimResult(timings, order, makespan, busy, peaks, curves, limit, profile.runtime)
 
 
-def where_actions(order: list[list[Action]]) -> dict[Action, int]:
-    return {a: r for r, row in enumerate(order) for a in row}
+class Deadlock(SchedcError):
+    """The schedule deadlocks; ``unplaced`` holds the actions that could never start."""
+
+    def __init__(self, message: str, unplaced: set):
+        super().__init__(message)
+        self.unplaced = unplaced
 
 
-def _describe_wait(order, next_index, where, schedule, backward_kind) -> str:
+@dataclass
+class Walk:
+    """A schedule's actions numbered 0..n-1 rank by rank, with what each waits for, in an order
+    that runs each after its producers (:func:`walk`)."""
+
+    order: list[list[Action]]  # per rank, the actions in execution order
+    actions: list[Action]  # by number: rank 0's in order, then rank 1's, ...
+    rank_of: list[int]  # by number
+    deps: list[list[tuple[int, int]]]  # by number: (producer's number, boundary crossed or -1)
+    topo: list[int]  # every number once, each after its producers and its rank's earlier actions
+
+
+def walk(schedule: Schedule) -> Walk:
+    """Number the actions, find each one's producers (an OVERLAP_F_B cell's first part waits for
+    what all its parts need from outside the cell, as torch receives it all first) and walk the
+    ranks: a rank runs its next action once its producers have run, and a rank that waits for a
+    producer is woken when that one runs, so each action is looked at a bounded number of times:
+    linear in the number of actions. Raises :class:`Deadlock` when some actions can never run."""
+    order = [schedule.actions(r) for r in range(schedule.n_ranks)]
+    actions = [a for row in order for a in row]
+    rank_of = [r for r, row in enumerate(order) for _ in row]
+    keys = [(a.stage, a.kind, a.microbatch) for a in actions]
+    number: dict[tuple[int, str, int], int] = {}
+    for i, key in enumerate(keys):
+        number.setdefault(key, i)
+    backward_kind = {(s, m): k for s, k, m in keys if k == "I" or k == "B"}
+    n_stages = schedule.n_stages
+
+    deps: list[list[tuple[int, int]]] = []
+    for r, row in enumerate(schedule.rows):
+        for cell in row:
+            if cell is None:
+                continue
+            parts = cell.parts
+            for n, a in enumerate(parts):
+                found = producer_keys(a.stage, a.kind, a.microbatch, n_stages, backward_kind)
+                if n == 0 and len(parts) > 1:
+                    inside = {(p.stage, p.kind, p.microbatch) for p in parts}
+                    found = [(key, b) for p in parts
+                             for key, b in producer_keys(p.stage, p.kind, p.microbatch, n_stages, backward_kind)
+                             if key not in inside]
+                ids = []
+                for key, b in found:
+                    d = number.get(key)
+                    if d is None:
+                        raise SchedcError(f"rank {r}: {a} needs {Action(*key)}, which no rank runs")
+                    ids.append((d, b))
+                deps.append(ids)
+
+    first = [0]
+    for row in order:
+        first.append(first[-1] + len(row))
+    done = bytearray(len(actions))
+    topo: list[int] = []
+    position = first[:-1]  # per rank, the number of its next action
+    waiting: dict[int, list[int]] = {}  # an action's number -> ranks whose next action needs it
+    queue = deque(range(len(order)))
+    while queue:
+        r = queue.popleft()
+        i, stop = position[r], first[r + 1]
+        while i < stop:
+            missing = next((d for d, _ in deps[i] if not done[d]), -1)
+            if missing >= 0:
+                waiting.setdefault(missing, []).append(r)
+                break
+            done[i] = 1
+            topo.append(i)
+            woken = waiting.pop(i, None)
+            if woken:
+                queue.extend(woken)
+            i += 1
+        position[r] = i
+    if len(topo) < len(actions):
+        next_index = [position[r] - first[r] for r in range(len(order))]
+        raise Deadlock("the schedule deadlocks: " + _describe_wait(order, next_index, n_stages, backward_kind),
+                       {a for i, a in enumerate(actions) if not done[i]})
+    return Walk(order, actions, rank_of, deps, topo)
+
+
+def _describe_wait(order, next_index, n_stages, backward_kind) -> str:
     parts = []
     for r, row in enumerate(order):
         if next_index[r] < len(row):
             a = row[next_index[r]]
-            deps = [str(d) for d, _ in producers(a, schedule.n_stages, backward_kind)]
+            deps = [str(d) for d, _ in producers(a, n_stages, backward_kind)]
             parts.append(f"rank {r} waits at {a} (needs {', '.join(deps)})")
         if len(parts) >= 4:
             break

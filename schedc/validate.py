@@ -6,25 +6,27 @@ on the rank that holds its stage, (3) on each rank an action never comes before 
 of the same rank it needs (docs/design.md's dependency rules), and (4) the ranks cannot wait on each
 other in a circle (deadlock).
 
-Method: (1)-(3) are counted/compared cell by cell. (4) builds one directed graph (networkx)
-whose nodes are actions and whose edges are "runs before" on the same rank plus "needs" data
-dependencies (:func:`schedc.simulate.producers`); the schedule can run iff the graph is acyclic,
-and a cycle found by ``networkx.find_cycle`` is turned back into words. An ``OVERLAP_F_B``
+Method: (1)-(3) are counted/compared cell by cell. (4) walks the schedule as the simulator does
+(:func:`schedc.simulate.walk`: each rank runs its next action once its producers have run); it can
+run iff every action is reached. Only when some are not does it build a directed graph
+(networkx) of those actions, with "runs before" edges on the same rank plus "needs" data
+dependencies (:func:`schedc.simulate.producers`), and turn a cycle found by
+``networkx.find_cycle`` back into words. An ``OVERLAP_F_B``
 cell is issued as one unit by torch, so every cross-rank input of any of its parts must exist
 before the cell's first part starts; the graph models that with an extra edge into the first
 part.
 
-Cost: O(actions) for the graph and the cycle search.
+Cost: O(actions); the graph and the cycle search only for a schedule that deadlocks.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Collection, Optional, Sequence, Union
 
 from schedc.csvio import _position as _pos  # positions read as in csvio's parse errors
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule, make_placement, placement_name
-from schedc.simulate import producers
+from schedc.simulate import Deadlock, producer_keys, producers, walk
 
 if TYPE_CHECKING:  # networkx loads on the first graph built, not with `import schedc`
     import networkx as nx
@@ -164,26 +166,30 @@ def _order_problems(schedule: Schedule, where) -> list[str]:
     """Same-rank actions listed before an action they need."""
     out = []
     kinds = _backward_kind(schedule)
+    by_key = {(a.stage, a.kind, a.microbatch): loc for a, loc in where.items()}  # tuples hash fast
     for a, (r, c, k) in where.items():
-        for dep, _ in producers(a, schedule.n_stages, kinds):
-            loc = where.get(dep)
+        for key, _ in producer_keys(a.stage, a.kind, a.microbatch, schedule.n_stages, kinds):
+            loc = by_key.get(key)
             if loc is not None and loc[0] == r and loc[2] > k:
+                dep = Action(*key)
                 out.append(f"rank {r} runs {a} (column {c + 1}) before {dep} (column {loc[1] + 1}), "
                            f"which it needs; move {dep} earlier")
     return out
 
 
-def dependency_graph(schedule: Schedule) -> nx.DiGraph:
+def dependency_graph(schedule: Schedule, only: Optional[Collection[Action]] = None) -> nx.DiGraph:
     """Nodes: actions (attributes rank, column: 0-based cell index in the row). Edges u -> v mean u must finish before v
-    starts; attribute ``kind`` is ``"order"`` (same rank, CSV order) or ``"data"``."""
+    starts; attribute ``kind`` is ``"order"`` (same rank, CSV order) or ``"data"``. `only`: just these actions."""
     import networkx as nx
 
     g = nx.DiGraph()
     where = _locate(schedule)
+    if only is not None:
+        where = {a: loc for a, loc in where.items() if a in only}
     for a, (r, c, _) in where.items():
         g.add_node(a, rank=r, column=c)
     for r in range(schedule.n_ranks):
-        acts = schedule.actions(r)
+        acts = [a for a in schedule.actions(r) if a in where]
         for u, v in zip(acts, acts[1:]):
             if u != v:
                 g.add_edge(u, v, kind="order")
@@ -194,13 +200,15 @@ def dependency_graph(schedule: Schedule) -> nx.DiGraph:
                 continue
             first = cell.parts[0]
             for n, a in enumerate(cell.parts):
+                if a not in where:
+                    continue
                 for dep, _ in producers(a, schedule.n_stages, kinds):
                     if dep not in where:
                         continue
                     if not g.has_edge(dep, a):  # same-rank order edges already say it
                         g.add_edge(dep, a, kind="data")
                     # torch issues an overlap cell once all its parts' inputs are there
-                    if n > 0 and dep not in cell.parts and where[dep][0] != r:
+                    if n > 0 and first in where and dep not in cell.parts and where[dep][0] != r:
                         g.add_edge(dep, first, kind="data")
     return g
 
@@ -235,13 +243,19 @@ def describe_cycle(g: nx.DiGraph, cycle: list[tuple]) -> str:
 def _deadlock_problems(schedule: Schedule) -> list[str]:
     import networkx as nx
 
-    g = dependency_graph(schedule)
+    # a linear walk decides; only a schedule that deadlocks pays for the graph that names the cycle,
+    # built on the actions that never start (a cycle lies among them)
     try:
-        cycle = nx.find_cycle(g)
-    except nx.NetworkXNoCycle:
-        return []
-    return ["the schedule deadlocks: " + describe_cycle(g, [(e[0], e[1]) for e in cycle])
-            + " - a cycle, so none of these can start; reorder one of these ranks"]
+        walk(schedule)
+    except Deadlock as e:
+        g = dependency_graph(schedule, only=e.unplaced)
+        try:
+            cycle = nx.find_cycle(g)
+        except nx.NetworkXNoCycle:  # cannot happen: what never starts waits in a circle
+            return [str(e)]
+        return ["the schedule deadlocks: " + describe_cycle(g, [(c[0], c[1]) for c in cycle])
+                + " - a cycle, so none of these can start; reorder one of these ranks"]
+    return []
 
 
 def problems(

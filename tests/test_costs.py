@@ -50,7 +50,7 @@ def test_profile_bad_json_and_missing_file(tmp_path):
     bad.write_text("{\n  'format': 1")
     with pytest.raises(SchedcError, match=r"bad.json: line 2 column 3: not valid JSON"):
         Profile.load(bad)
-    with pytest.raises(SchedcError, match="not found"):
+    with pytest.raises(SchedcError, match="no such file"):
         Profile.load(tmp_path / "nope.json")
 
 

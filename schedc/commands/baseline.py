@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from schedc import limits
 from schedc.commands import common
 from schedc.errors import SchedcError
 
@@ -30,6 +31,7 @@ def run(args) -> int:
         return 0
     if not args.name or args.stages is None or args.mb is None:
         raise SchedcError("baseline: give NAME --stages N --mb M (or --list)")
+    limits.check_schedule_size(args.stages, args.mb, args.ranks)
     schedule = baselines.make_baseline(args.name, args.stages, args.mb, n_ranks=args.ranks, placement=args.placement)
     if args.output:
         csvio.write_csv(schedule, args.output)

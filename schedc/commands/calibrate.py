@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from schedc.commands import common
 from schedc.costs import Profile
 from schedc.errors import SchedcError
-from schedc.fileio import check_writable
 
 
 def register(sub) -> None:
@@ -45,7 +44,7 @@ def register(sub) -> None:
 def run(args) -> int:
     common.require_torch("schedc calibrate")
     if args.output:
-        check_writable(args.output, "-o")  # before the ranks run
+        common.check_outputs(args, (args.output, "-o"))  # before the ranks run
     from schedc.runtime.calibrate import calibrate, format_calibration
 
     profile = Profile.load(args.profile)

@@ -11,8 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from schedc.costs import DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, parse_comm, parse_costs
+from pydantic import ValidationError
+
+from schedc.costs import (DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, describe_validation_error, parse_comm,
+                          parse_costs)
 from schedc.errors import SchedcError
+from schedc.fileio import check_not_input, check_writable
 
 
 def add_cost_args(p: argparse.ArgumentParser) -> None:
@@ -51,7 +55,10 @@ def _with_comm(profile: Profile, comm: str) -> Profile:
     if isinstance(values, list) and len(values) != n - 1:
         raise SchedcError(f"--comm: {len(values)} values given, but {n} stages have {n - 1} boundaries; "
                           f"give one number (every boundary) or {n - 1} separated by commas")
-    return Profile.model_validate({**profile.model_dump(), "comm": values})
+    try:
+        return Profile.model_validate({**profile.model_dump(), "comm": values})
+    except ValidationError as e:
+        raise SchedcError(f"--comm {comm}: {describe_validation_error(e)}") from None
 
 
 def memory_from_args(args) -> MemoryLimit:
@@ -61,6 +68,27 @@ def memory_from_args(args) -> MemoryLimit:
         raise SchedcError(f"--memory {args.memory} is a byte size, but without --profile memory is counted in "
                           "microbatch activations, not bytes; give --memory Kp (e.g. 1.5p) or a measured --profile")
     return memory
+
+
+def input_files(args) -> list[tuple[str, str]]:
+    """The files a command reads, each with how the user named it (for check_outputs' message)."""
+    out = [(f, "schedule") for f in getattr(args, "files", None) or []]
+    if getattr(args, "file", None):
+        out.append((args.file, "schedule"))
+    for flag in ("profile", "model", "sample"):
+        value = getattr(args, flag, None)
+        if isinstance(value, str) and value:
+            out.append((value.rsplit(":", 1)[0] if flag != "profile" else value, f"--{flag}"))
+    return out
+
+
+def check_outputs(args, *outputs: tuple) -> None:
+    """Before any work: every (path, option) output can be written and is none of the inputs
+    (``compile --profile p.json -o p.csv`` would write its report over the profile)."""
+    inputs = input_files(args)
+    for path, option in outputs:
+        check_writable(path, option)
+        check_not_input(path, option, inputs)
 
 
 def read_checked(args):
@@ -150,7 +178,8 @@ def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit, profile
             continue
         try:
             inputs = csvio.read_report(path).get("inputs", {})
-        except SchedcError:
+        except SchedcError as e:
+            print(f"schedc {command}: warning: ignoring the report beside {path}: {e}", file=sys.stderr)
             continue
         compiled_for = inputs.get("memory_limit")
         if isinstance(compiled_for, str) and compiled_for != str(memory):

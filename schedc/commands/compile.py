@@ -6,10 +6,11 @@ import math
 import sys
 from pathlib import Path
 
+from schedc import limits
 from schedc.commands import common
 from schedc.costs import format_duration, format_memory
 from schedc.errors import SchedcError
-from schedc.fileio import check_writable, write_all
+from schedc.fileio import write_all
 from schedc.solver.deadline import check_size
 
 
@@ -73,7 +74,8 @@ def _compile(args):
     res = compile_schedule(args.stages, args.mb, n_ranks=args.ranks, placement=args.placement, profile=profile,
                            memory=memory, objective=args.objective, time_limit=args.time_limit,
                            solver=args.solver, progress=progress, runtime=args.runtime)
-    files = {args.output: csvio.to_csv_text(res.schedule).encode(), report: csvio.report_text(res.report, report).encode()}
+    # the CSV and its report (which records the CSV's hash) are renamed into place together
+    files = csvio.schedule_files(res.schedule, res.report, args.output)
     if args.plot:
         files[args.plot] = _plot_bytes(res, args)
     write_all(files)  # all or none: a failing plot leaves no CSV or report behind
@@ -88,19 +90,20 @@ def _check_request(args) -> Path:
     Returns the report's path."""
     from schedc import csvio
 
+    limits.check_schedule_size(args.stages, args.mb, args.ranks)
     if not str(args.output).endswith(".csv"):
         raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
     if args.time_limit is None or not 0 < args.time_limit < math.inf:
         raise SchedcError(f"--time-limit must be a finite number of seconds > 0 (e.g. 60, or 3600 for a long "
                           f"search), got {args.time_limit}")
     report = csvio.report_path(args.output)
-    check_writable(args.output, "-o")
-    check_writable(report, "-o (the report beside it)")
+    outputs = [(args.output, "-o"), (report, "-o (the report beside it)")]
     if args.plot:
         from schedc.plot import output_format
 
         output_format(args.plot)
-        check_writable(args.plot, "--plot")
+        outputs.append((args.plot, "--plot"))
+    common.check_outputs(args, *outputs)
     return report
 
 

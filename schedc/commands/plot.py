@@ -6,7 +6,6 @@ from pathlib import Path
 
 from schedc.commands import common
 from schedc.errors import SchedcError
-from schedc.fileio import check_writable
 
 
 def register(sub) -> None:
@@ -23,7 +22,7 @@ def run(args) -> int:
     from schedc.plot import output_format, plot_schedules
 
     output_format(args.output)  # a wrong extension or place fails before any work
-    check_writable(args.output, "-o")
+    common.check_outputs(args, (args.output, "-o"))
     if args.title and len(args.title) != len(args.files):
         raise SchedcError(f"give --title once per file ({len(args.files)}), or not at all")
     schedules, profiles = common.read_checked(args)

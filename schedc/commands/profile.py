@@ -9,7 +9,6 @@ from typing import Optional
 from schedc.commands import common
 from schedc.costs import MemoryLimit, format_bytes, format_seconds
 from schedc.errors import SchedcError
-from schedc.fileio import check_writable
 
 
 def register(sub) -> None:
@@ -56,7 +55,7 @@ def _model_args(pairs: list[str]) -> dict:
 
 def run(args) -> int:
     common.require_torch("schedc profile")
-    check_writable(args.output, "-o")  # before minutes of measuring
+    common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
     import torch
 
     from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_warnings

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from schedc.commands import common
-from schedc.fileio import check_writable
 
 
 def register(sub) -> None:
@@ -17,7 +16,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from schedc.trace import write_trace
 
-    check_writable(args.output, "-o")
+    common.check_outputs(args, (args.output, "-o"))
     args.files = [args.file]
     (schedule,), (profile,) = common.read_checked(args)
     memory = common.memory_from_args(args)

@@ -495,7 +495,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
             n_windows += 1
             if time.monotonic() - last_report >= 2.0:
                 last_report = time.monotonic()
-                report(best_val, f"window {n_windows} ({k}/rank) t={t:.4g}")
+                report(best_val, f"window {n_windows} ({k}/rank) t={max(t, 0.0):.4g}")
             if answer is None:
                 continue
             used = True
@@ -510,7 +510,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
                 improved_sweep = True
                 gained_from = (t - length - reach) / sim.makespan
                 focus_from = gained_from if focus_from is None else min(focus_from, gained_from)
-                report(best_val, f"window {n_windows} ({k}/rank) t={t:.4g} improved")
+                report(best_val, f"window {n_windows} ({k}/rank) t={max(t, 0.0):.4g} improved")
                 if _close(best_val, lb):
                     return orders, sched, sim, used
         report(best_val, f"windows of {k}/rank swept")

@@ -45,7 +45,7 @@ import weakref
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from schedc.costs import format_bytes, p_needed
+from schedc.costs import format_amount, format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
@@ -77,9 +77,17 @@ def min_memory_limit(problem: Problem) -> str:
     if kind == "none":
         return "none"
     if kind == "bytes":
-        return format_bytes(max(min_memory_need(problem)))
+        return _bytes_rounded_up(max(min_memory_need(problem)))
     # Kp is one cap for every rank (MemoryLimit.per_rank); the largest one-microbatch need must fit
     return f"{_round_up(p_needed(max(min_memory_need(problem)), problem.profile, problem.placement))}p"
+
+
+def _bytes_rounded_up(n: float) -> str:
+    """A byte size as --memory takes it, never below `n` (format_bytes rounds 5000 to 4.88KiB)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{math.ceil(n / size * 100 - 1e-9) / 100:.2f}{unit}"
+    return f"{math.ceil(n)}B"
 
 
 def _round_up(k: float) -> str:
@@ -94,13 +102,18 @@ def check_memory_feasible(problem: Problem) -> None:
     """Raise SchedcError when some rank cannot hold even one microbatch of all its stages."""
     caps = problem.memory_caps
     need = min_memory_need(problem)
-    for r, (cap, n) in enumerate(zip(caps, need)):
-        if n > cap * (1 + TIE) + EPS:
-            raise SchedcError(
-                f"--memory {problem.memory}: rank {r} needs {format_bytes(n)} to hold one microbatch "
-                f"of its stages {problem.stages_of(r)} but the cap is {format_bytes(cap)}; "
-                f"the smallest limit that works is --memory {min_memory_limit(problem)}"
-            )
+    short = [r for r, (cap, n) in enumerate(zip(caps, need)) if n > cap * (1 + TIE) + EPS]
+    if short:
+        # name the rank furthest over its cap: the one whose need sets the smallest limit that works
+        r = max(short, key=lambda q: need[q] / caps[q] if caps[q] > 0 else math.inf)
+        def amount(x: float) -> str:  # bytes when asked in bytes; --costs memory has no bytes
+            return format_bytes(x) if problem.memory.kind == "bytes" else format_amount(x, problem.profile)
+
+        raise SchedcError(
+            f"--memory {problem.memory}: rank {r} needs {amount(need[r])} to hold one microbatch "
+            f"of its stages {problem.stages_of(r)} but the cap is {amount(caps[r])}; "
+            f"the smallest limit that works is --memory {min_memory_limit(problem)}"
+        )
 
 
 # ---------------------------------------------------------------- problem arrays

@@ -1,0 +1,281 @@
+"""Hostile and extreme inputs (issue 23): each is one line on stderr, exit code 2, no traceback, no
+hang and no file left behind; outputs never destroy what is at their path or an input."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from schedc import cli, csvio, fileio, limits
+from schedc.costs import Profile
+from schedc.errors import SchedcError
+
+TIMEOUT = 120  # generous: the machine may be busy; a hang still fails
+
+
+def _schedc(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "schedc.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=TIMEOUT)
+
+
+def _profile(stage: dict, n: int = 2) -> str:
+    return json.dumps({"format": "schedc.profile/v1", "stages": [stage] * n})
+
+
+_STAGE = {"forward": 1, "backward_input": 1, "backward_weight": 1, "activation_bytes": 1}
+_ONE_F_ONE_B = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
+
+
+def _one_line_error(out, command: str, *needles: str) -> str:
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"schedc {command}: error: "), out.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# ---------------------------------------------------------------- bad inputs: one line, exit 2, nothing written
+
+@pytest.mark.parametrize("files, argv, command, needles", [
+    # a microbatch number with 5000 digits (int() would raise past 4300 digits)
+    ({"big.csv": "0F0,0F" + "9" * 5000 + "\n"}, ["validate", "big.csv"], "validate",
+     ["big.csv: rank 0 (row 1), column 2", "(5002 characters)"]),
+    ({"big.csv": "0F0,0F99999999999,0B0\n"}, ["simulate", "big.csv", "--json"], "simulate",
+     ["column 2: '0F99999999999': the microbatch number is too large", f"0..{limits.MAX_MICROBATCHES - 1}"]),
+    # more rows than ranks schedc handles: blank lines count as ranks
+    ({"blank.csv": "0F0,0B0\n" + "\n" * 5000}, ["validate", "blank.csv"], "validate",
+     [f"row {limits.MAX_RANKS + 1}: more than {limits.MAX_RANKS} rows"]),
+    # absurd sizes are refused up front with the limit
+    ({}, ["compile", "--stages", "99999999999", "--mb", "4", "-o", "s.csv"], "compile",
+     ["--stages 99999999999 is more stages than schedc handles (at most 8,192)"]),
+    ({}, ["baseline", "1f1b", "--stages", "8", "--mb", "1000000", "-o", "s.csv"], "baseline",
+     ["make 24,000,000 actions", f"at most {limits.MAX_ACTIONS:,}"]),
+    # a profile nested 5000 deep, or saved as Latin-1
+    ({"a.csv": _ONE_F_ONE_B, "deep.json": "[" * 5000 + "]" * 5000}, ["simulate", "a.csv", "--profile", "deep.json"],
+     "simulate", ["deep.json: JSON nested too deeply"]),
+    ({"a.csv": _ONE_F_ONE_B, "latin.json": _profile({**_STAGE}).replace('"stages"', '"model": "caf\xe9", "stages"')},
+     ["simulate", "a.csv", "--profile", "latin.json"], "simulate", ["latin.json: not UTF-8 text (byte"]),
+    # finite numbers whose sums are not: named by field, never inf/nan in any output
+    ({"a.csv": _ONE_F_ONE_B, "huge.json": _profile({**_STAGE, "forward": 1e308, "backward_input": 1e308})},
+     ["plot", "a.csv", "--profile", "huge.json", "-o", "p.png"], "plot",
+     ["huge.json: stages[0]: forward + backward_input + backward_weight is too large to add up"]),
+    ({"a.csv": _ONE_F_ONE_B}, ["simulate", "a.csv", "--costs", "1e308,1e308,1e308", "--json"], "simulate",
+     ["--costs 1e308,1e308,1e308: F + I + W is too large to add up"]),
+    ({"a.csv": _ONE_F_ONE_B}, ["trace", "a.csv", "--comm", "1e308", "-o", "t.json"], "trace",
+     ["--comm 1e308: the time of one microbatch through all stages"]),
+    ({}, ["compile", "--stages", "2", "--mb", "4", "--comm", "1e308", "-o", "s.csv"], "compile",
+     ["--comm 1e308: the time of one microbatch"]),
+    ({"a.csv": _ONE_F_ONE_B}, ["simulate", "a.csv", "--memory", "9" * 400 + "p"], "simulate",
+     ["--memory: the factor in", "(401 characters) is more than 1e+06"]),
+])
+def test_bad_input_is_one_line_exit_2_and_leaves_no_file(tmp_path, files, argv, command, needles):
+    for name, text in files.items():
+        (tmp_path / name).write_bytes(text.encode("latin-1" if name == "latin.json" else "utf-8"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    _one_line_error(_schedc(*argv, cwd=tmp_path), command, *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("node", ["/dev/zero", "/dev/urandom", "fifo"])
+@pytest.mark.parametrize("as_", ["csv", "profile"])
+def test_non_regular_inputs_are_refused_not_read_forever(tmp_path, node, as_):
+    if node == "fifo":
+        os.mkfifo(tmp_path / "fifo")  # nobody writes it: opening it would block forever
+        node = tmp_path / "fifo"
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    argv = ["simulate", node] if as_ == "csv" else ["simulate", "a.csv", "--profile", node]
+    kind = "a FIFO (named pipe)" if str(node).endswith("fifo") else "a character device"
+    _one_line_error(_schedc(*argv, cwd=tmp_path), "simulate", f"{node}: is {kind}, not a regular file")
+
+
+def test_dev_zero_under_a_memory_ulimit_is_one_line(tmp_path):
+    resource = pytest.importorskip("resource")
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    out = subprocess.run([sys.executable, "-m", "schedc.cli", "validate", "/dev/zero"], capture_output=True,
+                         text=True, timeout=TIMEOUT, preexec_fn=cap, cwd=tmp_path)
+    _one_line_error(out, "validate", "/dev/zero: is a character device")
+
+
+def test_files_over_the_size_bound_are_refused_without_reading_them(tmp_path):
+    big = tmp_path / "big.csv"
+    with open(big, "wb") as f:  # sparse: no disk, no time
+        f.truncate(limits.MAX_INPUT_BYTES + 1)
+    with pytest.raises(SchedcError, match=r"big.csv: larger than 32 MiB, more than a CSV schedule can hold"):
+        csvio.read_csv(big)
+    with pytest.raises(SchedcError, match=r"big.csv: larger than 32 MiB, more than a profile can hold"):
+        Profile.load(big)
+
+
+def test_parse_bounds_actions_and_cells():
+    row = ",".join(f"0F{m}" for m in range(1000))
+    with pytest.raises(SchedcError, match=f"more than {limits.MAX_ACTIONS:,} actions"):
+        csvio.parse_csv_text("\n".join([row] * (limits.MAX_ACTIONS // 1000 + 1)), "many.csv")
+    with pytest.raises(SchedcError, match=f"more than {limits.MAX_CELLS:,} cells"):
+        csvio.parse_csv_text("0F0" + "," * limits.MAX_CELLS, "wide.csv")
+
+
+def test_a_step_too_long_to_add_up_is_refused_by_simulate():
+    from schedc.baselines import make_baseline
+    from schedc.simulate import simulate
+
+    profile = Profile.uniform(2, 1e300, 1e300, 1e300)  # one microbatch adds up, 10**9 would not
+    s = make_baseline("1f1b", 2, 4)
+    s.n_microbatches = 10**9
+    with pytest.raises(SchedcError, match="1000000000 microbatches of these costs are too large to add up"):
+        simulate(s, profile)
+
+
+# ---------------------------------------------------------------- near misses
+
+@pytest.mark.parametrize("argv, needle", [
+    (["compile", "--mbs", "16", "--stages", "4"],
+     "unknown option --mbs; did you mean --mb (number of microbatches M)?"),
+    (["baseline", "1f1b", "--stages", "4", "--mbs", "8"], "unknown option --mbs; did you mean --mb"),
+    # argparse would take --mb as an abbreviation of --mbs (the microbatch size) here
+    (["profile", "--mb", "4", "-o", "p.json"], "unknown option --mb; did you mean --mbs (microbatch size"),
+    (["simulate", "a.csv", "--memroy", "1p"], "unknown option --memroy; did you mean --memory"),
+])
+def test_near_miss_options_name_the_real_one(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err and "required" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_abbreviations_of_a_commands_own_options_still_work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["baseline", "1f1b", "--stage", "2", "--mb", "2", "-o", "a.csv"]) == 0
+    assert cli.main(["simulate", "a.csv", "--mem", "1p", "--comm", "-0"]) == 0
+
+
+# ---------------------------------------------------------------- outputs: never destroy what is there
+
+def test_an_output_never_overwrites_an_input(tmp_path):
+    prof = tmp_path / "prof.json"
+    prof.write_text(_profile(_STAGE))
+    before = prof.read_bytes()
+    out = _schedc("compile", "--stages", "2", "--mb", "4", "--profile", "prof.json", "-o", "prof.csv",
+                  "--time-limit", "5", cwd=tmp_path)
+    _one_line_error(out, "compile", "-o (the report beside it) prof.json would overwrite the input --profile prof.json")
+    assert prof.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["prof.json"]
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    os.symlink("a.csv", tmp_path / "link.csv")
+    out = _schedc("trace", "a.csv", "-o", "link.csv", cwd=tmp_path)  # the same file through a link
+    _one_line_error(out, "trace", "-o link.csv would overwrite the input schedule a.csv")
+    assert (tmp_path / "a.csv").read_text() == _ONE_F_ONE_B
+
+
+def test_writing_through_a_symlink_keeps_the_link_and_mode(tmp_path):
+    target = tmp_path / "real.csv"
+    target.write_text("old\n")
+    target.chmod(0o600)
+    link = tmp_path / "link.csv"
+    os.symlink("real.csv", link)
+    fileio.atomic_write_text(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    fileio.atomic_write_text(target, "newer\n")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "real.csv"]
+
+
+def test_a_fifo_output_is_written_through_not_replaced(tmp_path):
+    fifo = tmp_path / "out.csv"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    assert cli.main(["baseline", "1f1b", "--stages", "2", "--mb", "2", "-o", str(fifo)]) == 0
+    reader.join(TIMEOUT)
+    assert got == [_ONE_F_ONE_B] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_device_node_output_stays_a_device(tmp_path, capsys):
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a private /dev/null
+    except (PermissionError, OSError):
+        node = "/dev/null"
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    assert cli.main(["trace", str(tmp_path / "a.csv"), "-o", str(node)]) == 0
+    assert stat.S_ISCHR(os.stat(node).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["a.csv", "null"] if node != "/dev/null" else ["a.csv"])
+
+
+def test_a_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    # /dev/full: every write fails with ENOSPC
+    assert cli.main(["trace", str(tmp_path / "a.csv"), "-o", "/dev/full"]) == 2
+    assert capsys.readouterr().err.strip() == "schedc trace: error: /dev/full: No space left on device"
+
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: Full(real_fdopen(fd, mode)))
+    out = tmp_path / "t.json"
+    assert cli.main(["trace", str(tmp_path / "a.csv"), "-o", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"schedc trace: error: {out}: No space left on device"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
+
+
+def test_a_report_from_another_run_is_never_paired_with_the_csv(tmp_path, capsys):
+    csv = tmp_path / "s.csv"
+    assert cli.main(["compile", "--stages", "2", "--mb", "4", "--memory", "2p", "--time-limit", "5", "--quiet",
+                     "-o", str(csv)]) == 0
+    report = csvio.read_report(csv)
+    assert report[csvio.CSV_HASH_KEY] == csvio.csv_sha256(csv.read_bytes())
+    # another run rewrites the CSV only: the old report must not be read as its report
+    assert cli.main(["baseline", "1f1b", "--stages", "2", "--mb", "4", "-o", str(csv)]) == 0
+    with pytest.raises(SchedcError, match="s.json: this report belongs to another version of .*s.csv"):
+        csvio.read_report(csv)
+    capsys.readouterr()
+    assert cli.main(["simulate", str(csv)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: ignoring the report beside" in err and "compiled for --memory 2p" not in err
+
+
+# ---------------------------------------------------------------- the environment around a command
+
+def test_progress_lines_off_a_terminal_are_plain(capsys):
+    from schedc.runtime.profiler import StderrProgress
+
+    p = StderrProgress("schedc profile")
+    p("stage 1/2")
+    p("stage 2/2")
+    p.done()
+    err = capsys.readouterr().err
+    assert err == "schedc profile: stage 1/2\nschedc profile: stage 2/2\n"
+
+
+def test_a_clone_named_schedc_beside_does_not_shadow_the_install(tmp_path):
+    # `git clone .../schedc` leaves a directory named schedc where the user then runs python
+    (tmp_path / "schedc" / "tests").mkdir(parents=True)
+    (tmp_path / "schedc" / "README.md").write_text("a clone\n")
+    out = subprocess.run([sys.executable, "-c", "from schedc import __version__; import schedc.solver; "
+                          "print(__version__)"], capture_output=True, text=True, cwd=tmp_path, timeout=TIMEOUT)
+    assert out.returncode == 0, ("the clone shadows the install; an editable install made before pyproject's "
+                                 "package-dir setting needs `pip install -e .` again: " + out.stderr[-500:])
