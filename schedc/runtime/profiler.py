@@ -311,104 +311,115 @@ def _fresh_inputs(sample: tuple, needs_grad: bool) -> list:
     return out
 
 
-def _measure_stage(
-    index: int,
-    module: nn.Module,
-    sample: tuple,
-    is_first: bool,
-    is_last: bool,
-    loss_fn: Optional[Callable],
-    target,
-    device: torch.device,
-    warmup: int,
-    repeats: int,
-    optimizer: Optional[str],
-) -> StageMeasurement:
-    timer = _Timer(device)
-    params = [p for p in module.parameters() if p.requires_grad]
-    param_ptrs = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    has_params = bool(params)
-    output_grads: Optional[list[torch.Tensor]] = None
-    gen = torch.Generator(device="cpu").manual_seed(1234 + index)
+class _StageRunner:
+    """One stage run the way torch's runtime runs it: F (with the loss on the last stage), I, W and B.
 
-    def forward(inputs):
-        out = module(*inputs)
-        outs = _check_outputs(index, out)
-        if is_last:
-            loss = loss_fn(out, target) if loss_fn is not None else out
-            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                raise SchedcError(
-                    f"stage {index} (last): the loss must be a one-element tensor; "
-                    f"give loss_fn (and target) that reduce the stage's output to a scalar"
-                )
-            return outs, [loss]
-        return outs, list(outs)
+    Like the runtime (``PipelineStage.backward_one_chunk``), the first stage skips I (its input
+    needs no gradient) and runs the whole backward as W; the last stage's backward starts from
+    its loss, the others' from fixed random output gradients (drawn once, seeded by the index)."""
 
-    def grads_for(outs) -> Optional[list[torch.Tensor]]:
-        nonlocal output_grads
-        if is_last:
+    def __init__(self, index: int, module: nn.Module, is_first: bool, is_last: bool,
+                 loss_fn: Optional[Callable], target, device: torch.device):
+        self.index, self.module, self.is_first, self.is_last = index, module, is_first, is_last
+        self.loss_fn, self.target, self.device = loss_fn, target, device
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.has_params = bool(self.params)
+        self.param_ptrs = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        self.output_grads: Optional[list[torch.Tensor]] = None
+        self.gen = torch.Generator(device="cpu").manual_seed(1234 + index)
+
+    def inputs(self, sample: tuple) -> list:
+        return _fresh_inputs(sample, needs_grad=not self.is_first)
+
+    def forward(self, inputs) -> tuple[tuple[torch.Tensor, ...], list[torch.Tensor]]:
+        """(the stage's outputs, the roots its backward starts from: the loss on the last stage)."""
+        out = self.module(*inputs)
+        outs = _check_outputs(self.index, out)
+        if not self.is_last:
+            return outs, list(outs)
+        loss = self.loss_fn(out, self.target) if self.loss_fn is not None else out
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise SchedcError(
+                f"stage {self.index} (last): the loss must be a one-element tensor; "
+                f"give loss_fn (and target) that reduce the stage's output to a scalar"
+            )
+        return outs, [loss]
+
+    def grads_for(self, outs) -> Optional[list[torch.Tensor]]:
+        if self.is_last:
             return None
-        if output_grads is None:
-            output_grads = [
-                torch.randn(o.shape, generator=gen, dtype=torch.float32).to(device=device, dtype=o.dtype)
+        if self.output_grads is None:
+            self.output_grads = [
+                torch.randn(o.shape, generator=self.gen, dtype=torch.float32).to(device=self.device, dtype=o.dtype)
                 if o.is_floating_point() else None
                 for o in outs
             ]
-        return output_grads
+        return self.output_grads
 
-    def run_input(roots, inputs):
-        # The runtime (PipelineStage.backward_one_chunk) skips I on the first stage and
-        # runs the whole backward as W.
-        if is_first:
+    def run_input(self, roots, inputs):
+        if self.is_first:
             return None
-        _, param_groups = stage_backward_input(roots, grads_for(roots), inputs, iter(params))
+        _, param_groups = stage_backward_input(roots, self.grads_for(roots), inputs, iter(self.params))
         return param_groups
 
-    def run_full(roots, inputs):
+    def run_full(self, roots, inputs) -> None:
         # as the runtime calls it: the last stage passes its loss tensor with no output grads
-        if is_last:
+        if self.is_last:
             stage_backward(roots[0], None, inputs)
         else:
-            stage_backward(roots, grads_for(roots), inputs)
+            stage_backward(roots, self.grads_for(roots), inputs)
 
-    def run_weight(roots, inputs, param_groups):
-        if is_first:
-            run_full(roots, inputs)
-        elif has_params:
-            stage_backward_weight(iter(params), param_groups)
+    def run_weight(self, roots, inputs, param_groups) -> None:
+        if self.is_first:
+            self.run_full(roots, inputs)
+        elif self.has_params:
+            stage_backward_weight(iter(self.params), param_groups)
 
-    def detach_last(outs):
+    def detach_last(self, outs) -> None:
         # the runtime detaches a last stage's outputs after its backward (only the loss was used)
-        if is_last:
+        if self.is_last:
             for o in outs:
                 if not o._is_view():
                     o.detach_()
 
-    # -- memory: one untimed pass under saved-tensor hooks
+
+@dataclass
+class _MemoryCount:
+    activation: int
+    weight_grad: int
+    output_bytes: int
+    cuda_after_forward: Optional[int]
+    cuda_after_input: Optional[int]
+    notes: list[str]
+
+
+def _measure_memory(run: _StageRunner, sample: tuple) -> _MemoryCount:
+    """One untimed F, I, W under saved-tensor hooks (module docstring): what F leaves held, what I leaves for W."""
+    index, device, param_ptrs = run.index, run.device, run.param_ptrs
     tracker = _SavedTensorTracker()
-    inputs = _fresh_inputs(sample, needs_grad=not is_first)
+    inputs = run.inputs(sample)
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
     base = torch.cuda.memory_allocated(device) if cuda else 0
     with tracker.hooks():
-        outs, roots = forward(inputs)
+        outs, roots = run.forward(inputs)
     if not any(o.requires_grad for o in roots):
         raise SchedcError(
             f"stage {index}: its output does not require grad (no parameters and no differentiable input); "
             f"nothing to backpropagate"
         )
-    held_tensors = [*outs, *roots, *(inputs if not is_first else ())]
+    held_tensors = [*outs, *roots, *(inputs if not run.is_first else ())]
     f_storages = _add_storages(tracker.alive_storages(param_ptrs), held_tensors, param_ptrs)
     activation = sum(f_storages.values())
-    input_bytes = 0 if is_first else _unique_bytes(inputs, param_ptrs)
+    input_bytes = 0 if run.is_first else _unique_bytes(inputs, param_ptrs)
     output_bytes = sum(o.numel() * o.element_size() for o in outs)
     cuda_f = torch.cuda.memory_allocated(device) - base if cuda else None
 
-    grads = grads_for(roots)
-    param_groups = run_input(roots, inputs)
-    detach_last(outs)
-    if is_first:
+    grads = run.grads_for(roots)
+    param_groups = run.run_input(roots, inputs)
+    run.detach_last(outs)
+    if run.is_first:
         weight_grad = activation  # nothing is freed before W: the whole backward runs there
     else:
         # the runtime keeps the stage's outputs and inputs (backward_state) until W
@@ -419,7 +430,7 @@ def _measure_stage(
         extra = _unique_bytes(left_for_w, param_ptrs | set(i_storages) | set(_add_storages({}, grads, set())))
         weight_grad = sum(i_storages.values()) + extra
     cuda_i = torch.cuda.memory_allocated(device) - base if cuda else None
-    run_weight(roots, inputs, param_groups)
+    run.run_weight(roots, inputs, param_groups)
     del outs, roots, inputs, param_groups, held_tensors
     notes: list[str] = []
     if cuda_f is not None:
@@ -438,54 +449,77 @@ def _measure_stage(
             f"the {format_bytes(activation)} held after F; weight_grad_bytes capped at activation_bytes"
         )
         weight_grad = activation
-    if not has_params:
+    if not run.has_params:
         weight_grad = 0
+    return _MemoryCount(activation, weight_grad, output_bytes, cuda_f, cuda_i, notes)
 
-    # -- time: warm-up, then repeats of F, I, W and of F, B
-    f_s, i_s, w_s, b_s = [], [], [], []
+
+def _time_repeats(run: _StageRunner, sample: tuple, warmup: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds of F, I, W and of F, B, after `warmup` untimed rounds: {'F', 'I', 'W', 'B'} -> samples."""
+    timer = _Timer(run.device)
+    times: dict[str, list[float]] = {"F": [], "I": [], "W": [], "B": []}
     for rep in range(warmup + repeats):
-        inputs = _fresh_inputs(sample, needs_grad=not is_first)
-        (outs, roots), tf = timer(lambda: forward(inputs))
-        pg, ti = timer(lambda: run_input(roots, inputs))
-        detach_last(outs)
-        _, tw = timer(lambda: run_weight(roots, inputs, pg))
-        inputs = _fresh_inputs(sample, needs_grad=not is_first)
-        (outs, roots), tf2 = timer(lambda: forward(inputs))
-        _, tb = timer(lambda: run_full(roots, inputs))
+        inputs = run.inputs(sample)
+        (outs, roots), tf = timer(lambda: run.forward(inputs))
+        pg, ti = timer(lambda: run.run_input(roots, inputs))
+        run.detach_last(outs)
+        _, tw = timer(lambda: run.run_weight(roots, inputs, pg))
+        inputs = run.inputs(sample)
+        (outs, roots), tf2 = timer(lambda: run.forward(inputs))
+        _, tb = timer(lambda: run.run_full(roots, inputs))
         if rep >= warmup:
-            f_s += [tf, tf2]
-            i_s.append(ti)
-            w_s.append(tw)
-            b_s.append(tb)
-    for p in module.parameters():
+            times["F"] += [tf, tf2]
+            times["I"].append(ti)
+            times["W"].append(tw)
+            times["B"].append(tb)
+    for p in run.module.parameters():
         p.grad = None
+    return times
 
+
+def _measure_stage(
+    index: int,
+    module: nn.Module,
+    sample: tuple,
+    is_first: bool,
+    is_last: bool,
+    loss_fn: Optional[Callable],
+    target,
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    optimizer: Optional[str],
+) -> StageMeasurement:
+    """Memory from one untimed pass, then the timed repeats (module docstring)."""
+    run = _StageRunner(index, module, is_first, is_last, loss_fn, target, device)
+    memory = _measure_memory(run, sample)
+    times = _time_repeats(run, sample, warmup, repeats)
+    notes = list(memory.notes)
     if is_first:
         notes.append(
             f"stage {index}: first stage: torch's runtime skips I here (its input needs no gradient) "
             f"and runs the whole backward in W; I is the bookkeeping time only"
         )
-    w_stat = Stat(w_s)
-    if not has_params:
+    w_stat = Stat(times["W"])
+    if not run.has_params:
         notes.append(f"stage {index}: no parameters: W = 0 (nothing to compute for weights)")
         w_stat = Stat([0.0])
-    i_stat = Stat([max(x, 1e-7) for x in i_s])  # the file wants I > 0; a skipped I is still an action
     static, p_bytes, n_params = static_bytes_of(module, optimizer)
     return StageMeasurement(
         index=index,
-        forward=Stat(f_s),
-        backward_input=i_stat,
+        forward=Stat(times["F"]),
+        backward_input=Stat([max(x, 1e-7) for x in times["I"]]),  # the file wants I > 0; a skipped I is still an action
         backward_weight=w_stat,
-        backward_full=Stat(b_s),
-        activation_bytes=int(activation),
-        weight_grad_bytes=int(weight_grad),
+        backward_full=Stat(times["B"]),
+        activation_bytes=int(memory.activation),
+        weight_grad_bytes=int(memory.weight_grad),
         static_bytes=int(static),
         param_bytes=int(p_bytes),
-        output_bytes=int(output_bytes),
+        output_bytes=int(memory.output_bytes),
         n_params=int(n_params),
         notes=notes,
-        cuda_after_forward=cuda_f,
-        cuda_after_input=cuda_i,
+        cuda_after_forward=memory.cuda_after_forward,
+        cuda_after_input=memory.cuda_after_input,
     )
 
 
