@@ -619,7 +619,13 @@ def measure_stages(
     with torch.no_grad():
         for i, m in enumerate(stage_modules):
             samples.append(x)
-            x = tuple(t.detach() for t in _check_outputs(i, m(*x)))
+            try:
+                out = m(*x)
+            except SchedcError:
+                raise
+            except Exception as e:  # the user's code: one line here, the traceback with --debug
+                raise SchedcError(f"stage {i}: forward raised {type(e).__name__}: {e}") from e
+            x = tuple(t.detach() for t in _check_outputs(i, out))
 
     n = len(stage_modules)
     results = []
@@ -647,9 +653,40 @@ def timing_warning(measured: Sequence[StageMeasurement]) -> Optional[str]:
                 noisy.append(f"stage {m.index} {kind} ±{100 * stat.spread:.0f}%")
     if not noisy:
         return None
+    samples = min(len(m.backward_input.samples) for m in measured)
     return (f"warning: timings vary a lot between repeats ({', '.join(noisy[:6])}{', ...' if len(noisy) > 6 else ''}); "
-            f"the compiler would optimize noise: profile again with more --repeats (e.g. 20), --threads as the "
-            f"ranks will use, on a quiet machine (other processes share the cores)")
+            f"the compiler would optimize noise: profile again with more repeats than the {samples} timed here "
+            f"(e.g. --repeats {max(20, 2 * samples)}), --threads as the ranks will use, on a quiet machine "
+            f"(other processes share the cores)")
+
+
+def cpu_contention(threads: int, processes: int = 1) -> Optional[str]:
+    """A warning when this host's CPUs are oversubscribed for a CPU profile (None if not).
+
+    Timings taken while more threads want the cores than there are (this profile's own
+    ``processes x threads``, or other programs: the 1-minute load average before measuring) come
+    out many times slower than on a quiet host, consistently, so the spread of the repeats does
+    not show it; a profile measured so describes the contention, not the model."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    wanted = threads * processes
+    if wanted > cores:
+        return (f"warning: {processes} process(es) x {threads} thread(s) want {wanted} cores but {cores} are here: "
+                f"oversubscribed, so every timing includes waiting for a core; use --threads "
+                f"{max(1, cores // processes)} or fewer")
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    if load + wanted > cores + 0.5:
+        return (f"warning: the machine was busy before profiling (load average {load:.1f} on {cores} cores, "
+                f"{wanted} more thread(s) for this profile): the timings include waiting for a core and describe "
+                f"this load; profile on a quiet machine for the model's own costs")
+    return None
 
 
 def profile_warnings(profile: Profile) -> list[str]:
@@ -741,11 +778,128 @@ def profile_stages(
     ``comm_latency + bytes / comm_bandwidth`` from each boundary's activation (0 without either).
     """
     dev = resolve_device(device)
+    busy = _contention_note(dev, 1)
     measured = measure_stages(
         stage_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer, progress
     )
     return _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
-                     dtype or _dtype_of(stage_modules))
+                     dtype or _dtype_of(stage_modules), notes=busy)
+
+
+# ---------------------------------------------------------------- per-unit profiles
+
+
+def unit_signature(module: nn.Module) -> tuple:
+    """What makes two units cost the same: their module tree (classes), parameters and buffers
+    (shapes, dtypes, requires_grad) and every public str/int/float/bool/None attribute of their
+    submodules except indices (names with 'idx' or 'index'), e.g. a Hugging Face layer's
+    ``layer_type`` and ``sliding_window``, which change what its forward computes."""
+    tree = []
+    for _, sub in module.named_modules():
+        attrs = tuple(sorted(
+            (k, v) for k, v in vars(sub).items()
+            if not k.startswith("_") and "idx" not in k and "index" not in k
+            and (v is None or isinstance(v, (str, int, float, bool)))
+        ))
+        tree.append((type(sub).__qualname__, attrs))
+    params = tuple((tuple(p.shape), p.dtype, p.requires_grad) for p in module.parameters())
+    buffers = tuple((tuple(b.shape), b.dtype) for b in module.buffers())
+    return tuple(tree), params, buffers
+
+
+def measure_units(
+    unit_modules: Sequence[nn.Module],
+    sample_input,
+    loss_fn: Optional[Callable] = None,
+    target=None,
+    device: Union[str, torch.device, None] = "cpu",
+    warmup: int = 2,
+    repeats: int = 5,
+    optimizer: Optional[str] = "adamw",
+    progress: Optional[ProgressFn] = None,
+    reuse_layers: bool = True,
+) -> list[StageMeasurement]:
+    """Measure every unit of a model as its own pipeline stage (:func:`measure_stages`).
+
+    With ``reuse_layers`` a unit whose :func:`unit_signature` equals an earlier one's (the layers
+    of a decoder, but never the first or the last unit) is not measured again: it gets the earlier
+    unit's measurement, and a note says so. ``benchmarks/unit_reuse.py`` measures what that costs
+    against measuring every unit; ``reuse_layers=False`` measures every unit."""
+    n = len(unit_modules)
+    source: list[int] = []
+    first_of: dict[tuple, int] = {}
+    for i, module in enumerate(unit_modules):
+        edge = i in (0, n - 1)  # the first and last stage run differently (no I; the loss)
+        key = (i,) if edge or not reuse_layers or not isinstance(module, nn.Module) else unit_signature(module)
+        source.append(first_of.setdefault(key, i))
+    distinct = sorted(set(source))
+    measured = {m.index: m for m in measure_stages(unit_modules, sample_input, loss_fn, target, device, warmup,
+                                                   repeats, optimizer, progress, only=distinct)}
+    out = []
+    for i, src in enumerate(source):
+        m = measured[src]
+        if src != i:
+            m = StageMeasurement.from_dict({**m.to_dict(), "index": i, "notes": [
+                f"stage {i}: identical to stage {src} (same modules, shapes and settings): its measurement is "
+                f"reused (measure every unit to time it apart)"]})
+        out.append(m)
+    return out
+
+
+def profile_units(
+    unit_modules: Sequence[nn.Module],
+    unit_names: Sequence[Sequence[str]],
+    sample_input,
+    loss_fn: Optional[Callable] = None,
+    target=None,
+    *,
+    reuse_layers: bool = True,
+    shared: Sequence[str] = (),
+    device: Union[str, torch.device, None] = "cpu",
+    warmup: int = 2,
+    repeats: int = 5,
+    optimizer: Optional[str] = "adamw",
+    comm: Union[None, float, Sequence[float], str] = None,
+    comm_bandwidth: Optional[float] = None,
+    comm_latency: float = 0.0,
+    model: Optional[str] = None,
+    microbatch_size: Optional[int] = None,
+    dtype: Optional[str] = None,
+    progress: Optional[ProgressFn] = None,
+) -> Profile:
+    """A per-unit profile: each unit (embedding, each layer, final norm + head + loss, in model
+    order) measured as its own stage (:func:`measure_units`), with ``modules`` = ``unit_names[i]``,
+    so that ``Profile.merge(counts)`` gives the profile of any contiguous partition. ``shared``
+    names modules every unit kept besides its own (e.g. a Hugging Face model's ``rotary_emb``);
+    a note records them, since a framework's split must give them to every stage."""
+    if len(unit_names) != len(unit_modules):
+        raise SchedcError(f"profile_units: {len(unit_modules)} unit modules but {len(unit_names)} name lists")
+    dev = resolve_device(device)
+    notes = _contention_note(dev, 1)
+    measured = measure_units(unit_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer,
+                             progress, reuse_layers)
+    if shared:
+        notes.append(f"every unit also kept {', '.join(shared)} (modules every stage needs; not listed in "
+                     f"'modules')")
+    notes.append(f"per-unit profile: {len(unit_modules)} units, each measured as its own pipeline stage"
+                 + ("; identical layers measured once" if reuse_layers else "; every unit measured"))
+    profile = _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
+                        dtype or _dtype_of(unit_modules), notes=notes)
+    return with_modules(profile, unit_names)
+
+
+def with_modules(profile: Profile, unit_names: Sequence[Sequence[str]]) -> Profile:
+    """The profile with ``modules`` set on every stage (unit) from ``unit_names``."""
+    stages = [st.model_copy(update={"modules": list(names)}) for st, names in zip(profile.stages, unit_names)]
+    return profile.model_copy(update={"stages": stages})
+
+
+def _contention_note(dev: torch.device, processes: int) -> list[str]:
+    """:func:`cpu_contention` before measuring on a CPU, as profile notes."""
+    if dev.type != "cpu":
+        return []
+    warning = cpu_contention(torch.get_num_threads(), processes)
+    return [warning] if warning else []
 
 
 def _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, dtype,
@@ -808,6 +962,18 @@ def gpt_stages(config, n_stages: int) -> list[nn.Module]:
     return [stages[s] for s in range(n_stages)]
 
 
+def gpt_units(config) -> tuple[list[nn.Module], list[list[str]]]:
+    """The built-in GPT as units (its ``embed``, each of its ``blocks``, ``norm`` + ``head``): one
+    stage module per unit and the module names each holds."""
+    from schedc.runtime.models import GPT
+    from schedc.runtime.split import split_gpt
+
+    n = config.layers + 2
+    stages = split_gpt(GPT(config), range(n), n, layers_per_stage=[0] + [1] * config.layers + [0])
+    names = [["embed"]] + [[f"blocks.{i}"] for i in range(config.layers)] + [["norm", "head"]]
+    return [stages[s] for s in range(n)], names
+
+
 def gpt_label(config, n_stages: int) -> str:
     """The profile's ``model`` field for the built-in GPT, e.g. 'gpt(layers=4, ...)/2 stages'."""
     return (
@@ -831,13 +997,18 @@ def profile_gpt(
     progress: Optional[ProgressFn] = None,
     concurrent: int = 1,
     timeout: float = 1800.0,
+    units: bool = False,
+    reuse_layers: bool = True,
 ) -> Profile:
     """Profile schedc's built-in GPT (``GPTConfig``) split into `n_stages`, one microbatch of
     `microbatch_size` sequences; `dtype` overrides ``config.dtype``.
 
     ``concurrent=N`` (CPU only) measures in N processes at once, each timing every stage, and
     pools their samples: N ranks on one host share its cores and memory bandwidth, so this is
-    what each of them will see when they run the pipeline together."""
+    what each of them will see when they run the pipeline together.
+
+    ``units=True`` ignores `n_stages` and writes a per-unit profile (:func:`gpt_units`,
+    :func:`measure_units`; ``reuse_layers`` as there)."""
     import dataclasses
 
     from schedc.runtime.models import lm_loss, make_batch, parse_dtype
@@ -852,11 +1023,11 @@ def profile_gpt(
         raise SchedcError(f"--dtype: {e}")
     dev = resolve_device(device)
     try:
-        stages = gpt_stages(config, n_stages)
+        stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
     except ValueError as e:
         raise SchedcError(f"--stages {n_stages}: {e}")
     tokens, targets = make_batch(config, microbatch_size, seed=0)
-    model = gpt_label(config, n_stages)
+    model = gpt_label(config, n_stages) if not units else gpt_label(config, len(stages)).replace(" stages", " units")
     if concurrent < 1:
         raise SchedcError(f"--concurrent must be >= 1, got {concurrent}")
     if concurrent > 1:
@@ -865,39 +1036,32 @@ def profile_gpt(
         if isinstance(comm, str):
             raise SchedcError("--concurrent and --comm-measure do not mix; measure comm separately under torchrun")
         if progress:
-            progress(f"profiling {n_stages} stages in {concurrent} processes at once "
+            progress(f"profiling {len(stages)} {'units' if units else 'stages'} in {concurrent} processes at once "
                      f"({warmup} warm-up + {repeats} runs each)")
+        busy = _contention_note(dev, concurrent)
         measured = _measure_concurrently(config, n_stages, microbatch_size, concurrent, warmup, repeats,
-                                         optimizer, timeout)
-        return _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, config.dtype,
-                         notes=[f"measured in {concurrent} concurrent processes (ranks sharing this host), "
-                                f"samples pooled"])
-    return profile_stages(
-        stages,
-        tokens,
-        loss_fn=lm_loss,
-        target=targets,
-        device=dev,
-        warmup=warmup,
-        repeats=repeats,
-        optimizer=optimizer,
-        comm=comm,
-        comm_bandwidth=comm_bandwidth,
-        comm_latency=comm_latency,
-        model=model,
-        microbatch_size=microbatch_size,
-        dtype=config.dtype,
-        progress=progress,
-    )
+                                         optimizer, timeout, units, reuse_layers)
+        profile = _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, config.dtype,
+                            notes=busy + [f"measured in {concurrent} concurrent processes (ranks sharing this "
+                                          f"host), samples pooled"])
+        return with_modules(profile, names) if units else profile
+    common = dict(loss_fn=lm_loss, target=targets, device=dev, warmup=warmup, repeats=repeats, optimizer=optimizer,
+                  comm=comm, comm_bandwidth=comm_bandwidth, comm_latency=comm_latency, model=model,
+                  microbatch_size=microbatch_size, dtype=config.dtype, progress=progress)
+    if units:
+        return profile_units(stages, names, tokens, reuse_layers=reuse_layers, **common)
+    return profile_stages(stages, tokens, **common)
 
 
-def _measure_concurrently(config, n_stages, mbs, n_procs, warmup, repeats, optimizer, timeout) -> list[StageMeasurement]:
+def _measure_concurrently(config, n_stages, mbs, n_procs, warmup, repeats, optimizer, timeout,
+                          units=False, reuse_layers=True) -> list[StageMeasurement]:
     import dataclasses
 
     from schedc.runtime import launch as launcher
 
     spec = {"config": dataclasses.asdict(config), "n_stages": n_stages, "mbs": mbs, "warmup": warmup,
-            "repeats": repeats, "optimizer": optimizer, "threads": torch.get_num_threads()}
+            "repeats": repeats, "optimizer": optimizer, "threads": torch.get_num_threads(),
+            "units": units, "reuse_layers": reuse_layers}
     results = launcher.launch(launcher.python_module("schedc.runtime.profiler"), n_procs, timeout=timeout,
                               spec=spec, label="profile --concurrent", threads=spec["threads"])
     pooled: Optional[list[StageMeasurement]] = None
@@ -920,8 +1084,11 @@ def _measure_one(spec: dict) -> list[dict]:
     torch.set_num_threads(int(spec["threads"]))
     cfg = GPTConfig(**spec["config"])
     tokens, targets = make_batch(cfg, int(spec["mbs"]), seed=0)
-    measured = measure_stages(gpt_stages(cfg, int(spec["n_stages"])), tokens, lm_loss, targets, "cpu",
-                              int(spec["warmup"]), int(spec["repeats"]), spec["optimizer"])
+    args = (tokens, lm_loss, targets, "cpu", int(spec["warmup"]), int(spec["repeats"]), spec["optimizer"])
+    if spec.get("units"):
+        measured = measure_units(gpt_units(cfg)[0], *args, reuse_layers=bool(spec.get("reuse_layers", True)))
+    else:
+        measured = measure_stages(gpt_stages(cfg, int(spec["n_stages"])), *args)
     return [m.to_dict() for m in measured]
 
 
