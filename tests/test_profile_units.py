@@ -184,3 +184,11 @@ def test_profile_units_checks_its_names():
 
     with pytest.raises(SchedcError, match="2 unit modules but 1 name lists"):
         profile_units([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)], [["a"]], torch.randn(1, 2))
+
+
+def test_concurrent_units_pool_processes():
+    p = profile_gpt(CFG, 1, 2, warmup=0, repeats=1, units=True, concurrent=2)
+    assert [u.modules for u in p.stages][1:3] == [["blocks.0"], ["blocks.1"]]
+    assert any("2 concurrent processes" in n for n in p.notes)
+    single = profile_gpt(CFG, 1, 2, warmup=0, repeats=1, units=True)
+    assert [u.activation_bytes for u in p.stages] == [u.activation_bytes for u in single.stages]

@@ -768,6 +768,10 @@ def profile_stages(
     microbatch_size: Optional[int] = None,
     dtype: Optional[str] = None,
     progress: Optional[ProgressFn] = None,
+    *,
+    unit_names: Optional[Sequence[Sequence[str]]] = None,
+    reuse_layers: bool = True,
+    shared: Sequence[str] = (),
 ) -> Profile:
     """Profile a pipeline given as its stage modules, in order; returns a ``schedc.profile/v1`` Profile.
 
@@ -776,14 +780,27 @@ def profile_stages(
     ``comm``: seconds per boundary (a number or one per boundary), ``"measure"`` for a ping-pong
     between ranks 0 and 1 (every rank must call, under torchrun), or None to compute
     ``comm_latency + bytes / comm_bandwidth`` from each boundary's activation (0 without either).
+    With ``unit_names`` (one list of module names per module) the modules are a model's units
+    and the result a per-unit profile (:func:`profile_units`).
     """
     dev = resolve_device(device)
-    busy = _contention_note(dev, 1)
-    measured = measure_stages(
-        stage_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer, progress
-    )
-    return _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
-                     dtype or _dtype_of(stage_modules), notes=busy)
+    notes = _contention_note(dev, 1)
+    if unit_names is None:
+        measured = measure_stages(stage_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer,
+                                  progress)
+    else:
+        if len(unit_names) != len(stage_modules):
+            raise SchedcError(f"profile_units: {len(stage_modules)} unit modules but {len(unit_names)} name lists")
+        measured = measure_units(stage_modules, sample_input, loss_fn, target, reuse_layers=reuse_layers, device=dev,
+                                 warmup=warmup, repeats=repeats, optimizer=optimizer, progress=progress)
+        if shared:
+            notes.append(f"every unit also kept {', '.join(shared)} (modules every stage needs; not listed in "
+                         f"'modules')")
+        notes.append(f"per-unit profile: {len(stage_modules)} units, each measured as its own pipeline stage"
+                     + ("; identical layers measured once" if reuse_layers else "; every unit measured"))
+    profile = _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
+                        dtype or _dtype_of(stage_modules), notes=notes)
+    return profile if unit_names is None else with_modules(profile, unit_names)
 
 
 # ---------------------------------------------------------------- per-unit profiles
@@ -812,14 +829,12 @@ def measure_units(
     sample_input,
     loss_fn: Optional[Callable] = None,
     target=None,
-    device: Union[str, torch.device, None] = "cpu",
-    warmup: int = 2,
-    repeats: int = 5,
-    optimizer: Optional[str] = "adamw",
-    progress: Optional[ProgressFn] = None,
+    *,
     reuse_layers: bool = True,
+    **options,
 ) -> list[StageMeasurement]:
-    """Measure every unit of a model as its own pipeline stage (:func:`measure_stages`).
+    """Measure every unit of a model as its own pipeline stage (:func:`measure_stages`, whose
+    ``device``, ``warmup``, ``repeats``, ``optimizer`` and ``progress`` go in ``options``).
 
     With ``reuse_layers`` a unit whose :func:`unit_signature` equals an earlier one's (the layers
     of a decoder, but never the first or the last unit) is not measured again: it gets the earlier
@@ -833,8 +848,8 @@ def measure_units(
         key = (i,) if edge or not reuse_layers or not isinstance(module, nn.Module) else unit_signature(module)
         source.append(first_of.setdefault(key, i))
     distinct = sorted(set(source))
-    measured = {m.index: m for m in measure_stages(unit_modules, sample_input, loss_fn, target, device, warmup,
-                                                   repeats, optimizer, progress, only=distinct)}
+    measured = {m.index: m for m in measure_stages(unit_modules, sample_input, loss_fn, target, only=distinct,
+                                                   **options)}
     out = []
     for i, src in enumerate(source):
         m = measured[src]
@@ -855,37 +870,16 @@ def profile_units(
     *,
     reuse_layers: bool = True,
     shared: Sequence[str] = (),
-    device: Union[str, torch.device, None] = "cpu",
-    warmup: int = 2,
-    repeats: int = 5,
-    optimizer: Optional[str] = "adamw",
-    comm: Union[None, float, Sequence[float], str] = None,
-    comm_bandwidth: Optional[float] = None,
-    comm_latency: float = 0.0,
-    model: Optional[str] = None,
-    microbatch_size: Optional[int] = None,
-    dtype: Optional[str] = None,
-    progress: Optional[ProgressFn] = None,
+    **options,
 ) -> Profile:
     """A per-unit profile: each unit (embedding, each layer, final norm + head + loss, in model
     order) measured as its own stage (:func:`measure_units`), with ``modules`` = ``unit_names[i]``,
     so that ``Profile.merge(counts)`` gives the profile of any contiguous partition. ``shared``
     names modules every unit kept besides its own (e.g. a Hugging Face model's ``rotary_emb``);
-    a note records them, since a framework's split must give them to every stage."""
-    if len(unit_names) != len(unit_modules):
-        raise SchedcError(f"profile_units: {len(unit_modules)} unit modules but {len(unit_names)} name lists")
-    dev = resolve_device(device)
-    notes = _contention_note(dev, 1)
-    measured = measure_units(unit_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer,
-                             progress, reuse_layers)
-    if shared:
-        notes.append(f"every unit also kept {', '.join(shared)} (modules every stage needs; not listed in "
-                     f"'modules')")
-    notes.append(f"per-unit profile: {len(unit_modules)} units, each measured as its own pipeline stage"
-                 + ("; identical layers measured once" if reuse_layers else "; every unit measured"))
-    profile = _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
-                        dtype or _dtype_of(unit_modules), notes=notes)
-    return with_modules(profile, unit_names)
+    a note records them, since a framework's split must give them to every stage. ``options``
+    are :func:`profile_stages`'s (device, warmup, repeats, comm, ...)."""
+    return profile_stages(unit_modules, sample_input, loss_fn, target, unit_names=unit_names,
+                          reuse_layers=reuse_layers, shared=shared, **options)
 
 
 def with_modules(profile: Profile, unit_names: Sequence[Sequence[str]]) -> Profile:
@@ -1084,11 +1078,12 @@ def _measure_one(spec: dict) -> list[dict]:
     torch.set_num_threads(int(spec["threads"]))
     cfg = GPTConfig(**spec["config"])
     tokens, targets = make_batch(cfg, int(spec["mbs"]), seed=0)
-    args = (tokens, lm_loss, targets, "cpu", int(spec["warmup"]), int(spec["repeats"]), spec["optimizer"])
+    options = dict(device="cpu", warmup=int(spec["warmup"]), repeats=int(spec["repeats"]), optimizer=spec["optimizer"])
     if spec.get("units"):
-        measured = measure_units(gpt_units(cfg)[0], *args, reuse_layers=bool(spec.get("reuse_layers", True)))
+        measured = measure_units(gpt_units(cfg)[0], tokens, lm_loss, targets,
+                                 reuse_layers=bool(spec.get("reuse_layers", True)), **options)
     else:
-        measured = measure_stages(gpt_stages(cfg, int(spec["n_stages"])), *args)
+        measured = measure_stages(gpt_stages(cfg, int(spec["n_stages"])), tokens, lm_loss, targets, **options)
     return [m.to_dict() for m in measured]
 
 
