@@ -31,7 +31,15 @@ in any F, I or W that matters (>= 5% of its stage's time) adds a ``warning:`` no
 ``schedc profile`` prints on stderr with what to do (:func:`profile_warnings`). Communication is ``latency + bytes / bandwidth`` of each
 boundary's activation, or measured by a send/recv ping-pong between ranks 0 and 1 under torchrun
 (:func:`measure_p2p_seconds`). On a CPU host whose ranks share the cores, ``concurrent=N``
-(:func:`profile_gpt`) measures in N processes at once, which is what each rank will see.
+(:func:`profile_gpt`) measures in N processes at once, which is what each rank will see; a host
+whose cores are oversubscribed (by this profile's threads or by a load present before it starts)
+makes every timing consistently slow, which the spread does not show, so
+:func:`cpu_contention` says so in a warning.
+
+Per-unit profiles (the input of ``schedc plan``): :func:`profile_units` measures each unit of a
+model (embedding, each layer, final norm + head + loss) as its own stage and records the module
+names each holds in ``modules``; a layer whose :func:`unit_signature` equals an earlier one's
+reuses that measurement unless ``reuse_layers=False`` (``benchmarks/unit_reuse.py`` compares).
 
 Cost: (1 + warmup + repeats) x (2 forwards + 1 split backward + 1 full backward) per stage.
 """
@@ -968,11 +976,11 @@ def gpt_units(config) -> tuple[list[nn.Module], list[list[str]]]:
     return [stages[s] for s in range(n)], names
 
 
-def gpt_label(config, n_stages: int) -> str:
+def gpt_label(config, n_stages: int, parts: str = "stages") -> str:
     """The profile's ``model`` field for the built-in GPT, e.g. 'gpt(layers=4, ...)/2 stages'."""
     return (
         f"gpt(layers={config.layers}, hidden={config.hidden}, heads={config.heads}, seq={config.seq_len}, "
-        f"vocab={config.vocab_size})/{n_stages} stages"
+        f"vocab={config.vocab_size})/{n_stages} {parts}"
     )
 
 
@@ -1021,7 +1029,7 @@ def profile_gpt(
     except ValueError as e:
         raise SchedcError(f"--stages {n_stages}: {e}")
     tokens, targets = make_batch(config, microbatch_size, seed=0)
-    model = gpt_label(config, n_stages) if not units else gpt_label(config, len(stages)).replace(" stages", " units")
+    model = gpt_label(config, len(stages), "units" if units else "stages")
     if concurrent < 1:
         raise SchedcError(f"--concurrent must be >= 1, got {concurrent}")
     if concurrent > 1:
