@@ -192,3 +192,19 @@ def test_concurrent_units_pool_processes():
     assert any("2 concurrent processes" in n for n in p.notes)
     single = profile_gpt(CFG, 1, 2, warmup=0, repeats=1, units=True)
     assert [u.activation_bytes for u in p.stages] == [u.activation_bytes for u in single.stages]
+
+
+def test_layers_with_another_attention_kind_are_measured_apart():
+    pytest.importorskip("transformers")
+    import hf_causal_lm
+
+    from schedc.runtime.profiler import unit_signature
+    from schedc.runtime.user_model import split_by_fqns
+
+    model = hf_causal_lm.PipelineCausalLM(hf_causal_lm.hf_model(
+        "qwen2", layers=4, hidden=16, heads=2, kv_heads=1, vocab_size=32, seq_len=8,
+        use_sliding_window=True, sliding_window=3, max_window_layers=2))
+    units, shared = units_from_split(hf_causal_lm.fqns_per_stage(4, 2))
+    signatures = [unit_signature(m) for m in split_by_fqns(model, [u + shared for u in units])]
+    # layers 0, 1 full attention, 2, 3 sliding: two kinds, each measured once
+    assert [signatures.index(s) for s in signatures] == [0, 1, 1, 3, 3, 5]
