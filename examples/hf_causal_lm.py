@@ -1,7 +1,12 @@
 """A Hugging Face causal LM built from a config, split into pipeline stages: the `schedc profile --model` factory.
 
     schedc profile --model examples/hf_causal_lm.py:stages --stages 2 --mbs 2 -o hf.json
-    schedc profile --model examples/hf_causal_lm.py:stages --model-arg arch=qwen3 --model-arg layers=8 -o hf.json
+    schedc profile --model examples/hf_causal_lm.py:stages --model-arg arch=qwen3 --layers 8 -o hf.json
+    schedc profile --model examples/hf_causal_lm.py:stages --units --layers 8 -o hf-units.json
+
+``stages`` takes the parameter names every schedc example uses (``layers``, ``hidden``, ``heads``,
+``kv_heads``, ``ffn_hidden``, ``seq_len``, ``vocab_size``, plus ``n_stages``, ``microbatch_size``,
+``dtype`` and this example's ``arch``); ``schedc profile`` passes its shape flags under those names.
 
 Needs ``transformers`` (5.x). The model comes from ``AutoModelForCausalLM.from_config`` with tiny
 defaults and seeded random weights: nothing is downloaded, no weights, no tokenizer.
@@ -69,16 +74,17 @@ class PipelineCausalLM(nn.Module):
 
 
 def hf_model(arch: str = "llama", layers: int = 4, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
-             vocab_size: int = 256, seq_len: int = 32, dtype: str = "float32", seed: int = 0,
+             vocab_size: int = 256, seq_len: int = 32, dtype: str = "float32", seed: int = 0, ffn_hidden: int = 0,
              **config_overrides) -> nn.Module:
     """A randomly initialised HF ``XForCausalLM`` of family ``arch``, from a config alone
-    (``config_overrides`` go to the config, e.g. ``use_sliding_window=True``)."""
+    (``ffn_hidden`` 0: about 8/3 of ``hidden``; ``config_overrides`` go to the config, e.g.
+    ``use_sliding_window=True``)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
     config = AutoConfig.for_model(
-        arch, vocab_size=vocab_size, hidden_size=hidden, intermediate_size=8 * ((8 * hidden // 3 + 7) // 8),
+        arch, vocab_size=vocab_size, hidden_size=hidden, intermediate_size=ffn_hidden or 8 * ((8 * hidden // 3 + 7) // 8),
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
         head_dim=hidden // heads, max_position_embeddings=seq_len, tie_word_embeddings=False,
         attn_implementation="sdpa", **config_overrides,
@@ -111,9 +117,10 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def stages(n_stages: int = 2, microbatch_size: int = 4, dtype: str = "float32", arch: str = "llama",
            layers: int = 4, hidden: int = 64, heads: int = 4, kv_heads: int = 2, seq_len: int = 32,
-           vocab_size: int = 256) -> dict:
+           vocab_size: int = 256, ffn_hidden: int = 0) -> dict:
     """The `schedc profile --model` factory: the model with a split rule, a sample microbatch, the loss."""
-    model = PipelineCausalLM(hf_model(arch, layers, hidden, heads, kv_heads, vocab_size, seq_len, dtype))
+    model = PipelineCausalLM(hf_model(arch, layers, hidden, heads, kv_heads, vocab_size, seq_len, dtype,
+                                      ffn_hidden=ffn_hidden))
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, vocab_size, (microbatch_size, seq_len + 1), generator=gen)
     return {

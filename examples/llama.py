@@ -1,7 +1,13 @@
 """A torchtitan-style Llama in plain torch, and the factory `schedc profile --model` calls.
 
     schedc profile --model examples/llama.py:stages --stages 4 --mbs 2 -o llama.json
-    schedc profile --model examples/llama.py:stages --model-arg layers=8 --model-arg dim=256 -o llama.json
+    schedc profile --model examples/llama.py:stages --layers 8 --hidden 256 -o llama.json
+    schedc profile --model examples/llama.py:stages --units --layers 8 -o llama-units.json
+
+``stages`` takes the parameter names every schedc example uses (``layers``, ``hidden``, ``heads``,
+``ffn_hidden``, ``seq_len``, ``vocab_size``, plus ``n_stages``, ``microbatch_size``, ``dtype``);
+``schedc profile`` passes its ``--layers``, ``--hidden``, ``--heads``, ``--ffn``, ``--seq``,
+``--vocab`` flags and ``--model-arg KEY=VALUE`` under those names.
 
 The module layout is torchtitan's (``tok_embeddings``, ``layers`` as a ModuleDict keyed "0",
 "1", ..., ``norm``, ``lm_head``) and ``forward`` skips any of them that is None, so torchtitan's
@@ -122,10 +128,12 @@ def fqns_per_stage(cfg: LlamaConfig, n_stages: int) -> list[list[str]]:
     return parts
 
 
-def stages(n_stages: int = 2, microbatch_size: int = 4, dtype: str = "float32", layers: int = 4, dim: int = 64,
-           heads: int = 4, seq_len: int = 32, vocab_size: int = 256) -> dict:
-    """The `schedc profile --model` factory: the model with a split rule, a sample microbatch, the loss."""
-    cfg = LlamaConfig(vocab_size=vocab_size, dim=dim, n_layers=layers, n_heads=heads, seq_len=seq_len, dtype=dtype)
+def stages(n_stages: int = 2, microbatch_size: int = 4, dtype: str = "float32", layers: int = 4, hidden: int = 64,
+           heads: int = 4, seq_len: int = 32, vocab_size: int = 256, ffn_hidden: int = 0) -> dict:
+    """The `schedc profile --model` factory: the model with a split rule, a sample microbatch, the loss
+    (``hidden`` is the model's ``dim``; ``ffn_hidden`` 0: about 8/3 of it)."""
+    cfg = LlamaConfig(vocab_size=vocab_size, dim=hidden, n_layers=layers, n_heads=heads, seq_len=seq_len,
+                      ffn_dim=ffn_hidden, dtype=dtype)
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, vocab_size, (microbatch_size, seq_len + 1), generator=gen)
     return {
@@ -134,5 +142,6 @@ def stages(n_stages: int = 2, microbatch_size: int = 4, dtype: str = "float32", 
         "sample": tokens[:, :-1],
         "target": tokens[:, 1:],
         "loss_fn": lm_loss,
-        "name": f"llama(layers={layers}, dim={dim}, heads={heads}, seq={seq_len}, vocab={vocab_size})",
+        "name": f"llama(layers={layers}, hidden={hidden}, ffn={cfg.ffn()}, heads={heads}, seq={seq_len}, "
+                f"vocab={vocab_size})",
     }

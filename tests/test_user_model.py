@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import llama  # noqa: E402
 
 LLAMA = f"{ROOT / 'examples' / 'llama.py'}:stages"
-TINY = ["--model-arg", "layers=3", "--model-arg", "dim=16", "--model-arg", "heads=2", "--model-arg", "seq_len=8",
+TINY = ["--model-arg", "layers=3", "--model-arg", "hidden=16", "--model-arg", "heads=2", "--model-arg", "seq_len=8",
         "--model-arg", "vocab_size=32"]
 
 

@@ -125,7 +125,8 @@ def add_gpt_args(p: argparse.ArgumentParser, with_stages: bool = True) -> None:
         g.add_argument("--stages", type=int, default=2, help="pipeline stages to split the model into (default 2)")
     g.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64 (default float32)")
     g.add_argument("--threads", type=int, default=None,
-                   help="CPU threads per process (torch.set_num_threads); use the same number when calibrating")
+                   help="CPU threads per process (torch.set_num_threads; default 1 on a CPU, one per rank as "
+                        "schedc's local ranks run); use the same number when profiling and calibrating")
 
 
 def gpt_config_from_args(args):

@@ -1,4 +1,5 @@
-"""`schedc profile`: measure each stage of schedc's GPT and write a profile JSON."""
+"""`schedc profile`: measure each stage (or each unit) of a model, or count a model's units from
+arithmetic, and write a profile JSON."""
 
 from __future__ import annotations
 
@@ -7,21 +8,32 @@ import sys
 from typing import Optional
 
 from schedc.commands import common
-from schedc.costs import MemoryLimit, format_bytes, format_seconds
+from schedc.costs import MemoryLimit, Profile, format_bytes, format_seconds
 from schedc.errors import SchedcError
+
+# The built-in GPT's defaults; the parser's are None so that what the user typed can be told apart.
+GPT_DEFAULTS = {"layers": 4, "hidden": 64, "heads": 4, "seq": 32, "vocab": 256, "mbs": 4, "stages": 2,
+                "dtype": "float32"}
+# shape flags -> the parameter names a --model function (and every example) takes
+MODEL_PARAMS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
+                "ffn": "ffn_hidden", "seq": "seq_len", "vocab": "vocab_size"}
+ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth", "optimizer_bytes")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("profile", help="measure each stage's F, I, W time and memory; write a profile JSON")
+    p = sub.add_parser("profile", help="measure each stage's (or unit's) F, I, W time and memory, or count a "
+                                       "model's units from arithmetic; write a profile JSON")
     p.set_defaults(handler=run)
     common.add_gpt_args(p)
+    p.set_defaults(**{k: None for k in GPT_DEFAULTS})
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
     p.add_argument("--optimizer", default="adamw", help="optimizer whose state counts in static bytes: "
                    "adamw, adam, sgd, sgd-momentum, none (default adamw)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per stage (default 2)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per stage; the median is kept (default 5)")
     p.add_argument("--comm-bandwidth", metavar="B/s", default=None,
-                   help="link bandwidth for boundary activations, e.g. 25GB/s (default: comm is free)")
+                   help="link bandwidth for boundary activations, e.g. 25GB/s (default: comm is free; "
+                        "40GB/s for an arithmetic profile)")
     p.add_argument("--comm-latency", metavar="S", type=float, default=0.0, help="seconds per transfer (default 0)")
     p.add_argument("--comm-measure", action="store_true",
                    help="measure send/recv between ranks 0 and 1 (run under torchrun --nproc-per-node 2)")
@@ -32,10 +44,39 @@ def register(sub) -> None:
     g.add_argument("--model", metavar="MODULE:FUNCTION",
                    help="returns the stage modules, or {'model': m, 'split': [[module names], ...]} with optional "
                         "'sample', 'target', 'loss_fn'; it is passed n_stages (--stages), microbatch_size (--mbs), "
-                        "dtype (--dtype) if it takes them; e.g. examples/llama.py:stages")
+                        "dtype (--dtype) if it takes them, and --layers, --hidden, --heads, --kv-heads, --ffn, --seq, "
+                        "--vocab when given as layers, hidden, heads, kv_heads, ffn_hidden, seq_len, vocab_size; "
+                        "e.g. examples/llama.py:stages")
     g.add_argument("--sample", metavar="MODULE:FUNCTION", help="returns one microbatch for stage 0 (or (sample, target))")
     g.add_argument("--model-arg", metavar="KEY=VALUE", action="append", default=[],
-                   help="extra keyword argument for the --model/--sample functions (repeatable)")
+                   help="extra keyword argument for the --model/--sample functions (repeatable); one that neither "
+                        "takes is an error")
+    u = p.add_argument_group("per-unit profiles (the input of schedc plan): units are the embedding, each layer, "
+                             "the final norm + head + loss, each with its module names")
+    u.add_argument("--units", action="store_true",
+                   help="measure every unit as its own stage (built-in GPT or --model with a 'split'); identical "
+                        "layers are measured once")
+    u.add_argument("--all-units", action="store_true", help="with --units: measure every layer, not one per kind")
+    u.add_argument("--config", metavar="config.json",
+                   help="arithmetic per-unit profile of a Hugging Face config.json (nothing downloaded; needs --seq)")
+    u.add_argument("--flops", metavar="FLOP/s", type=float, default=None,
+                   help="effective FLOP/s of one device: an arithmetic per-unit profile (default with --config: "
+                        "400e12, an H100 at about 40%%); without --config give --layers, --hidden, --vocab, --seq")
+    u.add_argument("--memory-bandwidth", metavar="B/s", default=None,
+                   help="arithmetic: device memory bandwidth, for the embedding (default 2TB/s)")
+    u.add_argument("--optimizer-bytes", metavar="N", type=float, default=None,
+                   help="arithmetic: optimizer bytes per parameter (default 12: fp32 master weights + Adam's "
+                        "two moments); weights in --dtype and fp32 gradients come on top")
+    u.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA; default: --heads)")
+    u.add_argument("--head-dim", type=int, default=None, help="arithmetic: per-head width (default hidden/heads)")
+    u.add_argument("--ffn", type=int, default=None, help="FFN width (default 4 x hidden)")
+    u.add_argument("--mlp", choices=("swiglu", "gelu"), default=None, help="arithmetic: MLP kind (default swiglu)")
+    u.add_argument("--tied-embeddings", action="store_true", default=None,
+                   help="arithmetic: the LM head shares the embedding's matrix")
+    u.add_argument("--names", choices=("torchtitan", "hf"), default=None,
+                   help="arithmetic: module names of the units: torchtitan's (tok_embeddings, layers.N, norm, "
+                        "lm_head; default) or Hugging Face / NeMo AutoModel's (model.embed_tokens, model.layers.N, "
+                        "model.norm, lm_head)")
 
 
 def _model_args(pairs: list[str]) -> dict:
@@ -53,21 +94,46 @@ def _model_args(pairs: list[str]) -> dict:
     return out
 
 
+def _given(args, names) -> list[str]:
+    """The flags among `names` (dest names) that the user typed."""
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
+
+
 def run(args) -> int:
+    if args.all_units and not args.units:
+        raise SchedcError("--all-units goes with --units (it measures every layer of a per-unit profile)")
+    if args.config or args.flops is not None:
+        return _run_arithmetic(args)
+    if _given(args, ARITHMETIC_ONLY):
+        raise SchedcError(f"{_given(args, ARITHMETIC_ONLY)[0]} describes an arithmetic profile; add --config "
+                          f"config.json or --flops FLOP/s, or drop it to measure")
     common.require_torch("schedc profile")
     common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
     import torch
 
-    from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_warnings
+    from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_units
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise SchedcError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    device_is_cpu = args.device == "cpu"
+    if args.threads is not None and args.threads < 1:
+        raise SchedcError(f"--threads must be >= 1, got {args.threads}")
+    if args.threads is not None or device_is_cpu:
+        # one thread per rank by default: the ranks schedc runs on a CPU host (emulate, calibrate)
+        # each use one, and torch's default (every core) oversubscribes a host its ranks share
+        torch.set_num_threads(args.threads or 1)
     bandwidth = _parse_bandwidth(args.comm_bandwidth)
-    cfg = common.gpt_config_from_args(args)
     rank = 0
     progress = StderrProgress()
+    if not args.model:
+        if _given(args, ("kv_heads", "ffn")):
+            raise SchedcError(f"{_given(args, ('kv_heads', 'ffn'))[0]}: the built-in GPT has full attention and a "
+                              f"4 x hidden MLP; this flag is for --model or an arithmetic profile (--config/--flops)")
+        if args.units and args.stages is not None:
+            raise SchedcError("--stages does not apply to --units: every unit is measured as its own stage")
+        if args.model_arg or args.sample:
+            raise SchedcError(f"{'--model-arg' if args.model_arg else '--sample'} goes with --model")
+    for k, v in GPT_DEFAULTS.items():
+        if k != "stages" and getattr(args, k) is None and not args.model:
+            setattr(args, k, v)
     if args.comm_measure:
         import torch.distributed as dist
 
@@ -77,28 +143,16 @@ def run(args) -> int:
         rank = dist.get_rank()
         if args.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    measure = dict(device=args.device, warmup=args.warmup, repeats=args.repeats, optimizer=args.optimizer,
+                   comm="measure" if args.comm_measure else None, comm_bandwidth=bandwidth,
+                   comm_latency=args.comm_latency, progress=progress if rank == 0 else None)
     try:
         if args.model:
-            if args.concurrent != 1:
-                raise SchedcError("--concurrent measures the built-in GPT only; drop it with --model")
-            from schedc.runtime.user_model import build_user_model
-
-            offered = {"n_stages": args.stages, "microbatch_size": args.mbs, "dtype": args.dtype,
-                       **_model_args(args.model_arg)}
-            user = build_user_model(args.model, args.sample, offered)
-            profile = profile_stages(
-                user.stages, user.sample, user.loss_fn, user.target, device=args.device, warmup=args.warmup,
-                repeats=args.repeats, optimizer=args.optimizer, comm="measure" if args.comm_measure else None,
-                comm_bandwidth=bandwidth, comm_latency=args.comm_latency, model=f"{user.name}/{len(user.stages)} stages",
-                microbatch_size=args.mbs, progress=progress if rank == 0 else None,
-            )
+            profile = _measure_user_model(args, measure, profile_stages, profile_units)
         else:
-            profile = profile_gpt(
-                cfg, args.stages, args.mbs, device=args.device, warmup=args.warmup, repeats=args.repeats,
-                optimizer=args.optimizer, comm="measure" if args.comm_measure else None,
-                comm_bandwidth=bandwidth, comm_latency=args.comm_latency,
-                progress=progress if rank == 0 else None, concurrent=args.concurrent,
-            )
+            profile = profile_gpt(common.gpt_config_from_args(args), args.stages or GPT_DEFAULTS["stages"],
+                                  args.mbs, concurrent=args.concurrent, units=args.units,
+                                  reuse_layers=not args.all_units, **measure)
     finally:
         progress.done()
         if args.comm_measure:
@@ -108,22 +162,94 @@ def run(args) -> int:
                 dist.destroy_process_group()
     if rank != 0:
         return 0
-    profile.save(args.output)
-    for warning in profile_warnings(profile):
-        print(f"schedc profile: warning: {warning}", file=sys.stderr)
-    print(f"wrote {args.output}: {profile.n_stages} stages of {profile.model} on {profile.device}, "
+    return _write(profile, args.output)
+
+
+def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> Profile:
+    from schedc.runtime.user_model import build_user_model, unit_modules
+
+    if args.concurrent != 1:
+        raise SchedcError("--concurrent measures the built-in GPT only; drop it with --model")
+    explicit = {MODEL_PARAMS[k]: f"--{k.replace('_', '-')} {getattr(args, k)}" for k in MODEL_PARAMS
+                if getattr(args, k) is not None}
+    extra = _model_args(args.model_arg)
+    explicit.update({k: f"--model-arg {k}={v!r}" for k, v in extra.items()})
+    explicit.update({p: f"--{f} {getattr(args, a)}" for a, f, p in
+                     (("stages", "stages", "n_stages"), ("mbs", "mbs", "microbatch_size"), ("dtype", "dtype", "dtype"))
+                     if getattr(args, a) is not None})
+    offered = {"n_stages": args.stages or GPT_DEFAULTS["stages"], "microbatch_size": args.mbs or GPT_DEFAULTS["mbs"],
+               "dtype": args.dtype or GPT_DEFAULTS["dtype"],
+               **{MODEL_PARAMS[k]: getattr(args, k) for k in MODEL_PARAMS if getattr(args, k) is not None},
+               **extra}
+    user = build_user_model(args.model, args.sample, offered, explicit)
+    mbs = offered["microbatch_size"]
+    if not args.units:
+        return profile_stages(user.stages, user.sample, user.loss_fn, user.target,
+                              model=f"{user.name}/{len(user.stages)} stages", microbatch_size=mbs, **measure)
+    modules, names, shared = unit_modules(user, args.model)
+    return profile_units(modules, names, user.sample, user.loss_fn, user.target, reuse_layers=not args.all_units,
+                         shared=shared, model=f"{user.name}/{len(names)} units", microbatch_size=mbs, **measure)
+
+
+def _run_arithmetic(args) -> int:
+    from schedc.model_costs import read_hf_config, unit_profile
+
+    for flag, given in (("--model", args.model), ("--comm-measure", args.comm_measure),
+                        ("--concurrent", args.concurrent != 1), ("--all-units", args.all_units)):
+        if given:
+            raise SchedcError(f"{flag} measures a model; --config/--flops count one from arithmetic: give one or the other")
+    check_writable(args.output, "-o")
+    if args.config:
+        shape_flags = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied_embeddings", "mlp")
+        if _given(args, shape_flags):
+            raise SchedcError(f"{_given(args, shape_flags)[0]}: the model's shape comes from --config {args.config}; "
+                              f"drop the flag (or edit a copy of the file)")
+        shape = read_hf_config(args.config)
+        file_dtype = shape.pop("dtype")
+        dtype = args.dtype or file_dtype
+    else:
+        missing = [f"--{k}" for k in ("layers", "hidden", "vocab") if getattr(args, k) is None]
+        if missing:
+            raise SchedcError(f"--flops without --config counts the model from flags: give {', '.join(missing)} "
+                              f"(or --config config.json)")
+        shape = dict(layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads,
+                     kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn, mlp=args.mlp or "swiglu",
+                     tied_embeddings=bool(args.tied_embeddings))
+        dtype = args.dtype or "bfloat16"
+    if args.seq is None:
+        raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
+    bandwidth = _parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth")
+    memory_bandwidth = _parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth")
+    profile = unit_profile(**shape, seq=args.seq, microbatch_size=args.mbs or 1, dtype=dtype,
+                           flops_per_second=args.flops if args.flops is not None else 400e12,
+                           memory_bandwidth=memory_bandwidth or 2e12, bandwidth=bandwidth or 40e9,
+                           optimizer_bytes_per_param=12.0 if args.optimizer_bytes is None else args.optimizer_bytes,
+                           names=args.names or "torchtitan")
+    return _write(profile, args.output)
+
+
+def _write(profile: Profile, output: str) -> int:
+    profile.save(output)
+    for note in profile.notes or []:
+        if note.startswith("warning: "):  # schedc.runtime.profiler.profile_warnings, without importing torch
+            print(f"schedc profile: {note}", file=sys.stderr)
+    per_unit = all(c.modules for c in profile.stages)
+    kind = "units" if per_unit else "stages"
+    print(f"wrote {output}: {profile.n_stages} {kind} of {profile.model} on {profile.device}, "
           f"microbatch {profile.microbatch_size}, {profile.dtype}")
-    print(f"  {'stage':>5}  {'F':>9}  {'I':>9}  {'W':>9}  {'activation':>10}  {'held I..W':>10}  {'static':>10}")
+    print(f"  {kind[:-1]:>5}  {'F':>9}  {'I':>9}  {'W':>9}  {'activation':>10}  {'held I..W':>10}  {'static':>10}"
+          + ("  modules" if per_unit else ""))
     for s, c in enumerate(profile.stages):
         print(f"  {s:>5}  {format_seconds(c.forward):>9}  {format_seconds(c.backward_input):>9}  "
               f"{format_seconds(c.backward_weight):>9}  {format_bytes(c.activation_bytes):>10}  "
-              f"{format_bytes(c.weight_grad_bytes):>10}  {format_bytes(c.static_bytes):>10}")
+              f"{format_bytes(c.weight_grad_bytes):>10}  {format_bytes(c.static_bytes):>10}"
+              + (f"  {', '.join(c.modules)}" if per_unit else ""))
     comm = profile.comm if isinstance(profile.comm, list) else [profile.comm]
     print(f"  comm per boundary: {', '.join(format_seconds(c) for c in comm)}")
     return 0
 
 
-def _parse_bandwidth(text: Optional[str]) -> Optional[float]:
+def _parse_bandwidth(text: Optional[str], flag: str = "--comm-bandwidth") -> Optional[float]:
     """'25e9', '25GB', '25GB/s', '100MiB/s' -> bytes per second."""
     if text is None:
         return None
@@ -138,8 +264,8 @@ def _parse_bandwidth(text: Optional[str]) -> Optional[float]:
         except SchedcError:
             limit = None
         if limit is None or limit.kind != "bytes":
-            raise SchedcError(f"--comm-bandwidth: expected bytes per second (e.g. 25e9 or 25GB/s), got {text!r}")
+            raise SchedcError(f"{flag}: expected bytes per second (e.g. 25e9 or 25GB/s), got {text!r}")
         value = limit.value
     if value <= 0:
-        raise SchedcError(f"--comm-bandwidth must be > 0, got {text!r}")
+        raise SchedcError(f"{flag} must be > 0, got {text!r}")
     return value

@@ -31,7 +31,15 @@ in any F, I or W that matters (>= 5% of its stage's time) adds a ``warning:`` no
 ``schedc profile`` prints on stderr with what to do (:func:`profile_warnings`). Communication is ``latency + bytes / bandwidth`` of each
 boundary's activation, or measured by a send/recv ping-pong between ranks 0 and 1 under torchrun
 (:func:`measure_p2p_seconds`). On a CPU host whose ranks share the cores, ``concurrent=N``
-(:func:`profile_gpt`) measures in N processes at once, which is what each rank will see.
+(:func:`profile_gpt`) measures in N processes at once, which is what each rank will see; a host
+whose cores are oversubscribed (by this profile's threads or by a load present before it starts)
+makes every timing consistently slow, which the spread does not show, so
+:func:`cpu_contention` says so in a warning.
+
+Per-unit profiles (the input of ``schedc plan``): :func:`profile_units` measures each unit of a
+model (embedding, each layer, final norm + head + loss) as its own stage and records the module
+names each holds in ``modules``; a layer whose :func:`unit_signature` equals an earlier one's
+reuses that measurement unless ``reuse_layers=False`` (``benchmarks/unit_reuse.py`` compares).
 
 Cost: (1 + warmup + repeats) x (2 forwards + 1 split backward + 1 full backward) per stage.
 """
@@ -311,104 +319,115 @@ def _fresh_inputs(sample: tuple, needs_grad: bool) -> list:
     return out
 
 
-def _measure_stage(
-    index: int,
-    module: nn.Module,
-    sample: tuple,
-    is_first: bool,
-    is_last: bool,
-    loss_fn: Optional[Callable],
-    target,
-    device: torch.device,
-    warmup: int,
-    repeats: int,
-    optimizer: Optional[str],
-) -> StageMeasurement:
-    timer = _Timer(device)
-    params = [p for p in module.parameters() if p.requires_grad]
-    param_ptrs = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    has_params = bool(params)
-    output_grads: Optional[list[torch.Tensor]] = None
-    gen = torch.Generator(device="cpu").manual_seed(1234 + index)
+class _StageRunner:
+    """One stage run the way torch's runtime runs it: F (with the loss on the last stage), I, W and B.
 
-    def forward(inputs):
-        out = module(*inputs)
-        outs = _check_outputs(index, out)
-        if is_last:
-            loss = loss_fn(out, target) if loss_fn is not None else out
-            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                raise SchedcError(
-                    f"stage {index} (last): the loss must be a one-element tensor; "
-                    f"give loss_fn (and target) that reduce the stage's output to a scalar"
-                )
-            return outs, [loss]
-        return outs, list(outs)
+    Like the runtime (``PipelineStage.backward_one_chunk``), the first stage skips I (its input
+    needs no gradient) and runs the whole backward as W; the last stage's backward starts from
+    its loss, the others' from fixed random output gradients (drawn once, seeded by the index)."""
 
-    def grads_for(outs) -> Optional[list[torch.Tensor]]:
-        nonlocal output_grads
-        if is_last:
+    def __init__(self, index: int, module: nn.Module, is_first: bool, is_last: bool,
+                 loss_fn: Optional[Callable], target, device: torch.device):
+        self.index, self.module, self.is_first, self.is_last = index, module, is_first, is_last
+        self.loss_fn, self.target, self.device = loss_fn, target, device
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.has_params = bool(self.params)
+        self.param_ptrs = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        self.output_grads: Optional[list[torch.Tensor]] = None
+        self.gen = torch.Generator(device="cpu").manual_seed(1234 + index)
+
+    def inputs(self, sample: tuple) -> list:
+        return _fresh_inputs(sample, needs_grad=not self.is_first)
+
+    def forward(self, inputs) -> tuple[tuple[torch.Tensor, ...], list[torch.Tensor]]:
+        """(the stage's outputs, the roots its backward starts from: the loss on the last stage)."""
+        out = self.module(*inputs)
+        outs = _check_outputs(self.index, out)
+        if not self.is_last:
+            return outs, list(outs)
+        loss = self.loss_fn(out, self.target) if self.loss_fn is not None else out
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise SchedcError(
+                f"stage {self.index} (last): the loss must be a one-element tensor; "
+                f"give loss_fn (and target) that reduce the stage's output to a scalar"
+            )
+        return outs, [loss]
+
+    def grads_for(self, outs) -> Optional[list[torch.Tensor]]:
+        if self.is_last:
             return None
-        if output_grads is None:
-            output_grads = [
-                torch.randn(o.shape, generator=gen, dtype=torch.float32).to(device=device, dtype=o.dtype)
+        if self.output_grads is None:
+            self.output_grads = [
+                torch.randn(o.shape, generator=self.gen, dtype=torch.float32).to(device=self.device, dtype=o.dtype)
                 if o.is_floating_point() else None
                 for o in outs
             ]
-        return output_grads
+        return self.output_grads
 
-    def run_input(roots, inputs):
-        # The runtime (PipelineStage.backward_one_chunk) skips I on the first stage and
-        # runs the whole backward as W.
-        if is_first:
+    def run_input(self, roots, inputs):
+        if self.is_first:
             return None
-        _, param_groups = stage_backward_input(roots, grads_for(roots), inputs, iter(params))
+        _, param_groups = stage_backward_input(roots, self.grads_for(roots), inputs, iter(self.params))
         return param_groups
 
-    def run_full(roots, inputs):
+    def run_full(self, roots, inputs) -> None:
         # as the runtime calls it: the last stage passes its loss tensor with no output grads
-        if is_last:
+        if self.is_last:
             stage_backward(roots[0], None, inputs)
         else:
-            stage_backward(roots, grads_for(roots), inputs)
+            stage_backward(roots, self.grads_for(roots), inputs)
 
-    def run_weight(roots, inputs, param_groups):
-        if is_first:
-            run_full(roots, inputs)
-        elif has_params:
-            stage_backward_weight(iter(params), param_groups)
+    def run_weight(self, roots, inputs, param_groups) -> None:
+        if self.is_first:
+            self.run_full(roots, inputs)
+        elif self.has_params:
+            stage_backward_weight(iter(self.params), param_groups)
 
-    def detach_last(outs):
+    def detach_last(self, outs) -> None:
         # the runtime detaches a last stage's outputs after its backward (only the loss was used)
-        if is_last:
+        if self.is_last:
             for o in outs:
                 if not o._is_view():
                     o.detach_()
 
-    # -- memory: one untimed pass under saved-tensor hooks
+
+@dataclass
+class _MemoryCount:
+    activation: int
+    weight_grad: int
+    output_bytes: int
+    cuda_after_forward: Optional[int]
+    cuda_after_input: Optional[int]
+    notes: list[str]
+
+
+def _measure_memory(run: _StageRunner, sample: tuple) -> _MemoryCount:
+    """One untimed F, I, W under saved-tensor hooks (module docstring): what F leaves held, what I leaves for W."""
+    index, device, param_ptrs = run.index, run.device, run.param_ptrs
     tracker = _SavedTensorTracker()
-    inputs = _fresh_inputs(sample, needs_grad=not is_first)
+    inputs = run.inputs(sample)
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
     base = torch.cuda.memory_allocated(device) if cuda else 0
     with tracker.hooks():
-        outs, roots = forward(inputs)
+        outs, roots = run.forward(inputs)
     if not any(o.requires_grad for o in roots):
         raise SchedcError(
             f"stage {index}: its output does not require grad (no parameters and no differentiable input); "
             f"nothing to backpropagate"
         )
-    held_tensors = [*outs, *roots, *(inputs if not is_first else ())]
+    held_tensors = [*outs, *roots, *(inputs if not run.is_first else ())]
     f_storages = _add_storages(tracker.alive_storages(param_ptrs), held_tensors, param_ptrs)
     activation = sum(f_storages.values())
-    input_bytes = 0 if is_first else _unique_bytes(inputs, param_ptrs)
+    input_bytes = 0 if run.is_first else _unique_bytes(inputs, param_ptrs)
     output_bytes = sum(o.numel() * o.element_size() for o in outs)
     cuda_f = torch.cuda.memory_allocated(device) - base if cuda else None
 
-    grads = grads_for(roots)
-    param_groups = run_input(roots, inputs)
-    detach_last(outs)
-    if is_first:
+    grads = run.grads_for(roots)
+    param_groups = run.run_input(roots, inputs)
+    run.detach_last(outs)
+    if run.is_first:
         weight_grad = activation  # nothing is freed before W: the whole backward runs there
     else:
         # the runtime keeps the stage's outputs and inputs (backward_state) until W
@@ -419,7 +438,7 @@ def _measure_stage(
         extra = _unique_bytes(left_for_w, param_ptrs | set(i_storages) | set(_add_storages({}, grads, set())))
         weight_grad = sum(i_storages.values()) + extra
     cuda_i = torch.cuda.memory_allocated(device) - base if cuda else None
-    run_weight(roots, inputs, param_groups)
+    run.run_weight(roots, inputs, param_groups)
     del outs, roots, inputs, param_groups, held_tensors
     notes: list[str] = []
     if cuda_f is not None:
@@ -438,54 +457,77 @@ def _measure_stage(
             f"the {format_bytes(activation)} held after F; weight_grad_bytes capped at activation_bytes"
         )
         weight_grad = activation
-    if not has_params:
+    if not run.has_params:
         weight_grad = 0
+    return _MemoryCount(activation, weight_grad, output_bytes, cuda_f, cuda_i, notes)
 
-    # -- time: warm-up, then repeats of F, I, W and of F, B
-    f_s, i_s, w_s, b_s = [], [], [], []
+
+def _time_repeats(run: _StageRunner, sample: tuple, warmup: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds of F, I, W and of F, B, after `warmup` untimed rounds: {'F', 'I', 'W', 'B'} -> samples."""
+    timer = _Timer(run.device)
+    times: dict[str, list[float]] = {"F": [], "I": [], "W": [], "B": []}
     for rep in range(warmup + repeats):
-        inputs = _fresh_inputs(sample, needs_grad=not is_first)
-        (outs, roots), tf = timer(lambda: forward(inputs))
-        pg, ti = timer(lambda: run_input(roots, inputs))
-        detach_last(outs)
-        _, tw = timer(lambda: run_weight(roots, inputs, pg))
-        inputs = _fresh_inputs(sample, needs_grad=not is_first)
-        (outs, roots), tf2 = timer(lambda: forward(inputs))
-        _, tb = timer(lambda: run_full(roots, inputs))
+        inputs = run.inputs(sample)
+        (outs, roots), tf = timer(lambda: run.forward(inputs))
+        pg, ti = timer(lambda: run.run_input(roots, inputs))
+        run.detach_last(outs)
+        _, tw = timer(lambda: run.run_weight(roots, inputs, pg))
+        inputs = run.inputs(sample)
+        (outs, roots), tf2 = timer(lambda: run.forward(inputs))
+        _, tb = timer(lambda: run.run_full(roots, inputs))
         if rep >= warmup:
-            f_s += [tf, tf2]
-            i_s.append(ti)
-            w_s.append(tw)
-            b_s.append(tb)
-    for p in module.parameters():
+            times["F"] += [tf, tf2]
+            times["I"].append(ti)
+            times["W"].append(tw)
+            times["B"].append(tb)
+    for p in run.module.parameters():
         p.grad = None
+    return times
 
+
+def _measure_stage(
+    index: int,
+    module: nn.Module,
+    sample: tuple,
+    is_first: bool,
+    is_last: bool,
+    loss_fn: Optional[Callable],
+    target,
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    optimizer: Optional[str],
+) -> StageMeasurement:
+    """Memory from one untimed pass, then the timed repeats (module docstring)."""
+    run = _StageRunner(index, module, is_first, is_last, loss_fn, target, device)
+    memory = _measure_memory(run, sample)
+    times = _time_repeats(run, sample, warmup, repeats)
+    notes = list(memory.notes)
     if is_first:
         notes.append(
             f"stage {index}: first stage: torch's runtime skips I here (its input needs no gradient) "
             f"and runs the whole backward in W; I is the bookkeeping time only"
         )
-    w_stat = Stat(w_s)
-    if not has_params:
+    w_stat = Stat(times["W"])
+    if not run.has_params:
         notes.append(f"stage {index}: no parameters: W = 0 (nothing to compute for weights)")
         w_stat = Stat([0.0])
-    i_stat = Stat([max(x, 1e-7) for x in i_s])  # the file wants I > 0; a skipped I is still an action
     static, p_bytes, n_params = static_bytes_of(module, optimizer)
     return StageMeasurement(
         index=index,
-        forward=Stat(f_s),
-        backward_input=i_stat,
+        forward=Stat(times["F"]),
+        backward_input=Stat([max(x, 1e-7) for x in times["I"]]),  # the file wants I > 0; a skipped I is still an action
         backward_weight=w_stat,
-        backward_full=Stat(b_s),
-        activation_bytes=int(activation),
-        weight_grad_bytes=int(weight_grad),
+        backward_full=Stat(times["B"]),
+        activation_bytes=int(memory.activation),
+        weight_grad_bytes=int(memory.weight_grad),
         static_bytes=int(static),
         param_bytes=int(p_bytes),
-        output_bytes=int(output_bytes),
+        output_bytes=int(memory.output_bytes),
         n_params=int(n_params),
         notes=notes,
-        cuda_after_forward=cuda_f,
-        cuda_after_input=cuda_i,
+        cuda_after_forward=memory.cuda_after_forward,
+        cuda_after_input=memory.cuda_after_input,
     )
 
 
@@ -585,7 +627,13 @@ def measure_stages(
     with torch.no_grad():
         for i, m in enumerate(stage_modules):
             samples.append(x)
-            x = tuple(t.detach() for t in _check_outputs(i, m(*x)))
+            try:
+                out = m(*x)
+            except SchedcError:
+                raise
+            except Exception as e:  # the user's code: one line here, the traceback with --debug
+                raise SchedcError(f"stage {i}: forward raised {type(e).__name__}: {e}") from e
+            x = tuple(t.detach() for t in _check_outputs(i, out))
 
     n = len(stage_modules)
     results = []
@@ -613,9 +661,40 @@ def timing_warning(measured: Sequence[StageMeasurement]) -> Optional[str]:
                 noisy.append(f"stage {m.index} {kind} ±{100 * stat.spread:.0f}%")
     if not noisy:
         return None
+    samples = min(len(m.backward_input.samples) for m in measured)
     return (f"warning: timings vary a lot between repeats ({', '.join(noisy[:6])}{', ...' if len(noisy) > 6 else ''}); "
-            f"the compiler would optimize noise: profile again with more --repeats (e.g. 20), --threads as the "
-            f"ranks will use, on a quiet machine (other processes share the cores)")
+            f"the compiler would optimize noise: profile again with more repeats than the {samples} timed here "
+            f"(e.g. --repeats {max(20, 2 * samples)}), --threads as the ranks will use, on a quiet machine "
+            f"(other processes share the cores)")
+
+
+def cpu_contention(threads: int, processes: int = 1) -> Optional[str]:
+    """A warning when this host's CPUs are oversubscribed for a CPU profile (None if not).
+
+    Timings taken while more threads want the cores than there are (this profile's own
+    ``processes x threads``, or other programs: the 1-minute load average before measuring) come
+    out many times slower than on a quiet host, consistently, so the spread of the repeats does
+    not show it; a profile measured so describes the contention, not the model."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    wanted = threads * processes
+    if wanted > cores:
+        return (f"warning: {processes} process(es) x {threads} thread(s) want {wanted} cores but {cores} are here: "
+                f"oversubscribed, so every timing includes waiting for a core; use --threads "
+                f"{max(1, cores // processes)} or fewer")
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    if load + wanted > cores + 0.5:
+        return (f"warning: the machine was busy before profiling (load average {load:.1f} on {cores} cores, "
+                f"{wanted} more thread(s) for this profile): the timings include waiting for a core and describe "
+                f"this load; profile on a quiet machine for the model's own costs")
+    return None
 
 
 def profile_warnings(profile: Profile) -> list[str]:
@@ -697,6 +776,10 @@ def profile_stages(
     microbatch_size: Optional[int] = None,
     dtype: Optional[str] = None,
     progress: Optional[ProgressFn] = None,
+    *,
+    unit_names: Optional[Sequence[Sequence[str]]] = None,
+    reuse_layers: bool = True,
+    shared: Sequence[str] = (),
 ) -> Profile:
     """Profile a pipeline given as its stage modules, in order; returns a ``schedc.profile/v1`` Profile.
 
@@ -705,13 +788,120 @@ def profile_stages(
     ``comm``: seconds per boundary (a number or one per boundary), ``"measure"`` for a ping-pong
     between ranks 0 and 1 (every rank must call, under torchrun), or None to compute
     ``comm_latency + bytes / comm_bandwidth`` from each boundary's activation (0 without either).
+    With ``unit_names`` (one list of module names per module) the modules are a model's units
+    and the result a per-unit profile (:func:`profile_units`).
     """
     dev = resolve_device(device)
-    measured = measure_stages(
-        stage_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer, progress
-    )
-    return _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
-                     dtype or _dtype_of(stage_modules))
+    notes = _contention_note(dev, 1)
+    if unit_names is None:
+        measured = measure_stages(stage_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer,
+                                  progress)
+    else:
+        if len(unit_names) != len(stage_modules):
+            raise SchedcError(f"profile_units: {len(stage_modules)} unit modules but {len(unit_names)} name lists")
+        measured = measure_units(stage_modules, sample_input, loss_fn, target, reuse_layers=reuse_layers, device=dev,
+                                 warmup=warmup, repeats=repeats, optimizer=optimizer, progress=progress)
+        if shared:
+            notes.append(f"every unit also kept {', '.join(shared)} (modules every stage needs; not listed in "
+                         f"'modules')")
+        notes.append(f"per-unit profile: {len(stage_modules)} units, each measured as its own pipeline stage"
+                     + ("; identical layers measured once" if reuse_layers else "; every unit measured"))
+    profile = _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
+                        dtype or _dtype_of(stage_modules), notes=notes)
+    return profile if unit_names is None else with_modules(profile, unit_names)
+
+
+# ---------------------------------------------------------------- per-unit profiles
+
+
+def unit_signature(module: nn.Module) -> tuple:
+    """What makes two units cost the same: their module tree (classes), parameters and buffers
+    (shapes, dtypes, requires_grad) and every public str/int/float/bool/None attribute of their
+    submodules except indices (names with 'idx' or 'index'), e.g. a Hugging Face layer's
+    ``layer_type`` and ``sliding_window``, which change what its forward computes."""
+    tree = []
+    for _, sub in module.named_modules():
+        attrs = tuple(sorted(
+            (k, v) for k, v in vars(sub).items()
+            if not k.startswith("_") and "idx" not in k and "index" not in k
+            and (v is None or isinstance(v, (str, int, float, bool)))
+        ))
+        tree.append((type(sub).__qualname__, attrs))
+    params = tuple((tuple(p.shape), p.dtype, p.requires_grad) for p in module.parameters())
+    buffers = tuple((tuple(b.shape), b.dtype) for b in module.buffers())
+    return tuple(tree), params, buffers
+
+
+def measure_units(
+    unit_modules: Sequence[nn.Module],
+    sample_input,
+    loss_fn: Optional[Callable] = None,
+    target=None,
+    *,
+    reuse_layers: bool = True,
+    **options,
+) -> list[StageMeasurement]:
+    """Measure every unit of a model as its own pipeline stage (:func:`measure_stages`, whose
+    ``device``, ``warmup``, ``repeats``, ``optimizer`` and ``progress`` go in ``options``).
+
+    With ``reuse_layers`` a unit whose :func:`unit_signature` equals an earlier one's (the layers
+    of a decoder, but never the first or the last unit) is not measured again: it gets the earlier
+    unit's measurement, and a note says so. ``benchmarks/unit_reuse.py`` measures what that costs
+    against measuring every unit; ``reuse_layers=False`` measures every unit."""
+    n = len(unit_modules)
+    source: list[int] = []
+    first_of: dict[tuple, int] = {}
+    for i, module in enumerate(unit_modules):
+        edge = i in (0, n - 1)  # the first and last stage run differently (no I; the loss)
+        key = (i,) if edge or not reuse_layers or not isinstance(module, nn.Module) else unit_signature(module)
+        source.append(first_of.setdefault(key, i))
+    distinct = sorted(set(source))
+    measured = {m.index: m for m in measure_stages(unit_modules, sample_input, loss_fn, target, only=distinct,
+                                                   **options)}
+    out = []
+    for i, src in enumerate(source):
+        m = measured[src]
+        if src != i:
+            m = StageMeasurement.from_dict({**m.to_dict(), "index": i, "notes": [
+                f"stage {i}: identical to stage {src} (same modules, shapes and settings): its measurement is "
+                f"reused (measure every unit to time it apart)"]})
+        out.append(m)
+    return out
+
+
+def profile_units(
+    unit_modules: Sequence[nn.Module],
+    unit_names: Sequence[Sequence[str]],
+    sample_input,
+    loss_fn: Optional[Callable] = None,
+    target=None,
+    *,
+    reuse_layers: bool = True,
+    shared: Sequence[str] = (),
+    **options,
+) -> Profile:
+    """A per-unit profile: each unit (embedding, each layer, final norm + head + loss, in model
+    order) measured as its own stage (:func:`measure_units`), with ``modules`` = ``unit_names[i]``,
+    so that ``Profile.merge(counts)`` gives the profile of any contiguous partition. ``shared``
+    names modules every unit kept besides its own (e.g. a Hugging Face model's ``rotary_emb``);
+    a note records them, since a framework's split must give them to every stage. ``options``
+    are :func:`profile_stages`'s (device, warmup, repeats, comm, ...)."""
+    return profile_stages(unit_modules, sample_input, loss_fn, target, unit_names=unit_names,
+                          reuse_layers=reuse_layers, shared=shared, **options)
+
+
+def with_modules(profile: Profile, unit_names: Sequence[Sequence[str]]) -> Profile:
+    """The profile with ``modules`` set on every stage (unit) from ``unit_names``."""
+    stages = [st.model_copy(update={"modules": list(names)}) for st, names in zip(profile.stages, unit_names)]
+    return profile.model_copy(update={"stages": stages})
+
+
+def _contention_note(dev: torch.device, processes: int) -> list[str]:
+    """:func:`cpu_contention` before measuring on a CPU, as profile notes."""
+    if dev.type != "cpu":
+        return []
+    warning = cpu_contention(torch.get_num_threads(), processes)
+    return [warning] if warning else []
 
 
 def _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, dtype,
@@ -774,11 +964,23 @@ def gpt_stages(config, n_stages: int) -> list[nn.Module]:
     return [stages[s] for s in range(n_stages)]
 
 
-def gpt_label(config, n_stages: int) -> str:
+def gpt_units(config) -> tuple[list[nn.Module], list[list[str]]]:
+    """The built-in GPT as units (its ``embed``, each of its ``blocks``, ``norm`` + ``head``): one
+    stage module per unit and the module names each holds."""
+    from schedc.runtime.models import GPT
+    from schedc.runtime.split import split_gpt
+
+    n = config.layers + 2
+    stages = split_gpt(GPT(config), range(n), n, layers_per_stage=[0] + [1] * config.layers + [0])
+    names = [["embed"]] + [[f"blocks.{i}"] for i in range(config.layers)] + [["norm", "head"]]
+    return [stages[s] for s in range(n)], names
+
+
+def gpt_label(config, n_stages: int, parts: str = "stages") -> str:
     """The profile's ``model`` field for the built-in GPT, e.g. 'gpt(layers=4, ...)/2 stages'."""
     return (
         f"gpt(layers={config.layers}, hidden={config.hidden}, heads={config.heads}, seq={config.seq_len}, "
-        f"vocab={config.vocab_size})/{n_stages} stages"
+        f"vocab={config.vocab_size})/{n_stages} {parts}"
     )
 
 
@@ -797,13 +999,18 @@ def profile_gpt(
     progress: Optional[ProgressFn] = None,
     concurrent: int = 1,
     timeout: float = 1800.0,
+    units: bool = False,
+    reuse_layers: bool = True,
 ) -> Profile:
     """Profile schedc's built-in GPT (``GPTConfig``) split into `n_stages`, one microbatch of
     `microbatch_size` sequences; `dtype` overrides ``config.dtype``.
 
     ``concurrent=N`` (CPU only) measures in N processes at once, each timing every stage, and
     pools their samples: N ranks on one host share its cores and memory bandwidth, so this is
-    what each of them will see when they run the pipeline together."""
+    what each of them will see when they run the pipeline together.
+
+    ``units=True`` ignores `n_stages` and writes a per-unit profile (:func:`gpt_units`,
+    :func:`measure_units`; ``reuse_layers`` as there)."""
     import dataclasses
 
     from schedc.runtime.models import lm_loss, make_batch, parse_dtype
@@ -818,11 +1025,11 @@ def profile_gpt(
         raise SchedcError(f"--dtype: {e}")
     dev = resolve_device(device)
     try:
-        stages = gpt_stages(config, n_stages)
+        stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
     except ValueError as e:
         raise SchedcError(f"--stages {n_stages}: {e}")
     tokens, targets = make_batch(config, microbatch_size, seed=0)
-    model = gpt_label(config, n_stages)
+    model = gpt_label(config, len(stages), "units" if units else "stages")
     if concurrent < 1:
         raise SchedcError(f"--concurrent must be >= 1, got {concurrent}")
     if concurrent > 1:
@@ -831,39 +1038,32 @@ def profile_gpt(
         if isinstance(comm, str):
             raise SchedcError("--concurrent and --comm-measure do not mix; measure comm separately under torchrun")
         if progress:
-            progress(f"profiling {n_stages} stages in {concurrent} processes at once "
+            progress(f"profiling {len(stages)} {'units' if units else 'stages'} in {concurrent} processes at once "
                      f"({warmup} warm-up + {repeats} runs each)")
+        busy = _contention_note(dev, concurrent)
         measured = _measure_concurrently(config, n_stages, microbatch_size, concurrent, warmup, repeats,
-                                         optimizer, timeout)
-        return _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, config.dtype,
-                         notes=[f"measured in {concurrent} concurrent processes (ranks sharing this host), "
-                                f"samples pooled"])
-    return profile_stages(
-        stages,
-        tokens,
-        loss_fn=lm_loss,
-        target=targets,
-        device=dev,
-        warmup=warmup,
-        repeats=repeats,
-        optimizer=optimizer,
-        comm=comm,
-        comm_bandwidth=comm_bandwidth,
-        comm_latency=comm_latency,
-        model=model,
-        microbatch_size=microbatch_size,
-        dtype=config.dtype,
-        progress=progress,
-    )
+                                         optimizer, timeout, units, reuse_layers)
+        profile = _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, config.dtype,
+                            notes=busy + [f"measured in {concurrent} concurrent processes (ranks sharing this "
+                                          f"host), samples pooled"])
+        return with_modules(profile, names) if units else profile
+    common = dict(loss_fn=lm_loss, target=targets, device=dev, warmup=warmup, repeats=repeats, optimizer=optimizer,
+                  comm=comm, comm_bandwidth=comm_bandwidth, comm_latency=comm_latency, model=model,
+                  microbatch_size=microbatch_size, dtype=config.dtype, progress=progress)
+    if units:
+        return profile_units(stages, names, tokens, reuse_layers=reuse_layers, **common)
+    return profile_stages(stages, tokens, **common)
 
 
-def _measure_concurrently(config, n_stages, mbs, n_procs, warmup, repeats, optimizer, timeout) -> list[StageMeasurement]:
+def _measure_concurrently(config, n_stages, mbs, n_procs, warmup, repeats, optimizer, timeout,
+                          units=False, reuse_layers=True) -> list[StageMeasurement]:
     import dataclasses
 
     from schedc.runtime import launch as launcher
 
     spec = {"config": dataclasses.asdict(config), "n_stages": n_stages, "mbs": mbs, "warmup": warmup,
-            "repeats": repeats, "optimizer": optimizer, "threads": torch.get_num_threads()}
+            "repeats": repeats, "optimizer": optimizer, "threads": torch.get_num_threads(),
+            "units": units, "reuse_layers": reuse_layers}
     results = launcher.launch(launcher.python_module("schedc.runtime.profiler"), n_procs, timeout=timeout,
                               spec=spec, label="profile --concurrent", threads=spec["threads"])
     pooled: Optional[list[StageMeasurement]] = None
@@ -886,8 +1086,12 @@ def _measure_one(spec: dict) -> list[dict]:
     torch.set_num_threads(int(spec["threads"]))
     cfg = GPTConfig(**spec["config"])
     tokens, targets = make_batch(cfg, int(spec["mbs"]), seed=0)
-    measured = measure_stages(gpt_stages(cfg, int(spec["n_stages"])), tokens, lm_loss, targets, "cpu",
-                              int(spec["warmup"]), int(spec["repeats"]), spec["optimizer"])
+    options = dict(device="cpu", warmup=int(spec["warmup"]), repeats=int(spec["repeats"]), optimizer=spec["optimizer"])
+    if spec.get("units"):
+        measured = measure_units(gpt_units(cfg)[0], tokens, lm_loss, targets,
+                                 reuse_layers=bool(spec.get("reuse_layers", True)), **options)
+    else:
+        measured = measure_stages(gpt_stages(cfg, int(spec["n_stages"])), tokens, lm_loss, targets, **options)
     return [m.to_dict() for m in measured]
 
 

@@ -10,10 +10,23 @@ It may return a dict to add the sample microbatch and the loss:
     {"stages": [...]} or {"model": m, "split": [[...], ...]},
     plus optional "sample" (stage 0's input), "target", "loss_fn" (loss_fn(output, target)), "name"
 
-A separate ``--sample MODULE:FUNCTION`` returns the sample (or ``(sample, target)``). Splitting
+A separate ``--sample MODULE:FUNCTION`` returns the sample (or ``(sample, target)``). The CLI
+offers the functions ``n_stages``, ``microbatch_size`` and ``dtype`` (dropped where a function does
+not name them) and passes what the user gives explicitly (``--model-arg KEY=VALUE``, and the
+shape flags ``--layers``, ``--hidden``, ``--heads``, ``--kv-heads``, ``--ffn``, ``--seq``, ``--vocab``
+as ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``ffn_hidden``, ``seq_len``, ``vocab_size``, the
+parameter names the examples use); an explicit argument that no function takes is an error naming
+the parameters they do take (:func:`check_arguments`).
+
+Per-unit profiles (:func:`units_from_split`) read the units from the split: each name ending in
+``.N`` (an entry of a ModuleList/ModuleDict: ``layers.3``, ``model.layers.3``) is one unit, the
+names before the first such form the first unit (the embedding), those after the last one the
+last unit (final norm, head), and a name that several stages keep (Hugging Face's
+``model.rotary_emb``, which NeMo puts on every stage) is kept by every unit. Splitting
 copies the model once per stage and sets every module a stage does not keep to None (entries of
-a ModuleList/ModuleDict are dropped), so the model's ``forward`` must skip parts that are None,
-as torchtitan's models do. Without a loss the last stage's output is summed: its backward costs
+a ModuleList/ModuleDict are dropped, a container with none kept becomes an empty ModuleDict, as in
+torchtitan's and NeMo's splits), so the model's ``forward`` must skip parts that are None, as
+torchtitan's models do. Without a loss the last stage's output is summed: its backward costs
 what any loss's does, less the loss itself. Cost: one deep copy of the model per stage.
 """
 
@@ -23,6 +36,7 @@ import copy
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +54,8 @@ class UserModel:
     target: Any = None
     loss_fn: Optional[Callable] = None
     name: str = ""
+    model: Optional[nn.Module] = None  # the whole model, when the function returned 'model' + 'split'
+    split: Optional[list[list[str]]] = None
 
 
 def load_function(spec: str, flag: str = "--model") -> Callable:
@@ -83,6 +99,59 @@ def call_with(fn: Callable, offered: dict, label: str = "") -> Any:
         raise SchedcError(f"{label or fn.__name__} raised {type(e).__name__}: {e}") from e
 
 
+def takes(fn: Callable) -> tuple[list[str], bool]:
+    """(the keyword parameters ``fn`` names, whether it takes ``**kwargs``)."""
+    params = inspect.signature(fn).parameters.values()
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return names, any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+def check_arguments(functions: Sequence[tuple[str, Callable]], explicit: dict[str, str]) -> None:
+    """Every argument the user gave (``explicit``: parameter name -> how it was given, e.g.
+    ``{"vocab": "--model-arg vocab=32000"}``) must be a parameter of one of ``functions``
+    (``(label, fn)`` pairs); otherwise a SchedcError naming the parameters they do take."""
+    accepted: set[str] = set()
+    for _, fn in functions:
+        names, any_kw = takes(fn)
+        if any_kw:
+            return
+        accepted.update(names)
+    for name, given in explicit.items():
+        if name not in accepted:
+            offers = "; ".join(f"{label} takes {', '.join(takes(fn)[0]) or 'no parameters'}" for label, fn in functions)
+            raise SchedcError(f"{given}: no parameter {name!r} to pass it to ({offers})")
+
+
+def units_from_split(split: Sequence[Sequence[str]]) -> tuple[list[list[str]], list[str]]:
+    """(module names per unit in model order, names every unit keeps): the module docstring's rule."""
+    counts: dict[str, int] = {}
+    for stage in split:
+        for name in dict.fromkeys(stage):
+            counts[name] = counts.get(name, 0) + 1
+    shared = [n for n, c in counts.items() if c > 1]
+    own = [n for n in counts if counts[n] == 1]
+    if not any(_LAYER.search(n) for n in own):
+        return [[n] for n in own], shared
+    units: list[list[str]] = []
+    pending: list[str] = []
+    for name in own:
+        if not _LAYER.search(name):
+            pending.append(name)
+            continue
+        if pending and units:
+            units[-1].extend(pending)  # between two layers: part of the layer before
+        elif pending:
+            units.append(pending)  # before the first layer: the embedding
+        units.append([name])
+        pending = []
+    if pending:
+        units.append(pending)  # after the last layer: final norm, head
+    return units, shared
+
+
+_LAYER = re.compile(r"\.\d+$")
+
+
 def split_by_fqns(model: nn.Module, split: Sequence[Sequence[str]]) -> list[nn.Module]:
     """One copy of ``model`` per stage keeping only that stage's named modules."""
     known = dict(model.named_modules())
@@ -103,6 +172,9 @@ def _keep(module: nn.Module, names: set[str], prefix: str = "") -> nn.Module:
             module._modules[child_name] = _keep(child, names, full + ".")
         elif isinstance(module, (nn.ModuleDict, nn.ModuleList)):
             del module._modules[child_name]
+        elif isinstance(child, (nn.ModuleDict, nn.ModuleList)):
+            # an empty container, as torchtitan's and NeMo's splits leave it: `for layer in self.layers...` still runs
+            module._modules[child_name] = nn.ModuleDict()
         else:
             setattr(module, child_name, None)
     if isinstance(module, nn.ModuleList):
@@ -111,26 +183,47 @@ def _keep(module: nn.Module, names: set[str], prefix: str = "") -> nn.Module:
     return module
 
 
-def build_user_model(model_spec: str, sample_spec: Optional[str], offered: dict) -> UserModel:
-    """Call the ``--model`` (and ``--sample``) functions and put their answer in one shape."""
-    made = call_with(load_function(model_spec), offered, f"--model {model_spec}")
+def build_user_model(model_spec: str, sample_spec: Optional[str], offered: dict,
+                     explicit: Optional[dict[str, str]] = None) -> UserModel:
+    """Call the ``--model`` (and ``--sample``) functions and put their answer in one shape.
+
+    ``offered`` are the keyword arguments; those named in ``explicit`` (name -> how the user gave
+    it) must be taken by one of the functions (:func:`check_arguments`), the others are dropped
+    where a function does not name them."""
+    model_fn = load_function(model_spec)
+    sample_fn = load_function(sample_spec, "--sample") if sample_spec else None
+    check_arguments([(f"--model {model_spec}", model_fn)] + ([(f"--sample {sample_spec}", sample_fn)] if sample_fn else []),
+                    explicit or {})
+    made = call_with(model_fn, offered, f"--model {model_spec}")
     if not isinstance(made, dict):
         made = {"stages": made}
+    model, split = None, None
     if "stages" in made:
         stages = list(made["stages"])
     elif "model" in made and "split" in made:
-        stages = split_by_fqns(made["model"], made["split"])
+        model, split = made["model"], [list(names) for names in made["split"]]
+        stages = split_by_fqns(model, split)
     else:
         raise SchedcError(f"--model {model_spec}: return the stage modules, or a dict with 'stages' or 'model' + 'split'")
     if not stages or not all(isinstance(s, nn.Module) for s in stages):
         raise SchedcError(f"--model {model_spec}: expected a non-empty list of torch.nn.Module stages")
     sample, target = made.get("sample"), made.get("target")
-    if sample_spec:
-        got = call_with(load_function(sample_spec, "--sample"), offered, f"--sample {sample_spec}")
+    if sample_fn is not None:
+        got = call_with(sample_fn, offered, f"--sample {sample_spec}")
         sample, target = got if isinstance(got, tuple) and len(got) == 2 else (got, target)
     if sample is None:
         raise SchedcError(f"--model {model_spec}: no sample microbatch; return 'sample' from it or pass --sample")
     loss_fn = made.get("loss_fn")
     if loss_fn is None:
         loss_fn, target = (lambda out, _target: out.sum()), None
-    return UserModel(stages, sample, target, loss_fn, made.get("name") or model_spec)
+    return UserModel(stages, sample, target, loss_fn, made.get("name") or model_spec, model, split)
+
+
+def unit_modules(user: UserModel, spec: str) -> tuple[list[nn.Module], list[list[str]], list[str]]:
+    """(one module per unit, each unit's module names, the names every unit keeps) of a user's
+    model that came with a split (:func:`units_from_split`)."""
+    if user.model is None or user.split is None:
+        raise SchedcError(f"--units needs module names: return {{'model': m, 'split': [[names], ...]}} from {spec} "
+                          f"(a list of stage modules cannot be cut into units)")
+    units, shared = units_from_split(user.split)
+    return split_by_fqns(user.model, [names + shared for names in units]), units, shared

@@ -1,0 +1,208 @@
+"""Arithmetic per-unit profiles (schedc.model_costs) and `schedc profile --config/--flops`: no torch needed."""
+
+import json
+
+import pytest
+
+from schedc import cli
+from schedc.costs import Profile
+from schedc.errors import SchedcError
+from schedc.library import transformer_profile
+from schedc.model_costs import read_hf_config, unit_names, unit_profile
+
+# A small GQA + SwiGLU decoder with numbers easy to follow by hand: b = 2, s = 4 (8 tokens),
+# h = 8, 4 heads of 2 (q = 8), 2 kv heads (k = 4), f = 16, V = 10, bf16 (e = 2).
+SMALL = dict(layers=2, hidden=8, ffn_hidden=16, heads=4, kv_heads=2, vocab=10, seq=4, microbatch_size=2,
+             flops_per_second=1e3, memory_bandwidth=1e3, bandwidth=1e2)
+
+
+def test_gqa_swiglu_units_match_hand_counts():
+    p = unit_profile(**SMALL)
+    assert [u.modules for u in p.stages] == [["tok_embeddings"], ["layers.0"], ["layers.1"], ["norm", "lm_head"]]
+    emb, layer, _, head = p.stages
+    # layer parameters: W_q 8x8 + W_k, W_v 8x4 each + W_o 8x8 + SwiGLU 3 x 8x16 = 576
+    # F = 2 x 8 tokens x 576 + attention core 4 x 8 x 4 x 8 = 9216 + 1024 FLOPs at 1e3 FLOP/s
+    assert layer.forward == pytest.approx(10.24)
+    assert layer.backward_input == pytest.approx((9216 + 2 * 1024) / 1e3)
+    assert layer.backward_weight == pytest.approx(9.216)
+    # activations per token: norms 2 x 2h = 32, attention 2 x (h + q + 2k + q) = 64, MLP 2h + 3 x 2f = 112
+    assert layer.activation_bytes == 8 * (32 + 64 + 112)
+    assert layer.weight_grad_bytes == layer.activation_bytes  # torch's split backward holds it all until W
+    assert layer.static_bytes == 18 * 576  # bf16 weight 2 + fp32 grad 4 + optimizer 12
+    # head: 2 x 8 x 8 x 10 FLOPs each of F, I, W; logits 2 x 80 + fp32 copy 4 x 80 + 2 x 2 x 64
+    assert head.forward == head.backward_input == head.backward_weight == pytest.approx(1.28)
+    assert head.activation_bytes == 160 + 320 + 256 and head.static_bytes == 18 * 80
+    # embedding: memory-bound, no input gradient; holds the int64 token ids
+    assert emb.forward == pytest.approx(2 * 2 * 64 / 1e3) and emb.backward_input == 0
+    assert emb.backward_weight == pytest.approx((2 * 2 * 64 + 3 * 2 * 80) / 1e3)
+    assert emb.activation_bytes == 8 * 8 and emb.static_bytes == 18 * 80
+    assert p.comm == pytest.approx(2 * 64 / 1e2) and p.dtype == "bfloat16" and p.microbatch_size == 2
+
+
+def test_held_bytes_follow_the_zero_bubble_paper_and_gelu_counts_two_matrices():
+    paper = unit_profile(**SMALL, held="paper", dropout=True)
+    layer = paper.stages[1]
+    # with dropout the two 1-byte masks are held after F but W does not need them
+    assert layer.activation_bytes == 8 * (32 + 64 + 112 + 16)
+    # linears' inputs 2 x (h + q + h) + 2f = 80, gradients of Q, K, V, W_o out 2 x (q + 2k) + 2h = 48,
+    # of the MLP's gate, up and down 2 x 2f + 2h = 80
+    assert layer.weight_grad_bytes == 8 * (80 + 48 + 80)
+    assert paper.stages[-1].weight_grad_bytes == 2 * 64 + 2 * 80
+    gelu = unit_profile(**SMALL, mlp="gelu").stages[1]
+    assert gelu.static_bytes == 18 * (64 + 64 + 64 + 2 * 8 * 16)
+    assert gelu.activation_bytes == 8 * (32 + 64 + 16 + 2 * 2 * 16)
+
+
+def test_tied_embeddings_keep_the_head_matrix_only():
+    tied = unit_profile(**SMALL, tied_embeddings=True)
+    assert tied.stages[0].static_bytes == 0 and tied.stages[-1].static_bytes == 18 * 80
+    assert "tied embeddings" in tied.model
+
+
+def test_hf_names_are_nemo_automodels():
+    assert unit_names(2, "hf") == [["model.embed_tokens"], ["model.layers.0"], ["model.layers.1"],
+                                   ["model.norm", "lm_head"]]
+    with pytest.raises(SchedcError, match="names must be one of"):
+        unit_names(2, "megatron")
+
+
+def test_merged_units_are_transformer_profile_plus_the_embeddings_own_costs():
+    # transformer_profile's model: MHA, GELU MLP, dropout, bf16; it leaves the embedding's
+    # memory-bound time and token ids out, so those are the only difference
+    units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, mlp="gelu", dropout=True)
+    for n in (1, 4, 8):
+        counts = [4 if n == 8 else 32 // n] * n
+        counts[0] += 1
+        counts[-1] += 1
+        merged, ref = units.merge(counts), transformer_profile(n)
+        emb = units.stages[0]
+        for k, (a, b) in enumerate(zip(merged.stages, ref.stages)):
+            extra = emb if k == 0 else None
+            assert a.forward == pytest.approx(b.forward + (extra.forward if extra else 0), rel=1e-12)
+            assert a.backward_input == pytest.approx(b.backward_input, rel=1e-12)
+            assert a.backward_weight == pytest.approx(b.backward_weight + (extra.backward_weight if extra else 0),
+                                                      rel=1e-12)
+            assert a.activation_bytes == pytest.approx(b.activation_bytes + (extra.activation_bytes if extra else 0))
+            assert a.static_bytes == pytest.approx(b.static_bytes)
+        assert merged.comm == pytest.approx(ref.comm)
+    paper = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, mlp="gelu", dropout=True, held="paper")
+    merged = paper.merge([1 + 16, 16 + 1])
+    assert merged.stages[1].weight_grad_bytes == pytest.approx(transformer_profile(2, held="paper").stages[1].weight_grad_bytes)
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (dict(layers=0), "layers must be an integer >= 1"),
+    (dict(heads=6, kv_heads=3), "not a multiple of heads"),
+    (dict(kv_heads=3), "must be a multiple of kv_heads"),
+    (dict(flops_per_second=0), "flops_per_second must be a finite number > 0"),
+    (dict(dtype="int8"), "not a dtype schedc knows"),
+    (dict(mlp="relu"), "mlp must be"),
+])
+def test_bad_arguments_name_themselves(bad, needle):
+    with pytest.raises(SchedcError, match=needle):
+        unit_profile(**{**SMALL, **bad})
+
+
+LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
+             "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "vocab_size": 128256, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 500000.0}
+# Qwen3-0.6B's shape: 16 heads of 128 = 2048 wide attention in a 1024 hidden model, tied embeddings, v5 "dtype"
+QWEN3_SMALL = {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024, "intermediate_size": 3072,
+               "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+               "tie_word_embeddings": True, "dtype": "bfloat16"}
+
+
+def _write(tmp_path, data, name="config.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_hf_config_llama_and_qwen3(tmp_path):
+    shape = read_hf_config(_write(tmp_path, LLAMA3_8B))
+    assert {k: shape[k] for k in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab",
+                                  "tied_embeddings", "dtype", "mlp")} == dict(
+        layers=32, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256,
+        tied_embeddings=False, dtype="bfloat16", mlp="swiglu")
+    p = unit_profile(**shape, seq=4096)
+    params = sum(u.static_bytes for u in p.stages) / 18
+    assert params == pytest.approx(8.03e9, rel=0.01)  # Llama 3 8B, less its norm weights
+    q = read_hf_config(_write(tmp_path, QWEN3_SMALL, "qwen.json"))
+    assert q["head_dim"] == 128 and q["tied_embeddings"] and q["model"].startswith("qwen3 (qwen.json)")
+    layer = unit_profile(**q, seq=16, flops_per_second=1.0).stages[1]
+    q_w, k_w = 16 * 128, 8 * 128
+    assert layer.backward_weight == pytest.approx(2 * 16 * (1024 * q_w + 2 * 1024 * k_w + q_w * 1024 + 3 * 1024 * 3072))
+
+
+def test_hf_config_unknown_model_type_and_text_config(tmp_path):
+    other = {**LLAMA3_8B, "model_type": "somethingnew", "architectures": ["SomethingNewForCausalLM"]}
+    assert read_hf_config(_write(tmp_path, other))["layers"] == 32
+    nested = {"model_type": "llava", "text_config": LLAMA3_8B}
+    assert read_hf_config(_write(tmp_path, nested, "vlm.json"))["vocab"] == 128256
+    no_kv = {k: v for k, v in LLAMA3_8B.items() if k not in ("num_key_value_heads", "tie_word_embeddings", "torch_dtype")}
+    shape = read_hf_config(_write(tmp_path, no_kv, "mha.json"))
+    assert shape["kv_heads"] == 32 and shape["tied_embeddings"] is False and shape["dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({k: v for k, v in LLAMA3_8B.items() if k != "intermediate_size"}, "field 'intermediate_size' is missing"),
+    ({**LLAMA3_8B, "hidden_size": "4096"}, "field 'hidden_size' must be an integer >= 1, got '4096'"),
+    ({**LLAMA3_8B, "num_key_value_heads": 5}, "not a multiple of num_key_value_heads 5"),
+    ({**LLAMA3_8B, "torch_dtype": "int4"}, "field 'torch_dtype': 'int4' is not a dtype"),
+    ([1, 2], "a config.json is a JSON object"),
+])
+def test_hf_config_errors_name_the_file_and_field(tmp_path, data, needle):
+    path = _write(tmp_path, data)
+    with pytest.raises(SchedcError, match=f"^{path}: .*{needle}"):
+        read_hf_config(path)
+
+
+def test_hf_config_unreadable_files(tmp_path):
+    with pytest.raises(SchedcError, match="config file not found"):
+        read_hf_config(tmp_path / "nope.json")
+    (tmp_path / "broken.json").write_text('{"num_hidden_layers": 2,')
+    with pytest.raises(SchedcError, match="line 1 column .*not valid JSON"):
+        read_hf_config(tmp_path / "broken.json")
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_cli_config_writes_a_per_unit_profile(tmp_path, capsys):
+    out = tmp_path / "units.json"
+    rc = cli.main(["profile", "--units", "--config", str(_write(tmp_path, LLAMA3_8B)), "--seq", "4096", "--mbs", "1",
+                   "--flops", "400e12", "--comm-bandwidth", "40GB/s", "--names", "hf", "-o", str(out)])
+    assert rc == 0
+    p = Profile.load(out)
+    assert p.n_stages == 34 and p.stages[1].modules == ["model.layers.0"] and p.stages[-1].modules == [
+        "model.norm", "lm_head"]
+    assert p == unit_profile(**read_hf_config(tmp_path / "config.json"), seq=4096, names="hf").model_copy(
+        update={"created": p.created})
+    printed = capsys.readouterr().out
+    assert "34 units" in printed and "model.layers.31" in printed
+
+
+def test_cli_flags_write_a_per_unit_profile(tmp_path):
+    out = tmp_path / "u.json"
+    assert cli.main(["profile", "--flops", "1e12", "--layers", "3", "--hidden", "64", "--vocab", "100", "--seq", "8",
+                     "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--tied-embeddings", "-o", str(out)]) == 0
+    p = Profile.load(out)
+    assert p == unit_profile(layers=3, hidden=64, vocab=100, seq=8, heads=4, kv_heads=2, ffn_hidden=128,
+                             tied_embeddings=True, flops_per_second=1e12)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--config", "C", "-o", "u.json"], "--seq: give the sequence length"),
+    (["--config", "C", "--seq", "8", "--layers", "4", "-o", "u.json"], "--layers: the model's shape comes from --config"),
+    (["--flops", "1e12", "--layers", "3", "--seq", "8", "-o", "u.json"], "give --hidden, --vocab"),
+    (["--config", "C", "--seq", "8", "--model", "examples/llama.py:stages", "-o", "u.json"], "--model measures a model"),
+    (["--tied-embeddings", "-o", "u.json"], "--tied-embeddings describes an arithmetic profile"),
+    (["--config", "C", "--seq", "8", "--comm-bandwidth", "fast", "-o", "u.json"], "--comm-bandwidth: expected bytes"),
+])
+def test_cli_arithmetic_mistakes_are_one_line_errors(tmp_path, capsys, argv, needle):
+    config = str(_write(tmp_path, LLAMA3_8B))
+    argv = [config if a == "C" else str(tmp_path / a) if a == "u.json" else a for a in argv]
+    assert cli.main(["profile", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err
+    assert not (tmp_path / "u.json").exists()
