@@ -1,0 +1,391 @@
+"""Plan a model: the partition of its units into stages, the placement and the schedule, together.
+
+Problem: given a per-unit profile (embedding, each layer, norm + head + loss, in model order),
+R ranks, M microbatches and a per-rank memory cap in bytes (static bytes of the rank's stages
+included), find the contiguous partition of the units into stages (every stage at least one
+unit), the placement (``loop``: one stage per rank; ``v``: two, in a V) and the schedule with the
+shortest step, and certify how far it can be from the best plan.
+
+Method (``plan``):
+1. Per placement, ``schedc.partition`` gives by dynamic programming the smallest cap any partition
+   fits (else a one-line error with that cap), the bound over partitions and the partition whose
+   relaxed per-rank terms reach it.
+2. Candidates: that partition, the compute-balanced split, torchtitan's default and the even split,
+   then a best-first search over their neighbours (one stage boundary moved by one unit), each
+   scored by ``schedc.solver.bounds.lower_bound`` of its merged profile (milliseconds each).
+3. The candidates with the smallest bounds are compiled with short time limits
+   (``schedc.solver.compile.compile_problem``) in bound order; one whose bound is not below the
+   best step found so far cannot win and is skipped.
+4. The best one gets the remaining time, warm-started from its short compile.
+The report compares torchtitan's default split, the even split and the compute-balanced split,
+each with the best hand-made schedule (``schedc.baselines``) that fits the same cap.
+
+Cost: the time limit (the search before compiling takes well under a second at 34 units x 8 ranks,
+a few seconds for the V of 16 ranks).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+from schedc.costs import MemoryLimit, Profile, format_bytes
+from schedc.errors import SchedcError
+from schedc.partition import (
+    PLACEMENTS, Units, balanced, check_units, even_counts, min_cap, n_stages_for, partition_bound,
+    stage_modules, torchtitan_default_counts,
+)
+
+PLAN_PLACEMENTS = PLACEMENTS + ("auto",)
+SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
+SEARCH_EVALUATIONS = 400  # partitions scored by their lower bound, at most, per placement
+CANDIDATES = 3  # partitions per placement compiled with a short time limit
+SHORT_SHARE = 0.12  # of the time limit, per short compile
+# torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
+FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
+                   "nemo": {"loop": "1F1B", "v": "ZBVZeroBubble"}}
+
+
+@dataclass
+class Comparison:
+    """One split with the best hand-made schedule that fits the cap (None: nothing fits)."""
+
+    split: str
+    placement: str
+    counts: list[int]
+    schedule: Optional[str]
+    value: Optional[float]
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {"split": self.split, "placement": self.placement, "units_per_stage": self.counts,
+                "best_hand_made": self.schedule, "step": self.value, "note": self.note}
+
+
+@dataclass
+class PlanResult:
+    compiled: object  # schedc.solver.compile.CompileResult of the chosen partition
+    units: Profile
+    counts: list[int]  # units per stage
+    placement: str
+    bound: float  # over every partition (and placement tried) and schedule under the cap
+    bounds: dict[str, float]  # per placement tried
+    comparisons: list[Comparison]
+    candidates: list[dict]
+    notes: list[str]
+    solve_time: float
+    report: dict = field(default_factory=dict)
+
+    @property
+    def value(self) -> float:
+        return self.compiled.value
+
+    @property
+    def schedule(self):
+        return self.compiled.schedule
+
+    @property
+    def profile(self) -> Profile:
+        """The merged per-stage profile of the chosen partition."""
+        return self.compiled.problem.given_profile
+
+    @property
+    def partition(self) -> list[list[str]]:
+        return stage_modules(self.units, self.counts)
+
+    @property
+    def gap(self) -> float:
+        return max(0.0, (self.value - self.bound) / self.value) if self.value > 0 else 0.0
+
+
+def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
+    """A byte size or none; ``Kp`` is relative to one partition's 1F1B and means nothing here."""
+    limit = memory if isinstance(memory, MemoryLimit) else MemoryLimit.parse(memory)
+    if limit.kind == "relative":
+        raise SchedcError(f"--memory {limit}: Kp is relative to 1F1B on a fixed partition, and plan moves the "
+                          "partition; give the GPU's memory in bytes, e.g. --memory 80GiB")
+    return limit
+
+
+def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, MemoryLimit] = "80GiB",
+         placement: str = "auto", objective: str = "makespan", time_limit: float = 60.0,
+         progress: Optional[Callable[[str], None]] = None, seed: int = 0, source: str = "profile") -> PlanResult:
+    """The best partition + placement + schedule found in `time_limit` seconds (module docstring)."""
+    from schedc.solver.compile import compile_problem
+
+    t0 = time.monotonic()
+    say = progress or (lambda line: None)
+    limit = parse_cap(memory)
+    cap = math.inf if limit.kind == "none" else limit.value
+    if ranks < 1:
+        raise SchedcError(f"--ranks must be >= 1, got {ranks}")
+    if microbatches < 1:
+        raise SchedcError(f"--mb must be >= 1, got {microbatches}")
+    if placement not in PLAN_PLACEMENTS:
+        raise SchedcError(f"--placement must be one of {', '.join(PLAN_PLACEMENTS)}, got {placement!r}")
+    if objective not in ("makespan", "span"):
+        raise SchedcError(f"--objective must be makespan or span, got {objective!r}")
+    if not time_limit or not 0 < time_limit < math.inf:
+        raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {time_limit}")
+    notes = check_units(profile, source)
+    units = Units.of(profile)
+    placements = _placements(placement, ranks, profile.n_stages, source)
+    _check_units_fit(profile, units, cap, limit, source)
+
+    searches, bounds = [], {}
+    for pl in placements:
+        need, _ = min_cap(units, pl, ranks)
+        if need > cap * (1 + 1e-12):
+            if len(placements) == 1 or pl == placements[-1] and not searches:
+                caps = {p: min_cap(units, p, ranks)[0] for p in placements}
+                best = min(caps, key=caps.get)
+                raise SchedcError(f"--memory {limit}: no partition of the {profile.n_stages} units onto {ranks} ranks "
+                                  f"({' or '.join(placements)}) fits; the smallest cap that does is "
+                                  f"--memory {_round_up_bytes(caps[best])} ({best})")
+            notes.append(f"placement {pl}: no partition fits under {limit} (needs {format_bytes(need)})")
+            continue
+        pb = partition_bound(profile, ranks, microbatches, cap, pl, objective)
+        bounds[pl] = pb.value
+        say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
+            f"{pb.counts}")
+        searches.append((pl, pb))
+    if not searches:
+        raise SchedcError(f"--memory {limit}: no placement fits")
+
+    # 2. candidates by their own lower bound
+    scored: list[tuple[float, str, tuple[int, ...]]] = []
+    search_end = t0 + SEARCH_SHARE * time_limit
+    for pl, pb in searches:
+        starts = [pb.counts, balanced(units, pl, ranks, cap)[1]]
+        S = n_stages_for(pl, ranks)
+        starts += [torchtitan_default_counts(profile.n_stages, S), even_counts(profile.n_stages, S)]
+        found = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
+                            [s for s in starts if s], search_end)
+        scored += [(lb, pl, counts) for counts, lb in found.items()]
+    scored.sort()
+    say(f"[{time.monotonic() - t0:6.1f}s] scored {len(scored)} partitions by their lower bound; best "
+        f"{scored[0][0]:.6g} ({scored[0][1]} {list(scored[0][2])})")
+
+    # 3. short compiles in bound order, 4. the best with the rest of the time
+    best = None  # (value, compile result, placement, counts)
+    candidates = []
+    per_placement = {pl: 0 for pl, _ in searches}
+    short = max(0.5, SHORT_SHARE * time_limit)
+    for lb, pl, counts in scored:
+        if per_placement[pl] >= CANDIDATES:
+            continue
+        if best is not None and lb >= best[0] * (1 - 1e-9):
+            continue
+        if time.monotonic() + short > t0 + 0.8 * time_limit:
+            break
+        per_placement[pl] += 1
+        res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
+                              time_limit=short, seed=seed)
+        candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": lb,
+                           "step": res.value, "status": res.status})
+        say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
+            f"{res.status})")
+        if best is None or res.value < best[0]:
+            best = (res.value, res, pl, counts)
+    if best is None:  # no time for a short compile: the best-scored partition gets what is left
+        lb, pl, counts = scored[0]
+        best = (math.inf, None, pl, counts)
+    value, res, pl, counts = best
+    left = t0 + time_limit - time.monotonic()
+    if res is None or (res.status != "optimal" and left > 1.0):
+        problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
+        warm = None if res is None else (res.schedule, res.sim, "plan: short compile")
+        final = compile_problem(problem, time_limit=max(0.5, left), seed=seed, warm=warm)
+        if res is None or final.value <= res.value:
+            res = final
+        say(f"[{time.monotonic() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
+
+    comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
+    bound = min(bounds.values())
+    out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
+                     bounds=bounds, comparisons=comparisons, candidates=candidates, notes=notes,
+                     solve_time=time.monotonic() - t0)
+    out.report = build_plan_report(out)
+    return out
+
+
+def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
+    wanted = list(PLACEMENTS) if placement == "auto" else [placement]
+    ok = [pl for pl in wanted if n_stages_for(pl, ranks) <= n_units]
+    if not ok:
+        pl = wanted[0]
+        raise SchedcError(f"{source}: {n_units} units cannot fill {n_stages_for(pl, ranks)} stages ({pl} on {ranks} "
+                          f"ranks); every stage needs at least one unit: use fewer ranks or split the model finer")
+    return ok
+
+
+def _check_units_fit(profile: Profile, units: Units, cap: float, limit: MemoryLimit, source: str) -> None:
+    """A unit that alone (static bytes + one microbatch) exceeds the cap: no partition can fit."""
+    for k, unit in enumerate(profile.stages):
+        need = unit.static_bytes + unit.activation_bytes
+        if need > cap * (1 + 1e-12):
+            names = ", ".join(unit.modules) if unit.modules else "no module names"
+            raise SchedcError(f"{source}: unit {k} ({names}) alone needs {format_bytes(need)} (static "
+                              f"{format_bytes(unit.static_bytes)} + one microbatch {format_bytes(unit.activation_bytes)}) "
+                              f"but --memory is {limit}; the smallest cap it fits is --memory {_round_up_bytes(need)}")
+
+
+def _round_up_bytes(n: float) -> str:
+    """A byte size a user can type back that is >= n: GiB with two decimals, rounded up."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{math.ceil(n / size * 100 - 1e-9) / 100:.2f}{unit}"
+    return f"{math.ceil(n)}B"
+
+
+def _problem(profile: Profile, counts, placement: str, ranks: int, microbatches: int, limit: MemoryLimit,
+             objective: str):
+    from schedc.solver.problem import Problem
+
+    merged = profile.merge(counts)
+    return Problem.build(merged.n_stages, microbatches, n_ranks=ranks, placement=placement, profile=merged,
+                         memory=limit, objective=objective)
+
+
+def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: float) -> bool:
+    """Every rank holds its static bytes and one microbatch of its stages under the cap."""
+    need = [0.0] * ranks
+    start = 0
+    S = len(counts)
+    for k, n in enumerate(counts):
+        r = k if placement == "loop" else (k if k < ranks else 2 * ranks - 1 - k)
+        need[r] += units.seg(units.static, start, start + n) + units.seg(units.act, start, start + n)
+        start += n
+    return max(need) <= cap * (1 + 1e-12) and S == n_stages_for(placement, ranks)
+
+
+def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline) -> dict:
+    """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
+    (one boundary moved by one unit) of the best-scored partition first."""
+    from schedc.solver.bounds import lower_bound
+
+    scores: dict[tuple[int, ...], float] = {}
+    heap: list[tuple[float, tuple[int, ...]]] = []
+
+    def score(counts: tuple[int, ...]) -> None:
+        if counts in scores or min(counts) < 1 or not _fits(units, counts, placement, ranks, cap):
+            return
+        scores[counts] = lower_bound(_problem(profile, counts, placement, ranks, microbatches, limit, objective))
+        heapq.heappush(heap, (scores[counts], counts))
+
+    for s in starts:
+        score(tuple(s))
+    expanded = set()
+    while heap and len(scores) < SEARCH_EVALUATIONS and time.monotonic() < deadline:
+        _, counts = heapq.heappop(heap)
+        if counts in expanded:
+            continue
+        expanded.add(counts)
+        for b in range(len(counts) - 1):  # move boundary b (between stage b and b+1) by one unit
+            for d in (-1, 1):
+                c = list(counts)
+                c[b] += d
+                c[b + 1] -= d
+                score(tuple(c))
+    return scores
+
+
+# ---------------------------------------------------------------- comparisons
+
+
+def best_hand_made(problem) -> tuple[Optional[str], Optional[float]]:
+    """The hand-made schedule (schedc.baselines, not zb-greedy) with the shortest step that fits."""
+    from schedc.baselines import BASELINE_NAMES
+    from schedc.solver.compile import all_baselines
+
+    fitting = {k: v[problem.objective] for k, v in all_baselines(problem).items() if v["fits"] and k in BASELINE_NAMES}
+    if not fitting:
+        return None, None
+    name = min(fitting, key=fitting.get)
+    return name, fitting[name]
+
+
+def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements) -> list[Comparison]:
+    """torchtitan's default, the even and the compute-balanced split, each with its best hand-made
+    schedule that fits, per placement."""
+    rows = []
+    for pl in placements:
+        S = n_stages_for(pl, ranks)
+        splits = [("torchtitan default", torchtitan_default_counts(profile.n_stages, S)),
+                  ("even", even_counts(profile.n_stages, S)),
+                  ("compute-balanced", balanced(units, pl, ranks, cap)[1])]
+        for name, counts in splits:
+            if counts is None:
+                continue
+            if not _fits(units, counts, pl, ranks, cap):
+                rows.append(Comparison(name, pl, list(counts), None, None, "a rank cannot hold one microbatch"))
+                continue
+            sched, value = best_hand_made(_problem(profile, counts, pl, ranks, microbatches, limit, objective))
+            rows.append(Comparison(name, pl, list(counts), sched, value, "" if sched else "no hand-made schedule fits"))
+    return rows
+
+
+# ---------------------------------------------------------------- hand-off and report
+
+
+def framework_settings(result: PlanResult, csv: str = "plan.csv") -> dict:
+    """What to give torchtitan 0.3.0 and NeMo AutoModel 0.7.0 to build the plan's stages."""
+    partition = result.partition
+    name = FRAMEWORK_NAMES["torchtitan"][result.placement]
+    ranks = result.compiled.problem.n_ranks
+    M = result.compiled.problem.n_microbatches
+    return {
+        "torchtitan": {
+            "parallelism.pipeline_parallel_degree": ranks,
+            "parallelism.pipeline_parallel_schedule": name,
+            "parallelism.pipeline_parallel_schedule_csv": csv,
+            "parallelism.module_fqns_per_model_part": partition,
+            "training.local_batch_size": f"{M} x parallelism.pipeline_parallel_microbatch_size",
+        },
+        "nemo": {
+            "distributed": {"pp_size": ranks, "pipeline": {
+                "pp_schedule": FRAMEWORK_NAMES["nemo"][result.placement], "pp_schedule_csv": csv,
+                "pp_microbatch_size": 1, "module_fqns_per_model_part": partition}},
+            "step_scheduler": {"local_batch_size": M},
+        },
+    }
+
+
+def nemo_yaml(settings: dict) -> str:
+    """NeMo's block as YAML text (flow-style lists for the partition)."""
+    d = settings["nemo"]["distributed"]
+    p = d["pipeline"]
+    lines = ["distributed:", f"  pp_size: {d['pp_size']}", "  pipeline:",
+             f"    pp_schedule: {p['pp_schedule']}", f"    pp_schedule_csv: {p['pp_schedule_csv']}",
+             f"    pp_microbatch_size: {p['pp_microbatch_size']}", "    module_fqns_per_model_part:"]
+    lines += [f"      - {json.dumps(stage)}" for stage in p["module_fqns_per_model_part"]]
+    lines += ["step_scheduler:", f"  local_batch_size: {settings['nemo']['step_scheduler']['local_batch_size']}"]
+    return "\n".join(lines)
+
+
+def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
+    """The compile report of the chosen partition plus the plan's own fields (DESIGN.md, "Plan report")."""
+    report = dict(result.compiled.report)
+    best_row = min((c for c in result.comparisons if c.value is not None), key=lambda c: c.value, default=None)
+    report["format"] = "schedc.plan/v1"
+    report["plan"] = {
+        "placement": result.placement,
+        "units_per_stage": result.counts,
+        "step": result.value,
+        "bound_over_partitions": result.bound,
+        "bound_per_placement": result.bounds,
+        "gap_over_partitions": result.gap,
+        "comparisons": [c.as_dict() for c in result.comparisons],
+        "margin_over_best_comparison": (None if best_row is None else (best_row.value - result.value) / best_row.value),
+        "candidates": result.candidates,
+        "notes": result.notes,
+        "solve_time": result.solve_time,
+    }
+    report["partition"] = result.partition
+    report["profile"] = result.profile.model_dump(mode="json", exclude_none=True)
+    report["frameworks"] = framework_settings(result, csv)
+    return report
