@@ -333,24 +333,35 @@ def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, p
 
 
 def framework_settings(result: PlanResult, csv: str = "plan.csv") -> dict:
-    """What to give torchtitan 0.3.0 and NeMo AutoModel 0.7.0 to build the plan's stages."""
+    """What to give torchtitan 0.3.0 and NeMo AutoModel 0.7.0 to build the plan's stages and run its
+    CSV. torchtitan: ParallelismConfig / TrainingConfig fields, and the same as command-line flags
+    (its tyro rule reads a ``list[str]`` as one comma-separated argument, so the list of lists is one
+    argument per stage). The schedule name only selects how stages are placed (V for ZBVZeroBubble,
+    a loop otherwise; single-stage names for one stage per rank); the CSV gives the order."""
     partition = result.partition
+    problem = result.compiled.problem
+    ranks, M = problem.n_ranks, problem.n_microbatches
+    mbs = result.units.microbatch_size or 1
     name = FRAMEWORK_NAMES["torchtitan"][result.placement]
-    ranks = result.compiled.problem.n_ranks
-    M = result.compiled.problem.n_microbatches
+    config = {
+        "parallelism.pipeline_parallel_degree": ranks,
+        "parallelism.pipeline_parallel_schedule": name,
+        "parallelism.pipeline_parallel_schedule_csv": csv,
+        "parallelism.pipeline_parallel_microbatch_size": mbs,
+        "parallelism.module_fqns_per_model_part": partition,
+        "training.local_batch_size": M * mbs,
+    }
+    args = []
+    for key, value in config.items():
+        args.append(f"--{key}")
+        args += [",".join(stage) for stage in value] if isinstance(value, list) else [str(value)]
     return {
-        "torchtitan": {
-            "parallelism.pipeline_parallel_degree": ranks,
-            "parallelism.pipeline_parallel_schedule": name,
-            "parallelism.pipeline_parallel_schedule_csv": csv,
-            "parallelism.module_fqns_per_model_part": partition,
-            "training.local_batch_size": f"{M} x parallelism.pipeline_parallel_microbatch_size",
-        },
+        "torchtitan": {"config": config, "command_line": args},
         "nemo": {
             "distributed": {"pp_size": ranks, "pipeline": {
                 "pp_schedule": FRAMEWORK_NAMES["nemo"][result.placement], "pp_schedule_csv": csv,
-                "pp_microbatch_size": 1, "module_fqns_per_model_part": partition}},
-            "step_scheduler": {"local_batch_size": M},
+                "pp_microbatch_size": mbs, "module_fqns_per_model_part": partition}},
+            "step_scheduler": {"local_batch_size": M * mbs},
         },
     }
 

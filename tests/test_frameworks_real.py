@@ -268,3 +268,40 @@ def _compare(framework, name, ranks, layers, k, theirs):
         assert isinstance(ours, SchedcError), f"{where}: they raise {theirs!r}, schedc says {ours} stages"
     else:
         assert ours == theirs, f"{where}: they build {theirs} stages, schedc says {ours}"
+
+
+def test_plan_handoff_parses_as_the_frameworks_read_it(results):
+    """The flags `schedc plan` prints go through torchtitan's own command-line rules (tyro with
+    ConfigManager's registry) into the config fields pipeline_llm reads; the YAML block loads
+    into NeMo's PipelineConfig."""
+    import dataclasses
+
+    import tyro
+    import yaml
+    from nemo_automodel.components.distributed.pipelining.config import PipelineConfig
+    from torchtitan.config import ParallelismConfig, TrainingConfig
+    from torchtitan.config.manager import ConfigManager, custom_registry
+
+    from schedc.plan import nemo_yaml
+
+    ConfigManager()  # registers torchtitan's parsing rules (comma-separated list[str]) in custom_registry
+
+    # the two sections of torchtitan's job config that the flags touch (real types, not strings:
+    # this module's annotations are postponed)
+    Job = dataclasses.make_dataclass("Job", [
+        ("parallelism", ParallelismConfig, dataclasses.field(default_factory=ParallelismConfig)),
+        ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig))])
+
+    for spec, placement in PLAN_CASES:
+        res = results["plans"][f"plan {spec}"]
+        settings = res.report["frameworks"]
+        if spec.startswith("torchtitan"):
+            job = tyro.cli(Job, args=settings["torchtitan"]["command_line"], default=Job(), registry=custom_registry)
+            assert job.parallelism.module_fqns_per_model_part == res.partition
+            assert job.parallelism.pipeline_parallel_schedule == spec.split(":")[1]
+            assert job.training.local_batch_size == M
+        else:
+            block = yaml.safe_load(nemo_yaml(settings))
+            cfg = PipelineConfig(**block["distributed"]["pipeline"])
+            assert cfg.module_fqns_per_model_part == res.partition
+            assert cfg.pp_schedule == spec.split(":")[1] and block["step_scheduler"]["local_batch_size"] == M

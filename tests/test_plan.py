@@ -101,7 +101,7 @@ def test_plan_moves_layers_off_a_heavy_head_and_reports_it():
     # the merged profile is a per-stage profile that simulates the plan's schedule to its value
     merged = Profile.model_validate(res.report["profile"])
     assert simulate(res.schedule, merged.executed(), parse_cap("20GiB")).makespan == pytest.approx(res.value)
-    assert res.report["frameworks"]["torchtitan"]["parallelism.module_fqns_per_model_part"] == res.partition
+    assert res.report["frameworks"]["torchtitan"]["config"]["parallelism.module_fqns_per_model_part"] == res.partition
 
 
 def test_auto_keeps_the_better_placement():
@@ -136,7 +136,8 @@ def test_cli_writes_the_plan_its_report_and_a_profile_the_other_commands_take(tm
                   "--placement", "loop", "--time-limit", "5", "-o", "plan.csv", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "torchtitan default split" in out.stdout and "bound over every partition" in out.stdout
-    assert "module_fqns_per_model_part" in out.stdout and "pp_schedule_csv: plan.csv" in out.stdout
+    assert "--parallelism.module_fqns_per_model_part tok_embeddings," in out.stdout
+    assert "pp_schedule_csv: plan.csv" in out.stdout
     report = json.loads((tmp_path / "plan.json").read_text())
     assert report["format"] == "schedc.plan/v1" and len(report["partition"]) == 2
     schedule = csvio.read_csv(tmp_path / "plan.csv")

@@ -95,14 +95,11 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
 
 
 def format_handoff(res, nemo_yaml) -> str:
+    import shlex
+
     s = res.report["frameworks"]
-    tt = s["torchtitan"]
-    lines = ["torchtitan 0.3.0 (ParallelismConfig fields, or the same names on the command line):"]
-    for key in ("parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
-                "parallelism.pipeline_parallel_schedule_csv"):
-        lines.append(f"  {key} = {tt[key]}")
-    lines.append(f"  parallelism.module_fqns_per_model_part = {json.dumps(tt['parallelism.module_fqns_per_model_part'])}")
-    lines.append(f"  training.local_batch_size = {tt['training.local_batch_size']}")
-    lines.append("NeMo AutoModel 0.7.0 (YAML):")
+    lines = ["torchtitan 0.3.0 (ParallelismConfig / TrainingConfig fields, here as command-line flags):",
+             "  " + " ".join(shlex.quote(a) for a in s["torchtitan"]["command_line"]),
+             "NeMo AutoModel 0.7.0 (YAML):"]
     lines += ["  " + line for line in nemo_yaml(s).splitlines()]
     return "\n".join(lines)
