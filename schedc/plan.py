@@ -43,8 +43,9 @@ from schedc.partition import (
 PLAN_PLACEMENTS = PLACEMENTS + ("auto",)
 SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
 SEARCH_EVALUATIONS = 400  # partitions scored by their lower bound, at most, per placement
+SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
 CANDIDATES = 3  # partitions per placement compiled with a short time limit
-SHORT_SHARE = 0.12  # of the time limit, per short compile
+SHORT_SHARE = 0.5  # of the time limit, for all the short compiles together
 # torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
 FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
                    "nemo": {"loop": "1F1B", "v": "ZBVZeroBubble"}}
@@ -156,28 +157,42 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     if not searches:
         raise SchedcError(f"--memory {limit}: no placement fits")
 
-    # 2. candidates by their own lower bound
-    scored: list[tuple[float, str, tuple[int, ...]]] = []
+    # 2. candidates: the best by their own lower bound, and the comparison splits; each screened
+    # by its best hand-made schedule that fits (an upper bound, milliseconds to simulate)
     search_end = t0 + SEARCH_SHARE * time_limit
+    pools = {}
     for pl, pb in searches:
-        starts = [pb.counts, balanced(units, pl, ranks, cap)[1]]
         S = n_stages_for(pl, ranks)
-        starts += [torchtitan_default_counts(profile.n_stages, S), even_counts(profile.n_stages, S)]
-        found = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
-                            [s for s in starts if s], search_end)
-        scored += [(lb, pl, counts) for counts, lb in found.items()]
-    scored.sort()
-    say(f"[{time.monotonic() - t0:6.1f}s] scored {len(scored)} partitions by their lower bound; best "
-        f"{scored[0][0]:.6g} ({scored[0][1]} {list(scored[0][2])})")
+        splits = [pb.counts, balanced(units, pl, ranks, cap)[1], torchtitan_default_counts(profile.n_stages, S),
+                  even_counts(profile.n_stages, S)]
+        scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
+                             [s for s in splits if s], search_end)
+        by_lb = sorted(scores, key=scores.get)[:SCREEN]
+        shapes = None
+        pool = []
+        for counts in dict.fromkeys(by_lb + [tuple(s) for s in splits if s and tuple(s) in scores]):
+            problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
+            shapes = shapes if shapes is not None else _hand_made_shapes(problem)
+            ub = best_hand_made(problem, shapes)[1]
+            pool.append((scores[counts], math.inf if ub is None else ub, counts))
+        pools[pl] = pool
+        say(f"[{time.monotonic() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
+            f"{len(pool)} by hand-made schedules")
 
-    # 3. short compiles in bound order, 4. the best with the rest of the time
+    # 3. short compiles, alternating the best by lower bound and the best by hand-made step, in
+    # both placements; 4. the best with the rest of the time
+    order = _interleave([[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
+                         for pl, pool in pools.items()])
     best = None  # (value, compile result, placement, counts)
     candidates = []
-    per_placement = {pl: 0 for pl, _ in searches}
-    short = max(0.5, SHORT_SHARE * time_limit)
-    for lb, pl, counts in scored:
-        if per_placement[pl] >= CANDIDATES:
+    per_placement = {pl: 0 for pl in pools}
+    n_short = CANDIDATES * len(pools)
+    short = max(0.5, SHORT_SHARE * time_limit / n_short)
+    tried = set()
+    for pl, (lb, ub, counts) in order:
+        if (pl, counts) in tried or per_placement[pl] >= CANDIDATES:
             continue
+        tried.add((pl, counts))
         if best is not None and lb >= best[0] * (1 - 1e-9):
             continue
         if time.monotonic() + short > t0 + 0.8 * time_limit:
@@ -186,13 +201,13 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
                               time_limit=short, seed=seed)
         candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": lb,
-                           "step": res.value, "status": res.status})
+                           "best_hand_made": None if math.isinf(ub) else ub, "step": res.value, "status": res.status})
         say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
-            f"{res.status})")
+            f"hand-made {ub:.6g}, {res.status})")
         if best is None or res.value < best[0]:
             best = (res.value, res, pl, counts)
     if best is None:  # no time for a short compile: the best-scored partition gets what is left
-        lb, pl, counts = scored[0]
+        pl, (lb, ub, counts) = order[0]
         best = (math.inf, None, pl, counts)
     value, res, pl, counts = best
     left = t0 + time_limit - time.monotonic()
@@ -297,16 +312,40 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
 # ---------------------------------------------------------------- comparisons
 
 
-def best_hand_made(problem) -> tuple[Optional[str], Optional[float]]:
-    """The hand-made schedule (schedc.baselines, not zb-greedy) with the shortest step that fits."""
-    from schedc.baselines import BASELINE_NAMES
-    from schedc.solver.compile import all_baselines
+def _hand_made_shapes(problem) -> dict:
+    """The hand-made schedules (schedc.baselines) of the problem's shape and placement: they do not
+    depend on costs, so one set serves every partition."""
+    from schedc.baselines import baselines_for
 
-    fitting = {k: v[problem.objective] for k, v in all_baselines(problem).items() if v["fits"] and k in BASELINE_NAMES}
-    if not fitting:
-        return None, None
-    name = min(fitting, key=fitting.get)
-    return name, fitting[name]
+    found = baselines_for(problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement_name)
+    return {k: v for k, v in found.items() if tuple(v.placement) == tuple(problem.placement)}
+
+
+def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str], Optional[float]]:
+    """(name, step) of the hand-made schedule (schedc.baselines) with the shortest step that fits
+    the problem's cap; (None, None) when none fits."""
+    from schedc.simulate import simulate
+
+    best = (None, None)
+    for name, sched in (shapes if shapes is not None else _hand_made_shapes(problem)).items():
+        try:
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:
+            continue
+        value = sim.objective(problem.objective)
+        if sim.fits and (best[1] is None or value < best[1]):
+            best = (name, value)
+    return best
+
+
+def _interleave(lists: list[list]) -> list:
+    """The items of `lists`, taking one from each list in turn."""
+    out = []
+    for k in range(max(map(len, lists), default=0)):
+        for lst in lists:
+            if k < len(lst):
+                out.append(lst[k])
+    return out
 
 
 def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements) -> list[Comparison]:
