@@ -421,7 +421,6 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
     """The compile report of the chosen partition plus the plan's own fields (DESIGN.md, "Plan report")."""
     report = dict(result.compiled.report)
     best_row = min((c for c in result.comparisons if c.value is not None), key=lambda c: c.value, default=None)
-    report["format"] = "schedc.plan/v1"
     report["plan"] = {
         "placement": result.placement,
         "units_per_stage": result.counts,

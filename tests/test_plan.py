@@ -139,7 +139,7 @@ def test_cli_writes_the_plan_its_report_and_a_profile_the_other_commands_take(tm
     assert "--parallelism.module_fqns_per_model_part tok_embeddings," in out.stdout
     assert "pp_schedule_csv: plan.csv" in out.stdout
     report = json.loads((tmp_path / "plan.json").read_text())
-    assert report["format"] == "schedc.plan/v1" and len(report["partition"]) == 2
+    assert report["format"] == "schedc.report/v1" and len(report["partition"]) == 2  # a compile report, plus
     schedule = csvio.read_csv(tmp_path / "plan.csv")
     assert schedule.n_stages == 2
     sim = _schedc("simulate", "plan.csv", "--profile", "plan.profile.json", "--memory", "20GiB", cwd=tmp_path)
