@@ -189,3 +189,16 @@ def test_duplicate_module_names_are_refused(tmp_path):
     units["stages"][2]["modules"] = ["layers.0"]
     err = _bad(tmp_path, units)
     assert "stages[2].modules: 'layers.0' is already in unit 1" in err
+
+
+def test_an_explicit_partition_sets_the_stage_count_the_frameworks_build():
+    from schedc.frameworks import framework_build
+
+    assert framework_build("torchtitan", "1F1B", 4, partition=4).n_stages == 4
+    v = framework_build("nemo", "ZBVZeroBubble", 2, partition=4)
+    assert (v.n_stages, v.placement) == (4, "v")
+    assert framework_build("torchtitan", "Interleaved1F1B", 2, partition=6).n_stages == 6
+    with pytest.raises(SchedcError, match="1F1B needs exactly 1 stage per rank"):
+        framework_build("torchtitan", "1F1B", 2, partition=4)
+    with pytest.raises(SchedcError, match="not a multiple of the 2 PP ranks"):
+        framework_build("nemo", "Interleaved1F1B", 2, partition=5)
