@@ -45,7 +45,7 @@ SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partit
 SEARCH_EVALUATIONS = 400  # partitions scored by their lower bound, at most, per placement
 SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
 CANDIDATES = 3  # partitions per placement compiled with a short time limit
-SHORT_SHARE = 0.5  # of the time limit, for all the short compiles together
+SHORT_SHARE = 0.3  # of the time limit, for all the short compiles together
 # torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
 FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
                    "nemo": {"loop": "1F1B", "v": "ZBVZeroBubble"}}
