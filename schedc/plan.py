@@ -160,7 +160,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     # 2. candidates: the best by their own lower bound, and the comparison splits; each screened
     # by its best hand-made schedule that fits (an upper bound, milliseconds to simulate)
     search_end = t0 + SEARCH_SHARE * time_limit
-    pools = {}
+    pools, forced = {}, {}
     for pl, pb in searches:
         S = n_stages_for(pl, ranks)
         splits = [pb.counts, balanced(units, pl, ranks, cap)[1], torchtitan_default_counts(profile.n_stages, S),
@@ -176,13 +176,18 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
             ub = best_hand_made(problem, shapes)[1]
             pool.append((scores[counts], math.inf if ub is None else ub, counts))
         pools[pl] = pool
+        # the compute-balanced split is always compiled: where the bounds are loose (tight
+        # memory, V) neither the bound nor the hand-made step ranks partitions well, and a plan
+        # must not lose to compiling the obvious split
+        forced[pl] = [c for c in pool if list(c[2]) == list(splits[1] or [])][:1]
         say(f"[{time.monotonic() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
             f"{len(pool)} by hand-made schedules")
 
     # 3. short compiles, alternating the best by lower bound and the best by hand-made step, in
     # both placements; 4. the best with the rest of the time
-    order = _interleave([[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
-                         for pl, pool in pools.items()])
+    order = [(pl, c) for pl, cs in forced.items() for c in cs] + _interleave(
+        [[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
+         for pl, pool in pools.items()])
     best = None  # (value, compile result, placement, counts)
     candidates = []
     per_placement = {pl: 0 for pl in pools}
