@@ -132,21 +132,24 @@ def minmax_v(u: Units, n_ranks: int, term: Callable[[int, int, np.ndarray, np.nd
     if 2 * R > U:
         return INF, None
     idx = np.arange(U + 1)
-    a, b, j = idx[:, None, None], idx[None, :, None], idx[None, None, :]
     nxt = np.where(idx[:, None] == idx[None, :], -INF, INF)  # level R: nothing may remain
     choices = []
     for r in range(R - 1, -1, -1):
         dp = np.full((U + 1, U + 1), INF)
         arg = np.zeros((U + 1, U + 1), dtype=np.int64)
-        for i in range(r, U + 1):
-            valid = (a > i) & (b >= a) & (j > b) & (j <= U - r)
+        for i in range(r, U):
+            rest = idx[i + 1:]  # a, b and j all lie after i
+            n = len(rest)
+            a, b, j = rest[:, None, None], rest[None, :, None], rest[None, None, :]
+            valid = (b >= a) & (j > b) & (j <= U - r)
             if r == R - 1:
                 valid = valid & (a == b)
             t = np.where(valid, np.asarray(term(r, i, a, b, j), dtype=float), INF)
-            comb = np.maximum(t, nxt[:, :, None]).reshape((U + 1) ** 2, U + 1)
+            comb = np.maximum(t, nxt[i + 1:, i + 1:, None]).reshape(n * n, n)
             best = np.argmin(comb, axis=0)
-            dp[i] = comb[best, idx]
-            arg[i] = best
+            dp[i, i + 1:] = comb[best, np.arange(n)]
+            a0, b0 = np.divmod(best, n)
+            arg[i, i + 1:] = (a0 + i + 1) * (U + 1) + (b0 + i + 1)
         nxt = dp
         choices.append(arg)
     value = float(nxt[0, U])

@@ -164,9 +164,9 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
 
     # 2. candidates: the best by their own lower bound, and the comparison splits; each screened
     # by its best hand-made schedule that fits (an upper bound, milliseconds to simulate)
-    search_end = t0 + SEARCH_SHARE * time_limit
     pools, forced = {}, {}
     for pl, pb in searches:
+        search_end = time.monotonic() + SEARCH_SHARE * time_limit / len(searches)
         S = n_stages_for(pl, ranks)
         splits = [pb.counts, balanced(units, pl, ranks, cap)[1], torchtitan_default_counts(profile.n_stages, S),
                   even_counts(profile.n_stages, S)]
@@ -305,7 +305,9 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
     for s in starts:
         score(tuple(s))
     expanded = set()
-    while heap and len(scores) < SEARCH_EVALUATIONS and time.monotonic() < deadline:
+    # at least every neighbour of the best few, however busy the machine
+    least = min(SEARCH_EVALUATIONS, 6 * len(starts[0]) if starts else 0)
+    while heap and len(scores) < SEARCH_EVALUATIONS and (time.monotonic() < deadline or len(scores) < least):
         _, counts = heapq.heappop(heap)
         if counts in expanded:
             continue
