@@ -127,14 +127,13 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     say = progress or (lambda line: None)
     limit = parse_cap(memory)
     cap = math.inf if limit.kind == "none" else limit.value
-    if ranks < 1:
-        raise SchedcError(f"--ranks must be >= 1, got {ranks}")
-    if microbatches < 1:
-        raise SchedcError(f"--mb must be >= 1, got {microbatches}")
-    if placement not in PLAN_PLACEMENTS:
-        raise SchedcError(f"--placement must be one of {', '.join(PLAN_PLACEMENTS)}, got {placement!r}")
-    if objective not in ("makespan", "span"):
-        raise SchedcError(f"--objective must be makespan or span, got {objective!r}")
+    for ok, message in ((ranks >= 1, f"--ranks must be >= 1, got {ranks}"),
+                        (microbatches >= 1, f"--mb must be >= 1, got {microbatches}"),
+                        (placement in PLAN_PLACEMENTS,
+                         f"--placement must be one of {', '.join(PLAN_PLACEMENTS)}, got {placement!r}"),
+                        (objective in ("makespan", "span"), f"--objective must be makespan or span, got {objective!r}")):
+        if not ok:
+            raise SchedcError(message)
     if not time_limit or not 0 < time_limit < math.inf:
         raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {time_limit}")
     notes = check_units(profile, source)
