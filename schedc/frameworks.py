@@ -83,6 +83,7 @@ _FIELD = {
         "local_batch_size": "--training.local_batch_size",
         "microbatch_size": "--parallelism.pipeline_parallel_microbatch_size",
         "ranks": "--parallelism.pipeline_parallel_degree",
+        "partition": "parallelism.module_fqns_per_model_part",
     },
     "nemo": {
         "schedule": "distributed.pipeline.pp_schedule",
@@ -90,6 +91,7 @@ _FIELD = {
         "local_batch_size": "step_scheduler.local_batch_size",
         "microbatch_size": "distributed.pipeline.pp_microbatch_size",
         "ranks": "distributed.pp_size",
+        "partition": "distributed.pipeline.module_fqns_per_model_part",
     },
 }
 
@@ -159,12 +161,20 @@ def torchtitan_build(
     last_less: int = 1,
     local_batch_size: Optional[int] = None,
     microbatch_size: int = 1,
+    partition: Optional[int] = None,
 ) -> Build:
-    """What torchtitan 0.3.0's ``pipeline_llm`` builds; its start-up errors as SchedcError."""
+    """What torchtitan 0.3.0's ``pipeline_llm`` builds; its start-up errors as SchedcError.
+    ``partition``: the number of parts of an explicit ``module_fqns_per_model_part`` (e.g. from
+    ``schedc plan``), which then sets the stage count (pipeline_parallel.py L88-92, L621)."""
     name = schedule_name(schedule)
     single = SCHEDULE_NAMES[name]
     field = _FIELD["torchtitan"]
-    if layers_per_stage is not None:
+    if partition is not None:
+        n_stages = partition
+        _check_per_rank("torchtitan", name, single, n_stages, n_ranks,
+                        f"{field['partition']} with {n_stages} parts")
+        layers = None  # the explicit list replaces the default split and its checks
+    elif layers_per_stage is not None:
         if layers is None:
             raise SchedcError("torchtitan: with layers_per_stage the stage count depends on the model; give --layers")
         n_stages = math.ceil((layers + first_less + last_less) / layers_per_stage)
@@ -195,11 +205,19 @@ def nemo_build(
     round_virtual_stages: Optional[str] = None,
     local_batch_size: Optional[int] = None,
     microbatch_size: int = 1,
+    partition: Optional[int] = None,
 ) -> Build:
-    """What NeMo AutoModel 0.7.0's ``AutoPipeline`` builds in the LLM recipe; its errors as SchedcError."""
+    """What NeMo AutoModel 0.7.0's ``AutoPipeline`` builds in the LLM recipe; its errors as SchedcError.
+    ``partition``: the number of parts of an explicit ``module_fqns_per_model_part``, which then
+    sets the stage count (functional.py L822-826)."""
     name = schedule_name(schedule)
     single = SCHEDULE_NAMES[name]
-    if layers_per_stage is not None:
+    if partition is not None:
+        n_stages = partition
+        _check_per_rank("nemo", name, single, n_stages, n_ranks,
+                        f"{_FIELD['nemo']['partition']} with {n_stages} parts")
+        layers = None
+    elif layers_per_stage is not None:
         if layers is None:
             raise SchedcError("nemo: with layers_per_stage the stage count depends on the model; give --layers")
         n_stages = math.ceil(layers / layers_per_stage)
@@ -363,3 +381,23 @@ def _fits(schedule: Schedule, framework: str, name: str, n_ranks: int, settings:
         return not _mismatch(schedule, framework_build(framework, name, n_ranks, **settings))
     except SchedcError:
         return False
+
+
+def read_partition(path: Union[str, Path]) -> list[list[str]]:
+    """``module_fqns_per_model_part`` from a plan report (its ``"partition"``) or a JSON list of lists."""
+    import json
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SchedcError(f"--partition {path}: file not found") from None
+    except json.JSONDecodeError as e:
+        raise SchedcError(f"--partition {path}: line {e.lineno} column {e.colno}: not valid JSON ({e.msg})") from None
+    if isinstance(data, dict):
+        data = data.get("partition")
+    if not (isinstance(data, list) and data and all(isinstance(p, list) and p and all(isinstance(m, str) for m in p)
+                                                    for p in data)):
+        raise SchedcError(f"--partition {path}: expected a plan report with 'partition' or a JSON list of non-empty "
+                          "lists of module names")
+    return data

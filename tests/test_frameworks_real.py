@@ -1,6 +1,7 @@
 """Compiled CSVs through the real frameworks: torchtitan 0.3.0's ``pipeline_llm`` and NeMo AutoModel
 0.7.0's ``AutoPipeline.build`` on 2 gloo ranks train with the unsplit model's float64 gradients, and
-schedc.frameworks predicts exactly the stages their own functions build.
+schedc.frameworks predicts exactly the stages their own functions build. So do `schedc plan`'s
+uneven partitions, handed over as ``module_fqns_per_model_part`` with the plan's CSV.
 
 Needs the frameworks (README, "Run the tests": installed without their heavy dependencies); skipped
 when they are absent. One spawned 2-rank group runs every case (importing the frameworks dominates).
@@ -77,46 +78,48 @@ def _reference_grads(model) -> dict:
     return {n: p.grad for n, p in model.named_parameters()}
 
 
-def _torchtitan(name: str, csv: str, mesh):
+def _torchtitan(name: str, csv: str, mesh, partition=None, cfg=CFG):
     from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
     from torchtitan.distributed.pipeline_parallel import pipeline_llm
 
-    model = llama.Llama(llama.LlamaConfig(**CFG), seed=1)
+    model = llama.Llama(llama.LlamaConfig(**cfg), seed=1)
     parallel_dims = SimpleNamespace(pp=2, get_mesh=lambda names: mesh)
     parallelism = ParallelismConfig(pipeline_parallel_degree=2, pipeline_parallel_schedule=name,
-                                    pipeline_parallel_schedule_csv=csv)
+                                    pipeline_parallel_schedule_csv=csv, module_fqns_per_model_part=partition)
     schedule, parts, has_first, has_last = pipeline_llm(
         model, parallel_dims=parallel_dims, training=TrainingConfig(local_batch_size=M), parallelism=parallelism,
         compile_config=CompileConfig(), ac_config=None, dump_folder="", device=torch.device("cpu"),
-        model_config=SimpleNamespace(layers=[None] * CFG["n_layers"]), parallelize_fn=lambda m, **_: m,
+        model_config=SimpleNamespace(layers=[None] * cfg["n_layers"]), parallelize_fn=lambda m, **_: m,
         loss_fn=lambda out, target: (llama.lm_loss(out, target), None),
     )
-    return schedule, parts, has_first, has_last, lambda: llama.Llama(llama.LlamaConfig(**CFG), seed=1)
+    return schedule, parts, has_first, has_last, lambda: llama.Llama(llama.LlamaConfig(**cfg), seed=1)
 
 
-def _nemo(name: str, csv: str, mesh):
+def _nemo(name: str, csv: str, mesh, partition=None, cfg=CFG):
     from nemo_automodel.components.distributed.pipelining.autopipeline import AutoPipeline
 
-    model = HFShaped(llama.Llama(llama.LlamaConfig(**CFG), seed=1))
+    model = HFShaped(llama.Llama(llama.LlamaConfig(**cfg), seed=1))
     pipe = AutoPipeline(world_mesh=mesh, pp_schedule=name, pp_schedule_csv=csv, pp_microbatch_size=1,
                         pp_batch_size=M, patch_inner_model=False, patch_causal_lm_model=False,
+                        module_fqns_per_model_part=partition,
                         device=torch.device("cpu")).build(model, loss_fn=llama.lm_loss)
     info = pipe.info
     return (info.schedule, info.model_parts, info.has_first_stage, info.has_last_stage,
-            lambda: HFShaped(llama.Llama(llama.LlamaConfig(**CFG), seed=1)))
+            lambda: HFShaped(llama.Llama(llama.LlamaConfig(**cfg), seed=1)))
 
 
 def run_cases(rank: int, world: int, cases: list) -> list:
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("pp",))
-    return [capture(lambda: _one_case(rank, spec, csv, mesh)) for spec, csv in cases]
+    return [capture(lambda: _one_case(rank, *case, mesh=mesh)) for case in cases]
 
 
-def _one_case(rank: int, spec: str, csv: str, mesh) -> dict:
+def _one_case(rank: int, spec: str, csv: str, partition=None, mesh=None) -> dict:
     framework, name = spec.split(":")
+    cfg = PLAN_CFG if partition else CFG
     schedule, parts, has_first, has_last, unsplit = (_torchtitan if framework == "torchtitan" else _nemo)(
-        name, csv, mesh)
+        name, csv, mesh, partition, cfg)
     x, y = _batch()
     schedule.step(*((x,) if has_first else ()), target=y if has_last else None)
     reference = _reference_grads(unsplit())
@@ -137,10 +140,61 @@ def results(tmp_path_factory):
             write_csv(compile_schedule(stages, M, n_ranks=2, placement=placement, time_limit=5).schedule, csv)
         assert check_csv_for(csv, spec, local_batch_size=M).ok  # what a user runs before launching
         cases.append((spec, str(csv)))
-    per_rank = run_ranks(run_cases, 2, timeout=90, cases=cases)
+    plans = {}
+    for spec, placement in PLAN_CASES:
+        res = _plan(spec.split(":")[0], placement)
+        csv = tmp / f"plan_{spec.replace(':', '_')}.csv"
+        write_csv(res.schedule, csv)
+        # what a user runs before launching, with the plan's partition
+        assert check_csv_for(csv, spec, local_batch_size=M, partition=len(res.partition)).ok
+        plans[f"plan {spec}"] = res
+        cases.append((spec, str(csv), res.partition))
+    per_rank = run_ranks(run_cases, 2, timeout=120, cases=cases)
     for r in per_rank:
         assert "ok" in r, r.get("traceback", r)
-    return {spec: [r["ok"][i] for r in per_rank] for i, (spec, _) in enumerate(cases)}
+    out = {case[0] if len(case) == 2 else f"plan {case[0]}": [r["ok"][i] for r in per_rank]
+           for i, case in enumerate(cases)}
+    out["plans"] = plans
+    return out
+
+
+# a 5-layer model whose head costs 3.5 layers: the plan puts 4 layers + the embedding on one stage
+# and 1 layer + the head on the other (loop), and some uneven V split
+PLAN_CFG = dict(CFG, n_layers=5)
+PLAN_CASES = [("torchtitan:1F1B", "loop"), ("torchtitan:ZBVZeroBubble", "v"),
+              ("nemo:1F1B", "loop"), ("nemo:ZBVZeroBubble", "v")]
+NAMES = {"torchtitan": (["tok_embeddings"], "layers.{}", ["norm", "lm_head"]),
+         "nemo": (["model.embed_tokens"], "model.layers.{}", ["model.norm", "lm_head"])}
+
+
+def _plan(framework: str, placement: str):
+    from schedc.costs import Profile, StageCost
+    from schedc.plan import plan
+
+    first, layer, last = NAMES[framework]
+    units = [StageCost(forward=0.05, backward_input=0.0, backward_weight=0.05, activation_bytes=0, modules=first)]
+    units += [StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1, modules=[layer.format(k)])
+              for k in range(PLAN_CFG["n_layers"])]
+    units.append(StageCost(forward=3.5, backward_input=3.5, backward_weight=3.5, activation_bytes=1, modules=last))
+    return plan(profile=Profile(stages=units, comm=0.05), ranks=2, microbatches=M, memory="none",
+                placement=placement, time_limit=3)
+
+
+@pytest.mark.parametrize("spec,placement", PLAN_CASES)
+def test_planned_uneven_partition_trains_like_the_unsplit_model(results, spec, placement):
+    res = results["plans"][f"plan {spec}"]
+    counts = res.counts
+    if placement == "loop":
+        assert counts == [5, 2]  # embedding + 4 layers | 1 layer + head
+    assert len(set(counts)) > 1  # uneven: not what the frameworks' default split builds
+    framework = spec.split(":")[0]
+    build = framework_build(framework, spec.split(":")[1], 2, local_batch_size=M, partition=len(counts))
+    for rank, out in enumerate(results[f"plan {spec}"]):
+        assert "ok" in out, out.get("traceback", out)
+        assert out["ok"]["stages"] == [s for s in range(build.n_stages) if _rank_of(s, build) == rank]
+        assert out["ok"]["n_params"] > 0 and out["ok"]["max_grad_error"] < 1e-10, out["ok"]
+    print(f"plan {spec}: units per stage {counts}, max |grad - unsplit grad| = "
+          f"{max(r['ok']['max_grad_error'] for r in results[f'plan {spec}']):.1e}")
 
 
 @pytest.mark.parametrize("spec,stages,placement", CASES)
@@ -214,3 +268,40 @@ def _compare(framework, name, ranks, layers, k, theirs):
         assert isinstance(ours, SchedcError), f"{where}: they raise {theirs!r}, schedc says {ours} stages"
     else:
         assert ours == theirs, f"{where}: they build {theirs} stages, schedc says {ours}"
+
+
+def test_plan_handoff_parses_as_the_frameworks_read_it(results):
+    """The flags `schedc plan` prints go through torchtitan's own command-line rules (tyro with
+    ConfigManager's registry) into the config fields pipeline_llm reads; the YAML block loads
+    into NeMo's PipelineConfig."""
+    import dataclasses
+
+    import tyro
+    import yaml
+    from nemo_automodel.components.distributed.pipelining.config import PipelineConfig
+    from torchtitan.config import ParallelismConfig, TrainingConfig
+    from torchtitan.config.manager import ConfigManager, custom_registry
+
+    from schedc.plan import nemo_yaml
+
+    ConfigManager()  # registers torchtitan's parsing rules (comma-separated list[str]) in custom_registry
+
+    # the two sections of torchtitan's job config that the flags touch (real types, not strings:
+    # this module's annotations are postponed)
+    Job = dataclasses.make_dataclass("Job", [
+        ("parallelism", ParallelismConfig, dataclasses.field(default_factory=ParallelismConfig)),
+        ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig))])
+
+    for spec, placement in PLAN_CASES:
+        res = results["plans"][f"plan {spec}"]
+        settings = res.report["frameworks"]
+        if spec.startswith("torchtitan"):
+            job = tyro.cli(Job, args=settings["torchtitan"]["command_line"], default=Job(), registry=custom_registry)
+            assert job.parallelism.module_fqns_per_model_part == res.partition
+            assert job.parallelism.pipeline_parallel_schedule == spec.split(":")[1]
+            assert job.training.local_batch_size == M
+        else:
+            block = yaml.safe_load(nemo_yaml(settings))
+            cfg = PipelineConfig(**block["distributed"]["pipeline"])
+            assert cfg.module_fqns_per_model_part == res.partition
+            assert cfg.pp_schedule == spec.split(":")[1] and block["step_scheduler"]["local_batch_size"] == M

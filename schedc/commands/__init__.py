@@ -11,6 +11,7 @@ from schedc.commands import (
     compile,
     emulate,
     library,
+    plan,
     plot,
     profile,
     simulate,
@@ -18,4 +19,4 @@ from schedc.commands import (
     validate,
 )
 
-COMMANDS = [baseline, validate, simulate, compile, plot, trace, emulate, profile, calibrate, library]
+COMMANDS = [baseline, validate, simulate, compile, plan, plot, trace, emulate, profile, calibrate, library]

@@ -31,6 +31,9 @@ def _add_framework_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--round-virtual-stages", choices=["up", "down"],
                    help="nemo: round_virtual_stages_to_pp_multiple")
     g.add_argument("--local-batch-size", type=int, help="training.local_batch_size / step_scheduler.local_batch_size")
+    g.add_argument("--partition", metavar="PLAN.json",
+                   help="an explicit module_fqns_per_model_part: a plan report (schedc plan) or a JSON list of lists; "
+                        "the stage count then comes from it")
     g.add_argument("--microbatch-size", type=int,
                    help="pipeline_parallel_microbatch_size / pp_microbatch_size (default 1)")
 
@@ -43,6 +46,10 @@ def _run_validate_for(args) -> int:
             raise SchedcError(f"--for computes what the framework builds; drop --{flag}")
     settings = {k: getattr(args, k) for k in ("layers", "layers_per_stage", "first_less", "last_less",
                                                "round_virtual_stages", "local_batch_size", "microbatch_size")}
+    if args.partition:
+        from schedc.frameworks import read_partition
+
+        settings["partition"] = len(read_partition(args.partition))
     report = check_csv_for(args.file, args.for_, ranks=args.ranks, **settings)
     report.raise_unless_ok()
     print(report.message)

@@ -1,0 +1,451 @@
+"""Plan a model: the partition of its units into stages, the placement and the schedule, together.
+
+Problem: given a per-unit profile (embedding, each layer, norm + head + loss, in model order),
+R ranks, M microbatches and a per-rank memory cap in bytes (static bytes of the rank's stages
+included), find the contiguous partition of the units into stages (every stage at least one
+unit), the placement (``loop``: one stage per rank; ``v``: two, in a V) and the schedule with the
+shortest step, and certify how far it can be from the best plan.
+
+Method (``plan``):
+1. Per placement, ``schedc.partition`` gives by dynamic programming the smallest cap any partition
+   fits (else a one-line error with that cap), the bound over partitions and the partition whose
+   relaxed per-rank terms reach it.
+2. Candidates: that partition, the compute-balanced split, torchtitan's default and the even split,
+   then a best-first search over their neighbours (one stage boundary moved by one unit), each
+   scored by ``schedc.solver.bounds.lower_bound`` of its merged profile (milliseconds each).
+3. The 12 best by bound and the comparison splits are screened by their best hand-made schedule
+   that fits (simulated: milliseconds). Up to three per placement are compiled with short time
+   limits (``schedc.solver.compile.compile_problem``, 30% of the time in all): the
+   compute-balanced split, then alternately the best by bound and the best by hand-made step; a
+   partition whose bound is not below the best step found so far cannot win and is skipped.
+4. The best one gets the remaining time, warm-started from its short compile.
+Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
+compute-balanced split by 7-16% in V rows, where per-partition bounds are loose; the screening and
+the forced balanced candidate fixed those rows.
+The report compares torchtitan's default split, the even split and the compute-balanced split,
+each with the best hand-made schedule (``schedc.baselines``) that fits the same cap.
+
+Cost: the time limit (the search before compiling takes well under a second at 34 units x 8 ranks,
+a few seconds for the V of 16 ranks).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+from schedc.costs import MemoryLimit, Profile, format_bytes
+from schedc.errors import SchedcError
+from schedc.partition import (
+    PLACEMENTS, Units, balanced, check_units, even_counts, min_cap, n_stages_for, partition_bound,
+    stage_modules, torchtitan_default_counts,
+)
+
+PLAN_PLACEMENTS = PLACEMENTS + ("auto",)
+SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
+SEARCH_EVALUATIONS = 400  # partitions scored by their lower bound, at most, per placement
+SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
+CANDIDATES = 3  # partitions per placement compiled with a short time limit
+SHORT_SHARE = 0.3  # of the time limit, for all the short compiles together
+# torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
+FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
+                   "nemo": {"loop": "1F1B", "v": "ZBVZeroBubble"}}
+
+
+@dataclass
+class Comparison:
+    """One split with the best hand-made schedule that fits the cap (None: nothing fits)."""
+
+    split: str
+    placement: str
+    counts: list[int]
+    schedule: Optional[str]
+    value: Optional[float]
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {"split": self.split, "placement": self.placement, "units_per_stage": self.counts,
+                "best_hand_made": self.schedule, "step": self.value, "note": self.note}
+
+
+@dataclass
+class PlanResult:
+    compiled: object  # schedc.solver.compile.CompileResult of the chosen partition
+    units: Profile
+    counts: list[int]  # units per stage
+    placement: str
+    bound: float  # over every partition (and placement tried) and schedule under the cap
+    bounds: dict[str, float]  # per placement tried
+    comparisons: list[Comparison]
+    candidates: list[dict]
+    notes: list[str]
+    solve_time: float
+    report: dict = field(default_factory=dict)
+
+    @property
+    def value(self) -> float:
+        return self.compiled.value
+
+    @property
+    def schedule(self):
+        return self.compiled.schedule
+
+    @property
+    def profile(self) -> Profile:
+        """The merged per-stage profile of the chosen partition."""
+        return self.compiled.problem.given_profile
+
+    @property
+    def partition(self) -> list[list[str]]:
+        return stage_modules(self.units, self.counts)
+
+    @property
+    def gap(self) -> float:
+        return max(0.0, (self.value - self.bound) / self.value) if self.value > 0 else 0.0
+
+
+def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
+    """A byte size or none; ``Kp`` is relative to one partition's 1F1B and means nothing here."""
+    limit = memory if isinstance(memory, MemoryLimit) else MemoryLimit.parse(memory)
+    if limit.kind == "relative":
+        raise SchedcError(f"--memory {limit}: Kp is relative to 1F1B on a fixed partition, and plan moves the "
+                          "partition; give the GPU's memory in bytes, e.g. --memory 80GiB")
+    return limit
+
+
+def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, MemoryLimit] = "80GiB",
+         placement: str = "auto", objective: str = "makespan", time_limit: float = 60.0,
+         progress: Optional[Callable[[str], None]] = None, seed: int = 0, source: str = "profile") -> PlanResult:
+    """The best partition + placement + schedule found in `time_limit` seconds (module docstring)."""
+    from schedc.solver.compile import compile_problem
+
+    t0 = time.monotonic()
+    say = progress or (lambda line: None)
+    limit = parse_cap(memory)
+    cap = math.inf if limit.kind == "none" else limit.value
+    for ok, message in ((ranks >= 1, f"--ranks must be >= 1, got {ranks}"),
+                        (microbatches >= 1, f"--mb must be >= 1, got {microbatches}"),
+                        (placement in PLAN_PLACEMENTS,
+                         f"--placement must be one of {', '.join(PLAN_PLACEMENTS)}, got {placement!r}"),
+                        (objective in ("makespan", "span"), f"--objective must be makespan or span, got {objective!r}")):
+        if not ok:
+            raise SchedcError(message)
+    if not time_limit or not 0 < time_limit < math.inf:
+        raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {time_limit}")
+    notes = check_units(profile, source)
+    units = Units.of(profile)
+    placements = _placements(placement, ranks, profile.n_stages, source)
+    _check_units_fit(profile, units, cap, limit, source)
+
+    searches, bounds = [], {}
+    for pl in placements:
+        need, _ = min_cap(units, pl, ranks)
+        if need > cap * (1 + 1e-12):
+            if len(placements) == 1 or pl == placements[-1] and not searches:
+                caps = {p: min_cap(units, p, ranks)[0] for p in placements}
+                best = min(caps, key=caps.get)
+                raise SchedcError(f"--memory {limit}: no partition of the {profile.n_stages} units onto {ranks} ranks "
+                                  f"({' or '.join(placements)}) fits; the smallest cap that does is "
+                                  f"--memory {_round_up_bytes(caps[best])} ({best})")
+            notes.append(f"placement {pl}: no partition fits under {limit} (needs {format_bytes(need)})")
+            continue
+        pb = partition_bound(profile, ranks, microbatches, cap, pl, objective)
+        bounds[pl] = pb.value
+        say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
+            f"{pb.counts}")
+        searches.append((pl, pb))
+    if not searches:
+        raise SchedcError(f"--memory {limit}: no placement fits")
+
+    # 2. candidates: the best by their own lower bound, and the comparison splits; each screened
+    # by its best hand-made schedule that fits (an upper bound, milliseconds to simulate)
+    pools, forced = {}, {}
+    for pl, pb in searches:
+        search_end = time.monotonic() + SEARCH_SHARE * time_limit / len(searches)
+        S = n_stages_for(pl, ranks)
+        splits = [pb.counts, balanced(units, pl, ranks, cap)[1], torchtitan_default_counts(profile.n_stages, S),
+                  even_counts(profile.n_stages, S)]
+        scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
+                             [s for s in splits if s], search_end)
+        by_lb = sorted(scores, key=scores.get)[:SCREEN]
+        shapes = None
+        pool = []
+        for counts in dict.fromkeys(by_lb + [tuple(s) for s in splits if s and tuple(s) in scores]):
+            problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
+            shapes = shapes if shapes is not None else _hand_made_shapes(problem)
+            ub = best_hand_made(problem, shapes)[1]
+            pool.append((scores[counts], math.inf if ub is None else ub, counts))
+        pools[pl] = pool
+        # the compute-balanced split is always compiled: where the bounds are loose (tight
+        # memory, V) neither the bound nor the hand-made step ranks partitions well, and a plan
+        # must not lose to compiling the obvious split
+        forced[pl] = [c for c in pool if list(c[2]) == list(splits[1] or [])][:1]
+        say(f"[{time.monotonic() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
+            f"{len(pool)} by hand-made schedules")
+
+    # 3. short compiles, alternating the best by lower bound and the best by hand-made step, in
+    # both placements; 4. the best with the rest of the time
+    order = [(pl, c) for pl, cs in forced.items() for c in cs] + _interleave(
+        [[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
+         for pl, pool in pools.items()])
+    best = None  # (value, compile result, placement, counts)
+    candidates = []
+    per_placement = {pl: 0 for pl in pools}
+    n_short = CANDIDATES * len(pools)
+    short = max(0.5, SHORT_SHARE * time_limit / n_short)
+    tried = set()
+    for pl, (lb, ub, counts) in order:
+        if (pl, counts) in tried or per_placement[pl] >= CANDIDATES:
+            continue
+        tried.add((pl, counts))
+        if best is not None and lb >= best[0] * (1 - 1e-9):
+            continue
+        if time.monotonic() + short > t0 + 0.8 * time_limit:
+            break
+        per_placement[pl] += 1
+        res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
+                              time_limit=short, seed=seed)
+        candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": lb,
+                           "best_hand_made": None if math.isinf(ub) else ub, "step": res.value, "status": res.status})
+        say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
+            f"hand-made {ub:.6g}, {res.status})")
+        if best is None or res.value < best[0]:
+            best = (res.value, res, pl, counts)
+    if best is None:  # no time for a short compile: the best-scored partition gets what is left
+        pl, (lb, ub, counts) = order[0]
+        best = (math.inf, None, pl, counts)
+    value, res, pl, counts = best
+    left = t0 + time_limit - time.monotonic()
+    if res is None or (res.status != "optimal" and left > 1.0):
+        problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
+        warm = None if res is None else (res.schedule, res.sim, "plan: short compile")
+        final = compile_problem(problem, time_limit=max(0.5, left), seed=seed, warm=warm)
+        if res is None or final.value <= res.value:
+            res = final
+        say(f"[{time.monotonic() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
+
+    comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
+    bound = min(bounds.values())
+    out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
+                     bounds=bounds, comparisons=comparisons, candidates=candidates, notes=notes,
+                     solve_time=time.monotonic() - t0)
+    out.report = build_plan_report(out)
+    return out
+
+
+def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
+    wanted = list(PLACEMENTS) if placement == "auto" else [placement]
+    ok = [pl for pl in wanted if n_stages_for(pl, ranks) <= n_units]
+    if not ok:
+        pl = wanted[0]
+        raise SchedcError(f"{source}: {n_units} units cannot fill {n_stages_for(pl, ranks)} stages ({pl} on {ranks} "
+                          f"ranks); every stage needs at least one unit: use fewer ranks or split the model finer")
+    return ok
+
+
+def _check_units_fit(profile: Profile, units: Units, cap: float, limit: MemoryLimit, source: str) -> None:
+    """A unit that alone (static bytes + one microbatch) exceeds the cap: no partition can fit."""
+    for k, unit in enumerate(profile.stages):
+        need = unit.static_bytes + unit.activation_bytes
+        if need > cap * (1 + 1e-12):
+            names = ", ".join(unit.modules) if unit.modules else "no module names"
+            raise SchedcError(f"{source}: unit {k} ({names}) alone needs {format_bytes(need)} (static "
+                              f"{format_bytes(unit.static_bytes)} + one microbatch {format_bytes(unit.activation_bytes)}) "
+                              f"but --memory is {limit}; the smallest cap it fits is --memory {_round_up_bytes(need)}")
+
+
+def _round_up_bytes(n: float) -> str:
+    """A byte size a user can type back that is >= n: GiB with two decimals, rounded up."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{math.ceil(n / size * 100 - 1e-9) / 100:.2f}{unit}"
+    return f"{math.ceil(n)}B"
+
+
+def _problem(profile: Profile, counts, placement: str, ranks: int, microbatches: int, limit: MemoryLimit,
+             objective: str):
+    from schedc.solver.problem import Problem
+
+    merged = profile.merge(counts)
+    return Problem.build(merged.n_stages, microbatches, n_ranks=ranks, placement=placement, profile=merged,
+                         memory=limit, objective=objective)
+
+
+def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: float) -> bool:
+    """Every rank holds its static bytes and one microbatch of its stages under the cap."""
+    need = [0.0] * ranks
+    start = 0
+    S = len(counts)
+    for k, n in enumerate(counts):
+        r = k if placement == "loop" else (k if k < ranks else 2 * ranks - 1 - k)
+        need[r] += units.seg(units.static, start, start + n) + units.seg(units.act, start, start + n)
+        start += n
+    return max(need) <= cap * (1 + 1e-12) and S == n_stages_for(placement, ranks)
+
+
+def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline) -> dict:
+    """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
+    (one boundary moved by one unit) of the best-scored partition first."""
+    from schedc.solver.bounds import lower_bound
+
+    scores: dict[tuple[int, ...], float] = {}
+    heap: list[tuple[float, tuple[int, ...]]] = []
+
+    def score(counts: tuple[int, ...]) -> None:
+        if counts in scores or min(counts) < 1 or not _fits(units, counts, placement, ranks, cap):
+            return
+        scores[counts] = lower_bound(_problem(profile, counts, placement, ranks, microbatches, limit, objective))
+        heapq.heappush(heap, (scores[counts], counts))
+
+    for s in starts:
+        score(tuple(s))
+    expanded = set()
+    # at least every neighbour of the best few, however busy the machine
+    least = min(SEARCH_EVALUATIONS, 6 * len(starts[0]) if starts else 0)
+    while heap and len(scores) < SEARCH_EVALUATIONS and (time.monotonic() < deadline or len(scores) < least):
+        _, counts = heapq.heappop(heap)
+        if counts in expanded:
+            continue
+        expanded.add(counts)
+        for b in range(len(counts) - 1):  # move boundary b (between stage b and b+1) by one unit
+            for d in (-1, 1):
+                c = list(counts)
+                c[b] += d
+                c[b + 1] -= d
+                score(tuple(c))
+    return scores
+
+
+# ---------------------------------------------------------------- comparisons
+
+
+def _hand_made_shapes(problem) -> dict:
+    """The hand-made schedules (schedc.baselines) of the problem's shape and placement: they do not
+    depend on costs, so one set serves every partition."""
+    from schedc.baselines import baselines_for
+
+    found = baselines_for(problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement_name)
+    return {k: v for k, v in found.items() if tuple(v.placement) == tuple(problem.placement)}
+
+
+def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str], Optional[float]]:
+    """(name, step) of the hand-made schedule (schedc.baselines) with the shortest step that fits
+    the problem's cap; (None, None) when none fits."""
+    from schedc.simulate import simulate
+
+    best = (None, None)
+    for name, sched in (shapes if shapes is not None else _hand_made_shapes(problem)).items():
+        try:
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:
+            continue
+        value = sim.objective(problem.objective)
+        if sim.fits and (best[1] is None or value < best[1]):
+            best = (name, value)
+    return best
+
+
+def _interleave(lists: list[list]) -> list:
+    """The items of `lists`, taking one from each list in turn."""
+    out = []
+    for k in range(max(map(len, lists), default=0)):
+        for lst in lists:
+            if k < len(lst):
+                out.append(lst[k])
+    return out
+
+
+def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements) -> list[Comparison]:
+    """torchtitan's default, the even and the compute-balanced split, each with its best hand-made
+    schedule that fits, per placement."""
+    rows = []
+    for pl in placements:
+        S = n_stages_for(pl, ranks)
+        splits = [("torchtitan default", torchtitan_default_counts(profile.n_stages, S)),
+                  ("even", even_counts(profile.n_stages, S)),
+                  ("compute-balanced", balanced(units, pl, ranks, cap)[1])]
+        for name, counts in splits:
+            if counts is None:
+                continue
+            if not _fits(units, counts, pl, ranks, cap):
+                rows.append(Comparison(name, pl, list(counts), None, None, "a rank cannot hold one microbatch"))
+                continue
+            sched, value = best_hand_made(_problem(profile, counts, pl, ranks, microbatches, limit, objective))
+            rows.append(Comparison(name, pl, list(counts), sched, value, "" if sched else "no hand-made schedule fits"))
+    return rows
+
+
+# ---------------------------------------------------------------- hand-off and report
+
+
+def framework_settings(result: PlanResult, csv: str = "plan.csv") -> dict:
+    """What to give torchtitan 0.3.0 and NeMo AutoModel 0.7.0 to build the plan's stages and run its
+    CSV. torchtitan: ParallelismConfig / TrainingConfig fields, and the same as command-line flags
+    (its tyro rule reads a ``list[str]`` as one comma-separated argument, so the list of lists is one
+    argument per stage). The schedule name only selects how stages are placed (V for ZBVZeroBubble,
+    a loop otherwise; single-stage names for one stage per rank); the CSV gives the order."""
+    partition = result.partition
+    problem = result.compiled.problem
+    ranks, M = problem.n_ranks, problem.n_microbatches
+    mbs = result.units.microbatch_size or 1
+    name = FRAMEWORK_NAMES["torchtitan"][result.placement]
+    config = {
+        "parallelism.pipeline_parallel_degree": ranks,
+        "parallelism.pipeline_parallel_schedule": name,
+        "parallelism.pipeline_parallel_schedule_csv": csv,
+        "parallelism.pipeline_parallel_microbatch_size": mbs,
+        "parallelism.module_fqns_per_model_part": partition,
+        "training.local_batch_size": M * mbs,
+    }
+    args = []
+    for key, value in config.items():
+        args.append(f"--{key}")
+        args += [",".join(stage) for stage in value] if isinstance(value, list) else [str(value)]
+    return {
+        "torchtitan": {"config": config, "command_line": args},
+        "nemo": {
+            "distributed": {"pp_size": ranks, "pipeline": {
+                "pp_schedule": FRAMEWORK_NAMES["nemo"][result.placement], "pp_schedule_csv": csv,
+                "pp_microbatch_size": mbs, "module_fqns_per_model_part": partition}},
+            "step_scheduler": {"local_batch_size": M * mbs},
+        },
+    }
+
+
+def nemo_yaml(settings: dict) -> str:
+    """NeMo's block as YAML text (flow-style lists for the partition)."""
+    d = settings["nemo"]["distributed"]
+    p = d["pipeline"]
+    lines = ["distributed:", f"  pp_size: {d['pp_size']}", "  pipeline:",
+             f"    pp_schedule: {p['pp_schedule']}", f"    pp_schedule_csv: {p['pp_schedule_csv']}",
+             f"    pp_microbatch_size: {p['pp_microbatch_size']}", "    module_fqns_per_model_part:"]
+    lines += [f"      - {json.dumps(stage)}" for stage in p["module_fqns_per_model_part"]]
+    lines += ["step_scheduler:", f"  local_batch_size: {settings['nemo']['step_scheduler']['local_batch_size']}"]
+    return "\n".join(lines)
+
+
+def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
+    """The compile report of the chosen partition plus the plan's own fields (DESIGN.md, "Plan report")."""
+    report = dict(result.compiled.report)
+    best_row = min((c for c in result.comparisons if c.value is not None), key=lambda c: c.value, default=None)
+    report["plan"] = {
+        "placement": result.placement,
+        "units_per_stage": result.counts,
+        "step": result.value,
+        "bound_over_partitions": result.bound,
+        "bound_per_placement": result.bounds,
+        "gap_over_partitions": result.gap,
+        "comparisons": [c.as_dict() for c in result.comparisons],
+        "margin_over_best_comparison": (None if best_row is None else (best_row.value - result.value) / best_row.value),
+        "candidates": result.candidates,
+        "notes": result.notes,
+        "solve_time": result.solve_time,
+    }
+    report["partition"] = result.partition
+    report["profile"] = result.profile.model_dump(mode="json", exclude_none=True)
+    report["frameworks"] = framework_settings(result, csv)
+    return report

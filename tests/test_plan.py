@@ -1,0 +1,204 @@
+"""`schedc plan`: the bound over partitions holds, the plan finds the best partition on tiny models,
+beats torchtitan's default split where the head is heavy, and bad input fails in one line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+
+from schedc import csvio
+from schedc.costs import Profile, StageCost
+from schedc.errors import SchedcError
+from schedc.partition import partition_bound, stage_modules, torchtitan_default_counts
+from schedc.plan import _problem, parse_cap, plan
+from schedc.simulate import simulate
+from schedc.solver.bounds import lower_bound
+from schedc.solver.exhaustive import exact_optimum
+
+GiB = 2**30
+
+
+def tiny_units(n_layers: int = 3, head: float = 2.0, seed: int = 0, modules: bool = True, comm: float = 0.1) -> Profile:
+    """Embedding, n_layers layers of slightly different cost, a head `head` times a layer."""
+    units = [StageCost(forward=0.05, backward_input=0.0, backward_weight=0.05, activation_bytes=0.2 * GiB,
+                       static_bytes=2 * GiB, modules=["tok_embeddings"] if modules else None)]
+    for k in range(n_layers):
+        f = 1.0 + 0.1 * ((k + seed) % 3)
+        units.append(StageCost(forward=f, backward_input=1.1 * f, backward_weight=0.9 * f, activation_bytes=1 * GiB,
+                               static_bytes=1 * GiB, modules=[f"layers.{k}"] if modules else None))
+    units.append(StageCost(forward=head, backward_input=head, backward_weight=head, activation_bytes=2 * GiB,
+                           static_bytes=2 * GiB, modules=["norm", "lm_head"] if modules else None))
+    return Profile(stages=units, comm=comm, model="tiny per-unit")
+
+
+def compositions(n: int, parts: int):
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        bounds = (0,) + cuts + (n,)
+        yield [bounds[k + 1] - bounds[k] for k in range(parts)]
+
+
+@pytest.mark.parametrize("placement,ranks,mb", [("loop", 2, 3), ("v", 2, 2)])
+@pytest.mark.parametrize("memory", ["none", "8GiB"])
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_bound_over_partitions_never_exceeds_the_best_partitions_optimum(placement, ranks, mb, memory, objective):
+    units = tiny_units(n_layers=3, seed=1)
+    limit = parse_cap(memory)
+    cap = float("inf") if limit.kind == "none" else limit.value
+    stages = ranks * (2 if placement == "v" else 1)
+    best = float("inf")
+    for counts in compositions(units.n_stages, stages):
+        problem = _problem(units, counts, placement, ranks, mb, limit, objective)
+        try:
+            value, _ = exact_optimum(problem)
+        except SchedcError:  # this partition cannot hold one microbatch under the cap
+            continue
+        best = min(best, value)
+    bound = partition_bound(units, ranks, mb, cap, placement, objective)
+    assert best < float("inf")
+    assert bound.value <= best * (1 + 1e-9), (bound, best)
+    assert bound.value > 0.5 * best  # and it is not vacuous
+
+
+def test_relaxed_terms_stay_below_each_partitions_own_bound():
+    # the dynamic program minimizes a relaxation of schedc.solver.bounds: on a single partition
+    # (the only one when units = stages) it must not exceed that partition's bound
+    units = tiny_units(n_layers=4, head=3.0)
+    for placement, ranks in (("loop", 6), ("v", 3)):
+        for memory in ("none", "9GiB"):
+            limit = parse_cap(memory)
+            cap = float("inf") if limit.kind == "none" else limit.value
+            for mb in (3, 8):
+                pb = partition_bound(units, ranks, mb, cap, placement)
+                own = lower_bound(_problem(units, [1] * 6, placement, ranks, mb, limit, "makespan"))
+                assert pb.value <= own * (1 + 1e-9)
+
+
+def test_plan_finds_the_best_partition_of_a_tiny_model():
+    units = tiny_units(n_layers=3, head=2.5)
+    res = plan(profile=units, ranks=2, microbatches=3, memory="none", placement="loop", time_limit=10)
+    optimum = min(exact_optimum(_problem(units, c, "loop", 2, 3, parse_cap("none"), "makespan"))[0]
+                  for c in compositions(units.n_stages, 2))
+    assert res.value <= optimum * (1 + 1e-6)
+    assert res.bound <= res.value and res.gap <= 0.25
+
+
+def test_plan_moves_layers_off_a_heavy_head_and_reports_it():
+    units = tiny_units(n_layers=6, head=3.0)
+    res = plan(profile=units, ranks=2, microbatches=4, memory="20GiB", placement="loop", time_limit=8)
+    default = next(c for c in res.comparisons if c.split == "torchtitan default")
+    assert default.counts == torchtitan_default_counts(8, 2) == [4, 4]
+    assert res.counts[0] > res.counts[1]  # the head's stage takes fewer layers
+    assert res.value < default.value
+    # the partition names every module once, in model order, one list per stage
+    flat = [m for stage in res.partition for m in stage]
+    assert flat == [m for u in units.stages for m in u.modules]
+    assert len(res.partition) == 2 == len(res.report["partition"])
+    assert res.report["plan"]["units_per_stage"] == res.counts
+    # the merged profile is a per-stage profile that simulates the plan's schedule to its value
+    merged = Profile.model_validate(res.report["profile"])
+    assert simulate(res.schedule, merged.executed(), parse_cap("20GiB")).makespan == pytest.approx(res.value)
+    assert res.report["frameworks"]["torchtitan"]["config"]["parallelism.module_fqns_per_model_part"] == res.partition
+
+
+def test_auto_keeps_the_better_placement():
+    units = tiny_units(n_layers=6, head=1.5)
+    auto = plan(profile=units, ranks=2, microbatches=4, memory="none", placement="auto", time_limit=8)
+    assert set(auto.bounds) == {"loop", "v"}
+    assert auto.bound == pytest.approx(min(auto.bounds.values()))
+    for pl in ("loop", "v"):
+        one = plan(profile=units, ranks=2, microbatches=4, memory="none", placement=pl, time_limit=4)
+        assert auto.value <= one.value * (1 + 0.02)
+
+
+def test_units_without_module_names_are_named_by_index():
+    units = tiny_units(n_layers=2, modules=False)
+    res = plan(profile=units, ranks=2, microbatches=2, memory="none", placement="loop", time_limit=3)
+    assert any("no 'modules'" in n for n in res.notes)
+    assert [m for s in res.partition for m in s] == [f"unit{k}" for k in range(4)]
+    assert stage_modules(units, [1, 3]) == [["unit0"], ["unit1", "unit2", "unit3"]]
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def _schedc(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "schedc.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def test_cli_writes_the_plan_its_report_and_a_profile_the_other_commands_take(tmp_path):
+    tiny_units(n_layers=4, head=2.5).save(tmp_path / "units.json")
+    out = _schedc("plan", "--profile", "units.json", "--ranks", "2", "--mb", "4", "--memory", "20GiB",
+                  "--placement", "loop", "--time-limit", "5", "-o", "plan.csv", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "torchtitan default split" in out.stdout and "bound over every partition" in out.stdout
+    assert "--parallelism.module_fqns_per_model_part tok_embeddings," in out.stdout
+    assert "pp_schedule_csv: plan.csv" in out.stdout
+    report = json.loads((tmp_path / "plan.json").read_text())
+    assert report["format"] == "schedc.report/v1" and len(report["partition"]) == 2  # a compile report, plus
+    schedule = csvio.read_csv(tmp_path / "plan.csv")
+    assert schedule.n_stages == 2
+    sim = _schedc("simulate", "plan.csv", "--profile", "plan.profile.json", "--memory", "20GiB", cwd=tmp_path)
+    assert sim.returncode == 0, sim.stderr
+    assert f"makespan {report['predicted']['makespan']:.4g}" in sim.stdout
+    fit = _schedc("validate", "plan.csv", "--for", "torchtitan:1F1B", "--partition", "plan.json", cwd=tmp_path)
+    assert fit.returncode == 0 and "fits torchtitan:1F1B" in fit.stdout, fit.stderr
+
+
+def _bad(tmp_path, units: Profile | dict, *args, memory="20GiB", ranks="2"):
+    path = tmp_path / "units.json"
+    if isinstance(units, dict):
+        path.write_text(json.dumps(units))
+    else:
+        units.save(path)
+    out = _schedc("plan", "--profile", "units.json", "--ranks", ranks, "--mb", "4", "--memory", memory,
+                  "--time-limit", "3", "--quiet", "-o", "plan.csv", *args, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert not any((tmp_path / n).exists() for n in ("plan.csv", "plan.json", "plan.profile.json"))
+    return out.stderr
+
+
+def test_relative_memory_is_refused_with_what_to_pass(tmp_path):
+    err = _bad(tmp_path, tiny_units(), memory="1p")
+    assert "Kp is relative to 1F1B" in err and "--memory 80GiB" in err
+
+
+def test_a_unit_that_alone_exceeds_the_cap_is_named_with_the_cap_it_needs(tmp_path):
+    err = _bad(tmp_path, tiny_units(), memory="3GiB")
+    assert "unit 4 (norm, lm_head) alone needs 4.00GiB" in err and "--memory 4.00GiB" in err
+
+
+def test_a_cap_no_partition_fits_says_the_smallest_that_does(tmp_path):
+    # 5 units, 2 ranks: the best loop split holds 6.2 GiB on rank 0 or 7 GiB on rank 1
+    err = _bad(tmp_path, tiny_units(), memory="5GiB", ranks="2")
+    assert "no partition of the 5 units onto 2 ranks" in err and "smallest cap that does is --memory" in err
+
+
+def test_more_stages_than_units_is_refused(tmp_path):
+    err = _bad(tmp_path, tiny_units(n_layers=2), ranks="5")
+    assert "4 units cannot fill 5 stages" in err
+
+
+def test_duplicate_module_names_are_refused(tmp_path):
+    units = tiny_units(n_layers=2).model_dump(exclude_none=True)
+    units["stages"][2]["modules"] = ["layers.0"]
+    err = _bad(tmp_path, units)
+    assert "stages[2].modules: 'layers.0' is already in unit 1" in err
+
+
+def test_an_explicit_partition_sets_the_stage_count_the_frameworks_build():
+    from schedc.frameworks import framework_build
+
+    assert framework_build("torchtitan", "1F1B", 4, partition=4).n_stages == 4
+    v = framework_build("nemo", "ZBVZeroBubble", 2, partition=4)
+    assert (v.n_stages, v.placement) == (4, "v")
+    assert framework_build("torchtitan", "Interleaved1F1B", 2, partition=6).n_stages == 6
+    with pytest.raises(SchedcError, match="1F1B needs exactly 1 stage per rank"):
+        framework_build("torchtitan", "1F1B", 2, partition=4)
+    with pytest.raises(SchedcError, match="not a multiple of the 2 PP ranks"):
+        framework_build("nemo", "Interleaved1F1B", 2, partition=5)
