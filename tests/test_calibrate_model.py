@@ -17,7 +17,7 @@ from schedc import baselines, cli, csvio  # noqa: E402
 from schedc.runtime.calibrate import Calibration, format_calibration  # noqa: E402
 
 LLAMA = str(ROOT / "examples" / "llama.py") + ":stages"
-TINY = ["--model-arg", "layers=2", "--model-arg", "dim=16", "--model-arg", "heads=2", "--model-arg", "seq_len=8",
+TINY = ["--model-arg", "layers=2", "--model-arg", "hidden=16", "--model-arg", "heads=2", "--model-arg", "seq_len=8",
         "--model-arg", "vocab_size=32"]
 
 
@@ -66,7 +66,7 @@ def test_a_wrong_model_is_one_line_before_any_rank_starts(llama_profile, capsys,
     assert len(err) == 1 and "describes the built-in GPT" in err[0] and "schedc profile --model" in err[0], err
     # --model-arg without --model: the built-in GPT would silently ignore it
     assert cli.main(["calibrate", str(csv), "--profile", str(gpt), "--layers", "2", "--hidden", "16", "--heads", "2",
-                     "--seq", "8", "--vocab", "32", "--model-arg", "dim=16"]) == 2
+                     "--seq", "8", "--vocab", "32", "--model-arg", "hidden=16"]) == 2
     assert "go with --model" in capsys.readouterr().err
 
 

@@ -198,7 +198,7 @@ def _run_arithmetic(args) -> int:
                         ("--concurrent", args.concurrent != 1), ("--all-units", args.all_units)):
         if given:
             raise SchedcError(f"{flag} measures a model; --config/--flops count one from arithmetic: give one or the other")
-    check_writable(args.output, "-o")
+    common.check_outputs(args, (args.output, "-o"))
     if args.config:
         shape_flags = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied_embeddings", "mlp")
         if _given(args, shape_flags):
