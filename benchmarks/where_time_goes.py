@@ -27,9 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # (module, attribute, label): wrapped in place; calls nested in another wrapped call count in both
 PHASES = [
     ("schedc.solver.problem", "Problem.build", "build problem"),
-    ("schedc.solver.graph", "build_graph", "action graph"),
     ("schedc.solver.model", "build_instance", "action graph"),
-    ("schedc.solver.warmstart", "build_baselines", "baselines (all)"),
+    ("schedc.solver.heuristic", "_build_baselines", "baselines (all)"),
     ("schedc.solver.heuristic", "build_baselines", "baselines (all)"),
     ("schedc.baselines", "make_baseline", "  hand-made orders"),
     ("schedc.solver.greedy", "zb_greedy", "  zb-greedy"),
