@@ -22,13 +22,14 @@ import math
 import time
 from dataclasses import dataclass
 
+from schedc import limits
 from schedc.errors import SchedcError
 from schedc.solver import interrupt
 
-# The largest compile: at 1M actions a warm start, the report and the CSV take about 20-40 s on
-# a busy 2-core machine and ~2 GB (benchmarks/compile_quality.py, cost curve); beyond that
-# memory and the time to even write one schedule grow past what a compile is for.
-MAX_ACTIONS = 1_000_000
+# The largest compile is the largest schedule schedc reads back (schedc.limits, one number for
+# both): at 1M actions a warm start, the report and the CSV take about 20-40 s on a busy 2-core
+# machine and ~2 GB (benchmarks/compile_quality.py, cost curve).
+MAX_ACTIONS = limits.MAX_ACTIONS
 # seconds per action of one pass over the action graph (building it, one simulation), measured
 # on the shared 2-core machine; the estimates below use it to skip what cannot finish in time
 SECONDS_PER_ACTION = 2e-5
