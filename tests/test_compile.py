@@ -119,7 +119,7 @@ def test_span_proven_optimal_above_the_combinatorial_bound():
     # compile depends on the machine's load, so each is asked alone, then the default
     res = compile_problem(problem, time_limit=20, solver="cpsat")
     assert res.status == "optimal" and res.report["lower_bound_source"] == "cp-sat (proven optimal)"
-    res = compile_problem(problem, time_limit=3)
+    res = compile_problem(problem, time_limit=30)
     assert res.status == "optimal" and res.value == pytest.approx(exact)
 
 
