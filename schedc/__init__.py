@@ -10,7 +10,8 @@ The README's workflow from one import::
     sim = schedc.simulate(schedc.baseline("zb-h1", stages=4, microbatches=16), profile=prof)
 
 Functions (:mod:`schedc.api`): :func:`compile`, :func:`simulate`, :func:`validate`,
-:func:`baseline`, :func:`plot`, :func:`read_csv`, :func:`write_csv`, :func:`read_report`.
+:func:`baseline`, :func:`plot`, :func:`read_csv`, :func:`write_csv`, :func:`read_report`;
+:func:`plan` (:mod:`schedc.plan`) chooses the partition of a per-unit profile too.
 Results (:mod:`schedc.results`) are frozen; choices (:mod:`schedc.choices`) are ``Literal`` types
 and the :class:`Status` enum. Running a CSV in torch and profiling a model live in
 :mod:`schedc.runtime` (needs ``pip install 'schedc[torch]'``). Importing schedc loads neither
@@ -25,6 +26,7 @@ with command_exits_on_ctrl_c():  # the schedc command: Ctrl-C while loading exit
     # The engine modules whose names the front door's functions take (schedc.simulate, .validate,
     # .plot): imported first, so that the attributes their import sets on the package are
     # replaced below once and for all (a later import finds them in sys.modules and sets nothing).
+    from schedc import plan as _plan_module
     from schedc import plot as _plot_module
     from schedc import simulate as _simulate_module
     from schedc import validate as _validate_module
@@ -45,13 +47,8 @@ with command_exits_on_ctrl_c():  # the schedc command: Ctrl-C while loading exit
     from schedc.deprecation import attach_module_aliases
     from schedc.errors import SchedcError
     from schedc.ir import Action, Schedule
+    from schedc.plan import PlanResult, plan
     from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
-
-# `schedc plan` joins here as schedc.plan, the way simulate / validate / plot do: import the module
-# inside the block above first (`from schedc import plan as _plan_module`; its top level must stay
-# light, the solver imported inside functions), then bind the function (`from schedc.plan import
-# plan`), add "plan" to __all__ and `del _plan_module`. Binding the function without importing the
-# module first would let the module's first import replace schedc.plan with the module.
 
 __all__ = [
     # functions
@@ -63,6 +60,7 @@ __all__ = [
     "read_csv",
     "write_csv",
     "read_report",
+    "plan",
     "BASELINES",
     # inputs
     "Profile",
@@ -76,6 +74,7 @@ __all__ = [
     "ActionTime",
     "BaselineResult",
     "Report",
+    "PlanResult",
     # choices
     "Status",
     "Objective",
@@ -94,4 +93,4 @@ attach_module_aliases(validate, _validate_module, {
 attach_module_aliases(plot, _plot_module, {
     "plot_schedules": "schedc.plot(schedules, profile=..., titles=...)",
     "plot_schedule": "schedc.plot(schedule, profile=...)"})
-del _plot_module, _simulate_module, _validate_module, attach_module_aliases, command_exits_on_ctrl_c
+del _plan_module, _plot_module, _simulate_module, _validate_module, attach_module_aliases, command_exits_on_ctrl_c

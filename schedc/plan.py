@@ -35,7 +35,7 @@ import heapq
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence, Union
 
 from schedc.costs import MemoryLimit, Profile, format_bytes
@@ -72,8 +72,12 @@ class Comparison:
                 "best_hand_made": self.schedule, "step": self.value, "note": self.note}
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlanResult:
+    """What :func:`plan` chose: the partition (``counts`` units per stage, ``partition`` module
+    names per stage), the placement, the compiled schedule of that partition, the bound over
+    every partition and its gap, and the comparison rows; ``report`` is what ``plan.json`` holds."""
+
     compiled: object  # schedc.solver.compile.CompileResult of the chosen partition
     units: Profile
     counts: list[int]  # units per stage
@@ -120,7 +124,50 @@ def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
 def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, MemoryLimit] = "80GiB",
          placement: str = "auto", objective: str = "makespan", time_limit: float = 60.0,
          progress: Optional[Callable[[str], None]] = None, seed: int = 0, source: str = "profile") -> PlanResult:
-    """The best partition + placement + schedule found in `time_limit` seconds (module docstring)."""
+    """The best partition + placement + schedule found in `time_limit` seconds (module docstring).
+
+    Parameters
+    ----------
+    profile : Profile
+        A per-unit profile: one entry per unit of the model in model order (embedding, each
+        layer, norm + head + loss), ideally each with ``modules`` (the names handed to the
+        frameworks); ``schedc profile --units`` or :func:`schedc.model_costs.unit_profile` make one.
+    ranks, microbatches : int
+        Pipeline ranks R and microbatches per step M.
+    memory : str or MemoryLimit
+        The per-rank cap in bytes, static bytes included (``"80GiB"``), or ``"none"``; ``Kp`` is
+        refused (it is relative to one partition's 1F1B).
+    placement : "loop", "v" or "auto"
+        One stage per rank, two in a V, or both tried and the better kept.
+    objective : "makespan" or "span"
+    time_limit : float
+        Seconds for the whole search, compiles included.
+    progress : callable, optional
+        Called with one line per step of the search.
+
+    Returns
+    -------
+    PlanResult
+        ``counts`` (units per stage), ``partition`` (module names per stage), ``placement``,
+        ``schedule``, ``value``, ``profile`` (the merged per-stage profile), ``bound`` (over
+        every partition and schedule under the cap), ``gap``, ``comparisons``, ``report``.
+
+    Raises
+    ------
+    SchedcError
+        A bad argument, a unit that alone exceeds the cap, or a cap no partition fits (each
+        names the smallest cap that works).
+
+    Examples
+    --------
+    >>> import schedc
+    >>> from schedc.library import transformer_profile
+    >>> units = transformer_profile(6, layers=6, hidden=256, vocab=32000, seq=256)  # one unit per layer
+    >>> res = schedc.plan(profile=units, ranks=2, microbatches=4, memory="80GiB", placement="loop",
+    ...                   time_limit=4)
+    >>> sum(res.counts), len(res.counts), res.value >= res.bound
+    (6, 2, True)
+    """
     from schedc.solver.compile import compile_problem
 
     t0 = time.monotonic()
@@ -233,8 +280,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
                      bounds=bounds, comparisons=comparisons, candidates=candidates, notes=notes,
                      solve_time=time.monotonic() - t0)
-    out.report = build_plan_report(out)
-    return out
+    return replace(out, report=build_plan_report(out))
 
 
 def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
@@ -423,6 +469,10 @@ def nemo_yaml(settings: dict) -> str:
     lines = ["distributed:", f"  pp_size: {d['pp_size']}", "  pipeline:",
              f"    pp_schedule: {p['pp_schedule']}", f"    pp_schedule_csv: {p['pp_schedule_csv']}",
              f"    pp_microbatch_size: {p['pp_microbatch_size']}", "    module_fqns_per_model_part:"]
+    if any(name.startswith("model.") for stage in p["module_fqns_per_model_part"] for name in stage):
+        # per-unit profiles leave out modules every stage keeps (a merge would repeat them)
+        lines.append("      # NeMo's own split also puts model.rotary_emb on every stage: add it to each list "
+                     "if your model has one")
     lines += [f"      - {json.dumps(stage)}" for stage in p["module_fqns_per_model_part"]]
     lines += ["step_scheduler:", f"  local_batch_size: {settings['nemo']['step_scheduler']['local_batch_size']}"]
     return "\n".join(lines)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from schedc.costs import Profile, format_duration
 from schedc.errors import SchedcError
-from schedc.fileio import check_writable, write_all
+from schedc.commands import common
+from schedc.fileio import write_all
 
 
 def register(sub) -> None:
@@ -48,8 +50,7 @@ def run(args) -> int:
     if args.time_limit is None or not 0 < args.time_limit < math.inf:
         raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {args.time_limit}")
     csv, report_file, profile_file = output_paths(args.output)
-    for path in (csv, report_file, profile_file):
-        check_writable(path, "-o")
+    common.check_outputs(args, *((path, "-o") for path in (csv, report_file, profile_file)))
     units = Profile.load(args.profile)
 
     def progress(line: str) -> None:
@@ -60,10 +61,9 @@ def run(args) -> int:
                objective=args.objective, time_limit=args.time_limit, progress=progress, source=args.profile)
     from schedc.plan import build_plan_report
 
-    res.report = build_plan_report(res, csv=csv.name)
-    write_all({
-        csv: csvio.to_csv_text(res.schedule).encode(),
-        report_file: csvio.report_text(res.report, report_file).encode(),
+    res = replace(res, report=build_plan_report(res, csv=csv.name))
+    write_all({  # the report records the CSV's hash (csvio.schedule_files): never paired with another CSV
+        **csvio.schedule_files(res.schedule, res.report, csv),
         profile_file: (res.profile.model_dump_json(indent=2, exclude_none=True) + "\n").encode(),
     })
     print(format_plan_summary(res, csv, report_file, profile_file))
