@@ -44,6 +44,7 @@ import numpy as np
 
 from schedc.costs import Profile
 from schedc.errors import SchedcError
+from schedc.tolerances import REL, TIE
 
 PLACEMENTS = ("loop", "v")
 INF = math.inf
@@ -203,8 +204,8 @@ def _knapsack(M: int, room, act, wg, i_, w_):
     best = np.zeros(np.broadcast(room, act, wg, i_, w_).shape)
     for n_open in range(1, M + 1):
         left = room - n_open * act
-        ok = left >= -1e-9 * act
-        more = np.minimum(M - n_open, np.floor(np.maximum(left, 0.0) / np.where(wg > 0, wg, 1.0) + 1e-9))
+        ok = left >= -REL * act
+        more = np.minimum(M - n_open, np.floor(np.maximum(left, 0.0) / np.where(wg > 0, wg, 1.0) + REL))
         more = np.where(wg > 0, more, M - n_open)
         best = np.where(ok, np.maximum(best, n_open * (i_ + w_) + more * w_), best)
     return best
@@ -243,7 +244,7 @@ def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int
                                      np.maximum(f_r + after_hi, fi_chain) + i_chain + w_lo])
         if not capped:
             return out
-        warm = x < f_r - 1e-12
+        warm = x < f_r - TIE
         if makespan:
             mw = work + np.maximum(head, head_i - x) + np.maximum(0.0, np.maximum(span_tail, tail_f_hi) - y)
             area_t = head + area / np.where(room > 0, room, 1.0)
@@ -254,7 +255,7 @@ def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int
         return np.where(need <= room, out, INF)
 
     def slot(head_s, cycle, act_s, room, tail):
-        k = np.floor(room / np.where(act_s > 0, act_s, 1.0) + 1e-9)
+        k = np.floor(room / np.where(act_s > 0, act_s, 1.0) + REL)
         use = (act_s > 0) & (k >= 1) & (k < M)
         val = (head_s if makespan else 0.0) + M * cycle / np.maximum(k, 1.0) + (tail if makespan else 0.0)
         return np.where(use, val, 0.0)
@@ -268,7 +269,7 @@ def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int
         tail_i = W if k == 0 else u.I[i] + u.w0 + k * c
         room = cap - u.seg(u.static, i, j)
         f_r, i_r, w_r = M * F, M * I, M * W
-        x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + 1e-9) * F) if capped else f_r
+        x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + REL) * F) if capped else f_r
         x = np.where(act > 0, x, f_r)
         y = _knapsack(M, room, act, wg, I, W) if capped else i_r + w_r
         y = np.where((act > 0) & (wg > 0), np.minimum(y, i_r + w_r), i_r + w_r)

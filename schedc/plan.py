@@ -44,6 +44,7 @@ from schedc.partition import (
     PLACEMENTS, Units, balanced, check_units, even_counts, min_cap, n_stages_for, partition_bound,
     stage_modules, torchtitan_default_counts,
 )
+from schedc.tolerances import REL, TIE
 
 PLAN_PLACEMENTS = PLACEMENTS + ("auto",)
 SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
@@ -191,7 +192,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     searches, bounds = [], {}
     for pl in placements:
         need, _ = min_cap(units, pl, ranks)
-        if need > cap * (1 + 1e-12):
+        if need > cap * (1 + TIE):
             if len(placements) == 1 or pl == placements[-1] and not searches:
                 caps = {p: min_cap(units, p, ranks)[0] for p in placements}
                 best = min(caps, key=caps.get)
@@ -249,7 +250,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         if (pl, counts) in tried or per_placement[pl] >= CANDIDATES:
             continue
         tried.add((pl, counts))
-        if best is not None and lb >= best[0] * (1 - 1e-9):
+        if best is not None and lb >= best[0] * (1 - REL):
             continue
         if time.monotonic() + short > t0 + 0.8 * time_limit:
             break
@@ -297,7 +298,7 @@ def _check_units_fit(profile: Profile, units: Units, cap: float, limit: MemoryLi
     """A unit that alone (static bytes + one microbatch) exceeds the cap: no partition can fit."""
     for k, unit in enumerate(profile.stages):
         need = unit.static_bytes + unit.activation_bytes
-        if need > cap * (1 + 1e-12):
+        if need > cap * (1 + TIE):
             names = ", ".join(unit.modules) if unit.modules else "no module names"
             raise SchedcError(f"{source}: unit {k} ({names}) alone needs {format_bytes(need)} (static "
                               f"{format_bytes(unit.static_bytes)} + one microbatch {format_bytes(unit.activation_bytes)}) "
@@ -308,7 +309,7 @@ def _round_up_bytes(n: float) -> str:
     """A byte size a user can type back that is >= n: GiB with two decimals, rounded up."""
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
-            return f"{math.ceil(n / size * 100 - 1e-9) / 100:.2f}{unit}"
+            return f"{math.ceil(n / size * 100 - REL) / 100:.2f}{unit}"
     return f"{math.ceil(n)}B"
 
 
@@ -330,7 +331,7 @@ def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: 
         r = k if placement == "loop" else (k if k < ranks else 2 * ranks - 1 - k)
         need[r] += units.seg(units.static, start, start + n) + units.seg(units.act, start, start + n)
         start += n
-    return max(need) <= cap * (1 + 1e-12) and S == n_stages_for(placement, ranks)
+    return max(need) <= cap * (1 + TIE) and S == n_stages_for(placement, ranks)
 
 
 def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline) -> dict:

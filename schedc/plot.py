@@ -37,6 +37,7 @@ from schedc.errors import SchedcError
 from schedc.fileio import atomic_write_bytes
 from schedc.ir import KINDS, Schedule
 from schedc.simulate import SimResult, simulate
+from schedc.tolerances import REL
 from schedc.trace import merge_instants
 
 # matplotlib loads when a picture is drawn, not when schedc is imported (about a second)
@@ -294,7 +295,7 @@ def _draw_limits(ax, caps: Sequence[float], unit: float, top: float, memory: Opt
     groups: dict[float, list[int]] = {}
     for r, cap in enumerate(caps):
         if math.isfinite(cap):
-            key = next((k for k in groups if abs(k - cap) <= 1e-9 * max(1.0, abs(k))), cap)
+            key = next((k for k in groups if abs(k - cap) <= REL * max(1.0, abs(k))), cap)
             groups.setdefault(key, []).append(r)
     spec = f" ({memory})" if memory is not None and memory.kind == "relative" else ""
     shown = sorted(groups.items())

@@ -26,6 +26,7 @@ from schedc.library.catalog import (
     time_limit_for,
 )
 from schedc.library.index import write_index
+from schedc.tolerances import REL, TIE
 
 def setup_problem(setup: Setup):
     """The compile request a set-up stands for (schedc.solver.Problem)."""
@@ -55,7 +56,7 @@ def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[st
     obj = problem.objective
     best = (sched, sim, source)
     for name, b_sched, b_sim in feasible_baselines(problem):
-        if b_sim.objective(obj) <= sim.objective(obj) * (1 + 1e-9) + 1e-12:
+        if b_sim.objective(obj) <= sim.objective(obj) * (1 + REL) + TIE:
             best = (b_sched, b_sim, name)
             break
     for name, cand in candidates:
@@ -63,7 +64,7 @@ def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[st
             c_sim = simulate(cand, problem.profile, problem.memory)
         except SchedcError:
             continue
-        if c_sim.fits and c_sim.objective(obj) < best[1].objective(obj) * (1 - 1e-9):
+        if c_sim.fits and c_sim.objective(obj) < best[1].objective(obj) * (1 - REL):
             best = (cand, c_sim, name)
     return best
 

@@ -15,13 +15,13 @@ from schedc.errors import SchedcError
 from schedc.library.build import setup_problem
 from schedc.library.catalog import BUILD_COMMAND, INDEX_NAME, LIBRARY_OBJECTIVE, Entry, PathLike, Setup, find_library, load_entries
 from schedc.library.index import index_markdown
+from schedc.tolerances import REL, TIE
 
-_REL_TOL = 1e-9
 
 def _close(a, b) -> bool:
     if a is None or b is None:
         return a is b
-    return math.isclose(float(a), float(b), rel_tol=_REL_TOL, abs_tol=1e-12)
+    return math.isclose(float(a), float(b), rel_tol=REL, abs_tol=TIE)
 
 
 def _torch_available() -> bool:
@@ -88,7 +88,7 @@ def check_entry(entry: Entry, torch: bool = True) -> list[str]:
         out.append(f"{csv_path}: re-simulated peak memory per rank {[float(f'{p:.6g}') for p in sim.peak_memory]} "
                    f"differs from the report's {peaks!r} in {json_path.name}")
     if not sim.fits:
-        over = [r for r, (p, lim) in enumerate(zip(sim.peak_memory, sim.memory_limit)) if p > lim * (1 + 1e-9)]
+        over = [r for r, (p, lim) in enumerate(zip(sim.peak_memory, sim.memory_limit)) if p > lim * (1 + REL)]
         out.append(f"{csv_path}: exceeds the {setup.memory} memory limit on rank(s) {over}")
     if predicted.get("fits_memory") is not True:
         out.append(f"{json_path}: predicted.fits_memory is {predicted.get('fits_memory')!r}, expected true")
@@ -107,7 +107,7 @@ def check_entry(entry: Entry, torch: bool = True) -> list[str]:
             out.append(f"{json_path}: baseline {name}: report says makespan {a.get('makespan')!r} "
                        f"fits {a.get('fits')!r}, re-simulated {b['makespan']:.9g} fits {b['fits']}")
     lb = rep.get("lower_bound")
-    if isinstance(lb, (int, float)) and lb > sim.objective(LIBRARY_OBJECTIVE) * (1 + 1e-9) + 1e-12:
+    if isinstance(lb, (int, float)) and lb > sim.objective(LIBRARY_OBJECTIVE) * (1 + REL) + TIE:
         out.append(f"{json_path}: lower bound {lb} is above the schedule's makespan {sim.makespan:.9g}")
     if rep.get("status") == "optimal" and isinstance(lb, (int, float)) and not _close(lb, sim.makespan):
         out.append(f"{json_path}: status optimal but the lower bound {lb} differs from the makespan {sim.makespan:.9g}")
