@@ -169,12 +169,33 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     >>> sum(res.counts), len(res.counts), res.value >= res.bound
     (6, 2, True)
     """
-    from schedc.solver.compile import compile_problem
-
     t0 = time.monotonic()
     say = progress or (lambda line: None)
     limit = parse_cap(memory)
     cap = math.inf if limit.kind == "none" else limit.value
+    _check_arguments(ranks, microbatches, placement, objective, time_limit)
+    notes = check_units(profile, source)
+    units = Units.of(profile)
+    placements = _placements(placement, ranks, profile.n_stages, source)
+    _check_units_fit(profile, units, cap, limit, source)
+
+    searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
+                                               placements, notes, say, t0)
+    pools, forced = {}, {}
+    for pl, pb in searches:
+        pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
+                                                     objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
+    res, pl, counts, candidates = _compile_candidates(profile, pools, forced, ranks, microbatches, limit, objective,
+                                                      time_limit, seed, say, t0)
+    comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
+    bound = min(bounds.values())
+    out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
+                     bounds=bounds, comparisons=comparisons, candidates=candidates, notes=notes,
+                     solve_time=time.monotonic() - t0)
+    return replace(out, report=build_plan_report(out))
+
+
+def _check_arguments(ranks: int, microbatches: int, placement: str, objective: str, time_limit: float) -> None:
     for ok, message in ((ranks >= 1, f"--ranks must be >= 1, got {ranks}"),
                         (microbatches >= 1, f"--mb must be >= 1, got {microbatches}"),
                         (placement in PLAN_PLACEMENTS,
@@ -184,11 +205,12 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
             raise SchedcError(message)
     if not time_limit or not 0 < time_limit < math.inf:
         raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {time_limit}")
-    notes = check_units(profile, source)
-    units = Units.of(profile)
-    placements = _placements(placement, ranks, profile.n_stages, source)
-    _check_units_fit(profile, units, cap, limit, source)
 
+
+def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective, placements, notes, say, t0):
+    """Step 1, per placement: the smallest cap any partition fits (a placement none fits is noted,
+    or the error when none fits at all) and the bound over partitions. Returns ([(placement,
+    PartitionBound)], {placement: bound})."""
     searches, bounds = [], {}
     for pl in placements:
         need, _ = min_cap(units, pl, ranks)
@@ -208,43 +230,48 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         searches.append((pl, pb))
     if not searches:
         raise SchedcError(f"--memory {limit}: no placement fits")
+    return searches, bounds
 
-    # 2. candidates: the best by their own lower bound, and the comparison splits; each screened
-    # by its best hand-made schedule that fits (an upper bound, milliseconds to simulate)
-    pools, forced = {}, {}
-    for pl, pb in searches:
-        search_end = time.monotonic() + SEARCH_SHARE * time_limit / len(searches)
-        S = n_stages_for(pl, ranks)
-        splits = [pb.counts, balanced(units, pl, ranks, cap)[1], torchtitan_default_counts(profile.n_stages, S),
-                  even_counts(profile.n_stages, S)]
-        scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
-                             [s for s in splits if s], search_end)
-        by_lb = sorted(scores, key=scores.get)[:SCREEN]
-        shapes = None
-        pool = []
-        for counts in dict.fromkeys(by_lb + [tuple(s) for s in splits if s and tuple(s) in scores]):
-            problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
-            shapes = shapes if shapes is not None else _hand_made_shapes(problem)
-            ub = best_hand_made(problem, shapes)[1]
-            pool.append((scores[counts], math.inf if ub is None else ub, counts))
-        pools[pl] = pool
-        # the compute-balanced split is always compiled: where the bounds are loose (tight
-        # memory, V) neither the bound nor the hand-made step ranks partitions well, and a plan
-        # must not lose to compiling the obvious split
-        forced[pl] = [c for c in pool if list(c[2]) == list(splits[1] or [])][:1]
-        say(f"[{time.monotonic() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
-            f"{len(pool)} by hand-made schedules")
 
-    # 3. short compiles, alternating the best by lower bound and the best by hand-made step, in
-    # both placements; 4. the best with the rest of the time
+def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap, objective, seconds, say, t0):
+    """Step 2 for one placement: the partitions best by their own lower bound and the comparison
+    splits, each screened by its best hand-made schedule that fits (an upper bound, milliseconds to
+    simulate). Returns (pool of (lower bound, hand-made step, counts), [the balanced split's entry])."""
+    S = n_stages_for(pl, ranks)
+    splits = [pb.counts, balanced(units, pl, ranks, cap)[1], torchtitan_default_counts(profile.n_stages, S),
+              even_counts(profile.n_stages, S)]
+    scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
+                         [s for s in splits if s], time.monotonic() + seconds)
+    by_lb = sorted(scores, key=scores.get)[:SCREEN]
+    shapes = None
+    pool = []
+    for counts in dict.fromkeys(by_lb + [tuple(s) for s in splits if s and tuple(s) in scores]):
+        problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
+        shapes = shapes if shapes is not None else _hand_made_shapes(problem)
+        ub = best_hand_made(problem, shapes)[1]
+        pool.append((scores[counts], math.inf if ub is None else ub, counts))
+    # the compute-balanced split is always compiled: where the bounds are loose (tight memory, V)
+    # neither the bound nor the hand-made step ranks partitions well, and a plan must not lose to
+    # compiling the obvious split
+    forced = [c for c in pool if list(c[2]) == list(splits[1] or [])][:1]
+    say(f"[{time.monotonic() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
+        f"{len(pool)} by hand-made schedules")
+    return pool, forced
+
+
+def _compile_candidates(profile, pools, forced, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
+    """Steps 3 and 4: short compiles, alternating the best by lower bound and the best by
+    hand-made step in every placement, then the best one with the rest of the time. Returns
+    (compile result, placement, counts, the candidates compiled)."""
+    from schedc.solver.compile import compile_problem
+
     order = [(pl, c) for pl, cs in forced.items() for c in cs] + _interleave(
         [[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
          for pl, pool in pools.items()])
     best = None  # (value, compile result, placement, counts)
     candidates = []
     per_placement = {pl: 0 for pl in pools}
-    n_short = CANDIDATES * len(pools)
-    short = max(0.5, SHORT_SHARE * time_limit / n_short)
+    short = max(0.5, SHORT_SHARE * time_limit / (CANDIDATES * len(pools)))
     tried = set()
     for pl, (lb, ub, counts) in order:
         if (pl, counts) in tried or per_placement[pl] >= CANDIDATES:
@@ -275,13 +302,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         if res is None or final.value <= res.value:
             res = final
         say(f"[{time.monotonic() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
-
-    comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
-    bound = min(bounds.values())
-    out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
-                     bounds=bounds, comparisons=comparisons, candidates=candidates, notes=notes,
-                     solve_time=time.monotonic() - t0)
-    return replace(out, report=build_plan_report(out))
+    return res, pl, counts, candidates
 
 
 def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
