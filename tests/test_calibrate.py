@@ -133,3 +133,22 @@ def test_cli_calibrate_checks_before_launching(tmp_path, capsys):
     Profile.uniform(2, 1, 1, 1).model_copy(update={"microbatch_size": 2, "model": gpt_label(TINY, 2)}).save(prof)
     assert cli.main(["calibrate", str(csv), "--profile", str(prof), "--hidden", "64"]) == 2
     assert "pass the --layers/--hidden" in capsys.readouterr().err
+
+
+def test_an_overlap_cell_is_timed_once_and_shared_among_its_parts():
+    # torch's runtime labels an OVERLAP_F_B cell once ("PP:(1F1;0B0)OVERLAP_F_B") and runs its parts
+    # back to back; each part gets its share of the cell's interval, in cell order
+    from schedc.csvio import parse_csv_text
+    from schedc.ir import Action
+    from schedc.runtime.calibrate import _parse_steps
+
+    schedule = parse_csv_text("0F0,0F1,0B1,0B0\n1F0,(1F1;1B0)OVERLAP_F_B,1B1\n", "overlap.csv")
+    events = {0: [("PP:0F0", 0.0, 0.0, 1.0), ("PP:0F1", 1.0, 0.0, 2.0), ("PP:0B1", 5.0, 0.0, 7.0),
+                  ("PP:0B0", 7.0, 0.0, 9.0)],
+              1: [("PP:1F0", 1.0, 0.0, 2.0), ("PP:(1F1;1B0)OVERLAP_F_B", 2.0, 0.5, 5.5), ("PP:1B1", 5.5, 0.0, 7.5)]}
+    results = [{"rank": r, "steps": [{"start": 0.0, "end": 9.0, "events": ev}]} for r, ev in events.items()]
+    measured, = _parse_steps(results, schedule, weight=lambda a: 1.0 if a.kind == "F" else 2.0)
+    assert measured.actions[Action(1, "F", 1)] == (1, 2.5, 3.5, 0.5, 1.0)  # a third of the 3 s the cell ran
+    assert measured.actions[Action(1, "B", 0)] == (1, 3.5, 5.5, 0.0, 2.0)
+    evenly, = _parse_steps(results, schedule)
+    assert evenly.actions[Action(1, "F", 1)][4] == evenly.actions[Action(1, "B", 0)][4] == 1.5

@@ -42,7 +42,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from schedc.costs import Profile, StageCost, format_ms
 from schedc.errors import SchedcError
@@ -51,6 +51,9 @@ from schedc.simulate import producers, simulate
 
 _LABEL = re.compile(r"^PP:(\d+)([FIWB])(\d+)$")
 _COMM_LABEL = re.compile(r"^PP:(\d+)(SEND|RECV)_([FB])(\d+)$")
+# torch labels an OVERLAP_F_B cell once, "PP:(0F7;7B3)OVERLAP_F_B", and runs its parts one after another
+_OVERLAP_LABEL = re.compile(r"^PP:\((.+)\)OVERLAP_F_B$")
+_PART = re.compile(r"^(\d+)([FIWB])(\d+)$")
 
 
 # ---------------------------------------------------------------- inside each rank
@@ -417,7 +420,11 @@ def _backward_kinds(schedule: Schedule) -> dict[tuple[int, int], str]:
     return {(a.stage, a.microbatch): a.kind for _, a in schedule.all_actions() if a.kind in ("I", "B")}
 
 
-def _parse_steps(results: list[dict], schedule: Schedule) -> list[_Measured]:
+def _parse_steps(results: list[dict], schedule: Schedule,
+                 weight: Optional[Callable[[Action], float]] = None) -> list[_Measured]:
+    """Per timed step, every action's (rank, start, end, wait, work). An OVERLAP_F_B cell is timed
+    as one; its interval is shared among its parts in proportion to `weight` (their expected
+    durations; equal shares without it), in cell order, the cell's wait charged to its first part."""
     by_rank = sorted(results, key=lambda r: r["rank"])
     n_steps = min(len(r["steps"]) for r in by_rank)
     backward_kind = _backward_kinds(schedule)
@@ -433,6 +440,20 @@ def _parse_steps(results: list[dict], schedule: Schedule) -> list[_Measured]:
                     a = Action(int(m.group(1)), m.group(2), int(m.group(3)))
                     start = enter + wait - origin
                     actions[a] = (r["rank"], start, exit_ - origin, wait, exit_ - origin - start)
+                    continue
+                o = _OVERLAP_LABEL.match(label)
+                if o:
+                    parts = [Action(int(p.group(1)), p.group(2), int(p.group(3)))
+                             for p in map(_PART.match, o.group(1).split(";")) if p]
+                    shares = [max(0.0, weight(a)) for a in parts] if weight else [1.0] * len(parts)
+                    if not sum(shares):
+                        shares = [1.0] * len(parts)
+                    t = enter + wait - origin
+                    span = exit_ - origin - t
+                    for n, (a, share) in enumerate(zip(parts, shares)):
+                        work = span * share / sum(shares)
+                        actions[a] = (r["rank"], t, t + work, wait if n == 0 else 0.0, work)
+                        t += work
                     continue
                 c = _COMM_LABEL.match(label)
                 if c:  # a transfer serves the forward (F) or the backward (I or B) of that stage and microbatch
