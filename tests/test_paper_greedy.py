@@ -46,3 +46,17 @@ def test_the_warm_start_is_never_behind_it():
 
 def test_one_stage_per_rank_only():
     assert paper_greedy.paper_greedy(Problem.build(8, 8, n_ranks=4, placement="v")) is None
+
+
+def test_uneven_stages_give_only_complete_members_and_the_compile_runs():
+    # a heavy LM-head stage at 1.5p once made a member that left a forward out, and the compile
+    # failed on it ("0I12 needs 0F12, which no rank runs"): members are complete or left out
+    from schedc.library import transformer_profile
+    from schedc.solver.compile import compile_problem
+
+    problem = Problem.build(8, 16, profile=transformer_profile(8), memory="1.5p")
+    for _, sched, _ in paper_greedy.rounds_family(problem):
+        validate(sched, n_stages=8, n_microbatches=16)
+    res = compile_problem(problem, time_limit=5)
+    assert res.sim.fits and res.value <= min(s.makespan for _, _, s in paper_greedy.rounds_family(problem)
+                                             if s.fits) + 1e-9

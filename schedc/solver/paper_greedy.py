@@ -50,6 +50,7 @@ import itertools
 import math
 from typing import Callable, Iterator, Optional
 
+from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver.greedy import Flags, to_schedule
@@ -237,7 +238,11 @@ def _family(problem: Problem, expired: Callable[[], bool]) -> Iterator[tuple[Fla
         for s, row in enumerate(per_stage):
             rows[problem.placement[s]] = row
         sched = to_schedule(problem, rows, flags, NAME)
-        yield flags, sched, simulate(sched, problem.profile, problem.memory)
+        try:
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:  # a construction that left an action out (seen on uneven stages at 1.5p)
+            continue
+        yield flags, sched, sim
 
 
 def paper_greedy(problem: Problem, objective: Optional[str] = None,
