@@ -501,7 +501,7 @@ def nemo_yaml(settings: dict) -> str:
 
 
 def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
-    """The compile report of the chosen partition plus the plan's own fields (DESIGN.md, "Plan report")."""
+    """The compile report of the chosen partition plus the plan's own fields (docs/design.md, "The plan")."""
     report = dict(result.compiled.report)
     best_row = min((c for c in result.comparisons if c.value is not None), key=lambda c: c.value, default=None)
     report["plan"] = {
