@@ -77,10 +77,9 @@ def run(args) -> int:
             f"{' with in-situ profiling' if args.in_situ else ''} (--timeout {args.timeout:g}s)")
     model_args = None
     if args.model:
-        from schedc.commands.profile import _model_args
         from schedc.runtime.user_model import load_function
 
-        model_args = {"dtype": args.dtype, **_model_args(args.model_arg)}
+        model_args = {"dtype": args.dtype, **common.model_args(args.model_arg)}
         load_function(args.model)  # a wrong name is one line before the progress line
         if args.sample:
             load_function(args.sample, "--sample")

@@ -214,3 +214,20 @@ def _same_costs(recorded, profile: Profile) -> bool:
         return True
     keys = {"stages", "comm"}
     return theirs.model_dump(include=keys) == profile.model_dump(include=keys)
+
+
+def model_args(pairs: list[str]) -> dict:
+    """``--model-arg KEY=VALUE`` pairs (profile, calibrate) as keyword arguments; a VALUE that is a
+    Python literal becomes that value, anything else stays a string."""
+    import ast
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise SchedcError(f"--model-arg {pair!r}: expected KEY=VALUE, e.g. layers=8")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out

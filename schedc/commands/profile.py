@@ -79,21 +79,6 @@ def register(sub) -> None:
                         "model.norm, lm_head)")
 
 
-def _model_args(pairs: list[str]) -> dict:
-    import ast
-
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise SchedcError(f"--model-arg {pair!r}: expected KEY=VALUE, e.g. layers=8")
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
-    return out
-
-
 def _given(args, names) -> list[str]:
     """The flags among `names` (dest names) that the user typed."""
     return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
@@ -172,7 +157,7 @@ def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> P
         raise SchedcError("--concurrent measures the built-in GPT only; drop it with --model")
     explicit = {MODEL_PARAMS[k]: f"--{k.replace('_', '-')} {getattr(args, k)}" for k in MODEL_PARAMS
                 if getattr(args, k) is not None}
-    extra = _model_args(args.model_arg)
+    extra = common.model_args(args.model_arg)
     explicit.update({k: f"--model-arg {k}={v!r}" for k, v in extra.items()})
     explicit.update({p: f"--{f} {getattr(args, a)}" for a, f, p in
                      (("stages", "stages", "n_stages"), ("mbs", "mbs", "microbatch_size"), ("dtype", "dtype", "dtype"))
