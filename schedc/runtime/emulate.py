@@ -327,9 +327,10 @@ def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: l
 
     by_rank = sorted(results, key=lambda r: r["rank"])
     # an overlap cell's parts share its interval as their sleeps do (the overhead run: equally)
-    slept_for = lambda a: profile.executed().duration(a.stage, a.kind)  # noqa: E731
+    as_run = profile.executed()  # converted once, not per overlapped part
     zero = _parse_steps([{"rank": r["rank"], "steps": r["zero"]} for r in by_rank], schedule)
-    slept = _parse_steps([{"rank": r["rank"], "steps": r["sleep"]} for r in by_rank], schedule, slept_for)
+    slept = _parse_steps([{"rank": r["rank"], "steps": r["sleep"]} for r in by_rank], schedule,
+                         lambda a: as_run.duration(a.stage, a.kind))
     base = profile.model_copy(update={"comm": 0.0})
     overhead = refine_profile(base, schedule, zero)  # each stage's F/I/W: median overhead-run work
     scaled_comm = [scale * (profile.comm_after(b) if comm is None else _comm_at(comm, b))
