@@ -11,7 +11,6 @@ from schedc.commands import common
 from schedc.costs import format_duration, format_memory
 from schedc.errors import SchedcError
 from schedc.fileio import write_all
-from schedc.solver.deadline import check_size
 
 
 def register(sub) -> None:
@@ -59,9 +58,7 @@ def _compile(args):
     from schedc import csvio
     from schedc.solver.compile import compile_schedule
 
-    report = _check_request(args)
-    if args.stages > 0 and args.mb > 0:
-        check_size(args.stages, args.mb)  # one line, before a profile of that many stages is built
+    report = _check_request(args)  # sizes too (schedc.limits), before a profile of that many stages is built
     profile = common.profile_from_args(args, args.stages) if args.stages and args.stages > 0 else None
     memory = common.memory_from_args(args)
 
