@@ -348,6 +348,130 @@ def partition_bound(profile: Profile, n_ranks: int, n_microbatches: int, cap: fl
     return PartitionBound(placement, max(value, chain) if math.isfinite(value) else INF, value, chain, counts)
 
 
+def partitions_below(profile: Profile, n_ranks: int, n_microbatches: int, cap: float, placement: str,
+                     objective: str, theta: float, limit: int) -> tuple[float, list[tuple[float, tuple[int, ...]]]]:
+    """(threshold, partitions): every partition whose relaxed per-rank terms (``step_bound_terms``)
+    all stay below the threshold, as (relaxed value, units per stage) sorted by value. The
+    threshold is `theta`, or lower (bisected towards the dynamic program's bound) where more than
+    `limit` partitions are below `theta`.
+
+    Any partition left out has a relaxed value, hence a bound, of at least the threshold: so the
+    minimum over the returned partitions of any valid per-partition bound, capped at the
+    threshold, is a bound over every partition. Method: the dynamic program's transitions (one
+    stage, or one rank's two stages in a V) whose term stays below `theta`, kept once; for a
+    threshold, the number of partitions below it by counting paths over them (so the bisection
+    needs no new terms), then a depth-first walk over the states that have a completion. Cost: the
+    dynamic program's O(S U^2) / O(R U^4), O(transitions) per count, O(limit x S) for the walk."""
+    u = Units.of(profile)
+    loop_term, v_term = step_bound_terms(u, placement, n_ranks, n_microbatches, cap, objective)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        steps = (_loop_transitions(u, n_ranks, loop_term, theta) if placement == "loop"
+                 else _v_transitions(u, n_ranks, v_term, theta))
+    chain = chain_bound(u, placement, n_ranks) if objective == "makespan" else 0.0
+    values = [v for level in steps for tr in level.values() for v in tr[3]]
+    # a threshold above every term (theta = inf) lists every partition; bisect from there
+    low, high = -INF, theta if math.isfinite(theta) or not values else np.nextafter(max(values), INF)
+    if _count_paths(steps, u.n, high) > limit:
+        low = partition_bound(profile, n_ranks, n_microbatches, cap, placement, objective).per_rank
+        for _ in range(40):  # bisect for the largest threshold with at most `limit` partitions below
+            mid = (low + high) / 2
+            if _count_paths(steps, u.n, mid) > limit:
+                high = mid
+            else:
+                low = mid
+        high = low
+    found = _walk(steps, u.n, high)
+    return max(high, chain), sorted((max(value, chain), counts) for value, counts in found)
+
+
+# Transitions: steps[level][i] = (a, b, j, value): from state (i, j) a level places units [i, a)
+# (and, in a V, [b, j)) on its stage(s) with that term, leaving state (a, b). A loop's state is
+# (i, U) throughout, its b = j = U.
+
+
+def _loop_transitions(u: Units, S: int, term, theta: float):
+    U = u.n
+    idx = np.arange(U + 1)
+    i, j = idx[:, None], idx[None, :]
+    steps = []
+    for k in range(S):
+        t = np.asarray(term(k, i, j), dtype=float) * np.ones((U + 1, U + 1))
+        valid = (j > i) & (i >= k) & (j <= U - (S - 1 - k)) & (t < theta)
+        level = {}
+        for start in range(U + 1):
+            ends = np.nonzero(valid[start])[0]
+            if len(ends):
+                level[start] = (ends, np.full(len(ends), U), np.full(len(ends), U), t[start, ends])
+        steps.append(level)
+    return steps
+
+
+def _v_transitions(u: Units, R: int, term, theta: float):
+    U = u.n
+    idx = np.arange(U + 1)
+    steps = [dict() for _ in range(R)]
+    live = idx[:, None] == idx[None, :]  # states the inner ranks can finish from (with terms < theta)
+    for r in range(R - 1, -1, -1):
+        now = np.zeros((U + 1, U + 1), dtype=bool)
+        for i in range(r, U):
+            rest = idx[i + 1:]
+            a, b, j = rest[:, None, None], rest[None, :, None], rest[None, None, :]
+            valid = (b >= a) & (j > b) & (j <= U - r)
+            if r == R - 1:
+                valid = valid & (a == b)
+            t = np.where(valid, np.asarray(term(r, i, a, b, j), dtype=float), INF)
+            keep = (t < theta) & live[i + 1:, i + 1:, None]
+            ia, ib, ij = np.nonzero(keep)
+            if len(ia):
+                steps[r][i] = (ia + i + 1, ib + i + 1, ij + i + 1, t[ia, ib, ij])
+                now[i, np.unique(ij + i + 1)] = True
+        live = now
+    return steps
+
+
+def _count_paths(steps, U: int, theta: float) -> float:
+    """Partitions whose every transition value is below theta (float: counts can be huge)."""
+    count = np.eye(U + 1)  # every unit placed: state (x, x)
+    for level in reversed(steps):
+        now = np.zeros((U + 1, U + 1))
+        for i, (a, b, j, value) in level.items():
+            w = np.where(value < theta, count[a, b], 0.0)
+            now[i] += np.bincount(j, weights=w, minlength=U + 1)
+        count = now
+    return float(count[0, U])
+
+
+def _walk(steps, U: int, theta: float) -> list[tuple[float, tuple[int, ...]]]:
+    out = []
+    live = []  # live[level][(i, j)]: some completion stays below theta
+    ok = {(x, x) for x in range(U + 1)}  # every unit placed
+    for level in reversed(steps):
+        now = set()
+        for i, (a, b, j, value) in level.items():
+            for a0, b0, j0, v in zip(a, b, j, value):
+                if v < theta and (int(a0), int(b0)) in ok:
+                    now.add((i, int(j0)))
+        live.append(ok)
+        ok = now
+    live.reverse()  # live[k]: states reachable into a completion after level k
+
+    def walk(k: int, i: int, j: int, front: list[int], back: list[int], worst: float) -> None:
+        if k == len(steps):
+            out.append((worst, tuple(front + back[::-1])))
+            return
+        if i not in steps[k]:
+            return
+        a, b, jj, value = steps[k][i]
+        for a0, b0, v in zip(a[jj == j], b[jj == j], value[jj == j]):
+            a0, b0 = int(a0), int(b0)
+            if v < theta and (a0, b0) in live[k]:
+                walk(k + 1, a0, b0, front + [a0 - i], back + [j - b0] if b0 < j else back, max(worst, float(v)))
+
+    if (0, U) in ok:
+        walk(0, 0, U, [], [], -INF)
+    return out
+
+
 # ---------------------------------------------------------------- splits to compare with
 
 def torchtitan_default_counts(n_units: int, n_stages: int) -> list[int]:

@@ -20,6 +20,7 @@ from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the or
 from schedc.solver import model
 from schedc.solver.heuristic import feasible_baselines, heuristic_schedule, matching_baselines
 from schedc.solver.problem import Problem
+from schedc.solver.rank_relaxation import rank_relaxation_bound
 
 EPS = 1e-9
 
@@ -50,6 +51,8 @@ def test_bound_never_above_exact_optimum(n_stages, n_mb, placement, n_ranks, mem
         assert sim.fits and abs(sim.objective(objective) - opt) < 1e-6
         details = lower_bound_details(p)
         assert details["lower_bound"] <= opt + EPS, (details, opt)
+        relaxed = rank_relaxation_bound(p)
+        assert relaxed is None if objective == "span" else relaxed <= opt + EPS, (relaxed, opt)
         # every rank's own span bound holds for the optimal schedule too
         for r, b in enumerate(rank_span_bounds(p)):
             assert b <= sim.span_per_rank[r] + EPS
@@ -271,3 +274,24 @@ def test_property_late_start_model_never_above_exhaustive_span_optimum(p):
     val = simulate(model.schedule_from_orders(inst, inc), p.profile).span
     out = model.solve_model(inst, inc, max(val, opt), "span", 10.0, late_start=True, lower_bound=lower_bound(p))
     assert out.dual_bound is not None and out.dual_bound <= opt + 1e-6
+
+
+@pytest.mark.parametrize("placement,n_ranks,costs", [("v", 2, (1.0, 2.0, 0.5, 0.3)), ((0, 1, 0), None, (2.0, 1.0, 0.0, 0.5))])
+def test_one_rank_relaxation_proves_optima_the_closed_form_terms_miss(placement, n_ranks, costs):
+    # a rank whose stages wait on very different chains (V, or a rank holding stages 0 and 2):
+    # the closed-form terms stay below the optimum, the one-rank relaxation reaches it
+    n_stages = 4 if placement == "v" else 3
+    p = Problem.build(n_stages, 2, n_ranks=n_ranks, placement=placement,
+                      profile=Profile.uniform(n_stages, *costs[:3], comm=costs[3]), memory="1p")
+    opt, _ = exact_optimum(p, use_bounds=False)
+    assert lower_bound_details(p)["lower_bound"] < opt - 0.5
+    assert rank_relaxation_bound(p) == pytest.approx(opt)
+
+
+def test_one_rank_relaxation_counts_the_waits_a_tight_cap_forces():
+    # 3 identical stages, 3 microbatches, half of 1F1B's memory: microbatches wait on each other's
+    # backward; the relaxation sees those orders, the closed-form terms do not
+    p = Problem.build(3, 3, profile=Profile.uniform(3, 1.0, 1.0, 1.0), memory="0.5p")
+    opt, _ = exact_optimum(p, use_bounds=False)
+    assert lower_bound_details(p)["lower_bound"] < opt - 1
+    assert rank_relaxation_bound(p) == pytest.approx(opt)

@@ -13,8 +13,8 @@ import pytest
 from schedc import csvio
 from schedc.costs import Profile, StageCost
 from schedc.errors import SchedcError
-from schedc.partition import partition_bound, stage_modules, torchtitan_default_counts
-from schedc.plan import _problem, parse_cap, plan
+from schedc.partition import Units, partition_bound, partitions_below, stage_modules, torchtitan_default_counts
+from schedc.plan import _fits, _problem, parse_cap, plan
 from schedc.simulate import simulate
 from schedc.solver.bounds import lower_bound
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
@@ -61,6 +61,45 @@ def test_bound_over_partitions_never_exceeds_the_best_partitions_optimum(placeme
     assert best < float("inf")
     assert bound.value <= best * (1 + 1e-9), (bound, best)
     assert bound.value > 0.5 * best  # and it is not vacuous
+    # plan's bound, where the partitions that could beat its answer are bounded one by one
+    res = plan(profile=units, ranks=ranks, microbatches=mb, memory=memory, placement=placement,
+               objective=objective, time_limit=3)
+    assert bound.value * (1 - 1e-9) <= res.bound <= best * (1 + 1e-9), (bound.value, res.bound, best)
+
+
+@pytest.mark.parametrize("placement,mb,memory", [("loop", 3, "8GiB"), ("v", 2, "none")])
+def test_partitions_that_could_beat_the_answer_are_bounded_one_by_one(placement, mb, memory):
+    # the dynamic program's relaxation stays well below the best plan; bounding each partition
+    # whose relaxation is below the answer (one-rank relaxation included) proves the answer optimal
+    units = tiny_units(n_layers=3, seed=1)
+    limit = parse_cap(memory)
+    relaxed = partition_bound(units, 2, mb, float("inf") if limit.kind == "none" else limit.value, placement)
+    res = plan(profile=units, ranks=2, microbatches=mb, memory=memory, placement=placement, time_limit=5)
+    assert relaxed.value < res.value - 1
+    assert res.bound == pytest.approx(res.value) and res.gap < 1e-9
+    assert res.report["plan"]["partitions_bounded_one_by_one"][placement] >= 1
+
+
+@pytest.mark.parametrize("placement,ranks", [("loop", 3), ("v", 2)])
+@pytest.mark.parametrize("memory", ["none", "9GiB"])
+def test_partitions_below_a_threshold_are_listed_exactly(placement, ranks, memory):
+    units = tiny_units(n_layers=5, head=2.5)
+    limit = parse_cap(memory)
+    cap = float("inf") if limit.kind == "none" else limit.value
+    theta, listed = partitions_below(units, ranks, 4, cap, placement, "makespan", float("inf"), 10**6)
+    fitting = [tuple(c) for c in compositions(units.n_stages, ranks * (2 if placement == "v" else 1))
+               if _fits(Units.of(units), c, placement, ranks, cap)]
+    assert sorted(c for _, c in listed) == sorted(fitting)  # every partition that holds a microbatch
+    values = dict((c, v) for v, c in listed)
+    for counts, value in values.items():  # each value is a relaxation of the partition's own bound
+        assert value <= lower_bound(_problem(units, counts, placement, ranks, 4, limit, "makespan")) * (1 + 1e-9)
+    mid = sorted(values.values())[len(values) // 2]
+    theta, below = partitions_below(units, ranks, 4, cap, placement, "makespan", mid, 10**6)
+    assert theta == mid and sorted(c for _, c in below) == sorted(c for c, v in values.items() if v < mid)
+    # too many below the threshold: a lower one, and everything left out is at or above it
+    theta, few = partitions_below(units, ranks, 4, cap, placement, "makespan", float("inf"), 3)
+    assert len(few) <= 3
+    assert all(v >= theta for c, v in values.items() if c not in {c for _, c in few})
 
 
 def test_relaxed_terms_stay_below_each_partitions_own_bound():

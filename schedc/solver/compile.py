@@ -85,6 +85,7 @@ CPSAT_WORKERS = 2  # CP-SAT's parallel search is its strength; one worker finds 
 GRAPH_PASSES = 4  # the action graph and the incumbent's re-simulation
 CPSAT_PASSES = 25  # building the whole CP-SAT model
 WINDOW_PASSES = 4  # one window: CP-SAT's model keeps every action, most of them as constants
+RELAXATION_PASSES = 3  # heads, tails and the one-rank preemptive schedules (schedc.solver.rank_relaxation)
 # an integer-program window computes the transitive closure of the whole graph (bitsets,
 # quadratic memory: 30k actions ~ 110 MB); above this, --solver highs/cbc keep the warm start
 MIP_WINDOW_MAX_ACTIONS = 30_000
@@ -249,6 +250,11 @@ class _Compilation:
             return cls(problem, None, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched,
                        warm_sim, None, warm_sched, None, lb, lb_details, lb)
         inst = model.build_instance(problem)
+        if Deadline(deadline).allows(n, RELAXATION_PASSES):
+            lb, lb_details = _with_rank_relaxation(problem, inst, lb, lb_details)
+            if _close(warm_sim.objective(obj), lb):
+                return cls(problem, None, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched,
+                           warm_sim, None, warm_sched, None, lb, lb_details, lb)
         inc_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm_sched))
         inc_sched, inc_sim = _materialize(inst, inc_orders, problem)
         if inc_sim is None or not inc_sim.fits:
@@ -414,6 +420,19 @@ def _lower_bound(problem: Problem) -> tuple[float, dict]:
 
     details = dict(bounds.lower_bound_details(problem))
     return float(details["lower_bound"]), details
+
+
+def _with_rank_relaxation(problem: Problem, inst, lb: float, details: dict) -> tuple[float, dict]:
+    """The bound raised by the one-rank relaxation (schedc.solver.rank_relaxation), which needs
+    the action graph; its value is kept in the details as ``one_rank_relaxation``."""
+    from schedc.solver.rank_relaxation import rank_relaxation_bound
+
+    value = rank_relaxation_bound(problem, inst)
+    if value is None:
+        return lb, details
+    details = dict(details, one_rank_relaxation=value)
+    details["lower_bound"] = max(lb, value)
+    return max(lb, value), details
 
 
 def _materialize(inst, orders, problem: Problem):
