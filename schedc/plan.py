@@ -18,14 +18,14 @@ Method (``plan``):
    limits (``schedc.solver.compile.compile_problem``, 30% of the time in all): the
    compute-balanced split, then alternately the best by bound and the best by hand-made step; a
    partition whose bound is not below the best step found so far cannot win and is skipped.
-4. The certificate (15% of the time): every partition whose relaxed terms stay below the best step
+4. The best partition gets the time left but a quarter, warm-started from its short compile.
+5. The certificate (the last quarter): every partition whose relaxed terms stay below the best step
    found (``schedc.partition.partitions_below``; no other partition can beat it) gets its own
    bound, the closed-form terms and the one-rank relaxation (``schedc.solver.rank_relaxation``),
    in the order of their relaxed values; the bound over partitions is the least of those and the
    relaxed value of the first partition not reached. The dynamic program's relaxation alone left
    gaps of 4-30% where memory is tight or stages sit in a V; its per-partition bounds are within
    2% of the steps found on most of those partitions.
-5. The best partition gets the remaining time, warm-started from its short compile.
 Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
 compute-balanced split by 7-16% in V rows, where per-partition bounds are loose; the screening and
 the forced balanced candidate fixed those rows.
@@ -59,7 +59,7 @@ SEARCH_EVALUATIONS = 400  # partitions scored by their lower bound, at most, per
 SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
 CANDIDATES = 3  # partitions per placement compiled with a short time limit
 SHORT_SHARE = 0.3  # of the time limit, for all the short compiles together
-CERTIFY_SHARE = 0.15  # of the time limit, for bounding the partitions that could beat the answer one by one
+CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
 CERTIFY_LIMIT = 5000  # partitions listed at most per placement (else the threshold is lowered)
 # torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
 FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
@@ -100,6 +100,7 @@ class PlanResult:
     notes: list[str]
     solve_time: float
     report: dict = field(default_factory=dict)
+    interrupted: bool = False  # Ctrl-C or SIGTERM (schedc.solver.interrupt) ended the search early
 
     @property
     def value(self) -> float:
@@ -121,6 +122,14 @@ class PlanResult:
     @property
     def gap(self) -> float:
         return max(0.0, (self.value - self.bound) / self.value) if self.value > 0 else 0.0
+
+
+def stop_requested() -> bool:
+    """Ctrl-C or SIGTERM inside ``schedc.solver.interrupt.stop_on_sigint`` (imported here, not at
+    the top: ``import schedc`` must not load the solver)."""
+    from schedc.solver.interrupt import requested
+
+    return requested()
 
 
 def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
@@ -197,15 +206,15 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
     best, candidates = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit,
                                        seed, say, t0)
-    theta = best[0] if best[1] is not None else math.inf
-    bounds, certified = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta,
-                                          time.monotonic() + CERTIFY_SHARE * time_limit, say, t0)
-    res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
+    res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective,
+                                     (1 - CERTIFY_SHARE) * time_limit, seed, say, t0)
+    bounds, certified = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, res.value,
+                                          t0 + time_limit - 0.02 * time_limit, say, t0)
     comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
     bound = min(bounds.values())
     out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
                      bounds=bounds, certified=certified, comparisons=comparisons, candidates=candidates, notes=notes,
-                     solve_time=time.monotonic() - t0)
+                     solve_time=time.monotonic() - t0, interrupted=stop_requested())
     return replace(out, report=build_plan_report(out))
 
 
@@ -293,7 +302,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         tried.add((pl, counts))
         if best is not None and lb >= best[0] * (1 - REL):
             continue
-        if time.monotonic() + short > t0 + 0.8 * time_limit:
+        if time.monotonic() + short > t0 + 0.8 * time_limit or stop_requested():
             break
         per_placement[pl] += 1
         res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
@@ -311,7 +320,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
 
 
 def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, deadline, say, t0):
-    """Step 4, per placement: the bound over partitions tightened by each partition's own bound.
+    """Step 5, per placement: the bound over partitions tightened by each partition's own bound.
 
     ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
     `theta` (the best step found: no other partition can beat it); each gets its own bound, the
@@ -323,16 +332,18 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     from schedc.solver.rank_relaxation import rank_relaxation_bound
 
     bounds, certified = {}, {}
-    for pl, pb in searches:
+    for k, (pl, pb) in enumerate(searches):
+        ends = time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k)  # a share per placement
         threshold, found = partitions_below(profile, ranks, microbatches, cap, pl, objective, theta, CERTIFY_LIMIT)
         bound, done = threshold, 0
         for relaxed, counts in found:
-            if relaxed >= bound or time.monotonic() > deadline:
+            if relaxed >= bound or time.monotonic() > ends or stop_requested():
                 bound = min(bound, relaxed)
                 break
             problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
-            own = max(lower_bound(problem), rank_relaxation_bound(problem) or 0.0)
-            bound = min(bound, own)
+            own = rank_relaxation_bound(problem) or 0.0
+            if own < bound:  # else the closed-form terms cannot lower the minimum either
+                bound = min(bound, max(own, lower_bound(problem)))
             done += 1
         bounds[pl], certified[pl] = max(pb.value, bound), done
         say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
@@ -341,13 +352,13 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
 
 
 def _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
-    """Step 5: the best partition gets the rest of the time, warm-started from its short compile.
+    """Step 4: the best partition gets the rest of `time_limit`, warm-started from its short compile.
     Returns (compile result, placement, counts)."""
     from schedc.solver.compile import compile_problem
 
     value, res, pl, counts = best
     left = t0 + time_limit - time.monotonic()
-    if res is None or (res.status != "optimal" and left > 1.0):
+    if res is None or (res.status != "optimal" and left > 1.0 and not stop_requested()):
         problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
         warm = None if res is None else (res.schedule, res.sim, "plan: short compile")
         final = compile_problem(problem, time_limit=max(0.5, left), seed=seed, warm=warm)
@@ -426,7 +437,8 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
     expanded = set()
     # at least every neighbour of the best few, however busy the machine
     least = min(SEARCH_EVALUATIONS, 6 * len(starts[0]) if starts else 0)
-    while heap and len(scores) < SEARCH_EVALUATIONS and (time.monotonic() < deadline or len(scores) < least):
+    while heap and len(scores) < SEARCH_EVALUATIONS and (time.monotonic() < deadline or len(scores) < least) \
+            and not stop_requested():
         _, counts = heapq.heappop(heap)
         if counts in expanded:
             continue

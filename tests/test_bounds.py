@@ -295,3 +295,42 @@ def test_one_rank_relaxation_counts_the_waits_a_tight_cap_forces():
     opt, _ = exact_optimum(p, use_bounds=False)
     assert lower_bound_details(p)["lower_bound"] < opt - 1
     assert rank_relaxation_bound(p) == pytest.approx(opt)
+
+
+def _graph_heads_and_tails(problem: Problem):
+    """Longest paths over the action graph itself: the reference the array recurrences must equal."""
+    inst = model.build_instance(problem)
+    head, tail = [0.0] * inst.n, [0.0] * inst.n
+    succs = [[] for _ in range(inst.n)]
+    for b in inst.topo:
+        for a, lag in inst.preds[b]:
+            head[b] = max(head[b], head[a] + inst.dur[a] + lag)
+            succs[a].append((b, lag))
+    for a in reversed(inst.topo):
+        for b, lag in succs[a]:
+            tail[a] = max(tail[a], lag + inst.dur[b] + tail[b])
+    return inst, head, tail
+
+
+@pytest.mark.parametrize("placement,n_stages,n_ranks", [("loop", 4, 4), ("v", 6, 3), ((0, 1, 0, 1), 4, 2)])
+@pytest.mark.parametrize("memory", ["0.5p", "0.75p", "1p", "none"])
+def test_one_rank_relaxation_heads_and_tails_are_the_graphs_longest_paths(placement, n_stages, n_ranks, memory):
+    from schedc.solver.rank_relaxation import heads_and_tails
+
+    # uneven stages, a stage without weights (a B action), slow links: every rule of the graph
+    stages = [StageCost(forward=1.0 + 0.3 * s, backward_input=1.2 + 0.1 * s, backward_weight=0.0 if s == 1 else 0.7,
+                        activation_bytes=2.0 + s, weight_grad_bytes=0.0 if s == 1 else 1.0 + 0.5 * s)
+              for s in range(n_stages)]
+    p = Problem.build(n_stages, 7, n_ranks=n_ranks, placement=placement,
+                      profile=Profile(stages=stages, comm=0.3), memory=memory)
+    ht = heads_and_tails(p)
+    if ht is None:  # a stage cannot hold one microbatch: the graph's memory orders form a cycle
+        with pytest.raises(ValueError, match="cycle"):
+            model.build_instance(p)
+        return
+    inst, head, tail = _graph_heads_and_tails(p)
+    arrays = {"F": (ht.head_f, ht.tail_f), "I": (ht.head_b, ht.tail_b), "B": (ht.head_b, ht.tail_b),
+              "W": (ht.head_w, ht.tail_w)}
+    for i, a in enumerate(inst.actions):
+        h, t = arrays[a.kind]
+        assert h[a.stage, a.microbatch] == pytest.approx(head[i]) and t[a.stage, a.microbatch] == pytest.approx(tail[i]), a

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -186,6 +188,32 @@ def test_cli_writes_the_plan_its_report_and_a_profile_the_other_commands_take(tm
     assert f"makespan {report['predicted']['makespan']:.4g}" in sim.stdout
     fit = _schedc("validate", "plan.csv", "--for", "torchtitan:1F1B", "--partition", "plan.json", cwd=tmp_path)
     assert fit.returncode == 0 and "fits torchtitan:1F1B" in fit.stdout, fit.stderr
+
+
+@pytest.mark.parametrize("delay", [0.3, 6.0])
+def test_ctrl_c_during_a_plan_writes_the_best_plan_so_far(tmp_path, delay):
+    # a plan that would search for 120 s (a tight cap in a V: no proof comes early); SIGINT while
+    # Python loads (nothing to write yet) or during the search (the best plan so far is written)
+    from schedc.model_costs import unit_profile
+
+    unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32,
+                 kv_heads=8).save(tmp_path / "units.json")
+    proc = subprocess.Popen([sys.executable, "-m", "schedc.cli", "plan", "--profile", "units.json", "--ranks", "8",
+                             "--mb", "16", "--memory", "40GiB", "--placement", "v", "--time-limit", "120", "--quiet",
+                             "-o", "plan.csv"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert time.monotonic() - sent < 45, f"took {time.monotonic() - sent:.1f}s to stop after Ctrl-C"
+    assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
+    if "wrote the best plan found so far to plan.csv" in err:
+        report = json.loads((tmp_path / "plan.json").read_text())
+        assert len(report["partition"]) == csvio.read_csv(tmp_path / "plan.csv").n_stages
+        assert (tmp_path / "plan.profile.json").exists()
+    else:  # before the plan started: nothing written
+        assert err.endswith("interrupted\n") and sorted(f.name for f in tmp_path.iterdir()) == ["units.json"]
 
 
 def _bad(tmp_path, units: Profile | dict, *args, memory="20GiB", ranks="2"):

@@ -42,6 +42,24 @@ def output_paths(csv: str) -> tuple[Path, Path, Path]:
 
 
 def run(args) -> int:
+    import signal
+
+    from schedc.solver.interrupt import received, stop_on_sigint
+
+    # as in `schedc compile`: the first Ctrl-C (or SIGTERM) ends the search and the best plan so
+    # far is written
+    with stop_on_sigint():
+        res, csv = _plan(args)
+        signum = received()
+    if res.interrupted:
+        word, code = ("terminated", 143) if signum == signal.SIGTERM else ("interrupted", 130)
+        print(f"schedc plan: {word}: wrote the best plan found so far to {csv} (gap {100 * res.gap:.2f}%)",
+              file=sys.stderr)
+        return code
+    return 0
+
+
+def _plan(args):
     from schedc import csvio
     from schedc.plan import nemo_yaml, plan
 
@@ -69,7 +87,7 @@ def run(args) -> int:
     print(format_plan_summary(res, csv, report_file, profile_file))
     print()
     print(format_handoff(res, nemo_yaml))
-    return 0
+    return res, csv
 
 
 def format_plan_summary(res, csv, report_file, profile_file) -> str:

@@ -251,7 +251,7 @@ class _Compilation:
                        warm_sim, None, warm_sched, None, lb, lb_details, lb)
         inst = model.build_instance(problem)
         if Deadline(deadline).allows(n, RELAXATION_PASSES):
-            lb, lb_details = _with_rank_relaxation(problem, inst, lb, lb_details)
+            lb, lb_details = _with_rank_relaxation(problem, lb, lb_details)
             if _close(warm_sim.objective(obj), lb):
                 return cls(problem, None, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched,
                            warm_sim, None, warm_sched, None, lb, lb_details, lb)
@@ -422,12 +422,12 @@ def _lower_bound(problem: Problem) -> tuple[float, dict]:
     return float(details["lower_bound"]), details
 
 
-def _with_rank_relaxation(problem: Problem, inst, lb: float, details: dict) -> tuple[float, dict]:
-    """The bound raised by the one-rank relaxation (schedc.solver.rank_relaxation), which needs
-    the action graph; its value is kept in the details as ``one_rank_relaxation``."""
+def _with_rank_relaxation(problem: Problem, lb: float, details: dict) -> tuple[float, dict]:
+    """The bound raised by the one-rank relaxation (schedc.solver.rank_relaxation); its value is
+    kept in the details as ``one_rank_relaxation``."""
     from schedc.solver.rank_relaxation import rank_relaxation_bound
 
-    value = rank_relaxation_bound(problem, inst)
+    value = rank_relaxation_bound(problem)
     if value is None:
         return lb, details
     details = dict(details, one_rank_relaxation=value)
