@@ -18,14 +18,15 @@ Method (``plan``):
    limits (``schedc.solver.compile.compile_problem``, 30% of the time in all): the
    compute-balanced split, then alternately the best by bound and the best by hand-made step; a
    partition whose bound is not below the best step found so far cannot win and is skipped.
-4. The best partition gets the time left but a quarter, warm-started from its short compile.
-5. The certificate (the last quarter): every partition whose relaxed terms stay below the best step
-   found (``schedc.partition.partitions_below``; no other partition can beat it) gets its own
-   bound, the closed-form terms and the one-rank relaxation (``schedc.solver.rank_relaxation``),
-   in the order of their relaxed values; the bound over partitions is the least of those and the
-   relaxed value of the first partition not reached. The dynamic program's relaxation alone left
-   gaps of 4-30% where memory is tight or stages sit in a V; its per-partition bounds are within
-   2% of the steps found on most of those partitions.
+4. The certificate (at most a quarter of the time; it usually ends early): every partition whose
+   relaxed terms stay below the best step found (``schedc.partition.partitions_below``: no other
+   partition can beat it) gets its own bound, the closed-form terms and the one-rank relaxation
+   (``schedc.solver.rank_relaxation``), in the order of their relaxed values; the bound over
+   partitions is the least of those and the relaxed value of the first partition not reached.
+   The dynamic program's relaxation alone left gaps of 4-30% where memory is tight or stages sit
+   in a V. The one-rank relaxation's bound is within 2% of the step found on most of those
+   partitions, not all: V partitions with few microbatches per stage stay 5-8% apart.
+5. The best partition gets the time left, warm-started from its short compile.
 Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
 compute-balanced split by 7-16% in V rows, where per-partition bounds are loose; the screening and
 the forced balanced candidate fixed those rows.
@@ -206,10 +207,10 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
     best, candidates = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit,
                                        seed, say, t0)
-    res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective,
-                                     (1 - CERTIFY_SHARE) * time_limit, seed, say, t0)
-    bounds, certified = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, res.value,
-                                          t0 + time_limit - 0.02 * time_limit, say, t0)
+    theta = best[0] if best[1] is not None else math.inf
+    bounds, certified = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta,
+                                          time.monotonic() + CERTIFY_SHARE * time_limit, say, t0)
+    res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
     comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
     bound = min(bounds.values())
     out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
@@ -320,7 +321,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
 
 
 def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, deadline, say, t0):
-    """Step 5, per placement: the bound over partitions tightened by each partition's own bound.
+    """Step 4, per placement: the bound over partitions tightened by each partition's own bound.
 
     ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
     `theta` (the best step found: no other partition can beat it); each gets its own bound, the
@@ -352,7 +353,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
 
 
 def _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
-    """Step 4: the best partition gets the rest of `time_limit`, warm-started from its short compile.
+    """Step 5: the best partition gets the rest of `time_limit`, warm-started from its short compile.
     Returns (compile result, placement, counts)."""
     from schedc.solver.compile import compile_problem
 
