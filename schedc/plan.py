@@ -12,12 +12,14 @@ Method (``plan``):
    relaxed per-rank terms reach it.
 2. Candidates: that partition, the compute-balanced split, torchtitan's default and the even split,
    then a best-first search over their neighbours (one stage boundary moved by one unit), each
-   scored by ``schedc.solver.bounds.lower_bound`` of its merged profile (milliseconds each).
+   scored by its own lower bound (``own_bound``: ``schedc.solver.bounds.lower_bound`` and the
+   one-rank relaxation of ``schedc.solver.rank_relaxation``, milliseconds each).
 3. The 12 best by bound and the comparison splits are screened by their best hand-made schedule
    that fits (simulated: milliseconds). Up to three per placement are compiled with short time
-   limits (``schedc.solver.compile.compile_problem``, 30% of the time in all): the
+   limits (``schedc.solver.compile.compile_problem``, 25% of the time in all): the
    compute-balanced split, then alternately the best by bound and the best by hand-made step; a
-   partition whose bound is not below the best step found so far cannot win and is skipped.
+   partition whose bound is not below the best step found so far cannot win and is skipped. The
+   two best go on from their answers for 10% of the time each (a second round).
 4. The certificate (at most a quarter of the time; it usually ends early): every partition whose
    relaxed terms stay below the best step found (``schedc.partition.partitions_below``: no other
    partition can beat it) gets its own bound, the closed-form terms and the one-rank relaxation
@@ -59,7 +61,9 @@ SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partit
 SEARCH_EVALUATIONS = 400  # partitions scored by their lower bound, at most, per placement
 SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
 CANDIDATES = 3  # partitions per placement compiled with a short time limit
-SHORT_SHARE = 0.3  # of the time limit, for all the short compiles together
+SHORT_SHARE = 0.25  # of the time limit, for all the short compiles together
+FINALISTS = 2  # partitions that go on to a second round of compiling
+SECOND_SHARE = 0.2  # of the time limit, for the second round
 CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
 CERTIFY_LIMIT = 5000  # partitions listed at most per placement (else the threshold is lowered)
 # torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
@@ -293,7 +297,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         [[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
          for pl, pool in pools.items()])
     best = None  # (value, compile result, placement, counts)
-    candidates = []
+    candidates, compiled = [], []
     per_placement = {pl: 0 for pl in pools}
     short = max(0.5, SHORT_SHARE * time_limit / (CANDIDATES * len(pools)))
     tried = set()
@@ -312,12 +316,35 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
                            "best_hand_made": None if math.isinf(ub) else ub, "step": res.value, "status": res.status})
         say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
             f"hand-made {ub:.6g}, {res.status})")
+        compiled.append((res.value, res, pl, counts))
         if best is None or res.value < best[0]:
-            best = (res.value, res, pl, counts)
+            best = compiled[-1]
     if best is None:  # no time for a short compile: the best-scored partition gets what is left
         pl, (lb, ub, counts) = order[0]
-        best = (math.inf, None, pl, counts)
-    return best, candidates
+        return (math.inf, None, pl, counts), candidates
+    return _second_round(compiled, best, time_limit, seed, say, t0), candidates
+
+
+def _second_round(compiled, best, time_limit, seed, say, t0):
+    """The two best after the short compiles go on from their answers (warm starts) for a while
+    more each before one is chosen: a few seconds rank V partitions poorly (a rival can lead after
+    two seconds and trail after ten). Returns the best (value, compile result, placement, counts)."""
+    from schedc.solver.compile import compile_problem
+
+    finalists = sorted(compiled, key=lambda c: c[0])[:FINALISTS]
+    more = SECOND_SHARE * time_limit / FINALISTS
+    if len(finalists) < 2 or time.monotonic() + len(finalists) * more > t0 + 0.8 * time_limit:
+        return best
+    results = []  # the best is among the finalists, so the best of these is at least as good
+    for value, res, pl, counts in finalists:
+        if res.status != "optimal" and not stop_requested():
+            again = compile_problem(res.problem, time_limit=more, seed=seed,
+                                    warm=(res.schedule, res.sim, "plan: short compile"))
+            res = again if again.value <= res.value else res
+            say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} after a second round "
+                f"({res.status})")
+        results.append((res.value, res, pl, counts))
+    return min(results, key=lambda c: c[0])
 
 
 def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, deadline, say, t0):
@@ -328,10 +355,8 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     closed-form terms (schedc.solver.bounds) and the one-rank relaxation
     (schedc.solver.rank_relaxation), in the order of their relaxed values until `deadline`. The
     bound is the least of those and the relaxed value of the first partition not reached (or
-    `theta`; with too many partitions below `theta`, a lower threshold). Returns ({placement: bound}, {placement: partitions bounded one by one})."""
-    from schedc.solver.bounds import lower_bound
-    from schedc.solver.rank_relaxation import rank_relaxation_bound
-
+    `theta`; with too many partitions below `theta`, a lower threshold). Returns ({placement:
+    bound}, {placement: partitions bounded one by one})."""
     bounds, certified = {}, {}
     for k, (pl, pb) in enumerate(searches):
         ends = time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k)  # a share per placement
@@ -341,10 +366,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
             if relaxed >= bound or time.monotonic() > ends or stop_requested():
                 bound = min(bound, relaxed)
                 break
-            problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
-            own = rank_relaxation_bound(problem) or 0.0
-            if own < bound:  # else the closed-form terms cannot lower the minimum either
-                bound = min(bound, max(own, lower_bound(problem)))
+            bound = min(bound, own_bound(_problem(profile, counts, pl, ranks, microbatches, limit, objective)))
             done += 1
         bounds[pl], certified[pl] = max(pb.value, bound), done
         say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
@@ -407,6 +429,15 @@ def _problem(profile: Profile, counts, placement: str, ranks: int, microbatches:
                          memory=limit, objective=objective)
 
 
+def own_bound(problem) -> float:
+    """A partition's own lower bound: the closed-form terms (schedc.solver.bounds) and the one-rank
+    relaxation (schedc.solver.rank_relaxation), about 2 ms for 16 stages x 16 microbatches."""
+    from schedc.solver.bounds import lower_bound
+    from schedc.solver.rank_relaxation import rank_relaxation_bound
+
+    return max(lower_bound(problem), rank_relaxation_bound(problem) or 0.0)
+
+
 def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: float) -> bool:
     """Every rank holds its static bytes and one microbatch of its stages under the cap."""
     need = [0.0] * ranks
@@ -422,15 +453,13 @@ def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: 
 def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline) -> dict:
     """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
     (one boundary moved by one unit) of the best-scored partition first."""
-    from schedc.solver.bounds import lower_bound
-
     scores: dict[tuple[int, ...], float] = {}
     heap: list[tuple[float, tuple[int, ...]]] = []
 
     def score(counts: tuple[int, ...]) -> None:
         if counts in scores or min(counts) < 1 or not _fits(units, counts, placement, ranks, cap):
             return
-        scores[counts] = lower_bound(_problem(profile, counts, placement, ranks, microbatches, limit, objective))
+        scores[counts] = own_bound(_problem(profile, counts, placement, ranks, microbatches, limit, objective))
         heapq.heappush(heap, (scores[counts], counts))
 
     for s in starts:
