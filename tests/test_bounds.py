@@ -18,7 +18,7 @@ from schedc.simulate import simulate
 from schedc.solver.bounds import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 from schedc.solver import model
-from schedc.solver.heuristic import feasible_baselines, heuristic_schedule, matching_baselines
+from schedc.solver.heuristic import check_memory_feasible, feasible_baselines, heuristic_schedule, matching_baselines
 from schedc.solver.problem import Problem
 from schedc.solver.rank_relaxation import rank_relaxation_bound
 
@@ -288,6 +288,24 @@ def test_one_rank_relaxation_proves_optima_the_closed_form_terms_miss(placement,
     assert rank_relaxation_bound(p) == pytest.approx(opt)
 
 
+@pytest.mark.parametrize("n_stages,n_mb,placement,n_ranks,costs", [
+    (4, 2, "v", 2, (1.0, 1.0, 1.0, 0.0)), (3, 3, (0, 1, 0), None, (1.0, 2.0, 0.5, 0.3))])
+def test_one_rank_relaxation_sees_the_room_a_ranks_stages_share(n_stages, n_mb, placement, n_ranks, costs,
+                                                                monkeypatch):
+    # half of 1F1B's memory with two stages on a rank: a microbatch on the later stage also holds
+    # the earlier stage's activation, so that rank's stages wait on each other's weight gradients
+    # (rank_relaxation.memory_arcs); with those orders the relaxation reaches the optimum
+    from schedc.solver import rank_relaxation
+
+    p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, memory="0.5p",
+                      profile=Profile.uniform(n_stages, *costs[:3], comm=costs[3]))
+    opt, _ = exact_optimum(p, use_bounds=False)
+    assert rank_relaxation_bound(p) == pytest.approx(opt)
+    arcs = rank_relaxation.memory_arcs
+    monkeypatch.setattr(rank_relaxation, "memory_arcs", lambda q: [a for a in arcs(q) if a[1] == a[2]])
+    assert rank_relaxation_bound(p) < opt - 1  # each stage's own memory orders alone fall short
+
+
 def test_one_rank_relaxation_counts_the_waits_a_tight_cap_forces():
     # 3 identical stages, 3 microbatches, half of 1F1B's memory: microbatches wait on each other's
     # backward; the relaxation sees those orders, the closed-form terms do not
@@ -298,15 +316,23 @@ def test_one_rank_relaxation_counts_the_waits_a_tight_cap_forces():
 
 
 def _graph_heads_and_tails(problem: Problem):
-    """Longest paths over the action graph itself: the reference the array recurrences must equal."""
+    """Longest paths over the action graph itself, with the relaxation's memory orders added: the
+    reference the array recurrences must equal."""
+    from schedc.solver.rank_relaxation import memory_arcs
+
     inst = model.build_instance(problem)
+    for kind, t, s, k in memory_arcs(problem):
+        kind = inst.backward[t] if kind == "B" else kind
+        for j in range(k, problem.n_microbatches):
+            inst.preds[inst.index[Action(s, "F", j)]].append((inst.index[Action(t, kind, j - k)], 0.0))
+    topo = model._topological(inst.n, inst.preds)
     head, tail = [0.0] * inst.n, [0.0] * inst.n
     succs = [[] for _ in range(inst.n)]
-    for b in inst.topo:
+    for b in topo:
         for a, lag in inst.preds[b]:
             head[b] = max(head[b], head[a] + inst.dur[a] + lag)
             succs[a].append((b, lag))
-    for a in reversed(inst.topo):
+    for a in reversed(topo):
         for b, lag in succs[a]:
             tail[a] = max(tail[a], lag + inst.dur[b] + tail[b])
     return inst, head, tail
@@ -324,9 +350,9 @@ def test_one_rank_relaxation_heads_and_tails_are_the_graphs_longest_paths(placem
     p = Problem.build(n_stages, 7, n_ranks=n_ranks, placement=placement,
                       profile=Profile(stages=stages, comm=0.3), memory=memory)
     ht = heads_and_tails(p)
-    if ht is None:  # a stage cannot hold one microbatch: the graph's memory orders form a cycle
-        with pytest.raises(ValueError, match="cycle"):
-            model.build_instance(p)
+    if ht is None:  # a rank cannot hold one microbatch of its stages: no schedule exists
+        with pytest.raises(SchedcError, match="to hold one microbatch"):
+            check_memory_feasible(p)
         return
     inst, head, tail = _graph_heads_and_tails(p)
     arrays = {"F": (ht.head_f, ht.tail_f), "I": (ht.head_b, ht.tail_b), "B": (ht.head_b, ht.tail_b),

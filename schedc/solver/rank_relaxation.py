@@ -13,9 +13,9 @@ sequencing problem", EJOR 11):
 1. head(a): the longest dependency path to the start of action a, every other rank's work
    treated as if it had its own machine (communication lags included); tail(a): the longest
    path from the end of a to the end of the step. The dependencies are those of the action
-   graph (``schedc.solver.model.build_instance``): producers, kinds in microbatch order on each
-   stage, and the orders the memory cap forces (the backward of (s, j-K) and W(s, j-L-1) before
-   F(s, j)). Kinds in order lose nothing for makespan (model.py's relabelling argument), so
+   graph: producers and kinds in microbatch order on each stage, and the orders the memory cap
+   forces (``memory_arcs``: the action graph's, plus those the room a rank's stages share
+   forces). Kinds in order lose nothing for makespan (model.py's relabelling argument), so
    neither do the orders derived under it.
 2. For each rank alone, with heads as release times and tails as delivery times, Jackson's
    preemptive schedule (at every moment run the released action with the longest tail) is optimal
@@ -28,8 +28,8 @@ sequencing problem", EJOR 11):
 Heads and tails come from recurrences over microbatches with numpy over stages instead of a walk
 over the action graph: along the stages each is a running maximum of (value - prefix sum of the
 chain's durations), so one microbatch costs a few vector operations. ``tests/test_bounds.py``
-checks them against longest paths over ``build_instance``'s graph, and the bound against
-exhaustive search on tiny instances.
+checks them against longest paths over the action graph with the same memory orders, and the
+bound against exhaustive search on tiny instances (V, two stages on a rank, caps down to 0.3p).
 
 Only for ``makespan``: with ``span`` ranks may start late, and heads measured from time 0 do not
 bound a rank's own span.
@@ -69,27 +69,58 @@ class HeadsTails:
     split: np.ndarray  # per stage: the backward is I then W (else one B)
 
 
-def _memory_lags(problem: Problem, split: np.ndarray) -> Optional[tuple[list, list]]:
-    """Per stage: K (the backward of (s, j-K) precedes F(s, j)) and L (W(s, j-L-1) precedes
-    F(s, j)), None when unbounded; None overall when a stage cannot hold one microbatch. The
-    same rule as schedc.solver.model._add_memory_precedences."""
+def memory_arcs(problem: Problem) -> Optional[list[tuple[str, int, int, int]]]:
+    """The orders the memory cap forces, as arcs (kind, t, s, k): the action of `kind` ("B": the
+    backward, I or B; "W"; "F") on stage t of microbatch j - k ends before F(s, j) starts. None
+    when some rank cannot hold one microbatch of its stages.
+
+    Kinds in microbatch order on every stage, and the nesting of a V: a microbatch open on a
+    rank's stage s (F started, backward not ended) is also open on the rank's stages t < s (it
+    passed them on the way in and returns to them on the way out). So when F(s, j) starts,
+    microbatch j holds A(s) = the activations of the rank's stages up to s, leaving
+    C = room - A(s) for every other microbatch; one that still owes stage t its backward holds
+    act(t), one that owes only W holds wg(t) (wg <= act), and those open on s hold A(s):
+
+    * the backward of (s, j - K) ends first, K = floor(room / A(s)) (open on s: j's own included);
+    * W(t, j - L - 1) ends first, L = floor(C / wg(t)), t <= s (each owes t bytes);
+    * the backward of (t, j - N - 1) ends first and F(t, j + N + 1) starts later, N = floor(C /
+      act(t)), t < s (microbatches after j that entered t are open there).
+
+    With one stage per rank these are schedc.solver.model's memory orders; on two stages of a
+    rank they add what the rank's shared room forces: Llama 4 ranks in a V at 40 GiB, stage 6
+    leaves room for one microbatch on stage 1 only, so W(1, j-1) precedes F(6, j).
+    """
     prof = problem.profile
-    ks, ls = [], []
-    for s in range(problem.n_stages):
-        r = problem.placement[s]
-        act, wg = prof.stages[s].activation_bytes, prof.stages[s].weight_grad_bytes
-        if math.isinf(problem.memory_caps[r]) or act <= 0:
-            ks.append(None)
-            ls.append(None)
+    arcs = []
+    for r in range(problem.n_ranks):
+        cap = problem.memory_caps[r]
+        if math.isinf(cap):
             continue
         room = problem.activation_room[r]
-        k = int(math.floor(room / act + REL))
-        lim = int(math.floor((room - act) / wg + REL)) if split[s] and wg > 0 else None
-        if k < 1 or (lim is not None and lim < 0):
-            return None
-        ks.append(k)
-        ls.append(lim)
-    return ks, ls
+        own = problem.stages_of(r)
+        held = 0.0  # A(s): activations of the rank's stages up to s
+        for s in own:
+            act = prof.stages[s].activation_bytes
+            held += act
+            if act <= 0:
+                continue
+            left = room - held
+            if left < -REL * held:
+                return None
+            arcs.append(("B", s, s, int(math.floor(room / held + REL))))
+            for t in own:
+                if t > s:
+                    break
+                act_t, wg_t = prof.stages[t].activation_bytes, prof.stages[t].weight_grad_bytes
+                if prof.duration(t, "W") > 0 and wg_t > 0:
+                    arcs.append(("W", t, s, int(math.floor(max(left, 0.0) / wg_t + REL)) + 1))
+                if t < s and act_t > 0:
+                    n = int(math.floor(max(left, 0.0) / act_t + REL)) + 1
+                    arcs.append(("B", t, s, n))
+                    arcs.append(("F", s, t, n))  # F(s, j) ends before F(t, j + n) starts
+    if any(k < 1 for kind, _, _, k in arcs if kind != "F"):
+        return None
+    return arcs
 
 
 def heads_and_tails(problem: Problem) -> Optional[HeadsTails]:
@@ -102,25 +133,24 @@ def heads_and_tails(problem: Problem) -> Optional[HeadsTails]:
     Bk = np.array([prof.duration(s, "I" if split[s] else "B") for s in range(S)], dtype=float)
     W = np.where(split, [prof.duration(s, "W") for s in range(S)], 0.0)
     c = np.array([problem.comm(b) for b in range(S - 1)], dtype=float)
-    lags = _memory_lags(problem, split)
-    if lags is None:
+    arcs = memory_arcs(problem)
+    if arcs is None:
         return None
-    ks, ls = lags
     # F(s) -> F(s+1): F + comm; backward(s+1) -> backward(s): backward + comm
     fwd = np.concatenate([[0.0], np.cumsum(F[:-1] + c)])  # fwd[s]: forward chain 0 -> s
-    bwd_up = np.concatenate([np.cumsum((Bk[1:] + c)[::-1])[::-1], [0.0]])  # bwd_up[s]: backward chain S-1 -> s
-    bwd = np.concatenate([[0.0], np.cumsum(c + Bk[:-1])])  # bwd[s]: from the end of s-side backward down
-    fwd_tail = np.concatenate([np.cumsum((c + F[1:])[::-1])[::-1], [0.0]])  # F chain s -> S-1 after F(s)
+    bwd_up = np.concatenate([np.cumsum((Bk[1:] + c)[::-1])[::-1], [0.0]])  # backward chain S-1 -> s
+    bwd = np.concatenate([[0.0], np.cumsum(c + Bk[:-1])])  # backward chain from s down to 0
+    fwd_tail = np.concatenate([np.cumsum((c + F[1:])[::-1])[::-1], [0.0]])  # forward chain s -> S-1
     hF, hB, hW = np.zeros((S, M)), np.zeros((S, M)), np.zeros((S, M))
+    head_of = {"F": hF, "B": hB, "W": hW}
+    dur_of = {"F": F, "B": Bk, "W": W}
     for m in range(M):
         x = np.zeros(S)
         if m > 0:
             x = np.maximum(x, hF[:, m - 1] + F)
-        for s in range(S):
-            if ks[s] is not None and m - ks[s] >= 0:
-                x[s] = max(x[s], hB[s, m - ks[s]] + Bk[s])
-            if ls[s] is not None and m - ls[s] - 1 >= 0:
-                x[s] = max(x[s], hW[s, m - ls[s] - 1] + W[s])
+        for kind, t, s, k in arcs:  # the memory orders into F(s, m)
+            if m - k >= 0:
+                x[s] = max(x[s], head_of[kind][t, m - k] + dur_of[kind][t])
         hF[:, m] = fwd + np.maximum.accumulate(x - fwd)
         y = hF[:, m] + F
         if m > 0:
@@ -131,21 +161,19 @@ def heads_and_tails(problem: Problem) -> Optional[HeadsTails]:
             hW[:, m] = np.maximum(hW[:, m], hW[:, m - 1] + W)
     tF, tB, tW = np.zeros((S, M)), np.zeros((S, M)), np.zeros((S, M))
     for m in range(M - 1, -1, -1):
-        w = np.zeros(S)
+        out = {"F": np.zeros(S), "B": np.zeros(S), "W": np.zeros(S)}  # via the memory orders out of (., m)
+        for kind, t, s, k in arcs:
+            if m + k < M:
+                out[kind][t] = max(out[kind][t], F[s] + tF[s, m + k])
+        w = out["W"]
         if m + 1 < M:
             w = np.maximum(w, W + tW[:, m + 1])
-        for s in range(S):
-            if ls[s] is not None and m + ls[s] + 1 < M:
-                w[s] = max(w[s], F[s] + tF[s, m + ls[s] + 1])
         tW[:, m] = np.where(split, w, 0.0)
-        v = np.where(split, W + tW[:, m], 0.0)
+        v = np.maximum(out["B"], np.where(split, W + tW[:, m], 0.0))
         if m + 1 < M:
             v = np.maximum(v, Bk + tB[:, m + 1])
-        for s in range(S):
-            if ks[s] is not None and m + ks[s] < M:
-                v[s] = max(v[s], F[s] + tF[s, m + ks[s]])
         tB[:, m] = bwd + np.maximum.accumulate(v - bwd)
-        z = Bk + tB[:, m]
+        z = np.maximum(out["F"], Bk + tB[:, m])
         if m + 1 < M:
             z = np.maximum(z, F + tF[:, m + 1])
         tF[:, m] = fwd_tail + np.maximum.accumulate((z - fwd_tail)[::-1])[::-1]
