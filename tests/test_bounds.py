@@ -17,7 +17,7 @@ from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
 from schedc.solver.bounds import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver import model
+from schedc.solver import graph, model
 from schedc.solver.heuristic import feasible_baselines, heuristic_schedule, matching_baselines
 from schedc.solver.problem import Problem
 
@@ -266,8 +266,8 @@ def test_property_late_start_model_never_above_exhaustive_span_optimum(p):
     p = Problem(given_profile=p.given_profile, placement=p.placement, n_microbatches=p.n_microbatches,
                 memory=p.memory, objective="span", runtime=p.runtime)
     opt, sched = exact_optimum(p, max_nodes=400_000, use_bounds=False)
-    inst = model.build_instance(p)
-    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
-    val = simulate(model.schedule_from_orders(inst, inc), p.profile).span
+    inst = graph.graph_of(p)
+    inc = graph.canonical_orders(inst, graph.orders_from_schedule(inst, sched))
+    val = simulate(graph.schedule_from_orders(inst, inc), p.profile).span
     out = model.solve_model(inst, inc, max(val, opt), "span", 10.0, late_start=True, lower_bound=lower_bound(p))
     assert out.dual_bound is not None and out.dual_bound <= opt + 1e-6

@@ -195,12 +195,12 @@ def _weak_start(problem):
     """1F1B's orders in the model's vocabulary, simulated: a start the windows can improve."""
     from schedc import baselines
     from schedc.simulate import simulate
-    from schedc.solver import model
+    from schedc.solver import graph, model
 
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     weak = baselines.make_baseline("1f1b", problem.n_stages, problem.n_microbatches)
-    orders = model.canonical_orders(inst, model.orders_from_schedule(inst, weak))
-    sched = model.schedule_from_orders(inst, orders)
+    orders = graph.canonical_orders(inst, graph.orders_from_schedule(inst, weak))
+    sched = graph.schedule_from_orders(inst, orders)
     return inst, orders, sched, simulate(sched, problem.profile, problem.memory)
 
 
@@ -208,10 +208,10 @@ def _check_window_answer(problem, inst, orders, sim, free, out):
     """A window's answer is valid, fits, is no slower, and every action before its rank's window
     kept its start (whatever it waits for finished in time)."""
     from schedc.simulate import simulate
-    from schedc.solver import model
+    from schedc.solver import graph, model
 
     assert out is not None
-    new_sched = model.schedule_from_orders(inst, out)
+    new_sched = graph.schedule_from_orders(inst, out)
     new_sim = simulate(new_sched, problem.profile, problem.memory)
     _check_schedule(problem, new_sched, new_sim)
     assert new_sim.makespan <= sim.makespan + 1e-9
@@ -277,12 +277,12 @@ def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypat
     # sweeps all of the timeline again, and stops when that finds nothing either
     from schedc import baselines
     from schedc.solver import compile as driver
-    from schedc.solver import model
+    from schedc.solver import graph, model
 
     problem = Problem.build(4, 12, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
     inst, orders, sched, sim = _weak_start(problem)
     better = baselines.make_baseline("zb-h1", 4, 12)
-    better_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, better))
+    better_orders = graph.canonical_orders(inst, graph.orders_from_schedule(inst, better))
     windows, gains = [], []  # (t, length, step time) of every window placed; (t, length) of the gain
     window_at = driver._window_at
 

@@ -64,6 +64,7 @@ from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt, model
+from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule, schedule_from_orders
 from schedc.solver.deadline import Deadline, check_size, n_actions, seconds_per_action
 from schedc.solver.heuristic import matching_baselines
 from schedc.solver.problem import Problem
@@ -214,7 +215,7 @@ class _Compilation:
     """One compile run: the best schedule so far, the model's incumbent, the certified bound."""
 
     problem: Problem
-    inst: Optional[model.Instance]  # None: no engine runs (proven at the warm start, or no time)
+    inst: Optional[Graph]  # None: no engine runs (proven at the warm start, or no time)
     mip: Optional[str]  # highs | cbc, None when CP-SAT runs alone
     use_cpsat: bool
     seed: int
@@ -248,8 +249,8 @@ class _Compilation:
         if _close(warm_sim.objective(obj), lb) or not Deadline(deadline).allows(n, GRAPH_PASSES):
             return cls(problem, None, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched,
                        warm_sim, None, warm_sched, None, lb, lb_details, lb)
-        inst = model.build_instance(problem)
-        inc_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm_sched))
+        inst = graph_of(problem)
+        inc_orders = canonical_orders(inst, orders_from_schedule(inst, warm_sched))
         inc_sched, inc_sim = _materialize(inst, inc_orders, problem)
         if inc_sim is None or not inc_sim.fits:
             inc_orders = None
@@ -266,7 +267,7 @@ class _Compilation:
     @cached_property
     def too_large_for_full_model(self) -> bool:
         """More free order pairs than the full integer program takes: windows instead (step 5)."""
-        return model.count_free_pairs(self.inst, limit=model.FULL_MODEL_PAIRS) > model.FULL_MODEL_PAIRS
+        return count_free_pairs(self.inst, limit=model.FULL_MODEL_PAIRS) > model.FULL_MODEL_PAIRS
 
     @property
     def engines(self) -> str:
@@ -308,7 +309,7 @@ class _Compilation:
                                 lower_bound=self.lb, progress=on_progress, late_start=obj == "span", seed=self.seed)
         if out.orders is not None:
             self.solver_answered = True
-            cand_orders = model.canonical_orders(self.inst, out.orders)
+            cand_orders = canonical_orders(self.inst, out.orders)
             sched, sim = _materialize(self.inst, cand_orders, self.problem)
             if sim is not None and sim.fits and sim.objective(obj) <= inc_val + TIE * max(1.0, inc_val):
                 self.inc_orders, self.inc_sched, self.inc_sim = cand_orders, sched, sim
@@ -350,7 +351,7 @@ class _Compilation:
         if out.cp_sim is not None and out.cp_sim.fits:
             self.solver_answered = True
             self.consider(out.cp_schedule, out.cp_sim)
-            orders = model.canonical_orders(self.inst, model.orders_from_schedule(self.inst, out.cp_schedule))
+            orders = canonical_orders(self.inst, orders_from_schedule(self.inst, out.cp_schedule))
             sched, sim = _materialize(self.inst, orders, self.problem)
             obj = self.problem.objective
             if sim is not None and sim.fits and (self.inc_orders is None or sim.objective(obj) < self.inc_sim.objective(obj)):
@@ -417,7 +418,7 @@ def _lower_bound(problem: Problem) -> tuple[float, dict]:
 
 
 def _materialize(inst, orders, problem: Problem):
-    sched = model.schedule_from_orders(inst, orders)
+    sched = schedule_from_orders(inst, orders)
     try:
         sim = simulate(sched, problem.profile, problem.memory)
     except SchedcError:
@@ -499,7 +500,7 @@ def _window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repo
             if answer is None:
                 continue
             used = True
-            cand = model.canonical_orders(inst, answer)
+            cand = canonical_orders(inst, answer)
             cs, csim = _materialize(inst, cand, problem)
             tol = REL * max(1.0, best_val)
             if csim is None or not csim.fits or csim.objective(obj_name) > best_val + tol:
