@@ -77,7 +77,7 @@ def parts(problem: Problem) -> dict[str, str]:
     except Exception as e:
         out["feasible"] = f"error {e}"
         return out
-    a = heuristic._arrays(problem)
+    a = graph.graph_of(problem)
     rules = heuristic._dedupe_by_memory(a, heuristic._rules(a, problem.objective))[:N_RULES]
     out["heuristic"] = repr([heuristic._list_schedule(a, rule) for rule in rules])
     inst = graph.graph_of(problem)

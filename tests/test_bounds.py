@@ -18,7 +18,8 @@ from schedc.simulate import simulate
 from schedc.solver.bounds import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 from schedc.solver import graph, model
-from schedc.solver.heuristic import feasible_baselines, heuristic_schedule, matching_baselines
+from schedc.solver.heuristic import heuristic_schedule
+from schedc.solver.warm import feasible_baselines, matching_baselines
 from schedc.solver.problem import Problem
 
 EPS = 1e-9

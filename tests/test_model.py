@@ -12,7 +12,7 @@ from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
 from schedc.solver import graph, model
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver.heuristic import warm_start
+from schedc.solver.warm import warm_start
 from schedc.solver.problem import Problem
 
 

@@ -225,7 +225,7 @@ def test_cbc_leaves_no_files_in_the_temp_directory(tmp_path, monkeypatch):
 
     from schedc.costs import Profile
     from schedc.solver import graph, model
-    from schedc.solver.heuristic import warm_start
+    from schedc.solver.warm import warm_start
     from schedc.solver.problem import Problem
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))

@@ -46,7 +46,7 @@ cap (adds up, releases down), which makes every answer fit but is no relaxation,
 is then not reported.
 
 Warm start: the schedule it is given (the compile driver passes its best so far; alone, the
-heuristic's, schedc.solver.heuristic.warm_start), relabelled in microbatch order and simulated;
+heuristic's, schedc.solver.warm.warm_start), relabelled in microbatch order and simulated;
 its times (floored to units) are the solution hint, which is a feasible point of the integer
 model.
 
@@ -71,7 +71,7 @@ import math
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from schedc.errors import SchedcError
@@ -79,11 +79,14 @@ from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
+from schedc.solver.deadline import Deadline
+from schedc.solver.engine import Incumbent, Result
 from schedc.solver.graph import Graph, canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL, TIE
 
 _REL = REL
+WORKERS = 2  # what the compiler runs: CP-SAT's parallel search is its strength; one worker finds much less
 
 
 @dataclass
@@ -352,13 +355,13 @@ def solve_cpsat(
     already meets the combinatorial bound; `stale_seconds` ends the search early once that
     long has passed without a better solution."""
     cp_model = import_cp_model()
-    from schedc.solver import heuristic
+    from schedc.solver import heuristic, warm as warm_starts
 
     t0 = time.monotonic()
     heuristic.check_memory_feasible(problem)
     objective = problem.objective
     if warm is None:
-        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
+        warm = warm_starts.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
     inst = inst if inst is not None else graph_of(problem)
     inc_sim, best_sched, best_sim = _incumbent(problem, inst, warm)
     ts, bs = _scales(inst)
@@ -387,6 +390,35 @@ def solve_cpsat(
         _take_answer(out, problem, inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])
     out.solve_time = time.monotonic() - t0
     return out
+
+
+@dataclass
+class CpsatEngine:
+    """CP-SAT as an engine (schedc.solver.engine): the whole model, hinted with the incumbent,
+    until the deadline (or `stale_seconds` without news); `objective` overrides the problem's
+    (the driver runs makespan first for span). Its answer comes back simulated and in the
+    graph's orders; its converted bound is a certificate when the byte scale is exact."""
+
+    workers: int = WORKERS
+    seed: int = 0
+    stale_seconds: Optional[float] = None
+    objective: Optional[str] = None
+    name: str = "cpsat"
+
+    def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
+        problem = graph.problem
+        if self.objective and self.objective != problem.objective:
+            problem = replace(problem, objective=self.objective)
+        warm = None if incumbent is None else (incumbent.schedule, incumbent.sim, incumbent.source)
+        out = solve_cpsat(problem, time_limit=deadline.left(), warm=warm, workers=self.workers, seed=self.seed,
+                          stale_seconds=self.stale_seconds, inst=graph)
+        res = Result(bound=out.cp_bound, proven=out.proven,
+                     bound_source="cp-sat (proven optimal)" if out.proven else "cp-sat bound")
+        if out.cp_sim is not None:
+            res.schedule, res.sim = out.cp_schedule, out.cp_sim
+            res.orders = canonical_orders(graph, orders_from_schedule(graph, out.cp_schedule))
+            res.status = "optimal" if out.proven else "feasible"
+        return res
 
 
 def solve_window(problem: Problem, inst: Graph, orders, sim: SimResult, free, time_limit: float,

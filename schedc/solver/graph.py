@@ -223,6 +223,13 @@ class Graph:
     def topo(self) -> list[int]:
         return topological(self.n, self.preds)
 
+    def lower(self) -> "Graph":
+        """Build the action level now (engines that reason on actions call it once, where the
+        deadline allows: schedc.solver.compile)."""
+        for _ in (self.actions, self.rank, self.dur, self.delta, self.by_rank, self.preds, self.topo):
+            pass
+        return self
+
 
 def graph_of(problem: Union[Problem, Graph]) -> Graph:
     """The graph of `problem` (built here; a Graph is returned as it is)."""
