@@ -165,29 +165,32 @@ class Graph:
             raise KeyError(a)
         return i
 
-    @cached_property
-    def keys(self) -> list[tuple[int, str, int]]:
-        """(stage, kind, microbatch) of every action, by id."""
-        return [(s, k, m) for s in range(self.S) for k in self.kinds(s) for m in range(self.M)]
+    def blocks(self) -> list[tuple[int, str]]:
+        """(stage, kind) of each block of M consecutive ids, in id order."""
+        return [(s, k) for s in range(self.S) for k in self.kinds(s)]
 
     @cached_property
     def actions(self) -> list[Action]:
-        return [Action(s, k, m) for s, k, m in self.keys]
+        mbs = range(self.M)
+        return [Action(s, k, m) for s, k in self.blocks() for m in mbs]
+
+    def _per_block(self, value) -> list:
+        out: list = []
+        for s, k in self.blocks():
+            out += [value(s, k)] * self.M
+        return out
 
     @cached_property
     def rank(self) -> list[int]:
-        sr = self.stage_rank
-        return [sr[s] for s, _, _ in self.keys]
+        return self._per_block(lambda s, k: self.stage_rank[s])
 
     @cached_property
     def dur(self) -> list[float]:
-        d = self.d
-        return [d[k][s] for s, k, _ in self.keys]
+        return self._per_block(lambda s, k: self.d[k][s])
 
     @cached_property
     def delta(self) -> list[float]:
-        mem = self.mem
-        return [mem[k][s] for s, k, _ in self.keys]
+        return self._per_block(lambda s, k: self.mem[k][s])
 
     @cached_property
     def by_rank(self) -> list[list[int]]:
@@ -209,12 +212,14 @@ class Graph:
         bk = _StageBackward(self.backward)
         offset = {s: {k: base[s] + j * M for j, k in enumerate(self.kinds(s))} for s in range(S)}
         preds: list[list[tuple[int, float]]] = []
-        for s, k, m in self.keys:
-            row = [(offset[ps][pk] + pm, comm[b] if b >= 0 else 0.0)
-                   for (ps, pk, pm), b in producer_keys(s, k, m, S, bk)]
-            if m > 0:  # kinds in microbatch order on a stage (exact symmetry breaking, see model)
-                row.append((offset[s][k] + m - 1, 0.0))
-            preds.append(row)
+        for s, k in self.blocks():
+            own = offset[s][k]
+            for m in range(M):
+                row = [(offset[ps][pk] + pm, comm[b] if b >= 0 else 0.0)
+                       for (ps, pk, pm), b in producer_keys(s, k, m, S, bk)]
+                if m > 0:  # kinds in microbatch order on a stage (exact symmetry breaking, see model)
+                    row.append((own + m - 1, 0.0))
+                preds.append(row)
         for f, p in memory_precedences(self):
             preds[f].append((p, 0.0))
         return preds
@@ -342,30 +347,32 @@ def schedule_from_orders(g: Graph, orders: Sequence[Sequence[int]], name: str = 
 
 def obeys_kind_order(g: Graph, orders: Sequence[Sequence[int]]) -> bool:
     """True when every stage runs each kind in microbatch order (the model's assumption)."""
-    keys = g.keys
+    actions = g.actions
     for row in orders:
         last: dict[tuple[int, str], int] = {}
         for i in row:
-            s, k, m = keys[i]
-            if last.get((s, k), -1) != m - 1:
+            a = actions[i]
+            key = (a.stage, a.kind)
+            if last.get(key, -1) != a.microbatch - 1:
                 return False
-            last[(s, k)] = m
+            last[key] = a.microbatch
     return True
 
 
 def canonical_orders(g: Graph, orders: Sequence[Sequence[int]]) -> list[list[int]]:
     """Relabel microbatches so that each kind runs in microbatch order on each stage (the
     exchange argument in schedc.solver.model: never slower, same memory)."""
-    keys = g.keys
+    actions = g.actions
     out = []
     for row in orders:
         count: dict[tuple[int, str], int] = {}
         new = []
         for i in row:
-            s, k, _ = keys[i]
-            m = count.get((s, k), 0)
-            count[(s, k)] = m + 1
-            new.append(i - keys[i][2] + m)  # same stage and kind, the m-th microbatch
+            a = actions[i]
+            key = (a.stage, a.kind)
+            m = count.get(key, 0)
+            count[key] = m + 1
+            new.append(i - a.microbatch + m)  # same stage and kind, the m-th microbatch
         out.append(new)
     return out
 
@@ -380,16 +387,16 @@ def count_free_pairs(g: Graph, limit: Optional[int] = None) -> int:
     length, propagated in topological order as one small vector per action (the same count as
     the transitive closure's bitsets, in memory linear in the actions, not quadratic)."""
     total = 0
-    keys = g.keys
+    actions = g.actions
+    mb = [a.microbatch for a in actions]
     for acts in g.by_rank:
         k = len(acts)
         if not k:
             continue
         group: dict[tuple[int, str], int] = {}
         for i in acts:
-            group.setdefault(keys[i][:2], len(group))
-        own = [group.get(key[:2], -1) for key in keys]
-        mb = [key[2] for key in keys]
+            group.setdefault((actions[i].stage, actions[i].kind), len(group))
+        own = [group.get((a.stage, a.kind), -1) for a in actions]
         zero = (0,) * len(group)
         prefix: list = [zero] * g.n
         for b in g.topo:
