@@ -28,6 +28,8 @@ The rules are stated once, here:
   boundary's comm as the lag when the two stages sit on different ranks. On top of them the
   action graph orders each kind by microbatch on every stage (exact symmetry breaking, see
   schedc.solver.model) and adds the orders a memory cap forces (:func:`memory_precedences`).
+  The event-driven constructions (list heuristic, zb-greedy) ask :meth:`Graph.input_time`, the
+  same rule on per-stage end times.
 * Memory: an F holds its activation bytes from its start, an I frees all but the weight-gradient
   bytes, a W the rest, a B everything (``mem``); a rank never holds more than ``room``.
 
@@ -139,6 +141,19 @@ class Graph:
 
     def kinds(self, s: int) -> tuple[str, ...]:
         return MERGED if self.backward[s] == "B" else SPLIT
+
+    def input_time(self, kind: str, s: int, m: int, end_f, end_i) -> float:
+        """When every input of (s, kind, m) is there, from the ends of the F's and of the I's (or
+        B's) run so far, ``end_f[s][m]`` and ``end_i[s][m]``: the dependency rule at stage level,
+        for the engines that build a schedule event by event (an end not known yet reads as inf,
+        or the caller checks it first)."""
+        if kind == "F":
+            return 0.0 if s == 0 else end_f[s - 1][m] + self.comm[s - 1]
+        if kind == "W":
+            return end_i[s][m]
+        if s == self.S - 1:
+            return end_f[s][m]
+        return max(end_f[s][m], end_i[s + 1][m] + self.comm[s])
 
     def lag(self, boundary: int) -> float:
         """The lag of a dependency that crosses `boundary` (-1: none)."""

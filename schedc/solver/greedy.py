@@ -81,6 +81,7 @@ class _State:
     """What the simulation knows: end times of started actions, counters, memory per stage."""
 
     def __init__(self, g: Graph):
+        self.g = g
         self.S, self.M = g.S, g.M
         self.rank = g.stage_rank
         self.d, self.mem, self.comm = g.d, g.mem, g.comm
@@ -97,12 +98,7 @@ class _State:
         m = self.n[kind][s]
         if m >= self.M:
             return math.inf
-        if kind == "F":
-            return 0.0 if s == 0 else self.end["F"][s - 1][m] + self.comm[s - 1]
-        own = self.end["F"][s][m]
-        if s == self.S - 1:
-            return own
-        return max(own, self.end["I"][s + 1][m] + self.comm[s])
+        return self.g.input_time(kind, s, m, self.end["F"], self.end["I"])
 
     def first_i_estimate(self, s: int) -> float:
         """Earliest stage s's first I can start: known if stage s+1's first I started, else the

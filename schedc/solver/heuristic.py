@@ -236,14 +236,14 @@ class _ListScheduler:
     def ready_backward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], float]:
         """The I rank r should run at t (deepest stage first; by microbatch group under
         rule.group), or None; and the earliest time an I not yet ready becomes ready."""
-        group, M, S, comm = self.rule.group, self.a.M, self.a.S, self.a.comm
+        group, M, S, input_time = self.rule.group, self.a.M, self.a.S, self.a.input_time
         endF, endI, nextI = self.endF, self.endI, self.nextI
         best_I, best_key, soon_I = None, None, INF
         for s in self.stages_desc[r]:
             m = nextI[s]
             if m >= M or endF[s][m] < 0 or (s + 1 < S and endI[s + 1][m] < 0):
                 continue
-            rt = endF[s][m] if s + 1 == S else max(endF[s][m], endI[s + 1][m] + comm[s])
+            rt = input_time("I", s, m, endF, endI)
             if rt <= t + EPS:
                 key = (m // group, -s, m) if group else (-s, m)
                 if best_I is None or key < best_key:
@@ -381,7 +381,9 @@ def _fits_memory(a: Graph, orders) -> bool:
 
 def _earliest_times(a: Graph, orders) -> Optional[tuple[list[float], list[float]]]:
     """(end of each rank's last action, start of its first): every rank advances through its
-    order as far as its inputs allow, round after round; None when a round makes no progress."""
+    order as far as its inputs allow, round after round; None when a round makes no progress.
+    The dependency rule (Graph.input_time) is written out inline here: the local search re-times
+    the whole schedule at every move, and this loop is its cost."""
     S, M, R = a.S, a.M, a.R
     endF = [[-1.0] * M for _ in range(S)]
     endI = [[-1.0] * M for _ in range(S)]

@@ -126,6 +126,14 @@ FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to w
 _EPS = MODEL
 
 
+def build_instance(problem) -> Graph:
+    """The problem's action graph (schedc.solver.graph, which now owns it), lowered: the old
+    name, for callers not yet moved to ``graph_of(problem).lower()``."""
+    from schedc.solver.graph import graph_of
+
+    return graph_of(problem).lower()
+
+
 # ---------------------------------------------------------------- windows and closure
 
 
