@@ -5,7 +5,10 @@ fits the memory caps, within a time limit, together with a certificate: a lower 
 every schedule under the same rules, the gap to it, and a status that says ``optimal`` only
 when the bound proves it.
 
-Method:
+Method: the problem is lowered once into its graph (schedc.solver.graph), which every phase
+reads; the engines below are called in turn through one protocol (schedc.solver.engine:
+``run(graph, incumbent, deadline)`` -> schedule, bound, status), and this module only decides
+what to keep.
 1. Feasibility: a cap that cannot hold one microbatch per stage fails with the smallest limit
    that works (schedc.solver.heuristic.check_memory_feasible).
 2. Warm start: the best of the heuristic, the zero-bubble authors' round greedy (zb-rounds,
