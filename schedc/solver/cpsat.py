@@ -412,7 +412,7 @@ class CpsatEngine:
         warm = None if incumbent is None else (incumbent.schedule, incumbent.sim, incumbent.source)
         out = solve_cpsat(problem, time_limit=deadline.left(), warm=warm, workers=self.workers, seed=self.seed,
                           stale_seconds=self.stale_seconds, inst=graph)
-        res = Result(bound=out.cp_bound, proven=out.proven,
+        res = Result(bound=out.cp_bound, proven=out.proven and out.cp_sim is not None,
                      bound_source="cp-sat (proven optimal)" if out.proven else "cp-sat bound")
         if out.cp_sim is not None:
             res.schedule, res.sim = out.cp_schedule, out.cp_sim
