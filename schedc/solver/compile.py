@@ -398,6 +398,7 @@ class _Compilation:
         )
         result.report = build_report(result, lb_details=self.lb_details, bound_source=self.bound_source,
                                      solver=self.engines, time_limit=time_limit, log=self.log)
+        self.graph.release()
         self.emit("done", best_val, bound)
         return result
 

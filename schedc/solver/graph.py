@@ -250,6 +250,15 @@ class Graph:
             pass
         return self
 
+    def release(self) -> None:
+        """Drop the action level (built again on next use); the stage level and ``memo`` stay.
+        A compile's result keeps its graph for the baselines, not for 3 x S x M actions."""
+        for name in _ACTION_LEVEL:
+            self.__dict__.pop(name, None)
+
+
+_ACTION_LEVEL = ("actions", "rank", "dur", "delta", "by_rank", "first", "preds", "topo")
+
 
 def graph_of(problem: Union[Problem, Graph]) -> Graph:
     """The graph of `problem` (built here; a Graph is returned as it is)."""
