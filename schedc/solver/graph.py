@@ -155,10 +155,6 @@ class Graph:
             return end_f[s][m]
         return max(end_f[s][m], end_i[s + 1][m] + self.comm[s])
 
-    def lag(self, boundary: int) -> float:
-        """The lag of a dependency that crosses `boundary` (-1: none)."""
-        return self.comm[boundary] if boundary >= 0 else 0.0
-
     # ------------------------------------------------------------ action level
 
     @property
