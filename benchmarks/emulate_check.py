@@ -44,7 +44,7 @@ from schedc.library import transformer_profile  # noqa: E402
 from schedc.runtime.emulate import emulate, scaled_costs  # noqa: E402
 from schedc.solver import Problem  # noqa: E402
 from schedc.solver.compile import compile_problem  # noqa: E402
-from schedc.solver.heuristic import feasible_baselines  # noqa: E402
+from schedc.solver.warm import feasible_baselines  # noqa: E402
 
 PROFILES = {
     "identical": lambda n: Profile.uniform(n),

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from schedc import baselines, csvio  # noqa: E402
 from schedc.costs import Profile  # noqa: E402
 from schedc.simulate import simulate  # noqa: E402
-from schedc.solver import bounds, greedy, heuristic, model  # noqa: E402
+from schedc.solver import bounds, graph, greedy, heuristic  # noqa: E402
 from schedc.solver.problem import Problem  # noqa: E402
 
 N_RULES = 12  # list-heuristic rules fingerprinted per problem
@@ -77,10 +77,10 @@ def parts(problem: Problem) -> dict[str, str]:
     except Exception as e:
         out["feasible"] = f"error {e}"
         return out
-    a = heuristic._arrays(problem)
+    a = graph.graph_of(problem)
     rules = heuristic._dedupe_by_memory(a, heuristic._rules(a, problem.objective))[:N_RULES]
     out["heuristic"] = repr([heuristic._list_schedule(a, rule) for rule in rules])
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     out["graph"] = repr((inst.actions, inst.preds, inst.dur, inst.delta, inst.topo, inst.first, inst.backward))
     return out
 

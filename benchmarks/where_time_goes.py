@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # (module, attribute, label): wrapped in place; calls nested in another wrapped call count in both
 PHASES = [
     ("schedc.solver.problem", "Problem.build", "build problem"),
-    ("schedc.solver.model", "build_instance", "action graph"),
-    ("schedc.solver.heuristic", "_build_baselines", "baselines (all)"),
-    ("schedc.solver.heuristic", "build_baselines", "baselines (all)"),
+    ("schedc.solver.graph", "Graph.lower", "action graph"),
+    ("schedc.solver.warm", "_build_baselines", "baselines (all)"),
+    ("schedc.solver.warm", "build_baselines", "baselines (all)"),
     ("schedc.baselines", "make_baseline", "  hand-made orders"),
     ("schedc.solver.greedy", "zb_greedy", "  zb-greedy"),
     ("schedc.solver.paper_greedy", "paper_greedy", "  paper greedy"),
@@ -38,7 +38,7 @@ PHASES = [
     ("schedc.solver.cpsat", "build_cp_model", "cp-sat model"),
     ("schedc.solver.cpsat", "solve_cpsat", "cp-sat (all)"),
     ("schedc.solver.model", "solve_model", "integer program"),
-    ("schedc.solver.compile", "_window_search", "windows"),
+    ("schedc.solver.windows", "window_search", "windows"),
     ("schedc.simulate", "simulate", "simulate (every call)"),
     ("schedc.solver.compile", "build_report", "report"),
     ("schedc.csvio", "to_csv_text", "csv text"),

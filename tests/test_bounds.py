@@ -17,8 +17,9 @@ from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
 from schedc.solver.bounds import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver import model
-from schedc.solver.heuristic import check_memory_feasible, feasible_baselines, heuristic_schedule, matching_baselines
+from schedc.solver import graph, model
+from schedc.solver.heuristic import check_memory_feasible, heuristic_schedule
+from schedc.solver.warm import feasible_baselines, matching_baselines
 from schedc.solver.problem import Problem
 from schedc.solver.rank_relaxation import rank_relaxation_bound
 
@@ -269,9 +270,9 @@ def test_property_late_start_model_never_above_exhaustive_span_optimum(p):
     p = Problem(given_profile=p.given_profile, placement=p.placement, n_microbatches=p.n_microbatches,
                 memory=p.memory, objective="span", runtime=p.runtime)
     opt, sched = exact_optimum(p, max_nodes=400_000, use_bounds=False)
-    inst = model.build_instance(p)
-    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
-    val = simulate(model.schedule_from_orders(inst, inc), p.profile).span
+    inst = graph.graph_of(p)
+    inc = graph.canonical_orders(inst, graph.orders_from_schedule(inst, sched))
+    val = simulate(graph.schedule_from_orders(inst, inc), p.profile).span
     out = model.solve_model(inst, inc, max(val, opt), "span", 10.0, late_start=True, lower_bound=lower_bound(p))
     assert out.dual_bound is not None and out.dual_bound <= opt + 1e-6
 
@@ -320,22 +321,23 @@ def _graph_heads_and_tails(problem: Problem):
     reference the array recurrences must equal."""
     from schedc.solver.rank_relaxation import memory_arcs
 
-    inst = model.build_instance(problem)
+    g = graph.graph_of(problem).lower()
+    preds = [list(p) for p in g.preds]
     for kind, t, s, k in memory_arcs(problem):
-        kind = inst.backward[t] if kind == "B" else kind
+        kind = g.backward[t] if kind == "B" else kind
         for j in range(k, problem.n_microbatches):
-            inst.preds[inst.index[Action(s, "F", j)]].append((inst.index[Action(t, kind, j - k)], 0.0))
-    topo = model._topological(inst.n, inst.preds)
-    head, tail = [0.0] * inst.n, [0.0] * inst.n
-    succs = [[] for _ in range(inst.n)]
+            preds[g.id(s, "F", j)].append((g.id(t, kind, j - k), 0.0))
+    topo = graph.topological(g.n, preds)
+    head, tail = [0.0] * g.n, [0.0] * g.n
+    succs = [[] for _ in range(g.n)]
     for b in topo:
-        for a, lag in inst.preds[b]:
-            head[b] = max(head[b], head[a] + inst.dur[a] + lag)
+        for a, lag in preds[b]:
+            head[b] = max(head[b], head[a] + g.dur[a] + lag)
             succs[a].append((b, lag))
     for a in reversed(topo):
         for b, lag in succs[a]:
-            tail[a] = max(tail[a], lag + inst.dur[b] + tail[b])
-    return inst, head, tail
+            tail[a] = max(tail[a], lag + g.dur[b] + tail[b])
+    return g, head, tail
 
 
 @pytest.mark.parametrize("placement,n_stages,n_ranks", [("loop", 4, 4), ("v", 6, 3), ((0, 1, 0, 1), 4, 2)])

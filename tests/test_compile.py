@@ -21,7 +21,7 @@ from schedc.solver import CompileResult, Problem, compile_schedule
 from schedc.solver import model
 from schedc.solver.compile import compile_problem
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver.heuristic import matching_baselines, warm_start
+from schedc.solver.warm import matching_baselines, warm_start
 from schedc.validate import validate
 
 try:

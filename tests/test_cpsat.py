@@ -195,12 +195,12 @@ def _weak_start(problem):
     """1F1B's orders in the model's vocabulary, simulated: a start the windows can improve."""
     from schedc import baselines
     from schedc.simulate import simulate
-    from schedc.solver import model
+    from schedc.solver import graph
 
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     weak = baselines.make_baseline("1f1b", problem.n_stages, problem.n_microbatches)
-    orders = model.canonical_orders(inst, model.orders_from_schedule(inst, weak))
-    sched = model.schedule_from_orders(inst, orders)
+    orders = graph.canonical_orders(inst, graph.orders_from_schedule(inst, weak))
+    sched = graph.schedule_from_orders(inst, orders)
     return inst, orders, sched, simulate(sched, problem.profile, problem.memory)
 
 
@@ -208,10 +208,10 @@ def _check_window_answer(problem, inst, orders, sim, free, out):
     """A window's answer is valid, fits, is no slower, and every action before its rank's window
     kept its start (whatever it waits for finished in time)."""
     from schedc.simulate import simulate
-    from schedc.solver import model
+    from schedc.solver import graph
 
     assert out is not None
-    new_sched = model.schedule_from_orders(inst, out)
+    new_sched = graph.schedule_from_orders(inst, out)
     new_sim = simulate(new_sched, problem.profile, problem.memory)
     _check_schedule(problem, new_sched, new_sim)
     assert new_sim.makespan <= sim.makespan + 1e-9
@@ -238,7 +238,7 @@ def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
     # slanted one forward hop per rank (as the search slants them), a window keeps every
     # producer of a fixed action fixed too; slanted more steeply it frees some producer that a
     # fixed action on the next rank waits for, which must then still finish in time for it
-    from schedc.solver.compile import _forward_hop, _window_at
+    from schedc.solver.windows import _forward_hop, _window_at
 
     problem = Problem.build(4, 8, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
     inst, orders, _, sim = _weak_start(problem)
@@ -259,13 +259,13 @@ def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
 
 @pytest.mark.parametrize("objective", ["makespan", "span"])
 def test_cpsat_window_search_improves_a_weak_start(objective):
-    from schedc.solver.compile import _window_search
+    from schedc.solver.windows import window_search
 
     problem = Problem.build(4, 12, profile=Profile.uniform(4, comm=0.25), memory="1.25p", objective=objective)
     inst, orders, sched, sim = _weak_start(problem)
     reports = []
-    orders2, sched2, sim2, used = _window_search(inst, problem, orders, sched, sim, time.monotonic() + 6.0, "cpsat",
-                                                 0.0, lambda best, what: reports.append((best, what)), seed=0)
+    orders2, sched2, sim2, used = window_search(inst, problem, orders, sched, sim, time.monotonic() + 6.0, "cpsat",
+                                                0.0, lambda best, what: reports.append((best, what)), seed=0)
     assert used and reports
     _check_schedule(problem, sched2, sim2)
     assert sim2.objective(objective) < sim.objective(objective) - 1e-6
@@ -276,13 +276,14 @@ def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypat
     # after it stay where it gained until a whole cycle there finds nothing; then the search
     # sweeps all of the timeline again, and stops when that finds nothing either
     from schedc import baselines
-    from schedc.solver import compile as driver
-    from schedc.solver import model
+    from schedc.solver import graph
+    from schedc.solver import windows as driver
+    from schedc.solver.engine import materialize
 
     problem = Problem.build(4, 12, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
     inst, orders, sched, sim = _weak_start(problem)
     better = baselines.make_baseline("zb-h1", 4, 12)
-    better_orders = model.canonical_orders(inst, model.orders_from_schedule(inst, better))
+    better_orders = graph.canonical_orders(inst, graph.orders_from_schedule(inst, better))
     windows, gains = [], []  # (t, length, step time) of every window placed; (t, length) of the gain
     window_at = driver._window_at
 
@@ -302,10 +303,10 @@ def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypat
     monkeypatch.setattr(driver, "_window_at", recording_window_at)
     monkeypatch.setattr(driver, "_window_solver", fake_solver)
     t0 = time.monotonic()
-    _, _, sim2, used = driver._window_search(inst, problem, orders, sched, sim, t0 + 60.0, "cpsat",
-                                             0.0, lambda best, what: None, seed=0)
+    _, _, sim2, used = driver.window_search(inst, problem, orders, sched, sim, t0 + 60.0, "cpsat",
+                                            0.0, lambda best, what: None, seed=0)
     assert time.monotonic() - t0 < 30  # it stopped on its own: nothing more to find
-    _, better_sim = driver._materialize(inst, better_orders, problem)
+    _, better_sim = materialize(inst, better_orders, problem)
     assert used and sim2.makespan == pytest.approx(better_sim.makespan) and better_sim.makespan < sim.makespan
     (t_gain, length), = gains
     focus_from = t_gain - length

@@ -11,7 +11,7 @@ from schedc.costs import Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.solver import compile_problem
 from schedc.solver.greedy import ALL_FLAGS, NAME, greedy_family, zb_greedy
-from schedc.solver.heuristic import matching_baselines
+from schedc.solver.warm import matching_baselines
 from schedc.solver.problem import Problem
 from schedc.validate import validate
 

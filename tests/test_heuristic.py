@@ -8,12 +8,8 @@ import pytest
 from schedc.costs import MemoryLimit, Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.simulate import simulate
-from schedc.solver.heuristic import (
-    feasible_baselines,
-    heuristic_schedule,
-    min_memory_limit,
-    warm_start,
-)
+from schedc.solver.heuristic import heuristic_schedule, min_memory_limit
+from schedc.solver.warm import feasible_baselines, warm_start
 from schedc.solver.problem import Problem
 from schedc.validate import validate
 
@@ -137,12 +133,12 @@ def test_warm_start_polishes_a_winning_baseline(monkeypatch):
     """When a hand-made schedule beats the heuristic, warm_start returns it or a split + locally
     searched version of it, never anything worse and always within memory."""
     from schedc import baselines
-    from schedc.solver import heuristic
+    from schedc.solver import heuristic, warm
 
     p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p", objective="span")
     poor = baselines.make_baseline("1f1b", 4, 8)  # B everywhere: worse than ZB-H1 here
     monkeypatch.setattr(heuristic, "heuristic_schedule", lambda problem, time_budget=1.0, seed=0, deadline=None: poor)
-    sched, sim, source = heuristic.warm_start(p, time_budget=0.5)
+    sched, sim, source = warm.warm_start(p, time_budget=0.5)
     best_baseline = min(b.objective("span") for _, _, b in feasible_baselines(p))
     assert source != "heuristic"
     assert sim.fits and sim.objective("span") <= best_baseline + 1e-9

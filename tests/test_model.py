@@ -10,19 +10,19 @@ import pytest
 from schedc.costs import Profile, StageCost
 from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
-from schedc.solver import model
+from schedc.solver import graph, model
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver.heuristic import warm_start
+from schedc.solver.warm import warm_start
 from schedc.solver.problem import Problem
 
 
 
 
 def solve_full(problem: Problem, solver: str = "highs", time_limit: float = 20.0):
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     sched, sim, _ = warm_start(problem, time_budget=0.05)
-    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
-    val = simulate(model.schedule_from_orders(inst, inc), problem.profile).objective(problem.objective)
+    inc = graph.canonical_orders(inst, graph.orders_from_schedule(inst, sched))
+    val = simulate(graph.schedule_from_orders(inst, inc), problem.profile).objective(problem.objective)
     out = model.solve_model(inst, inc, val, problem.objective, time_limit, solver)
     return inst, val, out
 
@@ -54,7 +54,7 @@ def test_ilp_optimum_equals_exhaustive_optimum(case):
     inst, warm_val, out = solve_full(problem)
     assert out.proven
     assert out.orders is not None
-    sched = model.schedule_from_orders(inst, out.orders)
+    sched = graph.schedule_from_orders(inst, out.orders)
     sim = simulate(sched, problem.profile, problem.memory)
     assert sim.fits
     assert sim.objective(objective) == pytest.approx(exact, abs=1e-6)
@@ -74,20 +74,20 @@ def test_late_start_model_bounds_the_exhaustive_span_optimum(case):
     profile = {"hetero": Profile.edge_heavy(n), "slow": Profile.uniform(n, 1.0, 2.0, 0.5, comm=0.3)}.get(prof)
     problem = Problem.build(n, m, n_ranks=r, placement=placement, profile=profile, memory=memory, objective=objective)
     exact, _ = exact_optimum(problem)
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     sched, _, _ = warm_start(problem, time_budget=0.05)
-    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
-    val = simulate(model.schedule_from_orders(inst, inc), problem.profile).span
+    inc = graph.canonical_orders(inst, graph.orders_from_schedule(inst, sched))
+    val = simulate(graph.schedule_from_orders(inst, inc), problem.profile).span
     out = model.solve_model(inst, inc, val, "span", 20.0, late_start=True)
     assert out.proven and out.dual_bound <= exact + 1e-6
-    sim = simulate(model.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
+    sim = simulate(graph.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
     assert sim.fits and sim.span >= exact - 1e-6
 
 
 def test_late_start_is_the_full_span_model_only():
     problem = Problem.build(2, 2, memory="1p")
-    inst = model.build_instance(problem)
-    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, warm_start(problem, 0.05)[0]))
+    inst = graph.graph_of(problem)
+    inc = graph.canonical_orders(inst, graph.orders_from_schedule(inst, warm_start(problem, 0.05)[0]))
     with pytest.raises(ValueError, match="late_start"):
         model.solve_model(inst, inc, 10.0, "makespan", 5.0, late_start=True)
 
@@ -97,7 +97,7 @@ def test_cbc_reaches_the_same_optimum():
     exact, _ = exact_optimum(problem)
     inst, _, out = solve_full(problem, solver="cbc")
     assert out.proven
-    sim = simulate(model.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
+    sim = simulate(graph.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
     assert sim.fits and sim.makespan == pytest.approx(exact, abs=1e-6)
 
 
@@ -122,17 +122,17 @@ def test_warm_start_reaches_highs(monkeypatch):
 def test_model_vocabulary_round_trip():
     # B on a split stage becomes I then W; canonical relabelling puts kinds in microbatch order
     problem = Problem.build(2, 2)
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     sched = Schedule.from_actions([
         [Action(0, "F", 1), Action(0, "F", 0), Action(0, "B", 1), Action(0, "B", 0)],
         [Action(1, "F", 1), Action(1, "B", 1), Action(1, "F", 0), Action(1, "B", 0)],
     ], n_microbatches=2, placement=(0, 1))
-    orders = model.orders_from_schedule(inst, sched)
+    orders = graph.orders_from_schedule(inst, sched)
     assert [str(inst.actions[i]) for i in orders[0]] == ["0F1", "0F0", "0I1", "0W1", "0I0", "0W0"]
-    canon = model.canonical_orders(inst, orders)
-    assert model.obeys_kind_order(inst, canon)
+    canon = graph.canonical_orders(inst, orders)
+    assert graph.obeys_kind_order(inst, canon)
     before = simulate(sched, problem.profile).makespan
-    after = simulate(model.schedule_from_orders(inst, canon), problem.profile).makespan
+    after = simulate(graph.schedule_from_orders(inst, canon), problem.profile).makespan
     assert after <= before + 1e-9
 
 
@@ -141,21 +141,21 @@ def test_zero_cost_w_stages_use_b():
     stages = [StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1, weight_grad_bytes=0.5),
               StageCost(forward=1, backward_input=1, backward_weight=0, activation_bytes=1, weight_grad_bytes=0)]
     problem = Problem.build(2, 3, profile=Profile(stages=stages))
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     assert inst.backward == ["I", "B"]
-    assert Action(1, "W", 0) not in inst.index
+    assert Action(1, "W", 0) not in inst.actions and inst.id(1, "W", 0) is None
     exact, _ = exact_optimum(problem)
     _, _, out = solve_full(problem)
-    sim = simulate(model.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
+    sim = simulate(graph.schedule_from_orders(inst, out.orders), problem.profile, problem.memory)
     assert sim.fits and sim.makespan == pytest.approx(exact, abs=1e-6)
 
 
 def test_window_model_keeps_outside_order():
     problem = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     sched, _, _ = warm_start(problem, time_budget=0.05)
-    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, sched))
-    val = simulate(model.schedule_from_orders(inst, inc), problem.profile).makespan
+    inc = graph.canonical_orders(inst, graph.orders_from_schedule(inst, sched))
+    val = simulate(graph.schedule_from_orders(inst, inc), problem.profile).makespan
     free = [(4, 12)] * problem.n_ranks
     out = model.solve_model(inst, inc, val, "makespan", 5.0, free=free)
     assert out.orders is not None

@@ -6,7 +6,8 @@ from schedc.costs import Profile
 from schedc.solver import greedy, paper_greedy
 from schedc.solver.bounds import lower_bound
 from schedc.errors import SchedcError
-from schedc.solver.heuristic import check_memory_feasible, warm_start
+from schedc.solver.heuristic import check_memory_feasible
+from schedc.solver.warm import warm_start
 from schedc.solver.problem import Problem
 from schedc.validate import validate
 

@@ -224,16 +224,16 @@ def test_cbc_leaves_no_files_in_the_temp_directory(tmp_path, monkeypatch):
     import pulp
 
     from schedc.costs import Profile
-    from schedc.solver import model
-    from schedc.solver.heuristic import warm_start
+    from schedc.solver import graph, model
+    from schedc.solver.warm import warm_start
     from schedc.solver.problem import Problem
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     problem = Problem.build(3, 3, profile=Profile.edge_heavy(3), memory="1p", objective="makespan")
-    inst = model.build_instance(problem)
+    inst = graph.graph_of(problem)
     start, sim, _ = warm_start(problem, time_budget=0.05)
-    inc = model.canonical_orders(inst, model.orders_from_schedule(inst, start))
+    inc = graph.canonical_orders(inst, graph.orders_from_schedule(inst, start))
     out = model.solve_model(inst, inc, sim.makespan, "makespan", 20.0, "cbc")
     assert out.proven and list(tmp_path.iterdir()) == []
     # CBC failing (here: an executable that exits 1) is where pulp leaves its files behind

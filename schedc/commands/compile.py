@@ -107,10 +107,11 @@ def _check_request(args) -> Path:
 def _plot_bytes(res, args) -> bytes:
     """The compiled schedule next to the best hand-made one that fits, as the picture's bytes."""
     from schedc.plot import output_format, plot_schedules, render_figure
-    from schedc.solver.heuristic import feasible_baselines
+    from schedc.solver.warm import feasible_baselines
 
     schedules, titles = [res.schedule], [f"schedc ({res.status})"]
-    fitting = feasible_baselines(res.problem)  # the hand-made ones and zb-greedy, as the report lists
+    # the hand-made ones and zb-greedy, as the report lists (built during the compile, on its graph)
+    fitting = feasible_baselines(res.graph or res.problem)
     if fitting:
         best, sched, _ = min(fitting, key=lambda b: b[2].objective(args.objective))
         schedules.append(sched)

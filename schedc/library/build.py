@@ -37,7 +37,7 @@ def setup_problem(setup: Setup):
 
 
 def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[str, object]] = ()):
-    """The compiler's warm start (schedc.solver.heuristic.warm_start, same budget as
+    """The compiler's warm start (schedc.solver.warm.warm_start, same budget as
     compile_problem gives it), with two library rules:
 
     - a hand-made schedule that fits and is as good as the heuristic's answer wins the tie (the
@@ -48,14 +48,19 @@ def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[st
     - `candidates` ((name, Schedule) pairs, e.g. the library's answer for the same set-up under a
       smaller memory limit) are used when they fit and are strictly better, so a looser memory
       limit never gets a slower schedule than a tighter one, even when both solves stop at
-      their time limits."""
-    from schedc.simulate import simulate
-    from schedc.solver.heuristic import feasible_baselines, warm_start
+      their time limits.
 
-    sched, sim, source = warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
+    `problem` may be its Graph (schedc.solver.graph), which keeps the baselines built here."""
+    from schedc.simulate import simulate
+    from schedc.solver.graph import graph_of
+    from schedc.solver.warm import feasible_baselines, warm_start
+
+    graph = graph_of(problem)
+    problem = graph.problem
+    sched, sim, source = warm_start(graph, time_budget=min(1.0, 0.1 * time_limit))
     obj = problem.objective
     best = (sched, sim, source)
-    for name, b_sched, b_sim in feasible_baselines(problem):
+    for name, b_sched, b_sim in feasible_baselines(graph):
         if b_sim.objective(obj) <= sim.objective(obj) * (1 + REL) + TIE:
             best = (b_sched, b_sim, name)
             break
@@ -78,10 +83,11 @@ def compile_setup(
     """Compile one set-up exactly as the library does; returns the CompileResult. `candidates`:
     see :func:`library_warm_start`."""
     from schedc.solver.compile import compile_problem
+    from schedc.solver.graph import graph_of
 
-    problem = setup_problem(setup)
-    return compile_problem(problem, time_limit=time_limit, progress=progress, seed=LIBRARY_SEED,
-                           warm=library_warm_start(problem, time_limit, candidates))
+    graph = graph_of(setup_problem(setup))  # one graph: the warm start's baselines serve the report
+    return compile_problem(graph, time_limit=time_limit, progress=progress, seed=LIBRARY_SEED,
+                           warm=library_warm_start(graph, time_limit, candidates))
 
 
 def build_library(

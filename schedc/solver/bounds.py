@@ -116,17 +116,17 @@ knapsack tries each a = 1..M).
 from __future__ import annotations
 
 import math
+from typing import Union
 
+from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL
 
 
-def _chains(problem: Problem) -> dict:
-    S = problem.n_stages
-    F = [problem.duration(s, "F") for s in range(S)]
-    I = [problem.duration(s, "I") for s in range(S)]
-    W = [problem.duration(s, "W") for s in range(S)]
-    c = [problem.comm(b) for b in range(S - 1)]
+def _chains(g: Graph) -> dict:
+    S = g.S
+    F, I, W = g.dF, g.dI, g.dW
+    c = g.comm[: S - 1]
     head = [0.0] * S  # earliest start of F(s, m)
     for s in range(1, S):
         head[s] = head[s - 1] + F[s - 1] + c[s - 1]
@@ -149,33 +149,31 @@ def _chains(problem: Problem) -> dict:
                 tail_f=tail_f, chain=chain)
 
 
-def _forward_work_in_memory(problem: Problem, own: list[int], room: float, F: list[float], M: int) -> float:
+def _forward_work_in_memory(g: Graph, own: list[int], room: float, F: list[float], M: int) -> float:
     """Most F-seconds rank r can run while holding every activation at once (see docstring)."""
-    prof = problem.profile
     total = M * sum(F[s] for s in own)
     if len(own) == 1:
-        act = prof.stages[own[0]].activation_bytes
+        act = g.act[own[0]]
         if act <= 0:
             return total
         return min(total, math.floor(room / act + REL) * F[own[0]])
     ratios = []
     for s in own:
-        act = prof.stages[s].activation_bytes
+        act = g.act[s]
         if act <= 0:
             return total
         ratios.append(F[s] / act)
     return min(total, room * max(ratios))
 
 
-def _backward_work_in_memory(problem: Problem, own: list[int], room: float, M: int) -> float:
+def _backward_work_in_memory(g: Graph, own: list[int], room: float, M: int) -> float:
     """Most I/W-seconds rank r can still owe when it starts its last F (see docstring): a
     microbatch owing I + W holds its activation, one owing only W its weight-gradient bytes."""
-    prof = problem.profile
-    owed_total = M * sum(problem.duration(s, "I") + problem.duration(s, "W") for s in own)
+    owed_total = M * sum(g.dI[s] + g.dW[s] for s in own)
     if len(own) == 1:
         s = own[0]
-        act, wg = prof.stages[s].activation_bytes, prof.stages[s].weight_grad_bytes
-        i, w = problem.duration(s, "I"), problem.duration(s, "W")
+        act, wg = g.act[s], g.wg[s]
+        i, w = g.dI[s], g.dW[s]
         if act <= 0 or wg <= 0:
             return owed_total
         best = 0.0
@@ -188,19 +186,19 @@ def _backward_work_in_memory(problem: Problem, own: list[int], room: float, M: i
         return min(owed_total, best)
     ratios = []
     for s in own:
-        act, wg = prof.stages[s].activation_bytes, prof.stages[s].weight_grad_bytes
+        act, wg = g.act[s], g.wg[s]
         if act <= 0 or wg <= 0:
             return owed_total
-        i, w = problem.duration(s, "I"), problem.duration(s, "W")
+        i, w = g.dI[s], g.dW[s]
         ratios.append(max((i + w) / act, w / wg))
     return min(owed_total, room * max(ratios))
 
 
-def _pending_weight_work(problem: Problem, own: list[int], room: float, M: int) -> float:
+def _pending_weight_work(g: Graph, own: list[int], room: float, M: int) -> float:
     """Most W-seconds rank r can owe right after its last I: each owed W holds its stage's
     weight-gradient bytes, all within `room` (see docstring)."""
-    w = [problem.duration(s, "W") for s in own]
-    wg = [problem.profile.stages[s].weight_grad_bytes for s in own]
+    w = [g.dW[s] for s in own]
+    wg = [g.wg[s] for s in own]
     owed_total = M * sum(w)
     if min(wg) <= 0:
         return owed_total
@@ -209,13 +207,13 @@ def _pending_weight_work(problem: Problem, own: list[int], room: float, M: int) 
     return min(owed_total, room * max(x / y for x, y in zip(w, wg)))
 
 
-def lower_bound_details(problem: Problem) -> dict[str, float]:
+def lower_bound_details(problem: Union[Problem, Graph]) -> dict[str, float]:
     """Each named lower-bound term (see the module docstring for why each is valid) and
     ``lower_bound``, their maximum, for problem.objective."""
     return _details(problem)[0]
 
 
-def rank_span_bounds(problem: Problem) -> list[float]:
+def rank_span_bounds(problem: Union[Problem, Graph]) -> list[float]:
     """Per rank r, a lower bound on r's own span (last end - first start) in every schedule:
     the maximum of the span terms of the module docstring evaluated for r alone."""
     return _details(problem)[1]
@@ -229,12 +227,11 @@ MAKESPAN_TERMS = ("work_after_head", "backward_after_head", "last_backward", "la
 FIRST_RANK_TERMS = ("first_rank_last_backward", "first_rank_last_forward")
 
 
-def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
+def _rank_terms(g: Graph, ch: dict, r: int) -> dict[str, float]:
     """Every per-rank term of the module docstring for rank r (0 where a term does not apply)."""
     F, I, W = ch["F"], ch["I"], ch["W"]
-    M = problem.n_microbatches
-    prof = problem.profile
-    own = problem.stages_of(r)
+    M = g.M
+    own = g.stages[r]
     Fr = M * sum(F[s] for s in own)
     Ir = M * sum(I[s] for s in own)
     Wr = M * sum(W[s] for s in own)
@@ -256,12 +253,12 @@ def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
     # without a cap r may owe all its W's after its last I, all its I/W's after its last F
     out["first_rank_last_backward"] = head_r + Fr + Ir + ch["tail_i"][lo]
     out["first_rank_last_forward"] = head_r + Fr + ch["tail_f"][hi]
-    cap = problem.memory_caps[r]
-    room = problem.activation_room[r]
+    cap = g.caps[r]
+    room = g.room[r]
     if not math.isfinite(cap) or room <= 0:
         return out
-    x = _forward_work_in_memory(problem, own, room, F, M)
-    y = _backward_work_in_memory(problem, own, room, M)
+    x = _forward_work_in_memory(g, own, room, F, M)
+    y = _backward_work_in_memory(g, own, room, M)
     forwards_done = head_r + Fr
     if x < Fr:
         # r cannot hold every activation at once, so its first I starts before its last F ends:
@@ -272,15 +269,14 @@ def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
                                 + max(0.0, max(span_tail, ch["tail_f"][hi]) - y))
         # the F's r still runs after its first I, which starts >= headI(hi)
         forwards_done = max(forwards_done, ch["head_i"][hi] + Fr - x)
-    z = _pending_weight_work(problem, own, room, M)
+    z = _pending_weight_work(g, own, room, M)
     out["first_rank_last_backward"] = forwards_done + Ir + max(0.0, Wr - z) + ch["tail_i"][lo]
     out["first_rank_last_forward"] = forwards_done + max(0.0, Ir + Wr - y) + ch["tail_f"][hi]
-    area = M * sum(prof.stages[s].activation_bytes * (F[s] + ch["after_f"][s] + I[s])
-                   + prof.stages[s].weight_grad_bytes * W[s] for s in own)
+    area = M * sum(g.act[s] * (F[s] + ch["after_f"][s] + I[s]) + g.wg[s] * W[s] for s in own)
     out["memory_area"] = area / room
     out["memory_area_makespan"] = head_r + area / room
     for s in own:
-        act = prof.stages[s].activation_bytes
+        act = g.act[s]
         if act <= 0:
             continue
         k = math.floor(room / act + REL)
@@ -292,9 +288,11 @@ def _rank_terms(problem: Problem, ch: dict, r: int) -> dict[str, float]:
     return out
 
 
-def _details(problem: Problem) -> tuple[dict[str, float], list[float]]:
-    ch = _chains(problem)
-    per_rank_terms = [_rank_terms(problem, ch, r) for r in range(problem.n_ranks)]
+def _details(problem: Union[Problem, Graph]) -> tuple[dict[str, float], list[float]]:
+    g = graph_of(problem)
+    problem = g.problem
+    ch = _chains(g)
+    per_rank_terms = [_rank_terms(g, ch, r) for r in range(g.R)]
     names = SPAN_TERMS + (MAKESPAN_TERMS if problem.objective == "makespan" else ())
     out = {name: max(t[name] for t in per_rank_terms) for name in names}
     if problem.objective == "makespan":
@@ -307,6 +305,6 @@ def _details(problem: Problem) -> tuple[dict[str, float], list[float]]:
     return out, per_rank
 
 
-def lower_bound(problem: Problem) -> float:
+def lower_bound(problem: Union[Problem, Graph]) -> float:
     """A value no schedule of `problem` beats under problem.objective (see module docstring)."""
     return lower_bound_details(problem)["lower_bound"]

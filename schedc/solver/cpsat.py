@@ -6,7 +6,7 @@ cap. The answer is turned back into a Schedule (each rank's actions by start tim
 the simulated value is the reported one.
 
 Formulation (scheduling, integer time). One interval variable per action of
-``model.build_instance`` (its duration from the problem's executed profile: stage 0's I under
+the problem graph (schedc.solver.graph) (its duration from the problem's executed profile: stage 0's I under
 torch's runtime is a legal 0-length interval), and
 
 * precedence: ``start[b] >= end[a] + lag`` for every producer a of b (the boundary's comm when
@@ -46,7 +46,7 @@ cap (adds up, releases down), which makes every answer fit but is no relaxation,
 is then not reported.
 
 Warm start: the schedule it is given (the compile driver passes its best so far; alone, the
-heuristic's, schedc.solver.heuristic.warm_start), relabelled in microbatch order and simulated;
+heuristic's, schedc.solver.warm.warm_start), relabelled in microbatch order and simulated;
 its times (floored to units) are the solution hint, which is a feasible point of the integer
 model.
 
@@ -71,18 +71,22 @@ import math
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
-from schedc.solver import interrupt, model
+from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
+from schedc.solver.deadline import Deadline
+from schedc.solver.engine import Incumbent, Result
+from schedc.solver.graph import Graph, canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL, TIE
 
 _REL = REL
+WORKERS = 2  # what the compiler runs: CP-SAT's parallel search is its strength; one worker finds much less
 
 
 @dataclass
@@ -178,17 +182,17 @@ class CpsatOutcome:
     cp_sim: Optional[SimResult] = None
 
 
-def _scales(inst: model.Instance) -> tuple[Scale, Scale]:
+def _scales(inst: Graph) -> tuple[Scale, Scale]:
     """The time unit (durations and lags) and the byte unit (memory deltas) of the instance."""
     return choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p]), \
         choose_byte_scale(list(inst.delta))
 
 
-def _durations(inst: model.Instance, ts: Scale) -> list[int]:
+def _durations(inst: Graph, ts: Scale) -> list[int]:
     return [ts.floor(d) for d in inst.dur]
 
 
-def _memory_events(inst: model.Instance, bs: Scale) -> tuple[list[int], list[float]]:
+def _memory_events(inst: Graph, bs: Scale) -> tuple[list[int], list[float]]:
     """Integer deltas and the integer room per rank (cap - static; inf when uncapped)."""
     if bs.exact:
         deltas = [int(round(d / bs.unit)) for d in inst.delta]
@@ -201,7 +205,7 @@ def _memory_events(inst: model.Instance, bs: Scale) -> tuple[list[int], list[flo
     return deltas, room
 
 
-def _horizon(inst: model.Instance, dur: list[int], lags: dict, objective: str, incumbent_units: int) -> int:
+def _horizon(inst: Graph, dur: list[int], lags: dict, objective: str, incumbent_units: int) -> int:
     """Latest time any action may end without cutting off an optimum. Makespan: the incumbent.
     Span (free starts): closing every instant no action or lag covers never lengthens a span,
     so some optimum ends by the total of all durations and lags."""
@@ -210,7 +214,7 @@ def _horizon(inst: model.Instance, dur: list[int], lags: dict, objective: str, i
     return sum(dur) + sum(lags.values()) + incumbent_units
 
 
-def build_cp_model(inst: model.Instance, ts: Scale, bs: Scale, objective: str, incumbent_units: int,
+def build_cp_model(inst: Graph, ts: Scale, bs: Scale, objective: str, incumbent_units: int,
                    bound_units: int = 0):
     """The CP-SAT model; returns (model, starts, ends, objective variable). `bound_units` is a
     lower bound on the integer objective (lets CP-SAT stop when it reaches it)."""
@@ -229,11 +233,11 @@ def build_cp_model(inst: model.Instance, ts: Scale, bs: Scale, objective: str, i
     return m, starts, ends, obj
 
 
-def _lags(inst: model.Instance, ts: Scale) -> dict:
+def _lags(inst: Graph, ts: Scale) -> dict:
     return {(a, b): ts.floor(lag) for b in range(inst.n) for a, lag in inst.preds[b]}
 
 
-def _intervals(m, inst: model.Instance, dur: list[int], horizon: int, fixed: Optional[dict] = None,
+def _intervals(m, inst: Graph, dur: list[int], horizon: int, fixed: Optional[dict] = None,
                earliest: Optional[list[int]] = None):
     """One fixed-size interval per action within [0, horizon]: starts, ends (start + duration,
     an expression) and intervals. An action in `fixed` (action -> the start it keeps) gets no
@@ -267,7 +271,7 @@ def _solver(time_limit: float, workers: int, seed: int):
     return solver
 
 
-def _add_precedences(m, inst: model.Instance, starts, ends, lags: dict, fixed: Optional[dict] = None) -> None:
+def _add_precedences(m, inst: Graph, starts, ends, lags: dict, fixed: Optional[dict] = None) -> None:
     """``start[b] >= end[a] + lag``, except from a fixed action: that one is already in b's
     lowest start (`_intervals`' earliest), or b is fixed too."""
     fixed = fixed or {}
@@ -277,7 +281,7 @@ def _add_precedences(m, inst: model.Instance, starts, ends, lags: dict, fixed: O
                 m.add(starts[b] >= ends[a] + lags[(a, b)])
 
 
-def _add_memory(m, inst: model.Instance, bs: Scale, starts, ends, horizon: int, fixed: Optional[dict] = None) -> None:
+def _add_memory(m, inst: Graph, bs: Scale, starts, ends, horizon: int, fixed: Optional[dict] = None) -> None:
     """Per rank, what each microbatch of a stage holds, as intervals of one cumulative: from
     its F's start to its I's end the bytes I frees, to its W's (B's) end the rest. At every
     instant their sum is the reservoir level described in the module docstring (an interval
@@ -299,7 +303,7 @@ def _add_memory(m, inst: model.Instance, bs: Scale, starts, ends, horizon: int, 
             if a.kind != "F" or deltas[f] <= 0:
                 continue
             for kind in ("I", "W", "B"):
-                j = inst.index.get(model.Action(a.stage, kind, a.microbatch))
+                j = inst.id(a.stage, kind, a.microbatch)
                 if j is None or deltas[j] >= 0 or (f in fixed and j in fixed):
                     continue
                 size = m.new_int_var(0, horizon, f"held_{a}_{kind}")
@@ -309,7 +313,7 @@ def _add_memory(m, inst: model.Instance, bs: Scale, starts, ends, horizon: int, 
             m.add_cumulative(intervals, demands, int(room[r]))
 
 
-def _add_objective(m, inst: model.Instance, starts, ends, objective: str, incumbent_units: int, bound_units: int,
+def _add_objective(m, inst: Graph, starts, ends, objective: str, incumbent_units: int, bound_units: int,
                    may_end_last: list[list[int]]):
     """The objective variable, at least every rank's makespan or span; `may_end_last[r]` are the
     actions of rank r that can end last (all of them, unless the model chains its order)."""
@@ -322,13 +326,13 @@ def _add_objective(m, inst: model.Instance, starts, ends, objective: str, incumb
     return obj
 
 
-def _hint(m, inst: model.Instance, ts: Scale, starts, obj, sim: SimResult, objective: str) -> None:
+def _hint(m, inst: Graph, ts: Scale, starts, obj, sim: SimResult, objective: str) -> None:
     for i, a in enumerate(inst.actions):
         m.add_hint(starts[i], ts.floor(sim.timings[a].start))
     m.add_hint(obj, ts.ceil(sim.objective(objective)))
 
 
-def _orders(inst: model.Instance, start_vals: list[int], end_vals: list[int]) -> list[list[int]]:
+def _orders(inst: Graph, start_vals: list[int], end_vals: list[int]) -> list[list[int]]:
     """Each rank's actions by start; a 0-length action at an instant goes before the action that
     starts there (it cannot depend on it), ties between 0-length ones in dependency order."""
     topo_pos = {i: k for k, i in enumerate(inst.topo)}
@@ -344,21 +348,21 @@ def solve_cpsat(
     hint: bool = True,
     stop_at_bound: bool = True,
     stale_seconds: Optional[float] = None,
-    inst: Optional[model.Instance] = None,
+    inst: Optional[Graph] = None,
 ) -> CpsatOutcome:
     """Solve `problem` with CP-SAT within `time_limit` seconds (see the module docstring).
     `hint=False` starts CP-SAT cold; `stop_at_bound=False` runs it even when the warm start
     already meets the combinatorial bound; `stale_seconds` ends the search early once that
     long has passed without a better solution."""
     cp_model = import_cp_model()
-    from schedc.solver import heuristic
+    from schedc.solver import heuristic, warm as warm_starts
 
     t0 = time.monotonic()
     heuristic.check_memory_feasible(problem)
     objective = problem.objective
     if warm is None:
-        warm = heuristic.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
-    inst = inst if inst is not None else model.build_instance(problem)
+        warm = warm_starts.warm_start(problem, time_budget=min(1.0, 0.1 * time_limit))
+    inst = inst if inst is not None else graph_of(problem)
     inc_sim, best_sched, best_sim = _incumbent(problem, inst, warm)
     ts, bs = _scales(inst)
     comb = lower_bound(problem)
@@ -388,7 +392,36 @@ def solve_cpsat(
     return out
 
 
-def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult, free, time_limit: float,
+@dataclass
+class CpsatEngine:
+    """CP-SAT as an engine (schedc.solver.engine): the whole model, hinted with the incumbent,
+    until the deadline (or `stale_seconds` without news); `objective` overrides the problem's
+    (the driver runs makespan first for span). Its answer comes back simulated and in the
+    graph's orders; its converted bound is a certificate when the byte scale is exact."""
+
+    workers: int = WORKERS
+    seed: int = 0
+    stale_seconds: Optional[float] = None
+    objective: Optional[str] = None
+    name: str = "cpsat"
+
+    def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
+        problem = graph.problem
+        if self.objective and self.objective != problem.objective:
+            problem = replace(problem, objective=self.objective)
+        warm = None if incumbent is None else (incumbent.schedule, incumbent.sim, incumbent.source)
+        out = solve_cpsat(problem, time_limit=deadline.left(), warm=warm, workers=self.workers, seed=self.seed,
+                          stale_seconds=self.stale_seconds, inst=graph)
+        res = Result(bound=out.cp_bound, proven=out.proven and out.cp_sim is not None,
+                     bound_source="cp-sat (proven optimal)" if out.proven else "cp-sat bound")
+        if out.cp_sim is not None:
+            res.schedule, res.sim = out.cp_schedule, out.cp_sim
+            res.orders = canonical_orders(graph, orders_from_schedule(graph, out.cp_schedule))
+            res.status = "optimal" if out.proven else "feasible"
+        return res
+
+
+def solve_window(problem: Problem, inst: Graph, orders, sim: SimResult, free, time_limit: float,
                  workers: int = 1, seed: int = 0, stale_seconds: Optional[float] = None) -> Optional[list[list[int]]]:
     """One step of the window search (schedc.solver.compile): CP-SAT re-orders and re-times the
     actions at positions ``free[r] = (lo, hi)`` of each rank's order (``orders``, simulated as
@@ -454,7 +487,7 @@ def solve_window(problem: Problem, inst: model.Instance, orders, sim: SimResult,
     return _orders(inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])
 
 
-def _earliest_starts(inst: model.Instance, orders, free, dur: list[int], lags: dict, fixed: dict) -> list[int]:
+def _earliest_starts(inst: Graph, orders, free, dur: list[int], lags: dict, fixed: dict) -> list[int]:
     """For solve_window: each action's lowest start implied by fixed actions alone (its fixed
     predecessors' ends plus lags, and the end of its rank's last fixed action)."""
     earliest = [0] * inst.n
@@ -508,20 +541,20 @@ def _stop_when_stale(solver, stale_seconds: Optional[float]):
         watcher.join()
 
 
-def _incumbent(problem: Problem, inst: model.Instance, warm):
+def _incumbent(problem: Problem, inst: Graph, warm):
     """The warm start in the model's vocabulary (kinds in microbatch order) and simulated; plus
     the better of it and the warm start as given (the answer to beat)."""
-    orders = model.canonical_orders(inst, model.orders_from_schedule(inst, warm[0]))
-    sim = simulate(model.schedule_from_orders(inst, orders, name="schedc-cpsat"), problem.profile, problem.memory)
+    orders = canonical_orders(inst, orders_from_schedule(inst, warm[0]))
+    sim = simulate(schedule_from_orders(inst, orders, name="schedc-cpsat"), problem.profile, problem.memory)
     best_sched, best_sim = warm[0], warm[1]
     if sim.fits and sim.objective(problem.objective) < best_sim.objective(problem.objective):
-        best_sched, best_sim = model.schedule_from_orders(inst, orders, name="schedc-cpsat"), sim
+        best_sched, best_sim = schedule_from_orders(inst, orders, name="schedc-cpsat"), sim
     return sim, best_sched, best_sim
 
 
-def _take_answer(out: CpsatOutcome, problem: Problem, inst: model.Instance, start_vals, end_vals) -> None:
+def _take_answer(out: CpsatOutcome, problem: Problem, inst: Graph, start_vals, end_vals) -> None:
     """Turn CP-SAT's times into a schedule, simulate it, keep it when it fits and beats the best."""
-    sched = model.schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat")
+    sched = schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat")
     sim = simulate(sched, problem.profile, problem.memory)
     out.cp_schedule, out.cp_sim = sched, sim
     if sim.fits and sim.objective(problem.objective) < out.value * (1 - TIE):

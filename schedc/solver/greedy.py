@@ -41,12 +41,14 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
-from schedc.solver.deadline import CHECK_EVERY
+from schedc.solver.deadline import CHECK_EVERY, Deadline
+from schedc.solver.engine import Incumbent, Result, found
+from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL
 
@@ -68,22 +70,22 @@ class Flags:
 ALL_FLAGS = tuple(Flags(*bits) for bits in itertools.product((False, True), repeat=3))
 
 
-def supports(problem: Problem) -> bool:
+def supports(problem: Union[Problem, Graph]) -> bool:
     """One stage per rank."""
+    if isinstance(problem, Graph):
+        return problem.S == problem.R
     return problem.n_stages == problem.n_ranks
 
 
 class _State:
     """What the simulation knows: end times of started actions, counters, memory per stage."""
 
-    def __init__(self, problem: Problem):
-        p = problem
-        self.S, self.M = p.n_stages, p.n_microbatches
-        self.rank = list(p.placement)
-        self.d = {k: [p.duration(s, k) for s in range(self.S)] for k in "FIW"}
-        self.mem = {k: [p.profile.memory_delta(s, k) for s in range(self.S)] for k in "FIW"}
-        self.comm = [p.comm(s) for s in range(self.S - 1)]
-        self.room = [p.activation_room[self.rank[s]] for s in range(self.S)]
+    def __init__(self, g: Graph):
+        self.g = g
+        self.S, self.M = g.S, g.M
+        self.rank = g.stage_rank
+        self.d, self.mem, self.comm = g.d, g.mem, g.comm
+        self.room = [g.room[r] for r in g.stage_rank]
         self.end = {k: [[math.inf] * self.M for _ in range(self.S)] for k in "FI"}
         self.n = {k: [0] * self.S for k in "FIW"}
         self.held = [0.0] * self.S
@@ -96,12 +98,7 @@ class _State:
         m = self.n[kind][s]
         if m >= self.M:
             return math.inf
-        if kind == "F":
-            return 0.0 if s == 0 else self.end["F"][s - 1][m] + self.comm[s - 1]
-        own = self.end["F"][s][m]
-        if s == self.S - 1:
-            return own
-        return max(own, self.end["I"][s + 1][m] + self.comm[s])
+        return self.g.input_time(kind, s, m, self.end["F"], self.end["I"])
 
     def first_i_estimate(self, s: int) -> float:
         """Earliest stage s's first I can start: known if stage s+1's first I started, else the
@@ -152,11 +149,11 @@ def _decide(st: _State, s: int, t: float, flags: Flags) -> tuple[Optional[str], 
     return None, nxt
 
 
-def _construct(problem: Problem, flags: Flags, expired: Callable[[], bool] = lambda: False) \
+def _construct(g: Graph, flags: Flags, expired: Callable[[], bool] = lambda: False) \
         -> Optional[list[list[Action]]]:
     """Per-rank rows, or None when `expired()` turns true first."""
-    st = _State(problem)
-    rows: list[list[Action]] = [[] for _ in range(problem.n_ranks)]
+    st = _State(g)
+    rows: list[list[Action]] = [[] for _ in range(g.R)]
     heap = [(0.0, s) for s in range(st.S)]
     waiting_since = [0.0] * st.S
     left = 3 * st.S * st.M
@@ -213,34 +210,48 @@ def to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags, name: 
     return sched
 
 
-def greedy_family(problem: Problem) -> list[tuple[Flags, Schedule, SimResult]]:
+def greedy_family(problem: Union[Problem, Graph]) -> list[tuple[Flags, Schedule, SimResult]]:
     """All eight flag combinations, each simulated under the problem's costs, runtime and caps."""
-    if not supports(problem):
-        raise SchedcError(f"{NAME} needs one stage per rank; got {problem.n_stages} stages on {problem.n_ranks} ranks")
-    return list(_family(problem, lambda: False))
+    g = graph_of(problem)
+    if not supports(g):
+        raise SchedcError(f"{NAME} needs one stage per rank; got {g.S} stages on {g.R} ranks")
+    return list(_family(g, lambda: False))
 
 
-def _family(problem: Problem, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Schedule, SimResult]]:
+def _family(g: Graph, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Schedule, SimResult]]:
+    problem = g.problem
     for flags in ALL_FLAGS:
-        rows = _construct(problem, flags, expired)
+        rows = _construct(g, flags, expired)
         if rows is None or expired():
             return
         sched = to_schedule(problem, rows, flags)
         yield flags, sched, simulate(sched, problem.profile, problem.memory)
 
 
-def zb_greedy(problem: Problem, objective: Optional[str] = None,
+def zb_greedy(problem: Union[Problem, Graph], objective: Optional[str] = None,
               expired: Callable[[], bool] = lambda: False) -> Optional[tuple[Schedule, SimResult]]:
     """The best member of the family under `objective` (default the problem's) that fits the
     memory caps, or None when the problem is not one stage per rank (or `expired()` turned true
     before all eight were built). Keeps one simulation at a time: memory stays linear."""
-    if not supports(problem):
+    g = graph_of(problem)
+    if not supports(g):
         return None
-    obj = objective or problem.objective
+    obj = objective or g.problem.objective
     best = None
     n = 0
-    for _, sched, sim in _family(problem, expired):
+    for _, sched, sim in _family(g, expired):
         n += 1
         if sim.fits and (best is None or sim.objective(obj) < best[1].objective(obj)):
             best = (sched, sim)
     return best if n == len(ALL_FLAGS) else None
+
+
+class ZbGreedy:
+    """zb-greedy as an engine (schedc.solver.engine): its best fitting member, or none (not one
+    stage per rank, or the deadline passed before all eight were built)."""
+
+    name = NAME
+
+    def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
+        best = zb_greedy(graph, expired=deadline.expired)
+        return found(*best) if best is not None else Result()

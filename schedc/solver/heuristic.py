@@ -41,17 +41,17 @@ import heapq
 import math
 import random
 import time
-import weakref
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Optional, Union
 
 from schedc.costs import format_amount, format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
-from schedc.simulate import SimResult, simulate
-from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
-from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, n_actions, observe
+from schedc.simulate import simulate
+from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline
+from schedc.solver.engine import Incumbent, Result, found
+from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL, TIE
 
@@ -116,41 +116,6 @@ def check_memory_feasible(problem: Problem) -> None:
         )
 
 
-# ---------------------------------------------------------------- problem arrays
-
-@dataclass
-class _Arrays:
-    S: int
-    M: int
-    R: int
-    rank: list[int]
-    dF: list[float]
-    dI: list[float]
-    dW: list[float]
-    act: list[float]
-    wg: list[float]
-    comm: list[float]  # comm[s]: delay across s -> s+1 (0 on the same rank)
-    free0: list[float]  # per rank: cap minus static bytes
-    stages: list[list[int]]  # per rank, ascending
-    multi: bool  # some rank holds several stages
-
-
-def _arrays(problem: Problem) -> _Arrays:
-    prof = problem.profile
-    S, R = problem.n_stages, problem.n_ranks
-    stages = [problem.stages_of(r) for r in range(R)]
-    return _Arrays(
-        S=S, M=problem.n_microbatches, R=R, rank=list(problem.placement),
-        dF=[problem.duration(s, "F") for s in range(S)],
-        dI=[problem.duration(s, "I") for s in range(S)],
-        dW=[problem.duration(s, "W") for s in range(S)],
-        act=[prof.stages[s].activation_bytes for s in range(S)],
-        wg=[prof.stages[s].weight_grad_bytes for s in range(S)],
-        comm=[problem.comm(s) for s in range(S - 1)] + [0.0],
-        free0=list(problem.activation_room), stages=stages, multi=any(len(x) > 1 for x in stages),
-    )
-
-
 # ---------------------------------------------------------------- list scheduler
 
 @dataclass(frozen=True)
@@ -173,7 +138,7 @@ class Rule:
                 f"protect_i={self.protect_i} deep_f={self.deep_f} depth_first={self.depth_first} group={self.group}")
 
 
-def _list_schedule(a: _Arrays, rule: Rule, deadline: Deadline = NEVER) -> Optional[list[list[tuple[int, str, int]]]]:
+def _list_schedule(a: Graph, rule: Rule, deadline: Deadline = NEVER) -> Optional[list[list[tuple[int, str, int]]]]:
     """Per-rank orders of (stage, kind, microbatch), or None if this rule gets stuck (or the
     deadline passes first)."""
     return _ListScheduler(a, rule).run(deadline)
@@ -183,7 +148,7 @@ class _ListScheduler:
     """One construction: events in time order; a rank that comes free picks an action by the
     rule (module docstring): a forced W, an I, an admissible F, or a W as filler."""
 
-    def __init__(self, a: _Arrays, rule: Rule):
+    def __init__(self, a: Graph, rule: Rule):
         S, M, R = a.S, a.M, a.R
         self.a, self.rule = a, rule
         self.endF = [[-1.0] * M for _ in range(S)]
@@ -197,13 +162,13 @@ class _ListScheduler:
         self.admitted = [0] * R  # microbatches past F but not yet I on the rank's first stage
         self.first = [st[0] for st in a.stages]
         self.orders: list[list[tuple[int, str, int]]] = [[] for _ in range(R)]
-        self.use_banker = a.multi and any(f < INF for f in a.free0)
+        self.use_banker = a.multi and any(f < INF for f in a.room)
         if self.use_banker:
             self.mb_held = [[0.0] * R for _ in range(M)]  # per microbatch, per rank: bytes held
             self.mb_rem = [[0.0] * R for _ in range(M)]  # per microbatch, per rank: forward bytes still to come
             for m in range(M):
                 for s in range(S):
-                    self.mb_rem[m][a.rank[s]] += a.act[s]
+                    self.mb_rem[m][a.stage_rank[s]] += a.act[s]
             self.started = [False] * M
             self.live: list[int] = []  # started microbatches in index order (finished ones pruned lazily)
         self.remaining = sum(len(st) for st in a.stages) * M * 3
@@ -271,14 +236,14 @@ class _ListScheduler:
     def ready_backward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], float]:
         """The I rank r should run at t (deepest stage first; by microbatch group under
         rule.group), or None; and the earliest time an I not yet ready becomes ready."""
-        group, M, S, comm = self.rule.group, self.a.M, self.a.S, self.a.comm
+        group, M, S, input_time = self.rule.group, self.a.M, self.a.S, self.a.input_time
         endF, endI, nextI = self.endF, self.endI, self.nextI
         best_I, best_key, soon_I = None, None, INF
         for s in self.stages_desc[r]:
             m = nextI[s]
             if m >= M or endF[s][m] < 0 or (s + 1 < S and endI[s + 1][m] < 0):
                 continue
-            rt = endF[s][m] if s + 1 == S else max(endF[s][m], endI[s + 1][m] + comm[s])
+            rt = input_time("I", s, m, endF, endI)
             if rt <= t + EPS:
                 key = (m // group, -s, m) if group else (-s, m)
                 if best_I is None or key < best_key:
@@ -301,7 +266,7 @@ class _ListScheduler:
                 continue  # all done, or its input is not there yet
             if s == self.first[r] and self.admitted[r] >= rule.warmup[r]:
                 continue
-            if self.held[r] + a.act[s] > a.free0[r] + EPS * max(1.0, abs(a.free0[r])):
+            if self.held[r] + a.act[s] > a.room[r] + EPS * max(1.0, abs(a.room[r])):
                 blocked = True
                 continue
             if self.use_banker and not self.banker_ok(s, m):
@@ -316,11 +281,11 @@ class _ListScheduler:
         # on every rank q. F(s, m) on rank r lowers free[r] by act(s) and changes nothing for m
         # itself or younger microbatches (m's held rises by what free loses), so it stays safe iff
         # every older in-flight microbatch keeps a slack of act(s) on r. A new microbatch's own
-        # condition is free0[q] >= its whole demand, which check_memory_feasible guarantees.
+        # condition is room[q] >= its whole demand, which check_memory_feasible guarantees.
         a = self.a
-        r = a.rank[s]
+        r = a.stage_rank[s]
         need = a.act[s]
-        free = a.free0[r] - self.held[r]
+        free = a.room[r] - self.held[r]
         if free - need < -EPS:
             return False
         cum = 0.0
@@ -349,8 +314,8 @@ class _ListScheduler:
             self.mb_held[m][r] += a.act[s]
             self.mb_rem[m][r] -= a.act[s]
         # wake the rank of F(s+1, m); same-rank consumers are woken by the rank's own end event
-        if s + 1 < a.S and a.rank[s + 1] != r:
-            heapq.heappush(self.heap, (end + a.comm[s], a.rank[s + 1]))
+        if s + 1 < a.S and a.stage_rank[s + 1] != r:
+            heapq.heappush(self.heap, (end + a.comm[s], a.stage_rank[s + 1]))
         self._done(r, s, "F", m, end)
 
     def run_I(self, r: int, s: int, m: int, start: float) -> None:
@@ -365,8 +330,8 @@ class _ListScheduler:
         if self.use_banker:
             self.mb_held[m][r] -= freed
         self.pendW[r].append((s, m))
-        if s > 0 and a.rank[s - 1] != r:
-            heapq.heappush(self.heap, (end + a.comm[s - 1], a.rank[s - 1]))
+        if s > 0 and a.stage_rank[s - 1] != r:
+            heapq.heappush(self.heap, (end + a.comm[s - 1], a.stage_rank[s - 1]))
         self._done(r, s, "I", m, end)
 
     def run_W(self, r: int, s: int, m: int, start: float) -> None:
@@ -390,7 +355,7 @@ class _ListScheduler:
 
 # ---------------------------------------------------------------- fast exact re-timing
 
-def _retime(a: _Arrays, orders: list[list[tuple[int, str, int]]]) -> Optional[tuple]:
+def _retime(a: Graph, orders: list[list[tuple[int, str, int]]]) -> Optional[tuple]:
     """(makespan, span, fits, sum of rank ends, sum of rank spans) of per-rank orders with
     earliest starts, as simulate() computes them for an all-split (I/W) schedule; None on
     deadlock or missing actions."""
@@ -403,10 +368,10 @@ def _retime(a: _Arrays, orders: list[list[tuple[int, str, int]]]) -> Optional[tu
     return max(free), max(spans), _fits_memory(a, orders), sum(free), sum(spans)
 
 
-def _fits_memory(a: _Arrays, orders) -> bool:
+def _fits_memory(a: Graph, orders) -> bool:
     """Every rank's running sum of held activation bytes stays within its room."""
     for r in range(a.R):
-        held, cap = 0.0, a.free0[r] + EPS * max(1.0, abs(a.free0[r]) if a.free0[r] < INF else 1.0)
+        held, cap = 0.0, a.room[r] + EPS * max(1.0, abs(a.room[r]) if a.room[r] < INF else 1.0)
         for s, k, m in orders[r]:
             held += a.act[s] if k == "F" else (-(a.act[s] - a.wg[s]) if k == "I" else -a.wg[s])
             if held > cap:
@@ -414,9 +379,11 @@ def _fits_memory(a: _Arrays, orders) -> bool:
     return True
 
 
-def _earliest_times(a: _Arrays, orders) -> Optional[tuple[list[float], list[float]]]:
+def _earliest_times(a: Graph, orders) -> Optional[tuple[list[float], list[float]]]:
     """(end of each rank's last action, start of its first): every rank advances through its
-    order as far as its inputs allow, round after round; None when a round makes no progress."""
+    order as far as its inputs allow, round after round; None when a round makes no progress.
+    The dependency rule (Graph.input_time) is written out inline here: the local search re-times
+    the whole schedule at every move, and this loop is its cost."""
     S, M, R = a.S, a.M, a.R
     endF = [[-1.0] * M for _ in range(S)]
     endI = [[-1.0] * M for _ in range(S)]
@@ -468,7 +435,7 @@ def _earliest_times(a: _Arrays, orders) -> Optional[tuple[list[float], list[floa
 
 # ---------------------------------------------------------------- rules and search
 
-def _rules(a: _Arrays, objective: str) -> list[Rule]:
+def _rules(a: Graph, objective: str) -> list[Rule]:
     """Deterministic priority rules, most promising first for `objective` (so a tight time
     budget still tries the good ones); each rule once."""
     base = _one_f_one_b_warmup(a)
@@ -489,7 +456,7 @@ def _rules(a: _Arrays, objective: str) -> list[Rule]:
     return rules
 
 
-def _one_f_one_b_warmup(a: _Arrays) -> list[int]:
+def _one_f_one_b_warmup(a: Graph) -> list[int]:
     """Per rank, 1F1B's warm-up: how many stage-visits lie at or below the rank's first stage."""
     spr = max(1, a.S // a.R)
     return [math.ceil((a.S - a.stages[r][0]) / spr) for r in range(a.R)]
@@ -505,7 +472,7 @@ def _interleave(*families: list[Rule]) -> list[Rule]:
     return out
 
 
-def _zb_h1_like(a: _Arrays, base: list[int], k: int, f_first: bool = True) -> list[Rule]:
+def _zb_h1_like(a: Graph, base: list[int], k: int, f_first: bool = True) -> list[Rule]:
     """1F1B's warm-up + k; rank r keeps about r W's pending (they fill its tail), as ZB-H1."""
     out = []
     for mult in (2.0, 1.0, 0.5):
@@ -523,7 +490,7 @@ def _scaled(base: list[int], fracs) -> list[Rule]:
     return out
 
 
-def _zb_v_like(a: _Arrays) -> list[Rule]:
+def _zb_v_like(a: Graph) -> list[Rule]:
     """ZB-V's shape on multi-stage ranks: rank r admits about spr * R - r microbatches before its
     first-stage backward; W's fill gaps, run right after their I, or stay pending as in ZB-H1."""
     R = a.R
@@ -536,7 +503,7 @@ def _zb_v_like(a: _Arrays) -> list[Rule]:
     return out
 
 
-def _warmup_grid(a: _Arrays, base: list[int]) -> list[Rule]:
+def _warmup_grid(a: Graph, base: list[int]) -> list[Rule]:
     """Warm-ups around 1F1B's crossed with the flags, then longer warm-ups and W limits."""
     unlimited = tuple([INF] * a.R)
     out = []
@@ -557,13 +524,13 @@ def _warmup_grid(a: _Arrays, base: list[int]) -> list[Rule]:
     return out
 
 
-def _dedupe_by_memory(a: _Arrays, rules: list[Rule]) -> list[Rule]:
+def _dedupe_by_memory(a: Graph, rules: list[Rule]) -> list[Rule]:
     """Cap each warm-up at what the rank's memory admits anyway, then drop repeated rules (at 1p
     many warm-up variants are the same schedule)."""
     cap = []
     for r in range(a.R):
         act = a.act[a.stages[r][0]]
-        cap.append(float(math.floor(a.free0[r] / act + REL)) if act > 0 and a.free0[r] < INF else INF)
+        cap.append(float(math.floor(a.room[r] / act + REL)) if act > 0 and a.room[r] < INF else INF)
     out, seen = [], set()
     for rule in rules:
         warm = tuple(min(w, c) if c < INF else w for w, c in zip(rule.warmup, cap))
@@ -576,7 +543,7 @@ def _dedupe_by_memory(a: _Arrays, rules: list[Rule]) -> list[Rule]:
     return out
 
 
-def _random_rule(a: _Arrays, rng: random.Random, around: Rule) -> Rule:
+def _random_rule(a: Graph, rng: random.Random, around: Rule) -> Rule:
     """A perturbation of `around`: per-rank warm-up and W limits nudged, flags flipped."""
     R = a.R
     warm = []
@@ -616,7 +583,7 @@ def _search_key(res: tuple, objective: str) -> tuple[float, float]:
     return (_value(res, objective), res[3] if objective == "makespan" else res[4])
 
 
-def _to_schedule(problem: Problem, a: _Arrays, orders, name: str, meta: dict) -> Schedule:
+def _to_schedule(a: Graph, orders, name: str, meta: dict) -> Schedule:
     rows = []
     for r in range(a.R):
         row = []
@@ -628,19 +595,20 @@ def _to_schedule(problem: Problem, a: _Arrays, orders, name: str, meta: dict) ->
                 continue
             row.append(Action(s, k, m))
         rows.append(row)
-    return Schedule(rows=rows, placement=tuple(problem.placement), n_microbatches=a.M, name=name, meta=meta)
+    return Schedule(rows=rows, placement=tuple(a.problem.placement), n_microbatches=a.M, name=name, meta=meta)
 
 
-def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0,
+def heuristic_schedule(problem: Union[Problem, Graph], time_budget: float = 1.0, seed: int = 0,
                        deadline: Optional[Deadline] = None) -> Optional[Schedule]:
     """The best schedule found by the list scheduler's rules (and local search, while
     `time_budget` seconds last) for `problem.objective`. Always feasible under the memory caps;
     raises SchedcError when no schedule can fit. With a `deadline`, returns None when it passes
     before the first construction is done (on very large problems)."""
+    a = graph_of(problem)
+    problem = a.problem
     check_memory_feasible(problem)
     t_start = time.perf_counter()
-    a = _arrays(problem)
-    bound = lower_bound(problem)
+    bound = lower_bound(a)
     # Local search pays off on small instances (cheap re-timing); large ones get more rules.
     rule_share = 0.4 if a.S * a.M < 1000 else 0.8
     found = _best_construction(a, problem.objective, bound, t_start + time_budget * rule_share, seed,
@@ -663,10 +631,45 @@ def heuristic_schedule(problem: Problem, time_budget: float = 1.0, seed: int = 0
     final = _retime(a, best)
     if final is None or not final[2]:  # every candidate was checked; this guards the guarantee
         raise SchedcError("internal error: the heuristic's schedule deadlocks or exceeds the memory cap; please report it")
-    return _to_schedule(problem, a, best, "schedc-heuristic", meta)
+    return _to_schedule(a, best, "schedc-heuristic", meta)
 
 
-def _best_construction(a: _Arrays, objective: str, bound: float, deadline: float, seed: int,
+@dataclass
+class ListHeuristic:
+    """The list heuristic as an engine (schedc.solver.engine): constructions and local search
+    for `time_budget` seconds (less when the deadline comes first); no incumbent, no bound."""
+
+    time_budget: float = 1.0
+    seed: int = 0
+    name: str = "heuristic"
+
+    def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
+        sched = heuristic_schedule(graph, time_budget=self.time_budget, seed=self.seed, deadline=deadline)
+        if sched is None:
+            return Result()
+        return found(sched, simulate(sched, graph.problem.profile, graph.problem.memory))
+
+
+def polish(g: Graph, schedule: Schedule, source: str, end: float, deadline: Deadline = NEVER) \
+        -> Optional[tuple[Schedule, float]]:
+    """The local search (until ``time.perf_counter()`` reaches `end`) started from `schedule`,
+    its backwards split into I + W: (schedule named ``schedc-<source>+ls``, its value), or None
+    when `deadline` has passed or the split schedule does not re-time within the caps."""
+    obj = g.problem.objective
+    orders = [[(x.stage, k, x.microbatch) for x in schedule.actions(r) for k in (("I", "W") if x.kind == "B" else (x.kind,))]
+              for r in range(g.R)]
+    if deadline.expired():
+        return None
+    res = _retime(g, orders)
+    if res is None or not res[2]:
+        return None
+    orders, val, moves = _local_search(g, orders, _value(res, obj), obj, end, 0)
+    sched = _to_schedule(g, orders, f"schedc-{source}+ls", {"source": "heuristic", "start": source,
+                                                            "local_search_moves": moves})
+    return sched, val
+
+
+def _best_construction(a: Graph, objective: str, bound: float, deadline: float, seed: int,
                        hard: Deadline = NEVER):
     """(orders, value, rule, rules tried) of the best list schedule: the deterministic rules in
     turn, then perturbations of the best one, until the deadline (at least one rule) or the
@@ -701,7 +704,7 @@ def _best_construction(a: _Arrays, objective: str, bound: float, deadline: float
     return best, best_val, best_rule, tried
 
 
-def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: float, seed: int):
+def _local_search(a: Graph, orders, val: float, objective: str, deadline: float, seed: int):
     """Move one action a few places earlier or later on its rank; keep moves that do not worsen
     (objective, sum over ranks of the same measure): the sum gives a slope where the max is
     flat, and equal moves let the search drift across plateaus. Stops at the deadline."""
@@ -744,198 +747,3 @@ def _local_search(a: _Arrays, orders, val: float, objective: str, deadline: floa
         row.insert(i, item)
         stale += 1
     return orders, key[0], moves
-
-
-# ---------------------------------------------------------------- baselines and warm start
-
-# the hand-made schedules in the order a warm start under a deadline builds them: those that
-# most often win first (ZB-H1 is optimal for makespan at 1p on identical stages)
-_BASELINE_ORDER = ("zb-h1", "zb-v", "1f1b", "zb-h2", "v-half", "v-min", "interleaved-zb", "interleaved-1f1b",
-                   "dualpipev", "gpipe", "looped-bfs")
-
-
-@dataclass
-class _Built:
-    """The baselines built so far for one problem, and whether every one has been tried."""
-
-    items: list
-    tried: set
-    complete: bool = False
-
-
-# below this many actions one list construction ends well within a second, Ctrl-C or not
-QUICK_ACTIONS = 100_000
-_BUILT: dict[int, _Built] = {}  # id(problem) -> what was built; dropped with the problem
-
-
-def matching_baselines(problem: Problem, deadline: Optional[Deadline] = None,
-                       with_greedy: bool = True) -> list[tuple[str, Schedule, SimResult]]:
-    """The hand-made schedules (schedc.baselines) that exist for this problem's stages, ranks,
-    placement and microbatches, and zb-greedy, each with its simulation (fitting the memory caps
-    or not). Built once per problem: the warm start, the report and the plot all ask for them.
-    Under a `deadline` only those built before it passes (a later call builds the rest);
-    ``with_greedy=False`` leaves zb-greedy (eight simulations) for a later call."""
-    key = id(problem)
-    built = _BUILT.get(key)
-    if built is None:
-        built = _BUILT[key] = _Built([], set())
-        weakref.finalize(problem, _BUILT.pop, key, None)
-    if not built.complete:
-        built.complete = _build_baselines(problem, built, deadline or NEVER, with_greedy)
-    return [b for name in _names(built) for b in built.items if b[0] == name]
-
-
-def _names(built: _Built) -> list[str]:
-    from schedc.solver import greedy
-
-    try:
-        from schedc import baselines
-    except ImportError:
-        return [greedy.NAME]
-    return list(baselines.BASELINE_NAMES) + [greedy.NAME]
-
-
-def build_baselines(problem: Problem) -> list[tuple[str, Schedule, SimResult]]:
-    """What :func:`matching_baselines` returns, built and simulated afresh."""
-    built = _Built([], set())
-    _build_baselines(problem, built, NEVER)
-    return [b for name in _names(built) for b in built.items if b[0] == name]
-
-
-def _build_baselines(problem: Problem, built: _Built, deadline: Deadline, with_greedy: bool = True) -> bool:
-    """Add to `built` what is missing, until `deadline`; True when every one has been tried."""
-    from schedc.solver import greedy
-
-    try:
-        from schedc import baselines
-    except ImportError:
-        baselines = None
-    pname = problem.placement_name
-    names = [n for n in _BASELINE_ORDER if baselines and n in baselines.BASELINE_NAMES]
-    names += [n for n in (baselines.BASELINE_NAMES if baselines else ()) if n not in names]
-    for name in names + ([greedy.NAME] if with_greedy else []):
-        if name in built.tried:
-            continue
-        if any(sim.fits for _, _, sim in built.items) or interrupt.requested():
-            # one pass for a hand-made schedule; zb-greedy builds and simulates eight
-            passes = 2 * len(greedy.ALL_FLAGS) if name == greedy.NAME else 1
-            if not deadline.allows(n_actions(problem.n_stages, problem.n_microbatches), passes):
-                return False  # would not end in time
-        # else: past the deadline too, until one hand-made schedule that fits is there (the
-        # answer of last resort; cheap ones come first)
-        if name == greedy.NAME:
-            # the zero-bubble paper's greedy: a peer, so a baseline too
-            best = greedy.zb_greedy(problem, expired=deadline.expired)
-            if best is None and greedy.supports(problem) and deadline.expired():
-                return False
-            built.tried.add(name)
-            if best is not None:
-                built.items.append((greedy.NAME, *best))
-            continue
-        built.tried.add(name)
-        try:
-            sched = baselines.make_baseline(
-                name, problem.n_stages, problem.n_microbatches, n_ranks=problem.n_ranks,
-                placement=pname if pname in ("loop", "v") else None,
-            )
-        except (SchedcError, ValueError, TypeError):
-            continue
-        if tuple(sched.placement) != tuple(problem.placement) or sched.n_microbatches != problem.n_microbatches:
-            continue
-        try:
-            t = time.perf_counter()
-            sim = simulate(sched, problem.profile, problem.memory)
-            observe(time.perf_counter() - t, n_actions(problem.n_stages, problem.n_microbatches))
-        except SchedcError:
-            continue
-        built.items.append((name, sched, sim))
-    return with_greedy
-
-
-def feasible_baselines(problem: Problem, deadline: Optional[Deadline] = None,
-                       with_greedy: bool = True) -> list[tuple[str, Schedule, SimResult]]:
-    """The matching hand-made schedules that fit the problem's memory caps."""
-    return [(name, sched, sim) for name, sched, sim in matching_baselines(problem, deadline, with_greedy) if sim.fits]
-
-
-def warm_start(problem: Problem, time_budget: float = 1.0, deadline: Optional[Deadline] = None,
-               on_candidate: Optional[Callable[[str, float], None]] = None) -> tuple[Schedule, SimResult, str]:
-    """The best of the heuristic, the zero-bubble authors' round greedy (schedc.solver.paper_greedy)
-    and the feasible hand-made schedules under problem.objective (a hand-made one on a tie):
-    (schedule, its simulation, source). When a hand-made schedule wins, its backwards are split
-    into I + W (never worse: I ends earlier, W ends when B did, memory drops no later) and the
-    local search polishes it with what is left of `time_budget`; the source then reads e.g.
-    'zb-h1+local-search' if that helped, else the baseline's name (the original is returned).
-
-    Under a `deadline` (schedc.solver.deadline) the hand-made schedules come first, then the
-    greedy families and the heuristic, each abandoned when the deadline passes; what finished
-    is compared. When nothing that fits finished, SchedcError says so in one line.
-    `on_candidate(source, value)` hears of each family's best as it finishes (progress lines)."""
-    from schedc.solver import paper_greedy
-
-    t_start = time.perf_counter()
-    obj = problem.objective
-    hard = deadline or NEVER
-    check_memory_feasible(problem)
-    tell = on_candidate or (lambda source, value: None)
-    # the cheap ones first (under a deadline, what gets built in time), zb-greedy's eight last
-    fitting = feasible_baselines(problem, hard, with_greedy=False)
-    if fitting:
-        name, first, sim = fitting[0]
-        for b in fitting[1:]:  # the first of equals, as the comparison below picks it
-            if b[2].objective(obj) < sim.objective(obj) - EPS:
-                name, first, sim = b
-        tell(name, sim.objective(obj))
-        bound = lower_bound(problem)
-        if sim.objective(obj) <= bound + EPS * max(1.0, bound):
-            return first, sim, name  # proven optimal: nothing can beat it (and ties go to it anyway)
-    sched = heuristic_schedule(problem, time_budget=time_budget * 0.6, deadline=deadline)
-    best = None if sched is None else (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
-    if best is not None:
-        tell("heuristic", best[1].objective(obj))
-    rounds = paper_greedy.paper_greedy(problem, expired=hard.expired)
-    if rounds is not None:
-        tell(paper_greedy.NAME, rounds[1].objective(obj))
-    greedy_best = [b for b in feasible_baselines(problem, hard) if b[0] not in {f[0] for f in fitting}]
-    if greedy_best:
-        tell(greedy_best[0][0], greedy_best[0][2].objective(obj))
-    if rounds is not None and (best is None or rounds[1].objective(obj) < best[1].objective(obj) - EPS):
-        best = (*rounds, paper_greedy.NAME)
-    for name, s, sim in feasible_baselines(problem, hard):
-        # a tie goes to the hand-made schedule: in torch's runtime its regular order pays no
-        # more per-action overhead and transfer waiting than a list schedule of the same value
-        margin = EPS if best is not None and best[2] in ("heuristic", paper_greedy.NAME) else -EPS
-        if best is None or sim.objective(obj) < best[1].objective(obj) + margin:
-            best = (s, sim, name)
-    if best is None and interrupt.requested() and n_actions(problem.n_stages, problem.n_microbatches) <= QUICK_ACTIONS:
-        # Ctrl-C before anything that fits was found: one construction takes well under a second
-        # here, and a schedule to write beats none
-        sched = heuristic_schedule(problem, time_budget=0.0)
-        best = (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
-    if best is None and interrupt.requested():
-        raise KeyboardInterrupt
-    if best is None:
-        raise SchedcError(
-            f"no schedule that fits --memory {problem.memory} was found before the time limit ("
-            f"{problem.n_stages} stages x {problem.n_microbatches} microbatches; no hand-made schedule fits): "
-            f"give a longer --time-limit")
-    if best[2] in ("heuristic", paper_greedy.NAME):
-        return best
-    a = _arrays(problem)
-    orders = [[(x.stage, k, x.microbatch) for x in best[0].actions(r) for k in (("I", "W") if x.kind == "B" else (x.kind,))]
-              for r in range(a.R)]
-    if hard.expired():
-        return best
-    res = _retime(a, orders)
-    if res is None or not res[2]:
-        return best
-    val = _value(res, obj)
-    end = t_start + time_budget if deadline is None else min(t_start + time_budget, time.perf_counter() + hard.left())
-    orders, val, moves = _local_search(a, orders, val, obj, end, 0)
-    if val < best[1].objective(obj) - EPS:
-        sched = _to_schedule(problem, a, orders, f"schedc-{best[2]}+ls",
-                             {"source": "heuristic", "start": best[2], "local_search_moves": moves})
-        sim = simulate(sched, problem.profile, problem.memory)
-        if sim.fits and sim.objective(obj) < best[1].objective(obj) - EPS:
-            return sched, sim, f"{best[2]}+local-search"
-    return best

@@ -51,7 +51,7 @@ benchmarks/compile_quality.py):
   and earliest-start times only get earlier. tests/test_model.py checks the model's optimum
   against exhaustive search over *all* orders on tiny instances, both objectives. Memory caps
   also force precedences (I(s, j-K) and W(s, j-L-1) before F(s, j), see
-  ``_add_memory_precedences``), added to P.
+  schedc.solver.graph.memory_precedences), added to P.
 * Span: pinned or late start. In the simulator an in-order schedule's rank r starts with
   F(lo_r, 0), whose input chain F(0..lo_r-1, 0) are first actions of their ranks, so it starts
   exactly at head_r: the pinned model (s_r = head_r; the windows use it) is exact for in-order
@@ -115,203 +115,26 @@ from typing import Callable, Optional, Sequence
 
 import pulp
 
-from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
+from schedc.solver.deadline import Deadline
+from schedc.solver.engine import Incumbent, Result, materialize
+from schedc.solver.graph import Graph, ancestors, canonical_orders, schedule_from_orders, successors, topological
 from schedc.solver.interrupt import requested as stop_requested
-from schedc.solver.problem import Problem
 from schedc.tolerances import MODEL, PROVEN, REL
 
 FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to windows
 _EPS = MODEL
 
 
-# ---------------------------------------------------------------- the action graph
+def build_instance(problem) -> Graph:
+    """The problem's action graph (schedc.solver.graph, which now owns it), lowered: the old
+    name, for callers not yet moved to ``graph_of(problem).lower()``."""
+    from schedc.solver.graph import graph_of
 
-
-@dataclass
-class Instance:
-    """The actions of a problem as integers, with durations, memory deltas and dependencies."""
-
-    problem: Problem
-    actions: list[Action]
-    index: dict[Action, int]
-    rank: list[int]
-    dur: list[float]
-    delta: list[float]
-    preds: list[list[tuple[int, float]]]  # (producer, lag): start[a] >= end[producer] + lag
-    by_rank: list[list[int]]
-    topo: list[int]
-    static: list[float]
-    caps: list[float]
-    backward: list[str]  # per stage: "I" (split) or "B" (merged, W costs 0)
-    first: list[int]  # per rank: the action that is necessarily first (F of its lowest stage, mb 0)
-
-    @property
-    def n(self) -> int:
-        return len(self.actions)
-
-
-def build_instance(problem: Problem) -> Instance:
-    prof = problem.profile
-    n_st, n_mb = problem.n_stages, problem.n_microbatches
-    backward = ["B" if prof.duration(s, "W") <= 0 else "I" for s in range(n_st)]
-    actions: list[Action] = []
-    for s in range(n_st):
-        kinds = ("F", "B") if backward[s] == "B" else ("F", "I", "W")
-        for k in kinds:
-            for m in range(n_mb):
-                actions.append(Action(s, k, m))
-    index = {a: i for i, a in enumerate(actions)}
-    rank = [problem.placement[a.stage] for a in actions]
-    dur = [prof.duration(a.stage, a.kind) for a in actions]
-    delta = [prof.memory_delta(a.stage, a.kind) for a in actions]
-    preds: list[list[tuple[int, float]]] = [[] for _ in actions]
-    for i, a in enumerate(actions):
-        s, k, m = a.stage, a.kind, a.microbatch
-        if k == "F":
-            if s > 0:
-                preds[i].append((index[Action(s - 1, "F", m)], problem.comm(s - 1)))
-        elif k in ("I", "B"):
-            preds[i].append((index[Action(s, "F", m)], 0.0))
-            if s + 1 < n_st:
-                preds[i].append((index[Action(s + 1, backward[s + 1], m)], problem.comm(s)))
-        else:
-            preds[i].append((index[Action(s, "I", m)], 0.0))
-        if m > 0:  # kinds in microbatch order on a stage (exact symmetry breaking, see docstring)
-            preds[i].append((index[Action(s, k, m - 1)], 0.0))
-    _add_memory_precedences(problem, backward, index, preds)
-    by_rank = [[] for _ in range(problem.n_ranks)]
-    for i in range(len(actions)):
-        by_rank[rank[i]].append(i)
-    topo = _topological(len(actions), preds)
-    static = list(problem.static_bytes)
-    first = [index[Action(min(problem.stages_of(r)), "F", 0)] for r in range(problem.n_ranks)]
-    return Instance(problem, actions, index, rank, dur, delta, preds, by_rank, topo, static,
-                    list(problem.memory_caps), backward, first)
-
-
-def _add_memory_precedences(problem: Problem, backward: list[str], index: dict, preds) -> None:
-    """Orders the memory cap forces, as plain precedences (valid for every feasible schedule).
-
-    With kinds in microbatch order, a stage's own held bytes when F(s, j) starts are
-    (j+1)A - nI (A - G) - nW G >= 0 (A activation, G weight-grad bytes, nI/nW its I's/W's done),
-    and the rank's other stages hold >= 0, so with room = cap - static:
-    * nI >= j + 1 - floor(room / A): I(s, j - K) must precede F(s, j), K = floor(room / A);
-    * with nI <= j, A + (j - nW) G <= room: W(s, j - L - 1) must precede F(s, j),
-      L = floor((room - A) / G).
-    (B frees everything: only the first rule, with B.)"""
-    prof = problem.profile
-    caps = problem.memory_caps
-    n_mb = problem.n_microbatches
-    for s in range(problem.n_stages):
-        r = problem.placement[s]
-        if math.isinf(caps[r]):
-            continue
-        room = problem.activation_room[r]
-        act = prof.stages[s].activation_bytes
-        wg = prof.stages[s].weight_grad_bytes
-        if act <= 0:
-            continue
-        k = int(math.floor(room / act + REL))
-        for j in range(n_mb):
-            f = index[Action(s, "F", j)]
-            if j - k >= 0:
-                preds[f].append((index[Action(s, backward[s], j - k)], 0.0))
-            if backward[s] == "I" and wg > 0:
-                lim = int(math.floor((room - act) / wg + REL))
-                m = j - lim - 1
-                if m >= 0:
-                    preds[f].append((index[Action(s, "W", m)], 0.0))
-
-
-def _topological(n: int, preds: list[list[tuple[int, float]]]) -> list[int]:
-    succs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for b in range(n):
-        for a, _ in preds[b]:
-            succs[a].append(b)
-            indeg[b] += 1
-    order = [i for i in range(n) if indeg[i] == 0]
-    head = 0
-    while head < len(order):
-        a = order[head]
-        head += 1
-        for b in succs[a]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                order.append(b)
-    if len(order) != n:
-        raise ValueError("dependency graph has a cycle")
-    return order
-
-
-def orders_from_schedule(inst: Instance, schedule: Schedule) -> list[list[int]]:
-    """The schedule's per-rank orders in the model's vocabulary: a B on a split stage becomes I
-    then W in its place; an I on a merged stage becomes B and its W is dropped."""
-    orders = []
-    for r in range(schedule.n_ranks):
-        row = []
-        for a in schedule.actions(r):
-            s = a.stage
-            if inst.backward[s] == "I" and a.kind == "B":
-                row += [inst.index[Action(s, "I", a.microbatch)], inst.index[Action(s, "W", a.microbatch)]]
-            elif inst.backward[s] == "B" and a.kind in ("I", "W"):
-                if a.kind == "I":
-                    row.append(inst.index[Action(s, "B", a.microbatch)])
-            else:
-                row.append(inst.index[a])
-        orders.append(row)
-    return orders
-
-
-def schedule_from_orders(inst: Instance, orders: Sequence[Sequence[int]], name: str = "schedc") -> Schedule:
-    p = inst.problem
-    return Schedule(rows=[[inst.actions[i] for i in row] for row in orders], placement=p.placement,
-                    n_microbatches=p.n_microbatches, name=name)
-
-
-def obeys_kind_order(inst: Instance, orders: Sequence[Sequence[int]]) -> bool:
-    """True when every stage runs each kind in microbatch order (the model's assumption)."""
-    for row in orders:
-        last: dict[tuple[int, str], int] = {}
-        for i in row:
-            a = inst.actions[i]
-            key = (a.stage, a.kind)
-            if last.get(key, -1) != a.microbatch - 1:
-                return False
-            last[key] = a.microbatch
-    return True
-
-
-def canonical_orders(inst: Instance, orders: Sequence[Sequence[int]]) -> list[list[int]]:
-    """Relabel microbatches so that each kind runs in microbatch order on each stage (the
-    exchange argument in the module docstring: never slower, same memory)."""
-    out = []
-    for row in orders:
-        count: dict[tuple[int, str], int] = {}
-        new = []
-        for i in row:
-            a = inst.actions[i]
-            key = (a.stage, a.kind)
-            m = count.get(key, 0)
-            count[key] = m + 1
-            new.append(inst.index[Action(a.stage, a.kind, m)])
-        out.append(new)
-    return out
+    return graph_of(problem).lower()
 
 
 # ---------------------------------------------------------------- windows and closure
-
-
-def _closure(inst: Instance, preds: list[list[tuple[int, float]]], topo: list[int]) -> list[int]:
-    """anc[b]: bitset of all actions that must run before b."""
-    anc = [0] * inst.n
-    for b in topo:
-        bits = 0
-        for a, _ in preds[b]:
-            bits |= anc[a] | (1 << a)
-        anc[b] = bits
-    return anc
 
 
 @dataclass
@@ -324,9 +147,9 @@ class Windows:
     earliest: Optional[list[float]] = None  # late-start model: absolute earliest starts
 
 
-def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, first_start: list[float]) -> Windows:
+def time_windows(inst: Graph, preds, topo, objective: str, horizon: float, first_start: list[float]) -> Windows:
     n = inst.n
-    anc = _closure(inst, preds, topo)
+    anc = ancestors(inst.n, preds, topo)
     # same-rank work before / after each action, by popcount over (stage, kind) groups
     groups: list[list[tuple[int, float]]] = [[] for _ in inst.by_rank]
     masks: dict[tuple[int, str], int] = {}
@@ -335,10 +158,7 @@ def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, fi
         masks[key] = masks.get(key, 0) | (1 << i)
     for (stage, kind), mask in masks.items():
         groups[inst.problem.placement[stage]].append((mask, inst.problem.duration(stage, kind)))
-    succs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    for b in range(n):
-        for a, lag in preds[b]:
-            succs[a].append((b, lag))
+    succs = successors(n, preds)
     desc = [0] * n
     for a in reversed(topo):
         bits = 0
@@ -370,7 +190,7 @@ def time_windows(inst: Instance, preds, topo, objective: str, horizon: float, fi
     return Windows(est, lst, anc, work_before, work_after)
 
 
-def late_start_windows(inst: Instance, preds, topo, horizon: float) -> Windows:
+def late_start_windows(inst: Graph, preds, topo, horizon: float) -> Windows:
     """Time windows for the late-start span model, relative to each rank's own start s_r: every
     action of rank r descends from first_r, so start_a - s_r >= the longest path first_r -> a
     (and >= the rank's work forced before a); a schedule of span <= horizon has start_a - s_r <=
@@ -378,10 +198,7 @@ def late_start_windows(inst: Instance, preds, topo, horizon: float) -> Windows:
     (that bound) - lag - d_x. O(R x (actions + dependencies))."""
     n = inst.n
     w = time_windows(inst, preds, topo, "makespan", math.inf, [0.0] * len(inst.by_rank))
-    succs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    for b in range(n):
-        for a, lag in preds[b]:
-            succs[a].append((b, lag))
+    succs = successors(n, preds)
     rel_est, rel_lst = [0.0] * n, [0.0] * n
     for r, acts in enumerate(inst.by_rank):
         dist = [-math.inf] * n
@@ -422,7 +239,7 @@ class SolveOutcome:
 class OrderModel:
     """The PuLP model being built, and what its families of constraints read (module docstring)."""
 
-    inst: Instance
+    inst: Graph
     objective: str
     prob: pulp.LpProblem
     win: Windows  # est, lst, ancestors, same-rank work before / after, under the window's chains
@@ -457,7 +274,7 @@ class OrderModel:
 
 
 def solve_model(
-    inst: Instance,
+    inst: Graph,
     incumbent: Sequence[Sequence[int]],
     incumbent_value: float,
     objective: str,
@@ -495,11 +312,41 @@ def solve_model(
     return _solve(m, values, solver, remaining, progress, seed, t0)
 
 
-def _frame(inst: Instance, incumbent, incumbent_value: float, objective: str, free, late_start: bool) -> OrderModel:
+@dataclass
+class MipEngine:
+    """The integer program as an engine (schedc.solver.engine): the full model around the
+    incumbent's orders (``late_start``: the span model that certifies, module docstring) with
+    `solver` (highs | cbc) until the deadline. Its answer comes back in microbatch order and
+    simulated; its dual bound is a certificate."""
+
+    solver: str
+    lower_bound: float = 0.0
+    progress: Optional[Callable[[float, float], None]] = None
+    late_start: bool = False
+    seed: int = 0
+    name: str = "mip"
+
+    def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
+        if incumbent is None or incumbent.orders is None:
+            return Result()
+        obj = graph.problem.objective
+        out = solve_model(graph, incumbent.orders, incumbent.value(obj), obj, deadline.left(), self.solver,
+                          lower_bound=self.lower_bound, progress=self.progress, late_start=self.late_start,
+                          seed=self.seed)
+        res = Result(bound=out.dual_bound, proven=out.proven,
+                     bound_source=f"{self.solver} (proven optimal)" if out.proven else f"{self.solver} dual bound")
+        if out.orders is not None:
+            res.orders = canonical_orders(graph, out.orders)
+            res.schedule, res.sim = materialize(graph, res.orders)
+            res.status = "optimal" if out.proven else "feasible"
+        return res
+
+
+def _frame(inst: Graph, incumbent, incumbent_value: float, objective: str, free, late_start: bool) -> OrderModel:
     """The model's data before any variable: the window's chains, time windows, the incumbent's
     times, and an empty PuLP problem."""
     preds, window = _window_chains(inst, incumbent, free)
-    topo = _topological(inst.n, preds)
+    topo = topological(inst.n, preds)
     chain_head = _chain_heads(inst, preds, topo)
     if late_start:
         win = late_start_windows(inst, preds, topo, incumbent_value + REL)
@@ -521,7 +368,7 @@ def _frame(inst: Instance, incumbent, incumbent_value: float, objective: str, fr
     )
 
 
-def _window_chains(inst: Instance, incumbent, free) -> tuple[list, Optional[list[set[int]]]]:
+def _window_chains(inst: Graph, incumbent, free) -> tuple[list, Optional[list[set[int]]]]:
     """The dependencies plus, for a window, the chains that keep the fixed prefix and suffix of
     every rank in incumbent order around it; one (strongest) lag per (producer, consumer)."""
     preds = [list(p) for p in inst.preds]
@@ -551,7 +398,7 @@ def _window_chains(inst: Instance, incumbent, free) -> tuple[list, Optional[list
     return dedup, window
 
 
-def _chain_heads(inst: Instance, preds, topo: list[int]) -> list[float]:
+def _chain_heads(inst: Graph, preds, topo: list[int]) -> list[float]:
     """Per rank, the longest dependency path to its first action: where the simulator starts it
     (loop and V placement: exact)."""
     head = [0.0] * inst.n
@@ -861,40 +708,3 @@ def _solution_orders(m: OrderModel) -> Optional[list[list[int]]]:
     dur = m.inst.dur
     return [sorted(acts, key=lambda i: (round(value(i), 6), round(value(i) + dur[i], 6), m.win.est[i], i))
             for acts in m.inst.by_rank]
-
-
-def count_free_pairs(inst: Instance, limit: Optional[int] = None) -> int:
-    """Pairs on a rank not ordered by dependencies + kind order (the full model's binaries, before
-    time-window fixing): the size measure that picks full model vs windows. With `limit`, the
-    count stops once it exceeds `limit` (the value returned is then only known to be larger).
-
-    Each (stage, kind) is a chain m-1 -> m, so the ancestors of an action within any such group
-    are a prefix of its microbatches: |anc(b) on rank r| is the sum over r's groups of a prefix
-    length, propagated in topological order as one small vector per action (the same count as
-    the transitive closure's bitsets, in memory linear in the actions, not quadratic)."""
-    total = 0
-    for acts in inst.by_rank:
-        k = len(acts)
-        if not k:
-            continue
-        group = {}
-        for i in acts:
-            group.setdefault((inst.actions[i].stage, inst.actions[i].kind), len(group))
-        own = [group.get((a.stage, a.kind), -1) for a in inst.actions]
-        mb = [a.microbatch for a in inst.actions]
-        zero = (0,) * len(group)
-        prefix: list = [zero] * inst.n
-        for b in inst.topo:
-            v = None
-            for a, _ in inst.preds[b]:
-                pa = prefix[a]
-                v = list(pa) if v is None else [x if x >= y else y for x, y in zip(v, pa)]
-                g = own[a]
-                if g >= 0 and v[g] < mb[a] + 1:
-                    v[g] = mb[a] + 1
-            prefix[b] = zero if v is None else tuple(v)
-        ordered = sum(sum(prefix[b]) for b in acts)
-        total += k * (k - 1) // 2 - ordered
-        if limit is not None and total > limit:
-            return total
-    return total

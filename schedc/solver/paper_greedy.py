@@ -48,12 +48,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
-from schedc.solver.greedy import Flags, to_schedule
+from schedc.solver.deadline import Deadline
+from schedc.solver.engine import Incumbent, Result, found
+from schedc.solver.graph import Graph, graph_of
+from schedc.solver.greedy import Flags, supports, to_schedule
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL
 
@@ -68,14 +71,11 @@ class _Stuck(Exception):
 
 
 class _Rounds:
-    def __init__(self, problem: Problem, flags: Flags, expired: Callable[[], bool]):
-        p = problem
-        S, M = p.n_stages, p.n_microbatches
+    def __init__(self, g: Graph, flags: Flags, expired: Callable[[], bool]):
+        S, M = g.S, g.M
         self.S, self.M, self.flags, self.expired = S, M, flags, expired
-        self.d = {k: [p.duration(s, k) for s in range(S)] for k in "FIW"}
-        self.mem = {k: [p.profile.memory_delta(s, k) for s in range(S)] for k in "FIW"}
-        self.comm = [p.comm(s) for s in range(S - 1)]
-        self.room = [p.activation_room[p.placement[s]] for s in range(S)]
+        self.d, self.mem, self.comm = g.d, g.mem, g.comm
+        self.room = [g.room[r] for r in g.stage_rank]
         self.n = {k: [0] * S for k in "FIW"}
         self.end_f = [[math.nan] * M for _ in range(S)]
         self.end_i = [[math.nan] * M for _ in range(S)]
@@ -213,23 +213,19 @@ class _Rounds:
         return self.rows
 
 
-def supports(problem: Problem) -> bool:
-    """One stage per rank."""
-    return problem.n_stages == problem.n_ranks
-
-
-def rounds_family(problem: Problem, expired: Callable[[], bool] = lambda: False) \
+def rounds_family(problem: Union[Problem, Graph], expired: Callable[[], bool] = lambda: False) \
         -> list[tuple[Flags, Schedule, SimResult]]:
     """Each flag combination that completes (before `expired()` turns true), simulated under the
     problem's costs, runtime and caps."""
-    return list(_family(problem, expired))
+    return list(_family(graph_of(problem), expired))
 
 
-def _family(problem: Problem, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Schedule, SimResult]]:
+def _family(g: Graph, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Schedule, SimResult]]:
+    problem = g.problem
     for flags in ALL_FLAGS:
         if expired():
             break
-        per_stage = _Rounds(problem, flags, expired).run()
+        per_stage = _Rounds(g, flags, expired).run()
         if expired():
             return
         if per_stage is None:
@@ -245,15 +241,26 @@ def _family(problem: Problem, expired: Callable[[], bool]) -> Iterator[tuple[Fla
         yield flags, sched, sim
 
 
-def paper_greedy(problem: Problem, objective: Optional[str] = None,
+def paper_greedy(problem: Union[Problem, Graph], objective: Optional[str] = None,
                  expired: Callable[[], bool] = lambda: False) -> Optional[tuple[Schedule, SimResult]]:
     """The best completed member of the family under `objective` (default the problem's) that
     fits the memory caps; None when the problem is not one stage per rank or none fits."""
-    if not supports(problem):
+    g = graph_of(problem)
+    if not supports(g):
         return None
-    obj = objective or problem.objective
+    obj = objective or g.problem.objective
     best = None
-    for _, sched, sim in _family(problem, expired):
+    for _, sched, sim in _family(g, expired):
         if sim.fits and (best is None or sim.objective(obj) < best[1].objective(obj)):
             best = (sched, sim)
     return best
+
+
+class ZbRounds:
+    """zb-rounds as an engine (schedc.solver.engine): its best fitting member, or none."""
+
+    name = NAME
+
+    def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
+        best = paper_greedy(graph, expired=deadline.expired)
+        return found(*best) if best is not None else Result()

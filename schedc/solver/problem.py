@@ -1,7 +1,7 @@
 """One compile request, resolved: costs per stage, placement, microbatches, memory caps, objective.
 
-Everything the heuristic, the integer program and the lower bounds need, in one small object, so
-that they all read the same numbers. ``Problem.profile`` holds the costs as the chosen runtime
+Plain data that knows no algorithm: the engines read it through the problem graph
+(schedc.solver.graph.graph_of), which lowers it once, so that they all read the same numbers. ``Problem.profile`` holds the costs as the chosen runtime
 executes them (``Profile.executed``: torch's by default); ``given_profile`` is what the user gave,
 which reports write down together with the runtime's name.
 """

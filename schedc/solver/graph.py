@@ -1,0 +1,435 @@
+"""The problem graph: one lowering of a Problem that every engine reads.
+
+Problem: the list heuristic, the two zero-bubble greedies, the lower bounds, the integer
+program, CP-SAT and the window search all need the same numbers -- per-stage costs and memory
+deltas as the runtime executes them, which stages sit on which rank, the communication lag of
+each boundary, each rank's room for activations -- and the engines that reason on single
+actions need the action graph: every F, I, W (or B) numbered, its duration, rank and memory
+delta, its producers with their lags, a topological order. Each engine used to lower the
+problem itself (five copies of the dependency rule, six of "the stages of rank r").
+
+Method: :func:`graph_of` builds a :class:`Graph` once per problem, and engines take it.
+
+* Stage level (built at once, O(stages + ranks)): ``dF``, ``dI``, ``dW``, ``dB`` and ``d[kind]``
+  per stage; ``mem[kind]`` the memory deltas (schedc.costs.Profile.memory_delta), ``act`` and
+  ``wg`` the activation and weight-gradient bytes; ``comm[s]`` the lag across s -> s+1 (0 on
+  one rank, and 0 after the last stage); ``stage_rank``, ``stages[r]`` (ascending), ``room[r]``
+  = cap - static bytes, ``backward[s]``: "I" (split) or "B" (a stage whose W costs 0 runs one
+  merged backward).
+* Action level (built on first use, O(actions + dependencies)): action ids in (stage, kind,
+  microbatch) order, so :meth:`Graph.id` is arithmetic, not a dictionary; ``actions``, ``rank``,
+  ``dur``, ``delta``, ``by_rank``, ``first`` (per rank: F of its lowest stage, microbatch 0),
+  ``preds`` (producer, lag), ``topo``.
+
+The rules are stated once, here:
+
+* Dependencies: schedc.simulate.producer_keys (the simulator's own rule: F after the previous
+  stage's F, I or B after its F and the next stage's backward, W after its I), with the
+  boundary's comm as the lag when the two stages sit on different ranks. On top of them the
+  action graph orders each kind by microbatch on every stage (exact symmetry breaking, see
+  schedc.solver.model) and adds the orders a memory cap forces (:func:`memory_precedences`).
+  The event-driven constructions (list heuristic, zb-greedy) ask :meth:`Graph.input_time`, the
+  same rule on per-stage end times.
+* Memory: an F holds its activation bytes from its start, an I frees all but the weight-gradient
+  bytes, a W the rest, a B everything (``mem``); a rank never holds more than ``room``.
+
+Helpers more than one engine uses: orders <-> schedules in the graph's vocabulary
+(:func:`orders_from_schedule`, :func:`canonical_orders`, :func:`schedule_from_orders`),
+:func:`successors`, :func:`topological`, :func:`ancestors` (bitsets) and
+:func:`count_free_pairs`, the size measure that picks the full integer program or windows.
+
+A graph also carries ``memo``, a dictionary where engines keep what they built for this problem
+and share (the hand-made schedules and greedies, schedc.solver.warm_start): pass the graph
+around and nothing is built twice; nothing is cached per ``id(problem)``.
+
+Cost: the stage level O(S + R); the action level O(A) time and memory for A = 3 x S x M actions
+(lists of floats and ints: the engines walk them from Python, where lists index faster than
+numpy arrays).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Optional, Sequence, Union
+
+from schedc.ir import Action, Schedule
+from schedc.simulate import producer_keys
+from schedc.solver.problem import Problem
+from schedc.tolerances import REL
+
+SPLIT = ("F", "I", "W")  # a stage's kinds when its backward is split
+MERGED = ("F", "B")  # ... when its W costs nothing (no parameters)
+
+
+class _StageBackward:
+    """producer_keys' ``backward_kind`` lookup, (stage, microbatch) -> "I" or "B", from one
+    entry per stage."""
+
+    __slots__ = ("backward",)
+
+    def __init__(self, backward: list[str]):
+        self.backward = backward
+
+    def get(self, key: tuple[int, int], default: str = "I") -> str:
+        return self.backward[key[0]]
+
+
+@dataclass(eq=False)
+class Graph:
+    """A problem lowered once (module docstring). Stage-level fields are plain lists; the
+    action-level ones are computed on first access."""
+
+    problem: Problem
+    S: int
+    M: int
+    R: int
+    stage_rank: list[int]  # placement: stage -> rank
+    stages: list[list[int]]  # per rank, its stages ascending
+    multi: bool  # some rank holds several stages
+    d: dict[str, list[float]]  # kind -> per-stage duration (F, I, W, B)
+    mem: dict[str, list[float]]  # kind -> per-stage memory delta
+    act: list[float]  # per stage: activation bytes
+    wg: list[float]  # per stage: weight-gradient bytes
+    comm: list[float]  # comm[s]: lag across s -> s+1 (0 on one rank; comm[S-1] = 0)
+    static: list[float]  # per rank: bytes held all step
+    caps: list[float]  # per rank: byte cap, static included (inf: none)
+    room: list[float]  # per rank: cap - static (inf: none)
+    backward: list[str]  # per stage: "I" (split) or "B" (merged: W costs 0)
+    base: list[int]  # per stage: id of F(s, 0)
+    memo: dict = field(default_factory=dict, repr=False)  # what engines built for this problem
+
+    @classmethod
+    def build(cls, problem: Problem) -> "Graph":
+        prof = problem.profile
+        S, M, R = problem.n_stages, problem.n_microbatches, problem.n_ranks
+        stage_rank = list(problem.placement)
+        stages: list[list[int]] = [[] for _ in range(R)]
+        for s, r in enumerate(stage_rank):
+            stages[r].append(s)
+        d = {k: [prof.duration(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
+        mem = {k: [prof.memory_delta(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
+        backward = ["B" if d["W"][s] <= 0 else "I" for s in range(S)]
+        base, n = [], 0
+        for s in range(S):
+            base.append(n)
+            n += (len(MERGED) if backward[s] == "B" else len(SPLIT)) * M
+        return cls(
+            problem=problem, S=S, M=M, R=R, stage_rank=stage_rank, stages=stages,
+            multi=any(len(x) > 1 for x in stages), d=d, mem=mem,
+            act=[prof.stages[s].activation_bytes for s in range(S)],
+            wg=[prof.stages[s].weight_grad_bytes for s in range(S)],
+            comm=[problem.comm(s) for s in range(S - 1)] + [0.0],
+            static=list(problem.static_bytes), caps=list(problem.memory_caps),
+            room=list(problem.activation_room), backward=backward, base=base,
+        )
+
+    # ------------------------------------------------------------ stage level
+
+    @property
+    def dF(self) -> list[float]:
+        return self.d["F"]
+
+    @property
+    def dI(self) -> list[float]:
+        return self.d["I"]
+
+    @property
+    def dW(self) -> list[float]:
+        return self.d["W"]
+
+    def kinds(self, s: int) -> tuple[str, ...]:
+        return MERGED if self.backward[s] == "B" else SPLIT
+
+    def input_time(self, kind: str, s: int, m: int, end_f, end_i) -> float:
+        """When every input of (s, kind, m) is there, from the ends of the F's and of the I's (or
+        B's) run so far, ``end_f[s][m]`` and ``end_i[s][m]``: the dependency rule at stage level,
+        for the engines that build a schedule event by event (an end not known yet reads as inf,
+        or the caller checks it first)."""
+        if kind == "F":
+            return 0.0 if s == 0 else end_f[s - 1][m] + self.comm[s - 1]
+        if kind == "W":
+            return end_i[s][m]
+        if s == self.S - 1:
+            return end_f[s][m]
+        return max(end_f[s][m], end_i[s + 1][m] + self.comm[s])
+
+    # ------------------------------------------------------------ action level
+
+    @property
+    def n(self) -> int:
+        """Number of actions."""
+        last = self.S - 1
+        return self.base[last] + len(self.kinds(last)) * self.M
+
+    def id(self, s: int, kind: str, m: int) -> Optional[int]:
+        """The id of action (s, kind, m); None when stage s has no such kind."""
+        kinds = self.kinds(s)
+        if kind not in kinds:
+            return None
+        return self.base[s] + kinds.index(kind) * self.M + m
+
+    def id_of(self, a: Action) -> int:
+        i = self.id(a.stage, a.kind, a.microbatch)
+        if i is None:
+            raise KeyError(a)
+        return i
+
+    def blocks(self) -> list[tuple[int, str]]:
+        """(stage, kind) of each block of M consecutive ids, in id order."""
+        return [(s, k) for s in range(self.S) for k in self.kinds(s)]
+
+    @cached_property
+    def actions(self) -> list[Action]:
+        mbs = range(self.M)
+        return [Action(s, k, m) for s, k in self.blocks() for m in mbs]
+
+    def _per_block(self, value) -> list:
+        out: list = []
+        for s, k in self.blocks():
+            out += [value(s, k)] * self.M
+        return out
+
+    @cached_property
+    def rank(self) -> list[int]:
+        return self._per_block(lambda s, k: self.stage_rank[s])
+
+    @cached_property
+    def dur(self) -> list[float]:
+        return self._per_block(lambda s, k: self.d[k][s])
+
+    @cached_property
+    def delta(self) -> list[float]:
+        return self._per_block(lambda s, k: self.mem[k][s])
+
+    @cached_property
+    def by_rank(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(self.R)]
+        for i, r in enumerate(self.rank):
+            out[r].append(i)
+        return out
+
+    @cached_property
+    def first(self) -> list[int]:
+        """Per rank: the action that is necessarily first (F of its lowest stage, microbatch 0)."""
+        return [self.base[st[0]] for st in self.stages]
+
+    @cached_property
+    def preds(self) -> list[list[tuple[int, float]]]:
+        """(producer, lag) per action: start >= end of producer + lag. The dependencies, kinds
+        in microbatch order on each stage, and the orders the memory cap forces."""
+        S, M, base, comm = self.S, self.M, self.base, self.comm
+        bk = _StageBackward(self.backward)
+        offset = {s: {k: base[s] + j * M for j, k in enumerate(self.kinds(s))} for s in range(S)}
+        preds: list[list[tuple[int, float]]] = []
+        for s, k in self.blocks():
+            own = offset[s][k]
+            for m in range(M):
+                row = [(offset[ps][pk] + pm, comm[b] if b >= 0 else 0.0)
+                       for (ps, pk, pm), b in producer_keys(s, k, m, S, bk)]
+                if m > 0:  # kinds in microbatch order on a stage (exact symmetry breaking, see model)
+                    row.append((own + m - 1, 0.0))
+                preds.append(row)
+        for f, p in memory_precedences(self):
+            preds[f].append((p, 0.0))
+        return preds
+
+    @cached_property
+    def topo(self) -> list[int]:
+        return topological(self.n, self.preds)
+
+    def lower(self) -> "Graph":
+        """Build the action level now (engines that reason on actions call it once, where the
+        deadline allows: schedc.solver.compile)."""
+        for _ in (self.actions, self.rank, self.dur, self.delta, self.by_rank, self.preds, self.topo):
+            pass
+        return self
+
+    def release(self) -> None:
+        """Drop the action level (built again on next use); the stage level and ``memo`` stay.
+        A compile's result keeps its graph for the baselines, not for 3 x S x M actions."""
+        for name in _ACTION_LEVEL:
+            self.__dict__.pop(name, None)
+
+
+_ACTION_LEVEL = ("actions", "rank", "dur", "delta", "by_rank", "first", "preds", "topo")
+
+
+def graph_of(problem: Union[Problem, Graph]) -> Graph:
+    """The graph of `problem` (built here; a Graph is returned as it is)."""
+    return problem if isinstance(problem, Graph) else Graph.build(problem)
+
+
+def memory_precedences(g: Graph) -> list[tuple[int, int]]:
+    """(F, producer) pairs: orders the memory cap forces, valid for every feasible schedule.
+
+    With kinds in microbatch order, a stage's own held bytes when F(s, j) starts are
+    (j+1)A - nI (A - G) - nW G >= 0 (A activation, G weight-grad bytes, nI/nW its I's/W's done),
+    and the rank's other stages hold >= 0, so with room = cap - static:
+    * nI >= j + 1 - floor(room / A): I(s, j - K) must precede F(s, j), K = floor(room / A);
+    * with nI <= j, A + (j - nW) G <= room: W(s, j - L - 1) must precede F(s, j),
+      L = floor((room - A) / G).
+    (B frees everything: only the first rule, with B.)"""
+    out = []
+    M = g.M
+    for s in range(g.S):
+        r = g.stage_rank[s]
+        if math.isinf(g.caps[r]):
+            continue
+        room, act, wg = g.room[r], g.act[s], g.wg[s]
+        if act <= 0:
+            continue
+        k = int(math.floor(room / act + REL))
+        back, w = g.id(s, g.backward[s], 0), g.id(s, "W", 0)
+        for j in range(M):
+            f = g.base[s] + j
+            if j - k >= 0:
+                out.append((f, back + j - k))
+            if g.backward[s] == "I" and wg > 0:
+                lim = int(math.floor((room - act) / wg + REL))
+                m = j - lim - 1
+                if m >= 0:
+                    out.append((f, w + m))
+    return out
+
+
+def successors(n: int, preds: Sequence[Sequence[tuple[int, float]]]) -> list[list[tuple[int, float]]]:
+    """(consumer, lag) per action, from (producer, lag) per action."""
+    succs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for b in range(n):
+        for a, lag in preds[b]:
+            succs[a].append((b, lag))
+    return succs
+
+
+def topological(n: int, preds: Sequence[Sequence[tuple[int, float]]]) -> list[int]:
+    """Kahn's order of the actions (producers first); ValueError on a cycle."""
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for b in range(n):
+        for a, _ in preds[b]:
+            succs[a].append(b)
+            indeg[b] += 1
+    order = [i for i in range(n) if indeg[i] == 0]
+    head = 0
+    while head < len(order):
+        a = order[head]
+        head += 1
+        for b in succs[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                order.append(b)
+    if len(order) != n:
+        raise ValueError("dependency graph has a cycle")
+    return order
+
+
+def ancestors(n: int, preds, topo: Sequence[int]) -> list[int]:
+    """anc[b]: bitset of all actions that must run before b (quadratic memory: small graphs)."""
+    anc = [0] * n
+    for b in topo:
+        bits = 0
+        for a, _ in preds[b]:
+            bits |= anc[a] | (1 << a)
+        anc[b] = bits
+    return anc
+
+
+# ---------------------------------------------------------------- orders <-> schedules
+
+
+def orders_from_schedule(g: Graph, schedule: Schedule) -> list[list[int]]:
+    """The schedule's per-rank orders as action ids: a B on a split stage becomes I then W in
+    its place; an I on a merged stage becomes B and its W is dropped."""
+    orders = []
+    for r in range(schedule.n_ranks):
+        row = []
+        for a in schedule.actions(r):
+            s, m = a.stage, a.microbatch
+            if g.backward[s] == "I" and a.kind == "B":
+                row += [g.id(s, "I", m), g.id(s, "W", m)]
+            elif g.backward[s] == "B" and a.kind in ("I", "W"):
+                if a.kind == "I":
+                    row.append(g.id(s, "B", m))
+            else:
+                row.append(g.id_of(a))
+        orders.append(row)
+    return orders
+
+
+def schedule_from_orders(g: Graph, orders: Sequence[Sequence[int]], name: str = "schedc") -> Schedule:
+    actions = g.actions
+    p = g.problem
+    return Schedule(rows=[[actions[i] for i in row] for row in orders], placement=p.placement,
+                    n_microbatches=p.n_microbatches, name=name)
+
+
+def obeys_kind_order(g: Graph, orders: Sequence[Sequence[int]]) -> bool:
+    """True when every stage runs each kind in microbatch order (the model's assumption)."""
+    actions = g.actions
+    for row in orders:
+        last: dict[tuple[int, str], int] = {}
+        for i in row:
+            a = actions[i]
+            key = (a.stage, a.kind)
+            if last.get(key, -1) != a.microbatch - 1:
+                return False
+            last[key] = a.microbatch
+    return True
+
+
+def canonical_orders(g: Graph, orders: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Relabel microbatches so that each kind runs in microbatch order on each stage (the
+    exchange argument in schedc.solver.model: never slower, same memory)."""
+    actions = g.actions
+    out = []
+    for row in orders:
+        count: dict[tuple[int, str], int] = {}
+        new = []
+        for i in row:
+            a = actions[i]
+            key = (a.stage, a.kind)
+            m = count.get(key, 0)
+            count[key] = m + 1
+            new.append(i - a.microbatch + m)  # same stage and kind, the m-th microbatch
+        out.append(new)
+    return out
+
+
+def count_free_pairs(g: Graph, limit: Optional[int] = None) -> int:
+    """Pairs on a rank not ordered by dependencies + kind order (the full model's binaries, before
+    time-window fixing): the size measure that picks full model vs windows. With `limit`, the
+    count stops once it exceeds `limit` (the value returned is then only known to be larger).
+
+    Each (stage, kind) is a chain m-1 -> m, so the ancestors of an action within any such group
+    are a prefix of its microbatches: |anc(b) on rank r| is the sum over r's groups of a prefix
+    length, propagated in topological order as one small vector per action (the same count as
+    the transitive closure's bitsets, in memory linear in the actions, not quadratic)."""
+    total = 0
+    actions = g.actions
+    mb = [a.microbatch for a in actions]
+    for acts in g.by_rank:
+        k = len(acts)
+        if not k:
+            continue
+        group: dict[tuple[int, str], int] = {}
+        for i in acts:
+            group.setdefault((actions[i].stage, actions[i].kind), len(group))
+        own = [group.get((a.stage, a.kind), -1) for a in actions]
+        zero = (0,) * len(group)
+        prefix: list = [zero] * g.n
+        for b in g.topo:
+            v = None
+            for a, _ in g.preds[b]:
+                pa = prefix[a]
+                v = list(pa) if v is None else [x if x >= y else y for x, y in zip(v, pa)]
+                gi = own[a]
+                if gi >= 0 and v[gi] < mb[a] + 1:
+                    v[gi] = mb[a] + 1
+            prefix[b] = zero if v is None else tuple(v)
+        ordered = sum(sum(prefix[b]) for b in acts)
+        total += k * (k - 1) // 2 - ordered
+        if limit is not None and total > limit:
+            return total
+    return total

@@ -1,0 +1,112 @@
+"""The problem graph and the engine protocol (schedc.solver.graph, schedc.solver.engine).
+
+Every engine takes the problem's graph, an incumbent and a deadline and returns a Result; what it
+returns must be a valid schedule that fits, simulated as the simulator times it, and any bound it
+claims must hold for every schedule (checked against the exhaustive optimum). The baselines are
+built once per graph, and a compile reuses what its warm start built.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle)
+from schedc.costs import Profile, StageCost
+from schedc.simulate import simulate
+from schedc.solver import greedy, heuristic, model, paper_greedy
+from schedc.solver.compile import compile_problem
+from schedc.solver.cpsat import CpsatEngine, cpsat_available
+from schedc.solver.deadline import Deadline
+from schedc.solver.engine import STATUSES, Incumbent
+from schedc.solver.graph import canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
+from schedc.solver.problem import Problem
+from schedc.solver.warm import feasible_baselines
+from schedc.solver.windows import WindowSearch
+from schedc.validate import problems
+
+
+def _engines(objective: str):
+    mip = model.available_solver()
+    out = [heuristic.ListHeuristic(time_budget=0.1), greedy.ZbGreedy(), paper_greedy.ZbRounds(),
+           model.MipEngine(mip, late_start=objective == "span"), WindowSearch(mip)]
+    if cpsat_available():
+        out += [CpsatEngine(workers=1), WindowSearch("cpsat")]
+    return out
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_every_engine_answers_through_the_protocol(objective):
+    # 3 stages x 3 microbatches with slow links (small enough for the exhaustive optimum), from
+    # 1F1B's orders, which the searches can improve
+    from schedc import baselines
+
+    p = Problem.build(3, 3, profile=Profile.uniform(3, comm=0.25), memory="1p", objective=objective)
+    g = graph_of(p)
+    opt, _ = exact_optimum(p)
+    orders = canonical_orders(g, orders_from_schedule(g, baselines.make_baseline("1f1b", 3, 3)))
+    weak = schedule_from_orders(g, orders)
+    incumbent = Incumbent(weak, simulate(weak, p.profile, p.memory), "1f1b", orders)
+    assert incumbent.value(objective) > opt + 0.1
+    for engine in _engines(objective):
+        res = engine.run(g, incumbent, Deadline.after(5.0))
+        assert res.status in STATUSES, engine.name
+        if res.bound is not None:
+            assert res.bound <= opt + 1e-6, (engine.name, res.bound, opt)
+        if engine.name in ("mip", "cpsat"):  # the whole model, proven at this size: a tight certificate
+            assert res.status == "optimal" and res.bound == pytest.approx(opt, abs=1e-6), engine.name
+            if objective == "makespan":  # (a span model's times are re-simulated at earliest starts)
+                assert res.sim.objective(objective) == pytest.approx(opt), engine.name
+        if not res.answered:
+            continue
+        assert problems(res.schedule, p.n_stages, p.n_microbatches, p.n_ranks, p.placement) == [], engine.name
+        again = simulate(res.schedule, p.profile, p.memory)
+        assert again.fits and again.objective(objective) == pytest.approx(res.sim.objective(objective))
+        assert res.sim.objective(objective) >= opt - 1e-6, engine.name
+        if res.orders is not None:  # the orders are the schedule's, in the graph's ids
+            assert canonical_orders(g, orders_from_schedule(g, res.schedule)) == canonical_orders(g, res.orders)
+
+
+@pytest.mark.parametrize("memory", ["none", "0.75p", "1.5p"])
+def test_the_stage_level_rule_is_the_action_graphs(memory):
+    # Graph.input_time (what the event-driven constructions ask) against the action graph's own
+    # producers, on uneven stages, a stage without weights (B), slow links and a V placement
+    stages = [StageCost(forward=1.0 + 0.3 * s, backward_input=1.2 + 0.1 * s, backward_weight=0.0 if s == 1 else 0.7,
+                        activation_bytes=2.0 + s, weight_grad_bytes=0.0 if s == 1 else 1.0 + 0.5 * s) for s in range(4)]
+    p = Problem.build(4, 5, n_ranks=2, placement="v", profile=Profile(stages=stages, comm=0.3), memory=memory)
+    g = graph_of(p)
+    rng = random.Random(0)
+    end_f = [[rng.uniform(0, 50) for _ in range(g.M)] for _ in range(g.S)]
+    end_i = [[rng.uniform(0, 50) for _ in range(g.M)] for _ in range(g.S)]
+    for i, a in enumerate(g.actions):
+        producers = [(g.actions[j], lag) for j, lag in g.preds[i]
+                     if g.actions[j].microbatch == a.microbatch and (g.actions[j].stage, g.actions[j].kind) != (a.stage, a.kind)]
+        expected = max([(end_f if b.kind == "F" else end_i)[b.stage][b.microbatch] + lag for b, lag in producers],
+                       default=0.0)
+        kind = "I" if a.kind == "B" else a.kind
+        assert g.input_time(kind, a.stage, a.microbatch, end_f, end_i) == pytest.approx(expected), a
+
+
+def test_a_compile_builds_each_baseline_once(monkeypatch):
+    # the warm start builds the baselines on the compile's graph; the report, the result's
+    # baselines and a later caller with that graph (the plot) reuse them
+    from schedc import baselines
+
+    built = []
+    make = baselines.make_baseline
+
+    def counting(name, *args, **kwargs):
+        built.append(name)
+        return make(name, *args, **kwargs)
+
+    monkeypatch.setattr(baselines, "make_baseline", counting)
+    p = Problem.build(4, 8, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
+    res = compile_problem(p, time_limit=3.0)
+    assert built and len(built) == len(set(built))
+    n = len(built)
+    fitting = feasible_baselines(res.graph)
+    assert len(built) == n  # nothing built again
+    assert {name for name, _, _ in fitting} == {name for name, b in res.baselines.items() if b["fits"]}
+    feasible_baselines(p)  # a bare Problem gets a graph, and baselines, of its own
+    assert len(built) > n
