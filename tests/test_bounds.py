@@ -295,15 +295,14 @@ def test_one_rank_relaxation_sees_the_room_a_ranks_stages_share(n_stages, n_mb, 
                                                                 monkeypatch):
     # half of 1F1B's memory with two stages on a rank: a microbatch on the later stage also holds
     # the earlier stage's activation, so that rank's stages wait on each other's weight gradients
-    # (rank_relaxation.memory_arcs); with those orders the relaxation reaches the optimum
-    from schedc.solver import rank_relaxation
-
+    # (graph.memory_arcs); with those orders the relaxation reaches the optimum
     p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, memory="0.5p",
                       profile=Profile.uniform(n_stages, *costs[:3], comm=costs[3]))
     opt, _ = exact_optimum(p, use_bounds=False)
     assert rank_relaxation_bound(p) == pytest.approx(opt)
-    arcs = rank_relaxation.memory_arcs
-    monkeypatch.setattr(rank_relaxation, "memory_arcs", lambda q: [a for a in arcs(q) if a[1] == a[2]])
+    from schedc.solver import rank_relaxation
+
+    monkeypatch.setattr(rank_relaxation, "memory_arcs", lambda g: [a for a in graph.memory_arcs(g) if a[1] == a[2]])
     assert rank_relaxation_bound(p) < opt - 1  # each stage's own memory orders alone fall short
 
 
@@ -317,17 +316,9 @@ def test_one_rank_relaxation_counts_the_waits_a_tight_cap_forces():
 
 
 def _graph_heads_and_tails(problem: Problem):
-    """Longest paths over the action graph itself, with the relaxation's memory orders added: the
-    reference the array recurrences must equal."""
-    from schedc.solver.rank_relaxation import memory_arcs
-
+    """Longest paths over the action graph itself: the reference the array recurrences must equal."""
     g = graph.graph_of(problem).lower()
-    preds = [list(p) for p in g.preds]
-    for kind, t, s, k in memory_arcs(problem):
-        kind = g.backward[t] if kind == "B" else kind
-        for j in range(k, problem.n_microbatches):
-            preds[g.id(s, "F", j)].append((g.id(t, kind, j - k), 0.0))
-    topo = graph.topological(g.n, preds)
+    preds, topo = g.preds, g.topo
     head, tail = [0.0] * g.n, [0.0] * g.n
     succs = [[] for _ in range(g.n)]
     for b in topo:

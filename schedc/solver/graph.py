@@ -27,7 +27,8 @@ The rules are stated once, here:
   stage's F, I or B after its F and the next stage's backward, W after its I), with the
   boundary's comm as the lag when the two stages sit on different ranks. On top of them the
   action graph orders each kind by microbatch on every stage (exact symmetry breaking, see
-  schedc.solver.model) and adds the orders a memory cap forces (:func:`memory_precedences`).
+  schedc.solver.model) and adds the orders a memory cap forces (:func:`memory_arcs`, per stage;
+  :func:`memory_precedences`, per action).
   The event-driven constructions (list heuristic, zb-greedy) ask :meth:`Graph.input_time`, the
   same rule on per-stage end times.
 * Memory: an F holds its activation bytes from its start, an I frees all but the weight-gradient
@@ -261,36 +262,66 @@ def graph_of(problem: Union[Problem, Graph]) -> Graph:
     return problem if isinstance(problem, Graph) else Graph.build(problem)
 
 
-def memory_precedences(g: Graph) -> list[tuple[int, int]]:
-    """(F, producer) pairs: orders the memory cap forces, valid for every feasible schedule.
+def memory_arcs(g: Graph) -> Optional[list[tuple[str, int, int, int]]]:
+    """The orders a memory cap forces, per stage: arcs (kind, t, s, k) meaning that the action of
+    `kind` ("B": the backward, I or B; "W"; "F") on stage t of microbatch j - k ends before F(s, j)
+    starts, for every j >= k. None when some rank cannot hold one microbatch of its stages.
 
-    With kinds in microbatch order, a stage's own held bytes when F(s, j) starts are
-    (j+1)A - nI (A - G) - nW G >= 0 (A activation, G weight-grad bytes, nI/nW its I's/W's done),
-    and the rank's other stages hold >= 0, so with room = cap - static:
-    * nI >= j + 1 - floor(room / A): I(s, j - K) must precede F(s, j), K = floor(room / A);
-    * with nI <= j, A + (j - nW) G <= room: W(s, j - L - 1) must precede F(s, j),
-      L = floor((room - A) / G).
-    (B frees everything: only the first rule, with B.)"""
-    out = []
-    M = g.M
-    for s in range(g.S):
-        r = g.stage_rank[s]
+    Kinds run in microbatch order on every stage, and a microbatch open on a rank's stage s (F
+    started, backward not ended) is also open on the rank's stages t < s: it passed them on the
+    way in and returns to them on the way out (a V). So when F(s, j) starts, microbatch j holds
+    A(s), the activations of the rank's stages up to s, and the other microbatches share
+    C = room - A(s); one that still owes stage t its backward holds act(t), one that owes only
+    W holds wg(t) <= act(t), one open on s holds A(s). Hence (floors with the REL tolerance):
+
+    * the backward of (s, j - K) has ended, K = floor(room / A(s)) (open on s, j included);
+    * W(t, j - L - 1) has ended, L = floor(C / wg(t)), for t <= s (each owes t its bytes);
+    * for t < s, the backward of (t, j - N - 1) has ended, and F(t, j + N + 1) starts only after
+      F(s, j) (microbatches after j that entered t are open there), N = floor(C / act(t)).
+
+    With one stage per rank these are the two rules of a stage's own bytes; with two stages on a
+    rank (V) they add what the shared room forces: Llama 4 ranks in a V at 40 GiB (benchmarks/
+    plan_quality.py) leaves room for one microbatch on stage 1 beside stage 6's, so W(1, j-1)
+    precedes F(6, j), which took that partition's one-rank bound from 2540 to 3786 ms.
+    """
+    arcs = []
+    for r, own in enumerate(g.stages):
         if math.isinf(g.caps[r]):
             continue
-        room, act, wg = g.room[r], g.act[s], g.wg[s]
-        if act <= 0:
-            continue
-        k = int(math.floor(room / act + REL))
-        back, w = g.id(s, g.backward[s], 0), g.id(s, "W", 0)
-        for j in range(M):
-            f = g.base[s] + j
-            if j - k >= 0:
-                out.append((f, back + j - k))
-            if g.backward[s] == "I" and wg > 0:
-                lim = int(math.floor((room - act) / wg + REL))
-                m = j - lim - 1
-                if m >= 0:
-                    out.append((f, w + m))
+        room = g.room[r]
+        held = 0.0  # A(s)
+        for s in own:
+            held += g.act[s]
+            if g.act[s] <= 0:
+                continue
+            left = max(room - held, 0.0)
+            if room < held * (1 - REL):
+                return None
+            arcs.append(("B", s, s, int(math.floor(room / held + REL))))
+            for t in own:
+                if t > s:
+                    break
+                if g.backward[t] == "I" and g.wg[t] > 0:
+                    arcs.append(("W", t, s, int(math.floor(left / g.wg[t] + REL)) + 1))
+                if t < s and g.act[t] > 0:
+                    n = int(math.floor(left / g.act[t] + REL)) + 1
+                    arcs.append(("B", t, s, n))
+                    arcs.append(("F", s, t, n))  # F(s, j) before F(t, j + n)
+    if any(k < 1 for *_, k in arcs):
+        return None
+    return arcs
+
+
+def memory_precedences(g: Graph) -> list[tuple[int, int]]:
+    """(F, producer) pairs of action ids: :func:`memory_arcs` for every microbatch."""
+    arcs = memory_arcs(g)
+    if arcs is None:
+        raise ValueError("a rank cannot hold one microbatch of its stages under the memory cap")
+    out = []
+    for kind, t, s, k in arcs:
+        src = g.id(t, g.backward[t] if kind == "B" else kind, 0)
+        for j in range(k, g.M):
+            out.append((g.base[s] + j, src + j - k))
     return out
 
 

@@ -13,9 +13,9 @@ sequencing problem", EJOR 11):
 1. head(a): the longest dependency path to the start of action a, every other rank's work
    treated as if it had its own machine (communication lags included); tail(a): the longest
    path from the end of a to the end of the step. The dependencies are those of the action
-   graph: producers and kinds in microbatch order on each stage, and the orders the memory cap
-   forces (``memory_arcs``: the action graph's, plus those the room a rank's stages share
-   forces). Kinds in order lose nothing for makespan (model.py's relabelling argument), so
+   graph (``schedc.solver.graph``): producers and kinds in microbatch order on each stage, and
+   the orders the memory cap forces (``graph.memory_arcs``, including what the room a rank's
+   stages share forces). Kinds in order lose nothing for makespan (model.py's relabelling argument), so
    neither do the orders derived under it.
 2. For each rank alone, with heads as release times and tails as delivery times, Jackson's
    preemptive schedule (at every moment run the released action with the longest tail) is optimal
@@ -28,8 +28,7 @@ sequencing problem", EJOR 11):
 Heads and tails come from recurrences over microbatches with numpy over stages instead of a walk
 over the action graph: along the stages each is a running maximum of (value - prefix sum of the
 chain's durations), so one microbatch costs a few vector operations. ``tests/test_bounds.py``
-checks them against longest paths over the action graph with the same memory orders, and the
-bound against exhaustive search on tiny instances (V, two stages on a rank, caps down to 0.3p).
+checks them against longest paths over the action graph, and the bound against exhaustive search on tiny instances (V, two stages on a rank, caps down to 0.3p).
 
 Only for ``makespan``: with ``span`` ranks may start late, and heads measured from time 0 do not
 bound a rank's own span.
@@ -44,12 +43,12 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
+from schedc.solver.graph import Graph, graph_of, memory_arcs
 from schedc.solver.problem import Problem
-from schedc.tolerances import REL
 
 
 @dataclass
@@ -69,71 +68,17 @@ class HeadsTails:
     split: np.ndarray  # per stage: the backward is I then W (else one B)
 
 
-def memory_arcs(problem: Problem) -> Optional[list[tuple[str, int, int, int]]]:
-    """The orders the memory cap forces, as arcs (kind, t, s, k): the action of `kind` ("B": the
-    backward, I or B; "W"; "F") on stage t of microbatch j - k ends before F(s, j) starts. None
-    when some rank cannot hold one microbatch of its stages.
-
-    Kinds in microbatch order on every stage, and the nesting of a V: a microbatch open on a
-    rank's stage s (F started, backward not ended) is also open on the rank's stages t < s (it
-    passed them on the way in and returns to them on the way out). So when F(s, j) starts,
-    microbatch j holds A(s) = the activations of the rank's stages up to s, leaving
-    C = room - A(s) for every other microbatch; one that still owes stage t its backward holds
-    act(t), one that owes only W holds wg(t) (wg <= act), and those open on s hold A(s):
-
-    * the backward of (s, j - K) ends first, K = floor(room / A(s)) (open on s: j's own included);
-    * W(t, j - L - 1) ends first, L = floor(C / wg(t)), t <= s (each owes t bytes);
-    * the backward of (t, j - N - 1) ends first and F(t, j + N + 1) starts later, N = floor(C /
-      act(t)), t < s (microbatches after j that entered t are open there).
-
-    With one stage per rank these are schedc.solver.model's memory orders; on two stages of a
-    rank they add what the rank's shared room forces: Llama 4 ranks in a V at 40 GiB, stage 6
-    leaves room for one microbatch on stage 1 only, so W(1, j-1) precedes F(6, j).
-    """
-    prof = problem.profile
-    arcs = []
-    for r in range(problem.n_ranks):
-        cap = problem.memory_caps[r]
-        if math.isinf(cap):
-            continue
-        room = problem.activation_room[r]
-        own = problem.stages_of(r)
-        held = 0.0  # A(s): activations of the rank's stages up to s
-        for s in own:
-            act = prof.stages[s].activation_bytes
-            held += act
-            if act <= 0:
-                continue
-            left = room - held
-            if left < -REL * held:
-                return None
-            arcs.append(("B", s, s, int(math.floor(room / held + REL))))
-            for t in own:
-                if t > s:
-                    break
-                act_t, wg_t = prof.stages[t].activation_bytes, prof.stages[t].weight_grad_bytes
-                if prof.duration(t, "W") > 0 and wg_t > 0:
-                    arcs.append(("W", t, s, int(math.floor(max(left, 0.0) / wg_t + REL)) + 1))
-                if t < s and act_t > 0:
-                    n = int(math.floor(max(left, 0.0) / act_t + REL)) + 1
-                    arcs.append(("B", t, s, n))
-                    arcs.append(("F", s, t, n))  # F(s, j) ends before F(t, j + n) starts
-    if any(k < 1 for kind, _, _, k in arcs if kind != "F"):
-        return None
-    return arcs
-
-
-def heads_and_tails(problem: Problem) -> Optional[HeadsTails]:
-    """Heads and tails of every action (module docstring); None when a stage cannot hold one
-    microbatch under the cap (no schedule exists)."""
-    S, M = problem.n_stages, problem.n_microbatches
-    prof = problem.profile
-    split = np.array([prof.duration(s, "W") > 0 for s in range(S)])
-    F = np.array([prof.duration(s, "F") for s in range(S)], dtype=float)
-    Bk = np.array([prof.duration(s, "I" if split[s] else "B") for s in range(S)], dtype=float)
-    W = np.where(split, [prof.duration(s, "W") for s in range(S)], 0.0)
-    c = np.array([problem.comm(b) for b in range(S - 1)], dtype=float)
-    arcs = memory_arcs(problem)
+def heads_and_tails(problem: Union[Problem, Graph]) -> Optional[HeadsTails]:
+    """Heads and tails of every action (module docstring); None when a rank cannot hold one
+    microbatch of its stages under the cap (no schedule exists)."""
+    g = graph_of(problem)
+    S, M = g.S, g.M
+    split = np.array([b == "I" for b in g.backward])
+    F = np.array(g.dF, dtype=float)
+    Bk = np.array([g.d[g.backward[s]][s] for s in range(S)], dtype=float)  # the backward: I, or B
+    W = np.where(split, g.dW, 0.0)
+    c = np.array(g.comm[:-1], dtype=float)
+    arcs = memory_arcs(g)
     if arcs is None:
         return None
     # F(s) -> F(s+1): F + comm; backward(s+1) -> backward(s): backward + comm
@@ -205,18 +150,19 @@ def preemptive_one_machine(jobs: list[tuple[float, float, float]]) -> float:
     return best
 
 
-def rank_relaxation_bound(problem: Problem) -> Optional[float]:
-    """The one-rank relaxation's bound on problem's makespan (module docstring); None for span,
-    inf when a stage cannot hold one microbatch under the cap."""
-    if problem.objective != "makespan":
+def rank_relaxation_bound(problem: Union[Problem, Graph]) -> Optional[float]:
+    """The one-rank relaxation's bound on the problem's makespan (module docstring); None for
+    span, inf when a rank cannot hold one microbatch of its stages under the cap."""
+    g = graph_of(problem)
+    if g.problem.objective != "makespan":
         return None
-    ht = heads_and_tails(problem)
+    ht = heads_and_tails(g)
     if ht is None:
         return math.inf
     best = 0.0
-    for r in range(problem.n_ranks):
+    for own in g.stages:
         jobs: list[tuple[float, float, float]] = []
-        for s in problem.stages_of(r):
+        for s in own:
             for head, dur, tail in ((ht.head_f, ht.dur_f, ht.tail_f), (ht.head_b, ht.dur_b, ht.tail_b),
                                     (ht.head_w, ht.dur_w, ht.tail_w)):
                 if head is ht.head_w and not ht.split[s]:
