@@ -21,7 +21,8 @@ The step-time term is a relaxation of ``schedc.solver.bounds``'s per-rank terms 
 stage(s) of that rank (torch's runtime: stage 0's backward all in W): ``work_after_head``,
 ``backward_after_head``, ``last_backward``, ``last_forward``, and with a finite cap
 ``memory_warmup``, ``memory_slots_makespan``, ``memory_area_makespan`` (for ``span`` their span
-forms). Each is written with quantities that are exact for the rank's own stages and lower bounds
+forms), plus the cycles of the memory orders (schedc.solver.graph.memory_arcs: W(lo, j-L-1)
+before F(s, j), also across the two stages of a V rank, whose room they share). Each is written with quantities that are exact for the rank's own stages and lower bounds
 for the rest, so it never exceeds the bound of the partition actually chosen: communication counts
 the cheapest boundary once per rank crossing, and the gradient chain down to stage 0 counts stage
 0's weight gradient as that of unit 0 only (stage 0's other units' backward is counted as their
@@ -260,6 +261,15 @@ def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int
         val = (head_s if makespan else 0.0) + M * cycle / np.maximum(k, 1.0) + (tail if makespan else 0.0)
         return np.where(use, val, 0.0)
 
+    def w_cycle(head_s, cycle, held, wg, room):
+        """The memory orders' cycle (schedc.solver.graph.memory_arcs): W(lo, j - L - 1) ends
+        before F(s, j) starts, L = floor((room - held) / wg(lo)), and F(s, j) -> ... -> W(lo, j)
+        takes `cycle`, so F(s, m) starts >= head + floor(m / (L + 1)) cycles and the step lasts
+        >= head + ceil(M / (L + 1)) cycles (makespan; a span starts no earlier than head)."""
+        per = np.floor(np.maximum(room - held, 0.0) / np.where(wg > 0, wg, 1.0) + REL) + 1
+        use = (wg > 0) & (room >= held * (1 - REL))
+        return np.where(use, (head_s if makespan else 0.0) + np.ceil(M / per - REL) * cycle, 0.0)
+
     def loop_term(k, i, j):
         S = n_ranks
         F, I, W = u.seg(u.F, i, j), u.seg_i(i, j), u.seg_w(i, j)
@@ -274,7 +284,8 @@ def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int
         y = _knapsack(M, room, act, wg, I, W) if capped else i_r + w_r
         y = np.where((act > 0) & (wg > 0), np.minimum(y, i_r + w_r), i_r + w_r)
         cycle = F + after + I
-        slots = slot(head, cycle, act, room, 0.0 if k == 0 else tail_i) if capped else 0.0
+        slots = np.maximum(slot(head, cycle, act, room, 0.0 if k == 0 else tail_i),
+                           w_cycle(head, cycle + W, act, wg, room)) if capped else 0.0
         area = M * (act * cycle + wg * W)
         return combine(f_r + i_r + w_r, head, head + F + after, F + after, I, tail_i, after + I + tail_i, W,
                        f_r, i_r, w_r, after, room, act, x, y, slots, area)
@@ -302,8 +313,14 @@ def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int
             y = np.minimum(i_r + w_r, room * _max_of([
                 _ratio(IA + WA, actA), _ratio(WA, wgA), _ratio(IB + WB, actB), _ratio(WB, wgB)]))
             cycA, cycB = FA + after_lo + IA, FB + after_hi + IB
-            slots = np.maximum(slot(head_lo, cycA, actA, room, 0.0 if r == 0 else tail_i_lo),
-                               slot(head_hi, cycB, actB, room, tail_i_hi))
+            # W(lo) before F(hi) with the room both stages share: F(hi, j), forward to the end and
+            # back down to I(lo, j), then W(lo, j)
+            cycle_shared = FB + after_hi + i_chain + WA
+            slots = _max_of([w_cycle(head_lo, cycA + WA, actA, wgA, room),
+                             w_cycle(head_hi, cycle_shared, actA + actB, wgA, room),
+                             w_cycle(head_hi, cycB + WB, actA + actB, wgB, room),
+                             slot(head_lo, cycA, actA, room, 0.0 if r == 0 else tail_i_lo),
+                             slot(head_hi, cycB, actB, room, tail_i_hi)])
             area = M * (actA * cycA + wgA * WA + actB * cycB + wgB * WB)
         else:
             x = y = slots = area = 0.0

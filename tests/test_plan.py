@@ -16,7 +16,7 @@ from schedc import csvio
 from schedc.costs import Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.partition import Units, partition_bound, partitions_below, stage_modules, torchtitan_default_counts
-from schedc.plan import _fits, _problem, parse_cap, plan
+from schedc.plan import _fits, _problem, own_bound, parse_cap, plan
 from schedc.simulate import simulate
 from schedc.solver.bounds import lower_bound
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
@@ -69,7 +69,7 @@ def test_bound_over_partitions_never_exceeds_the_best_partitions_optimum(placeme
     assert bound.value * (1 - 1e-9) <= res.bound <= best * (1 + 1e-9), (bound.value, res.bound, best)
 
 
-@pytest.mark.parametrize("placement,mb,memory", [("loop", 3, "8GiB"), ("v", 2, "none")])
+@pytest.mark.parametrize("placement,mb,memory", [("v", 2, "none"), ("v", 4, "none")])
 def test_partitions_that_could_beat_the_answer_are_bounded_one_by_one(placement, mb, memory):
     # the dynamic program's relaxation stays well below the best plan; bounding each partition
     # whose relaxation is below the answer (one-rank relaxation included) proves the answer optimal
@@ -77,7 +77,7 @@ def test_partitions_that_could_beat_the_answer_are_bounded_one_by_one(placement,
     limit = parse_cap(memory)
     relaxed = partition_bound(units, 2, mb, float("inf") if limit.kind == "none" else limit.value, placement)
     res = plan(profile=units, ranks=2, microbatches=mb, memory=memory, placement=placement, time_limit=5)
-    assert relaxed.value < res.value - 1
+    assert relaxed.value < res.value - 0.5
     assert res.bound == pytest.approx(res.value) and res.gap < 1e-9
     assert res.report["plan"]["partitions_bounded_one_by_one"][placement] >= 1
 
@@ -94,7 +94,7 @@ def test_partitions_below_a_threshold_are_listed_exactly(placement, ranks, memor
     assert sorted(c for _, c in listed) == sorted(fitting)  # every partition that holds a microbatch
     values = dict((c, v) for v, c in listed)
     for counts, value in values.items():  # each value is a relaxation of the partition's own bound
-        assert value <= lower_bound(_problem(units, counts, placement, ranks, 4, limit, "makespan")) * (1 + 1e-9)
+        assert value <= own_bound(_problem(units, counts, placement, ranks, 4, limit, "makespan")) * (1 + 1e-9)
     mid = sorted(values.values())[len(values) // 2]
     theta, below = partitions_below(units, ranks, 4, cap, placement, "makespan", mid, 10**6)
     assert theta == mid and sorted(c for _, c in below) == sorted(c for c, v in values.items() if v < mid)
@@ -114,7 +114,7 @@ def test_relaxed_terms_stay_below_each_partitions_own_bound():
             cap = float("inf") if limit.kind == "none" else limit.value
             for mb in (3, 8):
                 pb = partition_bound(units, ranks, mb, cap, placement)
-                own = lower_bound(_problem(units, [1] * 6, placement, ranks, mb, limit, "makespan"))
+                own = own_bound(_problem(units, [1] * 6, placement, ranks, mb, limit, "makespan"))
                 assert pb.value <= own * (1 + 1e-9)
 
 
