@@ -259,7 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a subset with shorter limits")
     ap.add_argument("--markdown", action="store_true", help="emit a Markdown table (for the README)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per heterogeneous case (default 60)")
-    ap.add_argument("--only", default="a,b,c,d,e,v", help="comma-separated case groups (a,b,c,d,e,v,s; s alone: the scale table)")
+    ap.add_argument("--only", default="a,b,c,d,e,v",
+                    help="comma-separated case groups (a,b,c,d,e,v,s; s alone: the scale table)")
     ap.add_argument("--progress", action="store_true", help="print solver progress to stderr")
     ap.add_argument("--match", action="append", default=[], metavar="TEXT",
                     help="with --only s: only the rows whose case and memory contain TEXT (repeatable: all of them)")
@@ -285,8 +286,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
 
     if only == {"s"}:  # the scale rows have their own columns
-        specs = [c for c in scale_cases(args.quick, only) if all(m in c[1] + " " + c[2]["memory"]
-                                                                for m in args.match)]
+        specs = [c for c in scale_cases(args.quick, only)
+                 if all(m in c[1] + " " + c[2]["memory"] for m in args.match)]
         scale_rows(specs, args.markdown, progress)
         return 0
 
