@@ -40,7 +40,7 @@ from typing import Callable, Optional
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
-from schedc.solver.deadline import CHECK_EVERY
+from schedc.solver.greedy import Moments
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL
 
@@ -110,15 +110,8 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
             if 0 <= nb < S and rank_of[nb] != r:
                 heapq.heappush(heap, (e + comm[min(a.stage, nb)], rank_of[nb]))
 
-    steps = 0
-    while heap:
-        steps += 1
-        if steps % CHECK_EVERY == 0 and expired():
-            return None
-        t, r = heapq.heappop(heap)
-        if t < free_at[r] - EPS:
-            continue
-        t = max(t, free_at[r])
+    moments = Moments(heap, free_at, expired)
+    for t, r in moments:
         if pos[r] < len(prefix[r]):
             a = prefix[r][pos[r]]
             at = ready(a)
@@ -153,7 +146,7 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
             continue
         if nxt < math.inf:
             heapq.heappush(heap, (nxt, r))
-    if left:
+    if moments.expired or left:
         return None
     if problem.objective == "span":
         return out, max(f - s0 for f, s0 in zip(free_at, first_start) if s0 < math.inf)
