@@ -9,8 +9,9 @@ Method:
 1. Feasibility: a cap that cannot hold one microbatch per stage fails with the smallest limit
    that works (schedc.solver.heuristic.check_memory_feasible).
 2. Warm start: the best of the heuristic, the zero-bubble authors' round greedy (zb-rounds,
-   schedc.solver.paper_greedy), zb-greedy and the hand-made schedules that fit
-   (schedc.solver.heuristic.warm_start), relabelled so each kind runs in microbatch order.
+   schedc.solver.paper_greedy), zb-greedy and the hand-made schedules that fit, its cool-down
+   re-listed when that is shorter (schedc.solver.cooldown; schedc.solver.heuristic.warm_start),
+   relabelled so each kind runs in microbatch order.
 3. Lower bound: schedc.solver.bounds.lower_bound. If the warm start meets it, stop: proven.
 4. CP-SAT polishing (schedc.solver.cpsat, when OR-Tools is installed): 40% of the time, hinted
    with the warm start; its bound is a certificate too. Measured on slow links

@@ -873,6 +873,8 @@ def warm_start(problem: Problem, time_budget: float = 1.0, deadline: Optional[De
     into I + W (never worse: I ends earlier, W ends when B did, memory drops no later) and the
     local search polishes it with what is left of `time_budget`; the source then reads e.g.
     'zb-h1+local-search' if that helped, else the baseline's name (the original is returned).
+    Before that, unless the best is proven, its cool-down is re-listed (schedc.solver.cooldown)
+    and kept when shorter: the source then ends in '+cooldown' (e.g. 'zb-v+cooldown').
 
     Under a `deadline` (schedc.solver.deadline) the hand-made schedules come first, then the
     greedy families and the heuristic, each abandoned when the deadline passes; what finished
