@@ -23,12 +23,13 @@ weight gradient holds (the usual case); the result is re-simulated and dropped w
 fit the caps, so the caps always hold.
 
 Measured (V placement, 1p, communication 0.25F, identical stages, makespan): ZB-V is 0.9-3.4%
-above the lower bound at 32-64 ranks x 128-256 microbatches; the family's best is 0.2-0.8% above
-it (32x128: 837.25 -> 825.75, bound 822.25; 64x128: 909.25 -> 885.5, bound 878.25), and at 8 x 32
+above the lower bound at 32-64 ranks x 128-256 microbatches; the family's best is 0.2-0.85% above
+it (32x128: 837.25 -> 825.75, bound 822.25; 64x128: 909.25 -> 885.75, bound 878.25), and at 8 x 32
 it meets the bound (the README's scale table, benchmarks/compile_quality.py --only s).
 
 Cost: O(A log A) for A actions per member (one construction), up to len(LAST_MICROBATCHES)
-members, then one simulation (more only when the best is over the caps); memory O(A) per member.
+members, then one simulation (more only when the best is over the caps); memory O(A) per member
+(each keeps its rows of references to the given actions until the best is chosen).
 """
 
 from __future__ import annotations
