@@ -31,18 +31,26 @@ def test_meets_the_bound_where_zb_v_does_not():
     assert sim.fits
 
 
+@pytest.mark.parametrize("placement", ["v", "loop"])
 @pytest.mark.parametrize("memory", ["0.75p", "1p", "2p"])
 @pytest.mark.parametrize("objective", ["makespan", "span"])
 @pytest.mark.parametrize("runtime", ["torch", "ideal"])
-def test_keeps_every_action_and_the_caps(memory, objective, runtime):
-    p = _v(4, 12, memory, objective, runtime)
-    for name, sched, _ in feasible_baselines(p, with_greedy=False):
+def test_keeps_every_action_and_the_caps(placement, memory, objective, runtime):
+    # every hand-made schedule of the case (B's included: 1F1B, GPipe) goes through it
+    n = 8 if placement == "v" else 4
+    p = Problem.build(n, 12, n_ranks=4, placement=placement, profile=Profile.edge_heavy(n), memory=memory,
+                      objective=objective, runtime=runtime)
+    relisted = 0
+    fitting = feasible_baselines(p, with_greedy=False)
+    for name, sched, _ in fitting:
         out = cooldown.relist_cooldown(p, sched)
         if out is None:
             continue
-        validate(out[0], 8, 12, 4, "v")
+        relisted += 1
+        validate(out[0], n, 12, 4, placement)
         assert out[1].fits
         assert out[0].meta["start"] == sched.name
+    assert relisted or not fitting  # (loop at 0.75p: no hand-made schedule fits)
 
 
 def test_the_warm_start_uses_it():
