@@ -18,7 +18,8 @@ Cases (issue 3's targets):
       0.474; 2p; ideal runtime; span) at 96, 128, 256 microbatches: zb-greedy, zb-rounds (their
       own greedy, schedc.solver.paper_greedy) and schedc in 30 s, as span bubbles.
 --wall: `schedc compile --time-limit 10` as a user runs it (process start included): wall and peak
-      RSS at 64x256, 128x512, V 32x128, 8x8192, 2000x2 and 8x100000 (refused: over the size limit).
+      RSS at 64x256, 128x512, V 32x128 (also with comm 0.25F, and V 64x256 so: the cool-down
+      re-listing's instances), 8x8192, 2000x2 and 8x100000 (refused: over the size limit).
 --cost-curve: the same command at 1k, 10k, 100k and 1M actions (8 stages).
 
 Usage: python benchmarks/compile_quality.py [--quick] [--markdown] [--time-limit S] [--only a,b,c,d,e,v,s]
@@ -191,6 +192,10 @@ def wall_rows(specs, time_limit: float = 10.0) -> None:
 
 WALL_SPECS = [("64x256", ["--stages", "64", "--mb", "256"]), ("128x512", ["--stages", "128", "--mb", "512"]),
               ("V 32x128", ["--stages", "64", "--ranks", "32", "--placement", "v", "--mb", "128"]),
+              ("V 32x128 comm 0.25", ["--stages", "64", "--ranks", "32", "--placement", "v", "--mb", "128",
+                                      "--comm", "0.25"]),
+              ("V 64x256 comm 0.25", ["--stages", "128", "--ranks", "64", "--placement", "v", "--mb", "256",
+                                      "--comm", "0.25"]),
               ("8x8192", ["--stages", "8", "--mb", "8192"]), ("2000x2", ["--stages", "2000", "--mb", "2"]),
               ("8x100000", ["--stages", "8", "--mb", "100000"])]
 CURVE_SPECS = [(f"8x{m}", ["--stages", "8", "--mb", str(m)]) for m in (42, 417, 4167, 41666)]
