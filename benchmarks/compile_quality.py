@@ -12,17 +12,21 @@ Cases (issue 3's targets):
   (v) issue 11: V placement, 4 and 8 ranks x 2 stages, F = I = W, at 0.5p, 0.75p and 1p, both
       objectives, against V-Half / V-Min / ZB-V.
   (s) issue 22, scale: 32 and 64 ranks x 128 and 256 microbatches, loop and V, 1p and 2p,
-      communication 0 and 0.25F, torch's and the ideal runtime, makespan, 60 s each (--quick: 32
-      ranks x 128, loop, 10 s).
+      communication 0 and 0.25F, torch's and the ideal runtime, identical stages, makespan, 60 s
+      each (--quick: 32 ranks x 128, loop, comm 0.25F, torch, 10 s).
 --paper: the zero-bubble paper's 28.3B setting (32 stages; F, I, W, comm = 10.192, 10.367, 7.559,
       0.474; 2p; ideal runtime; span) at 96, 128, 256 microbatches: zb-greedy, zb-rounds (their
       own greedy, schedc.solver.paper_greedy) and schedc in 30 s, as span bubbles.
 --wall: `schedc compile --time-limit 10` as a user runs it (process start included): wall and peak
-      RSS at 64x256, 128x512, V 32x128, 8x8192, 2000x2 and 8x100000 (refused: over the size limit).
+      RSS at 64x256, 128x512, V 32x128 (also with comm 0.25F, and V 64x256 so: the cool-down
+      re-listing's instances), 8x8192, 2000x2 and 8x100000 (refused: over the size limit).
 --cost-curve: the same command at 1k, 10k, 100k and 1M actions (8 stages).
 
 Usage: python benchmarks/compile_quality.py [--quick] [--markdown] [--time-limit S] [--only a,b,c,d,e,v,s]
-       [--solver highs|cbc|cpsat] [--paper] [--wall] [--cost-curve]
+       [--solver highs|cbc|cpsat] [--paper] [--wall] [--cost-curve] [--match TEXT]
+--only s alone prints the scale table: schedc against zb-greedy, zb-rounds and the best of ZB-H1,
+ZB-H2, ZB-V that fits (makespan), its lower bound, gap, wall time and where its answer came from
+(the warm start's source); --match keeps the rows whose case and memory contain TEXT.
 By default each compile runs as `schedc compile` does: CP-SAT first (when OR-Tools is installed),
 then the integer program; --solver runs one engine alone, to compare them.
 'best hand-made' is the best hand-made schedule (V-Half and V-Min included) that exists for the
@@ -124,6 +128,41 @@ def paper_rows(quick: bool) -> None:
               f"{100 * (1 - busy / res.lower_bound):.2f}% | {res.status} |", flush=True)
 
 
+PEERS = ("zb-h1", "zb-h2", "zb-v")  # the hand-made schedules a scale row compares with
+
+
+def scale_rows(specs, markdown: bool, progress) -> None:
+    """Group s as its own table: schedc against every peer it must not be behind (zb-greedy,
+    zb-rounds, the best of ZB-H1 / ZB-H2 / ZB-V that fits), its lower bound, gap and wall time."""
+    from schedc.solver import paper_greedy
+    from schedc.solver.heuristic import matching_baselines
+
+    header = ["case", "mem", "zb-greedy", "zb-rounds", "ZB-H1/H2/V", "schedc", "lower bound", "gap", "status",
+              "wall s", "from"]
+    print("| " + " | ".join(header) + " |" if markdown else _line(header))
+    if markdown:
+        print("|" + "---|" * len(header))
+    for _, label, kw, tl, _ in specs:
+        t0 = time.monotonic()
+        res = compile_schedule(time_limit=tl, progress=progress, **kw)
+        wall = time.monotonic() - t0
+        # the peers, built in full whatever the deadline let the compile build (outside the wall)
+        built = {name: sim.makespan for name, _, sim in matching_baselines(res.problem) if sim.fits}
+        rounds = paper_greedy.paper_greedy(res.problem)
+        hand = {n: built[n] for n in PEERS if n in built}
+        best_hand = min(hand, key=hand.get) if hand else None
+        peers = [built.get(GREEDY), rounds[1].makespan if rounds else None, hand.get(best_hand)]
+        row = [f"(s) {label}", kw["memory"], *(_exact(x) for x in peers[:2]),
+               f"{_exact(peers[2])} {best_hand}" if best_hand else "-", _exact(res.value), _exact(res.lower_bound),
+               f"{100 * res.gap:.2f}%", res.status, f"{wall:.1f}", res.warm_start_source]
+        print("| " + " | ".join(row) + " |" if markdown else _line(row), flush=True)
+        fitting = [x for x in peers if x is not None]
+        if fitting and res.value > min(fitting) + 1e-9:
+            print(f"  WARNING: behind a peer ({min(fitting):.4g})", file=sys.stderr)
+        if res.gap > 0.005:
+            print(f"  MISS: gap {100 * res.gap:.2f}% > 0.5%", file=sys.stderr)
+
+
 def _run_measured(argv: list[str], timeout: float) -> tuple[float, float, int, str]:
     """(wall s, peak RSS MB, exit code, last stderr line) of `schedc <argv>` in a fresh process."""
     probe = ("import resource, subprocess, sys, time; t = time.monotonic(); "
@@ -153,6 +192,10 @@ def wall_rows(specs, time_limit: float = 10.0) -> None:
 
 WALL_SPECS = [("64x256", ["--stages", "64", "--mb", "256"]), ("128x512", ["--stages", "128", "--mb", "512"]),
               ("V 32x128", ["--stages", "64", "--ranks", "32", "--placement", "v", "--mb", "128"]),
+              ("V 32x128 comm 0.25", ["--stages", "64", "--ranks", "32", "--placement", "v", "--mb", "128",
+                                      "--comm", "0.25"]),
+              ("V 64x256 comm 0.25", ["--stages", "128", "--ranks", "64", "--placement", "v", "--mb", "256",
+                                      "--comm", "0.25"]),
               ("8x8192", ["--stages", "8", "--mb", "8192"]), ("2000x2", ["--stages", "2000", "--mb", "2"]),
               ("8x100000", ["--stages", "8", "--mb", "100000"])]
 CURVE_SPECS = [(f"8x{m}", ["--stages", "8", "--mb", str(m)]) for m in (42, 417, 4167, 41666)]
@@ -212,13 +255,20 @@ def fmt(x) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+def _exact(x) -> str:  # scale rows: step times of 400-1700 differ in their quarters
+    return "-" if x is None else f"{x:.6g}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a subset with shorter limits")
     ap.add_argument("--markdown", action="store_true", help="emit a Markdown table (for the README)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per heterogeneous case (default 60)")
-    ap.add_argument("--only", default="a,b,c,d,e,v", help="comma-separated case groups (a,b,c,d,e,v)")
+    ap.add_argument("--only", default="a,b,c,d,e,v",
+                    help="comma-separated case groups (a,b,c,d,e,v,s; s alone: the scale table)")
     ap.add_argument("--progress", action="store_true", help="print solver progress to stderr")
+    ap.add_argument("--match", action="append", default=[], metavar="TEXT",
+                    help="with --only s: only the rows whose case and memory contain TEXT (repeatable: all of them)")
     ap.add_argument("--solver", choices=["highs", "cbc", "cpsat"], help="one engine alone (default: as compile)")
     ap.add_argument("--paper", action="store_true", help="only the zero-bubble paper's 32-stage rows")
     ap.add_argument("--wall", action="store_true", help="only the --time-limit 10 wall / RSS rows")
@@ -235,6 +285,17 @@ def main(argv=None) -> int:
     only = set(args.only.split(","))
     limit = min(args.time_limit, 5.0) if args.quick else args.time_limit
 
+    def progress(e):
+        if args.progress:
+            print(f"  [{e['elapsed']:6.1f}s] {e['phase']:<24} best {e['best']:.5g} bound {e['bound']:.5g}",
+                  file=sys.stderr)
+
+    if only == {"s"}:  # the scale rows have their own columns
+        specs = [c for c in scale_cases(args.quick, only)
+                 if all(m in c[1] + " " + c[2]["memory"] for m in args.match)]
+        scale_rows(specs, args.markdown, progress)
+        return 0
+
     header = ["case", "obj", "mem", "best hand-made", GREEDY, "schedc", "closed form", "lower bound", "gap",
               "status", "time s"]
     rows = []
@@ -246,12 +307,6 @@ def main(argv=None) -> int:
     for group, label, kw, tl, closed in cases(args.quick, limit, only):
         kw = dict(kw)
         objective = kw.get("objective", "makespan")
-
-        def progress(e):
-            if args.progress:
-                print(f"  [{e['elapsed']:6.1f}s] {e['phase']:<24} best {e['best']:.5g} bound {e['bound']:.5g}",
-                      file=sys.stderr)
-
         t0 = time.monotonic()
         res = compile_schedule(time_limit=tl, progress=progress, solver=args.solver, **kw)
         wall = time.monotonic() - t0

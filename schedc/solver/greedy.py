@@ -157,15 +157,8 @@ def _construct(g: Graph, flags: Flags, expired: Callable[[], bool] = lambda: Fal
     heap = [(0.0, s) for s in range(st.S)]
     waiting_since = [0.0] * st.S
     left = 3 * st.S * st.M
-    steps = 0
-    while heap:
-        steps += 1
-        if steps % CHECK_EVERY == 0 and expired():
-            return None
-        t, s = heapq.heappop(heap)
-        if t < st.free_at[s] - EPS:
-            continue
-        t = max(t, st.free_at[s])
+    moments = Moments(heap, st.free_at, expired)
+    for t, s in moments:
         kind, again = _decide(st, s, t, flags)
         if kind is None:
             if again < math.inf:
@@ -186,6 +179,8 @@ def _construct(g: Graph, flags: Flags, expired: Callable[[], bool] = lambda: Fal
         for nb in (s - 1, s + 1):  # a neighbour may be waiting for this action's output
             if 0 <= nb < st.S:
                 heapq.heappush(heap, (end + st.comm[min(s, nb)], nb))
+    if moments.expired:
+        return None
     if left:
         raise SchedcError(f"internal error: {NAME} stopped with {left} actions unscheduled; please report it")
     return rows
@@ -255,3 +250,27 @@ class ZbGreedy:
     def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
         best = zb_greedy(graph, expired=deadline.expired)
         return found(*best) if best is not None else Result()
+
+
+class Moments:
+    """The moments of an event simulation, in time order: iterating pops (t, who) from `heap`
+    (wake-up times pushed by the caller, several per `who` allowed), skips a wake-up before
+    ``free_at[who]`` (`who` is busy then) and yields t raised to ``free_at[who]``. Stops when
+    the heap is empty, or early with ``expired`` set when `expired()` turns true (checked every
+    CHECK_EVERY pops)."""
+
+    def __init__(self, heap: list, free_at: list[float], expired: Callable[[], bool]):
+        self.heap, self.free_at, self.check = heap, free_at, expired
+        self.expired = False
+
+    def __iter__(self) -> Iterator[tuple[float, int]]:
+        steps = 0
+        while self.heap:
+            steps += 1
+            if steps % CHECK_EVERY == 0 and self.check():
+                self.expired = True
+                return
+            t, who = heapq.heappop(self.heap)
+            if t < self.free_at[who] - EPS:
+                continue
+            yield max(t, self.free_at[who]), who
