@@ -377,7 +377,7 @@ def partitions_below(profile: Profile, n_ranks: int, n_microbatches: int, cap: f
     threshold, is a bound over every partition. Method: the dynamic program's transitions (one
     stage, or one rank's two stages in a V) whose term stays below `theta`, kept once; for a
     threshold, the number of partitions below it by counting paths over them (so the bisection
-    needs no new terms), then a depth-first walk over the states that have a completion. Cost: the
+    needs no new terms), then a depth-first walk over the states those counts say can finish. Cost: the
     dynamic program's O(S U^2) / O(R U^4), O(transitions) per count, O(limit x S) for the walk."""
     u = Units.of(profile)
     loop_term, v_term = step_bound_terms(u, placement, n_ranks, n_microbatches, cap, objective)
@@ -388,11 +388,11 @@ def partitions_below(profile: Profile, n_ranks: int, n_microbatches: int, cap: f
     values = [v for level in steps for tr in level.values() for v in tr[3]]
     # a threshold above every term (theta = inf) lists every partition; bisect from there
     low, high = -INF, theta if math.isfinite(theta) or not values else np.nextafter(max(values), INF)
-    if _count_paths(steps, u.n, high) > limit:
-        low = partition_bound(profile, n_ranks, n_microbatches, cap, placement, objective).per_rank
+    if _completions(steps, u.n, high)[0][0, u.n] > limit:
+        low = min(values)  # no partition is below its smallest term
         for _ in range(40):  # bisect for the largest threshold with at most `limit` partitions below
             mid = (low + high) / 2
-            if _count_paths(steps, u.n, mid) > limit:
+            if _completions(steps, u.n, mid)[0][0, u.n] > limit:
                 high = mid
             else:
                 low = mid
@@ -446,31 +446,24 @@ def _v_transitions(u: Units, R: int, term, theta: float):
     return steps
 
 
-def _count_paths(steps, U: int, theta: float) -> float:
-    """Partitions whose every transition value is below theta (float: counts can be huge)."""
-    count = np.eye(U + 1)  # every unit placed: state (x, x)
+def _completions(steps, U: int, theta: float) -> list[np.ndarray]:
+    """counts[k][i, j]: the ways to place units [i, j) on levels k.. with every transition value
+    below theta (float: counts can be huge); counts[len(steps)] = every unit placed."""
+    counts = [np.eye(U + 1)]  # state (x, x): nothing left
     for level in reversed(steps):
         now = np.zeros((U + 1, U + 1))
         for i, (a, b, j, value) in level.items():
-            w = np.where(value < theta, count[a, b], 0.0)
+            w = np.where(value < theta, counts[-1][a, b], 0.0)
             now[i] += np.bincount(j, weights=w, minlength=U + 1)
-        count = now
-    return float(count[0, U])
+        counts.append(now)
+    return counts[::-1]
 
 
 def _walk(steps, U: int, theta: float) -> list[tuple[float, tuple[int, ...]]]:
+    """Every partition whose transitions all stay below theta, depth first through the states
+    that have a completion."""
+    counts = _completions(steps, U, theta)
     out = []
-    live = []  # live[level][(i, j)]: some completion stays below theta
-    ok = {(x, x) for x in range(U + 1)}  # every unit placed
-    for level in reversed(steps):
-        now = set()
-        for i, (a, b, j, value) in level.items():
-            for a0, b0, j0, v in zip(a, b, j, value):
-                if v < theta and (int(a0), int(b0)) in ok:
-                    now.add((i, int(j0)))
-        live.append(ok)
-        ok = now
-    live.reverse()  # live[k]: states reachable into a completion after level k
 
     def walk(k: int, i: int, j: int, front: list[int], back: list[int], worst: float) -> None:
         if k == len(steps):
@@ -481,10 +474,10 @@ def _walk(steps, U: int, theta: float) -> list[tuple[float, tuple[int, ...]]]:
         a, b, jj, value = steps[k][i]
         for a0, b0, v in zip(a[jj == j], b[jj == j], value[jj == j]):
             a0, b0 = int(a0), int(b0)
-            if v < theta and (a0, b0) in live[k]:
+            if v < theta and counts[k + 1][a0, b0] > 0:
                 walk(k + 1, a0, b0, front + [a0 - i], back + [j - b0] if b0 < j else back, max(worst, float(v)))
 
-    if (0, U) in ok:
+    if counts[0][0, U] > 0:
         walk(0, 0, U, [], [], -INF)
     return out
 

@@ -296,8 +296,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
     order = [(pl, c) for pl, cs in forced.items() for c in cs] + _interleave(
         [[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
          for pl, pool in pools.items()])
-    best = None  # (value, compile result, placement, counts)
-    candidates, compiled = [], []
+    candidates, compiled = [], []  # compiled: (value, compile result, placement, counts)
     per_placement = {pl: 0 for pl in pools}
     short = max(0.5, SHORT_SHARE * time_limit / (CANDIDATES * len(pools)))
     tried = set()
@@ -305,7 +304,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         if (pl, counts) in tried or per_placement[pl] >= CANDIDATES:
             continue
         tried.add((pl, counts))
-        if best is not None and lb >= best[0] * (1 - REL):
+        if compiled and lb >= min(c[0] for c in compiled) * (1 - REL):
             continue
         if time.monotonic() + short > t0 + 0.8 * time_limit or stop_requested():
             break
@@ -317,15 +316,13 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
             f"hand-made {ub:.6g}, {res.status})")
         compiled.append((res.value, res, pl, counts))
-        if best is None or res.value < best[0]:
-            best = compiled[-1]
-    if best is None:  # no time for a short compile: the best-scored partition gets what is left
+    if not compiled:  # no time for a short compile: the best-scored partition gets what is left
         pl, (lb, ub, counts) = order[0]
         return (math.inf, None, pl, counts), candidates
-    return _second_round(compiled, best, time_limit, seed, say, t0), candidates
+    return _second_round(compiled, time_limit, seed, say, t0), candidates
 
 
-def _second_round(compiled, best, time_limit, seed, say, t0):
+def _second_round(compiled, time_limit, seed, say, t0):
     """The two best after the short compiles go on from their answers (warm starts) for a while
     more each before one is chosen: a few seconds rank V partitions poorly (a rival can lead after
     two seconds and trail after ten). Returns the best (value, compile result, placement, counts)."""
@@ -334,7 +331,7 @@ def _second_round(compiled, best, time_limit, seed, say, t0):
     finalists = sorted(compiled, key=lambda c: c[0])[:FINALISTS]
     more = SECOND_SHARE * time_limit / FINALISTS
     if len(finalists) < 2 or time.monotonic() + len(finalists) * more > t0 + 0.8 * time_limit:
-        return best
+        return finalists[0]
     results = []  # the best is among the finalists, so the best of these is at least as good
     for value, res, pl, counts in finalists:
         if res.status != "optimal" and not stop_requested():
@@ -433,9 +430,11 @@ def own_bound(problem) -> float:
     """A partition's own lower bound: the closed-form terms (schedc.solver.bounds) and the one-rank
     relaxation (schedc.solver.rank_relaxation), about 2 ms for 16 stages x 16 microbatches."""
     from schedc.solver.bounds import lower_bound
+    from schedc.solver.graph import graph_of
     from schedc.solver.rank_relaxation import rank_relaxation_bound
 
-    return max(lower_bound(problem), rank_relaxation_bound(problem) or 0.0)
+    graph = graph_of(problem)  # both bounds read its stage level: built once
+    return max(lower_bound(graph), rank_relaxation_bound(graph) or 0.0)
 
 
 def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: float) -> bool:

@@ -231,3 +231,11 @@ def model_args(pairs: list[str]) -> dict:
         except (ValueError, SyntaxError):
             out[key] = value
     return out
+
+
+def stopped_by(signum) -> tuple[str, int]:
+    """(word, exit code) for a search that a signal ended early (schedc.solver.interrupt.received):
+    SIGTERM, a batch scheduler's time limit, exits 143; Ctrl-C exits 130."""
+    import signal
+
+    return ("terminated", 143) if signum == signal.SIGTERM else ("interrupted", 130)

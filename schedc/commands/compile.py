@@ -35,8 +35,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import signal
-
     from schedc.solver.interrupt import received, stop_on_sigint
 
     # Ctrl-C from here on stops the search and the best schedule so far is written. Taken before
@@ -47,7 +45,7 @@ def run(args) -> int:
         res = _compile(args)
         signum = received()
     if res.interrupted:
-        word, code = ("terminated", 143) if signum == signal.SIGTERM else ("interrupted", 130)
+        word, code = common.stopped_by(signum)
         print(f"schedc compile: {word}: wrote the best schedule found so far to {args.output} "
               f"(status {res.status}, gap {100 * res.gap:.2f}%)", file=sys.stderr)
         return code

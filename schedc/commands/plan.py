@@ -42,8 +42,6 @@ def output_paths(csv: str) -> tuple[Path, Path, Path]:
 
 
 def run(args) -> int:
-    import signal
-
     from schedc.solver.interrupt import received, stop_on_sigint
 
     # as in `schedc compile`: the first Ctrl-C (or SIGTERM) ends the search and the best plan so
@@ -52,7 +50,7 @@ def run(args) -> int:
         res, csv = _plan(args)
         signum = received()
     if res.interrupted:
-        word, code = ("terminated", 143) if signum == signal.SIGTERM else ("interrupted", 130)
+        word, code = common.stopped_by(signum)
         print(f"schedc plan: {word}: wrote the best plan found so far to {csv} (gap {100 * res.gap:.2f}%)",
               file=sys.stderr)
         return code

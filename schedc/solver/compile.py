@@ -242,15 +242,14 @@ class _Compilation:
         lb, lb_details = lb if lb is not None else _lower_bound(graph)
         obj = problem.objective
         n = n_actions(problem.n_stages, problem.n_microbatches)
+        # the one-rank relaxation reads only the stage level: before the action graph is built, so
+        # a warm start it proves needs no action graph at all
+        if not close(warm_sim.objective(obj), lb) and Deadline(deadline).allows(n, RELAXATION_PASSES):
+            lb, lb_details = _with_rank_relaxation(graph, lb, lb_details)
         if close(warm_sim.objective(obj), lb) or not Deadline(deadline).allows(n, GRAPH_PASSES):
             return cls(problem, graph, None, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched,
                        warm_sim, None, warm_sched, None, lb, lb_details, lb)
         inst = graph.lower()
-        if Deadline(deadline).allows(n, RELAXATION_PASSES):
-            lb, lb_details = _with_rank_relaxation(problem, lb, lb_details)
-            if close(warm_sim.objective(obj), lb):
-                return cls(problem, graph, None, mip, use_cpsat, seed, t0, deadline, progress, warm_source,
-                           warm_sched, warm_sim, None, warm_sched, None, lb, lb_details, lb)
         inc_orders = canonical_orders(inst, orders_from_schedule(inst, warm_sched))
         inc_sched, inc_sim = materialize(inst, inc_orders, problem)
         if inc_sim is None or not inc_sim.fits:
@@ -422,12 +421,12 @@ def _lower_bound(problem: Union[Problem, Graph]) -> tuple[float, dict]:
     return float(details["lower_bound"]), details
 
 
-def _with_rank_relaxation(problem: Problem, lb: float, details: dict) -> tuple[float, dict]:
+def _with_rank_relaxation(graph: Graph, lb: float, details: dict) -> tuple[float, dict]:
     """The bound raised by the one-rank relaxation (schedc.solver.rank_relaxation); its value is
     kept in the details as ``one_rank_relaxation``."""
     from schedc.solver.rank_relaxation import rank_relaxation_bound
 
-    value = rank_relaxation_bound(problem)
+    value = rank_relaxation_bound(graph)
     if value is None:
         return lb, details
     details = dict(details, one_rank_relaxation=value)
