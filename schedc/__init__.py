@@ -20,35 +20,36 @@ torch nor the solvers nor matplotlib; those load on the first call that needs th
 
 __version__ = "0.1.0"
 
-from schedc._loading import command_exits_on_ctrl_c
+from schedc._loading import exit_on_ctrl_c_while_loading
 
-with command_exits_on_ctrl_c():  # the schedc command: Ctrl-C while loading exits 130, no traceback
-    # The engine modules whose names the front door's functions take (schedc.simulate, .validate,
-    # .plot): imported first, so that the attributes their import sets on the package are
-    # replaced below once and for all (a later import finds them in sys.modules and sets nothing).
-    from schedc import plan as _plan_module
-    from schedc import plot as _plot_module
-    from schedc import simulate as _simulate_module
-    from schedc import validate as _validate_module
+exit_on_ctrl_c_while_loading()  # the schedc command: Ctrl-C until cli.main holds it exits 130, no traceback
 
-    from schedc.api import (
-        BASELINES,
-        baseline,
-        compile,
-        plot,
-        read_csv,
-        read_report,
-        simulate,
-        validate,
-        write_csv,
-    )
-    from schedc.choices import Execution, Objective, Placement, Solver, Status
-    from schedc.costs import MemoryLimit, Profile, StageCost
-    from schedc.deprecation import attach_module_aliases
-    from schedc.errors import SchedcError
-    from schedc.ir import Action, Schedule
-    from schedc.plan import PlanResult, plan
-    from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
+# The engine modules whose names the front door's functions take (schedc.simulate, .validate,
+# .plot): imported first, so that the attributes their import sets on the package are
+# replaced below once and for all (a later import finds them in sys.modules and sets nothing).
+from schedc import plan as _plan_module
+from schedc import plot as _plot_module
+from schedc import simulate as _simulate_module
+from schedc import validate as _validate_module
+
+from schedc.api import (
+    BASELINES,
+    baseline,
+    compile,
+    plot,
+    read_csv,
+    read_report,
+    simulate,
+    validate,
+    write_csv,
+)
+from schedc.choices import Execution, Objective, Placement, Solver, Status
+from schedc.costs import MemoryLimit, Profile, StageCost
+from schedc.deprecation import attach_module_aliases
+from schedc.errors import SchedcError
+from schedc.ir import Action, Schedule
+from schedc.plan import PlanResult, plan
+from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
 
 __all__ = [
     # functions
@@ -93,4 +94,4 @@ attach_module_aliases(validate, _validate_module, {
 attach_module_aliases(plot, _plot_module, {
     "plot_schedules": "schedc.plot(schedules, profile=..., titles=...)",
     "plot_schedule": "schedc.plot(schedule, profile=...)"})
-del _plan_module, _plot_module, _simulate_module, _validate_module, attach_module_aliases, command_exits_on_ctrl_c
+del _plan_module, _plot_module, _simulate_module, _validate_module, attach_module_aliases, exit_on_ctrl_c_while_loading

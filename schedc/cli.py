@@ -22,6 +22,7 @@ import threading
 from typing import Optional, Sequence
 
 from schedc import __version__
+from schedc._loading import hand_over_ctrl_c
 from schedc.errors import SchedcError, Terminated, raise_terminated
 
 
@@ -134,6 +135,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     argv, debug = _split_debug(list(sys.argv[1:] if argv is None else argv))
     try:
         with _SigintHeld():
+            hand_over_ctrl_c()  # from here a Ctrl-C is a KeyboardInterrupt, raised when the hold ends
             parser = build_parser()  # imports the commands
     except KeyboardInterrupt as e:
         word, code = _stopped(e)

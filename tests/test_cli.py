@@ -176,6 +176,26 @@ def test_comparing_unlike_schedules_warns(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == ""  # like for like: quiet
 
 
+def test_ctrl_c_between_loading_and_main_exits_130_without_a_traceback(tmp_path):
+    # `python -m schedc.cli` loads the package, then reads and runs cli.py, then main() holds
+    # Ctrl-C: a SIGINT anywhere in between (here: right after `import schedc` in the command's
+    # process) is the command's one line and exit 130, not a KeyboardInterrupt traceback
+    command = ("import os, signal, sys, time; sys.argv[0] = 'schedc'; import schedc; "
+               "os.kill(os.getpid(), signal.SIGINT); time.sleep(30); print('not stopped')")
+    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "schedc: interrupted\n")
+    # once main() holds it, a Ctrl-C is the usual KeyboardInterrupt again (the compile's clean-up runs)
+    command = ("import signal, sys; sys.argv[0] = 'schedc'; import schedc.cli; "
+               "from schedc._loading import hand_over_ctrl_c; hand_over_ctrl_c(); "
+               "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+    # a program that imports schedc keeps Python's own Ctrl-C
+    command = "import signal, schedc; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+
+
 @pytest.mark.parametrize("solver,delays", [([], (0.4, 1.2, 2.5, 6.0)), (["--solver", "cpsat"], (6.0,))])
 def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solver, delays):
     # a compile that would search for 60 s (slow links at 1.25p: no proof comes early); SIGINT at
