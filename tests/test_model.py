@@ -5,6 +5,10 @@ solver; the model's solutions re-simulate to the model's value."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from schedc.costs import Profile, StageCost
@@ -162,3 +166,14 @@ def test_window_model_keeps_outside_order():
     for r, row in enumerate(out.orders):
         assert row[:4] == inc[r][:4] and row[12:] == inc[r][12:]
         assert sorted(row[4:12]) == sorted(inc[r][4:12])
+
+
+def test_highs_writes_nothing_to_stdout(tmp_path):
+    # HiGHS prints its name and licence to the C-level stdout when a process creates its first
+    # instance, whatever output_flag says: a user's `schedc compile ... > log` must not get it
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from test_model import *; "
+            "solve_full(Problem.build(4, 6, profile=Profile.edge_heavy(4), memory='1p'), time_limit=2.0); "
+            "print('solved')")
+    proc = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "solved\n"), proc.stderr

@@ -108,6 +108,8 @@ time limit.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -593,6 +595,38 @@ def available_solver(name: Optional[str] = None) -> str:
     return name
 
 
+_HIGHS_BANNER_SHOWN = False
+
+
+def _without_highs_banner() -> None:
+    """Create the process's first HiGHS instance with stdout closed to it.
+
+    HiGHS prints its name and licence to the C-level stdout when the first instance of a process
+    is created, whatever ``output_flag`` says (highspy 1.16): that line would land in a user's
+    ``schedc compile ... > log`` or between a report's lines. Later instances print nothing."""
+    global _HIGHS_BANNER_SHOWN
+    if _HIGHS_BANNER_SHOWN:
+        return
+    import highspy
+
+    _HIGHS_BANNER_SHOWN = True
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no stdout to protect
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(devnull)
+    finally:
+        os.close(saved)
+
+
 class _WarmHiGHS(pulp.HiGHS):
     """pulp's HiGHS (highspy) plus a MIP start, a progress callback and the dual bound."""
 
@@ -653,6 +687,7 @@ def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, s
     """Run HiGHS (with the MIP start) or CBC on the built model; read back orders and bounds."""
     prob, n_bin = m.prob, len(m.before)
     if solver == "highs":
+        _without_highs_banner()
         s = _WarmHiGHS(values, on_progress=progress, deadline=time.monotonic() + seconds,
                        msg=False, timeLimit=seconds, threads=1, mip_rel_gap=PROVEN, mip_abs_gap=PROVEN,
                        random_seed=int(seed))
