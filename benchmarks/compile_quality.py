@@ -19,7 +19,8 @@ Cases (issue 3's targets):
       own greedy, schedc.solver.paper_greedy) and schedc in 30 s, as span bubbles.
 --wall: `schedc compile --time-limit 10` as a user runs it (process start included): wall and peak
       RSS at 64x256, 128x512, V 32x128 (also with comm 0.25F, and V 64x256 so: the cool-down
-      re-listing's instances), 8x8192, 2000x2 and 8x100000 (refused: over the size limit).
+      re-listing's instances), 8x8192, 2000x2, 8x100000 (refused: over the size limit) and 1M
+      actions with --time-limit 2 (refused: shorter than the least compile of that size).
 --cost-curve: the same command at 1k, 10k, 100k and 1M actions (8 stages).
 
 Usage: python benchmarks/compile_quality.py [--quick] [--markdown] [--time-limit S] [--only a,b,c,d,e,v,s]
@@ -183,8 +184,9 @@ def wall_rows(specs, time_limit: float = 10.0) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for label, argv in specs:
             n, m = int(argv[argv.index("--stages") + 1]), int(argv[argv.index("--mb") + 1])
+            limit = [] if "--time-limit" in argv else ["--time-limit", str(time_limit)]
             wall, rss, code, last = _run_measured(
-                ["compile", *argv, "--time-limit", str(time_limit), "--quiet", "-o", str(Path(tmp) / "s.csv")],
+                ["compile", *argv, *limit, "--quiet", "-o", str(Path(tmp) / "s.csv")],
                 timeout=20 * time_limit + 120)
             note = last[:90] if code else ""
             print(f"| {label} | {3 * n * m:,} | {wall:.1f} | {rss:.0f} | {code} | {note} |", flush=True)
@@ -197,7 +199,8 @@ WALL_SPECS = [("64x256", ["--stages", "64", "--mb", "256"]), ("128x512", ["--sta
               ("V 64x256 comm 0.25", ["--stages", "128", "--ranks", "64", "--placement", "v", "--mb", "256",
                                       "--comm", "0.25"]),
               ("8x8192", ["--stages", "8", "--mb", "8192"]), ("2000x2", ["--stages", "2000", "--mb", "2"]),
-              ("8x100000", ["--stages", "8", "--mb", "100000"])]
+              ("8x100000", ["--stages", "8", "--mb", "100000"]),
+              ("8x43690 --time-limit 2", ["--stages", "8", "--mb", "43690", "--time-limit", "2"])]
 CURVE_SPECS = [(f"8x{m}", ["--stages", "8", "--mb", str(m)]) for m in (42, 417, 4167, 41666)]
 
 

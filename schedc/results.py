@@ -12,14 +12,15 @@ engine's objects (mappings are read-only views, sequences tuples). :class:`Repor
 back exactly the JSON that was read or written (fields it does not name, such as a plan's
 ``partition``, are kept).
 
-Cost: one pass over the actions to freeze a simulation.
+Cost: freezing a simulation takes time independent of its size (its timings are a view whose
+:class:`ActionTime` objects are made on access).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Union
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -42,6 +43,29 @@ class ActionTime:
     rank: int
     start: float
     end: float
+
+
+class _ActionTimes(Mapping):
+    """A read-only view of the engine's timings that makes each :class:`ActionTime` when asked:
+    copying them all cost a second of a one-million-action compile."""
+
+    __slots__ = ("_timings",)
+
+    def __init__(self, timings: Mapping) -> None:
+        self._timings = timings
+
+    def __getitem__(self, action: Action) -> ActionTime:
+        t = self._timings[action]
+        return ActionTime(t.rank, t.start, t.end)
+
+    def __iter__(self) -> Iterator[Action]:
+        return iter(self._timings)
+
+    def __len__(self) -> int:
+        return len(self._timings)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} action times>"
 
 
 @dataclass(frozen=True)
@@ -85,7 +109,7 @@ class Simulation:
             busy=tuple(sim.busy), span_per_rank=tuple(sim.span_per_rank),
             bubble_per_rank=tuple(sim.bubble_per_rank), peak_memory=tuple(sim.peak_memory),
             memory_limit=tuple(sim.memory_limit), fits=bool(sim.fits), execution=sim.runtime,
-            timings=MappingProxyType({a: ActionTime(t.rank, t.start, t.end) for a, t in sim.timings.items()}),
+            timings=_ActionTimes(sim.timings),
             order=tuple(tuple(row) for row in sim.order),
             memory_curve=tuple(tuple(curve) for curve in sim.memory_curve),
         )

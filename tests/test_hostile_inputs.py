@@ -3,6 +3,7 @@ hang and no file left behind; outputs never destroy what is at their path or an 
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -56,6 +57,10 @@ def _one_line_error(out, command: str, *needles: str) -> str:
      ["--stages 99999999999 is more stages than schedc handles (at most 8,192)"]),
     ({}, ["baseline", "1f1b", "--stages", "8", "--mb", "1000000", "-o", "s.csv"], "baseline",
      ["make 24,000,000 actions", f"at most {limits.MAX_ACTIONS:,}"]),
+    # a time limit the least compile of that size cannot keep: refused before anything is built,
+    # with the limit that would do
+    ({}, ["compile", "--stages", "8", "--mb", "43690", "--time-limit", "2", "-o", "s.csv"], "compile",
+     ["--time-limit 2 is too short for 1,048,560 actions", "give --time-limit 9 or more"]),
     # a profile nested 5000 deep, or saved as Latin-1
     ({"a.csv": _ONE_F_ONE_B, "deep.json": "[" * 5000 + "]" * 5000}, ["simulate", "a.csv", "--profile", "deep.json"],
      "simulate", ["deep.json: JSON nested too deeply"]),
@@ -279,3 +284,13 @@ def test_a_clone_named_schedc_beside_does_not_shadow_the_install(tmp_path):
                           "print(__version__)"], capture_output=True, text=True, cwd=tmp_path, timeout=TIMEOUT)
     assert out.returncode == 0, ("the clone shadows the install; an editable install made before pyproject's "
                                  "package-dir setting needs `pip install -e .` again: " + out.stderr[-500:])
+
+
+def test_the_time_limit_a_refusal_names_is_accepted():
+    from schedc.solver.deadline import check_time_limit
+
+    for n in (2 * 10**5, 5 * 10**5, limits.MAX_ACTIONS):
+        check_time_limit(n, 60.0)  # the default limit takes every size schedc compiles
+        with pytest.raises(SchedcError, match=r"give --time-limit (\d+) or more") as e:
+            check_time_limit(n, 0.01)
+        check_time_limit(n, float(re.search(r"give --time-limit (\d+)", str(e.value)).group(1)))

@@ -46,7 +46,8 @@ Deadline: every phase shares one deadline (schedc.solver.deadline): the warm sta
 are abandoned when it passes (the hand-made schedules come first, and are built past it until one
 fits), the action graph, CP-SAT's model and each window are skipped when the time left is below
 their estimated cost, and a reserve for the report and the CSV grows with the actions. Sizes
-above deadline.MAX_ACTIONS are refused before anything is built.
+above deadline.MAX_ACTIONS are refused before anything is built, and so is a time limit shorter
+than the least a compile of that size does here (deadline.check_time_limit).
 
 Cost: the time limit; memory linear in the actions (the full model's pair count no longer builds
 the transitive closure; the integer program's windows, which do, stop at MIP_WINDOW_MAX_ACTIONS).
@@ -67,7 +68,7 @@ from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult
 from schedc.solver import heuristic, interrupt, model
-from schedc.solver.deadline import Deadline, check_size, n_actions, seconds_per_action
+from schedc.solver.deadline import Deadline, check_size, check_time_limit, n_actions, seconds_per_action
 from schedc.solver.engine import Incumbent, close, materialize
 from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule
 from schedc.solver.problem import Problem
@@ -158,6 +159,7 @@ def compile_problem(
         raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")
     check_size(problem.n_stages, problem.n_microbatches)
     n = n_actions(problem.n_stages, problem.n_microbatches)
+    check_time_limit(n, time_limit)
     # keep a reserve for the report (and a window's overrun), and for writing the CSV, which
     # grows with the actions (about a quarter of a pass over them)
     deadline = t0 + time_limit - min(0.05 * time_limit, 5.0) - 0.25 * n * seconds_per_action()

@@ -11,7 +11,9 @@ Method: a :class:`Deadline` is passed down to every phase; loops that can run lo
 thousand steps and give up, returning what they have. Phases whose cost is known in advance (the
 action graph, a CP-SAT model, one window) are skipped when the time left is below their
 estimate, from the measured cost per action below. Sizes beyond :data:`MAX_ACTIONS` are refused
-before anything is built (:func:`check_size`).
+before anything is built (:func:`check_size`), and so is a time limit shorter than the least a
+compile of that size takes (one hand-made schedule, its simulation, the result, the report and
+the CSV: :func:`check_time_limit`).
 
 Cost: a clock read per check.
 """
@@ -34,6 +36,11 @@ MAX_ACTIONS = limits.MAX_ACTIONS
 # on the shared 2-core machine; the estimates below use it to skip what cannot finish in time
 SECONDS_PER_ACTION = 2e-5
 CHECK_EVERY = 4096  # loop steps between clock reads in long constructions
+# the least a compile takes, process start included: one hand-made schedule built and simulated,
+# the result, the report and the CSV. Measured on the 2-core machine with --time-limit 0.5 and
+# other jobs beside it (load 3): 3.7 s at 240k actions, 5.4 s at 480k, 10.9-14.1 s at 1M.
+FLOOR_START_SECONDS = 1.0
+FLOOR_SECONDS_PER_ACTION = 1e-5
 
 
 @dataclass(frozen=True)
@@ -92,3 +99,14 @@ def check_size(n_stages: int, n_microbatches: int) -> None:
             f"{n_stages} stages x {n_microbatches} microbatches is {n:,} actions; schedc compiles up to "
             f"{MAX_ACTIONS:,} (3 x stages x microbatches): use fewer microbatches per step (e.g. --mb "
             f"{max(1, MAX_ACTIONS // (3 * n_stages))}) and accumulate gradients over several steps")
+
+
+def check_time_limit(n: int, time_limit: float) -> None:
+    """Refuse, in one line, a time limit that the least compile of `n` actions cannot keep
+    within 10% + 2 s (:data:`FLOOR_SECONDS_PER_ACTION`)."""
+    floor = FLOOR_START_SECONDS + n * FLOOR_SECONDS_PER_ACTION
+    if floor > 1.1 * time_limit + 2.0:
+        need = math.ceil((floor - 2.0) / 1.1)
+        raise SchedcError(f"--time-limit {time_limit:g} is too short for {n:,} actions: one hand-made schedule, "
+                          f"its simulation, the report and the CSV take about {floor:.0f} s; give --time-limit "
+                          f"{need} or more, or fewer microbatches per step")
