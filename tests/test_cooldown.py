@@ -19,15 +19,23 @@ def _hand_made(p: Problem, name: str):
     return next((s, sim) for n, s, sim in feasible_baselines(p, with_greedy=False) if n == name)
 
 
-def test_meets_the_bound_where_zb_v_does_not():
-    # V, 8 ranks x 32, comm 0.25F, 1p: ZB-V's cool-down leaves 3 above the bound; the re-listed
-    # one (a W gives way to the last microbatch's I's) meets it, so it is optimal
-    p = _v(8, 32)
+@pytest.mark.parametrize("ranks, m, zb_v, bound, from_lowest", [
+    # 8 ranks: ZB-V's cool-down leaves 3 above the bound; the first family (a W gives way to the
+    # last microbatch's I's) meets it, so it is optimal
+    (8, 32, 207.25, 204.25, False),
+    # 12 ranks: the first family's best is 163.75; the second (re-listed from each rank's last F
+    # of its lowest stage, a W giving way only while the rank can afford it) meets the bound
+    (12, 24, 168.25, 163.25, True),
+])
+def test_meets_the_bound_where_zb_v_does_not(ranks, m, zb_v, bound, from_lowest):
+    # V, comm 0.25F, 1p
+    p = _v(ranks, m)
     zbv = _hand_made(p, "zb-v")
     sched, sim = cooldown.relist_cooldown(p, zbv[0])
-    assert zbv[1].makespan == pytest.approx(207.25)
-    assert sim.makespan == pytest.approx(lower_bound(p)) == pytest.approx(204.25)
-    validate(sched, 16, 32, 8, "v")
+    assert zbv[1].makespan == pytest.approx(zb_v)
+    assert sim.makespan == pytest.approx(lower_bound(p)) == pytest.approx(bound)
+    assert sched.meta["from_lowest"] is from_lowest
+    validate(sched, 2 * ranks, m, ranks, "v")
     assert sim.fits
 
 
@@ -58,20 +66,6 @@ def test_the_warm_start_uses_it():
     sched, sim, source = warm_start(_v(8, 32), time_budget=0.5)
     assert sim.makespan == pytest.approx(204.25)
     assert source == "zb-v+cooldown"
-
-
-def test_second_family_meets_the_bound_where_the_first_does_not():
-    # V, 12 ranks x 24, comm 0.25F, 1p: re-listing from each rank's last F of its lowest stage,
-    # with a W giving way only while the rank can afford it, meets the lower bound (163.25); the
-    # first family's best is 163.75, ZB-V 168.25
-    p = _v(12, 24)
-    zbv = _hand_made(p, "zb-v")
-    sched, sim = cooldown.relist_cooldown(p, zbv[0])
-    assert zbv[1].makespan == pytest.approx(168.25)
-    assert sim.makespan == pytest.approx(lower_bound(p)) == pytest.approx(163.25)
-    assert sched.meta["from_lowest"] is True
-    validate(sched, 24, 24, 12, "v")
-    assert sim.fits
 
 
 @pytest.mark.parametrize("last", [0, 4, 16])
