@@ -16,7 +16,8 @@ instead when the input of an I of one of the last ``last`` microbatches arrives 
 tail). The family tries ``last`` in LAST_MICROBATCHES and keeps the best; at V 8-64 ranks (1p,
 comm 0.25F) the best ``last`` grew with the ranks (1 at 8, 8 at 32, 12-16 at 64). Also measured
 and dropped: the highest stage's ready I first (same step times), waiting for any I that
-arrives within one W (0.5 worse), and re-listing from an earlier F on (worse: F's delayed).
+arrives within one W (0.5 worse), and re-listing from an earlier F on with this family's W
+rule alone (worse: F's delayed; with the two rules below it is the second family).
 
 A second family re-lists more (``from_lowest``), and is what closes the gap at scale. With
 communication, the descending stream of I's (stage S-1 down to the middle rank) and the
