@@ -30,15 +30,19 @@ LOWEST stage; the later F's (of its higher stage, which feed the descending stre
 re-listed backwards, first ready in the given order first. And a W gives way to an I of the last
 microbatches only while the rank can afford the wait: when the wait still leaves the rank's
 remaining work ending by the lower bound (``target``); the ranks near the middle, which cannot,
-run the W. Why the schedule and not the bound was loose: on V 16 x 32 (1p, comm 0.25F) CP-SAT
+run the W. The third family is the second with a reserve: a rank waits only while its remaining
+work still ends one round trip to a neighbour (2 x the largest transfer) before the bound (tried
+from the second family's best ``last`` on; skipped without communication): at V 64 ranks it
+meets the bound where the second family ends 0.25 above it (at 24-32 ranks it is worse). Why the schedule and not the bound was loose: on V 16 x 32 (1p, comm 0.25F) CP-SAT
 proves the lower bound optimal (218.25; the first family reaches 219.5), and the second family
 meets or nearly meets it at 32-64 ranks.
 
 Measured (V placement, 1p, communication 0.25F, identical stages, makespan, both runtimes): ZB-V
 is 0.9-3.4% above the lower bound at 32-64 ranks x 128-256 microbatches; the first family's best
 is 0.2-0.85% above it (32x128: 837.25 -> 825.75; 64x128: 909.25 -> 885.75, bound 878.25), the
-second family's 0-0.03% (32x128 and 32x256 meet the bound, 822.25 and 1590.25; 64x128 878.5,
-64x256 1646.5, bounds 878.25 and 1646.25); at 8 x 32 the first family meets the bound.
+second and third families' 0% (32x128 and 32x256 meet the bound, 822.25 and 1590.25, with the
+second; 64x128 and 64x256, 878.25 and 1646.25, with the third, the second's best being 0.25
+above); at 8 x 32 the first family meets the bound.
 
 Memory: after a rank's last F its held bytes only fall when each I frees at least what its
 weight gradient holds (the usual case). The second family moves F's: each rank's running sum
@@ -50,7 +54,7 @@ not fit the caps, so the caps always hold.
 Cost: O(A log A) for A actions per member (one construction; a rank scans its re-listed
 actions at each of its moments, so the second family's longer lists cost more: ~1 s per member
 at V 64 x 128 on an idle machine), up to len(LAST_MICROBATCHES) members per family (each family
-stops after two members in a row no better than its best, and both once one meets the lower
+stops after two members in a row no better than its best, and all once one meets the lower
 bound), then one simulation (more only when the best is over the caps); memory O(A) per member
 (each keeps its rows of references to the given actions until the best is chosen).
 """
@@ -205,32 +209,38 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
 
 def relist_cooldown(problem: Problem, sched: Schedule, expired: Callable[[], bool] = lambda: False,
                     bound: Optional[float] = None) -> Optional[tuple[Schedule, SimResult]]:
-    """The best of the family (see the module docstring) applied to `sched`, as (schedule,
+    """The best of the families (see the module docstring) applied to `sched`, as (schedule,
     simulation), among the members that fit the memory caps; None when none does or `expired()`
     turned true before the first was done. Each member is one construction; the best is then
     simulated (the next best when it is over the caps). `bound`: the problem's lower bound
-    (schedc.solver.bounds), the second family's target (computed when not given)."""
+    (schedc.solver.bounds), the target of the second and third families (computed when not
+    given); meta["family"] says which family the answer comes from (1-3)."""
     members = []
     bound = lower_bound(problem) if bound is None else bound
-    for from_lowest, target in ((False, math.inf), (True, bound)):
+    # the third family keeps a round trip to a neighbour in reserve before a rank waits
+    round_trip = 2 * max((problem.comm(b) for b in range(problem.n_stages - 1)), default=0.0)
+    families = [(False, math.inf), (True, bound)] + ([(True, bound - round_trip)] if round_trip > 0 else [])
+    best_last = 0
+    for family, (from_lowest, target) in enumerate(families, 1):
         best, worse = math.inf, 0
-        for last in LAST_MICROBATCHES:
+        # the third family is the second with a reserve: it starts at the second's best `last`
+        for last in LAST_MICROBATCHES[LAST_MICROBATCHES.index(best_last) if family == 3 else 0:]:
             if last > problem.n_microbatches or worse >= 2 or (members and expired()) or \
                     any(x[0] <= bound + EPS * max(1.0, bound) for x in members):
                 break
             out = _relist(problem, sched, expired, last, from_lowest, target)
             if out is None:
                 break
-            members.append((out[1], last, from_lowest, out[0]))
+            members.append((out[1], last, family, from_lowest, out[0]))
             if best == math.inf or out[1] < best - EPS * max(1.0, best):
-                best, worse = out[1], 0
+                best, worse, best_last = out[1], 0, last
             else:
                 worse += 1
     # simulate the best first; a member over the caps gives way to the next
-    for _, last, from_lowest, rows in sorted(members, key=lambda x: x[:3]):
+    for _, last, family, from_lowest, rows in sorted(members, key=lambda x: x[:3]):
         new = Schedule(rows=rows, placement=tuple(problem.placement), n_microbatches=problem.n_microbatches,
                        name=f"{sched.name}+cooldown", meta={"source": NAME, "start": sched.name, "last": last,
-                                                            "from_lowest": from_lowest})
+                                                            "family": family, "from_lowest": from_lowest})
         try:
             sim = simulate(new, problem.profile, problem.memory)
         except SchedcError:
