@@ -68,16 +68,17 @@ def test_the_warm_start_uses_it():
     assert source == "zb-v+cooldown"
 
 
+@pytest.mark.parametrize("reserve", [0.0, 0.5])  # the second family; the third (a round trip in reserve)
 @pytest.mark.parametrize("last", [0, 4, 16])
-def test_second_family_keeps_the_caps_when_it_moves_forwards(last):
-    # ZB-V sits at the cap on every rank at 1p; the second family moves F's, and every member
-    # (not only the best, which is re-simulated anyway) stays within each rank's room
+def test_second_family_keeps_the_caps_when_it_moves_forwards(last, reserve):
+    # ZB-V sits at the cap on every rank at 1p; the second and third families move F's, and every
+    # member (not only the best, which is re-simulated anyway) stays within each rank's room
     from schedc.ir import Schedule
     from schedc.simulate import simulate
 
     p = _v(12, 24)
     rows, value = cooldown._relist(p, _hand_made(p, "zb-v")[0], lambda: False, last, from_lowest=True,
-                                   target=lower_bound(p))
+                                   target=lower_bound(p) - reserve)
     sim = simulate(Schedule(rows=rows, placement=tuple(p.placement), n_microbatches=24), p.profile, p.memory)
     assert sim.fits
     assert sim.makespan == pytest.approx(value)
