@@ -136,7 +136,7 @@ def scale_rows(specs, markdown: bool, progress) -> None:
     """Group s as its own table: schedc against every peer it must not be behind (zb-greedy,
     zb-rounds, the best of ZB-H1 / ZB-H2 / ZB-V that fits), its lower bound, gap and wall time."""
     from schedc.solver import paper_greedy
-    from schedc.solver.heuristic import matching_baselines
+    from schedc.solver.warm import matching_baselines
 
     header = ["case", "mem", "zb-greedy", "zb-rounds", "ZB-H1/H2/V", "schedc", "lower bound", "gap", "status",
               "wall s", "from"]

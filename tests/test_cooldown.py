@@ -19,15 +19,23 @@ def _hand_made(p: Problem, name: str):
     return next((s, sim) for n, s, sim in feasible_baselines(p, with_greedy=False) if n == name)
 
 
-def test_meets_the_bound_where_zb_v_does_not():
-    # V, 8 ranks x 32, comm 0.25F, 1p: ZB-V's cool-down leaves 3 above the bound; the re-listed
-    # one (a W gives way to the last microbatch's I's) meets it, so it is optimal
-    p = _v(8, 32)
+@pytest.mark.parametrize("ranks, m, zb_v, bound, from_lowest", [
+    # 8 ranks: ZB-V's cool-down leaves 3 above the bound; the first family (a W gives way to the
+    # last microbatch's I's) meets it, so it is optimal
+    (8, 32, 207.25, 204.25, False),
+    # 12 ranks: the first family's best is 163.75; the second (re-listed from each rank's last F
+    # of its lowest stage, a W giving way only while the rank can afford it) meets the bound
+    (12, 24, 168.25, 163.25, True),
+])
+def test_meets_the_bound_where_zb_v_does_not(ranks, m, zb_v, bound, from_lowest):
+    # V, comm 0.25F, 1p
+    p = _v(ranks, m)
     zbv = _hand_made(p, "zb-v")
     sched, sim = cooldown.relist_cooldown(p, zbv[0])
-    assert zbv[1].makespan == pytest.approx(207.25)
-    assert sim.makespan == pytest.approx(lower_bound(p)) == pytest.approx(204.25)
-    validate(sched, 16, 32, 8, "v")
+    assert zbv[1].makespan == pytest.approx(zb_v)
+    assert sim.makespan == pytest.approx(lower_bound(p)) == pytest.approx(bound)
+    assert sched.meta["from_lowest"] is from_lowest
+    validate(sched, 2 * ranks, m, ranks, "v")
     assert sim.fits
 
 
@@ -58,3 +66,19 @@ def test_the_warm_start_uses_it():
     sched, sim, source = warm_start(_v(8, 32), time_budget=0.5)
     assert sim.makespan == pytest.approx(204.25)
     assert source == "zb-v+cooldown"
+
+
+@pytest.mark.parametrize("reserve", [0.0, 0.5])  # the second family; the third (a round trip in reserve)
+@pytest.mark.parametrize("last", [0, 4, 16])
+def test_second_family_keeps_the_caps_when_it_moves_forwards(last, reserve):
+    # ZB-V sits at the cap on every rank at 1p; the second and third families move F's, and every
+    # member (not only the best, which is re-simulated anyway) stays within each rank's room
+    from schedc.ir import Schedule
+    from schedc.simulate import simulate
+
+    p = _v(12, 24)
+    rows, value = cooldown._relist(p, _hand_made(p, "zb-v")[0], lambda: False, last, from_lowest=True,
+                                   target=lower_bound(p) - reserve)
+    sim = simulate(Schedule(rows=rows, placement=tuple(p.placement), n_microbatches=24), p.profile, p.memory)
+    assert sim.fits
+    assert sim.makespan == pytest.approx(value)

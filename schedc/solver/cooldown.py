@@ -16,19 +16,46 @@ instead when the input of an I of one of the last ``last`` microbatches arrives 
 tail). The family tries ``last`` in LAST_MICROBATCHES and keeps the best; at V 8-64 ranks (1p,
 comm 0.25F) the best ``last`` grew with the ranks (1 at 8, 8 at 32, 12-16 at 64). Also measured
 and dropped: the highest stage's ready I first (same step times), waiting for any I that
-arrives within one W (0.5 worse), and re-listing from an earlier F on (worse: F's delayed).
+arrives within one W (0.5 worse), and re-listing from an earlier F on with this family's W
+rule alone (worse: F's delayed; with the two rules below it is the second family).
+
+A second family re-lists more (``from_lowest``), and is what closes the gap at scale. With
+communication, the descending stream of I's (stage S-1 down to the middle rank) and the
+ascending one (back to stage 0) cross on every rank; in ZB-V's order the last microbatches' I's
+leave each rank in lock-step pairs, one round trip to the neighbour per microbatch (2 I's +
+2 transfers = 2.5 at comm 0.25F instead of 2), so the middle rank, the one with the lower bound's
+warm-up idle and no slack left, idles 0.5 per microbatch at the end (V 64 x 128: 15 x 0.5 = 7.5
+above the bound). The second family keeps each rank's order only up to its last F of its
+LOWEST stage; the later F's (of its higher stage, which feed the descending stream) join the
+re-listed backwards, first ready in the given order first. And a W gives way to an I of the last
+microbatches only while the rank can afford the wait: when the wait still leaves the rank's
+remaining work ending by the lower bound (``target``); the ranks near the middle, which cannot,
+run the W. The third family is the second with a reserve: a rank waits only while its remaining
+work still ends one round trip to a neighbour (2 x the largest transfer) before the bound (tried
+from the second family's best ``last`` on; skipped without communication): at V 64 ranks it
+meets the bound where the second family ends 0.25 above it (at 24-32 ranks it is worse). Why the schedule and not the bound was loose: on V 16 x 32 (1p, comm 0.25F) CP-SAT
+proves the lower bound optimal (218.25; the first family reaches 219.5), and the second family
+meets or nearly meets it at 32-64 ranks.
+
+Measured (V placement, 1p, communication 0.25F, identical stages, makespan, both runtimes): ZB-V
+is 0.9-3.4% above the lower bound at 32-64 ranks x 128-256 microbatches; the first family's best
+is 0.2-0.85% above it (32x128: 837.25 -> 825.75; 64x128: 909.25 -> 885.75, bound 878.25), the
+second and third families' 0% (32x128 and 32x256 meet the bound, 822.25 and 1590.25, with the
+second; 64x128 and 64x256, 878.25 and 1646.25, with the third, the second's best being 0.25
+above); at 8 x 32 the first family meets the bound.
 
 Memory: after a rank's last F its held bytes only fall when each I frees at least what its
-weight gradient holds (the usual case); the result is re-simulated and dropped when it does not
-fit the caps, so the caps always hold.
+weight gradient holds (the usual case). The second family moves F's: each rank's running sum
+of bytes (as simulate() counts it, in row order) is kept, an F that would pass the rank's room
+waits, and a W the rank owes runs first to free the bytes (ZB-V sits at the cap at 1p, so
+without this the moved F's go over it). Every result is re-simulated and dropped when it does
+not fit the caps, so the caps always hold.
 
-Measured (V placement, 1p, communication 0.25F, identical stages, makespan): ZB-V is 0.9-3.4%
-above the lower bound at 32-64 ranks x 128-256 microbatches; the family's best is 0.2-0.85% above
-it (32x128: 837.25 -> 825.75, bound 822.25; 64x128: 909.25 -> 885.75, bound 878.25), and at 8 x 32
-it meets the bound (the README's scale table, benchmarks/compile_quality.py --only s).
-
-Cost: O(A log A) for A actions per member (one construction), up to len(LAST_MICROBATCHES)
-members, then one simulation (more only when the best is over the caps); memory O(A) per member
+Cost: O(A log A) for A actions per member (one construction; a rank scans its re-listed
+actions at each of its moments, so the second family's longer lists cost more: ~1 s per member
+at V 64 x 128 on an idle machine), up to len(LAST_MICROBATCHES) members per family (each family
+stops after two members in a row no better than its best, and all once one meets the lower
+bound), then one simulation (more only when the best is over the caps); memory O(A) per member
 (each keeps its rows of references to the given actions until the best is chosen).
 """
 
@@ -41,6 +68,7 @@ from typing import Callable, Optional
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
+from schedc.solver.bounds import lower_bound
 from schedc.solver.greedy import Moments
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL
@@ -52,23 +80,31 @@ NAME = "cooldown"
 LAST_MICROBATCHES = (0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 
-def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last: int) \
-        -> Optional[tuple[list[list[Action]], float]]:
+def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last: int,
+            from_lowest: bool = False, target: float = math.inf) -> Optional[tuple[list[list[Action]], float]]:
     """(per-rank rows with each rank's cool-down re-listed, a W giving way to the I's of the
-    `last` microbatches; their objective, timed as simulate() times those rows: every action
-    starts when its rank is free and its inputs are there), or None when `expired()` turns true
-    first or the given order deadlocks."""
+    `last` microbatches while the rank can afford to wait (its remaining work still ends by
+    `target`); their objective, timed as simulate() times those rows: every action starts when
+    its rank is free and its inputs are there), or None when `expired()` turns true first or the
+    given order deadlocks. `from_lowest`: re-list from the rank's last F of its lowest stage on,
+    the later F's among the backwards (see the module docstring)."""
     R = problem.n_ranks
+    S = problem.n_stages
     rows = [list(sched.actions(r)) for r in range(R)]
-    d = {(s, k): problem.duration(s, k) for s in range(problem.n_stages) for k in "FIWB"}
-    comm = [problem.comm(b) for b in range(problem.n_stages - 1)]
-    last_f = [max((i for i, a in enumerate(row) if a.kind == "F"), default=-1) for row in rows]
+    d = {(s, k): problem.duration(s, k) for s in range(S) for k in "FIWB"}
+    delta = {(s, k): problem.profile.memory_delta(s, k) for s in range(S) for k in "FIWB"}
+    comm = [problem.comm(b) for b in range(S - 1)]
+    lowest = [min((a.stage for a in row), default=-1) for row in rows]
+    last_f = [max((i for i, a in enumerate(row) if a.kind == "F" and (a.stage == lo or not from_lowest)), default=-1)
+              for row, lo in zip(rows, lowest)]
     prefix = [row[: lf + 1] for row, lf in zip(rows, last_f)]
-    back = [[a for a in row[lf + 1:] if a.kind in "IB"] for row, lf in zip(rows, last_f)]
+    back = [[a for a in row[lf + 1:] if a.kind != "W"] for row, lf in zip(rows, last_f)]
     wq = [[a for a in row[lf + 1:] if a.kind == "W"] for row, lf in zip(rows, last_f)]
     end: dict[tuple[int, str, int], float] = {}
-    S = problem.n_stages
     first_last = problem.n_microbatches - last
+    room = problem.activation_room
+    held = [0.0] * R  # each rank's running sum of bytes, as simulate() counts it in row order
+    left_work = [sum(d[a.stage, a.kind] for a in row) for row in rows]
 
     def ready(a: Action) -> Optional[float]:
         """When a's inputs are there (None: a producer has not started yet)."""
@@ -88,6 +124,10 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
         e = end.get((s + 1, "B", m), end.get((s + 1, "I", m)))
         return None if e is None else max(own, e + comm[s])
 
+    def over_cap(r: int, a: Action) -> bool:
+        grow = delta[a.stage, a.kind]
+        return grow > 0 and held[r] + grow > room[r] + EPS * max(1.0, abs(room[r]))
+
     pos = [0] * R
     free_at = [0.0] * R
     first_start = [math.inf] * R
@@ -104,12 +144,18 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
         if a.kind == "B":
             end[a.stage, "I", a.microbatch] = e
         free_at[r] = e
+        held[r] += delta[a.stage, a.kind]
+        left_work[r] -= d[a.stage, a.kind]
         out[r].append(a)
         left -= 1
         heapq.heappush(heap, (e, r))
         for nb in (a.stage - 1, a.stage + 1):  # the neighbour stage may wait for this output
             if 0 <= nb < S and rank_of[nb] != r:
                 heapq.heappush(heap, (e + comm[min(a.stage, nb)], rank_of[nb]))
+
+    def ready_w(r: int, t: float) -> Optional[int]:
+        return next((j for j, a in enumerate(wq[r]) if end.get((a.stage, "I", a.microbatch), math.inf) <= t + EPS),
+                    None)
 
     moments = Moments(heap, free_at, expired)
     for t, r in moments:
@@ -124,22 +170,29 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
             pos[r] += 1
             run(r, a, t)
             continue
-        nxt, pick, nxt_last = math.inf, None, math.inf
+        nxt, pick, nxt_last, blocked = math.inf, None, math.inf, False
         for j, a in enumerate(back[r]):
             at = ready(a)
             if at is None:
                 continue
             if at <= t + EPS:
-                pick = j
-                break
+                if not over_cap(r, a):
+                    pick = j
+                    break
+                blocked = True  # an F over the cap: a W frees its bytes first (below)
+                continue
             nxt = min(nxt, at)
             if a.microbatch >= first_last:
                 nxt_last = min(nxt_last, at)
+        w = ready_w(r, t)
+        if blocked and w is not None:
+            run(r, wq[r].pop(w), t)
+            continue
         if pick is not None:
             run(r, back[r].pop(pick), t)
             continue
-        w = next((j for j, a in enumerate(wq[r]) if end.get((a.stage, "I", a.microbatch), math.inf) <= t + EPS), None)
-        if w is not None and nxt_last - t < d[wq[r][w].stage, "W"] - EPS:
+        if w is not None and nxt_last - t < d[wq[r][w].stage, "W"] - EPS and \
+                nxt_last - t <= target - t - left_work[r] + EPS * max(1.0, target):
             heapq.heappush(heap, (nxt_last, r))  # the W would delay an I of the last microbatches
             continue
         if w is not None:
@@ -154,29 +207,40 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
     return out, max(free_at)
 
 
-def relist_cooldown(problem: Problem, sched: Schedule, expired: Callable[[], bool] = lambda: False) \
-        -> Optional[tuple[Schedule, SimResult]]:
-    """The best of the family (see the module docstring) applied to `sched`, as (schedule,
+def relist_cooldown(problem: Problem, sched: Schedule, expired: Callable[[], bool] = lambda: False,
+                    bound: Optional[float] = None) -> Optional[tuple[Schedule, SimResult]]:
+    """The best of the families (see the module docstring) applied to `sched`, as (schedule,
     simulation), among the members that fit the memory caps; None when none does or `expired()`
     turned true before the first was done. Each member is one construction; the best is then
-    simulated (the next best when it is over the caps)."""
-    obj = problem.objective
-    members, best, worse = [], math.inf, 0
-    for last in LAST_MICROBATCHES:
-        if last > problem.n_microbatches or worse >= 2 or (members and expired()):
-            break
-        out = _relist(problem, sched, expired, last)
-        if out is None:
-            break
-        members.append((out[1], last, out[0]))
-        if not members[:-1] or out[1] < best - EPS * max(1.0, best):
-            best, worse = out[1], 0
-        else:
-            worse += 1
+    simulated (the next best when it is over the caps). `bound`: the problem's lower bound
+    (schedc.solver.bounds), the target of the second and third families (computed when not
+    given); meta["family"] says which family the answer comes from (1-3)."""
+    members = []
+    bound = lower_bound(problem) if bound is None else bound
+    # the third family keeps a round trip to a neighbour in reserve before a rank waits
+    round_trip = 2 * max((problem.comm(b) for b in range(problem.n_stages - 1)), default=0.0)
+    families = [(False, math.inf), (True, bound)] + ([(True, bound - round_trip)] if round_trip > 0 else [])
+    best_last = 0
+    for family, (from_lowest, target) in enumerate(families, 1):
+        best, worse = math.inf, 0
+        # the third family is the second with a reserve: it starts at the second's best `last`
+        for last in LAST_MICROBATCHES[LAST_MICROBATCHES.index(best_last) if family == 3 else 0:]:
+            if last > problem.n_microbatches or worse >= 2 or (members and expired()) or \
+                    any(x[0] <= bound + EPS * max(1.0, bound) for x in members):
+                break
+            out = _relist(problem, sched, expired, last, from_lowest, target)
+            if out is None:
+                break
+            members.append((out[1], last, family, from_lowest, out[0]))
+            if best == math.inf or out[1] < best - EPS * max(1.0, best):
+                best, worse, best_last = out[1], 0, last
+            else:
+                worse += 1
     # simulate the best first; a member over the caps gives way to the next
-    for _, last, rows in sorted(members, key=lambda x: x[:2]):
+    for _, last, family, from_lowest, rows in sorted(members, key=lambda x: x[:3]):
         new = Schedule(rows=rows, placement=tuple(problem.placement), n_microbatches=problem.n_microbatches,
-                       name=f"{sched.name}+cooldown", meta={"source": NAME, "start": sched.name, "last": last})
+                       name=f"{sched.name}+cooldown", meta={"source": NAME, "start": sched.name, "last": last,
+                                                            "family": family, "from_lowest": from_lowest})
         try:
             sim = simulate(new, problem.profile, problem.memory)
         except SchedcError:

@@ -208,7 +208,7 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
     bound = lower_bound(g)
     if best[1].objective(obj) > bound + EPS * max(1.0, bound) and \
             hard.allows(n_actions(problem.n_stages, problem.n_microbatches), 3):
-        cooled = cooldown.relist_cooldown(problem, best[0], hard.expired)
+        cooled = cooldown.relist_cooldown(problem, best[0], hard.expired, bound)
         if cooled is not None and cooled[1].objective(obj) < best[1].objective(obj) - EPS:
             best = (*cooled, f"{best[2]}+{cooldown.NAME}")
             tell(best[2], best[1].objective(obj))
