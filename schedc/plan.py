@@ -373,6 +373,13 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
         bound, done, least = threshold, 0, None
         for relaxed, counts in found:
             if relaxed >= bound or time.monotonic() > ends or stop_requested():
+                if relaxed < bound and (least is None or relaxed < least[0]) and not stop_requested():
+                    # out of time: the partition the bound stops at is the next to compile when
+                    # its own bound is the least seen (one more bound, milliseconds)
+                    own = own_bound(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
+                                    least[0] if least is not None else math.inf)
+                    if least is None or own < least[0]:
+                        least = (own, pl, counts)
                 bound = min(bound, relaxed)
                 break
             # a partition at or above `bound` cannot lower it: its bound may stop there
