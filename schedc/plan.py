@@ -218,12 +218,12 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
-    best, candidates = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit,
+    best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit,
                                        seed, say, t0)
     theta = best[0] if best[1] is not None else math.inf
     bounds, certified, setters = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective,
                                                    theta, time.monotonic() + CERTIFY_SHARE * time_limit, say, t0)
-    best = _compile_bound_setter(profile, best, setters, candidates, ranks, microbatches, limit, objective,
+    best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
                                  time_limit, seed, say, t0)
     res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
     comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
@@ -329,8 +329,11 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         compiled.append((res.value, res, pl, counts))
     if not compiled:  # no time for a short compile: the best-scored partition gets what is left
         pl, (lb, ub, counts) = order[0]
-        return (math.inf, None, pl, counts), candidates
-    return _second_round(compiled, time_limit, seed, say, t0), candidates
+        return (math.inf, None, pl, counts), candidates, {}
+    results = {(pl, tuple(counts)): res for _, res, pl, counts in compiled}
+    best = _second_round(compiled, time_limit, seed, say, t0)
+    results[(best[2], tuple(best[3]))] = best[1]
+    return best, candidates, results
 
 
 def _second_round(compiled, time_limit, seed, say, t0):
@@ -396,24 +399,31 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     return bounds, certified, setters
 
 
-def _compile_bound_setter(profile, best, setters, candidates, ranks, microbatches, limit, objective, time_limit,
-                          seed, say, t0):
+def _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
+                          time_limit, seed, say, t0):
     """Step 4b: the partition whose own bound is the least sets the bound over partitions; where
-    the best step found is well above it (over 1%) and it was not compiled yet, it gets a compile
-    of its own (it is often a partition the bound-guided search never reached: Llama 8 ranks in
-    a V at 40 GiB, embedding + one layer on stage 0, 1242.6 ms found before vs 1174.3 ms on it,
-    its bound 1170.6). Returns the best (value, compile result, placement, counts)."""
+    the best step found is well above it (over 1%), it gets a compile of its own, or goes on from
+    its short compile (it is often a partition the bound-guided search never reached: Llama 8
+    ranks in a V at 40 GiB, embedding + one layer on stage 0, 1242.6 ms found before vs 1174.3 ms
+    on it, its bound 1170.6). When the best is proven optimal for its partition the final compile
+    has nothing to do, and this one gets all the time left. `results`: the compile results so
+    far by (placement, counts). Returns the best (value, compile result, placement, counts)."""
     from schedc.solver.compile import compile_problem
 
-    tried = {(c["placement"], tuple(c["units_per_stage"])) for c in candidates}
     for own, pl, counts in sorted(setters, key=lambda c: c[0]):
+        before = results.get((pl, tuple(counts)))
+        done = best[1] is not None and best[1].status == "optimal"
         # the final compile keeps at least 5% of the time (it goes on from the better answer)
-        seconds = min(SETTER_SHARE * time_limit, t0 + 0.95 * time_limit - time.monotonic())
-        if (pl, tuple(counts)) in tried or own >= best[0] * (1 - SETTER_MARGIN) or stop_requested() \
-                or seconds < 0.05 * time_limit:
+        end = t0 + (time_limit - min(0.05 * time_limit, 5.0) if done else 0.95 * time_limit)
+        seconds = end - time.monotonic() if done else min(SETTER_SHARE * time_limit, end - time.monotonic())
+        if (before is not None and before.status == "optimal") or own >= best[0] * (1 - SETTER_MARGIN) \
+                or stop_requested() or seconds < 0.05 * time_limit:
             continue
+        warm = None if before is None else (before.schedule, before.sim, "plan: short compile")
         res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
-                              time_limit=seconds, seed=seed)
+                              time_limit=seconds, seed=seed, warm=warm)
+        if before is not None and before.value < res.value:
+            res = before
         candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": own,
                            "best_hand_made": None, "step": res.value, "status": res.status})
         say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (the least own bound, "
