@@ -73,7 +73,7 @@ FINALISTS = 2  # partitions that go on to a second round of compiling
 SECOND_SHARE = 0.2  # of the time limit, for the second round
 CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
-SETTER_SHARE = 0.15  # of the time limit, for compiling the partition whose own bound is the least
+SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
 SETTER_MARGIN = 0.01  # ... when the best step found is more than this above that bound
 # torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
 FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
