@@ -17,6 +17,10 @@ effective. Wall times on a shared 2-core machine are noisy; the step times are t
 
     python benchmarks/plan_quality.py --time-limit 20   # the README table (about 20 minutes here)
     python benchmarks/plan_quality.py --quick           # 4 rows, 4 ranks, short limits (a smoke run)
+    python benchmarks/plan_quality.py --time-limit 20 --match "| v |" --match 40GiB   # some rows
+
+--match TEXT (repeatable) keeps the rows whose first five cells, as the table prints them
+("| llama3-8b | 4 | v | 16 | 40GiB |"), contain every TEXT.
 """
 
 from __future__ import annotations
@@ -142,11 +146,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="4 small rows with short limits (smoke run)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per plan and per compile (default 30, quick 5)")
     ap.add_argument("--only", help="run only rows whose model contains this text")
+    ap.add_argument("--match", action="append", default=[], metavar="TEXT",
+                    help="run only rows whose first five cells ('| llama3-8b | 4 | v | 16 | 40GiB |') contain TEXT "
+                         "(repeatable: all must match)")
     args = ap.parse_args(argv)
     limit = args.time_limit or (5.0 if args.quick else 30.0)
     print(HEADER, flush=True)
     for case in cases(args.quick):
         if args.only and args.only not in case[0]:
+            continue
+        if not all(m in "| " + " | ".join(map(str, case)) + " |" for m in args.match):
             continue
         print(format_row(row(*case, time_limit=limit)), flush=True)
     return 0

@@ -27,7 +27,15 @@ Method (``plan``):
    partitions is the least of those and the relaxed value of the first partition not reached.
    The dynamic program's relaxation alone left gaps of 4-30% where memory is tight or stages sit
    in a V. The one-rank relaxation's bound is within 2% of the step found on most of those
-   partitions, not all: V partitions with few microbatches per stage stay 5-8% apart.
+   partitions, not all: V partitions with few microbatches per stage stay 5-8% apart. A
+   partition's bound may stop at the first rank that reaches the current least (``own_bound``'s
+   `enough`): it cannot lower it, and the listing is cut at 20000 partitions, not 5000, so
+   partitions tied at the threshold are reached instead of cut off.
+4b. The partition whose own bound was the least sets the bound; where the best step found is more
+   than 1% above it, it gets a compile of its own (25% of the time; it goes on from its short
+   compile if it had one, and takes all the time left when the best is already proven optimal
+   for its partition): the bound-guided search from the dynamic program's partition can miss it (Llama 8 ranks in a V at
+   40 GiB: 1242.6 ms found, 1174.3 ms on the partition with the least bound, 1170.6).
 5. The best partition gets the time left, warm-started from its short compile.
 Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
 compute-balanced split by 7-16% in V rows, where per-partition bounds are loose; the screening and
@@ -65,7 +73,9 @@ SHORT_SHARE = 0.25  # of the time limit, for all the short compiles together
 FINALISTS = 2  # partitions that go on to a second round of compiling
 SECOND_SHARE = 0.2  # of the time limit, for the second round
 CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
-CERTIFY_LIMIT = 5000  # partitions listed at most per placement (else the threshold is lowered)
+CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
+SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
+SETTER_MARGIN = 0.01  # ... when the best step found is more than this above that bound
 # torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
 FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
                    "nemo": {"loop": "1F1B", "v": "ZBVZeroBubble"}}
@@ -209,11 +219,13 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
-    best, candidates = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit,
+    best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit,
                                        seed, say, t0)
     theta = best[0] if best[1] is not None else math.inf
-    bounds, certified = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta,
-                                          time.monotonic() + CERTIFY_SHARE * time_limit, say, t0)
+    bounds, certified, setters = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective,
+                                                   theta, time.monotonic() + CERTIFY_SHARE * time_limit, say, t0)
+    best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
+                                 time_limit, seed, say, t0)
     res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
     comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
     bound = min(bounds.values())
@@ -318,8 +330,11 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         compiled.append((res.value, res, pl, counts))
     if not compiled:  # no time for a short compile: the best-scored partition gets what is left
         pl, (lb, ub, counts) = order[0]
-        return (math.inf, None, pl, counts), candidates
-    return _second_round(compiled, time_limit, seed, say, t0), candidates
+        return (math.inf, None, pl, counts), candidates, {}
+    results = {(pl, tuple(counts)): res for _, res, pl, counts in compiled}
+    best = _second_round(compiled, time_limit, seed, say, t0)
+    results[(best[2], tuple(best[3]))] = best[1]
+    return best, candidates, results
 
 
 def _second_round(compiled, time_limit, seed, say, t0):
@@ -353,22 +368,70 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     (schedc.solver.rank_relaxation), in the order of their relaxed values until `deadline`. The
     bound is the least of those and the relaxed value of the first partition not reached (or
     `theta`; with too many partitions below `theta`, a lower threshold). Returns ({placement:
-    bound}, {placement: partitions bounded one by one})."""
-    bounds, certified = {}, {}
+    bound}, {placement: partitions bounded one by one}, [(own bound, placement, counts)]: per
+    placement the partition whose own bound was the least)."""
+    bounds, certified, setters = {}, {}, []
     for k, (pl, pb) in enumerate(searches):
         ends = time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k)  # a share per placement
         threshold, found = partitions_below(profile, ranks, microbatches, cap, pl, objective, theta, CERTIFY_LIMIT)
-        bound, done = threshold, 0
+        bound, done, least = threshold, 0, None
         for relaxed, counts in found:
             if relaxed >= bound or time.monotonic() > ends or stop_requested():
+                if relaxed < bound and (least is None or relaxed < least[0]) and not stop_requested():
+                    # out of time: the partition the bound stops at is the next to compile when
+                    # its own bound is the least seen (one more bound, milliseconds)
+                    own = own_bound(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
+                                    least[0] if least is not None else math.inf)
+                    if least is None or own < least[0]:
+                        least = (own, pl, counts)
                 bound = min(bound, relaxed)
                 break
-            bound = min(bound, own_bound(_problem(profile, counts, pl, ranks, microbatches, limit, objective)))
+            # a partition at or above `bound` cannot lower it: its bound may stop there
+            own = own_bound(_problem(profile, counts, pl, ranks, microbatches, limit, objective), bound)
+            if least is None or own < least[0]:
+                least = (own, pl, counts)
+            bound = min(bound, own)
             done += 1
         bounds[pl], certified[pl] = max(pb.value, bound), done
+        if least is not None:
+            setters.append(least)
         say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
             f"{len(found)} partitions whose relaxed bound is below {threshold:.6g} bounded one by one)")
-    return bounds, certified
+    return bounds, certified, setters
+
+
+def _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
+                          time_limit, seed, say, t0):
+    """Step 4b: the partition whose own bound is the least sets the bound over partitions; where
+    the best step found is well above it (over 1%), it gets a compile of its own, or goes on from
+    its short compile (it is often a partition the bound-guided search never reached: Llama 8
+    ranks in a V at 40 GiB, embedding + one layer on stage 0, 1242.6 ms found before vs 1174.3 ms
+    on it, its bound 1170.6). When the best is proven optimal for its partition the final compile
+    has nothing to do, and this one gets all the time left. `results`: the compile results so
+    far by (placement, counts). Returns the best (value, compile result, placement, counts)."""
+    from schedc.solver.compile import compile_problem
+
+    for own, pl, counts in sorted(setters, key=lambda c: c[0]):
+        before = results.get((pl, tuple(counts)))
+        done = best[1] is not None and best[1].status == "optimal"
+        # the final compile keeps at least 5% of the time (it goes on from the better answer)
+        end = t0 + (time_limit - min(0.05 * time_limit, 5.0) if done else 0.95 * time_limit)
+        seconds = end - time.monotonic() if done else min(SETTER_SHARE * time_limit, end - time.monotonic())
+        if (before is not None and before.status == "optimal") or own >= best[0] * (1 - SETTER_MARGIN) \
+                or stop_requested() or seconds < 0.05 * time_limit:
+            continue
+        warm = None if before is None else (before.schedule, before.sim, "plan: short compile")
+        res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
+                              time_limit=seconds, seed=seed, warm=warm)
+        if before is not None and before.value < res.value:
+            res = before
+        candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": own,
+                           "best_hand_made": None, "step": res.value, "status": res.status})
+        say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (the least own bound, "
+            f"{own:.6g}; {res.status})")
+        if res.value < best[0]:
+            best = (res.value, res, pl, counts)
+    return best
 
 
 def _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
@@ -426,15 +489,20 @@ def _problem(profile: Profile, counts, placement: str, ranks: int, microbatches:
                          memory=limit, objective=objective)
 
 
-def own_bound(problem) -> float:
+def own_bound(problem, enough: float = math.inf) -> float:
     """A partition's own lower bound: the closed-form terms (schedc.solver.bounds) and the one-rank
-    relaxation (schedc.solver.rank_relaxation), about 2 ms for 16 stages x 16 microbatches."""
+    relaxation (schedc.solver.rank_relaxation), about 2 ms for 16 stages x 16 microbatches. With
+    `enough` it may stop early at a value >= enough (still a bound): for callers that only keep
+    the least bound below it."""
     from schedc.solver.bounds import lower_bound
     from schedc.solver.graph import graph_of
     from schedc.solver.rank_relaxation import rank_relaxation_bound
 
     graph = graph_of(problem)  # both bounds read its stage level: built once
-    return max(lower_bound(graph), rank_relaxation_bound(graph) or 0.0)
+    closed = lower_bound(graph)
+    if closed >= enough:
+        return closed
+    return max(closed, rank_relaxation_bound(graph, enough) or 0.0)
 
 
 def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: float) -> bool:

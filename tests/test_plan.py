@@ -118,6 +118,22 @@ def test_relaxed_terms_stay_below_each_partitions_own_bound():
                 assert pb.value <= own * (1 + 1e-9)
 
 
+def test_a_bound_asked_only_whether_it_is_below_a_value_stays_a_bound():
+    # the certificate asks own_bound(problem, enough): below `enough` it must be the full bound,
+    # else any value between `enough` and the full bound (it may stop at the first rank that
+    # reaches `enough`)
+    units = tiny_units(n_layers=6, head=3.0)
+    limit = parse_cap("9GiB")
+    for placement, ranks in (("loop", 4), ("v", 2)):
+        for counts in ([2, 2, 2, 2], [1, 3, 2, 2], [3, 1, 1, 3]):
+            problem = _problem(units, counts, placement, ranks, 8, limit, "makespan")
+            full = own_bound(problem)
+            for enough in (0.5 * full, full, 2 * full):
+                early = own_bound(problem, enough)
+                assert early <= full * (1 + 1e-12)
+                assert early == full if full < enough else early >= enough * (1 - 1e-12)
+
+
 def test_plan_finds_the_best_partition_of_a_tiny_model():
     units = tiny_units(n_layers=3, head=2.5)
     res = plan(profile=units, ranks=2, microbatches=3, memory="none", placement="loop", time_limit=10)

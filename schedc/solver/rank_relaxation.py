@@ -150,9 +150,12 @@ def preemptive_one_machine(jobs: list[tuple[float, float, float]]) -> float:
     return best
 
 
-def rank_relaxation_bound(problem: Union[Problem, Graph]) -> Optional[float]:
+def rank_relaxation_bound(problem: Union[Problem, Graph], enough: float = math.inf) -> Optional[float]:
     """The one-rank relaxation's bound on the problem's makespan (module docstring); None for
-    span, inf when a rank cannot hold one microbatch of its stages under the cap."""
+    span, inf when a rank cannot hold one microbatch of its stages under the cap. With `enough`,
+    it may stop at the first rank whose bound reaches it (a value >= enough, still a bound): the
+    busiest ranks go first, so a caller that only asks "is it below `enough`?" (plan's
+    certificate) usually solves one rank instead of all."""
     g = graph_of(problem)
     if g.problem.objective != "makespan":
         return None
@@ -160,7 +163,11 @@ def rank_relaxation_bound(problem: Union[Problem, Graph]) -> Optional[float]:
     if ht is None:
         return math.inf
     best = 0.0
-    for own in g.stages:
+    work = [sum(float(ht.dur_f[s] + ht.dur_b[s] + ht.dur_w[s]) for s in own) for own in g.stages]
+    for r in sorted(range(len(g.stages)), key=lambda r: -work[r]):
+        if best >= enough:
+            break
+        own = g.stages[r]
         jobs: list[tuple[float, float, float]] = []
         for s in own:
             for head, dur, tail in ((ht.head_f, ht.dur_f, ht.tail_f), (ht.head_b, ht.dur_b, ht.tail_b),
