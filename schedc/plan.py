@@ -34,8 +34,9 @@ Method (``plan``):
 4b. The partition whose own bound was the least sets the bound; where the best step found is more
    than 1% above it, it gets a compile of its own (25% of the time; it goes on from its short
    compile if it had one, and takes all the time left when the best is already proven optimal
-   for its partition): the bound-guided search from the dynamic program's partition can miss it (Llama 8 ranks in a V at
-   40 GiB: 1242.6 ms found, 1174.3 ms on the partition with the least bound, 1170.6).
+   for its partition): the bound-guided search from the dynamic program's partition can miss it
+   (Llama 8 ranks in a V at 40 GiB: 1242.6 ms found, 1174.3 ms on the partition with the least
+   bound, 1170.6).
 5. The best partition gets the time left, warm-started from its short compile.
 Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
 compute-balanced split by 7-16% in V rows, where per-partition bounds are loose; the screening and

@@ -33,8 +33,9 @@ remaining work ending by the lower bound (``target``); the ranks near the middle
 run the W. The third family is the second with a reserve: a rank waits only while its remaining
 work still ends one round trip to a neighbour (2 x the largest transfer) before the bound (tried
 from the second family's best ``last`` on; skipped without communication): at V 64 ranks it
-meets the bound where the second family ends 0.25 above it (at 24-32 ranks it is worse). Why the schedule and not the bound was loose: on V 16 x 32 (1p, comm 0.25F) CP-SAT
-proves the lower bound optimal (218.25; the first family reaches 219.5), and the second family
+meets the bound where the second family ends 0.25 above it (at 24-32 ranks it is worse). Why
+the schedule and not the bound was loose: on V 16 x 32 (1p, comm 0.25F) CP-SAT proves the lower
+bound optimal (218.25; the first family reaches 219.5), and the second family
 meets or nearly meets it at 32-64 ranks.
 
 Measured (V placement, 1p, communication 0.25F, identical stages, makespan, both runtimes): ZB-V
