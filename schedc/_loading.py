@@ -11,7 +11,8 @@ in its main thread, SIGINT exits at once with 130: nothing has been written yet.
 installed after the package has loaded, because ``python -m schedc.cli`` still reads and runs
 ``cli.py`` before ``main`` starts; restoring it at the end of the import left a gap in which a
 Ctrl-C on a busy machine showed a traceback. A program that imports schedc keeps Python's own
-Ctrl-C behaviour.
+Ctrl-C behaviour, and a command started with Ctrl-C ignored (``nohup``, ``&`` in a script) keeps
+ignoring it.
 
 Cost: two signal-handler swaps per start of the command.
 """
@@ -45,7 +46,7 @@ def exit_on_ctrl_c_while_loading() -> None:
     global _previous
     if not _is_schedc_command() or threading.current_thread() is not threading.main_thread():
         return
-    if signal.getsignal(signal.SIGINT) is not _interrupted:
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored (nohup) nor taken
         _previous = signal.signal(signal.SIGINT, _interrupted)
 
 

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import random
+import signal
 from typing import Callable, Collection, Optional, Sequence, Union
 
 import pytest
 
 from schedc.ir import Action, Schedule
 from schedc.simulate import producers
+
+# A test run launched in the background (nohup, `cmd &` in a script) starts with SIGINT ignored,
+# and every process a test spawns would inherit that; the tests that send Ctrl-C need Python's
+# own handler in them (a Python handler is reset to the default at exec, SIG_IGN is not).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def build_schedule(

@@ -194,6 +194,12 @@ def test_ctrl_c_between_loading_and_main_exits_130_without_a_traceback(tmp_path)
     command = "import signal, schedc; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+    # a command started with Ctrl-C ignored (nohup, `&` in a script) keeps ignoring it
+    command = ("import os, signal, sys; sys.argv[0] = 'schedc'; import schedc; os.kill(os.getpid(), signal.SIGINT); "
+               "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
+    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
 
 
 @pytest.mark.parametrize("solver,delays", [([], (0.4, 1.2, 2.5, 6.0)), (["--solver", "cpsat"], (6.0,))])
