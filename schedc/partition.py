@@ -22,10 +22,11 @@ stage(s) of that rank (torch's runtime: stage 0's backward all in W): ``work_aft
 ``backward_after_head``, ``last_backward``, ``last_forward``, and with a finite cap
 ``memory_warmup``, ``memory_slots_makespan``, ``memory_area_makespan`` (for ``span`` their span
 forms), plus the cycles of the memory orders (schedc.solver.graph.memory_arcs: W(lo, j-L-1)
-before F(s, j), also across the two stages of a V rank, whose room they share). Each is written with quantities that are exact for the rank's own stages and lower bounds
-for the rest, so it never exceeds the bound of the partition actually chosen: communication counts
-the cheapest boundary once per rank crossing, and the gradient chain down to stage 0 counts stage
-0's weight gradient as that of unit 0 only (stage 0's other units' backward is counted as their
+before F(s, j), also across the two stages of a V rank, whose room they share). Each is written
+with quantities that are exact for the rank's own stages and lower bounds for the rest, so it
+never exceeds the bound of the partition actually chosen: communication counts the cheapest
+boundary once per rank crossing, and the gradient chain down to stage 0 counts stage 0's weight
+gradient as that of unit 0 only (stage 0's other units' backward is counted as their
 I's). The one-microbatch chain (all F's, I's and unit 0's W, with the fewest crossings) is added
 as a partition-free term. Every term is monotone in those lower-bounded quantities, so the min
 over partitions of the max over ranks, maxed with the chain, is a valid bound for all partitions;
@@ -377,8 +378,8 @@ def partitions_below(profile: Profile, n_ranks: int, n_microbatches: int, cap: f
     threshold, is a bound over every partition. Method: the dynamic program's transitions (one
     stage, or one rank's two stages in a V) whose term stays below `theta`, kept once; for a
     threshold, the number of partitions below it by counting paths over them (so the bisection
-    needs no new terms), then a depth-first walk over the states those counts say can finish. Cost: the
-    dynamic program's O(S U^2) / O(R U^4), O(transitions) per count, O(limit x S) for the walk."""
+    needs no new terms), then a depth-first walk over the states those counts say can finish.
+    Cost: the dynamic program's O(S U^2) / O(R U^4), O(transitions) per count, O(limit x S) for the walk."""
     u = Units.of(profile)
     loop_term, v_term = step_bound_terms(u, placement, n_ranks, n_microbatches, cap, objective)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

@@ -220,8 +220,8 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
-    best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit,
-                                       seed, say, t0)
+    best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
+                                                time_limit, seed, say, t0)
     theta = best[0] if best[1] is not None else math.inf
     bounds, certified, setters = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective,
                                                    theta, time.monotonic() + CERTIFY_SHARE * time_limit, say, t0)

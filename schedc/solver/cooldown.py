@@ -64,12 +64,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver.bounds import lower_bound
+from schedc.solver.graph import Graph, graph_of
 from schedc.solver.greedy import Moments
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL
@@ -81,7 +82,7 @@ NAME = "cooldown"
 LAST_MICROBATCHES = (0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 
-def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last: int,
+def _relist(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[], bool], last: int,
             from_lowest: bool = False, target: float = math.inf) -> Optional[tuple[list[list[Action]], float]]:
     """(per-rank rows with each rank's cool-down re-listed, a W giving way to the I's of the
     `last` microbatches while the rank can afford to wait (its remaining work still ends by
@@ -89,41 +90,30 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
     its rank is free and its inputs are there), or None when `expired()` turns true first or the
     given order deadlocks. `from_lowest`: re-list from the rank's last F of its lowest stage on,
     the later F's among the backwards (see the module docstring)."""
-    R = problem.n_ranks
-    S = problem.n_stages
+    g = graph_of(problem)
+    problem = g.problem
+    R, S, M = g.R, g.S, g.M
     rows = [list(sched.actions(r)) for r in range(R)]
     d = {(s, k): problem.duration(s, k) for s in range(S) for k in "FIWB"}
     delta = {(s, k): problem.profile.memory_delta(s, k) for s in range(S) for k in "FIWB"}
-    comm = [problem.comm(b) for b in range(S - 1)]
+    comm = g.comm
     lowest = [min((a.stage for a in row), default=-1) for row in rows]
     last_f = [max((i for i, a in enumerate(row) if a.kind == "F" and (a.stage == lo or not from_lowest)), default=-1)
               for row, lo in zip(rows, lowest)]
     prefix = [row[: lf + 1] for row, lf in zip(rows, last_f)]
     back = [[a for a in row[lf + 1:] if a.kind != "W"] for row, lf in zip(rows, last_f)]
     wq = [[a for a in row[lf + 1:] if a.kind == "W"] for row, lf in zip(rows, last_f)]
-    end: dict[tuple[int, str, int], float] = {}
-    first_last = problem.n_microbatches - last
+    end_f = [[math.inf] * M for _ in range(S)]  # ends of the F's run so far (inf: not yet)
+    end_i = [[math.inf] * M for _ in range(S)]  # ... of the I's or B's
+    first_last = M - last
     room = problem.activation_room
     held = [0.0] * R  # each rank's running sum of bytes, as simulate() counts it in row order
     left_work = [sum(d[a.stage, a.kind] for a in row) for row in rows]
 
     def ready(a: Action) -> Optional[float]:
-        """When a's inputs are there (None: a producer has not started yet)."""
-        s, m = a.stage, a.microbatch
-        if a.kind == "F":
-            if s == 0:
-                return 0.0
-            e = end.get((s - 1, "F", m))
-            return None if e is None else e + comm[s - 1]
-        if a.kind == "W":
-            return end.get((s, "I", m))
-        own = end.get((s, "F", m))
-        if own is None:
-            return None
-        if s == S - 1:
-            return own
-        e = end.get((s + 1, "B", m), end.get((s + 1, "I", m)))
-        return None if e is None else max(own, e + comm[s])
+        """When a's inputs are there (None: a producer has not run yet)."""
+        at = g.input_time(a.kind, a.stage, a.microbatch, end_f, end_i)
+        return None if at == math.inf else at
 
     def over_cap(r: int, a: Action) -> bool:
         grow = delta[a.stage, a.kind]
@@ -141,9 +131,8 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
         nonlocal left
         e = t + d[a.stage, a.kind]
         first_start[r] = min(first_start[r], t)
-        end[a.stage, a.kind, a.microbatch] = e
-        if a.kind == "B":
-            end[a.stage, "I", a.microbatch] = e
+        if a.kind != "W":
+            (end_f if a.kind == "F" else end_i)[a.stage][a.microbatch] = e
         free_at[r] = e
         held[r] += delta[a.stage, a.kind]
         left_work[r] -= d[a.stage, a.kind]
@@ -155,8 +144,7 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
                 heapq.heappush(heap, (e + comm[min(a.stage, nb)], rank_of[nb]))
 
     def ready_w(r: int, t: float) -> Optional[int]:
-        return next((j for j, a in enumerate(wq[r]) if end.get((a.stage, "I", a.microbatch), math.inf) <= t + EPS),
-                    None)
+        return next((j for j, a in enumerate(wq[r]) if end_i[a.stage][a.microbatch] <= t + EPS), None)
 
     moments = Moments(heap, free_at, expired)
     for t, r in moments:
@@ -208,7 +196,7 @@ def _relist(problem: Problem, sched: Schedule, expired: Callable[[], bool], last
     return out, max(free_at)
 
 
-def relist_cooldown(problem: Problem, sched: Schedule, expired: Callable[[], bool] = lambda: False,
+def relist_cooldown(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[], bool] = lambda: False,
                     bound: Optional[float] = None) -> Optional[tuple[Schedule, SimResult]]:
     """The best of the families (see the module docstring) applied to `sched`, as (schedule,
     simulation), among the members that fit the memory caps; None when none does or `expired()`
@@ -216,8 +204,10 @@ def relist_cooldown(problem: Problem, sched: Schedule, expired: Callable[[], boo
     simulated (the next best when it is over the caps). `bound`: the problem's lower bound
     (schedc.solver.bounds), the target of the second and third families (computed when not
     given); meta["family"] says which family the answer comes from (1-3)."""
+    g = graph_of(problem)
+    problem = g.problem
     members = []
-    bound = lower_bound(problem) if bound is None else bound
+    bound = lower_bound(g) if bound is None else bound
     # the third family keeps a round trip to a neighbour in reserve before a rank waits
     round_trip = 2 * max((problem.comm(b) for b in range(problem.n_stages - 1)), default=0.0)
     families = [(False, math.inf), (True, bound)] + ([(True, bound - round_trip)] if round_trip > 0 else [])
@@ -229,7 +219,7 @@ def relist_cooldown(problem: Problem, sched: Schedule, expired: Callable[[], boo
             if last > problem.n_microbatches or worse >= 2 or (members and expired()) or \
                     any(x[0] <= bound + EPS * max(1.0, bound) for x in members):
                 break
-            out = _relist(problem, sched, expired, last, from_lowest, target)
+            out = _relist(g, sched, expired, last, from_lowest, target)
             if out is None:
                 break
             members.append((out[1], last, family, from_lowest, out[0]))

@@ -161,6 +161,7 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
     hard = deadline or NEVER
     heuristic.check_memory_feasible(problem)
     tell = on_candidate or (lambda source, value: None)
+    bound = lower_bound(g)
     # the cheap ones first (under a deadline, what gets built in time), zb-greedy's eight last
     fitting = feasible_baselines(g, hard, with_greedy=False)
     if fitting:
@@ -169,7 +170,6 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
             if b[2].objective(obj) < sim.objective(obj) - EPS:
                 name, first, sim = b
         tell(name, sim.objective(obj))
-        bound = lower_bound(g)
         if sim.objective(obj) <= bound + EPS * max(1.0, bound):
             return first, sim, name  # proven optimal: nothing can beat it (and ties go to it anyway)
     res = heuristic.ListHeuristic(time_budget=time_budget * 0.6).run(g, None, hard)
@@ -205,10 +205,9 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
             f"give a longer --time-limit")
     # re-list the cool-down (one construction and one simulation): on slow links it is where
     # ZB-V loses most (schedc.solver.cooldown)
-    bound = lower_bound(g)
     if best[1].objective(obj) > bound + EPS * max(1.0, bound) and \
             hard.allows(n_actions(problem.n_stages, problem.n_microbatches), 3):
-        cooled = cooldown.relist_cooldown(problem, best[0], hard.expired, bound)
+        cooled = cooldown.relist_cooldown(g, best[0], hard.expired, bound)
         if cooled is not None and cooled[1].objective(obj) < best[1].objective(obj) - EPS:
             best = (*cooled, f"{best[2]}+{cooldown.NAME}")
             tell(best[2], best[1].objective(obj))
