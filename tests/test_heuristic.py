@@ -57,6 +57,18 @@ def test_matches_zb_h1_closed_form_on_identical_stages():
     assert sim.span <= 12 * 3 + 3 * (1 + 1 - 1) + 1e-9
 
 
+def test_a_v_keeps_the_first_microbatches_climb_moving():
+    # V, 4 ranks; stages 2 and 6 twice as heavy. A rank that starts its lower stage's next F just
+    # before microbatch 0 reaches its upper stage delays every rank after it: 42.2 without the
+    # protect_f rules, 40.5 with them, which compile proves optimal
+    heavy = (2, 6)
+    stages = [StageCost(forward=2.0 if s in heavy else 1.0, backward_input=2.2 if s in heavy else 1.1,
+                        backward_weight=1.8 if s in heavy else 0.9, activation_bytes=1.0) for s in range(8)]
+    p = Problem.build(8, 4, n_ranks=4, placement="v", profile=Profile(stages=stages, comm=0.2), memory="none")
+    _, sim = check(p, budget=0.5)
+    assert sim.makespan == pytest.approx(40.5)
+
+
 def test_tight_memory_below_1p_is_still_feasible():
     for placement, n_ranks in (("loop", None), ("v", 2), ("loop", 2)):
         p = Problem.build(4, 6, n_ranks=n_ranks, placement=placement, profile=Profile.edge_heavy(4), memory=min_limit(4, n_ranks, placement))
