@@ -407,7 +407,10 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
     the best step found is well above it (over 1%), it gets a compile of its own, or goes on from
     its short compile (it is often a partition the bound-guided search never reached: Llama 8
     ranks in a V at 40 GiB, embedding + one layer on stage 0, 1242.6 ms found before vs 1174.3 ms
-    on it, its bound 1170.6). When the best is proven optimal for its partition the final compile
+    on it, its bound 1170.6). It is skipped when a short compile already tried another partition
+    whose own bound is as low and lost: there the bound is loose, not unreached (Llama 4 ranks in
+    a V at 40 GiB: partitions with a bound of 5132 ms compile to 7100, the best to 6900), and the
+    final compile gets the time. When the best is proven optimal for its partition the final compile
     has nothing to do, and this one gets all the time left. `results`: the compile results so
     far by (placement, counts). Returns the best (value, compile result, placement, counts)."""
     from schedc.solver.compile import compile_problem
@@ -420,6 +423,12 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
         seconds = end - time.monotonic() if done else min(SETTER_SHARE * time_limit, end - time.monotonic())
         if (before is not None and before.status == "optimal") or own >= best[0] * (1 - SETTER_MARGIN) \
                 or stop_requested() or seconds < 0.05 * time_limit:
+            continue
+        if before is None and any(c["lower_bound"] <= own * (1 + SETTER_MARGIN)
+                                  and (c["placement"], c["units_per_stage"]) != (best[2], list(best[3]))
+                                  for c in candidates):
+            # a partition with as low a bound was compiled and lost: there the bound is loose
+            # (tight memory in a V), not unreached, and the final compile makes better use of it
             continue
         warm = None if before is None else (before.schedule, before.sim, "plan: short compile")
         res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
@@ -436,15 +445,30 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
 
 
 def _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
-    """Step 5: the best partition gets the rest of `time_limit`, warm-started from its short compile.
-    Returns (compile result, placement, counts)."""
+    """Step 5: the best partition gets the rest of `time_limit`, warm-started from the better of
+    its short compile and the warm start a compile of that length makes (schedc.solver.warm: a
+    short compile gives its list heuristic a tenth of its few seconds, and on a V under a tight
+    cap the rules it did not reach can be the better ones: Llama 4 ranks x 16 at 40 GiB, 3525.5
+    ms after the short compiles, 3491.8 from a 1 s warm start). Returns (compile result,
+    placement, counts)."""
     from schedc.solver.compile import compile_problem
+    from schedc.solver.deadline import Deadline
+    from schedc.solver.warm import warm_start
 
     value, res, pl, counts = best
     left = t0 + time_limit - time.monotonic()
     if res is None or (res.status != "optimal" and left > 1.0 and not stop_requested()):
         problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
-        warm = None if res is None else (res.schedule, res.sim, "plan: short compile")
+        warm = None
+        if res is not None:
+            warm = (res.schedule, res.sim, "plan: short compile")
+            try:
+                fresh = warm_start(problem, time_budget=min(1.0, 0.1 * left), deadline=Deadline.after(0.2 * left))
+            except SchedcError:  # nothing that fits within the deadline: the short compile's answer stays
+                fresh = None
+            if fresh is not None and fresh[1].fits and fresh[1].objective(objective) < res.value * (1 - REL):
+                warm = fresh
+            left = t0 + time_limit - time.monotonic()
         final = compile_problem(problem, time_limit=max(0.5, left), seed=seed, warm=warm)
         if res is None or final.value <= res.value:
             res = final

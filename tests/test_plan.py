@@ -161,6 +161,69 @@ def test_plan_moves_layers_off_a_heavy_head_and_reports_it():
     assert res.report["frameworks"]["torchtitan"]["config"]["parallelism.module_fqns_per_model_part"] == res.partition
 
 
+def test_the_final_compile_starts_from_a_fresh_warm_start_when_it_is_better(monkeypatch):
+    # a short compile gives its warm start a tenth of its seconds; the final compile gets the warm
+    # start a compile of its own length makes when that one is shorter (here the short compile's
+    # answer is ZB-V, 46.7; the list heuristic finds 40.5)
+    import importlib
+    import types
+
+    import schedc.solver.compile as compile_module
+    from schedc.solver.warm import build_baselines
+
+    heavy = (2, 6)
+    units = Profile(stages=[StageCost(forward=2.0 if s in heavy else 1.0, backward_input=2.2 if s in heavy else 1.1,
+                                      backward_weight=1.8 if s in heavy else 0.9, activation_bytes=1.0,
+                                      modules=[f"layers.{s}"]) for s in range(8)], comm=0.2)
+    counts, limit = [1] * 8, parse_cap("none")
+    _, zb_v, sim = next(b for b in build_baselines(_problem(units, counts, "v", 4, 4, limit, "makespan"))
+                        if b[0] == "zb-v")
+    short = types.SimpleNamespace(schedule=zb_v, sim=sim, status="feasible", value=sim.makespan)
+    started = []
+
+    def compile_as_given(problem, time_limit, seed=0, warm=None):  # the final compile, minus its search
+        started.append(warm)
+        return types.SimpleNamespace(schedule=warm[0], sim=warm[1], status="feasible", value=warm[1].makespan)
+
+    monkeypatch.setattr(compile_module, "compile_problem", compile_as_given)
+    plan_module = importlib.import_module("schedc.plan")  # the attribute schedc.plan is the function
+    res, pl, got = plan_module._final_compile(units, (short.value, short, "v", counts), 4, 4, limit, "makespan",
+                                              time_limit=5.0, seed=0, say=lambda line: None, t0=time.monotonic())
+    assert sim.makespan == pytest.approx(46.7)
+    assert started[0][1].makespan == pytest.approx(40.5) and res.value == pytest.approx(40.5)
+    assert (pl, got) == ("v", counts)
+
+
+def test_the_least_bound_partition_is_not_compiled_where_a_partition_as_low_lost(monkeypatch):
+    # step 4b compiles the partition whose own bound is the least when the best step is well
+    # above it; when a short compile already tried another partition with as low a bound and it
+    # lost, the bound is loose there, and the time stays with the final compile
+    import importlib
+    import types
+
+    import schedc.solver.compile as compile_module
+
+    calls = []
+
+    def compile_counted(problem, time_limit, seed=0, warm=None):
+        calls.append(problem)
+        return types.SimpleNamespace(schedule=None, sim=None, status="feasible", value=9.0)
+
+    monkeypatch.setattr(compile_module, "compile_problem", compile_counted)
+    plan_module = importlib.import_module("schedc.plan")
+    units = tiny_units(n_layers=4)
+    best = (10.0, types.SimpleNamespace(status="feasible"), "loop", (3, 3))
+    setter = [(5.0, "loop", (2, 4))]
+    lost = {"placement": "loop", "units_per_stage": [4, 2], "lower_bound": 5.0, "best_hand_made": None,
+            "step": 12.0, "status": "feasible"}
+    for candidates, compiled in (([], 1), ([lost], 0)):
+        calls.clear()
+        out = plan_module._compile_bound_setter(units, best, setter, list(candidates), {}, 2, 4, parse_cap("none"),
+                                                "makespan", 20.0, 0, lambda line: None, time.monotonic())
+        assert len(calls) == compiled
+        assert out[0] == (9.0 if compiled else 10.0)
+
+
 def test_auto_keeps_the_better_placement():
     units = tiny_units(n_layers=6, head=1.5)
     auto = plan(profile=units, ranks=2, microbatches=4, memory="none", placement="auto", time_limit=8)
