@@ -15,7 +15,7 @@ from pathlib import Path
 # share forces (V placement under a byte cap; 72 graph parts, nothing else); then the list
 # heuristic's rules on multi-stage ranks, on purpose: each is tried first with protect_f (108
 # heuristic parts of the V and interleaved problems, nothing else)
-EXPECTED = "86065be504f8ed899da63107816919853d81543d7183c41645a830c242b00c80"
+EXPECTED = "9d7c3d88fe985ad7e6446fca6589a03cc9de340377b76fd075a55b5da4f6ca76"
 
 
 def test_refactor_keeps_results():

@@ -484,10 +484,13 @@ def _rules(a: Graph, objective: str) -> list[Rule]:
     if a.multi:
         rules = list(dict.fromkeys(rules + [replace(r, deep_f=False) for r in rules]))
         rules = list(dict.fromkeys(rules + [replace(r, group=a.R) for r in rules[: len(rules) // 2]]))
-        # each rule first with its F's of deeper stages protected: on the V rows of
-        # benchmarks/plan_quality.py the protected twin is the better one 5 times in 6 (Llama 4
-        # ranks x 32 at 40 GiB: 7360 -> 6967 ms); the plain twin keeps what it found before
-        rules = [twin for r in rules for twin in (replace(r, protect_f=True), r)]
+        # each rule also with its F's of deeper stages protected, the protected twin first: on the
+        # V rows of benchmarks/plan_quality.py it is the better one 5 times in 6 (Llama 4 ranks x
+        # 32 at 40 GiB: 7360 -> 6967 ms). The first MIN_RULES rules keep their places (the second
+        # proves V 32x128 and 32x256 at 2p on slow links, where its twin is 2-4% above the bound)
+        head = rules[:MIN_RULES]
+        rules = head + [replace(r, protect_f=True) for r in head] + \
+            [twin for r in rules[MIN_RULES:] for twin in (replace(r, protect_f=True), r)]
     return rules
 
 
