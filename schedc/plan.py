@@ -36,8 +36,10 @@ Method (``plan``):
    compile if it had one, and takes all the time left when the best is already proven optimal
    for its partition): the bound-guided search from the dynamic program's partition can miss it
    (Llama 8 ranks in a V at 40 GiB: 1242.6 ms found, 1174.3 ms on the partition with the least
-   bound, 1170.6).
-5. The best partition gets the time left, warm-started from its short compile.
+   bound, 1170.6). Skipped when a short compile already tried another partition with as low a
+   bound and it lost: there the bound is loose, not unreached.
+5. The best partition gets the time left, warm-started from the better of its short compile's
+   answer and a fresh warm start with the budget a compile of that length gives one.
 Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
 compute-balanced split by 7-16% in V rows, where per-partition bounds are loose; the screening and
 the forced balanced candidate fixed those rows.
