@@ -412,8 +412,8 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
     on it, its bound 1170.6). It is skipped when a short compile already tried another partition
     whose own bound is as low and lost: there the bound is loose, not unreached (Llama 4 ranks in
     a V at 40 GiB: partitions with a bound of 5132 ms compile to 7100, the best to 6900), and the
-    final compile gets the time. When the best is proven optimal for its partition the final compile
-    has nothing to do, and this one gets all the time left. `results`: the compile results so
+    final compile gets the time. When the best is proven optimal for its partition the final
+    compile has nothing to do, and this one gets all the time left. `results`: the compile results so
     far by (placement, counts). Returns the best (value, compile result, placement, counts)."""
     from schedc.solver.compile import compile_problem
 
@@ -465,8 +465,9 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
         if res is not None:
             warm = (res.schedule, res.sim, "plan: short compile")
             try:
-                fresh = warm_start(problem, time_budget=min(1.0, 0.1 * left), deadline=Deadline.after(0.2 * left))
-            except SchedcError:  # nothing that fits within the deadline: the short compile's answer stays
+                fresh = warm_start(problem, time_budget=min(1.0, 0.1 * left),
+                                   deadline=Deadline.after(0.2 * left))
+            except SchedcError:  # nothing fits by the deadline: the short compile's answer stays
                 fresh = None
             if fresh is not None and fresh[1].fits and fresh[1].objective(objective) < res.value * (1 - REL):
                 warm = fresh

@@ -13,7 +13,8 @@ priority rules, keeping the best by exact re-timing:
   allows and a banker's-algorithm check says the in-flight microbatches can still all finish
   one at a time in index order (needed only when a rank holds several stages: V / interleaved
   placements can otherwise fill a rank with early-stage activations and starve its later stage;
-  the check is O(in-flight microbatches) per F), else a weight-gradient W (the filler). Forwards and backwards of a stage run in microbatch order.
+  the check is O(in-flight microbatches) per F), else a weight-gradient W (the filler).
+  Forwards and backwards of a stage run in microbatch order.
 * Rule parameters varied across constructions: warm-up limit per rank (how many microbatches a
   rank admits before it waits for backwards; 1F1B's, scaled, or memory-only), F-before-I while
   under that limit, a cap on pending W's per rank (0 = W right after its I as in 1F1B; about r on
