@@ -96,16 +96,27 @@ def build_parser():
 
 
 class _SigintHeld:
-    """Hold Ctrl-C while the body runs; a Ctrl-C that came meanwhile is raised when it ends."""
+    """Take Ctrl-C over from the loading handler (schedc._loading) and hold it while the body runs:
+    a Ctrl-C meanwhile is only recorded, and raised as KeyboardInterrupt when the body is done.
+
+    Raised inside an import instead, a KeyboardInterrupt can be swallowed by a library's bare
+    ``except:`` or leave CPython's unhandled-interrupt flag set (the process then dies by SIGINT
+    after printing that it was interrupted). A signal mask on the main thread did not hold it:
+    the process already has a second thread then, and the kernel hands the signal to that one."""
 
     def __enter__(self):
-        self.old = None
-        if hasattr(signal, "pthread_sigmask"):
-            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        hand_over_ctrl_c()
+        self.got: list[int] = []
+        self.ours = threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not ignored (nohup) nor taken
+        if self.ours:
+            signal.signal(signal.SIGINT, lambda signum, frame: self.got.append(signum))
 
-    def __exit__(self, *exc) -> None:
-        if self.old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)  # a pending SIGINT is delivered here
+    def __exit__(self, exc_type, *exc) -> None:
+        if self.ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            if self.got and exc_type is None:
+                raise KeyboardInterrupt
 
 
 def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
@@ -134,8 +145,7 @@ def _stopped(e: KeyboardInterrupt) -> tuple[str, int]:
 def _main(argv: Optional[Sequence[str]]) -> int:
     argv, debug = _split_debug(list(sys.argv[1:] if argv is None else argv))
     try:
-        with _SigintHeld():
-            hand_over_ctrl_c()  # from here a Ctrl-C is a KeyboardInterrupt, raised when the hold ends
+        with _SigintHeld():  # from here a Ctrl-C is a KeyboardInterrupt, raised when the hold ends
             parser = build_parser()  # imports the commands
     except KeyboardInterrupt as e:
         word, code = _stopped(e)
