@@ -13,8 +13,8 @@ from pathlib import Path
 # the graph/engine refactor kept 82901fb1... (main at 64ccac3); since then only the action graph
 # moved, on purpose: schedc.solver.graph.memory_arcs adds the orders the room a rank's stages
 # share forces (V placement under a byte cap; 72 graph parts, nothing else); then the list
-# heuristic's rules on multi-stage ranks, on purpose: each is tried first with protect_f (108
-# heuristic parts of the V and interleaved problems, nothing else)
+# heuristic's rules on multi-stage ranks, on purpose: each is also tried with protect_f, its twin
+# first after the first two rules (108 heuristic parts of the V and interleaved problems, nothing else)
 EXPECTED = "9d7c3d88fe985ad7e6446fca6589a03cc9de340377b76fd075a55b5da4f6ca76"
 
 
