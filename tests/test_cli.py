@@ -14,6 +14,11 @@ from schedc.costs import Profile
 from schedc.validate import validate
 
 
+def _python(code: str, cwd, **popen):
+    """`python -c code` in `cwd`, output captured (a fresh process: its own signal handlers)."""
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60, **popen)
+
+
 def _schedc(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "schedc.cli", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=120)
@@ -182,23 +187,22 @@ def test_ctrl_c_between_loading_and_main_exits_130_without_a_traceback(tmp_path)
     # process) is the command's one line and exit 130, not a KeyboardInterrupt traceback
     command = ("import os, signal, sys, time; sys.argv[0] = 'schedc'; import schedc; "
                "os.kill(os.getpid(), signal.SIGINT); time.sleep(30); print('not stopped')")
-    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = _python(command, tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "schedc: interrupted\n")
     # once main() holds it, a Ctrl-C is the usual KeyboardInterrupt again (the compile's clean-up runs)
     command = ("import signal, sys; sys.argv[0] = 'schedc'; import schedc.cli; "
                "from schedc._loading import hand_over_ctrl_c; hand_over_ctrl_c(); "
                "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
-    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = _python(command, tmp_path)
     assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
     # a program that imports schedc keeps Python's own Ctrl-C
     command = "import signal, schedc; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
-    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = _python(command, tmp_path)
     assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
     # a command started with Ctrl-C ignored (nohup, `&` in a script) keeps ignoring it
     command = ("import os, signal, sys; sys.argv[0] = 'schedc'; import schedc; os.kill(os.getpid(), signal.SIGINT); "
                "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
-    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = _python(command, tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
 
 
@@ -217,10 +221,10 @@ def test_ctrl_c_while_the_command_loads_its_modules_is_raised_after_them(tmp_pat
                "        print('body done')\n"
                "except KeyboardInterrupt:\n"
                "    print('raised after it', signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
-    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = _python(command, tmp_path)
     assert (proc.returncode, proc.stdout) == (0, "body done\nraised after it True\n"), proc.stderr
     command = "import sys, schedc.solver.interrupt; print(sorted({'pulp', 'highspy', 'ortools'} & set(sys.modules)))"
-    proc = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = _python(command, tmp_path)
     assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr
 
 
