@@ -76,6 +76,7 @@ SHORT_SHARE = 0.25  # of the time limit, for all the short compiles together
 FINALISTS = 2  # partitions that go on to a second round of compiling
 SECOND_SHARE = 0.2  # of the time limit, for the second round
 CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
+PAIR_SHARE = 0.05  # of the time limit, for two-rank relaxations while the final compile still has work
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
 SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
 SETTER_MARGIN = 0.01  # ... when the best step found is more than this above that bound
@@ -222,11 +223,13 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
+    paired: dict = {}  # (placement, counts) -> a two-rank bound at least the best step when it was found
     best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
-                                                time_limit, seed, say, t0)
+                                                time_limit, seed, paired, say, t0)
     theta = best[0] if best[1] is not None else math.inf
+    proven = best[1] is not None and best[1].status == "optimal"  # for its partition: the final compile is done
     bounds, certified, setters = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective,
-                                                   theta, time.monotonic() + CERTIFY_SHARE * time_limit, say, t0)
+                                                   theta, proven, time_limit, paired, say, t0)
     best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
                                  time_limit, seed, say, t0)
     res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
@@ -302,11 +305,15 @@ def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap
     return pool, forced
 
 
-def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
+def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit, seed, paired, say,
+                    t0):
     """Step 3: short compiles, alternating the best by lower bound and the best by hand-made step
-    in every placement. Returns ((value, compile result or None, placement, counts), the
-    candidates compiled)."""
+    in every placement; after the first, a partition whose two-rank bound is not below the best
+    step is not compiled. Returns ((value, compile result or None, placement, counts), the
+    candidates compiled). `paired` gets the two-rank bounds that showed a partition cannot win."""
     from schedc.solver.compile import compile_problem
+    from schedc.solver.deadline import Deadline
+    from schedc.solver.pair_relaxation import PairRelaxation
 
     order = [(pl, c) for pl, cs in forced.items() for c in cs] + _interleave(
         [[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
@@ -324,6 +331,18 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         if time.monotonic() + short > t0 + 0.8 * time_limit or stop_requested():
             break
         per_placement[pl] += 1
+        if compiled:
+            # two ranks together often show that a partition with a low own bound cannot beat the
+            # best step: in a fraction of a short compile (Llama 16 ranks in a V at 80 GiB, heavy
+            # stages early in the V: 0.4 s against 1.7 s, which then lost by 3%)
+            least = min(c[0] for c in compiled)
+            relaxation = PairRelaxation(_problem(profile, counts, pl, ranks, microbatches, limit, objective), least)
+            pair = relaxation.next(Deadline.after(short))  # its first pair: the one that settles it, or not worth it
+            if pair >= least * (1 - REL):
+                paired[(pl, tuple(counts))] = pair
+                say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: two ranks together need {pair:.6g} or "
+                    f"more (its own bound {lb:.6g}): not compiled")
+                continue
         res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
                               time_limit=short, seed=seed)
         candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": lb,
@@ -362,44 +381,98 @@ def _second_round(compiled, time_limit, seed, say, t0):
     return min(results, key=lambda c: c[0])
 
 
-def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, deadline, say, t0):
-    """Step 4, per placement: the bound over partitions tightened by each partition's own bound.
+def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, proven, time_limit,
+                      paired, say, t0):
+    """Step 4, per placement: the bound over partitions tightened partition by partition.
 
     ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
-    `theta` (the best step found: no other partition can beat it); each gets its own bound, the
-    closed-form terms (schedc.solver.bounds) and the one-rank relaxation
-    (schedc.solver.rank_relaxation), in the order of their relaxed values until `deadline`. The
-    bound is the least of those and the relaxed value of the first partition not reached (or
-    `theta`; with too many partitions below `theta`, a lower threshold). Returns ({placement:
-    bound}, {placement: partitions bounded one by one}, [(own bound, placement, counts)]: per
-    placement the partition whose own bound was the least)."""
+    `theta` (the best step found: no other partition can beat it), by relaxed value (or below a
+    lower threshold, with too many). The bound is the least of the relaxed value of the first
+    partition not reached and the bounds of those reached; each step raises the least of them:
+
+    * the next listed partition gets its own bound (``own_bound``: the closed-form terms of
+      schedc.solver.bounds and the one-rank relaxation of schedc.solver.rank_relaxation,
+      milliseconds) while its relaxed value is the least: at first with the current least as
+      `enough` (it may stop early at a value that cannot lower it), in full when it becomes the
+      least;
+    * the partition whose bound is the least gets one more two-rank relaxation
+      (schedc.solver.pair_relaxation, CP-SAT, a fraction of a second each) with `theta` as its
+      target; once it reaches `theta` or has no pair left its bound is final, and so is the
+      bound over partitions when it is still the least.
+
+    For a quarter of the time, the two-rank relaxations for 5% of it; when the best partition's
+    compile is proven optimal (`proven`) the final compile has nothing to do, and both go on
+    until 80% of the time. `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in
+    a V at 80 GiB: 288 partitions are below the best step, 756.1 ms; the one-rank bounds leave
+    85 below it, 28 of them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks
+    together put those at 755.2 ms or more (0.4 s each where the target is out of reach).
+    Returns ({placement: bound}, {placement: partitions bounded one by one}, [(bound, placement,
+    counts)]: per placement the partition whose bound is the least)."""
+    from schedc.solver.deadline import Deadline
+    from schedc.solver.pair_relaxation import PairRelaxation
+
+    OWN_SO_FAR, OWN, PAIRS, FINAL = 0, 1, 2, 3  # how far a partition's bound has been taken
+    # with the best partition proven optimal the final compile has nothing to do: the bound gets its time
+    deadline = t0 + 0.8 * time_limit if proven else min(t0 + 0.8 * time_limit,
+                                                           time.monotonic() + CERTIFY_SHARE * time_limit)
     bounds, certified, setters = {}, {}, []
     for k, (pl, pb) in enumerate(searches):
-        ends = time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k)  # a share per placement
+        ends = Deadline(time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k))  # a share each
+        pairs_end = ends if proven else Deadline(min(ends.at, time.monotonic() + PAIR_SHARE * time_limit
+                                                     / len(searches)))
         threshold, found = partitions_below(profile, ranks, microbatches, cap, pl, objective, theta, CERTIFY_LIMIT)
-        bound, done, least = threshold, 0, None
-        for relaxed, counts in found:
-            if relaxed >= bound or time.monotonic() > ends or stop_requested():
-                if relaxed < bound and (least is None or relaxed < least[0]) and not stop_requested():
+        listing = iter(found)
+        upcoming = next(listing, None)  # (relaxed value, counts) of the first partition not reached
+        heap: list[tuple[float, int, tuple[int, ...]]] = []  # (bound, how far, counts)
+        done, two_rank = 0, 0
+        relaxations: dict[tuple[int, ...], PairRelaxation] = {}  # partitions with pairs still to try
+
+        def problem_of(counts):
+            return _problem(profile, counts, pl, ranks, microbatches, limit, objective)
+
+        while not stop_requested():
+            waiting = upcoming[0] if upcoming is not None else threshold
+            least = heap[0][0] if heap else math.inf
+            if min(waiting, least) >= theta * (1 - REL) or (heap and heap[0][1] == FINAL and least <= waiting):
+                break  # nothing left that could lower the bound, or the least is final
+            if ends.expired():
+                if upcoming is not None and waiting < least:
                     # out of time: the partition the bound stops at is the next to compile when
                     # its own bound is the least seen (one more bound, milliseconds)
-                    own = own_bound(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
-                                    least[0] if least is not None else math.inf)
-                    if least is None or own < least[0]:
-                        least = (own, pl, counts)
-                bound = min(bound, relaxed)
+                    heapq.heappush(heap, (own_bound(problem_of(upcoming[1]), least), OWN, upcoming[1]))
                 break
-            # a partition at or above `bound` cannot lower it: its bound may stop there
-            own = own_bound(_problem(profile, counts, pl, ranks, microbatches, limit, objective), bound)
-            if least is None or own < least[0]:
-                least = (own, pl, counts)
-            bound = min(bound, own)
-            done += 1
+            if upcoming is not None and waiting <= least:
+                own = own_bound(problem_of(upcoming[1]), least)
+                heapq.heappush(heap, (own, OWN if own < least else OWN_SO_FAR, upcoming[1]))
+                done += 1
+                upcoming = next(listing, None)
+                continue
+            value, how_far, counts = heapq.heappop(heap)
+            if how_far == OWN_SO_FAR:
+                heapq.heappush(heap, (max(value, own_bound(problem_of(counts))), OWN, counts))
+                continue
+            if (pl, counts) in paired and paired[(pl, counts)] >= theta * (1 - REL):
+                heapq.heappush(heap, (max(value, paired[(pl, counts)]), FINAL, counts))
+                continue
+            if pairs_end.expired():  # no time for two ranks together: the bound so far is final
+                heapq.heappush(heap, (value, FINAL, counts))
+                continue
+            if how_far == OWN:
+                relaxations[counts] = PairRelaxation(problem_of(counts), theta)
+                two_rank += 1
+            relaxation = relaxations[counts]
+            value = max(value, relaxation.next(pairs_end))  # one pair, then the least is weighed again
+            heapq.heappush(heap, (value, FINAL if relaxation.settled else PAIRS, counts))
+            if relaxation.settled:
+                del relaxations[counts]
+        waiting = upcoming[0] if upcoming is not None else threshold
+        bound = min(waiting, threshold, heap[0][0] if heap else math.inf)
         bounds[pl], certified[pl] = max(pb.value, bound), done
-        if least is not None:
-            setters.append(least)
+        if heap:
+            setters.append((heap[0][0], pl, heap[0][2]))
         say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
-            f"{len(found)} partitions whose relaxed bound is below {threshold:.6g} bounded one by one)")
+            f"{len(found)} partitions whose relaxed bound is below {threshold:.6g} bounded one by one"
+            + (f", {two_rank} with two ranks together)" if two_rank else ")"))
     return bounds, certified, setters
 
 

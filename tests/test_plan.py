@@ -104,6 +104,25 @@ def test_partitions_below_a_threshold_are_listed_exactly(placement, ranks, memor
     assert all(v >= theta for c, v in values.items() if c not in {c for _, c in few})
 
 
+def test_two_ranks_together_settle_partitions_each_rank_alone_could_not(monkeypatch):
+    # 3 ranks in a V: the one-rank bounds leave partitions below the best step (40.6 against
+    # 43.71); two ranks together show that none can beat it, and the short compiles skip them
+    pytest.importorskip("ortools")
+    from schedc.solver import pair_relaxation
+
+    args = dict(profile=tiny_units(n_layers=7, head=2.0, seed=0), ranks=3, microbatches=3, memory="9GiB",
+                placement="v", time_limit=4)
+    lines = []
+    res = plan(**args, progress=lines.append)
+    assert res.gap < 1e-9 and res.bound == pytest.approx(res.value)
+    skipped = [line for line in lines if "two ranks together need" in line and "not compiled" in line]
+    assert skipped and len(res.candidates) == 1
+    monkeypatch.setattr(pair_relaxation, "rank_relaxation_values", lambda g, enough=None: None)  # no pairs
+    alone = plan(**args)
+    assert alone.value == pytest.approx(res.value) and alone.bound < res.value - 1
+    assert len(alone.candidates) > 1
+
+
 def test_relaxed_terms_stay_below_each_partitions_own_bound():
     # the dynamic program minimizes a relaxation of schedc.solver.bounds: on a single partition
     # (the only one when units = stages) it must not exceed that partition's bound

@@ -72,7 +72,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Optional, Sequence
 
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
@@ -281,7 +281,8 @@ def _add_precedences(m, inst: Graph, starts, ends, lags: dict, fixed: Optional[d
                 m.add(starts[b] >= ends[a] + lags[(a, b)])
 
 
-def _add_memory(m, inst: Graph, bs: Scale, starts, ends, horizon: int, fixed: Optional[dict] = None) -> None:
+def _add_memory(m, inst: Graph, bs: Scale, starts, ends, horizon: int, fixed: Optional[dict] = None,
+                ranks: Optional[Sequence[int]] = None) -> None:
     """Per rank, what each microbatch of a stage holds, as intervals of one cumulative: from
     its F's start to its I's end the bytes I frees, to its W's (B's) end the rest. At every
     instant their sum is the reservoir level described in the module docstring (an interval
@@ -291,11 +292,11 @@ def _add_memory(m, inst: Graph, bs: Scale, starts, ends, horizon: int, fixed: Op
 
     With `fixed` actions (a prefix of each rank's order, as in solve_window) a hold between two
     fixed actions ends before any moved action of its rank starts; the level up to then is the
-    hint's, which fits, so such holds are left out."""
+    hint's, which fits, so such holds are left out. `ranks`: only these ranks' caps (None: all)."""
     fixed = fixed or {}
     deltas, room = _memory_events(inst, bs)
     for r, acts in enumerate(inst.by_rank):
-        if math.isinf(room[r]):
+        if math.isinf(room[r]) or (ranks is not None and r not in ranks):
             continue
         intervals, demands = [], []
         for f in acts:

@@ -156,20 +156,27 @@ def rank_relaxation_bound(problem: Union[Problem, Graph], enough: float = math.i
     it may stop at the first rank whose bound reaches it (a value >= enough, still a bound): the
     busiest ranks go first, so a caller that only asks "is it below `enough`?" (plan's
     certificate) usually solves one rank instead of all."""
+    values = rank_relaxation_values(problem, enough)
+    return None if values is None else max(values)
+
+
+def rank_relaxation_values(problem: Union[Problem, Graph], enough: float = math.inf) -> Optional[list[float]]:
+    """Per rank, its one-rank relaxation's bound (module docstring); None for span, [inf] when a
+    rank cannot hold one microbatch of its stages under the cap. With `enough`, ranks after the
+    first whose bound reaches it (busiest first) are left at 0."""
     g = graph_of(problem)
     if g.problem.objective != "makespan":
         return None
     ht = heads_and_tails(g)
     if ht is None:
-        return math.inf
-    best = 0.0
+        return [math.inf]
+    values = [0.0] * len(g.stages)
     work = [sum(float(ht.dur_f[s] + ht.dur_b[s] + ht.dur_w[s]) for s in own) for own in g.stages]
     for r in sorted(range(len(g.stages)), key=lambda r: -work[r]):
-        if best >= enough:
+        if max(values) >= enough:
             break
-        own = g.stages[r]
         jobs: list[tuple[float, float, float]] = []
-        for s in own:
+        for s in g.stages[r]:
             for head, dur, tail in ((ht.head_f, ht.dur_f, ht.tail_f), (ht.head_b, ht.dur_b, ht.tail_b),
                                     (ht.head_w, ht.dur_w, ht.tail_w)):
                 if head is ht.head_w and not ht.split[s]:
@@ -177,5 +184,5 @@ def rank_relaxation_bound(problem: Union[Problem, Graph], enough: float = math.i
                 d = float(dur[s])
                 jobs.extend((h, d, q) for h, q in zip(head[s].tolist(), tail[s].tolist()))
         if jobs:
-            best = max(best, preemptive_one_machine(jobs))
-    return best
+            values[r] = preemptive_one_machine(jobs)
+    return values
