@@ -18,19 +18,24 @@ Method (``plan``):
    that fits (simulated: milliseconds). Up to three per placement are compiled with short time
    limits (``schedc.solver.compile.compile_problem``, 25% of the time in all): the
    compute-balanced split, then alternately the best by bound and the best by hand-made step; a
-   partition whose bound is not below the best step found so far cannot win and is skipped. The
+   partition whose bound is not below the best step found so far cannot win and is skipped, and
+   so is one whose first two-rank relaxation (``schedc.solver.pair_relaxation``) is not. The
    two best go on from their answers for 10% of the time each (a second round).
-4. The certificate (at most a quarter of the time; it usually ends early): every partition whose
-   relaxed terms stay below the best step found (``schedc.partition.partitions_below``: no other
-   partition can beat it) gets its own bound, the closed-form terms and the one-rank relaxation
-   (``schedc.solver.rank_relaxation``), in the order of their relaxed values; the bound over
-   partitions is the least of those and the relaxed value of the first partition not reached.
-   The dynamic program's relaxation alone left gaps of 4-30% where memory is tight or stages sit
-   in a V. The one-rank relaxation's bound is within 2% of the step found on most of those
-   partitions, not all: V partitions with few microbatches per stage stay 5-8% apart. A
-   partition's bound may stop at the first rank that reaches the current least (``own_bound``'s
-   `enough`): it cannot lower it, and the listing is cut at 20000 partitions, not 5000, so
-   partitions tied at the threshold are reached instead of cut off.
+4. The certificate (at most a quarter of the time, or 80% as below; it often ends early): every
+   partition whose relaxed terms stay below the best step found
+   (``schedc.partition.partitions_below``: no other partition can beat it) gets its own bound, the
+   closed-form terms and the one-rank relaxation (``schedc.solver.rank_relaxation``), in the order
+   of their relaxed values; the bound over partitions is the least of those and the relaxed value
+   of the first partition not reached. The dynamic program's relaxation alone left gaps of 4-30%
+   where memory is tight or stages sit in a V. The one-rank relaxation's bound is within 2% of the
+   step found on most of those partitions, not all: V partitions with few microbatches per stage
+   stay 5-8% apart. A partition's bound may stop at the first rank that reaches the current least
+   (``own_bound``'s `enough`): it cannot lower it, and the listing is cut at 20000 partitions, not
+   5000, so partitions tied at the threshold are reached instead of cut off. The partition whose
+   own bound is the least then gets the two-rank relaxation, one pair of ranks at a time (CP-SAT;
+   5% of the time, or up to 80% of it when the best partition is proven optimal): Llama 16 ranks in
+   a V at 80 GiB, 28 partitions at 727.8-737.9 ms by one rank each, 755.2 or more by two: gap 3.8%
+   -> 1.7%.
 4b. The partition whose own bound was the least sets the bound; where the best step found is more
    than 1% above it, it gets a compile of its own (25% of the time; it goes on from its short
    compile if it had one, and takes all the time left when the best is already proven optimal
@@ -439,11 +444,13 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
                 if upcoming is not None and waiting < least:
                     # out of time: the partition the bound stops at is the next to compile when
                     # its own bound is the least seen (one more bound, milliseconds)
-                    heapq.heappush(heap, (own_bound(problem_of(upcoming[1]), least), OWN, upcoming[1]))
+                    own = own_bound(problem_of(upcoming[1]), min(least, threshold))
+                    heapq.heappush(heap, (own, OWN if own < min(least, threshold) else OWN_SO_FAR, upcoming[1]))
                 break
             if upcoming is not None and waiting <= least:
-                own = own_bound(problem_of(upcoming[1]), least)
-                heapq.heappush(heap, (own, OWN if own < least else OWN_SO_FAR, upcoming[1]))
+                enough = min(least, threshold)  # nothing at or above the threshold can lower the bound
+                own = own_bound(problem_of(upcoming[1]), enough)
+                heapq.heappush(heap, (own, OWN if own < enough else OWN_SO_FAR, upcoming[1]))
                 done += 1
                 upcoming = next(listing, None)
                 continue
