@@ -21,7 +21,7 @@ Method (``plan``):
    partition whose bound is not below the best step found so far cannot win and is skipped, and
    so is one whose first two-rank relaxation (``schedc.solver.pair_relaxation``) is not. The
    two best go on from their answers for 10% of the time each (a second round).
-4. The certificate (at most a quarter of the time, or 80% as below; it often ends early): every
+4. The certificate (at most a quarter of the time, or 90% as below; it often ends early): every
    partition whose relaxed terms stay below the best step found
    (``schedc.partition.partitions_below``: no other partition can beat it) gets its own bound, the
    closed-form terms and the one-rank relaxation (``schedc.solver.rank_relaxation``), in the order
@@ -33,7 +33,7 @@ Method (``plan``):
    (``own_bound``'s `enough`): it cannot lower it, and the listing is cut at 20000 partitions, not
    5000, so partitions tied at the threshold are reached instead of cut off. The partition whose
    own bound is the least then gets the two-rank relaxation, one pair of ranks at a time (CP-SAT;
-   5% of the time, or up to 80% of it when the best partition is proven optimal): Llama 16 ranks in
+   5% of the time, or up to 90% of it when the best partition is proven optimal): Llama 16 ranks in
    a V at 80 GiB, 28 partitions at 727.8-737.9 ms by one rank each, 755.2 or more by two: gap 3.8%
    -> 1.7%.
 4b. The partition whose own bound was the least sets the bound; where the best step found is more
@@ -407,7 +407,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
 
     For a quarter of the time, the two-rank relaxations for 5% of it; when the best partition's
     compile is proven optimal (`proven`) the final compile has nothing to do, and both go on
-    until 80% of the time. `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in
+    until 90% of the time. `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in
     a V at 80 GiB: 288 partitions are below the best step, 756.1 ms; the one-rank bounds leave
     85 below it, 28 of them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks
     together put those at 755.2 ms or more (0.4 s each where the target is out of reach).
@@ -418,7 +418,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
 
     OWN_SO_FAR, OWN, PAIRS, FINAL = 0, 1, 2, 3  # how far a partition's bound has been taken
     # with the best partition proven optimal the final compile has nothing to do: the bound gets its time
-    deadline = t0 + 0.8 * time_limit if proven else min(t0 + 0.8 * time_limit,
+    deadline = t0 + 0.9 * time_limit if proven else min(t0 + 0.8 * time_limit,
                                                            time.monotonic() + CERTIFY_SHARE * time_limit)
     bounds, certified, setters = {}, {}, []
     for k, (pl, pb) in enumerate(searches):

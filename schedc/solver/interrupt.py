@@ -120,7 +120,7 @@ def stop_native_solver(stop: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         finished.set()
-        try:  # wake the watcher now rather than at its next poll (0.1 s added to every solve)
+        try:  # wake the watcher now rather than at its next poll (up to 0.1 s added to every solve)
             os.write(write_end, b"\0")
         except OSError:  # the pipe is full of signal bytes: the watcher is awake anyway
             pass

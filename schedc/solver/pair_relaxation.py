@@ -109,7 +109,10 @@ class PairRelaxation:
         self.model = cp_model.CpModel()
         starts, ends, intervals = cpsat._intervals(self.model, g, self.dur, self.horizon)
         cpsat._add_precedences(self.model, g, starts, ends, cpsat._lags(g, self.ts))
-        cpsat._add_objective(self.model, g, starts, ends, "makespan", self.horizon, 0, g.by_rank)
+        # only an action nothing waits for can end last (lags and durations are >= 0)
+        has_successor = {a for preds in g.preds for a, _ in preds}
+        may_end_last = [[i for i in acts if i not in has_successor] for acts in g.by_rank]
+        cpsat._add_objective(self.model, g, starts, ends, "makespan", self.horizon, 0, may_end_last)
         self.start_index = [v.index for v in starts]
         self.interval_index = [v.index for v in intervals]
 

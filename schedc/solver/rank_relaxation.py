@@ -170,10 +170,10 @@ def rank_relaxation_values(problem: Union[Problem, Graph], enough: float = math.
     ht = heads_and_tails(g)
     if ht is None:
         return [math.inf]
-    values = [0.0] * len(g.stages)
+    values, best = [0.0] * len(g.stages), 0.0
     work = [sum(float(ht.dur_f[s] + ht.dur_b[s] + ht.dur_w[s]) for s in own) for own in g.stages]
     for r in sorted(range(len(g.stages)), key=lambda r: -work[r]):
-        if max(values) >= enough:
+        if best >= enough:
             break
         jobs: list[tuple[float, float, float]] = []
         for s in g.stages[r]:
@@ -185,4 +185,5 @@ def rank_relaxation_values(problem: Union[Problem, Graph], enough: float = math.
                 jobs.extend((h, d, q) for h, q in zip(head[s].tolist(), tail[s].tolist()))
         if jobs:
             values[r] = preemptive_one_machine(jobs)
+            best = max(best, values[r])
     return values
