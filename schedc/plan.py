@@ -35,7 +35,7 @@ Method (``plan``):
    own bound is the least then gets the two-rank relaxation, one pair of ranks at a time (CP-SAT;
    5% of the time, or up to 90% of it when the best partition is proven optimal): Llama 16 ranks in
    a V at 80 GiB, 28 partitions at 727.8-737.9 ms by one rank each, 755.2 or more by two: gap 3.8%
-   -> 1.7%.
+   -> 1.6-1.7%.
 4b. The partition whose own bound was the least sets the bound; where the best step found is more
    than 1% above it, it gets a compile of its own (25% of the time; it goes on from its short
    compile if it had one, and takes all the time left when the best is already proven optimal
