@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
@@ -66,10 +68,11 @@ def test_pairs_go_one_at_a_time_until_one_reaches_the_target():
     assert relaxation.model is None  # settled: the model is let go
 
 
-def test_no_bound_for_span_or_without_time():
+def test_no_bound_for_span_without_time_or_without_a_finite_target():
     p = _v3(*STRONGER[0])
     span = Problem(given_profile=p.given_profile, placement=p.placement, n_microbatches=p.n_microbatches,
                    memory=p.memory, objective="span", runtime=p.runtime)
     assert pair_relaxation_bound(span, 100.0, Deadline.after(30)) == 0.0
     assert PairRelaxation(span, 100.0).settled
     assert pair_relaxation_bound(p, 100.0, Deadline.after(0.0)) == 0.0
+    assert pair_relaxation_bound(p, math.inf, Deadline.after(30)) == 0.0  # plan before any compile answered

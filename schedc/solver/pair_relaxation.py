@@ -71,8 +71,9 @@ class PairRelaxation:
         self.g, self.target, self.best = graph_of(problem), target, 0.0
         self.pairs: list[tuple[int, int]] = []
         self.model = None
-        if self.g.problem.objective != "makespan" or not cpsat_available() or self.g.R < 2:
-            return
+        if self.g.problem.objective != "makespan" or not math.isfinite(target) or self.g.R < 2 \
+                or not cpsat_available():
+            return  # (an infinite target: nothing found yet to measure against)
         values = rank_relaxation_values(self.g)
         if values is None:
             return
