@@ -190,6 +190,29 @@ def test_sigterm_in_a_script_calling_launch_cleans_up_and_dies_of_the_signal(tmp
     assert list(tmp_path.iterdir()) == []
 
 
+def test_sigterm_while_a_rank_starts_leaves_no_rank_behind(tmp_path):
+    # the signal lands inside subprocess.Popen, after the fork (here, always: the second rank's
+    # Popen sends it before it returns); that rank is killed with the others all the same
+    code = ("import os, signal, subprocess\n"
+            "from schedc.runtime import launch as L\n"
+            "class Popen(subprocess.Popen):\n"
+            "    started = 0\n"
+            "    def __init__(self, *args, **kwargs):\n"
+            "        super().__init__(*args, **kwargs)\n"
+            "        print(self.pid, flush=True)\n"
+            "        Popen.started += 1\n"
+            "        if Popen.started == 2:\n"
+            "            os.kill(os.getpid(), signal.SIGTERM)\n"
+            "subprocess.Popen = Popen\n"
+            "L.launch(L.python_code('import time; time.sleep(3600)'), 2, timeout=600)\n")
+    proc = subprocess.run([sys.executable, "-P", "-c", code], env=env_with_tmp(tmp_path), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    ranks = [int(line) for line in proc.stdout.split()]
+    assert proc.returncode == -signal.SIGTERM and len(ranks) == 2, proc.stderr
+    assert wait_until(lambda: not any(alive(r) for r in ranks), 5), [r for r in ranks if alive(r)]
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- compile
 
 

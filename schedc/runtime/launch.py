@@ -217,6 +217,31 @@ def _kill_all(procs: list[subprocess.Popen]) -> None:
             pass
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while a rank starts, then raise what came (its handler runs).
+
+    Raised inside ``subprocess.Popen``, after the fork and before it returns, either would leave a
+    rank that no list holds and so nothing kills: a script's ranks sleeping on after it died of
+    SIGTERM (seen once in CI: the signal came as the second rank started). Only signals with a
+    Python handler are held, and only on the main thread, where Python runs handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = [s for s in (signal.SIGINT, signal.SIGTERM) if callable(signal.getsignal(s))]
+    previous = {s: signal.getsignal(s) for s in held}
+    came: list[int] = []
+    for s in held:
+        signal.signal(s, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for s in held:
+            signal.signal(s, previous[s])
+        for s in dict.fromkeys(came):  # even when Popen itself failed: a SIGTERM is not dropped
+            previous[s](s, None)
+
+
 def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env) -> tuple[list[subprocess.Popen], list]:
     port = str(free_port())
     procs, logs = [], []
@@ -231,8 +256,9 @@ def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env) -> tuple[list[subp
             )
             log = open(tmpdir / f"rank{rank}.log", "w+")
             logs.append(log)
-            procs.append(subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=rank_env,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
+            with _signals_held():
+                procs.append(subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=rank_env,
+                                              stdin=subprocess.DEVNULL, start_new_session=True))
     except BaseException:
         _kill_all(procs)
         for log in logs:
