@@ -118,15 +118,17 @@ def launch(
     remove_stale_dirs()
     with _sigterm_cleans_up(), _launch_dir() as tmpdir:
         (tmpdir / "spec.json").write_text(json.dumps(spec))
-        procs, logs = _start(cmd, n_ranks, tmpdir, timeout, threads, env)
+        procs: list[subprocess.Popen] = []  # filled as the ranks start, so a signal at any point finds them
+        logs: list = []
         try:
+            _start(cmd, n_ranks, tmpdir, timeout, threads, env, procs, logs)
             exited_at, deadline_hit = _wait(procs, timeout, grace)
-        except BaseException:  # Ctrl-C, SIGTERM: nothing of this launch stays behind
-            _kill_all(procs)
+        except BaseException:
             for log in logs:
                 log.close()
             raise
-        _kill_all(procs)
+        finally:  # also on Ctrl-C and SIGTERM: nothing of this launch stays behind
+            _kill_all(procs)
         return _collect(procs, logs, tmpdir, exited_at, deadline_hit, timeout, label, hint)
 
 
@@ -242,29 +244,22 @@ def _signals_held() -> Iterator[None]:
             previous[s](s, None)
 
 
-def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env) -> tuple[list[subprocess.Popen], list]:
+def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env, procs: list[subprocess.Popen], logs: list) -> None:
+    """Start the ranks, appending each to `procs` (and its log to `logs`) as it starts."""
     port = str(free_port())
-    procs, logs = [], []
-    try:
-        for rank in range(n_ranks):
-            rank_env = worker_env(env, threads)
-            rank_env.update(
-                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n_ranks),
-                LOCAL_WORLD_SIZE=str(n_ranks), MASTER_PORT=port,
-                SCHEDC_SPEC=str(tmpdir / "spec.json"), SCHEDC_RESULT=str(tmpdir / f"rank{rank}.json"),
-                SCHEDC_PG_TIMEOUT=str(max(5.0, timeout - 10.0)), SCHEDC_LEADER_PID=str(os.getpid()),
-            )
-            log = open(tmpdir / f"rank{rank}.log", "w+")
-            logs.append(log)
-            with _signals_held():
-                procs.append(subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=rank_env,
-                                              stdin=subprocess.DEVNULL, start_new_session=True))
-    except BaseException:
-        _kill_all(procs)
-        for log in logs:
-            log.close()
-        raise
-    return procs, logs
+    for rank in range(n_ranks):
+        rank_env = worker_env(env, threads)
+        rank_env.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n_ranks),
+            LOCAL_WORLD_SIZE=str(n_ranks), MASTER_PORT=port,
+            SCHEDC_SPEC=str(tmpdir / "spec.json"), SCHEDC_RESULT=str(tmpdir / f"rank{rank}.json"),
+            SCHEDC_PG_TIMEOUT=str(max(5.0, timeout - 10.0)), SCHEDC_LEADER_PID=str(os.getpid()),
+        )
+        log = open(tmpdir / f"rank{rank}.log", "w+")
+        logs.append(log)
+        with _signals_held():
+            procs.append(subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=rank_env,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float, grace: float) -> tuple[dict[int, float], bool]:
