@@ -19,11 +19,12 @@ import os
 import signal
 import sys
 import threading
-from typing import Optional, Sequence
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence
 
 from schedc import __version__
 from schedc._loading import hand_over_ctrl_c
-from schedc.errors import SchedcError, Terminated, raise_terminated
+from schedc.errors import SchedcError, Terminated, raise_terminated, signals_held
 
 
 def _parser_class():
@@ -95,28 +96,14 @@ def build_parser():
     return parser
 
 
-class _SigintHeld:
-    """Take Ctrl-C over from the loading handler (schedc._loading) and hold it while the body runs:
-    a Ctrl-C meanwhile is only recorded, and raised as KeyboardInterrupt when the body is done.
-
-    Raised inside an import instead, a KeyboardInterrupt can be swallowed by a library's bare
-    ``except:`` or leave CPython's unhandled-interrupt flag set (the process then dies by SIGINT
-    after printing that it was interrupted). A signal mask on the main thread did not hold it:
-    the process already has a second thread then, and the kernel hands the signal to that one."""
-
-    def __enter__(self):
-        hand_over_ctrl_c()
-        self.got: list[int] = []
-        self.ours = threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not ignored (nohup) nor taken
-        if self.ours:
-            signal.signal(signal.SIGINT, lambda signum, frame: self.got.append(signum))
-
-    def __exit__(self, exc_type, *exc) -> None:
-        if self.ours:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            if self.got and exc_type is None:
-                raise KeyboardInterrupt
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Take Ctrl-C over from the loading handler (schedc._loading) and hold it while the body runs
+    (schedc.errors.signals_held): a Ctrl-C meanwhile is raised as KeyboardInterrupt when the body
+    is done, not inside an import."""
+    hand_over_ctrl_c()
+    with signals_held(signal.SIGINT):
+        yield
 
 
 def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
@@ -145,7 +132,7 @@ def _stopped(e: KeyboardInterrupt) -> tuple[str, int]:
 def _main(argv: Optional[Sequence[str]]) -> int:
     argv, debug = _split_debug(list(sys.argv[1:] if argv is None else argv))
     try:
-        with _SigintHeld():  # from here a Ctrl-C is a KeyboardInterrupt, raised when the hold ends
+        with _sigint_held():  # from here a Ctrl-C is a KeyboardInterrupt, raised when the hold ends
             parser = build_parser()  # imports the commands
     except KeyboardInterrupt as e:
         word, code = _stopped(e)

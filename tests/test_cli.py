@@ -215,7 +215,7 @@ def test_ctrl_c_while_the_command_loads_its_modules_is_raised_after_them(tmp_pat
     # request) before the solver's modules load
     command = ("import os, signal, sys; sys.argv[0] = 'schedc'; import schedc.cli as cli\n"
                "try:\n"
-               "    with cli._SigintHeld():\n"
+               "    with cli._sigint_held():\n"
                "        os.kill(os.getpid(), signal.SIGINT)\n"
                "        sum(range(10 ** 6))  # the signal is handled during this, on any thread\n"
                "        print('body done')\n"

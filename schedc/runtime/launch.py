@@ -58,7 +58,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from schedc.errors import SchedcError, Terminated, raise_terminated
+from schedc.errors import SchedcError, Terminated, raise_terminated, signals_held
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the schedc package
 POLL_SECONDS = 0.05
@@ -219,31 +219,6 @@ def _kill_all(procs: list[subprocess.Popen]) -> None:
             pass
 
 
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM while a rank starts, then raise what came (its handler runs).
-
-    Raised inside ``subprocess.Popen``, after the fork and before it returns, either would leave a
-    rank that no list holds and so nothing kills: a script's ranks sleeping on after it died of
-    SIGTERM (seen once in CI: the signal came as the second rank started). Only signals with a
-    Python handler are held, and only on the main thread, where Python runs handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = [s for s in (signal.SIGINT, signal.SIGTERM) if callable(signal.getsignal(s))]
-    previous = {s: signal.getsignal(s) for s in held}
-    came: list[int] = []
-    for s in held:
-        signal.signal(s, lambda signum, frame: came.append(signum))
-    try:
-        yield
-    finally:
-        for s in held:
-            signal.signal(s, previous[s])
-        for s in dict.fromkeys(came):  # even when Popen itself failed: a SIGTERM is not dropped
-            previous[s](s, None)
-
-
 def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env, procs: list[subprocess.Popen], logs: list) -> None:
     """Start the ranks, appending each to `procs` (and its log to `logs`) as it starts."""
     port = str(free_port())
@@ -257,7 +232,8 @@ def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env, procs: list[subpro
         )
         log = open(tmpdir / f"rank{rank}.log", "w+")
         logs.append(log)
-        with _signals_held():
+        # a signal after the fork and before Popen returns would lose the rank: none kills it
+        with signals_held(signal.SIGINT, signal.SIGTERM):
             procs.append(subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=rank_env,
                                           stdin=subprocess.DEVNULL, start_new_session=True))
 
