@@ -67,7 +67,7 @@ from schedc.diagnose import limiter, same_hand_made
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult
-from schedc.solver import heuristic, interrupt, model
+from schedc.solver import heuristic, interrupt, model, periodic
 from schedc.solver.deadline import Deadline, check_size, check_time_limit, n_actions, seconds_per_action
 from schedc.solver.engine import Incumbent, close, materialize
 from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule
@@ -79,6 +79,9 @@ from schedc.tolerances import PROVEN, TIE
 _TOL = PROVEN  # relative: values this close count as equal (MIP gaps, float sums)
 FULL_MODEL_SHARE = 0.7  # of the time left, for the full model when it is small enough
 CPSAT_SHARE = 0.4  # of the time, for CP-SAT polishing first (the rest: the integer program)
+# of the time, for periodic schedules where the memory cap is tight; at least PERIODIC_MIN_SECONDS
+# where the time allows: the search over periods finds its first timetable in 1-2 s (4 ranks in a V)
+PERIODIC_SHARE, PERIODIC_MIN_SECONDS = 0.25, 2.0
 CPSAT_STALE_SHARE, CPSAT_STALE_MIN = 0.25, 5.0  # on large instances: stop CP-SAT after this long without news
 # passes over the action graph (deadline.SECONDS_PER_ACTION each) that one phase costs, measured
 # at 8x8192 and 128x512 (benchmarks/where_time_goes.py): a phase that cannot finish before the
@@ -182,6 +185,8 @@ def compile_problem(
     c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
     if c.inst is None:
         return c.result(time_limit)
+    if use_cpsat and c.unfinished(0.5) and periodic.worth_trying(graph):
+        c.try_periodic(PERIODIC_SHARE)
     if use_cpsat and c.unfinished(0.5):
         c.polish_with_cpsat(CPSAT_SHARE if mip else 1.0)
     if mip and c.inc_orders is not None and c.unfinished(0.2) and not c.too_large_for_full_model:
@@ -361,6 +366,26 @@ class _Compilation:
                 self.inc_orders, self.inc_sched, self.inc_sim = out.orders, sched, sim
         if certifies and out.bound is not None and out.bound > self.bound:
             self.bound, self.bound_source = out.bound, out.bound_source
+
+    def try_periodic(self, share: float) -> None:
+        """Periodic schedules (schedc.solver.periodic) for `share` of the time left: under a tight
+        cap the steady state decides the step and a repeated timetable finds it where the
+        engines that decide action by action do not. A better answer becomes the incumbent that
+        CP-SAT polishes and windows search around."""
+        left = self.deadline - time.monotonic()
+        seconds = max(share * left, min(PERIODIC_MIN_SECONDS, 0.6 * left))
+        out = periodic.PeriodicEngine(seed=self.seed).run(self.graph, None, Deadline.after(seconds))
+        if out.answered:
+            self.solver_answered = True
+            self.consider(out.schedule, out.sim)
+            obj = self.problem.objective
+            if self.inc_orders is None or out.sim.objective(obj) < self.inc_sim.objective(obj):
+                orders = canonical_orders(self.inst, orders_from_schedule(self.inst, out.schedule))
+                sched, sim = materialize(self.inst, orders, self.problem)
+                if sim is not None and sim.fits:
+                    self.inc_orders, self.inc_sched, self.inc_sim = orders, sched, sim
+                    self.consider(sched, sim)
+        self.emit("periodic", self.best_val, self.bound)
 
     def search_windows(self) -> None:
         """Windows over the model's incumbent (schedc.solver.windows): with CP-SAT when it runs
