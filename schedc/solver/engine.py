@@ -19,7 +19,8 @@ None) with where it comes from, and a status: ``optimal`` (the engine proved its
 only simulated values count.
 
 Engines, one module each: ``heuristic.ListHeuristic``, ``greedy.ZbGreedy``,
-``paper_greedy.ZbRounds``, ``cpsat.CpsatEngine``, ``model.MipEngine``, ``windows.WindowSearch``.
+``paper_greedy.ZbRounds``, ``periodic.PeriodicEngine``, ``cpsat.CpsatEngine``, ``model.MipEngine``,
+``windows.WindowSearch``.
 
 Cost: nothing of its own.
 """

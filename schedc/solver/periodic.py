@@ -59,7 +59,6 @@ microbatch, or when no period is feasible in time, no answer.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -112,7 +111,9 @@ def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int =
     S, P = g.S, period
     if max(dur.values()) > P:
         return "infeasible", None
-    horizon = (sum(dur.values()) + sum(lag)) + 3 * S * P  # a microbatch never waits a period per action
+    # one microbatch's work plus up to three periods of waiting per stage: a construction, so a
+    # limit here can only cost timetables, never validity
+    horizon = (sum(dur.values()) + sum(lag)) + 3 * S * P
     wraps = horizon // P + 1
     m = cp_model.CpModel()
     start = {(s, k): m.new_int_var(0, horizon, f"start_{s}{k}") for (s, k) in dur}
@@ -140,7 +141,7 @@ def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int =
         m.add_modulo_equality(phase, start[s, k], P)
         return phase
 
-    def two_laps(phase, length, demand_on=None):
+    def two_laps(phase, length):
         """The interval [phase, phase + length) and its copy one period later."""
         out = []
         for lap in (0, P):
@@ -158,13 +159,11 @@ def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int =
     for r in range(g.R):
         busy = []
         for s in g.stages[r]:
+            f_phase[s] = phase_of(s, "F")  # where its memory windows start, whatever F lasts
             for k in g.kinds(s):
                 if dur[s, k] == 0:
                     continue  # stage 0's I under torch's runtime: it takes no time
-                phase = phase_of(s, k)
-                if k == "F":
-                    f_phase[s] = phase
-                busy += two_laps(phase, dur[s, k])
+                busy += two_laps(f_phase[s] if k == "F" else phase_of(s, k), dur[s, k])
         m.add_no_overlap(busy)
 
     for r in range(g.R):
