@@ -78,3 +78,14 @@ def test_the_compiler_runs_periodic_schedules_only_under_a_tight_cap():
         assert res.sim.fits
     assert "periodic" in phases["0.5p"]
     assert "periodic" not in phases["1p"]
+
+
+@pytest.mark.parametrize("profile,runtime", [(Profile.uniform(4, 1.0, 2.0, 0.0), "torch"),  # W costs 0: one B
+                                             (Profile.uniform(4, 1.0, 1.0, 1.0), "ideal"),  # stage 0's I too
+                                             (Profile.edge_heavy(4), "ideal")])
+def test_merged_backwards_and_the_ideal_runtime(profile, runtime):
+    p = Problem.build(4, 3, n_ranks=2, placement="v", profile=profile, memory="0.5p", runtime=runtime)
+    opt, _ = exact_optimum(p, use_bounds=False)
+    sched, sim = periodic.periodic_schedule(graph_of(p), 10)
+    assert sim.fits and opt - EPS <= sim.makespan <= 1.05 * opt
+    assert sim.runtime == runtime
