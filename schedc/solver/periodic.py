@@ -29,12 +29,15 @@ at once:
   shortens the warm-up and cool-down. Only the simulated value counts.
 
 Search over P: from the busiest rank's work per microbatch (no period can be shorter) up in
-steps of 5% of it (larger ones past 1.4x) until a period is feasible, then bisection between the
-last period shown infeasible (or not solved in its time) and the shortest feasible one, to 0.5%,
-each period hinted with the last feasible timetable scaled to it: CP-SAT then finds a timetable
-in hundredths of a second where it needed more than one unhinted (4 ranks in a V at 40 GiB). Every
-feasible period's schedule is simulated and the best kept: a longer period with a shorter
-latency can win.
+steps of 5% of it (larger ones past 1.4x) while CP-SAT proves each period infeasible, which is
+quick. Near the least feasible period unhinted solves often run out of time; if the first period
+not proven infeasible is not solved either, the search comes down instead from the serial
+timetable (one microbatch at a time, always feasible), each period 85% of the last feasible one.
+Then bisection between the last period not found feasible and the shortest feasible one, to
+0.5%, each period hinted with the last feasible timetable scaled to it: CP-SAT then finds a
+timetable in hundredths of a second where it needed more than one unhinted (4 ranks in a V at
+40 GiB). Every feasible period's schedule is simulated (where the deadline allows a simulation of
+3 x S x M actions) and the best kept: a longer period with a shorter latency can win.
 
 When to use it: :func:`worth_trying`, where some rank cannot hold two microbatches of each of
 its stages at once. With room to spare the warm-up and cool-down decide more than the steady
@@ -66,7 +69,7 @@ from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import simulate
 from schedc.solver import interrupt
-from schedc.solver.deadline import Deadline
+from schedc.solver.deadline import Deadline, n_actions
 from schedc.solver.engine import Incumbent, Result, found
 from schedc.solver.graph import Graph
 
@@ -75,6 +78,7 @@ NAME = "periodic"
 GROWTH = (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4, 1.5, 1.6, 1.8, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0)
 DESCENT = 0.85  # from the serial timetable down, each period this much of the last feasible one
 RESOLUTION = 0.005  # bisection stops when the feasible and infeasible periods are this close
+SIMULATION_PASSES = 3  # a timetable's schedule: built, sorted and simulated
 UNITS_PER_PERIOD = 2000  # time resolution: the busiest rank's work per microbatch in this many units
 
 
@@ -273,6 +277,8 @@ class PeriodicEngine:
 
         def evaluate(table: Timetable) -> None:
             nonlocal best
+            if not deadline.allows(n_actions(g.S, g.M), SIMULATION_PASSES):
+                return  # the table still hints the next period
             sched = schedule_of(g, table)
             try:
                 sim = simulate(sched, problem.profile, problem.memory)
