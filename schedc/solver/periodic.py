@@ -24,16 +24,18 @@ at once:
   microbatches all the time and by one more over a window of length rho from F's phase: per
   rank, a cumulative of those windows (twice, as above) plus a constant q x bytes, within the
   rank's room;
-* objective: the latency of one microbatch (its last end). Run as timed the step is
-  (M - 1) P + latency; the simulator runs the rank orders as early as they allow, which only
-  shortens the warm-up and cool-down. Only the simulated value counts.
+* objective: the latency of one microbatch (its last end), ties to the timetable whose actions
+  start earliest. Run as timed the step is (M - 1) P + latency; the simulator runs the rank
+  orders as early as they allow, which only shortens the warm-up and cool-down. Only the
+  simulated value counts.
 
 Search over P: no period is shorter than the busiest rank's work per microbatch. The first
 period tried is twice that, then 3, 4, 6 and 8 times, until one is solved; if none is, the search
 comes down instead from the serial timetable (one microbatch at a time, always feasible), each
 period 85% of the last feasible one. Then bisection between the last period shown infeasible (or
 not solved in its time) and the shortest feasible one, to 0.5%, each period hinted with the last
-feasible timetable scaled to it. Why from above: near the least feasible period unhinted solves
+feasible timetable scaled to it; then periods 5, 10 and 20% longer than the shortest (with few
+microbatches a shorter latency can pay for a longer period). Why from above: near the least feasible period unhinted solves
 often run out of time, while a period well above it is solved unhinted in a fraction of a second
 and then hints every period of the bisection, which CP-SAT then solves in hundredths of a second
 (Llama-3-8B-like, 4 ranks in a V at 40 GiB, stages of 5,1,6,1,8,3,9,1 units, 0.8 s: 3257.7 ms,
