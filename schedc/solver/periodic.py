@@ -35,12 +35,14 @@ comes down instead from the serial timetable (one microbatch at a time, always f
 period 85% of the last feasible one. Then bisection between the last period shown infeasible (or
 not solved in its time) and the shortest feasible one, to 0.5%, each period hinted with the last
 feasible timetable scaled to it; then periods 5, 10 and 20% longer than the shortest (with few
-microbatches a shorter latency can pay for a longer period). Why from above: near the least feasible period unhinted solves
-often run out of time, while a period well above it is solved unhinted in a fraction of a second
-and then hints every period of the bisection, which CP-SAT then solves in hundredths of a second
-(Llama-3-8B-like, 4 ranks in a V at 40 GiB, stages of 5,1,6,1,8,3,9,1 units, 0.8 s: 3257.7 ms,
-where steps of 5% up from the work found no timetable in 1.4 s). Every feasible period's schedule is simulated (where the deadline allows a simulation of
-3 x S x M actions) and the best kept: a longer period with a shorter latency can win.
+microbatches a shorter latency can pay for a longer period). Every feasible period's schedule is
+simulated (where the deadline allows a pass over 3 x S x M actions) and the best kept.
+
+Why from above: near the least feasible period unhinted solves often run out of time, while a
+period well above it is solved unhinted in a fraction of a second and then hints every period
+of the bisection, which CP-SAT solves in hundredths of a second (Llama-3-8B-like, 4 ranks in a V
+at 40 GiB, stages of 5,1,6,1,8,3,9,1 units: 3257.7 ms in 0.8 s, where steps of 5% up from the
+work found no timetable in 1.4 s).
 
 When to use it: :func:`worth_trying`, where some rank cannot hold two microbatches of each of
 its stages at once. With room to spare the warm-up and cool-down decide more than the steady
@@ -57,7 +59,7 @@ CP-SAT states ``start mod P`` and a lifetime's laps and rest with its own modulo
 constraints: the linear form (start == laps * P + phase) left it without a feasible timetable for
 3 s at periods it now finds in one (8 ranks in a loop x 32 at 40 GiB).
 
-Cost: one CP-SAT model of 3 x S starts per period tried (about ten), each solve capped at a
+Cost: one CP-SAT model of 3 x S starts per period tried (about fifteen), each solve capped at a
 share of the time given; independent of the microbatch count. Without OR-Tools, with one
 microbatch, or when no period is feasible in time, no answer.
 """
@@ -108,7 +110,8 @@ def _held(g: Graph, s: int) -> list[tuple[str, float]]:
 
 
 def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int = 0,
-                 workers: int = 2, hint: Optional[Timetable] = None, first: bool = False) -> tuple[str, Optional[Timetable]]:
+                 workers: int = 2, hint: Optional[Timetable] = None,
+                 first: bool = False) -> tuple[str, Optional[Timetable]]:
     """The timetable with the least latency at `period` units, within `seconds`:
     ("feasible" | "infeasible" | "unknown", the timetable or None). A `hint` (a timetable of
     another period) is scaled to this one and given to CP-SAT as its first guess; `first` stops
@@ -291,13 +294,15 @@ class PeriodicEngine:
                 sim = simulate(sched, problem.profile, problem.memory)
             except SchedcError:  # a deadlock would be a bug in the model; the other tables stand
                 return
-            if sim.fits and (best is None or sim.objective(problem.objective) < best[1].objective(problem.objective)):
+            obj = problem.objective
+            if sim.fits and (best is None or sim.objective(obj) < best[1].objective(obj)):
                 best = (sched, sim)
 
-        def attempt(period: int, hint: Optional[Timetable], first: bool = False) -> tuple[str, Optional[Timetable]]:
+        def attempt(period: int, hint: Optional[Timetable],
+                    first: bool = False) -> tuple[str, Optional[Timetable]]:
             left = deadline.left()
-            status, table = solve_period(g, period, unit, min(left, max(0.2, left / 4)), self.seed, self.workers,
-                                         hint, first)
+            status, table = solve_period(g, period, unit, min(left, max(0.2, left / 4)), self.seed,
+                                         self.workers, hint, first)
             if table is not None:
                 evaluate(table)
             return status, table
