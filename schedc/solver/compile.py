@@ -19,7 +19,8 @@ what to keep.
    rank room for fewer than two microbatches of each of its stages): one microbatch's timetable
    repeated every P, 25% of the time (at least 2 s where the time allows). Under such a cap the
    steady state decides the step (Llama-3-8B-like, 4 ranks in a V at 40 GiB, stages of
-   5,1,6,1,8,3,9,1 units: 3600.8 ms in a 2.5 s compile before, 3257.7 ms from a period).
+   5,1,6,1,8,3,9,1 units, a 10 s compile: 3430.2 ms without the phase, 3246.6 ms with it;
+   benchmarks/periodic.py).
 4. CP-SAT polishing (schedc.solver.cpsat, when OR-Tools is installed): 40% of the time, hinted
    with the warm start; its bound is a certificate too. Measured on slow links
    (benchmarks/compile_quality.py, group e) it finds in seconds orders that the integer program
