@@ -211,7 +211,11 @@ def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int =
     # the least latency first, then every action as early as it can be: of the timetables with
     # that latency, the one the simulator's earliest starts keep closest (CP-SAT's workers
     # otherwise return any of them, and their schedules simulate to different steps)
-    m.minimize(latency * (len(start) * (horizon + 1) + 1) + sum(start.values()))
+    weight = len(start) * (horizon + 1) + 1
+    if weight * (horizon + P) < 2 ** 62:  # CP-SAT's 64-bit objective: else the latency alone
+        m.minimize(latency * weight + sum(start.values()))
+    else:
+        m.minimize(latency)
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, seconds)
