@@ -304,6 +304,18 @@ class _Compilation:
         if sim is not None and sim.fits and sim.objective(self.problem.objective) < best - TIE * max(1.0, best):
             self.best_sched, self.best_sim = sched, sim
 
+    def adopt(self, sched: Schedule, sim: SimResult, orders: list[list[int]]) -> None:
+        """A solver's answer (it fits): kept when it beats the best; its orders, kinds in
+        microbatch order, become the model's incumbent when they beat it (and the best too)."""
+        self.solver_answered = True
+        self.consider(sched, sim)
+        in_order, in_order_sim = materialize(self.inst, orders, self.problem)
+        obj = self.problem.objective
+        if in_order_sim is not None and in_order_sim.fits and \
+                (self.inc_orders is None or in_order_sim.objective(obj) < self.inc_sim.objective(obj)):
+            self.inc_orders, self.inc_sched, self.inc_sim = orders, in_order, in_order_sim
+            self.consider(in_order, in_order_sim)
+
     def incumbent(self) -> Incumbent:
         """The model's incumbent, as engines take it."""
         return Incumbent(self.inc_sched, self.inc_sim, "incumbent", self.inc_orders)
@@ -364,12 +376,7 @@ class _Compilation:
         engine = cpsat.CpsatEngine(workers=cpsat.WORKERS, seed=self.seed, stale_seconds=stale, objective=objective)
         out = engine.run(self.inst, Incumbent(self.best_sched, self.best_sim, "best so far"), Deadline.after(seconds))
         if out.sim is not None and out.sim.fits:
-            self.solver_answered = True
-            self.consider(out.schedule, out.sim)
-            sched, sim = materialize(self.inst, out.orders, self.problem)
-            obj = self.problem.objective
-            if sim is not None and sim.fits and (self.inc_orders is None or sim.objective(obj) < self.inc_sim.objective(obj)):
-                self.inc_orders, self.inc_sched, self.inc_sim = out.orders, sched, sim
+            self.adopt(out.schedule, out.sim, out.orders)
         if certifies and out.bound is not None and out.bound > self.bound:
             self.bound, self.bound_source = out.bound, out.bound_source
 
@@ -382,15 +389,8 @@ class _Compilation:
         seconds = max(share * left, min(PERIODIC_MIN_SECONDS, 0.6 * left))
         out = periodic.PeriodicEngine(seed=self.seed).run(self.graph, None, Deadline.after(seconds))
         if out.answered:
-            self.solver_answered = True
-            self.consider(out.schedule, out.sim)
-            obj = self.problem.objective
-            if self.inc_orders is None or out.sim.objective(obj) < self.inc_sim.objective(obj):
-                orders = canonical_orders(self.inst, orders_from_schedule(self.inst, out.schedule))
-                sched, sim = materialize(self.inst, orders, self.problem)
-                if sim is not None and sim.fits:
-                    self.inc_orders, self.inc_sched, self.inc_sim = orders, sched, sim
-                    self.consider(sched, sim)
+            orders = canonical_orders(self.inst, orders_from_schedule(self.inst, out.schedule))
+            self.adopt(out.schedule, out.sim, orders)
         self.emit("periodic", self.best_val, self.bound)
 
     def search_windows(self) -> None:
