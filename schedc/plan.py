@@ -80,7 +80,9 @@ CANDIDATES = 3  # partitions per placement compiled with a short time limit
 SHORT_SHARE = 0.25  # of the time limit, for all the short compiles together
 FINALISTS = 2  # partitions that go on to a second round of compiling
 SECOND_SHARE = 0.2  # of the time limit, for the second round
+TRADE_SECONDS = 5.0  # at least, for compiling the best partition with a unit traded between its ends
 CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
+CERTIFY_FLOOR = 0.1  # ... and at least this, however long the compiles before took
 PAIR_SHARE = 0.05  # of the time limit, for two-rank relaxations while the final compile still has work
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
 SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
@@ -225,6 +227,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
                                                placements, notes, say, t0)
     pools, forced = {}, {}
+    anchored_solves: dict = {}  # the anchored relaxation's solves, shared by every partition
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
@@ -234,7 +237,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     theta = best[0] if best[1] is not None else math.inf
     proven = best[1] is not None and best[1].status == "optimal"  # for its partition: the final compile is done
     bounds, certified, setters = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective,
-                                                   theta, proven, time_limit, paired, say, t0)
+                                                   theta, proven, time_limit, paired, anchored_solves, say, t0)
     best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
                                  time_limit, seed, say, t0)
     res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
@@ -358,10 +361,50 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
     if not compiled:  # no time for a short compile: the best-scored partition gets what is left
         pl, (lb, ub, counts) = order[0]
         return (math.inf, None, pl, counts), candidates, {}
+    _trade_first_and_last(profile, compiled, candidates, tried, ranks, microbatches, limit, objective, short, seed,
+                          say, t0, time_limit)
     results = {(pl, tuple(counts)): res for _, res, pl, counts in compiled}
     best = _second_round(compiled, time_limit, seed, say, t0)
     results[(best[2], tuple(best[3]))] = best[1]
     return best, candidates, results
+
+
+def _trade_first_and_last(profile, compiled, candidates, tried, ranks, microbatches, limit, objective, short, seed,
+                          say, t0, time_limit):
+    """Step 3b, under a cap where some rank of the best partition holds fewer than two
+    microbatches of each of its stages: the best partition with one unit traded between its first
+    and last stage gets a compile too, of twice the short time and at least TRADE_SECONDS (its
+    periodic schedules need about 2 s to show). In a V both stages sit on rank 0, and the first stage gives the unit: that moves
+    memory from the stage held for the whole round trip to the one held for a moment, which no
+    bound ranks well. Llama 4 ranks in a V at 40 GiB, 16 microbatches: 5,1,6,1,8,3,9,1 units per
+    stage compile to 3246.6 ms, 4,1,6,1,8,3,9,2 to 3068.9 (their own bounds rank them the other
+    way: 2682.4 and 2824.6 ms). In a loop the stages sit on ranks 0 and R-1, and both ways are
+    tried. Appends to `compiled` and `candidates`."""
+    from schedc.solver.compile import compile_problem
+    from schedc.solver.graph import graph_of
+    from schedc.solver.periodic import worth_trying
+
+    if not compiled:
+        return
+    value, res, pl, counts = min(compiled, key=lambda c: c[0])
+    if len(counts) < 3 or not worth_trying(graph_of(res.problem)):
+        return
+    units = Units.of(profile)
+    cap = math.inf if limit.kind == "none" else limit.value
+    seconds = max(2 * short, TRADE_SECONDS)
+    for d in (-1,) if pl == "v" else (-1, 1):
+        trade = (counts[0] + d,) + tuple(counts[1:-1]) + (counts[-1] - d,)
+        if (pl, trade) in tried or min(trade) < 1 or not _fits(units, trade, pl, ranks, cap) \
+                or time.monotonic() + seconds > t0 + 0.8 * time_limit or stop_requested():
+            continue
+        tried.add((pl, trade))
+        problem = _problem(profile, trade, pl, ranks, microbatches, limit, objective)
+        res = compile_problem(problem, time_limit=seconds, seed=seed)
+        candidates.append({"placement": pl, "units_per_stage": list(trade), "lower_bound": own_bound(problem),
+                           "best_hand_made": None, "step": res.value, "status": res.status})
+        say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(trade)}: step {res.value:.6g} (a unit traded between "
+            f"the first and the last stage, {res.status})")
+        compiled.append((res.value, res, pl, trade))
 
 
 def _second_round(compiled, time_limit, seed, say, t0):
@@ -387,7 +430,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
 
 
 def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, proven, time_limit,
-                      paired, say, t0):
+                      paired, anchored_solves, say, t0):
     """Step 4, per placement: the bound over partitions tightened partition by partition.
 
     ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
@@ -400,26 +443,34 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
       milliseconds) while its relaxed value is the least: at first with the current least as
       `enough` (it may stop early at a value that cannot lower it), in full when it becomes the
       least;
-    * the partition whose bound is the least gets one more two-rank relaxation
-      (schedc.solver.pair_relaxation, CP-SAT, a fraction of a second each) with `theta` as its
-      target; once it reaches `theta` or has no pair left its bound is final, and so is the
-      bound over partitions when it is still the least.
+    * the partition whose bound is the least gets one more relaxation step with `theta` as its
+      target: first the anchored relaxation of the last stage's rank with one other rank
+      (schedc.solver.anchored, CP-SAT; partitions that agree on those ranks' stages share its
+      solves), pair by pair, then the two-rank relaxations (schedc.solver.pair_relaxation,
+      CP-SAT, a fraction of a second each); once it reaches `theta` or has nothing left to try
+      its bound is final, and so is the bound over partitions when it is still the least.
 
     For a quarter of the time, the two-rank relaxations for 5% of it; when the best partition's
     compile is proven optimal (`proven`) the final compile has nothing to do, and both go on
     until 90% of the time. `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in
     a V at 80 GiB: 288 partitions are below the best step, 756.1 ms; the one-rank bounds leave
     85 below it, 28 of them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks
-    together put those at 755.2 ms or more (0.4 s each where the target is out of reach).
+    together put those at 755.2 ms or more (0.4 s each where the target is out of reach). Llama
+    4 ranks in a V at 40 GiB: the one-rank bounds leave the bound at 2682.4 ms against a best
+    step of 3246.6, the anchored relaxation of ranks 0 and 1 puts those partitions at 3132.6.
     Returns ({placement: bound}, {placement: partitions bounded one by one}, [(bound, placement,
     counts)]: per placement the partition whose bound is the least)."""
+    from schedc.solver.anchored import AnchoredRelaxation
     from schedc.solver.deadline import Deadline
     from schedc.solver.pair_relaxation import PairRelaxation
 
-    OWN_SO_FAR, OWN, PAIRS, FINAL = 0, 1, 2, 3  # how far a partition's bound has been taken
+    OWN_SO_FAR, OWN, RELAXED, FINAL = 0, 1, 2, 3  # how far a partition's bound has been taken
     # with the best partition proven optimal the final compile has nothing to do: the bound gets its time
     deadline = t0 + 0.9 * time_limit if proven else min(t0 + 0.8 * time_limit,
                                                            time.monotonic() + CERTIFY_SHARE * time_limit)
+    # the compiles before may have used 80% of the time (a traded partition, step 3b): the
+    # certificate still gets a share, taken from the final compile
+    deadline = max(deadline, min(t0 + 0.9 * time_limit, time.monotonic() + CERTIFY_FLOOR * time_limit))
     bounds, certified, setters = {}, {}, []
     for k, (pl, pb) in enumerate(searches):
         ends = Deadline(time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k))  # a share each
@@ -430,7 +481,8 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
         upcoming = next(listing, None)  # (relaxed value, counts) of the first partition not reached
         heap: list[tuple[float, int, tuple[int, ...]]] = []  # (bound, how far, counts)
         done, two_rank = 0, 0
-        relaxations: dict[tuple[int, ...], PairRelaxation] = {}  # partitions with pairs still to try
+        # partitions with relaxations still to try: the anchored one, then the two-rank one
+        relaxations: dict[tuple[int, ...], list[Union[AnchoredRelaxation, PairRelaxation]]] = {}
 
         def problem_of(counts):
             return _problem(profile, counts, pl, ranks, microbatches, limit, objective)
@@ -461,16 +513,25 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
             if (pl, counts) in paired and paired[(pl, counts)] >= theta * (1 - REL):
                 heapq.heappush(heap, (max(value, paired[(pl, counts)]), FINAL, counts))
                 continue
-            if pairs_end.expired():  # no time for two ranks together: the bound so far is final
-                heapq.heappush(heap, (value, FINAL, counts))
-                continue
             if how_far == OWN:
-                relaxations[counts] = PairRelaxation(problem_of(counts), theta)
+                problem = problem_of(counts)
+                relaxations[counts] = [AnchoredRelaxation(problem, theta, anchored_solves),
+                                       PairRelaxation(problem, theta)]
                 two_rank += 1
-            relaxation = relaxations[counts]
-            value = max(value, relaxation.next(pairs_end))  # one pair, then the least is weighed again
-            heapq.heappush(heap, (value, FINAL if relaxation.settled else PAIRS, counts))
-            if relaxation.settled:
+            queue = relaxations[counts]
+            while queue and queue[0].settled:
+                queue.pop(0)
+            # the anchored steps share their solves and may use the certificate's time; the
+            # two-rank ones stop when their share ends, and the bound so far is then final
+            step_end = ends if queue and isinstance(queue[0], AnchoredRelaxation) else pairs_end
+            if not queue or step_end.expired():
+                heapq.heappush(heap, (value, FINAL, counts))
+                relaxations.pop(counts, None)
+                continue
+            value = max(value, queue[0].next(step_end))  # one pair, then the least is weighed again
+            final = value >= theta * (1 - REL) or all(r.settled for r in queue)
+            heapq.heappush(heap, (value, FINAL if final else RELAXED, counts))
+            if final:
                 del relaxations[counts]
         waiting = upcoming[0] if upcoming is not None else threshold
         bound = min(waiting, threshold, heap[0][0] if heap else math.inf)
@@ -479,7 +540,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
             setters.append((heap[0][0], pl, heap[0][2]))
         say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
             f"{len(found)} partitions whose relaxed bound is below {threshold:.6g} bounded one by one"
-            + (f", {two_rank} with two ranks together)" if two_rank else ")"))
+            + (f", {two_rank} relaxed further: anchored, two ranks)" if two_rank else ")"))
     return bounds, certified, setters
 
 
@@ -627,7 +688,11 @@ def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: 
 
 def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline) -> dict:
     """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
-    (one boundary moved by one unit) of the best-scored partition first."""
+    of the best-scored partition first: one boundary moved by one unit, or one unit traded
+    between the first and the last stage (every boundary moved; in a V both stages are on rank
+    0, and the trade moves memory between the stage held longest and the one held shortest).
+
+    The bound is the partition's own bound (``own_bound``)."""
     scores: dict[tuple[int, ...], float] = {}
     heap: list[tuple[float, tuple[int, ...]]] = []
 
@@ -654,6 +719,8 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
                 c[b] += d
                 c[b + 1] -= d
                 score(tuple(c))
+        for d in (-1, 1) if len(counts) > 2 else ():  # trade a unit between the first and the last stage
+            score((counts[0] + d,) + counts[1:-1] + (counts[-1] - d,))
     return scores
 
 

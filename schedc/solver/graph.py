@@ -143,6 +143,11 @@ class Graph:
     def kinds(self, s: int) -> tuple[str, ...]:
         return MERGED if self.backward[s] == "B" else SPLIT
 
+    def held(self, s: int) -> list[tuple[str, float]]:
+        """(kind, bytes): a microbatch of stage s holds these bytes from its F's start until that
+        kind ends (the I's or B's share, then the W's); kinds that free nothing are left out."""
+        return [(k, -self.mem[k][s]) for k in self.kinds(s) if k != "F" and -self.mem[k][s] > 0]
+
     def input_time(self, kind: str, s: int, m: int, end_f, end_i) -> float:
         """When every input of (s, kind, m) is there, from the ends of the F's and of the I's (or
         B's) run so far, ``end_f[s][m]`` and ``end_i[s][m]``: the dependency rule at stage level,

@@ -104,11 +104,6 @@ def _costs(g: Graph, unit: float):
     return dur, lag
 
 
-def _held(g: Graph, s: int) -> list[tuple[str, float]]:
-    """(kind, bytes) a microbatch of stage s holds from its F's start until that kind ends."""
-    return [(k, -g.mem[k][s]) for k in g.kinds(s) if k != "F" and -g.mem[k][s] > 0]
-
-
 def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int = 0,
                  workers: int = 2, hint: Optional[Timetable] = None,
                  first: bool = False) -> tuple[str, Optional[Timetable]]:
@@ -181,11 +176,11 @@ def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int =
         room = g.room[r]
         if not math.isfinite(room):
             continue
-        byte_unit = max(max((b for s in g.stages[r] for _, b in _held(g, s)), default=1.0) / 1e4, 1.0)
+        byte_unit = max(max((b for s in g.stages[r] for _, b in g.held(s)), default=1.0) / 1e4, 1.0)
         capacity = math.floor(room / byte_unit)
         windows, demands, always = [], [], []
         for s in g.stages[r]:
-            for k, held in _held(g, s):
+            for k, held in g.held(s):
                 amount = math.ceil(held / byte_unit - 1e-9)
                 lifetime = m.new_int_var(0, horizon + P, "")
                 m.add(lifetime == end(s, k) - start[s, "F"])

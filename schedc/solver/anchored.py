@@ -1,0 +1,246 @@
+"""The anchored relaxation: a lower bound on the makespan from the memory of several ranks at once.
+
+Problem: a number L such that every schedule of a problem (per-rank orders of its actions under
+the dependency and memory rules of docs/design.md) has makespan >= L. Under a tight cap the step
+is set by how often microbatches can pass through the ranks that hold them, and that is decided
+by several ranks together: in a V, rank 0 holds stage 0, whose activations live for the whole
+round trip, and the last stage, whose bytes leave room for only two of stage 0's. The closed-form
+memory terms (schedc.solver.bounds) and the one-rank relaxation (schedc.solver.rank_relaxation)
+see one rank at a time, and CP-SAT on the two-rank relaxation (schedc.solver.pair_relaxation)
+proves little in seconds. Llama-3-8B-like, 4 ranks in a V, 16 microbatches, 40 GiB, stages of
+5,1,6,1,8,3,9,1 units: those bounds give 2682.4 ms, the best schedule known 3246.6 ms; this
+relaxation 3134.9 ms, in under a second.
+
+Method. Let tau_m be the start of F(S-1, m), microbatch m's forward on the last stage. Every
+stage's part of m is pinned to it by the dependency chains (schedc.solver.bounds' notation):
+
+* F(s, m) starts no later than tau_m - A(s), A(s) = head(S-1) - head(s): the forwards of stages
+  s..S-2, with communications, run before F(S-1, m);
+* I(s, m) (or B) ends no earlier than tau_m + Z(s), Z(s) = F(S-1), then the backwards of stages
+  S-1 down to s with communications; W(s, m) ends no earlier than tau_m + Z(s) + W(s).
+
+So on the rank of stage s microbatch m holds the bytes its I frees over at least
+[tau_m - A(s), tau_m + Z(s)), and the bytes its W frees over at least [tau_m - A(s),
+tau_m + Z(s) + W(s)): windows of fixed length, fixed once tau_m is. The bytes a rank holds at an
+instant are at most one of the running sums simulate() checks (at the latest F start before it,
+every microbatch then held was already counted and not yet freed), so within the room. Hence
+every schedule gives M points tau_1 <= ... <= tau_M (microbatches are interchangeable, so sorted)
+whose windows keep each rank within its room at every instant, tau_1 >= head(S-1), and the step
+ends no earlier than tau_M + F(S-1) + tailF(S-1). The least spread tau_M - tau_1 of such points
+gives
+
+    makespan >= head(S-1) + least spread + F(S-1) + tailF(S-1).
+
+The least spread is an integer program CP-SAT solves well: one variable per point, per rank a
+Cumulative of fixed-size intervals. The other rules (one action at a time, the forwards of stages
+after s) are dropped: that only makes it a relaxation. Adding each rank's one-at-a-time rule
+with free action times did not raise it on the case above.
+
+Rounding keeps it a relaxation: with time unit u, a schedule's points ceil(tau / u) are feasible
+when each window starts at ceil(tau / u) - floor(A / u) (no earlier than the real one) and lasts
+floor((A + Z') / u) - 2 units (every integer instant it covers lies in the real window);
+demands are bytes floored to the byte unit, the room as simulate()'s tolerance allows, floored;
+the real spread is at least (integer spread - 1) u.
+
+Many microbatches: the least spread s(n) of n points is superadditive over a shared point: the
+points tau_1..tau_k and tau_k..tau_n of a feasible set are feasible sets themselves (fewer
+windows hold fewer bytes), so s(n) >= s(k) + s(n - k + 1). For each block size b in
+:data:`BLOCKS` (at most M), smallest first while time allows, M points are bounded by q blocks of
+b points and the remainder: s(M) >= q s(b) + s(r + 1), M - 1 = q (b - 1) + r; the best is kept.
+The 4-rank V case above at 32 microbatches: 6110.9 ms solved whole (5 s), 6040.2 ms from blocks
+of 16 (1 s).
+
+``ranks`` restricts the windows to some ranks (a relaxation again): a plan weighs thousands of
+partitions, and two ranks' windows depend on few stage boundaries, so many partitions share one
+solve (:class:`AnchoredRelaxation` keeps them in a cache).
+
+Only for ``makespan``, like the other relaxations. Without OR-Tools, without a finite cap on the
+ranks chosen, or with one microbatch, no bound (0.0).
+
+Cost: at most two CP-SAT models per block size, of at most 16 points and 2 x (stages) x points
+intervals, each capped by the deadline (CP-SAT's proven bound stands when it stops early): blocks
+of 8 in hundredths of a second, of 16 in 0.01-2 s for the 4-rank case.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Union
+
+from schedc.solver import interrupt
+from schedc.solver.bounds import _chains
+from schedc.solver.deadline import Deadline
+from schedc.solver.graph import Graph, graph_of
+from schedc.solver.problem import Problem
+from schedc.tolerances import REL
+
+# block sizes, smallest first: a block of 8 points solves in hundredths of a second and bounds
+# any count; 16 points take up to a few seconds and lose less at the seams (module docstring)
+BLOCKS = (8, 16)
+TIME_UNITS = 4000  # time resolution: the longest window in this many units
+BYTE_UNITS = 10_000  # byte resolution: a rank's largest window in this many units
+SHRINK = 2  # units taken off each window so that it lies inside the real one (module docstring)
+
+# one rank's windows: (capacity, ((offset before tau, length, bytes), ...)) in integer units
+RankWindows = tuple[int, tuple[tuple[int, int, int], ...]]
+
+
+def windows(g: Graph, ranks: Optional[Sequence[int]] = None) -> tuple[float, tuple[RankWindows, ...]]:
+    """(the time unit in seconds, per rank with a cap that can bind: its windows). Ranks whose
+    windows for every microbatch at once fit their room are left out: they constrain nothing."""
+    ch = _chains(g)
+    a = g.S - 1
+    # Z(s): from the start of F(S-1, m) to the earliest end of I(s, m)
+    reach = {s: ch["head_i"][s] + ch["I"][s] - ch["head"][a] for s in range(g.S)}
+    chosen = range(g.R) if ranks is None else ranks
+    spans = {}
+    for r in chosen:
+        if not math.isfinite(g.room[r]):
+            continue
+        for s in g.stages[r]:
+            for k, held in g.held(s):
+                end = reach[s] + (g.dW[s] if k == "W" else 0.0)
+                spans[s, k] = (ch["head"][a] - ch["head"][s], end, held)
+    if not spans:
+        return 1.0, ()
+    unit = max(before + end for before, end, _ in spans.values()) / TIME_UNITS
+    out = []
+    for r in chosen:
+        if not math.isfinite(g.room[r]):
+            continue
+        mine = [(before, end, held) for (s, k), (before, end, held) in spans.items() if g.stage_rank[s] == r]
+        if not mine:
+            continue
+        byte_unit = max(max(held for *_, held in mine) / BYTE_UNITS, 1.0)
+        capacity = math.floor((g.room[r] + g.caps[r] * REL + REL) / byte_unit)
+        rows = []
+        for before, end, held in mine:
+            length = math.floor((before + end) / unit + REL) - SHRINK
+            amount = math.floor(held / byte_unit + REL)
+            if length > 0 and amount > 0:
+                rows.append((math.floor(before / unit + REL), length, amount))
+        if rows and g.M * sum(x[2] for x in rows) > capacity:
+            out.append((capacity, tuple(sorted(rows))))
+    return unit, tuple(out)
+
+
+def least_spread(model: tuple[RankWindows, ...], n: int, seconds: float) -> tuple[int, bool]:
+    """(a lower bound on the least integer spread of n points whose windows keep every rank
+    within its capacity, whether it is the optimum): CP-SAT's optimum, or its proven bound when
+    `seconds` run out (0 when it proves nothing)."""
+    from ortools.sat.python import cp_model
+
+    if n < 2 or not model:
+        return 0, True
+    # n points, each past every window of the last: no two microbatches share an instant
+    apart = max(b for _, rows in model for b, _, _ in rows) + max(ln for _, rows in model for _, ln, _ in rows) + 1
+    horizon = (n - 1) * apart
+    m = cp_model.CpModel()
+    tau = [m.new_int_var(0, horizon, f"tau_{i}") for i in range(n)]
+    m.add(tau[0] == 0)
+    for i in range(1, n):
+        m.add(tau[i] >= tau[i - 1])
+    for capacity, rows in model:
+        intervals, demands = [], []
+        for before, length, amount in rows:
+            for t in tau:
+                intervals.append(m.new_fixed_size_interval_var(t - before, length, ""))
+                demands.append(amount)
+        m.add_cumulative(intervals, demands, capacity)
+    m.minimize(tau[-1])
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    solver.parameters.num_workers = 2
+    solver.parameters.catch_sigint_signal = False  # schedc.solver.interrupt handles Ctrl-C
+    with interrupt.stop_native_solver(solver.stop_search):
+        status = solver.solve(m)
+    if status == cp_model.INFEASIBLE or status == cp_model.MODEL_INVALID:
+        return 0, False  # the horizon admits a solution whenever one microbatch fits: claim nothing
+    bound = solver.best_objective_bound
+    return (max(0, math.ceil(bound - REL)) if math.isfinite(bound) else 0), status == cp_model.OPTIMAL
+
+
+def spread_bound(model: tuple[RankWindows, ...], M: int, deadline: Deadline, cache: Optional[dict] = None,
+                 blocks: Sequence[int] = BLOCKS) -> int:
+    """A lower bound on the least integer spread of M points, from blocks of each size in `blocks`
+    (at most M) in turn while the deadline allows, the best kept (module docstring). `cache` maps
+    (model, n) to values proven optimal."""
+    best = 0
+    for size in sorted({min(M, b) for b in blocks}):
+        if size < 2 or (best and deadline.expired()):
+            break
+        q, r = divmod(M - 1, size - 1)
+        total = 0
+        for n, times in ((size, q), (r + 1, 1)):
+            if times == 0 or n < 2:
+                continue
+            key = (model, n)
+            value = cache.get(key) if cache is not None else None
+            if value is None:
+                value, proven = least_spread(model, n, deadline.left())
+                if cache is not None and proven:
+                    cache[key] = value
+            total += times * value
+        best = max(best, total)
+    return best
+
+
+def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Optional[Sequence[int]] = None,
+                   cache: Optional[dict] = None, blocks: Sequence[int] = BLOCKS) -> float:
+    """A lower bound on the problem's makespan from its anchored relaxation (module docstring),
+    with the windows of `ranks` only (all ranks by default) and blocks of the sizes in `blocks`:
+    0.0 when it does not apply."""
+    from schedc.solver.cpsat import cpsat_available
+
+    g = graph_of(problem)
+    if g.problem.objective != "makespan" or g.M < 2 or not cpsat_available():
+        return 0.0
+    unit, model = windows(g, ranks)
+    if not model:
+        return 0.0
+    spread = spread_bound(model, g.M, deadline, cache, blocks)
+    if spread <= 1:
+        return 0.0
+    ch = _chains(g)
+    a = g.S - 1
+    return ch["head"][a] + (spread - 1) * unit + ch["F"][a] + ch["tail_f"][a]
+
+
+class AnchoredRelaxation:
+    """The anchored relaxation of one problem over pairs of ranks, one step at a time, for a plan
+    that weighs many partitions (the interface of schedc.solver.pair_relaxation.PairRelaxation).
+    Each pair is the rank of the last stage, whose forward anchors the windows, with one other
+    rank, nearest that rank first (its stages' windows are pinned by the shortest chains). Two
+    ranks' windows depend on only a few stage boundaries and the pairs come in the same order for
+    every partition, so partitions share solves through `cache`: 4 ranks in a V at 40 GiB, the 371
+    partitions whose own bound is below 3183 ms have 12 distinct pairs (0, 1). Every pair is
+    tried with blocks of 8 points first (hundredths of a second), then with blocks of 16.
+    ``best``: the bound so far; ``settled``: it reached `target`, or every step is done."""
+
+    def __init__(self, problem: Union[Problem, Graph], target: float, cache: Optional[dict] = None):
+        from schedc.solver.cpsat import cpsat_available
+        from schedc.solver.periodic import worth_trying
+
+        self.g, self.target, self.best = graph_of(problem), target, 0.0
+        self.cache = {} if cache is None else cache
+        self.steps: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (ranks, block sizes)
+        g = self.g
+        # where every rank holds two microbatches of each of its stages the windows rarely bind,
+        # and the two-rank relaxation gets the time
+        if g.problem.objective != "makespan" or not worth_trying(g) or not cpsat_available():
+            return
+        anchor = g.stage_rank[g.S - 1]
+        others = sorted((r for r in range(g.R) if r != anchor), key=lambda r: abs(r - anchor))
+        pairs = [(anchor, r) for r in others] or [(anchor,)]
+        self.steps = [(pair, BLOCKS[:1]) for pair in pairs] + [(pair, BLOCKS) for pair in pairs]
+
+    @property
+    def settled(self) -> bool:
+        return self.best >= self.target or not self.steps
+
+    def next(self, deadline: Deadline) -> float:
+        """Take the next step (never past `deadline`); the bound so far."""
+        if not self.settled:
+            ranks, blocks = self.steps.pop(0)
+            self.best = max(self.best, anchored_bound(self.g, deadline, ranks, self.cache, blocks))
+        return self.best
