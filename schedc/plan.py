@@ -82,7 +82,7 @@ FINALISTS = 2  # partitions that go on to a second round of compiling
 SECOND_SHARE = 0.2  # of the time limit, for the second round
 TRADE_SECONDS = 5.0  # at least, for compiling the best partition with a unit traded between its ends
 CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
-CERTIFY_FLOOR = 0.1  # ... and at least this, however long the compiles before took
+CERTIFY_FLOOR = 0.1  # ... and under a tight cap at least this, however long the compiles before took
 PAIR_SHARE = 0.05  # of the time limit, for two-rank relaxations while the final compile still has work
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
 SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
@@ -237,7 +237,8 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     theta = best[0] if best[1] is not None else math.inf
     proven = best[1] is not None and best[1].status == "optimal"  # for its partition: the final compile is done
     bounds, certified, setters = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective,
-                                                   theta, proven, time_limit, paired, anchored_solves, say, t0)
+                                                   theta, proven, time_limit, paired, anchored_solves,
+                                                   _tight(best), say, t0)
     best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
                                  time_limit, seed, say, t0)
     res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
@@ -369,6 +370,16 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
     return best, candidates, results
 
 
+def _tight(best) -> bool:
+    """Whether the best partition's cap leaves some rank room for fewer than two microbatches of
+    each of its stages (schedc.solver.periodic.worth_trying): there the trade of step 3b and the
+    anchored relaxation of step 4 apply."""
+    from schedc.solver.graph import graph_of
+    from schedc.solver.periodic import worth_trying
+
+    return best[1] is not None and worth_trying(graph_of(best[1].problem))
+
+
 def _trade_first_and_last(profile, compiled, candidates, tried, ranks, microbatches, limit, objective, short, seed,
                           say, t0, time_limit):
     """Step 3b, under a cap where some rank of the best partition holds fewer than two
@@ -381,13 +392,11 @@ def _trade_first_and_last(profile, compiled, candidates, tried, ranks, microbatc
     way: 2682.4 and 2824.6 ms). In a loop the stages sit on ranks 0 and R-1, and both ways are
     tried. Appends to `compiled` and `candidates`."""
     from schedc.solver.compile import compile_problem
-    from schedc.solver.graph import graph_of
-    from schedc.solver.periodic import worth_trying
 
     if not compiled:
         return
     value, res, pl, counts = min(compiled, key=lambda c: c[0])
-    if len(counts) < 3 or not worth_trying(graph_of(res.problem)):
+    if len(counts) < 3 or not _tight((value, res)):
         return
     units = Units.of(profile)
     cap = math.inf if limit.kind == "none" else limit.value
@@ -430,7 +439,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
 
 
 def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, proven, time_limit,
-                      paired, anchored_solves, say, t0):
+                      paired, anchored_solves, tight, say, t0):
     """Step 4, per placement: the bound over partitions tightened partition by partition.
 
     ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
@@ -468,9 +477,10 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     # with the best partition proven optimal the final compile has nothing to do: the bound gets its time
     deadline = t0 + 0.9 * time_limit if proven else min(t0 + 0.8 * time_limit,
                                                            time.monotonic() + CERTIFY_SHARE * time_limit)
-    # the compiles before may have used 80% of the time (a traded partition, step 3b): the
-    # certificate still gets a share, taken from the final compile
-    deadline = max(deadline, min(t0 + 0.9 * time_limit, time.monotonic() + CERTIFY_FLOOR * time_limit))
+    if tight:
+        # the compiles before may have used 80% of the time (a traded partition, step 3b): the
+        # anchored relaxation still gets a share, taken from the final compile
+        deadline = max(deadline, min(t0 + 0.9 * time_limit, time.monotonic() + CERTIFY_FLOOR * time_limit))
     bounds, certified, setters = {}, {}, []
     for k, (pl, pb) in enumerate(searches):
         ends = Deadline(time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k))  # a share each
@@ -480,9 +490,10 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
         listing = iter(found)
         upcoming = next(listing, None)  # (relaxed value, counts) of the first partition not reached
         heap: list[tuple[float, int, tuple[int, ...]]] = []  # (bound, how far, counts)
-        done, two_rank = 0, 0
-        # partitions with relaxations still to try: the anchored one, then the two-rank one
-        relaxations: dict[tuple[int, ...], list[Union[AnchoredRelaxation, PairRelaxation]]] = {}
+        done, n_anchored, two_rank = 0, 0, 0
+        # partitions with steps still to take: the anchored relaxation first, then two ranks together
+        anchored: dict[tuple[int, ...], AnchoredRelaxation] = {}
+        pairs: dict[tuple[int, ...], PairRelaxation] = {}
 
         def problem_of(counts):
             return _problem(profile, counts, pl, ranks, microbatches, limit, objective)
@@ -513,26 +524,27 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
             if (pl, counts) in paired and paired[(pl, counts)] >= theta * (1 - REL):
                 heapq.heappush(heap, (max(value, paired[(pl, counts)]), FINAL, counts))
                 continue
-            if how_far == OWN:
-                problem = problem_of(counts)
-                relaxations[counts] = [AnchoredRelaxation(problem, theta, anchored_solves),
-                                       PairRelaxation(problem, theta)]
-                two_rank += 1
-            queue = relaxations[counts]
-            while queue and queue[0].settled:
-                queue.pop(0)
-            # the anchored steps share their solves and may use the certificate's time; the
-            # two-rank ones stop when their share ends, and the bound so far is then final
-            step_end = ends if queue and isinstance(queue[0], AnchoredRelaxation) else pairs_end
-            if not queue or step_end.expired():
-                heapq.heappush(heap, (value, FINAL, counts))
-                relaxations.pop(counts, None)
+            if how_far == OWN and tight:
+                anchored[counts] = AnchoredRelaxation(problem_of(counts), theta, anchored_solves)
+                n_anchored += 1
+            if counts in anchored and not anchored[counts].settled:
+                # its solves are shared and cheap: it has the certificate's time
+                value = max(value, anchored[counts].next(ends))  # one step, then the least is weighed again
+                heapq.heappush(heap, (value, FINAL if value >= theta * (1 - REL) else RELAXED, counts))
                 continue
-            value = max(value, queue[0].next(step_end))  # one pair, then the least is weighed again
-            final = value >= theta * (1 - REL) or all(r.settled for r in queue)
-            heapq.heappush(heap, (value, FINAL if final else RELAXED, counts))
-            if final:
-                del relaxations[counts]
+            anchored.pop(counts, None)
+            if value >= theta * (1 - REL) or pairs_end.expired():
+                # no time for two ranks together: the bound so far is final
+                heapq.heappush(heap, (value, FINAL, counts))
+                continue
+            if counts not in pairs:
+                pairs[counts] = PairRelaxation(problem_of(counts), theta)
+                two_rank += 1
+            relaxation = pairs[counts]
+            value = max(value, relaxation.next(pairs_end))  # one pair, then the least is weighed again
+            heapq.heappush(heap, (value, FINAL if relaxation.settled else RELAXED, counts))
+            if relaxation.settled:
+                del pairs[counts]
         waiting = upcoming[0] if upcoming is not None else threshold
         bound = min(waiting, threshold, heap[0][0] if heap else math.inf)
         bounds[pl], certified[pl] = max(pb.value, bound), done
@@ -540,7 +552,8 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
             setters.append((heap[0][0], pl, heap[0][2]))
         say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
             f"{len(found)} partitions whose relaxed bound is below {threshold:.6g} bounded one by one"
-            + (f", {two_rank} relaxed further: anchored, two ranks)" if two_rank else ")"))
+            + (f", {n_anchored} with the anchored relaxation" if n_anchored else "")
+            + (f", {two_rank} with two ranks together)" if two_rank else ")"))
     return bounds, certified, setters
 
 
@@ -688,11 +701,7 @@ def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: 
 
 def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline) -> dict:
     """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
-    of the best-scored partition first: one boundary moved by one unit, or one unit traded
-    between the first and the last stage (every boundary moved; in a V both stages are on rank
-    0, and the trade moves memory between the stage held longest and the one held shortest).
-
-    The bound is the partition's own bound (``own_bound``)."""
+    (one boundary moved by one unit) of the best-scored partition first."""
     scores: dict[tuple[int, ...], float] = {}
     heap: list[tuple[float, tuple[int, ...]]] = []
 
@@ -719,8 +728,6 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
                 c[b] += d
                 c[b + 1] -= d
                 score(tuple(c))
-        for d in (-1, 1) if len(counts) > 2 else ():  # trade a unit between the first and the last stage
-            score((counts[0] + d,) + counts[1:-1] + (counts[-1] - d,))
     return scores
 
 

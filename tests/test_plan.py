@@ -367,3 +367,37 @@ def test_an_explicit_partition_sets_the_stage_count_the_frameworks_build():
         framework_build("torchtitan", "1F1B", 2, partition=4)
     with pytest.raises(SchedcError, match="not a multiple of the 2 PP ranks"):
         framework_build("nemo", "Interleaved1F1B", 2, partition=5)
+
+
+def test_under_a_tight_cap_the_best_partition_trades_a_unit_between_its_ends(monkeypatch):
+    # step 3b: the first stage of a V gives a unit to the last (both on rank 0), moving memory from
+    # the stage held for the whole round trip to the one held for a moment; in a loop both ways.
+    # With room for two microbatches of every stage nothing is traded.
+    import importlib
+    import types
+
+    import schedc.solver.compile as compile_module
+    from schedc.model_costs import unit_profile
+
+    compiled_counts = []
+
+    def compile_recorded(problem, time_limit, seed=0, warm=None):
+        compiled_counts.append(problem)
+        return types.SimpleNamespace(problem=problem, status="feasible", value=1.0)
+
+    monkeypatch.setattr(compile_module, "compile_problem", compile_recorded)
+    plan_module = importlib.import_module("schedc.plan")
+    units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32, kv_heads=8)
+    for placement, counts, memory, expected in (
+            ("v", (5, 1, 6, 1, 8, 3, 9, 1), "44GiB", [(4, 1, 6, 1, 8, 3, 9, 2)]),
+            ("loop", (9, 8, 8, 9), "50GiB", [(8, 8, 8, 10), (10, 8, 8, 8)]),
+            ("v", (5, 1, 6, 1, 8, 3, 9, 1), "none", [])):
+        limit = parse_cap(memory)
+        best = types.SimpleNamespace(problem=_problem(units, counts, placement, 4, 16, limit, "makespan"))
+        compiled, candidates, tried = [(2.0, best, placement, counts)], [], {(placement, counts)}
+        compiled_counts.clear()
+        plan_module._trade_first_and_last(units, compiled, candidates, tried, 4, 16, limit, "makespan", 1.0, 0,
+                                          lambda line: None, time.monotonic(), 100.0)
+        assert [c for _, _, _, c in compiled[1:]] == expected
+        assert [c["units_per_stage"] for c in candidates] == [list(c) for c in expected]
+        assert len(compiled_counts) == len(expected) and all(c["step"] == 1.0 for c in candidates)

@@ -68,7 +68,7 @@ import math
 from typing import Optional, Sequence, Union
 
 from schedc.solver import interrupt
-from schedc.solver.bounds import _chains
+from schedc.solver.bounds import chains
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
@@ -88,7 +88,7 @@ RankWindows = tuple[int, tuple[tuple[int, int, int], ...]]
 def windows(g: Graph, ranks: Optional[Sequence[int]] = None) -> tuple[float, tuple[RankWindows, ...]]:
     """(the time unit in seconds, per rank with a cap that can bind: its windows). Ranks whose
     windows for every microbatch at once fit their room are left out: they constrain nothing."""
-    ch = _chains(g)
+    ch = chains(g)
     a = g.S - 1
     # Z(s): from the start of F(S-1, m) to the earliest end of I(s, m)
     reach = {s: ch["head_i"][s] + ch["I"][s] - ch["head"][a] for s in range(g.S)}
@@ -201,7 +201,7 @@ def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Op
     spread = spread_bound(model, g.M, deadline, cache, blocks)
     if spread <= 1:
         return 0.0
-    ch = _chains(g)
+    ch = chains(g)
     a = g.S - 1
     return ch["head"][a] + (spread - 1) * unit + ch["F"][a] + ch["tail_f"][a]
 

@@ -123,7 +123,9 @@ from schedc.solver.problem import Problem
 from schedc.tolerances import REL
 
 
-def _chains(g: Graph) -> dict:
+def chains(g: Graph) -> dict:
+    """One microbatch's chains of the module docstring, per stage: head, after_f, head_i, tail_i,
+    tail_f (and F, I, W, c, chain); schedc.solver.anchored pins its windows with them."""
     S = g.S
     F, I, W = g.dF, g.dI, g.dW
     c = g.comm[: S - 1]
@@ -291,7 +293,7 @@ def _rank_terms(g: Graph, ch: dict, r: int) -> dict[str, float]:
 def _details(problem: Union[Problem, Graph]) -> tuple[dict[str, float], list[float]]:
     g = graph_of(problem)
     problem = g.problem
-    ch = _chains(g)
+    ch = chains(g)
     per_rank_terms = [_rank_terms(g, ch, r) for r in range(g.R)]
     names = SPAN_TERMS + (MAKESPAN_TERMS if problem.objective == "makespan" else ())
     out = {name: max(t[name] for t in per_rank_terms) for name in names}
