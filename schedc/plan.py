@@ -385,12 +385,12 @@ def _trade_first_and_last(profile, compiled, candidates, tried, ranks, microbatc
     """Step 3b, under a cap where some rank of the best partition holds fewer than two
     microbatches of each of its stages: the best partition with one unit traded between its first
     and last stage gets a compile too, of twice the short time and at least TRADE_SECONDS (its
-    periodic schedules need about 2 s to show). In a V both stages sit on rank 0, and the first stage gives the unit: that moves
-    memory from the stage held for the whole round trip to the one held for a moment, which no
-    bound ranks well. Llama 4 ranks in a V at 40 GiB, 16 microbatches: 5,1,6,1,8,3,9,1 units per
-    stage compile to 3246.6 ms, 4,1,6,1,8,3,9,2 to 3068.9 (their own bounds rank them the other
-    way: 2682.4 and 2824.6 ms). In a loop the stages sit on ranks 0 and R-1, and both ways are
-    tried. Appends to `compiled` and `candidates`."""
+    periodic schedules need about 2 s to show). In a V both stages sit on rank 0, and the first
+    stage gives the unit: that moves memory from the stage held for the whole round trip to the
+    one held for a moment, which no bound ranks well. Llama 4 ranks in a V at 40 GiB, 16
+    microbatches: 5,1,6,1,8,3,9,1 units per stage compile to 3246.6 ms, 4,1,6,1,8,3,9,2 to 3068.9
+    (their own bounds rank them the other way: 2682.4 and 2824.6 ms). In a loop the stages sit on
+    ranks 0 and R-1, and both ways are tried. Appends to `compiled` and `candidates`."""
     from schedc.solver.compile import compile_problem
 
     if not compiled:
@@ -459,9 +459,9 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
       CP-SAT, a fraction of a second each); once it reaches `theta` or has nothing left to try
       its bound is final, and so is the bound over partitions when it is still the least.
 
-    For a quarter of the time, the two-rank relaxations for 5% of it; when the best partition's
-    compile is proven optimal (`proven`) the final compile has nothing to do, and both go on
-    until 90% of the time. `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in
+    For a quarter of the time (under a tight cap at least a tenth, however long the compiles
+    took), the two-rank relaxations for 5% of it; when the best partition's compile is proven
+    optimal (`proven`) the final compile has nothing to do, and both go on until 90% of the time. `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in
     a V at 80 GiB: 288 partitions are below the best step, 756.1 ms; the one-rank bounds leave
     85 below it, 28 of them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks
     together put those at 755.2 ms or more (0.4 s each where the target is out of reach). Llama
