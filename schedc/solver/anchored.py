@@ -92,23 +92,15 @@ def windows(g: Graph, ranks: Optional[Sequence[int]] = None) -> tuple[float, tup
     a = g.S - 1
     # Z(s): from the start of F(S-1, m) to the earliest end of I(s, m)
     reach = {s: ch["head_i"][s] + ch["I"][s] - ch["head"][a] for s in range(g.S)}
-    chosen = range(g.R) if ranks is None else ranks
-    spans = {}
-    for r in chosen:
-        if not math.isfinite(g.room[r]):
-            continue
-        for s in g.stages[r]:
-            for k, held in g.held(s):
-                end = reach[s] + (g.dW[s] if k == "W" else 0.0)
-                spans[s, k] = (ch["head"][a] - ch["head"][s], end, held)
-    if not spans:
+    # per rank with a cap: (A(s), Z(s) or Z(s) + W(s), bytes) of each window
+    spans = {r: [(ch["head"][a] - ch["head"][s], reach[s] + (g.dW[s] if k == "W" else 0.0), held)
+                 for s in g.stages[r] for k, held in g.held(s)]
+             for r in (range(g.R) if ranks is None else ranks) if math.isfinite(g.room[r])}
+    if not any(spans.values()):
         return 1.0, ()
-    unit = max(before + end for before, end, _ in spans.values()) / TIME_UNITS
+    unit = max(before + end for mine in spans.values() for before, end, _ in mine) / TIME_UNITS
     out = []
-    for r in chosen:
-        if not math.isfinite(g.room[r]):
-            continue
-        mine = [(before, end, held) for (s, k), (before, end, held) in spans.items() if g.stage_rank[s] == r]
+    for r, mine in spans.items():
         if not mine:
             continue
         byte_unit = max(max(held for *_, held in mine) / BYTE_UNITS, 1.0)

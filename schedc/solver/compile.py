@@ -198,9 +198,10 @@ def compile_problem(
     c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
     if c.inst is None:
         return c.result(time_limit)
-    if use_cpsat and c.unfinished(0.5) and periodic.worth_trying(graph):
+    tight = use_cpsat and periodic.worth_trying(graph)  # the gate of steps 3b and 3c
+    if tight and c.unfinished(0.5):
         c.try_periodic(PERIODIC_SHARE)
-    if use_cpsat and c.unfinished(0.5) and periodic.worth_trying(graph):
+    if tight and c.unfinished(0.5):
         c.raise_bound_anchored(ANCHORED_SHARE)
     if use_cpsat and c.unfinished(0.5):
         c.polish_with_cpsat(CPSAT_SHARE if mip else 1.0)
