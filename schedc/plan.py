@@ -20,7 +20,9 @@ Method (``plan``):
    compute-balanced split, then alternately the best by bound and the best by hand-made step; a
    partition whose bound is not below the best step found so far cannot win and is skipped, and
    so is one whose first two-rank relaxation (``schedc.solver.pair_relaxation``) is not. The
-   two best go on from their answers for 10% of the time each (a second round).
+   two best go on from their answers for 10% of the time each (a second round). Under a tight
+   cap (the best so far leaves some rank room for fewer than two microbatches of each of its
+   stages) two short compiles and no second round: there step 4 ranks the partitions better.
 4. The certificate (at most a quarter of the time, or 90% as below; it often ends early): every
    partition whose relaxed terms stay below the best step found
    (``schedc.partition.partitions_below``: no other partition can beat it) gets its own bound, the
@@ -35,14 +37,20 @@ Method (``plan``):
    own bound is the least then gets the two-rank relaxation, one pair of ranks at a time (CP-SAT;
    5% of the time, or up to 90% of it when the best partition is proven optimal): Llama 16 ranks in
    a V at 80 GiB, 28 partitions at 727.8-737.9 ms by one rank each, 755.2 or more by two: gap 3.8%
-   -> 1.6-1.7%.
+   -> 1.6-1.7%. Under a tight cap the block relaxation (``schedc.solver.blocks``: the whole
+   problem on 3, then 4 microbatches) comes first, for at least 40% of the time: it is within
+   0.5% of the partition's optimum there, where the one-rank bounds leave 5-20%, so the least
+   bound it leaves also names the partition to compile (4b).
 4b. The partition whose own bound was the least sets the bound; where the best step found is more
    than 1% above it, it gets a compile of its own (25% of the time; it goes on from its short
    compile if it had one, and takes all the time left when the best is already proven optimal
    for its partition): the bound-guided search from the dynamic program's partition can miss it
    (Llama 8 ranks in a V at 40 GiB: 1242.6 ms found, 1174.3 ms on the partition with the least
-   bound, 1170.6). Skipped when a short compile already tried another partition with as low a
-   bound and it lost: there the bound is loose, not unreached.
+   bound, 1170.6; Llama 4 ranks in a V at 40 GiB, 16 microbatches: 3257.7 ms found, the block
+   relaxation's least 2898.3 on 4,1,5,1,8,4,9,2, whose compile proves 2909.8 optimal). Under a
+   tight cap it is the least among the partitions the block relaxation ranked in full. Skipped
+   when a short compile already tried another partition with as low a bound (the one step 4
+   took it to) and it lost: there the bound is loose, not unreached.
 5. The best partition gets the time left, warm-started from the better of its short compile's
    answer and a fresh warm start with the budget a compile of that length gives one.
 Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
@@ -77,13 +85,15 @@ SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partit
 SEARCH_EVALUATIONS = 400  # partitions scored by their lower bound, at most, per placement
 SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
 CANDIDATES = 3  # partitions per placement compiled with a short time limit
+TIGHT_CANDIDATES = 2  # ... where the best so far leaves a rank room for fewer than two microbatches
 SHORT_SHARE = 0.25  # of the time limit, for all the short compiles together
 FINALISTS = 2  # partitions that go on to a second round of compiling
 SECOND_SHARE = 0.2  # of the time limit, for the second round
-TRADE_SECONDS = 5.0  # at least, for compiling the best partition with a unit traded between its ends
 CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
-CERTIFY_FLOOR = 0.1  # ... and under a tight cap at least this, however long the compiles before took
+TIGHT_CERTIFY_SHARE = 0.4  # ... under a tight cap at least this (the block relaxation, one solve a partition)
+TIGHT_CERTIFY_END = 0.75  # ... but no later than this, which leaves step 4b a compile
 PAIR_SHARE = 0.05  # of the time limit, for two-rank relaxations while the final compile still has work
+CERTIFY_BLOCKS = (3, 4)  # block sizes of the block relaxation in the certificate (schedc.solver.blocks)
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
 SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
 SETTER_MARGIN = 0.01  # ... when the best step found is more than this above that bound
@@ -227,7 +237,6 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
                                                placements, notes, say, t0)
     pools, forced = {}, {}
-    anchored_solves: dict = {}  # the anchored relaxation's solves, shared by every partition
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
@@ -236,11 +245,11 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                                                 time_limit, seed, paired, say, t0)
     theta = best[0] if best[1] is not None else math.inf
     proven = best[1] is not None and best[1].status == "optimal"  # for its partition: the final compile is done
-    bounds, certified, setters = _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective,
-                                                   theta, proven, time_limit, paired, anchored_solves,
-                                                   _tight(best), say, t0)
+    bounds, certified, setters, reached = _certified_bounds(profile, searches, ranks, microbatches, limit, cap,
+                                                            objective, theta, proven, time_limit, paired,
+                                                            _tight(best), say, t0)
     best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
-                                 time_limit, seed, say, t0)
+                                 time_limit, seed, say, t0, reached)
     res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
     comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
     bound = min(bounds.values())
@@ -334,6 +343,10 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
     for pl, (lb, ub, counts) in order:
         if (pl, counts) in tried or per_placement[pl] >= CANDIDATES:
             continue
+        if per_placement[pl] >= TIGHT_CANDIDATES and _tight(min(compiled, key=lambda c: c[0])):
+            # under a tight cap the certificate's block relaxation ranks the partitions better
+            # than more short compiles, and the one it ranks first is compiled (step 4b)
+            continue
         tried.add((pl, counts))
         if compiled and lb >= min(c[0] for c in compiled) * (1 - REL):
             continue
@@ -362,58 +375,22 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
     if not compiled:  # no time for a short compile: the best-scored partition gets what is left
         pl, (lb, ub, counts) = order[0]
         return (math.inf, None, pl, counts), candidates, {}
-    _trade_first_and_last(profile, compiled, candidates, tried, ranks, microbatches, limit, objective, short, seed,
-                          say, t0, time_limit)
     results = {(pl, tuple(counts)): res for _, res, pl, counts in compiled}
-    best = _second_round(compiled, time_limit, seed, say, t0)
+    best = min(compiled, key=lambda c: c[0])
+    if not _tight(best):  # under a tight cap the time goes to the block relaxation and step 4b
+        best = _second_round(compiled, time_limit, seed, say, t0)
     results[(best[2], tuple(best[3]))] = best[1]
     return best, candidates, results
 
 
 def _tight(best) -> bool:
     """Whether the best partition's cap leaves some rank room for fewer than two microbatches of
-    each of its stages (schedc.solver.periodic.worth_trying): there the trade of step 3b and the
-    anchored relaxation of step 4 apply."""
+    each of its stages (schedc.solver.periodic.worth_trying): there the block relaxation ranks the
+    partitions in step 4, and steps 3 and 4 make room for it."""
     from schedc.solver.graph import graph_of
     from schedc.solver.periodic import worth_trying
 
     return best[1] is not None and worth_trying(graph_of(best[1].problem))
-
-
-def _trade_first_and_last(profile, compiled, candidates, tried, ranks, microbatches, limit, objective, short, seed,
-                          say, t0, time_limit):
-    """Step 3b, under a cap where some rank of the best partition holds fewer than two
-    microbatches of each of its stages: the best partition with one unit traded between its first
-    and last stage gets a compile too, of twice the short time and at least TRADE_SECONDS (its
-    periodic schedules need about 2 s to show). In a V both stages sit on rank 0, and the first
-    stage gives the unit: that moves memory from the stage held for the whole round trip to the
-    one held for a moment, which no bound ranks well. Llama 4 ranks in a V at 40 GiB, 16
-    microbatches: 5,1,6,1,8,3,9,1 units per stage compile to 3246.6 ms, 4,1,6,1,8,3,9,2 to 3068.9
-    (their own bounds rank them the other way: 2682.4 and 2824.6 ms). In a loop the stages sit on
-    ranks 0 and R-1, and both ways are tried. Appends to `compiled` and `candidates`."""
-    from schedc.solver.compile import compile_problem
-
-    if not compiled:
-        return
-    value, res, pl, counts = min(compiled, key=lambda c: c[0])
-    if len(counts) < 3 or not _tight((value, res)):
-        return
-    units = Units.of(profile)
-    cap = math.inf if limit.kind == "none" else limit.value
-    seconds = max(2 * short, TRADE_SECONDS)
-    for d in (-1,) if pl == "v" else (-1, 1):
-        trade = (counts[0] + d,) + tuple(counts[1:-1]) + (counts[-1] - d,)
-        if (pl, trade) in tried or min(trade) < 1 or not _fits(units, trade, pl, ranks, cap) \
-                or time.monotonic() + seconds > t0 + 0.8 * time_limit or stop_requested():
-            continue
-        tried.add((pl, trade))
-        problem = _problem(profile, trade, pl, ranks, microbatches, limit, objective)
-        res = compile_problem(problem, time_limit=seconds, seed=seed)
-        candidates.append({"placement": pl, "units_per_stage": list(trade), "lower_bound": own_bound(problem),
-                           "best_hand_made": None, "step": res.value, "status": res.status})
-        say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(trade)}: step {res.value:.6g} (a unit traded between "
-            f"the first and the last stage, {res.status})")
-        compiled.append((res.value, res, pl, trade))
 
 
 def _second_round(compiled, time_limit, seed, say, t0):
@@ -439,7 +416,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
 
 
 def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, proven, time_limit,
-                      paired, anchored_solves, tight, say, t0):
+                      paired, tight, say, t0):
     """Step 4, per placement: the bound over partitions tightened partition by partition.
 
     ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
@@ -453,23 +430,27 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
       `enough` (it may stop early at a value that cannot lower it), in full when it becomes the
       least;
     * the partition whose bound is the least gets one more relaxation step with `theta` as its
-      target: first the anchored relaxation of the last stage's rank with one other rank
-      (schedc.solver.anchored, CP-SAT; partitions that agree on those ranks' stages share its
-      solves), pair by pair, then the two-rank relaxations (schedc.solver.pair_relaxation,
-      CP-SAT, a fraction of a second each); once it reaches `theta` or has nothing left to try
-      its bound is final, and so is the bound over partitions when it is still the least.
+      target: under a tight cap (`tight`) first the block relaxation (schedc.solver.blocks:
+      the whole problem on blocks of 3, then 4 microbatches, CP-SAT, a tenth of a second each),
+      then the two-rank relaxations (schedc.solver.pair_relaxation, CP-SAT, a fraction of a
+      second each); once it reaches `theta` or has nothing left to try its bound is final, and
+      so is the bound over partitions when it is still the least.
 
-    For a quarter of the time (under a tight cap at least a tenth, however long the compiles
-    took), the two-rank relaxations for 5% of it; when the best partition's compile is proven
-    optimal (`proven`) the final compile has nothing to do, and both go on until 90% of the time. `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in
-    a V at 80 GiB: 288 partitions are below the best step, 756.1 ms; the one-rank bounds leave
-    85 below it, 28 of them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks
-    together put those at 755.2 ms or more (0.4 s each where the target is out of reach). Llama
-    4 ranks in a V at 40 GiB: the one-rank bounds leave the bound at 2682.4 ms against a best
-    step of 3246.6, the anchored relaxation of ranks 0 and 1 puts those partitions at 3132.6.
+    For a quarter of the time (under a tight cap at least 40%, until 75% of it at the latest),
+    the two-rank relaxations for 5% of it; when the best partition's compile is proven optimal
+    (`proven`) the final compile has nothing to do, and both go on until 90% of the time.
+    `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in a V at 80 GiB: 288
+    partitions are below the best step, 756.1 ms; the one-rank bounds leave 85 below it, 28 of
+    them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks together put those at
+    755.2 ms or more (0.4 s each where the target is out of reach). Llama 4 ranks in a V at 40
+    GiB, 16 microbatches: the one-rank bounds leave the bound at 2682.4 ms against a best step of
+    3257.7; blocks of microbatches on 94 partitions (8 s) put it at 2898.3 and rank 4,1,5,1,8,4,9,2
+    units per stage first, whose optimum is 2909.8.
+
     Returns ({placement: bound}, {placement: partitions bounded one by one}, [(bound, placement,
-    counts)]: per placement the partition whose bound is the least)."""
-    from schedc.solver.anchored import AnchoredRelaxation
+    counts)]: per placement the partition to compile in step 4b, the least bound among those the
+    block relaxation ranked in full, else the least, {(placement, counts): the bound reached})."""
+    from schedc.solver.blocks import BlockRelaxation
     from schedc.solver.deadline import Deadline
     from schedc.solver.pair_relaxation import PairRelaxation
 
@@ -478,10 +459,10 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     deadline = t0 + 0.9 * time_limit if proven else min(t0 + 0.8 * time_limit,
                                                            time.monotonic() + CERTIFY_SHARE * time_limit)
     if tight:
-        # the compiles before may have used 80% of the time (a traded partition, step 3b): the
-        # anchored relaxation still gets a share, taken from the final compile
-        deadline = max(deadline, min(t0 + 0.9 * time_limit, time.monotonic() + CERTIFY_FLOOR * time_limit))
-    bounds, certified, setters = {}, {}, []
+        # the block relaxation ranks the partitions: its share comes from the compiles after it
+        deadline = max(deadline, min(t0 + TIGHT_CERTIFY_END * time_limit,
+                                     time.monotonic() + TIGHT_CERTIFY_SHARE * time_limit))
+    bounds, certified, setters, reached = {}, {}, [], {}
     for k, (pl, pb) in enumerate(searches):
         ends = Deadline(time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k))  # a share each
         pairs_end = ends if proven else Deadline(min(ends.at, time.monotonic() + PAIR_SHARE * time_limit
@@ -490,9 +471,11 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
         listing = iter(found)
         upcoming = next(listing, None)  # (relaxed value, counts) of the first partition not reached
         heap: list[tuple[float, int, tuple[int, ...]]] = []  # (bound, how far, counts)
-        done, n_anchored, two_rank = 0, 0, 0
-        # partitions with steps still to take: the anchored relaxation first, then two ranks together
-        anchored: dict[tuple[int, ...], AnchoredRelaxation] = {}
+        done, n_blocks, two_rank = 0, 0, 0
+        # partitions with steps still to take: under a tight cap the block relaxation first, then
+        # two ranks together; `ranked`: those whose block steps are all taken
+        blocks: dict[tuple[int, ...], BlockRelaxation] = {}
+        ranked: set[tuple[int, ...]] = set()
         pairs: dict[tuple[int, ...], PairRelaxation] = {}
 
         def problem_of(counts):
@@ -525,14 +508,19 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
                 heapq.heappush(heap, (max(value, paired[(pl, counts)]), FINAL, counts))
                 continue
             if how_far == OWN and tight:
-                anchored[counts] = AnchoredRelaxation(problem_of(counts), theta, anchored_solves)
-                n_anchored += 1
-            if counts in anchored and not anchored[counts].settled:
-                # its solves are shared and cheap: it has the certificate's time
-                value = max(value, anchored[counts].next(ends))  # one step, then the least is weighed again
-                heapq.heappush(heap, (value, FINAL if value >= theta * (1 - REL) else RELAXED, counts))
-                continue
-            anchored.pop(counts, None)
+                # the whole problem on a few microbatches: near the partition's optimum where the
+                # cap is tight, so the least bound left is the partition to compile (step 4b)
+                blocks[counts] = BlockRelaxation(problem_of(counts), theta, CERTIFY_BLOCKS)
+                n_blocks += 1
+            if counts in blocks:
+                relaxation = blocks[counts]
+                if not relaxation.settled and value < theta * (1 - REL):
+                    value = max(value, relaxation.next(ends))  # one step, then the least is weighed again
+                    if relaxation.settled and relaxation.solved:
+                        ranked.add(counts)
+                    heapq.heappush(heap, (value, FINAL if value >= theta * (1 - REL) else RELAXED, counts))
+                    continue
+                del blocks[counts]
             if value >= theta * (1 - REL) or pairs_end.expired():
                 # no time for two ranks together: the bound so far is final
                 heapq.heappush(heap, (value, FINAL, counts))
@@ -548,17 +536,21 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
         waiting = upcoming[0] if upcoming is not None else threshold
         bound = min(waiting, threshold, heap[0][0] if heap else math.inf)
         bounds[pl], certified[pl] = max(pb.value, bound), done
-        if heap:
-            setters.append((heap[0][0], pl, heap[0][2]))
+        # the partition to compile: the least bound, among those the block relaxation ranked when
+        # it ran (out of time, the least may be one it has not reached, whose bound says little)
+        chosen = min((e for e in heap if e[2] in ranked), default=heap[0] if heap else None)
+        if chosen is not None:
+            setters.append((chosen[0], pl, chosen[2]))
+        reached.update(((pl, counts), value) for value, _, counts in heap)
         say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
             f"{len(found)} partitions whose relaxed bound is below {threshold:.6g} bounded one by one"
-            + (f", {n_anchored} with the anchored relaxation" if n_anchored else "")
+            + (f", {n_blocks} with blocks of microbatches" if n_blocks else "")
             + (f", {two_rank} with two ranks together)" if two_rank else ")"))
-    return bounds, certified, setters
+    return bounds, certified, setters, reached
 
 
 def _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
-                          time_limit, seed, say, t0):
+                          time_limit, seed, say, t0, reached=None):
     """Step 4b: the partition whose own bound is the least sets the bound over partitions; where
     the best step found is well above it (over 1%), it gets a compile of its own, or goes on from
     its short compile (it is often a partition the bound-guided search never reached: Llama 8
@@ -568,8 +560,15 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
     a V at 40 GiB: partitions with a bound of 5132 ms compile to 7100, the best to 6900), and the
     final compile gets the time. When the best is proven optimal for its partition the final
     compile has nothing to do, and this one gets all the time left. `results`: the compile results so
-    far by (placement, counts). Returns the best (value, compile result, placement, counts)."""
+    far by (placement, counts); `reached`: the bounds step 4 took partitions to, by (placement,
+    counts): a compiled partition whose bound the certificate raised above the setter's is no
+    sign of a loose bound. Returns the best (value, compile result, placement, counts)."""
     from schedc.solver.compile import compile_problem
+
+    reached = reached or {}
+
+    def bound_of(c: dict) -> float:
+        return max(c["lower_bound"], reached.get((c["placement"], tuple(c["units_per_stage"])), 0.0))
 
     for own, pl, counts in sorted(setters, key=lambda c: c[0]):
         before = results.get((pl, tuple(counts)))
@@ -580,7 +579,7 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
         if (before is not None and before.status == "optimal") or own >= best[0] * (1 - SETTER_MARGIN) \
                 or stop_requested() or seconds < 0.05 * time_limit:
             continue
-        if before is None and any(c["lower_bound"] <= own * (1 + SETTER_MARGIN)
+        if before is None and any(bound_of(c) <= own * (1 + SETTER_MARGIN)
                                   and (c["placement"], c["units_per_stage"]) != (best[2], list(best[3]))
                                   for c in candidates):
             # a partition with as low a bound was compiled and lost: there the bound is loose

@@ -7,8 +7,7 @@ import pytest
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 from schedc.costs import Profile, StageCost
 from schedc.model_costs import unit_profile
-from schedc.solver import anchored
-from schedc.solver.anchored import AnchoredRelaxation, anchored_bound, least_spread, spread_bound, windows
+from schedc.solver.anchored import anchored_bound, least_spread, spread_bound, windows
 from schedc.solver.bounds import lower_bound
 from schedc.solver.compile import compile_problem
 from schedc.solver.deadline import Deadline
@@ -104,23 +103,10 @@ def test_blocks_bound_more_microbatches_from_fewer():
     assert small > 0.8 * whole
 
 
-def test_pairs_share_solves_through_the_cache():
-    p = _llama_v4()
-    cache: dict = {}
-    first = AnchoredRelaxation(p, float("inf"), cache)
-    assert first.steps[0] == ((0, 1), anchored.BLOCKS[:1])  # the last stage's rank and its neighbour
-    value = first.next(Deadline.after(30))
-    solved = dict(cache)
-    again = AnchoredRelaxation(p, float("inf"), cache)
-    assert again.next(Deadline.after(0.0)) == value  # no time at all: the cache answers
-    assert cache == solved
-
-
 def test_no_bound_for_span_without_a_cap_or_a_second_microbatch():
     p = _v2(*STRONGER[0])
     span = Problem(given_profile=p.given_profile, placement=p.placement, n_microbatches=p.n_microbatches,
                    memory=p.memory, objective="span", runtime=p.runtime)
     assert anchored_bound(span, Deadline.after(30)) == 0.0
-    assert AnchoredRelaxation(span, 100.0).settled
     assert anchored_bound(_v2(STRONGER[0][0], 3, "none"), Deadline.after(30)) == 0.0
     assert anchored_bound(_v2(STRONGER[0][0], 1, "0.5p"), Deadline.after(30)) == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -369,35 +370,78 @@ def test_an_explicit_partition_sets_the_stage_count_the_frameworks_build():
         framework_build("nemo", "Interleaved1F1B", 2, partition=5)
 
 
-def test_under_a_tight_cap_the_best_partition_trades_a_unit_between_its_ends(monkeypatch):
-    # step 3b: the first stage of a V gives a unit to the last (both on rank 0), moving memory from
-    # the stage held for the whole round trip to the one held for a moment; in a loop both ways.
-    # With room for two microbatches of every stage nothing is traded.
+def test_under_a_tight_cap_the_block_relaxation_ranks_the_partition_to_compile(monkeypatch):
+    # step 4 under a tight cap: every partition that could lower the bound takes the block
+    # relaxation's steps (schedc.solver.blocks; here a stand-in whose values are known), the bound
+    # over partitions is the least they leave, and step 4b gets the partition they rank first,
+    # not the one whose own bound is the least
+    import importlib
+
+    import schedc.solver.blocks as blocks_module
+    from schedc.partition import partition_bound
+
+    plan_module = importlib.import_module("schedc.plan")
+    units = tiny_units(n_layers=4)
+    limit = parse_cap("none")
+    firsts = {u.modules[0] for u in units.stages}  # a unit's first module: counts units per stage
+    best_counts = (5, 1)  # own bounds: 40.0 for (4, 2), 52.0 for (5, 1), 52.65 and more for the rest
+    taken = []
+
+    class Blocks:
+        def __init__(self, problem, target, sizes):
+            self.counts = tuple(sum(m in firsts for m in s.modules) for s in problem.profile.stages)
+            self.steps, self.best, self.solved, self.target = list(sizes), 0.0, True, target
+
+        @property
+        def settled(self):
+            return self.best >= self.target or not self.steps
+
+        def next(self, deadline):
+            taken.append((self.counts, self.steps.pop(0)))
+            # the partition the blocks rank first gains nothing over its own bound, the others pass it
+            self.best = 0.0 if self.counts == best_counts else 500.0
+            return self.best
+
+    monkeypatch.setattr(blocks_module, "BlockRelaxation", Blocks)
+    pb = partition_bound(units, 2, 4, math.inf, "loop", "makespan")
+    bounds, _, setters, reached = plan_module._certified_bounds(
+        units, [("loop", pb)], 2, 4, limit, math.inf, "makespan", 100.0, False, 10.0, {}, True,
+        lambda line: None, time.monotonic())
+    own = {c: plan_module.own_bound(_problem(units, c, "loop", 2, 4, limit, "makespan")) for (_, c) in reached}
+    assert min(own, key=own.get) == (4, 2)  # the own bounds alone would name another one
+    assert setters == [(pytest.approx(own[best_counts]), "loop", best_counts)]
+    assert bounds["loop"] == pytest.approx(own[best_counts])
+    assert reached[("loop", (4, 2))] == 500.0
+    assert [n for c, n in taken if c == best_counts] == list(plan_module.CERTIFY_BLOCKS)
+    assert {c for c, _ in taken} == {(4, 2), best_counts}  # the others' own bounds already pass it
+
+
+def test_under_a_tight_cap_two_short_compiles_and_no_second_round(monkeypatch):
+    # where the best partition so far leaves a rank room for fewer than two microbatches of its
+    # stages, step 3 stops at two short compiles per placement and skips the second round: the
+    # time goes to the block relaxation and the compile of the partition it ranks first
     import importlib
     import types
 
     import schedc.solver.compile as compile_module
     from schedc.model_costs import unit_profile
 
-    compiled_counts = []
+    calls = []
 
     def compile_recorded(problem, time_limit, seed=0, warm=None):
-        compiled_counts.append(problem)
-        return types.SimpleNamespace(problem=problem, status="feasible", value=1.0)
+        calls.append((problem, warm))
+        return types.SimpleNamespace(problem=problem, status="feasible", value=10.0 - len(calls), schedule=None,
+                                     sim=None)
 
     monkeypatch.setattr(compile_module, "compile_problem", compile_recorded)
     plan_module = importlib.import_module("schedc.plan")
     units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32, kv_heads=8)
-    for placement, counts, memory, expected in (
-            ("v", (5, 1, 6, 1, 8, 3, 9, 1), "44GiB", [(4, 1, 6, 1, 8, 3, 9, 2)]),
-            ("loop", (9, 8, 8, 9), "50GiB", [(8, 8, 8, 10), (10, 8, 8, 8)]),
-            ("v", (5, 1, 6, 1, 8, 3, 9, 1), "none", [])):
-        limit = parse_cap(memory)
-        best = types.SimpleNamespace(problem=_problem(units, counts, placement, 4, 16, limit, "makespan"))
-        compiled, candidates, tried = [(2.0, best, placement, counts)], [], {(placement, counts)}
-        compiled_counts.clear()
-        plan_module._trade_first_and_last(units, compiled, candidates, tried, 4, 16, limit, "makespan", 1.0, 0,
-                                          lambda line: None, time.monotonic(), 100.0)
-        assert [c for _, _, _, c in compiled[1:]] == expected
-        assert [c["units_per_stage"] for c in candidates] == [list(c) for c in expected]
-        assert len(compiled_counts) == len(expected) and all(c["step"] == 1.0 for c in candidates)
+    pool = [(1.0, math.inf, c) for c in ((5, 1, 6, 1, 8, 3, 9, 1), (5, 1, 6, 2, 7, 3, 9, 1), (4, 1, 6, 1, 8, 3, 9, 2),
+                                         (5, 1, 5, 1, 8, 4, 9, 1))]
+    for memory, compiles, second in (("44GiB", 2, False), ("none", 3, True)):
+        calls.clear()
+        best, candidates, _ = plan_module._short_compiles(
+            units, {"v": pool}, {"v": []}, 4, 16, parse_cap(memory), "makespan", 6.0, 0, {}, lambda line: None,
+            time.monotonic())
+        assert len(candidates) == compiles
+        assert any(warm is not None for _, warm in calls) == second

@@ -50,9 +50,8 @@ b points and the remainder: s(M) >= q s(b) + s(r + 1), M - 1 = q (b - 1) + r; th
 The 4-rank V case above at 32 microbatches: 6110.9 ms solved whole (5 s), 6040.2 ms from blocks
 of 16 (1 s).
 
-``ranks`` restricts the windows to some ranks (a relaxation again): a plan weighs thousands of
-partitions, and two ranks' windows depend on few stage boundaries, so many partitions share one
-solve (:class:`AnchoredRelaxation` keeps them in a cache).
+``ranks`` restricts the windows to some ranks (a relaxation again); two ranks' windows depend on
+few stage boundaries, so problems that agree on them can share solves through `cache`.
 
 Only for ``makespan``, like the other relaxations. Without OR-Tools, without a finite cap on the
 ranks chosen, or with one microbatch, no bound (0.0).
@@ -196,43 +195,3 @@ def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Op
     ch = chains(g)
     a = g.S - 1
     return ch["head"][a] + (spread - 1) * unit + ch["F"][a] + ch["tail_f"][a]
-
-
-class AnchoredRelaxation:
-    """The anchored relaxation of one problem over pairs of ranks, one step at a time, for a plan
-    that weighs many partitions (the interface of schedc.solver.pair_relaxation.PairRelaxation).
-    Each pair is the rank of the last stage, whose forward anchors the windows, with one other
-    rank, nearest that rank first (its stages' windows are pinned by the shortest chains). Two
-    ranks' windows depend on only a few stage boundaries and the pairs come in the same order for
-    every partition, so partitions share solves through `cache`: 4 ranks in a V at 40 GiB, the 371
-    partitions whose own bound is below 3183 ms have 12 distinct pairs (0, 1). Every pair is
-    tried with blocks of 8 points first (hundredths of a second), then with blocks of 16.
-    ``best``: the bound so far; ``settled``: it reached `target`, or every step is done."""
-
-    def __init__(self, problem: Union[Problem, Graph], target: float, cache: Optional[dict] = None):
-        from schedc.solver.cpsat import cpsat_available
-        from schedc.solver.periodic import worth_trying
-
-        self.g, self.target, self.best = graph_of(problem), target, 0.0
-        self.cache = {} if cache is None else cache
-        self.steps: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (ranks, block sizes)
-        g = self.g
-        # where every rank holds two microbatches of each of its stages the windows rarely bind,
-        # and the two-rank relaxation gets the time
-        if g.problem.objective != "makespan" or not worth_trying(g) or not cpsat_available():
-            return
-        anchor = g.stage_rank[g.S - 1]
-        others = sorted((r for r in range(g.R) if r != anchor), key=lambda r: abs(r - anchor))
-        pairs = [(anchor, r) for r in others] or [(anchor,)]
-        self.steps = [(pair, BLOCKS[:1]) for pair in pairs] + [(pair, BLOCKS) for pair in pairs]
-
-    @property
-    def settled(self) -> bool:
-        return self.best >= self.target or not self.steps
-
-    def next(self, deadline: Deadline) -> float:
-        """Take the next step (never past `deadline`); the bound so far."""
-        if not self.settled:
-            ranks, blocks = self.steps.pop(0)
-            self.best = max(self.best, anchored_bound(self.g, deadline, ranks, self.cache, blocks))
-        return self.best
