@@ -21,9 +21,12 @@ what to keep.
    steady state decides the step (Llama-3-8B-like, 4 ranks in a V at 40 GiB, stages of
    5,1,6,1,8,3,9,1 units, a 10 s compile: 3430.2 ms without the phase, 3246.6 ms with it;
    benchmarks/periodic.py).
-3c. Under the same cap: the anchored relaxation (schedc.solver.anchored), every rank's memory at
-   once with each microbatch's windows pinned to its last-stage forward, for 10% of the time left.
-   On the case above the bound goes from 2682.4 ms to 3132.6 ms.
+3c. Under the same cap, two bounds for 15% of the time left: the anchored relaxation
+   (schedc.solver.anchored), every rank's memory at once with each microbatch's windows pinned to
+   its last-stage forward (on the case above 2682.4 ms -> 3132.6 ms), then the block relaxation
+   (schedc.solver.blocks), the whole problem on blocks of 4, 6 and 8 microbatches while the time
+   lasts (stages of 4,1,6,1,8,3,9,2 units: anchored 2926.6 ms, blocks of 6 3024.8, the best
+   schedule known 3068.9).
 4. CP-SAT polishing (schedc.solver.cpsat, when OR-Tools is installed): 40% of the time, hinted
    with the warm start; its bound is a certificate too. Measured on slow links
    (benchmarks/compile_quality.py, group e) it finds in seconds orders that the integer program
@@ -92,9 +95,10 @@ CPSAT_SHARE = 0.4  # of the time, for CP-SAT polishing first (the rest: the inte
 # where the time allows: the search over periods needs up to 2 s for its first timetable (4 ranks in
 # a V at 40 GiB)
 PERIODIC_SHARE, PERIODIC_MIN_SECONDS = 0.25, 3.0
-# of the time, for the anchored relaxation's bound under the same cap (4 ranks in a V at 40 GiB,
-# 16 microbatches: 0.4-2 s to its optimum; it keeps CP-SAT's proven bound when time runs out)
-ANCHORED_SHARE = 0.1
+# of the time, for the anchored and the block relaxations' bounds under the same cap, half each
+# (4 ranks in a V at 40 GiB, 16 microbatches: 0.4-2 s to the anchored optimum, blocks of 4 in a
+# tenth of a second, of 6 in 0.2-1.5 s; each keeps CP-SAT's proven bound when time runs out)
+TIGHT_BOUND_SHARE = 0.15
 CPSAT_STALE_SHARE, CPSAT_STALE_MIN = 0.25, 5.0  # on large instances: stop CP-SAT after this long without news
 # passes over the action graph (deadline.SECONDS_PER_ACTION each) that one phase costs, measured
 # at 8x8192 and 128x512 (benchmarks/where_time_goes.py): a phase that cannot finish before the
@@ -202,7 +206,7 @@ def compile_problem(
     if tight and c.unfinished(0.5):
         c.try_periodic(PERIODIC_SHARE)
     if tight and c.unfinished(0.5):
-        c.raise_bound_anchored(ANCHORED_SHARE)
+        c.raise_bound_tight(TIGHT_BOUND_SHARE)
     if use_cpsat and c.unfinished(0.5):
         c.polish_with_cpsat(CPSAT_SHARE if mip else 1.0)
     if mip and c.inc_orders is not None and c.unfinished(0.2) and not c.too_large_for_full_model:
@@ -390,21 +394,29 @@ class _Compilation:
         if certifies and out.bound is not None and out.bound > self.bound:
             self.bound, self.bound_source = out.bound, out.bound_source
 
-    def raise_bound_anchored(self, share: float) -> None:
-        """The anchored relaxation (schedc.solver.anchored) for `share` of the time left: under a
-        tight cap the ranks' memory together bounds the step well above what each rank alone
-        shows (4 ranks in a V at 40 GiB: 3132.6 ms against 2682.4). Kept in the details as
-        ``anchored_relaxation``."""
+    def raise_bound_tight(self, share: float) -> None:
+        """Under a tight cap the ranks' memory together bounds the step well above what each rank
+        alone shows: the anchored relaxation (schedc.solver.anchored; 4 ranks in a V at 40 GiB:
+        3132.6 ms against 2682.4) for half of `share` of the time left, then the block relaxation
+        (schedc.solver.blocks) until its end. Kept in the details as ``anchored_relaxation`` and
+        ``block_relaxation``."""
         from schedc.solver.anchored import anchored_bound
+        from schedc.solver.blocks import SIZES, block_bound
 
-        value = anchored_bound(self.graph, Deadline.after(share * (self.deadline - time.monotonic())))
+        end = time.monotonic() + share * (self.deadline - time.monotonic())
+        self.raise_bound("anchored_relaxation", "anchored relaxation",
+                         anchored_bound(self.graph, Deadline((time.monotonic() + end) / 2)))
+        self.raise_bound("block_relaxation", "block relaxation", block_bound(self.graph, Deadline(end), SIZES))
+
+    def raise_bound(self, key: str, source: str, value: float) -> None:
+        """Adopt `value`, a bound from `source`, where it is above the current one; 0 is no bound."""
         if value <= 0.0:
             return
-        self.lb_details = dict(self.lb_details, anchored_relaxation=value)
+        self.lb_details = dict(self.lb_details, **{key: value})
         if value > self.bound:
-            self.bound, self.bound_source = value, "anchored relaxation"
+            self.bound, self.bound_source = value, source
             self.lb_details["lower_bound"] = max(self.lb_details.get("lower_bound", 0.0), value)
-        self.emit("anchored relaxation", self.best_val, self.bound)
+        self.emit(source, self.best_val, self.bound)
 
     def try_periodic(self, share: float) -> None:
         """Periodic schedules (schedc.solver.periodic) for `share` of the time left: under a tight
