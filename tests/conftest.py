@@ -87,3 +87,24 @@ def gpipe_order(placement: Sequence[int], n_microbatches: int, split: bool = Tru
     n_ranks = max(placement) + 1
     rows = [[a for a in order if placement[a.stage] == r] for r in range(n_ranks)]
     return Schedule(rows=rows, placement=tuple(placement), n_microbatches=n_microbatches, name=name)
+
+
+# tiny instances the relaxations' tests compare with the exact optimum (tests/exhaustive.py): loop
+# and V, caps of 0.3p to 1p, uniform costs with and without W or comm, and heavy end stages (None)
+TINY_SHAPES = [(3, 3, "loop", None), (4, 2, "v", 2), (4, 3, "v", 2), (4, 2, "loop", None)]
+TINY_MEMORIES = ["0.3p", "0.5p", "1p"]
+TINY_COSTS = [(1.0, 1.0, 1.0, 0.0), (1.0, 2.0, 0.5, 0.3), (2.0, 1.0, 0.0, 0.5), None]
+
+
+@pytest.fixture(params=[(shape, memory, costs) for costs in TINY_COSTS for memory in TINY_MEMORIES
+                        for shape in TINY_SHAPES])
+def tiny_instance(request):
+    """(problem, exact optimum) of one instance of the grid above; skipped where the cap holds no
+    microbatch of some stage."""
+    from exhaustive import tiny_optimum
+
+    (n_stages, n_mb, placement, n_ranks), memory, costs = request.param
+    instance = tiny_optimum(n_stages, n_mb, placement, n_ranks, memory, costs)
+    if instance is None:
+        pytest.skip("the cap holds no microbatch of some stage")
+    return instance

@@ -296,3 +296,19 @@ class _Search:
         if k == "B":
             return s > 0 and (s - 1, m) not in self.bkind
         return False
+
+
+
+def tiny_optimum(n_stages: int, n_mb: int, placement: str, n_ranks: Optional[int], memory: str,
+                 costs: Optional[tuple]) -> Optional[tuple[Problem, float]]:
+    """(problem, exact optimum) of a tiny instance: `costs` (F, I, W, comm) of every stage, or
+    None for heavy end stages; None where the cap holds no microbatch of some stage (no schedule
+    to compare with)."""
+    from schedc.costs import Profile
+
+    prof = Profile.edge_heavy(n_stages) if costs is None else Profile.uniform(n_stages, *costs[:3], comm=costs[3])
+    try:
+        p = Problem.build(n_stages, n_mb, n_ranks=n_ranks, placement=placement, profile=prof, memory=memory)
+        return p, exact_optimum(p, use_bounds=False)[0]
+    except SchedcError:
+        return None
