@@ -7,7 +7,7 @@ a rank runs one action at a time; CP-SAT on the whole problem keeps everything b
 in seconds at 16 microbatches and more. Llama-3-8B-like, 4 ranks in a V, 16 microbatches, 40 GiB,
 stages of 4,1,5,1,8,4,9,2 units: the anchored relaxation proves 2897.8 ms, the optimum is 2909.8
 ms (CP-SAT on the whole problem with the periodic schedule as its hint, or this module's model
-with n = 16 in 20-35 s).
+with n = 16 in 15-35 s).
 
 Method. Let tau_m be the start of F(S-1, m). On n consecutive microbatches the exact problem
 is small: every action of every stage as an interval with its duration, the dependencies of
@@ -24,24 +24,26 @@ their end points tile tau_1..tau_M: with M - 1 = q (n - 1) + r,
 
 (head and tail: the one-microbatch chains of schedc.solver.bounds). Where the cap is tight the
 steady rate decides the step, and a block of 4-8 microbatches already has it: on the case above
-s(n)/(n - 1) is 168.9 ms for n = 6-10 and the step's optimum averages 170.4 ms per microbatch,
-which puts the bound from blocks of 8 within 0.3% of the optimum (blocks of 4: 2894.3 ms, 0.5%).
+s(n)/(n - 1) is 168.9 ms for n = 6-10 and the optimum's spread averages 169.1 ms per microbatch,
+which puts the bound from blocks of 8 within 0.4% of the optimum (blocks of 6: 2904.4 ms, 0.2%;
+blocks of 4: 2891.2 ms, 0.6%).
 Bounding the first block from time 0 and the last to its makespan instead added nothing there.
 
 Rounding keeps it a relaxation: with time unit u (the busiest rank's work per microbatch / 2000)
-every duration and lag is floored, so the floors of a real schedule's times are a feasible integer
-point (``floor(x + d) >= floor(x) + floor(d)``; an integer instant covered by floored memory
-intervals is covered by the real ones just before it); bytes are floored and the room taken as
-simulate()'s tolerance allows, floored (a sum of floors is at most the floor of the sum); the
-real spread is at least (integer spread - 1) u. Times lie within +-H, H the serial schedule's
+every duration and lag is floored and every rule is stated on start times, so the floors of a real
+schedule's starts are a feasible integer point (``floor(x + d) >= floor(x) + floor(d)``; an
+integer instant covered by floored memory intervals is covered by the real ones just before it);
+bytes are floored and the room taken as simulate()'s tolerance allows, floored (a sum of floors
+is at most the floor of the sum); the real spread is at least (integer spread - 1) u. Times lie within +-H, H the serial schedule's
 makespan of all M microbatches: every schedule no longer than that maps into the domain, and that
 schedule itself bounds L.
 
 Only for ``makespan``, like the other relaxations; without OR-Tools or with one microbatch, no
 bound (0.0).
 
-Cost: one CP-SAT model of 3 S n intervals per block size: 4 ranks in a V (S = 8), n = 4 in
-0.04-0.2 s, n = 8 in 0.2-1 s.
+Cost: one CP-SAT model of 3 S n intervals per block size (two where r + 1 differs from n): 4
+ranks in a V (S = 8), n = 3 in about 0.05 s, n = 4 in 0.04-0.2 s, n = 6 in 0.2-1.5 s, n = 8 in
+0.5-3 s.
 """
 
 from __future__ import annotations
@@ -108,12 +110,13 @@ def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, float, bool]:
                 if i > 0:
                     m.add(start[s, k, i] >= end(s, k, i - 1))
     # the chains again, from each microbatch's anchor: implied, but CP-SAT propagates them at once
+    # (as starts: a floored start plus a floored duration can fall a unit short of a floored end)
     ch = chains(g)
     for s in range(S - 1):
         back = g.kinds(s)[1]
         for i in range(n):
             m.add(start[s, "F", i] <= tau[i] - floor(ch["head"][S - 1] - ch["head"][s]))
-            m.add(end(s, back, i) >= tau[i] + floor(ch["head_i"][s] + ch["I"][s] - ch["head"][S - 1]))
+            m.add(start[s, back, i] >= tau[i] + floor(ch["head_i"][s] - ch["head"][S - 1]))
     for r in range(g.R):
         actions, held, demands = [], [], []
         byte_unit = max(max((b for s in g.stages[r] for _, b in g.held(s)), default=1.0) / BYTE_UNITS, 1.0)
