@@ -47,7 +47,7 @@ Method (``plan``):
    for its partition): the bound-guided search from the dynamic program's partition can miss it
    (Llama 8 ranks in a V at 40 GiB: 1242.6 ms found, 1174.3 ms on the partition with the least
    bound, 1170.6; Llama 4 ranks in a V at 40 GiB, 16 microbatches: 3257.7 ms found, the block
-   relaxation's least 2898.3 on 4,1,5,1,8,4,9,2, whose compile proves 2909.8 optimal). Under a
+   relaxation's least 2897.7 on 4,1,5,1,8,4,9,2, whose compile proves 2909.8 optimal). Under a
    tight cap it is the least among the partitions the block relaxation ranked in full. Skipped
    when a short compile already tried another partition with as low a bound (the one step 4
    took it to) and it lost: there the bound is loose, not unreached.
@@ -444,7 +444,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks together put those at
     755.2 ms or more (0.4 s each where the target is out of reach). Llama 4 ranks in a V at 40
     GiB, 16 microbatches: the one-rank bounds leave the bound at 2682.4 ms against a best step of
-    3257.7; blocks of microbatches on 94 partitions (8 s) put it at 2898.3 and rank 4,1,5,1,8,4,9,2
+    3257.7; blocks of microbatches on 94 partitions (8 s) put it at 2897.7 and rank 4,1,5,1,8,4,9,2
     units per stage first, whose optimum is 2909.8.
 
     Returns ({placement: bound}, {placement: partitions bounded one by one}, [(bound, placement,
