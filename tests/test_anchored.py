@@ -89,8 +89,8 @@ def test_blocks_bound_more_microbatches_from_fewer():
     assert proven
     deadline = Deadline.after(60)
     # from blocks of 4 and of 8 points: never above the least spread of 12, and blocks of 8 lose less
-    small = spread_bound(model, 12, deadline, None, blocks=(4,))
-    large = spread_bound(model, 12, deadline, None, blocks=(8,))
+    small = spread_bound(model, 12, deadline, blocks=(4,))
+    large = spread_bound(model, 12, deadline, blocks=(8,))
     assert small <= large <= whole
     assert small > 0.8 * whole
 

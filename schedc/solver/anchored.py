@@ -50,8 +50,7 @@ b points and the remainder: s(M) >= q s(b) + s(r + 1), M - 1 = q (b - 1) + r; th
 The 4-rank V case above at 32 microbatches: 6110.9 ms solved whole (5 s), 6040.2 ms from blocks
 of 16 (1 s).
 
-``ranks`` restricts the windows to some ranks (a relaxation again); two ranks' windows depend on
-few stage boundaries, so problems that agree on them can share solves through `cache`.
+``ranks`` restricts the windows to some ranks (a relaxation again).
 
 Only for ``makespan``, like the other relaxations. Without OR-Tools, without a finite cap on the
 ranks chosen, or with one microbatch, no bound (0.0).
@@ -151,11 +150,9 @@ def least_spread(model: tuple[RankWindows, ...], n: int, seconds: float) -> tupl
     return (max(0, math.ceil(bound - REL)) if math.isfinite(bound) else 0), status == cp_model.OPTIMAL
 
 
-def spread_bound(model: tuple[RankWindows, ...], M: int, deadline: Deadline, cache: Optional[dict] = None,
-                 blocks: Sequence[int] = BLOCKS) -> int:
+def spread_bound(model: tuple[RankWindows, ...], M: int, deadline: Deadline, blocks: Sequence[int] = BLOCKS) -> int:
     """A lower bound on the least integer spread of M points, from blocks of each size in `blocks`
-    (at most M) in turn while the deadline allows, the best kept (module docstring). `cache` maps
-    (model, n) to values proven optimal."""
+    (at most M) in turn while the deadline allows, the best kept (module docstring)."""
     best = 0
     for size in sorted({min(M, b) for b in blocks}):
         if size < 2 or (best and deadline.expired()):
@@ -163,21 +160,14 @@ def spread_bound(model: tuple[RankWindows, ...], M: int, deadline: Deadline, cac
         q, r = divmod(M - 1, size - 1)
         total = 0
         for n, times in ((size, q), (r + 1, 1)):
-            if times == 0 or n < 2:
-                continue
-            key = (model, n)
-            value = cache.get(key) if cache is not None else None
-            if value is None:
-                value, proven = least_spread(model, n, deadline.left())
-                if cache is not None and proven:
-                    cache[key] = value
-            total += times * value
+            if times and n >= 2:
+                total += times * least_spread(model, n, deadline.left())[0]
         best = max(best, total)
     return best
 
 
 def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Optional[Sequence[int]] = None,
-                   cache: Optional[dict] = None, blocks: Sequence[int] = BLOCKS) -> float:
+                   blocks: Sequence[int] = BLOCKS) -> float:
     """A lower bound on the problem's makespan from its anchored relaxation (module docstring),
     with the windows of `ranks` only (all ranks by default) and blocks of the sizes in `blocks`:
     0.0 when it does not apply."""
@@ -189,7 +179,7 @@ def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Op
     unit, model = windows(g, ranks)
     if not model:
         return 0.0
-    spread = spread_bound(model, g.M, deadline, cache, blocks)
+    spread = spread_bound(model, g.M, deadline, blocks)
     if spread <= 1:
         return 0.0
     ch = chains(g)

@@ -34,9 +34,9 @@ every duration and lag is floored and every rule is stated on start times, so th
 schedule's starts are a feasible integer point (``floor(x + d) >= floor(x) + floor(d)``; an
 integer instant covered by floored memory intervals is covered by the real ones just before it);
 bytes are floored and the room taken as simulate()'s tolerance allows, floored (a sum of floors
-is at most the floor of the sum); the real spread is at least (integer spread - 1) u. Times lie within +-H, H the serial schedule's
-makespan of all M microbatches: every schedule no longer than that maps into the domain, and that
-schedule itself bounds L.
+is at most the floor of the sum); the real spread is at least (integer spread - 1) u. Times lie
+within +-H, H the serial schedule's makespan of all M microbatches: every schedule no longer than
+that maps into the domain, and that schedule itself bounds L.
 
 Only for ``makespan``, like the other relaxations; without OR-Tools or with one microbatch, no
 bound (0.0).
