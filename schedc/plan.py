@@ -23,7 +23,7 @@ Method (``plan``):
    two best go on from their answers for 10% of the time each (a second round). Under a tight
    cap (the best so far leaves some rank room for fewer than two microbatches of each of its
    stages) two short compiles and no second round: there step 4 ranks the partitions better.
-4. The certificate (at most a quarter of the time, or 90% as below; it often ends early): every
+4. The certificate (at most 30% of the time, or 90% as below; it often ends early): every
    partition whose relaxed terms stay below the best step found
    (``schedc.partition.partitions_below``: no other partition can beat it) gets its own bound, the
    closed-form terms and the one-rank relaxation (``schedc.solver.rank_relaxation``), in the order
@@ -89,7 +89,7 @@ TIGHT_CANDIDATES = 2  # ... where the best so far leaves a rank room for fewer t
 SHORT_SHARE = 0.25  # of the time limit, for all the short compiles together
 FINALISTS = 2  # partitions that go on to a second round of compiling
 SECOND_SHARE = 0.2  # of the time limit, for the second round
-CERTIFY_SHARE = 0.25  # of the time limit, for bounding the partitions that could beat the answer one by one
+CERTIFY_SHARE = 0.3  # of the time limit, for bounding the partitions that could beat the answer one by one
 TIGHT_CERTIFY_SHARE = 0.4  # ... under a tight cap at least this (the block relaxation, one solve a partition)
 TIGHT_CERTIFY_END = 0.75  # ... but no later than this, which leaves step 4b a compile
 PAIR_SHARE = 0.05  # of the time limit, for two-rank relaxations while the final compile still has work
@@ -436,7 +436,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
       second each); once it reaches `theta` or has nothing left to try its bound is final, and
       so is the bound over partitions when it is still the least.
 
-    For a quarter of the time (under a tight cap at least 40%, until 75% of it at the latest),
+    For 30% of the time (under a tight cap at least 40%, until 75% of it at the latest),
     the two-rank relaxations for 5% of it; when the best partition's compile is proven optimal
     (`proven`) the final compile has nothing to do, and both go on until 90% of the time.
     `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in a V at 80 GiB: 288
