@@ -298,7 +298,6 @@ class _Search:
         return False
 
 
-
 def tiny_optimum(n_stages: int, n_mb: int, placement: str, n_ranks: Optional[int], memory: str,
                  costs: Optional[tuple]) -> Optional[tuple[Problem, float]]:
     """(problem, exact optimum) of a tiny instance: `costs` (F, I, W, comm) of every stage, or
