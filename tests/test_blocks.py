@@ -74,7 +74,7 @@ def test_larger_blocks_lose_less_at_the_seams():
     g = graph_of(_llama_v4(n_mb=8))
     spreads = {}
     for n in (2, 4, 8):
-        value, unit, proven = block_spread(g, n, 30.0)
+        value, proven = block_spread(g, n, 30.0)
         assert proven
         spreads[n] = value
     # superadditive over a shared microbatch: s(8) >= s(4) + s(4) + ... as the bound assumes

@@ -63,7 +63,7 @@ of 8 in hundredths of a second, of 16 in 0.01-2 s for the 4-rank case.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from schedc.solver import interrupt
 from schedc.solver.bounds import chains
@@ -150,20 +150,44 @@ def least_spread(model: tuple[RankWindows, ...], n: int, seconds: float) -> tupl
     return (max(0, math.ceil(bound - REL)) if math.isfinite(bound) else 0), status == cp_model.OPTIMAL
 
 
-def spread_bound(model: tuple[RankWindows, ...], M: int, deadline: Deadline, blocks: Sequence[int] = BLOCKS) -> int:
-    """A lower bound on the least integer spread of M points, from blocks of each size in `blocks`
-    (at most M) in turn while the deadline allows, the best kept (module docstring)."""
-    best = 0
-    for size in sorted({min(M, b) for b in blocks}):
+def tiled_spread(M: int, sizes: Sequence[int], deadline: Deadline,
+                 solve: Callable[[int, float], tuple[int, bool]]) -> tuple[int, bool]:
+    """(a lower bound on the least integer spread of M points, whether every solve behind it was
+    optimal) from blocks of each size in `sizes` (at most M) in turn while the deadline allows,
+    the best kept: M - 1 = q (n - 1) + r points tiled by q blocks of n and one of r + 1 sharing
+    their ends (superadditivity, module docstring). ``solve(n, seconds)`` bounds the least spread
+    of n points: (the bound, whether it is the optimum). schedc.solver.blocks tiles its blocks of
+    microbatches the same way."""
+    best, solved = 0, True
+    for size in sorted({min(M, b) for b in sizes}):
         if size < 2 or (best and deadline.expired()):
             break
         q, r = divmod(M - 1, size - 1)
         total = 0
         for n, times in ((size, q), (r + 1, 1)):
             if times and n >= 2:
-                total += times * least_spread(model, n, deadline.left())[0]
+                value, proven = solve(n, deadline.left())
+                total += times * value
+                solved = solved and proven
         best = max(best, total)
-    return best
+    return best, solved
+
+
+def spread_bound(model: tuple[RankWindows, ...], M: int, deadline: Deadline, blocks: Sequence[int] = BLOCKS) -> int:
+    """A lower bound on the least integer spread of M points, from blocks of each size in `blocks`
+    (at most M) in turn while the deadline allows, the best kept (module docstring)."""
+    return tiled_spread(M, blocks, deadline, lambda n, seconds: least_spread(model, n, seconds))[0]
+
+
+def makespan_bound(g: Graph, spread: int, unit: float) -> float:
+    """makespan >= head(S-1) + (spread - 1) unit + F(S-1) + tailF(S-1), for a lower bound `spread`
+    on the integer spread of tau_1..tau_M in units of `unit` seconds (module docstring; the one
+    unit off covers the rounding of the points); 0.0 when the spread proves nothing."""
+    if spread <= 1:
+        return 0.0
+    ch = chains(g)
+    a = g.S - 1
+    return ch["head"][a] + (spread - 1) * unit + ch["F"][a] + ch["tail_f"][a]
 
 
 def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Optional[Sequence[int]] = None,
@@ -179,9 +203,4 @@ def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Op
     unit, model = windows(g, ranks)
     if not model:
         return 0.0
-    spread = spread_bound(model, g.M, deadline, blocks)
-    if spread <= 1:
-        return 0.0
-    ch = chains(g)
-    a = g.S - 1
-    return ch["head"][a] + (spread - 1) * unit + ch["F"][a] + ch["tail_f"][a]
+    return makespan_bound(g, spread_bound(model, g.M, deadline, blocks), unit)

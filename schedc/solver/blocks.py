@@ -52,6 +52,7 @@ import math
 from typing import Sequence, Union
 
 from schedc.solver import interrupt
+from schedc.solver.anchored import makespan_bound, tiled_spread
 from schedc.solver.bounds import chains
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, graph_of
@@ -66,16 +67,21 @@ BYTE_UNITS = 10_000  # byte resolution: a rank's largest held bytes in this many
 WORKERS = 4
 
 
-def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, float, bool]:
-    """(a lower bound on the least integer spread tau_n - tau_1 of a block of n microbatches, the
-    time unit in seconds, whether the value is the block's optimum): CP-SAT's optimum, or its
+def time_unit(g: Graph) -> float:
+    """Seconds per integer time unit of the block models: the busiest rank's work per microbatch
+    in UNITS_PER_MICROBATCH units."""
+    return g.busiest_work() / UNITS_PER_MICROBATCH
+
+
+def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, bool]:
+    """(a lower bound on the least integer spread tau_n - tau_1 of a block of n microbatches, in
+    :func:`time_unit` units, whether the value is the block's optimum): CP-SAT's optimum, or its
     proven bound when `seconds` run out (0 when it proves nothing)."""
     from ortools.sat.python import cp_model
 
-    work = max(sum(g.d[k][s] for s in g.stages[r] for k in g.kinds(s)) for r in range(g.R))
-    if n < 2 or work <= 0:
-        return 0, 1.0, True
-    unit = work / UNITS_PER_MICROBATCH
+    unit = time_unit(g)
+    if n < 2 or unit <= 0:
+        return 0, True
 
     def floor(x: float) -> int:
         return math.floor(x / unit + REL)
@@ -141,9 +147,9 @@ def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, float, bool]:
     with interrupt.stop_native_solver(solver.stop_search):
         status = solver.solve(m)
     if status == cp_model.INFEASIBLE or status == cp_model.MODEL_INVALID:
-        return 0, unit, False  # the domain holds the serial schedule whenever one microbatch fits: claim nothing
+        return 0, False  # the domain holds the serial schedule whenever one microbatch fits: claim nothing
     bound = solver.best_objective_bound
-    return (max(0, math.ceil(bound - REL)) if math.isfinite(bound) else 0), unit, status == cp_model.OPTIMAL
+    return (max(0, math.ceil(bound - REL)) if math.isfinite(bound) else 0), status == cp_model.OPTIMAL
 
 
 def block_bound(problem: Union[Problem, Graph], deadline: Deadline, sizes: Sequence[int] = SIZES[:1]) -> float:
@@ -158,22 +164,8 @@ def _bound(g: Graph, deadline: Deadline, sizes: Sequence[int]) -> tuple[float, b
 
     if g.problem.objective != "makespan" or g.M < 2 or not cpsat_available():
         return 0.0, True
-    ch = chains(g)
-    a = g.S - 1
-    best, solved = 0.0, True
-    for size in sorted({min(g.M, b) for b in sizes}):
-        if size < 2 or (best and deadline.expired()):
-            break
-        q, r = divmod(g.M - 1, size - 1)
-        total, unit = 0, 1.0
-        for n, times in ((size, q), (r + 1, 1)):
-            if times and n >= 2:
-                value, unit, proven = block_spread(g, n, deadline.left())
-                total += times * value
-                solved = solved and proven
-        if total > 1:
-            best = max(best, ch["head"][a] + (total - 1) * unit + ch["F"][a] + ch["tail_f"][a])
-    return best, solved
+    spread, solved = tiled_spread(g.M, sizes, deadline, lambda n, seconds: block_spread(g, n, seconds))
+    return makespan_bound(g, spread, time_unit(g)), solved
 
 
 class BlockRelaxation:

@@ -143,6 +143,10 @@ class Graph:
     def kinds(self, s: int) -> tuple[str, ...]:
         return MERGED if self.backward[s] == "B" else SPLIT
 
+    def busiest_work(self) -> float:
+        """Seconds of work one microbatch brings the busiest rank: every kind of every stage it holds."""
+        return max(sum(self.d[k][s] for s in self.stages[r] for k in self.kinds(s)) for r in range(self.R))
+
     def held(self, s: int) -> list[tuple[str, float]]:
         """(kind, bytes): a microbatch of stage s holds these bytes from its F's start until that
         kind ends (the I's or B's share, then the W's); kinds that free nothing are left out."""

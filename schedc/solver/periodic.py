@@ -285,7 +285,7 @@ class PeriodicEngine:
         g = graph
         if g.M < 2 or not cpsat_available():
             return Result()
-        work = max(sum(g.d[k][s] for s in g.stages[r] for k in g.kinds(s)) for r in range(g.R))
+        work = g.busiest_work()
         if work <= 0:
             return Result()
         unit = work / UNITS_PER_PERIOD
