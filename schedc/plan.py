@@ -11,9 +11,10 @@ Method (``plan``):
    fits (else a one-line error with that cap), the bound over partitions and the partition whose
    relaxed per-rank terms reach it.
 2. Candidates: that partition, the compute-balanced split, torchtitan's default and the even split,
-   then a best-first search over their neighbours (one stage boundary moved by one unit), each
-   scored by its own lower bound (``own_bound``: ``schedc.solver.bounds.lower_bound`` and the
-   one-rank relaxation of ``schedc.solver.rank_relaxation``, milliseconds each).
+   then a best-first search over their neighbours (one unit moved from one stage to another, the
+   stages between keeping their counts), each scored by its own lower bound (``own_bound``:
+   ``schedc.solver.bounds.lower_bound`` and the one-rank relaxation of
+   ``schedc.solver.rank_relaxation``, milliseconds each), up to 1000 of them.
 3. The 12 best by bound and the comparison splits are screened by their best hand-made schedule
    that fits (simulated: milliseconds). Up to three per placement are compiled with short time
    limits (``schedc.solver.compile.compile_problem``, 25% of the time in all): the
@@ -28,7 +29,8 @@ Method (``plan``):
    (``schedc.partition.partitions_below``: no other partition can beat it) gets its own bound, the
    closed-form terms and the one-rank relaxation (``schedc.solver.rank_relaxation``), in the order
    of their relaxed values; the bound over partitions is the least of those and the relaxed value
-   of the first partition not reached. The dynamic program's relaxation alone left gaps of 4-30%
+   of the first partition not reached. Skipped where step 2 found a partition whose own bound is
+   the dynamic program's bound: nothing can raise it, and the compiles get the time. The dynamic program's relaxation alone left gaps of 4-30%
    where memory is tight or stages sit in a V. The one-rank relaxation's bound is within 2% of the
    step found on most of those partitions, not all: V partitions with few microbatches per stage
    stay 5-8% apart. A partition's bound may stop at the first rank that reaches the current least
@@ -52,7 +54,7 @@ Method (``plan``):
    when a short compile already tried another partition with as low a bound (the one step 4
    took it to) and it lost: there the bound is loose, not unreached.
 5. The best partition gets the time left, warm-started from the better of its short compile's
-   answer and a fresh warm start with the budget a compile of that length gives one.
+   answer and a fresh warm start with a fifth of that time (two seconds at most).
 Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
 compute-balanced split by 7-16% in V rows, where per-partition bounds are loose; the screening and
 the forced balanced candidate fixed those rows.
@@ -82,7 +84,7 @@ from schedc.tolerances import REL, TIE
 
 PLAN_PLACEMENTS = PLACEMENTS + ("auto",)
 SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
-SEARCH_EVALUATIONS = 400  # partitions scored by their lower bound, at most, per placement
+SEARCH_EVALUATIONS = 1000  # partitions scored by their lower bound, at most, per placement
 SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
 CANDIDATES = 3  # partitions per placement compiled with a short time limit
 TIGHT_CANDIDATES = 2  # ... where the best so far leaves a rank room for fewer than two microbatches
@@ -97,6 +99,9 @@ CERTIFY_BLOCKS = (3, 4)  # block sizes of the block relaxation in the certificat
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
 SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
 SETTER_MARGIN = 0.01  # ... when the best step found is more than this above that bound
+# how far step 4 has taken a partition's bound: only as far as the least then needed (own_bound's
+# `enough`), its own bound in full, one or more relaxation steps, final
+OWN_SO_FAR, OWN, RELAXED, FINAL = 0, 1, 2, 3
 # torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
 FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
                    "nemo": {"loop": "1F1B", "v": "ZBVZeroBubble"}}
@@ -245,9 +250,10 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                                                 time_limit, seed, paired, say, t0)
     theta = best[0] if best[1] is not None else math.inf
     proven = best[1] is not None and best[1].status == "optimal"  # for its partition: the final compile is done
+    scored = {pl: min(c[0] for c in pool) for pl, pool in pools.items() if pool}  # the least own bound seen
     bounds, certified, setters, reached = _certified_bounds(profile, searches, ranks, microbatches, limit, cap,
                                                             objective, theta, proven, time_limit, paired,
-                                                            _tight(best), say, t0)
+                                                            _tight(best), say, t0, scored)
     best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
                                  time_limit, seed, say, t0, reached)
     res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
@@ -416,7 +422,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
 
 
 def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, proven, time_limit,
-                      paired, tight, say, t0):
+                      paired, tight, say, t0, scored=None):
     """Step 4, per placement: the bound over partitions tightened partition by partition.
 
     ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
@@ -439,7 +445,10 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     For 30% of the time (under a tight cap at least 40%, until 75% of it at the latest),
     the two-rank relaxations for 5% of it; when the best partition's compile is proven optimal
     (`proven`) the final compile has nothing to do, and both go on until 90% of the time.
-    `paired`: the two-rank bounds step 3 already found. Llama 16 ranks in a V at 80 GiB: 288
+    `paired`: the two-rank bounds step 3 already found. `scored`: per placement, the least own
+    bound step 2 found; where it is the dynamic program's bound already, no partition can raise
+    the bound over partitions and step 4 gives its time to the compiles (Llama 8 ranks x 32 in a
+    V at 40 GiB: 1944 partitions bounded in 3.2 s, the bound unmoved at 2320.3 ms). Llama 16 ranks in a V at 80 GiB: 288
     partitions are below the best step, 756.1 ms; the one-rank bounds leave 85 below it, 28 of
     them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks together put those at
     755.2 ms or more (0.4 s each where the target is out of reach). Llama 4 ranks in a V at 40
@@ -454,7 +463,6 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     from schedc.solver.deadline import Deadline
     from schedc.solver.pair_relaxation import PairRelaxation
 
-    OWN_SO_FAR, OWN, RELAXED, FINAL = 0, 1, 2, 3  # how far a partition's bound has been taken
     # with the best partition proven optimal the final compile has nothing to do: the bound gets its time
     deadline = t0 + 0.9 * time_limit if proven else min(t0 + 0.8 * time_limit,
                                                            time.monotonic() + CERTIFY_SHARE * time_limit)
@@ -464,6 +472,11 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
                                      time.monotonic() + TIGHT_CERTIFY_SHARE * time_limit))
     bounds, certified, setters, reached = {}, {}, [], {}
     for k, (pl, pb) in enumerate(searches):
+        if scored is not None and scored.get(pl, math.inf) <= pb.value * (1 + REL):
+            bounds[pl], certified[pl] = pb.value, 0
+            say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g} (a partition's own "
+                f"bound meets it: none can raise it)")
+            continue
         ends = Deadline(time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k))  # a share each
         pairs_end = ends if proven else Deadline(min(ends.at, time.monotonic() + PAIR_SHARE * time_limit
                                                      / len(searches)))
@@ -537,8 +550,13 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
         bound = min(waiting, threshold, heap[0][0] if heap else math.inf)
         bounds[pl], certified[pl] = max(pb.value, bound), done
         # the partition to compile: the least bound, among those the block relaxation ranked when
-        # it ran (out of time, the least may be one it has not reached, whose bound says little)
-        chosen = min((e for e in heap if e[2] in ranked), default=heap[0] if heap else None)
+        # it ran (out of time, the least may be one it has not reached, whose bound says little);
+        # among equal bounds one bounded in full, then the fewest units on the first stages (in a
+        # V the first microbatch's climb through them is the warm-up's critical path: Llama 8
+        # ranks in a V at 80 GiB, 1264 partitions at 1165.8 ms, 1,2,2,1,1,1,1,1,3,... proven
+        # optimal at it, 2,1,2,2,3,3,3,2,... 1223.1 ms)
+        chosen = min((e for e in heap if e[2] in ranked), default=None, key=_setter_key) \
+            or min(heap, default=None, key=_setter_key)
         if chosen is not None:
             setters.append((chosen[0], pl, chosen[2]))
         reached.update(((pl, counts), value) for value, _, counts in heap)
@@ -547,6 +565,11 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
             + (f", {n_blocks} with blocks of microbatches" if n_blocks else "")
             + (f", {two_rank} with two ranks together)" if two_rank else ")"))
     return bounds, certified, setters, reached
+
+
+def _setter_key(entry: tuple[float, int, tuple[int, ...]]):
+    value, how_far, counts = entry
+    return value, how_far == OWN_SO_FAR, counts
 
 
 def _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
@@ -601,11 +624,14 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
 
 def _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
     """Step 5: the best partition gets the rest of `time_limit`, warm-started from the better of
-    its short compile and the warm start a compile of that length makes (schedc.solver.warm: a
-    short compile gives its list heuristic a tenth of its few seconds, and on a V under a tight
-    cap the rules it did not reach can be the better ones: Llama 4 ranks x 16 at 40 GiB, 3525.5
-    ms after the short compiles, 3491.8 from a 1 s warm start). Returns (compile result,
-    placement, counts)."""
+    its short compile and a fresh warm start (schedc.solver.warm) with a fifth of that time, two
+    seconds at most. A short compile gives its list heuristic a tenth of its few seconds, and on a
+    V the rules it did not reach can be the better ones: Llama 4 ranks x 16 at 40 GiB, 3525.5 ms
+    after the short compiles, 3491.8 from a 1 s warm start; 8 ranks x 32 in a V at 40 GiB, the
+    heuristic's best rule is its 26th (2366.3 ms, 2359.1 after its local search), which a tenth of
+    seven seconds reached in one run of two (2378.4 ms otherwise, and the step 2373.6 at the end).
+    A compile's own warm start stays at a tenth: there the engines after it have the time. Returns
+    (compile result, placement, counts)."""
     from schedc.solver.compile import compile_problem
     from schedc.solver.deadline import Deadline
     from schedc.solver.warm import warm_start
@@ -618,8 +644,8 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
         if res is not None:
             warm = (res.schedule, res.sim, "plan: short compile")
             try:
-                fresh = warm_start(problem, time_budget=min(1.0, 0.1 * left),
-                                   deadline=Deadline.after(0.2 * left))
+                fresh = warm_start(problem, time_budget=min(2.0, 0.2 * left),
+                                   deadline=Deadline.after(0.3 * left))
             except SchedcError:  # nothing fits by the deadline: the short compile's answer stays
                 fresh = None
             if fresh is not None and fresh[1].fits and fresh[1].objective(objective) < res.value * (1 - REL):
@@ -700,7 +726,14 @@ def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: 
 
 def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline) -> dict:
     """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
-    (one boundary moved by one unit) of the best-scored partition first."""
+    of the best-scored partition first: one unit moved from one stage to another, the stages
+    between keeping their counts (every boundary between them moves by one), nearest first.
+
+    Why not only adjacent boundaries: the bound is a maximum over ranks, and in a V a layer moved
+    from the middle of the pipeline to rank 0 crosses ranks whose terms would rise on the way, so
+    a search by single boundary moves stops short (Llama 8 ranks in a V at 40 GiB, 16
+    microbatches: 1203.0 ms after 405 partitions, where these moves reach 1170.6 ms, the bound
+    over partitions, after 920). Cost: S (S - 1) partitions scored per expansion."""
     scores: dict[tuple[int, ...], float] = {}
     heap: list[tuple[float, tuple[int, ...]]] = []
 
@@ -721,12 +754,12 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
         if counts in expanded:
             continue
         expanded.add(counts)
-        for b in range(len(counts) - 1):  # move boundary b (between stage b and b+1) by one unit
-            for d in (-1, 1):
-                c = list(counts)
-                c[b] += d
-                c[b + 1] -= d
-                score(tuple(c))
+        S = len(counts)
+        for a, b in sorted(((a, b) for a in range(S) for b in range(S) if a != b), key=lambda ab: abs(ab[0] - ab[1])):
+            c = list(counts)
+            c[a] -= 1
+            c[b] += 1
+            score(tuple(c))
     return scores
 
 

@@ -154,6 +154,51 @@ def test_a_bound_asked_only_whether_it_is_below_a_value_stays_a_bound():
                 assert early == full if full < enough else early >= enough * (1 - 1e-12)
 
 
+def test_the_search_moves_a_unit_across_stages_and_finds_the_least_own_bound():
+    # one step of the search moves a unit from any stage to any other, the stages between keeping
+    # their counts: in a V a layer goes from the middle to rank 0 without the ranks between taking
+    # it on the way (where a maximum over ranks would rise); and it finds the least own bound
+    import importlib
+
+    plan_module = importlib.import_module("schedc.plan")  # the attribute schedc.plan is the function
+    units = tiny_units(n_layers=6, head=3.0)
+    limit = parse_cap("16GiB")
+    u = Units.of(units)
+    args = (units, u, "v", 2, 6, limit, limit.value, "makespan")
+    one_step = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic())  # past its deadline: one expansion
+    assert (4, 1, 1, 2) in one_step and (4, 2, 1, 1) in one_step
+    for counts, value in one_step.items():
+        assert value == pytest.approx(own_bound(_problem(units, counts, "v", 2, 6, limit, "makespan")))
+    scores = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic() + 30)
+    every = {tuple(c): own_bound(_problem(units, c, "v", 2, 6, limit, "makespan"))
+             for c in compositions(units.n_stages, 4) if _fits(u, c, "v", 2, limit.value)}
+    assert min(scores.values()) == pytest.approx(min(every.values()))
+
+
+def test_the_certificate_is_skipped_where_a_partition_meets_the_relaxed_bound(monkeypatch):
+    # where step 2 already found a partition whose own bound is the dynamic program's bound, no
+    # partition can raise the bound over partitions: nothing is listed or bounded, the time goes
+    # to the compiles
+    import importlib
+
+    plan_module = importlib.import_module("schedc.plan")
+    units = tiny_units(n_layers=3, seed=1)
+    limit = parse_cap("none")
+    pb = partition_bound(units, 2, 4, math.inf, "loop", "makespan")
+
+    def listed(*args, **kwargs):
+        raise AssertionError("no partition should be listed")
+
+    monkeypatch.setattr(plan_module, "partitions_below", listed)
+    lines = []
+    bounds, certified, setters, reached = plan_module._certified_bounds(
+        units, [("loop", pb)], 2, 4, limit, math.inf, "makespan", 2 * pb.value, False, 10.0, {}, False,
+        lines.append, time.monotonic(), {"loop": pb.value})
+    assert bounds == {"loop": pb.value} and certified == {"loop": 0}
+    assert setters == [] and reached == {}
+    assert "none can raise it" in lines[0]
+
+
 def test_plan_finds_the_best_partition_of_a_tiny_model():
     units = tiny_units(n_layers=3, head=2.5)
     res = plan(profile=units, ranks=2, microbatches=3, memory="none", placement="loop", time_limit=10)
@@ -182,9 +227,9 @@ def test_plan_moves_layers_off_a_heavy_head_and_reports_it():
 
 
 def test_the_final_compile_starts_from_a_fresh_warm_start_when_it_is_better(monkeypatch):
-    # a short compile gives its warm start a tenth of its seconds; the final compile gets the warm
-    # start a compile of its own length makes when that one is shorter (here the short compile's
-    # answer is ZB-V, 46.7; the list heuristic finds 40.5)
+    # a short compile gives its warm start a tenth of its seconds; the final compile gets a fresh
+    # warm start with a fifth of its own when that one is shorter (here the short compile's answer
+    # is ZB-V, 46.7; the list heuristic finds 40.5)
     import importlib
     import types
 
