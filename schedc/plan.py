@@ -24,25 +24,25 @@ Method (``plan``):
    two best go on from their answers for 10% of the time each (a second round). Under a tight
    cap (the best so far leaves some rank room for fewer than two microbatches of each of its
    stages) two short compiles and no second round: there step 4 ranks the partitions better.
-4. The certificate (at most 30% of the time, or 90% as below; it often ends early): every
-   partition whose relaxed terms stay below the best step found
-   (``schedc.partition.partitions_below``: no other partition can beat it) gets its own bound, the
-   closed-form terms and the one-rank relaxation (``schedc.solver.rank_relaxation``), in the order
-   of their relaxed values; the bound over partitions is the least of those and the relaxed value
-   of the first partition not reached. Skipped where step 2 found a partition whose own bound is
-   the dynamic program's bound: nothing can raise it, and the compiles get the time. The dynamic program's relaxation alone left gaps of 4-30%
-   where memory is tight or stages sit in a V. The one-rank relaxation's bound is within 2% of the
-   step found on most of those partitions, not all: V partitions with few microbatches per stage
-   stay 5-8% apart. A partition's bound may stop at the first rank that reaches the current least
-   (``own_bound``'s `enough`): it cannot lower it, and the listing is cut at 20000 partitions, not
-   5000, so partitions tied at the threshold are reached instead of cut off. The partition whose
-   own bound is the least then gets the two-rank relaxation, one pair of ranks at a time (CP-SAT;
-   5% of the time, or up to 90% of it when the best partition is proven optimal): Llama 16 ranks in
-   a V at 80 GiB, 28 partitions at 727.8-737.9 ms by one rank each, 755.2 or more by two: gap 3.8%
-   -> 1.6-1.7%. Under a tight cap the block relaxation (``schedc.solver.blocks``: the whole
-   problem on 3, then 4 microbatches) comes first, for at least 40% of the time: it is within
-   0.5% of the partition's optimum there, where the one-rank bounds leave 5-20%, so the least
-   bound it leaves also names the partition to compile (4b).
+4. The certificate (at most 30% of the time, or 90% as below; it often ends early): every partition
+   whose relaxed terms stay below the best step found (``schedc.partition.partitions_below``: no
+   other partition can beat it) gets its own bound, the closed-form terms and the one-rank
+   relaxation (``schedc.solver.rank_relaxation``), in the order of their relaxed values; the bound
+   over partitions is the least of those and the relaxed value of the first partition not reached.
+   Skipped where step 2 found a partition whose own bound is the dynamic program's bound: nothing
+   can raise it, and the compiles get the time. The dynamic program's relaxation alone left gaps of
+   4-30% where memory is tight or stages sit in a V. The one-rank relaxation's bound is within 2%
+   of the step found on most of those partitions, not all: V partitions with few microbatches per
+   stage stay 5-8% apart. A partition's bound may stop at the first rank that reaches the current
+   least (``own_bound``'s `enough`): it cannot lower it, and the listing is cut at 20000
+   partitions, not 5000, so partitions tied at the threshold are reached instead of cut off. The
+   partition whose own bound is the least then gets the two-rank relaxation, one pair of ranks at a
+   time (CP-SAT; 5% of the time, or up to 90% of it when the best partition is proven optimal):
+   Llama 16 ranks in a V at 80 GiB, 28 partitions at 727.8-737.9 ms by one rank each, 755.2 or more
+   by two: gap 3.8% -> 1.6-1.7%. Under a tight cap the block relaxation (``schedc.solver.blocks``:
+   the whole problem on 3, then 4 microbatches) comes first, for at least 40% of the time: it is
+   within 0.5% of the partition's optimum there, where the one-rank bounds leave 5-20%, so the
+   least bound it leaves also names the partition to compile (4b).
 4b. The partition whose own bound was the least sets the bound; where the best step found is more
    than 1% above it, it gets a compile of its own (25% of the time; it goes on from its short
    compile if it had one, and takes all the time left when the best is already proven optimal
@@ -442,17 +442,17 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
       second each); once it reaches `theta` or has nothing left to try its bound is final, and
       so is the bound over partitions when it is still the least.
 
-    For 30% of the time (under a tight cap at least 40%, until 75% of it at the latest),
-    the two-rank relaxations for 5% of it; when the best partition's compile is proven optimal
-    (`proven`) the final compile has nothing to do, and both go on until 90% of the time.
-    `paired`: the two-rank bounds step 3 already found. `scored`: per placement, the least own
-    bound step 2 found; where it is the dynamic program's bound already, no partition can raise
-    the bound over partitions and step 4 gives its time to the compiles (Llama 8 ranks x 32 in a
-    V at 40 GiB: 1944 partitions bounded in 3.2 s, the bound unmoved at 2320.3 ms). Llama 16 ranks in a V at 80 GiB: 288
-    partitions are below the best step, 756.1 ms; the one-rank bounds leave 85 below it, 28 of
+    For 30% of the time (under a tight cap at least 40%, until 75% of it at the latest), the
+    two-rank relaxations for 5% of it; when the best partition's compile is proven optimal
+    (`proven`) the final compile has nothing to do, and both go on until 90% of the time. `paired`:
+    the two-rank bounds step 3 already found. `scored`: per placement, the least own bound step 2
+    found; where it is the dynamic program's bound already, no partition can raise the bound over
+    partitions and step 4 gives its time to the compiles (Llama 8 ranks x 32 in a V at 40 GiB: 1944
+    partitions bounded in 3.2 s, the bound unmoved at 2320.3 ms). Llama 16 ranks in a V at 80 GiB:
+    288 partitions are below the best step, 756.1 ms; the one-rank bounds leave 85 below it, 28 of
     them at 727.8-737.9 ms (two heavy stages early in the V), and two ranks together put those at
-    755.2 ms or more (0.4 s each where the target is out of reach). Llama 4 ranks in a V at 40
-    GiB, 16 microbatches: the one-rank bounds leave the bound at 2682.4 ms against a best step of
+    755.2 ms or more (0.4 s each where the target is out of reach). Llama 4 ranks in a V at 40 GiB,
+    16 microbatches: the one-rank bounds leave the bound at 2682.4 ms against a best step of
     3257.7; blocks of microbatches on 94 partitions (8 s) put it at 2897.7 and rank 4,1,5,1,8,4,9,2
     units per stage first, whose optimum is 2909.8.
 
@@ -746,16 +746,22 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
     for s in starts:
         score(tuple(s))
     expanded = set()
-    # at least every neighbour of the best few, however busy the machine
-    least = min(SEARCH_EVALUATIONS, 6 * len(starts[0]) if starts else 0)
-    while heap and len(scores) < SEARCH_EVALUATIONS and (time.monotonic() < deadline or len(scores) < least) \
-            and not stop_requested():
+    S = len(starts[0]) if starts else 0
+    moves = sorted(((a, b) for a in range(S) for b in range(S) if a != b), key=lambda ab: abs(ab[0] - ab[1]))
+    least = min(SEARCH_EVALUATIONS, 6 * S)  # at least this many (the nearest moves first), however busy the machine
+
+    def enough() -> bool:
+        return len(scores) >= SEARCH_EVALUATIONS or (time.monotonic() >= deadline and len(scores) >= least) \
+            or stop_requested()
+
+    while heap and not enough():
         _, counts = heapq.heappop(heap)
         if counts in expanded:
             continue
         expanded.add(counts)
-        S = len(counts)
-        for a, b in sorted(((a, b) for a in range(S) for b in range(S) if a != b), key=lambda ab: abs(ab[0] - ab[1])):
+        for a, b in moves:
+            if enough():  # one expansion scores S (S - 1) partitions: 992 for a V of 16 ranks
+                break
             c = list(counts)
             c[a] -= 1
             c[b] += 1
