@@ -14,7 +14,8 @@ Method (``plan``):
    then a best-first search over their neighbours (one unit moved from one stage to another, the
    stages between keeping their counts), each scored by its own lower bound (``own_bound``:
    ``schedc.solver.bounds.lower_bound`` and the one-rank relaxation of
-   ``schedc.solver.rank_relaxation``, milliseconds each), up to 1000 of them.
+   ``schedc.solver.rank_relaxation``, milliseconds each), up to 1000 of them. Under a tight cap
+   (below) one boundary moved by one unit: there the own bound ranks partitions poorly.
 3. The 12 best by bound and the comparison splits are screened by their best hand-made schedule
    that fits (simulated: milliseconds). Up to three per placement are compiled with short time
    limits (``schedc.solver.compile.compile_problem``, 25% of the time in all): the
@@ -310,8 +311,13 @@ def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap
     S = n_stages_for(pl, ranks)
     splits = [pb.counts, balanced(units, pl, ranks, cap)[1], torchtitan_default_counts(profile.n_stages, S),
               even_counts(profile.n_stages, S)]
+    # under a tight cap the own bound ranks partitions poorly (step 4's block relaxation ranks them),
+    # and a search that follows it far from the dynamic program's partition finds partitions that
+    # compile worse: Llama 4 ranks x 16 in a V at 40 GiB on a busy machine, 5,1,5,6,3,4,9,1 (own
+    # bound 2682.4 ms) compiles to 3600.8 where the dynamic program's 5,1,6,1,8,3,9,1 gives 3257.7
+    tight = bool(pb.counts) and _tight_problem(_problem(profile, pb.counts, pl, ranks, microbatches, limit, objective))
     scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
-                         [s for s in splits if s], time.monotonic() + seconds)
+                         [s for s in splits if s], time.monotonic() + seconds, far=not tight)
     by_lb = sorted(scores, key=scores.get)[:SCREEN]
     shapes = None
     pool = []
@@ -391,12 +397,18 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
 
 def _tight(best) -> bool:
     """Whether the best partition's cap leaves some rank room for fewer than two microbatches of
-    each of its stages (schedc.solver.periodic.worth_trying): there the block relaxation ranks the
-    partitions in step 4, and steps 3 and 4 make room for it."""
+    each of its stages (``_tight_problem``): there the block relaxation ranks the partitions in
+    step 4, and steps 3 and 4 make room for it."""
+    return best[1] is not None and _tight_problem(best[1].problem)
+
+
+def _tight_problem(problem) -> bool:
+    """Whether the cap leaves some rank room for fewer than two microbatches of each of its
+    stages (schedc.solver.periodic.worth_trying)."""
     from schedc.solver.graph import graph_of
     from schedc.solver.periodic import worth_trying
 
-    return best[1] is not None and worth_trying(graph_of(best[1].problem))
+    return worth_trying(graph_of(problem))
 
 
 def _second_round(compiled, time_limit, seed, say, t0):
@@ -724,10 +736,12 @@ def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: 
     return max(need) <= cap * (1 + TIE) and S == n_stages_for(placement, ranks)
 
 
-def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline) -> dict:
+def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline,
+                far: bool = True) -> dict:
     """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
     of the best-scored partition first: one unit moved from one stage to another, the stages
-    between keeping their counts (every boundary between them moves by one), nearest first.
+    between keeping their counts (every boundary between them moves by one), nearest first; with
+    `far` False only to the next stage (one boundary moved).
 
     Why not only adjacent boundaries: the bound is a maximum over ranks, and in a V a layer moved
     from the middle of the pipeline to rank 0 crosses ranks whose terms would rise on the way, so
@@ -747,7 +761,8 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
         score(tuple(s))
     expanded = set()
     S = len(starts[0]) if starts else 0
-    moves = sorted(((a, b) for a in range(S) for b in range(S) if a != b), key=lambda ab: abs(ab[0] - ab[1]))
+    moves = sorted(((a, b) for a in range(S) for b in range(S) if a != b and (far or abs(a - b) == 1)),
+                   key=lambda ab: abs(ab[0] - ab[1]))
     least = min(SEARCH_EVALUATIONS, 6 * S)  # at least this many (the nearest moves first), however busy the machine
 
     def enough() -> bool:

@@ -169,6 +169,9 @@ def test_the_search_moves_a_unit_across_stages_and_finds_the_least_own_bound():
     assert (4, 1, 1, 2) in one_step and (4, 2, 1, 1) in one_step
     for counts, value in one_step.items():
         assert value == pytest.approx(own_bound(_problem(units, counts, "v", 2, 6, limit, "makespan")))
+    # under a tight cap (far=False) only one boundary moves: the own bound ranks poorly there
+    near = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic(), far=False)
+    assert (4, 2, 1, 1) in near and (4, 1, 1, 2) not in near
     scores = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic() + 30)
     every = {tuple(c): own_bound(_problem(units, c, "v", 2, 6, limit, "makespan"))
              for c in compositions(units.n_stages, 4) if _fits(u, c, "v", 2, limit.value)}
