@@ -747,7 +747,8 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
     from the middle of the pipeline to rank 0 crosses ranks whose terms would rise on the way, so
     a search by single boundary moves stops short (Llama 8 ranks in a V at 40 GiB, 16
     microbatches: 1203.0 ms after 405 partitions, where these moves reach 1170.6 ms, the bound
-    over partitions, after 920). Cost: S (S - 1) partitions scored per expansion."""
+    over partitions, after 920). Cost: S (S - 1) partitions scored per expansion (2 (S - 1)
+    without `far`), one ``own_bound`` each, until `deadline` or SEARCH_EVALUATIONS."""
     scores: dict[tuple[int, ...], float] = {}
     heap: list[tuple[float, tuple[int, ...]]] = []
 

@@ -165,7 +165,7 @@ def test_the_search_moves_a_unit_across_stages_and_finds_the_least_own_bound():
     limit = parse_cap("16GiB")
     u = Units.of(units)
     args = (units, u, "v", 2, 6, limit, limit.value, "makespan")
-    one_step = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic())  # past its deadline: one expansion
+    one_step = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic())  # past its deadline: a few dozen
     assert (4, 1, 1, 2) in one_step and (4, 2, 1, 1) in one_step
     for counts, value in one_step.items():
         assert value == pytest.approx(own_bound(_problem(units, counts, "v", 2, 6, limit, "makespan")))
@@ -200,6 +200,15 @@ def test_the_certificate_is_skipped_where_a_partition_meets_the_relaxed_bound(mo
     assert bounds == {"loop": pb.value} and certified == {"loop": 0}
     assert setters == [] and reached == {}
     assert "none can raise it" in lines[0]
+
+
+def test_among_equal_bounds_the_partition_to_compile_is_bounded_in_full_with_the_fewest_units_first():
+    import importlib
+
+    plan_module = importlib.import_module("schedc.plan")
+    own_so_far, own = plan_module.OWN_SO_FAR, plan_module.OWN
+    heap = [(1.0, own_so_far, (1, 1, 4)), (1.0, own, (2, 1, 3)), (1.0, own, (1, 2, 3)), (1.1, own, (1, 1, 4))]
+    assert min(heap, key=plan_module._setter_key) == (1.0, own, (1, 2, 3))
 
 
 def test_plan_finds_the_best_partition_of_a_tiny_model():
