@@ -766,17 +766,17 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
                    key=lambda ab: abs(ab[0] - ab[1]))
     least = min(SEARCH_EVALUATIONS, 6 * S)  # at least this many (the nearest moves first), however busy the machine
 
-    def enough() -> bool:
+    def finished() -> bool:  # SEARCH_EVALUATIONS scored, or past the deadline with at least `least`
         return len(scores) >= SEARCH_EVALUATIONS or (time.monotonic() >= deadline and len(scores) >= least) \
             or stop_requested()
 
-    while heap and not enough():
+    while heap and not finished():
         _, counts = heapq.heappop(heap)
         if counts in expanded:
             continue
         expanded.add(counts)
         for a, b in moves:
-            if enough():  # one expansion scores S (S - 1) partitions: 992 for a V of 16 ranks
+            if finished():  # one expansion scores S (S - 1) partitions: 992 for a V of 16 ranks
                 break
             c = list(counts)
             c[a] -= 1
