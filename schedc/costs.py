@@ -82,21 +82,49 @@ class StageCost(BaseModel):
     # torchtitan's / NeMo's module_fqns_per_model_part vocabulary, e.g. ["layers.0"]
     modules: Optional[list[str]] = None
 
+    # bytes live only while one action of this stage runs, on top of what the rank holds (the
+    # loss's fp32 logits on the last stage, attention and matmul workspaces); keys F, I, W, B
+    transient_bytes: Optional[dict[Literal["F", "I", "W", "B"], float]] = None
+
     @model_validator(mode="after")
-    def _weight_grad_within_activation(self) -> "StageCost":
+    def _defaults(self) -> "StageCost":
+        # weight_grad_bytes may exceed activation_bytes: torch's split backward keeps the whole
+        # graph plus the output gradients W consumes, so memory can rise at I (docs/design.md)
         if self.weight_grad_bytes is None:
             self.weight_grad_bytes = HELD_FRACTION * self.activation_bytes
-        if self.weight_grad_bytes > self.activation_bytes:
-            raise ValueError(
-                f"weight_grad_bytes ({self.weight_grad_bytes:g}) must be <= activation_bytes "
-                f"({self.activation_bytes:g})"
-            )
+        for kind, value in (self.transient_bytes or {}).items():
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"transient_bytes.{kind} must be a finite number >= 0, got {value!r}")
         return self
+
+    def transient(self, kind: str) -> float:
+        """Bytes live only while this stage's `kind` action runs. A full backward B that no
+        profile measured runs I then W back to back: the larger of the two, I's counted on top of
+        what I adds to the held bytes."""
+        t = self.transient_bytes or {}
+        if kind == "B" and "B" not in t:
+            rise = max(0.0, self.weight_grad_bytes - self.activation_bytes)
+            return max(t.get("I", 0.0) + rise, t.get("W", 0.0))
+        return float(t.get(kind, 0.0))
 
     @property
     def backward(self) -> float:
         """Seconds of a full backward B = I + W."""
         return self.backward_input + self.backward_weight
+
+
+def _merged_transients(units: Sequence[StageCost]) -> Optional[dict[str, float]]:
+    if not any(u.transient_bytes for u in units):
+        return None
+    return {k: max(u.transient(k) for u in units) for k in ("F", "I", "W", "B")}
+
+
+def _first_stage_transients(first: StageCost) -> Optional[dict[str, float]]:
+    """Under torch's runtime stage 0's I runs nothing and its W runs the whole backward."""
+    if not first.transient_bytes:
+        return None
+    whole = first.transient("B")
+    return {"F": first.transient("F"), "I": 0.0, "W": whole, "B": whole}
 
 
 class Profile(BaseModel):
@@ -108,6 +136,12 @@ class Profile(BaseModel):
     format: Literal["schedc.profile/v1"] = PROFILE_FORMAT
     stages: list[StageCost] = Field(min_length=1)
     comm: Union[float, list[float]] = 0.0
+    # bytes of one microbatch's activation sent across each stage boundary (its gradient comes
+    # back the same size): what torch's receive buffers and held sends are made of
+    boundary_bytes: Union[float, list[float]] = 0.0
+    # bytes a process holds outside torch's allocator (CUDA context, library workspaces, NCCL):
+    # counted on every rank against a byte cap
+    reserve_bytes: float = Field(default=0.0, ge=0)
     # which runtime model the numbers already follow: "torch" when measured under torch's runtime
     # (stage 0's I is empty) or converted by executed(); absent: each stage's real I and W
     runtime: Optional[Literal["torch", "ideal"]] = None
@@ -129,8 +163,22 @@ class Profile(BaseModel):
                 f"comm: {len(self.comm)} values given but {len(self.stages)} stages have "
                 f"{len(self.stages) - 1} boundaries"
             )
+        sizes = self.boundary_bytes if isinstance(self.boundary_bytes, list) else [self.boundary_bytes]
+        if any(not (b >= 0) for b in sizes):
+            raise ValueError("boundary_bytes: every boundary's bytes must be >= 0")
+        if isinstance(self.boundary_bytes, list) and len(self.boundary_bytes) != len(self.stages) - 1:
+            raise ValueError(
+                f"boundary_bytes: {len(self.boundary_bytes)} values given but {len(self.stages)} stages have "
+                f"{len(self.stages) - 1} boundaries"
+            )
         self._check_sums()
         return self
+
+    def boundary_after(self, stage: int) -> float:
+        """Bytes of one microbatch's activation sent across the boundary stage -> stage+1."""
+        if isinstance(self.boundary_bytes, list):
+            return self.boundary_bytes[stage]
+        return float(self.boundary_bytes)
 
     def _check_sums(self) -> None:
         """Finite numbers whose sums are not (1e308 + 1e308) would make every makespan inf and
@@ -200,6 +248,9 @@ class Profile(BaseModel):
                 activation_bytes=sum(u.activation_bytes for u in part),
                 weight_grad_bytes=sum(u.weight_grad_bytes for u in part),
                 static_bytes=sum(u.static_bytes for u in part),
+                # a unit's transient is live while that unit runs, on top of bytes the stage
+                # already counts from its action's start: the largest one bounds the stage's
+                transient_bytes=_merged_transients(part),
                 modules=names if all(u.modules for u in part) else None,
             ))
             start += n
@@ -208,9 +259,11 @@ class Profile(BaseModel):
             first = stages[0]
             stages[0] = first.model_copy(update={
                 "backward_input": 0.0, "backward_weight": first.backward,
-                "weight_grad_bytes": first.activation_bytes})
+                "weight_grad_bytes": first.activation_bytes, "transient_bytes": _first_stage_transients(first)})
         comm = [self.comm_after(u) for u in ends[:-1]] if isinstance(self.comm, list) else self.comm
-        return self.model_copy(update={"stages": stages, "comm": comm})
+        boundary = ([self.boundary_after(u) for u in ends[:-1]] if isinstance(self.boundary_bytes, list)
+                    else self.boundary_bytes)
+        return self.model_copy(update={"stages": stages, "comm": comm, "boundary_bytes": boundary})
 
     def executed(self, runtime: Optional[str] = None) -> "Profile":
         """The costs as `runtime` executes them (module docstring); None: the runtime this profile
@@ -231,6 +284,7 @@ class Profile(BaseModel):
             "backward_input": 0.0,
             "backward_weight": first.backward_input + first.backward_weight,
             "weight_grad_bytes": first.activation_bytes,
+            "transient_bytes": _first_stage_transients(first),
         })
         return self.model_copy(update={"stages": [stage0] + list(self.stages[1:]), "runtime": "torch"})
 

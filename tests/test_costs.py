@@ -19,6 +19,19 @@ def _stage(**over):
     return stage
 
 
+def test_weight_grad_bytes_may_exceed_activation_and_transients_round_trip(tmp_path):
+    # torch's split backward keeps the graph plus W's output gradients: memory rises at I
+    p = Profile(stages=[_stage(weight_grad_bytes=150, transient_bytes={"F": 30, "I": 20}), _stage()],
+                boundary_bytes=[8], reserve_bytes=5)
+    p.save(tmp_path / "p.json")
+    q = Profile.load(tmp_path / "p.json")
+    assert q == p and q.stages[0].weight_grad_bytes == 150 and q.boundary_after(0) == 8
+    # an unmeasured B runs I then W: I's transient on top of I's rise, or W's
+    assert q.stages[0].transient("B") == 20 + 50 and q.stages[1].transient("F") == 0
+    # torch's runtime runs stage 0's whole backward inside W
+    assert q.executed("torch").stages[0].transient_bytes == {"F": 30, "I": 0, "W": 70, "B": 70}
+
+
 def test_profile_round_trip(tmp_path):
     p = Profile(stages=[_stage(), _stage(static_bytes=7)], comm=[0.1], device="cpu", model="gpt")
     p.save(tmp_path / "p.json")
@@ -30,7 +43,10 @@ def test_profile_round_trip(tmp_path):
     [
         ({"format": "schedc.profile/v1", "stages": [_stage(forward=-1)]}, "stages[0].forward"),
         ({"format": "schedc.profile/v1", "stages": [_stage(colour="red")]}, "stages[0].colour: unknown field"),
-        ({"format": "schedc.profile/v1", "stages": [_stage(weight_grad_bytes=200)]}, "weight_grad_bytes"),
+        ({"format": "schedc.profile/v1", "stages": [_stage(weight_grad_bytes=-1)]}, "weight_grad_bytes"),
+        ({"format": "schedc.profile/v1", "stages": [_stage(transient_bytes={"F": -1})]}, "transient_bytes"),
+        ({"format": "schedc.profile/v1", "stages": [_stage(transient_bytes={"X": 1})]}, "transient_bytes"),
+        ({"format": "schedc.profile/v1", "stages": [_stage()] * 3, "boundary_bytes": [1]}, "boundary_bytes"),
         ({"format": "schedc.profile/v1", "stages": [_stage()] * 3, "comm": [0.1]}, "comm"),
         ({"format": "schedc.profile/v1", "stages": []}, "stages"),
         ({"format": "schedc.profile/v1", "stages": [_stage(forward="fast")]}, "stages[0].forward"),
