@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -152,6 +152,10 @@ class Profile(BaseModel):
     torch_version: Optional[str] = None
     created: Optional[str] = None
     notes: Optional[list[str]] = None
+    # what the numbers took about the run that the framework must be told to reproduce them:
+    # seq_len, microbatch_size, activation_checkpoint, dtypes, dp_shard, tp, torch, ... (the plan
+    # report's "assumes")
+    assumes: Optional[dict[str, Any]] = None
 
     @model_validator(mode="after")
     def _comm_matches_boundaries(self) -> "Profile":
