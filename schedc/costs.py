@@ -138,10 +138,10 @@ class Profile(BaseModel):
     comm: Union[float, list[float]] = 0.0
     # bytes of one microbatch's activation sent across each stage boundary (its gradient comes
     # back the same size): what torch's receive buffers and held sends are made of
-    boundary_bytes: Union[float, list[float]] = 0.0
+    boundary_bytes: Optional[Union[float, list[float]]] = None
     # bytes a process holds outside torch's allocator (CUDA context, library workspaces, NCCL):
     # counted on every rank against a byte cap
-    reserve_bytes: float = Field(default=0.0, ge=0)
+    reserve_bytes: Optional[float] = Field(default=None, ge=0)
     # which runtime model the numbers already follow: "torch" when measured under torch's runtime
     # (stage 0's I is empty) or converted by executed(); absent: each stage's real I and W
     runtime: Optional[Literal["torch", "ideal"]] = None
@@ -167,7 +167,7 @@ class Profile(BaseModel):
                 f"comm: {len(self.comm)} values given but {len(self.stages)} stages have "
                 f"{len(self.stages) - 1} boundaries"
             )
-        sizes = self.boundary_bytes if isinstance(self.boundary_bytes, list) else [self.boundary_bytes]
+        sizes = self.boundary_bytes if isinstance(self.boundary_bytes, list) else [self.boundary_bytes or 0.0]
         if any(not (b >= 0) for b in sizes):
             raise ValueError("boundary_bytes: every boundary's bytes must be >= 0")
         if isinstance(self.boundary_bytes, list) and len(self.boundary_bytes) != len(self.stages) - 1:
@@ -182,7 +182,7 @@ class Profile(BaseModel):
         """Bytes of one microbatch's activation sent across the boundary stage -> stage+1."""
         if isinstance(self.boundary_bytes, list):
             return self.boundary_bytes[stage]
-        return float(self.boundary_bytes)
+        return float(self.boundary_bytes or 0.0)
 
     def _check_sums(self) -> None:
         """Finite numbers whose sums are not (1e308 + 1e308) would make every makespan inf and
