@@ -297,14 +297,10 @@ class Profile(BaseModel):
         return {"F": c.forward, "I": c.backward_input, "W": c.backward_weight, "B": c.backward}[kind]
 
     def memory_delta(self, stage: int, kind: str) -> float:
-        """Change of a rank's held bytes when it runs this action (the ZB paper's accounting)."""
-        c = self.stages[stage]
-        return {
-            "F": c.activation_bytes,
-            "I": -(c.activation_bytes - c.weight_grad_bytes),
-            "W": -c.weight_grad_bytes,
-            "B": -c.activation_bytes,
-        }[kind]
+        """Change of a rank's held bytes when it runs this action (schedc.cost_model.held_delta)."""
+        from schedc.cost_model import held_delta
+
+        return held_delta(self.stages[stage], kind)
 
     @classmethod
     def uniform(
@@ -460,53 +456,40 @@ class MemoryLimit(BaseModel):
             return f"{self.value:g}p"
         return format_bytes(self.value)
 
-    def per_rank(self, profile: Profile, placement: Sequence[int]) -> list[float]:
-        """The cap in bytes for each rank (static bytes included); inf when there is none. A
-        ``Kp`` cap is the same on every rank: max over r of static_r + K x 1F1B's activation peak
-        on r (module docstring)."""
-        n_ranks = max(placement) + 1
-        if self.kind == "none":
-            return [math.inf] * n_ranks
-        if self.kind == "bytes":
-            return [self.value] * n_ranks
-        static = rank_static_bytes(profile, placement)
-        peaks = one_f_one_b_peaks(profile, placement)
-        cap = max(st + self.value * pk for st, pk in zip(static, peaks))
-        return [cap] * n_ranks
+    def per_rank(self, profile: Profile, placement: Sequence[int],
+                 n_microbatches: Optional[int] = None) -> list[float]:
+        """The cap in bytes for each rank (static bytes, buffers and reserve included); inf when
+        there is none. A ``Kp`` cap is the same on every rank: max over r of the bytes r holds all
+        step + K x 1F1B's peak on r (module docstring; schedc.cost_model.caps)."""
+        from schedc import cost_model
+
+        return cost_model.caps(self, profile, placement, n_microbatches)
 
 
 def rank_static_bytes(profile: Profile, placement: Sequence[int]) -> list[float]:
     """Per rank: the static bytes (params, grads, optimizer state) of its stages."""
-    out = [0.0] * (max(placement) + 1)
-    for s, r in enumerate(placement):
-        out[r] += profile.stages[s].static_bytes
-    return out
+    from schedc import cost_model
+
+    return cost_model.rank_static_bytes(profile, placement)
 
 
 def one_f_one_b_peaks(profile: Profile, placement: Sequence[int]) -> list[float]:
-    """Per rank: 1F1B's activation peak in bytes (static bytes excluded) when it runs each rank's
-    stages as one stage (M >= R microbatches): R - q microbatches of all the rank's stages, q =
-    the rank's position in the chain of ranks ordered by their first stage (q = r for loop and
-    V). See the module docstring."""
-    n_ranks = max(placement) + 1
-    first = [min(s for s, r in enumerate(placement) if r == rank) for rank in range(n_ranks)]
-    position = {rank: q for q, rank in enumerate(sorted(range(n_ranks), key=lambda rank: first[rank]))}
-    act = [0.0] * n_ranks
-    for s, r in enumerate(placement):
-        act[r] += profile.stages[s].activation_bytes
-    return [(n_ranks - position[r]) * act[r] for r in range(n_ranks)]
+    """Per rank: 1F1B's peak in bytes above what the rank holds all step, when it runs each
+    rank's stages as one stage (M >= R): R - q microbatches of all the rank's stages, q = the
+    rank's position in the chain of ranks ordered by their first stage (q = r for loop and V),
+    plus the largest F or B transient. See the module docstring and schedc.cost_model."""
+    from schedc import cost_model
+
+    return cost_model.one_f_one_b_peaks(profile, placement)
 
 
-def p_needed(peak: float, profile: Profile, placement: Sequence[int]) -> float:
-    """The smallest K such that a rank peaking at `peak` bytes (static included) fits under
-    ``Kp``: min over ranks r of (peak - static_r) / peak1F1B_r, at least 0. Give it the largest
+def p_needed(peak: float, profile: Profile, placement: Sequence[int], n_microbatches: Optional[int] = None) -> float:
+    """The smallest K such that a rank peaking at `peak` bytes (everything included) fits under
+    ``Kp``: min over ranks r of (peak - fixed_r) / peak1F1B_r, at least 0. Give it the largest
     per-rank peak of a schedule to get the memory that schedule needs in p."""
-    static = rank_static_bytes(profile, placement)
-    peaks = one_f_one_b_peaks(profile, placement)
-    if any(pk == 0 and st >= peak for st, pk in zip(static, peaks)):
-        return 0.0
-    ks = [(peak - st) / pk for st, pk in zip(static, peaks) if pk > 0]
-    return max(0.0, min(ks)) if ks else math.inf
+    from schedc import cost_model
+
+    return cost_model.p_needed(peak, profile, placement, n_microbatches)
 
 
 def format_bytes(n: float) -> str:

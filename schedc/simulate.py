@@ -10,8 +10,10 @@ data dependencies". We walk it rank by rank: a rank's next action is placed as s
 producers are placed, and a rank that waits for a producer is woken when that one is placed; if
 no rank can place its next action the schedule deadlocks (a cycle) and we say which actions wait
 on which. Memory on a rank changes only through its own actions, so
-its curve is the running sum of the ZB paper's deltas in the rank's order: F allocates at its
-start, I/W/B release at their end. An overlapped cell (torch's OVERLAP_F_B) starts when the
+its curve is the running sum of schedc.cost_model's rule in the rank's order: the bytes held all
+step, F (and an I that rises) allocates at its start, I/W/B release at their end, transients are
+live while their action runs, and an overlap cell counts all its parts' allocations before any
+part frees. An overlapped cell (torch's OVERLAP_F_B) starts when the
 inputs of all its parts are there, as torch's runtime receives them all first, and its parts
 run back to back. Costs are those of the chosen runtime model (``Profile.executed``; torch's by
 default: stage 0's I is empty and its W runs the whole backward).
@@ -27,10 +29,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
+from schedc.cost_model import CostModel, cell_over, fits, held_delta
 from schedc.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.ir import KINDS, Action, Schedule
-from schedc.tolerances import REL
 
 
 def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int], str]) -> list[tuple[Action, int]]:
@@ -120,7 +122,7 @@ class SimResult:
 
     @property
     def fits(self) -> bool:
-        return all(p <= lim * (1 + REL) + REL for p, lim in zip(self.peak_memory, self.memory_limit))
+        return all(fits(p, lim) for p, lim in zip(self.peak_memory, self.memory_limit))
 
 
 def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None,
@@ -150,28 +152,49 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
         start[i], end[i] = ready, ready + dur[a.stage, a.kind]
         rank_free[r] = end[i]
     timings = {a: Timing(rank_of[i], start[i], end[i]) for i, a in enumerate(actions)}
-    static = [sum(profile.stages[s].static_bytes for s in schedule.stages_of(r)) for r in range(schedule.n_ranks)]
-    delta_of = {(s, k): profile.memory_delta(s, k) for s in range(profile.n_stages) for k in KINDS}
-    curves, peaks, busy = [], [], []
+    model = CostModel.build(profile, schedule.placement, schedule.n_microbatches, memory)
+    curves, peaks = memory_curves(schedule, model, start, end)
+    busy, i = [], 0
+    for row in order:
+        busy.append(sum(end[j] - start[j] for j in range(i, i + len(row))))
+        i += len(row)
+    makespan = max(end, default=0.0)
+    return SimResult(timings, order, makespan, busy, peaks, curves, list(model.caps), profile.runtime)
+
+
+def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
+                  end: list[float]) -> tuple[list[list[tuple[float, float]]], list[float]]:
+    """Per rank, the (time, bytes) steps of its memory and its peak, from the actions' start and
+    end times (numbered rank by rank, as :func:`walk` numbers them), by schedc.cost_model's rule:
+    the bytes held all step, then each cell's allocations from its start with its transient on
+    top while it runs, its frees at its end."""
+    stages = model.profile.stages
+    curves, peaks = [], []
     i = 0
-    for r, row in enumerate(order):
-        held = static[r]
+    for r, row in enumerate(schedule.rows):
+        held = model.fixed[r]
         curve = [(0.0, held)]
-        peak, work = held, 0.0
-        for a in row:
-            delta = delta_of[a.stage, a.kind]
-            held += delta
-            curve.append((start[i] if delta > 0 else end[i], held))
-            peak = max(peak, held)
-            work += end[i] - start[i]
-            i += 1
+        peak = held
+        for cell in row:
+            if cell is None:
+                continue
+            parts = [(stages[a.stage], a.kind) for a in cell.parts]
+            first, last = i, i + len(parts) - 1
+            i += len(parts)
+            delta = sum(held_delta(c, k) for c, k in parts)
+            top = held + cell_over(parts)
+            transient = top - held - sum(max(0.0, held_delta(c, k)) for c, k in parts)
+            if transient > 0 or (len(parts) > 1 and top > max(held, held + delta)):
+                curve.append((start[first], top))
+                held += delta
+                curve.append((end[last], held))
+            else:
+                held += delta
+                curve.append((start[first] if delta > 0 else end[last], held))
+            peak = max(peak, top, held)
         curves.append(curve)
         peaks.append(peak)
-        busy.append(work)
-
-    limit = (memory or MemoryLimit(kind="none")).per_rank(profile, schedule.placement)
-    makespan = max(end, default=0.0)
-    return SimResult(timings, order, makespan, busy, peaks, curves, limit, profile.runtime)
+    return curves, peaks
 
 
 class Deadlock(SchedcError):
@@ -277,10 +300,9 @@ def peak_activation_units(schedule: Schedule, profile: Profile, runtime: Optiona
     """Peak held bytes per rank without static bytes, in multiples of one microbatch of the
     rank's own stages (so 1F1B's rank 0 reads R)."""
     res = simulate(schedule, profile, runtime=runtime)
+    fixed = CostModel.build(profile.executed(runtime), schedule.placement, schedule.n_microbatches).fixed
     out = []
     for r in range(schedule.n_ranks):
-        own = schedule.stages_of(r)
-        unit = sum(profile.stages[s].activation_bytes for s in own)
-        static = sum(profile.stages[s].static_bytes for s in own)
-        out.append((res.peak_memory[r] - static) / unit if unit else math.nan)
+        unit = sum(profile.stages[s].activation_bytes for s in schedule.stages_of(r))
+        out.append((res.peak_memory[r] - fixed[r]) / unit if unit else math.nan)
     return out
