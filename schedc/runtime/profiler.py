@@ -13,17 +13,22 @@ F is ``module(*inputs)`` (plus ``loss_fn`` on the last stage), I is
 ``torch.distributed.pipelining._backward.stage_backward_input`` and W is ``stage_backward_weight``,
 the two halves the zero-bubble schedules call; B (the full backward, ``stage_backward``) is timed
 separately to check I + W ~ B. Like the runtime (``PipelineStage.backward_one_chunk``), the first
-stage skips I (its input needs no gradient) and runs the whole backward in W. Memory comes from
-one untimed pass under ``torch.autograd.graph.saved_tensors_hooks``: each saved tensor is wrapped
-in a weak-referenceable box, so after F we count the unique storages autograd holds (plus the
-stage's outputs and received inputs, which the runtime keeps until the backward), and after I we
-count the boxes still alive (the graph that W needs) plus the gradients I left for W. Parameter
-storages never count as activations. (With torch's split backward, I retains the autograd graph
-for W, so on the built-in GPT nothing is freed before W and the gradients I leaves for W add to
-it; the file's ``weight_grad_bytes <= activation_bytes`` rule then caps it, and a note says so.) On CUDA the allocator's ``memory_allocated`` deltas are
-recorded next to the hook counts as a cross-check. Times are medians over ``repeats`` runs after
-``warmup`` runs, measured with CUDA events + synchronize on GPU and ``perf_counter`` on CPU; the
-spread goes to the profile's notes. The median, not the minimum: the ranks will run under the
+stage skips I (its input needs no gradient) and runs the whole backward in W. Each timed round runs
+F, I, W of one microbatch and then F, B of another back to back on the device's stream, with no
+synchronize between the actions, as a one-rank schedule of the stage runs them inside
+``_PipelineScheduleRuntime`` (timing each action between synchronizes would add the launch latency
+to every action: on a GPU most of a short W). Memory comes from one untimed F, I, W and F, B traced
+by the allocator (:mod:`schedc.runtime.allocator`: ``memory_allocated`` / ``max_memory_allocated``
+on CUDA, ``torch.profiler``'s memory events on CPU): ``activation_bytes`` is what F leaves
+allocated plus the received inputs, ``weight_grad_bytes`` what is still allocated after I (with
+torch's split backward this is more than after F: I keeps the graph for W and adds the gradients
+W consumes), and ``transient_bytes`` each action's peak above what it started and ended with (the
+last stage's fp32 logits in the loss). Gradients sent back and output gradients received are the
+boundary's (``boundary_bytes``: each stage's output), parameter gradients are static bytes.
+Saved-tensor hooks count the same pass as a cross-check (a weak-referenceable box per saved
+tensor; a note when they disagree with the allocator by more than a third). Times are medians over ``repeats`` runs after
+``warmup`` runs, measured with CUDA events on GPU and ``perf_counter`` on CPU; the spread of
+each of F, I and W (W's matters most: it is the shortest) goes to the profile's notes. The median, not the minimum: the ranks will run under the
 same conditions as the profile (shared cores, other processes), and a minimum would hide that
 interference rather than measure it; repeats are not extended adaptively either, because on a
 loaded machine more samples mostly lengthen the wait. Instead a spread above ``NOISY_SPREAD``
@@ -106,37 +111,6 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
             raise SchedcError(f"--device {device}: MPS is not available on this machine")
         return dev
     raise SchedcError(f"--device {device}: only cpu, cuda and mps devices can be profiled")
-
-
-class _Timer:
-    """Seconds of one call: CUDA events on the device's current stream around it (after a
-    synchronize, so earlier work is not counted) on GPU; perf_counter on CPU (and on MPS,
-    after synchronizing, since MPS has no timing events here)."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.mps = device.type == "mps"
-        self.device = device
-
-    def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float]:
-        if self.cuda:
-            with torch.cuda.device(self.device):
-                stream = torch.cuda.current_stream(self.device)
-                torch.cuda.synchronize(self.device)
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record(stream)
-                out = fn()
-                end.record(stream)
-                end.synchronize()
-                return out, start.elapsed_time(end) / 1e3
-        if self.mps:
-            torch.mps.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        if self.mps:
-            torch.mps.synchronize()
-        return out, time.perf_counter() - t0
 
 
 @dataclass
@@ -247,6 +221,8 @@ class StageMeasurement:
     notes: list[str] = field(default_factory=list)
     cuda_after_forward: Optional[int] = None
     cuda_after_input: Optional[int] = None
+    # transient peak of each action kind above what it started and ended with (allocator's view)
+    transient: dict[str, int] = field(default_factory=dict)
 
     _TIMES = ("forward", "backward_input", "backward_weight", "backward_full")
 
@@ -399,82 +375,149 @@ class _MemoryCount:
     cuda_after_forward: Optional[int]
     cuda_after_input: Optional[int]
     notes: list[str]
+    transient: dict[str, int] = field(default_factory=dict)
+
+
+def _hook_counts(run: _StageRunner, tracker: "_SavedTensorTracker", held_tensors, grads, param_groups) -> int:
+    """What the saved-tensor hooks say I leaves for W: live saved tensors plus the gradients I made for W."""
+    i_storages = _add_storages(tracker.alive_storages(run.param_ptrs), held_tensors, run.param_ptrs)
+    left_for_w = [
+        g for pg in (param_groups or []) for gs in (pg.get("grads") or []) for g in (gs or ()) if g is not None
+    ]
+    extra = _unique_bytes(left_for_w, run.param_ptrs | set(i_storages) | set(_add_storages({}, grads, set())))
+    return sum(i_storages.values()) + extra
 
 
 def _measure_memory(run: _StageRunner, sample: tuple) -> _MemoryCount:
-    """One untimed F, I, W under saved-tensor hooks (module docstring): what F leaves held, what I leaves for W."""
-    index, device, param_ptrs = run.index, run.device, run.param_ptrs
+    """One untimed F, I, W and one F, B, traced by the allocator (:mod:`schedc.runtime.allocator`):
+    held after F, held from I until W (may exceed F's: torch's split backward keeps the graph and
+    adds the gradients W needs), each action's transient peak. The stage's received inputs count as
+    held (the runtime keeps them until the backward); the gradients I sends back and the output
+    gradients it receives do not (they are the boundary's buffers). Saved-tensor hooks count the
+    same pass as a cross-check (a note when the two disagree)."""
+    from schedc.runtime.allocator import AllocatorTrace, nbytes_of
+
+    index, param_ptrs = run.index, run.param_ptrs
     tracker = _SavedTensorTracker()
     inputs = run.inputs(sample)
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-    base = torch.cuda.memory_allocated(device) if cuda else 0
-    with tracker.hooks():
-        outs, roots = run.forward(inputs)
-    if not any(o.requires_grad for o in roots):
-        raise SchedcError(
-            f"stage {index}: its output does not require grad (no parameters and no differentiable input); "
-            f"nothing to backpropagate"
-        )
-    held_tensors = [*outs, *roots, *(inputs if not run.is_first else ())]
-    f_storages = _add_storages(tracker.alive_storages(param_ptrs), held_tensors, param_ptrs)
-    activation = sum(f_storages.values())
     input_bytes = 0 if run.is_first else _unique_bytes(inputs, param_ptrs)
-    output_bytes = sum(o.numel() * o.element_size() for o in outs)
-    cuda_f = torch.cuda.memory_allocated(device) - base if cuda else None
-
-    grads = run.grads_for(roots)
-    param_groups = run.run_input(roots, inputs)
-    run.detach_last(outs)
-    if run.is_first:
-        weight_grad = activation  # nothing is freed before W: the whole backward runs there
-    else:
-        # the runtime keeps the stage's outputs and inputs (backward_state) until W
-        i_storages = _add_storages(tracker.alive_storages(param_ptrs), held_tensors, param_ptrs)
-        left_for_w = [
-            g for pg in (param_groups or []) for gs in (pg.get("grads") or []) for g in (gs or ()) if g is not None
-        ]
-        extra = _unique_bytes(left_for_w, param_ptrs | set(i_storages) | set(_add_storages({}, grads, set())))
-        weight_grad = sum(i_storages.values()) + extra
-    cuda_i = torch.cuda.memory_allocated(device) - base if cuda else None
-    run.run_weight(roots, inputs, param_groups)
-    del outs, roots, inputs, param_groups, held_tensors
-    notes: list[str] = []
-    if cuda_f is not None:
-        # the allocator sees everything F allocated that is still alive (saved tensors, outputs;
-        # not the inputs, made before `base`); far from the hook count means the hooks missed
-        # something (e.g. buffers an extension keeps outside autograd)
-        hooked = activation - input_bytes
-        if hooked > 0 and not 0.75 <= cuda_f / hooked <= 1.33:
-            notes.append(
-                f"stage {index}: CUDA allocator grew {format_bytes(cuda_f)} over F but saved-tensor hooks "
-                f"count {format_bytes(hooked)} (outside the 0.75-1.33 band); activation_bytes uses the hooks"
+    for p in run.params:  # gradients are static bytes: W accumulates into them in place
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    with torch.no_grad():
+        probe = _as_tuple(run.module(*run.inputs(sample)))
+    grads = run.grads_for(probe)  # received before I: the boundary's buffer, not the stage's bytes
+    output_bytes = sum(o.numel() * o.element_size() for o in probe)
+    del probe
+    with AllocatorTrace(run.device) as trace:
+        with trace.action("F"), tracker.hooks():
+            outs, roots = run.forward(inputs)
+        if not any(o.requires_grad for o in roots):
+            raise SchedcError(
+                f"stage {index}: its output does not require grad (no parameters and no differentiable input); "
+                f"nothing to backpropagate"
             )
-    if weight_grad > activation:
-        notes.append(
-            f"stage {index}: W needs {format_bytes(weight_grad)} (incl. gradients I leaves for it), more than "
-            f"the {format_bytes(activation)} held after F; weight_grad_bytes capped at activation_bytes"
-        )
-        weight_grad = activation
+        held_tensors = [*outs, *roots, *(inputs if not run.is_first else ())]
+        hooked_f = sum(_add_storages(tracker.alive_storages(param_ptrs), held_tensors, param_ptrs).values())
+        with trace.action("I"):
+            param_groups = run.run_input(roots, inputs)
+        run.detach_last(outs)
+        sent_back = 0 if run.is_first else nbytes_of([x.grad for x in inputs if isinstance(x, torch.Tensor)])
+        hooked_i = hooked_f if run.is_first else _hook_counts(run, tracker, held_tensors, grads, param_groups)
+        with trace.action("W"):
+            run.run_weight(roots, inputs, param_groups)
+        del outs, roots, param_groups, held_tensors
+        inputs2 = run.inputs(sample)
+        with trace.action("F2"):
+            outs2, roots2 = run.forward(inputs2)
+        with trace.action("B"):
+            run.run_full(roots2, inputs2)
+        del outs2, roots2, inputs2
+    lv = trace.levels
+    activation = lv["F"].end + input_bytes
+    weight_grad = activation if run.is_first else lv["I"].end - sent_back + input_bytes
     if not run.has_params:
         weight_grad = 0
-    return _MemoryCount(activation, weight_grad, output_bytes, cuda_f, cuda_i, notes)
+    transient = {k: lv[k].transient for k in ("F", "I", "W", "B")}
+    if run.is_first:
+        transient["I"] = 0
+    notes = _memory_notes(index, activation, weight_grad, hooked_f, hooked_i, run)
+    cuda = run.device.type == "cuda"
+    return _MemoryCount(activation, max(0, weight_grad), output_bytes, lv["F"].end if cuda else None,
+                        lv["I"].end if cuda else None, notes, transient)
+
+
+def _memory_notes(index: int, activation: int, weight_grad: int, hooked_f: int, hooked_i: int,
+                  run: _StageRunner) -> list[str]:
+    notes: list[str] = []
+    # far from the allocator means the hooks miss something (buffers kept outside autograd) or
+    # the allocator sees more than autograd keeps (a cache of the module's)
+    if hooked_f > 0 and not 0.75 <= activation / hooked_f <= 1.33:
+        notes.append(f"stage {index}: the allocator holds {format_bytes(activation)} after F but saved-tensor hooks "
+                     f"count {format_bytes(hooked_f)} (outside the 0.75-1.33 band); activation_bytes is the "
+                     f"allocator's")
+    if run.has_params and weight_grad > activation:
+        notes.append(f"stage {index}: memory rises at I: {format_bytes(weight_grad)} held from I until W against "
+                     f"{format_bytes(activation)} after F (torch's split backward keeps the graph and adds the "
+                     f"gradients W needs; hooks count {format_bytes(hooked_i)})")
+    return notes
+
+
+class _Marks:
+    """Time points between the actions of one round, as torch's runtime runs them: one after
+    another on the device's current stream with no synchronize in between (CUDA events recorded
+    back to back; perf_counter on CPU, and on MPS after synchronizing). Synchronizing around
+    every action instead would add launch latency to each, most of a short W's time."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.points: list = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record(torch.cuda.current_stream(self.device))
+            self.points.append(e)
+            return
+        if self.device.type == "mps":
+            torch.mps.synchronize()
+        self.points.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """Seconds between consecutive marks (synchronizes on CUDA)."""
+        if self.cuda:
+            self.points[-1].synchronize()
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(self.points, self.points[1:])]
+        return [b - a for a, b in zip(self.points, self.points[1:])]
 
 
 def _time_repeats(run: _StageRunner, sample: tuple, warmup: int, repeats: int) -> dict[str, list[float]]:
-    """Seconds of F, I, W and of F, B, after `warmup` untimed rounds: {'F', 'I', 'W', 'B'} -> samples."""
-    timer = _Timer(run.device)
+    """Seconds of F, I, W and of F, B, after `warmup` untimed rounds: {'F', 'I', 'W', 'B'} -> samples.
+
+    Each round runs F, I, W of one microbatch and then F, B of another back to back, as a
+    one-rank schedule of this stage would; the device synchronizes only at the round's start and
+    end (:class:`_Marks`)."""
     times: dict[str, list[float]] = {"F": [], "I": [], "W": [], "B": []}
     for rep in range(warmup + repeats):
-        inputs = run.inputs(sample)
-        (outs, roots), tf = timer(lambda: run.forward(inputs))
-        pg, ti = timer(lambda: run.run_input(roots, inputs))
+        inputs, inputs2 = run.inputs(sample), run.inputs(sample)
+        if run.device.type == "cuda":
+            torch.cuda.synchronize(run.device)
+        marks = _Marks(run.device)
+        marks.mark()
+        outs, roots = run.forward(inputs)
+        marks.mark()
+        pg = run.run_input(roots, inputs)
+        marks.mark()
         run.detach_last(outs)
-        _, tw = timer(lambda: run.run_weight(roots, inputs, pg))
-        inputs = run.inputs(sample)
-        (outs, roots), tf2 = timer(lambda: run.forward(inputs))
-        _, tb = timer(lambda: run.run_full(roots, inputs))
+        run.run_weight(roots, inputs, pg)
+        marks.mark()
+        outs2, roots2 = run.forward(inputs2)
+        marks.mark()
+        run.run_full(roots2, inputs2)
+        marks.mark()
+        tf, ti, tw, tf2, tb = marks.seconds()
+        del outs, roots, pg, outs2, roots2
         if rep >= warmup:
             times["F"] += [tf, tf2]
             times["I"].append(ti)
@@ -528,6 +571,7 @@ def _measure_stage(
         notes=notes,
         cuda_after_forward=memory.cuda_after_forward,
         cuda_after_input=memory.cuda_after_input,
+        transient=dict(memory.transient),
     )
 
 
@@ -710,7 +754,11 @@ def to_profile(
     microbatch_size: Optional[int] = None,
     dtype: Optional[str] = None,
     extra_notes: Sequence[str] = (),
+    assumes: Optional[dict] = None,
+    reserve_bytes: Optional[float] = None,
 ) -> Profile:
+    """The profile of `measured` stages: median times, the allocator's bytes, each boundary's
+    bytes (the output of every stage but the last), notes with the spreads."""
     stages = [
         StageCost(
             forward=m.forward.median,
@@ -719,6 +767,7 @@ def to_profile(
             activation_bytes=m.activation_bytes,
             weight_grad_bytes=m.weight_grad_bytes,
             static_bytes=m.static_bytes,
+            transient_bytes={k: float(v) for k, v in m.transient.items()} or None,
         )
         for m in measured
     ]
@@ -735,6 +784,8 @@ def to_profile(
             f"activation {format_bytes(m.activation_bytes)}, held I..W {format_bytes(m.weight_grad_bytes)}, "
             f"output {format_bytes(m.output_bytes)}"
         )
+        if m.transient:
+            line += ", transient " + ", ".join(f"{k} {format_bytes(v)}" for k, v in m.transient.items())
         if m.cuda_after_forward is not None:
             line += (
                 f"; cuda allocator after F +{format_bytes(m.cuda_after_forward)}, "
@@ -757,6 +808,9 @@ def to_profile(
         created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         notes=notes,
         runtime="torch",  # measured with torch's split backward: stage 0's I is empty, its W the whole backward
+        boundary_bytes=[float(m.output_bytes) for m in measured[:-1]] if len(measured) > 1 else None,
+        assumes=assumes,
+        reserve_bytes=reserve_bytes,
     )
 
 
