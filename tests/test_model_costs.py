@@ -14,10 +14,12 @@ from schedc.model_costs import read_hf_config, unit_names, unit_profile
 # h = 8, 4 heads of 2 (q = 8), 2 kv heads (k = 4), f = 16, V = 10, bf16 (e = 2).
 SMALL = dict(layers=2, hidden=8, ffn_hidden=16, heads=4, kv_heads=2, vocab=10, seq=4, microbatch_size=2,
              flops_per_second=1e3, memory_bandwidth=1e3, bandwidth=1e2)
+# the textbook count (impl='paper'), which the hand counts below follow
+PAPER = dict(SMALL, impl="paper")
 
 
 def test_gqa_swiglu_units_match_hand_counts():
-    p = unit_profile(**SMALL)
+    p = unit_profile(**PAPER)
     assert [u.modules for u in p.stages] == [["tok_embeddings"], ["layers.0"], ["layers.1"], ["norm", "lm_head"]]
     emb, layer, _, head = p.stages
     # layer parameters: W_q 8x8 + W_k, W_v 8x4 each + W_o 8x8 + SwiGLU 3 x 8x16 = 576
@@ -40,7 +42,7 @@ def test_gqa_swiglu_units_match_hand_counts():
 
 
 def test_held_bytes_follow_the_zero_bubble_paper_and_gelu_counts_two_matrices():
-    paper = unit_profile(**SMALL, held="paper", dropout=True)
+    paper = unit_profile(**PAPER, held="paper", dropout=True)
     layer = paper.stages[1]
     # with dropout the two 1-byte masks are held after F but W does not need them
     assert layer.activation_bytes == 8 * (32 + 64 + 112 + 16)
@@ -48,13 +50,13 @@ def test_held_bytes_follow_the_zero_bubble_paper_and_gelu_counts_two_matrices():
     # of the MLP's gate, up and down 2 x 2f + 2h = 80
     assert layer.weight_grad_bytes == 8 * (80 + 48 + 80)
     assert paper.stages[-1].weight_grad_bytes == 2 * 64 + 2 * 80
-    gelu = unit_profile(**SMALL, mlp="gelu").stages[1]
+    gelu = unit_profile(**PAPER, mlp="gelu").stages[1]
     assert gelu.static_bytes == 18 * (64 + 64 + 64 + 2 * 8 * 16)
     assert gelu.activation_bytes == 8 * (32 + 64 + 16 + 2 * 2 * 16)
 
 
 def test_tied_embeddings_keep_the_head_matrix_only():
-    tied = unit_profile(**SMALL, tied_embeddings=True)
+    tied = unit_profile(**PAPER, tied_embeddings=True)
     assert tied.stages[0].static_bytes == 0 and tied.stages[-1].static_bytes == 18 * 80
     assert "tied embeddings" in tied.model
 
@@ -69,7 +71,7 @@ def test_hf_names_are_nemo_automodels():
 def test_merged_units_are_transformer_profile_plus_the_embeddings_own_costs():
     # transformer_profile's model: MHA, GELU MLP, dropout, bf16; it leaves the embedding's
     # memory-bound time and token ids out, so those are the only difference
-    units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, mlp="gelu", dropout=True)
+    units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, mlp="gelu", dropout=True, impl="paper")
     for n in (1, 4, 8):
         counts = [4 if n == 8 else 32 // n] * n
         counts[0] += 1
@@ -85,7 +87,8 @@ def test_merged_units_are_transformer_profile_plus_the_embeddings_own_costs():
             assert a.activation_bytes == pytest.approx(b.activation_bytes + (extra.activation_bytes if extra else 0))
             assert a.static_bytes == pytest.approx(b.static_bytes)
         assert merged.comm == pytest.approx(ref.comm)
-    paper = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, mlp="gelu", dropout=True, held="paper")
+    paper = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, mlp="gelu", dropout=True, held="paper",
+                         impl="paper")
     merged = paper.merge([1 + 16, 16 + 1])
     assert merged.stages[1].weight_grad_bytes == pytest.approx(transformer_profile(2, held="paper").stages[1].weight_grad_bytes)
 

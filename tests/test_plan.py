@@ -353,7 +353,7 @@ def test_ctrl_c_during_a_plan_writes_the_best_plan_so_far(tmp_path, delay):
     from schedc.model_costs import unit_profile
 
     unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32,
-                 kv_heads=8).save(tmp_path / "units.json")
+                 kv_heads=8, impl="paper").save(tmp_path / "units.json")
     proc = subprocess.Popen([sys.executable, "-m", "schedc.cli", "plan", "--profile", "units.json", "--ranks", "8",
                              "--mb", "16", "--memory", "40GiB", "--placement", "v", "--time-limit", "120", "--quiet",
                              "-o", "plan.csv"],
@@ -492,7 +492,7 @@ def test_under_a_tight_cap_two_short_compiles_and_no_second_round(monkeypatch):
 
     monkeypatch.setattr(compile_module, "compile_problem", compile_recorded)
     plan_module = importlib.import_module("schedc.plan")
-    units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32, kv_heads=8)
+    units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32, kv_heads=8, impl="paper")
     pool = [(1.0, math.inf, c) for c in ((5, 1, 6, 1, 8, 3, 9, 1), (5, 1, 6, 2, 7, 3, 9, 1), (4, 1, 6, 1, 8, 3, 9, 2),
                                          (5, 1, 5, 1, 8, 4, 9, 1))]
     for memory, compiles, second in (("44GiB", 2, False), ("none", 3, True)):

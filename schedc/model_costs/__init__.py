@@ -1,0 +1,43 @@
+"""Per-unit costs of a decoder-only transformer from arithmetic: a profile before the cluster exists.
+
+Problem: choosing how to cut a model into pipeline stages (``schedc plan``) needs the cost of
+every *unit* of the model (the embedding, each layer, the final norm + LM head + loss) before any
+GPU runs it, as the run will hold and spend it: in the implementation that runs it (Hugging Face
+transformers' modules, which NeMo AutoModel trains, or torchtitan's own), with its activation
+checkpointing, dtypes, optimizer, data- and tensor-parallel degrees, sequence and microbatch.
+
+Method: :func:`unit_profile` returns a ``schedc.profile/v1`` :class:`~schedc.costs.Profile`
+whose stages are the units in model order, each with ``modules`` (:data:`UNIT_NAMES`);
+``Profile.merge(counts)`` turns it into the profile of any contiguous partition. With b =
+microbatch size, s = sequence, h = hidden, q = heads x head_dim, k = kv_heads x head_dim, f = FFN
+width, e = bytes per element of the activation dtype, V = vocabulary:
+
+- time: forward FLOPs ``2 b s x params + 4 b s^2 q`` (Narayanan et al. 2021, "Efficient
+  Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", sec. 5.1); I repeats
+  the linears and doubles the attention core, W repeats the linears; MoE layers count the routed
+  top-k experts and the router; checkpointing adds its recomputed forwards to I and W
+  (:mod:`schedc.model_costs.memory`); over ``flops_per_second``. The embedding is memory-bound
+  (its rows read and written, its dense gradient written, over ``memory_bandwidth``).
+- memory: the tensors the running code saves, per token (:mod:`schedc.model_costs.memory`):
+  held after F (``activation_bytes``), held from I until W (``weight_grad_bytes``, larger: torch's
+  split backward keeps the graph plus the output gradients W needs), the loss's fp32 logits as
+  ``transient_bytes``, ``boundary_bytes`` = e b s h per boundary, ``reserve_bytes`` for what a
+  CUDA process holds outside the allocator; ``impl="paper"`` keeps the textbook count
+  (Korthikanti et al. 2022 sec. 4.1 without score terms; the zero-bubble paper's M_W with
+  ``held="paper"``).
+- static bytes per parameter: the weight in ``param_dtype`` + gradient (fp32 by default) + an
+  fp32 master copy and the optimizer's states (AdamW: two; the K = 12 of Rajbhandari et al.
+  2020, "ZeRO", sec. 3.1), divided by ``dp_shard`` and ``tp``. MoE layers hold all experts.
+
+:func:`read_hf_config` reads a Hugging Face ``config.json`` (Llama, Mistral, Qwen2/3, GPT-2,
+Mixtral, Qwen2/3-MoE; DeepSeek-V3 and others schedc does not model are refused by name).
+Cost: O(layers).
+"""
+
+from schedc.model_costs.profile import (AC_MODES, COUNTED_FOR_TORCH, CUDA_RESERVE_BYTES, OPTIMIZER_STATES,
+                                        UNIT_NAMES, unit_names, unit_profile)
+from schedc.model_costs.shape import DTYPE_BYTES, FAMILIES, REFUSED, ModelShape, dtype_name, read_hf_config
+
+__all__ = ["AC_MODES", "COUNTED_FOR_TORCH", "CUDA_RESERVE_BYTES", "DTYPE_BYTES", "FAMILIES", "ModelShape",
+           "OPTIMIZER_STATES", "REFUSED", "UNIT_NAMES", "dtype_name", "read_hf_config", "unit_names",
+           "unit_profile"]

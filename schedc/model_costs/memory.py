@@ -1,0 +1,175 @@
+"""Bytes per token that one unit keeps, as the implementation that runs it keeps them.
+
+Problem: the memory a pipeline stage holds is what autograd saves for the backward, and that
+depends on the code of the layer (Hugging Face transformers' eager modules, which NeMo AutoModel
+trains, or torchtitan's own), on the kernels of the device (CUDA's fused RMSNorm and flash
+attention), on activation checkpointing, and on torch's split backward, which keeps the whole
+graph after I plus the output gradients W consumes.
+
+Method: a ledger of the tensors each operation saves, per token, read from the installed
+sources and checked against real layers (benchmarks/memory_fidelity.py):
+
+- RMSNorm, Hugging Face (eager): an fp32 copy of its input (4w), the normalized input in the
+  activation dtype (e w, for the weight's gradient) and one fp32 rsqrt per row; torchtitan
+  (``nn.RMSNorm``): on CUDA torch's fused kernel saves the input (e w) and the fp32 rstd per row,
+  on CPU the composite saves two fp32 tensors (8w) and the rstd. LayerNorm (GPT-2): its input
+  and fp32 mean and rstd per row.
+- The norm's output, which the following linears keep (e w each norm).
+- Attention: the rotary-embedded q and k (e q, e k), v (e k), the output (e q; on CUDA the
+  same storage as W_o's input, on CPU W_o's input is a copy, e q more) and flash attention's fp32
+  logsumexp (4 per head). Qwen3's q/k norms add an RMSNorm of width q and of width k.
+- SwiGLU: four FFN-width tensors (gate output, SiLU output, up output, their product: 4 e f);
+  GPT-2's ``gelu_new`` five (its input, 0.5x, tanh's output, 1 + tanh, the product: 5 e f).
+- Dropout masks (GPT-2 in training): 1 byte per element on CUDA, one element of the activation
+  dtype on CPU.
+- MoE (Mixtral, Qwen2/3-MoE; transformers' expert loop): the router's fp32 probabilities (4E per
+  token); per routed token-slot (k per token) its gathered input (e h), the expert's SwiGLU
+  (4 e f_e, gate and up in one storage) and its output (e h), which the routing weight's multiply
+  keeps; a shared expert (Qwen2-MoE) a SwiGLU of its own plus its sigmoid gate.
+- Held from I until W: everything above (the graph is retained) + the gradient of every linear's
+  and norm's output, which torch's ``stage_backward_input`` captures for W (e x output width
+  each), less the gradient given to the unit (its own output's, which the caller holds) + the
+  input gradient I returns (held by the previous unit's W, or sent).
+- Loss head: the final norm, the LM head's input (e h); the loss upcasts the logits to fp32 and
+  log-softmax keeps its fp32 output (4V) from F until I. Transient while F runs: the bf16 logits
+  and their fp32 copy ((e + 4) V); while I runs: the fp32 gradients of the log-probabilities and
+  of the logits (8V); the LM head's output gradient (e V) is held from I until W.
+- Activation checkpointing (per layer): ``full`` keeps the layer's input only; I recomputes the
+  forward (its activation is live while I runs) and, because torch's ``stage_backward_weight``
+  runs one ``autograd.grad`` per parameter group and a checkpoint recomputes once per graph task,
+  W recomputes the forward once per parameter group of the layer. ``selective`` is torchtitan's
+  op-level policy (``SelectiveAC``): it saves the outputs of matmuls and attention except every
+  second matmul, and recomputes the rest.
+
+Cost: O(1) per unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from schedc.model_costs.shape import ModelShape
+
+Impl = Literal["hf", "torchtitan", "paper"]
+AC = Literal["none", "selective", "full"]
+
+
+@dataclass
+class UnitBytes:
+    """One unit's bytes per token (activation dtype already applied) and its recompute FLOPs."""
+
+    activation: float                      # held after F
+    held: float                            # held from I until W
+    transient: dict = field(default_factory=dict)  # F/I/W -> bytes live only while it runs
+    recompute_i: float = 0.0               # forward FLOPs per token I repeats (checkpointing)
+    recompute_w: float = 0.0               # forward FLOPs per token W repeats
+    wgrads: float = 0.0                    # output gradients W consumes (part of held)
+
+
+def widths(s: ModelShape) -> tuple[float, float, float, float]:
+    """(h, q, k, f): hidden, query width, key/value width, FFN width of a resolved shape."""
+    h = float(s.hidden)
+    q = float(s.heads * s.head_dim) if s.heads else h
+    k = float(s.kv_heads * s.head_dim) if s.heads else h
+    return h, q, k, float(s.ffn_hidden)
+
+
+def _norm(width: float, rows: float, e: int, impl: Impl, device: str, layer_norm: bool) -> float:
+    """Bytes a norm of `width` saves per token (its output excluded), `rows` rows per token."""
+    if layer_norm:
+        return e * width + 8 * rows
+    if impl == "torchtitan":
+        return (e * width if device == "cuda" else 8 * width) + 4 * rows
+    return 4 * width + (e * width if e != 4 else 4 * width) + 4 * rows
+
+
+def _mlp(s: ModelShape, e: int) -> tuple[float, float, int]:
+    """(saved bytes, output gradients W consumes, parameter groups) of the MLP or MoE block."""
+    h, _, _, f = widths(s)
+    if not s.experts:
+        if s.mlp == "gelu":
+            return 5 * e * f, e * f + e * h, 2
+        return 4 * e * f, 2 * e * f + e * h, 3
+    E, k, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+    saved = 4 * E + e * E + k * (e * h + 4 * e * fe + e * h) + 16 * k
+    grads = e * E + k * (2 * e * fe + e * h)
+    groups = 1 + 2 * s.experts
+    if s.shared_ffn_hidden:
+        fs = float(s.shared_ffn_hidden)
+        saved += 4 * e * fs + e * h + 2 * e
+        grads += 2 * e * fs + e * h + e
+        groups += 4
+    return saved, grads, groups
+
+
+def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: float,
+                recompute_selective: float) -> UnitBytes:
+    """Bytes per token of one decoder layer (see the module docstring); `forward_flops` and
+    `recompute_selective` are the layer's forward FLOPs per token and those selective AC repeats."""
+    e = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[s.dtype]
+    if impl == "paper":
+        return _paper_layer(s, e)
+    h, q, k, f = widths(s)
+    heads = float(s.heads or 1)
+    kv = float(s.kv_heads or 1)
+    gpt2 = s.family == "gpt2"
+    norms = 2 * _norm(h, 1, e, impl, device, gpt2) + 2 * e * h          # two norms and their outputs
+    attention = e * (2 * q + 2 * k) + 4 * heads + (e * q if device == "cpu" else 0)
+    qk_norm = s.family in ("qwen3", "qwen3_moe")
+    if qk_norm:
+        attention += _norm(q, heads, e, impl, device, False) + _norm(k, kv, e, impl, device, False)
+    mlp, mlp_grads, mlp_groups = _mlp(s, e)
+    masks = 2 * h * (1 if device == "cuda" else e) if s.dropout else 0.0
+    activation = norms + attention + mlp + masks
+    wgrads = e * (q + 2 * k + h) + 2 * e * h + mlp_grads - e * h   # less the output gradient given
+    if gpt2:
+        wgrads = e * (3 * h + h) + 2 * e * h + mlp_grads            # c_attn fused; dropout makes dY's copy
+    if qk_norm:
+        wgrads += e * (q + k)
+    dx = e * h
+    groups = (2 if gpt2 else 4) + 2 + mlp_groups + (2 if qk_norm else 0)
+    transient = {"I": 2 * e * (s.moe_ffn_hidden * s.experts_per_token if s.experts else f)}
+    if ac == "none":
+        return UnitBytes(activation, activation + wgrads + dx, transient, wgrads=wgrads)
+    if ac == "full":
+        kept = e * h
+        return UnitBytes(kept, kept + wgrads + dx, {"I": activation + transient["I"], "W": activation},
+                         recompute_i=forward_flops, recompute_w=groups * forward_flops, wgrads=wgrads)
+    # torchtitan's SelectiveAC: every other matmul's output (q, v, gate, down with Llama's order),
+    # attention's output and logsumexp, and the layer's input
+    kept = e * h + e * q + e * k + e * q + 4 * heads + e * f + e * h
+    return UnitBytes(kept, kept + wgrads + dx, {"I": activation - kept + transient["I"], "W": activation - kept},
+                     recompute_i=recompute_selective, recompute_w=groups * recompute_selective, wgrads=wgrads)
+
+
+def _paper_layer(s: ModelShape, e: int) -> UnitBytes:
+    """The textbook count (Korthikanti et al. 2022 without score terms; zero bubble's M_W with
+    held='paper'): kept for comparison with the papers and with schedc.library.transformer_profile."""
+    h, q, k, f = widths(s)
+    gated = s.mlp == "swiglu"
+    act = 2 * e * h + e * (h + q + 2 * k + q) + e * h + (3 if gated else 2) * e * f + (2 * h if s.dropout else 0)
+    kept = (e * (h + q + h) + e * f + e * (q + 2 * k) + e * h + (2 if gated else 1) * e * f + e * h)
+    return UnitBytes(act, act, wgrads=kept)
+
+
+def head_bytes(s: ModelShape, impl: Impl, device: str, vocab: float) -> UnitBytes:
+    """Final norm + LM head + cross-entropy loss, per token (`vocab` already divided by tp)."""
+    e = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[s.dtype]
+    h = float(s.hidden)
+    if impl == "paper":
+        act = e * vocab + 4 * vocab + 2 * e * h
+        return UnitBytes(act, act, wgrads=e * h + e * vocab)
+    act = _norm(h, 1, e, impl, device, s.family == "gpt2") + e * h + 4 * vocab + 16
+    wgrads = e * vocab + e * h
+    return UnitBytes(act, act + wgrads + e * h, {"F": (e + 4) * vocab, "I": 8 * vocab}, wgrads=wgrads)
+
+
+def embedding_bytes(s: ModelShape, device: str) -> UnitBytes:
+    """Token ids (int64) the embedding's backward indexes with; GPT-2 adds its position ids and
+    the embedding dropout's mask."""
+    e = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[s.dtype]
+    act = 8.0 + (8.0 if s.positions else 0.0)
+    if s.dropout:
+        act += s.hidden * (1 if device == "cuda" else e)
+    return UnitBytes(act, act)

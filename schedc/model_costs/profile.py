@@ -1,0 +1,227 @@
+"""unit_profile: the per-unit profile of a decoder from its shape and the run's settings."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Literal, Optional, Sequence, Union
+
+from schedc.costs import Profile, StageCost
+from schedc.errors import SchedcError
+from schedc.model_costs import memory
+from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, dtype_name, finite, read_hf_config
+
+UNIT_NAMES = {
+    "torchtitan": ("tok_embeddings", "layers.{}", ("norm", "lm_head")),
+    "hf": ("model.embed_tokens", "model.layers.{}", ("model.norm", "lm_head")),
+}
+Names = Literal["torchtitan", "hf"]
+OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "none": 0}
+AC_MODES = ("none", "selective", "full")
+# What a CUDA process holds outside torch's allocator: the CUDA context, cuBLAS/cuDNN workspaces
+# and one NCCL group, measured on an H200 (docs/design.md)
+CUDA_RESERVE_BYTES = 1.21 * 2**30
+COUNTED_FOR_TORCH = "2.14"  # the kernels whose saved tensors the counts follow
+MAX_TOKENS = 2**40          # sequence x microbatch: far beyond any run, keeps every count finite
+
+
+def unit_names(layers: int, names: Names = "torchtitan") -> list[list[str]]:
+    """The module names of each unit: ``[[embedding], [layer 0], ..., [norm, head]]``."""
+    if names not in UNIT_NAMES:
+        raise SchedcError(f"names must be one of {', '.join(UNIT_NAMES)}, got {names!r}")
+    embed, layer, head = UNIT_NAMES[names]
+    return [[embed]] + [[layer.format(i)] for i in range(layers)] + [list(head)]
+
+
+def unit_profile(
+    shape: Union[ModelShape, dict, str, Path, None] = None,
+    *,
+    seq: Optional[int] = None,
+    seq_len: Optional[int] = None,
+    microbatch_size: int = 1,
+    activation_checkpoint: Union[str, Sequence[str]] = "none",
+    impl: Optional[Literal["hf", "torchtitan", "paper"]] = None,
+    device: Literal["cuda", "cpu"] = "cuda",
+    optimizer: str = "adamw",
+    param_dtype: Optional[str] = None,
+    grad_dtype: str = "float32",
+    optimizer_dtype: str = "float32",
+    master_weights: Optional[bool] = None,
+    grad_bytes_per_param: Optional[float] = None,
+    optimizer_bytes_per_param: Optional[float] = None,
+    dp_shard: int = 1,
+    tp: int = 1,
+    reserve_bytes: Optional[float] = None,
+    flops_per_second: float = 400e12,
+    memory_bandwidth: float = 2e12,
+    bandwidth: float = 40e9,
+    latency: float = 0.0,
+    held: Literal["torch", "paper"] = "torch",
+    names: Names = "torchtitan",
+    **model,
+) -> Profile:
+    """Per-unit costs (embedding, each layer, final norm + head + loss) of a decoder as the run
+    will hold and spend them (method: :mod:`schedc.model_costs`).
+
+    ``shape``: a :class:`ModelShape`, its dict, a ``config.json`` path, or None with the shape as
+    keywords (``layers``, ``hidden``, ``vocab``, ``ffn_hidden``, ``heads``, ``kv_heads``,
+    ``head_dim``, ``mlp``, ``tied_embeddings``, ``dropout``, ``family``, ``experts``, ...,
+    ``dtype``: the activation dtype). The run: ``seq`` (or ``seq_len``) tokens x
+    ``microbatch_size`` sequences; ``activation_checkpoint`` ``"none"``/``"selective"``/``"full"``
+    or one per layer; ``impl``: whose code runs it (``"hf"``: Hugging Face transformers' modules,
+    as NeMo AutoModel trains; ``"torchtitan"``: torchtitan's own; ``"paper"``: the textbook count;
+    default: the framework of ``names``); ``device``: whose kernels (``"cuda"``; ``"cpu"`` to
+    compare with CPU measurements); static bytes from ``optimizer`` (adamw, adam, sgd-momentum,
+    sgd, none), ``param_dtype`` (default the activation dtype), ``grad_dtype``,
+    ``optimizer_dtype``, ``master_weights`` (default: an fp32 copy when params are narrower and
+    there is an optimizer), or the per-parameter overrides; ``dp_shard`` (FSDP/ZeRO-3 degree:
+    divides static bytes, adds one unit's gathered weights to each action's transients) and
+    ``tp`` (divides weights and, with sequence parallelism, activations); ``reserve_bytes``
+    (default 1.21 GiB on CUDA, 0 on CPU); the device's speeds and the link's ``bandwidth`` (B/s)
+    and ``latency`` (s per transfer). ``assumes`` records every one of these.
+
+    Raises SchedcError naming the first invalid argument. Cost: O(layers).
+
+    >>> p = unit_profile(layers=2, hidden=64, vocab=100, seq=8, heads=4, kv_heads=2)
+    >>> [u.modules for u in p.stages]
+    [['tok_embeddings'], ['layers.0'], ['layers.1'], ['norm', 'lm_head']]
+    >>> p.assumes["activation_checkpoint"], p.assumes["implementation"]
+    ('none', 'torchtitan')
+    """
+    s = _shape(shape, model)
+    seq = _seq(seq, seq_len)
+    run = _settings(s, seq, microbatch_size, activation_checkpoint, impl, device, optimizer, param_dtype,
+                    grad_dtype, optimizer_dtype, master_weights, grad_bytes_per_param, optimizer_bytes_per_param,
+                    dp_shard, tp, reserve_bytes, flops_per_second, memory_bandwidth, bandwidth, latency, held, names)
+    from schedc.model_costs.units import build_units  # after the checks: it only multiplies
+
+    stages, boundary = build_units(s, run)
+    e = DTYPE_BYTES[s.dtype]
+    attn = "MHA" if s.heads is None else f"heads {s.heads}/{s.kv_heads} x {s.head_dim}"
+    label = model.get("model") or s.model or (
+        f"decoder: {s.layers} layers, hidden {s.hidden}, ffn {s.ffn_hidden} ({s.mlp}), {attn}, vocab {s.vocab}"
+        + (", tied embeddings" if s.tied_embeddings else ""))
+    return Profile(
+        stages=stages,
+        comm=boundary / bandwidth + latency,
+        boundary_bytes=boundary,
+        reserve_bytes=run["reserve_bytes"],
+        device=(f"arithmetic model: {flops_per_second / 1e12:g} TFLOP/s effective, memory "
+                f"{memory_bandwidth / 1e12:g} TB/s, {bandwidth / 1e9:g} GB/s per link"
+                + (f" + {latency:g} s per transfer" if latency else "")),
+        model=f"{label}; seq {seq}; per unit",
+        microbatch_size=microbatch_size,
+        dtype=s.dtype,
+        notes=_notes(run, e),
+        assumes=run["assumes"],
+    )
+
+
+def _shape(shape, model: dict) -> ModelShape:
+    known = {f.name for f in fields(ModelShape)}
+    unknown = sorted(set(model) - known)
+    if unknown:
+        raise SchedcError(f"unit_profile: unknown argument {unknown[0]!r}")
+    if isinstance(shape, (str, Path)):
+        shape = read_hf_config(shape)
+    if isinstance(shape, dict):
+        shape = ModelShape(**{k: v for k, v in shape.items() if k in known})
+    if shape is None:
+        missing = [k for k in ("layers", "hidden", "vocab") if model.get(k) is None]
+        if missing:
+            raise SchedcError(f"unit_profile: give {', '.join(missing)} (or a shape / config.json)")
+        shape = ModelShape(**model)
+    elif model:
+        shape = ModelShape(**{**shape.as_dict(), **model})
+    try:
+        return shape.resolved()
+    except SchedcError as err:
+        raise SchedcError(f"unit_profile: {err}") from None
+
+
+def _seq(seq, seq_len) -> int:
+    if seq is not None and seq_len is not None and seq != seq_len:
+        raise SchedcError("unit_profile: give seq or seq_len, not both")
+    value = seq if seq is not None else seq_len
+    if value is None:
+        raise SchedcError("unit_profile: seq_len must be given (tokens per sequence)")
+    return value
+
+
+def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype, grad_dtype, optimizer_dtype,
+              master_weights, grad_bpp, opt_bpp, dp_shard, tp, reserve, flops, mem_bw, bw, latency, held,
+              names) -> dict:
+    for name, value in (("seq_len", seq), ("microbatch_size", mbs), ("dp_shard", dp_shard), ("tp", tp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SchedcError(f"unit_profile: {name} must be an integer >= 1, got {_short(value)}")
+    if seq * mbs > MAX_TOKENS:
+        raise SchedcError(f"unit_profile: seq_len x microbatch_size = {_short(seq * mbs)} tokens is more than "
+                          f"schedc counts ({MAX_TOKENS})")
+    for name, value in (("flops_per_second", flops), ("memory_bandwidth", mem_bw), ("bandwidth", bw)):
+        if not finite(value) or value <= 0:
+            raise SchedcError(f"unit_profile: {name} must be a finite number > 0, got {_short(value)}")
+    for name, value in (("latency", latency), ("grad_bytes_per_param", grad_bpp),
+                        ("optimizer_bytes_per_param", opt_bpp), ("reserve_bytes", reserve)):
+        if value is not None and (not finite(value) or value < 0 or value > 2.0**60):
+            raise SchedcError(f"unit_profile: {name} must be a finite number >= 0, got {_short(value)}")
+    if held not in ("torch", "paper"):
+        raise SchedcError(f"unit_profile: held must be 'torch' or 'paper', got {held!r}")
+    if names not in UNIT_NAMES:
+        raise SchedcError(f"names must be one of {', '.join(UNIT_NAMES)}, got {names!r}")
+    impl = impl or names
+    if impl not in ("hf", "torchtitan", "paper"):
+        raise SchedcError(f"unit_profile: impl must be 'hf', 'torchtitan' or 'paper', got {impl!r}")
+    if device not in ("cuda", "cpu"):
+        raise SchedcError(f"unit_profile: device must be 'cuda' or 'cpu', got {device!r}")
+    if optimizer not in OPTIMIZER_STATES:
+        raise SchedcError(f"unit_profile: optimizer must be one of {', '.join(OPTIMIZER_STATES)}, got {optimizer!r}")
+    per_layer = [ac] * s.layers if isinstance(ac, str) else list(ac)
+    if len(per_layer) != s.layers or any(a not in AC_MODES for a in per_layer):
+        raise SchedcError(f"unit_profile: activation_checkpoint must be one of {', '.join(AC_MODES)} or a list of "
+                          f"them, one per layer ({s.layers}), got {_short(ac)}")
+    if impl == "paper" and any(a != "none" for a in per_layer):
+        raise SchedcError("unit_profile: impl 'paper' counts no activation checkpointing; use 'hf' or 'torchtitan'")
+    if tp > 1 and s.heads and (s.kv_heads % tp and tp % s.kv_heads or s.heads % tp):
+        raise SchedcError(f"unit_profile: tp {tp} does not divide the {s.heads} heads ({s.kv_heads} kv heads)")
+    param_dtype = dtype_name(param_dtype or s.dtype, "unit_profile: param_dtype")
+    grad_dtype = dtype_name(grad_dtype, "unit_profile: grad_dtype")
+    optimizer_dtype = dtype_name(optimizer_dtype, "unit_profile: optimizer_dtype")
+    p_bytes = DTYPE_BYTES[param_dtype]
+    if master_weights is None:
+        master_weights = optimizer != "none" and p_bytes < 4
+    states = OPTIMIZER_STATES[optimizer]
+    opt = opt_bpp if opt_bpp is not None else (4 * bool(master_weights)
+                                               + states * DTYPE_BYTES[optimizer_dtype])
+    grad = grad_bpp if grad_bpp is not None else DTYPE_BYTES[grad_dtype]
+    reserve = reserve if reserve is not None else (CUDA_RESERVE_BYTES if device == "cuda" else 0.0)
+    summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
+    assumes = {"seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
+               "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
+               "grad_dtype": grad_dtype, "optimizer": optimizer, "optimizer_dtype": optimizer_dtype,
+               "master_weights": bool(master_weights), "static_bytes_per_param": p_bytes + grad + opt,
+               "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1, "reserve_bytes": reserve,
+               "torch": COUNTED_FOR_TORCH, "held": held}
+    return {"seq": seq, "mbs": mbs, "ac": per_layer, "impl": impl, "device": device, "param_bytes": p_bytes,
+            "static_per_param": p_bytes + grad + opt, "dp_shard": dp_shard, "tp": tp, "reserve_bytes": reserve,
+            "flops": flops, "memory_bandwidth": mem_bw, "held": held, "names": names, "assumes": assumes}
+
+
+def _short(value) -> str:
+    if isinstance(value, int) and value.bit_length() > 4000:
+        return "a number of over 1000 digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _notes(run: dict, e: int) -> list[str]:
+    return [
+        "arithmetic per-unit profile (schedc.model_costs.unit_profile): units are the embedding, each layer, "
+        "and the final norm + LM head + loss, in model order",
+        f"memory counted as {run['impl']}'s code keeps it on {run['device']} (torch {COUNTED_FOR_TORCH} kernels): "
+        "saved tensors after F; from I until W the retained graph plus the output gradients W consumes and the "
+        "input gradient I returns; transients of the loss's fp32 logits; checked by benchmarks/memory_fidelity.py",
+        "layer FLOPs 2bs x params + 4bs^2q (Narayanan et al. 2021, Megatron-LM, sec. 5.1); I = linears + 2 x "
+        "attention core, W = linears; checkpointing adds recomputed forwards to I and W",
+        "static bytes: weight + gradient + optimizer bytes per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), "
+        "divided by the data-parallel shard degree and the tensor-parallel degree",
+    ]

@@ -1,0 +1,275 @@
+"""A model's shape: what the counts need to know about an architecture, and reading it from a
+Hugging Face ``config.json`` (GPT-2's ``n_embd``/``n_head``/``n_layer`` aliases included).
+
+Cost: one JSON read of a bounded regular file; O(1) after it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from schedc import limits
+from schedc.errors import SchedcError
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
+                  "float": "float32", "fp64": "float64", "double": "float64"}
+
+# model_type -> the kind of decoder layer the counts follow (norm, q/k norm, biases, MLP, positions).
+# Families not listed but with Llama's fields are counted as Llama (the most common layout).
+FAMILIES = {
+    "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gpt2": "gpt2",
+    "mixtral": "mixtral", "qwen2_moe": "qwen2_moe", "qwen3_moe": "qwen3_moe",
+}
+# architectures whose layers schedc does not model: a dense count of them would be silently wrong
+REFUSED = {
+    "deepseek_v3": "multi-head latent attention and shared + routed experts with dense first layers",
+    "deepseek_v2": "multi-head latent attention and shared + routed experts with dense first layers",
+    "gpt_oss": "attention sinks, sliding windows and experts with biases",
+    "qwen3_next": "linear-attention (gated DeltaNet) layers",
+    "jamba": "Mamba layers",
+    "mamba": "state-space layers",
+}
+MAX_LAYERS = limits.MAX_STAGES - 2  # a unit profile has layers + 2 units; more cannot be planned anyway
+MAX_WIDTH = 2**24                   # hidden, FFN, vocabulary, heads: beyond any model, and keeps every count finite
+
+
+def dtype_name(dtype: str, where: str = "dtype") -> str:
+    """The canonical name of a dtype ('torch.float32' -> 'float32', 'bf16' -> 'bfloat16')."""
+    name = str(dtype).removeprefix("torch.").lower()
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPE_BYTES:
+        raise SchedcError(f"{where}: {str(dtype)[:40]!r} is not a dtype schedc knows; use one of {', '.join(DTYPE_BYTES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A decoder-only transformer as the counts see it.
+
+    ``family`` decides which tensors each layer saves (:data:`FAMILIES`): ``llama`` (RMSNorm,
+    SwiGLU, RoPE, no biases; Mistral is the same layer), ``qwen2`` (adds q/k/v biases), ``qwen3``
+    (adds RMSNorm on each head of q and k), ``gpt2`` (LayerNorm, GELU MLP with biases, learned
+    positions, dropout), the MoE families ``mixtral``/``qwen2_moe``/``qwen3_moe`` (``experts``
+    routed experts of width ``moe_ffn_hidden``, ``experts_per_token`` per token, optional shared
+    expert of width ``shared_ffn_hidden``), and ``decoder`` (a Llama-like layer given by flags).
+    """
+
+    layers: int
+    hidden: int
+    vocab: int
+    ffn_hidden: Optional[int] = None
+    heads: Optional[int] = None
+    kv_heads: Optional[int] = None
+    head_dim: Optional[int] = None
+    mlp: Literal["swiglu", "gelu"] = "swiglu"
+    tied_embeddings: bool = False
+    dropout: bool = False
+    family: str = "decoder"
+    experts: int = 0
+    experts_per_token: int = 0
+    moe_ffn_hidden: Optional[int] = None
+    shared_ffn_hidden: int = 0
+    positions: int = 0  # learned position embeddings (GPT-2's wpe): rows of the table
+    dtype: str = "bfloat16"
+    model: Optional[str] = None
+
+    def resolved(self) -> "ModelShape":
+        """Defaults filled (heads -> kv heads, head_dim; ffn 4 x hidden) and every field checked;
+        raises SchedcError naming the first bad field."""
+        for name in ("layers", "hidden", "vocab"):
+            _check_int(name, getattr(self, name))
+        for name in ("ffn_hidden", "heads", "kv_heads", "head_dim", "moe_ffn_hidden"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name))
+        if self.layers > MAX_LAYERS:
+            raise SchedcError(f"layers: {self.layers} is more than schedc plans ({MAX_LAYERS}, "
+                              f"{limits.MAX_STAGES} units); count a model with fewer layers")
+        if self.mlp not in ("swiglu", "gelu"):
+            raise SchedcError(f"mlp must be 'swiglu' or 'gelu', got {self.mlp!r}")
+        if self.heads is None and (self.kv_heads is not None or self.head_dim is not None):
+            raise SchedcError("kv_heads and head_dim need heads")
+        heads, kv, hd = self.heads, self.kv_heads, self.head_dim
+        if heads is not None:
+            kv = heads if kv is None else kv
+            if heads % kv:
+                raise SchedcError(f"heads ({heads}) must be a multiple of kv_heads ({kv})")
+            if hd is None:
+                if self.hidden % heads:
+                    raise SchedcError(f"hidden ({self.hidden}) is not a multiple of heads ({heads}); give head_dim")
+                hd = self.hidden // heads
+        if self.experts and not 1 <= self.experts_per_token <= self.experts:
+            raise SchedcError(f"experts_per_token must be between 1 and experts ({self.experts}), "
+                              f"got {self.experts_per_token}")
+        return replace(self, kv_heads=kv, head_dim=hd, ffn_hidden=self.ffn_hidden or 4 * self.hidden,
+                       dtype=dtype_name(self.dtype))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SchedcError(f"{name} must be an integer >= 1, got {_short(value)}")
+    if value > MAX_WIDTH and name != "layers":
+        raise SchedcError(f"{name}: {_short(value)} is beyond any model schedc counts (at most {MAX_WIDTH})")
+
+
+def _short(value) -> str:
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 4000 else "a number of over 1000 digits"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ---------------------------------------------------------------- Hugging Face config.json
+
+# config.json field -> what it means here, with the aliases transformers' configs declare in their
+# attribute_map (GPT2Config: n_embd, n_head, n_layer, n_positions; n_inner is GPT-2's FFN width)
+_FIELDS = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head"),
+    "vocab": ("vocab_size",),
+}
+
+
+def read_hf_config(path: Union[str, Path]) -> dict:
+    """The model keywords of :func:`~schedc.model_costs.unit_profile` from a Hugging Face
+    ``config.json`` file (a :class:`ModelShape` as a dict).
+
+    Reads the layer count, widths, heads (``num_key_value_heads``, ``head_dim``), vocabulary,
+    ``tie_word_embeddings`` and ``torch_dtype``/``dtype`` under their own names or the aliases
+    transformers' ``attribute_map`` gives them (GPT-2's ``n_layer``, ``n_embd``, ``n_head``,
+    ``n_inner``, ``n_positions``), the experts of Mixtral and Qwen2/3-MoE, and a multimodal
+    config's ``text_config``. Architectures schedc does not model (DeepSeek-V3, ...) are refused by
+    name. Nothing is downloaded.
+
+    Raises SchedcError (one line, naming the file and the field).
+    """
+    path = Path(path)
+    data = _load(path)
+    if not any(k in data for k in _FIELDS["layers"]) and isinstance(data.get("text_config"), dict):
+        data = data["text_config"]
+    kind = str(data.get("model_type") or "decoder")
+    if kind in REFUSED:
+        raise SchedcError(f"{path}: model_type {kind!r} is not modelled by schedc ({REFUSED[kind]}); "
+                          f"measure it instead (schedc profile --units --model ...)")
+    family = FAMILIES.get(kind, "llama" if kind != "decoder" else "decoder")
+
+    def integer(names, default=None, required=True) -> Optional[int]:
+        names = (names,) if isinstance(names, str) else names
+        found = next((n for n in names if data.get(n) is not None), None)
+        if found is None:
+            if required:
+                raise SchedcError(f"{path}: field {names[0]!r} is missing; schedc needs it to count the model's costs")
+            return default
+        value = data[found]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SchedcError(f"{path}: field {found!r} must be an integer >= 1, got {_short(value)}")
+        if value > (MAX_LAYERS if names == _FIELDS["layers"] else MAX_WIDTH):
+            raise SchedcError(f"{path}: field {found!r}: {_short(value)} is more than schedc counts "
+                              f"(at most {MAX_LAYERS if names == _FIELDS['layers'] else MAX_WIDTH})")
+        return value
+
+    out: dict = {key: integer(fields) for key, fields in _FIELDS.items()}
+    gpt2 = family == "gpt2"
+    out["ffn_hidden"] = integer(("n_inner",) if gpt2 else ("intermediate_size",), 4 * out["hidden"],
+                                required=not gpt2)
+    out["kv_heads"] = integer("num_key_value_heads", out["heads"], required=False)
+    out["head_dim"] = integer("head_dim", None, required=False)
+    if out["head_dim"] is None:
+        if out["hidden"] % out["heads"]:
+            raise SchedcError(f"{path}: hidden_size {out['hidden']} is not a multiple of num_attention_heads "
+                              f"{out['heads']} and there is no 'head_dim' field")
+        out["head_dim"] = out["hidden"] // out["heads"]
+    if out["heads"] % out["kv_heads"]:
+        raise SchedcError(f"{path}: num_attention_heads {out['heads']} is not a multiple of "
+                          f"num_key_value_heads {out['kv_heads']}")
+    tied = data.get("tie_word_embeddings", gpt2)  # GPT-2 ties them unless it says otherwise
+    if not isinstance(tied, bool):
+        raise SchedcError(f"{path}: field 'tie_word_embeddings' must be true or false, got {_short(tied)}")
+    out["tied_embeddings"] = tied
+    dtype = data.get("torch_dtype") or data.get("dtype") or "bfloat16"
+    out["dtype"] = dtype_name(dtype, f"{path}: field 'torch_dtype'")
+    out["mlp"] = "gelu" if gpt2 else "swiglu"
+    out["family"] = family
+    if gpt2:
+        out["positions"] = integer(("n_positions", "max_position_embeddings"), 1024, required=False)
+        out["dropout"] = any(isinstance(data.get(k, 0.1), (int, float)) and data.get(k, 0.1) > 0
+                             for k in ("resid_pdrop", "embd_pdrop"))
+    out.update(_experts(path, data, family, integer))
+    out["model"] = _label(kind, path.name, out)
+    return out
+
+
+def _experts(path: Path, data: dict, family: str, integer) -> dict:
+    routed = integer(("num_local_experts", "num_experts", "n_routed_experts"), 0, required=False)
+    if not routed:
+        if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
+            raise SchedcError(f"{path}: a {family} config needs 'num_local_experts' or 'num_experts'")
+        return {}
+    if family not in ("mixtral", "qwen2_moe", "qwen3_moe"):
+        raise SchedcError(f"{path}: model_type {data.get('model_type')!r} has {routed} experts and schedc counts "
+                          f"experts only for mixtral, qwen2_moe and qwen3_moe; measure it instead")
+    for field in ("mlp_only_layers", "first_k_dense_replace"):
+        if data.get(field):
+            raise SchedcError(f"{path}: field {field!r}: dense layers among expert layers are not modelled; "
+                              f"measure the model instead")
+    if data.get("decoder_sparse_step", 1) not in (1, None):
+        raise SchedcError(f"{path}: field 'decoder_sparse_step': expert layers every "
+                          f"{data['decoder_sparse_step']} layers are not modelled; measure the model instead")
+    out = {"experts": routed, "experts_per_token": integer("num_experts_per_tok")}
+    if family == "mixtral":
+        out["moe_ffn_hidden"] = integer("intermediate_size")
+    else:
+        out["moe_ffn_hidden"] = integer("moe_intermediate_size")
+        out["shared_ffn_hidden"] = (integer("shared_expert_intermediate_size", 0, required=False)
+                                    if family == "qwen2_moe" else 0)
+    return out
+
+
+def _label(kind: str, name: str, out: dict) -> str:
+    moe = (f", {out['experts']} experts x {out['moe_ffn_hidden']} ({out['experts_per_token']} per token)"
+           if out.get("experts") else "")
+    return (f"{kind} ({name}): {out['layers']} layers, hidden {out['hidden']}, ffn {out['ffn_hidden']}, "
+            f"heads {out['heads']}/{out['kv_heads']} x {out['head_dim']}, vocab {out['vocab']}{moe}"
+            + (", tied embeddings" if out["tied_embeddings"] else ""))
+
+
+def _load(path: Path) -> dict:
+    try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise SchedcError(f"{path}: is a directory; give the config.json file in it")
+        if not stat.S_ISREG(info.st_mode):
+            raise SchedcError(f"{path}: not a regular file; give a Hugging Face config.json")
+        if info.st_size > limits.MAX_INPUT_BYTES:
+            raise SchedcError(f"{path}: {info.st_size} bytes is more than a config.json holds "
+                              f"(at most {limits.describe_bytes(limits.MAX_INPUT_BYTES)})")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SchedcError(f"{path}: config file not found")
+    except IsADirectoryError:
+        raise SchedcError(f"{path}: is a directory; give the config.json file in it")
+    except PermissionError:
+        raise SchedcError(f"{path}: permission denied")
+    except UnicodeDecodeError:
+        raise SchedcError(f"{path}: not UTF-8 text; give a Hugging Face config.json")
+    except json.JSONDecodeError as e:
+        raise SchedcError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON ({e.msg})")
+    except RecursionError:
+        raise SchedcError(f"{path}: JSON nested too deeply")
+    except ValueError as e:  # integers of over 4300 digits
+        raise SchedcError(f"{path}: {str(e).split(';')[0][:120]}")
+    if not isinstance(data, dict):
+        raise SchedcError(f"{path}: a config.json is a JSON object with fields like num_hidden_layers")
+    return data
+
+
+def finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,90 @@
+"""The units' StageCosts from a resolved shape and checked settings: FLOPs, bytes, parameters."""
+
+from __future__ import annotations
+
+from schedc.costs import StageCost
+from schedc.model_costs import memory
+from schedc.model_costs.shape import DTYPE_BYTES, ModelShape
+
+
+def layer_params(s: ModelShape, impl: str) -> float:
+    """Parameters of one layer: attention, MLP or experts + router, and (but for the textbook
+    count) norm weights and biases."""
+    h, q, k, f = memory.widths(s)
+    attention = h * q + 2 * h * k + q * h
+    if s.experts:
+        mlp = s.experts * 3 * h * s.moe_ffn_hidden + h * s.experts
+        mlp += 3 * h * s.shared_ffn_hidden + (h if s.shared_ffn_hidden else 0)
+    else:
+        mlp = (3 if s.mlp == "swiglu" else 2) * h * f
+    if impl == "paper":
+        return attention + mlp
+    extra = 2 * h  # two norm weights
+    if s.family in ("qwen2", "qwen2_moe"):
+        extra += q + 2 * k
+    if s.family in ("qwen3", "qwen3_moe"):
+        extra += 2 * s.head_dim
+    if s.family == "gpt2":
+        extra += 2 * h + 3 * h + h + f + h  # norm biases, c_attn, c_proj, c_fc, mlp c_proj biases
+    return attention + mlp + extra
+
+
+def layer_flops(s: ModelShape, tokens: float, seq: float) -> tuple[float, float, float, float]:
+    """(linear FLOPs, attention-core FLOPs, FLOPs selective AC recomputes) of one layer's forward
+    for `tokens` tokens, and its per-token forward FLOPs."""
+    h, q, k, f = memory.widths(s)
+    if s.experts:
+        routed = s.experts_per_token * 3 * h * s.moe_ffn_hidden + 3 * h * s.shared_ffn_hidden + h * s.experts
+        linear = 2 * tokens * (h * q + 2 * h * k + q * h + routed)
+        up = s.experts_per_token * h * s.moe_ffn_hidden
+    else:
+        linear = 2 * tokens * (h * q + 2 * h * k + q * h + (3 if s.mlp == "swiglu" else 2) * h * f)
+        up = h * f if s.mlp == "swiglu" else 0
+    attention = 4 * tokens * seq * q
+    selective = 2 * tokens * (h * k + q * h + up)  # every second matmul: W_k, W_o, up
+    return linear, attention, selective, (linear + attention) / tokens
+
+
+def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
+    """The units in model order and the bytes sent across each unit boundary."""
+    e = DTYPE_BYTES[s.dtype]
+    tokens, seq, tp, flops = float(run["seq"] * run["mbs"]), float(run["seq"]), run["tp"], run["flops"]
+    impl, device, per_param = run["impl"], run["device"], run["static_per_param"] / run["dp_shard"]
+    gathered = run["param_bytes"] if run["dp_shard"] > 1 else 0.0  # FSDP: one unit's weights, unsharded
+    h, V = float(s.hidden), float(s.vocab)
+    names = _names(s.layers, run["names"])
+    linear, attention, selective, per_token = layer_flops(s, tokens, seq)
+    params = layer_params(s, impl)
+
+    def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules, extra=None) -> StageCost:
+        held = b.held if run["held"] == "torch" or impl != "paper" else b.wgrads
+        transient = {k: v * tokens / tp for k, v in b.transient.items()}
+        if gathered and n_params:
+            for kind in ("F", "I", "W"):
+                transient[kind] = transient.get(kind, 0.0) + gathered * n_params / tp
+        return StageCost(forward=fw, backward_input=inp, backward_weight=wt,
+                         activation_bytes=b.activation * tokens / tp, weight_grad_bytes=held * tokens / tp,
+                         transient_bytes={k: v for k, v in transient.items() if v} or None,
+                         static_bytes=per_param * n_params / tp, modules=modules)
+
+    emb_b = memory.embedding_bytes(s, device)
+    emb_params = (0.0 if s.tied_embeddings else V * h) + s.positions * h
+    embed = cost(2 * e * tokens * h / run["memory_bandwidth"], 0.0,
+                 (2 * e * tokens * h + 3 * e * V * h) / run["memory_bandwidth"], emb_b, emb_params, names[0])
+    body = []
+    for i, ac in enumerate(run["ac"]):
+        b = memory.layer_bytes(s, impl, device, ac, per_token, selective / tokens)
+        fw = (linear + attention) / flops
+        body.append(cost(fw, (linear + 2 * attention + b.recompute_i * tokens) / flops,
+                         (linear + b.recompute_w * tokens) / flops, b, params, names[1 + i]))
+    head_flops = 2 * tokens * h * V
+    head_params = V * h + (0 if impl == "paper" else h * (2 if s.family == "gpt2" else 1))
+    head = cost(head_flops / flops, head_flops / flops, head_flops / flops,
+                memory.head_bytes(s, impl, device, V / tp * tp), head_params, names[-1])
+    return [embed, *body, head], e * tokens * h / tp
+
+
+def _names(layers: int, names: str) -> list[list[str]]:
+    from schedc.model_costs.profile import unit_names
+
+    return unit_names(layers, names)
