@@ -278,3 +278,19 @@ def test_large_timing_spreads_warn_and_say_what_to_do():
     assert "quiet machine" in message
     assert profile_warnings(to_profile([steady, noisy])) == [message.removeprefix("warning: ")]
     assert profile_warnings(to_profile([steady])) == []
+
+
+def test_static_bytes_and_assumptions_follow_the_counted_routes_rule(tmp_path):
+    # the counted route's rule: the weight in --dtype, fp32 gradients, --optimizer-bytes of state
+    out = tmp_path / "p.json"
+    rc = cli.main(["profile", "--layers", "2", "--hidden", "16", "--heads", "2", "--seq", "8", "--vocab", "32",
+                   "--mbs", "1", "--warmup", "0", "--repeats", "1", "--optimizer-bytes", "12", "--reserve", "1GiB",
+                   "-o", str(out)])
+    assert rc == 0
+    p = Profile.load(out)
+    assert p.assumes["static_bytes_per_param"] == 4 + 4 + 12
+    assert p.assumes["dtype"] == "float32" and p.assumes["seq_len"] == 8 and p.assumes["microbatch_size"] == 1
+    assert p.assumes["activation_checkpoint"] == "none" and p.reserve_bytes == 2**30
+    # without it: what the modules hold (float32 weight and gradient, AdamW's two float32 states)
+    default = profile_gpt(_cfg(layers=2), 2, microbatch_size=1, warmup=0, repeats=1)
+    assert default.assumes["static_bytes_per_param"] == 16 and default.reserve_bytes is None

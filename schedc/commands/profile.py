@@ -17,7 +17,7 @@ GPT_DEFAULTS = {"layers": 4, "hidden": 64, "heads": 4, "seq": 32, "vocab": 256, 
 # shape flags -> the parameter names a --model function (and every example) takes
 MODEL_PARAMS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
                 "ffn": "ffn_hidden", "seq": "seq_len", "vocab": "vocab_size"}
-ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth", "optimizer_bytes")
+ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth")
 
 
 def register(sub) -> None:
@@ -39,6 +39,9 @@ def register(sub) -> None:
                    help="measure send/recv between ranks 0 and 1 (run under torchrun --nproc-per-node 2)")
     p.add_argument("--concurrent", type=int, default=1, metavar="N",
                    help="CPU: measure in N processes at once, as N ranks sharing this host will run (default 1)")
+    p.add_argument("--reserve", metavar="BYTES", default=None,
+                   help="bytes a rank holds outside torch's allocator (CUDA context, workspaces, NCCL), e.g. 1.2GiB "
+                        "(default on CUDA: measured, at least 1.21 GiB; none on CPU)")
     p.add_argument("-o", "--output", metavar="P.json", required=True, help="profile file to write")
     g = p.add_argument_group("your own model (instead of the built-in GPT; schedc.runtime.user_model)")
     g.add_argument("--model", metavar="MODULE:FUNCTION",
@@ -65,8 +68,9 @@ def register(sub) -> None:
     u.add_argument("--memory-bandwidth", metavar="B/s", default=None,
                    help="arithmetic: device memory bandwidth, for the embedding (default 2TB/s)")
     u.add_argument("--optimizer-bytes", metavar="N", type=float, default=None,
-                   help="arithmetic: optimizer bytes per parameter (default 12: fp32 master weights + Adam's "
-                        "two moments); weights in --dtype and fp32 gradients come on top")
+                   help="optimizer bytes per parameter (arithmetic default 12: fp32 master weights + Adam's "
+                        "two moments); weights in --dtype and fp32 gradients come on top (measured default: what "
+                        "the modules hold, --optimizer's states in the parameters' dtype)")
     u.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA; default: --heads)")
     u.add_argument("--head-dim", type=int, default=None, help="arithmetic: per-head width (default hidden/heads)")
     u.add_argument("--ffn", type=int, default=None, help="FFN width (default 4 x hidden)")
@@ -130,7 +134,8 @@ def run(args) -> int:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     measure = dict(device=args.device, warmup=args.warmup, repeats=args.repeats, optimizer=args.optimizer,
                    comm="measure" if args.comm_measure else None, comm_bandwidth=bandwidth,
-                   comm_latency=args.comm_latency, progress=progress if rank == 0 else None)
+                   comm_latency=args.comm_latency, progress=progress if rank == 0 else None,
+                   settings=_run_settings(args))
     try:
         if args.model:
             profile = _measure_user_model(args, measure, profile_stages, profile_units)
@@ -148,6 +153,25 @@ def run(args) -> int:
     if rank != 0:
         return 0
     return _write(profile, args.output)
+
+
+def _run_settings(args):
+    """What the measured run holds per parameter (as the counted route takes --optimizer-bytes:
+    fp32 gradients beside it) and outside the allocator (--reserve)."""
+    from schedc.runtime.profiler import RunSettings
+
+    reserve = None
+    if args.reserve is not None:
+        try:
+            limit = MemoryLimit.parse(args.reserve) if args.reserve.strip() != "0" else None
+        except SchedcError:
+            limit = False
+        if limit is False or (limit is not None and limit.kind != "bytes"):
+            raise SchedcError(f"--reserve: expected a byte size (e.g. 1.2GiB or 0), got {args.reserve!r}")
+        reserve = limit.value if limit is not None else 0.0
+    given = args.optimizer_bytes is not None
+    return RunSettings(optimizer_bytes_per_param=args.optimizer_bytes, grad_bytes_per_param=4.0 if given else None,
+                       reserve_bytes=reserve)
 
 
 def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> Profile:

@@ -84,6 +84,26 @@ OPTIMIZER_STATE_FACTOR = {
 
 ProgressFn = Callable[[str], None]
 
+# What a CUDA process holds outside torch's allocator that a single-process profile cannot see:
+# the context, cuBLAS/cuDNN workspaces and one NCCL group measured about 1.21 GiB on an H200
+# (torch 2.11, NCCL 2.28). A CUDA profile records the larger of this and what it measures.
+CUDA_RESERVE_DEFAULT = int(1.21 * 2**30)
+
+
+@dataclass
+class RunSettings:
+    """What the run holds per parameter and outside the allocator, as the counted route
+    (``schedc.model_costs``) takes it: ``None`` means what the measured modules hold (the
+    gradient in the parameter's dtype, the optimizer's state tensors in it too).
+    ``grad_bytes_per_param`` / ``optimizer_bytes_per_param`` describe a mixed-precision run
+    instead (e.g. 4 and 12: fp32 gradients, fp32 master weights and Adam's two moments)."""
+
+    grad_bytes_per_param: Optional[float] = None
+    optimizer_bytes_per_param: Optional[float] = None
+    reserve_bytes: Optional[float] = None
+    seq_len: Optional[int] = None
+    activation_checkpoint: Any = "none"
+
 
 # ---------------------------------------------------------------- device and timing
 
@@ -834,6 +854,7 @@ def profile_stages(
     unit_names: Optional[Sequence[Sequence[str]]] = None,
     reuse_layers: bool = True,
     shared: Sequence[str] = (),
+    settings: Optional[RunSettings] = None,
 ) -> Profile:
     """Profile a pipeline given as its stage modules, in order; returns a ``schedc.profile/v1`` Profile.
 
@@ -843,7 +864,8 @@ def profile_stages(
     between ranks 0 and 1 (every rank must call, under torchrun), or None to compute
     ``comm_latency + bytes / comm_bandwidth`` from each boundary's activation (0 without either).
     With ``unit_names`` (one list of module names per module) the modules are a model's units
-    and the result a per-unit profile (:func:`profile_units`).
+    and the result a per-unit profile (:func:`profile_units`). ``settings`` (:class:`RunSettings`)
+    states what the run holds per parameter and outside the allocator; ``assumes`` records it.
     """
     dev = resolve_device(device)
     notes = _contention_note(dev, 1)
@@ -861,7 +883,7 @@ def profile_stages(
         notes.append(f"per-unit profile: {len(stage_modules)} units, each measured as its own pipeline stage"
                      + ("; identical layers measured once" if reuse_layers else "; every unit measured"))
     profile = _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
-                        dtype or _dtype_of(stage_modules), notes=notes)
+                        dtype or _dtype_of(stage_modules), notes=notes, optimizer=optimizer, settings=settings)
     return profile if unit_names is None else with_modules(profile, unit_names)
 
 
@@ -959,7 +981,10 @@ def _contention_note(dev: torch.device, processes: int) -> list[str]:
 
 
 def _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, dtype,
-              notes: Sequence[str] = ()) -> Profile:
+              notes: Sequence[str] = (), optimizer: Optional[str] = "adamw",
+              settings: Optional[RunSettings] = None) -> Profile:
+    settings = settings or RunSettings()
+    measured = [_with_param_cost(m, settings) for m in measured]
     boundary_bytes = [m.output_bytes for m in measured[:-1]]
     notes = list(notes)
     if isinstance(comm, str):
@@ -980,6 +1005,9 @@ def _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbat
             )
     if dev.type == "cpu":
         notes.append(f"cpu threads: {torch.get_num_threads()}")
+    reserve, reserve_note = _reserve(dev, settings.reserve_bytes)
+    if reserve_note:
+        notes.append(reserve_note)
     return to_profile(
         measured,
         comm=comm_value,
@@ -988,7 +1016,60 @@ def _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbat
         microbatch_size=microbatch_size,
         dtype=dtype,
         extra_notes=notes,
+        assumes=_assumes(measured, dtype, optimizer, microbatch_size, settings, reserve),
+        reserve_bytes=reserve,
     )
+
+
+def _with_param_cost(m: StageMeasurement, settings: RunSettings) -> StageMeasurement:
+    """`m` with static bytes per `settings`: the weight as measured, then the gradient and optimizer
+    bytes per parameter the run holds where given (the counted route's rule)."""
+    if settings.grad_bytes_per_param is None and settings.optimizer_bytes_per_param is None:
+        return m
+    grad_state = m.static_bytes - m.param_bytes  # as the modules hold them: gradient + optimizer state
+    per_param = m.param_bytes / m.n_params if m.n_params else 0.0
+    grad = settings.grad_bytes_per_param if settings.grad_bytes_per_param is not None else per_param
+    if settings.optimizer_bytes_per_param is not None:
+        state = settings.optimizer_bytes_per_param * m.n_params
+    else:
+        state = grad_state - per_param * m.n_params
+    out = StageMeasurement.from_dict(m.to_dict())
+    out.static_bytes = int(round(m.param_bytes + grad * m.n_params + state))
+    return out
+
+
+def _static_per_param(measured: Sequence[StageMeasurement]) -> Optional[float]:
+    n = sum(m.n_params for m in measured)
+    return round(sum(m.static_bytes for m in measured) / n, 3) if n else None
+
+
+def _assumes(measured, dtype, optimizer, microbatch_size, settings: RunSettings, reserve) -> dict:
+    """What the numbers took about the run (the plan report's ``assumes``)."""
+    out = {"dtype": dtype, "optimizer": optimizer or "none", "microbatch_size": microbatch_size,
+           "static_bytes_per_param": _static_per_param(measured),
+           "grad_bytes_per_param": settings.grad_bytes_per_param,
+           "optimizer_bytes_per_param": settings.optimizer_bytes_per_param,
+           "activation_checkpoint": settings.activation_checkpoint, "dp_shard": 1, "tp": 1,
+           "torch": torch.__version__.split("+")[0], "reserve_bytes": reserve}
+    if settings.seq_len is not None:
+        out["seq_len"] = settings.seq_len
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _reserve(dev: torch.device, given: Optional[float]) -> tuple[Optional[float], Optional[str]]:
+    """(reserve_bytes, a note): what was given; on CUDA otherwise the larger of the measured bytes
+    outside torch's allocator and :data:`CUDA_RESERVE_DEFAULT`; none on CPU."""
+    if given is not None:
+        return float(given), f"reserve: {format_bytes(given)} outside torch's allocator (given)"
+    if dev.type != "cuda":
+        return None, None
+    from schedc.runtime.allocator import cuda_reserve_bytes
+
+    measured = cuda_reserve_bytes(dev) or 0
+    value = max(measured, CUDA_RESERVE_DEFAULT)
+    return float(value), (f"reserve: {format_bytes(measured)} measured outside torch's allocator (device used minus "
+                          f"torch's reserved; no NCCL group here); recorded {format_bytes(value)}, at least the "
+                          f"documented {format_bytes(CUDA_RESERVE_DEFAULT)} of a process with one NCCL group")
 
 
 def _dtype_of(modules) -> Optional[str]:
@@ -1055,6 +1136,7 @@ def profile_gpt(
     timeout: float = 1800.0,
     units: bool = False,
     reuse_layers: bool = True,
+    settings: Optional[RunSettings] = None,
 ) -> Profile:
     """Profile schedc's built-in GPT (``GPTConfig``) split into `n_stages`, one microbatch of
     `microbatch_size` sequences; `dtype` overrides ``config.dtype``.
@@ -1078,6 +1160,7 @@ def profile_gpt(
     except ValueError as e:
         raise SchedcError(f"--dtype: {e}")
     dev = resolve_device(device)
+    settings = dataclasses.replace(settings or RunSettings(), seq_len=config.seq_len)
     try:
         stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
     except ValueError as e:
@@ -1099,11 +1182,11 @@ def profile_gpt(
                                          optimizer, timeout, units, reuse_layers)
         profile = _assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, config.dtype,
                             notes=busy + [f"measured in {concurrent} concurrent processes (ranks sharing this "
-                                          f"host), samples pooled"])
+                                          f"host), samples pooled"], optimizer=optimizer, settings=settings)
         return with_modules(profile, names) if units else profile
     common = dict(loss_fn=lm_loss, target=targets, device=dev, warmup=warmup, repeats=repeats, optimizer=optimizer,
                   comm=comm, comm_bandwidth=comm_bandwidth, comm_latency=comm_latency, model=model,
-                  microbatch_size=microbatch_size, dtype=config.dtype, progress=progress)
+                  microbatch_size=microbatch_size, dtype=config.dtype, progress=progress, settings=settings)
     if units:
         return profile_units(stages, names, tokens, reuse_layers=reuse_layers, **common)
     return profile_stages(stages, tokens, **common)
