@@ -10,8 +10,9 @@ Method: each schedule is a short rule over counters (warm-up length, steady F/B 
 cool-down), written from the papers' descriptions; where torch ships the same schedule the rules
 are torch's (so warm-up lengths and microbatch-count restrictions agree with what torch users
 know) and tests compare the two by simulation. Orders only: idle cells are not emitted, since the
-simulator and torch's runtime both wait for data anyway. ZB-H2 and V-Half are defined by
-construction rather than a formula: unit-time list schedules (see :func:`_zb_h2`, :func:`_v_half`).
+simulator and torch's runtime both wait for data anyway. ZB-H2, V-Half and V-Min are defined by
+construction rather than a formula: ZB-H2 as a unit-time list schedule (:func:`_zb_h2`), V-Half
+and V-Min as their authors' generator builds them (:func:`_v_controllable`).
 
 Known torch quirk (torch 2.13): ``Schedule1F1B._get_pipeline_order`` (what
 ``get_schedule_ops`` and the visualizer show) starts the last rank's forwards at microbatch 1
@@ -20,8 +21,9 @@ microbatch that does not exist. torch's real 1F1B execution (``_step_microbatche
 only the reported order is off by one. schedc's 1F1B is the correct order (``F0 B0 F1 B1 ...``
 on the last rank); tests pin this.
 
-Cost: O(N x M) actions; ZB-H2's and V-Half's constructions step through about 6M + 2R unit time
-steps x R ranks.
+Cost: O(N x M) actions; ZB-H2's construction steps through about 6M + 2R unit time steps x R
+ranks; V-Half's and V-Min's reorderings try O(R) earlier slots for each of the 5RM passes, each
+checked in O(M log M).
 """
 
 from __future__ import annotations
@@ -64,10 +66,11 @@ _INFOS = (
                  "split and W's delayed into the bubbles", _MULTI, "ScheduleInterleavedZeroBubble"),
     BaselineInfo("dualpipev", "v", "DeepSeek DualPipeV: 2 stages per rank in a V, overlapped F+B cells",
                  _TWO, "ScheduleDualPipeV"),
-    BaselineInfo("v-half", "v", "controllable-memory V-Half: V building block squeezed and reordered "
-                 "(I first, W fills gaps) within (R+2)//2 microbatches, about 1/2 of 1F1B's memory", _TWO),
-    BaselineInfo("v-min", "v", "controllable-memory V-Min: V building block with all offsets 1; about "
-                 "1/3 of 1F1B's activation memory", _TWO),
+    BaselineInfo("v-half", "v", "controllable-memory V-Half as its authors generate it: V building "
+                 "block repeated, squeezed and reordered; (R+2)//2 microbatches, about 1/2 of 1F1B's "
+                 "memory", _TWO),
+    BaselineInfo("v-min", "v", "controllable-memory V-Min as its authors generate it: forwards 1 apart; "
+                 "(R+4)//3 microbatches, about 1/3 of 1F1B's activation memory", _TWO),
 )
 
 BASELINE_NAMES: tuple[str, ...] = tuple(i.name for i in _INFOS)
@@ -491,134 +494,175 @@ def _dualpipev(p: int, v: int, m: int) -> list[list[Cell]]:
     return rows
 
 
-def _v_block(p: int, forward_offset: int) -> dict[tuple[str, int], int]:
-    """The building block of Qi et al. 2024 ("Pipeline Parallelism with Controllable Memory",
-    section 4) for the V placement, in unit time (F = I = W = 1): the start of F, I and W of one
-    microbatch on every stage. Consecutive forwards are `forward_offset` apart (1 at the V's
-    turn, where both stages sit on the last rank), consecutive backwards 1 apart, and each W
-    takes the first slot after its I. Repeated every T = 6 units (two stages x F, I, W per rank)
-    the blocks must not collide, so each pass takes the first time whose residue mod 6 is still
-    free on its rank. A rank's activation memory is set by the block's lifespan (F start to W
-    end, summed over its two stages) divided by T: about (2R-1)(offset_F + offset_B) / 6 stage
-    activations, i.e. 1/3 of 1F1B's for offsets (1, 1)."""
-    n, period = 2 * p, 6
-    rank = v_placement(n, p)
-    used: list[set[int]] = [set() for _ in range(p)]
-    start: dict[tuple[str, int], int] = {}
+# ---------------------------------------------------------------- controllable memory: V-Half and V-Min
+#
+# The authors' generator (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"; code in
+# sail-sg/zero-bubble-pipeline-parallelism, its V-Half / V-Min ``PipelineGraph``:
+# ``stable_pattern_v_half`` / ``stable_pattern_v_min``, ``put_w``, ``mem_of_stage``, ``reorder``,
+# ``eager_execution_time``, ``schedule_from_pattern``), re-derived step by step; the tests pin
+# the makespans their code gives at several sizes. All times are unit slots (F = I = W = 1).
+# A rank's passes are numbered as there: 0 F of its first stage (down the V), 1 F of its second
+# stage, 2 I of its second stage, 3 I of its first stage, then W's: one list (4) while the order
+# is being built, two at the end (4 of the second stage, 5 of the first).
 
-    def place(kind: str, s: int, earliest: int) -> None:
-        t = earliest
-        while t % period in used[rank[s]]:
+_Slots = list[list[int]]  # per pass kind, the slot of each microbatch
+
+
+def _v_pattern(p: int, memory: str) -> list[list[int]]:
+    """Per rank, the slots of microbatch 0's four passes in the stable building block; every
+    later microbatch repeats it 6 slots on. V-Half spaces forwards 2 apart (1 at the turn) and
+    backwards 1 apart, V-Min both 1; the gap g keeps the repeated blocks from colliding."""
+    if memory == "half":
+        g = 3 if p % 2 == 0 else 0
+        return [[2 * r, 3 * p - r - 2, 3 * p + g + 2 * r - 1, 6 * p + g - r - 2] for r in range(p)]
+    g = 2 if p % 3 == 0 else 0
+    return [[r, 2 * p - r - 1, 2 * p + g + r, 4 * p + g - r - 1] for r in range(p)]
+
+
+def _v_with_w(kinds: _Slots, split: bool) -> _Slots:
+    """Kinds 0-3 plus their W's: walking the slots, each I leaves a W pending (of its own stage
+    when `split`, the second stage's first) and each empty slot takes a pending one; W's still
+    pending at the last pass follow it back to back."""
+    heads, pending, w = [0] * 4, [0, 0], [[], []]
+    t = last = max(lst[-1] for lst in kinds)
+    for t in range(last + 1):
+        when, k = min((kinds[k][heads[k]], k) for k in range(4) if heads[k] < len(kinds[k]))
+        if when == t:
+            heads[k] += 1
+            if k >= 2:
+                pending[k - 2 if split else 0] += 1
+            continue
+        j = next((j for j in (0, 1) if pending[j]), None)
+        if j is not None:
+            w[j].append(t)
+            pending[j] -= 1
+    for j in (0, 1):
+        for _ in range(pending[j]):
             t += 1
-        used[rank[s]].add(t % period)
-        start[(kind, s)] = t
-
-    place("F", 0, 0)
-    for s in range(1, n):
-        place("F", s, start[("F", s - 1)] + (1 if s == p else forward_offset))
-    place("I", n - 1, start[("F", n - 1)] + 1)
-    for s in range(n - 2, -1, -1):
-        place("I", s, start[("I", s + 1)] + 1)
-    for s in range(n):
-        place("W", s, start[("I", s)] + 1)
-    return start
+            w[j].append(t)
+    return [list(lst) for lst in kinds] + (w if split else [w[0]])
 
 
-def _v_repeated(p: int, m: int, forward_offset: int) -> list[list[Cell]]:
-    """The block repeated every 6 units for each microbatch; each rank runs its passes in the
-    order of their nominal start times. The simulator's earliest-start timing then squeezes out
-    the warm-up and cool-down gaps (the paper's "squeezing"); the nominal times form a valid
-    unit-time schedule, so the order cannot deadlock."""
-    block = _v_block(p, forward_offset)
-    rank = v_placement(2 * p, p)
-    timed: list[list[tuple[int, Action]]] = [[] for _ in range(p)]
-    for k in range(m):
-        for (kind, s), t in block.items():
-            timed[rank[s]].append((t + 6 * k, Action(s, kind, k)))
-    return [[a for _, a in sorted(row, key=lambda x: x[0])] for row in timed]
+def _v_peak(lists: _Slots, explicit_w: bool) -> int:
+    """Most stage activations the rank holds (F adds one, W frees one, I nothing: the authors'
+    accounting). Without explicit W's, each empty slot frees one pending W, as :func:`_v_with_w`
+    would place it."""
+    events = sorted((t, k) for k, lst in enumerate(lists) for t in lst)
+    cur = peak = pending = 0
+    prev = -1
+    for t, k in events:
+        if not explicit_w:
+            freed = min(pending, t - prev - 1)
+            cur, pending = cur - freed, pending - freed
+        cur += 1 if k < 2 else -1 if k >= 4 else 0
+        pending += 1 if k in (2, 3) else 0
+        peak, prev = max(peak, cur), t
+    return peak
 
 
-def _v_half(p: int, v: int, m: int) -> list[list[Cell]]:
-    """V-Half (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory", section 4, V-Shape
-    building blocks, and its memory table): a V schedule holding at most (R+2)//2 microbatches
-    of a rank's two stages, about half of 1F1B's activation memory, counted the paper's way (a
-    microbatch's activation lives from its F to the end of its W, so I frees nothing; any
-    accounting where I frees part of it only lowers the peak).
-
-    Problem: an order per rank that keeps that memory bound and loses as little time as
-    possible in warm-up and cool-down. Repeating the V-Half building block (forward offsets 2,
-    backward offsets 1) and keeping each rank's passes in block order, as :func:`_v_repeated`
-    does for V-Min, leaves gaps the paper removes by squeezing *and reordering* (its figure 18):
-    passes that are ready move ahead of passes that are not.
-
-    Method: a unit-time list schedule (F = I = W = 1) that does that squeezing directly. At
-    every time step each rank runs, among its ready passes, the first by (I before F before W,
-    oldest microbatch, first stage of the V before the second): I's are on the critical path
-    back down the V; W's fill the time nothing else can use. A forward runs only while the rank
-    stays within the memory bound, and the first stage's forwards leave room for the second
-    stage's microbatches in flight: ceil((r+1)/2) on rank r, the lifespan of the building
-    block's second-stage pass there (3(r+1) units: r forward hops of 2, the backward hops of 1,
-    I and W) over the period of 6, so the V's turn is never starved. Memory depends only on
-    each rank's order (F allocates, W frees), so the bound holds under any costs and runtime;
-    the order comes from a valid unit-time execution, so it cannot deadlock. With 4 ranks it
-    meets the lower bound 6M + 5 (53 / 101 for 8 / 16 microbatches).
-
-    Cost: O((6M + R) x R) steps of at most 6 candidates each."""
-    n = 2 * p
-    cap = 2 * ((p + 2) // 2)  # stage activations = (R+2)//2 microbatches of both stages
-    done: dict[tuple[str, int], int] = {}  # (kind, stage) -> microbatches finished
-    ends: dict[Action, int] = {}
-    held = [[0, 0] for _ in range(p)]  # per rank: activations of its first / second stage
-    rows: list[list[Cell]] = [[] for _ in range(p)]
-    t, total = 0, 3 * n * m
-    while len(ends) < total:
-        if t > 6 * m * n + 4 * n:  # a unit-time order finishes well before this
-            raise SchedcError(f"v-half: no order found for {p} ranks and {m} microbatches")
-        for r in range(p):
-            ready = [a for a in _v_half_candidates(r, n, m, done) if _v_half_ready(a, n, ends, t)]
-            ready = [a for a in ready if a.kind != "F" or _v_half_fits(a, r, held[r], cap)]
-            if not ready:
-                continue
-            a = min(ready, key=lambda a: ("IFW".index(a.kind), a.microbatch, a.stage != r))
-            rows[r].append(a)
-            ends[a] = t + 1
-            done[(a.kind, a.stage)] = a.microbatch + 1
-            held[r][a.stage != r] += {"F": 1, "I": 0, "W": -1}[a.kind]
-        t += 1
-    return rows
+def _v_after(ranks: list[_Slots], r: int, k: int, i: int) -> int:
+    """The latest slot among the predecessors of pass kind k, microbatch i on rank r (-1 if
+    none), as the authors count them: the same pass on the neighbouring rank it comes from, the
+    previous kind on this rank, the previous microbatch, and for a W the i-th I of the rank."""
+    lists, before = ranks[r], [-1]
+    if k in (0, 2) and r > 0:
+        before.append(ranks[r - 1][k][i])
+    if k in (1, 3) and r < len(ranks) - 1:
+        before.append(ranks[r + 1][k][i])
+    if 0 < k < 4:
+        before.append(lists[k - 1][i])
+    if k == 4:
+        before.append(sorted(lists[2] + lists[3])[i])
+    if i > 0:
+        before.append(lists[k][i - 1])
+    return max(before)
 
 
-def _v_half_candidates(r: int, n: int, m: int, done: dict[tuple[str, int], int]) -> list[Action]:
-    """The next F, I and W of each of rank r's stages (each kind runs microbatches in order)."""
-    out = []
-    for s in (r, n - 1 - r):
-        for kind in "FIW":
-            k = done.get((kind, s), 0)
-            if k < m:
-                out.append(Action(s, kind, k))
+def _v_squeeze(ranks: list[_Slots]) -> list[_Slots]:
+    """Each pass as early as its predecessors and its rank's previous pass allow, in the order
+    of the given slots (the paper's squeezing; the authors' ``eager_execution_time`` at unit
+    costs)."""
+    p = len(ranks)
+    out = [[[0] * len(lst) for lst in lists] for lists in ranks]
+    free = [0] * p
+    order = sorted((t, r, k, i) for r, lists in enumerate(ranks) for k, lst in enumerate(lists)
+                   for i, t in enumerate(lst))
+    for _, r, k, i in order:
+        start = free[r]
+        if k in (0, 2) and r > 0:
+            start = max(start, out[r - 1][k][i] + 1)
+        if k in (1, 3) and r < p - 1:
+            start = max(start, out[r + 1][k][i] + 1)
+        if 0 < k < 4:
+            start = max(start, out[r][k - 1][i] + 1)
+        if i > 0:
+            start = max(start, out[r][k][i - 1] + 1)
+        out[r][k][i], free[r] = start, start + 1
     return out
 
 
-def _v_half_ready(a: Action, n: int, ends: dict[Action, int], t: int) -> bool:
-    s, k = a.stage, a.microbatch
-    if a.kind == "F":
-        deps = [Action(s - 1, "F", k)] if s else []
-    elif a.kind == "I":
-        deps = [Action(s, "F", k)] + ([Action(s + 1, "I", k)] if s < n - 1 else [])
-    else:
-        deps = [Action(s, "I", k)]
-    return all(ends.get(d, t + 1) <= t for d in deps)
+def _v_reorder(ranks: list[_Slots], explicit_w: bool) -> list[_Slots]:
+    """Move passes into earlier empty slots without raising any rank's peak above the order's
+    peak (the paper's reordering), then squeeze. Passes are visited by slot; those of the steady
+    phase (from the first microbatch's last I on rank 0 to the last microbatch's first F) keep
+    theirs, and without explicit W's so do the warm-up's."""
+    if explicit_w:
+        ranks = [_v_with_w(lists, split=False) for lists in ranks]
+    limit = max(_v_peak(lists, explicit_w) for lists in ranks)
+    m = len(ranks[0][0])
+    order = sorted((t, r, k, i) for r, lists in enumerate(ranks) for k, lst in enumerate(lists)
+                   for i, t in enumerate(lst))
+    taken: list[set[int]] = [set() for _ in ranks]
+    phase = 0
+    for nominal, r, k, i in order:
+        if phase == 0 and k == 3 and r == 0:
+            phase = 1
+        if phase == 1 and k == 0 and i == m - 1:
+            phase = 2
+            taken[r].add(nominal)
+            continue
+        if phase == 1 or (phase == 0 and not explicit_w):
+            taken[r].add(nominal)
+            continue
+        lists = ranks[r]
+        for t in range(_v_after(ranks, r, k, i) + 1, nominal):
+            if t not in taken[r]:
+                lists[k][i] = t
+                if _v_peak(lists, explicit_w) <= limit:
+                    break
+        else:
+            lists[k][i] = nominal
+        taken[r].add(lists[k][i])
+    if not explicit_w:
+        ranks = [_v_with_w(lists, split=False) for lists in ranks]
+    return _v_squeeze(ranks)
 
 
-def _v_half_fits(a: Action, r: int, held: list[int], cap: int) -> bool:
-    if held[0] + held[1] + 1 > cap:
-        return False
-    reserve = (r + 2) // 2  # ceil((r+1)/2): the second stage's in-flight microbatches
-    return a.stage != r or held[0] + 1 <= cap - reserve
+def _v_controllable(p: int, m: int, memory: str) -> list[list[Cell]]:
+    """The building block repeated for every microbatch, reordered with explicit W's, reordered
+    again with the W's left to fill gaps, the W's split back to their stages; each rank runs its
+    passes in slot order."""
+    pattern = _v_pattern(p, memory)
+    ranks = [[[t + 6 * i for i in range(m)] for t in offsets] for offsets in pattern]
+    ranks = [lists[:4] for lists in _v_reorder(ranks, explicit_w=True)]
+    ranks = [lists[:4] for lists in _v_reorder(ranks, explicit_w=False)]
+    rows: list[list[Cell]] = []
+    for r, lists in enumerate(ranks):
+        up = 2 * p - 1 - r
+        kind_of = [(r, "F"), (up, "F"), (up, "I"), (r, "I"), (up, "W"), (r, "W")]
+        timed = sorted((t, k, i) for k, lst in enumerate(_v_with_w(lists, split=True)) for i, t in enumerate(lst))
+        rows.append([Action(kind_of[k][0], kind_of[k][1], i) for _, k, i in timed])
+    return rows
+
+
+def _v_half(p: int, v: int, m: int) -> list[list[Cell]]:
+    """V-Half: forwards 2 slots apart, about half of 1F1B's activation memory."""
+    return _v_controllable(p, m, "half")
 
 
 def _v_min(p: int, v: int, m: int) -> list[list[Cell]]:
-    return _v_repeated(p, m, forward_offset=1)
+    """V-Min: forwards 1 slot apart, about a third of 1F1B's activation memory."""
+    return _v_controllable(p, m, "min")
 
 
 _GENERATORS: dict[str, Callable[[int, int, int], list[list[Cell]]]] = {

@@ -373,6 +373,44 @@ def test_v_schedules_on_the_issue_instance():
         assert (res.makespan, peak) == (v_half, 0.75)
 
 
+# What the authors' generator (sail-sg/zero-bubble-pipeline-parallelism, the V-Half / V-Min
+# PipelineGraph: get_schedule with f = b = w = 1, c = 0, mem_config "half" / "min") returns as
+# its step time at R ranks x M microbatches; a rank's stages hold (R+2)//2 and (R+4)//3
+# microbatches there (5 of 8 = 0.625p and 4 of 8 = 0.5p at 8 ranks).
+AUTHORS = {  # (R, M): (V-Half, V-Min)
+    (4, 8): (53, 59), (4, 12): (77, 83), (4, 16): (101, 107),
+    (6, 12): (83, 89), (6, 18): (119, 125), (6, 24): (155, 161),
+    (8, 16): (113, 123), (8, 24): (161, 171), (8, 32): (209, 219),
+}
+
+
+@pytest.mark.parametrize("p,m", sorted(AUTHORS))
+def test_v_half_and_v_min_take_the_authors_time_and_memory(p, m):
+    """schedc's V-Half and V-Min are the schedules the authors' generator makes: same step time
+    on identical stages (makespan and span coincide there), same memory."""
+    for name, value, held in (("v-half", AUTHORS[p, m][0], (p + 2) // 2), ("v-min", AUTHORS[p, m][1], (p + 4) // 3)):
+        res, peak = _v_peak(name, p, m, 1.0, "ideal")
+        assert (res.makespan, res.span) == (value, value), (name, p, m)
+        assert peak == held / p, (name, p, m)
+
+
+@pytest.mark.parametrize("name,p,m,rank,row", [
+    ("v-half", 4, 8, 3, "3F0,4F0,3F1,4F1,3F2,4F2,4I0,4W0,3I0,3W0,3F3,4F3,4I1,4W1,3I1,3W1,3F4,4F4,4I2,4W2,3I2,"
+     "3W2,3F5,4F5,4I3,4W3,3I3,3F6,3W3,4F6,4I4,3I4,4W4,3F7,3W4,4F7,4I5,3I5,4I6,3I6,4W5,4W6,4I7,3I7,4W7,3W5,3W6,3W7"),
+    ("v-min", 4, 8, 0, "0F0,0F1,0F2,7F0,7I0,7W0,7F1,7I1,7W1,0I0,0W0,0F3,7F2,7I2,0I1,7W2,0W1,0F4,7F3,7I3,0I2,7W3,"
+     "0W2,0F5,7F4,7I4,0I3,7W4,0W3,0F6,7F5,7I5,0I4,7W5,0W4,0F7,7F6,7I6,0I5,7W6,0W5,7F7,7I7,0I6,7W7,0W6,0I7,0W7"),
+    ("v-half", 6, 12, 0, "0F0,0F1,0F2,0F3,0F4,0F5,0F6,11F0,11I0,11W0,11F1,11I1,11W1,11F2,11I2,11W2,11F3,0I0,"
+     "11I3,11W3,11F4,0W0,0F7,0I1,11I4,11W4,11F5,0W1,0F8,0I2,11I5,11W5,11F6,0W2,0F9,0I3,11I6,11W6,11F7,0W3,0F10,"
+     "0I4,11I7,11W7,11F8,0W4,0F11,0I5,11I8,11W8,11F9,11I9,11W9,0I6,0W5,0W6,11F10,11I10,11W10,0I7,0W7,11F11,"
+     "11I11,0I8,11W11,0I9,0W8,0W9,0I10,0W10,0I11,0W11"),
+])
+def test_v_orders_are_the_authors_orders(name, p, m, rank, row):
+    """One rank's whole order, as the authors' generator orders it (its stage_order, written in
+    torch's notation)."""
+    got = make_baseline(name, 2 * p, m).rows[rank]
+    assert ",".join(f"{a.stage}{a.kind}{a.microbatch}" for a in got) == row
+
+
 def test_cli_v_half(capsys):
     assert main(["baseline", "v-half", "--stages", "8", "--mb", "8"]) == 0
     rows = capsys.readouterr().out.splitlines()
