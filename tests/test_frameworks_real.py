@@ -288,9 +288,12 @@ def test_plan_handoff_parses_as_the_frameworks_read_it(results):
 
     # the two sections of torchtitan's job config that the flags touch (real types, not strings:
     # this module's annotations are postponed)
+    from torchtitan.distributed.activation_checkpoint import ActivationCheckpointingConfig, SelectiveAC
+
     Job = dataclasses.make_dataclass("Job", [
         ("parallelism", ParallelismConfig, dataclasses.field(default_factory=ParallelismConfig)),
-        ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig))])
+        ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig)),
+        ("activation_checkpoint", ActivationCheckpointingConfig, dataclasses.field(default_factory=SelectiveAC.Config))])
 
     for spec, placement in PLAN_CASES:
         res = results["plans"][f"plan {spec}"]

@@ -59,7 +59,7 @@ def run(args) -> int:
 
 def _plan(args):
     from schedc import csvio
-    from schedc.plan import nemo_yaml, plan
+    from schedc.plan import plan
 
     if not str(args.output).endswith(".csv"):
         raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
@@ -84,7 +84,7 @@ def _plan(args):
     })
     print(format_plan_summary(res, csv, report_file, profile_file))
     print()
-    print(format_handoff(res, nemo_yaml))
+    print(format_handoff(res))
     return res, csv
 
 
@@ -110,12 +110,8 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
     return "\n".join(lines)
 
 
-def format_handoff(res, nemo_yaml) -> str:
-    import shlex
+def format_handoff(res) -> str:
+    """Each framework's block (schedc.frameworks.REGISTRY), in its own module names."""
+    from schedc.frameworks import render_handoff
 
-    s = res.report["frameworks"]
-    lines = ["torchtitan 0.3.0 (ParallelismConfig / TrainingConfig fields, here as command-line flags):",
-             "  " + " ".join(shlex.quote(a) for a in s["torchtitan"]["command_line"]),
-             "NeMo AutoModel 0.7.0 (YAML):"]
-    lines += ["  " + line for line in nemo_yaml(s).splitlines()]
-    return "\n".join(lines)
+    return render_handoff(res.report["frameworks"])

@@ -1,0 +1,59 @@
+"""The training frameworks schedc hands schedules to: torchtitan 0.3.0 and NeMo AutoModel 0.7.0.
+
+One module per framework (:mod:`schedc.frameworks.torchtitan`, :mod:`schedc.frameworks.nemo`), each
+registering a :class:`Framework`: what it builds from its settings (``build``), how a plan becomes its
+settings (``settings``), how they print (``render``) and its module names (``unit_names``).
+:data:`REGISTRY` holds them by name; :func:`check_csv_for` says whether a CSV fits what one builds,
+:func:`check_partition` whether a CSV is launched on its plan's partition, :func:`framework_settings`
+what to give each framework to launch a plan. Adding a framework is one module plus one line in
+``_registry.py``. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from schedc.frameworks._base import AC_MODES, SCHEDULE_NAMES, Build, FitReport, Framework, Handoff, schedule_name
+from schedc.frameworks._fit import check_csv_for, framework_build, parse_spec, read_partition
+from schedc.frameworks._names import VOCABULARIES, check_module_names
+from schedc.frameworks._partition import check_partition, plan_partition_of
+from schedc.frameworks._registry import REGISTRY
+from schedc.frameworks.nemo import build as nemo_build, yaml_text as _nemo_yaml_text
+from schedc.frameworks.torchtitan import build as torchtitan_build
+
+__all__ = ["AC_MODES", "Build", "FitReport", "Framework", "Handoff", "REGISTRY", "SCHEDULE_NAMES", "VOCABULARIES",
+           "check_csv_for", "check_module_names", "check_partition", "framework_build", "framework_settings",
+           "handoff_of", "nemo_build", "nemo_yaml", "parse_spec", "plan_partition_of", "read_partition",
+           "render_handoff", "schedule_name", "torchtitan_build"]
+
+# the framework name and release, e.g. for messages
+FRAMEWORKS = {name: f.label for name, f in REGISTRY.items()}
+
+
+def handoff_of(result, csv: str = "plan.csv", assumes: Optional[dict[str, Any]] = None) -> Handoff:
+    """The facts a framework needs from a :class:`schedc.plan.PlanResult`. ``assumes``: what the plan
+    took about the run; by default its report's ``"assumes"``, else the unit profile's."""
+    problem = result.compiled.problem
+    if assumes is None:
+        assumes = (result.report or {}).get("assumes") or getattr(result.units, "assumes", None) or {}
+    assumes = dict(assumes)
+    assumes.setdefault("microbatch_size", result.units.microbatch_size or 1)
+    return Handoff(partition=result.partition, placement=result.placement, n_ranks=problem.n_ranks,
+                   n_microbatches=problem.n_microbatches, csv=csv, assumes=assumes)
+
+
+def framework_settings(result, csv: str = "plan.csv", assumes: Optional[dict[str, Any]] = None) -> dict:
+    """Each registered framework's settings for the plan (``plan.json``'s ``"frameworks"``), in its own
+    module names; module names a framework's parser would misread are refused (SchedcError)."""
+    handoff = handoff_of(result, csv, assumes)
+    return {name: f.settings(handoff) for name, f in REGISTRY.items()}
+
+
+def render_handoff(settings: dict) -> str:
+    """What ``schedc plan`` prints: each framework's block as its users paste it."""
+    return "\n".join(REGISTRY[name].render(block) for name, block in settings.items() if name in REGISTRY)
+
+
+def nemo_yaml(settings: dict) -> str:
+    """NeMo's block of :func:`framework_settings` as YAML text."""
+    return _nemo_yaml_text(settings["nemo"])

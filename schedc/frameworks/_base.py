@@ -1,0 +1,144 @@
+"""What every framework module shares: torch's schedule names, what a framework builds, the plug-in record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from schedc.errors import SchedcError
+
+# torch's get_schedule_class map, in its order; True = a PipelineScheduleSingle subclass
+SCHEDULE_NAMES: dict[str, bool] = {
+    "1F1B": True,
+    "Interleaved1F1B": False,
+    "GPipe": True,
+    "LoopedBFS": False,
+    "InterleavedZeroBubble": False,
+    "PipelineScheduleSingle": True,
+    "PipelineScheduleMulti": False,
+    "ZBVZeroBubble": False,
+    "DualPipeV": False,
+}
+AC_MODES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Build:
+    """What a framework builds: ``n_stages`` stages, ``placement`` 'loop' or 'v', and (when the
+    batch settings were given) ``n_microbatches``."""
+
+    framework: str
+    schedule: str  # torch's spelling of the name
+    n_ranks: int
+    n_stages: int
+    placement: str
+    n_microbatches: Optional[int]
+
+    @property
+    def stages_per_rank(self) -> int:
+        return self.n_stages // self.n_ranks
+
+    def describe(self) -> str:
+        mb = "" if self.n_microbatches is None else f", {self.n_microbatches} microbatches"
+        return (f"{self.n_stages} stages ({self.placement}, {self.stages_per_rank} per rank) on "
+                f"{self.n_ranks} ranks{mb}")
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """``ok``: the CSV fits what the framework builds; ``message``: one line saying so, or what
+    differs and which schedule name or setting would fit."""
+
+    ok: bool
+    message: str
+    build: Optional[Build] = None
+
+    def raise_unless_ok(self) -> None:
+        if not self.ok:
+            raise SchedcError(self.message)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What a plan hands to a framework: the partition in the profile's module names, the
+    placement, the sizes, the CSV's file name and what the plan assumed about the run
+    (its report's ``"assumes"``: seq_len, microbatch_size, activation_checkpoint, dp_shard, tp, ...)."""
+
+    partition: list[list[str]]
+    placement: str  # 'loop' (1 stage per rank) or 'v' (2 per rank)
+    n_ranks: int
+    n_microbatches: int
+    csv: str = "plan.csv"
+    assumes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def microbatch_size(self) -> int:
+        return int(self.assumes.get("microbatch_size") or 1)
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework as schedc knows it (a module of this package registers one).
+
+    ``build(schedule, n_ranks, **settings)`` says what it builds from its settings; ``settings(handoff)``
+    turns a plan into its settings (a dict, with ``"warnings"``); ``render(settings)`` prints them in
+    the form its users paste; ``unit_names`` are (embedding, layer pattern, head modules) in its own
+    module names; ``fields`` name each setting the way its users write it."""
+
+    name: str
+    label: str  # name and the release whose sources the rules were read from
+    v_names: tuple[str, ...]  # schedule names that place stages in a V
+    plan_names: dict[str, str]  # the schedule name that builds a plan's placement
+    fields: dict[str, str]
+    unit_names: tuple[str, str, tuple[str, ...]]
+    build: Callable[..., Build]
+    settings: Callable[[Handoff], dict]
+    render: Callable[[dict], str]
+
+
+def schedule_name(name: str) -> str:
+    """torch's spelling of a schedule name; matched case-insensitively, as get_schedule_class does."""
+    by_lower = {n.lower(): n for n in SCHEDULE_NAMES}
+    try:
+        return by_lower[name.strip().lower()]
+    except KeyError:
+        raise SchedcError(f"unknown schedule name {name!r}; torch knows {', '.join(SCHEDULE_NAMES)} "
+                          "(case does not matter)") from None
+
+
+def check_per_rank(fw: str, name: str, single: bool, n_stages: int, n_ranks: int, why: str) -> None:
+    if n_stages < 1 or n_stages % n_ranks:
+        raise SchedcError(f"{fw}: {why} gives {n_stages} stages, not a multiple of the {n_ranks} PP ranks")
+    per_rank = n_stages // n_ranks
+    if single and per_rank != 1:
+        raise SchedcError(f"{fw}: {name} needs exactly 1 stage per rank but {why} gives {per_rank}")
+    if not single and per_rank < 2:
+        raise SchedcError(f"{fw}: {name} needs at least 2 stages per rank but {why} gives {per_rank}")
+
+
+def check_v(fw: str, name: str, placement: str, n_stages: int, n_ranks: int) -> None:
+    if placement == "v" and n_stages != 2 * n_ranks:
+        raise SchedcError(f"{fw}: {name} builds V stages, exactly 2 per rank, not {n_stages} on {n_ranks} ranks")
+
+
+def microbatches(fw: str, fields: dict, local_batch_size: Optional[int], microbatch_size: int) -> Optional[int]:
+    if microbatch_size < 1:
+        raise SchedcError(f"{fw}: {fields['microbatch_size']} must be >= 1, got {microbatch_size}")
+    if local_batch_size is None:
+        return None
+    if local_batch_size < 1:
+        raise SchedcError(f"{fw}: {fields['local_batch_size']} must be >= 1, got {local_batch_size}")
+    if local_batch_size % microbatch_size:
+        raise SchedcError(f"{fw}: {fields['local_batch_size']} {local_batch_size} is not divisible by "
+                          f"{fields['microbatch_size']} {microbatch_size}")
+    return local_batch_size // microbatch_size
+
+
+def check_positive(fw: str, fields: dict, **values: Optional[int]) -> None:
+    """Settings that count something (layers, layers per stage) must be >= 1; the 'less' weights >= 0."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        least = 0 if key.endswith("_less") else 1
+        if value < least:
+            raise SchedcError(f"{fw}: {fields.get(key, key)} must be >= {least}, got {value}")

@@ -1,0 +1,175 @@
+"""torchtitan 0.3.0: the stages it builds from its settings, and the flags that launch a plan.
+
+Rules read from the installed sources (line numbers of that release):
+``torchtitan/distributed/pipeline_parallel.py``: single-stage schedule names build 1 stage per rank,
+the others 2 (L205-206, L258-263) unless ``pipeline_parallel_layers_per_stage`` K is set: then
+stages = ceil((layers + first_less + last_less) / K) (L219-225), a multiple of the PP degree
+(L233-240), exactly 1 per rank for single-stage names (L244-250), at least 2 otherwise (L252-257);
+an explicit ``module_fqns_per_model_part`` sets the stage count (L88-92, L621).
+``_generate_llm_fqn_per_model_part`` (L366-428): stages <= layers + first_less + last_less, and neither
+"less" weight may exceed floor((layers + first_less + last_less) / stages). V placement for
+ZBVZeroBubble and DualPipeV (L559-576), loop otherwise. ``training.local_batch_size`` must be
+divisible by ``pipeline_parallel_microbatch_size`` (trainer.py L124-139).
+``trainer.py`` L179-187: with a PP degree above 1 the config is refused unless
+``training.disable_cuda_graphs`` is set. ``config/configs.py``: ``seq_len`` 2048,
+``data_parallel_shard_degree`` -1 (FSDP over the GPUs left), first/last less 1; the registered
+configs choose their own activation checkpointing (``llama3_8b``: selective), a tyro subcommand
+``activation_checkpoint:{none,selective,full}`` (distributed/activation_checkpoint.py L190-197).
+``config/manager.py`` ``register_tyro_rules``: a ``list[str]`` flag is one argument split at commas.
+
+Cost: constant per name; rendering is linear in the number of module names.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from typing import Optional
+
+from schedc.errors import SchedcError
+from schedc.frameworks._base import (AC_MODES, SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
+                                     check_positive, check_v, microbatches, schedule_name)
+from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
+
+NAME = "torchtitan"
+FIELDS = {
+    "schedule": "--parallelism.pipeline_parallel_schedule",
+    "layers": "the model's n_layers",
+    "layers_per_stage": "--parallelism.pipeline_parallel_layers_per_stage",
+    "first_less": "--parallelism.pipeline_parallel_first_stage_less_layers",
+    "last_less": "--parallelism.pipeline_parallel_last_stage_less_layers",
+    "local_batch_size": "--training.local_batch_size",
+    "microbatch_size": "--parallelism.pipeline_parallel_microbatch_size",
+    "ranks": "--parallelism.pipeline_parallel_degree",
+    "partition": "--parallelism.module_fqns_per_model_part",
+}
+V_NAMES = ("ZBVZeroBubble", "DualPipeV")
+
+
+def build(
+    schedule: str,
+    n_ranks: int,
+    layers: Optional[int] = None,
+    layers_per_stage: Optional[int] = None,
+    first_less: int = 1,
+    last_less: int = 1,
+    local_batch_size: Optional[int] = None,
+    microbatch_size: int = 1,
+    partition: Optional[int] = None,
+) -> Build:
+    """What torchtitan 0.3.0's ``pipeline_llm`` builds; its start-up errors as SchedcError.
+    ``partition``: the number of parts of an explicit ``module_fqns_per_model_part`` (e.g. from
+    ``schedc plan``), which then sets the stage count."""
+    name = schedule_name(schedule)
+    single = SCHEDULE_NAMES[name]
+    check_positive(NAME, FIELDS, layers=layers, layers_per_stage=layers_per_stage, first_less=first_less,
+                   last_less=last_less)
+    if partition is not None:
+        n_stages = partition
+        check_per_rank(NAME, name, single, n_stages, n_ranks, f"{FIELDS['partition']} with {n_stages} parts")
+        layers = None  # the explicit list replaces the default split and its checks
+    elif layers_per_stage is not None:
+        if layers is None:
+            raise SchedcError("torchtitan: with layers_per_stage the stage count depends on the model; give --layers")
+        n_stages = math.ceil((layers + first_less + last_less) / layers_per_stage)
+        check_per_rank(NAME, name, single, n_stages, n_ranks,
+                       f"{layers} layers + first_less {first_less} + last_less {last_less} over "
+                       f"{FIELDS['layers_per_stage']} {layers_per_stage}")
+    else:
+        n_stages = n_ranks * (1 if single else 2)
+    if layers is not None and n_stages > 1:
+        effective = layers + first_less + last_less
+        if n_stages > effective:
+            raise SchedcError(f"torchtitan: {n_stages} stages exceed {layers} layers + first_less {first_less} "
+                              f"+ last_less {last_less} = {effective}")
+        if max(first_less, last_less) > effective // n_stages:
+            raise SchedcError(f"torchtitan: first_less {first_less} / last_less {last_less} exceed the "
+                              f"{effective // n_stages} layers each of {n_stages} stages gets")
+    placement = "v" if name in V_NAMES else "loop"
+    check_v(NAME, name, placement, n_stages, n_ranks)
+    return Build(NAME, name, n_ranks, n_stages, placement, microbatches(NAME, FIELDS, local_batch_size, microbatch_size))
+
+
+def default_partition(n_stages: int, layers: int, first_less: int = 1, last_less: int = 1) -> list[list[str]]:
+    """The split torchtitan builds without ``module_fqns_per_model_part`` (``_generate_llm_fqn_per_model_part``):
+    layers + first_less + last_less spread evenly, the first stages taking the remainder, the embedding
+    weighing first_less layers on stage 0 and norm + head last_less on the last stage."""
+    embed, layer, head = VOCABULARIES["torchtitan"]
+    if n_stages == 1:
+        return [[embed] + [layer.format(i) for i in range(layers)] + list(head)]
+    base, extra = divmod(layers + first_less + last_less, n_stages)
+    out, current = [], 0
+    for s in range(n_stages):
+        take = base + (s < extra) - (first_less if s == 0 else 0) - (last_less if s == n_stages - 1 else 0)
+        names = [layer.format(i) for i in range(current, min(layers, current + max(take, 0)))]
+        current += len(names)
+        out.append(([embed] if s == 0 else []) + names + (list(head) if s == n_stages - 1 else []))
+    return out
+
+
+def settings(h: Handoff) -> dict:
+    """The config fields (``section.field``) and the command-line flags that build the plan's stages,
+    run its CSV and set what the plan assumed; ``warnings`` lists what the flags cannot set."""
+    check_module_names(h.partition)
+    partition, warnings = in_own_names(h.partition, "torchtitan", "torchtitan")
+    a, mbs = h.assumes, h.microbatch_size
+    config = {
+        "parallelism.module_fqns_per_model_part": partition,
+        "parallelism.pipeline_parallel_degree": h.n_ranks,
+        "parallelism.pipeline_parallel_schedule": PLAN_NAMES[h.placement],
+        "parallelism.pipeline_parallel_schedule_csv": h.csv,
+        "parallelism.pipeline_parallel_microbatch_size": mbs,
+        "parallelism.data_parallel_shard_degree": int(a.get("dp_shard") or 1),
+        "parallelism.tensor_parallel_degree": int(a.get("tp") or 1),
+        "training.local_batch_size": h.n_microbatches * mbs,
+        "training.disable_cuda_graphs": True,  # torchtitan refuses PP with CUDA graphs
+    }
+    if a.get("seq_len"):
+        config["training.seq_len"] = int(a["seq_len"])
+    else:
+        warnings.append("the profile does not record its sequence length: set --training.seq_len to the one "
+                        "it was profiled at (torchtitan's configs default to theirs, e.g. 8192 for llama3_8b)")
+    mode = a.get("activation_checkpoint", "none")
+    if isinstance(mode, list) and len(set(mode)) == 1:
+        mode = mode[0]
+    if mode in AC_MODES:
+        config["activation_checkpoint"] = mode
+    else:
+        warnings.append(f"the plan checkpoints activations per stage ({mode}); torchtitan applies one mode to "
+                        "every layer: run the plan under schedc's runtime or plan with one --ac mode")
+    return {"config": config, "command_line": command_line(config), "warnings": warnings}
+
+
+def command_line(config: dict) -> list[str]:
+    """The flags, one list argument per stage (torchtitan splits each at commas); the
+    activation-checkpointing subcommand last, after a flag that takes one value, since a list
+    flag would swallow it as one more stage."""
+    args = []
+    for key, value in config.items():
+        if key == "activation_checkpoint":
+            continue
+        if value is True:
+            args.append(f"--{key}")
+        elif isinstance(value, list):
+            args += [f"--{key}"] + [",".join(stage) for stage in value]
+        else:
+            args += [f"--{key}", str(value)]
+    if "activation_checkpoint" in config:
+        args.append(f"activation_checkpoint:{config['activation_checkpoint']}")
+    return args
+
+
+def render(s: dict) -> str:
+    groups: list[list[str]] = []
+    for arg in s["command_line"]:  # one flag and its values a line, the subcommand on its own
+        if arg.startswith("--") or arg.startswith("activation_checkpoint:") or not groups:
+            groups.append([])
+        groups[-1].append(shlex.quote(arg))
+    lines = [f"{FRAMEWORK.label} (after --module and --config of your registered model; these override them):"]
+    lines += ["  " + " ".join(g) + (" \\" if k < len(groups) - 1 else "") for k, g in enumerate(groups)]
+    return "\n".join(lines + [f"  warning: {w}" for w in s.get("warnings", [])])
+
+
+PLAN_NAMES = {"loop": "1F1B", "v": "ZBVZeroBubble"}
+FRAMEWORK = Framework(name=NAME, label="torchtitan 0.3.0", v_names=V_NAMES, plan_names=PLAN_NAMES, fields=FIELDS,
+                      unit_names=VOCABULARIES["torchtitan"], build=build, settings=settings, render=render)

@@ -1,0 +1,144 @@
+"""The hand-off a plan prints, read back by the frameworks' own parsers.
+
+torchtitan 0.3.0: the flags go through ``ConfigManager`` (tyro with its comma-separated ``list[str]``
+rule) on top of a registered model config (``llama3_8b``), whose ``Trainer.Config`` refuses pipeline
+parallelism with CUDA graphs; where the registry cannot be imported (it needs tensorboard, torchdata
+and datasets besides triton) the same flags go through the same tyro rule into the real config
+sections. NeMo AutoModel 0.7.0: the YAML goes through ``load_yaml_config`` and the recipe's
+``parse_distributed_section``. Each parsed config must equal what the plan assumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import pytest
+
+pytest.importorskip("torch")
+tyro = pytest.importorskip("tyro")
+pytest.importorskip("torchtitan.config.manager")
+pytest.importorskip("torchtitan.distributed.activation_checkpoint")
+
+from schedc.errors import SchedcError  # noqa: E402
+from schedc.frameworks import REGISTRY, Handoff, nemo_yaml  # noqa: E402
+
+TT = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2"], ["layers.3"], ["layers.4", "norm", "lm_head"]]
+HF = [["model.embed_tokens", "model.layers.0", "model.layers.1"], ["model.layers.2"], ["model.layers.3"],
+      ["model.layers.4", "model.norm", "lm_head"]]
+ASSUMES = {"seq_len": 4096, "microbatch_size": 2, "activation_checkpoint": "none", "dp_shard": 1, "tp": 1}
+
+
+def handoff(partition=TT, **assumes) -> Handoff:
+    return Handoff(partition=partition, placement="v", n_ranks=2, n_microbatches=16, csv="plan.csv",
+                   assumes={**ASSUMES, **assumes})
+
+
+def _registry_importable() -> bool:
+    try:
+        importlib.import_module("torchtitan.models.llama3.config_registry")
+        return True
+    except Exception:  # noqa: BLE001 (a missing optional dependency of the trainer, e.g. tensorboard)
+        return False
+
+
+def _parse_torchtitan(args: list[str]):
+    """The real ConfigManager on llama3_8b where it imports, else the same tyro rule on the real sections."""
+    from torchtitan.config import ParallelismConfig, TrainingConfig
+    from torchtitan.config.manager import ConfigManager, custom_registry
+    from torchtitan.distributed.activation_checkpoint import ActivationCheckpointingConfig, SelectiveAC
+
+    if _registry_importable():
+        return ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_8b", *args])
+    ConfigManager()  # registers the comma-separated list[str] rule in custom_registry
+    Job = dataclasses.make_dataclass("Job", [
+        ("parallelism", ParallelismConfig, dataclasses.field(default_factory=ParallelismConfig)),
+        ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig)),
+        ("activation_checkpoint", ActivationCheckpointingConfig, dataclasses.field(default_factory=SelectiveAC.Config))])
+    return tyro.cli(Job, args=args, default=Job(), registry=custom_registry)
+
+
+@pytest.mark.parametrize("mode", ["none", "selective", "full"])
+def test_torchtitan_parses_the_flags_into_what_the_plan_assumed(mode):
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    s = REGISTRY["torchtitan"].settings(handoff(activation_checkpoint=mode, dp_shard=2, tp=1))
+    cfg = _parse_torchtitan(s["command_line"])
+    p, t = cfg.parallelism, cfg.training
+    assert p.module_fqns_per_model_part == TT
+    assert (p.pipeline_parallel_degree, p.pipeline_parallel_schedule, p.pipeline_parallel_schedule_csv) == \
+        (2, "ZBVZeroBubble", "plan.csv")
+    assert (p.pipeline_parallel_microbatch_size, t.local_batch_size) == (2, 32)  # 16 microbatches of 2
+    assert (p.data_parallel_shard_degree, p.tensor_parallel_degree) == (2, 1)
+    assert t.seq_len == 4096 and t.disable_cuda_graphs is True
+    expected = {"none": type(None), "selective": SelectiveAC.Config, "full": FullAC.Config}[mode]
+    assert type(cfg.activation_checkpoint) is expected
+    assert s["warnings"] == []
+
+
+@pytest.mark.skipif(not _registry_importable(), reason="torchtitan's model registry needs tensorboard, torchdata, "
+                    "datasets")
+def test_torchtitan_refuses_pipeline_parallelism_without_the_cuda_graphs_flag(capsys):
+    # why the flag is printed: tyro reports Trainer.Config's ValueError and exits
+    args = [a for a in REGISTRY["torchtitan"].settings(handoff())["command_line"] if a != "--training.disable_cuda_graphs"]
+    with pytest.raises(SystemExit):
+        _parse_torchtitan(args)
+    assert "CUDA graphs do not support pipeline parallelism" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode, parsed", [("none", False), ("selective", "selective"), ("full", True)])
+def test_nemo_loads_the_yaml_into_what_the_plan_assumed(tmp_path, mode, parsed):
+    pytest.importorskip("nemo_automodel.recipes._dist_utils")
+    from nemo_automodel.components.config.loader import load_yaml_config
+    from nemo_automodel.recipes._dist_utils import parse_distributed_section
+
+    settings = {name: f.settings(handoff(partition=HF, activation_checkpoint=mode, dp_shard=2))
+                for name, f in REGISTRY.items()}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(nemo_yaml(settings) + "\n")
+    cfg = load_yaml_config(path)
+    d = parse_distributed_section(cfg.distributed.to_dict())
+    pc = d["pipeline_config"]
+    assert pc.module_fqns_per_model_part == HF
+    assert (pc.pp_schedule, pc.pp_schedule_csv, pc.pp_microbatch_size, pc.pp_seq_len) == \
+        ("ZBVZeroBubble", "plan.csv", 2, 4096)
+    assert (d["pp_size"], d["tp_size"], d["dp_size"]) == (2, 1, 2)
+    assert d["activation_checkpointing"] == parsed
+    assert cfg.step_scheduler.local_batch_size == 32
+
+
+def test_each_framework_gets_its_own_module_names_with_a_warning_when_translated():
+    tt = REGISTRY["torchtitan"].settings(handoff(partition=HF))
+    assert tt["config"]["parallelism.module_fqns_per_model_part"] == TT
+    assert any("translated to torchtitan's" in w for w in tt["warnings"])
+    nemo = REGISTRY["nemo"].settings(handoff(partition=TT))
+    assert nemo["distributed"]["pipeline"]["module_fqns_per_model_part"] == HF
+    assert any("translated to Hugging Face's" in w for w in nemo["warnings"])
+    own = REGISTRY["torchtitan"].settings(handoff(partition=TT))
+    assert own["warnings"] == []
+    custom = REGISTRY["torchtitan"].settings(handoff(partition=[["embed", "blocks.0"], ["blocks.1", "head"]]))
+    assert custom["config"]["parallelism.module_fqns_per_model_part"] == [["embed", "blocks.0"], ["blocks.1", "head"]]
+    assert any("are not torchtitan's" in w for w in custom["warnings"])
+
+
+def test_a_per_stage_checkpointing_plan_is_not_handed_off_as_one_mode():
+    s = REGISTRY["torchtitan"].settings(handoff(activation_checkpoint=["none", "full", "full", "none"]))
+    assert "activation_checkpoint" not in s["config"] and not any(a.startswith("activation_checkpoint:")
+                                                                  for a in s["command_line"])
+    assert any("applies one mode" in w for w in s["warnings"])
+
+
+@pytest.mark.parametrize("name, fragment", [("layers.0,layers.1", "contains a comma"), ("-x", "starts with '-'"),
+                                            ("lay ers.0", "space or control"), ("\x1b]0;x\x07", "control")])
+def test_module_names_a_parser_would_misread_are_refused(name, fragment):
+    bad = [["tok_embeddings", name], ["layers.2"], ["layers.3"], ["layers.4", "norm", "lm_head"]]
+    for framework in REGISTRY.values():
+        with pytest.raises(SchedcError, match=fragment) as e:
+            framework.settings(handoff(partition=bad))
+        assert "\x1b" not in str(e.value)
+
+
+def test_without_a_sequence_length_the_handoff_says_what_to_set():
+    s = REGISTRY["torchtitan"].settings(handoff(seq_len=None))
+    assert "training.seq_len" not in s["config"]
+    assert any("--training.seq_len" in w for w in s["warnings"])
