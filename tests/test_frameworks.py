@@ -125,3 +125,66 @@ def test_cli_validate_for(csvs, capsys):
     assert err.count("\n") == 1 and "does not fit" in err and "ZBVZeroBubble" in err
     assert cli.main(["validate", str(csvs["v"]), "--for", "nemo:ZBVZeroBubble", "--mb", "4"]) == 2
     assert "drop --mb" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the plan's partition
+
+PLANNED = [["tok_embeddings", "layers.0", "layers.1", "layers.2"], ["layers.3", "norm", "lm_head"]]
+
+
+@pytest.fixture
+def planned(tmp_path):
+    """A CSV with a plan report beside it naming its partition (as `schedc plan` writes them)."""
+    from schedc.csvio import write_schedule
+
+    path = tmp_path / "plan.csv"
+    write_schedule(make_baseline("1f1b", 2, 4, n_ranks=2), {"partition": PLANNED}, path)
+    return path
+
+
+def _validate(capsys, *args):
+    code = cli.main(["validate", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_validate_partition_fails_when_the_csv_was_planned_for_another(planned, tmp_path, capsys):
+    import json
+
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"partition": [PLANNED[0][:-1], ["layers.2"] + PLANNED[1]]}))
+    code, text = _validate(capsys, planned, "--partition", other)
+    assert code == 2 and "was planned for the partition in" in text and f"--partition {planned.with_suffix('.json')}" in text
+    three = tmp_path / "three.json"
+    three.write_text(json.dumps([["tok_embeddings"], ["layers.0"], ["norm", "lm_head"]]))
+    code, text = _validate(capsys, planned, "--partition", three)
+    assert code == 2 and "3 stages, but" in text
+    code, text = _validate(capsys, planned, "--partition", planned.with_suffix(".json"))
+    assert code == 0 and "launched on the partition of" in text and "[4, 3] modules per stage" in text
+
+
+def test_validate_for_with_a_plan_beside_the_csv_says_to_pass_its_partition(planned, capsys):
+    code, text = _validate(capsys, planned, "--for", "torchtitan:1F1B", "--local-batch-size", "4")
+    assert code == 2 and text.count("\n") == 1
+    assert f"pass --partition {planned.with_suffix('.json')}" in text and "module_fqns_per_model_part" in text
+    code, text = _validate(capsys, planned, "--for", "nemo:1F1B", "--partition", planned.with_suffix(".json"),
+                           "--local-batch-size", "4")
+    assert code == 0 and "fits nemo:1F1B" in text and "launched on the partition" in text
+
+
+def test_validate_for_accepts_a_plan_whose_partition_is_torchtitans_own_split(tmp_path, capsys):
+    from schedc.csvio import write_schedule
+    from schedc.frameworks.torchtitan import default_partition
+
+    path = tmp_path / "p.csv"
+    write_schedule(make_baseline("1f1b", 2, 4, n_ranks=2), {"partition": default_partition(2, 4)}, path)
+    code, text = _validate(capsys, path, "--for", "torchtitan:1F1B")
+    assert code == 0 and "torchtitan 0.3.0's own split" in text
+
+
+def test_torchtitans_default_split_is_restated_exactly():
+    pp = pytest.importorskip("torchtitan.distributed.pipeline_parallel")
+    from schedc.frameworks.torchtitan import default_partition
+
+    for stages, layers in [(1, 3), (2, 4), (4, 6), (8, 28), (16, 32), (8, 32), (3, 7)]:
+        assert default_partition(stages, layers) == pp._generate_llm_fqn_per_model_part(stages, layers), (stages, layers)

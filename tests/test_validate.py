@@ -204,3 +204,18 @@ def test_stray_huge_numbers_fail_fast():
     with pytest.raises(SchedcError, match="stage 1 never appears, but stage 8000 does"):
         parse("0F0,0B0\n8000F0\n")
     assert time.perf_counter() - t0 < 2.0
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--stages", "0"], "--stages must be >= 1, got 0"),
+    (["--mb", "-1"], "--mb must be >= 1, got -1"),
+    (["--for", "torchtitan:1F1B", "--layers", "4", "--layers-per-stage", "0"], "--layers-per-stage must be >= 1"),
+    (["--for", "torchtitan:1F1B", "--layers", "4", "--first-less", "-1"], "--first-less must be >= 0, got -1"),
+    (["--for", "torchtitan:1F1B", "--layers", "4", "--last-less", "-1"], "--last-less must be >= 0, got -1"),
+])
+def test_cli_validate_refuses_counts_below_their_least_naming_the_flag(tmp_path, capsys, args, fragment):
+    p = tmp_path / "ok.csv"
+    p.write_text(ONE_F_ONE_B)
+    assert main(["validate", str(p), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and fragment in captured.err

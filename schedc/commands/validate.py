@@ -16,6 +16,9 @@ def register(sub) -> None:
     p.add_argument("--mb", type=int, help="expected number of microbatches")
     p.add_argument("--ranks", type=int, help="expected number of ranks")
     p.add_argument("--placement", choices=["loop", "v"], help="expected placement")
+    p.add_argument("--partition", metavar="PLAN.json",
+                   help="the module_fqns_per_model_part the CSV is launched on: a plan report (schedc plan) or a JSON "
+                        "list of lists; fails when the CSV was planned for another (with --for it sets the stage count)")
     _add_framework_args(p)
 
 
@@ -31,11 +34,18 @@ def _add_framework_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--round-virtual-stages", choices=["up", "down"],
                    help="nemo: round_virtual_stages_to_pp_multiple")
     g.add_argument("--local-batch-size", type=int, help="training.local_batch_size / step_scheduler.local_batch_size")
-    g.add_argument("--partition", metavar="PLAN.json",
-                   help="an explicit module_fqns_per_model_part: a plan report (schedc plan) or a JSON list of lists; "
-                        "the stage count then comes from it")
     g.add_argument("--microbatch-size", type=int,
                    help="pipeline_parallel_microbatch_size / pp_microbatch_size (default 1)")
+
+
+def _check_counts(args) -> None:
+    """Counts must be positive (the 'less' weights may be 0): one line naming the flag."""
+    for flag in ("stages", "mb", "ranks", "layers", "layers_per_stage", "local_batch_size", "microbatch_size",
+                 "first_less", "last_less"):
+        value = getattr(args, flag, None)
+        least = 0 if flag.endswith("_less") else 1
+        if value is not None and value < least:
+            raise SchedcError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
 
 
 def _run_validate_for(args) -> int:
@@ -46,27 +56,74 @@ def _run_validate_for(args) -> int:
             raise SchedcError(f"--for computes what the framework builds; drop --{flag}")
     settings = {k: getattr(args, k) for k in ("layers", "layers_per_stage", "first_less", "last_less",
                                                "round_virtual_stages", "local_batch_size", "microbatch_size")}
+    schedule = _read(args.file)
+    split = _check_split(args, schedule)
     if args.partition:
         from schedc.frameworks import read_partition
 
         settings["partition"] = len(read_partition(args.partition))
-    report = check_csv_for(args.file, args.for_, ranks=args.ranks, **settings)
+    report = check_csv_for(schedule, args.for_, ranks=args.ranks, **settings)
     report.raise_unless_ok()
-    print(report.message)
+    print(report.message + (f"; {split}" if split else ""))
     return 0
 
 
-def run(args) -> int:
+def _read(path, **expected):
     from schedc import csvio
     from schedc.validate import validate
 
+    schedule = csvio.read_csv(path)
+    validate(schedule, source=path, **expected)
+    schedule.meta["source"] = str(path)
+    return schedule
+
+
+def _check_split(args, schedule) -> str:
+    """With --partition: the CSV must be launched on that partition. With --for and a plan report
+    beside the CSV: the framework must be given the plan's partition, or it builds its own split."""
+    from schedc.frameworks import check_partition, parse_spec, plan_partition_of
+
+    if args.partition:
+        return check_partition(args.file, schedule.n_stages, args.partition)
+    own = plan_partition_of(args.file) if args.for_ else None
+    if own is None:
+        return ""
+    from schedc.frameworks import REGISTRY
+
+    framework = REGISTRY[parse_spec(args.for_)[0]]
+    if own[0] == framework_default(framework.name, schedule.n_stages, own[0], args):
+        return f"the plan's partition is {framework.label}'s own split"
+    raise SchedcError(f"{args.file} was planned for the partition in {own[1]}, but without it {framework.label} "
+                      f"builds its own split: pass --partition {own[1]} here and set "
+                      f"{framework.fields['partition']} as `schedc plan` printed")
+
+
+def framework_default(name: str, n_stages: int, partition, args):
+    """The split torchtitan builds by itself for the plan's model (None for a framework whose default
+    schedc does not restate)."""
+    from schedc.frameworks import VOCABULARIES
+    from schedc.frameworks.torchtitan import default_partition
+
+    layer = VOCABULARIES["torchtitan"][1].split("{}")[0]
+    layers = sum(name.startswith(layer) for stage in partition for name in stage)
+    if name != "torchtitan" or args.layers_per_stage is not None or not layers:
+        return None
+    try:
+        return default_partition(n_stages, layers, args.first_less or 1, args.last_less or 1)
+    except ValueError:
+        return None
+
+
+def run(args) -> int:
+    _check_counts(args)
     if args.for_:
         return _run_validate_for(args)
-    schedule = csvio.read_csv(args.file)
-    validate(schedule, n_stages=args.stages, n_microbatches=args.mb, n_ranks=args.ranks,
-             placement=args.placement, source=args.file)
+    schedule = _read(args.file, n_stages=args.stages, n_microbatches=args.mb, n_ranks=args.ranks,
+                     placement=args.placement)
+    split = _check_split(args, schedule)
     print(f"{args.file}: valid: "
-          f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches, _placement_label(schedule))}")
+          f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches, _placement_label(schedule))}"
+          + (f"; {split}" if split else ""))
     return 0
 
 
