@@ -15,7 +15,6 @@ optimizer step sees). `--backend` defaults to nccl when CUDA is available, gloo 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
@@ -28,6 +27,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
 from schedc.errors import SchedcError  # noqa: E402
+from schedc.runtime.launch import init_group  # noqa: E402
 from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, load_torch_pipeline, make_batch  # noqa: E402
 
 
@@ -60,13 +60,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        # NCCL: set_device before the group, device_id in it, one line when ranks outnumber GPUs
+        device = init_group(backend, timeout=args.timeout)
+    except SchedcError as e:
+        print(f"rank {os.environ.get('RANK', '?')}: error: {e}", file=sys.stderr)
+        return 2
     try:
         return train(args, device)
     except SchedcError as e:

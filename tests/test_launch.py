@@ -67,3 +67,40 @@ def test_a_hanging_rank_is_killed_at_the_deadline():
     with pytest.raises(LaunchError, match=r"^test: rank 1: still running after 2s, killed \(raise --timeout\)$"):
         run({"1": "hang"}, n=2, timeout=2)
     assert time.monotonic() - t0 < 15
+
+
+def test_nccl_sets_the_device_first_and_passes_device_id(monkeypatch):
+    # NCCL guesses the GPU from the global rank without device_id ("this can cause a hang"):
+    # the rank's GPU is made current before the group starts and named in it
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from schedc.runtime import launch as L
+
+    calls = []
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.append((backend, kw)))
+    device = L.init_group("nccl", timeout=30)
+    assert device == torch.device("cuda", 1)
+    assert calls[0] == ("set_device", torch.device("cuda", 1))
+    assert calls[1][0] == "nccl" and calls[1][1]["device_id"] == torch.device("cuda", 1)
+
+
+def test_more_ranks_than_gpus_is_one_line_naming_them(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from schedc.errors import SchedcError
+    from schedc.runtime import launch as L
+
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: pytest.fail("the group must not start"))
+    with pytest.raises(SchedcError, match=r"rank 2 .* 2 \(cuda:0\.\.cuda:1\).*--nproc-per-node 2"):
+        L.init_group("nccl")

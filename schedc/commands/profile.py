@@ -128,10 +128,12 @@ def run(args) -> int:
 
         if "RANK" not in os.environ:
             raise SchedcError("--comm-measure: launch with torchrun --nproc-per-node 2 (RANK is not set)")
-        dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
+        from schedc.runtime.launch import init_group
+
+        dev = init_group("nccl" if args.device.startswith("cuda") else "gloo", timeout=600.0)
         rank = dist.get_rank()
-        if args.device.startswith("cuda") and torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        if dev.type == "cuda":
+            args.device = str(dev)  # each rank measures on its own GPU
     measure = dict(device=args.device, warmup=args.warmup, repeats=args.repeats, optimizer=args.optimizer,
                    comm="measure" if args.comm_measure else None, comm_bandwidth=bandwidth,
                    comm_latency=args.comm_latency, progress=progress if rank == 0 else None,

@@ -158,8 +158,6 @@ class timed_actions:
 
 def rank_main(spec: dict) -> dict:
     """Run in one rank (env from torchrun or :func:`launch`); returns what the parent compares."""
-    import datetime
-
     import torch
     import torch.distributed as dist
 
@@ -169,10 +167,11 @@ def rank_main(spec: dict) -> dict:
         torch.set_num_threads(int(spec["threads"]))
     device = spec.get("device", "cpu")
     backend = "nccl" if device.startswith("cuda") else "gloo"
+    from schedc.runtime.launch import init_group
+
+    dev = init_group(backend, timeout=float(spec.get("pg_timeout", 120)))
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-        device = f"cuda:{torch.cuda.current_device()}"
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(spec.get("pg_timeout", 120))))
+        device = str(dev)
     try:
         if spec.get("user_model"):
             pipe, batch, twin = _user_parts(spec, device)
@@ -205,8 +204,7 @@ def rank_main(spec: dict) -> dict:
             with timed_actions(cuda=backend == "nccl") as rec:
                 start_event = rec._event() if rec.cuda else None
                 t0 = time.perf_counter()
-                pipe.schedule.step(*(inputs if pipe.is_first else ()), target=targets if pipe.is_last else None,
-                                   losses=[] if pipe.is_last else None)
+                pipe.step(inputs, target=targets, losses=[] if pipe.is_last else None)
                 sync()
                 t1 = time.perf_counter()
             if rec.cuda:

@@ -316,14 +316,42 @@ def read_spec() -> Any:
     return json.loads(Path(os.environ["SCHEDC_SPEC"]).read_text())
 
 
-def init_group(backend: str = "gloo") -> None:
-    """Join the launch's process group (torchrun's env), timeout a little under the deadline."""
+def init_group(backend: str = "gloo", timeout: Optional[float] = None):
+    """Join the launch's process group (torchrun's env; timeout a little under the deadline) and
+    return this rank's device. On NCCL the rank's GPU is ``LOCAL_RANK`` (else ``RANK``): it is made
+    current *before* the group starts and passed as ``device_id``, so NCCL binds the right GPU
+    instead of guessing from the global rank (which can hang), and a rank without a GPU of its own
+    is one line naming the GPUs, before any collective."""
     import datetime
 
+    import torch
     import torch.distributed as dist
 
-    seconds = float(os.environ.get("SCHEDC_PG_TIMEOUT", "120"))
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
+    seconds = timeout if timeout is not None else float(os.environ.get("SCHEDC_PG_TIMEOUT", "120"))
+    kwargs: dict = {"timeout": datetime.timedelta(seconds=seconds)}
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = rank_cuda_device()
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+    dist.init_process_group(backend, **kwargs)
+    return device
+
+
+def rank_cuda_device():
+    """``cuda:LOCAL_RANK`` for this rank, or a SchedcError naming the GPUs when there are fewer."""
+    import torch
+
+    from schedc.errors import SchedcError
+
+    local = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if local >= count:
+        have = f"cuda:0..cuda:{count - 1}" if count else "none"
+        raise SchedcError(f"rank {os.environ.get('RANK', local)} (local rank {local}) needs its own GPU but this "
+                          f"machine has {count} ({have}); start at most {count} rank(s) per machine "
+                          f"(--nproc-per-node {count}) or use gloo on CPU")
+    return torch.device("cuda", local)
 
 
 _bound = False  # die_with_leader() already ran in this process

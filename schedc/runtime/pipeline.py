@@ -244,13 +244,31 @@ class Pipeline:
                     seen.add(id(p))
                     yield p
 
-    def step(self, inputs, target=None, losses: list | None = None, **kwargs):
-        """One training step: ranks with the first stage pass ``inputs``, ranks with the last
-        stage pass ``target`` (and get per-microbatch losses in ``losses``)."""
-        args = (inputs,) if self.is_first else ()
+    def step(self, inputs, target=None, losses: list | None = None, return_outputs: bool = False,
+             **kwargs):
+        """One training step: ranks with the first stage pass ``inputs`` (a tensor or a tuple),
+        ranks with the last stage pass ``target`` (and get per-microbatch losses in ``losses``).
+
+        The last stage's outputs are kept and returned only with ``return_outputs=True``: torch's
+        ``step`` keeps every microbatch's output until the step ends by default (on a language
+        model, the logits of the whole batch), memory nobody asked for. Torch versions whose
+        ``step`` has no such parameter keep them regardless."""
+        args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        if _takes_return_outputs(self.schedule):
+            kwargs["return_outputs"] = return_outputs
         return self.schedule.step(
-            *args, target=target if self.is_last else None, losses=losses, **kwargs
+            *(args if self.is_first else ()), target=target if self.is_last else None, losses=losses,
+            **kwargs
         )
+
+
+def _takes_return_outputs(schedule: _PipelineSchedule) -> bool:
+    import inspect
+
+    try:
+        return "return_outputs" in inspect.signature(schedule.step).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def load_pipeline(
