@@ -1,4 +1,4 @@
-"""Warm starts: the hand-made schedules, the two zero-bubble greedies and the list heuristic, best of.
+"""Warm starts: the hand-made schedules, the two zero-bubble greedies, v-list and the list heuristic, best of.
 
 Problem: before any engine searches, find a good schedule that fits the memory caps quickly,
 under the compile's deadline, and keep every peer schedule (the hand-made ones of
@@ -8,8 +8,9 @@ best, and the compiler must never return anything worse.
 Method: :func:`matching_baselines` builds the hand-made schedules that exist for the problem's
 placement (cheapest and most often best first) and zb-greedy (schedc.solver.greedy), simulates
 each, and keeps them in the graph's ``memo`` (schedc.solver.graph): one Graph passed from the
-warm start to the report builds each once. :func:`warm_start` then runs the list heuristic
-(schedc.solver.heuristic) and zb-rounds (schedc.solver.paper_greedy), and returns the best under
+warm start to the report builds each once. :func:`warm_start` then runs, for a V with two
+stages per rank, schedc.solver.v_list's order, the list heuristic (schedc.solver.heuristic) and
+zb-rounds (schedc.solver.paper_greedy), and returns the best under
 the problem's objective (a hand-made schedule on a tie), polished by the heuristic's local search
 when a hand-made one wins.
 
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from schedc.errors import SchedcError
-from schedc.ir import Schedule
+from schedc.ir import Schedule, v_placement
 from schedc.simulate import SimResult, simulate
-from schedc.solver import cooldown, greedy, heuristic, interrupt, paper_greedy
+from schedc.solver import cooldown, greedy, heuristic, interrupt, paper_greedy, v_list
 from schedc.solver.bounds import lower_bound
 from schedc.solver.deadline import NEVER, Deadline, n_actions, observe
 from schedc.solver.graph import Graph, graph_of
@@ -172,6 +173,11 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
         tell(name, sim.objective(obj))
         if sim.objective(obj) <= bound + EPS * max(1.0, bound):
             return first, sim, name  # proven optimal: nothing can beat it (and ties go to it anyway)
+    listed = _v_list(g, hard)
+    if listed is not None:
+        tell(v_list.NAME, listed[1].objective(obj))
+        if listed[1].objective(obj) <= bound + EPS * max(1.0, bound):
+            return (*listed, v_list.NAME)  # proven optimal (a hand-made one there would have returned)
     res = heuristic.ListHeuristic(time_budget=time_budget * 0.6).run(g, None, hard)
     best = (res.schedule, res.sim, "heuristic") if res.answered else None
     if best is not None:
@@ -185,10 +191,13 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
         tell(greedy_best[0][0], greedy_best[0][2].objective(obj))
     if rounds is not None and (best is None or rounds[1].objective(obj) < best[1].objective(obj) - EPS):
         best = (*rounds, paper_greedy.NAME)
+    if listed is not None:
+        if best is None or listed[1].objective(obj) < best[1].objective(obj) - EPS:
+            best = (*listed, v_list.NAME)
     for name, s, sim in feasible_baselines(g, hard):
         # a tie goes to the hand-made schedule: in torch's runtime its regular order pays no
         # more per-action overhead and transfer waiting than a list schedule of the same value
-        margin = EPS if best is not None and best[2] in ("heuristic", paper_greedy.NAME) else -EPS
+        margin = EPS if best is not None and best[2] in ("heuristic", paper_greedy.NAME, v_list.NAME) else -EPS
         if best is None or sim.objective(obj) < best[1].objective(obj) + margin:
             best = (s, sim, name)
     if best is None and interrupt.requested() and n_actions(problem.n_stages, problem.n_microbatches) <= QUICK_ACTIONS:
@@ -221,3 +230,15 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
         if sim.fits and sim.objective(obj) < best[1].objective(obj) - EPS:
             return sched, sim, f"{best[2]}+local-search"
     return best
+
+
+def _v_list(g: Graph, deadline: Deadline) -> Optional[tuple[Schedule, SimResult]]:
+    """schedc.solver.v_list's order with its simulation, where the problem is a V with two
+    stages per rank and the order fits the caps (None otherwise or past the deadline)."""
+    problem = g.problem
+    r, n, m = problem.n_ranks, problem.n_stages, problem.n_microbatches
+    if n != 2 * r or tuple(problem.placement) != tuple(v_placement(n, r)) or not deadline.allows(n_actions(n, m), 2):
+        return None
+    sched = v_list.v_list_schedule(r, m)
+    sim = simulate(sched, problem.profile, problem.memory)
+    return (sched, sim) if sim.fits else None
