@@ -168,10 +168,39 @@ def p_needed(peak: float, profile: "Profile", placement: Sequence[int],
     return max(0.0, min(ks)) if ks else math.inf
 
 
+def one_microbatch_need(profile: "Profile", stages: Sequence[int]) -> float:
+    """The least running-sum peak of any schedule on a rank holding `stages`: one microbatch's
+    forwards through them in order, then each backward from the last stage down (I then W, or
+    B where W costs nothing) -- every schedule passes through this state for some microbatch,
+    and running microbatches one at a time needs no more."""
+    held = peak = 0.0
+    for s in sorted(stages):
+        c = profile.stages[s]
+        peak = max(peak, held + over(c, "F"))
+        held += held_delta(c, "F")
+    for s in sorted(stages, reverse=True):
+        c = profile.stages[s]
+        for kind in (("I", "W") if c.backward_weight > 0 else ("B",)):
+            peak = max(peak, held + over(c, kind))
+            held += held_delta(c, kind)
+    return peak
+
+
 def has_new_terms(profile: "Profile") -> bool:
     """True when some action allocates at I (weight_grad_bytes > activation_bytes) or has
     transient bytes: the relaxations that assume neither use their fallback."""
     return any(c.weight_grad_bytes > c.activation_bytes or c.transient_bytes for c in profile.stages)
+
+
+def _room(memory: "MemoryLimit", profile: "Profile", placement: Sequence[int], fixed: list[float],
+          cap: list[float]) -> list[float]:
+    """cap - fixed per rank, without cancelling: under ``Kp`` each rank's room is formed from the
+    differences of fixed bytes and K x 1F1B's peaks, so huge static bytes cannot round a small
+    activation part away (the cap itself is a sum where they can)."""
+    if memory.kind != "relative":
+        return [c - fx for c, fx in zip(cap, fixed)]
+    peaks = one_f_one_b_peaks(profile, placement)
+    return [max((fq - fx) + memory.value * pq for fq, pq in zip(fixed, peaks)) for fx in fixed]
 
 
 @dataclass(frozen=True)
@@ -185,6 +214,7 @@ class CostModel:
     static: tuple[float, ...]
     buffers: tuple[float, ...]
     reserve: float
+    room: tuple[float, ...]  # per rank: what the cap leaves for the running sum (cap - fixed)
 
     @classmethod
     def build(cls, profile: "Profile", placement: Sequence[int], n_microbatches: int,
@@ -193,11 +223,14 @@ class CostModel:
 
         placement = tuple(placement)
         memory = memory or MemoryLimit(kind="none")
-        return cls(profile=profile, placement=placement, n_microbatches=n_microbatches,
-                   caps=tuple(caps(memory, profile, placement, n_microbatches)),
-                   static=tuple(rank_static_bytes(profile, placement)),
-                   buffers=tuple(buffer_bytes(profile, placement, n_microbatches)),
-                   reserve=float(profile.reserve_bytes or 0.0))
+        static = rank_static_bytes(profile, placement)
+        buffers = buffer_bytes(profile, placement, n_microbatches)
+        reserve = float(profile.reserve_bytes or 0.0)
+        fixed = [st + bu + reserve for st, bu in zip(static, buffers)]
+        cap = caps(memory, profile, placement, n_microbatches)
+        return cls(profile=profile, placement=placement, n_microbatches=n_microbatches, caps=tuple(cap),
+                   static=tuple(static), buffers=tuple(buffers), reserve=reserve,
+                   room=tuple(_room(memory, profile, placement, fixed, cap)))
 
     @property
     def n_ranks(self) -> int:
@@ -207,11 +240,6 @@ class CostModel:
     def fixed(self) -> list[float]:
         """Per rank: static + buffers + reserve, held all step."""
         return [st + bu + self.reserve for st, bu in zip(self.static, self.buffers)]
-
-    @property
-    def room(self) -> list[float]:
-        """Per rank: what the cap leaves for the running sum (cap - fixed; inf when uncapped)."""
-        return [cap - fx for cap, fx in zip(self.caps, self.fixed)]
 
     def duration(self, stage: int, kind: str) -> float:
         return self.profile.duration(stage, kind)

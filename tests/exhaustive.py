@@ -96,7 +96,9 @@ class _Search:
         self.objective, self.max_nodes, self.merge_backward = problem.objective, max_nodes, merge_backward
         self.rank_of = list(problem.placement)
         self.dur = {(s, k): problem.duration(s, k) for s in range(S) for k in KINDS}
-        self.delta = {(s, k): problem.profile.memory_delta(s, k) for s in range(S) for k in KINDS}
+        self.delta = {(s, k): problem.costs.held(s, k) for s in range(S) for k in KINDS}
+        # bytes above the held bytes while the action runs: its allocation and its transient
+        self.over = {(s, k): problem.costs.over(s, k) for s in range(S) for k in KINDS}
         self.comm = [problem.comm(b) for b in range(S - 1)] + [0.0]
         self.room = [x + EPS * max(1.0, abs(x)) if x != float("inf") else x for x in problem.activation_room]
         self.work_left = [0.0] * R
@@ -196,20 +198,25 @@ class _Search:
                 f = self.aid(s, "F", m)
                 if not self.placed_mask >> f & 1:
                     rt = self.forward_ready(s, m)
-                    if rt is not None and self.held[r] + self.delta[(s, "F")] <= self.room[r]:
+                    if rt is not None and self.fits(r, s, "F"):
                         out.append((s, "F", m, rt))
                 elif (s, m) not in self.bkind:
                     rt = self.backward_ready(s, m)
                     if rt is not None:
-                        out.append((s, "I", m, rt))
-                        if self.merge_backward:
+                        if self.fits(r, s, "I"):
+                            out.append((s, "I", m, rt))
+                        if self.merge_backward and self.fits(r, s, "B"):
                             out.append((s, "B", m, rt))
             # W's of a stage follow the order of its I's (see module docstring)
             q = self.i_order[s]
-            if self.w_done[s] < len(q):
+            if self.w_done[s] < len(q) and self.fits(r, s, "W"):
                 m = q[self.w_done[s]]
                 out.append((s, "W", m, self.end[self.aid(s, "I", m)]))
         return out
+
+    def fits(self, r: int, s: int, k: str) -> bool:
+        """Rank r may run (s, k) now: what it holds plus the action's extra bytes fit its room."""
+        return self.held[r] + self.over[(s, k)] <= self.room[r]
 
     def forward_ready(self, s: int, m: int) -> Optional[float]:
         """When F(s, m) may start (its input's arrival), or None while it cannot."""

@@ -197,7 +197,7 @@ def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Op
     0.0 when it does not apply."""
     from schedc.solver.cpsat import cpsat_available
 
-    g = graph_of(problem)
+    g = graph_of(problem).relaxed()  # valid whatever rises or is transient (Graph.relaxed)
     if g.problem.objective != "makespan" or g.M < 2 or not cpsat_available():
         return 0.0
     unit, model = windows(g, ranks)

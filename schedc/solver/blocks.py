@@ -155,7 +155,7 @@ def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, bool]:
 def block_bound(problem: Union[Problem, Graph], deadline: Deadline, sizes: Sequence[int] = SIZES[:1]) -> float:
     """A lower bound on the problem's makespan from blocks of each size in `sizes` (at most M) in
     turn while the deadline allows, the best kept (module docstring): 0.0 when it does not apply."""
-    return _bound(graph_of(problem), deadline, sizes)[0]
+    return _bound(graph_of(problem).relaxed(), deadline, sizes)[0]
 
 
 def _bound(g: Graph, deadline: Deadline, sizes: Sequence[int]) -> tuple[float, bool]:
@@ -178,7 +178,7 @@ class BlockRelaxation:
     def __init__(self, problem: Union[Problem, Graph], target: float, sizes: Sequence[int] = SIZES):
         from schedc.solver.cpsat import cpsat_available
 
-        self.g, self.target, self.best, self.solved = graph_of(problem), target, 0.0, True
+        self.g, self.target, self.best, self.solved = graph_of(problem).relaxed(), target, 0.0, True
         applies = self.g.problem.objective == "makespan" and self.g.M >= 2 and cpsat_available()
         self.steps = sorted({min(self.g.M, n) for n in sizes}) if applies else []
 

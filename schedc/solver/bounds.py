@@ -291,7 +291,7 @@ def _rank_terms(g: Graph, ch: dict, r: int) -> dict[str, float]:
 
 
 def _details(problem: Union[Problem, Graph]) -> tuple[dict[str, float], list[float]]:
-    g = graph_of(problem)
+    g = graph_of(problem).relaxed()  # valid whatever rises or is transient (Graph.relaxed)
     problem = g.problem
     ch = chains(g)
     per_rank_terms = [_rank_terms(g, ch, r) for r in range(g.R)]

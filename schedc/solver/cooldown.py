@@ -95,7 +95,8 @@ def _relist(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[
     R, S, M = g.R, g.S, g.M
     rows = [list(sched.actions(r)) for r in range(R)]
     d = {(s, k): problem.duration(s, k) for s in range(S) for k in "FIWB"}
-    delta = {(s, k): problem.profile.memory_delta(s, k) for s in range(S) for k in "FIWB"}
+    delta = {(s, k): g.mem[k][s] for s in range(S) for k in "FIWB"}
+    over = {(s, k): g.over[k][s] for s in range(S) for k in "FIWB"}  # rise + transient while it runs
     comm = g.comm
     lowest = [min((a.stage for a in row), default=-1) for row in rows]
     last_f = [max((i for i, a in enumerate(row) if a.kind == "F" and (a.stage == lo or not from_lowest)), default=-1)
@@ -106,7 +107,7 @@ def _relist(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[
     end_f = [[math.inf] * M for _ in range(S)]  # ends of the F's run so far (inf: not yet)
     end_i = [[math.inf] * M for _ in range(S)]  # ... of the I's or B's
     first_last = M - last
-    room = problem.activation_room
+    room = g.room
     held = [0.0] * R  # each rank's running sum of bytes, as simulate() counts it in row order
     left_work = [sum(d[a.stage, a.kind] for a in row) for row in rows]
 
@@ -116,7 +117,7 @@ def _relist(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[
         return None if at == math.inf else at
 
     def over_cap(r: int, a: Action) -> bool:
-        grow = delta[a.stage, a.kind]
+        grow = over[a.stage, a.kind]
         return grow > 0 and held[r] + grow > room[r] + EPS * max(1.0, abs(room[r]))
 
     pos = [0] * R

@@ -13,8 +13,10 @@ torch's runtime is a legal 0-length interval), and
   the two stages sit on different ranks), plus the instance's valid precedences: kinds in
   microbatch order on each stage and the orders the memory cap forces;
 * ``NoOverlap`` over each rank's intervals;
-* memory: per rank, a reservoir with level in ``[0, cap - static]`` where an F adds its
-  activation bytes at its start and an I / W / B its (negative) delta at its end. Because a
+* memory: per rank, a reservoir with level in ``[0, room]`` (cap minus the bytes held all step,
+  schedc.cost_model) where an F adds its activation bytes at its start, an I that rises adds its
+  rise at its start, an I / W / B its (negative) delta at its end, and every action's transient
+  bytes are held over its own interval. Because a
   rank's intervals do not overlap and every F lasts > 0, the level at an F's start is exactly
   the simulator's running sum after that F in rank order (releases that end at that instant
   belong to actions before it): simulate()'s accounting, not an approximation. It is stated as
@@ -79,7 +81,7 @@ from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
-from schedc.solver.deadline import Deadline
+from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_left
 from schedc.solver.engine import Incumbent, Result
 from schedc.solver.graph import Graph, canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
 from schedc.solver.problem import Problem
@@ -184,8 +186,9 @@ class CpsatOutcome:
 
 def _scales(inst: Graph) -> tuple[Scale, Scale]:
     """The time unit (durations and lags) and the byte unit (memory deltas) of the instance."""
+    transients = [t for k in inst.trans for t in inst.trans[k] if t > 0]
     return choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p]), \
-        choose_byte_scale(list(inst.delta))
+        choose_byte_scale(list(inst.delta) + transients)
 
 
 def _durations(inst: Graph, ts: Scale) -> list[int]:
@@ -198,11 +201,13 @@ def _memory_events(inst: Graph, bs: Scale) -> tuple[list[int], list[float]]:
         deltas = [int(round(d / bs.unit)) for d in inst.delta]
     else:  # held bytes rounded up: every answer fits, no bound is claimed
         deltas = [math.ceil(d / bs.unit) if d > 0 else -math.ceil(-d / bs.unit) for d in inst.delta]
-    room = []
-    for r in range(len(inst.by_rank)):
-        left = inst.caps[r] - inst.static[r]
-        room.append(math.inf if math.isinf(left) else bs.floor(left))
+    room = [math.inf if math.isinf(left) else bs.floor(left) for left in inst.room]
     return deltas, room
+
+
+def _units(x: float, bs: Scale) -> int:
+    """Bytes held as integer units: exact, or rounded up (against the cap) when inexact."""
+    return int(round(x / bs.unit)) if bs.exact else math.ceil(x / bs.unit)
 
 
 def _horizon(inst: Graph, dur: list[int], lags: dict, objective: str, incumbent_units: int) -> int:
@@ -261,6 +266,10 @@ def _intervals(m, inst: Graph, dur: list[int], horizon: int, fixed: Optional[dic
 
 
 def _solver(time_limit: float, workers: int, seed: int):
+    """A CpSolver for `time_limit` seconds, or, under a work budget (schedc.solver.deadline),
+    for `time_limit` units of CP-SAT's deterministic time with its workers interleaved in one
+    thread (the same search on any machine, whatever its load), capped by the wall-clock
+    safety net."""
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
@@ -268,7 +277,23 @@ def _solver(time_limit: float, workers: int, seed: int):
     solver.parameters.num_workers = max(1, int(workers))
     solver.parameters.random_seed = int(seed)
     solver.parameters.catch_sigint_signal = False  # its handler is never given back (interrupt.py)
+    if counting_work_on():
+        solver.parameters.max_deterministic_time = max(0.1, time_limit)
+        solver.parameters.max_time_in_seconds = max(0.1, wall_left())
+        solver.parameters.interleave_search = True
     return solver
+
+
+def _run(solver, m, stale_seconds: Optional[float]):
+    """solver.solve(m) stopped by Ctrl-C and, under wall-clock budgets, by `stale_seconds`
+    without news (a wall-clock rule, so a work budget leaves it out); the deterministic time it
+    used is charged to the work clock."""
+    if counting_work_on():
+        stale_seconds = None
+    with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
+        status = solver.solve(m, on_solution)
+    charge(solver.deterministic_time)
+    return status
 
 
 def _add_precedences(m, inst: Graph, starts, ends, lags: dict, fixed: Optional[dict] = None) -> None:
@@ -299,17 +324,33 @@ def _add_memory(m, inst: Graph, bs: Scale, starts, ends, horizon: int, fixed: Op
         if math.isinf(room[r]) or (ranks is not None and r not in ranks):
             continue
         intervals, demands = [], []
+
+        def hold(first: int, last: int, amount: int, name: str) -> None:
+            """`amount` units from `first`'s start to `last`'s end."""
+            if amount <= 0 or (first in fixed and last in fixed):
+                return
+            size = m.new_int_var(0, horizon, f"held_{name}")
+            intervals.append(m.new_interval_var(starts[first], size, ends[last], f"hold_{name}"))
+            demands.append(amount)
+
         for f in acts:
             a = inst.actions[f]
-            if a.kind != "F" or deltas[f] <= 0:
+            if a.kind != "F":
                 continue
+            i = inst.id(a.stage, "I", a.microbatch)
+            rise = i is not None and deltas[i] > 0  # I allocates: act held to W's end, the rise from I
             for kind in ("I", "W", "B"):
                 j = inst.id(a.stage, kind, a.microbatch)
-                if j is None or deltas[j] >= 0 or (f in fixed and j in fixed):
+                if j is None or deltas[j] >= 0:
                     continue
-                size = m.new_int_var(0, horizon, f"held_{a}_{kind}")
-                intervals.append(m.new_interval_var(starts[f], size, ends[j], f"hold_{a}_{kind}"))
-                demands.append(-deltas[j])
+                hold(f, j, deltas[f] if rise else -deltas[j], f"{a}_{kind}")
+                if rise:
+                    hold(i, j, deltas[i], f"{a}_rise")
+        for j in acts:  # transients: live while their action runs
+            a = inst.actions[j]
+            t = inst.trans[a.kind][a.stage] if inst.trans else 0.0
+            if t > 0 and inst.dur[j] > 0:
+                hold(j, j, _units(t, bs), f"{a}_transient")
         if intervals:
             m.add_cumulative(intervals, demands, int(room[r]))
 
@@ -358,7 +399,7 @@ def solve_cpsat(
     cp_model = import_cp_model()
     from schedc.solver import heuristic, warm as warm_starts
 
-    t0 = time.monotonic()
+    t0 = now()
     heuristic.check_memory_feasible(problem)
     objective = problem.objective
     if warm is None:
@@ -369,7 +410,7 @@ def solve_cpsat(
     comb = lower_bound(problem)
     if stop_at_bound and best_sim.objective(objective) <= comb * (1 + REL) + REL:
         return CpsatOutcome(best_sched, best_sim, best_sim.objective(objective), comb, None, None, True,
-                            "WARM_START_AT_BOUND", time.monotonic() - t0, ts.unit, ts.exact, bs.exact, False)
+                            "WARM_START_AT_BOUND", now() - t0, ts.unit, ts.exact, bs.exact, False)
     inc_units = ts.ceil(max(inc_sim.objective(objective), best_sim.objective(objective))) + 1
     # with exact units the integer makespan is the real one over u, so the combinatorial bound
     # holds for it too (not for span: the free first starts relax what that bound assumes)
@@ -378,9 +419,8 @@ def solve_cpsat(
     if hint and inc_sim.fits:
         _hint(m, inst, ts, starts, obj, inc_sim, objective)
 
-    solver = _solver(time_limit - (time.monotonic() - t0), workers, seed)
-    with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
-        status = solver.solve(m, on_solution)
+    solver = _solver(time_limit - (now() - t0), workers, seed)
+    status = _run(solver, m, stale_seconds)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     cp_bound = _certified_bound(solver, status, ts, bs, objective)
     out = CpsatOutcome(best_sched, best_sim, best_sim.objective(objective),
@@ -389,7 +429,7 @@ def solve_cpsat(
                        solver.status_name(status), 0.0, ts.unit, ts.exact, bs.exact, False)
     if found:
         _take_answer(out, problem, inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])
-    out.solve_time = time.monotonic() - t0
+    out.solve_time = now() - t0
     return out
 
 
@@ -481,8 +521,7 @@ def solve_window(problem: Problem, inst: Graph, orders, sim: SimResult, free, ti
             m.add_hint(starts[i], hint[i])
 
     solver = _solver(time_limit, workers, seed)
-    with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
-        status = solver.solve(m, on_solution)
+    status = _run(solver, m, stale_seconds)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return _orders(inst, [solver.value(v) for v in starts], [solver.value(v) for v in ends])

@@ -94,11 +94,15 @@ class Graph:
     act: list[float]  # per stage: activation bytes
     wg: list[float]  # per stage: weight-gradient bytes
     comm: list[float]  # comm[s]: lag across s -> s+1 (0 on one rank; comm[S-1] = 0)
-    static: list[float]  # per rank: bytes held all step
-    caps: list[float]  # per rank: byte cap, static included (inf: none)
+    static: list[float]  # per rank: bytes held all step (static, buffers, reserve)
+    caps: list[float]  # per rank: byte cap, everything included (inf: none)
     room: list[float]  # per rank: cap - static (inf: none)
     backward: list[str]  # per stage: "I" (split) or "B" (merged: W costs 0)
     base: list[int]  # per stage: id of F(s, 0)
+    # kind -> per stage: bytes above the held bytes while the action runs (allocation + transient)
+    over: dict[str, list[float]] = field(default_factory=dict)
+    trans: dict[str, list[float]] = field(default_factory=dict)  # kind -> per stage: transient bytes
+    new_terms: bool = False  # some I rises or some action has transient bytes
     memo: dict = field(default_factory=dict, repr=False)  # what engines built for this problem
 
     @classmethod
@@ -110,7 +114,10 @@ class Graph:
         for s, r in enumerate(stage_rank):
             stages[r].append(s)
         d = {k: [prof.duration(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
-        mem = {k: [prof.memory_delta(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
+        costs = problem.costs
+        mem = {k: [costs.held(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
+        over = {k: [costs.over(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
+        trans = {k: [costs.transient(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
         backward = ["B" if d["W"][s] <= 0 else "I" for s in range(S)]
         base, n = [], 0
         for s in range(S):
@@ -122,9 +129,51 @@ class Graph:
             act=[prof.stages[s].activation_bytes for s in range(S)],
             wg=[prof.stages[s].weight_grad_bytes for s in range(S)],
             comm=[problem.comm(s) for s in range(S - 1)] + [0.0],
-            static=list(problem.static_bytes), caps=list(problem.memory_caps),
-            room=list(problem.activation_room), backward=backward, base=base,
+            static=list(costs.fixed), caps=list(costs.caps),
+            room=list(costs.room), backward=backward, base=base, over=over, trans=trans,
+            new_terms=costs.new_terms,
         )
+
+    def safe(self) -> "Graph":
+        """A view whose plain accounting (F allocates ``act``, I frees ``act - wg``, W ``wg``,
+        only F checked against ``room``) keeps the true peak, rises and transients included,
+        under the cap: each F holds max(act, wg) until its I, and each rank's room leaves the
+        largest rise-or-transient of its stages free. The constructive engines (list heuristic,
+        zb-greedy, zb-rounds, periodic) build on it; their schedules are judged by the simulator.
+        The graph itself when nothing rises and nothing is transient."""
+        if not self.new_terms:
+            return self
+        if "safe" not in self.memo:
+            act = [max(a, w) for a, w in zip(self.act, self.wg)]
+            costs = self.problem.costs
+            head = [max([costs.transient(s, k) for s in own for k in ("F", "I", "W", "B")]
+                        + [self.over["I"][s] for s in own], default=0.0) for own in self.stages]
+            self.memo["safe"] = self._view(act, list(self.wg), [rm - h for rm, h in zip(self.room, head)])
+        return self.memo["safe"]
+
+    def relaxed(self) -> "Graph":
+        """A view for the lower bounds: the ZB accounting with weight_grad_bytes cut to
+        activation_bytes and no transients, the true room. A microbatch holds no more under it
+        than under the true rule at any moment, so every schedule that fits the true rule fits
+        it: a bound of the view is a bound of the problem. The graph itself when nothing rises
+        and nothing is transient."""
+        if not self.new_terms:
+            return self
+        if "relaxed" not in self.memo:
+            self.memo["relaxed"] = self._view(list(self.act), [min(a, w) for a, w in zip(self.act, self.wg)],
+                                              list(self.room))
+        return self.memo["relaxed"]
+
+    def _view(self, act: list[float], wg: list[float], room: list[float]) -> "Graph":
+        """This graph with the plain accounting of `act` and `wg` (no rise, no transient) and `room`."""
+        mem = {"F": act, "I": [-(a - w) for a, w in zip(act, wg)], "W": [-w for w in wg], "B": [-a for a in act]}
+        zero = [0.0] * self.S
+        return Graph(
+            problem=self.problem, S=self.S, M=self.M, R=self.R, stage_rank=self.stage_rank, stages=self.stages,
+            multi=self.multi, d=self.d, mem=mem, act=act, wg=wg, comm=self.comm,
+            static=list(self.static), caps=self.caps, room=room,
+            backward=self.backward, base=self.base, over={"F": act, "I": zero, "W": zero, "B": zero},
+            trans={"F": zero, "I": zero, "W": zero, "B": zero})
 
     # ------------------------------------------------------------ stage level
 
@@ -214,6 +263,12 @@ class Graph:
         return self._per_block(lambda s, k: self.mem[k][s])
 
     @cached_property
+    def extra(self) -> list[float]:
+        """Per action: bytes above its rank's held bytes while it runs (its allocation at start
+        plus its transient; schedc.cost_model.over)."""
+        return self._per_block(lambda s, k: self.over[k][s])
+
+    @cached_property
     def by_rank(self) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in range(self.R)]
         for i, r in enumerate(self.rank):
@@ -263,7 +318,7 @@ class Graph:
             self.__dict__.pop(name, None)
 
 
-_ACTION_LEVEL = ("actions", "rank", "dur", "delta", "by_rank", "first", "preds", "topo")
+_ACTION_LEVEL = ("actions", "rank", "dur", "delta", "extra", "by_rank", "first", "preds", "topo")
 
 
 def graph_of(problem: Union[Problem, Graph]) -> Graph:
@@ -310,8 +365,10 @@ def memory_arcs(g: Graph) -> Optional[list[tuple[str, int, int, int]]]:
             for t in own:
                 if t > s:
                     break
-                if g.backward[t] == "I" and g.wg[t] > 0:
-                    arcs.append(("W", t, s, int(math.floor(left / g.wg[t] + REL)) + 1))
+                # a microbatch that owes W(t) holds act(t) before its I, wg(t) after: at least the less
+                held_w = min(g.wg[t], g.act[t])
+                if g.backward[t] == "I" and held_w > 0:
+                    arcs.append(("W", t, s, int(math.floor(left / held_w + REL)) + 1))
                 if t < s and g.act[t] > 0:
                     n = int(math.floor(left / g.act[t] + REL)) + 1
                     arcs.append(("B", t, s, n))

@@ -215,8 +215,12 @@ def greedy_family(problem: Union[Problem, Graph]) -> list[tuple[Flags, Schedule,
 
 def _family(g: Graph, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Schedule, SimResult]]:
     problem = g.problem
+    safe = g.safe()  # the greedy checks F's only: rises and transients are kept free (Graph.safe)
+    room = [safe.room[r] for r in safe.stage_rank]
+    if any(safe.act[s] > room[s] + EPS * max(1.0, abs(room[s])) for s in range(safe.S)):
+        return  # no room for one microbatch (under the safe accounting): nothing to build
     for flags in ALL_FLAGS:
-        rows = _construct(g, flags, expired)
+        rows = _construct(safe, flags, expired)
         if rows is None or expired():
             return
         sched = to_schedule(problem, rows, flags)

@@ -45,16 +45,16 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import time
 from dataclasses import dataclass, replace
 from typing import Optional, Union
 
+from schedc.cost_model import one_microbatch_need
 from schedc.costs import format_amount, format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.solver.bounds import lower_bound
 from schedc.simulate import simulate
-from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline
+from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, charge_passes, now
 from schedc.solver.engine import Incumbent, Result, found
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
@@ -67,11 +67,12 @@ INF = math.inf
 # ---------------------------------------------------------------- memory feasibility
 
 def min_memory_need(problem: Problem) -> list[float]:
-    """Per rank, the bytes (static included) that one microbatch in flight needs: it runs the
-    forward of every stage on the rank before any of their backwards, so it holds all of them."""
+    """Per rank, the bytes (everything it holds all step included) that one microbatch in flight
+    needs: it runs the forward of every stage on the rank before any of their backwards, so it
+    holds all of them, with each action's rise and transient on top while it runs
+    (schedc.cost_model.one_microbatch_need)."""
     prof = problem.profile
-    return [static + sum(prof.stages[s].activation_bytes for s in problem.stages_of(r))
-            for r, static in enumerate(problem.static_bytes)]
+    return [fixed + one_microbatch_need(prof, problem.stages_of(r)) for r, fixed in enumerate(problem.fixed_bytes)]
 
 
 def min_memory_limit(problem: Problem) -> str:
@@ -84,7 +85,7 @@ def min_memory_limit(problem: Problem) -> str:
     if kind == "bytes":
         return _bytes_rounded_up(max(min_memory_need(problem)))
     # Kp is one cap for every rank (MemoryLimit.per_rank); the largest one-microbatch need must fit
-    return f"{_round_up(p_needed(max(min_memory_need(problem)), problem.profile, problem.placement))}p"
+    return f"{_round_up(p_needed(max(min_memory_need(problem)), problem.profile, problem.placement, problem.n_microbatches))}p"
 
 
 def _bytes_rounded_up(n: float) -> str:
@@ -107,7 +108,13 @@ def check_memory_feasible(problem: Problem) -> None:
     """Raise SchedcError when some rank cannot hold even one microbatch of all its stages."""
     caps = problem.memory_caps
     need = min_memory_need(problem)
-    short = [r for r, (cap, n) in enumerate(zip(caps, need)) if n > cap * (1 + TIE) + EPS]
+    room = problem.activation_room
+    # the engines test held bytes against the room, relative to the room: so does this, else huge
+    # static bytes would pass a cap whose room is too small for one microbatch (and no engine
+    # could schedule anything under it)
+    running = [n - fx for n, fx in zip(need, problem.fixed_bytes)]
+    short = [r for r, (cap, n) in enumerate(zip(caps, need))
+             if n > cap * (1 + TIE) + EPS or running[r] > room[r] + EPS * max(1.0, abs(room[r]))]
     if short:
         # name the rank furthest over its cap: the one whose need sets the smallest limit that works
         r = max(short, key=lambda q: need[q] / caps[q] if caps[q] > 0 else math.inf)
@@ -401,14 +408,29 @@ def _retime(a: Graph, orders: list[list[tuple[int, str, int]]]) -> Optional[tupl
 
 
 def _fits_memory(a: Graph, orders) -> bool:
-    """Every rank's running sum of held activation bytes stays within its room."""
+    """Every rank's running sum of held bytes, with each action's rise and transient on top while
+    it runs (schedc.cost_model), stays within its room."""
+    over, mem = a.over, a.mem
     for r in range(a.R):
         held, cap = 0.0, a.room[r] + EPS * max(1.0, abs(a.room[r]) if a.room[r] < INF else 1.0)
         for s, k, m in orders[r]:
-            held += a.act[s] if k == "F" else (-(a.act[s] - a.wg[s]) if k == "I" else -a.wg[s])
-            if held > cap:
+            if held + over[k][s] > cap:
                 return False
+            held += mem[k][s]
     return True
+
+
+def serial_orders(a: Graph) -> list[list[tuple[int, str, int]]]:
+    """One microbatch in the whole pipeline at a time (its forwards, then its backwards from the
+    last stage down, each I followed by its W): no rank ever holds more than one microbatch, so
+    it fits whenever check_memory_feasible passes. The last resort of the constructions."""
+    orders: list[list[tuple[int, str, int]]] = [[] for _ in range(a.R)]
+    for m in range(a.M):
+        for s in range(a.S):
+            orders[a.stage_rank[s]].append((s, "F", m))
+        for s in reversed(range(a.S)):  # the heuristic's orders are all split (_to_schedule merges)
+            orders[a.stage_rank[s]] += [(s, "I", m), (s, "W", m)]
+    return orders
 
 
 def _earliest_times(a: Graph, orders) -> Optional[tuple[list[float], list[float]]]:
@@ -647,11 +669,11 @@ def heuristic_schedule(problem: Union[Problem, Graph], time_budget: float = 1.0,
     a = graph_of(problem)
     problem = a.problem
     check_memory_feasible(problem)
-    t_start = time.perf_counter()
+    t_start = now()
     bound = lower_bound(a)
     # Local search pays off on small instances (cheap re-timing); large ones get more rules.
     rule_share = 0.4 if a.S * a.M < 1000 else 0.8
-    found = _best_construction(a, problem.objective, bound, t_start + time_budget * rule_share, seed,
+    found = _safe_construction(a, problem.objective, bound, t_start + time_budget * rule_share, seed,
                                deadline or NEVER)
     if found is None:
         return None
@@ -659,7 +681,7 @@ def heuristic_schedule(problem: Union[Problem, Graph], time_budget: float = 1.0,
     constructed_val = best_val
     moves = 0
     if best_val > bound + EPS * max(1.0, bound):
-        end = t_start + time_budget if deadline is None else min(t_start + time_budget, time.perf_counter() + deadline.left())
+        end = t_start + time_budget if deadline is None else min(t_start + time_budget, now() + deadline.left())
         best, best_val, moves = _local_search(a, best, best_val, problem.objective, end, seed)
     meta = {
         "source": "heuristic",
@@ -692,7 +714,7 @@ class ListHeuristic:
 
 def polish(g: Graph, schedule: Schedule, source: str, end: float, deadline: Deadline = NEVER) \
         -> Optional[tuple[Schedule, float]]:
-    """The local search (until ``time.perf_counter()`` reaches `end`) started from `schedule`,
+    """The local search (until ``now()`` reaches `end`) started from `schedule`,
     its backwards split into I + W: (schedule named ``schedc-<source>+ls``, its value), or None
     when `deadline` has passed or the split schedule does not re-time within the caps."""
     obj = g.problem.objective
@@ -713,6 +735,34 @@ def polish(g: Graph, schedule: Schedule, source: str, end: float, deadline: Dead
 # at V 32 ranks x 256, 2p, comm 0.25F the second rule meets the bound where the first is 11%
 # above it, and one construction there takes ~1 s on a busy machine, past a 1 s warm-start budget
 MIN_RULES = 2
+# passes over the graph a list construction and its re-timing count for under a work budget
+# (schedc.solver.deadline); a local-search move counts one
+CONSTRUCTION_PASSES = 3
+
+
+def _safe_construction(a: Graph, objective: str, bound: float, deadline: float, seed: int,
+                       hard: Deadline = NEVER):
+    """_best_construction on the graph's safe accounting (Graph.safe: the rules only check F's,
+    so rises and transients are kept free), its orders valued on the true graph; the serial
+    orders when the safe accounting leaves no room for one microbatch."""
+    safe = a.safe()
+    if safe is a:
+        return _best_construction(a, objective, bound, deadline, seed, hard)
+    need = [sum(safe.act[s] for s in own) for own in safe.stages]
+    if all(n <= rm + EPS * max(1.0, abs(rm)) for n, rm in zip(need, safe.room)):
+        try:
+            found = _best_construction(safe, objective, bound, deadline, seed, hard)
+        except SchedcError:
+            found = None
+        if found is not None:
+            res = _retime(a, found[0])
+            if res is not None and res[2]:
+                return found[0], _value(res, objective), found[2], found[3]
+    if hard.expired():
+        return None
+    orders = serial_orders(a)
+    res = _retime(a, orders)
+    return orders, _value(res, objective), None, 1
 
 
 def _best_construction(a: Graph, objective: str, bound: float, deadline: float, seed: int,
@@ -723,7 +773,7 @@ def _best_construction(a: Graph, objective: str, bound: float, deadline: float, 
     best, best_val, best_rule, tried = None, INF, None, 0
     rng = random.Random(seed)
     rules = _dedupe_by_memory(a, _rules(a, objective))
-    while not tried or ((tried < MIN_RULES or time.perf_counter() <= deadline)
+    while not tried or ((tried < MIN_RULES or now() <= deadline)
                         and best_val > bound + EPS * max(1.0, bound)):
         if hard.expired():
             if best is None:
@@ -735,6 +785,7 @@ def _best_construction(a: Graph, objective: str, bound: float, deadline: float, 
             rule = _random_rule(a, rng, best_rule or rules[0])  # perturb the best rule so far
         tried += 1
         orders = _list_schedule(a, rule, hard)
+        charge_passes(a.n, CONSTRUCTION_PASSES)  # what the work clock counts for it (work budgets)
         if orders is None:
             continue
         res = _retime(a, orders)
@@ -759,12 +810,12 @@ def _local_search(a: Graph, orders, val: float, objective: str, deadline: float,
     orders = [list(o) for o in orders]
     moves = 0
     n_ranks = len(orders)
-    if time.perf_counter() >= deadline:
+    if now() >= deadline:
         return orders, val, moves
     res = _retime(a, orders)
     key = _search_key(res, objective)
     stale = 0
-    while time.perf_counter() < deadline and stale < 20000:
+    while now() < deadline and stale < 20000:
         r = rng.randrange(n_ranks)
         row = orders[r]
         if len(row) < 2:
@@ -782,6 +833,7 @@ def _local_search(a: Graph, orders, val: float, objective: str, deadline: float,
         item = row.pop(i)
         row.insert(j, item)
         res = _retime(a, orders)
+        charge_passes(a.n)
         if res is not None and res[2]:
             new = _search_key(res, objective)
             if new[0] < key[0] - EPS or (new[0] <= key[0] + EPS and new[1] <= key[1] + EPS):

@@ -97,7 +97,7 @@ makespan) from ZB-H1's 204.78 to the bound 204 in ~30 s and 32x128 from 533.69 t
 533.6 in ~17 s.
 
 Warm start. The incumbent is handed to the solver as a MIP start (``mip_start``): HiGHS via
-``Highs.setSolution`` (pulp's HiGHS class does not pass ``warmStart`` on), CBC via pulp's
+``Highs.setSolution`` (PuLP 3's HiGHS class does not pass ``warmStart`` on), CBC via pulp's
 ``warmStart=True``. Extracted orders are always re-simulated; the driver never returns anything
 worse than the incumbent.
 
@@ -118,13 +118,17 @@ from typing import Callable, Optional, Sequence
 import pulp
 
 from schedc.simulate import simulate
-from schedc.solver.deadline import Deadline
+from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_left
 from schedc.solver.engine import Incumbent, Result, materialize
 from schedc.solver.graph import Graph, ancestors, canonical_orders, schedule_from_orders, successors, topological
 from schedc.solver.interrupt import requested as stop_requested
+from schedc.solver.pulp_compat import cbc_executable, cbc_solver, highs_available, solve_status, solver_columns
 from schedc.tolerances import MODEL, PROVEN, REL
 
 FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to windows
+# under a work budget: branch-and-bound nodes per work unit, and the least a solve gets (the root
+# and a few dives), so that a short share still tries its incumbent
+NODES_PER_UNIT, MIN_NODES = 200, 20
 _EPS = MODEL
 
 
@@ -298,19 +302,19 @@ def solve_model(
     """
     if late_start and (objective != "span" or free is not None):
         raise ValueError("late_start is the full span model's option")
-    t0 = time.monotonic()
+    t0 = now()
     m = _frame(inst, incumbent, incumbent_value, objective, free, late_start)
     failure = add_start_times(m, incumbent_value, lower_bound)
     if not failure:
         add_precedence(m)
         failure = add_machine_order(m)
     if failure:
-        return SolveOutcome(None, False, None, None, time.monotonic() - t0, message=failure)
+        return SolveOutcome(None, False, None, None, now() - t0, message=failure)
     add_memory_cap(m)
     add_objective(m)
     add_one_machine_cuts(m)
     values = mip_start(m, incumbent_value)
-    remaining = max(0.5, time_limit - (time.monotonic() - t0))
+    remaining = max(0.5, time_limit - (now() - t0))
     return _solve(m, values, solver, remaining, progress, seed, t0)
 
 
@@ -473,19 +477,21 @@ def add_machine_order(m: OrderModel) -> str:
 
 
 def add_memory_cap(m: OrderModel) -> None:
-    """memory_cap: when an allocating action a (an F) begins, its rank holds static + mu_a +
-    sum of mu_b over the rank's actions b before a; at most the cap. Rows that cannot bind
-    (every freeing action counted as not yet run) are left out; so are a window's fixed actions
-    (their prefix is the incumbent's, which fits)."""
+    """memory_cap: while an action a runs that allocates at its start or has transient bytes (an
+    F, an I that rises), its rank holds its fixed bytes + the extra bytes of a (allocation plus
+    transient, schedc.cost_model.over) + sum of mu_b over the rank's actions b before a; at most
+    the cap. Rows that cannot bind (every freeing action counted as not yet run) are left out;
+    so are a window's fixed actions (their prefix is the incumbent's, which fits)."""
     inst = m.inst
+    extra = inst.extra
     for r, acts in enumerate(inst.by_rank):
         cap = inst.caps[r]
         if math.isinf(cap):
             continue
         for a in acts:
-            if inst.delta[a] <= 0 or not m.is_free(a):
+            if extra[a] <= 0 or not m.is_free(a):
                 continue
-            const = worst = inst.static[r] + inst.delta[a]
+            const = worst = inst.static[r] + extra[a]
             terms = []
             for b in acts:
                 if b == a or inst.delta[b] == 0:
@@ -582,17 +588,21 @@ def mip_start(m: OrderModel, incumbent_value: float) -> dict[str, float]:
 
 
 def available_solver(name: Optional[str] = None) -> str:
-    """'highs' when highspy is importable (or asked for), else 'cbc'."""
+    """'highs' when highspy is importable (or asked for), else 'cbc' (COIN_CMD on the binary
+    schedc.solver.pulp_compat finds: PuLP 4 bundles none)."""
+    from schedc.errors import SchedcError
+
     if name not in (None, "highs", "cbc"):
         raise ValueError(f"solver must be 'highs' or 'cbc', got {name!r}")
-    highs_ok = pulp.HiGHS(msg=False).available()
+    highs_ok = highs_available()
     if name == "highs" and not highs_ok:
-        from schedc.errors import SchedcError
-
         raise SchedcError("--solver highs: highspy is not installed (pip install highspy), or use --solver cbc")
-    if name is None:
-        return "highs" if highs_ok else "cbc"
-    return name
+    if name is None and highs_ok:
+        return "highs"
+    if cbc_executable() is None:
+        flag = "--solver cbc" if name == "cbc" else "the integer program"
+        raise SchedcError(f"{flag}: no MIP solver found: pip install highspy (or 'pulp[cbc]' for CBC)")
+    return "cbc"
 
 
 _HIGHS_BANNER_SHOWN = False
@@ -644,16 +654,17 @@ class _WarmHiGHS(pulp.HiGHS):
         # pulp's HiGHS class does not pass warmStart on: hand the values to highspy directly
         import highspy
 
-        cols = [v for v in lp.variables() if v.name in self.start_values]
-        idx = [v.index for v in cols]
-        vals = [float(self.start_values[v.name]) for v in cols]
+        # the solver's own column numbers (PuLP 4 has no LpVariable.index; pulp_compat)
+        columns = solver_columns(lp)
+        idx = [j for j, v in enumerate(columns) if v.name in self.start_values]
+        vals = [float(self.start_values[columns[j].name]) for j in idx]
         if not hasattr(h, "setSolution"):
             return
         try:
             status = h.setSolution(len(idx), idx, vals)
         except TypeError:  # older highspy: a full HighsSolution
             sol = highspy.HighsSolution()
-            full = [0.0] * len(lp.variables())
+            full = [0.0] * len(columns)
             for i, v in zip(idx, vals):
                 full[i] = v
             sol.col_value = full
@@ -662,6 +673,8 @@ class _WarmHiGHS(pulp.HiGHS):
         self.start_accepted = status == highspy.HighsStatus.kOk
 
     def callSolver(self, lp):
+        import highspy
+
         h = lp.solverModel
         if self.start_values:
             self._set_start(h, lp)
@@ -676,7 +689,12 @@ class _WarmHiGHS(pulp.HiGHS):
                 self.on_progress(out.mip_primal_bound, out.mip_dual_bound)
 
         h.cbMipInterrupt.subscribe(interrupt)
-        h.run()
+        if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            # HiGHS refuses threads=1 once an earlier solve in this process (pulp.HiGHS() with its
+            # defaults, a user's own model) started its global scheduler with more threads: the
+            # run stops before solving. Replace the idle scheduler and run once more.
+            highspy.Highs.resetGlobalScheduler(True)
+            h.run()
         info = h.getInfo()
         self.dual_bound = info.mip_dual_bound
         self.primal = info.objective_function_value
@@ -686,19 +704,30 @@ class _WarmHiGHS(pulp.HiGHS):
 def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, seed: int, t0: float) -> SolveOutcome:
     """Run HiGHS (with the MIP start) or CBC on the built model; read back orders and bounds."""
     prob, n_bin = m.prob, len(m.before)
+    # under a work budget (schedc.solver.deadline) the search stops at a node count, the same on
+    # any machine; the wall-clock limit is then only the safety net
+    work = counting_work_on()
+    nodes = {"maxNodes": max(MIN_NODES, int(seconds * NODES_PER_UNIT))} if work else {}
+    wall = max(0.5, wall_left()) if work else seconds
+    charge(seconds)
     if solver == "highs":
         _without_highs_banner()
-        s = _WarmHiGHS(values, on_progress=progress, deadline=time.monotonic() + seconds,
-                       msg=False, timeLimit=seconds, threads=1, mip_rel_gap=PROVEN, mip_abs_gap=PROVEN,
-                       random_seed=int(seed))
+        limits = {"mip_max_nodes": nodes["maxNodes"]} if work else {}
+        s = _WarmHiGHS(values, on_progress=progress, deadline=time.monotonic() + wall,
+                       msg=False, timeLimit=wall, threads=1, mip_rel_gap=PROVEN, mip_abs_gap=PROVEN,
+                       random_seed=int(seed), **limits)
     else:
-        s = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(seconds))), warmStart=True, threads=1,
-                              gapRel=PROVEN, gapAbs=PROVEN)
+        try:
+            s = cbc_solver(msg=False, timeLimit=max(1, int(math.ceil(wall))), warmStart=True, threads=1,
+                           gapRel=PROVEN, gapAbs=PROVEN, **nodes)
+        except pulp.PulpSolverError as e:
+            return SolveOutcome(None, False, None, None, now() - t0, n_bin, prob.numConstraints(), solver,
+                                str(e))
     try:
-        status = _solve_in_private_dir(prob, s)
+        returned = _solve_in_private_dir(prob, s)
     except pulp.PulpSolverError as e:
-        return SolveOutcome(None, False, None, None, time.monotonic() - t0, n_bin, prob.numConstraints(), solver, str(e))
-    elapsed = time.monotonic() - t0
+        return SolveOutcome(None, False, None, None, now() - t0, n_bin, prob.numConstraints(), solver, str(e))
+    elapsed = now() - t0
     dual = None
     if solver == "highs":
         import highspy
@@ -710,7 +739,7 @@ def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, s
         if ms == highspy.HighsModelStatus.kInfeasible:
             return SolveOutcome(None, False, None, None, elapsed, n_bin, prob.numConstraints(), solver, "infeasible")
     else:
-        proven = pulp.LpStatus[status] == "Optimal" and prob.sol_status == pulp.LpSolutionOptimal
+        proven = solve_status(prob, returned).optimal
     if proven and dual is None:
         dual = pulp.value(prob.objective)
     orders = _solution_orders(m)
@@ -719,8 +748,8 @@ def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, s
     return SolveOutcome(orders, proven, pulp.value(prob.objective), dual, elapsed, n_bin, prob.numConstraints(), solver)
 
 
-def _solve_in_private_dir(prob: pulp.LpProblem, s) -> int:
-    """``prob.solve(s)``; a file-based solver (CBC) writes its model, MIP start and solution
+def _solve_in_private_dir(prob: pulp.LpProblem, s):
+    """``prob.solve(s)`` (a status code in PuLP 3, an LpSolveStats in PuLP 4); a file-based solver (CBC) writes its model, MIP start and solution
     files (``*-pulp.mps``, ``*.mst``, ``*.sol``) into a directory of its own, removed on every
     way out: pulp deletes them only after a successful solve, not when CBC fails or the solve
     is interrupted."""

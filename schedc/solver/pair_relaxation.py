@@ -68,7 +68,7 @@ class PairRelaxation:
     def __init__(self, problem: Union[Problem, Graph], target: float):
         from schedc.solver.cpsat import cpsat_available
 
-        self.g, self.target, self.best = graph_of(problem), target, 0.0
+        self.g, self.target, self.best = graph_of(problem).relaxed(), target, 0.0
         self.pairs: list[tuple[int, int]] = []
         self.model = None
         if self.g.problem.objective != "makespan" or not math.isfinite(target) or self.g.R < 2 \

@@ -222,6 +222,7 @@ def rounds_family(problem: Union[Problem, Graph], expired: Callable[[], bool] = 
 
 def _family(g: Graph, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Schedule, SimResult]]:
     problem = g.problem
+    g = g.safe()  # rounds check each action against the room: rises and transients kept free
     for flags in ALL_FLAGS:
         if expired():
             break

@@ -282,7 +282,7 @@ class PeriodicEngine:
     def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
         from schedc.solver.cpsat import cpsat_available
 
-        g = graph
+        g = graph.safe()  # timetables hold F-to-W windows: rises and transients kept free (Graph.safe)
         if g.M < 2 or not cpsat_available():
             return Result()
         work = g.busiest_work()

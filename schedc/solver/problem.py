@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional, Sequence, Union
 
+from schedc.cost_model import CostModel
 from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.ir import make_placement, placement_name
@@ -50,20 +51,32 @@ class Problem:
         return [s for s, r in enumerate(self.placement) if r == rank]
 
     @cached_property
-    def memory_caps(self) -> list[float]:
-        """Per-rank byte cap, static bytes included (inf when uncapped; ``Kp``: one cap for every
-        rank, schedc.costs.MemoryLimit.per_rank)."""
-        return self.memory.per_rank(self.profile, self.placement)
+    def costs(self) -> CostModel:
+        """The one cost model of this problem (schedc.cost_model): durations, held deltas,
+        transients, per-rank caps and room."""
+        return CostModel.build(self.profile, self.placement, self.n_microbatches, self.memory)
 
-    @cached_property
+    @property
+    def memory_caps(self) -> list[float]:
+        """Per-rank byte cap, everything included (inf when uncapped; ``Kp``: one cap for every
+        rank, schedc.cost_model.caps)."""
+        return list(self.costs.caps)
+
+    @property
     def static_bytes(self) -> list[float]:
         """Per rank: bytes held all step (params, grads, optimizer state) of its stages."""
-        return [sum(self.profile.stages[s].static_bytes for s in self.stages_of(r)) for r in range(self.n_ranks)]
+        return list(self.costs.static)
 
-    @cached_property
+    @property
+    def fixed_bytes(self) -> list[float]:
+        """Per rank: static bytes + receive buffers and held sends + reserve (schedc.cost_model)."""
+        return self.costs.fixed
+
+    @property
     def activation_room(self) -> list[float]:
-        """Per rank: what the cap leaves for activations (cap - static bytes; inf when uncapped)."""
-        return [cap - static for cap, static in zip(self.memory_caps, self.static_bytes)]
+        """Per rank: what the cap leaves for the running sum of held bytes (cap - static -
+        buffers - reserve; inf when uncapped)."""
+        return self.costs.room
 
     def duration(self, stage: int, kind: str) -> float:
         return self.profile.duration(stage, kind)

@@ -71,7 +71,7 @@ class HeadsTails:
 def heads_and_tails(problem: Union[Problem, Graph]) -> Optional[HeadsTails]:
     """Heads and tails of every action (module docstring); None when a rank cannot hold one
     microbatch of its stages under the cap (no schedule exists)."""
-    g = graph_of(problem)
+    g = graph_of(problem).relaxed()  # valid whatever rises or is transient (Graph.relaxed)
     S, M = g.S, g.M
     split = np.array([b == "I" for b in g.backward])
     F = np.array(g.dF, dtype=float)
@@ -164,7 +164,7 @@ def rank_relaxation_values(problem: Union[Problem, Graph], enough: float = math.
     """Per rank, its one-rank relaxation's bound (module docstring); None for span, [inf] when a
     rank cannot hold one microbatch of its stages under the cap. With `enough`, ranks after the
     first whose bound reaches it (busiest first) are left at 0."""
-    g = graph_of(problem)
+    g = graph_of(problem).relaxed()  # valid whatever rises or is transient (Graph.relaxed)
     if g.problem.objective != "makespan":
         return None
     ht = heads_and_tails(g)
