@@ -10,13 +10,16 @@ Method: :func:`schedc.simulate.simulate` gives the start and end of every action
 memory curve. Each schedule becomes one panel: a Gantt axes (one row per rank, rank 0 on top; a
 pale band marks the step, so idle time shows as grey inside it) drawn as ONE PolyCollection of
 boxes, and beneath it a memory axes with one step line per rank (up to 10 ranks each in its own
-colour and marker, more as a pale band with the rank closest to its limit in bold) and one labelled
-dashed line per distinct memory limit (ranks of equal limits share it). Colour: one hue per kind (F
-blue, I orange, W green, B purple); on ranks holding several stages, each stage slot of the rank
-(1st, 2nd, ...) takes its own shade of that hue, so V and interleaved schedules stay readable. The
-microbatch number is written in a box only when it fits at the figure's scale with room to spare on
-both sides (so neighbouring numbers never read as one), so labels drop out on their own for large
-schedules, and the figure grows with the number of actions per rank (up to a cap). We use
+colour, marker and dash, named in a legend and, where there is room, beside the line where it leaves
+its peak; more as a pale band with the rank closest to its limit in bold) and one labelled dashed
+line per distinct memory limit (ranks of equal limits share it). Colour: one hue per kind (F blue, I
+orange, W green, B purple); on ranks holding several stages, each stage slot of the rank (1st, 2nd,
+...) takes its own shade of that hue, so V and interleaved schedules stay readable; in a run of
+touching boxes of one colour every other box is tinted lighter. The microbatch number is written in
+a box only when it fits at the figure's scale with room to spare on both sides (so neighbouring
+numbers never read as one): the font shrinks from 7 to 4.5 pt to fit the narrowest box, so labels
+drop out on their own only for large schedules, and the figure grows with the number of actions per
+rank (up to a cap). We use
 ``matplotlib.figure.Figure`` with the Agg canvas directly, never pyplot, so rendering is headless
 and does not touch a notebook's backend.
 
@@ -50,23 +53,28 @@ KIND_NAMES = {"F": "forward", "I": "backward (inputs)", "W": "backward (weights)
 _KIND_CMAP = {"F": "Blues", "I": "Oranges", "W": "Greens", "B": "Purples"}
 
 # Figure geometry, in inches: chosen by looking at 4x8, 8x16 (V) and 32x128 renderings.
-_MIN_WIDTH, _MAX_WIDTH = 8.0, 22.0
-_INCH_PER_ACTION = 0.2
+_MIN_WIDTH, _MAX_WIDTH = 8.0, 30.0
+_INCH_PER_ACTION = 0.24
 _ROW_INCH, _MIN_GANTT, _MAX_GANTT = 0.3, 1.1, 8.0
 _LEFT_MARGIN_INCH = 1.2
 _BYTE_UNITS = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10))
 
 
 @functools.lru_cache(maxsize=None)  # colormap lookups copy the map: far too slow per box
-def kind_color(kind: str, slot: int = 0, n_slots: int = 1) -> tuple:
-    """RGBA of a box: the kind's hue, shaded by the stage slot on its rank (darker = later)."""
+def kind_color(kind: str, slot: int = 0, n_slots: int = 1, alternate: bool = False) -> tuple:
+    """RGBA of a box: the kind's hue, shaded by the stage slot on its rank (darker = later).
+    ``alternate``: a box that directly follows one of the same colour on its rank takes a lighter
+    tint of it (every other one), so a run of such boxes still reads as separate actions."""
     from matplotlib import colormaps
 
     if n_slots <= 1:
         x = 0.62
     else:
         x = 0.4 + 0.5 * slot / (n_slots - 1)
-    return colormaps[_KIND_CMAP[kind]](x)
+    rgba = colormaps[_KIND_CMAP[kind]](x)
+    if not alternate:
+        return rgba
+    return tuple(c + 0.22 * (1.0 - c) for c in rgba[:3]) + (rgba[3],)
 
 
 def output_format(path: Union[str, Path]) -> str:
@@ -110,7 +118,7 @@ def plot_schedules(
     density = max(max((len(row) for row in r.order), default=0) * r.makespan / t_max for r in results)
     width = min(_MAX_WIDTH, max(_MIN_WIDTH, 3.0 + _INCH_PER_ACTION * density))
     gantt_h = [min(_MAX_GANTT, max(_MIN_GANTT, _ROW_INCH * s.n_ranks)) for s in schedules]
-    mem_h = [min(2.2, max(1.0, 0.4 * g)) for g in gantt_h]
+    mem_h = [min(2.4, max(1.3, 0.6 * g)) for g in gantt_h]
     height = sum(gantt_h) + sum(mem_h) + 0.75 * len(schedules) + 0.9
 
     fig = Figure(figsize=(width, height), layout="constrained")
@@ -128,7 +136,7 @@ def plot_schedules(
         mem_ax = fig.add_subplot(grid[2 * i + 1], sharex=first)
         row_pt = gantt_h[i] * 72 / schedule.n_ranks
         _draw_gantt(ax, schedule, res, pt_per_time, row_pt, legend_keys)
-        _draw_memory(mem_ax, schedule, res, prof, memory)
+        _draw_memory(mem_ax, schedule, res, prof, memory, pt_per_time)
         ax.set_title(_title_line(name, schedule, res, memory, prof), loc="left", fontsize=9)
         ax.tick_params(labelbottom=False)
         mem_ax.tick_params(labelbottom=(i == len(schedules) - 1))
@@ -193,25 +201,31 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
     ax.add_collection(PolyCollection(band, facecolors="#e6e6e6", edgecolors="none", gid="idle", zorder=1))
 
     verts, colors, labels = [], [], []
-    font = min(7.0, row_pt * box_h * 0.62)
-    # DejaVu Sans digits are 0.64 em wide; 1.5 pt a side keep neighbouring numbers apart.
-    need_pt = 0.64 * font * len(str(max(schedule.n_microbatches - 1, 0))) + 3.0
+    widths = sorted((res.timings[a].end - res.timings[a].start) * pt_per_time for row in res.order for a in row)
+    typical = widths[len(widths) // 2] if widths else 0.0
+    digits = len(str(max(schedule.n_microbatches - 1, 0)))
+    font = _label_font(row_pt * box_h, widths, digits)
+    need_pt = _label_width(font, digits)
     for r, row in enumerate(res.order):
+        previous = None
         for a in row:
             t = res.timings[a]
             y0, y1 = r - box_h / 2, r + box_h / 2
             verts.append([(t.start, y0), (t.end, y0), (t.end, y1), (t.start, y1)])
             slot, n_slots = slots[a.stage]
-            colors.append(kind_color(a.kind, slot, n_slots))
-            legend_keys[(a.kind, slot, n_slots)] = None
+            key = (a.kind, slot, n_slots)
+            # the second, fourth, ... of a run of same-coloured neighbours is tinted
+            alternate = previous is not None and previous[0] == key and not previous[1] \
+                and t.start - previous[2] <= REL * max(1.0, abs(t.start))
+            previous = (key, alternate, t.end)
+            colors.append(kind_color(a.kind, slot, n_slots, alternate))
+            legend_keys[key] = None
             # Judged against the widest number, so boxes of one size are all labelled or none.
-            if font >= 4.5 and (t.end - t.start) * pt_per_time >= need_pt:
+            if font and (t.end - t.start) * pt_per_time >= need_pt:
                 labels.append(((t.start + t.end) / 2, r, str(a.microbatch), colors[-1]))
     # Thin white edges separate neighbouring boxes, but only where boxes are wide enough that
     # the edges do not eat them.
-    widths = [(v[1][0] - v[0][0]) * pt_per_time for v in verts]
-    typical = sorted(widths)[len(widths) // 2] if widths else 0
-    edge = 0.4 if typical >= 7 else 0.0
+    edge = 0.5 if typical >= 7 else 0.3 if typical >= 3 else 0.0
     boxes = PolyCollection(verts, facecolors=colors, edgecolors="white" if edge else "none",
                            linewidths=edge, gid="actions", zorder=2)
     ax.add_collection(boxes)
@@ -230,10 +244,35 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
         ax.spines[side].set_visible(False)
 
 
+_MIN_FONT, _MAX_FONT = 4.5, 7.0
+
+
+def _label_width(font: float, digits: int) -> float:
+    """Points a microbatch number needs: DejaVu Sans digits are 0.64 em wide; 1.25 pt a side keep
+    neighbouring numbers apart."""
+    return 0.64 * font * digits + 2.5
+
+
+def _label_font(row_height_pt: float, widths_pt: Sequence[float], digits: int) -> float:
+    """The largest font (4.5 to 7 pt) under which the numbers fit the row's height and the
+    narrowest box, else the median box (then narrower boxes go unlabelled); 0 when the rows are too
+    low for 4.5 pt."""
+    by_height = min(_MAX_FONT, row_height_pt * 0.62)
+    if by_height < _MIN_FONT or not widths_pt:
+        return 0.0
+    for width in (widths_pt[0], widths_pt[len(widths_pt) // 2]):
+        font = min(by_height, (width - 2.5) / (0.64 * max(digits, 1)))
+        if font >= _MIN_FONT:
+            return font
+    return _MIN_FONT
+
+
 _MARKERS = "osD^vP<X>*"  # one per rank up to 10, with tab10's colours
+_DASHES = ("-", "--", "-.", ":")  # cycled with the markers, so lines differ in three ways
 
 
-def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memory: Optional[MemoryLimit]) -> None:
+def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memory: Optional[MemoryLimit],
+                 pt_per_time: float) -> None:
     from matplotlib import colormaps
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, MaxNLocator
@@ -257,9 +296,11 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memor
         ys = [m / unit for _, m in curve] + [curve[-1][1] / unit]
         bold = many and r == tightest
         style = dict(lw=1.3 if bold else 0.5, alpha=1.0 if bold else 0.45, color=cmap(0.85 * r / max(1, n_ranks - 1))) \
-            if many else dict(lw=1.0, color=cmap(r), marker=_MARKERS[r], markersize=3,
+            if many else dict(lw=1.1, color=cmap(r), marker=_MARKERS[r], markersize=3, ls=_DASHES[r % len(_DASHES)],
                               markevery=(r % 7, max(1, len(xs) // 9)))  # staggered: markers do not pile up
         ax.step(xs, ys, where="post", zorder=3 if bold else 2, label=f"rank {r}", gid=f"memory-rank-{r}", **style)
+    if not many:
+        _label_peaks(ax, curves, unit, top, pt_per_time, cmap)
     _draw_limits(ax, res.memory_limit, unit, top, memory)
     ax.set_ylim(0, top / unit * 1.12 if top > 0 else 1)
     ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
@@ -285,6 +326,22 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memor
             handles.append(lines["memory-limit"])
         ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False,
                   handlelength=1.2)
+
+
+def _label_peaks(ax, curves, unit: float, top: float, pt_per_time: float, cmap) -> None:
+    """'r3' in the rank's colour where its curve leaves its peak for the last time (ranks leave
+    their peaks at different times even where they reach the same one); a label that would overlap
+    an earlier one is left out, the legend names it."""
+    placed: list[tuple[float, float]] = []
+    for r, curve in enumerate(curves):
+        peak = max(m for _, m in curve)
+        at_peak = [k for k, (_, m) in enumerate(curve) if m == peak]
+        t = curve[min(at_peak[-1] + 1, len(curve) - 1)][0]
+        if any(abs(t - x) * pt_per_time < 14 and abs(peak - y) < 0.12 * top for x, y in placed):
+            continue
+        placed.append((t, peak))
+        ax.text(t, peak / unit, f"r{r}", color=cmap(r), fontsize=6, ha="left", va="bottom", gid="memory-rank-label",
+                zorder=4, clip_on=True)
 
 
 def _draw_limits(ax, caps: Sequence[float], unit: float, top: float, memory: Optional[MemoryLimit]) -> None:

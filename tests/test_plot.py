@@ -146,7 +146,7 @@ def test_microbatch_numbers_show_when_they_fit_and_drop_out_for_32_ranks_128_mic
     assert len(boxes(ax).get_paths()) == n_actions(big_schedule)
     assert big.get_figwidth() > small.get_figwidth()
     assert big.get_figheight() > small.get_figheight()
-    assert big.get_figwidth() <= 22 and big.get_figheight() <= 14
+    assert big.get_figwidth() <= 30 and big.get_figheight() <= 14
 
 
 def test_saving_is_deterministic(tmp_path):
@@ -286,3 +286,77 @@ def test_neighbouring_microbatch_numbers_keep_a_gap():
         extents.sort(key=lambda e: e.x0)
         gaps = [b.x0 - a.x1 for a, b in zip(extents, extents[1:])]
         assert min(gaps) >= 3.0  # pixels at 100 dpi (> 2 pt): two numbers never read as one
+
+
+# ----------------------------------------------------------------- 8 ranks x 32 microbatches
+
+
+def test_at_8_ranks_32_microbatches_every_rank_shows_numbers_and_same_coloured_neighbours_differ():
+    from schedc.baselines import make_baseline
+
+    for schedule, profile in [(make_baseline("zb-v", 16, 32, n_ranks=8), Profile.uniform(16)),
+                              (one_f_one_b(8, 32), Profile.uniform(8))]:
+        ax = gantt_axes(plot_schedules([schedule], profile))[0]
+        rows = {round(t.get_position()[1]) for t in ax.texts if t.get_gid() == "label"}
+        assert rows == set(range(8)), schedule.name
+        # boxes that touch on one rank and share kind and stage slot never share a colour
+        coll = boxes(ax)
+        cells = sorted((round(p.vertices[0][1] + 0.4), p.vertices[0][0], p.vertices[1][0], tuple(c))
+                       for p, c in zip(coll.get_paths(), coll.get_facecolors()))
+        base = {kind_color(k, s, n) for k in "FIWB" for n in (1, 2) for s in range(n)}
+        tinted = {kind_color(k, s, n, True) for k in "FIWB" for n in (1, 2) for s in range(n)}
+        runs = 0
+        for (r1, _, end1, c1), (r2, start2, _, c2) in zip(cells, cells[1:]):
+            if r1 == r2 and start2 == pytest.approx(end1) and c1 in base | tinted and c2 in base | tinted:
+                shade = {kind_color(k, s, n, t): (k, s, n) for k in "FIWB" for n in (1, 2) for s in range(n)
+                         for t in (False, True)}
+                if shade[c1] == shade[c2]:
+                    runs += 1
+                    assert c1 != c2
+        assert runs > 0
+
+
+def test_eight_memory_lines_differ_in_colour_and_dash_and_are_labelled():
+    fig = plot_schedules([one_f_one_b(8, 32)], Profile.uniform(8))
+    (mem,) = memory_axes(fig)
+    curves = [line for line in mem.lines if (line.get_gid() or "").startswith("memory-rank-")]
+    assert len(curves) == 8
+    assert len({line.get_color() for line in curves}) == 8
+    assert len({line.get_marker() for line in curves}) == 8 and len({line.get_linestyle() for line in curves}) >= 4
+    assert sorted(line.get_label() for line in mem.get_legend().get_lines()) == [f"rank {r}" for r in range(8)]
+    labels = [t.get_text() for t in mem.texts if t.get_gid() == "memory-rank-label"]
+    assert len(labels) == 8  # 1F1B's ranks peak at 8 different levels: each line named where it is
+
+
+# ----------------------------------------------------------------- a profile per CSV
+
+
+def test_cli_plot_draws_each_csv_with_the_costs_beside_it(tmp_path, capsys, monkeypatch):
+    import importlib
+
+    plot_module = importlib.import_module("schedc.plot")  # the attribute schedc.plot is the API's function
+    drawn = []
+    real = plot_module.plot_schedules
+    monkeypatch.setattr(plot_module, "plot_schedules", lambda s, p, *a, **k: drawn.append(p) or real(s, p, *a, **k))
+    fast, slow = Profile.uniform(4, 1.0, 1.0, 1.0), Profile.uniform(4, 3.0, 3.0, 3.0)
+    a, b = tmp_path / "plan.csv", tmp_path / "other.csv"
+    csvio.write_csv(one_f_one_b(4, 8), a)
+    fast.save(tmp_path / "plan.profile.json")  # as `schedc plan` writes it
+    csvio.write_schedule(one_f_one_b(4, 8), {"inputs": {"costs": slow.model_dump(mode="json")}}, b)  # a compile report
+    out = tmp_path / "both.png"
+    assert cli.main(["plot", str(a), str(b), "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "costs from plan.profile.json for plan.csv, other.json for other.csv" in captured.err
+    assert out.read_bytes().startswith(PNG_MAGIC)
+    assert drawn[-1] == [fast.executed(), slow.executed()]
+
+    # one --profile still serves every file
+    assert cli.main(["plot", str(a), str(b), "--costs", "1,1,1", "-o", str(out)]) == 0
+    assert "costs from" not in capsys.readouterr().err
+    # a file without costs beside one that has them: one line naming both
+    bare = tmp_path / "bare.csv"
+    csvio.write_csv(one_f_one_b(4, 8), bare)
+    assert cli.main(["plot", str(a), str(bare), "-o", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bare.csv has none" in err and "bare.profile.json" in err
+    assert not (tmp_path / "x.png").exists()
