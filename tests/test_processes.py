@@ -244,8 +244,6 @@ def test_sigterm_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solv
 
 
 def test_cbc_leaves_no_files_in_the_temp_directory(tmp_path, monkeypatch):
-    import pulp
-
     from schedc.costs import Profile
     from schedc.solver import graph, model
     from schedc.solver.warm import warm_start
@@ -260,7 +258,7 @@ def test_cbc_leaves_no_files_in_the_temp_directory(tmp_path, monkeypatch):
     out = model.solve_model(inst, inc, sim.makespan, "makespan", 20.0, "cbc")
     assert out.proven and list(tmp_path.iterdir()) == []
     # CBC failing (here: an executable that exits 1) is where pulp leaves its files behind
-    monkeypatch.setattr(pulp.PULP_CBC_CMD, "pulp_cbc_path", "/bin/false")
+    monkeypatch.setattr("schedc.solver.pulp_compat.cbc_executable", lambda: "/bin/false")
     out = model.solve_model(inst, inc, sim.makespan, "makespan", 20.0, "cbc")
     assert out.orders is None and "Error while trying to execute" in out.message
     assert list(tmp_path.iterdir()) == []
