@@ -294,3 +294,27 @@ def test_static_bytes_and_assumptions_follow_the_counted_routes_rule(tmp_path):
     # without it: what the modules hold (float32 weight and gradient, AdamW's two float32 states)
     default = profile_gpt(_cfg(layers=2), 2, microbatch_size=1, warmup=0, repeats=1)
     assert default.assumes["static_bytes_per_param"] == 16 and default.reserve_bytes is None
+
+
+def test_profiled_times_are_the_runtimes_own_action_times():
+    # a profile's F, I and W against torch's runtime running a one-rank ZB-V of the same stages:
+    # each profiled median lies within the runtime's sample range (widened by half for a loaded
+    # 2-core machine); the first stage's I is bookkeeping only
+    from schedc.baselines import make_baseline
+    from schedc.runtime.models import lm_loss, make_batch
+    from schedc.runtime.one_rank import one_rank_group, run_steps
+    from schedc.runtime.profiler import gpt_stages
+
+    cfg = _cfg(hidden=64, seq_len=32)
+    profile = profile_gpt(cfg, 2, microbatch_size=2, warmup=1, repeats=6)
+    assert sum("torch's runtime's own action times" in n for n in profile.notes) == 2
+    tokens, targets = make_batch(cfg, 2 * 6, seed=0)
+    with one_rank_group("cpu"):
+        run = run_steps(make_baseline("zb-v", 2, 6, n_ranks=1), gpt_stages(cfg, 2), (tokens,), targets, lm_loss,
+                        steps=1, warmup=1)
+    for s, c in enumerate(profile.stages):
+        for kind, value in (("F", c.forward), ("I", c.backward_input), ("W", c.backward_weight)):
+            if s == 0 and kind == "I":
+                continue
+            runtime = run.action_seconds[(s, kind)]
+            assert min(runtime) / 1.5 <= value <= 1.5 * max(runtime), (s, kind, value, runtime)

@@ -709,6 +709,38 @@ def measure_stages(
         results.append(
             _measure_stage(i, m, samples[i], i == 0, i == n - 1, loss_fn, target, dev, warmup, repeats, optimizer)
         )
+    return _timed_in_runtime(results, stage_modules, samples[0], loss_fn, target, dev, warmup, repeats, progress)
+
+
+def _timed_in_runtime(results: list[StageMeasurement], stage_modules, sample, loss_fn, target, dev, warmup,
+                      repeats, progress) -> list[StageMeasurement]:
+    """`results` with F, I and W replaced by torch's runtime's own action times
+    (:func:`schedc.runtime.one_rank.runtime_action_times`), where it can run here; B stays the
+    stage's own (it only checks I + W ~ B)."""
+    from schedc.runtime.one_rank import runtime_action_times
+
+    if progress:
+        progress(f"timing F, I, W of {len(stage_modules)} stages inside torch's runtime ({repeats} microbatches)")
+    try:
+        times = runtime_action_times(stage_modules, sample, loss_fn, target, dev, warmup, repeats)
+    except Exception as e:  # noqa: BLE001 - the stage-by-stage timings stand; the note says why
+        times = None
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    else:
+        reason = "a process group already exists (torchrun), or the sample is not batch-split tensors"
+    for m in results:
+        for p in stage_modules[m.index].parameters():
+            p.grad = None
+        got = times and all(times.get((m.index, k)) for k in ("F", "I", "W"))
+        if not got:
+            m.notes.append(f"stage {m.index}: F, I, W timed back to back outside torch's runtime ({reason})")
+            continue
+        m.forward = Stat(times[(m.index, "F")])
+        m.backward_input = Stat([max(x, 1e-7) for x in times[(m.index, "I")]])
+        if m.backward_weight.samples != [0.0]:
+            m.backward_weight = Stat(times[(m.index, "W")])
+        m.notes.append(f"stage {m.index}: F, I, W are torch's runtime's own action times (a one-rank schedule of "
+                       f"all stages, W right after its I)")
     return results
 
 
