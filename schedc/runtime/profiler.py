@@ -13,11 +13,16 @@ F is ``module(*inputs)`` (plus ``loss_fn`` on the last stage), I is
 ``torch.distributed.pipelining._backward.stage_backward_input`` and W is ``stage_backward_weight``,
 the two halves the zero-bubble schedules call; B (the full backward, ``stage_backward``) is timed
 separately to check I + W ~ B. Like the runtime (``PipelineStage.backward_one_chunk``), the first
-stage skips I (its input needs no gradient) and runs the whole backward in W. Each timed round runs
-F, I, W of one microbatch and then F, B of another back to back on the device's stream, with no
-synchronize between the actions, as a one-rank schedule of the stage runs them inside
-``_PipelineScheduleRuntime`` (timing each action between synchronizes would add the launch latency
-to every action: on a GPU most of a short W). Memory comes from one untimed F, I, W and F, B traced
+stage skips I (its input needs no gradient) and runs the whole backward in W. F, I and W are then
+timed inside torch's ``_PipelineScheduleRuntime`` itself: all stages on a one-rank process group of
+this process run a schedule of ``repeats`` microbatches (F through every stage, then I and W of each
+from the last), and each action's ``PP:`` span is its sample
+(:func:`schedc.runtime.one_rank.runtime_action_times`), so the runtime's bookkeeping and stream
+behaviour are in the numbers. Where that cannot run (a process group already exists, under
+torchrun), each timed round runs F, I, W of one microbatch back to back on the device's stream
+with no synchronize between the actions, as the runtime does (timing each action between
+synchronizes would add the launch latency to every action: on a GPU most of a short W); a note
+says which. Memory comes from one untimed F, I, W and F, B traced
 by the allocator (:mod:`schedc.runtime.allocator`: ``memory_allocated`` / ``max_memory_allocated``
 on CUDA, ``torch.profiler``'s memory events on CPU): ``activation_bytes`` is what F leaves
 allocated plus the received inputs, ``weight_grad_bytes`` what is still allocated after I (with
@@ -46,7 +51,8 @@ model (embedding, each layer, final norm + head + loss) as its own stage and rec
 names each holds in ``modules``; a layer whose :func:`unit_signature` equals an earlier one's
 reuses that measurement unless ``reuse_layers=False`` (``benchmarks/unit_reuse.py`` compares).
 
-Cost: (1 + warmup + repeats) x (2 forwards + 1 split backward + 1 full backward) per stage.
+Cost: (1 + warmup + repeats) x (2 forwards + 1 split backward + 1 full backward) per stage, plus
+(1 + repeats) microbatches of the whole pipeline in the runtime.
 """
 
 from __future__ import annotations
