@@ -100,6 +100,10 @@ CERTIFY_BLOCKS = (3, 4)  # block sizes of the block relaxation in the certificat
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
 SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
 SETTER_MARGIN = 0.01  # ... when the best step found is more than this above that bound
+SEARCH_END = 0.4  # of the time limit: the search over partitions never runs past it
+FINAL_END = 0.9  # of the time limit: the final compile ends here when the least-memory pass follows it
+TAIL_SHARE = 0.03  # of the time limit, kept for the comparisons and the report
+MEMORY_TRIES = 3  # compiles under a lowered cap in the least-memory pass, at most
 # how far step 4 has taken a partition's bound: only as far as the least then needed (own_bound's
 # `enough`), its own bound in full, one or more relaxation steps, final
 OWN_SO_FAR, OWN, RELAXED, FINAL = 0, 1, 2, 3
@@ -118,10 +122,11 @@ class Comparison:
     schedule: Optional[str]
     value: Optional[float]
     note: str = ""
+    peak: Optional[float] = None  # the schedule's largest per-rank peak, where known
 
     def as_dict(self) -> dict:
         return {"split": self.split, "placement": self.placement, "units_per_stage": self.counts,
-                "best_hand_made": self.schedule, "step": self.value, "note": self.note}
+                "best_hand_made": self.schedule, "step": self.value, "note": self.note, "peak": self.peak}
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,10 @@ class PlanResult:
     solve_time: float
     report: dict = field(default_factory=dict)
     interrupted: bool = False  # Ctrl-C or SIGTERM (schedc.solver.interrupt) ended the search early
+    least_memory: Optional["LeastMemory"] = None  # the same step under a lower peak (least_memory_at_step)
+    limiter: Optional["PlanLimiter"] = None  # what limits the step (plan_limiter)
+    assumes: dict = field(default_factory=dict)  # what the plan took about the run (the report's "assumes")
+    ac: Optional["ACChoice"] = None  # the activation checkpointing chosen (plan_ac)
 
     @property
     def value(self) -> float:
@@ -185,7 +194,8 @@ def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
 
 def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, MemoryLimit] = "80GiB",
          placement: str = "auto", objective: str = "makespan", time_limit: float = 60.0,
-         progress: Optional[Callable[[str], None]] = None, seed: int = 0, source: str = "profile") -> PlanResult:
+         progress: Optional[Callable[[str], None]] = None, seed: int = 0, source: str = "profile",
+         least_memory: bool = True) -> PlanResult:
     """The best partition + placement + schedule found in `time_limit` seconds (module docstring).
 
     Parameters
@@ -206,6 +216,9 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         Seconds for the whole search, compiles included.
     progress : callable, optional
         Called with one line per step of the search.
+    least_memory : bool
+        After the search, look for a schedule of the chosen partition with the same step and a
+        lower peak (``least_memory_at_step``, the last 10% of the time) and report the margin.
 
     Returns
     -------
@@ -245,7 +258,8 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     pools, forced = {}, {}
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
-                                                     objective, SEARCH_SHARE * time_limit / len(searches), say, t0)
+                                                     objective, SEARCH_SHARE * time_limit / len(searches), say, t0,
+                                                     hard=t0 + SEARCH_END * time_limit)
     paired: dict = {}  # (placement, counts) -> a two-rank bound at least the best step when it was found
     best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
                                                 time_limit, seed, paired, say, t0)
@@ -254,15 +268,26 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     scored = {pl: min(c[0] for c in pool) for pl, pool in pools.items() if pool}  # the least own bound seen
     bounds, certified, setters, reached = _certified_bounds(profile, searches, ranks, microbatches, limit, cap,
                                                             objective, theta, proven, time_limit, paired,
-                                                            _tight(best), say, t0, scored)
+                                                            _tight(best), say, t0, scored,
+                                                            end=FINAL_END if least_memory else 0.9)
+    final_share = FINAL_END if least_memory else 1.0
     best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
-                                 time_limit, seed, say, t0, reached)
-    res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0)
+                                 final_share * time_limit, seed, say, t0, reached)
+    res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, final_share * time_limit,
+                                     seed, say, t0)
     comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
+    res, pl, counts = _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective,
+                                        seed)
+    lowered = None
+    if least_memory and not stop_requested():
+        lowered = least_memory_at_step(res, t0 + (1 - TAIL_SHARE) * time_limit, seed, say, t0)
+        res = _with_schedule(res, lowered.compiled)
+    comparisons += torchtitan_rows(profile, ranks, microbatches, limit, objective)
     bound = min(bounds.values())
     out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
                      bounds=bounds, certified=certified, comparisons=comparisons, candidates=candidates, notes=notes,
-                     solve_time=time.monotonic() - t0, interrupted=stop_requested())
+                     solve_time=time.monotonic() - t0, interrupted=stop_requested(), least_memory=lowered)
+    out = replace(out, limiter=plan_limiter(out, cap))
     return replace(out, report=build_plan_report(out))
 
 
@@ -304,7 +329,8 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
     return searches, bounds
 
 
-def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap, objective, seconds, say, t0):
+def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap, objective, seconds, say, t0,
+                         hard=math.inf):
     """Step 2 for one placement: the partitions best by their own lower bound and the comparison
     splits, each screened by its best hand-made schedule that fits (an upper bound, milliseconds to
     simulate). Returns (pool of (lower bound, hand-made step, counts), [the balanced split's entry])."""
@@ -317,7 +343,7 @@ def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap
     # bound 2682.4 ms) compiles to 3600.8 where the dynamic program's 5,1,6,1,8,3,9,1 gives 3257.7
     tight = bool(pb.counts) and _tight_problem(_problem(profile, pb.counts, pl, ranks, microbatches, limit, objective))
     scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
-                         [s for s in splits if s], time.monotonic() + seconds, far=not tight)
+                         [s for s in splits if s], time.monotonic() + seconds, far=not tight, hard=hard)
     by_lb = sorted(scores, key=scores.get)[:SCREEN]
     shapes = None
     pool = []
@@ -377,8 +403,12 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
                 say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: two ranks together need {pair:.6g} or "
                     f"more (its own bound {lb:.6g}): not compiled")
                 continue
-        res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
-                              time_limit=short, seed=seed)
+        try:
+            res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
+                                  time_limit=short, seed=seed)
+        except SchedcError:  # nothing found that fits in a short compile: the next candidate
+            say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: no schedule that fits found in {short:.1f}s")
+            continue
         candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": lb,
                            "best_hand_made": None if math.isinf(ub) else ub, "step": res.value, "status": res.status})
         say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
@@ -434,7 +464,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
 
 
 def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, proven, time_limit,
-                      paired, tight, say, t0, scored=None):
+                      paired, tight, say, t0, scored=None, end=0.9):
     """Step 4, per placement: the bound over partitions tightened partition by partition.
 
     ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
@@ -476,7 +506,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
     from schedc.solver.pair_relaxation import PairRelaxation
 
     # with the best partition proven optimal the final compile has nothing to do: the bound gets its time
-    deadline = t0 + 0.9 * time_limit if proven else min(t0 + 0.8 * time_limit,
+    deadline = t0 + end * time_limit if proven else min(t0 + 0.8 * time_limit,
                                                            time.monotonic() + CERTIFY_SHARE * time_limit)
     if tight:
         # the block relaxation ranks the partitions: its share comes from the compiles after it
@@ -490,6 +520,9 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
                 f"bound meets it: none can raise it)")
             continue
         ends = Deadline(time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k))  # a share each
+        if ends.expired():  # no time to list the partitions (a fraction of a second on a V of 8 ranks)
+            bounds[pl], certified[pl] = pb.value, 0
+            continue
         pairs_end = ends if proven else Deadline(min(ends.at, time.monotonic() + PAIR_SHARE * time_limit
                                                      / len(searches)))
         threshold, found = partitions_below(profile, ranks, microbatches, cap, pl, objective, theta, CERTIFY_LIMIT)
@@ -650,7 +683,7 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
 
     value, res, pl, counts = best
     left = t0 + time_limit - time.monotonic()
-    if res is None or (res.status != "optimal" and left > 1.0 and not stop_requested()):
+    if res is None or (res.status != "optimal" and left > min(1.0, 0.1 * time_limit) and not stop_requested()):
         problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
         warm = None
         if res is not None:
@@ -663,11 +696,29 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
             if fresh is not None and fresh[1].fits and fresh[1].objective(objective) < res.value * (1 - REL):
                 warm = fresh
             left = t0 + time_limit - time.monotonic()
-        final = compile_problem(problem, time_limit=max(0.5, left), seed=seed, warm=warm)
+        final = compile_problem(problem, time_limit=max(0.1 if res is not None else 1.0, left), seed=seed, warm=warm)
         if res is None or final.value <= res.value:
             res = final
         say(f"[{time.monotonic() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
     return res, pl, counts
+
+
+def _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective, seed):
+    """A plan never loses to a comparison it prints: where a hand-made schedule on a comparison
+    split is shorter than the search's answer (a time limit too short for a tight cap), that
+    partition and schedule become the plan (one short compile warm-started from it)."""
+    from schedc.solver.compile import compile_problem
+    from schedc.simulate import simulate
+
+    rows = [c for c in comparisons if c.value is not None and c.value < res.value * (1 - REL)]
+    if not rows:
+        return res, pl, counts
+    row = min(rows, key=lambda c: c.value)
+    problem = _problem(profile, row.counts, row.placement, ranks, microbatches, limit, objective)
+    sched = _hand_made_shapes(problem)[row.schedule]
+    sim = simulate(sched, problem.profile, problem.memory)
+    better = compile_problem(problem, time_limit=0.5, seed=seed, warm=(sched, sim, f"plan: {row.split} split"))
+    return better, row.placement, list(row.counts)
 
 
 def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
@@ -737,7 +788,7 @@ def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: 
 
 
 def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline,
-                far: bool = True) -> dict:
+                far: bool = True, hard: float = math.inf) -> dict:
     """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
     of the best-scored partition first: one unit moved from one stage to another, the stages
     between keeping their counts (every boundary between them moves by one), nearest first; with
@@ -748,7 +799,8 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
     a search by single boundary moves stops short (Llama 8 ranks in a V at 40 GiB, 16
     microbatches: 1203.0 ms after 405 partitions, where these moves reach 1170.6 ms, the bound
     over partitions, after 920). Cost: S (S - 1) partitions scored per expansion (2 (S - 1)
-    without `far`), one ``own_bound`` each, until `deadline` or SEARCH_EVALUATIONS."""
+    without `far`), one ``own_bound`` each, until `deadline` or SEARCH_EVALUATIONS; never past
+    `hard` (the plan's own time limit would not hold otherwise)."""
     scores: dict[tuple[int, ...], float] = {}
     heap: list[tuple[float, tuple[int, ...]]] = []
 
@@ -767,7 +819,8 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
     least = min(SEARCH_EVALUATIONS, 6 * S)  # at least this many (the nearest moves first), however busy the machine
 
     def finished() -> bool:  # SEARCH_EVALUATIONS scored, or past the deadline with at least `least`
-        return len(scores) >= SEARCH_EVALUATIONS or (time.monotonic() >= deadline and len(scores) >= least) \
+        now = time.monotonic()
+        return len(scores) >= SEARCH_EVALUATIONS or (now >= deadline and len(scores) >= least) or now >= hard \
             or stop_requested()
 
     while heap and not finished():
@@ -844,57 +897,269 @@ def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, p
     return rows
 
 
+# ---------------------------------------------------------------- least memory, limiter, torchtitan rows
+
+
+@dataclass(frozen=True)
+class LeastMemory:
+    """The plan's step under the lowest peak found: ``peak`` (the largest per-rank peak, static bytes
+    included), ``found_peak`` (that of the schedule the search ended with), ``compiled`` (the
+    compile result that reaches the step at ``peak``; None when the first schedule was kept)."""
+
+    peak: float
+    found_peak: float
+    compiled: object = field(default=None, repr=False)
+    tries: int = 0
+
+
+def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0.0) -> LeastMemory:
+    """Among schedules of the chosen partition with the plan's step, one with a lower peak.
+
+    Problem: the search minimises the step only, so its schedule sits at whatever peak it found,
+    often at the cap, although the same step may fit in much less. Method: the cap is lowered
+    from the found peak by one microbatch of the largest stage on the peak rank, and each probe
+    compiles the partition under it: an answer with the plan's step (within ``REL``) is kept and
+    the next decrement doubles; otherwise the cap it tried becomes the floor and the decrement
+    halves. The floor starts at the least any schedule of the partition needs (static bytes and
+    one microbatch of each stage, per rank). Cost: at most ``MEMORY_TRIES`` compiles, all before
+    `end` (time.monotonic())."""
+    problem = res.problem
+    found = max(res.sim.peak_memory)
+    best = LeastMemory(peak=found, found_peak=found)
+    if not math.isfinite(found) or not res.sim.fits:
+        return best
+    profile = problem.given_profile
+    lo, step_down = _memory_floor(problem)
+    hi, tries = found, 0
+    while tries < MEMORY_TRIES and not stop_requested():
+        left = end - time.monotonic()
+        seconds = left / (MEMORY_TRIES - tries) if left / (MEMORY_TRIES - tries) >= 0.3 else left
+        probe = max(lo, hi - step_down)
+        if seconds < 0.2 or hi - probe <= 0.001 * hi:
+            break
+        tries += 1
+        again = _compile_under(problem, profile, probe, seconds, seed)
+        if again is not None and again.sim.fits and again.value <= res.value * (1 + REL):
+            hi, step_down = max(again.sim.peak_memory), 2 * step_down
+            best = LeastMemory(peak=hi, found_peak=found, compiled=again)
+        else:
+            lo, step_down = probe, step_down / 2
+        if say:
+            say(f"[{time.monotonic() - t0:6.1f}s] least memory: under {format_bytes(probe)} "
+                + ("the same step" if best.compiled is again and again is not None else "a longer step or none"))
+        if seconds == left:
+            break
+    return replace(best, tries=tries)
+
+
+def _memory_floor(problem) -> tuple[float, float]:
+    """(the least cap any schedule of the problem fits: per rank static bytes and one microbatch
+    of each stage; one microbatch of the largest stage on the rank that needs the most)."""
+    from schedc.costs import rank_static_bytes
+
+    profile = problem.given_profile
+    static = rank_static_bytes(profile, problem.placement)
+    need = [static[r] + sum(profile.stages[s].activation_bytes for s in problem.stages_of(r))
+            for r in range(problem.n_ranks)]
+    r = max(range(problem.n_ranks), key=lambda k: need[k])
+    return need[r], max(profile.stages[s].activation_bytes for s in problem.stages_of(r))
+
+
+def _compile_under(problem, profile, cap: float, seconds: float, seed: int):
+    """The compile of `problem` under a per-rank cap of `cap` bytes; None when nothing fits."""
+    from schedc.solver.compile import compile_problem
+    from schedc.solver.problem import Problem
+
+    lowered = Problem.build(problem.n_stages, problem.n_microbatches, n_ranks=problem.n_ranks,
+                            placement=problem.placement_name, profile=profile,
+                            memory=MemoryLimit(kind="bytes", value=cap), objective=problem.objective)
+    try:
+        return compile_problem(lowered, time_limit=seconds, seed=seed)
+    except SchedcError:
+        return None
+
+
+def _with_schedule(res, lowered):
+    """The chosen partition's compile result with the schedule of `lowered` (the same step under a
+    lower cap), simulated and reported under the user's cap; `res` itself when `lowered` is None.
+    The status, bound and gap stay: they are about the step, which is the same."""
+    from schedc.diagnose import limiter
+    from schedc.simulate import simulate
+
+    if lowered is None:
+        return res
+    sim = simulate(lowered.schedule, res.problem.profile, res.problem.memory)
+    report = dict(res.report)
+    predicted = dict(report.get("predicted", {}))
+    predicted.update({"makespan": sim.makespan, "span": sim.span, "bubble": sim.bubble,
+                      "span_bubble": sim.span_bubble, "bubble_per_rank": list(sim.bubble_per_rank),
+                      "peak_memory_per_rank": list(sim.peak_memory), "fits_memory": bool(sim.fits)})
+    report["predicted"] = predicted
+    report["limiter"] = limiter(sim, res.problem.profile).as_dict()
+    report["same_as_baseline"] = None
+    return replace(res, schedule=lowered.schedule, sim=sim, report=report)
+
+
+# torchtitan 0.3.0's own schedule classes on its default split: (class, schedc's baseline, stages per rank)
+TORCHTITAN_CLASSES = (("1F1B", "1f1b", 1), ("Interleaved1F1B", "interleaved-1f1b", 2), ("ZBVZeroBubble", "zb-v", 2))
+
+
+def torchtitan_rows(profile: Profile, ranks: int, microbatches: int, limit: MemoryLimit,
+                    objective: str) -> list[Comparison]:
+    """What a torchtitan user runs by default: its default split (``torchtitan_default_counts``)
+    with each of its schedule classes (schedc's baselines that build the same order), simulated
+    under the plan's memory model; a row that exceeds the cap says by how much."""
+    from schedc.baselines import make_baseline
+    from schedc.simulate import simulate
+
+    rows = []
+    for cls, name, per_rank in TORCHTITAN_CLASSES:
+        n = per_rank * ranks
+        pl = "v" if name == "zb-v" else "loop"
+        if n > profile.n_stages:
+            rows.append(Comparison("torchtitan default", pl, [], cls, None, f"{n} stages need {n} units"))
+            continue
+        counts = torchtitan_default_counts(profile.n_stages, n)
+        try:
+            sim = simulate(make_baseline(name, n, microbatches, ranks), profile.merge(counts), limit)
+        except SchedcError as e:
+            rows.append(Comparison("torchtitan default", pl, counts, cls, None, str(e)))
+            continue
+        peak = max(sim.peak_memory)
+        value = sim.objective(objective)
+        note = "" if sim.fits else f"does not fit: peak {format_bytes(peak)} over the cap (step {value:.6g})"
+        rows.append(Comparison("torchtitan default", pl, counts, cls, value if sim.fits else None, note, peak=peak))
+    return rows
+
+
+@dataclass(frozen=True)
+class PlanLimiter:
+    """What limits the plan's step: ``memory`` (with no cap a known schedule is shorter:
+    ``uncapped_step`` at ``uncapped_peak``), else ``rank`` or ``critical-path``
+    (schedc.diagnose.limiter on the chosen schedule); ``why_partition`` compares the busiest
+    rank's work with the comparison splits'."""
+
+    kind: str
+    message: str
+    why_partition: str
+    uncapped_step: Optional[float] = None
+    uncapped_peak: Optional[float] = None
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "message": self.message, "why_partition": self.why_partition,
+                "uncapped_step": self.uncapped_step, "uncapped_peak": self.uncapped_peak}
+
+
+def _uncapped_best(profile: Profile, units: Units, splits, ranks: int, microbatches: int, objective: str):
+    """(step, peak, schedule name, split name, placement, counts) of the shortest hand-made
+    schedule with no cap over the given splits."""
+    from schedc.simulate import simulate
+
+    none = MemoryLimit(kind="none")
+    best = None
+    for split, pl, counts in splits:
+        problem = _problem(profile, counts, pl, ranks, microbatches, none, objective)
+        for name, sched in _hand_made_shapes(problem).items():
+            try:
+                sim = simulate(sched, problem.profile, none)
+            except SchedcError:
+                continue
+            value = sim.objective(objective)
+            if best is None or value < best[0]:
+                best = (value, max(sim.peak_memory), name, split, pl, list(counts))
+    return best
+
+
+def rank_work(units: Units, counts: Sequence[int], placement: str, ranks: int) -> list[float]:
+    """Per rank: F + I + W of one microbatch of its stages (its busy time per microbatch)."""
+    work, start = [0.0] * ranks, 0
+    for k, n in enumerate(counts):
+        r = k % ranks if placement == "loop" else (k if k < ranks else 2 * ranks - 1 - k)
+        work[r] += float(units.F[start + n] - units.F[start] + units.I[start + n] - units.I[start]
+                         + units.W[start + n] - units.W[start])
+        start += n
+    return work
+
+
+def plan_limiter(result: "PlanResult", cap: float) -> PlanLimiter:
+    """Memory-bound when some rank has no room for one more microbatch and, with no cap, a
+    hand-made schedule on the chosen, the compute-balanced or torchtitan's split is over 1% shorter
+    than the plan (the step then shortens with more memory, and more microbatches do not help);
+    otherwise what ``schedc.diagnose.limiter`` says of the
+    chosen schedule. Cost: one simulation per hand-made schedule and split (milliseconds each)."""
+    from schedc.diagnose import limiter
+
+    units = Units.of(result.units)
+    ranks, M = result.compiled.problem.n_ranks, result.compiled.problem.n_microbatches
+    objective = result.compiled.problem.objective
+    splits = [("the chosen", result.placement, result.counts)]
+    for pl in result.bounds:
+        S = n_stages_for(pl, ranks)
+        splits += [("the compute-balanced", pl, balanced(units, pl, ranks)[1]),
+                   ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
+    splits = [x for x in splits if x[2] is not None]
+    best = _uncapped_best(result.units, units, splits, ranks, M, objective) if _cap_binds(result.compiled) else None
+    why = _why_partition(result, units, ranks)
+    if best is not None and best[0] < result.value * 0.99:
+        value, peak, name, split, pl, counts = best
+        message = (f"memory: with no cap {name} on {split} split {counts} ({pl}) takes {value:.6g} s, "
+                   f"{100 * (1 - value / result.value):.0f}% shorter, at a peak of {format_bytes(peak)}; more memory "
+                   "per rank or activation checkpointing shortens the step, more microbatches do not")
+        return PlanLimiter("memory", message, why, value, peak)
+    diag = limiter(result.compiled.sim, result.compiled.problem.profile)
+    return PlanLimiter(diag.kind, diag.message, why)
+
+
+def _cap_binds(compiled) -> bool:
+    """Whether some rank's peak leaves no room for one more microbatch of its largest stage: only
+    then can more memory shorten the step."""
+    problem, sim = compiled.problem, compiled.sim
+    for r in range(problem.n_ranks):
+        room = sim.memory_limit[r] - sim.peak_memory[r] if r < len(sim.memory_limit) else math.inf
+        biggest = max((problem.profile.stages[s].activation_bytes for s in problem.stages_of(r)), default=0.0)
+        if room < biggest:
+            return True
+    return False
+
+
+def _why_partition(result: "PlanResult", units: Units, ranks: int) -> str:
+    """One sentence: the fastest comparison row, how much longer it takes, and whether the plan
+    wins on its busiest rank's work or on the order of the same work (fill, drain, memory)."""
+    rows = [c for c in result.comparisons if c.value is not None and c.counts
+            and (list(c.counts), c.placement) != (list(result.counts), result.placement)]
+    mine = rank_work(units, result.counts, result.placement, ranks)
+    text = f"its busiest rank computes {max(mine):.4g} s per microbatch"
+    if not rows:
+        return text + "; no comparison split fits the cap"
+    c = min(rows, key=lambda row: row.value)
+    pl = c.placement if len(c.counts) == n_stages_for(c.placement, ranks) else "loop"
+    theirs = max(rank_work(units, c.counts, pl, ranks))
+    if c.value < result.value:
+        return (f"{c.split} split {c.counts} ({c.placement}) with {c.schedule} is "
+                f"{100 * (1 - c.value / result.value):.1f}% shorter: the plan does not build {len(c.counts)} stages "
+                f"in a loop on {ranks} ranks, or its search needs a longer --time-limit")
+    lead = (f"the fastest comparison, {c.split} split {c.counts} ({c.placement}) with {c.schedule}, takes "
+            f"{100 * (c.value / result.value - 1):.1f}% longer; ")
+    if max(mine) < theirs * (1 - 0.005):
+        return lead + text + f", {theirs:.4g} s there: less work on the busiest rank"
+    return lead + text + f", {theirs:.4g} s there: the plan wins on the order (fill, drain, memory), not the balance"
+
+
 # ---------------------------------------------------------------- hand-off and report
 
 
-def framework_settings(result: PlanResult, csv: str = "plan.csv") -> dict:
-    """What to give torchtitan 0.3.0 and NeMo AutoModel 0.7.0 to build the plan's stages and run its
-    CSV. torchtitan: ParallelismConfig / TrainingConfig fields, and the same as command-line flags
-    (its tyro rule reads a ``list[str]`` as one comma-separated argument, so the list of lists is one
-    argument per stage). The schedule name only selects how stages are placed (V for ZBVZeroBubble,
-    a loop otherwise; single-stage names for one stage per rank); the CSV gives the order."""
-    partition = result.partition
-    problem = result.compiled.problem
-    ranks, M = problem.n_ranks, problem.n_microbatches
-    mbs = result.units.microbatch_size or 1
-    name = FRAMEWORK_NAMES["torchtitan"][result.placement]
-    config = {
-        "parallelism.pipeline_parallel_degree": ranks,
-        "parallelism.pipeline_parallel_schedule": name,
-        "parallelism.pipeline_parallel_schedule_csv": csv,
-        "parallelism.pipeline_parallel_microbatch_size": mbs,
-        "parallelism.module_fqns_per_model_part": partition,
-        "training.local_batch_size": M * mbs,
-    }
-    args = []
-    for key, value in config.items():
-        args.append(f"--{key}")
-        args += [",".join(stage) for stage in value] if isinstance(value, list) else [str(value)]
-    return {
-        "torchtitan": {"config": config, "command_line": args},
-        "nemo": {
-            "distributed": {"pp_size": ranks, "pipeline": {
-                "pp_schedule": FRAMEWORK_NAMES["nemo"][result.placement], "pp_schedule_csv": csv,
-                "pp_microbatch_size": mbs, "module_fqns_per_model_part": partition}},
-            "step_scheduler": {"local_batch_size": M * mbs},
-        },
-    }
+def framework_settings(result: PlanResult, csv: str = "plan.csv", assumes: Optional[dict] = None) -> dict:
+    """What to give each framework (schedc.frameworks.REGISTRY) to launch the plan."""
+    from schedc.frameworks import framework_settings as settings_of
+
+    return settings_of(result, csv, assumes)
 
 
 def nemo_yaml(settings: dict) -> str:
-    """NeMo's block as YAML text (flow-style lists for the partition)."""
-    d = settings["nemo"]["distributed"]
-    p = d["pipeline"]
-    lines = ["distributed:", f"  pp_size: {d['pp_size']}", "  pipeline:",
-             f"    pp_schedule: {p['pp_schedule']}", f"    pp_schedule_csv: {p['pp_schedule_csv']}",
-             f"    pp_microbatch_size: {p['pp_microbatch_size']}", "    module_fqns_per_model_part:"]
-    if any(name.startswith("model.") for stage in p["module_fqns_per_model_part"] for name in stage):
-        # per-unit profiles leave out modules every stage keeps (a merge would repeat them)
-        lines.append("      # NeMo's own split also puts model.rotary_emb on every stage: add it to each list "
-                     "if your model has one")
-    lines += [f"      - {json.dumps(stage)}" for stage in p["module_fqns_per_model_part"]]
-    lines += ["step_scheduler:", f"  local_batch_size: {settings['nemo']['step_scheduler']['local_batch_size']}"]
-    return "\n".join(lines)
+    """NeMo's block of :func:`framework_settings` as YAML text."""
+    from schedc.frameworks import nemo_yaml as yaml_of
+
+    return yaml_of(settings)
 
 
 def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
@@ -914,8 +1179,203 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
         "candidates": result.candidates,
         "notes": result.notes,
         "solve_time": result.solve_time,
+        "status": plan_status(result),
+        "limiter": None if result.limiter is None else result.limiter.as_dict(),
+        "least_memory": _least_memory_dict(result),
+        "activation_checkpoint": None if result.ac is None else result.ac.as_dict(),
     }
+    report["assumes"] = plan_assumes(result)
     report["partition"] = result.partition
     report["profile"] = result.profile.model_dump(mode="json", exclude_none=True)
     report["frameworks"] = framework_settings(result, csv)
     return report
+
+
+def plan_status(result: PlanResult) -> str:
+    """'optimal' only when no partition and schedule can be shorter (gap zero); else what the
+    chosen partition's compile proved."""
+    if result.gap <= REL:
+        return "optimal"
+    if result.compiled.status == "optimal":
+        return "optimal for its partition"
+    return result.compiled.status
+
+
+def _least_memory_dict(result: PlanResult) -> Optional[dict]:
+    lm = result.least_memory
+    if lm is None:
+        return None
+    caps = result.compiled.sim.memory_limit
+    cap = max(caps) if caps else math.inf
+    return {"peak": lm.peak, "found_peak": lm.found_peak, "tries": lm.tries,
+            "margin_to_cap": None if math.isinf(cap) else cap - lm.peak}
+
+
+def plan_assumes(result: PlanResult) -> dict:
+    """The profile's ``assumes`` (what its numbers took about the run) merged with the plan's own
+    choices (microbatches, placement, activation checkpointing where the plan chose it)."""
+    out = dict(result.units.assumes or {})
+    if result.units.microbatch_size and "microbatch_size" not in out:
+        out["microbatch_size"] = result.units.microbatch_size
+    out.update(result.assumes)
+    out["pipeline_parallel_degree"] = result.compiled.problem.n_ranks
+    out["microbatches"] = result.compiled.problem.n_microbatches
+    out["placement"] = result.placement
+    return out
+
+
+# ---------------------------------------------------------------- activation checkpointing as a plan choice
+
+AC_MODES = ("none", "selective", "full")  # fastest first: each keeps less and recomputes more inside I
+AC_SHARE = 0.75  # of the time limit, for one plan per global mode; the rest for the per-stage choice
+TORCHTITAN_AC = "selective"  # what torchtitan 0.3.0's llama3 configs launch with
+
+
+@dataclass(frozen=True)
+class ACChoice:
+    """The checkpointing the plan chose: ``chosen`` (one mode for the whole model, or one per
+    stage), the best step of each global mode (None: nothing fits), and the per-stage choice on
+    the best global plan's partition (``per_stage``: modes and step; None when no mix was tried)."""
+
+    chosen: Union[str, list]
+    global_steps: dict
+    per_stage: Optional[dict] = None
+
+    def as_dict(self) -> dict:
+        return {"chosen": self.chosen, "global": self.global_steps, "per_stage": self.per_stage}
+
+
+def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Callable[[str], None]] = None,
+            **kwargs) -> PlanResult:
+    """The plan with the activation checkpointing that gives the shortest step under the cap.
+
+    Problem: checkpointing trades recompute (each checkpointed layer's forward again inside I) for
+    memory; under a tight cap the fastest plan may checkpoint some stages and not others.
+    `profiles` maps modes (``none``, ``selective``, ``full``) to per-unit profiles of the same
+    units. Method: one :func:`plan` per mode (``AC_SHARE`` of the time, shared), then, on the
+    partition of the best of them, a greedy per-stage choice: each stage in turn, those on ranks
+    with the most room first, is moved to a faster mode when a heuristic schedule
+    (schedc.solver.warm.warm_start) of the mixed profile fits and is shorter; the best mix is
+    compiled with the time left and kept when it beats the best global mode. torchtitan and NeMo
+    launch one mode for the whole model; schedc's runtime applies one per stage. Cost: the time
+    limit; the greedy step takes one heuristic run per stage and faster mode."""
+    say = progress or (lambda line: None)
+    modes = [m for m in AC_MODES if m in profiles]
+    if not modes:
+        raise SchedcError(f"--ac auto needs a profile per mode ({', '.join(AC_MODES)}); got {', '.join(profiles)}")
+    t0 = time.monotonic()
+    results, errors = {}, {}
+    for k, mode in enumerate(modes):
+        share = (t0 + AC_SHARE * time_limit - time.monotonic()) / (len(modes) - k)
+        say(f"[{time.monotonic() - t0:6.1f}s] activation checkpointing {mode}: {share:.1f}s")
+        try:
+            results[mode] = plan(profile=profiles[mode], time_limit=max(share, 0.5), progress=progress, **kwargs)
+        except SchedcError as e:
+            errors[mode] = str(e)
+    if not results:
+        raise SchedcError(next(reversed(errors.values())))
+    best_mode = min(results, key=lambda m: results[m].value)
+    best = results[best_mode]
+    steps = {m: (results[m].value if m in results else None) for m in modes}
+    per_stage = None
+    if len(modes) > 1 and not stop_requested():
+        per_stage = _per_stage_choice(best, best_mode, profiles, modes, t0 + time_limit, say, t0)
+    notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
+    if per_stage is not None and per_stage[0].value < best.value * (1 - REL):
+        compiled, units, stage_modes = per_stage
+        choice = ACChoice(stage_modes, steps, {"modes": stage_modes, "step": compiled.value})
+        out = replace(best, compiled=compiled, units=units, least_memory=None, notes=notes)
+    else:
+        mix = None if per_stage is None else {"modes": per_stage[2], "step": per_stage[0].value}
+        choice = ACChoice(best_mode, steps, mix)
+        out = replace(best, notes=notes)
+    rows = list(out.comparisons)
+    if TORCHTITAN_AC in profiles and TORCHTITAN_AC != best_mode:
+        for row in torchtitan_rows(profiles[TORCHTITAN_AC], out.compiled.problem.n_ranks,
+                                   out.compiled.problem.n_microbatches, out.compiled.problem.memory,
+                                   out.compiled.problem.objective):
+            rows.append(replace(row, split=f"torchtitan default, {TORCHTITAN_AC} AC"))
+    out = replace(out, comparisons=rows, ac=choice, solve_time=time.monotonic() - t0,
+                  assumes={**out.assumes, "activation_checkpoint": choice.chosen})
+    out = replace(out, limiter=plan_limiter(out, max(out.compiled.sim.memory_limit)))
+    return replace(out, report=build_plan_report(out))
+
+
+def _heuristic_step(profiles, counts, stage_modes, problem, end):
+    """(step, warm start) of the heuristic warm start on the mixed profile; None if none fits."""
+    from schedc.solver.warm import warm_start
+
+    p = _problem(mixed_units(profiles, counts, stage_modes), counts, problem.placement_name, problem.n_ranks,
+                 problem.n_microbatches, problem.memory, problem.objective)
+    try:
+        warm = warm_start(p, time_budget=min(0.3, max(0.05, end - time.monotonic())))
+    except SchedcError:
+        return None
+    return (warm[1].objective(problem.objective), warm) if warm[1].fits else None
+
+
+def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str]) -> Profile:
+    """The per-unit profile whose units in stage s come from ``profiles[stage_modes[s]]``."""
+    base = next(iter(profiles.values()))
+    stages, start = [], 0
+    for n, mode in zip(counts, stage_modes):
+        stages += profiles[mode].stages[start:start + n]
+        start += n
+    return base.model_copy(update={"stages": stages,
+                                   "assumes": {**(base.assumes or {}), "activation_checkpoint": list(stage_modes)}})
+
+
+def _per_stage_choice(best: PlanResult, best_mode: str, profiles: dict, modes: list, end: float, say, t0):
+    """(compile result, mixed per-unit profile, modes per stage) of the greedy per-stage choice on
+    `best`'s partition (plan_ac): moves are judged by the heuristic warm start's step
+    (schedc.solver.warm), each against the heuristic step of the mix so far, and the final mix is
+    compiled; None when no move helped or no time is left."""
+    from schedc.solver.compile import compile_problem
+
+    problem = best.compiled.problem
+    counts, pl = best.counts, best.placement
+    room = [lim - pk for pk, lim in zip(best.compiled.sim.peak_memory, best.compiled.sim.memory_limit)]
+    # faster modes where a rank has room, first on the roomiest ranks; where it has none, stages on
+    # the tightest ranks checkpoint more, which can free room for more microbatches in flight
+    k = modes.index(best_mode)
+    moves = [(s, m) for s in sorted(range(len(counts)), key=lambda s: -room[problem.placement[s]]) for m in modes[:k]]
+    moves += [(s, m) for s in sorted(range(len(counts)), key=lambda s: room[problem.placement[s]])
+              for m in modes[k + 1:]]
+    stage_modes = [best_mode] * len(counts)
+    current = _heuristic_step(profiles, counts, stage_modes, problem, end)
+    if current is None:
+        return None
+    for s, mode in moves:
+        if time.monotonic() > t0 + (end - t0) * 0.9 or stop_requested():
+            break
+        if stage_modes[s] != best_mode:
+            continue
+        trial = stage_modes[:s] + [mode] + stage_modes[s + 1:]
+        found = _heuristic_step(profiles, counts, trial, problem, end)
+        if found is not None and found[0] < current[0] * (1 - REL):
+            stage_modes, current = trial, found
+            say(f"[{time.monotonic() - t0:6.1f}s] stage {s} with activation checkpointing {mode}: heuristic step "
+                f"{found[0]:.6g}")
+    if stage_modes == [best_mode] * len(counts):
+        return None
+    units = mixed_units(profiles, counts, stage_modes)
+    p = _problem(units, counts, pl, problem.n_ranks, problem.n_microbatches, problem.memory, problem.objective)
+    compiled = compile_problem(p, time_limit=max(0.5, end - time.monotonic()), warm=current[1])
+    return compiled, units, stage_modes
+
+
+def comparison_pictures(result: PlanResult) -> list[tuple[str, object, Profile]]:
+    """(title, schedule, merged profile) of the plan and of the fastest torchtitan class on its
+    default split that fits (else the fastest that does not), for one picture."""
+    from schedc.baselines import make_baseline
+
+    out = [(f"plan {result.placement} {result.counts} ({plan_status(result)})", result.schedule, result.profile)]
+    rows = [c for c in result.comparisons if c.split == "torchtitan default" and c.peak is not None]
+    row = min(rows, key=lambda c: (c.value is None, c.value or 0.0), default=None)
+    if row is not None:
+        name = {cls: base for cls, base, _ in TORCHTITAN_CLASSES}[row.schedule]
+        M, R = result.compiled.problem.n_microbatches, result.compiled.problem.n_ranks
+        fits = "" if row.value is not None else ", over the cap"
+        out.append((f"torchtitan {row.schedule} {row.counts}{fits}", make_baseline(name, len(row.counts), M, R),
+                    result.units.merge(row.counts)))
+    return out
