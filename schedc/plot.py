@@ -17,8 +17,8 @@ orange, W green, B purple); on ranks holding several stages, each stage slot of 
 ...) takes its own shade of that hue, so V and interleaved schedules stay readable; in a run of
 touching boxes of one colour every other box is tinted lighter. The microbatch number is written in
 a box only when it fits at the figure's scale with room to spare on both sides (so neighbouring
-numbers never read as one): the font shrinks from 7 to 4.5 pt to fit the narrowest box, so labels
-drop out on their own only for large schedules, and the figure grows with the number of actions per
+numbers never read as one): the font shrinks from 7 to 4.5 pt to fit each box, so labels drop
+out on their own only for large schedules, and the figure grows with the number of actions per
 rank (up to a cap). We use
 ``matplotlib.figure.Figure`` with the Agg canvas directly, never pyplot, so rendering is headless
 and does not touch a notebook's backend.
@@ -204,8 +204,6 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
     widths = sorted((res.timings[a].end - res.timings[a].start) * pt_per_time for row in res.order for a in row)
     typical = widths[len(widths) // 2] if widths else 0.0
     digits = len(str(max(schedule.n_microbatches - 1, 0)))
-    font = _label_font(row_pt * box_h, widths, digits)
-    need_pt = _label_width(font, digits)
     for r, row in enumerate(res.order):
         previous = None
         for a in row:
@@ -221,8 +219,9 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
             colors.append(kind_color(a.kind, slot, n_slots, alternate))
             legend_keys[key] = None
             # Judged against the widest number, so boxes of one size are all labelled or none.
-            if font and (t.end - t.start) * pt_per_time >= need_pt:
-                labels.append(((t.start + t.end) / 2, r, str(a.microbatch), colors[-1]))
+            font = _label_font(row_pt * box_h, (t.end - t.start) * pt_per_time, digits)
+            if font:
+                labels.append(((t.start + t.end) / 2, r, str(a.microbatch), colors[-1], font))
     # Thin white edges separate neighbouring boxes, but only where boxes are wide enough that
     # the edges do not eat them.
     edge = 0.5 if typical >= 7 else 0.3 if typical >= 3 else 0.0
@@ -230,7 +229,7 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
                            linewidths=edge, gid="actions", zorder=2)
     ax.add_collection(boxes)
     if len(labels) <= 4000:  # past that the text is unreadable anyway and slows rendering
-        for x, y, text, color in labels:
+        for x, y, text, color, font in labels:
             ax.text(x, y, text, ha="center", va="center", fontsize=font, color=_ink(color),
                     clip_on=True, zorder=3, gid="label")
     ax.axvline(res.makespan, color="#555555", lw=0.8, ls=":", zorder=4)
@@ -247,24 +246,12 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
 _MIN_FONT, _MAX_FONT = 4.5, 7.0
 
 
-def _label_width(font: float, digits: int) -> float:
-    """Points a microbatch number needs: DejaVu Sans digits are 0.64 em wide; 1.25 pt a side keep
-    neighbouring numbers apart."""
-    return 0.64 * font * digits + 2.5
-
-
-def _label_font(row_height_pt: float, widths_pt: Sequence[float], digits: int) -> float:
-    """The largest font (4.5 to 7 pt) under which the numbers fit the row's height and the
-    narrowest box, else the median box (then narrower boxes go unlabelled); 0 when the rows are too
-    low for 4.5 pt."""
-    by_height = min(_MAX_FONT, row_height_pt * 0.62)
-    if by_height < _MIN_FONT or not widths_pt:
-        return 0.0
-    for width in (widths_pt[0], widths_pt[len(widths_pt) // 2]):
-        font = min(by_height, (width - 2.5) / (0.64 * max(digits, 1)))
-        if font >= _MIN_FONT:
-            return font
-    return _MIN_FONT
+def _label_font(row_height_pt: float, width_pt: float, digits: int) -> float:
+    """The largest font (4.5 to 7 pt) under which a box's number fits the row's height and the box's
+    width; 0 when none does."""
+    # DejaVu Sans digits are 0.64 em wide; 1.25 pt a side keep neighbouring numbers apart
+    font = min(_MAX_FONT, row_height_pt * 0.62, (width_pt - 2.5) / (0.64 * max(digits, 1)))
+    return font if font >= _MIN_FONT else 0.0
 
 
 _MARKERS = "osD^vP<X>*"  # one per rank up to 10, with tab10's colours
