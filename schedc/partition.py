@@ -44,6 +44,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from schedc.cost_model import has_new_terms
 from schedc.costs import Profile
 from schedc.errors import SchedcError
 from schedc.tolerances import REL, TIE
@@ -69,6 +70,10 @@ class Units:
     static: np.ndarray
     w0: float  # unit 0's W (its whole backward under torch's runtime)
     comm: float  # the cheapest unit boundary: every crossing costs at least this
+    # the terms of schedc.cost_model beyond the ZB accounting (None: the profile has none): true
+    # weight-gradient bytes (``wg`` above is cut to the activation, the bounds' relaxed view),
+    # the segment [i, j)'s largest transient per kind (a merged stage's, Profile.merge), reserve
+    extra: Optional["Extra"] = None
 
     @classmethod
     def of(cls, profile: Profile) -> "Units":
@@ -79,10 +84,17 @@ class Units:
             return np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float))])
 
         comm = min(p.comm) if isinstance(p.comm, list) and p.comm else (0.0 if isinstance(p.comm, list) else float(p.comm))
+        extra = Extra.of(p) if (has_new_terms(p) or p.reserve_bytes) else None
+        # the bounds read wg: cut to the activation (a relaxation, schedc.solver.graph.Graph.relaxed)
+        wg = [min(u.weight_grad_bytes, u.activation_bytes) for u in st] if extra else [u.weight_grad_bytes for u in st]
         return cls(n=len(st), F=prefix([u.forward for u in st]), I=prefix([u.backward_input for u in st]),
                    W=prefix([u.backward_weight for u in st]), act=prefix([u.activation_bytes for u in st]),
-                   wg=prefix([u.weight_grad_bytes for u in st]), static=prefix([u.static_bytes for u in st]),
-                   w0=st[0].backward_weight, comm=comm)
+                   wg=prefix(wg), static=prefix([u.static_bytes for u in st]),
+                   w0=st[0].backward_weight, comm=comm, extra=extra)
+
+    @property
+    def reserve(self) -> float:
+        return self.extra.reserve if self.extra else 0.0
 
     def seg(self, arr: np.ndarray, i, j):
         return arr[j] - arr[i]
@@ -93,6 +105,50 @@ class Units:
 
     def seg_w(self, i, j):
         return np.where(i == 0, self.I[j] + self.W[j], self.W[j] - self.W[i])
+
+
+@dataclass(frozen=True)
+class Extra:
+    """Per-unit lowering of schedc.cost_model's terms beyond the ZB accounting: ``wg`` prefix
+    sums of the true weight-gradient bytes, ``top[k][i, j]`` the largest transient of kind k
+    among units [i, j) (what a stage made of them has, Profile.merge), the reserve."""
+
+    wg: np.ndarray
+    top: dict
+    reserve: float
+
+    @classmethod
+    def of(cls, p: Profile) -> "Extra":
+        st = p.stages
+        n = len(st)
+        top = {}
+        for k in ("F", "I", "W", "B"):
+            t = np.zeros((n + 1, n + 1))
+            for i in range(n):
+                run = 0.0
+                for j in range(i + 1, n + 1):
+                    run = max(run, st[j - 1].transient(k))
+                    t[i, j] = run
+            top[k] = t
+        wg = np.concatenate([[0.0], np.cumsum([u.weight_grad_bytes for u in st])])
+        return cls(wg=wg, top=top, reserve=float(p.reserve_bytes or 0.0))
+
+
+def one_microbatch_need(u: Units, segments) -> np.ndarray:
+    """The least running-sum peak of a rank holding the stages made of `segments` ((i, j)
+    boundary arrays, in stage order): schedc.cost_model.one_microbatch_need, elementwise."""
+    x = u.extra
+    held, peak = 0.0, 0.0
+    for i, j in segments:
+        peak = np.maximum(peak, held + u.seg(u.act, i, j) + x.top["F"][i, j])
+        held = held + u.seg(u.act, i, j)
+    for i, j in reversed(segments):
+        act, wg = u.seg(u.act, i, j), np.where(i == 0, u.seg(u.act, i, j), u.seg(x.wg, i, j))
+        t_i = np.where(i == 0, 0.0, x.top["I"][i, j])  # stage 0's I runs nothing under torch
+        t_w = np.where(i == 0, x.top["B"][i, j], x.top["W"][i, j])  # ... and its W the whole backward
+        peak = _max_of([peak, held + np.maximum(wg - act, 0.0) + t_i, held - act + wg + t_w])
+        held = held - act
+    return peak
 
 
 # ---------------------------------------------------------------- the min-max dynamic programs
@@ -179,6 +235,11 @@ def minmax(u: Units, placement: str, n_ranks: int, loop_term, v_term):
 def min_cap(u: Units, placement: str, n_ranks: int):
     """(bytes, units per stage): the smallest per-rank cap (static included) under which some
     partition holds one microbatch in flight on every rank, and that partition."""
+    if u.extra:
+        return minmax(u, placement, n_ranks,
+                      lambda k, i, j: u.seg(u.static, i, j) + u.reserve + one_microbatch_need(u, [(i, j)]),
+                      lambda r, i, a, b, j: (u.seg(u.static, i, a) + u.seg(u.static, b, j) + u.reserve
+                                             + one_microbatch_need(u, [(i, a), (b, j)])))
     return minmax(u, placement, n_ranks,
                   lambda k, i, j: u.seg(u.static, i, j) + u.seg(u.act, i, j),
                   lambda r, i, a, b, j: (u.seg(u.static, i, a) + u.seg(u.act, i, a)
@@ -190,12 +251,18 @@ def balanced(u: Units, placement: str, n_ranks: int, cap: float = INF):
     compute (F + I + W) among those that hold one microbatch under `cap`."""
     def loop_term(k, i, j):
         w = u.seg(u.F, i, j) + u.seg_i(i, j) + u.seg_w(i, j)
+        if u.extra:
+            return np.where(u.seg(u.static, i, j) + u.reserve + one_microbatch_need(u, [(i, j)]) <= cap, w, INF)
         return np.where(u.seg(u.static, i, j) + u.seg(u.act, i, j) <= cap, w, INF)
 
     def v_term(r, i, a, b, j):
         w = (u.seg(u.F, i, a) + u.seg_i(i, a) + u.seg_w(i, a)
              + u.seg(u.F, b, j) + u.seg(u.I, b, j) + u.seg(u.W, b, j))
-        need = u.seg(u.static, i, a) + u.seg(u.act, i, a) + u.seg(u.static, b, j) + u.seg(u.act, b, j)
+        if u.extra:
+            need = (u.seg(u.static, i, a) + u.seg(u.static, b, j) + u.reserve
+                    + one_microbatch_need(u, [(i, a), (b, j)]))
+        else:
+            need = u.seg(u.static, i, a) + u.seg(u.act, i, a) + u.seg(u.static, b, j) + u.seg(u.act, b, j)
         return np.where(need <= cap, w, INF)
 
     return minmax(u, placement, n_ranks, loop_term, v_term)
@@ -278,7 +345,7 @@ def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int
         head = u.F[i] + k * c
         after = (total_f - u.F[j]) + (total_i - u.I[j]) + 2 * c * (S - 1 - k)
         tail_i = W if k == 0 else u.I[i] + u.w0 + k * c
-        room = cap - u.seg(u.static, i, j)
+        room = cap - u.seg(u.static, i, j) - u.reserve  # buffers left out: a larger room relaxes
         f_r, i_r, w_r = M * F, M * I, M * W
         x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + REL) * F) if capped else f_r
         x = np.where(act > 0, x, f_r)
@@ -307,7 +374,7 @@ def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int
         f_r, i_r, w_r = M * (FA + FB), M * (IA + IB), M * (WA + WB)
         i_chain = IA + (u.I[j] - u.I[a]) + (2 * R - 2 - 2 * r) * c
         fi_chain = (u.F[b] - u.F[i]) + (2 * R - 2 - 2 * r) * c + FB + after_hi
-        room = cap - u.seg(u.static, i, a) - u.seg(u.static, b, j)
+        room = cap - u.seg(u.static, i, a) - u.seg(u.static, b, j) - u.reserve
         need = actA + actB
         if capped:
             x = np.minimum(f_r, room * np.maximum(_ratio(FA, actA), _ratio(FB, actB)))

@@ -354,3 +354,59 @@ def test_one_rank_relaxation_heads_and_tails_are_the_graphs_longest_paths(placem
     for i, a in enumerate(inst.actions):
         h, t = arrays[a.kind]
         assert h[a.stage, a.microbatch] == pytest.approx(head[i]) and t[a.stage, a.microbatch] == pytest.approx(tail[i]), a
+
+
+# memory that rises at I (torch's split backward keeps the graph and W's output gradients) and
+# transient bytes live only while an action runs: the bounds fall back to the relaxed accounting
+# (Graph.relaxed) and must stay below the exact optimum, which the compiled schedule reaches
+NEW_TERMS = [
+    (3, 3, "loop", None, "3B", 1.5, None),
+    (3, 3, "loop", None, "2.5B", 1.5, None),
+    (3, 3, "loop", None, "3B", 1.0, {"F": 0.5, "W": 0.7}),
+    (4, 2, "v", 2, "4B", 1.6, {"I": 0.3}),
+    (3, 3, "loop", None, "1p", 1.5, {"B": 0.2}),
+    (2, 3, "loop", None, "2.2B", 2.0, {"F": 0.2}),
+]
+
+
+@pytest.mark.parametrize("n,m,placement,ranks,memory,wg,transient", NEW_TERMS)
+def test_bounds_hold_with_rises_at_i_and_transients(n, m, placement, ranks, memory, wg, transient):
+    from schedc.solver.compile import compile_schedule
+
+    stages = [StageCost(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=1.0,
+                        weight_grad_bytes=wg, transient_bytes=transient) for _ in range(n)]
+    prof = Profile(stages=stages, comm=0.1)
+    p = Problem.build(n, m, n_ranks=ranks, placement=placement, profile=prof, memory=memory)
+    opt, best = exact_optimum(p, use_bounds=False)
+    assert simulate(best, p.profile, p.memory).fits
+    assert lower_bound(p) <= opt + EPS
+    rr = rank_relaxation_bound(p)
+    assert rr is None or rr <= opt + EPS
+    res = compile_schedule(n, m, n_ranks=ranks, placement=placement, profile=prof, memory=memory, time_limit=10)
+    sim = simulate(res.schedule, p.profile, p.memory)
+    assert sim.fits and sim.makespan >= opt - EPS
+    assert res.lower_bound <= opt + EPS
+    # the same problem without the new terms needs less memory: its optimum is no worse
+    plain = Problem.build(n, m, n_ranks=ranks, placement=placement, memory=memory,
+                          profile=Profile(stages=[s.model_copy(update={"weight_grad_bytes": 1.0, "transient_bytes": None})
+                                                  for s in stages], comm=0.1))
+    assert exact_optimum(plain)[0] <= opt + EPS
+
+
+@pytest.mark.parametrize("memory,wg,transient", [("4B", 1.6, {"I": 0.3}), ("3.5B", 2.0, {"F": 0.4, "W": 0.2})])
+def test_cpsat_relaxations_hold_with_rises_at_i_and_transients(memory, wg, transient):
+    from schedc.solver.anchored import anchored_bound
+    from schedc.solver.blocks import block_bound
+    from schedc.solver.deadline import Deadline
+    from schedc.solver.pair_relaxation import PairRelaxation
+
+    stages = [StageCost(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=1.0,
+                        weight_grad_bytes=wg, transient_bytes=transient) for _ in range(4)]
+    p = Problem.build(4, 3, n_ranks=2, placement="v", profile=Profile(stages=stages), memory=memory)
+    opt, _ = exact_optimum(p, use_bounds=False)
+    assert anchored_bound(p, Deadline.after(10)) <= opt + EPS
+    assert block_bound(p, Deadline.after(10)) <= opt + EPS
+    pair = PairRelaxation(p, opt)
+    while not pair.settled:
+        pair.next(Deadline.after(10))
+    assert pair.best <= opt + EPS

@@ -76,7 +76,7 @@ class Problem:
     def activation_room(self) -> list[float]:
         """Per rank: what the cap leaves for the running sum of held bytes (cap - static -
         buffers - reserve; inf when uncapped)."""
-        return self.costs.room
+        return list(self.costs.room)
 
     def duration(self, stage: int, kind: str) -> float:
         return self.profile.duration(stage, kind)
