@@ -3,8 +3,10 @@ arithmetic, and write a profile JSON."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+from pathlib import Path
 from typing import Optional
 
 from schedc.commands import common
@@ -17,7 +19,15 @@ GPT_DEFAULTS = {"layers": 4, "hidden": 64, "heads": 4, "seq": 32, "vocab": 256, 
 # shape flags -> the parameter names a --model function (and every example) takes
 MODEL_PARAMS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
                 "ffn": "ffn_hidden", "seq": "seq_len", "vocab": "vocab_size"}
-ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth")
+ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth", "impl", "ac", "dp_shard", "tp",
+                   "param_dtype")
+# the counted route's integer flags and the most each may be (beyond any model; keeps counts finite and fast)
+COUNTED_INTS = {"layers": 8190, "hidden": 2**24, "heads": 2**24, "kv_heads": 2**24, "head_dim": 2**24,
+                "ffn": 2**24, "vocab": 2**24, "seq": 2**24, "mbs": 2**16, "dp_shard": 2**20, "tp": 2**16}
+# what the default --comm-bandwidth stands for
+COMM_BANDWIDTH_HELP = ("40GB/s for a counted profile: about one 400 Gb/s InfiniBand or RoCE NIC per GPU, a pipeline "
+                       "link across nodes; within a node NVLink gives about 450GB/s per direction (H100/H200 NVLink 4), "
+                       "PCIe 4.0 x16 about 25GB/s")
 
 
 def register(sub) -> None:
@@ -26,15 +36,18 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
     common.add_gpt_args(p)
     p.set_defaults(**{k: None for k in GPT_DEFAULTS})
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu; a counted profile is for "
+                                                 "CUDA unless --device cpu)")
     p.add_argument("--optimizer", default="adamw", help="optimizer whose state counts in static bytes: "
                    "adamw, adam, sgd, sgd-momentum, none (default adamw)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per stage (default 2)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per stage; the median is kept (default 5)")
     p.add_argument("--comm-bandwidth", metavar="B/s", default=None,
-                   help="link bandwidth for boundary activations, e.g. 25GB/s (default: comm is free; "
-                        "40GB/s for an arithmetic profile)")
-    p.add_argument("--comm-latency", metavar="S", type=float, default=0.0, help="seconds per transfer (default 0)")
+                   help="link bandwidth for boundary activations, e.g. 25GB/s (default: comm is free when measured; "
+                        + COMM_BANDWIDTH_HELP + ")")
+    p.add_argument("--comm-latency", metavar="S", type=float, default=0.0,
+                   help="seconds per transfer, added to every boundary's time (default 0; a few microseconds "
+                        "within a node, about 10-20us across nodes)")
     p.add_argument("--comm-measure", action="store_true",
                    help="measure send/recv between ranks 0 and 1 (run under torchrun --nproc-per-node 2)")
     p.add_argument("--concurrent", type=int, default=1, metavar="N",
@@ -77,6 +90,23 @@ def register(sub) -> None:
     u.add_argument("--mlp", choices=("swiglu", "gelu"), default=None, help="arithmetic: MLP kind (default swiglu)")
     u.add_argument("--tied-embeddings", action="store_true", default=None,
                    help="arithmetic: the LM head shares the embedding's matrix")
+    u.add_argument("--impl", choices=("hf", "torchtitan", "paper"), default=None,
+                   help="counted: whose code runs the model, which decides what it keeps: hf (Hugging Face "
+                        "transformers' modules, as NeMo AutoModel trains them), torchtitan (its own model code), "
+                        "paper (the textbook count); default: the framework of --names")
+    u.add_argument("--ac", metavar="MODE", default=None,
+                   help="counted: activation checkpointing per layer: none (default), selective (torchtitan's "
+                        "op-level policy: every other matmul and attention saved), full (the layer's input only; "
+                        "I and W recompute its forward), or a comma-separated list, one per layer")
+    u.add_argument("--dp-shard", type=int, default=None, metavar="N",
+                   help="counted: FSDP / ZeRO-3 shard degree: divides params, gradients and optimizer states "
+                        "(default 1)")
+    u.add_argument("--tp", type=int, default=None, metavar="N",
+                   help="counted: tensor-parallel degree, with sequence parallelism: divides weights and "
+                        "activations (default 1)")
+    u.add_argument("--param-dtype", default=None,
+                   help="counted: dtype the parameters are stored in (default --dtype, i.e. the config's; "
+                        "torchtitan under FSDP keeps float32)")
     u.add_argument("--names", choices=("torchtitan", "hf"), default=None,
                    help="arithmetic: module names of the units: torchtitan's (tok_embeddings, layers.N, norm, "
                         "lm_head; default) or Hugging Face / NeMo AutoModel's (model.embed_tokens, model.layers.N, "
@@ -98,6 +128,7 @@ def run(args) -> int:
                           f"config.json or --flops FLOP/s, or drop it to measure")
     common.require_torch("schedc profile")
     common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
+    args.device = args.device or "cpu"
     import torch
 
     from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_units
@@ -162,18 +193,23 @@ def _run_settings(args):
     fp32 gradients beside it) and outside the allocator (--reserve)."""
     from schedc.runtime.profiler import RunSettings
 
-    reserve = None
-    if args.reserve is not None:
-        try:
-            limit = MemoryLimit.parse(args.reserve) if args.reserve.strip() != "0" else None
-        except SchedcError:
-            limit = False
-        if limit is False or (limit is not None and limit.kind != "bytes"):
-            raise SchedcError(f"--reserve: expected a byte size (e.g. 1.2GiB or 0), got {args.reserve!r}")
-        reserve = limit.value if limit is not None else 0.0
+    reserve = _reserve_bytes(args)
     given = args.optimizer_bytes is not None
     return RunSettings(optimizer_bytes_per_param=args.optimizer_bytes, grad_bytes_per_param=4.0 if given else None,
                        reserve_bytes=reserve)
+
+
+def _reserve_bytes(args) -> Optional[float]:
+    """--reserve as bytes (None when not given)."""
+    if args.reserve is None:
+        return None
+    try:
+        limit = MemoryLimit.parse(args.reserve) if args.reserve.strip() != "0" else None
+    except SchedcError:
+        limit = False
+    if limit is False or (limit is not None and limit.kind != "bytes"):
+        raise SchedcError(f"--reserve: expected a byte size (e.g. 1.2GiB or 0), got {args.reserve[:40]!r}")
+    return limit.value if limit is not None else 0.0
 
 
 def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> Profile:
@@ -203,13 +239,55 @@ def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> P
 
 
 def _run_arithmetic(args) -> int:
-    from schedc.model_costs import read_hf_config, unit_profile
+    from schedc.model_costs import unit_profile
 
     for flag, given in (("--model", args.model), ("--comm-measure", args.comm_measure),
                         ("--concurrent", args.concurrent != 1), ("--all-units", args.all_units)):
         if given:
             raise SchedcError(f"{flag} measures a model; --config/--flops count one from arithmetic: give one or the other")
+    _check_counted_numbers(args)
     common.check_outputs(args, (args.output, "-o"))
+    if args.config and Path(args.config).resolve() == Path(args.output).resolve():
+        raise SchedcError(f"-o {args.output}: is the config being read; write the profile to another file")
+    shape, dtype = _counted_shape(args)
+    if args.seq is None:
+        raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
+    bandwidth = _parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth")
+    memory_bandwidth = _parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth")
+    device = "cpu" if args.device == "cpu" else "cuda"
+    profile = unit_profile(**shape, seq=args.seq, microbatch_size=args.mbs or 1, dtype=dtype,
+                           flops_per_second=args.flops if args.flops is not None else 400e12,
+                           memory_bandwidth=memory_bandwidth or 2e12, bandwidth=bandwidth or 40e9,
+                           latency=args.comm_latency, optimizer=args.optimizer,
+                           optimizer_bytes_per_param=args.optimizer_bytes,
+                           activation_checkpoint=_ac(args, shape["layers"]), impl=args.impl, device=device,
+                           dp_shard=args.dp_shard or 1, tp=args.tp or 1, param_dtype=args.param_dtype,
+                           reserve_bytes=_reserve_bytes(args), names=args.names or "torchtitan")
+    return _write(profile, args.output)
+
+
+def _check_counted_numbers(args) -> None:
+    """One line naming the flag for numbers the counted route cannot use (before any file is read)."""
+    for name, most in COUNTED_INTS.items():
+        value = getattr(args, name, None)
+        if value is not None and not 1 <= value <= most:
+            shown = str(value) if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
+            raise SchedcError(f"--{name.replace('_', '-')} must be between 1 and {most}, got {shown}")
+    for flag, value, most in (("--flops", args.flops, 1e21), ("--optimizer-bytes", args.optimizer_bytes, 1024.0),
+                              ("--comm-latency", args.comm_latency, 3600.0)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= most and (flag != "--flops" or value > 0)):
+            raise SchedcError(f"{flag} must be a finite number {'> 0' if flag == '--flops' else '>= 0'} and at most "
+                              f"{most:g}, got {value!r}")
+    from schedc.model_costs import OPTIMIZER_STATES
+
+    if args.optimizer not in OPTIMIZER_STATES:
+        raise SchedcError(f"--optimizer must be one of {', '.join(OPTIMIZER_STATES)}, got {args.optimizer[:40]!r}")
+
+
+def _counted_shape(args) -> tuple[dict, str]:
+    """The model's shape keywords from --config or the shape flags, and the activation dtype."""
+    from schedc.model_costs import read_hf_config
+
     if args.config:
         shape_flags = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied_embeddings", "mlp")
         if _given(args, shape_flags):
@@ -217,26 +295,30 @@ def _run_arithmetic(args) -> int:
                               f"drop the flag (or edit a copy of the file)")
         shape = read_hf_config(args.config)
         file_dtype = shape.pop("dtype")
-        dtype = args.dtype or file_dtype
-    else:
-        missing = [f"--{k}" for k in ("layers", "hidden", "vocab") if getattr(args, k) is None]
-        if missing:
-            raise SchedcError(f"--flops without --config counts the model from flags: give {', '.join(missing)} "
-                              f"(or --config config.json)")
-        shape = dict(layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads,
-                     kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn, mlp=args.mlp or "swiglu",
-                     tied_embeddings=bool(args.tied_embeddings))
-        dtype = args.dtype or "bfloat16"
-    if args.seq is None:
-        raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
-    bandwidth = _parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth")
-    memory_bandwidth = _parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth")
-    profile = unit_profile(**shape, seq=args.seq, microbatch_size=args.mbs or 1, dtype=dtype,
-                           flops_per_second=args.flops if args.flops is not None else 400e12,
-                           memory_bandwidth=memory_bandwidth or 2e12, bandwidth=bandwidth or 40e9,
-                           optimizer_bytes_per_param=12.0 if args.optimizer_bytes is None else args.optimizer_bytes,
-                           names=args.names or "torchtitan")
-    return _write(profile, args.output)
+        return shape, args.dtype or file_dtype
+    missing = [f"--{k}" for k in ("layers", "hidden", "vocab") if getattr(args, k) is None]
+    if missing:
+        raise SchedcError(f"--flops without --config counts the model from flags: give {', '.join(missing)} "
+                          f"(or --config config.json)")
+    shape = dict(layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads,
+                 kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn, mlp=args.mlp or "swiglu",
+                 tied_embeddings=bool(args.tied_embeddings))
+    return shape, args.dtype or "bfloat16"
+
+
+def _ac(args, layers: int):
+    """--ac as one mode or one per layer."""
+    from schedc.model_costs import AC_MODES
+
+    if args.ac is None:
+        return "none"
+    modes = [m.strip() for m in args.ac.split(",")]
+    bad = next((m for m in modes if m not in AC_MODES), None)
+    if bad is not None:
+        raise SchedcError(f"--ac: {bad[:40]!r} is not a mode; use none, selective or full (or one per layer)")
+    if len(modes) not in (1, layers):
+        raise SchedcError(f"--ac: {len(modes)} modes for {layers} layers; give one, or one per layer")
+    return modes[0] if len(modes) == 1 else modes
 
 
 def _write(profile: Profile, output: str) -> int:

@@ -115,7 +115,7 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     kv = float(s.kv_heads or 1)
     gpt2 = s.family == "gpt2"
     norms = 2 * _norm(h, 1, e, impl, device, gpt2) + 2 * e * h          # two norms and their outputs
-    attention = e * (2 * q + 2 * k) + 4 * heads + (e * q if device == "cpu" else 0)
+    attention = e * (2 * q + 2 * k) + 4 * heads
     qk_norm = s.family in ("qwen3", "qwen3_moe")
     if qk_norm:
         attention += _norm(q, heads, e, impl, device, False) + _norm(k, kv, e, impl, device, False)
@@ -124,12 +124,14 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     activation = norms + attention + mlp + masks
     wgrads = e * (q + 2 * k + h) + 2 * e * h + mlp_grads - e * h   # less the output gradient given
     if gpt2:
-        wgrads = e * (3 * h + h) + 2 * e * h + mlp_grads            # c_attn fused; dropout makes dY's copy
+        wgrads = e * (3 * h + h) + 2 * e * h + mlp_grads - e * h    # c_attn fused (one output)
     if qk_norm:
         wgrads += e * (q + k)
     dx = e * h
     groups = (2 if gpt2 else 4) + 2 + mlp_groups + (2 if qk_norm else 0)
-    transient = {"I": 2 * e * (s.moe_ffn_hidden * s.experts_per_token if s.experts else f)}
+    # measured (benchmarks/memory_fidelity.py): the norms' fp32 temporaries in F; in I the
+    # gradients that die inside it (the norms' fp32 backward, the residual stream's)
+    transient = {"F": 4 * h, "I": (28 if gpt2 else 18) * h}
     if ac == "none":
         return UnitBytes(activation, activation + wgrads + dx, transient, wgrads=wgrads)
     if ac == "full":
@@ -160,9 +162,10 @@ def head_bytes(s: ModelShape, impl: Impl, device: str, vocab: float) -> UnitByte
     if impl == "paper":
         act = e * vocab + 4 * vocab + 2 * e * h
         return UnitBytes(act, act, wgrads=e * h + e * vocab)
-    act = _norm(h, 1, e, impl, device, s.family == "gpt2") + e * h + 4 * vocab + 16
+    act = _norm(h, 1, e, impl, device, s.family == "gpt2") + e * h + 4 * vocab + 8
     wgrads = e * vocab + e * h
-    return UnitBytes(act, act + wgrads + e * h, {"F": (e + 4) * vocab, "I": 8 * vocab}, wgrads=wgrads)
+    norm_backward = 12 * h if s.family == "gpt2" else 18 * h
+    return UnitBytes(act, act + wgrads + e * h, {"F": 4 * vocab, "I": norm_backward}, wgrads=wgrads)
 
 
 def embedding_bytes(s: ModelShape, device: str) -> UnitBytes:
@@ -172,4 +175,4 @@ def embedding_bytes(s: ModelShape, device: str) -> UnitBytes:
     act = 8.0 + (8.0 if s.positions else 0.0)
     if s.dropout:
         act += s.hidden * (1 if device == "cuda" else e)
-    return UnitBytes(act, act)
+    return UnitBytes(act, act, {"F": e * s.hidden} if s.positions else {})
