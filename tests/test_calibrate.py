@@ -152,3 +152,25 @@ def test_an_overlap_cell_is_timed_once_and_shared_among_its_parts():
     assert measured.actions[Action(1, "B", 0)] == (1, 3.5, 5.5, 0.0, 2.0)
     evenly, = _parse_steps(results, schedule)
     assert evenly.actions[Action(1, "F", 1)][4] == evenly.actions[Action(1, "B", 0)][4] == 1.5
+
+
+def test_torch_215_wait_actions_count_as_waiting_not_compute():
+    # torch 2.15 lowers WAIT_SEND_F / WAIT_SEND_B / WAIT_REDUCE_GRAD into actions of their own:
+    # their time is the rank waiting; the compute actions' work and the refined profile ignore it
+    from schedc.csvio import parse_csv_text
+    from schedc.ir import Action
+    from schedc.runtime.calibrate import _parse_steps
+
+    schedule = parse_csv_text("0F0,0B0\n1F0,1B0\n", "w.csv")
+    events = {0: [("PP:0F0", 0.0, 0.0, 1.0), ("PP:0SEND_F0", 1.0, 0.0, 1.0), ("PP:0WAIT_SEND_F0", 1.0, 0.0, 3.0),
+                  ("PP:0B0", 4.0, 0.0, 6.0), ("PP:0WAIT_REDUCE_GRAD", 6.0, 0.0, 6.5)],
+              1: [("PP:1F0", 1.0, 0.0, 2.0), ("PP:1B0", 2.0, 0.0, 4.0), ("PP:1WAIT_SEND_B0", 4.0, 0.0, 4.25)]}
+    results = [{"rank": r, "steps": [{"start": 0.0, "end": 6.5, "events": ev}]} for r, ev in events.items()]
+    measured, = _parse_steps(results, schedule)
+    assert measured.waiting == [2.5, 0.25]
+    assert measured.actions[Action(0, "F", 0)][4] == 1.0 and measured.actions[Action(0, "B", 0)][4] == 2.0
+    profile = Profile.uniform(2, 1, 1, 1)
+    cal = compare("w.csv", schedule, profile, results)
+    assert [r.measured_waiting for r in cal.ranks] == [2.5, 0.25]
+    assert [r.measured_busy for r in cal.ranks] == [3.0, 3.0]
+    assert "WAIT_REDUCE_GRAD actions (not compute): rank 0 2500.0ms, rank 1 250.0ms" in format_calibration(cal)

@@ -54,6 +54,9 @@ _COMM_LABEL = re.compile(r"^PP:(\d+)(SEND|RECV)_([FB])(\d+)$")
 # torch labels an OVERLAP_F_B cell once, "PP:(0F7;7B3)OVERLAP_F_B", and runs its parts one after another
 _OVERLAP_LABEL = re.compile(r"^PP:\((.+)\)OVERLAP_F_B$")
 _PART = re.compile(r"^(\d+)([FIWB])(\d+)$")
+# torch 2.15 lowers waits into actions of their own: for a send's completion (WAIT_SEND_F/B) and
+# for a gradient reduction (WAIT_REDUCE_GRAD); their time is the rank waiting, never compute
+_WAIT_LABEL = re.compile(r"^PP:(\d*)(WAIT_SEND_F|WAIT_SEND_B|WAIT_REDUCE_GRAD)(\d*)$")
 
 
 # ---------------------------------------------------------------- inside each rank
@@ -310,6 +313,7 @@ class RankComparison:
     measured_finish: float
     predicted_busy: float
     measured_busy: float
+    measured_waiting: float = 0.0  # in WAIT_SEND_F / WAIT_SEND_B / WAIT_REDUCE_GRAD actions (torch 2.15)
 
     @property
     def finish_error(self) -> float:
@@ -411,6 +415,7 @@ class _Measured:
 
     actions: dict[Action, tuple[int, float, float, float, float]]
     rank_end: list[float]  # when step() returned on each rank
+    waiting: list[float] = field(default_factory=list)  # per rank: seconds in WAIT_* actions
 
 
 def _backward_kinds(schedule: Schedule) -> dict[tuple[int, int], str]:
@@ -431,8 +436,12 @@ def _parse_steps(results: list[dict], schedule: Schedule,
         origin = min(r["steps"][k]["start"] for r in by_rank)
         actions: dict[Action, tuple[int, float, float, float, float]] = {}
         comm_work: dict[Action, float] = {}
-        for r in by_rank:
+        waiting = [0.0] * len(by_rank)
+        for n, r in enumerate(by_rank):
             for label, enter, wait, exit_ in r["steps"][k]["events"]:
+                if _WAIT_LABEL.match(label):
+                    waiting[n] += max(0.0, exit_ - enter)
+                    continue
                 m = _LABEL.match(label)
                 if m:
                     a = Action(int(m.group(1)), m.group(2), int(m.group(3)))
@@ -467,7 +476,7 @@ def _parse_steps(results: list[dict], schedule: Schedule,
         if missing:
             raise SchedcError(f"calibrate: no timing for {len(missing)} action(s), e.g. {missing[0]}; "
                               f"was the schedule run with torch's _PipelineScheduleRuntime?")
-        out.append(_Measured(actions, [r["steps"][k]["end"] - origin for r in by_rank]))
+        out.append(_Measured(actions, [r["steps"][k]["end"] - origin for r in by_rank], waiting))
     return out
 
 
@@ -544,6 +553,7 @@ def compare(csv_label: str, schedule: Schedule, profile: Profile, results: list[
             measured_finish=statistics.median(finishes),
             predicted_busy=pred.busy[r],
             measured_busy=statistics.median(busy),
+            measured_waiting=statistics.median(m.waiting[r] if m.waiting else 0.0 for m in measured),
         ))
     measured_step = statistics.median(step_times)
     start_err = statistics.median(
@@ -698,6 +708,9 @@ def format_calibration(cal: Calibration) -> str:
             f"  {r.rank:>4}  {format_ms(r.predicted_finish):>11}  {format_ms(r.measured_finish):>9}  {100 * r.finish_error:>+6.1f}%  "
             f"{format_ms(r.predicted_busy):>9}  {format_ms(r.measured_busy):>9}  {100 * r.busy_error:>+6.1f}%"
         )
+    if any(r.measured_waiting > 0 for r in cal.ranks):
+        lines.append("  waiting in WAIT_SEND_F / WAIT_SEND_B / WAIT_REDUCE_GRAD actions (not compute): "
+                     + ", ".join(f"rank {r.rank} {format_ms(r.measured_waiting)}" for r in cal.ranks))
     return "\n".join(lines)
 
 
