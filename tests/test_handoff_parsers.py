@@ -125,7 +125,17 @@ def test_a_per_stage_checkpointing_plan_is_not_handed_off_as_one_mode():
     s = REGISTRY["torchtitan"].settings(handoff(activation_checkpoint=["none", "full", "full", "none"]))
     assert "activation_checkpoint" not in s["config"] and not any(a.startswith("activation_checkpoint:")
                                                                   for a in s["command_line"])
-    assert any("applies one mode" in w for w in s["warnings"])
+    assert any("applies one mode" in w and "none x 2, full x 2" in w for w in s["warnings"])
+    same = REGISTRY["nemo"].settings(handoff(partition=HF, activation_checkpoint=["full"] * 4))
+    assert same["distributed"]["activation_checkpointing"] is True and same["warnings"] == []
+
+
+def test_memory_counted_for_another_implementation_is_a_warning():
+    tt = REGISTRY["torchtitan"].settings(handoff(implementation="hf"))
+    assert any("Hugging Face transformers' modules" in w and "--impl torchtitan" in w for w in tt["warnings"])
+    assert REGISTRY["torchtitan"].settings(handoff(implementation="torchtitan"))["warnings"] == []
+    nemo = REGISTRY["nemo"].settings(handoff(partition=HF, implementation="torchtitan"))
+    assert any("--impl hf" in w for w in nemo["warnings"])
 
 
 @pytest.mark.parametrize("name, fragment", [("layers.0,layers.1", "contains a comma"), ("-x", "starts with '-'"),

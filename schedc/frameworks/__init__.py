@@ -34,8 +34,9 @@ def handoff_of(result, csv: str = "plan.csv", assumes: Optional[dict[str, Any]] 
     """The facts a framework needs from a :class:`schedc.plan.PlanResult`. ``assumes``: what the plan
     took about the run; by default its report's ``"assumes"``, else the unit profile's."""
     problem = result.compiled.problem
-    if assumes is None:
-        assumes = (result.report or {}).get("assumes") or getattr(result.units, "assumes", None) or {}
+    if assumes is None:  # the profile's, then the plan's own choices (e.g. its activation checkpointing)
+        assumes = {**(getattr(result.units, "assumes", None) or {}), **(getattr(result, "assumes", None) or {}),
+                   **((result.report or {}).get("assumes") or {})}
     assumes = dict(assumes)
     assumes.setdefault("microbatch_size", result.units.microbatch_size or 1)
     return Handoff(partition=result.partition, placement=result.placement, n_ranks=problem.n_ranks,

@@ -75,6 +75,35 @@ class Handoff:
     def microbatch_size(self) -> int:
         return int(self.assumes.get("microbatch_size") or 1)
 
+    def common_warnings(self, framework: str, implementation: str, label: str) -> list[str]:
+        """What every framework's block warns about: memory counted for another implementation of
+        the model, and activation checkpointing that differs between stages or layers."""
+        out = []
+        counted = self.assumes.get("implementation")
+        if counted in ("hf", "torchtitan") and counted != implementation:
+            names = {"hf": "Hugging Face transformers' modules", "torchtitan": "torchtitan's model code"}
+            out.append(f"the profile counts memory as {names[counted]} keep it; {label} runs {names[implementation]}, "
+                       f"which keep other bytes: count the profile with --impl {implementation} before launching")
+        return out
+
+    def ac_summary(self) -> str:
+        """'none x 10, full x 22' for a list of modes, in order of first use."""
+        modes = self.assumes.get("activation_checkpoint")
+        if not isinstance(modes, list):
+            return ascii(modes)[:60]
+        counts = {ascii(m)[:20]: 0 for m in modes}
+        for m in modes:
+            counts[ascii(m)[:20]] += 1
+        return ", ".join(f"{m.strip(chr(39))} x {n}" for m, n in counts.items())
+
+    def ac_mode(self) -> Optional[str]:
+        """The one activation-checkpointing mode of the run (default none: what schedc counts
+        without one); None when it differs between stages or layers."""
+        mode = self.assumes.get("activation_checkpoint") or "none"
+        if isinstance(mode, list) and len(set(mode)) == 1:
+            mode = mode[0]
+        return mode if mode in AC_MODES else None
+
 
 @dataclass(frozen=True)
 class Framework:

@@ -103,14 +103,14 @@ def settings(h: Handoff) -> dict:
         warnings.append("the profile does not record its sequence length: set distributed.pipeline.pp_seq_len "
                         "and the dataset's length to the one it was profiled at")
     distributed = {"pp_size": h.n_ranks, "tp_size": int(a.get("tp") or 1), "dp_size": int(a.get("dp_shard") or 1)}
-    mode = a.get("activation_checkpoint", "none")
-    if isinstance(mode, list) and len(set(mode)) == 1:
-        mode = mode[0]
-    if mode in AC_MODES:
+    mode = h.ac_mode()
+    if mode is not None:
         distributed["activation_checkpointing"] = _AC[mode]
     else:
-        warnings.append(f"the plan checkpoints activations per stage ({mode}); NeMo AutoModel applies one mode "
-                        "to every layer: run the plan under schedc's runtime or plan with one --ac mode")
+        warnings.append(f"the plan checkpoints activations differently per stage or layer "
+                        f"({h.ac_summary()}); NeMo AutoModel applies one mode to every layer: run the plan "
+                        "under schedc's runtime or plan with one --ac mode")
+    warnings += h.common_warnings(NAME, "hf", "NeMo AutoModel")
     return {"distributed": {**distributed, "pipeline": pipeline},
             "step_scheduler": {"local_batch_size": h.n_microbatches * mbs}, "warnings": warnings}
 

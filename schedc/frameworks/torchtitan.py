@@ -129,14 +129,14 @@ def settings(h: Handoff) -> dict:
     else:
         warnings.append("the profile does not record its sequence length: set --training.seq_len to the one "
                         "it was profiled at (torchtitan's configs default to theirs, e.g. 8192 for llama3_8b)")
-    mode = a.get("activation_checkpoint", "none")
-    if isinstance(mode, list) and len(set(mode)) == 1:
-        mode = mode[0]
-    if mode in AC_MODES:
+    mode = h.ac_mode()
+    if mode is not None:
         config["activation_checkpoint"] = mode
     else:
-        warnings.append(f"the plan checkpoints activations per stage ({mode}); torchtitan applies one mode to "
-                        "every layer: run the plan under schedc's runtime or plan with one --ac mode")
+        warnings.append(f"the plan checkpoints activations differently per stage or layer "
+                        f"({h.ac_summary()}); torchtitan applies one mode to every layer: run the plan "
+                        "under schedc's runtime or plan with one --ac mode")
+    warnings += h.common_warnings(NAME, "torchtitan", "torchtitan")
     return {"config": config, "command_line": command_line(config), "warnings": warnings}
 
 
