@@ -588,9 +588,14 @@ def stage_modules(profile: Profile, counts: Sequence[int]) -> list[list[str]]:
 
 def check_units(profile: Profile, source: str = "profile") -> list[str]:
     """Notes on a per-unit profile (units without module names); duplicate names are an error."""
+    from schedc.frameworks._names import module_name_problem
+
     seen: dict[str, int] = {}
     for k, unit in enumerate(profile.stages):
         for name in unit.modules or []:
+            problem = module_name_problem(name)
+            if problem:  # before the search: the partition could not be handed over
+                raise SchedcError(f"{source}: stages[{k}].modules: {ascii(name)[:80]} {problem}")
             if name in seen:
                 raise SchedcError(f"{source}: stages[{k}].modules: {name!r} is already in unit {seen[name]}; "
                                   "each module belongs to exactly one unit")

@@ -188,3 +188,19 @@ def test_torchtitans_default_split_is_restated_exactly():
 
     for stages, layers in [(1, 3), (2, 4), (4, 6), (8, 28), (16, 32), (8, 32), (3, 7)]:
         assert default_partition(stages, layers) == pp._generate_llm_fqn_per_model_part(stages, layers), (stages, layers)
+
+
+def test_plan_refuses_module_names_torchtitan_would_misread_before_searching(tmp_path, capsys):
+    from schedc.costs import Profile, StageCost
+
+    unit = dict(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=1.0, weight_grad_bytes=0.5)
+    names = [["tok_embeddings"], ["layers.0,layers.1"], ["layers.2"], ["norm", "lm_head"]]
+    path = tmp_path / "units.json"
+    Profile(stages=[StageCost(**unit, modules=m) for m in names]).save(path)
+    out = tmp_path / "plan.csv"
+    code = cli.main(["plan", "--profile", str(path), "--ranks", "2", "--mb", "2", "--memory", "none",
+                     "--time-limit", "30", "-o", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "stages[1].modules: 'layers.0,layers.1' contains a comma" in err and "two modules" in err
+    assert not out.exists()

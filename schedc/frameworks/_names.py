@@ -48,23 +48,28 @@ def translate(partition: list[list[str]], source, target) -> list[list[str]]:
     return out
 
 
+def module_name_problem(name: str) -> str:
+    """'' for a name every framework's parser reads back as one module, else why not (torchtitan's
+    comma-separated ``list[str]`` flag, a shell or a YAML list would read it as something else)."""
+    if not name:
+        return "is empty; name every module"
+    if "," in name:
+        return ("contains a comma, which torchtitan's --parallelism.module_fqns_per_model_part reads as two "
+                "modules; rename the module")
+    if name.startswith("-"):
+        return "starts with '-', which a command line reads as a flag; rename the module"
+    if _CONTROL.search(name):
+        return "contains a space or control character, which no module path holds; rename the module"
+    return ""
+
+
 def check_module_names(partition: list[list[str]], where: str = "partition") -> None:
-    """Refuse names that torchtitan's comma-separated ``list[str]`` flag, a shell or a YAML list would
-    read as something else: a comma (two modules), a leading '-' (a flag), spaces, control characters."""
+    """SchedcError naming the first module name of the partition a framework would misread."""
     for s, stage in enumerate(partition):
         for name in stage:
-            shown = ascii(name)[:80]
-            if not name:
-                raise SchedcError(f"{where}: stage {s} has an empty module name; name every module")
-            if "," in name:
-                raise SchedcError(f"{where}: module name {shown} (stage {s}) contains a comma, which torchtitan's "
-                                  "--parallelism.module_fqns_per_model_part reads as two modules; rename the module")
-            if name.startswith("-"):
-                raise SchedcError(f"{where}: module name {shown} (stage {s}) starts with '-', which a command "
-                                  "line reads as a flag; rename the module")
-            if _CONTROL.search(name):
-                raise SchedcError(f"{where}: module name {shown} (stage {s}) contains a space or control "
-                                  "character, which no module path holds; rename the module")
+            problem = module_name_problem(name)
+            if problem:
+                raise SchedcError(f"{where}: module name {ascii(name)[:80]} (stage {s}) {problem}")
 
 
 # (embedding, layer pattern, head modules) of a Llama-style model in each vocabulary
