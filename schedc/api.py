@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Un
 from schedc.baselines import BASELINE_NAMES, make_baseline
 from schedc.choices import Execution, Objective, Placement, PlacementName, Solver, Status, check_choice
 from schedc.costs import MemoryLimit, Profile
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.ir import Schedule
 from schedc.results import BaselineResult, Compiled, Report, Simulation
 
@@ -44,6 +44,22 @@ BASELINES: tuple[str, ...] = BASELINE_NAMES
 """The hand-made schedules :func:`baseline` builds, by canonical name."""
 
 
+def _python_spelling(function):
+    """A :class:`~schedc.errors.ParameterError` raised anywhere below `function` names the keyword
+    argument (``memory=``), not the command-line flag the core spells by default (``--memory``)."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except ParameterError as e:
+            raise e.for_python() from None
+
+    return wrapper
+
+
+@_python_spelling
 def compile(
     *,
     stages: int,
@@ -136,6 +152,7 @@ def compile(
         interrupted=res.interrupted, report=report)
 
 
+@_python_spelling
 def simulate(
     schedule: Schedule,
     *,
@@ -187,6 +204,7 @@ def simulate(
     return Simulation.from_sim(simulate_schedule(schedule, prof, mem, runtime=execution))
 
 
+@_python_spelling
 def validate(
     schedule: Schedule,
     *,
@@ -237,6 +255,7 @@ def validate(
                       source=str(schedule.meta.get("source", "")))
 
 
+@_python_spelling
 def baseline(
     name: str,
     *,
@@ -284,6 +303,7 @@ def baseline(
     return make_baseline(name, stages, microbatches, n_ranks=ranks, placement=placement)
 
 
+@_python_spelling
 def plot(
     schedules: Union[Schedule, Sequence[Schedule]],
     *,
@@ -506,5 +526,5 @@ def _memory(memory: Any) -> MemoryLimit:
                           f"schedc.MemoryLimit; got {memory!r}")
     try:
         return MemoryLimit.parse(memory)
-    except SchedcError as e:  # the parser names the CLI flag; here the caller passed `memory`
-        raise SchedcError(str(e).replace("--memory:", "memory:", 1)) from None
+    except ParameterError as e:  # the parser's error names the CLI flag; here the caller passed `memory=`
+        raise e.for_python() from None

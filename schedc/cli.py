@@ -24,7 +24,13 @@ from typing import Iterator, Optional, Sequence
 
 from schedc import __version__
 from schedc._loading import hand_over_ctrl_c
-from schedc.errors import SchedcError, Terminated, raise_terminated, signals_held
+from schedc.errors import SchedcError, Terminated, cut_long, printable, raise_terminated, signals_held
+
+
+# what users of other tools type for an option schedc spells otherwise (difflib finds typos only)
+_SYNONYMS = {"--microbatches": "--mb", "--num-microbatches": "--mb", "--n-microbatches": "--mb",
+             "--microbatch": "--mb", "--num-stages": "--stages", "--pp": "--ranks", "--gpus": "--ranks",
+             "--mem": "--memory", "--memory-limit": "--memory", "--out": "--output", "--timeout": "--time-limit"}
 
 
 def _parser_class():
@@ -34,14 +40,35 @@ def _parser_class():
     class Parser(argparse.ArgumentParser):
         """argparse, plus: an unknown ``--option`` is an error that names the nearest real one, and
         so is another command's option that would pass here as an abbreviation (``profile --mb 4``
-        would silently mean ``--mbs 4``, the microbatch size)."""
+        would silently mean ``--mbs 4``, the microbatch size); a misspelt choice or command names the
+        nearest one; a value that starts with '-' (``--memory -1GiB``) is taken as the value, so
+        that the option's own check says what is wrong with it; errors are one line."""
 
         every_option: set[str] = set()  # of all commands, filled by build_parser
 
         def parse_known_args(self, args=None, namespace=None):
             if args is not None and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
-                self._check_unknown(list(args))
+                args = self._join_dash_values(list(args))
+                self._check_unknown(args)
             return super().parse_known_args(args, namespace)
+
+        def _join_dash_values(self, args: list[str]) -> list[str]:
+            """``--memory -1GiB`` as ``--memory=-1GiB``: argparse would read ``-1GiB`` as an option."""
+            takes_value = {s for a in self._actions if a.nargs is None and a.option_strings
+                           and not isinstance(a, (argparse._StoreConstAction, argparse._StoreTrueAction,
+                                                  argparse._StoreFalseAction, argparse._CountAction,
+                                                  argparse._HelpAction, argparse._VersionAction))
+                           for s in a.option_strings}
+            end = args.index("--") if "--" in args else len(args)
+            out: list[str] = []
+            for token in args[:end]:
+                if out and (out[-1] in takes_value or out[-1].startswith("--") and len(out[-1]) > 2
+                            and any(k.startswith(out[-1]) for k in takes_value)) and len(token) > 1 and token[0] == "-" \
+                        and (token[1].isdigit() or token[1] in ".,"):
+                    out[-1] = f"{out[-1]}={token}"
+                else:
+                    out.append(token)
+            return out + args[end:]
 
         def _check_unknown(self, args: list[str]) -> None:
             known = [s for a in self._actions for s in a.option_strings]
@@ -56,14 +83,27 @@ def _parser_class():
                 if name.startswith("--") and any(k.startswith(name) for k in known) \
                         and name not in self.every_option:
                     continue  # an abbreviation argparse resolves (or calls ambiguous)
-                close = difflib.get_close_matches(name if name.startswith("--") else "-" + name, known, n=1,
-                                                  cutoff=0.6)
+                close = [_SYNONYMS[name]] if _SYNONYMS.get(name) in known else \
+                    difflib.get_close_matches(name if name.startswith("--") else "-" + name, known, n=1, cutoff=0.6)
                 hint = ""
                 if close:
                     action = next(a for a in self._actions if close[0] in a.option_strings)
-                    what = f" ({action.help.split(';')[0].split(' (')[0]})" if action.help else ""
-                    hint = f"; did you mean {close[0]}{what}?"
-                self.error(f"unknown option {name}{hint} ({self.prog} --help lists the options)")
+                    # the help's first words say what the option is, unless they are its values
+                    what = action.help.split(";")[0].split(" (")[0] if action.help and not action.choices else ""
+                    hint = f"; did you mean {close[0]}{f' ({what})' if what else ''}?"
+                self.error(f"unknown option {name}{hint}")
+
+        def _check_value(self, action, value):
+            if action.choices is not None and value not in action.choices:
+                close = difflib.get_close_matches(str(value), [str(c) for c in action.choices], n=1, cutoff=0.5)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise argparse.ArgumentError(action, f"invalid choice {value!r}{hint} (choose from "
+                                                     f"{', '.join(map(str, action.choices))})")
+            super()._check_value(action, value)
+
+        def error(self, message):
+            self.exit(2, f"{self.prog}: error: {printable(cut_long(message))} "
+                         f"({self.prog} --help lists the options)\n")
 
     return Parser
 
@@ -113,7 +153,43 @@ def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
     return [a for i, a in enumerate(argv) if not (i < end and a == "--debug")], debug
 
 
+class _ClosedStream:
+    """Stands for stdout or stderr when the command was started with it closed (``>&-``): a
+    write is an OSError the CLI reports (or, for stderr, is dropped), not an AttributeError."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def write(self, text: str) -> int:
+        raise OSError(9, "closed when schedc started (it was run with >&-); give -o FILE or open it",
+                      f"standard {self.name}")
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        raise OSError(9, "closed", f"standard {self.name}")
+
+
+def _usable_streams() -> None:
+    """A closed stdout/stderr becomes :class:`_ClosedStream` (stderr: /dev/null, nowhere else to
+    say it); one whose encoding cannot spell a name (``PYTHONIOENCODING=ascii``, the C locale)
+    writes it as backslash escapes instead of failing with UnicodeEncodeError."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream("output")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", "") == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    _usable_streams()
     ours = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if ours:  # SIGTERM cleans up as Ctrl-C does (temp files, ranks) instead of killing at once
@@ -150,7 +226,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     except SchedcError as e:
         if debug:
             raise
-        print(f"schedc {args.command}: error: {e}", file=sys.stderr)
+        print(f"schedc {args.command}: error: {printable(cut_long(str(e)))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader (e.g. `| head`) went away: not an error; keep Python from complaining at exit
@@ -160,7 +236,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         if debug:
             raise
         where = f"{e.filename}: " if e.filename else ""
-        print(f"schedc {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"schedc {args.command}: error: {printable(where)}{printable(e.strerror or e)}", file=sys.stderr)
         return 2
     except MemoryError:
         if debug:

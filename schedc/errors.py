@@ -3,14 +3,67 @@ and the signals that end a run (Ctrl-C, SIGTERM) as exceptions, held where one m
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 
 class SchedcError(Exception):
     """A user-facing failure. ``str(e)`` is the whole message; the CLI prints it and exits 2."""
+
+
+class ParameterError(SchedcError):
+    """A bad value of one parameter, told the same way at every front door.
+
+    `param` is the Python name (``memory``); `detail` says what is wrong, with ``{name}`` where the
+    text names the parameter again with a value after it (``for no cap give {name}none``). ``str()``
+    spells it as the command line does (``--memory: ...``, ``--memory none``);
+    :meth:`for_python` spells it as ``schedc.api`` takes it (``memory: ...``, ``memory='none'``
+    reads ``memory=none``)."""
+
+    def __init__(self, param: str, detail: str, *, python: bool = False):
+        self.param, self.detail, self.python = param, detail, python
+        name = f"{param}=" if python else f"--{param.replace('_', '-')} "
+        head = param if python else f"--{param.replace('_', '-')}"
+        super().__init__(f"{head}: {detail.replace('{name}', name)}")
+
+    def for_python(self) -> "ParameterError":
+        """The same error, naming the keyword argument instead of the flag."""
+        return ParameterError(self.param, self.detail, python=True)
+
+
+# C0 and C1 control characters (ESC, BEL, CR, newline...), DEL, and the bidirectional overrides
+# that reorder what a terminal shows; a tab is harmless and kept
+_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: Any) -> str:
+    """`text` safe to print: every control character written as its escape (``\\x1b``).
+
+    For any string that comes from an input file, a path or an argument: an ESC sequence printed
+    raw can retitle or clear the user's terminal or forge lines of output; a newline would split a
+    one-line message. Cost: one regular-expression pass over the text."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """`value` quoted for a message, escaped (:func:`printable`) and cut when long: a 5,000-digit
+    number is echoed as its first characters and its length, so the message stays one line."""
+    text = str(value)
+    if len(text) <= limit:
+        return repr(printable(text))
+    return f"{printable(text[:limit // 2])!r}... ({len(text)} characters)"
+
+
+def cut_long(message: str, limit: int = 40) -> str:
+    """`message` with each quoted value (no spaces in it: not prose) longer than `limit` cut as :func:`shown` cuts it, and any
+    other unbroken run of over 120 characters likewise (for messages that echo a value whole:
+    argparse's "invalid int value: '999...'", a 5,000-character field name)."""
+    message = re.sub("'([^'\\s]{%d,})'" % (limit + 1), lambda m: shown(m.group(1), limit), message)
+    return re.sub("[^\\s'\":,]{121,}", lambda m: f"{m.group()[:limit // 2]}... ({len(m.group())} characters)",
+                  message)
 
 
 class Terminated(KeyboardInterrupt):

@@ -100,9 +100,19 @@ def read_json(path: PathLike, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise _error(f"{path}: line {e.lineno} column {e.colno}: not valid JSON: {e.msg}") from None
+    except ValueError as e:  # Python reads integers of at most 4,300 digits (sys.get_int_max_str_digits)
+        raise _error(f"{path}: {_digits_message(e)}") from None
     except RecursionError:
         raise _error(f"{path}: JSON nested too deeply to read; {what} is a few levels deep: check that this "
                      "is the right file") from None
+
+
+def _digits_message(e: ValueError) -> str:
+    import re
+
+    m = re.search(r"value has (\d+) digits", str(e))
+    return (f"a number of {m.group(1) if m else 'over 4300'} digits, more than any count or size "
+            "can be (Python reads at most 4,300); check that this is the right file")
 
 
 # ---------------------------------------------------------------- writing

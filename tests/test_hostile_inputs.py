@@ -294,3 +294,81 @@ def test_the_time_limit_a_refusal_names_is_accepted():
         with pytest.raises(SchedcError, match=r"give --time-limit (\d+) or more") as e:
             check_time_limit(n, 0.01)
         check_time_limit(n, float(re.search(r"give --time-limit (\d+)", str(e.value)).group(1)))
+
+
+# ---------------------------------------------------------------- issue 39: spellings, near misses, values
+
+@pytest.mark.parametrize("text, kind, value", [
+    ("80G", "bytes", 80 * 2**30), ("80Gi", "bytes", 80 * 2**30), ("80GiB", "bytes", 80 * 2**30),
+    ("80GB", "bytes", 80e9), ("512M", "bytes", 512 * 2**20), ("1e3p", "relative", 1000.0), (".5p", "relative", 0.5),
+])
+def test_memory_spellings_binary_and_decimal(text, kind, value):
+    from schedc.costs import MemoryLimit
+
+    limit = MemoryLimit.parse(text)
+    assert (limit.kind, limit.value) == (kind, value)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["compile", "--stages", "2", "--microbatches", "4"], "unknown option --microbatches; did you mean --mb"),
+    (["plna"], "invalid choice 'plna'; did you mean plan?"),
+    (["plan", "--placment", "v"], "unknown option --placment; did you mean --placement?"),
+    (["simulate", "a.csv", "--memory", "-1GiB"], "--memory: '-1GiB' must be > 0"),
+    (["simulate", "a.csv", "--costs", "-1,1,1"], "--costs"),
+    (["simulate", "a.csv", "--memory", "80"], "--memory: '80' has no unit: give Kp"),
+    (["compile", "--stages", "2", "--mb", "9" * 5000], "'99999999999999999999'... (5000 characters)"),
+    (["simulate", "a.csv", "--comm", "9" * 5000], "'99999999999999999999'... (5000 characters)"),
+])
+def test_argument_errors_are_one_short_line_naming_the_flag(tmp_path, argv, needle):
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    out = _schedc(*argv, cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 260 and needle in lines[0], out.stderr
+    assert "(loop)" not in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
+
+
+def test_the_python_front_door_names_the_keyword_not_the_flag():
+    import schedc
+
+    with pytest.raises(SchedcError, match=r"^memory: '-1G' must be > 0 \(for no cap give memory=none\)$"):
+        schedc.compile(stages=2, microbatches=4, memory="-1G")
+
+
+@pytest.mark.parametrize("where", ["forward", "activation_bytes"])
+def test_an_integer_too_long_for_python_names_the_file(tmp_path, where):
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    (tmp_path / "p.json").write_text(_profile(_STAGE).replace(f'"{where}": 1', f'"{where}": ' + "9" * 5000))
+    _one_line_error(_schedc("simulate", "a.csv", "--profile", "p.json", cwd=tmp_path), "simulate",
+                    "p.json: a number of 5000 digits")
+
+
+def test_a_closed_stdout_and_an_ascii_terminal_are_not_tracebacks(tmp_path):
+    out = subprocess.run(["bash", "-c", f"exec >&-; exec {sys.executable} -m schedc.cli baseline 1f1b --stages 2 --mb 2"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=TIMEOUT)
+    _one_line_error(out, "baseline", "standard output: closed when schedc started")
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    (tmp_path / "p.json").write_text(_profile(_STAGE).replace('"stages"', '"model": "caf\\u00e9 \\u6a21", "stages"'))
+    out = subprocess.run([sys.executable, "-m", "schedc.cli", "simulate", "a.csv", "--profile", "p.json"],
+                         capture_output=True, cwd=tmp_path, timeout=TIMEOUT, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr
+
+
+ESC = "\x1b]0;owned\x07\x1b[2J"
+
+
+@pytest.mark.parametrize("argv", [["validate", "a" + ESC + ".csv"], ["simulate", "a.csv", "--x" + ESC],
+                                  ["simulate", "a.csv", "--memory", ESC], ["baseline", ESC, "--stages", "2", "--mb", "2"]])
+def test_terminal_escapes_in_arguments_are_printed_escaped(tmp_path, argv):
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    out = _schedc(*argv, cwd=tmp_path)
+    assert out.returncode == 2 and "\x1b" not in out.stderr and "\x07" not in out.stderr
+    assert "\\x1b" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_printable_escapes_controls_and_bidi_overrides_only():
+    from schedc.errors import printable
+
+    assert printable("caf\u00e9 \u6a21\tx") == "caf\u00e9 \u6a21\tx"
+    assert printable("a\x1b[2Jb\nc\u202ed\x9b") == "a\\x1b[2Jb\\nc\\u202ed\\x9b"

@@ -28,7 +28,8 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
                    help="communication time per stage boundary: one number or one per boundary")
     g.add_argument("--memory", metavar="SPEC", default="1p",
                    help="per-rank memory limit: Kp (1p = what 1F1B needs on its most loaded rank, the same cap for every "
-                        "rank), a size (40GiB) or none; default 1p")
+                        "rank), a size or none; default 1p. Sizes: 80G = 80Gi = 80GiB (binary, 2^30 bytes a G, as "
+                        "torch and nvidia-smi count), 80GB (decimal, 10^9 bytes)")
     g.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
                    help="how the schedule is executed: torch (stage 0's backward all in W, as torch's "
                         "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
