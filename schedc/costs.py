@@ -413,6 +413,14 @@ _SIZE_UNITS = {
 }
 
 
+def _size_unit(unit: str) -> int:
+    """Bytes of one ``unit`` of MemoryLimit.parse: b, k/ki/kib (binary), kb (decimal), ..."""
+    if unit == "b":
+        return 1
+    power = "kmgt".index(unit[0]) + 1
+    return 10 ** (3 * power) if unit[1:] == "b" else 2 ** (10 * power)
+
+
 def _short(text: str) -> str:
     return repr(text) if len(text) <= 40 else f"{text[:12]!r}... ({len(text)} characters)"
 
@@ -426,28 +434,38 @@ class MemoryLimit(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> "MemoryLimit":
+        """``Kp``, a size or ``none``. Sizes: ``KB``/``MB``/``GB``/``TB`` are decimal (10^9 bytes
+        a GB, as disk and cloud vendors count); ``K``/``M``/``G``/``T`` alone, ``Ki``... and
+        ``KiB``... are binary (2^30 bytes a G, as ``torch.cuda.memory_summary``, ``free -g`` and
+        ``docker --memory 80g`` count), so ``80G`` = ``80GiB`` and ``80GB`` is 7% less. A bad value
+        is a :class:`~schedc.errors.ParameterError` about ``memory``."""
+        from schedc.errors import ParameterError, shown
+
         t = str(text).strip().lower().replace(" ", "")
         if t in ("none", "inf", "unlimited"):
             return cls(kind="none")
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)p", t)
-        if m:
-            k = float(m.group(1))
-            if k <= 0:
-                raise SchedcError(f"--memory: the factor in {text!r} must be > 0")
-            if k > limits.MAX_MEMORY_FACTOR:
-                raise SchedcError(f"--memory: the factor in {_short(text)} is more than {limits.MAX_MEMORY_FACTOR:g}; "
-                                  "for no cap give --memory none")
-            return cls(kind="relative", value=k)
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?i?b)", t)
-        if m:
-            value = float(m.group(1)) * _SIZE_UNITS[m.group(2)]
-            if not math.isfinite(value) or value > limits.MAX_MEMORY_BYTES:
-                raise SchedcError(f"--memory: {_short(text)} is more than {format_bytes(limits.MAX_MEMORY_BYTES)} "
-                                  "per rank; for no cap give --memory none")
-            return cls(kind="bytes", value=value)
-        raise SchedcError(
-            f"--memory: expected Kp (e.g. 1p, 1.5p), a size (e.g. 40GiB, 500MB) or 'none', got {text!r}"
-        )
+        m = re.fullmatch(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)(p|[kmgt]?i?b?)", t) if len(t) <= 10000 else None
+        if m is None:
+            raise ParameterError("memory", f"expected Kp (e.g. 1p, 1.5p), a size (e.g. 80GiB, 80G, 80GB) or "
+                                           f"'none', got {shown(text)}")
+        number, unit = float(m.group(1)), m.group(2)
+        if unit in ("", "i"):
+            raise ParameterError("memory", f"{shown(text)} has no unit: give Kp (1F1B's need times K, e.g. "
+                                           f"{{name}}{m.group(1)}p) or a size (e.g. {{name}}{m.group(1)}GiB)")
+        if not number > 0:
+            raise ParameterError("memory", f"{shown(text)} must be > 0 (for no cap give {{name}}none)")
+        if unit == "p":
+            if number > limits.MAX_MEMORY_FACTOR:
+                raise ParameterError("memory", f"the factor in {shown(text)} is more than "
+                                               f"{limits.MAX_MEMORY_FACTOR:g}; for no cap give {{name}}none")
+            return cls(kind="relative", value=number)
+        value = number * _size_unit(unit)
+        if not math.isfinite(value) or value > limits.MAX_MEMORY_BYTES:
+            raise ParameterError("memory", f"{shown(text)} is more than {format_bytes(limits.MAX_MEMORY_BYTES)} "
+                                           "per rank; for no cap give {name}none")
+        if value < 1:
+            raise ParameterError("memory", f"{shown(text)} is less than one byte per rank; give e.g. 80GiB")
+        return cls(kind="bytes", value=value)
 
     def __str__(self) -> str:
         if self.kind == "none":
