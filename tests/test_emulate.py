@@ -202,3 +202,37 @@ def test_stage_0_rule_holds_in_a_real_torch_run(tmp_path):
     assert first["grads"] == {"W": ["output", "weight"]}, first
     assert last["grads"]["I"] == ["output"] and "weight" in last["grads"]["W"], last
     assert first["seconds"]["I"] < 0.2 * last["seconds"]["I"], (first, last)
+
+
+# ----------------------------------------------------------- each CSV with its own costs
+
+
+def test_each_csv_is_emulated_with_the_costs_beside_it(tmp_path):
+    # a plan (NAME.profile.json beside NAME.csv) and a split of other stage counts in one run:
+    # each is predicted with its own profile; one --profile for both would be refused
+    a, b = tmp_path / "plan.csv", tmp_path / "theirs.csv"
+    write_csv(make_baseline("1f1b", 2, 2), a)
+    write_csv(make_baseline("zb-v", 4, 2, n_ranks=2), b)
+    Profile.uniform(2, 0.004, 0.004, 0.002).model_copy(update={"model": "plan"}).save(tmp_path / "plan.profile.json")
+    Profile.uniform(4, 0.002, 0.002, 0.001).model_copy(update={"model": "theirs"}).save(
+        tmp_path / "theirs.profile.json")
+    out = subprocess.run([sys.executable, "-m", "schedc.cli", "emulate", "plan.csv", "theirs.csv", "--steps", "1",
+                          "--json"], capture_output=True, text=True, cwd=tmp_path, env=worker_env(), timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert "plan.csv: costs from plan.profile.json (plan)" in out.stderr
+    assert "theirs.csv: costs from theirs.profile.json (theirs)" in out.stderr
+    import json
+
+    from schedc.csvio import read_csv
+    from schedc.simulate import simulate
+
+    runs = json.loads(out.stdout)
+    # each prediction (seconds, scale 1) is its own profile's, plus the runtime's measured overhead
+    for run, csv, name in ((runs[0], a, "plan"), (runs[1], b, "theirs")):
+        own = simulate(read_csv(csv), Profile.load(tmp_path / f"{name}.profile.json").executed()).makespan
+        assert own * 0.999 <= run["predicted_step"] <= own + 0.05, (name, run["predicted_step"], own)
+    # only one of them naming costs: one line naming the other, before any rank starts
+    (tmp_path / "theirs.profile.json").unlink()
+    out = subprocess.run([sys.executable, "-m", "schedc.cli", "emulate", "plan.csv", "theirs.csv"],
+                         capture_output=True, text=True, cwd=tmp_path, env=worker_env(), timeout=60)
+    assert out.returncode == 2 and "theirs.csv: names no costs" in out.stderr
