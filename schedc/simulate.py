@@ -122,7 +122,12 @@ class SimResult:
 
     @property
     def fits(self) -> bool:
-        return all(fits(p, lim) for p, lim in zip(self.peak_memory, self.memory_limit))
+        return not self.ranks_over
+
+    @property
+    def ranks_over(self) -> list[int]:
+        """The ranks whose peak exceeds their cap (schedc.cost_model.fits, the one tolerance)."""
+        return [r for r, (p, lim) in enumerate(zip(self.peak_memory, self.memory_limit)) if not fits(p, lim)]
 
 
 def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None,

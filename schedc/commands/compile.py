@@ -152,7 +152,7 @@ def format_compile_summary(res, csv_path, report_file) -> str:
 def explain_units(problem) -> list[str]:
     """What the numbers above are measured in: the time unit of --costs and the memory unit, and
     what the memory limit is in that unit (1p = 1F1B's need on its most loaded rank)."""
-    from schedc.costs import one_f_one_b_peaks, rank_static_bytes
+    from schedc.costs import one_f_one_b_peaks
 
     out = []
     uniform = problem.profile.model == "uniform"
@@ -161,7 +161,7 @@ def explain_units(problem) -> list[str]:
                    "counts one microbatch's activation of one stage as 1")
     if problem.memory.kind == "relative":
         peaks = one_f_one_b_peaks(problem.profile, problem.placement)
-        static = rank_static_bytes(problem.profile, problem.placement)
+        static = problem.fixed_bytes  # static bytes, buffers and reserve (schedc.cost_model)
         r = max(range(len(peaks)), key=lambda i: (static[i] + peaks[i], -i))
         act = sum(problem.profile.stages[s].activation_bytes for s in problem.stages_of(r))
         held = peaks[r] / act if act else 0.0

@@ -39,7 +39,7 @@ def run(args) -> int:
     over = [(path, res) for path, _, res in rows if not res.fits]
     if args.check and over:
         for path, res in over:
-            ranks = [r for r, (pk, lim) in enumerate(zip(res.peak_memory, res.memory_limit)) if pk > lim * (1 + 1e-9)]
+            ranks = res.ranks_over
             print(f"schedc simulate: {path} exceeds the memory limit {memory} on rank(s) "
                   f"{', '.join(map(str, ranks))} (peak {format_memory(max(res.peak_memory))}, limit "
                   f"{format_memory(res.memory_limit[ranks[0]])})", file=sys.stderr)
@@ -74,7 +74,7 @@ def format_simulation(path, schedule, res, memory: MemoryLimit, profile: Profile
         f"  {'rank':>4}  {'busy (' + format_duration(0, profile).split()[-1] + ')':>12}  {'bubble':>7}  {'peak memory':>12}  {'limit':>10}",
     ]
     for r in range(schedule.n_ranks):
-        flag = "" if res.peak_memory[r] <= res.memory_limit[r] * (1 + 1e-9) else "  over"
+        flag = "  over" if r in res.ranks_over else ""
         lines.append(f"  {r:>4}  {res.busy[r]:>12.4g}  {100 * res.bubble_per_rank[r]:>6.1f}%  "
                      f"{format_memory(res.peak_memory[r]):>12}  {format_memory(res.memory_limit[r]):>10}{flag}")
     lines.append(f"  limits the step: {limiter(res, profile).message}")
