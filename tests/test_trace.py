@@ -98,3 +98,16 @@ def test_cli_trace(tmp_path, capsys):
     assert cli.main(["trace", str(tmp_path / "missing.csv"), "-o", str(tmp_path / "x.json")]) == 2
     assert "missing.csv" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_cli_trace_uses_the_costs_beside_the_csv(tmp_path, capsys):
+    from schedc.baselines import make_baseline
+
+    path = tmp_path / "plan.csv"
+    csvio.write_csv(make_baseline("1f1b", 2, 2, n_ranks=2), path)
+    Profile.uniform(2, 0.5, 0.5, 0.5).save(tmp_path / "plan.profile.json")  # as `schedc plan` writes it
+    out = tmp_path / "t.json"
+    assert cli.main(["trace", str(path), "-o", str(out)]) == 0
+    assert "costs from plan.profile.json" in capsys.readouterr().err
+    durations = {e["dur"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert durations == {0.5e6, 1e6}  # F 0.5 s; stage 0's B runs I and W (torch's runtime), the last stage's too

@@ -52,7 +52,7 @@ def costs_beside(csv: str) -> Optional[tuple[Profile, str]]:
             from None
 
 
-def _read_own_costs(args):
+def read_own_costs(args):
     """Every CSV with the costs beside it, or None when none brings any (then the defaults apply to all)."""
     from schedc import csvio
     from schedc.validate import validate
@@ -86,7 +86,7 @@ def run(args) -> int:
     common.check_outputs(args, (args.output, "-o"))
     if args.title and len(args.title) != len(args.files):
         raise SchedcError(f"give --title once per file ({len(args.files)}), or not at all")
-    own = None if (args.profile or args.costs or args.comm is not None) else _read_own_costs(args)
+    own = None if (args.profile or args.costs or args.comm is not None) else read_own_costs(args)
     if own is None:
         schedules, profiles = common.read_checked(args)
         memory = common.memory_from_args(args)

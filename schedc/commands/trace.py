@@ -1,6 +1,9 @@
-"""`schedc trace`: a Chrome trace (Perfetto, chrome://tracing) of a CSV schedule."""
+"""`schedc trace`: a Chrome trace (Perfetto, chrome://tracing) of a CSV schedule, with the costs it brings
+(as `schedc plot` finds them) or those given."""
 
 from __future__ import annotations
+
+import sys
 
 from schedc.commands import common
 
@@ -8,7 +11,9 @@ from schedc.commands import common
 def register(sub) -> None:
     p = sub.add_parser("trace", help="write a Chrome trace (Perfetto, chrome://tracing) of a CSV schedule")
     p.set_defaults(handler=run)
-    p.add_argument("file", metavar="FILE.csv")
+    p.add_argument("file", metavar="FILE.csv",
+                   help="the schedule; drawn with the costs beside it (NAME.profile.json or its report NAME.json) "
+                        "unless --profile/--costs give them")
     common.add_cost_args(p)
     p.add_argument("-o", "--output", required=True, metavar="trace.json", help="trace file to write")
 
@@ -17,9 +22,18 @@ def run(args) -> int:
     from schedc.trace import write_trace
 
     common.check_outputs(args, (args.output, "-o"))
+    from schedc.commands.plot import read_own_costs
+    from schedc.costs import MemoryLimit
+
     args.files = [args.file]
-    (schedule,), (profile,) = common.read_checked(args)
-    memory = common.memory_from_args(args)
+    own = None if (args.profile or args.costs or args.comm is not None) else read_own_costs(args)
+    if own is None:
+        (schedule,), (profile,) = common.read_checked(args)
+        memory = common.memory_from_args(args)
+    else:
+        (schedule,), (profile,), (source,) = own
+        memory = MemoryLimit.parse(args.memory)
+        print(f"schedc trace: costs from {source}", file=sys.stderr)
     common.warn_mismatches("trace", args.files, [schedule], memory, [profile])
     trace = write_trace(schedule, profile, args.output, memory)
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
