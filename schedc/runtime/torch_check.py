@@ -7,10 +7,15 @@ fails when sends/receives cannot be ordered), and torch's tests dry-run the lowe
 with ``_simulate_comms_compute`` (which fails on a deadlock).
 
 Method: convert each cell through torch's own parser (``_Action.from_str(str(cell))``), then
-call those three torch functions in that order with the schedule's placement as
-``stage_to_rank``. ``_simulate_comms_compute`` has no rule for ``OVERLAP_F_B`` containers, so
-for that last step (only) an overlap cell is replaced by its parts run back to back, which is
-how schedc's simulator treats it. Any torch failure becomes a SchedcError naming the step.
+call those torch functions in that order with the schedule's placement as ``stage_to_rank``;
+the lowering runs the passes the installed torch's runtime runs (:func:`lower_like_runtime`:
+2.15 adds a WAIT_SEND_F / WAIT_SEND_B per send and a WAIT_REDUCE_GRAD per reduction, checked
+by its ``_validate_send_waits``). ``_simulate_comms_compute`` has no rule for ``OVERLAP_F_B``
+containers, so for that last step (only) an overlap cell is replaced by its parts run back to
+back, which is how schedc's simulator treats it. Any torch failure becomes a SchedcError naming
+the step. Where torch has its activation-liveness analysis (2.15), :func:`check_liveness_with_torch`
+compares its slots per rank with schedc's memory rule; :func:`torchtitan_ready` says whether the
+installed torch can run torchtitan's training step at all.
 
 Cost: linear-ish in the number of actions (torch's passes rescan per step; fine for CSV sizes).
 """
@@ -23,6 +28,8 @@ from typing import Optional
 
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
+
+_TORCH_FAILURES = (AssertionError, KeyError, ValueError, RuntimeError, IndexError)
 
 
 def to_torch_order(schedule: Schedule) -> dict:
@@ -59,14 +66,12 @@ def check_with_torch(schedule: Schedule, source: Optional[str] = None) -> dict:
     def stage_to_rank(s: int) -> int:
         return placement[s]
 
-    compute = {r: list(actions) for r, actions in order.items()}
-    try:
-        lowered = ts._add_send_recv(compute, stage_to_rank=stage_to_rank, num_stages=n_stages)
-    except (AssertionError, KeyError, ValueError, RuntimeError, IndexError) as e:
-        raise SchedcError(f"{prefix}torch's _add_send_recv cannot order the sends and receives: "
-                          f"{_first_line(e)}") from e
+    lowered = lower_like_runtime(order, stage_to_rank, n_stages, n_mb, prefix)
 
-    flat = {r: [p for a in acts for p in (a.sub_actions if a.sub_actions is not None else (a,))]
+    # gradient reduction is rank-local (no peer waits on it) and 2.14's simulator has no rule for it
+    local = {"REDUCE_GRAD", "WAIT_REDUCE_GRAD"}
+    flat = {r: [p for a in acts for p in (a.sub_actions if a.sub_actions is not None else (a,))
+                if p.computation_type.name not in local]
             for r, acts in lowered.items()}
     try:
         # torch prints the half-built schedule before raising; keep that out of the user's output
@@ -75,3 +80,127 @@ def check_with_torch(schedule: Schedule, source: Optional[str] = None) -> dict:
     except (AssertionError, KeyError, ValueError, RuntimeError, IndexError) as e:
         raise SchedcError(f"{prefix}torch's _simulate_comms_compute fails on the schedule: {_first_line(e)}") from e
     return lowered
+
+
+def lower_like_runtime(order: dict, stage_to_rank, n_stages: int, n_mb: int, prefix: str = "") -> dict:
+    """The compute-only `order` lowered as ``_PipelineScheduleRuntime._prepare_schedule_with_comms``
+    lowers it, with the passes the installed torch has: ``_add_reduce_grad`` (2.15 pairs each
+    REDUCE_GRAD with a WAIT_REDUCE_GRAD), ``_add_send_recv``, then on 2.15 ``_add_wait_send``
+    (a WAIT_SEND_F / WAIT_SEND_B for every send) checked by ``_validate_send_waits``. FSDP's
+    UNSHARD / RESHARD pass is left out: it adds no dependency between ranks."""
+    from torch.distributed.pipelining import schedules as ts
+
+    passes = [("_add_send_recv", lambda o: ts._add_send_recv(o, stage_to_rank=stage_to_rank, num_stages=n_stages))]
+    if hasattr(ts, "_add_reduce_grad"):
+        passes.insert(0, ("_add_reduce_grad", lambda o: {r: ts._add_reduce_grad(a, n_mb) for r, a in o.items()}))
+    if hasattr(ts, "_add_wait_send"):
+        passes.append(("_add_wait_send", ts._add_wait_send))
+    if hasattr(ts, "_validate_send_waits"):
+        passes.append(("_validate_send_waits", lambda o: ts._validate_send_waits(o) or o))
+    lowered = {r: list(actions) for r, actions in order.items()}
+    for name, run in passes:
+        try:
+            lowered = run(lowered)
+        except _TORCH_FAILURES as e:
+            raise SchedcError(f"{prefix}torch's {name} rejects the schedule while lowering it: {_first_line(e)}") from e
+    return lowered
+
+
+# -------------------------------------------------------------- what a framework's step needs
+
+
+def torch_version() -> tuple[int, ...]:
+    """The installed torch's release as numbers (``2.14.1+cu130`` -> (2, 14, 1))."""
+    import torch
+
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:3] if p.isdigit())
+
+
+def torchtitan_ready() -> Optional[str]:
+    """None when the installed torch can run torchtitan's pipeline training step, else one line
+    saying why and what to install.
+
+    torchtitan 0.3.0's ``Trainer.pp_forward_backward_step`` hands the schedule microbatches it
+    split itself: ``step(arg_mbs=..., kwarg_mbs=..., target_mbs=..., loss_kwargs=...)``. torch's
+    pipelining takes those from 2.14.1 on; 2.13 fails the first step on every rank ("Expecting 4
+    arg_mbs but got 1"). The test reads the installed ``step``'s signature, not a version string."""
+    import inspect
+
+    try:
+        from torch.distributed.pipelining.schedules import _PipelineSchedule
+    except ImportError as e:
+        return f"torch's pipelining cannot be imported ({_first_line(e)}): pip install 'torch>=2.14.1'"
+    params = inspect.signature(_PipelineSchedule.step).parameters
+    missing = [p for p in ("arg_mbs", "kwarg_mbs", "target_mbs", "loss_kwargs") if p not in params]
+    if missing:
+        import torch
+
+        return (f"torch {torch.__version__} cannot run torchtitan's training step (its schedule.step() has "
+                f"no {', '.join(missing)}): pip install 'torch>=2.14.1'")
+    return None
+
+
+# -------------------------------------------------------------- torch's own liveness analysis
+
+
+def torch_liveness_slots(schedule: Schedule, lowered: Optional[dict] = None) -> Optional[list[int]]:
+    """Per rank, the activation slots torch's ``analyze_pipeline_activation_liveness`` (torch
+    2.15+) assigns to `schedule` as the runtime finalizes it (stage_microbatch granularity: an
+    activation is live from its F through its W or B, both ends inclusive, an overlap cell's
+    parts at one position); None when the installed torch has no such analysis. The analysis
+    reads only the finalized order and the microbatch count of a constructed runtime schedule,
+    so it runs on an instance given those two without stages. O(actions) per rank."""
+    from torch.distributed.pipelining import schedules as ts
+
+    analyze = getattr(ts, "analyze_pipeline_activation_liveness", None)
+    if analyze is None:
+        return None
+    if lowered is None:
+        lowered = check_with_torch(schedule)
+    runtime = ts._PipelineScheduleRuntime.__new__(ts._PipelineScheduleRuntime)
+    runtime.pipeline_order_with_comms = lowered
+    runtime._n_microbatches = schedule.n_microbatches
+    return [analyze(runtime, pp_rank=r, stage_indices=schedule.stages_of(r), granularity="stage_microbatch").num_slots
+            for r in range(schedule.n_ranks)]
+
+
+def schedc_activation_slots(schedule: Schedule) -> list[int]:
+    """Per rank, the peak number of microbatch activations schedc's cost model holds at once
+    (every stage: 1 unit from F's start through W's or B's end; I keeps it), read from
+    schedc's simulator."""
+    from schedc.costs import Profile, StageCost
+    from schedc.simulate import simulate
+
+    unit = StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1, weight_grad_bytes=1)
+    res = simulate(schedule, Profile(stages=[unit] * schedule.n_stages))
+    return [round(p) for p in res.peak_memory]
+
+
+def check_liveness_with_torch(schedule: Schedule, source: Optional[str] = None,
+                              lowered: Optional[dict] = None) -> Optional[list[int]]:
+    """Raise SchedcError unless torch's liveness analysis and schedc's memory rule count the same
+    activation slots on every rank; returns those counts, or None when torch has no analysis."""
+    theirs = torch_liveness_slots(schedule, lowered)
+    if theirs is None:
+        return None
+    ours = schedc_activation_slots(schedule)
+    if theirs != ours:
+        prefix = f"{source}: " if source else ""
+        ranks = ", ".join(f"rank {r}: torch {t}, schedc {o}" for r, (t, o) in enumerate(zip(theirs, ours)) if t != o)
+        raise SchedcError(f"{prefix}torch's liveness analysis counts other activation slots than schedc ({ranks})")
+    return theirs
+
+
+def check_for_launch(schedule: Schedule, source: Optional[str] = None, framework: Optional[str] = None) -> str:
+    """What ``schedc validate`` asks torch before a launch: for ``framework == "torchtitan"`` that
+    the installed torch can run its training step (:func:`torchtitan_ready`), then torch's own
+    validation and lowering (:func:`check_with_torch`) and, on a torch with the analysis, that
+    its liveness slots equal schedc's. Raises SchedcError (one line); returns a note for the
+    report ("" when torch has no liveness analysis)."""
+    if framework == "torchtitan":
+        why = torchtitan_ready()
+        if why is not None:
+            raise SchedcError(f"--for torchtitan: {why}")
+    lowered = check_with_torch(schedule, source)
+    slots = check_liveness_with_torch(schedule, source, lowered)
+    return "" if slots is None else f"torch's liveness analysis agrees (activation slots per rank {slots})"
