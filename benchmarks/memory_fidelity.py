@@ -232,6 +232,38 @@ def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
+# ---------------------------------------------------------------- torchtitan
+
+TT = {"Llama-3-8B": ("llama3", "8B"), "Qwen3-8B": ("qwen3", "8B")}
+TT_SMALL = {"Llama-3-8B": ("llama3", "debugmodel"), "Qwen3-8B": ("qwen3", "debugmodel")}
+
+
+def tt_layer(name: str, flavors: dict, seq: int, dtype=torch.bfloat16) -> tuple[Unit, dict]:
+    """One torchtitan TransformerBlock of the model's registered flavor, and its shape for the count.
+
+    torchtitan 0.3.0 runs attention with FlexAttention, whose backward does not run on CPU; its
+    own ScaledDotProductAttention module stands in here: both keep q, k, v, the output and the
+    logsumexp (docs/design.md)."""
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+
+    kind, flavor = flavors[name]
+    configs = importlib.import_module(f"torchtitan.models.{kind}")
+    cfg = getattr(configs, f"{kind}_configs")[flavor](attn_backend="flex")
+    layer_cfg = cfg.layers[0]
+    layer_cfg.attention.inner_attention = ScaledDotProductAttention.Config()
+    layer = layer_cfg.build()
+    for p in layer.parameters():  # the parameters only: the rotary table stays complex
+        p.data = p.data.to(dtype)
+    _fill(layer)
+    attn = layer.attention
+    head_dim = attn.wo.weight.shape[1] // attn.n_heads
+    shape = dict(layers=1, hidden=cfg.dim, heads=attn.n_heads, kv_heads=attn.n_kv_heads, head_dim=head_dim,
+                 ffn_hidden=layer.feed_forward.w1.weight.shape[0], vocab=cfg.vocab_size,
+                 family="qwen3" if kind == "qwen3" else "llama")
+    hidden = lambda: torch.randn(1, seq, cfg.dim, dtype=dtype, requires_grad=True)  # noqa: E731
+    return Unit("layer", layer, hidden, lambda x: layer(x, None, None)), shape
+
+
 def shape_of(sizes: dict, name: str) -> dict:
     """unit_profile's shape keywords for a case of HF / SMALL."""
     kind, f = sizes[name]
@@ -251,10 +283,18 @@ def counted(shape: dict, extra: dict, seq: int, impl: str, ac: str = "none") -> 
     return out
 
 
-def rows(sizes: dict, seq: int, names=None, quiet=False) -> list[tuple]:
+def rows(sizes: dict, seq: int, names=None, quiet=False, tt: Optional[dict] = None) -> list[tuple]:
     """(model, unit, quantity, counted, measured) for every case."""
     out = []
-    for name in names or sizes:
+    for name in [n for n in (names or tt or {}) if n in (tt or {})]:
+        unit, shape = tt_layer(name, tt, seq)
+        p = unit_profile(**shape, seq=seq, impl="torchtitan", device="cpu").stages[1]
+        got = measure(unit)
+        count = {"after F": p.activation_bytes, "I..W": p.weight_grad_bytes,
+                 "F transient": (p.transient_bytes or {}).get("F", 0.0),
+                 "I transient": (p.transient_bytes or {}).get("I", 0.0)}
+        out.extend((f"{name} (torchtitan)", "layer", q, count[q], got[q]) for q in QUANTITIES)
+    for name in [n for n in (names or sizes) if n in sizes]:
         units, extra = hf_units(name, sizes, seq)
         count = counted(shape_of(sizes, name), extra, seq, "hf")
         for unit in units:
@@ -274,7 +314,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    table = rows(SMALL if args.small else HF, args.seq, args.models)
+    table = rows(SMALL if args.small else HF, args.seq, args.models, tt=TT_SMALL if args.small else TT)
     print(f"| model | unit | quantity | counted | measured | ratio |  (bytes per token; seq {args.seq}, bf16, CPU)")
     print("|---|---|---|---|---|---|")
     for model, unit, q, c, m in table:

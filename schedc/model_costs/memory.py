@@ -127,11 +127,15 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
         wgrads = e * (3 * h + h) + 2 * e * h + mlp_grads - e * h    # c_attn fused (one output)
     if qk_norm:
         wgrads += e * (q + k)
+    if impl == "torchtitan" and device == "cpu":  # CPU's composite RMSNorm multiplies its weight in fp32
+        wgrads += (4 - e) * (2 * h + (q + k if qk_norm else 0))
     dx = e * h
     groups = (2 if gpt2 else 4) + 2 + mlp_groups + (2 if qk_norm else 0)
     # measured (benchmarks/memory_fidelity.py): the norms' fp32 temporaries in F; in I the
     # gradients that die inside it (the norms' fp32 backward, the residual stream's)
     transient = {"F": 4 * h, "I": (28 if gpt2 else 18) * h}
+    if qk_norm and impl == "torchtitan" and device == "cpu":  # CPU's composite q/k norms' fp32 temporaries
+        transient = {"F": transient["F"] + 2 * q, "I": transient["I"] + 10 * (q + k)}
     if ac == "none":
         return UnitBytes(activation, activation + wgrads + dx, transient, wgrads=wgrads)
     if ac == "full":
@@ -164,8 +168,13 @@ def head_bytes(s: ModelShape, impl: Impl, device: str, vocab: float) -> UnitByte
         return UnitBytes(act, act, wgrads=e * h + e * vocab)
     act = _norm(h, 1, e, impl, device, s.family == "gpt2") + e * h + 4 * vocab + 8
     wgrads = e * vocab + e * h
+    # I peaks in the loss's backward (the fp32 gradients of the log-probabilities and the logits,
+    # less the bf16 logits gradient and the h-wide gradients that outlive the peak) or, with a
+    # small vocabulary, in the norm's backward
     norm_backward = 12 * h if s.family == "gpt2" else 18 * h
-    return UnitBytes(act, act + wgrads + e * h, {"F": 4 * vocab, "I": norm_backward}, wgrads=wgrads)
+    loss_backward = (8 - e) * vocab - 2 * e * h + 8
+    return UnitBytes(act, act + wgrads + e * h, {"F": 4 * vocab, "I": max(loss_backward, norm_backward)},
+                     wgrads=wgrads)
 
 
 def embedding_bytes(s: ModelShape, device: str) -> UnitBytes:

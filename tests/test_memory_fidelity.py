@@ -1,0 +1,56 @@
+"""The counted route's memory against real layers (benchmarks/memory_fidelity.py at narrow sizes):
+Hugging Face transformers' Llama, Qwen2, Mistral, Qwen3 and GPT-2 units and torchtitan's Llama-3
+and Qwen3 blocks, F, torch's split I and W on CPU; every quantity within 5 %."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_fidelity.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("memory_fidelity", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    torch.manual_seed(0)
+    return _bench()
+
+
+@pytest.mark.parametrize("model", ["Llama-3-8B", "Qwen2.5-7B", "Mistral-7B", "Qwen3-8B", "GPT-2"])
+def test_hf_units_count_what_torch_keeps(bench, model):
+    rows = bench.rows(bench.SMALL, 64, [model], quiet=True)
+    assert {(r[1], r[2]) for r in rows} == {(u, q) for u in ("embedding", "layer", "norm+head+loss")
+                                            for q in bench.QUANTITIES}
+    for name, unit, quantity, counted, measured in rows:
+        assert counted == pytest.approx(measured, rel=0.05, abs=64), (name, unit, quantity)
+
+
+@pytest.mark.parametrize("model", ["Llama-3-8B", "Qwen3-8B"])
+def test_torchtitan_blocks_count_what_torch_keeps(bench, model):
+    pytest.importorskip("torchtitan")
+    rows = bench.rows({}, 64, [model], quiet=True, tt=bench.TT_SMALL)
+    assert len(rows) == len(bench.QUANTITIES)
+    for name, unit, quantity, counted, measured in rows:
+        assert counted == pytest.approx(measured, rel=0.05, abs=64), (name, unit, quantity)
+
+
+def test_the_ledger_sees_what_a_layer_keeps(bench):
+    # a linear layer keeps its input (allocated before F: counted because it is saved) and its
+    # output gradient for W; a ledger that saw nothing would make every comparison vacuous
+    lin = torch.nn.Linear(32, 64, bias=False)
+    unit = bench.Unit("linear", lin, lambda: torch.randn(8, 32, requires_grad=True), lin)
+    got = bench.measure(unit)
+    assert got["after F"] == 8 * 32 * 4
+    assert got["I..W"] == 8 * 32 * 4 + 8 * 32 * 4  # the input and the returned input gradient
