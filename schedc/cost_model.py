@@ -52,6 +52,12 @@ def fits(peak: float, cap: float) -> bool:
     return peak <= cap * (1 + REL) + REL
 
 
+def fits_room(held: float, room: float) -> bool:
+    """The same test where an engine tracks the running sum against a rank's room (cap minus the
+    bytes held all step): relative to the room, so huge static bytes cannot hide a small excess."""
+    return held <= room + REL * max(1.0, abs(room))
+
+
 def held_delta(c: "StageCost", kind: str) -> float:
     """Change of a rank's held bytes when it runs this action (F +act, I wg - act, W -wg, B -act)."""
     if kind == "F":

@@ -66,6 +66,7 @@ import heapq
 import math
 from typing import Callable, Optional, Union
 
+from schedc.cost_model import fits_room
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
@@ -118,7 +119,7 @@ def _relist(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[
 
     def over_cap(r: int, a: Action) -> bool:
         grow = over[a.stage, a.kind]
-        return grow > 0 and held[r] + grow > room[r] + EPS * max(1.0, abs(room[r]))
+        return grow > 0 and not fits_room(held[r] + grow, room[r])
 
     pos = [0] * R
     free_at = [0.0] * R

@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Union
 
+from schedc.cost_model import fits_room
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
@@ -114,7 +115,7 @@ class _State:
         return t
 
     def f_fits(self, s: int) -> bool:
-        return self.held[s] + self.mem["F"][s] <= self.room[s] + EPS * max(1.0, abs(self.room[s]))
+        return fits_room(self.held[s] + self.mem["F"][s], self.room[s])
 
 
 def _decide(st: _State, s: int, t: float, flags: Flags) -> tuple[Optional[str], float]:
@@ -217,7 +218,7 @@ def _family(g: Graph, expired: Callable[[], bool]) -> Iterator[tuple[Flags, Sche
     problem = g.problem
     safe = g.safe()  # the greedy checks F's only: rises and transients are kept free (Graph.safe)
     room = [safe.room[r] for r in safe.stage_rank]
-    if any(safe.act[s] > room[s] + EPS * max(1.0, abs(room[s])) for s in range(safe.S)):
+    if not all(fits_room(safe.act[s], room[s]) for s in range(safe.S)):
         return  # no room for one microbatch (under the safe accounting): nothing to build
     for flags in ALL_FLAGS:
         rows = _construct(safe, flags, expired)

@@ -48,7 +48,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Optional, Union
 
-from schedc.cost_model import one_microbatch_need
+from schedc.cost_model import fits_room, one_microbatch_need
 from schedc.costs import format_amount, format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
@@ -114,7 +114,7 @@ def check_memory_feasible(problem: Problem) -> None:
     # could schedule anything under it)
     running = [n - fx for n, fx in zip(need, problem.fixed_bytes)]
     short = [r for r, (cap, n) in enumerate(zip(caps, need))
-             if n > cap * (1 + TIE) + EPS or running[r] > room[r] + EPS * max(1.0, abs(room[r]))]
+             if n > cap * (1 + TIE) + EPS or not fits_room(running[r], room[r])]
     if short:
         # name the rank furthest over its cap: the one whose need sets the smallest limit that works
         r = max(short, key=lambda q: need[q] / caps[q] if caps[q] > 0 else math.inf)
@@ -288,7 +288,7 @@ class _ListScheduler:
                 continue  # all done, or its input is not there yet
             if s == self.first[r] and self.admitted[r] >= rule.warmup[r]:
                 continue
-            if self.held[r] + a.act[s] > a.room[r] + EPS * max(1.0, abs(a.room[r])):
+            if not fits_room(self.held[r] + a.act[s], a.room[r]):
                 blocked = True
                 continue
             if self.use_banker and not self.banker_ok(s, m):
@@ -749,7 +749,7 @@ def _safe_construction(a: Graph, objective: str, bound: float, deadline: float, 
     if safe is a:
         return _best_construction(a, objective, bound, deadline, seed, hard)
     need = [sum(safe.act[s] for s in own) for own in safe.stages]
-    if all(n <= rm + EPS * max(1.0, abs(rm)) for n, rm in zip(need, safe.room)):
+    if all(fits_room(n, rm) for n, rm in zip(need, safe.room)):
         try:
             found = _best_construction(safe, objective, bound, deadline, seed, hard)
         except SchedcError:

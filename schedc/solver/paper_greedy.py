@@ -50,6 +50,7 @@ import itertools
 import math
 from typing import Callable, Iterator, Optional, Union
 
+from schedc.cost_model import fits_room
 from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import SimResult, simulate
@@ -87,7 +88,7 @@ class _Rounds:
 
     def fits(self, s: int, kind: str, extra: float = 0.0) -> bool:
         room = self.room[s]
-        return self.held[s] + extra + self.mem[kind][s] <= room + EPS * max(1.0, abs(room))
+        return fits_room(self.held[s] + extra + self.mem[kind][s], room)
 
     def put(self, s: int, kind: str) -> None:
         m = self.n[kind][s]
@@ -142,7 +143,7 @@ class _Rounds:
             held, t = self.held[j], self.free_at[j]
             arrival = last + comm[j]
             while self.n["F"][j] + extra[j] < self.M and \
-                    held + self.mem["F"][j] <= self.room[j] + EPS * max(1.0, abs(self.room[j])):
+                    fits_room(held + self.mem["F"][j], self.room[j]):
                 if self.flags.allow_bubble_before_first_b:
                     if t + d["F"][j] > arrival + EPS:
                         break
