@@ -154,13 +154,29 @@ def test_validate_partition_fails_when_the_csv_was_planned_for_another(planned, 
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"partition": [PLANNED[0][:-1], ["layers.2"] + PLANNED[1]]}))
     code, text = _validate(capsys, planned, "--partition", other)
-    assert code == 2 and "was planned for the partition in" in text and f"--partition {planned.with_suffix('.json')}" in text
+    assert code == 2 and "was made for the partition in" in text and f"--partition {planned.with_suffix('.json')}" in text
     three = tmp_path / "three.json"
     three.write_text(json.dumps([["tok_embeddings"], ["layers.0"], ["norm", "lm_head"]]))
     code, text = _validate(capsys, planned, "--partition", three)
     assert code == 2 and "3 stages, but" in text
     code, text = _validate(capsys, planned, "--partition", planned.with_suffix(".json"))
     assert code == 0 and "launched on the partition of" in text and "[4, 3] modules per stage" in text
+
+
+def test_validate_partition_reads_the_split_a_csv_was_made_for_from_the_costs_beside_it(planned, tmp_path, capsys):
+    from schedc.costs import Profile, StageCost
+
+    # a hand-made CSV on torchtitan's split, its costs (merged per stage, with module names) beside it
+    other = tmp_path / "titan.csv"
+    write_csv(make_baseline("zb-h1", 2, 4, n_ranks=2), other)
+    cost = dict(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=1.0, weight_grad_bytes=0.5)
+    Profile(stages=[StageCost(**cost, modules=["tok_embeddings", "layers.0", "layers.1"]),
+                    StageCost(**cost, modules=["layers.2", "layers.3", "norm", "lm_head"])]).save(
+        tmp_path / "titan.profile.json")
+    code, text = _validate(capsys, other, "--partition", planned.with_suffix(".json"))
+    assert code == 2 and "titan.csv was made for the partition in" in text and "titan.profile.json ([3, 4]" in text
+    code, text = _validate(capsys, other, "--for", "torchtitan:1F1B")
+    assert code == 0 and "torchtitan 0.3.0's own split" in text  # [3, 4] is what torchtitan builds for 4 layers
 
 
 def test_validate_for_with_a_plan_beside_the_csv_says_to_pass_its_partition(planned, capsys):

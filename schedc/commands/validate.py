@@ -64,8 +64,22 @@ def _run_validate_for(args) -> int:
         settings["partition"] = len(read_partition(args.partition))
     report = check_csv_for(schedule, args.for_, ranks=args.ranks, **settings)
     report.raise_unless_ok()
-    print(report.message + (f"; {split}" if split else ""))
+    from schedc.frameworks import parse_spec
+
+    torch_note = _torch_note(schedule, args.file, parse_spec(args.for_)[0])
+    print(report.message + (f"; {split}" if split else "") + (f"; {torch_note}" if torch_note else ""))
     return 0
+
+
+def _torch_note(schedule, source, framework=None) -> str:
+    """torch's own checks of the CSV where torch is installed (schedc.runtime.torch_check)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return ""
+    from schedc.runtime.torch_check import check_for_launch
+
+    return check_for_launch(schedule, str(source), framework)
 
 
 def _read(path, **expected):
@@ -93,7 +107,7 @@ def _check_split(args, schedule) -> str:
     framework = REGISTRY[parse_spec(args.for_)[0]]
     if own[0] == framework_default(framework.name, schedule.n_stages, own[0], args):
         return f"the plan's partition is {framework.label}'s own split"
-    raise SchedcError(f"{args.file} was planned for the partition in {own[1]}, but without it {framework.label} "
+    raise SchedcError(f"{args.file} was made for the partition in {own[1]}, but without it {framework.label} "
                       f"builds its own split: pass --partition {own[1]} here and set "
                       f"{framework.fields['partition']} as `schedc plan` printed")
 
@@ -121,9 +135,10 @@ def run(args) -> int:
     schedule = _read(args.file, n_stages=args.stages, n_microbatches=args.mb, n_ranks=args.ranks,
                      placement=args.placement)
     split = _check_split(args, schedule)
+    torch_note = _torch_note(schedule, args.file)
     print(f"{args.file}: valid: "
           f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches, _placement_label(schedule))}"
-          + (f"; {split}" if split else ""))
+          + (f"; {split}" if split else "") + (f"; {torch_note}" if torch_note else ""))
     return 0
 
 

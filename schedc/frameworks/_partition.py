@@ -7,6 +7,7 @@ Cost: reading the CSV and one or two small JSON files.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional, Union
 
@@ -15,16 +16,38 @@ from schedc.frameworks._fit import read_partition
 
 
 def plan_partition_of(csv: Union[str, Path]) -> Optional[tuple[list[list[str]], Path]]:
-    """The partition a plan report beside the CSV (``NAME.json`` from ``schedc plan``) names, with the
-    report's path; None when there is no report or it is not a plan's."""
+    """The partition a CSV was made for, with the file that says so: a plan report beside it
+    (``NAME.json`` with ``"partition"``), else the per-stage costs beside it (``NAME.profile.json``,
+    or the report's ``inputs.costs``) when every stage names its modules; None when nothing does."""
     from schedc import csvio
 
     report_file = csvio.report_path(csv)
-    if not report_file.is_file():
-        return None
-    report = csvio.read_report(csv)  # refuses a report whose recorded CSV hash is not this CSV's
+    report = csvio.read_report(csv) if report_file.is_file() else {}  # checks the recorded CSV hash
     partition = report.get("partition")
-    return (partition, report_file) if isinstance(partition, list) and partition else None
+    if _is_partition(partition):
+        return partition, report_file
+    profile_file = Path(csv).with_suffix(".profile.json")
+    if profile_file.is_file():
+        try:
+            costs = json.loads(profile_file.read_text())
+        except (OSError, ValueError):
+            costs = None  # not ours to judge here: plot and simulate read it and say what is wrong
+        found = _modules(costs)
+        return (found, profile_file) if found else None
+    found = _modules((report.get("inputs") or {}).get("costs"))
+    return (found, report_file) if found else None
+
+
+def _is_partition(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(stage, list) and stage and all(isinstance(m, str) for m in stage) for stage in value)
+
+
+def _modules(costs) -> Optional[list[list[str]]]:
+    stages = costs.get("stages") if isinstance(costs, dict) else None
+    found = [stage.get("modules") for stage in stages] if isinstance(stages, list) and all(
+        isinstance(stage, dict) for stage in stages) else None
+    return found if _is_partition(found) else None
 
 
 def sizes(partition: list[list[str]]) -> str:
@@ -41,6 +64,6 @@ def check_partition(csv: Union[str, Path], n_stages: int, partition_file: Union[
                           "give the plan report written with this CSV")
     own = plan_partition_of(csv)
     if own is not None and own[0] != partition:
-        raise SchedcError(f"{csv} was planned for the partition in {own[1]} ({sizes(own[0])}), not the one in "
+        raise SchedcError(f"{csv} was made for the partition in {own[1]} ({sizes(own[0])}), not the one in "
                           f"--partition {partition_file} ({sizes(partition)}); launch it with --partition {own[1]}")
     return f"launched on the partition of {partition_file} ({sizes(partition)})"
