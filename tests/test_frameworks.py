@@ -220,3 +220,16 @@ def test_plan_refuses_module_names_torchtitan_would_misread_before_searching(tmp
     assert code == 2 and err.count("\n") == 1
     assert "stages[1].modules: 'layers.0,layers.1' contains a comma" in err and "two modules" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    ("{\"partition\": 3}", "expected a plan report"),
+    ("not json", "not valid JSON"),
+])
+def test_a_bad_partition_file_is_one_line_naming_the_flag(planned, tmp_path, capsys, content, fragment):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code, text = _validate(capsys, planned, "--partition", bad)
+    assert code == 2 and text.count("\n") == 1 and text.startswith("schedc validate: error: --partition")
+    assert fragment in text and len(text) < 400

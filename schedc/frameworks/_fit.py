@@ -18,7 +18,6 @@ Cost: constant per name; the search for a fitting setting tries at most ``layers
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 from typing import Optional, Union
 
@@ -155,18 +154,20 @@ def _fits(schedule: Schedule, framework: str, name: str, n_ranks: int, settings:
 
 
 def read_partition(path: Union[str, Path]) -> list[list[str]]:
-    """``module_fqns_per_model_part`` from a plan report (its ``"partition"``) or a JSON list of lists."""
-    path = Path(path)
+    """``module_fqns_per_model_part`` from a plan report (its ``"partition"``), per-stage costs whose
+    every stage names its modules (``plan.profile.json``), or a JSON list of lists."""
+    from schedc.fileio import read_json
+
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SchedcError(f"--partition {path}: file not found") from None
-    except json.JSONDecodeError as e:
-        raise SchedcError(f"--partition {path}: line {e.lineno} column {e.colno}: not valid JSON ({e.msg})") from None
+        data = read_json(path, "a partition (a plan report or a JSON list of lists)")
+    except SchedcError as e:
+        raise SchedcError(f"--partition {e}") from None
     if isinstance(data, dict):
-        data = data.get("partition")
+        stages = data.get("stages")
+        data = data.get("partition") or ([s.get("modules") for s in stages] if isinstance(stages, list) and all(
+            isinstance(s, dict) for s in stages) else None)
     if not (isinstance(data, list) and data and all(isinstance(p, list) and p and all(isinstance(m, str) for m in p)
                                                     for p in data)):
-        raise SchedcError(f"--partition {path}: expected a plan report with 'partition' or a JSON list of non-empty "
-                          "lists of module names")
+        raise SchedcError(f"--partition {path}: expected a plan report with 'partition', per-stage costs naming "
+                          "each stage's modules, or a JSON list of non-empty lists of module names")
     return data

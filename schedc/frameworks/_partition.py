@@ -7,7 +7,6 @@ Cost: reading the CSV and one or two small JSON files.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional, Union
 
@@ -20,6 +19,7 @@ def plan_partition_of(csv: Union[str, Path]) -> Optional[tuple[list[list[str]], 
     (``NAME.json`` with ``"partition"``), else the per-stage costs beside it (``NAME.profile.json``,
     or the report's ``inputs.costs``) when every stage names its modules; None when nothing does."""
     from schedc import csvio
+    from schedc.fileio import read_json
 
     report_file = csvio.report_path(csv)
     report = csvio.read_report(csv) if report_file.is_file() else {}  # checks the recorded CSV hash
@@ -28,10 +28,7 @@ def plan_partition_of(csv: Union[str, Path]) -> Optional[tuple[list[list[str]], 
         return partition, report_file
     profile_file = Path(csv).with_suffix(".profile.json")
     if profile_file.is_file():
-        try:
-            costs = json.loads(profile_file.read_text())
-        except (OSError, ValueError):
-            costs = None  # not ours to judge here: plot and simulate read it and say what is wrong
+        costs = read_json(profile_file, "per-stage costs")
         found = _modules(costs)
         return (found, profile_file) if found else None
     found = _modules((report.get("inputs") or {}).get("costs"))
