@@ -75,7 +75,7 @@ def _reference_grads(model) -> dict:
     x, y = _batch()
     loss = sum(llama.lm_loss(model(x[m:m + 1]), y[m:m + 1]) for m in range(M))  # scale_grads=False: a sum
     loss.backward()
-    return {n: p.grad for n, p in model.named_parameters()}
+    return {n: p.grad for n, p in model.named_parameters()}, loss.item()
 
 
 def _torchtitan(name: str, csv: str, mesh, partition=None, cfg=CFG):
@@ -90,7 +90,8 @@ def _torchtitan(name: str, csv: str, mesh, partition=None, cfg=CFG):
         model, parallel_dims=parallel_dims, training=TrainingConfig(local_batch_size=M), parallelism=parallelism,
         compile_config=CompileConfig(), ac_config=None, dump_folder="", device=torch.device("cpu"),
         model_config=SimpleNamespace(layers=[None] * cfg["n_layers"]), parallelize_fn=lambda m, **_: m,
-        loss_fn=lambda out, target: (llama.lm_loss(out, target), None),
+        # the trainer passes loss_kwargs={"global_valid_tokens": ...} through the schedule
+        loss_fn=lambda out, target, global_valid_tokens=None: (llama.lm_loss(out, target), None),
     )
     return schedule, parts, has_first, has_last, lambda: llama.Llama(llama.LlamaConfig(**cfg), seed=1)
 
@@ -121,11 +122,66 @@ def _one_case(rank: int, spec: str, csv: str, partition=None, mesh=None) -> dict
     schedule, parts, has_first, has_last, unsplit = (_torchtitan if framework == "torchtitan" else _nemo)(
         name, csv, mesh, partition, cfg)
     x, y = _batch()
-    schedule.step(*((x,) if has_first else ()), target=y if has_last else None)
-    reference = _reference_grads(unsplit())
+    if framework == "torchtitan":
+        loss = _torchtitan_train_step(schedule, has_first, has_last, x, y)
+    else:  # NeMo's recipe (train_ft.py, _forward_backward_step): the full batch, the schedule splits it
+        losses = [] if has_last else None
+        schedule.step(*((x,) if has_first else ()), target=y if has_last else None, losses=losses)
+        loss = torch.sum(torch.stack(losses)).item() if has_last else None
+    reference, reference_loss = _reference_grads(unsplit())
     errors = [(p.grad - reference[n]).abs().max().item() for part in parts for n, p in part.named_parameters()]
     stage_ids = sorted(s.stage_index for s in schedule._stages)
-    return {"stages": stage_ids, "max_grad_error": max(errors), "n_params": len(errors)}
+    return {"stages": stage_ids, "max_grad_error": max(errors), "n_params": len(errors),
+            "loss_error": None if loss is None else abs(loss - reference_loss)}
+
+
+def _trainer_function(name: str):
+    """``torchtitan.trainer.Trainer.<name>``, compiled from the installed trainer.py itself.
+
+    Importing torchtitan.trainer needs its full dependency set (torchdata, tensorboard, datasets,
+    wandb), which the tests install without; the method runs with just those of trainer.py's own
+    import statements that bind a name it uses. Tracebacks point at trainer.py's lines."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(importlib.util.find_spec("torchtitan").submodule_search_locations[0]) / "trainer.py"
+    tree = ast.parse(path.read_text())
+    trainer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    func = next(n for n in trainer.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)}
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+               and any((a.asname or a.name).split(".")[0] in used for a in n.names)]
+    namespace: dict = {}
+    exec(compile(ast.Module(body=imports + [func], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def _torchtitan_train_step(schedule, has_first: bool, has_last: bool, x, y):
+    """One microbatch group through torchtitan's own ``Trainer.pp_forward_backward_step``, which
+    hands the schedule pre-split microbatches: ``step(arg_mbs=..., kwarg_mbs=..., target_mbs=...,
+    losses=..., loss_kwargs=...)`` (torch 2.14.1 or later). Returns the summed loss (last stage)."""
+    import contextlib
+
+    from torchtitan.config import ParallelismConfig
+
+    trainer = type("TrainerStep", (), {
+        "post_dataloading_process": _trainer_function("post_dataloading_process"),
+        "pp_forward_backward_step": _trainer_function("pp_forward_backward_step"),
+    })()
+    trainer.pp_schedule, trainer.pp_has_first_stage, trainer.pp_has_last_stage = schedule, has_first, has_last
+    trainer.train_context, trainer.device = contextlib.nullcontext, torch.device("cpu")
+    trainer.model_config = None  # not a torchtitan Decoder: no attention masks to build
+    trainer.parallel_dims = SimpleNamespace(cp_enabled=False)
+    trainer.ntokens_seen = 0
+    # partial_dtensor: plain tensors on the pp axis (the spmd_types default annotates inputs for a
+    # full ParallelDims mesh, which a 2-rank pp-only test does not build)
+    trainer.config = SimpleNamespace(parallelism=ParallelismConfig(pipeline_parallel_degree=2,
+                                                                   spmd_backend="partial_dtensor"))
+    loss = trainer.pp_forward_backward_step(
+        input_dict_mbs=[{"input": x[m:m + 1]} for m in range(M)], label_mbs=[y[m:m + 1] for m in range(M)],
+        global_valid_tokens=torch.tensor(y.numel()))
+    return loss.item() if has_last else None
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +263,9 @@ def test_compiled_csv_trains_like_the_unsplit_model(results, spec, stages, place
         expected = [s for s in range(build.n_stages) if _rank_of(s, build) == rank]
         assert res["ok"]["stages"] == expected
         assert res["ok"]["n_params"] > 0 and res["ok"]["max_grad_error"] < 1e-10, res["ok"]
+    # the last stage's rank returns the step's loss: the unsplit model's
+    assert [r["ok"]["loss_error"] is not None for r in results[spec]].count(True) == 1
+    assert all(r["ok"]["loss_error"] is None or r["ok"]["loss_error"] < 1e-10 for r in results[spec])
     print(f"{spec}: max |grad - unsplit grad| = {max(r['ok']['max_grad_error'] for r in results[spec]):.1e}")
 
 
