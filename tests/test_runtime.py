@@ -368,3 +368,42 @@ def test_runtime_without_torch_is_one_import_error_naming_the_extra(tmp_path):
                          env=worker_env(), cwd=str(ROOT), timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["schedc.runtime needs torch, which is not installed: pip install 'schedc[torch]'"] * 2
+
+
+# ------------------------------------------------------------------ activation checkpointing
+
+
+def test_activation_checkpointing_keeps_loss_and_gradients():
+    # per stage, as a plan chooses it: full everywhere, selective where the CSV runs B, a list;
+    # float64 on gloo, all stages on one rank (no communication to hide a difference)
+    from schedc.csvio import parse_csv_text
+    from schedc.runtime import load_pipeline
+    from schedc.runtime.one_rank import one_rank_group
+
+    cfg = GPTConfig(**CFG)
+    x, y = make_batch(cfg, 2 * M, seed=3)
+    split = make_baseline("zb-v", 2, M, n_ranks=1)
+    full_b = parse_csv_text("".join(f"0F{m},1F{m},1B{m},0B{m}," for m in range(M)).rstrip(",") + "\n")
+    mixed = parse_csv_text("".join(f"0F{m},1F{m},1B{m},0I{m},0W{m}," for m in range(M)).rstrip(",") + "\n")
+
+    def run(schedule, ac):
+        pipe = load_pipeline(schedule, _new_model(), lm_loss, activation_checkpoint=ac)
+        losses = []
+        pipe.step(x, target=y, losses=losses)
+        return torch.stack(losses), {f"{s}.{n}": p.grad for s, m in pipe.modules.items()
+                                     for n, p in m.named_parameters()}
+
+    with one_rank_group("cpu"):
+        base_loss, base_grads = run(split, "none")
+        cases = [(split, "full"), (full_b, "selective"), (full_b, "full"), (mixed, ["full", "selective"])]
+        for schedule, ac in cases:
+            loss, grads = run(schedule, ac)
+            assert torch.allclose(loss, base_loss, rtol=0, atol=1e-12), ac
+            assert grads.keys() == base_grads.keys()
+            for name, g in grads.items():
+                assert torch.allclose(g, base_grads[name], rtol=1e-10, atol=1e-12), (ac, name)
+        # torch's split backward cannot go twice through a selectively checkpointed region
+        with pytest.raises(SchedcError, match="stage 0 runs I and W apart.*'full' or 'none'"):
+            run(mixed, "selective")
+        with pytest.raises(SchedcError, match=r"activation_checkpoint\[1\]: 'some' is not one of none, full"):
+            run(split, ["full", "some"])

@@ -41,6 +41,7 @@ from torch.distributed.pipelining.schedules import (
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from schedc.errors import SchedcError
+from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, stage_modes
 from schedc.ir import Schedule
 from schedc.runtime.torch_check import to_torch_order
 
@@ -282,11 +283,14 @@ def load_pipeline(
     layers_per_stage: Sequence[int] | None = None,
     scale_grads: bool = True,
     split_kwargs: dict | None = None,
+    activation_checkpoint: str | Sequence[str] = "none",
     **kwargs: Any,
 ) -> Pipeline:
     """Split ``model`` for this rank's CSV stages, wrap them as ``PipelineStage``s, build the
     schedule. ``model`` is an "embedding + blocks + head" model (see
     :func:`schedc.runtime.split.split_model`; ``split_kwargs`` passes its attribute names).
+    ``activation_checkpoint``: "none", "full" or "selective" for every stage, or a list with one
+    per stage of the CSV (:mod:`schedc.runtime.checkpointing`), applied to each stage's blocks.
     The process group must be initialized; the checks run before any communication.
     """
     schedule, where = _as_schedule(csv)
@@ -297,11 +301,20 @@ def load_pipeline(
             f"{where}: the CSV runs {schedule.n_microbatches} microbatches but "
             f"n_microbatches={n_microbatches} was asked for; pass the CSV's count"
         )
+    modes = stage_modes(activation_checkpoint, schedule.n_stages)
+    check_split_backward(modes, {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}, where)
     modules, stages = _make_stages(
         model, stage_ids, schedule.n_stages, device, group, layers_per_stage, split_kwargs
     )
+    _checkpoint_stages(modules, modes, split_kwargs)
     runtime = _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, **kwargs)
     return Pipeline(runtime, stages, modules)
+
+
+def _checkpoint_stages(modules: dict[int, nn.Module], modes: list[str], split_kwargs: dict | None) -> None:
+    blocks = (split_kwargs or {}).get("blocks", "blocks")
+    for s, module in modules.items():
+        apply_to_stage(module, modes[s], blocks=blocks)
 
 
 def _make_stages(model, stage_ids, n_stages, device, group, layers_per_stage, split_kwargs):
@@ -331,6 +344,7 @@ def load_torch_pipeline(
     layers_per_stage: Sequence[int] | None = None,
     scale_grads: bool = True,
     split_kwargs: dict | None = None,
+    activation_checkpoint: str | Sequence[str] = "none",
     **kwargs: Any,
 ) -> Pipeline:
     """The same split, run by one of torch's built-in schedule classes (``"1F1B"``,
@@ -352,9 +366,11 @@ def load_torch_pipeline(
 
     placement = make_placement(placement_kind, n_stages, world)
     stage_ids = [s for s, r in enumerate(placement) if r == rank]
+    modes = stage_modes(activation_checkpoint, n_stages)
     modules, stages = _make_stages(
         model, stage_ids, n_stages, device, group, layers_per_stage, split_kwargs
     )
+    _checkpoint_stages(modules, modes, split_kwargs)
     runtime = cls(
         stages[0] if single else stages, n_microbatches, loss_fn=loss_fn,
         scale_grads=scale_grads, **kwargs,

@@ -1,0 +1,132 @@
+"""Activation checkpointing of a pipeline stage's blocks: none, full or selective, per stage.
+
+Problem: a plan may choose, stage by stage, to trade compute for memory: a checkpointed block
+keeps only its input after F and runs its forward again inside the backward (in I under the
+split backward). schedc's own runtime must apply exactly the choice the plan made, and the loss
+and gradients must not change.
+
+Method: each block of a stage (the ``blocks`` container :func:`schedc.runtime.split.split_model`
+keeps) gets its ``forward`` replaced, on the instance, by ``torch.utils.checkpoint.checkpoint``
+(non-reentrant) around the original, so parameter names and hooks stay as they were.
+
+- ``"full"``: every block recomputes its whole forward (torchtitan's ``FullAC``).
+- ``"selective"``: per-op selective checkpointing with torch's
+  ``create_selective_checkpoint_contexts``, the policy of torchtitan 0.3.0's ``SelectiveAC``
+  ("op" SAC): the outputs of attention kernels and of every other matmul are saved, everything
+  else (norms, activations, elementwise ops, the other matmuls) is recomputed. One difference:
+  ``addmm`` (a linear layer with a bias, which torchtitan's models do not have) counts as a
+  matmul here.
+- ``"none"``: the block as it was.
+
+Under torch's split backward (a stage the schedule runs as I and W) the checkpointed region is
+backpropagated twice: torch 2.14 refuses that for selective checkpointing ("Trying to backward an
+extra time"), so :func:`check_split_backward` refuses "selective" on such stages before anything
+runs; full checkpointing runs, and re-runs the block's forward in I and again in W (once per
+weight group ``stage_backward_weight`` differentiates), not once as with a full backward B.
+
+Cost: none at construction; at run time what each mode recomputes.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Sequence, Union
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from schedc.errors import SchedcError
+
+AC_MODES = ("none", "full", "selective")
+ACChoice = Union[str, Sequence[str]]
+
+
+def _ops(names: Sequence[str]) -> set:
+    found = set()
+    for name in names:
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is not None and hasattr(packet, "default"):
+            found.add(packet.default)
+    return found
+
+
+_ATTENTION = _ops(["_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                   "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
+                   "_scaled_dot_product_flash_attention_for_cpu",
+                   "_scaled_dot_product_fused_attention_overrideable"])
+_MATMUL = _ops(["mm", "addmm", "linear", "bmm"])
+
+
+def _selective_policy():
+    """torchtitan's op-SAC rule: save attention and every other matmul, recompute the rest. The
+    matmuls are counted apart in the forward and in the recompute, so both pick the same ones."""
+    count = {False: 0, True: 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        if func in _MATMUL:
+            count[ctx.is_recompute] += 1
+            return CheckpointPolicy.PREFER_RECOMPUTE if count[ctx.is_recompute] % 2 == 0 \
+                else CheckpointPolicy.MUST_SAVE
+        if func in _ATTENTION:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def _checkpointed(forward, mode: str, *args, **kwargs):
+    if mode == "selective":
+        return checkpoint(forward, *args, use_reentrant=False,
+                          context_fn=lambda: create_selective_checkpoint_contexts(_selective_policy()), **kwargs)
+    return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+
+def checkpoint_block(block: nn.Module, mode: str) -> nn.Module:
+    """`block` with its forward checkpointed as `mode` (in place; returns it)."""
+    mode = check_mode(mode)
+    if getattr(block, "_schedc_ac", "none") != "none":
+        raise SchedcError(f"{type(block).__name__}: activation checkpointing is already applied")
+    if mode != "none":
+        block.forward = partial(_checkpointed, block.forward, mode)
+    block._schedc_ac = mode
+    return block
+
+
+def check_mode(mode: str, where: str = "activation_checkpoint") -> str:
+    if mode not in AC_MODES:
+        raise SchedcError(f"{where}: {mode!r} is not one of {', '.join(AC_MODES)}")
+    return mode
+
+
+def stage_modes(choice: ACChoice, n_stages: int) -> list[str]:
+    """One mode per stage from a single mode or a list with one per stage."""
+    if isinstance(choice, str):
+        return [check_mode(choice)] * n_stages
+    modes = list(choice)
+    if len(modes) != n_stages:
+        raise SchedcError(f"activation_checkpoint: {len(modes)} modes given for {n_stages} stages; give one per "
+                          f"stage or one for all")
+    return [check_mode(m, f"activation_checkpoint[{s}]") for s, m in enumerate(modes)]
+
+
+def check_split_backward(modes: Sequence[str], split_stages: set, where: str = "the schedule") -> None:
+    """SchedcError when a stage the schedule splits into I and W is to be checkpointed selectively."""
+    bad = [s for s, m in enumerate(modes) if m == "selective" and s in split_stages]
+    if bad:
+        raise SchedcError(f"{where}: stage {bad[0]} runs I and W apart, and torch's split backward cannot go twice "
+                          f"through a selectively checkpointed region; use 'full' or 'none' there, or a schedule "
+                          f"that runs that stage's backward as B")
+
+
+def apply_to_stage(stage: nn.Module, mode: str, blocks: str = "blocks") -> nn.Module:
+    """Checkpoint every block of a stage module (its ``blocks`` container) as `mode`."""
+    if check_mode(mode) == "none":
+        return stage
+    container = getattr(stage, blocks, None)
+    if not isinstance(container, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
+        raise SchedcError(f"activation_checkpoint {mode!r}: {type(stage).__name__}.{blocks} is not a container of "
+                          f"blocks; pass split_kwargs={{'blocks': NAME}}")
+    for block in (container.values() if isinstance(container, nn.ModuleDict) else container):
+        checkpoint_block(block, mode)
+    return stage
