@@ -12,6 +12,7 @@ import re
 from typing import Optional
 
 from schedc.errors import SchedcError
+from schedc.model_costs import UNIT_NAMES
 
 _CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
 
@@ -72,11 +73,9 @@ def check_module_names(partition: list[list[str]], where: str = "partition") -> 
                 raise SchedcError(f"{where}: module name {ascii(name)[:80]} (stage {s}) {problem}")
 
 
-# (embedding, layer pattern, head modules) of a Llama-style model in each vocabulary
-VOCABULARIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "torchtitan": ("tok_embeddings", "layers.{}", ("norm", "lm_head")),
-    "hf": ("model.embed_tokens", "model.layers.{}", ("model.norm", "lm_head")),
-}
+# (embedding, layer pattern, head modules) of a Llama-style model in each vocabulary: the names
+# per-unit profiles are written in (one table, model_costs'), which a framework module picks from
+VOCABULARIES: dict[str, tuple[str, str, tuple[str, ...]]] = dict(UNIT_NAMES)
 _LABELS = {"torchtitan": "torchtitan's", "hf": "Hugging Face's (NeMo AutoModel's)"}
 
 
