@@ -174,6 +174,8 @@ def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
     the bytes held all step, then each cell's allocations from its start with its transient on
     top while it runs, its frees at its end."""
     stages = model.profile.stages
+    delta = {(s, k): held_delta(c, k) for s, c in enumerate(stages) for k in KINDS}
+    over_of = {(s, k): cell_over([(c, k)]) for s, c in enumerate(stages) for k in KINDS}
     curves, peaks = [], []
     i = 0
     for r, row in enumerate(schedule.rows):
@@ -183,20 +185,28 @@ def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
         for cell in row:
             if cell is None:
                 continue
-            parts = [(stages[a.stage], a.kind) for a in cell.parts]
+            parts = cell.parts
             first, last = i, i + len(parts) - 1
             i += len(parts)
-            delta = sum(held_delta(c, k) for c, k in parts)
-            top = held + cell_over(parts)
-            transient = top - held - sum(max(0.0, held_delta(c, k)) for c, k in parts)
-            if transient > 0 or (len(parts) > 1 and top > max(held, held + delta)):
-                curve.append((start[first], top))
-                held += delta
-                curve.append((end[last], held))
+            if len(parts) == 1:
+                key = (parts[0].stage, parts[0].kind)
+                d, top = delta[key], held + over_of[key]
+                plain = top == held + max(0.0, d)  # no transient: one step, as the ZB accounting draws it
             else:
-                held += delta
-                curve.append((start[first] if delta > 0 else end[last], held))
-            peak = max(peak, top, held)
+                d = sum(delta[a.stage, a.kind] for a in parts)
+                top = held + cell_over([(stages[a.stage], a.kind) for a in parts])
+                plain = top <= max(held, held + d)
+            if plain:
+                held += d
+                curve.append((start[first] if d > 0 else end[last], held))
+            else:
+                curve.append((start[first], top))
+                held += d
+                curve.append((end[last], held))
+            if top > peak:
+                peak = top
+            if held > peak:
+                peak = held
         curves.append(curve)
         peaks.append(peak)
     return curves, peaks
