@@ -8,10 +8,14 @@ Writing (:func:`write_all`): every file goes to a temporary file beside its targ
 all are written are they renamed into place, so a failure leaves none of them. What is at the
 target path decides how it is replaced:
 
-- a regular file: replaced, keeping its permission bits and (where allowed) its owner;
+- a regular file: replaced, keeping its permission bits and (where allowed) its owner; one whose
+  mode says read-only (no write bit, even for root) is refused;
 - a symlink: the file it points to is written (the link stays a link);
 - a character device or FIFO (``/dev/null``, ``/dev/stdout``, a pipe): written through, never
-  replaced by a regular file; a block device, socket or directory is refused.
+  replaced by a regular file; a FIFO that no process reads is refused after a moment instead of
+  blocking; a block device, socket or directory is refused.
+
+Temporary names cut the target's name so that any legal name (up to 255 bytes) can be written.
 
 :func:`check_writable` runs before long work starts, :func:`check_not_input` refuses an output
 that is one of the command's inputs (``compile --profile p.json -o p.csv`` would write its report
@@ -141,7 +145,9 @@ def _named(e: OSError, path: Path) -> OSError:
 def _temp_beside(path: Path) -> tuple[int, str]:
     directory = path.parent if str(path.parent) else Path(".")
     try:
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        # a legal name of up to NAME_MAX (255) bytes leaves no room for the temporary name's own
+        # 14 characters: cut the name in it (the final name is the user's, whole)
+        return tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=".tmp", dir=directory)
     except OSError as e:
         raise _named(e, path) from None
 
@@ -157,12 +163,45 @@ def _resolve(path: Path) -> tuple[Path, bool]:
     except OSError:
         return path, False  # let the write report it, naming the path
     if stat.S_ISREG(st.st_mode):
+        if _read_only(path, st):
+            raise _error(f"{path}: the file exists and is read-only (mode {stat.filemode(st.st_mode)}); "
+                         "remove it, make it writable, or choose another name")
         return (Path(os.path.realpath(path)) if path.is_symlink() else path), False
     if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
         return path, True
     if stat.S_ISDIR(st.st_mode):
         raise _error(f"{path}: is a directory; give a file name")
     raise _error(f"{path}: is {_kind(st.st_mode)}; schedc writes only files, character devices and pipes")
+
+
+def _read_only(path: Path, st: os.stat_result) -> bool:
+    """Whether the file's mode says no: no write permission for us, or no write bit at all (root
+    may write anything, but a 0444 file was made read-only on purpose, and it is replaced, not
+    written, so the mode would not stop the rename)."""
+    return not os.access(path, os.W_OK) or not st.st_mode & 0o222
+
+
+def _open_through(path: Path) -> int:
+    """A file descriptor to write a device or FIFO through. A FIFO no process reads would block
+    the open forever: it is opened without waiting, retried for a moment (a reader may be just
+    starting), then refused."""
+    import errno
+    import time
+
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+            if time.monotonic() > deadline:
+                raise _error(f"{path}: a FIFO (named pipe) that no process is reading; start its reader first "
+                             "(schedc does not wait for one)") from None
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return fd
 
 
 def _keep_mode_and_owner(tmp: str, target: Path) -> None:
@@ -203,7 +242,7 @@ def write_all(files: Mapping[PathLike, bytes]) -> None:
                 raise _named(e, path) from None
         for path, data in through:
             try:
-                with open(path, "wb") as f:  # a device or pipe: no O_CREAT effect, no rename over it
+                with os.fdopen(_open_through(path), "wb") as f:  # a device or pipe: no rename over it
                     f.write(data)
             except OSError as e:
                 raise _named(e, path) from None
@@ -241,8 +280,7 @@ def check_writable(path: PathLike, option: str) -> None:
         raise _error(f"{option} {path}: directory {directory} does not exist; create it first (mkdir -p {directory})")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise _error(f"{option} {path}: directory {directory} is not writable; choose another place")
-    if target.exists() and not os.access(target, os.W_OK):
-        raise _error(f"{option} {path}: the file exists and is read-only; remove it or choose another name")
+
 
 
 def check_not_input(path: PathLike, option: str, inputs: Iterable[tuple[PathLike, str]]) -> None:

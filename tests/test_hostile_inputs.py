@@ -372,3 +372,98 @@ def test_printable_escapes_controls_and_bidi_overrides_only():
 
     assert printable("caf\u00e9 \u6a21\tx") == "caf\u00e9 \u6a21\tx"
     assert printable("a\x1b[2Jb\nc\u202ed\x9b") == "a\\x1b[2Jb\\nc\\u202ed\\x9b"
+
+
+# ---------------------------------------------------------------- issue 39: outputs
+
+def test_a_read_only_output_is_refused_even_for_root(tmp_path):
+    ro = tmp_path / "ro.csv"
+    ro.write_text("mine\n")
+    ro.chmod(0o444)
+    out = _schedc("baseline", "1f1b", "--stages", "2", "--mb", "2", "-o", "ro.csv", cwd=tmp_path)
+    _one_line_error(out, "baseline", "ro.csv: the file exists and is read-only (mode -r--r--r--)")
+    assert ro.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["ro.csv"]
+
+
+def test_a_fifo_output_nobody_reads_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "out.csv")
+    out = _schedc("baseline", "1f1b", "--stages", "2", "--mb", "2", "-o", "out.csv", cwd=tmp_path)
+    _one_line_error(out, "baseline", "out.csv: a FIFO (named pipe) that no process is reading")
+
+
+def test_a_legal_long_output_name_is_written(tmp_path):
+    name = "x" * 246 + ".csv"  # 250 bytes: legal, though the temporary name once added 14
+    assert cli.main(["baseline", "1f1b", "--stages", "2", "--mb", "2", "-o", str(tmp_path / name)]) == 0
+    assert (tmp_path / name).read_text() == _ONE_F_ONE_B and sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_config_is_never_its_own_output(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128}))
+    before = config.read_bytes()
+    out = _schedc("profile", "--units", "--config", "c.json", "--flops", "1e12", "--seq", "64", "-o", "c.json",
+                  cwd=tmp_path)
+    _one_line_error(out, "profile", "-o c.json would overwrite the input --config c.json")
+    assert config.read_bytes() == before
+
+
+def _library(tmp_path):
+    from pathlib import Path
+
+    import shutil
+
+    lib = tmp_path / "lib"
+    src = Path(__file__).resolve().parent.parent / "schedules"
+    lib.mkdir()
+    for name in ("r2_mb4_mem1p_loop_uniform.csv", "r2_mb4_mem1p_loop_uniform.json", "README.md"):
+        shutil.copy(src / name, lib / name)
+    return lib
+
+
+def test_library_show_never_writes_a_profile_over_the_library(tmp_path):
+    lib = _library(tmp_path)
+    for name in ("r2_mb4_mem1p_loop_uniform.csv", "r2_mb4_mem1p_loop_uniform.json"):
+        before = (lib / name).read_bytes()
+        out = _schedc("library", "show", "r2_mb4_mem1p_loop_uniform", "--dir", "lib", "--write-profile",
+                      f"lib/{name}", cwd=tmp_path)
+        _one_line_error(out, "library", f"--write-profile lib/{name} would overwrite the input library")
+        assert (lib / name).read_bytes() == before and out.stdout == ""
+
+
+def test_library_index_never_replaces_a_readme_schedc_did_not_write(tmp_path):
+    lib = _library(tmp_path)
+    assert _schedc("library", "build", "lib", "--index-only", cwd=tmp_path).returncode == 0  # its own: rewritten
+    (lib / "README.md").write_text("# my notes\n")
+    for argv in (["--index-only"], ["--only", "r2_mb4_mem1p_loop_uniform", "--time-limit", "2"]):
+        out = _schedc("library", "build", "lib", *argv, cwd=tmp_path)
+        _one_line_error(out, "library", "lib/README.md: a README.md schedc did not write")
+        assert (lib / "README.md").read_text() == "# my notes\n"
+
+
+def test_library_prints_report_fields_escaped(tmp_path):
+    lib = _library(tmp_path)
+    report = json.loads((lib / "r2_mb4_mem1p_loop_uniform.json").read_text())
+    report["status"] = ESC
+    (lib / "r2_mb4_mem1p_loop_uniform.json").write_text(json.dumps(report))
+    for argv in (["list", "--dir", "lib"], ["show", "r2_mb4_mem1p_loop_uniform", "--dir", "lib"]):
+        out = _schedc("library", *argv, cwd=tmp_path)
+        assert out.returncode == 0 and "\\x1b]0;owned\\x07" in out.stdout, out.stderr
+        assert "\x1b" not in out.stdout + out.stderr
+
+
+def test_simulate_says_how_the_costs_differ_when_the_names_are_the_same(tmp_path):
+    name = "qwen2 (config.json): 28 layers"
+    for file, forward in (("p1.json", 1), ("p2.json", 2)):
+        (tmp_path / file).write_text(json.dumps({"format": "schedc.profile/v1", "model": name,
+                                                 "stages": [{**_STAGE, "forward": forward}] * 2}))
+    assert _schedc("compile", "--stages", "2", "--mb", "4", "--profile", "p1.json", "--time-limit", "5", "--quiet",
+                   "-o", "s.csv", cwd=tmp_path).returncode == 0
+    err = _schedc("simulate", "s.csv", "--profile", "p2.json", cwd=tmp_path).stderr
+    assert f"both of '{name}': stage 0 forward 1 there, 2 here (and 1 more difference)" in err, err
+    assert _schedc("simulate", "s.csv", "--profile", "p1.json", cwd=tmp_path).stderr == ""
+    report = json.loads((tmp_path / "s.json").read_text())
+    report["inputs"]["memory_limit"] = ESC  # a forged report: its fields are shown, not obeyed
+    (tmp_path / "s.json").write_text(json.dumps(report))
+    out = _schedc("simulate", "s.csv", "--profile", "p1.json", cwd=tmp_path)
+    assert "\x1b" not in out.stderr

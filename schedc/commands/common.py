@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from schedc.costs import (DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, describe_validation_error, parse_comm,
                           parse_costs)
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, printable
 from schedc.fileio import check_not_input, check_writable
 
 
@@ -76,10 +76,11 @@ def input_files(args) -> list[tuple[str, str]]:
     out = [(f, "schedule") for f in getattr(args, "files", None) or []]
     if getattr(args, "file", None):
         out.append((args.file, "schedule"))
-    for flag in ("profile", "model", "sample"):
+    for flag in ("profile", "config", "partition", "model", "sample"):
         value = getattr(args, flag, None)
         if isinstance(value, str) and value:
-            out.append((value.rsplit(":", 1)[0] if flag != "profile" else value, f"--{flag}"))
+            module = flag in ("model", "sample")  # MODULE:FUNCTION, a file path or a module name
+            out.append((value.rsplit(":", 1)[0] if module else value, f"--{flag}"))
     return out
 
 
@@ -147,6 +148,18 @@ def require_torch(command: str) -> None:
         raise SchedcError(f"{command} runs the model and needs torch: pip install 'schedc[torch]'")
 
 
+def echo(text: object = "", file=None) -> None:
+    """``print(text)`` with each line escaped (:func:`schedc.errors.printable`): for any output
+    that carries strings from input files or arguments (a profile's model name, module names, a
+    report's fields), so that a terminal escape in them is shown, not obeyed."""
+    print("\n".join(printable(line) for line in str(text).split("\n")), file=file or sys.stdout, flush=True)
+
+
+def warn(command: str, message: str) -> None:
+    """One escaped ``schedc COMMAND: warning: ...`` line on stderr."""
+    echo(f"schedc {command}: warning: {message}", file=sys.stderr)
+
+
 def plural(n: int, word: str, many: str = "") -> str:
     """'1 microbatch', '16 microbatches'."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
@@ -173,27 +186,34 @@ def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit, profile
     counts = {s.n_microbatches for s in schedules}
     if len(counts) > 1:
         listed = ", ".join(f"{Path(p).name} {s.n_microbatches}" for p, s in zip(paths, schedules))
-        print(f"schedc {command}: warning: the schedules differ in microbatches ({listed}); their step times "
-              "are not comparable: compare schedules with the same --mb", file=sys.stderr)
+        warn(command, f"the schedules differ in microbatches ({listed}); their step times are not comparable: "
+                      "compare schedules with the same --mb")
     for k, path in enumerate(paths):
         if not csvio.report_path(path).is_file():
             continue
         try:
             inputs = csvio.read_report(path).get("inputs", {})
         except SchedcError as e:
-            print(f"schedc {command}: warning: ignoring the report beside {path}: {e}", file=sys.stderr)
+            warn(command, f"ignoring the report beside {path}: {e}")
+            continue
+        if not isinstance(inputs, dict):
             continue
         compiled_for = inputs.get("memory_limit")
         if isinstance(compiled_for, str) and compiled_for != str(memory):
-            print(f"schedc {command}: warning: {path} was compiled for --memory {compiled_for} but is judged "
-                  f"against --memory {memory} here; pass --memory {compiled_for} to judge it by its own limit",
-                  file=sys.stderr)
-        if profiles is not None and not _same_costs(inputs.get("costs"), profiles[k]):
+            warn(command, f"{path} was compiled for --memory {compiled_for} but is judged against --memory {memory} "
+                          f"here; pass --memory {compiled_for} to judge it by its own limit")
+        difference = None if profiles is None else _costs_difference(inputs.get("costs"), profiles[k])
+        if difference:
             theirs = _costs_name(Profile.model_validate(inputs["costs"]))
-            print(f"schedc {command}: warning: {path} was compiled for the costs of {theirs} (its report "
-                  f"{csvio.report_path(path).name}) but is judged with those of {_costs_name(profiles[k])} here; "
-                  "the step time and memory printed are another model's: pass the costs it was compiled with "
-                  "(--profile, --costs)", file=sys.stderr)
+            ours = _costs_name(profiles[k])
+            names = f"of {theirs}" if theirs == ours else f"of {theirs}, not {ours}"
+            warn(command, f"{path} was compiled for other costs (its report {csvio.report_path(path).name}) than "
+                          f"those judged here, both {names}: {difference}; the step time and memory printed are "
+                          "not its own: pass the costs it was compiled with (--profile, --costs)"
+                 if theirs == ours else
+                 f"{path} was compiled for the costs {names} judged here (its report "
+                 f"{csvio.report_path(path).name}): {difference}; the step time and memory printed are another "
+                 "model's: pass the costs it was compiled with (--profile, --costs)")
 
 
 def _costs_name(profile: Profile) -> str:
@@ -204,17 +224,33 @@ def _costs_name(profile: Profile) -> str:
     return repr(profile.model) if profile.model else "an unnamed profile"
 
 
-def _same_costs(recorded, profile: Profile) -> bool:
-    """Whether a report's recorded costs (``inputs.costs``) are `profile`'s, stage by stage, under
-    the runtime `profile` follows; True when the report records none it can be judged by."""
+def _costs_difference(recorded, profile: Profile) -> str:
+    """How a report's recorded costs (``inputs.costs``) differ from `profile`, compared under the
+    runtime `profile` follows: the first differing stage field and how many more differ ('' when
+    they are the same, or the report records none it can be judged by)."""
     if not isinstance(recorded, dict):
-        return True
+        return ""
     try:
         theirs = Profile.model_validate(recorded).executed(profile.runtime)
     except Exception:  # an unreadable or impossible record: nothing to compare
-        return True
-    keys = {"stages", "comm"}
-    return theirs.model_dump(include=keys) == profile.model_dump(include=keys)
+        return ""
+    if theirs.n_stages != profile.n_stages:
+        return f"{theirs.n_stages} stages there, {profile.n_stages} here"
+    found = []
+    for s, (a, b) in enumerate(zip(theirs.stages, profile.stages)):
+        mine, other = a.model_dump(), b.model_dump()
+        found += [f"stage {s} {key} {_value(mine[key])} there, {_value(other.get(key))} here"
+                  for key in mine if key != "modules" and mine[key] != other.get(key)]
+    if theirs.comm != profile.comm:
+        found.append(f"comm {_value(theirs.comm)} there, {_value(profile.comm)} here")
+    if not found:
+        return ""
+    return found[0] + (f" (and {len(found) - 1} more difference{'s' if len(found) > 2 else ''})"
+                       if len(found) > 1 else "")
+
+
+def _value(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else (f"{v}" if len(str(v)) <= 30 else f"{str(v)[:27]}...")
 
 
 def model_args(pairs: list[str]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
+from schedc.commands.common import echo
 from schedc.costs import MemoryLimit, Profile, format_memory
 from schedc.errors import SchedcError
 
@@ -56,16 +57,16 @@ def _build(args) -> int:
     directory = lib.find_library(args.dir, for_build=True)
     if args.index_only:
         path = lib.write_index(directory)
-        print(f"wrote {path}")
+        echo(f"wrote {path}")
         return 0
     setups = lib.select(lib.DEFAULT_SETUPS, args.only)
     limit = args.time_limit if args.time_limit is not None else lib.DEFAULT_MAX_TIME_LIMIT
     if not 0 < limit < math.inf:
         raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {args.time_limit}")
-    print(f"building {len(setups)} schedule(s) into {directory} (solver time at most "
-          f"{lib.default_budget(setups, limit):.0f}s)", flush=True)
-    lib.build_library(directory, setups, time_limit=limit, progress=lambda line: print(line, flush=True))
-    print(f"wrote {directory / lib.INDEX_NAME}")
+    echo(f"building {len(setups)} schedule(s) into {directory} (solver time at most "
+         f"{lib.default_budget(setups, limit):.0f}s)")
+    lib.build_library(directory, setups, time_limit=limit, progress=lambda line: echo(line))
+    echo(f"wrote {directory / lib.INDEX_NAME}")
     return 0
 
 
@@ -85,15 +86,15 @@ def _list(args) -> int:
         pred = e.report.get("predicted") or {}
         mk = pred.get("makespan")
         gap = e.report.get("gap")
-        print(f"{e.setup.name:34s} {e.setup.stages:>6} {lib.format_rank_makespan(mk, e.setup):>14} "
-              f"{100 * pred.get('bubble', 0.0):>6.1f}% {str(e.report.get('status', '?')):>9} "
-              f"{'-' if gap is None else f'{100 * gap:.2f}%':>7}")
-    print(f"{len(chosen)} of {len(entries)} schedules in {directory}")
+        echo(f"{e.setup.name:34s} {e.setup.stages:>6} {lib.format_rank_makespan(mk, e.setup):>14} "
+             f"{100 * pred.get('bubble', 0.0):>6.1f}% {str(e.report.get('status', '?')):>9} "
+             f"{'-' if gap is None else f'{100 * gap:.2f}%':>7}")
+    echo(f"{len(chosen)} of {len(entries)} schedules in {directory}")
     if any(e.setup.costs == "uniform" for e in chosen):
         print("rank-F: uniform makespans in units of one rank's forward over all its stages (every stage has "
               "F = I = W = 1, so a v rank's two stages make one rank-F of 2 units: its report reads twice this)")
     for line in problems:
-        print(f"warning: {line}", file=sys.stderr)
+        echo(f"warning: {line}", file=sys.stderr)
     return 0
 
 
@@ -102,14 +103,20 @@ def _show(args) -> int:
     from schedc import library as lib
 
     entry = lib.find_entry(args.name, args.dir)
-    print(format_library_entry(entry))
+    if args.write_profile:  # before printing anything: never over the library's own files
+        from schedc.fileio import check_not_input, check_writable
+
+        check_writable(args.write_profile, "--write-profile")
+        check_not_input(args.write_profile, "--write-profile", [(entry.csv, "library schedule"),
+                                                                 (csvio.report_path(entry.csv), "library report")])
+    echo(format_library_entry(entry))
     if args.write_profile:
         try:
             profile = Profile.model_validate(entry.report["inputs"]["costs"])
         except (KeyError, TypeError, ValueError):
             raise SchedcError(f"{csvio.report_path(entry.csv)}: inputs.costs is missing or not a valid profile")
         profile.save(args.write_profile)
-        print(f"wrote {args.write_profile}: the costs {entry.setup.name} was compiled for")
+        echo(f"wrote {args.write_profile}: the costs {entry.setup.name} was compiled for")
     return 0
 
 
@@ -119,12 +126,12 @@ def _check(args) -> int:
     directory = lib.find_library(args.dir)
     problems = lib.check_library(directory, torch=False if args.no_torch else None)
     for line in problems:
-        print(line)
+        echo(line)
     if problems:
-        print(f"schedc library check: {len(problems)} problem(s) in {directory}", file=sys.stderr)
+        echo(f"schedc library check: {len(problems)} problem(s) in {directory}", file=sys.stderr)
         return 1
     n = len(list(directory.glob("*.csv")))
-    print(f"{directory}: {n} schedules ok (validated, {'' if lib._torch_available() and not args.no_torch else 'NOT '}"
+    echo(f"{directory}: {n} schedules ok (validated, {'' if lib._torch_available() and not args.no_torch else 'NOT '}"
           f"loaded in torch, re-simulated = reports, index current)")
     return 0
 

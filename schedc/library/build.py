@@ -25,7 +25,7 @@ from schedc.library.catalog import (
     Setup,
     time_limit_for,
 )
-from schedc.library.index import write_index
+from schedc.library.index import check_index_is_ours, write_index
 from schedc.tolerances import REL, TIE
 
 def setup_problem(setup: Setup):
@@ -107,6 +107,7 @@ def build_library(
     from schedc import csvio
 
     directory = Path(directory)
+    check_index_is_ours(directory)  # before any solving: the index at the end would replace it
     directory.mkdir(parents=True, exist_ok=True)
     setups = list(DEFAULT_SETUPS if setups is None else setups)
     max_limit = DEFAULT_MAX_TIME_LIMIT if time_limit is None else float(time_limit)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from schedc.costs import Profile, format_bytes, p_needed
+from schedc.errors import SchedcError
 from schedc.library.catalog import BUILD_COMMAND, INDEX_NAME, Entry, PathLike, load_entries
 
 def _get(report: dict, *keys, default=None):
@@ -158,9 +159,28 @@ def index_markdown(directory: PathLike) -> str:
     return text
 
 
+def check_index_is_ours(directory: PathLike) -> None:
+    """Refuse a directory whose ``README.md`` schedc did not write (the user's own notes): the
+    index would replace it. An index starts with the header schedc writes."""
+    from schedc.fileio import read_input
+
+    path = Path(directory) / INDEX_NAME
+    if not (path.exists() or path.is_symlink()):
+        return
+    head = _INDEX_HEADER.split("\n", 1)[0]
+    try:
+        ours = read_input(path, "the library's index").startswith(head.encode() + b"\n")
+    except SchedcError:
+        ours = False
+    if not ours:
+        raise SchedcError(f"{path}: a {INDEX_NAME} schedc did not write (it does not start with {head!r}); "
+                          f"the library's index would replace it: build into another directory, or move it")
+
+
 def write_index(directory: PathLike) -> Path:
     from schedc.fileio import atomic_write_text
 
+    check_index_is_ours(directory)
     path = Path(directory) / INDEX_NAME
     atomic_write_text(path, index_markdown(directory))
     return path
