@@ -152,3 +152,28 @@ def test_without_a_sequence_length_the_handoff_says_what_to_set():
     s = REGISTRY["torchtitan"].settings(handoff(seq_len=None))
     assert "training.seq_len" not in s["config"]
     assert any("--training.seq_len" in w for w in s["warnings"])
+
+
+def test_a_plans_report_launches_as_planned(tmp_path):
+    """End to end: `schedc plan` on a profile that records its run; the flags in plan.json parse into
+    the partition and settings the plan assumed, in torchtitan's names although the profile used HF's."""
+    from schedc import cli
+    from schedc.costs import Profile, StageCost
+    import json
+
+    unit = dict(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=2**20, weight_grad_bytes=2**19)
+    names = [["model.embed_tokens"]] + [[f"model.layers.{i}"] for i in range(4)] + [["model.norm", "lm_head"]]
+    units = tmp_path / "units.json"
+    Profile(stages=[StageCost(**unit, modules=m) for m in names], microbatch_size=1,
+            assumes={"seq_len": 2048, "microbatch_size": 1, "activation_checkpoint": "full", "dp_shard": 1,
+                     "tp": 1}).save(units)
+    out = tmp_path / "plan.csv"
+    assert cli.main(["plan", "--profile", str(units), "--ranks", "2", "--mb", "4", "--memory", "none",
+                     "--placement", "loop", "--time-limit", "1", "-o", str(out), "--quiet"]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    cfg = _parse_torchtitan(report["frameworks"]["torchtitan"]["command_line"])
+    translated = [[n.replace("model.embed_tokens", "tok_embeddings").removeprefix("model.") for n in stage]
+                  for stage in report["partition"]]
+    assert cfg.parallelism.module_fqns_per_model_part == translated
+    assert cfg.training.seq_len == 2048 and cfg.training.local_batch_size == 4
+    assert type(cfg.activation_checkpoint).__qualname__ == "FullAC.Config"
