@@ -100,6 +100,9 @@ CERTIFY_BLOCKS = (3, 4)  # block sizes of the block relaxation in the certificat
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
 SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own bound is the least
 SETTER_MARGIN = 0.01  # ... when the best step found is more than this above that bound
+OWN_BOUND_WORK = 2e-3  # work units (schedc.solver.deadline) charged per partition's own bound
+LISTING_WORK = 2e-5  # ... per partition listed below a threshold (schedc.partition.partitions_below)
+SIMULATION_PASSES = 1.0  # ... passes over the actions charged per simulation of a hand-made schedule
 SEARCH_END = 0.4  # of the time limit: the search over partitions never runs past it
 FINAL_END = 0.9  # of the time limit: the final compile ends here when the least-memory pass follows it
 TAIL_SHARE = 0.03  # of the time limit, kept for the comparisons and the report
@@ -152,6 +155,8 @@ class PlanResult:
     limiter: Optional["PlanLimiter"] = None  # what limits the step (plan_limiter)
     assumes: dict = field(default_factory=dict)  # what the plan took about the run (the report's "assumes")
     ac: Optional["ACChoice"] = None  # the activation checkpointing chosen (plan_ac)
+    budget: str = "time"  # what the time limit counted: wall-clock seconds or work units
+    cut_by_wall: bool = False  # work mode: the wall-clock safety net ended it (the plan may differ)
 
     @property
     def value(self) -> float:
@@ -175,6 +180,28 @@ class PlanResult:
         return max(0.0, (self.value - self.bound) / self.value) if self.value > 0 else 0.0
 
 
+def _now() -> float:
+    """The clock every share of the time limit is read on: the wall clock, or under a work
+    budget the work clock (schedc.solver.deadline.now), imported here so that ``import schedc``
+    does not load the solver."""
+    from schedc.solver.deadline import now
+
+    return now()
+
+
+def _counting_work() -> bool:
+    from schedc.solver.deadline import counting_work_on
+
+    return counting_work_on()
+
+
+def _charge(units: float) -> None:
+    """Charge the work clock (nothing under a wall-clock budget)."""
+    from schedc.solver.deadline import charge
+
+    charge(units)
+
+
 def stop_requested() -> bool:
     """Ctrl-C or SIGTERM inside ``schedc.solver.interrupt.stop_on_sigint`` (imported here, not at
     the top: ``import schedc`` must not load the solver)."""
@@ -195,7 +222,7 @@ def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
 def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, MemoryLimit] = "80GiB",
          placement: str = "auto", objective: str = "makespan", time_limit: float = 60.0,
          progress: Optional[Callable[[str], None]] = None, seed: int = 0, source: str = "profile",
-         least_memory: bool = True) -> PlanResult:
+         least_memory: bool = True, budget: str = "time") -> PlanResult:
     """The best partition + placement + schedule found in `time_limit` seconds (module docstring).
 
     Parameters
@@ -216,6 +243,11 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         Seconds for the whole search, compiles included.
     progress : callable, optional
         Called with one line per step of the search.
+    budget : "time" or "work"
+        What `time_limit` counts: wall-clock seconds, or work units (schedc.solver.deadline: the
+        solvers' deterministic time and counted constructions, and here a fixed charge per
+        partition bounded, listed or screened), so that the same inputs give the same plan on any
+        machine; the two-rank and block relaxations, which run on the wall clock, are left out.
     least_memory : bool
         After the search, look for a schedule of the chosen partition with the same step and a
         lower peak (``least_memory_at_step``, the last 10% of the time) and report the margin.
@@ -243,7 +275,18 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     >>> sum(res.counts), len(res.counts), res.value >= res.bound
     (6, 2, True)
     """
-    t0 = time.monotonic()
+    if budget not in ("time", "work"):
+        raise SchedcError(f"--budget must be time or work, got {budget!r}")
+    if budget == "work" and not _counting_work():
+        from schedc.solver.deadline import counting_work
+
+        with counting_work(time_limit) as clock:
+            out = plan(profile=profile, ranks=ranks, microbatches=microbatches, memory=memory, placement=placement,
+                       objective=objective, time_limit=time_limit, progress=progress, seed=seed, source=source,
+                       least_memory=least_memory, budget="work")
+        out = replace(out, budget="work", cut_by_wall=clock.cut_by_wall)
+        return replace(out, report=build_plan_report(out))
+    t0 = _now()
     say = progress or (lambda line: None)
     limit = parse_cap(memory)
     cap = math.inf if limit.kind == "none" else limit.value
@@ -255,11 +298,11 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
 
     searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
                                                placements, notes, say, t0)
-    pools, forced = {}, {}
+    pools, forced, memo = {}, {}, {}
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0,
-                                                     hard=t0 + SEARCH_END * time_limit)
+                                                     hard=t0 + SEARCH_END * time_limit, memo=memo)
     paired: dict = {}  # (placement, counts) -> a two-rank bound at least the best step when it was found
     best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
                                                 time_limit, seed, paired, say, t0)
@@ -275,7 +318,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                                  final_share * time_limit, seed, say, t0, reached)
     res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, final_share * time_limit,
                                      seed, say, t0)
-    comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements)
+    comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements, memo)
     res, pl, counts = _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective,
                                         seed)
     lowered = None
@@ -286,7 +329,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     bound = min(bounds.values())
     out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
                      bounds=bounds, certified=certified, comparisons=comparisons, candidates=candidates, notes=notes,
-                     solve_time=time.monotonic() - t0, interrupted=stop_requested(), least_memory=lowered)
+                     solve_time=_now() - t0, interrupted=stop_requested(), least_memory=lowered)
     out = replace(out, limiter=plan_limiter(out, cap))
     return replace(out, report=build_plan_report(out))
 
@@ -321,7 +364,7 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
             continue
         pb = partition_bound(profile, ranks, microbatches, cap, pl, objective)
         bounds[pl] = pb.value
-        say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
+        say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
             f"{pb.counts}")
         searches.append((pl, pb))
     if not searches:
@@ -330,12 +373,12 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
 
 
 def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap, objective, seconds, say, t0,
-                         hard=math.inf):
+                         hard=math.inf, memo=None):
     """Step 2 for one placement: the partitions best by their own lower bound and the comparison
     splits, each screened by its best hand-made schedule that fits (an upper bound, milliseconds to
     simulate). Returns (pool of (lower bound, hand-made step, counts), [the balanced split's entry])."""
     S = n_stages_for(pl, ranks)
-    splits = [pb.counts, balanced(units, pl, ranks, cap)[1], torchtitan_default_counts(profile.n_stages, S),
+    splits = [pb.counts, _balanced(units, pl, ranks, cap), torchtitan_default_counts(profile.n_stages, S),
               even_counts(profile.n_stages, S)]
     # under a tight cap the own bound ranks partitions poorly (step 4's block relaxation ranks them),
     # and a search that follows it far from the dynamic program's partition finds partitions that
@@ -343,20 +386,26 @@ def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap
     # bound 2682.4 ms) compiles to 3600.8 where the dynamic program's 5,1,6,1,8,3,9,1 gives 3257.7
     tight = bool(pb.counts) and _tight_problem(_problem(profile, pb.counts, pl, ranks, microbatches, limit, objective))
     scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
-                         [s for s in splits if s], time.monotonic() + seconds, far=not tight, hard=hard)
+                         [s for s in splits if s], _now() + seconds, far=not tight, hard=hard)
     by_lb = sorted(scores, key=scores.get)[:SCREEN]
     shapes = None
     pool = []
+    kept = {tuple(s) for s in splits if s and tuple(s) in scores}
     for counts in dict.fromkeys(by_lb + [tuple(s) for s in splits if s and tuple(s) in scores]):
+        if counts not in kept and _now() >= hard:
+            continue  # the comparison splits are screened; the rest only while the search may run
         problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
         shapes = shapes if shapes is not None else _hand_made_shapes(problem)
-        ub = best_hand_made(problem, shapes)[1]
+        found = best_hand_made(problem, shapes)
+        if memo is not None:
+            memo[(pl, tuple(counts))] = found
+        ub = found[1]
         pool.append((scores[counts], math.inf if ub is None else ub, counts))
     # the compute-balanced split is always compiled: where the bounds are loose (tight memory, V)
     # neither the bound nor the hand-made step ranks partitions well, and a plan must not lose to
     # compiling the obvious split
     forced = [c for c in pool if list(c[2]) == list(splits[1] or [])][:1]
-    say(f"[{time.monotonic() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
+    say(f"[{_now() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
         f"{len(pool)} by hand-made schedules")
     return pool, forced
 
@@ -388,10 +437,10 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         tried.add((pl, counts))
         if compiled and lb >= min(c[0] for c in compiled) * (1 - REL):
             continue
-        if time.monotonic() + short > t0 + 0.8 * time_limit or stop_requested():
+        if _now() + short > t0 + 0.8 * time_limit or stop_requested():
             break
         per_placement[pl] += 1
-        if compiled:
+        if compiled and not _counting_work():
             # two ranks together often show that a partition with a low own bound cannot beat the
             # best step: in a fraction of a short compile (Llama 16 ranks in a V at 80 GiB, heavy
             # stages early in the V: 0.4 s against 1.7 s, which then lost by 3%)
@@ -400,18 +449,18 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
             pair = relaxation.next(Deadline.after(short))  # its first pair: the one that settles it, or not worth it
             if pair >= least * (1 - REL):
                 paired[(pl, tuple(counts))] = pair
-                say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: two ranks together need {pair:.6g} or "
+                say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: two ranks together need {pair:.6g} or "
                     f"more (its own bound {lb:.6g}): not compiled")
                 continue
         try:
             res = compile_problem(_problem(profile, counts, pl, ranks, microbatches, limit, objective),
                                   time_limit=short, seed=seed)
         except SchedcError:  # nothing found that fits in a short compile: the next candidate
-            say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: no schedule that fits found in {short:.1f}s")
+            say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: no schedule that fits found in {short:.1f}s")
             continue
         candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": lb,
                            "best_hand_made": None if math.isinf(ub) else ub, "step": res.value, "status": res.status})
-        say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
+        say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
             f"hand-made {ub:.6g}, {res.status})")
         compiled.append((res.value, res, pl, counts))
     if not compiled:  # no time for a short compile: the best-scored partition gets what is left
@@ -449,7 +498,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
 
     finalists = sorted(compiled, key=lambda c: c[0])[:FINALISTS]
     more = SECOND_SHARE * time_limit / FINALISTS
-    if len(finalists) < 2 or time.monotonic() + len(finalists) * more > t0 + 0.8 * time_limit:
+    if len(finalists) < 2 or _now() + len(finalists) * more > t0 + 0.8 * time_limit:
         return finalists[0]
     results = []  # the best is among the finalists, so the best of these is at least as good
     for value, res, pl, counts in finalists:
@@ -457,7 +506,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
             again = compile_problem(res.problem, time_limit=more, seed=seed,
                                     warm=(res.schedule, res.sim, "plan: short compile"))
             res = again if again.value <= res.value else res
-            say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} after a second round "
+            say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} after a second round "
                 f"({res.status})")
         results.append((res.value, res, pl, counts))
     return min(results, key=lambda c: c[0])
@@ -507,25 +556,26 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
 
     # with the best partition proven optimal the final compile has nothing to do: the bound gets its time
     deadline = t0 + end * time_limit if proven else min(t0 + 0.8 * time_limit,
-                                                           time.monotonic() + CERTIFY_SHARE * time_limit)
+                                                           _now() + CERTIFY_SHARE * time_limit)
     if tight:
         # the block relaxation ranks the partitions: its share comes from the compiles after it
         deadline = max(deadline, min(t0 + TIGHT_CERTIFY_END * time_limit,
-                                     time.monotonic() + TIGHT_CERTIFY_SHARE * time_limit))
+                                     _now() + TIGHT_CERTIFY_SHARE * time_limit))
     bounds, certified, setters, reached = {}, {}, [], {}
     for k, (pl, pb) in enumerate(searches):
         if scored is not None and scored.get(pl, math.inf) <= pb.value * (1 + REL):
             bounds[pl], certified[pl] = pb.value, 0
-            say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g} (a partition's own "
+            say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g} (a partition's own "
                 f"bound meets it: none can raise it)")
             continue
-        ends = Deadline(time.monotonic() + (deadline - time.monotonic()) / (len(searches) - k))  # a share each
+        ends = Deadline(_now() + (deadline - _now()) / (len(searches) - k))  # a share each
         if ends.expired():  # no time to list the partitions (a fraction of a second on a V of 8 ranks)
             bounds[pl], certified[pl] = pb.value, 0
             continue
-        pairs_end = ends if proven else Deadline(min(ends.at, time.monotonic() + PAIR_SHARE * time_limit
+        pairs_end = ends if proven else Deadline(min(ends.at, _now() + PAIR_SHARE * time_limit
                                                      / len(searches)))
         threshold, found = partitions_below(profile, ranks, microbatches, cap, pl, objective, theta, CERTIFY_LIMIT)
+        _charge(LISTING_WORK * max(1, len(found)))
         listing = iter(found)
         upcoming = next(listing, None)  # (relaxed value, counts) of the first partition not reached
         heap: list[tuple[float, int, tuple[int, ...]]] = []  # (bound, how far, counts)
@@ -565,7 +615,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
             if (pl, counts) in paired and paired[(pl, counts)] >= theta * (1 - REL):
                 heapq.heappush(heap, (max(value, paired[(pl, counts)]), FINAL, counts))
                 continue
-            if how_far == OWN and tight:
+            if how_far == OWN and tight and not _counting_work():
                 # the whole problem on a few microbatches: near the partition's optimum where the
                 # cap is tight, so the least bound left is the partition to compile (step 4b)
                 blocks[counts] = BlockRelaxation(problem_of(counts), theta, CERTIFY_BLOCKS)
@@ -579,7 +629,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
                     heapq.heappush(heap, (value, FINAL if value >= theta * (1 - REL) else RELAXED, counts))
                     continue
                 del blocks[counts]
-            if value >= theta * (1 - REL) or pairs_end.expired():
+            if value >= theta * (1 - REL) or pairs_end.expired() or _counting_work():
                 # no time for two ranks together: the bound so far is final
                 heapq.heappush(heap, (value, FINAL, counts))
                 continue
@@ -605,7 +655,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
         if chosen is not None:
             setters.append((chosen[0], pl, chosen[2]))
         reached.update(((pl, counts), value) for value, _, counts in heap)
-        say(f"[{time.monotonic() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
+        say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({done} of the "
             f"{len(found)} partitions whose relaxed bound is below {threshold:.6g} bounded one by one"
             + (f", {n_blocks} with blocks of microbatches" if n_blocks else "")
             + (f", {two_rank} with two ranks together)" if two_rank else ")"))
@@ -643,7 +693,7 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
         done = best[1] is not None and best[1].status == "optimal"
         # the final compile keeps at least 5% of the time (it goes on from the better answer)
         end = t0 + (time_limit - min(0.05 * time_limit, 5.0) if done else 0.95 * time_limit)
-        seconds = end - time.monotonic() if done else min(SETTER_SHARE * time_limit, end - time.monotonic())
+        seconds = end - _now() if done else min(SETTER_SHARE * time_limit, end - _now())
         if (before is not None and before.status == "optimal") or own >= best[0] * (1 - SETTER_MARGIN) \
                 or stop_requested() or seconds < 0.05 * time_limit:
             continue
@@ -660,7 +710,7 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
             res = before
         candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": own,
                            "best_hand_made": None, "step": res.value, "status": res.status})
-        say(f"[{time.monotonic() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (the least own bound, "
+        say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (the least own bound, "
             f"{own:.6g}; {res.status})")
         if res.value < best[0]:
             best = (res.value, res, pl, counts)
@@ -682,7 +732,7 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
     from schedc.solver.warm import warm_start
 
     value, res, pl, counts = best
-    left = t0 + time_limit - time.monotonic()
+    left = t0 + time_limit - _now()
     if res is None or (res.status != "optimal" and left > min(1.0, 0.1 * time_limit) and not stop_requested()):
         problem = _problem(profile, counts, pl, ranks, microbatches, limit, objective)
         warm = None
@@ -695,11 +745,13 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
                 fresh = None
             if fresh is not None and fresh[1].fits and fresh[1].objective(objective) < res.value * (1 - REL):
                 warm = fresh
-            left = t0 + time_limit - time.monotonic()
-        final = compile_problem(problem, time_limit=max(0.1 if res is not None else 1.0, left), seed=seed, warm=warm)
+            left = t0 + time_limit - _now()
+        if warm is None:  # no short compile ran (a short time limit): a hand-made schedule that fits starts it
+            warm = _hand_made_warm(problem)
+        final = compile_problem(problem, time_limit=max(0.1 if warm is not None else 1.0, left), seed=seed, warm=warm)
         if res is None or final.value <= res.value:
             res = final
-        say(f"[{time.monotonic() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
+        say(f"[{_now() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
     return res, pl, counts
 
 
@@ -719,6 +771,17 @@ def _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches
     sim = simulate(sched, problem.profile, problem.memory)
     better = compile_problem(problem, time_limit=0.5, seed=seed, warm=(sched, sim, f"plan: {row.split} split"))
     return better, row.placement, list(row.counts)
+
+
+def _hand_made_warm(problem):
+    """(schedule, simulation, name) of the shortest hand-made schedule that fits, else None."""
+    from schedc.simulate import simulate
+
+    name, _ = best_hand_made(problem)
+    if name is None:
+        return None
+    sched = _hand_made_shapes(problem)[name]
+    return sched, simulate(sched, problem.profile, problem.memory), name
 
 
 def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
@@ -768,6 +831,7 @@ def own_bound(problem, enough: float = math.inf) -> float:
     from schedc.solver.graph import graph_of
     from schedc.solver.rank_relaxation import rank_relaxation_bound
 
+    _charge(OWN_BOUND_WORK)
     graph = graph_of(problem)  # both bounds read its stage level: built once
     closed = lower_bound(graph)
     if closed >= enough:
@@ -819,7 +883,7 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
     least = min(SEARCH_EVALUATIONS, 6 * S)  # at least this many (the nearest moves first), however busy the machine
 
     def finished() -> bool:  # SEARCH_EVALUATIONS scored, or past the deadline with at least `least`
-        now = time.monotonic()
+        now = _now()
         return len(scores) >= SEARCH_EVALUATIONS or (now >= deadline and len(scores) >= least) or now >= hard \
             or stop_requested()
 
@@ -846,8 +910,29 @@ def _hand_made_shapes(problem) -> dict:
     depend on costs, so one set serves every partition."""
     from schedc.baselines import baselines_for
 
-    found = baselines_for(problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement_name)
-    return {k: v for k, v in found.items() if tuple(v.placement) == tuple(problem.placement)}
+    key = (problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement_name, tuple(problem.placement))
+    if key not in _SHAPES:
+        found = baselines_for(problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement_name)
+        if len(_SHAPES) > 64:
+            _SHAPES.clear()
+        _SHAPES[key] = {k: v for k, v in found.items() if tuple(v.placement) == tuple(problem.placement)}
+    return _SHAPES[key]
+
+
+def _balanced(units: Units, placement: str, ranks: int, cap: float):
+    """``schedc.partition.balanced``'s partition, computed once per plan (a dynamic program that
+    takes a fraction of a second on a V of 8 ranks, asked for by the screening, the comparisons
+    and the limiter)."""
+    key = (id(units), placement, ranks, cap)
+    if key not in _BALANCED:
+        if len(_BALANCED) > 64:
+            _BALANCED.clear()
+        _BALANCED[key] = (units, balanced(units, placement, ranks, cap)[1])  # units kept: its id stays its own
+    return _BALANCED[key][1]
+
+
+_BALANCED: dict = {}
+_SHAPES: dict = {}  # the hand-made schedules by shape: built once per process (they are never modified)
 
 
 def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str], Optional[float]]:
@@ -855,8 +940,11 @@ def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str
     the problem's cap; (None, None) when none fits."""
     from schedc.simulate import simulate
 
+    from schedc.solver.deadline import charge_passes
+
     best = (None, None)
     for name, sched in (shapes if shapes is not None else _hand_made_shapes(problem)).items():
+        charge_passes(3 * problem.n_stages * problem.n_microbatches, SIMULATION_PASSES)
         try:
             sim = simulate(sched, problem.profile, problem.memory)
         except SchedcError:
@@ -877,7 +965,8 @@ def _interleave(lists: list[list]) -> list:
     return out
 
 
-def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements) -> list[Comparison]:
+def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements,
+                   memo: Optional[dict] = None) -> list[Comparison]:
     """torchtitan's default, the even and the compute-balanced split, each with its best hand-made
     schedule that fits, per placement."""
     rows = []
@@ -885,14 +974,16 @@ def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, p
         S = n_stages_for(pl, ranks)
         splits = [("torchtitan default", torchtitan_default_counts(profile.n_stages, S)),
                   ("even", even_counts(profile.n_stages, S)),
-                  ("compute-balanced", balanced(units, pl, ranks, cap)[1])]
+                  ("compute-balanced", _balanced(units, pl, ranks, cap))]
         for name, counts in splits:
             if counts is None:
                 continue
             if not _fits(units, counts, pl, ranks, cap):
                 rows.append(Comparison(name, pl, list(counts), None, None, "a rank cannot hold one microbatch"))
                 continue
-            sched, value = best_hand_made(_problem(profile, counts, pl, ranks, microbatches, limit, objective))
+            key = (pl, tuple(counts))  # `memo`: what the screening already found for this split
+            sched, value = memo[key] if memo and key in memo else \
+                best_hand_made(_problem(profile, counts, pl, ranks, microbatches, limit, objective))
             rows.append(Comparison(name, pl, list(counts), sched, value, "" if sched else "no hand-made schedule fits"))
     return rows
 
@@ -922,7 +1013,7 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
     the next decrement doubles; otherwise the cap it tried becomes the floor and the decrement
     halves. The floor starts at the least any schedule of the partition needs (static bytes and
     one microbatch of each stage, per rank). Cost: at most ``MEMORY_TRIES`` compiles, all before
-    `end` (time.monotonic())."""
+    `end` (_now())."""
     problem = res.problem
     found = max(res.sim.peak_memory)
     best = LeastMemory(peak=found, found_peak=found)
@@ -932,7 +1023,7 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
     lo, step_down = _memory_floor(problem)
     hi, tries = found, 0
     while tries < MEMORY_TRIES and not stop_requested():
-        left = end - time.monotonic()
+        left = end - _now()
         seconds = left / (MEMORY_TRIES - tries) if left / (MEMORY_TRIES - tries) >= 0.3 else left
         probe = max(lo, hi - step_down)
         if seconds < 0.2 or hi - probe <= 0.001 * hi:
@@ -945,7 +1036,7 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
         else:
             lo, step_down = probe, step_down / 2
         if say:
-            say(f"[{time.monotonic() - t0:6.1f}s] least memory: under {format_bytes(probe)} "
+            say(f"[{_now() - t0:6.1f}s] least memory: under {format_bytes(probe)} "
                 + ("the same step" if best.compiled is again and again is not None else "a longer step or none"))
         if seconds == left:
             break
@@ -1095,7 +1186,7 @@ def plan_limiter(result: "PlanResult", cap: float) -> PlanLimiter:
     splits = [("the chosen", result.placement, result.counts)]
     for pl in result.bounds:
         S = n_stages_for(pl, ranks)
-        splits += [("the compute-balanced", pl, balanced(units, pl, ranks)[1]),
+        splits += [("the compute-balanced", pl, _balanced(units, pl, ranks, math.inf)),
                    ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
     splits = [x for x in splits if x[2] is not None]
     best = _uncapped_best(result.units, units, splits, ranks, M, objective) if _cap_binds(result.compiled) else None
@@ -1180,6 +1271,8 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
         "notes": result.notes,
         "solve_time": result.solve_time,
         "status": plan_status(result),
+        "budget": {"mode": result.budget, "cut_by_wall_clock": result.cut_by_wall,
+                   "reproducible": result.budget == "work" and not result.cut_by_wall},
         "limiter": None if result.limiter is None else result.limiter.as_dict(),
         "least_memory": _least_memory_dict(result),
         "activation_checkpoint": None if result.ac is None else result.ac.as_dict(),
@@ -1259,15 +1352,22 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     compiled with the time left and kept when it beats the best global mode. torchtitan and NeMo
     launch one mode for the whole model; schedc's runtime applies one per stage. Cost: the time
     limit; the greedy step takes one heuristic run per stage and faster mode."""
+    if kwargs.get("budget") == "work" and not _counting_work():
+        from schedc.solver.deadline import counting_work
+
+        with counting_work(time_limit) as clock:
+            out = plan_ac(profiles, time_limit=time_limit, progress=progress, **kwargs)
+        out = replace(out, budget="work", cut_by_wall=clock.cut_by_wall)
+        return replace(out, report=build_plan_report(out))
     say = progress or (lambda line: None)
     modes = [m for m in AC_MODES if m in profiles]
     if not modes:
         raise SchedcError(f"--ac auto needs a profile per mode ({', '.join(AC_MODES)}); got {', '.join(profiles)}")
-    t0 = time.monotonic()
+    t0 = _now()
     results, errors = {}, {}
     for k, mode in enumerate(modes):
-        share = (t0 + AC_SHARE * time_limit - time.monotonic()) / (len(modes) - k)
-        say(f"[{time.monotonic() - t0:6.1f}s] activation checkpointing {mode}: {share:.1f}s")
+        share = (t0 + AC_SHARE * time_limit - _now()) / (len(modes) - k)
+        say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {share:.1f}s")
         try:
             results[mode] = plan(profile=profiles[mode], time_limit=max(share, 0.5), progress=progress, **kwargs)
         except SchedcError as e:
@@ -1295,7 +1395,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
                                    out.compiled.problem.n_microbatches, out.compiled.problem.memory,
                                    out.compiled.problem.objective):
             rows.append(replace(row, split=f"torchtitan default, {TORCHTITAN_AC} AC"))
-    out = replace(out, comparisons=rows, ac=choice, solve_time=time.monotonic() - t0,
+    out = replace(out, comparisons=rows, ac=choice, solve_time=_now() - t0,
                   assumes={**out.assumes, "activation_checkpoint": choice.chosen})
     out = replace(out, limiter=plan_limiter(out, max(out.compiled.sim.memory_limit)))
     return replace(out, report=build_plan_report(out))
@@ -1308,7 +1408,7 @@ def _heuristic_step(profiles, counts, stage_modes, problem, end):
     p = _problem(mixed_units(profiles, counts, stage_modes), counts, problem.placement_name, problem.n_ranks,
                  problem.n_microbatches, problem.memory, problem.objective)
     try:
-        warm = warm_start(p, time_budget=min(0.3, max(0.05, end - time.monotonic())))
+        warm = warm_start(p, time_budget=min(0.3, max(0.05, end - _now())))
     except SchedcError:
         return None
     return (warm[1].objective(problem.objective), warm) if warm[1].fits else None
@@ -1346,7 +1446,7 @@ def _per_stage_choice(best: PlanResult, best_mode: str, profiles: dict, modes: l
     if current is None:
         return None
     for s, mode in moves:
-        if time.monotonic() > t0 + (end - t0) * 0.9 or stop_requested():
+        if _now() > t0 + (end - t0) * 0.9 or stop_requested():
             break
         if stage_modes[s] != best_mode:
             continue
@@ -1354,13 +1454,13 @@ def _per_stage_choice(best: PlanResult, best_mode: str, profiles: dict, modes: l
         found = _heuristic_step(profiles, counts, trial, problem, end)
         if found is not None and found[0] < current[0] * (1 - REL):
             stage_modes, current = trial, found
-            say(f"[{time.monotonic() - t0:6.1f}s] stage {s} with activation checkpointing {mode}: heuristic step "
+            say(f"[{_now() - t0:6.1f}s] stage {s} with activation checkpointing {mode}: heuristic step "
                 f"{found[0]:.6g}")
     if stage_modes == [best_mode] * len(counts):
         return None
     units = mixed_units(profiles, counts, stage_modes)
     p = _problem(units, counts, pl, problem.n_ranks, problem.n_microbatches, problem.memory, problem.objective)
-    compiled = compile_problem(p, time_limit=max(0.5, end - time.monotonic()), warm=current[1])
+    compiled = compile_problem(p, time_limit=max(0.5, end - _now()), warm=current[1])
     return compiled, units, stage_modes
 
 

@@ -502,3 +502,165 @@ def test_under_a_tight_cap_two_short_compiles_and_no_second_round(monkeypatch):
             time.monotonic())
         assert len(candidates) == compiles
         assert any(warm is not None for _, warm in calls) == second
+
+
+# ---------------------------------------------------------------- issue 35 items 2, 3, 6-8; issue 39 items 1-3, 13
+
+
+def _modes(units: Profile) -> dict:
+    """Per-mode profiles of the same units, shaped as checkpointing shapes them: a layer keeps
+    less (selective: 40%, full: its input only) and its I runs its forward again (part, all)."""
+    def mode(keep: float, recompute: float) -> Profile:
+        stages = [u.model_copy(update={"activation_bytes": u.activation_bytes * keep,
+                                       "weight_grad_bytes": u.weight_grad_bytes * keep,
+                                       "backward_input": u.backward_input + recompute * u.forward})
+                  if u.modules and u.modules[0].startswith("layers.") else u for u in units.stages]
+        return units.model_copy(update={"stages": stages})
+
+    return {"none": units, "selective": mode(0.4, 0.2), "full": mode(0.05, 1.0)}
+
+
+def test_optimal_is_claimed_only_when_no_partition_can_be_shorter():
+    from types import SimpleNamespace
+
+    from schedc.plan import plan_status
+
+    def result(gap, status):
+        return SimpleNamespace(gap=gap, compiled=SimpleNamespace(status=status))
+
+    assert plan_status(result(0.0, "optimal")) == "optimal"
+    assert plan_status(result(0.0441, "optimal")) == "optimal for its partition"
+    assert plan_status(result(0.0441, "feasible")) == "feasible"
+
+
+def test_the_time_limit_holds_as_for_compile():
+    # compile's promise (schedc.solver.deadline.check_time_limit): within 10% + 2 s, here beside
+    # step 1's dynamic programs, which cannot stop halfway (timed first: on a busy machine they
+    # alone can take a second)
+    from schedc.model_costs import unit_profile
+
+    units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32, kv_heads=8)
+    start = time.monotonic()
+    for placement in ("loop", "v"):
+        partition_bound(units, 8, 16, 80 * GiB, placement)
+    programs = time.monotonic() - start
+    start = time.monotonic()
+    res = plan(profile=units, ranks=8, microbatches=16, memory="80GiB", time_limit=1.0)
+    assert time.monotonic() - start < 1.1 * 1.0 + 2.0 + programs
+    assert res.schedule is not None
+
+
+def test_the_same_step_is_found_under_a_lower_peak():
+    # GPipe's order holds every microbatch at once; a schedule with its step fits in much less
+    from types import SimpleNamespace
+
+    from schedc.baselines import make_baseline
+    from schedc.plan import least_memory_at_step
+
+    units = tiny_units(n_layers=4)
+    problem = _problem(units, [2, 2, 2], "loop", 3, 6, parse_cap("60GiB"), "makespan")
+    sim = simulate(make_baseline("gpipe", 3, 6, 3), problem.profile, problem.memory)
+    found = SimpleNamespace(problem=problem, sim=sim, value=sim.makespan)
+    lm = least_memory_at_step(found, time.monotonic() + 6.0)
+    assert lm.compiled is not None and lm.peak < lm.found_peak == max(sim.peak_memory)
+    assert lm.compiled.value <= sim.makespan * (1 + 1e-9) and max(lm.compiled.sim.peak_memory) == lm.peak
+
+
+def test_the_report_says_the_least_peak_and_the_margin_and_the_csv_runs_at_it():
+    res = plan(profile=tiny_units(n_layers=4), ranks=2, microbatches=4, memory="40GiB", placement="loop",
+               time_limit=4)
+    lm = res.report["plan"]["least_memory"]
+    assert lm["peak"] <= lm["found_peak"] and lm["margin_to_cap"] == pytest.approx(40 * GiB - lm["peak"])
+    assert max(res.compiled.sim.peak_memory) == pytest.approx(lm["peak"])
+    assert simulate(res.schedule, res.compiled.problem.profile).makespan == pytest.approx(res.value)
+
+
+def test_under_a_tight_cap_memory_is_named_as_the_limit_and_more_microbatches_do_not_lift_it():
+    units = tiny_units(n_layers=6, head=1.0)
+    tight = plan(profile=units, ranks=2, microbatches=6, memory="10GiB", placement="loop", time_limit=3)
+    assert tight.limiter.kind == "memory" and tight.limiter.uncapped_step < tight.value
+    assert "more memory per rank" in tight.limiter.message
+    assert tight.report["plan"]["limiter"]["kind"] == "memory"
+    doubled = plan(profile=units, ranks=2, microbatches=12, memory="10GiB", placement="loop", time_limit=3)
+    assert doubled.limiter.kind == "memory"
+    roomy = plan(profile=units, ranks=2, microbatches=6, memory="80GiB", placement="loop", time_limit=3)
+    assert roomy.limiter.kind != "memory" and roomy.value < tight.value
+
+
+def test_torchtitan_rows_are_its_own_classes_on_its_default_split():
+    from schedc.baselines import make_baseline
+    from schedc.plan import torchtitan_rows
+
+    units = tiny_units(n_layers=6)
+    rows = torchtitan_rows(units, 2, 4, parse_cap("80GiB"), "makespan")
+    assert [(r.schedule, r.placement, len(r.counts)) for r in rows] == [
+        ("1F1B", "loop", 2), ("Interleaved1F1B", "loop", 4), ("ZBVZeroBubble", "v", 4)]
+    for row, name in zip(rows, ("1f1b", "interleaved-1f1b", "zb-v")):
+        assert row.counts == torchtitan_default_counts(units.n_stages, len(row.counts))
+        sim = simulate(make_baseline(name, len(row.counts), 4, 2), units.merge(row.counts))
+        assert row.value == pytest.approx(sim.makespan) and row.peak == pytest.approx(max(sim.peak_memory))
+    over = torchtitan_rows(units, 2, 4, parse_cap("9GiB"), "makespan")
+    assert any(r.value is None and "does not fit" in r.note for r in over)
+
+
+def test_a_plan_is_never_slower_than_a_comparison_it_prints():
+    res = plan(profile=tiny_units(n_layers=5, head=3.0), ranks=2, microbatches=4, memory="20GiB", time_limit=3)
+    assert all(c.value is None or c.value >= res.value * (1 - 1e-9) for c in res.comparisons
+               if len(c.counts) == len(res.counts) or c.peak is None)
+
+
+def test_ac_auto_chooses_the_mode_that_fits_and_reports_each_global_mode():
+    from schedc.plan import mixed_units, plan_ac
+
+    profiles = _modes(tiny_units(n_layers=6, head=1.0))
+    res = plan_ac(profiles, ranks=2, microbatches=4, memory="9GiB", placement="loop", time_limit=9)
+    steps = res.ac.global_steps
+    assert steps["none"] is None and steps["full"] is not None  # without checkpointing no partition fits
+    assert res.value <= min(v for v in steps.values() if v is not None) * (1 + 1e-9)
+    chosen = res.report["assumes"]["activation_checkpoint"]
+    assert chosen == res.ac.chosen and res.report["plan"]["activation_checkpoint"]["global"] == steps
+    mixed = mixed_units(profiles, [3, 5], ["none", "full"])
+    assert mixed.stages[:3] == profiles["none"].stages[:3] and mixed.stages[3:] == profiles["full"].stages[3:]
+    assert mixed.assumes["activation_checkpoint"] == ["none", "full"]
+
+
+def test_a_work_budget_gives_the_same_plan_twice_and_says_so():
+    runs = [plan(profile=tiny_units(n_layers=4), ranks=2, microbatches=4, memory="20GiB", time_limit=2, budget="work")
+            for _ in range(2)]
+    assert [(r.counts, r.placement, r.value, r.bound) for r in runs] == [(runs[0].counts, runs[0].placement,
+                                                                          runs[0].value, runs[0].bound)] * 2
+    assert runs[0].report["plan"]["budget"]["mode"] == "work"
+    with pytest.raises(SchedcError, match="--budget must be time or work"):
+        plan(profile=tiny_units(), ranks=2, microbatches=4, memory="20GiB", time_limit=2, budget="cpu")
+
+
+def test_cli_prints_the_limit_the_margin_the_comparisons_and_draws_the_plan(tmp_path):
+    tiny_units(n_layers=4, head=2.5).save(tmp_path / "units.json")
+    out = _schedc("plan", "--profile", "units.json", "--ranks", "2", "--mb", "4", "--memory", "20GiB",
+                  "--time-limit", "4", "--quiet", "--plot", "plan.png", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    for text in ("limits the step: ", "why this partition: ", "this step also fits in ", "margin to the cap",
+                 "torchtitan class 1F1B", "with ZBVZeroBubble" if "with ZBVZeroBubble" in out.stdout
+                 else "torchtitan class ZBVZeroBubble"):
+        assert text in out.stdout, text
+    gap = json.loads((tmp_path / "plan.json").read_text())["plan"]["gap_over_partitions"]
+    assert ("(optimal," in out.stdout) == (gap <= 1e-9)
+    assert (tmp_path / "plan.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_counts_a_config_with_the_run_settings_and_records_them(tmp_path):
+    config = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 512,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out = _schedc("plan", "--config", "config.json", "--seq", "128", "--ac", "full", "--ranks", "2", "--mb", "4",
+                  "--memory", "20GiB", "--time-limit", "3", "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assumes = json.loads((tmp_path / "plan.json").read_text())["assumes"]
+    assert assumes["seq_len"] == 128 and assumes["activation_checkpoint"] == "full"
+    assert assumes["microbatches"] == 4 and assumes["pipeline_parallel_degree"] == 2
+
+
+def test_settings_without_a_config_and_auto_without_a_profile_per_mode_are_refused(tmp_path):
+    assert "--seq sets the counted route's run: give --config" in _bad(tmp_path, tiny_units(), "--seq", "128")
+    assert "--ac auto with --profile needs one profile per mode" in _bad(tmp_path, tiny_units(), "--ac", "auto")
+    assert "unknown picture format" in _bad(tmp_path, tiny_units(), "--plot", "plan.gif")

@@ -45,7 +45,11 @@ def register(sub) -> None:
     p.add_argument("--placement", choices=["loop", "v", "auto"], default="auto",
                    help="loop (1 stage per rank), v (2 per rank) or auto (both, keep the better; default)")
     p.add_argument("--objective", choices=["makespan", "span"], default="makespan")
-    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds in all (default 60)")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                   help="seconds in all (default 60), or work units with --budget work")
+    p.add_argument("--budget", choices=["time", "work"], default="time",
+                   help="time: --time-limit counts wall-clock seconds (default); work: it counts work units (about a "
+                        "second each on an idle machine), so the same inputs give the same plan on any machine")
     p.add_argument("-o", "--output", metavar="FILE.csv", default="plan.csv",
                    help="the schedule; the report goes to FILE.json, the merged per-stage profile to "
                         "FILE.profile.json (default plan.csv)")
@@ -101,7 +105,8 @@ def _plan(args):
             print(line, file=sys.stderr, flush=True)
 
     kw = dict(ranks=args.ranks, microbatches=args.mb, memory=args.memory, placement=args.placement,
-              objective=args.objective, time_limit=args.time_limit, progress=progress, source=source)
+              objective=args.objective, time_limit=args.time_limit, progress=progress, source=source,
+              budget=args.budget)
     if len(profiles) > 1:
         from schedc.plan import plan_ac
 
@@ -217,7 +222,10 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
 
     lines = [f"wrote {csv}, {report_file} and {profile_file}",
              f"plan: {p.n_stages} stages ({res.placement}) on {p.n_ranks} ranks, {p.n_microbatches} microbatches, "
-             f"memory {p.memory}: {p.objective} {t(res.value)} ({plan_status(res)}, {res.solve_time:.1f}s)",
+             f"memory {p.memory}: {p.objective} {t(res.value)} ({plan_status(res)}, "
+             + (f"{res.solve_time:.1f}s)" if res.budget == "time" else
+                f"{res.solve_time:.1f} work units, reproducible)" if not res.cut_by_wall else
+                f"{res.solve_time:.1f} work units, cut by the wall clock: not reproducible)"),
              f"  units per stage {res.counts}",
              f"  bound over every partition and schedule {t(res.bound)}: gap {100 * res.gap:.2f}%"]
     lm = res.report["plan"].get("least_memory")
