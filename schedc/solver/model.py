@@ -597,7 +597,7 @@ def available_solver(name: Optional[str] = None) -> str:
     highs_ok = highs_available()
     if name == "highs" and not highs_ok:
         raise SchedcError("--solver highs: highspy is not installed (pip install highspy), or use --solver cbc")
-    if name is None and highs_ok:
+    if name == "highs" or (name is None and highs_ok):
         return "highs"
     if cbc_executable() is None:
         flag = "--solver cbc" if name == "cbc" else "the integer program"
