@@ -88,6 +88,14 @@ def test_both_solvers_prove_the_same_optimum_without_deprecated_calls():
     assert found and max(found.values()) - min(found.values()) < 1e-6
 
 
+def test_the_solver_asked_for_is_the_one_run(monkeypatch):
+    monkeypatch.setattr(model, "highs_available", lambda: True)
+    monkeypatch.setattr(model, "cbc_executable", lambda: "/usr/bin/cbc")
+    assert [model.available_solver(n) for n in (None, "highs", "cbc")] == ["highs", "highs", "cbc"]
+    monkeypatch.setattr(model, "highs_available", lambda: False)
+    assert model.available_solver(None) == "cbc"
+
+
 def test_no_solver_installed_is_one_line(monkeypatch):
     monkeypatch.setattr(model, "highs_available", lambda: False)
     monkeypatch.setattr(model, "cbc_executable", lambda: None)
