@@ -182,3 +182,33 @@ def test_partition_bound_and_smallest_cap_with_rises_transients_and_reserve(plac
     assert 0.5 * best < bound.value <= best * (1 + 1e-9)
     # the smallest cap that holds one microbatch somewhere: rises, transients and reserve included
     assert min_cap(Units.of(units), placement, ranks)[0] == pytest.approx(least_need)
+
+
+def test_cli_compile_then_simulate_check_with_every_memory_term(tmp_path):
+    # a profile with rises at I, transients, boundary bytes (torch 2.14's buffers) and a reserve:
+    # what compile writes fits under `simulate --check` at the same cap, and a cap 1 KiB under
+    # the reported peak does not
+    import json
+    import subprocess
+    import sys
+
+    mib = 2.0 ** 20
+    stages = [_stage(act=100 * mib, wg=150 * mib, static=500 * mib, transient={"F": 20 * mib, "I": 30 * mib})
+              for _ in range(4)]
+    Profile(stages=stages, comm=0.01, boundary_bytes=4 * mib, reserve_bytes=64 * mib,
+            assumes={"torch": "2.14.1"}).save(tmp_path / "p.json")
+
+    def schedc(*args):
+        return subprocess.run([sys.executable, "-m", "schedc.cli", *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)
+
+    out = schedc("compile", "--profile", "p.json", "--stages", "4", "--mb", "8", "--memory", "1.2GiB",
+                 "--time-limit", "5", "-o", "s.csv", "--quiet")
+    assert out.returncode == 0, out.stderr
+    peaks = json.loads((tmp_path / "s.json").read_text())["predicted"]["peak_memory_per_rank"]
+    # every rank holds its static bytes, buffers (8 received + 8 sent per boundary side) and reserve
+    assert min(peaks) >= 500 * mib + 64 * mib + 16 * 4 * mib + 150 * mib
+    ok = schedc("simulate", "s.csv", "--profile", "p.json", "--memory", "1.2GiB", "--check")
+    assert ok.returncode == 0, ok.stderr
+    tight = schedc("simulate", "s.csv", "--profile", "p.json", "--memory", f"{int(max(peaks)) - 1024}B", "--check")
+    assert tight.returncode == 1 and "exceeds the memory limit" in tight.stderr
