@@ -5,9 +5,11 @@
     schedc profile --model examples/llama.py:stages --units --layers 8 -o llama-units.json
 
 ``stages`` takes the parameter names every schedc example uses (``layers``, ``hidden``, ``heads``,
-``ffn_hidden``, ``seq_len``, ``vocab_size``, plus ``n_stages``, ``microbatch_size``, ``dtype``);
-``schedc profile`` passes its ``--layers``, ``--hidden``, ``--heads``, ``--ffn``, ``--seq``,
-``--vocab`` flags and ``--model-arg KEY=VALUE`` under those names.
+``kv_heads``, ``ffn_hidden``, ``seq_len``, ``vocab_size``, plus ``n_stages``, ``microbatch_size``,
+``dtype``); ``schedc profile`` passes its ``--layers``, ``--hidden``, ``--heads``, ``--kv-heads``,
+``--ffn``, ``--seq``, ``--vocab`` flags and ``--model-arg KEY=VALUE`` under those names.
+``kv_heads`` below ``heads`` gives grouped-query attention as in Llama 3 (8 key/value heads for
+32 query heads in the 8B model): each key/value head serves ``heads / kv_heads`` query heads.
 
 The module layout is torchtitan's (``tok_embeddings``, ``layers`` as a ModuleDict keyed "0",
 "1", ..., ``norm``, ``lm_head``) and ``forward`` skips any of them that is None, so torchtitan's
@@ -31,6 +33,7 @@ class LlamaConfig:
     dim: int = 64
     n_layers: int = 4
     n_heads: int = 4
+    n_kv_heads: int = 0  # 0: n_heads (no grouping)
     seq_len: int = 32
     ffn_dim: int = 0  # 0: about 8/3 of dim, rounded up to a multiple of 8
     rope_theta: float = 10000.0
@@ -38,6 +41,12 @@ class LlamaConfig:
 
     def ffn(self) -> int:
         return self.ffn_dim or 8 * ((8 * self.dim // 3 + 7) // 8)
+
+    def kv_heads(self) -> int:
+        kv = self.n_kv_heads or self.n_heads
+        if self.n_heads % kv or self.dim % self.n_heads:
+            raise ValueError(f"heads {self.n_heads} must be a multiple of kv_heads {kv} and divide hidden {self.dim}")
+        return kv
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -48,16 +57,20 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.dim // cfg.n_heads
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads(), cfg.dim // cfg.n_heads
         self.wq = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.wk = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.wv = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        q, k, v = (w(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q = self.wq(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k, v = (w(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2) for w in (self.wk, self.wv))
         q, k = _rope(q, cos[:t], sin[:t]), _rope(k, cos[:t], sin[:t])
+        if self.n_kv_heads != self.n_heads:  # each key/value head serves a group of query heads
+            group = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
@@ -129,11 +142,12 @@ def fqns_per_stage(cfg: LlamaConfig, n_stages: int) -> list[list[str]]:
 
 
 def stages(n_stages: int = 2, microbatch_size: int = 4, dtype: str = "float32", layers: int = 4, hidden: int = 64,
-           heads: int = 4, seq_len: int = 32, vocab_size: int = 256, ffn_hidden: int = 0) -> dict:
+           heads: int = 4, seq_len: int = 32, vocab_size: int = 256, ffn_hidden: int = 0, kv_heads: int = 0) -> dict:
     """The `schedc profile --model` factory: the model with a split rule, a sample microbatch, the loss
-    (``hidden`` is the model's ``dim``; ``ffn_hidden`` 0: about 8/3 of it)."""
+    (``hidden`` is the model's ``dim``; ``ffn_hidden`` 0: about 8/3 of it; ``kv_heads`` 0: ``heads``)."""
     cfg = LlamaConfig(vocab_size=vocab_size, dim=hidden, n_layers=layers, n_heads=heads, seq_len=seq_len,
-                      ffn_dim=ffn_hidden, dtype=dtype)
+                      ffn_dim=ffn_hidden, dtype=dtype, n_kv_heads=kv_heads)
+    cfg.kv_heads()  # a wrong grouping is one line here, before any module is built
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, vocab_size, (microbatch_size, seq_len + 1), generator=gen)
     return {
@@ -142,6 +156,7 @@ def stages(n_stages: int = 2, microbatch_size: int = 4, dtype: str = "float32", 
         "sample": tokens[:, :-1],
         "target": tokens[:, 1:],
         "loss_fn": lm_loss,
-        "name": f"llama(layers={layers}, hidden={hidden}, ffn={cfg.ffn()}, heads={heads}, seq={seq_len}, "
-                f"vocab={vocab_size})",
+        "name": f"llama(layers={layers}, hidden={hidden}, ffn={cfg.ffn()}, heads={heads}, "
+                + (f"kv_heads={cfg.kv_heads()}, " if cfg.kv_heads() != heads else "")
+                + f"seq={seq_len}, vocab={vocab_size})",
     }

@@ -120,7 +120,7 @@ def test_units_need_module_names(tmp_path, capsys):
      "--model-arg vocab=32000: no parameter 'vocab' to pass it to (--model {HF} takes n_stages, microbatch_size, "
      "dtype, arch, layers, hidden, heads, kv_heads, seq_len, vocab_size, ffn_hidden)"),
     (["--model", LLAMA, "--model-arg", "dim=128"], "--model-arg dim=128: no parameter 'dim' to pass it to"),
-    (["--model", LLAMA, "--kv-heads", "2"], "--kv-heads 2: no parameter 'kv_heads' to pass it to"),
+    (["--model", LLAMA, "--model-arg", "n_kv_heads=2"], "--model-arg n_kv_heads=2: no parameter 'n_kv_heads' to pass"),
     (["--ffn", "64"], "--ffn: the built-in GPT has full attention and a 4 x hidden MLP"),
     (["--units", "--stages", "3"], "--stages does not apply to --units"),
     (["--all-units"], "--all-units goes with --units"),

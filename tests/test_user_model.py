@@ -70,3 +70,21 @@ def test_bad_factories_are_one_line_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "raised ValueError: n_stages must be between 1 and the 1 layers" in err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_llama_grouped_query_attention_is_full_attention_with_shared_key_value_heads():
+    # kv_heads < heads (Llama 3's GQA): each key/value head serves heads / kv_heads query heads,
+    # so the model equals a full-attention one whose key/value rows repeat per group
+    gqa = llama.stages(n_stages=1, layers=1, hidden=32, heads=4, kv_heads=2, seq_len=8, vocab_size=40, dtype="float64")
+    full = llama.stages(n_stages=1, layers=1, hidden=32, heads=4, seq_len=8, vocab_size=40, dtype="float64")
+    g, f = gqa["model"], full["model"]
+    assert g.layers["0"].attention.wk.weight.shape == (16, 32) and "kv_heads=2" in gqa["name"]
+    with torch.no_grad():
+        f.load_state_dict({k: v for k, v in g.state_dict().items() if ".wk." not in k and ".wv." not in k},
+                          strict=False)
+        for name in ("wk", "wv"):
+            w = getattr(g.layers["0"].attention, name).weight.view(2, 8, 32)
+            getattr(f.layers["0"].attention, name).weight.copy_(w.repeat_interleave(2, dim=0).reshape(32, 32))
+    assert torch.allclose(g(gqa["sample"]), f(gqa["sample"]), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="multiple of kv_heads 3"):
+        llama.stages(heads=4, kv_heads=3)
