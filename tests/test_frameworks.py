@@ -154,7 +154,8 @@ def test_validate_partition_fails_when_the_csv_was_planned_for_another(planned, 
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"partition": [PLANNED[0][:-1], ["layers.2"] + PLANNED[1]]}))
     code, text = _validate(capsys, planned, "--partition", other)
-    assert code == 2 and "was made for the partition in" in text and f"--partition {planned.with_suffix('.json')}" in text
+    assert code == 2 and "was made for the partition in" in text
+    assert f"--partition {planned.with_suffix('.json')}" in text
     three = tmp_path / "three.json"
     three.write_text(json.dumps([["tok_embeddings"], ["layers.0"], ["norm", "lm_head"]]))
     code, text = _validate(capsys, planned, "--partition", three)
@@ -203,7 +204,8 @@ def test_torchtitans_default_split_is_restated_exactly():
     from schedc.frameworks.torchtitan import default_partition
 
     for stages, layers in [(1, 3), (2, 4), (4, 6), (8, 28), (16, 32), (8, 32), (3, 7)]:
-        assert default_partition(stages, layers) == pp._generate_llm_fqn_per_model_part(stages, layers), (stages, layers)
+        theirs = pp._generate_llm_fqn_per_model_part(stages, layers)
+        assert default_partition(stages, layers) == theirs, (stages, layers)
 
 
 def test_plan_refuses_module_names_torchtitan_would_misread_before_searching(tmp_path, capsys):

@@ -54,7 +54,8 @@ def _parse_torchtitan(args: list[str]):
     Job = dataclasses.make_dataclass("Job", [
         ("parallelism", ParallelismConfig, dataclasses.field(default_factory=ParallelismConfig)),
         ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig)),
-        ("activation_checkpoint", ActivationCheckpointingConfig, dataclasses.field(default_factory=SelectiveAC.Config))])
+        ("activation_checkpoint", ActivationCheckpointingConfig,
+         dataclasses.field(default_factory=SelectiveAC.Config))])
     return tyro.cli(Job, args=args, default=Job(), registry=custom_registry)
 
 
@@ -80,7 +81,8 @@ def test_torchtitan_parses_the_flags_into_what_the_plan_assumed(mode):
                     "datasets")
 def test_torchtitan_refuses_pipeline_parallelism_without_the_cuda_graphs_flag(capsys):
     # why the flag is printed: tyro reports Trainer.Config's ValueError and exits
-    args = [a for a in REGISTRY["torchtitan"].settings(handoff())["command_line"] if a != "--training.disable_cuda_graphs"]
+    flags = REGISTRY["torchtitan"].settings(handoff())["command_line"]
+    args = [a for a in flags if a != "--training.disable_cuda_graphs"]
     with pytest.raises(SystemExit):
         _parse_torchtitan(args)
     assert "CUDA graphs do not support pipeline parallelism" in capsys.readouterr().err

@@ -69,8 +69,8 @@ def read_own_costs(args):
     missing = [p for p, f in zip(args.files, found) if f is None]
     if missing:
         have = next(f"{p} ({f[1]})" for p, f in zip(args.files, found) if f)
-        raise SchedcError(f"{have} brings its costs but {missing[0]} has none: put {Path(missing[0]).stem}.profile.json "
-                          "beside it, or give one --profile for every file")
+        raise SchedcError(f"{have} brings its costs but {missing[0]} has none: put "
+                          f"{Path(missing[0]).stem}.profile.json beside it, or give one --profile for every file")
     for path, schedule, (profile, source) in zip(args.files, schedules, found):
         if profile.n_stages != schedule.n_stages:
             raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {source} beside it describes "

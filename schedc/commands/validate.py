@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--placement", choices=["loop", "v"], help="expected placement")
     p.add_argument("--partition", metavar="PLAN.json",
                    help="the module_fqns_per_model_part the CSV is launched on: a plan report (schedc plan) or a JSON "
-                        "list of lists; fails when the CSV was planned for another (with --for it sets the stage count)")
+                        "list of lists; fails when the CSV was made for another (with --for it sets the stage count)")
     _add_framework_args(p)
 
 
@@ -105,27 +105,23 @@ def _check_split(args, schedule) -> str:
     from schedc.frameworks import REGISTRY
 
     framework = REGISTRY[parse_spec(args.for_)[0]]
-    if own[0] == framework_default(framework.name, schedule.n_stages, own[0], args):
+    _, layer, _ = framework.unit_names
+    partition = _in_names(own[0], framework)
+    layers = sum(name.startswith(layer.split("{}")[0]) for stage in partition for name in stage)
+    if partition == framework.default_split(schedule.n_stages, layers, layers_per_stage=args.layers_per_stage,
+                                            first_less=args.first_less, last_less=args.last_less):
         return f"the plan's partition is {framework.label}'s own split"
     raise SchedcError(f"{args.file} was made for the partition in {own[1]}, but without it {framework.label} "
                       f"builds its own split: pass --partition {own[1]} here and set "
                       f"{framework.fields['partition']} as `schedc plan` printed")
 
 
-def framework_default(name: str, n_stages: int, partition, args):
-    """The split torchtitan builds by itself for the plan's model (None for a framework whose default
-    schedc does not restate)."""
-    from schedc.frameworks import VOCABULARIES
-    from schedc.frameworks.torchtitan import default_partition
+def _in_names(partition, framework):
+    """The partition in the framework's own module names (translated from the other vocabulary)."""
+    from schedc.frameworks._names import VOCABULARIES, in_own_names
 
-    layer = VOCABULARIES["torchtitan"][1].split("{}")[0]
-    layers = sum(name.startswith(layer) for stage in partition for name in stage)
-    if name != "torchtitan" or args.layers_per_stage is not None or not layers:
-        return None
-    try:
-        return default_partition(n_stages, layers, args.first_less or 1, args.last_less or 1)
-    except ValueError:
-        return None
+    own = next(key for key, names in VOCABULARIES.items() if names == framework.unit_names)
+    return in_own_names(partition, own, framework.label)[0]
 
 
 def run(args) -> int:

@@ -112,7 +112,8 @@ class Framework:
     ``build(schedule, n_ranks, **settings)`` says what it builds from its settings; ``settings(handoff)``
     turns a plan into its settings (a dict, with ``"warnings"``); ``render(settings)`` prints them in
     the form its users paste; ``unit_names`` are (embedding, layer pattern, head modules) in its own
-    module names; ``fields`` name each setting the way its users write it."""
+    module names; ``fields`` name each setting the way its users write it; ``default_split`` the
+    partition it builds when given none."""
 
     name: str
     label: str  # name and the release whose sources the rules were read from
@@ -123,6 +124,9 @@ class Framework:
     build: Callable[..., Build]
     settings: Callable[[Handoff], dict]
     render: Callable[[dict], str]
+    # the module names per stage it builds by itself for a model of `layers` layers (None: schedc
+    # does not restate that framework's default split)
+    default_split: Callable[..., Optional[list[list[str]]]] = lambda n_stages, layers, **settings: None
 
 
 def schedule_name(name: str) -> str:

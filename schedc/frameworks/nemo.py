@@ -26,7 +26,7 @@ import math
 from typing import Optional
 
 from schedc.errors import SchedcError
-from schedc.frameworks._base import (AC_MODES, SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
+from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
                                      check_positive, check_v, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
 

@@ -27,7 +27,7 @@ import shlex
 from typing import Optional
 
 from schedc.errors import SchedcError
-from schedc.frameworks._base import (AC_MODES, SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
+from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
                                      check_positive, check_v, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
 
@@ -87,7 +87,8 @@ def build(
                               f"{effective // n_stages} layers each of {n_stages} stages gets")
     placement = "v" if name in V_NAMES else "loop"
     check_v(NAME, name, placement, n_stages, n_ranks)
-    return Build(NAME, name, n_ranks, n_stages, placement, microbatches(NAME, FIELDS, local_batch_size, microbatch_size))
+    n_microbatches = microbatches(NAME, FIELDS, local_batch_size, microbatch_size)
+    return Build(NAME, name, n_ranks, n_stages, placement, n_microbatches)
 
 
 def default_partition(n_stages: int, layers: int, first_less: int = 1, last_less: int = 1) -> list[list[str]]:
@@ -171,5 +172,19 @@ def render(s: dict) -> str:
 
 
 PLAN_NAMES = {"loop": "1F1B", "v": "ZBVZeroBubble"}
+def default_split(n_stages: int, layers: int, layers_per_stage: Optional[int] = None, first_less: Optional[int] = None,
+                  last_less: Optional[int] = None, **_) -> Optional[list[list[str]]]:
+    """:func:`default_partition` under the settings validate takes; None where it does not apply
+    (``layers_per_stage`` set, or settings torchtitan would refuse)."""
+    if layers_per_stage is not None or layers < 1:
+        return None
+    first, last = 1 if first_less is None else first_less, 1 if last_less is None else last_less
+    effective = layers + first + last
+    if n_stages < 1 or n_stages > effective or max(first, last) > effective // n_stages:
+        return None
+    return default_partition(n_stages, layers, first, last)
+
+
 FRAMEWORK = Framework(name=NAME, label="torchtitan 0.3.0", v_names=V_NAMES, plan_names=PLAN_NAMES, fields=FIELDS,
-                      unit_names=VOCABULARIES["torchtitan"], build=build, settings=settings, render=render)
+                      unit_names=VOCABULARIES["torchtitan"], build=build, settings=settings, render=render,
+                      default_split=default_split)
