@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +45,7 @@ from torch.utils._pytree import tree_leaves
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from schedc.model_costs import unit_profile  # noqa: E402
 
-QUANTITIES = ("after F", "I..W", "F transient", "I transient")
+QUANTITIES = ("after F", "I..W", "F transient", "I transient", "W transient")
 
 
 class LiveBytes(TorchDispatchMode):
@@ -102,6 +104,27 @@ class Unit:
     make_input: Callable[[], torch.Tensor]
     forward: Callable[[torch.Tensor], torch.Tensor]
     first: bool = False  # the embedding: no I (torch skips it on the first stage), W runs the backward
+    call: Optional[Callable] = None  # layers: call(module, x), so a checkpoint wrapper can stand in
+    keeps_input: bool = False  # a checkpoint keeps its input for the recompute (a reference, not a saved tensor)
+
+
+def checkpointed(unit: Unit, mode: str) -> tuple[Unit, list[int]]:
+    """The unit with torchtitan's own per-block checkpointing (FullAC, or SelectiveAC: its
+    op-level policy, which NeMo AutoModel's "selective" follows), and a list that counts the
+    forwards run (1 in F; recomputes after)."""
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    policy = (FullAC if mode == "full" else SelectiveAC)
+    wrapped = policy(policy.Config())._wrap_block(unit.module)
+    runs = [0]
+    inner = unit.module.forward
+
+    def counted(*args, **kwargs):
+        runs[0] += 1
+        return inner(*args, **kwargs)
+
+    unit.module.forward = counted
+    return Unit(unit.name, unit.module, unit.make_input, lambda x: unit.call(wrapped, x), keeps_input=True), runs
 
 
 def measure(unit: Unit) -> dict[str, float]:
@@ -119,22 +142,31 @@ def measure(unit: Unit) -> dict[str, float]:
     ledger = LiveBytes()
     with ledger, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = unit.forward(x)
-    extra = x.untyped_storage().nbytes() if saved_inputs else 0
+    extra = x.untyped_storage().nbytes() if saved_inputs or unit.keeps_input else 0
     out = ledger.bytes_of(y) if y.numel() > 1 else 0
     after_f = ledger.now - out + extra
     peak_f = ledger.peak - ledger.now
     if unit.first:
-        return {"after F": after_f, "I..W": after_f, "F transient": peak_f, "I transient": 0.0}
+        return {"after F": after_f, "I..W": after_f, "F transient": peak_f, "I transient": 0.0, "W transient": 0.0}
     dy = torch.randn_like(y) if y.numel() > 1 else None
     with ledger:
         start = ledger.restart_peak()
         _, groups = stage_backward_input([y], [dy] if dy is not None else None, [x], iter(params))
         held = ledger.now - out + extra
         peak_i = ledger.peak - ledger.now
-        ledger.restart_peak()
-        stage_backward_weight(iter(params), groups)
+        before_w = ledger.restart_peak()
+        try:
+            stage_backward_weight(iter(params), groups)
+        except RuntimeError as err:  # selective checkpointing allows one backward per region
+            if "backward an extra time" not in str(err):
+                raise
+            return {"after F": after_f, "I..W": math.nan, "F transient": peak_f, "I transient": peak_i,
+                    "W transient": math.nan}
+    # W's parameter gradients are static bytes, not a transient
+    grads = sum(p.grad.untyped_storage().nbytes() for p in params if p.grad is not None)
+    peak_w = max(0.0, ledger.peak - before_w - grads)
     del start
-    return {"after F": after_f, "I..W": held, "F transient": peak_f, "I transient": peak_i}
+    return {"after F": after_f, "I..W": held, "F transient": peak_f, "I transient": peak_i, "W transient": peak_w}
 
 
 # ---------------------------------------------------------------- Hugging Face transformers
@@ -200,8 +232,8 @@ def hf_units(name: str, sizes: dict, seq: int, dtype=torch.bfloat16) -> tuple[li
 
     units = [
         Unit("embedding", inner.embed_tokens, lambda: tokens.clone(), inner.embed_tokens, first=True),
-        Unit("layer", layer, hidden, lambda x: _first(layer(x, position_embeddings=rope, attention_mask=None,
-                                                              position_ids=positions))),
+        _layer(layer, hidden, lambda m, x: _first(m(x, position_embeddings=rope, attention_mask=None,
+                                                     position_ids=positions))),
         Unit("norm+head+loss", torch.nn.ModuleList([inner.norm, model.lm_head]), hidden, head),
     ]
     return units, {"family": kind}
@@ -222,10 +254,14 @@ def _gpt2_units(model, cfg, seq: int, dtype) -> list[Unit]:
 
     return [
         Unit("embedding", torch.nn.ModuleList([tr.wte, tr.wpe]), lambda: tokens.clone(), embed, first=True),
-        Unit("layer", block, hidden, lambda x: _first(block(x))),
+        _layer(block, hidden, lambda m, x: _first(m(x))),
         # the tied LM head's weight sits on the last stage in a pipeline: its W is this unit's
         Unit("norm+head+loss", torch.nn.ModuleList([tr.ln_f, model.lm_head]), hidden, head),
     ]
+
+
+def _layer(module, make_input, call) -> Unit:
+    return Unit("layer", module, make_input, lambda x: call(module, x), call=call)
 
 
 def _first(out):
@@ -261,7 +297,7 @@ def tt_layer(name: str, flavors: dict, seq: int, dtype=torch.bfloat16) -> tuple[
                  ffn_hidden=layer.feed_forward.w1.weight.shape[0], vocab=cfg.vocab_size,
                  family="qwen3" if kind == "qwen3" else "llama")
     hidden = lambda: torch.randn(1, seq, cfg.dim, dtype=dtype, requires_grad=True)  # noqa: E731
-    return Unit("layer", layer, hidden, lambda x: layer(x, None, None)), shape
+    return _layer(layer, hidden, lambda m, x: m(x, None, None)), shape
 
 
 def shape_of(sizes: dict, name: str) -> dict:
@@ -275,11 +311,41 @@ def shape_of(sizes: dict, name: str) -> dict:
 
 def counted(shape: dict, extra: dict, seq: int, impl: str, ac: str = "none") -> dict[str, dict[str, float]]:
     p = unit_profile(**shape, **extra, seq=seq, impl=impl, device="cpu", activation_checkpoint=ac)
-    out = {}
-    for name, c in zip(("embedding", "layer", "norm+head+loss"), p.stages):
-        t = c.transient_bytes or {}
-        out[name] = {"after F": c.activation_bytes, "I..W": c.weight_grad_bytes,
-                     "F transient": t.get("F", 0.0), "I transient": t.get("I", 0.0)}
+    return {name: _quantities(c) for name, c in zip(("embedding", "layer", "norm+head+loss"), p.stages)}
+
+
+def _quantities(c) -> dict[str, float]:
+    t = c.transient_bytes or {}
+    return {"after F": c.activation_bytes, "I..W": c.weight_grad_bytes, "F transient": t.get("F", 0.0),
+            "I transient": t.get("I", 0.0), "W transient": t.get("W", 0.0)}
+
+
+def ac_rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None, modes=("full", "selective")) -> list[tuple]:
+    """(model, mode, quantity, counted, measured) for a layer under torchtitan's checkpointing
+    policies, and (model, mode, "forwards run", counted, measured): F, I's recompute and W's."""
+    out = []
+    cases = [(n, "hf") for n in (names or sizes) if n in sizes] + [(n, "torchtitan") for n in (names or tt or {})
+                                                                      if n in (tt or {})]
+    for name, impl in cases:
+        for mode in modes:
+            if impl == "hf":
+                units, extra = hf_units(name, sizes, seq)
+                unit, shape = units[1], {**shape_of(sizes, name), **extra}
+            else:
+                unit, shape = tt_layer(name, tt, seq)
+            wrapped, runs = checkpointed(unit, mode)
+            got = measure(wrapped)
+            p = unit_profile(**shape, seq=seq, impl=impl, device="cpu", activation_checkpoint=mode).stages[1]
+            count = _quantities(p)
+            label = f"{name} ({impl}, {mode} AC)"
+            out.extend((label, "layer", q, count[q], got[q]) for q in QUANTITIES if not math.isnan(got[q]))
+            if mode == "full":
+                plain = unit_profile(**shape, seq=seq, impl=impl, device="cpu").stages[1]
+                forwards = 1 + round((p.backward_input + p.backward_weight - plain.backward_input
+                                      - plain.backward_weight) / plain.forward)
+                out.append((label, "layer", "forwards run", forwards, runs[0]))
+            else:
+                out.append((label, "layer", "split I/W runs", 0, 0 if math.isnan(got["I..W"]) else 1))
     return out
 
 
@@ -290,9 +356,7 @@ def rows(sizes: dict, seq: int, names=None, quiet=False, tt: Optional[dict] = No
         unit, shape = tt_layer(name, tt, seq)
         p = unit_profile(**shape, seq=seq, impl="torchtitan", device="cpu").stages[1]
         got = measure(unit)
-        count = {"after F": p.activation_bytes, "I..W": p.weight_grad_bytes,
-                 "F transient": (p.transient_bytes or {}).get("F", 0.0),
-                 "I transient": (p.transient_bytes or {}).get("I", 0.0)}
+        count = _quantities(p)
         out.extend((f"{name} (torchtitan)", "layer", q, count[q], got[q]) for q in QUANTITIES)
     for name in [n for n in (names or sizes) if n in sizes]:
         units, extra = hf_units(name, sizes, seq)
@@ -311,15 +375,21 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--small", action="store_true", help="the fast test's narrow sizes")
     ap.add_argument("--models", nargs="*", default=None)
+    ap.add_argument("--no-ac", action="store_true", help="leave out the activation-checkpointing rows")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    table = rows(SMALL if args.small else HF, args.seq, args.models, tt=TT_SMALL if args.small else TT)
+    warnings.filterwarnings("ignore", message="A saved_tensors_hooks context")
+    sizes, tt = (SMALL, TT_SMALL) if args.small else (HF, TT)
+    table = rows(sizes, args.seq, args.models, tt=tt)
+    if not args.no_ac:
+        table += ac_rows(sizes, args.seq, args.models, tt=tt)
     print(f"| model | unit | quantity | counted | measured | ratio |  (bytes per token; seq {args.seq}, bf16, CPU)")
     print("|---|---|---|---|---|---|")
     for model, unit, q, c, m in table:
         ratio = f"{c / m:.3f}" if m else ("=" if not c else "-")
-        print(f"| {model} | {unit} | {q} | {c / args.seq:,.0f} | {m / args.seq:,.0f} | {ratio} |")
+        scale = 1 if q in ("forwards run", "split I/W runs") else args.seq
+        print(f"| {model} | {unit} | {q} | {c / scale:,.0f} | {m / scale:,.0f} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -209,3 +209,138 @@ def test_cli_arithmetic_mistakes_are_one_line_errors(tmp_path, capsys, argv, nee
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err
     assert not (tmp_path / "u.json").exists()
+
+
+# ---------------------------------------------------------------- memory as the running code holds it
+
+QWEN25_7B = {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
+             "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "torch_dtype": "bfloat16"}
+MIB = 2**20
+
+
+def test_hf_layers_count_what_an_h200_measured(tmp_path):
+    # H200, bf16, seq 4096, mbs 1, HF's decoder layers: held after F 784.5 / 880.5 MiB; from I
+    # until W 1152.5 / 1296.5 MiB without the input gradient I returns (2 h bytes per token here)
+    for config, after_f, held in ((LLAMA3_8B, 784.5, 1152.5), (QWEN25_7B, 880.5, 1296.5)):
+        p = unit_profile(read_hf_config(_write(tmp_path, config)), seq=4096, impl="hf")
+        layer, hidden = p.stages[1], config["hidden_size"]
+        assert layer.activation_bytes / MIB == pytest.approx(after_f, abs=0.1)
+        assert (layer.weight_grad_bytes - 2 * hidden * 4096) / MIB == pytest.approx(held, abs=0.1)
+        assert p.boundary_bytes == 2 * hidden * 4096 and p.reserve_bytes == pytest.approx(1.21 * 2**30)
+    head = unit_profile(read_hf_config(_write(tmp_path, LLAMA3_8B)), seq=4096, impl="hf").stages[-1]
+    # the loss's fp32 log-probabilities are held; its fp32 copy of the logits lives only while F runs
+    assert head.activation_bytes > 4 * 128256 * 4096 and head.transient_bytes["F"] == 4 * 128256 * 4096
+
+
+def test_torchtitan_counts_cuda_kernels_and_says_so(tmp_path):
+    shape = read_hf_config(_write(tmp_path, LLAMA3_8B))
+    hf = unit_profile(shape, seq=4096, impl="hf").stages[1]
+    tt = unit_profile(shape, seq=4096, impl="torchtitan").stages[1]
+    # torch's fused RMSNorm on CUDA keeps the bf16 input, not an fp32 copy: 2 norms x (4 + 2 - 2) h bytes less
+    assert hf.activation_bytes - tt.activation_bytes == 2 * 4 * 4096 * 4096
+    cpu = unit_profile(shape, seq=4096, impl="torchtitan", device="cpu")
+    assert cpu.reserve_bytes == 0 and cpu.assumes["device"] == "cpu" and cpu.assumes["implementation"] == "torchtitan"
+
+
+def test_static_bytes_follow_optimizer_dtypes_and_sharding():
+    base = dict(layers=2, hidden=64, vocab=100, seq=8, heads=4)
+    per_param = {opt: unit_profile(**base, optimizer=opt).assumes["static_bytes_per_param"]
+                 for opt in ("adamw", "sgd-momentum", "sgd", "none")}
+    assert per_param == {"adamw": 18, "sgd-momentum": 14, "sgd": 10, "none": 6}
+    layer = unit_profile(**base).stages[1].static_bytes
+    assert unit_profile(**base, optimizer="none").stages[1].static_bytes == layer * 6 / 18
+    assert unit_profile(**base, dp_shard=4).stages[1].static_bytes == layer / 4
+    assert unit_profile(**base, tp=2).stages[1].static_bytes == layer / 2
+    # torchtitan under FSDP: fp32 params, fp32 grads, two fp32 moments, no separate master copy
+    assert unit_profile(**base, param_dtype="float32").assumes["static_bytes_per_param"] == 16
+    sharded = unit_profile(**base, dp_shard=4).stages[1]
+    assert sharded.transient_bytes["F"] > unit_profile(**base).stages[1].transient_bytes["F"]  # gathered weights
+    assert unit_profile(**base, tp=2).stages[1].activation_bytes == unit_profile(**base).stages[1].activation_bytes / 2
+
+
+def test_activation_checkpointing_changes_memory_and_recompute():
+    base = dict(layers=3, hidden=64, vocab=100, seq=8, heads=4, kv_heads=2, impl="hf")
+    none, full = unit_profile(**base).stages[1], unit_profile(**base, activation_checkpoint="full").stages[1]
+    assert full.activation_bytes == 2 * 64 * 8  # the layer's input only
+    assert full.backward_input == pytest.approx(none.backward_input + none.forward)
+    # W recomputes once per parameter group (q, k, v, o, gate, up, down, two norms)
+    assert full.backward_weight == pytest.approx(none.backward_weight + 9 * none.forward)
+    selective = unit_profile(**base, activation_checkpoint="selective")
+    assert none.activation_bytes > selective.stages[1].activation_bytes > full.activation_bytes
+    assert selective.assumes["split_backward"] is False
+    assert any(n.startswith("warning: selective") for n in selective.notes)
+    mixed = unit_profile(**base, activation_checkpoint=["full", "none", "selective"])
+    assert [u.activation_bytes for u in mixed.stages[1:4]] == [full.activation_bytes, none.activation_bytes,
+                                                               selective.stages[1].activation_bytes]
+    assert mixed.assumes["activation_checkpoint"] == ["full", "none", "selective"]
+    with pytest.raises(SchedcError, match="one per layer"):
+        unit_profile(**base, activation_checkpoint=["full"])
+    with pytest.raises(SchedcError, match="impl 'paper' counts no activation checkpointing"):
+        unit_profile(**{**base, "impl": "paper"}, activation_checkpoint="full")
+
+
+def test_assumes_records_the_run():
+    p = unit_profile(layers=2, hidden=64, vocab=100, seq=16, microbatch_size=2, heads=4, dp_shard=2, tp=2,
+                     reserve_bytes=0, optimizer="sgd")
+    assert {k: p.assumes[k] for k in ("seq_len", "microbatch_size", "activation_checkpoint", "dp_shard", "tp",
+                                      "optimizer", "reserve_bytes", "implementation", "torch")} == dict(
+        seq_len=16, microbatch_size=2, activation_checkpoint="none", dp_shard=2, tp=2, optimizer="sgd",
+        reserve_bytes=0, implementation="torchtitan", torch="2.14")
+    assert p.assumes["param_dtype"] == "bfloat16" and p.assumes["grad_dtype"] == "float32"
+
+
+MIXTRAL = {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
+           "num_experts_per_tok": 2, "torch_dtype": "bfloat16"}
+QWEN3_MOE = {"model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "intermediate_size": 6144,
+             "moe_intermediate_size": 768, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+             "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8, "torch_dtype": "bfloat16"}
+
+
+def test_moe_layers_hold_every_expert_and_run_the_routed_ones(tmp_path):
+    shape = read_hf_config(_write(tmp_path, MIXTRAL))
+    assert (shape["experts"], shape["experts_per_token"], shape["moe_ffn_hidden"]) == (8, 2, 14336)
+    moe = unit_profile(shape, seq=4096).stages[1]
+    dense = unit_profile({**shape, "experts": 0, "experts_per_token": 0}, seq=4096).stages[1]
+    experts = 8 * 3 * 4096 * 14336
+    assert moe.static_bytes / 18 == pytest.approx(dense.static_bytes / 18 - 3 * 4096 * 14336 + experts + 8 * 4096)
+    assert moe.static_bytes / 2**30 > 20  # the experts hold about 24 GiB per layer with AdamW
+    # two experts per token: about twice the dense MLP's time, not eight times
+    assert 1.5 < moe.forward / dense.forward < 2.2
+    q = unit_profile(read_hf_config(_write(tmp_path, QWEN3_MOE, "q.json")), seq=1024)
+    assert q.stages[1].static_bytes / 18 > 128 * 3 * 2048 * 768
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "qwen3_next", "gpt_oss"])
+def test_architectures_not_modelled_are_refused_by_name(tmp_path, model_type):
+    path = _write(tmp_path, {**LLAMA3_8B, "model_type": model_type, "n_routed_experts": 256})
+    with pytest.raises(SchedcError, match=f"model_type '{model_type}' is not modelled by schedc"):
+        read_hf_config(path)
+    experts = _write(tmp_path, {**LLAMA3_8B, "model_type": "newmoe", "num_experts": 64}, "e.json")
+    with pytest.raises(SchedcError, match="has 64 experts and schedc counts experts only for"):
+        read_hf_config(experts)
+
+
+GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "n_inner": None,
+        "vocab_size": 50257, "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}
+
+
+def test_gpt2_configs_are_read_through_their_aliases(tmp_path):
+    shape = read_hf_config(_write(tmp_path, GPT2))
+    assert {k: shape[k] for k in ("layers", "hidden", "heads", "ffn_hidden", "mlp", "family", "positions",
+                                  "tied_embeddings", "dropout")} == dict(
+        layers=12, hidden=768, heads=12, ffn_hidden=3072, mlp="gelu", family="gpt2", positions=1024,
+        tied_embeddings=True, dropout=True)
+    p = unit_profile(shape, seq=1024)
+    assert sum(u.static_bytes for u in p.stages) / 18 == pytest.approx(124.4e6, rel=0.01)  # GPT-2 small
+
+
+def test_sizes_past_any_model_are_one_line_errors(tmp_path):
+    with pytest.raises(SchedcError, match="layers: 10000000 is more than schedc plans"):
+        unit_profile(layers=10_000_000, hidden=64, vocab=100, seq=8)
+    with pytest.raises(SchedcError, match=r"hidden: 10+\.\.\. is beyond any model"):
+        unit_profile(layers=2, hidden=10**400, vocab=100, seq=8)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(LLAMA3_8B)[:-1] + ', "x": ' + "9" * 5000 + "}")
+    with pytest.raises(SchedcError, match=f"^{path}: Exceeds the limit"):
+        read_hf_config(path)

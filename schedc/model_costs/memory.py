@@ -130,7 +130,9 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     if impl == "torchtitan" and device == "cpu":  # CPU's composite RMSNorm multiplies its weight in fp32
         wgrads += (4 - e) * (2 * h + (q + k if qk_norm else 0))
     dx = e * h
-    groups = (2 if gpt2 else 4) + 2 + mlp_groups + (2 if qk_norm else 0)
+    # parameter groups torch's stage_backward_weight runs one autograd.grad each for: the
+    # projections (q, k, v, o; torchtitan fuses q, k, v; GPT-2's c_attn too), two norms, the MLP's
+    groups = (2 if gpt2 or impl == "torchtitan" else 4) + 2 + mlp_groups + (2 if qk_norm else 0)
     # measured (benchmarks/memory_fidelity.py): the norms' fp32 temporaries in F; in I the
     # gradients that die inside it (the norms' fp32 backward, the residual stream's)
     transient = {"F": 4 * h, "I": (28 if gpt2 else 18) * h}
@@ -138,15 +140,45 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
         transient = {"F": transient["F"] + 2 * q, "I": transient["I"] + 10 * (q + k)}
     if ac == "none":
         return UnitBytes(activation, activation + wgrads + dx, transient, wgrads=wgrads)
+    # what a checkpointed forward holds at its peak: the MLP's live FFN-wide tensors, its input
+    peak_f = (4 * e * f + 2 * e * h) if s.mlp == "gelu" else (3 * e * f + (8 * h if impl == "torchtitan" and
+                                                                           device == "cpu" else e * h))
     if ac == "full":
         kept = e * h
-        return UnitBytes(kept, kept + wgrads + dx, {"I": activation + transient["I"], "W": activation},
+        # W: one recompute per parameter group, whose recomputed tensors outlive it until the graph
+        # nodes of later groups are released (measured; benchmarks/memory_fidelity.py)
+        leak = groups - (4 / 3 if gpt2 else 4 if impl == "torchtitan" else 3)
+        return UnitBytes(kept, kept + wgrads + dx + (e * h if gpt2 else 0), {"F": peak_f, "I": activation - e * f, "W": leak * activation},
                          recompute_i=forward_flops, recompute_w=groups * forward_flops, wgrads=wgrads)
-    # torchtitan's SelectiveAC: every other matmul's output (q, v, gate, down with Llama's order),
-    # attention's output and logsumexp, and the layer's input
-    kept = e * h + e * q + e * k + e * q + 4 * heads + e * f + e * h
-    return UnitBytes(kept, kept + wgrads + dx, {"I": activation - kept + transient["I"], "W": activation - kept},
-                     recompute_i=recompute_selective, recompute_w=groups * recompute_selective, wgrads=wgrads)
+    kept = e * h + _selective_saved(s, impl, device, e)
+    return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": activation - e * f},
+                     recompute_i=recompute_selective, recompute_w=recompute_selective, wgrads=wgrads)
+
+
+def _selective_saved(s: ModelShape, impl: Impl, device: str, e: int) -> float:
+    """Bytes per token selective AC saves (torchtitan's SelectiveAC; NeMo AutoModel's follows it):
+    the outputs of matmuls, every second plain mm/linear in execution order recomputed (an addmm,
+    a linear with a bias, is always saved and not counted), and on CUDA flash attention's output
+    and logsumexp (CPU's flash kernel is not in torch's compute-intensive list)."""
+    h, q, k, f = widths(s)
+    if s.family == "gpt2":  # Conv1D: every projection is an addmm
+        order = [(3 * h, "addmm"), (h, "addmm"), (f, "addmm"), (h, "addmm")]
+    else:
+        bias = "addmm" if s.family in ("qwen2", "qwen2_moe") else "mm"
+        qkv = [(q + 2 * k, "mm")] if impl == "torchtitan" else [(q, bias), (k, bias), (k, bias)]
+        mlp = [(f, "mm"), (f, "mm"), (h, "mm")]  # gate, up, down (torchtitan: w1, w3, w2)
+        order = qkv + [(h, "mm")] + mlp  # W_o between them
+    saved, count = 0.0, 0
+    for width, kind in order:
+        if kind == "addmm":
+            saved += e * width
+            continue
+        count += 1
+        if count % 2:
+            saved += e * width
+    if device == "cuda":
+        saved += e * q + 4 * float(s.heads or 1)
+    return saved
 
 
 def _paper_layer(s: ModelShape, e: int) -> UnitBytes:

@@ -200,7 +200,10 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                "grad_dtype": grad_dtype, "optimizer": optimizer, "optimizer_dtype": optimizer_dtype,
                "master_weights": bool(master_weights), "static_bytes_per_param": p_bytes + grad + opt,
                "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1, "reserve_bytes": reserve,
-               "torch": COUNTED_FOR_TORCH, "held": held}
+               "torch": COUNTED_FOR_TORCH, "held": held,
+               # torch refuses a second backward through a selective-checkpoint region, which
+               # stage_backward_weight is: such layers run their backward whole (B), never I then W
+               "split_backward": "selective" not in per_layer}
     return {"seq": seq, "mbs": mbs, "ac": per_layer, "impl": impl, "device": device, "param_bytes": p_bytes,
             "static_per_param": p_bytes + grad + opt, "dp_shard": dp_shard, "tp": tp, "reserve_bytes": reserve,
             "flops": flops, "memory_bandwidth": mem_bw, "held": held, "names": names, "assumes": assumes}
@@ -214,7 +217,15 @@ def _short(value) -> str:
 
 
 def _notes(run: dict, e: int) -> list[str]:
-    return [
+    warnings = []
+    if "selective" in run["ac"]:
+        warnings.append("warning: selective activation checkpointing cannot run torch's split backward (I, then W): "
+                        "torch raises 'Trying to backward an extra time'; give these stages a full backward (B)")
+    if "full" in run["ac"]:
+        warnings.append("warning: with full activation checkpointing torch's split backward recomputes a layer's "
+                        "forward once in I and once per parameter group in W (counted in W's time and memory); "
+                        "a full backward (B) recomputes it once")
+    return warnings + [
         "arithmetic per-unit profile (schedc.model_costs.unit_profile): units are the embedding, each layer, "
         "and the final norm + LM head + loss, in model order",
         f"memory counted as {run['impl']}'s code keeps it on {run['device']} (torch {COUNTED_FOR_TORCH} kernels): "
