@@ -1,7 +1,8 @@
 """Exact optimum of tiny problems by exhaustive branch and bound: the ground truth for tests.
 
-Problem: among ALL per-rank action orders that are deadlock-free and respect the memory caps,
-find one whose simulate() value (earliest starts; makespan or span) is smallest. Used to check
+Problem: among ALL per-rank action orders that are deadlock-free and respect the memory caps
+(schedc.cost_model's rule: an action may run when what its rank holds plus its allocation and
+transient fits the room), find one whose simulate() value (earliest starts; makespan or span) is smallest. Used to check
 that lower bounds never exceed the optimum, that heuristics and the integer program never beat
 it, and that the integer program's "optimal" claims are true.
 
