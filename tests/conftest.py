@@ -18,6 +18,27 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU; skipped without one (CI is CPU-only)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if not any(item.get_closest_marker("cuda") for item in items):
+        return
+    try:
+        import torch
+
+        have = torch.cuda.is_available()
+    except ImportError:
+        have = False
+    if have:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(skip)
+
+
 def build_schedule(
     placement: Sequence[int],
     n_microbatches: int,

@@ -47,3 +47,29 @@ def test_train_with_mismatched_csv_fails_on_every_rank(tmp_path):
     for rank in (0, 1):
         assert (f"rank {rank}: error: {path}: the CSV has 3 rows (ranks) but the pipeline group has 2 ranks"
                 in out.stderr), out.stderr
+
+
+# ----------------------------------------------------------------- benchmarks/gpu_check.py
+
+
+def _gpu_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), *args], capture_output=True,
+                          text=True, env=worker_env(), timeout=timeout, cwd=str(ROOT))
+
+
+def test_gpu_check_runs_what_a_cpu_can_check():
+    # the one-GPU check's CPU path: profiles of the GPT and the GQA Llama timed inside torch's
+    # runtime with memory rising at I, a one-rank V against the unsplit model in float64 and bf16
+    out = _gpu_check("--device", "cpu", "--skip", "calibrate", "--skip", "counted")
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    table = out.stdout
+    assert "schedc gpu check on cpu" in table and "MISS" not in table
+    for check in ("gpt: F/I/W from torch's runtime", "llama gqa: held I..W / after F",
+                  "one-rank V vs unsplit, float64", "one-rank V vs unsplit, bfloat16"):
+        assert re.search(re.escape(check) + r".*\bok$", table, re.M), check
+
+
+@pytest.mark.cuda
+def test_gpu_check_passes_on_a_gpu():
+    out = _gpu_check("--device", "cuda", timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
