@@ -59,6 +59,17 @@ def pair_relaxation_bound(problem: Union[Problem, Graph], target: float, deadlin
     return relaxation.best
 
 
+def _exact_or_relaxed(g: Graph) -> Graph:
+    """The graph itself where CP-SAT states its memory exactly (cpsat._add_memory holds rises and
+    transients; exact byte units): two ranks' exact rules are a relaxation of all ranks'.
+    Otherwise the relaxed view (Graph.relaxed), whose memory has fewer values to scale."""
+    if not g.new_terms:
+        return g
+    from schedc.solver import cpsat
+
+    return g if cpsat._scales(g)[1].exact else g.relaxed()
+
+
 class PairRelaxation:
     """The two-rank relaxations of one problem, one pair at a time (a caller weighing many
     problems can go on with whichever needs it most). ``best``: the bound so far; ``settled``:
@@ -68,7 +79,7 @@ class PairRelaxation:
     def __init__(self, problem: Union[Problem, Graph], target: float):
         from schedc.solver.cpsat import cpsat_available
 
-        self.g, self.target, self.best = graph_of(problem).relaxed(), target, 0.0
+        self.g, self.target, self.best = _exact_or_relaxed(graph_of(problem)), target, 0.0
         self.pairs: list[tuple[int, int]] = []
         self.model = None
         if self.g.problem.objective != "makespan" or not math.isfinite(target) or self.g.R < 2 \
