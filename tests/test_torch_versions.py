@@ -93,3 +93,22 @@ def test_liveness_is_none_without_the_analysis(monkeypatch):
     sched = make_baseline("1f1b", 2, 4)
     assert torch_check.check_liveness_with_torch(sched) is None
     assert torch_check.check_for_launch(sched) == ""
+
+
+def test_validate_refuses_a_torchtitan_handoff_on_a_torch_without_arg_mbs(tmp_path, monkeypatch, capsys):
+    from schedc import cli
+    from schedc.csvio import write_csv
+
+    csv = tmp_path / "s.csv"
+    write_csv(make_baseline("1f1b", 2, 4), csv)
+    assert cli.main(["validate", str(csv), "--for", "torchtitan:1F1B", "--local-batch-size", "4"]) == 0
+    assert "fits torchtitan:1F1B" in capsys.readouterr().out
+
+    def old_step(self, *args, target=None, losses=None, **kwargs):  # torch 2.13's parameters
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(ts._PipelineSchedule, "step", old_step)
+    assert cli.main(["validate", str(csv), "--for", "torchtitan:1F1B", "--local-batch-size", "4"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and "pip install 'torch>=2.14.1'" in out.err
+    assert cli.main(["validate", str(csv), "--for", "nemo:1F1B", "--local-batch-size", "4"]) == 0
