@@ -360,3 +360,13 @@ def test_cli_plot_draws_each_csv_with_the_costs_beside_it(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bare.csv has none" in err and "bare.profile.json" in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_cli_plot_ignores_a_stale_report_and_says_so(tmp_path, capsys):
+    path = tmp_path / "s.csv"
+    csvio.write_schedule(one_f_one_b(4, 8), {"inputs": {"costs": Profile.uniform(4, 3, 3, 3).model_dump(mode="json")}},
+                         path)
+    csvio.write_csv(one_f_one_b(4, 4), path)  # the CSV rewritten after its report
+    assert cli.main(["plot", str(path), "-o", str(tmp_path / "s.png")]) == 0
+    err = capsys.readouterr().err
+    assert "ignoring the report beside" in err and "costs from" not in err

@@ -41,7 +41,11 @@ def costs_beside(csv: str) -> Optional[tuple[Profile, str]]:
         return Profile.load(profile_file), profile_file.name
     if not csvio.report_path(path).is_file():
         return None
-    report = csvio.read_report(path)
+    try:
+        report = csvio.read_report(path)
+    except SchedcError as e:  # e.g. a report of another version of the CSV: its costs are not this one's
+        print(f"schedc: warning: ignoring the report beside {path}: {e}", file=sys.stderr)
+        return None
     costs = report.get("profile") or report.get("inputs", {}).get("costs")
     if not isinstance(costs, dict):
         return None
