@@ -344,3 +344,77 @@ def test_sizes_past_any_model_are_one_line_errors(tmp_path):
     path.write_text(json.dumps(LLAMA3_8B)[:-1] + ', "x": ' + "9" * 5000 + "}")
     with pytest.raises(SchedcError, match=f"^{path}: Exceeds the limit"):
         read_hf_config(path)
+
+
+# ---------------------------------------------------------------- the counted route's flags
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--comm-latency", "nan"], "--comm-latency must be a finite number >= 0"),
+    (["--comm-latency", "-1"], "--comm-latency must be a finite number >= 0"),
+    (["--comm-latency", "inf"], "--comm-latency must be a finite number >= 0"),
+    (["--comm-latency", "1" + "0" * 5000], "--comm-latency must be a finite number >= 0"),
+    (["--mbs", "0"], "--mbs must be between 1 and"),
+    (["--seq", "0"], "--seq must be between 1 and"),
+    (["--seq", "1" + "0" * 400], "--seq must be between 1 and 16777216, got a 401-digit number"),
+    (["--optimizer-bytes", "1e308"], "--optimizer-bytes must be a finite number >= 0 and at most 1024"),
+    (["--optimizer", "adagrad"], "--optimizer must be one of adamw, adam, sgd-momentum, sgd, none"),
+    (["--ac", "sometimes"], "--ac: 'sometimes' is not a mode"),
+    (["--ac", "full,none"], "--ac: 2 modes for 32 layers"),
+    (["--tp", "3"], "tp 3 does not divide the 32 heads"),
+    (["--reserve", "lots"], "--reserve: expected a byte size"),
+    (["--dp-shard", "0"], "--dp-shard must be between 1 and"),
+])
+def test_counted_route_numbers_are_one_line_errors_naming_the_flag(tmp_path, capsys, argv, needle):
+    config, out = _write(tmp_path, LLAMA3_8B), tmp_path / "u.json"
+    assert cli.main(["profile", "--units", "--config", str(config), "--seq", "4096", *argv, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and len(err) < 300, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--hidden", "1" + "0" * 400], "--hidden must be between 1 and 16777216, got a 401-digit number"),
+    (["--layers", "10000000"], "--layers must be between 1 and 8190"),
+])
+def test_flag_shapes_past_any_model_are_refused_at_once(tmp_path, capsys, argv, needle):
+    flags = {"--layers": "2", "--hidden": "64", "--vocab": "100"}
+    flags.update(dict(zip(argv[::2], argv[1::2])))
+    out = tmp_path / "u.json"
+    argv = ["profile", "--flops", "1e12", "--seq", "8", *[x for kv in flags.items() for x in kv], "-o", str(out)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and not out.exists()
+
+
+def test_counted_route_uses_latency_optimizer_ac_and_device(tmp_path):
+    config = _write(tmp_path, LLAMA3_8B)
+
+    def profile(*argv) -> Profile:
+        out = tmp_path / "u.json"
+        assert cli.main(["profile", "--units", "--config", str(config), "--seq", "4096", *argv, "-o", str(out)]) == 0
+        return Profile.load(out)
+
+    base = profile()
+    assert profile("--comm-latency", "1e-5").comm == pytest.approx(base.comm + 1e-5)
+    sgd = profile("--optimizer", "sgd")
+    assert sgd.stages[1].static_bytes == pytest.approx(base.stages[1].static_bytes * 10 / 18)
+    assert profile("--optimizer", "none").assumes["static_bytes_per_param"] == 6
+    full = profile("--ac", "full", "--impl", "hf", "--dp-shard", "8")
+    assert full.assumes["activation_checkpoint"] == "full" and full.assumes["implementation"] == "hf"
+    assert full.stages[1].static_bytes == pytest.approx(base.stages[1].static_bytes / 8)
+    assert base.reserve_bytes == pytest.approx(1.21 * 2**30) and base.assumes["device"] == "cuda"
+    assert profile("--device", "cpu").reserve_bytes == 0 and profile("--reserve", "2GiB").reserve_bytes == 2 * 2**30
+
+
+def test_the_config_is_never_the_output(tmp_path, capsys):
+    config = _write(tmp_path, LLAMA3_8B)
+    before = config.read_text()
+    assert cli.main(["profile", "--units", "--config", str(config), "--seq", "8", "-o", str(config)]) == 2
+    assert "would overwrite" in capsys.readouterr().err and config.read_text() == before
+
+
+def test_the_default_link_bandwidth_says_what_it_stands_for(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["profile", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "40GB/s for a counted profile" in text and "InfiniBand" in text and "NVLink" in text

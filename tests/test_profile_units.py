@@ -208,3 +208,10 @@ def test_layers_with_another_attention_kind_are_measured_apart():
     signatures = [unit_signature(m) for m in split_by_fqns(model, [u + shared for u in units])]
     # layers 0, 1 full attention, 2, 3 sliding: two kinds, each measured once
     assert [signatures.index(s) for s in signatures] == [0, 1, 1, 3, 3, 5]
+
+
+def test_units_of_a_one_layer_model_need_no_stage_count(tmp_path):
+    # issue 39 item 9: units do not take the stage count's default (2 stages of 1 layer failed)
+    out = tmp_path / "u.json"
+    assert cli.main(["profile", "--units", "--layers", "1", "--repeats", "1", "--warmup", "0", "-o", str(out)]) == 0
+    assert [u.modules for u in Profile.load(out).stages] == [["embed"], ["blocks.0"], ["norm", "head"]]

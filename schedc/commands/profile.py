@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Optional
 
 from schedc.commands import common
@@ -247,8 +246,6 @@ def _run_arithmetic(args) -> int:
             raise SchedcError(f"{flag} measures a model; --config/--flops count one from arithmetic: give one or the other")
     _check_counted_numbers(args)
     common.check_outputs(args, (args.output, "-o"))
-    if args.config and Path(args.config).resolve() == Path(args.output).resolve():
-        raise SchedcError(f"-o {args.output}: is the config being read; write the profile to another file")
     shape, dtype = _counted_shape(args)
     if args.seq is None:
         raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
