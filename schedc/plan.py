@@ -54,8 +54,17 @@ Method (``plan``):
    tight cap it is the least among the partitions the block relaxation ranked in full. Skipped
    when a short compile already tried another partition with as low a bound (the one step 4
    took it to) and it lost: there the bound is loose, not unreached.
-5. The best partition gets the time left, warm-started from the better of its short compile's
-   answer and a fresh warm start with a fifth of that time (two seconds at most).
+5. The best partition gets the time left but a tenth, warm-started from the better of its short
+   compile's answer and a fresh warm start with a fifth of that time (two seconds at most).
+6. A comparison split whose hand-made schedule is shorter (a time limit too short for the cap)
+   replaces the answer; then, with the plan's step fixed, the last tenth looks for a schedule
+   with a lower peak (``least_memory_at_step``), and ``plan_limiter`` says what limits the step
+   (memory, against the uncapped problem's hand-made schedules; else one rank's work or the
+   fill and drain). ``torchtitan_rows`` adds torchtitan's default split with its own classes.
+Under ``budget="work"`` every share above is read on the work clock of schedc.solver.deadline
+(the search charges a fixed cost per partition bounded, listed or screened) and the two-rank and
+block relaxations, which run on the wall clock, are left out: the same inputs give the same plan.
+``plan_ac`` makes activation checkpointing a choice of the plan (its docstring).
 Measured (benchmarks/plan_quality.py): ranking by bound alone lost to a plain compile of the
 compute-balanced split by 7-16% in V rows, where per-partition bounds are loose; the screening and
 the forced balanced candidate fixed those rows.
@@ -69,7 +78,6 @@ a few seconds for the V of 16 ranks).
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -107,12 +115,10 @@ SEARCH_END = 0.4  # of the time limit: the search over partitions never runs pas
 FINAL_END = 0.9  # of the time limit: the final compile ends here when the least-memory pass follows it
 TAIL_SHARE = 0.03  # of the time limit, kept for the comparisons and the report
 MEMORY_TRIES = 3  # compiles under a lowered cap in the least-memory pass, at most
+MEMORY_TRY_SHARE = 0.025  # of the time limit, for each of them at most
 # how far step 4 has taken a partition's bound: only as far as the least then needed (own_bound's
 # `enough`), its own bound in full, one or more relaxation steps, final
 OWN_SO_FAR, OWN, RELAXED, FINAL = 0, 1, 2, 3
-# torch's schedule names that build each placement (schedc.frameworks.V_NAMES / SCHEDULE_NAMES)
-FRAMEWORK_NAMES = {"torchtitan": {"loop": "1F1B", "v": "ZBVZeroBubble"},
-                   "nemo": {"loop": "1F1B", "v": "ZBVZeroBubble"}}
 
 
 @dataclass
@@ -323,7 +329,8 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                                         seed)
     lowered = None
     if least_memory and not stop_requested():
-        lowered = least_memory_at_step(res, t0 + (1 - TAIL_SHARE) * time_limit, seed, say, t0)
+        lowered = least_memory_at_step(res, t0 + (1 - TAIL_SHARE) * time_limit, seed, say, t0,
+                                       per_try=max(0.5, MEMORY_TRY_SHARE * time_limit))
         res = _with_schedule(res, lowered.compiled)
     comparisons += torchtitan_rows(profile, ranks, microbatches, limit, objective)
     bound = min(bounds.values())
@@ -1003,7 +1010,8 @@ class LeastMemory:
     tries: int = 0
 
 
-def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0.0) -> LeastMemory:
+def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0.0,
+                         per_try: float = math.inf) -> LeastMemory:
     """Among schedules of the chosen partition with the plan's step, one with a lower peak.
 
     Problem: the search minimises the step only, so its schedule sits at whatever peak it found,
@@ -1012,8 +1020,8 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
     compiles the partition under it: an answer with the plan's step (within ``REL``) is kept and
     the next decrement doubles; otherwise the cap it tried becomes the floor and the decrement
     halves. The floor starts at the least any schedule of the partition needs (static bytes and
-    one microbatch of each stage, per rank). Cost: at most ``MEMORY_TRIES`` compiles, all before
-    `end` (_now())."""
+    one microbatch of each stage, per rank). Cost: at most ``MEMORY_TRIES`` compiles of at most
+    `per_try` seconds each, all before `end` (the plan's clock)."""
     problem = res.problem
     found = max(res.sim.peak_memory)
     best = LeastMemory(peak=found, found_peak=found)
@@ -1024,7 +1032,7 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
     hi, tries = found, 0
     while tries < MEMORY_TRIES and not stop_requested():
         left = end - _now()
-        seconds = left / (MEMORY_TRIES - tries) if left / (MEMORY_TRIES - tries) >= 0.3 else left
+        seconds = min(per_try, left / (MEMORY_TRIES - tries) if left / (MEMORY_TRIES - tries) >= 0.3 else left)
         probe = max(lo, hi - step_down)
         if seconds < 0.2 or hi - probe <= 0.001 * hi:
             break
@@ -1038,7 +1046,7 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
         if say:
             say(f"[{_now() - t0:6.1f}s] least memory: under {format_bytes(probe)} "
                 + ("the same step" if best.compiled is again and again is not None else "a longer step or none"))
-        if seconds == left:
+        if seconds >= left:
             break
     return replace(best, tries=tries)
 
@@ -1186,7 +1194,8 @@ def plan_limiter(result: "PlanResult", cap: float) -> PlanLimiter:
     splits = [("the chosen", result.placement, result.counts)]
     for pl in result.bounds:
         S = n_stages_for(pl, ranks)
-        splits += [("the compute-balanced", pl, _balanced(units, pl, ranks, math.inf)),
+        splits += [("the compute-balanced", pl, next((c.counts for c in result.comparisons if c.placement == pl
+                                                      and c.split == "compute-balanced"), None)),
                    ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
     splits = [x for x in splits if x[2] is not None]
     best = _uncapped_best(result.units, units, splits, ranks, M, objective) if _cap_binds(result.compiled) else None
