@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
 from schedc.baselines import BASELINE_NAMES, make_baseline
-from schedc.choices import Execution, Objective, Placement, PlacementName, Solver, Status, check_choice
+from schedc.choices import Budget, Execution, Objective, Placement, PlacementName, Solver, Status, check_choice
 from schedc.costs import MemoryLimit, Profile
 from schedc.errors import ParameterError, SchedcError
 from schedc.ir import Schedule
@@ -74,6 +74,7 @@ def compile(
     solver: Solver = "auto",
     seed: int = 0,
     progress: Optional[Callable[[dict], None]] = None,
+    budget: Budget = "time",
 ) -> Compiled:
     """Compile the shortest schedule that fits the memory limit, with a lower bound and gap.
 
@@ -107,6 +108,10 @@ def compile(
         Seed of the randomized parts (heuristic, CP-SAT).
     progress : callable, optional
         Called with ``{"elapsed", "best", "bound", "gap", "phase"}`` as the search goes.
+    budget : {"time", "work"}
+        What `time_limit` counts: wall-clock seconds, or work units that make the result the
+        same on any machine however loaded (:data:`~schedc.choices.Budget`; the CLI's
+        ``--budget``). The report's ``budget`` says which ran.
 
     Returns
     -------
@@ -137,12 +142,13 @@ def compile(
     check_choice("objective", objective, Objective)
     check_choice("execution", execution, Execution)
     check_choice("solver", solver, Solver)
+    check_choice("budget", budget, Budget)
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 < time_limit < math.inf:
         raise SchedcError(f"time_limit: must be a finite number of seconds > 0; got {time_limit!r}")
     res = compile_schedule(
         stages, microbatches, n_ranks=ranks, placement=placement, profile=_profile(profile, stages),
         memory=_memory(memory), objective=objective, time_limit=float(time_limit),
-        solver=None if solver == "auto" else solver, progress=progress, seed=seed, runtime=execution)
+        solver=None if solver == "auto" else solver, progress=progress, seed=seed, runtime=execution, budget=budget)
     report = Report.from_dict(res.report)
     return Compiled(
         schedule=res.schedule, simulation=Simulation.from_sim(res.sim), status=Status(res.status),

@@ -26,7 +26,7 @@ from typing import Any, Literal, Sequence, Union, get_args
 
 from schedc.errors import SchedcError
 
-__all__ = ["Objective", "Execution", "Solver", "PlacementName", "Placement", "Status", "check_choice"]
+__all__ = ["Objective", "Execution", "Solver", "Budget", "PlacementName", "Placement", "Status", "check_choice"]
 
 Objective = Literal["makespan", "span"]
 """``makespan``: all ranks start together and the step ends when the last one finishes (the
@@ -43,6 +43,13 @@ Solver = Literal["auto", "highs", "cbc", "cpsat"]
 """``auto``: CP-SAT for part of the time when OR-Tools is installed, then the integer program
 (HiGHS, else CBC). ``highs`` / ``cbc``: the integer program alone with that MIP solver.
 ``cpsat``: OR-Tools' CP-SAT alone."""
+
+Budget = Literal["time", "work"]
+"""What a time limit counts. ``time``: wall-clock seconds (the default; results can move with the
+machine's load). ``work``: work units (CP-SAT's deterministic time, node and check counts, counted
+constructions; about a second each on an idle machine), so the same inputs give the same
+schedule, value and bound on any machine; a wall-clock cap of 10 x the limit + 60 s stays as a
+safety net (the report says when it fired)."""
 
 PlacementName = Literal["loop", "v"]
 """``loop``: stage s on rank s % R. ``v``: rank r holds stages r and 2R-1-r (ZB-V)."""

@@ -14,6 +14,7 @@ import pytest
 
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle)
 from schedc.costs import Profile, StageCost
+from schedc.errors import SchedcError
 from schedc.simulate import simulate
 from schedc.solver import greedy, heuristic, model, paper_greedy
 from schedc.solver.compile import compile_problem
@@ -110,3 +111,67 @@ def test_a_compile_builds_each_baseline_once(monkeypatch):
     assert {name for name, _, _ in fitting} == {name for name, b in res.baselines.items() if b["fits"]}
     feasible_baselines(p)  # a bare Problem gets a graph, and baselines, of its own
     assert len(built) > n
+
+
+# ---------------------------------------------------------------- work budgets (reproducible results)
+
+
+def _work_compile(budget: str = "work"):
+    """6 stages x 18 microbatches, span, slow links, 1.25p: CP-SAT and the integer program both
+    run and stop on their budget (not proven), so every phase's limit shows in the result."""
+    problem = Problem.build(6, 18, profile=Profile.uniform(6, comm=0.25), memory="1.25p", objective="span")
+    return compile_problem(problem, time_limit=1.0, budget=budget)
+
+
+def _files(res) -> tuple[str, str]:
+    import json
+
+    from schedc import csvio
+
+    return csvio.to_csv_text(res.schedule), json.dumps(res.report, sort_keys=True)
+
+
+def test_a_work_budget_gives_the_same_schedule_and_report_on_a_busy_machine():
+    """The same inputs under `budget="work"` give byte-identical CSVs and reports whether or not
+    another process keeps a core busy; the report says which budget ran and that the wall
+    clock did not cut it."""
+    import subprocess
+    import sys
+
+    quiet = _work_compile()
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = _work_compile()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert _files(quiet) == _files(busy)
+    report = quiet.report
+    assert report["budget"] == "work" and report["cut_by_wall_clock"] is False
+    assert 0 < report["work_spent"] <= 1.0 + 0.5  # a solve may overrun its share by a little
+    assert quiet.status != "optimal"  # the budget, not a proof, ended the search
+
+
+def test_the_wall_clock_stays_the_default_and_an_unknown_budget_is_refused():
+    problem = Problem.build(4, 8, memory="1p")
+    res = compile_problem(problem, time_limit=5.0)
+    assert res.budget == "time" and res.report["budget"] == "time" and "work_spent" not in res.report
+    with pytest.raises(SchedcError, match="budget must be one of time, work; got 'cpu'"):
+        compile_problem(problem, time_limit=5.0, budget="cpu")
+
+
+def test_the_cli_and_the_python_api_offer_the_work_budget(tmp_path, capsys):
+    import json
+
+    import schedc
+    from schedc.cli import main
+
+    out = tmp_path / "s.csv"
+    assert main(["compile", "--stages", "4", "--mb", "8", "--time-limit", "5", "--deterministic", "--quiet",
+                 "-o", str(out)]) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["budget"] == "work"
+    assert "(reproducible)" in capsys.readouterr().out
+    res = schedc.compile(stages=4, microbatches=8, time_limit=5, budget="work")
+    assert res.report.to_dict()["budget"] == "work"
+    with pytest.raises(SchedcError, match="budget"):
+        schedc.compile(stages=4, microbatches=8, time_limit=5, budget="cpu")

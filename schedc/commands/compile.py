@@ -24,6 +24,11 @@ def register(sub) -> None:
     p.add_argument("--objective", choices=["makespan", "span"], default="makespan",
                    help="makespan (ranks synchronize at the optimizer step; default) or per-rank span")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
+    p.add_argument("--budget", choices=["time", "work"], default="time",
+                   help="what --time-limit counts: wall-clock seconds (default) or work units, which give the same "
+                        "schedule, value and bound on any machine however loaded (a wall-clock cap of 10x the limit "
+                        "+ 60 s stays as a safety net); --deterministic is --budget work")
+    p.add_argument("--deterministic", dest="budget", action="store_const", const="work", help="same as --budget work")
     p.add_argument("--solver", choices=["highs", "cbc", "cpsat"],
                    help="one engine only: the integer program with HiGHS or CBC, or OR-Tools' CP-SAT (default: "
                         "CP-SAT for 40%% of the time when installed, then the integer program with HiGHS, else CBC, and "
@@ -68,7 +73,7 @@ def _compile(args):
 
     res = compile_schedule(args.stages, args.mb, n_ranks=args.ranks, placement=args.placement, profile=profile,
                            memory=memory, objective=args.objective, time_limit=args.time_limit,
-                           solver=args.solver, progress=progress, runtime=args.runtime)
+                           solver=args.solver, progress=progress, runtime=args.runtime, budget=args.budget)
     # the CSV and its report (which records the CSV's hash) are renamed into place together
     files = csvio.schedule_files(res.schedule, res.report, args.output)
     if args.plot:
@@ -129,7 +134,9 @@ def format_compile_summary(res, csv_path, report_file) -> str:
         f"memory {p.memory}, objective {p.objective}, {p.runtime} runtime",
         f"  makespan {t(sim.makespan)}   span {t(sim.span)}   bubble {100 * sim.bubble:.1f}%   "
         f"status {res.status}   lower bound {t(res.lower_bound)}   gap {100 * res.gap:.2f}%   "
-        f"time {res.solve_time:.1f}s",
+        + (f"time {res.solve_time:.1f}s" if res.budget == "time" else
+         f"work {res.solve_time:.2f} units" + (" (cut by the wall clock: not reproducible)"
+                                                 if res.report.get("cut_by_wall_clock") else " (reproducible)")),
         "  peak memory / limit per rank: " + ", ".join(
             f"{format_memory(pk)}/{format_memory(lim)}" for pk, lim in zip(sim.peak_memory, sim.memory_limit)),
     ]

@@ -80,7 +80,8 @@ from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult
 from schedc.solver import heuristic, interrupt, model, periodic
-from schedc.solver.deadline import Deadline, check_size, check_time_limit, n_actions, seconds_per_action
+from schedc.solver.deadline import (BUDGETS, Deadline, check_size, check_time_limit, counting_work, n_actions, now,
+                                    seconds_per_action, work_clock)
 from schedc.solver.engine import Incumbent, close, materialize
 from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule
 from schedc.solver.problem import Problem
@@ -120,6 +121,7 @@ class CompileResult:
     baselines: dict[str, dict] = field(default_factory=dict)
     warm_start_source: str = ""
     interrupted: bool = False  # Ctrl-C ended the search early (schedc.solver.interrupt)
+    budget: str = "time"  # what time_limit counted: wall-clock seconds or work units (compile_problem)
     report: dict = field(default_factory=dict)
     # the problem's graph (schedc.solver.graph), with the baselines built during the compile
     graph: Optional[Graph] = field(default=None, repr=False, compare=False)
@@ -142,12 +144,13 @@ def compile_schedule(
     progress: Optional[Callable[[dict], None]] = None,
     seed: int = 0,
     runtime: str = DEFAULT_RUNTIME,
+    budget: str = "time",
 ) -> CompileResult:
     """Compile the fastest schedule under the memory limit (see the module docstring), timed as
-    `runtime` executes it (torch's runtime by default)."""
+    `runtime` executes it (torch's runtime by default); `budget` as in :func:`compile_problem`."""
     problem = Problem.build(n_stages, n_microbatches, n_ranks=n_ranks, placement=placement, profile=profile,
                             memory=memory, objective=objective, runtime=runtime)
-    return compile_problem(problem, time_limit=time_limit, solver=solver, progress=progress, seed=seed)
+    return compile_problem(problem, time_limit=time_limit, solver=solver, progress=progress, seed=seed, budget=budget)
 
 
 def all_baselines(problem: Union[Problem, Graph], deadline: Optional[Deadline] = None) -> dict[str, dict]:
@@ -167,12 +170,28 @@ def compile_problem(
     progress: Optional[Callable[[dict], None]] = None,
     seed: int = 0,
     warm: Optional[tuple[Schedule, SimResult, str]] = None,
+    budget: str = "time",
 ) -> CompileResult:
     """Compile `problem`; `warm` overrides the warm start (schedule, simulation, source name).
     `solver`: None = the integer program (HiGHS, else CBC) plus CP-SAT polishing when OR-Tools
     is installed; "highs" / "cbc" = that MIP solver alone; "cpsat" = CP-SAT alone. A Graph
-    (schedc.solver.graph) for `problem` reuses the baselines already built on it."""
-    t0 = time.monotonic()
+    (schedc.solver.graph) for `problem` reuses the baselines already built on it.
+
+    `budget`: "time" (default) counts `time_limit` in wall-clock seconds; "work" counts it in
+    work units (schedc.solver.deadline: CP-SAT's deterministic time, node limits, counted
+    constructions; about a second each on an idle machine) so that the same inputs give the
+    same schedule, value and bound on any machine, with a wall-clock safety net of
+    deadline.WORK_WALL_FACTOR x `time_limit` (+ deadline.WORK_WALL_MARGIN s)."""
+    if budget not in BUDGETS:
+        raise SchedcError(f"budget must be one of {', '.join(BUDGETS)}; got {budget!r}")
+    if budget == "work":
+        with counting_work(time_limit):
+            return _compile(problem, time_limit, solver, progress, seed, warm)
+    return _compile(problem, time_limit, solver, progress, seed, warm)
+
+
+def _compile(problem, time_limit, solver, progress, seed, warm) -> CompileResult:
+    t0 = now()
     graph = graph_of(problem)
     problem = graph.problem
     if not time_limit or time_limit <= 0:
@@ -189,7 +208,7 @@ def compile_problem(
 
     def early(phase: str, best: float = math.inf) -> None:
         if progress is not None:
-            progress({"elapsed": time.monotonic() - t0, "best": best, "bound": lb,
+            progress({"elapsed": now() - t0, "best": best, "bound": lb,
                       "gap": _gap(best, lb) if math.isfinite(best) else 1.0, "phase": phase})
 
     early(f"start ({n:,} actions)")
@@ -202,7 +221,9 @@ def compile_problem(
     c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
     if c.inst is None:
         return c.result(time_limit)
-    tight = use_cpsat and periodic.worth_trying(graph)  # the gate of steps 3b and 3c
+    # the gate of steps 3b and 3c; their CP-SAT solves run on wall-clock limits, so a work budget
+    # leaves them out (its results must not move with the machine's load)
+    tight = use_cpsat and work_clock() is None and periodic.worth_trying(graph)
     if tight and c.unfinished(0.5):
         c.try_periodic(PERIODIC_SHARE)
     if tight and c.unfinished(0.5):
@@ -302,13 +323,14 @@ class _Compilation:
 
     def unfinished(self, margin: float) -> bool:
         """Not proven, more than `margin` seconds left, no Ctrl-C: worth another phase."""
-        return not close(self.best_val, self.bound) and time.monotonic() < self.deadline - margin \
-            and not interrupt.requested()
+        return not close(self.best_val, self.bound) and not Deadline(self.deadline - margin).expired()
 
-    def emit(self, phase: str, best: float, bnd: float) -> None:
-        entry = {"elapsed": time.monotonic() - self.t0, "best": best, "bound": bnd,
+    def emit(self, phase: str, best: float, bnd: float, keep: bool = True) -> None:
+        """Tell the progress callback; `keep` also records it in the report's log."""
+        entry = {"elapsed": now() - self.t0, "best": best, "bound": bnd,
                  "gap": _gap(best, bnd), "phase": phase}
-        self.log.append(entry)
+        if keep:
+            self.log.append(entry)
         if self.progress is not None:
             self.progress(entry)
 
@@ -341,12 +363,13 @@ class _Compilation:
         objectives."""
         obj = self.problem.objective
         inc_val = self.inc_sim.objective(obj)
-        remaining = FULL_MODEL_SHARE * (self.deadline - time.monotonic())
+        remaining = FULL_MODEL_SHARE * (self.deadline - now())
 
         def on_progress(primal, dual):
             p = min(self.best_val, primal) if primal is not None and math.isfinite(primal) else self.best_val
             d = max(self.bound, dual) if dual is not None and math.isfinite(dual) else self.bound
-            self.emit("full model", p, d)
+            # the solver calls this on the wall clock: a work budget's report leaves it out
+            self.emit("full model", p, d, keep=work_clock() is None)
 
         engine = model.MipEngine(self.mip, lower_bound=self.lb, progress=on_progress, late_start=obj == "span",
                                  seed=self.seed)
@@ -370,8 +393,8 @@ class _Compilation:
         For span, half of that time first goes to the makespan model: CP-SAT's span model (free
         first starts, a far horizon) propagates weakly and rarely leaves its hint, while a
         makespan optimum is a good span schedule (span <= makespan) and a better hint."""
-        seconds = share * (self.deadline - time.monotonic())
-        end = time.monotonic() + seconds
+        seconds = share * (self.deadline - now())
+        end = now() + seconds
         if not Deadline(end).allows(self.inst.n, CPSAT_PASSES):
             return  # the whole model would not even be built in its share: windows instead
         # too large for the full integer program: windows come next and do better there than a
@@ -380,7 +403,7 @@ class _Compilation:
         if self.problem.objective == "span":
             self._cpsat_round("makespan", seconds / 2, certifies=False, large=large)
         if self.unfinished(0.2):
-            self._cpsat_round(self.problem.objective, max(0.1, end - time.monotonic()), certifies=True, large=large)
+            self._cpsat_round(self.problem.objective, max(0.1, end - now()), certifies=True, large=large)
         self.emit("cp-sat done", self.best_val, self.bound)
 
     def _cpsat_round(self, objective: str, seconds: float, certifies: bool, large: bool) -> None:
@@ -403,9 +426,9 @@ class _Compilation:
         from schedc.solver.anchored import anchored_bound
         from schedc.solver.blocks import SIZES, block_bound
 
-        end = time.monotonic() + share * (self.deadline - time.monotonic())
+        end = now() + share * (self.deadline - now())
         self.raise_bound("anchored_relaxation", "anchored relaxation",
-                         anchored_bound(self.graph, Deadline((time.monotonic() + end) / 2)))
+                         anchored_bound(self.graph, Deadline((now() + end) / 2)))
         self.raise_bound("block_relaxation", "block relaxation", block_bound(self.graph, Deadline(end), SIZES))
 
     def raise_bound(self, key: str, source: str, value: float) -> None:
@@ -423,7 +446,7 @@ class _Compilation:
         cap the steady state decides the step and a repeated timetable finds it where the
         engines that decide action by action do not. A better answer becomes the incumbent that
         CP-SAT polishes and windows search around."""
-        left = self.deadline - time.monotonic()
+        left = self.deadline - now()
         seconds = max(share * left, min(PERIODIC_MIN_SECONDS, 0.6 * left))
         out = periodic.PeriodicEngine(seed=self.seed).run(self.graph, None, Deadline.after(seconds))
         if out.answered:
@@ -438,7 +461,7 @@ class _Compilation:
         windows (span <= makespan)."""
         engine = "cpsat" if self.use_cpsat else self.mip
         if self.problem.objective == "span":
-            half = time.monotonic() + (self.deadline - time.monotonic()) / 2
+            half = now() + (self.deadline - now()) / 2
             self._windows("makespan", engine, half)
         if self.unfinished(0.5):
             self._windows(self.problem.objective, engine, self.deadline)
@@ -465,12 +488,12 @@ class _Compilation:
             status = "feasible"
         else:
             status = "heuristic"
-        solve_time = time.monotonic() - self.t0
+        solve_time = now() - self.t0
         result = CompileResult(
             schedule=self.best_sched, sim=self.best_sim, problem=self.problem, status=status, lower_bound=bound,
             gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time,
             baselines=all_baselines(self.graph, Deadline(self.deadline)), warm_start_source=self.warm_source,
-            interrupted=interrupt.requested(), graph=self.graph,
+            interrupted=interrupt.requested(), graph=self.graph, budget="time" if work_clock() is None else "work",
         )
         result.report = build_report(result, lb_details=self.lb_details, bound_source=self.bound_source,
                                      solver=self.engines, time_limit=time_limit, log=self.log)
@@ -551,7 +574,17 @@ def build_report(result: CompileResult, lb_details: dict, bound_source: str, sol
         "interrupted": result.interrupted,
         "progress": [{k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in e.items()}
                      for e in log],
+        **_budget_fields(result.budget),  # last: a report read back lists its extra fields last
     }
+
+
+def _budget_fields(budget: str) -> dict:
+    """Which budget ran; in work mode the work spent and whether the wall-clock safety net cut it
+    (then the result is not reproducible)."""
+    clock = work_clock()
+    if budget != "work" or clock is None:
+        return {"budget": budget}
+    return {"budget": "work", "work_spent": round(clock.spent, 6), "cut_by_wall_clock": clock.cut_by_wall}
 
 
 def _jsonable(x):

@@ -81,7 +81,7 @@ from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
 from schedc.solver import interrupt
 from schedc.solver.bounds import lower_bound
-from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_left
+from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_cut, wall_left
 from schedc.solver.engine import Incumbent, Result
 from schedc.solver.graph import Graph, canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
 from schedc.solver.problem import Problem
@@ -267,9 +267,10 @@ def _intervals(m, inst: Graph, dur: list[int], horizon: int, fixed: Optional[dic
 
 def _solver(time_limit: float, workers: int, seed: int):
     """A CpSolver for `time_limit` seconds, or, under a work budget (schedc.solver.deadline),
-    for `time_limit` units of CP-SAT's deterministic time with its workers interleaved in one
-    thread (the same search on any machine, whatever its load), capped by the wall-clock
-    safety net."""
+    for `time_limit` units of CP-SAT's deterministic time on one worker (the same search on any
+    machine, whatever its load; interleaving several workers in one thread overran its
+    deterministic limit several times over and found less), capped by the wall-clock safety
+    net."""
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
@@ -280,7 +281,7 @@ def _solver(time_limit: float, workers: int, seed: int):
     if counting_work_on():
         solver.parameters.max_deterministic_time = max(0.1, time_limit)
         solver.parameters.max_time_in_seconds = max(0.1, wall_left())
-        solver.parameters.interleave_search = True
+        solver.parameters.num_workers = 1
     return solver
 
 
@@ -293,6 +294,7 @@ def _run(solver, m, stale_seconds: Optional[float]):
     with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
         status = solver.solve(m, on_solution)
     charge(solver.deterministic_time)
+    wall_cut()  # a solve stopped by the safety net is recorded as such
     return status
 
 

@@ -15,14 +15,28 @@ before anything is built (:func:`check_size`), and so is a time limit shorter th
 compile of that size takes (one hand-made schedule, its simulation, the result, the report and
 the CSV: :func:`check_time_limit`).
 
+Work budgets (``budget="work"``, ``schedc compile --budget work``): on a busy machine wall-clock
+limits cut every phase short at a different point, so the same inputs give another answer.
+Inside :func:`counting_work` the clock that deadlines read (:func:`now`) is a *work clock*: it
+starts at 0 and advances only when a phase charges the work it did
+(:func:`charge`): CP-SAT its deterministic time, the integer program its node limit's share,
+the list heuristic a fixed cost per construction and per local-search move. Every decision
+taken on time (phase shares, skips, stopping) is then a function of the inputs alone, and the
+solvers run with fixed seeds and worker counts, so the same inputs give the same schedule,
+value and bound on any machine. A wall-clock cap (:data:`WORK_WALL_FACTOR` x the budget + a
+margin) stays as a safety net: when it fires, the result is marked as cut by the wall clock.
+
 Cost: a clock read per check.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator, Optional
 
 from schedc import limits
 from schedc.errors import SchedcError
@@ -43,6 +57,85 @@ FLOOR_START_SECONDS = 1.0
 FLOOR_SECONDS_PER_ACTION = 1e-5
 
 
+# work mode: the wall clock may run this many times the work budget (plus the margin) before the
+# safety net stops the search; results are reproducible only when it does not fire
+WORK_WALL_FACTOR, WORK_WALL_MARGIN = 10.0, 60.0
+BUDGETS = ("time", "work")
+
+
+@dataclass
+class WorkClock:
+    """The work clock of one compile (or plan) in work mode: it reads `origin` + `spent` (the
+    work charged so far); `wall_at` is the safety net, on time.monotonic()."""
+
+    origin: float
+    wall_at: float
+    spent: float = 0.0
+    cut_by_wall: bool = False
+
+
+_work: contextvars.ContextVar[Optional[WorkClock]] = contextvars.ContextVar("schedc_work_clock", default=None)
+
+
+def work_clock() -> Optional[WorkClock]:
+    """The work clock in force, None under wall-clock budgets (the default)."""
+    return _work.get()
+
+
+def counting_work_on() -> bool:
+    return _work.get() is not None
+
+
+@contextmanager
+def counting_work(budget: float) -> Iterator[WorkClock]:
+    """Run the body on a work clock for a budget of `budget` work units (module docstring).
+    Nested use keeps the outer clock, so a plan that compiles many partitions charges one."""
+    outer = _work.get()
+    if outer is not None:
+        yield outer
+        return
+    # the work clock starts at 0: elapsed work then sums the same floats on every run
+    clock = WorkClock(0.0, time.monotonic() + WORK_WALL_FACTOR * budget + WORK_WALL_MARGIN)
+    token = _work.set(clock)
+    try:
+        yield clock
+    finally:
+        _work.reset(token)
+
+
+def now() -> float:
+    """What deadlines compare with: time.monotonic(), or the work clock in work mode."""
+    clock = _work.get()
+    return time.monotonic() if clock is None else clock.origin + clock.spent
+
+
+def charge(units: float) -> None:
+    """Advance the work clock by `units` (nothing under wall-clock budgets)."""
+    clock = _work.get()
+    if clock is not None and units > 0:
+        clock.spent += units
+
+
+def wall_left() -> float:
+    """Seconds of wall clock left to the work mode's safety net (inf under wall-clock budgets)."""
+    clock = _work.get()
+    return math.inf if clock is None else clock.wall_at - time.monotonic()
+
+
+def wall_cut() -> bool:
+    """Whether the work mode's wall-clock safety net has fired (recorded on the clock)."""
+    clock = _work.get()
+    if clock is None or time.monotonic() < clock.wall_at:
+        return False
+    clock.cut_by_wall = True
+    return True
+
+
+def charge_passes(n_actions: int, passes: float = 1.0) -> None:
+    """Charge `passes` passes over `n_actions` actions at the nominal cost per action."""
+    charge(passes * n_actions * SECONDS_PER_ACTION)
+
+
 @dataclass(frozen=True)
 class Deadline:
     """A point in time.monotonic(); ``expired()`` also turns true on Ctrl-C (unless
@@ -53,13 +146,14 @@ class Deadline:
 
     @classmethod
     def after(cls, seconds: float) -> "Deadline":
-        return cls(time.monotonic() + seconds)
+        return cls(now() + seconds)
 
     def left(self) -> float:
-        return self.at - time.monotonic()
+        return self.at - now()
 
     def expired(self) -> bool:
-        return (self.interruptible and interrupt.requested()) or time.monotonic() >= self.at
+        return (self.interruptible and interrupt.requested()) or now() >= self.at or \
+            (self.interruptible and wall_cut())
 
     def allows(self, n_actions: int, passes: float = 1.0) -> bool:
         """Whether `passes` passes over `n_actions` actions likely end before the deadline."""
@@ -74,12 +168,15 @@ _observed: list[float] = []  # seconds per action of the passes timed in this pr
 def observe(seconds: float, n_actions: int) -> None:
     """Record a timed pass (a simulation) over `n_actions` actions: on a loaded machine the
     estimates follow what this process actually gets."""
-    if n_actions >= 1000:
+    if n_actions >= 1000 and not counting_work_on():
         _observed.append(seconds / n_actions)
 
 
 def seconds_per_action() -> float:
-    """The larger of the default and the slowest pass seen lately."""
+    """The larger of the default and the slowest pass seen lately (the default alone in work
+    mode, where no estimate may follow the machine's load)."""
+    if counting_work_on():
+        return SECONDS_PER_ACTION
     return max([SECONDS_PER_ACTION] + _observed[-8:])
 
 

@@ -118,7 +118,7 @@ from typing import Callable, Optional, Sequence
 import pulp
 
 from schedc.simulate import simulate
-from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_left
+from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_cut, wall_left
 from schedc.solver.engine import Incumbent, Result, materialize
 from schedc.solver.graph import Graph, ancestors, canonical_orders, schedule_from_orders, successors, topological
 from schedc.solver.interrupt import requested as stop_requested
@@ -128,7 +128,9 @@ from schedc.tolerances import MODEL, PROVEN, REL
 FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to windows
 # under a work budget: branch-and-bound nodes per work unit, and the least a solve gets (the root
 # and a few dives), so that a short share still tries its incumbent
-NODES_PER_UNIT, MIN_NODES = 200, 20
+NODES_PER_UNIT, MIN_NODES = 50, 10
+# and HiGHS's at a count of its interrupt checks (_WarmHiGHS.call_limit)
+CHECKS_PER_UNIT, MIN_CHECKS = 4, 2
 _EPS = MODEL
 
 
@@ -649,6 +651,11 @@ class _WarmHiGHS(pulp.HiGHS):
         self.primal: Optional[float] = None
         self.start_accepted: Optional[bool] = None
         self._last = 0.0
+        # under a work budget: the search stops after this many of its interrupt checks, which a
+        # single-threaded HiGHS reaches at the same points on any machine (the root's cut rounds
+        # among them; the node limit alone lets the root run on)
+        self.call_limit: Optional[int] = None
+        self.calls = 0
 
     def _set_start(self, h, lp) -> None:
         # pulp's HiGHS class does not pass warmStart on: hand the values to highspy directly
@@ -684,6 +691,9 @@ class _WarmHiGHS(pulp.HiGHS):
             now = time.monotonic()
             if (self.deadline is not None and now > self.deadline) or stop_requested():
                 e.interrupt()
+            self.calls += 1
+            if self.call_limit is not None and self.calls > self.call_limit:
+                e.interrupt()  # a work budget's limit: the same point of the search on any machine
             if self.on_progress is not None and now - self._last >= 1.0:
                 self._last = now
                 self.on_progress(out.mip_primal_bound, out.mip_dual_bound)
@@ -716,6 +726,8 @@ def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, s
         s = _WarmHiGHS(values, on_progress=progress, deadline=time.monotonic() + wall,
                        msg=False, timeLimit=wall, threads=1, mip_rel_gap=PROVEN, mip_abs_gap=PROVEN,
                        random_seed=int(seed), **limits)
+        if work:
+            s.call_limit = max(MIN_CHECKS, int(seconds * CHECKS_PER_UNIT))
     else:
         try:
             s = cbc_solver(msg=False, timeLimit=max(1, int(math.ceil(wall))), warmStart=True, threads=1,
@@ -728,6 +740,8 @@ def _solve(m: OrderModel, values: dict, solver: str, seconds: float, progress, s
     except pulp.PulpSolverError as e:
         return SolveOutcome(None, False, None, None, now() - t0, n_bin, prob.numConstraints(), solver, str(e))
     elapsed = now() - t0
+    if work:
+        wall_cut()  # a solve stopped by the safety net is recorded as such
     dual = None
     if solver == "highs":
         import highspy

@@ -29,7 +29,7 @@ from schedc.ir import Schedule, v_placement
 from schedc.simulate import SimResult, simulate
 from schedc.solver import cooldown, greedy, heuristic, interrupt, paper_greedy, v_list
 from schedc.solver.bounds import lower_bound
-from schedc.solver.deadline import NEVER, Deadline, n_actions, observe
+from schedc.solver.deadline import NEVER, Deadline, n_actions, now, observe
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
 from schedc.tolerances import REL
@@ -155,7 +155,7 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
     greedy families and the heuristic, each abandoned when the deadline passes; what finished
     is compared. When nothing that fits finished, SchedcError says so in one line.
     `on_candidate(source, value)` hears of each family's best as it finishes (progress lines)."""
-    t_start = time.perf_counter()
+    t_start = now()
     g = graph_of(problem)
     problem = g.problem
     obj = problem.objective
@@ -222,7 +222,7 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
             tell(best[2], best[1].objective(obj))
     if best[2] in ("heuristic", paper_greedy.NAME) or best[2].startswith(("heuristic+", paper_greedy.NAME + "+")):
         return best
-    end = t_start + time_budget if deadline is None else min(t_start + time_budget, time.perf_counter() + hard.left())
+    end = t_start + time_budget if deadline is None else min(t_start + time_budget, now() + hard.left())
     polished = heuristic.polish(g, best[0], best[2], end, hard)
     if polished is not None and polished[1] < best[1].objective(obj) - EPS:
         sched = polished[0]

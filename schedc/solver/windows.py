@@ -19,11 +19,10 @@ anything.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from schedc.solver.deadline import Deadline
+from schedc.solver.deadline import Deadline, now
 from schedc.solver.engine import Incumbent, Result, close, materialize
 from schedc.solver.graph import Graph, canonical_orders
 from schedc.solver.problem import Problem
@@ -110,8 +109,8 @@ def window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repor
     n_sweeps = 0
     fruitless = 0  # sweeps in a row that found nothing better
     focus_from = None  # share of the step time before which no window has improved yet
-    last_report = time.monotonic()
-    while time.monotonic() < deadline - 0.5 and Deadline(deadline).allows(inst.n, WINDOW_PASSES):
+    last_report = now()
+    while now() < deadline - 0.5 and Deadline(deadline).allows(inst.n, WINDOW_PASSES):
         if fruitless >= len(sizes) * len(WINDOW_OFFSETS):
             if focus_from is None:
                 break
@@ -125,16 +124,16 @@ def window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repor
         positions = _sweep(sim.makespan, length, n_sweeps, reach, focus_from)
         n_sweeps += 1
         for t in positions:
-            if time.monotonic() >= deadline - 0.5 or not Deadline(deadline).allows(inst.n, WINDOW_PASSES):
+            if now() >= deadline - 0.5 or not Deadline(deadline).allows(inst.n, WINDOW_PASSES):
                 break
             free = _window_at(inst, orders, sim, t, length, shear)
             if sum(hi - lo for lo, hi in free) < 2:
                 continue
-            seconds = min(WINDOW_SOLVE_LIMIT, deadline - time.monotonic())
+            seconds = min(WINDOW_SOLVE_LIMIT, deadline - now())
             answer = solve(orders, sim, best_val, free, seconds, seed + n_windows)
             n_windows += 1
-            if time.monotonic() - last_report >= 2.0:
-                last_report = time.monotonic()
+            if now() - last_report >= 2.0:
+                last_report = now()
                 report(best_val, f"window {n_windows} ({k}/rank) t={max(t, 0.0):.4g}")
             if answer is None:
                 continue
