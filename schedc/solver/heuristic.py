@@ -743,8 +743,9 @@ CONSTRUCTION_PASSES = 3
 def _safe_construction(a: Graph, objective: str, bound: float, deadline: float, seed: int,
                        hard: Deadline = NEVER):
     """_best_construction on the graph's safe accounting (Graph.safe: the rules only check F's,
-    so rises and transients are kept free), its orders valued on the true graph; the serial
-    orders when the safe accounting leaves no room for one microbatch."""
+    so rises and transients are kept free), its orders valued on the true graph; when the safe
+    accounting leaves no room for one microbatch, the rules on the true graph (each construction
+    kept only where the exact check passes), and the serial orders when none does."""
     safe = a.safe()
     if safe is a:
         return _best_construction(a, objective, bound, deadline, seed, hard)
@@ -760,6 +761,10 @@ def _safe_construction(a: Graph, objective: str, bound: float, deadline: float, 
                 return found[0], _value(res, objective), found[2], found[3]
     if hard.expired():
         return None
+    try:  # the rules on the true graph, which check F's only: kept where the exact check passes
+        return _best_construction(a, objective, bound, deadline, seed, hard)
+    except SchedcError:
+        pass
     orders = serial_orders(a)
     res = _retime(a, orders)
     return orders, _value(res, objective), None, 1
