@@ -1294,9 +1294,12 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
 
 
 def plan_status(result: PlanResult) -> str:
-    """'optimal' only when no partition and schedule can be shorter (gap zero); else what the
-    chosen partition's compile proved."""
-    if result.gap <= REL:
+    """'optimal' only when no partition and schedule can be shorter (the gap over partitions
+    within the compiler's own tolerance, ``schedc.tolerances.PROVEN``); else what the chosen
+    partition's compile proved."""
+    from schedc.tolerances import PROVEN
+
+    if result.gap <= PROVEN:
         return "optimal"
     if result.compiled.status == "optimal":
         return "optimal for its partition"

@@ -528,7 +528,7 @@ def test_optimal_is_claimed_only_when_no_partition_can_be_shorter():
     def result(gap, status):
         return SimpleNamespace(gap=gap, compiled=SimpleNamespace(status=status))
 
-    assert plan_status(result(0.0, "optimal")) == "optimal"
+    assert plan_status(result(0.0, "optimal")) == plan_status(result(5e-7, "optimal")) == "optimal"
     assert plan_status(result(0.0441, "optimal")) == "optimal for its partition"
     assert plan_status(result(0.0441, "feasible")) == "feasible"
 
@@ -645,7 +645,7 @@ def test_cli_prints_the_limit_the_margin_the_comparisons_and_draws_the_plan(tmp_
                  else "torchtitan class ZBVZeroBubble"):
         assert text in out.stdout, text
     gap = json.loads((tmp_path / "plan.json").read_text())["plan"]["gap_over_partitions"]
-    assert ("(optimal," in out.stdout) == (gap <= 1e-9)
+    assert ("(optimal," in out.stdout) == (gap <= 1e-6)
     assert (tmp_path / "plan.png").read_bytes()[:4] == b"\x89PNG"
 
 
