@@ -255,6 +255,58 @@ def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solve
             assert err.endswith("interrupted\n") and list(tmp_path.iterdir()) == []
 
 
+def _cbc_child(pid: int, deadline: float):
+    """The pid of the CBC process `pid` runs, once it runs (None past `deadline`)."""
+    while time.monotonic() < deadline:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                children = open(f"/proc/{pid}/task/{task}/children").read().split()
+            except OSError:
+                continue
+            for child in children:
+                try:
+                    if "cbc" in os.path.basename(open(f"/proc/{child}/cmdline").read().split("\0")[0]):
+                        return int(child)
+                except OSError:
+                    continue
+        time.sleep(0.05)
+    return None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="finds the CBC child through /proc")
+@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGTERM], [signal.SIGINT, signal.SIGINT]])
+def test_a_signal_during_a_cbc_solve_stops_it_promptly_and_leaves_no_cbc(tmp_path, signals):
+    from schedc.solver.pulp_compat import cbc_executable
+
+    if cbc_executable() is None:
+        pytest.skip("no CBC binary")
+    # V at 1.2p with uneven F/I/W: CBC would search for the whole 60 s
+    proc = subprocess.Popen([sys.executable, "-m", "schedc.cli", "compile", "--stages", "8", "--mb", "16",
+                             "--placement", "v", "--costs", "1,1.3,0.7", "--memory", "1.2p", "--solver", "cbc",
+                             "--time-limit", "60", "--quiet", "-o", "s.csv"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        cbc = _cbc_child(proc.pid, time.monotonic() + 40)
+        assert cbc is not None, "the compile never reached CBC"
+        sent = time.monotonic()
+        for signum in signals:
+            proc.send_signal(signum)
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert took < 8, f"took {took:.1f}s to stop (CBC was given 60 s)"  # ~1.3 s idle; a busy host is slower
+    assert not os.path.exists(f"/proc/{cbc}") or "cbc" not in open(f"/proc/{cbc}/cmdline").read(), "CBC left running"
+    assert "Traceback" not in err
+    if len(signals) == 1:
+        code = 143 if signals[0] == signal.SIGTERM else 130
+        assert proc.returncode == code and "wrote the best schedule found so far to s.csv" in err, err
+        validate(csvio.read_csv(tmp_path / "s.csv"), n_stages=8, n_microbatches=16)
+    else:  # the second Ctrl-C may land while the stop is written, or as the process ends
+        assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
+
+
 @pytest.mark.parametrize("flags", [["--comm", "nan"], ["--comm", "inf"], ["--costs", "inf,1,1"], ["--comm", "0.1,nan,0.1"]])
 def test_non_finite_costs_are_one_line_errors(flags, tmp_path, capsys):
     out = tmp_path / "s.csv"

@@ -7,6 +7,10 @@ therefore only sets a flag: the HiGHS callback asks the solver to stop (``e.inte
 driver's loops see :func:`requested` and end, and ``compile_problem`` returns its best schedule
 with ``interrupted=True`` (the CLI writes it, says so, and exits 130). A second Ctrl-C raises
 KeyboardInterrupt as usual, for when the user does not want to wait for the search to wind down.
+A solver that runs as a child process (CBC, through PuLP, which waits for it) gets the first
+signal forwarded as SIGINT, and SIGKILL a second later if it has not stopped (CBC may not look at
+SIGINT for many seconds); the compile keeps the best schedule it had. A child still running when
+the block is left by an exception (the second Ctrl-C) is killed, never left behind.
 SIGTERM (what SLURM and other batch schedulers send at a time limit) stops the search the same
 way when nobody but the CLI handles it (the CLI then exits 143), independently of SIGINT (which a
 shell's background job ignores). A repeated SIGTERM changes nothing: the stop is under way, and a
@@ -46,10 +50,57 @@ def received() -> Optional[int]:
     return _received
 
 
+def _children() -> list[int]:
+    """The process ids of this process's children (a CBC solve runs as one), from Linux's
+    ``/proc/self/task/*/children``; [] where that is not available."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return pids
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _signal_children(signum: int, pids: Optional[list[int]] = None) -> None:
+    for pid in _children() if pids is None else pids:
+        try:
+            os.kill(pid, signum)
+        except OSError:  # it ended meanwhile
+            pass
+
+
+def _stop_children(grace: float = 1.0) -> None:
+    """SIGINT to the solver children now, SIGKILL to those still ours after `grace` seconds: CBC
+    takes SIGINT as "stop and report" but may not look at it for many seconds (in its cuts, or
+    past its own time limit on a busy machine); PuLP then reports no solution and the compile keeps
+    the best schedule it had."""
+    pids = _children()
+    if not pids:
+        return
+    _signal_children(signal.SIGINT, pids)
+
+    def kill_the_rest() -> None:
+        alive = [pid for pid in pids if pid in _children()]  # still ours: not a reused id
+        _signal_children(signal.SIGKILL, alive)
+
+    timer = threading.Timer(grace, kill_the_rest)
+    timer.daemon = True
+    timer.start()
+
+
 def _on_sigint(signum, frame) -> None:
     global _requested, _received
     _requested = True
     _received = _received or signum
+    # a solver running as a child process (CBC through PuLP) would search on to its time limit
+    # while Python waits for it
+    _stop_children()
     if signum == signal.SIGINT:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
 
@@ -74,6 +125,11 @@ def stop_on_sigint() -> Iterator[None]:
         signal.signal(signal.SIGTERM, _on_sigint)
     try:
         yield
+    except BaseException:
+        # a second Ctrl-C (or an error) while a solver child runs: PuLP does not end it, and it
+        # would go on after schedc exits
+        _signal_children(signal.SIGKILL)
+        raise
     finally:
         if take_int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
