@@ -34,13 +34,17 @@ _COMPUTE = re.compile(r"^PP:(\d+)([FIWB])(\d+)$")
 @contextmanager
 def one_rank_group(device: torch.device) -> Iterator[None]:
     """A process group of this process alone (none may be initialized already)."""
+    import sys
+
     backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
     kwargs = {"device_id": torch.device(device)} if backend == "nccl" else {}
+    hook = sys.excepthook  # torch prefixes every later traceback with "[rank0]:" otherwise
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        sys.excepthook = hook
 
 
 @dataclass
