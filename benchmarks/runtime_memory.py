@@ -1,11 +1,10 @@
 """Peak memory of torch's runtime running a CSV against ``schedc simulate``'s prediction, on CPU.
 
-    python benchmarks/runtime_memory.py                       # GPT and the library's transformer shape
+    python benchmarks/runtime_memory.py --layers 4
     python benchmarks/runtime_memory.py --hidden 128 --seq 64 --mb 8
 
-For the built-in GPT (schedc.runtime.models) at the shape of the library's ``transformer``
-set-ups (GELU MLP of 4 x hidden; ``--library`` also runs the shape of ``schedc library``'s smallest
-transformer, scaled down to CPU), the script profiles the stages (``profile_gpt``: the allocator's
+For the built-in GPT (schedc.runtime.models: the layer the library's ``transformer`` set-ups count,
+GELU MLP of 4 x hidden, at a CPU's size), the script profiles the stages (``profile_gpt``: the allocator's
 bytes after F, from I until W, transients, each boundary's bytes), then runs hand-made schedules
 (1F1B, ZB-H1 on a loop; ZB-V on a V) and a compiled one on local gloo ranks. Each rank runs one
 warm-up step, then traces one step with the allocator (``torch.profiler``'s memory events on
