@@ -95,7 +95,7 @@ def _read(path, **expected):
 def _check_split(args, schedule) -> str:
     """With --partition: the CSV must be launched on that partition. With --for and a plan report
     beside the CSV: the framework must be given the plan's partition, or it builds its own split."""
-    from schedc.frameworks import check_partition, parse_spec, plan_partition_of
+    from schedc.frameworks import check_partition, is_default_split, parse_spec, plan_partition_of
 
     if args.partition:
         return check_partition(args.file, schedule.n_stages, args.partition)
@@ -105,23 +105,12 @@ def _check_split(args, schedule) -> str:
     from schedc.frameworks import REGISTRY
 
     framework = REGISTRY[parse_spec(args.for_)[0]]
-    _, layer, _ = framework.unit_names
-    partition = _in_names(own[0], framework)
-    layers = sum(name.startswith(layer.split("{}")[0]) for stage in partition for name in stage)
-    if partition == framework.default_split(schedule.n_stages, layers, layers_per_stage=args.layers_per_stage,
-                                            first_less=args.first_less, last_less=args.last_less):
+    if is_default_split(framework.name, own[0], layers_per_stage=args.layers_per_stage, first_less=args.first_less,
+                        last_less=args.last_less):
         return f"the plan's partition is {framework.label}'s own split"
     raise SchedcError(f"{args.file} was made for the partition in {own[1]}, but without it {framework.label} "
                       f"builds its own split: pass --partition {own[1]} here and set "
                       f"{framework.fields['partition']} as `schedc plan` printed")
-
-
-def _in_names(partition, framework):
-    """The partition in the framework's own module names (translated from the other vocabulary)."""
-    from schedc.frameworks._names import VOCABULARIES, in_own_names
-
-    own = next(key for key, names in VOCABULARIES.items() if names == framework.unit_names)
-    return in_own_names(partition, own, framework.label)[0]
 
 
 def run(args) -> int:
