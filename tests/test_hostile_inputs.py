@@ -318,6 +318,10 @@ def test_memory_spellings_binary_and_decimal(text, kind, value):
     (["simulate", "a.csv", "--memory", "80"], "--memory: '80' has no unit: give Kp"),
     (["compile", "--stages", "2", "--mb", "9" * 5000], "'99999999999999999999'... (5000 characters)"),
     (["simulate", "a.csv", "--comm", "9" * 5000], "'99999999999999999999'... (5000 characters)"),
+    # silent acceptance: an empty --costs is not the default, a limit shorter than any compile is refused
+    (["simulate", "a.csv", "--costs", ""], "--costs: expected three finite numbers"),
+    (["trace", "a.csv", "--costs", "", "-o", "t.json"], "--costs: expected three finite numbers"),
+    (["compile", "--stages", "2", "--mb", "4", "--time-limit", "1e-9"], "--time-limit 1e-09 is shorter than any"),
 ])
 def test_argument_errors_are_one_short_line_naming_the_flag(tmp_path, argv, needle):
     (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)

@@ -38,13 +38,13 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
 def profile_from_args(args, n_stages: int) -> Profile:
     """The profile named by --profile, or identical stages from --costs/--comm."""
     if args.profile:
-        if args.costs:
+        if args.costs is not None:
             raise SchedcError("give either --profile or --costs, not both")
         profile = Profile.load(args.profile)
         if args.comm is not None:
             profile = _with_comm(profile, args.comm)
         return profile
-    f, i, w = parse_costs(args.costs or "1,1,1")
+    f, i, w = parse_costs("1,1,1" if args.costs is None else args.costs)  # --costs "" is an error, not the default
     profile = Profile.uniform(n_stages, f, i, w)
     return _with_comm(profile, args.comm) if args.comm is not None else profile
 

@@ -13,6 +13,11 @@ from schedc.errors import SchedcError
 from schedc.fileio import write_all
 
 
+# seconds: below this a compile cannot even build its problem (the README's promise: a limit
+# shorter than the least compile takes is refused; schedc.solver.deadline bounds large sizes)
+MIN_TIME_LIMIT = 0.1
+
+
 def register(sub) -> None:
     p = sub.add_parser("compile", help="find the fastest schedule under a memory limit (integer program)")
     p.set_defaults(handler=run)
@@ -96,6 +101,9 @@ def _check_request(args) -> Path:
     if args.time_limit is None or not 0 < args.time_limit < math.inf:
         raise SchedcError(f"--time-limit must be a finite number of seconds > 0 (e.g. 60, or 3600 for a long "
                           f"search), got {args.time_limit}")
+    if args.time_limit < MIN_TIME_LIMIT:  # less than building the least problem takes: nothing is searched
+        raise SchedcError(f"--time-limit {args.time_limit:g} is shorter than any compile takes; give "
+                          f"--time-limit {MIN_TIME_LIMIT:g} or more (1 for a quick answer)")
     report = csvio.report_path(args.output)
     outputs = [(args.output, "-o"), (report, "-o (the report beside it)")]
     if args.plot:

@@ -26,7 +26,7 @@ def run(args) -> int:
     from schedc.costs import MemoryLimit
 
     args.files = [args.file]
-    own = None if (args.profile or args.costs or args.comm is not None) else read_own_costs(args)
+    own = None if (args.profile or args.costs is not None or args.comm is not None) else read_own_costs(args)
     if own is None:
         (schedule,), (profile,) = common.read_checked(args)
         memory = common.memory_from_args(args)
