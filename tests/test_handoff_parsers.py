@@ -141,7 +141,8 @@ def test_memory_counted_for_another_implementation_is_a_warning():
 
 
 @pytest.mark.parametrize("name, fragment", [("layers.0,layers.1", "contains a comma"), ("-x", "starts with '-'"),
-                                            ("lay ers.0", "space or control"), ("\x1b]0;x\x07", "control")])
+                                            ("lay ers.0", "space or control"), ("\x1b]0;x\x07", "control"),
+                                            ("layers.\u202e0", "control")])
 def test_module_names_a_parser_would_misread_are_refused(name, fragment):
     bad = [["tok_embeddings", name], ["layers.2"], ["layers.3"], ["layers.4", "norm", "lm_head"]]
     for framework in REGISTRY.values():

@@ -9,6 +9,7 @@ unchanged, with a warning. Cost: linear in the number of names.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Optional
 
 from schedc.errors import SchedcError
@@ -59,7 +60,7 @@ def module_name_problem(name: str) -> str:
                 "modules; rename the module")
     if name.startswith("-"):
         return "starts with '-', which a command line reads as a flag; rename the module"
-    if _CONTROL.search(name):
+    if _CONTROL.search(name) or any(unicodedata.category(c)[0] in "CZ" for c in name):
         return "contains a space or control character, which no module path holds; rename the module"
     return ""
 
