@@ -1379,6 +1379,12 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     results, errors = {}, {}
     for k, mode in enumerate(modes):
         share = (t0 + AC_SHARE * time_limit - _now()) / (len(modes) - k)
+        floor = _mode_floor(profiles[mode], kwargs)
+        best_so_far = min((r.value for r in results.values()), default=math.inf)
+        if floor >= best_so_far * (1 - REL):  # no plan in this mode can be shorter: its time goes to the rest
+            errors[mode] = f"cannot beat {best_so_far:.6g} s (its bound over partitions is {floor:.6g} s)"
+            say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {errors[mode]}")
+            continue
         say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {share:.1f}s")
         try:
             results[mode] = plan(profile=profiles[mode], time_limit=max(share, 0.5), progress=progress, **kwargs)
@@ -1424,6 +1430,20 @@ def _heuristic_step(profiles, counts, stage_modes, problem, end):
     except SchedcError:
         return None
     return (warm[1].objective(problem.objective), warm) if warm[1].fits else None
+
+
+def _mode_floor(profile: Profile, kwargs: dict) -> float:
+    """The least step any plan with this mode's profile can reach (schedc.partition's bound over
+    partitions, per placement tried); inf when no partition fits, 0 when it cannot be told."""
+    try:
+        limit = parse_cap(kwargs.get("memory", "80GiB"))
+        cap = math.inf if limit.kind == "none" else limit.value
+        ranks, M = kwargs["ranks"], kwargs["microbatches"]
+        wanted = list(PLACEMENTS) if kwargs.get("placement", "auto") == "auto" else [kwargs["placement"]]
+        return min(partition_bound(profile, ranks, M, cap, pl, kwargs.get("objective", "makespan")).value
+                   for pl in wanted if n_stages_for(pl, ranks) <= profile.n_stages)
+    except (SchedcError, KeyError, ValueError):
+        return 0.0  # plan itself says what is wrong
 
 
 def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str]) -> Profile:

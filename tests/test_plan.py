@@ -616,7 +616,7 @@ def test_ac_auto_chooses_the_mode_that_fits_and_reports_each_global_mode():
     profiles = _modes(tiny_units(n_layers=6, head=1.0))
     res = plan_ac(profiles, ranks=2, microbatches=4, memory="9GiB", placement="loop", time_limit=9)
     steps = res.ac.global_steps
-    assert steps["none"] is None and steps["full"] is not None  # without checkpointing no partition fits
+    assert steps["none"] is None and steps["selective"] is not None  # without checkpointing no partition fits
     assert res.value <= min(v for v in steps.values() if v is not None) * (1 + 1e-9)
     chosen = res.report["assumes"]["activation_checkpoint"]
     assert chosen == res.ac.chosen and res.report["plan"]["activation_checkpoint"]["global"] == steps
@@ -659,6 +659,25 @@ def test_cli_counts_a_config_with_the_run_settings_and_records_them(tmp_path):
     assumes = json.loads((tmp_path / "plan.json").read_text())["assumes"]
     assert assumes["seq_len"] == 128 and assumes["activation_checkpoint"] == "full"
     assert assumes["microbatches"] == 4 and assumes["pipeline_parallel_degree"] == 2
+
+
+def test_a_mode_whose_bound_cannot_beat_the_best_plan_is_not_planned():
+    from schedc.plan import plan_ac
+
+    profiles = _modes(tiny_units(n_layers=6, head=1.0))
+    res = plan_ac(profiles, ranks=2, microbatches=4, memory="80GiB", placement="loop", time_limit=6)
+    assert res.ac.chosen == "none" and res.ac.global_steps["full"] is None  # full recomputes every forward
+    assert any("activation checkpointing full: cannot beat" in note for note in res.notes)
+
+
+def test_a_bad_run_setting_is_named_by_its_flag(tmp_path):
+    config = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 512,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out = _schedc("plan", "--config", "config.json", "--seq", "128", "--mbs", "0", "--ranks", "2", "--mb", "4",
+                  "--memory", "20GiB", "--quiet", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("schedc plan: error: --mbs: must be an integer >= 1")
+    assert not (tmp_path / "plan.csv").exists()
 
 
 def test_settings_without_a_config_and_auto_without_a_profile_per_mode_are_refused(tmp_path):

@@ -138,6 +138,11 @@ SETTINGS = (("seq", "--seq"), ("mbs", "--mbs"), ("dtype", "--dtype"), ("grad_dty
             ("reserve", "--reserve"))
 
 
+FLAG_OF = {"seq_len": "--seq", "seq": "--seq", "microbatch_size": "--mbs", "dp_shard": "--dp-shard", "tp": "--tp",
+           "dtype": "--dtype", "param_dtype": "--dtype", "grad_dtype": "--grad-dtype",
+           "optimizer_dtype": "--optimizer-dtype", "reserve_bytes": "--reserve"}
+
+
 def _unit_profiles(args) -> tuple[dict, str]:
     """({activation-checkpointing mode or None: per-unit profile}, the name errors use): one
     profile, or one per mode for --ac auto, from --profile files or counted from --config."""
@@ -184,8 +189,14 @@ def _counted(args, mode):
     if args.dtype is not None:
         settings.update(dtype=args.dtype, param_dtype=args.dtype)
     settings = {k: v for k, v in settings.items() if v is not None}
-    return unit_profile(args.config, seq=args.seq, microbatch_size=args.mbs or 1,
-                        activation_checkpoint=mode or "none", **settings)
+    try:
+        return unit_profile(args.config, seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
+                            activation_checkpoint=mode or "none", **settings)
+    except SchedcError as e:  # name the flag, not the keyword
+        text = str(e)
+        for keyword, flag in FLAG_OF.items():
+            text = text.replace(f"unit_profile: {keyword} ", f"{flag}: ").replace(f"unit_profile: {keyword}:", f"{flag}:")
+        raise SchedcError(text) from None
 
 
 def _bytes(text: str, flag: str) -> float:
