@@ -67,6 +67,8 @@ class Status(str, Enum):
     """A solver answered, but the gap to the best proven bound is open."""
     HEURISTIC = "heuristic"
     """The warm start (heuristic or a hand-made schedule); no solver answered in time."""
+    NONE = "none"
+    """An engine's answer when it found nothing (schedc.solver.engine); never a compile's."""
 
     def __str__(self) -> str:
         return self.value

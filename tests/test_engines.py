@@ -175,3 +175,18 @@ def test_the_cli_and_the_python_api_offer_the_work_budget(tmp_path, capsys):
     assert res.report.to_dict()["budget"] == "work"
     with pytest.raises(SchedcError, match="budget"):
         schedc.compile(stages=4, microbatches=8, time_limit=5, budget="cpu")
+
+
+def test_statuses_are_the_status_enum_and_reports_write_its_strings():
+    """engine.Result.status and CompileResult.status are schedc.Status members (issue 37); the
+    report still writes the plain strings."""
+    import json
+
+    from schedc.choices import Status
+
+    problem = Problem.build(4, 8, memory="1p")
+    res = compile_problem(problem, time_limit=5.0)
+    assert res.status is Status.OPTIMAL and res.report["status"] == "optimal"
+    assert json.loads(json.dumps(res.report))["status"] == "optimal"
+    assert greedy.ZbGreedy().run(graph_of(problem), None, Deadline()).status is Status.FEASIBLE
+    assert model.MipEngine(model.available_solver()).run(graph_of(problem), None, Deadline()).status is Status.NONE

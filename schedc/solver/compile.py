@@ -74,6 +74,7 @@ from functools import cached_property
 from typing import Callable, Optional, Sequence, Union
 
 from schedc import __version__
+from schedc.choices import Status
 from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.diagnose import limiter, same_hand_made
 from schedc.errors import SchedcError
@@ -114,7 +115,7 @@ class CompileResult:
     schedule: Schedule
     sim: SimResult
     problem: Problem
-    status: str  # optimal | feasible | heuristic
+    status: Status  # OPTIMAL | FEASIBLE | HEURISTIC (a str enum: reports write "optimal", ...)
     lower_bound: float
     gap: float  # (value - lower_bound) / value
     solve_time: float
@@ -482,16 +483,16 @@ class _Compilation:
         """Status (``optimal`` only when the bound is met), baselines and the report."""
         best_val, bound = self.best_val, self.bound
         if close(best_val, bound):
-            status = "optimal"
+            status = Status.OPTIMAL
             bound = min(bound, best_val)
         elif self.solver_answered:
-            status = "feasible"
+            status = Status.FEASIBLE
         else:
-            status = "heuristic"
+            status = Status.HEURISTIC
         solve_time = now() - self.t0
         result = CompileResult(
             schedule=self.best_sched, sim=self.best_sim, problem=self.problem, status=status, lower_bound=bound,
-            gap=0.0 if status == "optimal" else _gap(best_val, bound), solve_time=solve_time,
+            gap=0.0 if status == Status.OPTIMAL else _gap(best_val, bound), solve_time=solve_time,
             baselines=all_baselines(self.graph, Deadline(self.deadline)), warm_start_source=self.warm_source,
             interrupted=interrupt.requested(), graph=self.graph, budget="time" if work_clock() is None else "work",
         )

@@ -76,6 +76,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
+from schedc.choices import Status
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
 from schedc.simulate import SimResult, simulate
@@ -460,7 +461,7 @@ class CpsatEngine:
         if out.cp_sim is not None:
             res.schedule, res.sim = out.cp_schedule, out.cp_sim
             res.orders = canonical_orders(graph, orders_from_schedule(graph, out.cp_schedule))
-            res.status = "optimal" if out.proven else "feasible"
+            res.status = Status.OPTIMAL if out.proven else Status.FEASIBLE
         return res
 
 

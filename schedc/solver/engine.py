@@ -32,13 +32,14 @@ from typing import Optional, Protocol, Sequence
 
 from schedc.errors import SchedcError
 from schedc.ir import Schedule
+from schedc.choices import Status
 from schedc.simulate import SimResult, simulate
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, schedule_from_orders
 from schedc.solver.problem import Problem
 from schedc.tolerances import PROVEN
 
-STATUSES = ("optimal", "feasible", "none")
+STATUSES = (Status.OPTIMAL, Status.FEASIBLE, Status.NONE)  # what an engine's Result may say
 
 
 @dataclass
@@ -64,12 +65,12 @@ class Result:
     orders: Optional[list[list[int]]] = None  # per rank, graph action ids (engines on actions)
     bound: Optional[float] = None  # a lower bound on the objective of every schedule
     bound_source: str = ""
-    status: str = "none"  # optimal | feasible | none
+    status: Status = Status.NONE  # OPTIMAL | FEASIBLE | NONE
     proven: bool = False  # the engine's own model was solved to optimality
 
     @property
     def answered(self) -> bool:
-        return self.status != "none"
+        return self.status != Status.NONE
 
 
 class Engine(Protocol):
@@ -89,7 +90,7 @@ def found(schedule: Optional[Schedule], sim: Optional[SimResult]) -> Result:
     """The Result of a constructive engine: its schedule, or none."""
     if schedule is None or sim is None:
         return Result()
-    return Result(schedule=schedule, sim=sim, status="feasible")
+    return Result(schedule=schedule, sim=sim, status=Status.FEASIBLE)
 
 
 def materialize(g: Graph, orders: Sequence[Sequence[int]], problem: Optional[Problem] = None) \

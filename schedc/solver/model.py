@@ -117,6 +117,7 @@ from typing import Callable, Optional, Sequence
 
 import pulp
 
+from schedc.choices import Status
 from schedc.simulate import simulate
 from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_cut, wall_left
 from schedc.solver.engine import Incumbent, Result, materialize
@@ -346,7 +347,7 @@ class MipEngine:
         if out.orders is not None:
             res.orders = canonical_orders(graph, out.orders)
             res.schedule, res.sim = materialize(graph, res.orders)
-            res.status = "optimal" if out.proven else "feasible"
+            res.status = Status.OPTIMAL if out.proven else Status.FEASIBLE
         return res
 
 

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
+from schedc.choices import Status
 from schedc.solver.deadline import Deadline, now
 from schedc.solver.engine import Incumbent, Result, close, materialize
 from schedc.solver.graph import Graph, canonical_orders
@@ -61,7 +62,7 @@ class WindowSearch:
         orders, sched, sim, used = window_search(
             graph, problem, incumbent.orders, incumbent.schedule, incumbent.sim, deadline.at, self.engine,
             self.lower_bound, self.report, self.seed)
-        return Result(schedule=sched, sim=sim, orders=orders, status="feasible" if used else "none")
+        return Result(schedule=sched, sim=sim, orders=orders, status=Status.FEASIBLE if used else Status.NONE)
 
 
 # Window sizes, in actions per rank, tried smallest first. A CP-SAT window of 48 per rank of a
