@@ -154,7 +154,7 @@ def test_simulate_check_fails_when_over_the_limit_and_warns_on_other_costs(tmp_p
     assert "exceeds the memory limit 0.5p on rank(s) 0" in err
     assert cli.main(["simulate", str(out), "--json"]) == 0  # judged with --costs 1,1,1: warned
     captured = capsys.readouterr()
-    assert "compiled for the costs of --costs 1,2,1" in captured.err and "--costs 1,1,1 here" in captured.err
+    assert "compiled for the costs of --costs 1,2,1" in captured.err and "--costs 1,1,1 judged here" in captured.err
     assert json.loads(captured.out)[0]["limiter"]["kind"] in ("rank", "critical-path")
 
 
