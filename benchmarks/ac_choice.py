@@ -17,6 +17,7 @@ Step times are the simulator's (counted costs at 400 TFLOP/s effective), not mea
     python benchmarks/ac_choice.py                  # the table (about 2 minutes per row here)
     python benchmarks/ac_choice.py --time-limit 10  # shorter searches
     python benchmarks/ac_choice.py --match qwen --match 40GiB
+    python benchmarks/ac_choice.py --budget work    # work units: the same table on any machine
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ def ms(x) -> str:
     return "—" if x is None else f"{1000 * x:.1f}"
 
 
-def row(name: str, cap: str, profiles: dict, time_limit: float) -> str:
+def row(name: str, cap: str, profiles: dict, time_limit: float, budget: str = "time") -> str:
     t0 = time.monotonic()
     try:
-        res = plan_ac(profiles, ranks=RANKS, microbatches=MICROBATCHES, memory=cap, time_limit=time_limit)
+        res = plan_ac(profiles, ranks=RANKS, microbatches=MICROBATCHES, memory=cap, time_limit=time_limit,
+                      budget=budget)
     except SchedcError as e:
         return f"| {name} | {cap} | {str(e)[:80]} |"
     steps = res.ac.global_steps
@@ -78,6 +80,8 @@ def row(name: str, cap: str, profiles: dict, time_limit: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per --ac auto plan (default 60)")
+    ap.add_argument("--budget", choices=["time", "work"], default="time",
+                    help="work: --time-limit in work units, the same table on any machine (schedc plan --budget)")
     ap.add_argument("--match", action="append", default=[], metavar="TEXT",
                     help="keep the rows whose model and cap contain every TEXT")
     args = ap.parse_args(argv)
@@ -93,7 +97,7 @@ def main(argv=None) -> int:
                 if not all(text in f"| {name} | {cap} |" for text in args.match):
                     continue
                 profiles = profiles or profiles_of(name, Path(tmp))
-                print(row(name, cap, profiles, args.time_limit), flush=True)
+                print(row(name, cap, profiles, args.time_limit, args.budget), flush=True)
     return 0
 
 

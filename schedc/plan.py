@@ -284,14 +284,9 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     if budget not in ("time", "work"):
         raise SchedcError(f"--budget must be time or work, got {budget!r}")
     if budget == "work" and not _counting_work():
-        from schedc.solver.deadline import counting_work
-
-        with counting_work(time_limit) as clock:
-            out = plan(profile=profile, ranks=ranks, microbatches=microbatches, memory=memory, placement=placement,
-                       objective=objective, time_limit=time_limit, progress=progress, seed=seed, source=source,
-                       least_memory=least_memory, budget="work")
-        out = replace(out, budget="work", cut_by_wall=clock.cut_by_wall)
-        return replace(out, report=build_plan_report(out))
+        return _on_work_clock(plan, time_limit, profile=profile, ranks=ranks, microbatches=microbatches,
+                              memory=memory, placement=placement, objective=objective, progress=progress, seed=seed,
+                              source=source, least_memory=least_memory, budget="work")
     t0 = _now()
     say = progress or (lambda line: None)
     limit = parse_cap(memory)
@@ -333,11 +328,23 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                                        per_try=max(0.5, MEMORY_TRY_SHARE * time_limit))
         res = _with_schedule(res, lowered.compiled)
     comparisons += torchtitan_rows(profile, ranks, microbatches, limit, objective)
-    bound = min(bounds.values())
-    out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl, bound=min(bound, res.value),
-                     bounds=bounds, certified=certified, comparisons=comparisons, candidates=candidates, notes=notes,
-                     solve_time=_now() - t0, interrupted=stop_requested(), least_memory=lowered)
+    out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl,
+                     bound=min(min(bounds.values()), res.value), bounds=bounds, certified=certified,
+                     comparisons=comparisons, candidates=candidates, notes=notes, solve_time=_now() - t0,
+                     interrupted=stop_requested(), least_memory=lowered)
     out = replace(out, limiter=plan_limiter(out, cap))
+    return replace(out, report=build_plan_report(out))
+
+
+def _on_work_clock(fn, time_limit: float, **kwargs) -> PlanResult:
+    """`fn` (plan or plan_ac) run on one work clock for `time_limit` work units
+    (schedc.solver.deadline.counting_work); the result says so, and whether the wall-clock
+    safety net cut it."""
+    from schedc.solver.deadline import counting_work
+
+    with counting_work(time_limit) as clock:
+        out = fn(time_limit=time_limit, **kwargs)
+    out = replace(out, budget="work", cut_by_wall=clock.cut_by_wall)
     return replace(out, report=build_plan_report(out))
 
 
@@ -1365,12 +1372,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     launch one mode for the whole model; schedc's runtime applies one per stage. Cost: the time
     limit; the greedy step takes one heuristic run per stage and faster mode."""
     if kwargs.get("budget") == "work" and not _counting_work():
-        from schedc.solver.deadline import counting_work
-
-        with counting_work(time_limit) as clock:
-            out = plan_ac(profiles, time_limit=time_limit, progress=progress, **kwargs)
-        out = replace(out, budget="work", cut_by_wall=clock.cut_by_wall)
-        return replace(out, report=build_plan_report(out))
+        return _on_work_clock(plan_ac, time_limit, profiles=profiles, progress=progress, **kwargs)
     say = progress or (lambda line: None)
     modes = [m for m in AC_MODES if m in profiles]
     if not modes:

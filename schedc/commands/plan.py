@@ -195,7 +195,8 @@ def _counted(args, mode):
     except SchedcError as e:  # name the flag, not the keyword
         text = str(e)
         for keyword, flag in FLAG_OF.items():
-            text = text.replace(f"unit_profile: {keyword} ", f"{flag}: ").replace(f"unit_profile: {keyword}:", f"{flag}:")
+            for end in (" ", ":"):
+                text = text.replace(f"unit_profile: {keyword}{end}", f"{flag}:" + (" " if end == " " else ""))
         raise SchedcError(text) from None
 
 
