@@ -54,3 +54,18 @@ def test_the_ledger_sees_what_a_layer_keeps(bench):
     got = bench.measure(unit)
     assert got["after F"] == 8 * 32 * 4
     assert got["I..W"] == 8 * 32 * 4 + 8 * 32 * 4  # the input and the returned input gradient
+
+
+def test_checkpointed_layers_under_torchs_split_backward(bench):
+    # torchtitan's FullAC / SelectiveAC on HF's Llama layer: what F keeps, what I..W holds, and the
+    # forwards torch runs (1 + one recompute in I + one per parameter group in W) are counted
+    # exactly; selective checkpointing cannot run W after I (torch refuses a second backward)
+    pytest.importorskip("torchtitan")
+    rows = {(r[0].split("(")[1], r[2]): (r[3], r[4]) for r in bench.ac_rows(bench.SMALL, 64, ["Llama-3-8B"])}
+    for quantity in ("after F", "I..W", "forwards run", "W transient"):
+        counted, measured = rows[("hf, full AC)", quantity)]
+        assert counted == pytest.approx(measured, rel=0.05), quantity
+    assert rows[("hf, full AC)", "forwards run")] == (11, 11)
+    counted, measured = rows[("hf, selective AC)", "after F")]
+    assert counted == measured
+    assert rows[("hf, selective AC)", "split I/W runs")] == (0, 0)

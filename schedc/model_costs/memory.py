@@ -137,7 +137,7 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     # gradients that die inside it (the norms' fp32 backward, the residual stream's)
     transient = {"F": 4 * h, "I": (28 if gpt2 else 18) * h}
     if qk_norm and impl == "torchtitan" and device == "cpu":  # CPU's composite q/k norms' fp32 temporaries
-        transient = {"F": transient["F"] + 2 * q, "I": transient["I"] + 10 * (q + k)}
+        transient = {"F": max(transient["F"], 2.5 * q), "I": max(transient["I"], 11.5 * (q + k))}
     if ac == "none":
         return UnitBytes(activation, activation + wgrads + dx, transient, wgrads=wgrads)
     # what a checkpointed forward holds at its peak: the MLP's live FFN-wide tensors, its input
