@@ -346,13 +346,14 @@ def test_cli_plot_draws_each_csv_with_the_costs_beside_it(tmp_path, capsys, monk
     out = tmp_path / "both.png"
     assert cli.main(["plot", str(a), str(b), "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    assert "costs from plan.profile.json for plan.csv, other.json for other.csv" in captured.err
+    assert "costs from plan.profile.json for plan.csv, other.json for other.csv" in captured.out
+    assert captured.err == ""  # each drawn with its own costs: nothing to warn about
     assert out.read_bytes().startswith(PNG_MAGIC)
     assert drawn[-1] == [fast.executed(), slow.executed()]
 
     # one --profile still serves every file
     assert cli.main(["plot", str(a), str(b), "--costs", "1,1,1", "-o", str(out)]) == 0
-    assert "costs from" not in capsys.readouterr().err
+    assert "costs from" not in capsys.readouterr().out
     # a file without costs beside one that has them: one line naming both
     bare = tmp_path / "bare.csv"
     csvio.write_csv(one_f_one_b(4, 8), bare)
@@ -368,5 +369,5 @@ def test_cli_plot_ignores_a_stale_report_and_says_so(tmp_path, capsys):
                          path)
     csvio.write_csv(one_f_one_b(4, 4), path)  # the CSV rewritten after its report
     assert cli.main(["plot", str(path), "-o", str(tmp_path / "s.png")]) == 0
-    err = capsys.readouterr().err
-    assert "ignoring the report beside" in err and "costs from" not in err
+    captured = capsys.readouterr()
+    assert "ignoring the report beside" in captured.err and "costs from" not in captured.out

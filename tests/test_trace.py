@@ -108,6 +108,6 @@ def test_cli_trace_uses_the_costs_beside_the_csv(tmp_path, capsys):
     Profile.uniform(2, 0.5, 0.5, 0.5).save(tmp_path / "plan.profile.json")  # as `schedc plan` writes it
     out = tmp_path / "t.json"
     assert cli.main(["trace", str(path), "-o", str(out)]) == 0
-    assert "costs from plan.profile.json" in capsys.readouterr().err
+    assert "with the costs in plan.profile.json" in capsys.readouterr().out
     durations = {e["dur"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"}
     assert durations == {0.5e6, 1e6}  # F 0.5 s; stage 0's B runs I and W (torch's runtime), the last stage's too

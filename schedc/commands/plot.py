@@ -94,14 +94,14 @@ def run(args) -> int:
     if own is None:
         schedules, profiles = common.read_checked(args)
         memory = common.memory_from_args(args)
+        costs = ""
     else:
         schedules, profiles, sources = own
         memory = MemoryLimit.parse(args.memory)
-        print("schedc plot: costs from " + ", ".join(f"{s} for {Path(p).name}" for p, s in zip(args.files, sources)),
-              file=sys.stderr)
+        costs = "; costs from " + ", ".join(f"{s} for {Path(p).name}" for p, s in zip(args.files, sources))
     common.warn_mismatches("plot", args.files, schedules, memory, profiles)
     titles = args.title or [Path(f).name for f in args.files]
     plot_schedules(schedules, profiles, memory, titles=titles, path=args.output)
     print(f"wrote {args.output}: {len(schedules)} panel{'s' if len(schedules) > 1 else ''} "
-          f"({', '.join(titles)}), memory limit {memory}")
+          f"({', '.join(titles)}), memory limit {memory}{costs}")
     return 0

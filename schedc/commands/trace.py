@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from schedc.commands import common
 
 
@@ -30,14 +28,15 @@ def run(args) -> int:
     if own is None:
         (schedule,), (profile,) = common.read_checked(args)
         memory = common.memory_from_args(args)
+        costs = ""
     else:
         (schedule,), (profile,), (source,) = own
         memory = MemoryLimit.parse(args.memory)
-        print(f"schedc trace: costs from {source}", file=sys.stderr)
+        costs = f" with the costs in {source}"
     common.warn_mismatches("trace", args.files, [schedule], memory, [profile])
     trace = write_trace(schedule, profile, args.output, memory)
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
-    print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks; open it in https://ui.perfetto.dev "
+    print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks{costs}; open it in https://ui.perfetto.dev "
           f"or chrome://tracing (1 s of the profile = 1 s of trace)")
     return 0
 
