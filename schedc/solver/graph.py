@@ -31,8 +31,13 @@ The rules are stated once, here:
   :func:`memory_precedences`, per action).
   The event-driven constructions (list heuristic, zb-greedy) ask :meth:`Graph.input_time`, the
   same rule on per-stage end times.
-* Memory: an F holds its activation bytes from its start, an I frees all but the weight-gradient
-  bytes, a W the rest, a B everything (``mem``); a rank never holds more than ``room``.
+* Memory: schedc.cost_model's rule, read once (``Problem.costs``): ``mem`` the change of held
+  bytes per kind (an F holds its activation bytes from its start, an I moves them to the
+  weight-gradient bytes, a W frees the rest, a B everything), ``over`` the bytes above them while
+  an action runs (its allocation at start and its transient), ``room`` the cap minus what the
+  rank holds all step; a rank never holds more than ``room``. :meth:`Graph.safe` and
+  :meth:`Graph.relaxed` are the plain-accounting views the constructions and the bounds read
+  when an I rises or an action has transient bytes.
 
 Helpers more than one engine uses: orders <-> schedules in the graph's vocabulary
 (:func:`orders_from_schedule`, :func:`canonical_orders`, :func:`schedule_from_orders`),
@@ -316,6 +321,9 @@ class Graph:
         A compile's result keeps its graph for the baselines, not for 3 x S x M actions."""
         for name in _ACTION_LEVEL:
             self.__dict__.pop(name, None)
+        for view in (self.memo.get("safe"), self.memo.get("relaxed")):
+            if view is not None and view is not self:
+                view.release()
 
 
 _ACTION_LEVEL = ("actions", "rank", "dur", "delta", "extra", "by_rank", "first", "preds", "topo")
