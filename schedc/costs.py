@@ -7,11 +7,13 @@ docs/design.md). ``Profile.uniform`` builds the identical-stage profile behind `
 byte cap for a given placement.
 
 What ``Kp`` means. One cap for every rank (the GPUs are the same size): what 1F1B needs on its
-most loaded rank, static bytes included, with the activation part scaled by K::
+most loaded rank, everything it holds all step included (static bytes, torch's receive buffers
+and held sends, the reserve: schedc.cost_model's ``fixed``), with the rest scaled by K::
 
-    cap(K) = max over ranks r of (static_r + K x peak1F1B_r)
+    cap(K) = max over ranks r of (fixed_r + K x peak1F1B_r)
 
-``peak1F1B_r`` (:func:`one_f_one_b_peaks`) is 1F1B's activation peak on rank r when 1F1B runs
+``peak1F1B_r`` (:func:`one_f_one_b_peaks`) is 1F1B's peak on rank r (its largest F or B
+transient included; schedc.cost_model states the memory rule) when 1F1B runs
 each rank's stages as one stage: the ranks form a chain in the order of their first stages
 (rank r is at position r for loop and V placements), a rank at position q holds R - q
 microbatches of all its stages at once (its R-1-q warm-up forwards plus one), so
