@@ -24,7 +24,9 @@ stage does, and holds them through the step; 2.15 allocates a receive buffer jus
 per boundary and direction is live). ``_PipelineScheduleRuntime`` keeps every send's work
 object, and with it the sent tensor, until the step ends: M activations forward and M gradients
 backward per cross-rank boundary, in every version. Boundaries between two stages on one rank do
-not communicate. The version is ``profile.assumes["torch"]`` when given, else
+not communicate, but up to 2.14 their stage preallocates both buffers per microbatch anyway
+(each replaced by the local tensor when its microbatch arrives; counted all step, an upper
+estimate). The version is ``profile.assumes["torch"]`` when given, else
 :data:`NEWEST_TORCH`. A profile without ``boundary_bytes`` has no buffers.
 
 Cost: O(stages + ranks) to build; every query O(1).
@@ -106,9 +108,14 @@ def buffer_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: i
     live = n_microbatches if preallocates(version) else 1
     for b in range(len(placement) - 1):
         lo, hi = placement[b], placement[b + 1]
-        if lo == hi:
-            continue
         size = profile.boundary_after(b)
+        if lo == hi:
+            # nothing is sent, but up to 2.14 the stage still preallocates both buffers per
+            # microbatch (PipelineStage._setup_forward_recv_info, _create_grad_recv_info); each is
+            # replaced by the local tensor when its microbatch gets there: counted all step (an
+            # upper estimate)
+            out[lo] += 2 * n_microbatches * size if preallocates(version) else 0.0
+            continue
         out[hi] += live * size + n_microbatches * size  # activation received; gradients sent back
         out[lo] += live * size + n_microbatches * size  # gradient received; activations sent
     return out
