@@ -26,7 +26,8 @@ from schedc.frameworks import REGISTRY, Handoff, nemo_yaml  # noqa: E402
 TT = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2"], ["layers.3"], ["layers.4", "norm", "lm_head"]]
 HF = [["model.embed_tokens", "model.layers.0", "model.layers.1"], ["model.layers.2"], ["model.layers.3"],
       ["model.layers.4", "model.norm", "lm_head"]]
-ASSUMES = {"seq_len": 4096, "microbatch_size": 2, "activation_checkpoint": "none", "dp_shard": 1, "tp": 1}
+ASSUMES = {"seq_len": 4096, "microbatch_size": 2, "activation_checkpoint": "none", "dp_shard": 1, "tp": 1,
+           "activation_dtype": "bfloat16", "param_dtype": "bfloat16", "master_weights": True}
 
 
 def handoff(partition=TT, **assumes) -> Handoff:
@@ -72,6 +73,7 @@ def test_torchtitan_parses_the_flags_into_what_the_plan_assumed(mode):
     assert (p.pipeline_parallel_microbatch_size, t.local_batch_size) == (2, 32)  # 16 microbatches of 2
     assert (p.data_parallel_shard_degree, p.tensor_parallel_degree) == (2, 1)
     assert t.seq_len == 4096 and t.disable_cuda_graphs is True
+    assert (t.dtype, t.mixed_precision_param) == ("float32", "bfloat16")  # fp32 master weights, bf16 compute
     expected = {"none": type(None), "selective": SelectiveAC.Config, "full": FullAC.Config}[mode]
     assert type(cfg.activation_checkpoint) is expected
     assert s["warnings"] == []
@@ -149,6 +151,16 @@ def test_module_names_a_parser_would_misread_are_refused(name, fragment):
         with pytest.raises(SchedcError, match=fragment) as e:
             framework.settings(handoff(partition=bad))
         assert "\x1b" not in str(e.value)
+
+
+def test_dtypes_follow_what_the_plan_counted():
+    pure = REGISTRY["torchtitan"].settings(handoff(master_weights=False))["config"]
+    assert (pure["training.dtype"], pure["training.mixed_precision_param"]) == ("bfloat16", "bfloat16")
+    fp32 = REGISTRY["torchtitan"].settings(handoff(param_dtype="float32", activation_dtype="float32"))["config"]
+    assert (fp32["training.dtype"], fp32["training.mixed_precision_param"]) == ("float32", "float32")
+    half = REGISTRY["torchtitan"].settings(handoff(activation_dtype="float16"))
+    assert "training.mixed_precision_param" not in half["config"]
+    assert any("float16" in w for w in half["warnings"])
 
 
 def test_without_a_sequence_length_the_handoff_says_what_to_set():

@@ -130,6 +130,7 @@ def settings(h: Handoff) -> dict:
     else:
         warnings.append("the profile does not record its sequence length: set --training.seq_len to the one "
                         "it was profiled at (torchtitan's configs default to theirs, e.g. 8192 for llama3_8b)")
+    warnings += _dtypes(a, config)
     mode = h.ac_mode()
     if mode is not None:
         config["activation_checkpoint"] = mode
@@ -139,6 +140,29 @@ def settings(h: Handoff) -> dict:
                         "under schedc's runtime or plan with one --ac mode")
     warnings += h.common_warnings(NAME, "torchtitan", "torchtitan")
     return {"config": config, "command_line": command_line(config), "warnings": warnings}
+
+
+_TITAN_DTYPES = ("bfloat16", "float32")  # what training.dtype / mixed_precision_param accept
+
+
+def _dtypes(assumes: dict, config: dict) -> list[str]:
+    """``training.mixed_precision_param`` (the compute dtype FSDP's policy casts to; torchtitan's llama3
+    always installs it, parallelize.py) from the activation dtype, and ``training.dtype`` (how
+    parameters, gradients and optimizer states are stored) from the parameter dtype: float32
+    storage where the plan counted float32 parameters or float32 master weights. Returns warnings."""
+    out = []
+    act, param = assumes.get("activation_dtype"), assumes.get("param_dtype")
+    if act in _TITAN_DTYPES:
+        config["training.mixed_precision_param"] = act
+    elif act is not None:
+        out.append(f"the plan counts {ascii(act)[:20]} activations; torchtitan computes in bfloat16 or float32")
+    if param == "float32" or (param == "bfloat16" and assumes.get("master_weights")):
+        config["training.dtype"] = "float32"
+    elif param == "bfloat16":
+        config["training.dtype"] = "bfloat16"
+    elif param is not None:
+        out.append(f"the plan counts {ascii(param)[:20]} parameters; torchtitan stores bfloat16 or float32")
+    return out
 
 
 def command_line(config: dict) -> list[str]:
