@@ -273,6 +273,9 @@ def main(argv=None) -> int:
     ap.add_argument("--match", action="append", default=[], metavar="TEXT",
                     help="with --only s: only the rows whose case and memory contain TEXT (repeatable: all of them)")
     ap.add_argument("--solver", choices=["highs", "cbc", "cpsat"], help="one engine alone (default: as compile)")
+    ap.add_argument("--budget", choices=["time", "work"], default="time",
+                    help="what --time-limit counts (as compile's --budget): 'work' gives the same table on any "
+                         "machine, busy or idle; the time column is then work units")
     ap.add_argument("--paper", action="store_true", help="only the zero-bubble paper's 32-stage rows")
     ap.add_argument("--wall", action="store_true", help="only the --time-limit 10 wall / RSS rows")
     ap.add_argument("--cost-curve", action="store_true", help="only wall / RSS against the number of actions")
@@ -311,8 +314,8 @@ def main(argv=None) -> int:
         kw = dict(kw)
         objective = kw.get("objective", "makespan")
         t0 = time.monotonic()
-        res = compile_schedule(time_limit=tl, progress=progress, solver=args.solver, **kw)
-        wall = time.monotonic() - t0
+        res = compile_schedule(time_limit=tl, progress=progress, solver=args.solver, budget=args.budget, **kw)
+        wall = time.monotonic() - t0 if args.budget == "time" else res.solve_time
         hand = {name: b[objective] for name, b in res.baselines.items() if b["fits"] and name != GREEDY}
         best_hand = min(hand, key=hand.get) if hand else None
         greedy = res.baselines.get(GREEDY)
