@@ -190,3 +190,22 @@ def test_statuses_are_the_status_enum_and_reports_write_its_strings():
     assert json.loads(json.dumps(res.report))["status"] == "optimal"
     assert greedy.ZbGreedy().run(graph_of(problem), None, Deadline()).status is Status.FEASIBLE
     assert model.MipEngine(model.available_solver()).run(graph_of(problem), None, Deadline()).status is Status.NONE
+
+
+def test_the_work_clock_moves_only_with_charged_work_and_nests():
+    """Inside counting_work a Deadline expires by charged work, not by time passing; a nested
+    counting_work (a plan compiling many problems) shares the outer clock."""
+    import time
+
+    from schedc.solver import deadline as dl
+
+    with dl.counting_work(1.0) as clock:
+        d = Deadline.after(0.5)
+        time.sleep(0.6)
+        assert not d.expired() and d.left() == pytest.approx(0.5)
+        dl.charge(0.3)
+        with dl.counting_work(5.0) as inner:
+            assert inner is clock
+            dl.charge(0.3)
+        assert d.expired() and clock.spent == pytest.approx(0.6) and not clock.cut_by_wall
+    assert dl.work_clock() is None and dl.now() == pytest.approx(time.monotonic(), abs=1.0)
