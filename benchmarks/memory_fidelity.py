@@ -181,6 +181,9 @@ HF = {  # name: (model_type, config fields at real size)
     "Qwen3-8B": ("qwen3", dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
                                num_key_value_heads=8, head_dim=128, vocab_size=151936)),
     "GPT-2": ("gpt2", dict(n_embd=768, n_head=12, vocab_size=50257, attn_pdrop=0.0)),
+    "Qwen3-30B-A3B": ("qwen3_moe", dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                                        num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                                        vocab_size=151936, num_experts=128, num_experts_per_tok=8)),
 }
 SMALL = {  # the fast test's sizes: same layouts, narrow
     "Llama-3-8B": ("llama", dict(hidden_size=256, intermediate_size=896, num_attention_heads=8,
@@ -192,6 +195,12 @@ SMALL = {  # the fast test's sizes: same layouts, narrow
     "Qwen3-8B": ("qwen3", dict(hidden_size=256, intermediate_size=768, num_attention_heads=8,
                                num_key_value_heads=2, head_dim=32, vocab_size=512)),
     "GPT-2": ("gpt2", dict(n_embd=192, n_head=6, vocab_size=500, attn_pdrop=0.0)),
+    "Mixtral-8x7B": ("mixtral", dict(hidden_size=256, intermediate_size=512, num_attention_heads=8,
+                                     num_key_value_heads=2, vocab_size=512, num_local_experts=8,
+                                     num_experts_per_tok=2)),
+    "Qwen3-30B-A3B": ("qwen3_moe", dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+                                        num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                                        vocab_size=512, num_experts=16, num_experts_per_tok=4)),
 }
 
 
@@ -208,7 +217,7 @@ def hf_units(name: str, sizes: dict, seq: int, dtype=torch.bfloat16) -> tuple[li
     kind, fields = sizes[name]
     modeling = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
     config = importlib.import_module(f"transformers.models.{kind}.configuration_{kind}")
-    cls = next(getattr(config, n) for n in dir(config) if n.lower() == f"{kind}config")
+    cls = next(getattr(config, n) for n in dir(config) if n.lower() == f"{kind.replace('_', '')}config")
     cfg = cls(**fields, num_hidden_layers=1, n_layer=1) if kind == "gpt2" else cls(**fields, num_hidden_layers=1)
     cfg._attn_implementation = "sdpa"
     with torch.device("meta"):
@@ -305,8 +314,13 @@ def shape_of(sizes: dict, name: str) -> dict:
     kind, f = sizes[name]
     if kind == "gpt2":
         return dict(layers=1, hidden=f["n_embd"], heads=f["n_head"], vocab=f["vocab_size"], ffn_hidden=4 * f["n_embd"])
-    return dict(layers=1, hidden=f["hidden_size"], ffn_hidden=f["intermediate_size"], heads=f["num_attention_heads"],
-                kv_heads=f["num_key_value_heads"], head_dim=f.get("head_dim"), vocab=f["vocab_size"])
+    shape = dict(layers=1, hidden=f["hidden_size"], ffn_hidden=f["intermediate_size"], heads=f["num_attention_heads"],
+                 kv_heads=f["num_key_value_heads"], head_dim=f.get("head_dim"), vocab=f["vocab_size"])
+    experts = f.get("num_local_experts") or f.get("num_experts")
+    if experts:
+        shape.update(experts=experts, experts_per_token=f["num_experts_per_tok"],
+                     moe_ffn_hidden=f.get("moe_intermediate_size") or f["intermediate_size"])
+    return shape
 
 
 def counted(shape: dict, extra: dict, seq: int, impl: str, ac: str = "none") -> dict[str, dict[str, float]]:

@@ -93,7 +93,7 @@ def _mlp(s: ModelShape, e: int) -> tuple[float, float, int]:
         return 4 * e * f, 2 * e * f + e * h, 3
     E, k, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
     saved = 4 * E + e * E + k * (e * h + 4 * e * fe + e * h) + 16 * k
-    grads = e * E + k * (2 * e * fe + e * h)
+    grads = e * E + k * 2 * e * fe
     groups = 1 + 2 * s.experts
     if s.shared_ffn_hidden:
         fs = float(s.shared_ffn_hidden)
@@ -136,6 +136,8 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     # measured (benchmarks/memory_fidelity.py): the norms' fp32 temporaries in F; in I the
     # gradients that die inside it (the norms' fp32 backward, the residual stream's)
     transient = {"F": 4 * h, "I": (28 if gpt2 else 18) * h}
+    if s.experts:  # the router's and the expert loop's temporaries (fitted on HF's Mixtral and Qwen3-MoE)
+        transient = {"F": 16 * h, "I": transient["I"] + s.experts_per_token * e * h}
     if qk_norm and impl == "torchtitan" and device == "cpu":  # CPU's composite q/k norms' fp32 temporaries
         transient = {"F": max(transient["F"], 2.5 * q), "I": max(transient["I"], 11.5 * (q + k))}
     if ac == "none":
