@@ -24,7 +24,7 @@ from typing import Iterator, Optional, Sequence
 
 from schedc import __version__
 from schedc._loading import hand_over_ctrl_c
-from schedc.errors import SchedcError, Terminated, cut_long, printable, raise_terminated, signals_held
+from schedc.errors import EscapingStream, SchedcError, Terminated, cut_long, printable, raise_terminated, signals_held
 
 
 # what users of other tools type for an option schedc spells otherwise (difflib finds typos only)
@@ -189,7 +189,17 @@ def _usable_streams() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    streams = sys.stdout, sys.stderr
     _usable_streams()
+    sys.stdout, sys.stderr = EscapingStream(sys.stdout), EscapingStream(sys.stderr)
+    try:
+        return _main_with_signals(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _main_with_signals(argv: Optional[Sequence[str]]) -> int:
     ours = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if ours:  # SIGTERM cleans up as Ctrl-C does (temp files, ranks) instead of killing at once

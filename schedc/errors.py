@@ -48,6 +48,30 @@ def printable(text: Any) -> str:
     return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
+# what a stream of schedc's own output may carry: lines, tabs, a carriage return and ESC[K (a
+# progress line rewritten in place); every other control character is escaped
+_UNSAFE_IN_OUTPUT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|"
+                               "\x1b(?!\\[K)")
+
+
+class EscapingStream:
+    """A text stream (stdout, stderr) that writes through :func:`printable`'s escapes, keeping
+    newlines, tabs, carriage returns and ESC[K: the CLI wraps its streams in it, so a terminal
+    escape in any string from an input file (a model type, a module name, a report's field) is
+    shown, not obeyed, whichever command prints it. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_UNSAFE_IN_OUTPUT.sub(
+            lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def shown(value: Any, limit: int = 40) -> str:
     """`value` quoted for a message, escaped (:func:`printable`) and cut when long: a 5,000-digit
     number is echoed as its first characters and its length, so the message stays one line."""

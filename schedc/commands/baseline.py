@@ -35,8 +35,8 @@ def run(args) -> int:
     schedule = baselines.make_baseline(args.name, args.stages, args.mb, n_ranks=args.ranks, placement=args.placement)
     if args.output:
         csvio.write_csv(schedule, args.output)
-        print(f"wrote {args.output}: {schedule.name}, "
-              f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}")
+        common.echo(f"wrote {args.output}: {schedule.name}, "
+                f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}")
     else:
         sys.stdout.write(csvio.to_csv_text(schedule))
     return 0

@@ -56,8 +56,8 @@ def run(args) -> int:
         signum = received()
     if res.interrupted:
         word, code = common.stopped_by(signum)
-        print(f"schedc compile: {word}: wrote the best schedule found so far to {args.output} "
-              f"(status {res.status}, gap {100 * res.gap:.2f}%)", file=sys.stderr)
+        common.echo(f"schedc compile: {word}: wrote the best schedule found so far to {args.output} "
+                    f"(status {res.status}, gap {100 * res.gap:.2f}%)", file=sys.stderr)
         return code
     return 0
 
@@ -68,12 +68,16 @@ def _compile(args):
 
     report = _check_request(args)  # sizes too (schedc.limits), before a profile of that many stages is built
     profile = common.profile_from_args(args, args.stages) if args.stages and args.stages > 0 else None
+    if args.profile and profile is not None and profile.n_stages != args.stages:
+        raise SchedcError(f"--profile {args.profile} describes {profile.n_stages} stages but --stages is "
+                          f"{args.stages}; give --stages {profile.n_stages}, or a profile of {args.stages} stages")
     memory = common.memory_from_args(args)
 
     def progress(e: dict) -> None:
         if args.quiet:
             return
-        print(f"[{e['elapsed']:7.1f}s] {e['phase']:<26s} best {e['best']:.6g}  bound {e['bound']:.6g}  "
+        unit = "s" if args.budget == "time" else "w"  # work units under --budget work
+        print(f"[{e['elapsed']:7.1f}{unit}] {e['phase']:<26s} best {e['best']:.6g}  bound {e['bound']:.6g}  "
               f"gap {100 * e['gap']:.2f}%", file=sys.stderr, flush=True)
 
     res = compile_schedule(args.stages, args.mb, n_ranks=args.ranks, placement=args.placement, profile=profile,
@@ -84,9 +88,9 @@ def _compile(args):
     if args.plot:
         files[args.plot] = _plot_bytes(res, args)
     write_all(files)  # all or none: a failing plot leaves no CSV or report behind
-    print(format_compile_summary(res, args.output, report))
+    common.echo(format_compile_summary(res, args.output, report))  # a profile's names, escaped
     if args.plot:
-        print(f"plot: {args.plot}")
+        common.echo(f"plot: {args.plot}")
     return res
 
 

@@ -322,18 +322,19 @@ def _write(profile: Profile, output: str) -> int:
     profile.save(output)
     for note in profile.notes or []:
         if note.startswith("warning: "):  # schedc.runtime.profiler.profile_warnings, without importing torch
-            print(f"schedc profile: {note}", file=sys.stderr)
+            common.echo(f"schedc profile: {note}", file=sys.stderr)
     per_unit = all(c.modules for c in profile.stages)
     kind = "units" if per_unit else "stages"
-    print(f"wrote {output}: {profile.n_stages} {kind} of {profile.model} on {profile.device}, "
-          f"microbatch {profile.microbatch_size}, {profile.dtype}")
+    # the model's and modules' names come from the user's config or model: shown escaped
+    common.echo(f"wrote {output}: {profile.n_stages} {kind} of {profile.model} on {profile.device}, "
+                f"microbatch {profile.microbatch_size}, {profile.dtype}")
     print(f"  {kind[:-1]:>5}  {'F':>9}  {'I':>9}  {'W':>9}  {'activation':>10}  {'held I..W':>10}  {'static':>10}"
           + ("  modules" if per_unit else ""))
     for s, c in enumerate(profile.stages):
-        print(f"  {s:>5}  {format_seconds(c.forward):>9}  {format_seconds(c.backward_input):>9}  "
-              f"{format_seconds(c.backward_weight):>9}  {format_bytes(c.activation_bytes):>10}  "
-              f"{format_bytes(c.weight_grad_bytes):>10}  {format_bytes(c.static_bytes):>10}"
-              + (f"  {', '.join(c.modules)}" if per_unit else ""))
+        common.echo(f"  {s:>5}  {format_seconds(c.forward):>9}  {format_seconds(c.backward_input):>9}  "
+                    f"{format_seconds(c.backward_weight):>9}  {format_bytes(c.activation_bytes):>10}  "
+                    f"{format_bytes(c.weight_grad_bytes):>10}  {format_bytes(c.static_bytes):>10}"
+                    + (f"  {', '.join(c.modules)}" if per_unit else ""))
     comm = profile.comm if isinstance(profile.comm, list) else [profile.comm]
     print(f"  comm per boundary: {', '.join(format_seconds(c) for c in comm)}")
     return 0

@@ -28,21 +28,21 @@ def run(args) -> int:
     common.warn_mismatches("simulate", args.files, schedules, memory, profiles)
     rows = [(path, schedule, simulate(schedule, profile, memory))
             for path, schedule, profile in zip(args.files, schedules, profiles)]
-    if args.json:
+    if args.json:  # JSON escapes control characters itself
         print(json.dumps([summary_dict(p, s, r, prof) for (p, s, r), prof in zip(rows, profiles)], indent=2))
     else:
         for (path, schedule, res), profile in zip(rows, profiles):
-            print(format_simulation(path, schedule, res, memory, profile))
+            common.echo(format_simulation(path, schedule, res, memory, profile))
             print()
         if len(rows) > 1:
-            print(format_comparison(rows, profiles))
+            common.echo(format_comparison(rows, profiles))
     over = [(path, res) for path, _, res in rows if not res.fits]
     if args.check and over:
         for path, res in over:
             ranks = res.ranks_over
-            print(f"schedc simulate: {path} exceeds the memory limit {memory} on rank(s) "
-                  f"{', '.join(map(str, ranks))} (peak {format_memory(max(res.peak_memory))}, limit "
-                  f"{format_memory(res.memory_limit[ranks[0]])})", file=sys.stderr)
+            common.echo(f"schedc simulate: {path} exceeds the memory limit {memory} on rank(s) "
+                        f"{', '.join(map(str, ranks))} (peak {format_memory(max(res.peak_memory))}, limit "
+                        f"{format_memory(res.memory_limit[ranks[0]])})", file=sys.stderr)
         return 1
     return 0
 

@@ -50,20 +50,23 @@ def received() -> Optional[int]:
     return _received
 
 
-def _children() -> list[int]:
-    """The process ids of this process's children (a CBC solve runs as one), from Linux's
-    ``/proc/self/task/*/children``; [] where that is not available."""
+def _children(pid: str = "self") -> list[int]:
+    """The process ids of this process's descendants (a CBC solve runs as a child, perhaps under
+    a wrapper script such as pyenv's shim), from Linux's ``/proc/PID/task/*/children``; [] where
+    that is not available."""
     pids: list[int] = []
     try:
-        tasks = os.listdir("/proc/self/task")
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return pids
     for task in tasks:
         try:
-            with open(f"/proc/self/task/{task}/children") as f:
-                pids += [int(p) for p in f.read().split()]
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children = [int(p) for p in f.read().split()]
         except (OSError, ValueError):
             continue
+        for child in children:
+            pids += [child] + _children(str(child))
     return pids
 
 
