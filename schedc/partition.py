@@ -123,12 +123,10 @@ class Extra:
         n = len(st)
         top = {}
         for k in ("F", "I", "W", "B"):
+            values = np.array([u.transient(k) for u in st], dtype=float)
             t = np.zeros((n + 1, n + 1))
-            for i in range(n):
-                run = 0.0
-                for j in range(i + 1, n + 1):
-                    run = max(run, st[j - 1].transient(k))
-                    t[i, j] = run
+            for i in range(n):  # row i: the running maximum over units i, i+1, ...
+                t[i, i + 1:] = np.maximum.accumulate(values[i:])
             top[k] = t
         wg = np.concatenate([[0.0], np.cumsum([u.weight_grad_bytes for u in st])])
         return cls(wg=wg, top=top, reserve=float(p.reserve_bytes or 0.0))
