@@ -12,11 +12,11 @@ requiring grad, exactly what a received activation is) and is timed the way the 
 F is ``module(*inputs)`` (plus ``loss_fn`` on the last stage), I is
 ``torch.distributed.pipelining._backward.stage_backward_input`` and W is ``stage_backward_weight``,
 the two halves the zero-bubble schedules call; B (the full backward, ``stage_backward``) is timed
-separately to check I + W ~ B. Like the runtime (``PipelineStage.backward_one_chunk``), the first
+as well to check I + W ~ B. Like the runtime (``PipelineStage.backward_one_chunk``), the first
 stage skips I (its input needs no gradient) and runs the whole backward in W. F, I and W are then
 timed inside torch's ``_PipelineScheduleRuntime`` itself: all stages on a one-rank process group of
-this process run a schedule of ``repeats`` microbatches (F through every stage, then I and W of each
-from the last), and each action's ``PP:`` span is its sample
+this process run a schedule of ``2 x repeats`` microbatches (F through every stage, then I and W of
+each from the last; B instead on every other microbatch), and each action's ``PP:`` span is its sample
 (:func:`schedc.runtime.one_rank.runtime_action_times`), so the runtime's bookkeeping and stream
 behaviour are in the numbers. Where that cannot run (a process group already exists, under
 torchrun), each timed round runs F, I, W of one microbatch back to back on the device's stream
@@ -25,11 +25,11 @@ synchronizes would add the launch latency to every action: on a GPU most of a sh
 says which. Memory comes from one untimed F, I, W and F, B traced
 by the allocator (:mod:`schedc.runtime.allocator`: ``memory_allocated`` / ``max_memory_allocated``
 on CUDA, ``torch.profiler``'s memory events on CPU): ``activation_bytes`` is what F leaves
-allocated plus the received inputs, ``weight_grad_bytes`` what is still allocated after I (with
+allocated (its output included: the runtime keeps it until the backward), ``weight_grad_bytes`` what is still allocated after I (with
 torch's split backward this is more than after F: I keeps the graph for W and adds the gradients
 W consumes), and ``transient_bytes`` each action's peak above what it started and ended with (the
-last stage's fp32 logits in the loss). Gradients sent back and output gradients received are the
-boundary's (``boundary_bytes``: each stage's output), parameter gradients are static bytes.
+last stage's fp32 logits in the loss). Received inputs, gradients sent back and output gradients
+received are the boundary's (``boundary_bytes``: each stage's output), parameter gradients are static bytes.
 Saved-tensor hooks count the same pass as a cross-check (a weak-referenceable box per saved
 tensor; a note when they disagree with the allocator by more than a third). Times are medians over ``repeats`` runs after
 ``warmup`` runs, measured with CUDA events on GPU and ``perf_counter`` on CPU; the spread of
@@ -417,9 +417,9 @@ def _hook_counts(run: _StageRunner, tracker: "_SavedTensorTracker", held_tensors
 def _measure_memory(run: _StageRunner, sample: tuple) -> _MemoryCount:
     """One untimed F, I, W and one F, B, traced by the allocator (:mod:`schedc.runtime.allocator`):
     held after F, held from I until W (may exceed F's: torch's split backward keeps the graph and
-    adds the gradients W needs), each action's transient peak. The stage's received inputs count as
-    held (the runtime keeps them until the backward); the gradients I sends back and the output
-    gradients it receives do not (they are the boundary's buffers). Saved-tensor hooks count the
+    adds the gradients W needs), each action's transient peak. The stage's received inputs, the
+    gradients I sends back and the output gradients it receives are the boundary's buffers
+    (``boundary_bytes``), not the stage's; on the last stage the logits go at I, as in the runtime. Saved-tensor hooks count the
     same pass as a cross-check (a note when the two disagree)."""
     from schedc.runtime.allocator import AllocatorTrace, nbytes_of
 
@@ -447,7 +447,9 @@ def _measure_memory(run: _StageRunner, sample: tuple) -> _MemoryCount:
         hooked_f = sum(_add_storages(tracker.alive_storages(param_ptrs), held_tensors, param_ptrs).values())
         with trace.action("I"):
             param_groups = run.run_input(roots, inputs)
-        run.detach_last(outs)
+            if run.is_last:  # the runtime lets go of the last stage's output (the logits) here
+                run.detach_last(outs)
+                outs, held_tensors = (), [*roots, *inputs]
         sent_back = 0 if run.is_first else nbytes_of([x.grad for x in inputs if isinstance(x, torch.Tensor)])
         hooked_i = hooked_f if run.is_first else _hook_counts(run, tracker, held_tensors, grads, param_groups)
         with trace.action("W"):
@@ -460,14 +462,16 @@ def _measure_memory(run: _StageRunner, sample: tuple) -> _MemoryCount:
             run.run_full(roots2, inputs2)
         del outs2, roots2, inputs2
     lv = trace.levels
-    activation = lv["F"].end + input_bytes
-    weight_grad = activation if run.is_first else lv["I"].end - sent_back + input_bytes
+    # the received input is not the stage's: torch's receive buffer (counted per boundary from
+    # boundary_bytes), or the output of the stage before it on the same rank (counted there)
+    activation = lv["F"].end
+    weight_grad = activation if run.is_first else lv["I"].end - sent_back
     if not run.has_params:
         weight_grad = 0
     transient = {k: lv[k].transient for k in ("F", "I", "W", "B")}
     if run.is_first:
         transient["I"] = 0
-    notes = _memory_notes(index, activation, weight_grad, hooked_f, hooked_i, run)
+    notes = _memory_notes(index, activation, weight_grad, hooked_f - input_bytes, hooked_i - input_bytes, run)
     cuda = run.device.type == "cuda"
     return _MemoryCount(activation, max(0, weight_grad), output_bytes, lv["F"].end if cuda else None,
                         lv["I"].end if cuda else None, notes, transient)
@@ -745,8 +749,10 @@ def _timed_in_runtime(results: list[StageMeasurement], stage_modules, sample, lo
         m.backward_input = Stat([max(x, 1e-7) for x in times[(m.index, "I")]])
         if m.backward_weight.samples != [0.0]:
             m.backward_weight = Stat(times[(m.index, "W")])
+        if times.get((m.index, "B")):
+            m.backward_full = Stat(times[(m.index, "B")])
         m.notes.append(f"stage {m.index}: F, I, W are torch's runtime's own action times (a one-rank schedule of "
-                       f"all stages, W right after its I)")
+                       f"all stages, W right after its I, B on every other microbatch)")
     return results
 
 
