@@ -418,3 +418,10 @@ def test_the_default_link_bandwidth_says_what_it_stands_for(capsys):
         cli.main(["profile", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "40GB/s for a counted profile" in text and "InfiniBand" in text and "NVLink" in text
+
+
+def test_tensor_parallelism_splits_time_and_bytes():
+    base = dict(layers=2, hidden=64, vocab=100, seq=8, heads=4)
+    one, two = unit_profile(**base).stages[1], unit_profile(**base, tp=2).stages[1]
+    assert two.forward == pytest.approx(one.forward / 2) and two.backward_weight == pytest.approx(one.backward_weight / 2)
+    assert two.weight_grad_bytes == one.weight_grad_bytes / 2

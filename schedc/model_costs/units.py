@@ -48,7 +48,8 @@ def layer_flops(s: ModelShape, tokens: float, seq: float) -> tuple[float, float,
 def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     """The units in model order and the bytes sent across each unit boundary."""
     e = DTYPE_BYTES[s.dtype]
-    tokens, seq, tp, flops = float(run["seq"] * run["mbs"]), float(run["seq"]), run["tp"], run["flops"]
+    tokens, seq, tp = float(run["seq"] * run["mbs"]), float(run["seq"]), run["tp"]
+    flops = run["flops"] * tp  # tensor parallelism splits every matmul (its collectives are not counted)
     impl, device, per_param = run["impl"], run["device"], run["static_per_param"] / run["dp_shard"]
     gathered = run["param_bytes"] if run["dp_shard"] > 1 else 0.0  # FSDP: one unit's weights, unsharded
     h, V = float(s.hidden), float(s.vocab)
@@ -80,7 +81,7 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     head_flops = 2 * tokens * h * V
     head_params = V * h + (0 if impl == "paper" else h * (2 if s.family == "gpt2" else 1))
     head = cost(head_flops / flops, head_flops / flops, head_flops / flops,
-                memory.head_bytes(s, impl, device, V / tp * tp), head_params, names[-1])
+                memory.head_bytes(s, impl, device, V), head_params, names[-1])
     return [embed, *body, head], e * tokens * h / tp
 
 
