@@ -31,9 +31,13 @@ sources and checked against real layers (benchmarks/memory_fidelity.py):
   each), less the gradient given to the unit (its own output's, which the caller holds) + the
   input gradient I returns (held by the previous unit's W, or sent).
 - Loss head: the final norm, the LM head's input (e h); the loss upcasts the logits to fp32 and
-  log-softmax keeps its fp32 output (4V) from F until I. Transient while F runs: the bf16 logits
-  and their fp32 copy ((e + 4) V); while I runs: the fp32 gradients of the log-probabilities and
-  of the logits (8V); the LM head's output gradient (e V) is held from I until W.
+  log-softmax keeps its fp32 output (4V) from F until I. Transient while F runs: the fp32 copy of
+  the logits (4V; the bf16 logits are gone by then); while I runs: the fp32 gradients of the
+  log-probabilities and of the logits, less what outlives them ((8 - e) V - 2 e h), or the norm's
+  backward with a small vocabulary; the LM head's output gradient (e V) is held from I until W.
+- Transients of a layer (measured, then counted): the norms' fp32 temporaries in F (4h), the
+  gradients that die inside I (18h with RMSNorm, 28h for GPT-2); MoE layers add the router's and
+  the expert loop's temporaries.
 - Activation checkpointing (per layer): ``full`` keeps the layer's input only; I recomputes the
   forward (its activation is live while I runs) and, because torch's ``stage_backward_weight``
   runs one ``autograd.grad`` per parameter group and a checkpoint recomputes once per graph task,
