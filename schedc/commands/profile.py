@@ -89,6 +89,15 @@ def register(sub) -> None:
     u.add_argument("--mlp", choices=("swiglu", "gelu"), default=None, help="arithmetic: MLP kind (default swiglu)")
     u.add_argument("--tied-embeddings", action="store_true", default=None,
                    help="arithmetic: the LM head shares the embedding's matrix")
+    _add_run_settings(u)
+    u.add_argument("--names", choices=("torchtitan", "hf"), default=None,
+                   help="arithmetic: module names of the units: torchtitan's (tok_embeddings, layers.N, norm, "
+                        "lm_head; default) or Hugging Face / NeMo AutoModel's (model.embed_tokens, model.layers.N, "
+                        "model.norm, lm_head)")
+
+
+def _add_run_settings(u) -> None:
+    """The counted route's flags for the run the profile is for."""
     u.add_argument("--impl", choices=("hf", "torchtitan", "paper"), default=None,
                    help="counted: whose code runs the model, which decides what it keeps: hf (Hugging Face "
                         "transformers' modules, as NeMo AutoModel trains them), torchtitan (its own model code), "
@@ -106,10 +115,6 @@ def register(sub) -> None:
     u.add_argument("--param-dtype", default=None,
                    help="counted: dtype the parameters are stored in (default --dtype, i.e. the config's; "
                         "torchtitan under FSDP keeps float32)")
-    u.add_argument("--names", choices=("torchtitan", "hf"), default=None,
-                   help="arithmetic: module names of the units: torchtitan's (tok_embeddings, layers.N, norm, "
-                        "lm_head; default) or Hugging Face / NeMo AutoModel's (model.embed_tokens, model.layers.N, "
-                        "model.norm, lm_head)")
 
 
 def _given(args, names) -> list[str]:

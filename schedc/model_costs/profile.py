@@ -97,10 +97,6 @@ def unit_profile(
 
     stages, boundary = build_units(s, run)
     e = DTYPE_BYTES[s.dtype]
-    attn = "MHA" if s.heads is None else f"heads {s.heads}/{s.kv_heads} x {s.head_dim}"
-    label = model.get("model") or s.model or (
-        f"decoder: {s.layers} layers, hidden {s.hidden}, ffn {s.ffn_hidden} ({s.mlp}), {attn}, vocab {s.vocab}"
-        + (", tied embeddings" if s.tied_embeddings else ""))
     return Profile(
         stages=stages,
         comm=boundary / bandwidth + latency,
@@ -109,12 +105,18 @@ def unit_profile(
         device=(f"arithmetic model: {flops_per_second / 1e12:g} TFLOP/s effective, memory "
                 f"{memory_bandwidth / 1e12:g} TB/s, {bandwidth / 1e9:g} GB/s per link"
                 + (f" + {latency:g} s per transfer" if latency else "")),
-        model=f"{label}; seq {seq}; per unit",
+        model=f"{_label(s)}; seq {seq}; per unit",
         microbatch_size=microbatch_size,
         dtype=s.dtype,
         notes=_notes(run, e),
         assumes=run["assumes"],
     )
+
+
+def _label(s: ModelShape) -> str:
+    attn = "MHA" if s.heads is None else f"heads {s.heads}/{s.kv_heads} x {s.head_dim}"
+    return s.model or (f"decoder: {s.layers} layers, hidden {s.hidden}, ffn {s.ffn_hidden} ({s.mlp}), {attn}, "
+                       f"vocab {s.vocab}" + (", tied embeddings" if s.tied_embeddings else ""))
 
 
 def _shape(shape, model: dict) -> ModelShape:
