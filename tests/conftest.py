@@ -18,10 +18,6 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "cuda: needs a CUDA GPU; skipped without one (CI is CPU-only)")
-
-
 def pytest_collection_modifyitems(config, items) -> None:
     if not any(item.get_closest_marker("cuda") for item in items):
         return
