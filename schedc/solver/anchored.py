@@ -65,7 +65,6 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Sequence, Union
 
-from schedc.solver import interrupt
 from schedc.solver.bounds import chains
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, graph_of
@@ -138,12 +137,11 @@ def least_spread(model: tuple[RankWindows, ...], n: int, seconds: float) -> tupl
                 demands.append(amount)
         m.add_cumulative(intervals, demands, capacity)
     m.minimize(tau[-1])
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, seconds)
-    solver.parameters.num_workers = 2
-    solver.parameters.catch_sigint_signal = False  # schedc.solver.interrupt handles Ctrl-C
-    with interrupt.stop_native_solver(solver.stop_search):
-        status = solver.solve(m)
+    from schedc.solver.cpsat import new_solver, run_solver
+
+    # configured as the compile's other CP-SAT phases (a work budget: deterministic time, charged)
+    solver = new_solver(seconds, 2, least=0.05)
+    status = run_solver(solver, m)
     if status == cp_model.INFEASIBLE or status == cp_model.MODEL_INVALID:
         return 0, False  # the horizon admits a solution whenever one microbatch fits: claim nothing
     bound = solver.best_objective_bound

@@ -51,7 +51,6 @@ from __future__ import annotations
 import math
 from typing import Sequence, Union
 
-from schedc.solver import interrupt
 from schedc.solver.anchored import makespan_bound, tiled_spread
 from schedc.solver.bounds import chains
 from schedc.solver.deadline import Deadline
@@ -140,12 +139,11 @@ def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, bool]:
         if held and math.isfinite(g.room[r]):
             m.add_cumulative(held, demands, math.floor((g.room[r] + g.caps[r] * REL + REL) / byte_unit))
     m.minimize(tau[-1])
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, seconds)
-    solver.parameters.num_workers = WORKERS
-    solver.parameters.catch_sigint_signal = False  # schedc.solver.interrupt handles Ctrl-C
-    with interrupt.stop_native_solver(solver.stop_search):
-        status = solver.solve(m)
+    from schedc.solver.cpsat import new_solver, run_solver
+
+    # configured as the compile's other CP-SAT phases (a work budget: deterministic time, charged)
+    solver = new_solver(seconds, WORKERS, least=0.05)
+    status = run_solver(solver, m)
     if status == cp_model.INFEASIBLE or status == cp_model.MODEL_INVALID:
         return 0, False  # the domain holds the serial schedule whenever one microbatch fits: claim nothing
     bound = solver.best_objective_bound

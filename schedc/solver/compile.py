@@ -222,9 +222,7 @@ def _compile(problem, time_limit, solver, progress, seed, warm) -> CompileResult
     c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
     if c.inst is None:
         return c.result(time_limit)
-    # the gate of steps 3b and 3c; their CP-SAT solves run on wall-clock limits, so a work budget
-    # leaves them out (its results must not move with the machine's load)
-    tight = use_cpsat and work_clock() is None and periodic.worth_trying(graph)
+    tight = use_cpsat and periodic.worth_trying(graph)  # the gate of steps 3b and 3c
     if tight and c.unfinished(0.5):
         c.try_periodic(PERIODIC_SHARE)
     if tight and c.unfinished(0.5):

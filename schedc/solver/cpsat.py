@@ -286,6 +286,23 @@ def _solver(time_limit: float, workers: int, seed: int):
     return solver
 
 
+def new_solver(seconds: float, workers: int, seed: Optional[int] = None, least: float = 0.1):
+    """A CpSolver as every CP-SAT phase of a compile configures it (:func:`_solver`): `seconds`
+    of wall clock, or of deterministic time under a work budget; `seed` None keeps CP-SAT's own
+    default; at least `least` seconds."""
+    solver = _solver(max(least, seconds), workers, 0 if seed is None else seed)
+    if seed is None:
+        solver.parameters.clear_random_seed()
+    if not counting_work_on():
+        solver.parameters.max_time_in_seconds = max(least, seconds)
+    return solver
+
+
+def run_solver(solver, m):
+    """``solver.solve(m)``, stopped by Ctrl-C, its deterministic time charged to the work clock."""
+    return _run(solver, m, None)
+
+
 def _run(solver, m, stale_seconds: Optional[float]):
     """solver.solve(m) stopped by Ctrl-C and, under wall-clock budgets, by `stale_seconds`
     without news (a wall-clock rule, so a work budget leaves it out); the deterministic time it

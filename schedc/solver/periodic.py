@@ -221,14 +221,12 @@ def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int =
     else:
         m.minimize(latency)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, seconds)
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = seed
-    solver.parameters.catch_sigint_signal = False  # schedc.solver.interrupt handles Ctrl-C
+    from schedc.solver.cpsat import new_solver, run_solver
+
+    # configured as the compile's other CP-SAT phases (a work budget: deterministic time, charged)
+    solver = new_solver(seconds, workers, seed, least=0.05)
     solver.parameters.stop_after_first_solution = first
-    with interrupt.stop_native_solver(solver.stop_search):
-        status = solver.solve(m)
+    status = run_solver(solver, m)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return "feasible", Timetable(P, {key: solver.value(v) for key, v in start.items()}, unit)
     if status == cp_model.INFEASIBLE:
