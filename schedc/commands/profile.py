@@ -342,6 +342,8 @@ def _write(profile: Profile, output: str) -> int:
                     + (f"  {', '.join(c.modules)}" if per_unit else ""))
     comm = profile.comm if isinstance(profile.comm, list) else [profile.comm]
     print(f"  comm per boundary: {', '.join(format_seconds(c) for c in comm)}")
+    if profile.assumes:  # what the framework must be told to run what was counted or measured
+        print("  assumes: " + ", ".join(f"{k} {v}" for k, v in profile.assumes.items()))
     return 0
 
 
