@@ -471,3 +471,31 @@ def test_simulate_says_how_the_costs_differ_when_the_names_are_the_same(tmp_path
     (tmp_path / "s.json").write_text(json.dumps(report))
     out = _schedc("simulate", "s.csv", "--profile", "p1.json", cwd=tmp_path)
     assert "\x1b" not in out.stderr
+
+
+def test_a_config_s_model_type_is_printed_escaped_by_profile(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"model_type": "llama" + ESC, "hidden_size": 64, "num_hidden_layers": 2,
+                                                 "num_attention_heads": 4, "vocab_size": 100,
+                                                 "intermediate_size": 128}))
+    out = _schedc("profile", "--units", "--config", "c.json", "--flops", "1e12", "--seq", "64", "-o", "u.json",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "llama\\x1b]0;owned\\x07\\x1b[2J" in out.stdout and "\x1b" not in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("files, argv, command, needle", [
+    ({"p.json": _profile(_STAGE, 4)}, ["compile", "--profile", "p.json", "--stages", "8", "--mb", "8", "-o", "s.csv"],
+     "compile", "--profile p.json describes 4 stages but --stages is 8"),
+    ({"a.csv": _ONE_F_ONE_B}, ["emulate", "a.csv", "--timeout", "nan"], "emulate", "--timeout must be a finite"),
+    ({"m.py": "def f(**kw):\n    return 3\n"}, ["profile", "--model", "m:f", "-o", "p.json"], "profile",
+     "--model m:f: returned int; return a list of torch.nn.Module stages"),
+    ({"a.csv": _ONE_F_ONE_B, "deep.json": "[" * 100000 + "]" * 100000},
+     ["validate", "a.csv", "--for", "torchtitan:1F1B", "--layers", "4", "--partition", "deep.json"], "validate",
+     "deep.json: JSON nested too deeply"),
+])
+def test_more_inputs_that_once_passed_or_crashed(tmp_path, files, argv, command, needle):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    _one_line_error(_schedc(*argv, cwd=tmp_path), command, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -43,13 +43,15 @@ def run(args) -> int:
     from schedc.csvio import read_csv
     from schedc.runtime.emulate import emulate, format_emulations
 
-    own = None if (args.profile or args.costs) else own_profiles(args.files)
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):  # nan: a deadline that never fires
+        raise SchedcError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    own = None if (args.profile or args.costs is not None) else own_profiles(args.files)
     if args.profile:
         profiles = Profile.load(args.profile)
     elif own is not None:
         profiles = own
     else:
-        f, i, w = parse_costs(args.costs or "1,1,1")
+        f, i, w = parse_costs("1,1,1" if args.costs is None else args.costs)
         profiles = [Profile.uniform(read_csv(path).n_stages, f, i, w) for path in args.files]
     in_seconds = bool(args.profile) or (own is not None and own[0].model != "uniform")
     scale = args.scale if args.scale is not None else (1.0 if in_seconds else UNIT_SECONDS)

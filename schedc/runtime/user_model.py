@@ -199,7 +199,11 @@ def build_user_model(model_spec: str, sample_spec: Optional[str], offered: dict,
         made = {"stages": made}
     model, split = None, None
     if "stages" in made:
-        stages = list(made["stages"])
+        stages = made["stages"]
+        if not isinstance(stages, (list, tuple)):  # an int, a bare module, a generator: not a list of stages
+            raise SchedcError(f"--model {model_spec}: returned {type(stages).__name__}; return a list of "
+                              "torch.nn.Module stages, or a dict with 'stages' or 'model' + 'split'")
+        stages = list(stages)
     elif "model" in made and "split" in made:
         model, split = made["model"], [list(names) for names in made["split"]]
         stages = split_by_fqns(model, split)
