@@ -425,3 +425,13 @@ def test_tensor_parallelism_splits_time_and_bytes():
     one, two = unit_profile(**base).stages[1], unit_profile(**base, tp=2).stages[1]
     assert two.forward == pytest.approx(one.forward / 2) and two.backward_weight == pytest.approx(one.backward_weight / 2)
     assert two.weight_grad_bytes == one.weight_grad_bytes / 2
+
+
+def test_torchtitans_chunked_loss_runs_the_heads_backward_in_f(tmp_path):
+    shape = read_hf_config(_write(tmp_path, LLAMA3_8B))
+    hf, tt = (unit_profile(shape, seq=4096, impl=impl).stages[-1] for impl in ("hf", "torchtitan"))
+    assert tt.forward == pytest.approx(hf.forward + hf.backward_input + hf.backward_weight)
+    assert tt.backward_input == tt.backward_weight == 0
+    # no logits survive F: an fp32 gradient of the hidden states does; the chunks' logits are transient
+    assert tt.activation_bytes < hf.activation_bytes / 20
+    assert tt.transient_bytes["F"] == pytest.approx(14 * 128256 * 4096 / 8)

@@ -204,6 +204,8 @@ def head_bytes(s: ModelShape, impl: Impl, device: str, vocab: float) -> UnitByte
     if impl == "paper":
         act = e * vocab + 4 * vocab + 2 * e * h
         return UnitBytes(act, act, wgrads=e * h + e * vocab)
+    if impl == "torchtitan":
+        return _chunked_head(s, e, device, vocab)
     act = _norm(h, 1, e, impl, device, s.family == "gpt2") + e * h + 4 * vocab + 8
     wgrads = e * vocab + e * h
     # I peaks in the loss's backward (the fp32 gradients of the log-probabilities and the logits,
@@ -213,6 +215,21 @@ def head_bytes(s: ModelShape, impl: Impl, device: str, vocab: float) -> UnitByte
     loss_backward = (8 - e) * vocab - 2 * e * h + 8
     return UnitBytes(act, act + wgrads + e * h, {"F": 4 * vocab, "I": max(loss_backward, norm_backward)},
                      wgrads=wgrads)
+
+
+# torchtitan's default loss (ChunkedLossWrapper.Config.num_chunks)
+LOSS_CHUNKS = 8
+
+
+def _chunked_head(s: ModelShape, e: int, device: str, vocab: float) -> UnitBytes:
+    """torchtitan's last stage: the norm, then ``ChunkedLossWrapper``, which runs the LM head, the
+    loss and their backward chunk by chunk inside F and keeps only an fp32 gradient of the hidden
+    states until I (read from torchtitan 0.3.0's components/loss.py; not measured: FlexAttention and
+    the trainer's wiring do not run on CPU). Per chunk, while F runs: the logits, their fp32 copy,
+    log-softmax's output and the fp32 gradients of both ((e + 12) V / chunks)."""
+    h = float(s.hidden)
+    act = _norm(h, 1, e, "torchtitan", device, False) + 4 * h
+    return UnitBytes(act, act + 2 * e * h, {"F": (e + 12) * vocab / LOSS_CHUNKS, "I": 18 * h}, wgrads=e * h)
 
 
 def embedding_bytes(s: ModelShape, device: str) -> UnitBytes:

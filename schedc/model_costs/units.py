@@ -80,8 +80,12 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
                          (linear + b.recompute_w * tokens) / flops, b, params, names[1 + i]))
     head_flops = 2 * tokens * h * V
     head_params = V * h + (0 if impl == "paper" else h * (2 if s.family == "gpt2" else 1))
-    head = cost(head_flops / flops, head_flops / flops, head_flops / flops,
-                memory.head_bytes(s, impl, device, V), head_params, names[-1])
+    if impl == "torchtitan":  # its chunked loss runs the LM head's backward inside F
+        head = cost(3 * head_flops / flops, 0.0, 0.0, memory.head_bytes(s, impl, device, V), head_params,
+                    names[-1])
+    else:
+        head = cost(head_flops / flops, head_flops / flops, head_flops / flops,
+                    memory.head_bytes(s, impl, device, V), head_params, names[-1])
     return [embed, *body, head], e * tokens * h / tp
 
 
