@@ -245,3 +245,12 @@ def test_the_warm_start_keeps_a_v_order_shorter_than_the_authors_v_half_under_to
     sched, sim, source = warm_start(problem, time_budget=0.1)
     assert (source, sim.makespan, sim.fits) == ("v-list", 101, True)
     validate(sched, problem.n_stages, problem.n_microbatches, problem.n_ranks, "v")
+
+
+def test_the_issue_instance_v_half_at_8_ranks_is_proven_at_once():
+    """8 ranks in a V, 16 microbatches, identical stages, V-Half's memory (0.625p): the authors'
+    V-Half takes 113, the bound, so the compile proves it at the warm start (it stopped at 115
+    when schedc's V-Half was not theirs)."""
+    problem = Problem.build(16, 16, n_ranks=8, placement="v", memory="0.625p")
+    res = compile_problem(problem, time_limit=10)
+    assert (res.value, res.lower_bound, res.status, res.warm_start_source) == (113, 113, "optimal", "v-half")
