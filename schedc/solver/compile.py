@@ -61,6 +61,11 @@ their estimated cost, and a reserve for the report and the CSV grows with the ac
 above deadline.MAX_ACTIONS are refused before anything is built, and so is a time limit shorter
 than the least a compile of that size does here (deadline.check_time_limit).
 
+Budget: ``budget="work"`` runs every phase above on schedc.solver.deadline's work clock (CP-SAT's
+deterministic time on one worker, node and check limits for the integer program, counted
+heuristic passes), so the same inputs give the same result on any machine; the report's
+``budget`` says which clock ran, and a wall-clock cap stays as a safety net.
+
 Cost: the time limit; memory linear in the actions (the full model's pair count no longer builds
 the transitive closure; the integer program's windows, which do, stop at MIP_WINDOW_MAX_ACTIONS).
 """
