@@ -6,9 +6,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
 
-from schedc.costs import Profile, StageCost
+from schedc.costs import Profile
 from schedc.errors import SchedcError
-from schedc.model_costs import memory
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, dtype_name, finite, read_hf_config
 
 UNIT_NAMES = {
