@@ -51,7 +51,8 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     tokens, seq, tp = float(run["seq"] * run["mbs"]), float(run["seq"]), run["tp"]
     flops = run["flops"] * tp  # tensor parallelism splits every matmul (its collectives are not counted)
     impl, device, per_param = run["impl"], run["device"], run["static_per_param"] / run["dp_shard"]
-    gathered = run["param_bytes"] if run["dp_shard"] > 1 else 0.0  # FSDP: one unit's weights, unsharded
+    # FSDP all-gathers one unit's weights in the compute dtype (MixedPrecisionPolicy's param_dtype)
+    gathered = DTYPE_BYTES[s.dtype] if run["dp_shard"] > 1 else 0.0
     h, V = float(s.hidden), float(s.vocab)
     names = _names(s.layers, run["names"])
     linear, attention, selective, per_token = layer_flops(s, tokens, seq)
