@@ -23,15 +23,15 @@ class ParameterError(SchedcError):
     :meth:`for_python` spells it as ``schedc.api`` takes it (``memory: ...``, ``memory='none'``
     reads ``memory=none``)."""
 
-    def __init__(self, param: str, detail: str, *, python: bool = False):
+    def __init__(self, param: str, detail: str, *, flag: str = "", python: bool = False):
         self.param, self.detail, self.python = param, detail, python
-        name = f"{param}=" if python else f"--{param.replace('_', '-')} "
-        head = param if python else f"--{param.replace('_', '-')}"
-        super().__init__(f"{head}: {detail.replace('{name}', name)}")
+        self.flag = flag or f"--{param.replace('_', '-')}"  # the CLI's spelling when not --PARAM (--mb)
+        head = param if python else self.flag
+        super().__init__(f"{head}: {detail.replace('{name}', f'{param}=' if python else f'{self.flag} ')}")
 
     def for_python(self) -> "ParameterError":
         """The same error, naming the keyword argument instead of the flag."""
-        return ParameterError(self.param, self.detail, python=True)
+        return ParameterError(self.param, self.detail, flag=self.flag, python=True)
 
 
 # C0 and C1 control characters (ESC, BEL, CR, newline...), DEL, and the bidirectional overrides

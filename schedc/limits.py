@@ -32,15 +32,15 @@ def describe_bytes(n: int) -> str:
 
 
 def check_count(value: int, limit: int, what: str, option: str = "") -> None:
-    """Raise SchedcError when a requested count (``--stages``, ``--mb``, ...) is not 1..limit."""
-    from schedc.errors import SchedcError
+    """Raise a ParameterError about `what` (the Python name: stages, microbatches, ranks) when a
+    requested count is not 1..limit; `option` is the CLI's flag for it (``--mb``)."""
+    from schedc.errors import ParameterError
 
-    name = option or what
     if value < 1:
-        raise SchedcError(f"{name} must be at least 1, got {value}")
+        raise ParameterError(what, f"must be at least 1, got {value}", flag=option)
     if value > limit:
-        raise SchedcError(f"{name} {value} is more {what} than schedc handles (at most {limit:,}); "
-                          f"give at most {limit}")
+        raise ParameterError(what, f"{value} is more {what} than schedc handles (at most {limit:,}); "
+                                   f"give at most {limit}", flag=option)
 
 
 def check_schedule_size(n_stages: int, n_microbatches: int, n_ranks: int | None = None) -> None:

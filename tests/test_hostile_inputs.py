@@ -54,7 +54,7 @@ def _one_line_error(out, command: str, *needles: str) -> str:
      [f"row {limits.MAX_RANKS + 1}: more than {limits.MAX_RANKS} rows"]),
     # absurd sizes are refused up front with the limit
     ({}, ["compile", "--stages", "99999999999", "--mb", "4", "-o", "s.csv"], "compile",
-     ["--stages 99999999999 is more stages than schedc handles (at most 8,192)"]),
+     ["--stages: 99999999999 is more stages than schedc handles (at most 8,192)"]),
     ({}, ["baseline", "1f1b", "--stages", "8", "--mb", "1000000", "-o", "s.csv"], "baseline",
      ["make 24,000,000 actions", f"at most {limits.MAX_ACTIONS:,}"]),
     # a time limit the least compile of that size cannot keep: refused before anything is built,
@@ -338,6 +338,11 @@ def test_the_python_front_door_names_the_keyword_not_the_flag():
 
     with pytest.raises(SchedcError, match=r"^memory: '-1G' must be > 0 \(for no cap give memory=none\)$"):
         schedc.compile(stages=2, microbatches=4, memory="-1G")
+    # a core check names the parameter; each door spells it its way (--mb is microbatches=)
+    with pytest.raises(SchedcError) as e:
+        limits.check_schedule_size(2, 2 * 10**6)
+    assert str(e.value).startswith("--mb: 2000000 is more microbatches than schedc handles")
+    assert str(e.value.for_python()).startswith("microbatches: 2000000 is more microbatches")
 
 
 @pytest.mark.parametrize("where", ["forward", "activation_bytes"])
