@@ -504,3 +504,17 @@ def test_more_inputs_that_once_passed_or_crashed(tmp_path, files, argv, command,
     before = sorted(p.name for p in tmp_path.iterdir())
     _one_line_error(_schedc(*argv, cwd=tmp_path), command, needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_plan_never_writes_its_report_over_the_units_it_read(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                                                 "num_attention_heads": 4, "vocab_size": 100,
+                                                 "intermediate_size": 128}))
+    assert _schedc("profile", "--units", "--config", "c.json", "--flops", "1e12", "--seq", "64", "-o", "u.json",
+                   cwd=tmp_path).returncode == 0
+    before = (tmp_path / "u.json").read_bytes()
+    for given in ("u.json", "none=u.json"):  # plan's --profile may name a mode (--ac auto)
+        out = _schedc("plan", "--profile", given, "--ranks", "2", "--mb", "4", "--memory", "80G", "--time-limit", "2",
+                      "-o", "u.csv", cwd=tmp_path)
+        _one_line_error(out, "plan", "u.json would overwrite the input --profile")
+    assert (tmp_path / "u.json").read_bytes() == before and not (tmp_path / "u.csv").exists()

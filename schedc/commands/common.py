@@ -78,9 +78,17 @@ def input_files(args) -> list[tuple[str, str]]:
         out.append((args.file, "schedule"))
     for flag in ("profile", "config", "partition", "model", "sample"):
         value = getattr(args, flag, None)
-        if isinstance(value, str) and value:
-            module = flag in ("model", "sample")  # MODULE:FUNCTION, a file path or a module name
-            out.append((value.rsplit(":", 1)[0] if module else value, f"--{flag}"))
+        # an option given several times (plan's --profile MODE=UNITS.json ...) is a list
+        for one in (value if isinstance(value, list) else [value]):
+            if not isinstance(one, str) or not one:
+                continue
+            if flag in ("model", "sample"):  # MODULE:FUNCTION, a file path or a module name
+                out.append((one.rsplit(":", 1)[0], f"--{flag}"))
+                continue
+            out.append((one, f"--{flag}"))
+            mode, sep, path = one.partition("=")
+            if sep and mode.isidentifier():  # MODE=PATH
+                out.append((path, f"--{flag}"))
     return out
 
 
