@@ -319,3 +319,21 @@ def test_profiled_times_are_the_runtimes_own_action_times():
                 continue
             runtime = run.action_seconds[(s, kind)]
             assert min(runtime) / 1.5 <= value <= 1.5 * max(runtime), (s, kind, value, runtime)
+
+
+def test_full_activation_checkpointing_is_measured_as_the_run_holds_it():
+    # a checkpointed block keeps its input after F; I recomputes the forward, so what I leaves
+    # for W is far above what F left (the graph rebuilt for W)
+    from schedc.runtime.profiler import RunSettings
+
+    cfg = _cfg(hidden=64, seq_len=32)
+    plain = profile_gpt(cfg, 2, microbatch_size=2, warmup=0, repeats=1)
+    full = profile_gpt(cfg, 2, microbatch_size=2, warmup=0, repeats=1,
+                       settings=RunSettings(activation_checkpoint="full"))
+    assert full.assumes["activation_checkpoint"] == "full"
+    for p, f in zip(plain.stages, full.stages):
+        assert f.activation_bytes < 0.7 * p.activation_bytes
+    assert full.stages[1].weight_grad_bytes > full.stages[1].activation_bytes
+    with pytest.raises(SchedcError, match="selective.*split backward"):
+        profile_gpt(cfg, 2, microbatch_size=2, warmup=0, repeats=1,
+                    settings=RunSettings(activation_checkpoint="selective"))

@@ -1209,6 +1209,7 @@ def profile_gpt(
         stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
     except ValueError as e:
         raise SchedcError(f"--stages {n_stages}: {e}")
+    _checkpoint(stages, settings.activation_checkpoint, concurrent)
     tokens, targets = make_batch(config, microbatch_size, seed=0)
     model = gpt_label(config, len(stages), "units" if units else "stages")
     if concurrent < 1:
@@ -1234,6 +1235,23 @@ def profile_gpt(
     if units:
         return profile_units(stages, names, tokens, reuse_layers=reuse_layers, **common)
     return profile_stages(stages, tokens, **common)
+
+
+def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
+    """Apply ``RunSettings.activation_checkpoint`` (one mode, or one per stage or unit) to the
+    GPT's blocks. Selective checkpointing cannot run under the split backward the profile times."""
+    from schedc.runtime.checkpointing import apply_to_stage, stage_modes
+
+    modes = stage_modes(choice, len(stages))
+    if all(m == "none" for m in modes):
+        return
+    if "selective" in modes:
+        raise SchedcError("activation_checkpoint 'selective': torch's split backward (I, then W) cannot go twice "
+                          "through a selectively checkpointed region, so it cannot be profiled as I and W; use full")
+    if concurrent > 1:
+        raise SchedcError("--concurrent measures without activation checkpointing; drop one of them")
+    for stage, mode in zip(stages, modes):
+        apply_to_stage(stage, mode)
 
 
 def _measure_concurrently(config, n_stages, mbs, n_procs, warmup, repeats, optimizer, timeout,
