@@ -36,8 +36,13 @@ def one_rank_group(device: torch.device) -> Iterator[None]:
     """A process group of this process alone (none may be initialized already)."""
     import sys
 
-    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
-    kwargs = {"device_id": torch.device(device)} if backend == "nccl" else {}
+    device = torch.device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs = {}
+    if backend == "nccl":  # NCCL binds the group to one GPU: name it, with its index
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.set_device(index)
+        kwargs["device_id"] = torch.device("cuda", index)
     hook = sys.excepthook  # torch prefixes every later traceback with "[rank0]:" otherwise
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
     try:
