@@ -174,6 +174,13 @@ def _resolve(path: Path) -> tuple[Path, bool]:
     raise _error(f"{path}: is {_kind(st.st_mode)}; schedc writes only files, character devices and pipes")
 
 
+def _not_a_directory_name(path: PathLike, option: str = "") -> None:
+    """Refuse ``out/`` (Path() would drop the slash and write a file named ``out``)."""
+    text = os.fspath(path)
+    if text.endswith(os.sep) or bool(os.altsep and text.endswith(os.altsep)):
+        raise _error(f"{option + ' ' if option else ''}{text}: ends in '/', a directory; give a file name")
+
+
 def _read_only(path: Path, st: os.stat_result) -> bool:
     """Whether the file's mode says no: no write permission for us, or no write bit at all (root
     may write anything, but a 0444 file was made read-only on purpose, and it is replaced, not
@@ -227,6 +234,7 @@ def write_all(files: Mapping[PathLike, bytes]) -> None:
     through: list[tuple[Path, bytes]] = []
     try:
         for path, data in files.items():
+            _not_a_directory_name(path)
             path = Path(path)
             target, write_through = _resolve(path)
             if write_through:
@@ -262,6 +270,7 @@ def write_all(files: Mapping[PathLike, bytes]) -> None:
 def check_writable(path: PathLike, option: str) -> None:
     """Fail now, before any long work, when `path` cannot be written: its directory is missing or
     read-only, the path is a directory or a node schedc does not write. `option` names the flag."""
+    _not_a_directory_name(path, option)
     path = Path(path)
     if path.is_dir():
         raise _error(f"{option} {path}: is a directory; give a file name")

@@ -400,6 +400,12 @@ def test_a_fifo_output_nobody_reads_is_refused_not_waited_on(tmp_path):
     _one_line_error(out, "baseline", "out.csv: a FIFO (named pipe) that no process is reading")
 
 
+def test_an_output_name_ending_in_a_slash_is_refused_not_written_without_it(tmp_path):
+    out = _schedc("baseline", "1f1b", "--stages", "2", "--mb", "2", "-o", "out/", cwd=tmp_path)
+    _one_line_error(out, "baseline", "out/: ends in '/', a directory")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_legal_long_output_name_is_written(tmp_path):
     name = "x" * 246 + ".csv"  # 250 bytes: legal, though the temporary name once added 14
     assert cli.main(["baseline", "1f1b", "--stages", "2", "--mb", "2", "-o", str(tmp_path / name)]) == 0
