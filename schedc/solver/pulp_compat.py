@@ -44,7 +44,7 @@ def solver_columns(prob: pulp.LpProblem) -> list:
 
 def cbc_executable() -> Optional[str]:
     """The CBC binary COIN_CMD should run, or None: ``cbcbox`` (``pip install pulp[cbc]``), then
-    ``cbc`` on PATH, then the binary PuLP 3 bundles (PuLP 4 bundles none)."""
+    the binary PuLP 3 bundles (PuLP 4 bundles none), then ``cbc`` on PATH."""
     try:
         import cbcbox  # type: ignore[import-not-found]
 
@@ -53,16 +53,17 @@ def cbc_executable() -> Optional[str]:
             return path
     except (ImportError, OSError, AttributeError):
         pass
-    on_path = shutil.which("cbc")
-    if on_path:
-        return on_path
+    # PuLP 3's own binary before PATH: a `cbc` on PATH may be a stale shim (pyenv's for another
+    # Python) that fails only when the solve starts
     try:
         from pulp.apis import coin_api  # PuLP 3 only; reading the path does not warn
 
         bundled = coin_api.pulp_cbc_path
+        if os.path.isfile(bundled) and os.access(bundled, os.X_OK):
+            return bundled
     except (ImportError, AttributeError):
-        return None
-    return bundled if os.path.isfile(bundled) and os.access(bundled, os.X_OK) else None
+        pass
+    return shutil.which("cbc")
 
 
 def cbc_solver(**options) -> pulp.LpSolver:
