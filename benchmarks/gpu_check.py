@@ -23,7 +23,6 @@ Cost: two profiles, one per-unit profile, one calibrate run (one rank), four pip
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from dataclasses import dataclass

@@ -26,7 +26,6 @@ effective. Wall times on a shared 2-core machine are noisy; the step times are t
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 

@@ -18,7 +18,7 @@ and the :class:`Status` enum. Running a CSV in torch and profiling a model live 
 torch nor the solvers nor matplotlib; those load on the first call that needs them.
 """
 
-__version__ = "0.1.0"
+from schedc._version import __version__
 
 from schedc._loading import exit_on_ctrl_c_while_loading
 

@@ -30,7 +30,7 @@ from schedc.choices import Budget, Execution, Objective, Placement, PlacementNam
 from schedc.costs import MemoryLimit, Profile
 from schedc.errors import ParameterError, SchedcError
 from schedc.ir import Schedule
-from schedc.results import BaselineResult, Compiled, Report, Simulation
+from schedc.results import Compiled, Report, Simulation
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -19,7 +19,6 @@ from schedc.errors import SchedcError
 from schedc.partition import Units, partition_bound, partitions_below, stage_modules, torchtitan_default_counts
 from schedc.plan import _fits, _problem, own_bound, parse_cap, plan
 from schedc.simulate import simulate
-from schedc.solver.bounds import lower_bound
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
 GiB = 2**30

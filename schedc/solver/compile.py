@@ -73,12 +73,11 @@ the transitive closure; the integer program's windows, which do, stop at MIP_WIN
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Optional, Sequence, Union
 
-from schedc import __version__
+from schedc._version import __version__
 from schedc.choices import Status
 from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.diagnose import limiter, same_hand_made
