@@ -265,7 +265,7 @@ def _exact(x) -> str:  # scale rows: step times of 400-1700 differ in their quar
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a subset with shorter limits")
-    ap.add_argument("--markdown", action="store_true", help="emit a Markdown table (for the README)")
+    ap.add_argument("--markdown", action="store_true", help="emit a Markdown table (for docs/results.md)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per heterogeneous case (default 60)")
     ap.add_argument("--only", default="a,b,c,d,e,v",
                     help="comma-separated case groups (a,b,c,d,e,v,s; s alone: the scale table)")

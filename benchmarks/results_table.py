@@ -1,4 +1,4 @@
-"""The README's results table: schedc vs the hand-made schedules and torch's own, same model, same ranks.
+"""The results table of docs/results.md: schedc vs the hand-made schedules and torch's own, same model, same ranks.
 
 Problem: show at a glance what schedc buys over GPipe, 1F1B, ZB-H1, ZB-H2, interleaved 1F1B
 and ZB-V (and torch's built-in schedule classes) on representative set-ups.

@@ -1,4 +1,4 @@
-"""Regenerate the pictures the README shows (docs/*.png). Never edit those files by hand.
+"""Regenerate the pictures the README and docs/results.md show (docs/*.png). Never edit those files by hand.
 
     python scripts/make_docs_images.py            # writes docs/compare_4x8.png, docs/v_8x16.png
     python scripts/make_docs_images.py --no-compile   # skip the compiled panel (no solver run)

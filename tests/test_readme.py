@@ -1,13 +1,15 @@
-"""The README runs top to bottom: its shell and Python blocks, in order, in one fresh directory.
+"""The README and the docs run top to bottom: their shell and Python blocks, in order, in one fresh directory.
 
-Every fenced ```bash and ```python block of README.md is a test, run in the order it appears, all
-in one temporary directory (the working directory of every block), so a block may use the files
-the blocks above it wrote. ``bash`` blocks run under ``bash -euo pipefail`` (a failing command fails
-the block), ``python`` blocks with this interpreter. The ``schedc`` and ``torchrun`` found first on
-PATH are the installed ones beside this interpreter; the checkout's ``examples/`` is linked into the
-directory (the README runs ``examples/train.py``); the schedule library is the one schedc finds
-itself (the checkout's ``schedules/`` for an editable install). Other fenced blocks (toml, text)
-are not run.
+Every fenced ```bash and ```python block of README.md, then of the pages in docs/ listed in PAGES (in
+that order), is a test, run in the order it appears, all in one temporary directory (the working
+directory of every block), so a block may use the files the blocks above it (or on an earlier page)
+wrote. ``bash`` blocks run under ``bash -euo pipefail`` (a failing command fails the block),
+``python`` blocks with this interpreter. The ``schedc`` and ``torchrun`` found first on PATH are the
+installed ones beside this interpreter; the checkout's ``examples/`` is linked into the directory
+(the README runs ``examples/train.py``); the schedule library is the one schedc finds itself (the
+checkout's ``schedules/`` for an editable install). Other fenced blocks (toml, text) are not run. A
+page in docs/ with a runnable block that PAGES does not list fails the test, and so does a relative
+link (or #anchor) in any of them that leads nowhere.
 
 Markers: HTML comments on the lines right before a block's opening fence (invisible on GitHub).
 
@@ -16,8 +18,8 @@ Markers: HTML comments on the lines right before a block's opening fence (invisi
                                            fragment that cannot run alone
     <!-- readme-test: sub "OLD" "NEW" -->  run the block with every OLD replaced by NEW (several
                                            allowed, applied in order): a smaller model, a shorter
-                                           time limit, fewer steps, so that the whole README runs in
-                                           about two minutes on two cores. OLD must occur in the
+                                           time limit, fewer steps, so that all pages run in a
+                                           few minutes on two cores. OLD must occur in the
                                            block, so a marker left behind by an edit fails.
 
 A marker with any other directive is an error. When a block fails, the blocks after it are skipped
@@ -38,12 +40,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# run in this order, in one directory: later pages use files the earlier ones wrote
+PAGES = ["README.md", "docs/cli.md", "docs/profile.md", "docs/plan.md", "docs/python-api.md", "docs/training.md",
+         "docs/library.md", "docs/formats.md", "docs/results.md", "docs/development.md"]
 _MARKER = re.compile(r"<!--\s*readme-test:\s*(.*?)\s*-->")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 
 
 @dataclass
 class Block:
+    page: str
     line: int  # 1-based line of the opening fence
     lang: str
     code: str
@@ -54,12 +60,12 @@ class Block:
         code = self.code
         for old, new in self.subs:
             if old not in code:
-                raise AssertionError(f"README.md line {self.line}: readme-test sub {old!r} does not occur in the block")
+                raise AssertionError(f"{self.page} line {self.line}: readme-test sub {old!r} does not occur in the block")
             code = code.replace(old, new)
         return code
 
 
-def parse_readme(text: str) -> list[Block]:
+def parse_readme(text: str, page: str = "README.md") -> list[Block]:
     """The bash and python blocks with their markers, in order."""
     lines = text.splitlines()
     blocks, pending, i = [], [], 0
@@ -82,7 +88,7 @@ def parse_readme(text: str) -> list[Block]:
             body.append(lines[i])
             i += 1
         i += 1
-        block = Block(start + 1, lang, "\n".join(body) + "\n")
+        block = Block(page, start + 1, lang, "\n".join(body) + "\n")
         for where, directive in pending:
             _apply(block, where, directive)
         pending = []
@@ -100,11 +106,11 @@ def _apply(block: Block, where: int, directive: str) -> None:
         if len(parts) == 2:
             block.subs.append((parts[0], parts[1]))
             return
-    raise AssertionError(f"README.md line {where}: unknown readme-test marker {directive!r}; "
+    raise AssertionError(f"{block.page} line {where}: unknown readme-test marker {directive!r}; "
                          'use skip REASON or sub "OLD" "NEW"')
 
 
-BLOCKS = parse_readme(README.read_text())
+BLOCKS = [b for page in PAGES if (ROOT / page).exists() for b in parse_readme((ROOT / page).read_text(), page)]
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +129,66 @@ def _env() -> dict:
 
 
 def test_the_readme_has_runnable_blocks():
-    langs = [b.lang for b in BLOCKS if not b.skip]
+    langs = [b.lang for b in BLOCKS if not b.skip and b.page == "README.md"]
     assert langs.count("bash") >= 3 and "python" in langs
+    missing = [p for p in PAGES if not (ROOT / p).exists()]
+    assert not missing, f"PAGES lists pages that do not exist: {missing}"
+
+
+def test_every_page_with_commands_is_run():
+    unlisted = [f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))
+                if f"docs/{p.name}" not in PAGES and parse_readme(p.read_text(), f"docs/{p.name}")]
+    assert not unlisted, f"add {unlisted} to PAGES in tests/test_readme.py, so their blocks run"
+
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for line in _prose(path.read_text()).splitlines():
+        if line.startswith("#"):
+            slug = _slug(line.lstrip("#"))
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def _prose(text: str) -> str:
+    """The text outside fenced blocks (a fence's contents are code, not links or headings)."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
+def _broken_links(page: Path) -> list[str]:
+    bad = []
+    for target in _LINK.findall(_prose(page.read_text())):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto: not checked offline
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            bad.append(f"{target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            bad.append(f"{target} (no heading #{anchor} in {dest.name})")
+    return bad
+
+
+@pytest.mark.parametrize("page", ["README.md"] + [f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))])
+def test_links_lead_somewhere(page):
+    assert not _broken_links(ROOT / page), f"{page}: broken links {_broken_links(ROOT / page)}"
+
+
+def test_the_link_check_fails_on_a_dead_link(tmp_path):
+    (tmp_path / "a.md").write_text("# Title\n\n## Two words\n\n[ok](#two-words) [ok](a.md#title) [dead](b.md) "
+                                   "[gone](a.md#three)\n```text\n[in code](nowhere.md)\n```\n")
+    assert _broken_links(tmp_path / "a.md") == ["b.md (no such file)", "a.md#three (no heading #three in a.md)"]
 
 
 def test_markers_are_checked():
@@ -135,20 +199,20 @@ def test_markers_are_checked():
         block.runnable_code()
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{b.line}-{b.lang}" for b in BLOCKS])
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page}:line{b.line}-{b.lang}" for b in BLOCKS])
 def test_readme_block_runs(block: Block, workdir):
     if block.skip:
         pytest.skip(block.skip)
     if workdir["failed"] is not None:
-        pytest.skip(f"the block at README.md line {workdir['failed']} failed")
+        pytest.skip(f"the block at {workdir['failed']} failed")
     code = block.runnable_code()
     argv = ["bash", "-euo", "pipefail", "-c", code] if block.lang == "bash" else [sys.executable, "-c", code]
     try:
         out = subprocess.run(argv, cwd=workdir["dir"], env=_env(), capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
-        workdir["failed"] = block.line
+        workdir["failed"] = f"{block.page} line {block.line}"
         raise
     if out.returncode != 0:
-        workdir["failed"] = block.line
-        pytest.fail(f"README.md line {block.line} ({block.lang}) exited {out.returncode}\n--- code\n{code}"
+        workdir["failed"] = f"{block.page} line {block.line}"
+        pytest.fail(f"{block.page} line {block.line} ({block.lang}) exited {out.returncode}\n--- code\n{code}"
                     f"--- stdout (tail)\n{out.stdout[-3000:]}\n--- stderr (tail)\n{out.stderr[-3000:]}")
