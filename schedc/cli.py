@@ -65,7 +65,7 @@ def _parser_class():
                 if out and (out[-1] in takes_value or out[-1].startswith("--") and len(out[-1]) > 2
                             and any(k.startswith(out[-1]) for k in takes_value)) and len(token) > 1 and token[0] == "-" \
                         and (token[1].isdigit() or token[1] in ".,"):
-                    out[-1] = f"{out[-1]}={token}"
+                    out[-1] = f"{out[-1]}={token}" if out[-1].startswith("--") else out[-1] + token  # -o-1.csv
                 else:
                     out.append(token)
             return out + args[end:]
@@ -78,7 +78,7 @@ def _parser_class():
                 if not token.startswith("-") or token == "-" or _is_number(token):
                     continue
                 name = token.split("=", 1)[0]
-                if name in known:
+                if name in known or (not token.startswith("--") and token[:2] in known):  # -oFILE
                     continue
                 if name.startswith("--") and any(k.startswith(name) for k in known) \
                         and name not in self.every_option:

@@ -333,6 +333,13 @@ def test_argument_errors_are_one_short_line_naming_the_flag(tmp_path, argv, need
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
 
 
+def test_values_that_start_with_a_dash_are_values(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["baseline", "1f1b", "--stages", "2", "--mb", "2", "-o", "-1.csv"]) == 0
+    assert cli.main(["simulate", "./-1.csv", "--comm", "-0", "--mem", "1p"]) == 0  # a positional: ./ as usual
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["-1.csv"]
+
+
 def test_the_python_front_door_names_the_keyword_not_the_flag():
     import schedc
 
