@@ -409,22 +409,12 @@ def parse_comm(text: str) -> Union[float, list[float]]:
     return values[0] if len(values) == 1 else values
 
 
-_SIZE_UNITS = {
-    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-
-
 def _size_unit(unit: str) -> int:
     """Bytes of one ``unit`` of MemoryLimit.parse: b, k/ki/kib (binary), kb (decimal), ..."""
     if unit == "b":
         return 1
     power = "kmgt".index(unit[0]) + 1
     return 10 ** (3 * power) if unit[1:] == "b" else 2 ** (10 * power)
-
-
-def _short(text: str) -> str:
-    return repr(text) if len(text) <= 40 else f"{text[:12]!r}... ({len(text)} characters)"
 
 
 class MemoryLimit(BaseModel):
