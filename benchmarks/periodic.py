@@ -19,7 +19,7 @@ import argparse
 import time
 
 from plan_quality import MODELS, units_profile
-from schedc.plan import _problem, parse_cap
+from schedc.plan import parse_cap, problem_for
 from schedc.solver import periodic
 from schedc.solver.compile import compile_problem
 from schedc.solver.graph import graph_of
@@ -47,7 +47,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for counts in PARTITIONS:
         for mb in args.mb:
-            problem = _problem(units, counts, "v", 4, mb, parse_cap("40GiB"), "makespan")
+            problem = problem_for(units, counts, "v", 4, mb, parse_cap("40GiB"), "makespan")
             without = compile_without_periodic(problem, args.time_limit)
             with_ = compile_problem(problem, time_limit=args.time_limit).value
             t = time.monotonic()

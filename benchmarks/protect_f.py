@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from plan_quality import MODELS, units_profile  # noqa: E402
 from schedc.partition import Units, balanced  # noqa: E402
-from schedc.plan import _problem, own_bound, parse_cap  # noqa: E402
+from schedc.plan import own_bound, parse_cap, problem_for  # noqa: E402
 from schedc.solver import heuristic  # noqa: E402
 from schedc.solver.graph import graph_of  # noqa: E402
 
@@ -47,7 +47,7 @@ def main() -> int:
         units = units_profile(**MODELS[model])
         limit = parse_cap(memory)
         counts = balanced(Units.of(units), "v", ranks, limit.value)[1]
-        problem = _problem(units, counts, "v", ranks, mb, limit, "makespan")
+        problem = problem_for(units, counts, "v", ranks, mb, limit, "makespan")
         graph = graph_of(problem)
         plain, protected = best_list_schedule(graph, False), best_list_schedule(graph, True)
         print(f"| {model} | {ranks} | {mb} | {memory} | {1e3 * plain:.1f} | {1e3 * protected:.1f} | "

@@ -17,7 +17,8 @@ from schedc import csvio
 from schedc.costs import Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.partition import Units, partition_bound, partitions_below, stage_modules, torchtitan_default_counts
-from schedc.plan import _fits, _problem, own_bound, parse_cap, plan
+from schedc.plan import own_bound, parse_cap, plan, problem_for
+from schedc.plan.problem import _fits
 from schedc.simulate import simulate
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
@@ -53,7 +54,7 @@ def test_bound_over_partitions_never_exceeds_the_best_partitions_optimum(placeme
     stages = ranks * (2 if placement == "v" else 1)
     best = float("inf")
     for counts in compositions(units.n_stages, stages):
-        problem = _problem(units, counts, placement, ranks, mb, limit, objective)
+        problem = problem_for(units, counts, placement, ranks, mb, limit, objective)
         try:
             value, _ = exact_optimum(problem)
         except SchedcError:  # this partition cannot hold one microbatch under the cap
@@ -94,7 +95,7 @@ def test_partitions_below_a_threshold_are_listed_exactly(placement, ranks, memor
     assert sorted(c for _, c in listed) == sorted(fitting)  # every partition that holds a microbatch
     values = dict((c, v) for v, c in listed)
     for counts, value in values.items():  # each value is a relaxation of the partition's own bound
-        assert value <= own_bound(_problem(units, counts, placement, ranks, 4, limit, "makespan")) * (1 + 1e-9)
+        assert value <= own_bound(problem_for(units, counts, placement, ranks, 4, limit, "makespan")) * (1 + 1e-9)
     mid = sorted(values.values())[len(values) // 2]
     theta, below = partitions_below(units, ranks, 4, cap, placement, "makespan", mid, 10**6)
     assert theta == mid and sorted(c for _, c in below) == sorted(c for c, v in values.items() if v < mid)
@@ -133,7 +134,7 @@ def test_relaxed_terms_stay_below_each_partitions_own_bound():
             cap = float("inf") if limit.kind == "none" else limit.value
             for mb in (3, 8):
                 pb = partition_bound(units, ranks, mb, cap, placement)
-                own = own_bound(_problem(units, [1] * 6, placement, ranks, mb, limit, "makespan"))
+                own = own_bound(problem_for(units, [1] * 6, placement, ranks, mb, limit, "makespan"))
                 assert pb.value <= own * (1 + 1e-9)
 
 
@@ -145,7 +146,7 @@ def test_a_bound_asked_only_whether_it_is_below_a_value_stays_a_bound():
     limit = parse_cap("9GiB")
     for placement, ranks in (("loop", 4), ("v", 2)):
         for counts in ([2, 2, 2, 2], [1, 3, 2, 2], [3, 1, 1, 3]):
-            problem = _problem(units, counts, placement, ranks, 8, limit, "makespan")
+            problem = problem_for(units, counts, placement, ranks, 8, limit, "makespan")
             full = own_bound(problem)
             for enough in (0.5 * full, full, 2 * full):
                 early = own_bound(problem, enough)
@@ -159,7 +160,7 @@ def test_the_search_moves_a_unit_across_stages_and_finds_the_least_own_bound():
     # it on the way (where a maximum over ranks would rise); and it finds the least own bound
     import importlib
 
-    plan_module = importlib.import_module("schedc.plan")  # the attribute schedc.plan is the function
+    plan_module = importlib.import_module("schedc.plan.search")
     units = tiny_units(n_layers=6, head=3.0)
     limit = parse_cap("16GiB")
     u = Units.of(units)
@@ -167,12 +168,12 @@ def test_the_search_moves_a_unit_across_stages_and_finds_the_least_own_bound():
     one_step = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic())  # past its deadline: a few dozen
     assert (4, 1, 1, 2) in one_step and (4, 2, 1, 1) in one_step
     for counts, value in one_step.items():
-        assert value == pytest.approx(own_bound(_problem(units, counts, "v", 2, 6, limit, "makespan")))
+        assert value == pytest.approx(own_bound(problem_for(units, counts, "v", 2, 6, limit, "makespan")))
     # under a tight cap (far=False) only one boundary moves: the own bound ranks poorly there
     near = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic(), far=False)
     assert (4, 2, 1, 1) in near and (4, 1, 1, 2) not in near
     scores = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic() + 30)
-    every = {tuple(c): own_bound(_problem(units, c, "v", 2, 6, limit, "makespan"))
+    every = {tuple(c): own_bound(problem_for(units, c, "v", 2, 6, limit, "makespan"))
              for c in compositions(units.n_stages, 4) if _fits(u, c, "v", 2, limit.value)}
     assert min(scores.values()) == pytest.approx(min(every.values()))
 
@@ -183,7 +184,7 @@ def test_the_certificate_is_skipped_where_a_partition_meets_the_relaxed_bound(mo
     # to the compiles
     import importlib
 
-    plan_module = importlib.import_module("schedc.plan")
+    plan_module = importlib.import_module("schedc.plan.certificate")
     units = tiny_units(n_layers=3, seed=1)
     limit = parse_cap("none")
     pb = partition_bound(units, 2, 4, math.inf, "loop", "makespan")
@@ -204,7 +205,7 @@ def test_the_certificate_is_skipped_where_a_partition_meets_the_relaxed_bound(mo
 def test_among_equal_bounds_the_partition_to_compile_is_bounded_in_full_with_the_fewest_units_first():
     import importlib
 
-    plan_module = importlib.import_module("schedc.plan")
+    plan_module = importlib.import_module("schedc.plan.certificate")
     own_so_far, own = plan_module.OWN_SO_FAR, plan_module.OWN
     heap = [(1.0, own_so_far, (1, 1, 4)), (1.0, own, (2, 1, 3)), (1.0, own, (1, 2, 3)), (1.1, own, (1, 1, 4))]
     assert min(heap, key=plan_module._setter_key) == (1.0, own, (1, 2, 3))
@@ -213,7 +214,7 @@ def test_among_equal_bounds_the_partition_to_compile_is_bounded_in_full_with_the
 def test_plan_finds_the_best_partition_of_a_tiny_model():
     units = tiny_units(n_layers=3, head=2.5)
     res = plan(profile=units, ranks=2, microbatches=3, memory="none", placement="loop", time_limit=10)
-    optimum = min(exact_optimum(_problem(units, c, "loop", 2, 3, parse_cap("none"), "makespan"))[0]
+    optimum = min(exact_optimum(problem_for(units, c, "loop", 2, 3, parse_cap("none"), "makespan"))[0]
                   for c in compositions(units.n_stages, 2))
     assert res.value <= optimum * (1 + 1e-6)
     assert res.bound <= res.value and res.gap <= 0.25
@@ -252,7 +253,7 @@ def test_the_final_compile_starts_from_a_fresh_warm_start_when_it_is_better(monk
                                       backward_weight=1.8 if s in heavy else 0.9, activation_bytes=1.0,
                                       modules=[f"layers.{s}"]) for s in range(8)], comm=0.2)
     counts, limit = [1] * 8, parse_cap("none")
-    _, zb_v, sim = next(b for b in build_baselines(_problem(units, counts, "v", 4, 4, limit, "makespan"))
+    _, zb_v, sim = next(b for b in build_baselines(problem_for(units, counts, "v", 4, 4, limit, "makespan"))
                         if b[0] == "zb-v")
     short = types.SimpleNamespace(schedule=zb_v, sim=sim, status="feasible", value=sim.makespan)
     started = []
@@ -262,7 +263,7 @@ def test_the_final_compile_starts_from_a_fresh_warm_start_when_it_is_better(monk
         return types.SimpleNamespace(schedule=warm[0], sim=warm[1], status="feasible", value=warm[1].makespan)
 
     monkeypatch.setattr(compile_module, "compile_problem", compile_as_given)
-    plan_module = importlib.import_module("schedc.plan")  # the attribute schedc.plan is the function
+    plan_module = importlib.import_module("schedc.plan.compiles")
     res, pl, got = plan_module._final_compile(units, (short.value, short, "v", counts), 4, 4, limit, "makespan",
                                               time_limit=5.0, seed=0, say=lambda line: None, t0=time.monotonic())
     assert sim.makespan == pytest.approx(46.7)
@@ -286,7 +287,7 @@ def test_the_least_bound_partition_is_not_compiled_where_a_partition_as_low_lost
         return types.SimpleNamespace(schedule=None, sim=None, status="feasible", value=9.0)
 
     monkeypatch.setattr(compile_module, "compile_problem", compile_counted)
-    plan_module = importlib.import_module("schedc.plan")
+    plan_module = importlib.import_module("schedc.plan.compiles")
     units = tiny_units(n_layers=4)
     best = (10.0, types.SimpleNamespace(status="feasible"), "loop", (3, 3))
     setter = [(5.0, "loop", (2, 4))]
@@ -436,7 +437,7 @@ def test_under_a_tight_cap_the_block_relaxation_ranks_the_partition_to_compile(m
     import schedc.solver.blocks as blocks_module
     from schedc.partition import partition_bound
 
-    plan_module = importlib.import_module("schedc.plan")
+    plan_module = importlib.import_module("schedc.plan.certificate")
     units = tiny_units(n_layers=4)
     limit = parse_cap("none")
     firsts = {u.modules[0] for u in units.stages}  # a unit's first module: counts units per stage
@@ -463,7 +464,7 @@ def test_under_a_tight_cap_the_block_relaxation_ranks_the_partition_to_compile(m
     bounds, _, setters, reached = plan_module._certified_bounds(
         units, [("loop", pb)], 2, 4, limit, math.inf, "makespan", 100.0, False, 10.0, {}, True,
         lambda line: None, time.monotonic())
-    own = {c: plan_module.own_bound(_problem(units, c, "loop", 2, 4, limit, "makespan")) for (_, c) in reached}
+    own = {c: plan_module.own_bound(problem_for(units, c, "loop", 2, 4, limit, "makespan")) for (_, c) in reached}
     assert min(own, key=own.get) == (4, 2)  # the own bounds alone would name another one
     assert setters == [(pytest.approx(own[best_counts]), "loop", best_counts)]
     assert bounds["loop"] == pytest.approx(own[best_counts])
@@ -490,7 +491,7 @@ def test_under_a_tight_cap_two_short_compiles_and_no_second_round(monkeypatch):
                                      sim=None)
 
     monkeypatch.setattr(compile_module, "compile_problem", compile_recorded)
-    plan_module = importlib.import_module("schedc.plan")
+    plan_module = importlib.import_module("schedc.plan.compiles")
     units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32, kv_heads=8, impl="paper")
     pool = [(1.0, math.inf, c) for c in ((5, 1, 6, 1, 8, 3, 9, 1), (5, 1, 6, 2, 7, 3, 9, 1), (4, 1, 6, 1, 8, 3, 9, 2),
                                          (5, 1, 5, 1, 8, 4, 9, 1))]
@@ -558,7 +559,7 @@ def test_the_same_step_is_found_under_a_lower_peak():
     from schedc.plan import least_memory_at_step
 
     units = tiny_units(n_layers=4)
-    problem = _problem(units, [2, 2, 2], "loop", 3, 6, parse_cap("60GiB"), "makespan")
+    problem = problem_for(units, [2, 2, 2], "loop", 3, 6, parse_cap("60GiB"), "makespan")
     sim = simulate(make_baseline("gpipe", 3, 6, 3), problem.profile, problem.memory)
     found = SimpleNamespace(problem=problem, sim=sim, value=sim.makespan)
     lm = least_memory_at_step(found, time.monotonic() + 6.0)

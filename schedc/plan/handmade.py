@@ -1,0 +1,79 @@
+"""Hand-made schedules as upper bounds: the best one that fits a partition's cap.
+
+Problem: the search screens partitions, the comparisons print rows and the final compile needs a
+warm start, each from the best hand-made schedule (schedc.baselines) that fits the cap. Method: the
+schedules of a shape do not depend on costs, so they are built once per shape and placement and
+simulated per partition; the compute-balanced split (schedc.partition.balanced) is cached per plan.
+Cost: one simulation per hand-made schedule (milliseconds each), charged to the work clock.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from schedc.errors import SchedcError
+from schedc.partition import Units, balanced
+
+
+SIMULATION_PASSES = 1.0  # ... passes over the actions charged per simulation of a hand-made schedule
+
+
+def _hand_made_warm(problem):
+    """(schedule, simulation, name) of the shortest hand-made schedule that fits, else None."""
+    from schedc.simulate import simulate
+
+    name, _ = best_hand_made(problem)
+    if name is None:
+        return None
+    sched = _hand_made_shapes(problem)[name]
+    return sched, simulate(sched, problem.profile, problem.memory), name
+
+
+def _hand_made_shapes(problem) -> dict:
+    """The hand-made schedules (schedc.baselines) of the problem's shape and placement: they do not
+    depend on costs, so one set serves every partition."""
+    from schedc.baselines import baselines_for
+
+    key = (problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement_name, tuple(problem.placement))
+    if key not in _SHAPES:
+        found = baselines_for(problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement_name)
+        if len(_SHAPES) > 64:
+            _SHAPES.clear()
+        _SHAPES[key] = {k: v for k, v in found.items() if tuple(v.placement) == tuple(problem.placement)}
+    return _SHAPES[key]
+
+
+def _balanced(units: Units, placement: str, ranks: int, cap: float):
+    """``schedc.partition.balanced``'s partition, computed once per plan (a dynamic program that
+    takes a fraction of a second on a V of 8 ranks, asked for by the screening, the comparisons
+    and the limiter)."""
+    key = (id(units), placement, ranks, cap)
+    if key not in _BALANCED:
+        if len(_BALANCED) > 64:
+            _BALANCED.clear()
+        _BALANCED[key] = (units, balanced(units, placement, ranks, cap)[1])  # units kept: its id stays its own
+    return _BALANCED[key][1]
+
+
+_BALANCED: dict = {}
+_SHAPES: dict = {}  # the hand-made schedules by shape: built once per process (they are never modified)
+
+
+def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str], Optional[float]]:
+    """(name, step) of the hand-made schedule (schedc.baselines) with the shortest step that fits
+    the problem's cap; (None, None) when none fits."""
+    from schedc.simulate import simulate
+
+    from schedc.solver.deadline import charge_passes
+
+    best = (None, None)
+    for name, sched in (shapes if shapes is not None else _hand_made_shapes(problem)).items():
+        charge_passes(3 * problem.n_stages * problem.n_microbatches, SIMULATION_PASSES)
+        try:
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:
+            continue
+        value = sim.objective(problem.objective)
+        if sim.fits and (best[1] is None or value < best[1]):
+            best = (name, value)
+    return best

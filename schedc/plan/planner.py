@@ -1,0 +1,149 @@
+"""The plan's steps in order: :func:`plan` (the package's docstring says what each step does).
+
+Problem, method and cost: :func:`plan`. The steps live in their own modules (schedc.plan.search,
+.compiles, .certificate, .least_memory, .comparisons, .limiter, .report); this one passes the
+request and the best answer so far between them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable, Optional, Union
+
+from schedc.costs import MemoryLimit, Profile
+from schedc.errors import SchedcError
+from schedc.plan.certificate import _certified_bounds
+from schedc.plan.clock import _counting_work, _now, stop_requested
+from schedc.plan.comparisons import compare_splits, torchtitan_rows
+from schedc.plan.compiles import _adopt_faster_row, _compile_bound_setter, _final_compile, _short_compiles
+from schedc.plan.least_memory import MEMORY_TRY_SHARE, _with_schedule, least_memory_at_step
+from schedc.plan.limiter import plan_limiter
+from schedc.plan.problem import _tight
+from schedc.plan.report import build_plan_report
+from schedc.plan.request import PlanRequest
+from schedc.plan.result import PlanResult
+from schedc.plan.search import SEARCH_END, SEARCH_SHARE, _bounds_over_partitions, _screened_candidates
+
+
+FINAL_END = 0.9  # of the time limit: the final compile ends here when the least-memory pass follows it
+TAIL_SHARE = 0.03  # of the time limit, kept for the comparisons and the report
+
+
+def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, MemoryLimit] = "80GiB",
+         placement: str = "auto", objective: str = "makespan", time_limit: float = 60.0,
+         progress: Optional[Callable[[str], None]] = None, seed: int = 0, source: str = "profile",
+         least_memory: bool = True, budget: str = "time") -> PlanResult:
+    """The best partition + placement + schedule found in `time_limit` seconds (module docstring).
+
+    Parameters
+    ----------
+    profile : Profile
+        A per-unit profile: one entry per unit of the model in model order (embedding, each
+        layer, norm + head + loss), ideally each with ``modules`` (the names handed to the
+        frameworks); ``schedc profile --units`` or :func:`schedc.model_costs.unit_profile` make one.
+    ranks, microbatches : int
+        Pipeline ranks R and microbatches per step M.
+    memory : str or MemoryLimit
+        The per-rank cap in bytes, static bytes included (``"80GiB"``), or ``"none"``; ``Kp`` is
+        refused (it is relative to one partition's 1F1B).
+    placement : "loop", "v" or "auto"
+        One stage per rank, two in a V, or both tried and the better kept.
+    objective : "makespan" or "span"
+    time_limit : float
+        Seconds for the whole search, compiles included.
+    progress : callable, optional
+        Called with one line per step of the search.
+    budget : "time" or "work"
+        What `time_limit` counts: wall-clock seconds, or work units (schedc.solver.deadline: the
+        solvers' deterministic time and counted constructions, and here a fixed charge per
+        partition bounded, listed or screened), so that the same inputs give the same plan on any
+        machine; the two-rank and block relaxations, which run on the wall clock, are left out.
+    least_memory : bool
+        After the search, look for a schedule of the chosen partition with the same step and a
+        lower peak (``least_memory_at_step``, the last 10% of the time) and report the margin.
+
+    Returns
+    -------
+    PlanResult
+        ``counts`` (units per stage), ``partition`` (module names per stage), ``placement``,
+        ``schedule``, ``value``, ``profile`` (the merged per-stage profile), ``bound`` (over
+        every partition and schedule under the cap), ``gap``, ``comparisons``, ``report``.
+
+    Raises
+    ------
+    SchedcError
+        A bad argument, a unit that alone exceeds the cap, or a cap no partition fits (each
+        names the smallest cap that works).
+
+    Examples
+    --------
+    >>> import schedc
+    >>> from schedc.library import transformer_profile
+    >>> units = transformer_profile(6, layers=6, hidden=256, vocab=32000, seq=256)  # one unit per layer
+    >>> res = schedc.plan(profile=units, ranks=2, microbatches=4, memory="80GiB", placement="loop",
+    ...                   time_limit=4)
+    >>> sum(res.counts), len(res.counts), res.value >= res.bound
+    (6, 2, True)
+    """
+    if budget not in ("time", "work"):
+        raise SchedcError(f"--budget must be time or work, got {budget!r}")
+    if budget == "work" and not _counting_work():
+        return _on_work_clock(plan, time_limit, profile=profile, ranks=ranks, microbatches=microbatches,
+                              memory=memory, placement=placement, objective=objective, progress=progress, seed=seed,
+                              source=source, least_memory=least_memory, budget="work")
+    t0 = _now()
+    say = progress or (lambda line: None)
+    req = PlanRequest.build(profile=profile, ranks=ranks, microbatches=microbatches, memory=memory,
+                            placement=placement, objective=objective, time_limit=time_limit, source=source)
+    units, limit, cap, placements, notes = req.units, req.limit, req.cap, req.placements, req.notes
+
+    searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
+                                               placements, notes, say, t0)
+    pools, forced, memo = {}, {}, {}
+    for pl, pb in searches:
+        pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
+                                                     objective, SEARCH_SHARE * time_limit / len(searches), say, t0,
+                                                     hard=t0 + SEARCH_END * time_limit, memo=memo)
+    paired: dict = {}  # (placement, counts) -> a two-rank bound at least the best step when it was found
+    best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
+                                                time_limit, seed, paired, say, t0)
+    theta = best[0] if best[1] is not None else math.inf
+    proven = best[1] is not None and best[1].status == "optimal"  # for its partition: the final compile is done
+    scored = {pl: min(c[0] for c in pool) for pl, pool in pools.items() if pool}  # the least own bound seen
+    bounds, certified, setters, reached = _certified_bounds(profile, searches, ranks, microbatches, limit, cap,
+                                                            objective, theta, proven, time_limit, paired,
+                                                            _tight(best), say, t0, scored,
+                                                            end=FINAL_END if least_memory else 0.9)
+    final_share = FINAL_END if least_memory else 1.0
+    best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
+                                 final_share * time_limit, seed, say, t0, reached)
+    res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, final_share * time_limit,
+                                     seed, say, t0)
+    comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements, memo)
+    res, pl, counts = _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective,
+                                        seed)
+    lowered = None
+    if least_memory and not stop_requested():
+        lowered = least_memory_at_step(res, t0 + (1 - TAIL_SHARE) * time_limit, seed, say, t0,
+                                       per_try=max(0.5, MEMORY_TRY_SHARE * time_limit))
+        res = _with_schedule(res, lowered.compiled)
+    comparisons += torchtitan_rows(profile, ranks, microbatches, limit, objective)
+    out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl,
+                     bound=min(min(bounds.values()), res.value), bounds=bounds, certified=certified,
+                     comparisons=comparisons, candidates=candidates, notes=notes, solve_time=_now() - t0,
+                     interrupted=stop_requested(), least_memory=lowered)
+    out = replace(out, limiter=plan_limiter(out, cap))
+    return replace(out, report=build_plan_report(out))
+
+
+def _on_work_clock(fn, time_limit: float, **kwargs) -> PlanResult:
+    """`fn` (plan or plan_ac) run on one work clock for `time_limit` work units
+    (schedc.solver.deadline.counting_work); the result says so, and whether the wall-clock
+    safety net cut it."""
+    from schedc.solver.deadline import counting_work
+
+    with counting_work(time_limit) as clock:
+        out = fn(time_limit=time_limit, **kwargs)
+    out = replace(out, budget="work", cut_by_wall=clock.cut_by_wall)
+    return replace(out, report=build_plan_report(out))

@@ -1,0 +1,95 @@
+"""The plan's report (``plan.json``) and its hand-off to the frameworks.
+
+Problem: one dictionary holds what the plan chose, how far it is from the bound over partitions,
+the comparisons, the run it assumes and each framework's settings. Method: the chosen partition's
+compile report plus the plan's own fields (docs/design.md, "The plan"); the frameworks' settings
+come from schedc.frameworks' registry. Cost: linear in the report.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from schedc.plan.result import PlanResult
+
+
+def framework_settings(result: PlanResult, csv: str = "plan.csv", assumes: Optional[dict] = None) -> dict:
+    """What to give each framework (schedc.frameworks.REGISTRY) to launch the plan."""
+    from schedc.frameworks import framework_settings as settings_of
+
+    return settings_of(result, csv, assumes)
+
+
+def nemo_yaml(settings: dict) -> str:
+    """NeMo's block of :func:`framework_settings` as YAML text."""
+    from schedc.frameworks import nemo_yaml as yaml_of
+
+    return yaml_of(settings)
+
+
+def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
+    """The compile report of the chosen partition plus the plan's own fields (docs/design.md, "The plan")."""
+    report = dict(result.compiled.report)
+    best_row = min((c for c in result.comparisons if c.value is not None), key=lambda c: c.value, default=None)
+    report["plan"] = {
+        "placement": result.placement,
+        "units_per_stage": result.counts,
+        "step": result.value,
+        "bound_over_partitions": result.bound,
+        "bound_per_placement": result.bounds,
+        "partitions_bounded_one_by_one": result.certified,
+        "gap_over_partitions": result.gap,
+        "comparisons": [c.as_dict() for c in result.comparisons],
+        "margin_over_best_comparison": (None if best_row is None else (best_row.value - result.value) / best_row.value),
+        "candidates": result.candidates,
+        "notes": result.notes,
+        "solve_time": result.solve_time,
+        "status": plan_status(result),
+        "budget": {"mode": result.budget, "cut_by_wall_clock": result.cut_by_wall,
+                   "reproducible": result.budget == "work" and not result.cut_by_wall},
+        "limiter": None if result.limiter is None else result.limiter.as_dict(),
+        "least_memory": _least_memory_dict(result),
+        "activation_checkpoint": None if result.ac is None else result.ac.as_dict(),
+    }
+    report["assumes"] = plan_assumes(result)
+    report["partition"] = result.partition
+    report["profile"] = result.profile.model_dump(mode="json", exclude_none=True)
+    report["frameworks"] = framework_settings(result, csv)
+    return report
+
+
+def plan_status(result: PlanResult) -> str:
+    """'optimal' only when no partition and schedule can be shorter (the gap over partitions
+    within the compiler's own tolerance, ``schedc.tolerances.PROVEN``); else what the chosen
+    partition's compile proved."""
+    from schedc.tolerances import PROVEN
+
+    if result.gap <= PROVEN:
+        return "optimal"
+    if result.compiled.status == "optimal":
+        return "optimal for its partition"
+    return result.compiled.status
+
+
+def _least_memory_dict(result: PlanResult) -> Optional[dict]:
+    lm = result.least_memory
+    if lm is None:
+        return None
+    caps = result.compiled.sim.memory_limit
+    cap = max(caps) if caps else math.inf
+    return {"peak": lm.peak, "found_peak": lm.found_peak, "tries": lm.tries,
+            "margin_to_cap": None if math.isinf(cap) else cap - lm.peak}
+
+
+def plan_assumes(result: PlanResult) -> dict:
+    """The profile's ``assumes`` (what its numbers took about the run) merged with the plan's own
+    choices (microbatches, placement, activation checkpointing where the plan chose it)."""
+    out = dict(result.units.assumes or {})
+    if result.units.microbatch_size and "microbatch_size" not in out:
+        out["microbatch_size"] = result.units.microbatch_size
+    out.update(result.assumes)
+    out["pipeline_parallel_degree"] = result.compiled.problem.n_ranks
+    out["microbatches"] = result.compiled.problem.n_microbatches
+    out["placement"] = result.placement
+    return out

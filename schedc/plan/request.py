@@ -1,0 +1,109 @@
+"""The plan's request: its inputs checked once, each bad one refused with a one-line error.
+
+Problem: ``plan`` takes a per-unit profile, ranks, microbatches, a memory cap, a placement, an
+objective and a time limit from the CLI, the API and ``plan_ac``; each must be checked the same
+way, before any search, with an error naming the flag and the value that works. Method:
+:class:`PlanRequest` (frozen) is built by :meth:`PlanRequest.build` from the raw arguments: the cap
+parsed (``Kp`` refused: it is relative to one partition's 1F1B), the counts and names checked, the
+units checked and lowered once (``schedc.partition.Units``), the placements that can be filled
+listed, and a unit that alone exceeds the cap refused with the least cap it fits. Cost: linear in
+the units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Union
+
+from schedc.costs import MemoryLimit, Profile, format_bytes
+from schedc.errors import SchedcError
+from schedc.partition import PLACEMENTS, Units, check_units, n_stages_for
+from schedc.tolerances import REL, TIE
+
+
+PLAN_PLACEMENTS = PLACEMENTS + ("auto",)
+
+
+def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
+    """A byte size or none; ``Kp`` is relative to one partition's 1F1B and means nothing here."""
+    limit = memory if isinstance(memory, MemoryLimit) else MemoryLimit.parse(memory)
+    if limit.kind == "relative":
+        raise SchedcError(f"--memory {limit}: Kp is relative to 1F1B on a fixed partition, and plan moves the "
+                          "partition; give the GPU's memory in bytes, e.g. --memory 80GiB")
+    return limit
+
+
+def _check_arguments(ranks: int, microbatches: int, placement: str, objective: str, time_limit: float) -> None:
+    for ok, message in ((ranks >= 1, f"--ranks must be >= 1, got {ranks}"),
+                        (microbatches >= 1, f"--mb must be >= 1, got {microbatches}"),
+                        (placement in PLAN_PLACEMENTS,
+                         f"--placement must be one of {', '.join(PLAN_PLACEMENTS)}, got {placement!r}"),
+                        (objective in ("makespan", "span"), f"--objective must be makespan or span, got {objective!r}")):
+        if not ok:
+            raise SchedcError(message)
+    if not time_limit or not 0 < time_limit < math.inf:
+        raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {time_limit}")
+
+
+def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
+    wanted = list(PLACEMENTS) if placement == "auto" else [placement]
+    ok = [pl for pl in wanted if n_stages_for(pl, ranks) <= n_units]
+    if not ok:
+        pl = wanted[0]
+        raise SchedcError(f"{source}: {n_units} units cannot fill {n_stages_for(pl, ranks)} stages ({pl} on {ranks} "
+                          f"ranks); every stage needs at least one unit: use fewer ranks or split the model finer")
+    return ok
+
+
+def _check_units_fit(profile: Profile, units: Units, cap: float, limit: MemoryLimit, source: str) -> None:
+    """A unit that alone (static bytes + one microbatch) exceeds the cap: no partition can fit."""
+    for k, unit in enumerate(profile.stages):
+        need = unit.static_bytes + unit.activation_bytes
+        if need > cap * (1 + TIE):
+            names = ", ".join(unit.modules) if unit.modules else "no module names"
+            raise SchedcError(f"{source}: unit {k} ({names}) alone needs {format_bytes(need)} (static "
+                              f"{format_bytes(unit.static_bytes)} + one microbatch {format_bytes(unit.activation_bytes)}) "
+                              f"but --memory is {limit}; the smallest cap it fits is --memory {_round_up_bytes(need)}")
+
+
+def _round_up_bytes(n: float) -> str:
+    """A byte size a user can type back that is >= n: GiB with two decimals, rounded up."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{math.ceil(n / size * 100 - REL) / 100:.2f}{unit}"
+    return f"{math.ceil(n)}B"
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """One plan's inputs, checked: the per-unit profile and its lowering (``units``), ranks,
+    microbatches, the cap (``limit``; ``cap`` in bytes, inf with none), the placements that can be
+    filled, the objective and the time limit; ``notes`` collects what the checks and the steps
+    note for the report."""
+
+    profile: Profile
+    units: Units
+    ranks: int
+    microbatches: int
+    limit: MemoryLimit
+    cap: float
+    placements: list[str]
+    objective: str
+    time_limit: float
+    notes: list[str]
+
+    @classmethod
+    def build(cls, *, profile: Profile, ranks: int, microbatches: int, memory: Union[str, MemoryLimit],
+              placement: str, objective: str, time_limit: float, source: str) -> "PlanRequest":
+        """The request, or a SchedcError naming the first bad input (the cap, then the counts and
+        names, then the units) and what works; `source` names the profile in the errors."""
+        limit = parse_cap(memory)
+        cap = math.inf if limit.kind == "none" else limit.value
+        _check_arguments(ranks, microbatches, placement, objective, time_limit)
+        notes = check_units(profile, source)
+        units = Units.of(profile)
+        placements = _placements(placement, ranks, profile.n_stages, source)
+        _check_units_fit(profile, units, cap, limit, source)
+        return cls(profile=profile, units=units, ranks=ranks, microbatches=microbatches, limit=limit, cap=cap,
+                   placements=placements, objective=objective, time_limit=time_limit, notes=notes)

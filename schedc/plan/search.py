@@ -1,0 +1,142 @@
+"""Steps 1 and 2 of the plan: the bound over partitions and the search for candidates.
+
+Problem: find, per placement, the partitions worth compiling among the compositions of the units
+into stages. Method: step 1 takes the smallest cap any partition fits and the bound over
+partitions from schedc.partition's dynamic program; step 2 scores partitions best-first by their
+own lower bound (``own_bound``) from the dynamic program's partition and the comparison splits,
+moving one unit from one stage to another, and screens the best by their best hand-made schedule
+that fits. Cost: one ``own_bound`` per partition scored (at most ``SEARCH_EVALUATIONS``, within
+``SEARCH_SHARE`` of the time), one simulation per hand-made schedule screened.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from schedc.costs import format_bytes
+from schedc.errors import SchedcError
+from schedc.partition import even_counts, min_cap, n_stages_for, partition_bound, torchtitan_default_counts
+from schedc.plan.clock import _now, stop_requested
+from schedc.plan.handmade import _balanced, _hand_made_shapes, best_hand_made
+from schedc.plan.problem import _fits, _tight_problem, own_bound, problem_for
+from schedc.plan.request import _round_up_bytes
+from schedc.tolerances import TIE
+
+
+SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
+SEARCH_EVALUATIONS = 1000  # partitions scored by their lower bound, at most, per placement
+SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
+SEARCH_END = 0.4  # of the time limit: the search over partitions never runs past it
+
+
+def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective, placements, notes, say, t0):
+    """Step 1, per placement: the smallest cap any partition fits (a placement none fits is noted,
+    or the error when none fits at all) and the bound over partitions. Returns ([(placement,
+    PartitionBound)], {placement: bound})."""
+    searches, bounds = [], {}
+    for pl in placements:
+        need, _ = min_cap(units, pl, ranks)
+        if need > cap * (1 + TIE):
+            if len(placements) == 1 or pl == placements[-1] and not searches:
+                caps = {p: min_cap(units, p, ranks)[0] for p in placements}
+                best = min(caps, key=caps.get)
+                raise SchedcError(f"--memory {limit}: no partition of the {profile.n_stages} units onto {ranks} ranks "
+                                  f"({' or '.join(placements)}) fits; the smallest cap that does is "
+                                  f"--memory {_round_up_bytes(caps[best])} ({best})")
+            notes.append(f"placement {pl}: no partition fits under {limit} (needs {format_bytes(need)})")
+            continue
+        pb = partition_bound(profile, ranks, microbatches, cap, pl, objective)
+        bounds[pl] = pb.value
+        say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
+            f"{pb.counts}")
+        searches.append((pl, pb))
+    if not searches:
+        raise SchedcError(f"--memory {limit}: no placement fits")
+    return searches, bounds
+
+
+def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap, objective, seconds, say, t0,
+                         hard=math.inf, memo=None):
+    """Step 2 for one placement: the partitions best by their own lower bound and the comparison
+    splits, each screened by its best hand-made schedule that fits (an upper bound, milliseconds to
+    simulate). Returns (pool of (lower bound, hand-made step, counts), [the balanced split's entry])."""
+    S = n_stages_for(pl, ranks)
+    splits = [pb.counts, _balanced(units, pl, ranks, cap), torchtitan_default_counts(profile.n_stages, S),
+              even_counts(profile.n_stages, S)]
+    # under a tight cap the own bound ranks partitions poorly (step 4's block relaxation ranks them),
+    # and a search that follows it far from the dynamic program's partition finds partitions that
+    # compile worse (docs/design.md, "The plan", step 2)
+    tight = bool(pb.counts) and _tight_problem(problem_for(profile, pb.counts, pl, ranks, microbatches, limit, objective))
+    scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
+                         [s for s in splits if s], _now() + seconds, far=not tight, hard=hard)
+    by_lb = sorted(scores, key=scores.get)[:SCREEN]
+    shapes = None
+    pool = []
+    kept = {tuple(s) for s in splits if s and tuple(s) in scores}
+    for counts in dict.fromkeys(by_lb + [tuple(s) for s in splits if s and tuple(s) in scores]):
+        if counts not in kept and _now() >= hard:
+            continue  # the comparison splits are screened; the rest only while the search may run
+        problem = problem_for(profile, counts, pl, ranks, microbatches, limit, objective)
+        shapes = shapes if shapes is not None else _hand_made_shapes(problem)
+        found = best_hand_made(problem, shapes)
+        if memo is not None:
+            memo[(pl, tuple(counts))] = found
+        ub = found[1]
+        pool.append((scores[counts], math.inf if ub is None else ub, counts))
+    # the compute-balanced split is always compiled: where the bounds are loose (tight memory, V)
+    # neither the bound nor the hand-made step ranks partitions well, and a plan must not lose to
+    # compiling the obvious split
+    forced = [c for c in pool if list(c[2]) == list(splits[1] or [])][:1]
+    say(f"[{_now() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
+        f"{len(pool)} by hand-made schedules")
+    return pool, forced
+
+
+def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline,
+                far: bool = True, hard: float = math.inf) -> dict:
+    """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
+    of the best-scored partition first: one unit moved from one stage to another, the stages
+    between keeping their counts (every boundary between them moves by one), nearest first; with
+    `far` False only to the next stage (one boundary moved).
+
+    Why not only adjacent boundaries: the bound is a maximum over ranks, and in a V a layer moved
+    from the middle of the pipeline to rank 0 crosses ranks whose terms would rise on the way, so
+    a search by single boundary moves stops short (docs/design.md, "The plan", step 2). Cost: S (S - 1) partitions scored per expansion (2 (S - 1)
+    without `far`), one ``own_bound`` each, until `deadline` or SEARCH_EVALUATIONS; never past
+    `hard` (the plan's own time limit would not hold otherwise)."""
+    scores: dict[tuple[int, ...], float] = {}
+    heap: list[tuple[float, tuple[int, ...]]] = []
+
+    def score(counts: tuple[int, ...]) -> None:
+        if counts in scores or min(counts) < 1 or not _fits(units, counts, placement, ranks, cap):
+            return
+        scores[counts] = own_bound(problem_for(profile, counts, placement, ranks, microbatches, limit, objective))
+        heapq.heappush(heap, (scores[counts], counts))
+
+    for s in starts:
+        score(tuple(s))
+    expanded = set()
+    S = len(starts[0]) if starts else 0
+    moves = sorted(((a, b) for a in range(S) for b in range(S) if a != b and (far or abs(a - b) == 1)),
+                   key=lambda ab: abs(ab[0] - ab[1]))
+    least = min(SEARCH_EVALUATIONS, 6 * S)  # at least this many (the nearest moves first), however busy the machine
+
+    def finished() -> bool:  # SEARCH_EVALUATIONS scored, or past the deadline with at least `least`
+        now = _now()
+        return len(scores) >= SEARCH_EVALUATIONS or (now >= deadline and len(scores) >= least) or now >= hard \
+            or stop_requested()
+
+    while heap and not finished():
+        _, counts = heapq.heappop(heap)
+        if counts in expanded:
+            continue
+        expanded.add(counts)
+        for a, b in moves:
+            if finished():  # one expansion scores S (S - 1) partitions: 992 for a V of 16 ranks
+                break
+            c = list(counts)
+            c[a] -= 1
+            c[b] += 1
+            score(tuple(c))
+    return scores
