@@ -32,7 +32,7 @@ import time
 from schedc.costs import Profile, StageCost
 from schedc.library import transformer_profile
 from schedc.partition import Units, balanced, even_counts, n_stages_for, torchtitan_default_counts
-from schedc.plan import _problem, best_hand_made, parse_cap, plan
+from schedc.plan import best_hand_made, parse_cap, plan, problem_for
 
 # public decoder shapes; transformer_profile's MLP is GPT-style (2hf parameters) with f = ffn
 MODELS = {
@@ -76,12 +76,12 @@ def row(model: str, ranks: int, placement: str, mb: int, memory: str, time_limit
         if counts is None:
             continue
         try:
-            out[name] = best_hand_made(_problem(units, counts, placement, ranks, mb, limit, "makespan"))[1]
+            out[name] = best_hand_made(problem_for(units, counts, placement, ranks, mb, limit, "makespan"))[1]
         except Exception:  # a rank that cannot hold one microbatch: nothing fits
             out[name] = None
     out["compile_balanced"] = None
     if splits["balanced"] is not None:
-        res = compile_problem(_problem(units, splits["balanced"], placement, ranks, mb, limit, "makespan"),
+        res = compile_problem(problem_for(units, splits["balanced"], placement, ranks, mb, limit, "makespan"),
                               time_limit=time_limit)
         out["compile_balanced"] = res.value
     t0 = time.monotonic()
