@@ -211,6 +211,29 @@ def test_among_equal_bounds_the_partition_to_compile_is_bounded_in_full_with_the
     assert min(heap, key=plan_module._setter_key) == (1.0, own, (1, 2, 3))
 
 
+def test_the_request_checks_the_inputs_once_before_any_search():
+    # schedc.plan.request: the cap in bytes, the placements a profile can fill (auto drops the V
+    # where every stage would not get a unit), the units lowered once; frozen, and each bad input
+    # refused with what works
+    import dataclasses
+
+    from schedc.plan import PlanRequest
+
+    units = tiny_units(n_layers=3)  # 5 units
+    common = {"profile": units, "microbatches": 4, "objective": "makespan", "time_limit": 5.0, "source": "u.json"}
+    req = PlanRequest.build(ranks=3, memory="20GiB", placement="auto", **common)
+    assert req.cap == 20 * GiB and req.placements == ["loop"] and req.units.n == units.n_stages
+    assert PlanRequest.build(ranks=2, memory="none", placement="auto", **common).placements == ["loop", "v"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        req.ranks = 4
+    with pytest.raises(SchedcError, match="Kp is relative to 1F1B"):
+        PlanRequest.build(ranks=2, memory="1.5p", placement="auto", **common)
+    with pytest.raises(SchedcError, match=r"u.json: 5 units cannot fill 6 stages \(v on 3 ranks\)"):
+        PlanRequest.build(ranks=3, memory="20GiB", placement="v", **common)
+    with pytest.raises(SchedcError, match=r"u.json: unit 4 \(norm, lm_head\) alone needs .* --memory 4.00GiB"):
+        PlanRequest.build(ranks=2, memory="3GiB", placement="loop", **common)
+
+
 def test_plan_finds_the_best_partition_of_a_tiny_model():
     units = tiny_units(n_layers=3, head=2.5)
     res = plan(profile=units, ranks=2, microbatches=3, memory="none", placement="loop", time_limit=10)

@@ -60,8 +60,6 @@ from schedc.plan.report import build_plan_report, framework_settings, nemo_yaml,
 from schedc.plan.request import PLAN_PLACEMENTS, PlanRequest, parse_cap
 from schedc.plan.result import Comparison, PlanResult
 
-_problem = problem_for  # the name before the package, for code written against it
-
 __all__ = [
     "plan", "plan_ac", "PlanResult", "PlanRequest", "Comparison", "LeastMemory", "PlanLimiter", "ACChoice",
     "build_plan_report", "framework_settings", "nemo_yaml", "plan_status", "plan_assumes", "parse_cap",
