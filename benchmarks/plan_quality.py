@@ -15,7 +15,7 @@ Costs are arithmetic (schedc.library.transformer_profile, one layer per stage, s
 units: embedding, each layer, final norm + LM head + loss), times on an H100 at 400 TFLOP/s
 effective. Wall times on a shared 2-core machine are noisy; the step times are the simulator's.
 
-    python benchmarks/plan_quality.py --time-limit 20   # the README table (about 20 minutes here)
+    python benchmarks/plan_quality.py --time-limit 20   # the table in docs/results.md (about 20 minutes here)
     python benchmarks/plan_quality.py --quick           # 4 rows, 4 ranks, short limits (a smoke run)
     python benchmarks/plan_quality.py --time-limit 20 --match "| v |" --match 40GiB   # some rows
 
