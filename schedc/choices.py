@@ -42,7 +42,8 @@ Execution = Literal["torch", "ideal"]
 Solver = Literal["auto", "highs", "cbc", "cpsat"]
 """``auto``: CP-SAT for part of the time when OR-Tools is installed, then the integer program
 (HiGHS, else CBC). ``highs`` / ``cbc``: the integer program alone with that MIP solver.
-``cpsat``: OR-Tools' CP-SAT alone."""
+``cpsat``: OR-Tools' CP-SAT alone. The names of schedc.solver.compile.SOLVERS, which checks
+this list when it is imported; the CLI's ``--solver`` offers them (``auto`` is its default)."""
 
 Budget = Literal["time", "work"]
 """What a time limit counts. ``time``: wall-clock seconds (the default; results can move with the

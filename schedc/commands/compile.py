@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from typing import get_args
 
 from schedc import limits
+from schedc.choices import Solver
 from schedc.commands import common
 from schedc.costs import format_duration, format_memory
 from schedc.errors import SchedcError
@@ -34,7 +36,7 @@ def register(sub) -> None:
                         "schedule, value and bound on any machine however loaded (a wall-clock cap of 10x the limit "
                         "+ 60 s stays as a safety net); --deterministic is --budget work")
     p.add_argument("--deterministic", dest="budget", action="store_const", const="work", help="same as --budget work")
-    p.add_argument("--solver", choices=["highs", "cbc", "cpsat"],
+    p.add_argument("--solver", choices=[s for s in get_args(Solver) if s != "auto"],
                    help="one engine only: the integer program with HiGHS or CBC, or OR-Tools' CP-SAT (default: "
                         "CP-SAT for 40%% of the time when installed, then the integer program with HiGHS, else CBC, and "
                         "on instances too large for it, CP-SAT windows)")

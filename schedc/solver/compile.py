@@ -8,7 +8,12 @@ when the bound proves it.
 Method: the problem is lowered once into its graph (schedc.solver.graph), which every phase
 reads; the engines below are called in turn through one protocol (schedc.solver.engine:
 ``run(graph, incumbent, deadline)`` -> schedule, bound, status), and this module only decides
-what to keep.
+what to keep. Steps 3b-6 are the rows of ``PHASES`` (a :class:`Phase`: how it runs, its share of
+the time left, when it runs, whether its bound certifies, how its answer becomes the incumbent);
+every answer enters through ``_Compilation.take`` and every bound through
+``_Compilation.raise_bound``. The ``solver=`` values are the rows of ``SOLVERS``. A new engine is
+its module, a row of PHASES and, for a new ``solver=`` value, a row of SOLVERS (and its name in
+schedc.choices.Solver, which type checkers read).
 1. Feasibility: a cap that cannot hold one microbatch per stage fails with the smallest limit
    that works (schedc.solver.heuristic.check_memory_feasible).
 2. Warm start: the best of the heuristic, the zero-bubble authors' round greedy (zb-rounds,
@@ -75,10 +80,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union, get_args
 
 from schedc._version import __version__
-from schedc.choices import Status
+from schedc.choices import Solver, Status
 from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.diagnose import limiter, same_hand_made
 from schedc.errors import SchedcError
@@ -87,7 +92,7 @@ from schedc.simulate import SimResult
 from schedc.solver import heuristic, interrupt, model, periodic
 from schedc.solver.deadline import (BUDGETS, Deadline, check_size, check_time_limit, counting_work, n_actions, now,
                                     seconds_per_action, work_clock)
-from schedc.solver.engine import Incumbent, close, materialize
+from schedc.solver.engine import Incumbent, Result, close, materialize
 from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule
 from schedc.solver.problem import Problem
 from schedc.solver.warm import matching_baselines, warm_start
@@ -226,30 +231,48 @@ def _compile(problem, time_limit, solver, progress, seed, warm) -> CompileResult
     c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
     if c.inst is None:
         return c.result(time_limit)
-    tight = use_cpsat and periodic.worth_trying(graph)  # the gate of steps 3b and 3c
-    if tight and c.unfinished(0.5):
-        c.try_periodic(PERIODIC_SHARE)
-    if tight and c.unfinished(0.5):
-        c.raise_bound_tight(TIGHT_BOUND_SHARE)
-    if use_cpsat and c.unfinished(0.5):
-        c.polish_with_cpsat(CPSAT_SHARE if mip else 1.0)
-    if mip and c.inc_orders is not None and c.unfinished(0.2) and not c.too_large_for_full_model:
-        c.solve_full_model()
-    if c.inc_orders is not None and c.unfinished(0.5):
-        c.search_windows()
+    c.tight = use_cpsat and periodic.worth_trying(graph)  # the gate of steps 3b and 3c, taken once
+    for phase in PHASES:
+        if phase.when(c) and c.unfinished(phase.margin) and phase.size_ok(c):
+            phase.run(c, phase)
     return c.result(time_limit)
 
 
+@dataclass(frozen=True)
+class SolverChoice:
+    """What one ``solver=`` value runs: the integer program (with the MIP solver of that name, or
+    HiGHS else CBC for ``auto``) and CP-SAT (always, never, or when OR-Tools is installed)."""
+
+    mip: bool
+    cpsat: Optional[bool]  # None: when installed
+
+
+# the solver= values (choices.Solver, the CLI's --solver): a new engine family is a row here and a
+# row of PHASES below
+SOLVERS: dict[str, SolverChoice] = {
+    "auto": SolverChoice(mip=True, cpsat=None),
+    "highs": SolverChoice(mip=True, cpsat=False),
+    "cbc": SolverChoice(mip=True, cpsat=False),
+    "cpsat": SolverChoice(mip=False, cpsat=True),
+}
+if tuple(SOLVERS) != get_args(Solver):  # the Literal is what type checkers see of this table
+    raise ImportError(f"schedc.choices.Solver {get_args(Solver)} must list SOLVERS {tuple(SOLVERS)}")
+
+
 def _engines(solver: Optional[str]) -> tuple[Optional[str], bool]:
-    """(MIP solver name or None, whether CP-SAT runs) for the `solver` argument."""
-    if solver == "cpsat":
+    """(MIP solver name or None, whether CP-SAT runs) for the `solver` argument (None: auto)."""
+    name = "auto" if solver is None else solver
+    choice = SOLVERS.get(name)
+    if choice is None:
+        model.available_solver(solver)  # its one-line error for a name that is not a MIP solver
+        raise SchedcError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}")
+    if choice.cpsat is True:
         from schedc.solver.cpsat import import_cp_model
 
         import_cp_model()  # a one-line error when OR-Tools is missing or broken
-        return None, True
-    mip = model.available_solver(solver)
-    if solver is not None:
-        return mip, False
+    mip = model.available_solver(None if name == "auto" else name) if choice.mip else None
+    if choice.cpsat is not None:
+        return mip, choice.cpsat
     from schedc.solver.cpsat import cpsat_available
 
     return mip, cpsat_available()
@@ -280,6 +303,7 @@ class _Compilation:
     bound_source: str = "combinatorial"
     solver_answered: bool = False
     log: list[dict] = field(default_factory=list)
+    tight: bool = False  # the cap leaves some rank room for under two microbatches (periodic.worth_trying)
 
     @classmethod
     def begin(cls, graph, warm, mip, use_cpsat, seed, t0, deadline, progress, lb=None) -> "_Compilation":
@@ -343,30 +367,61 @@ class _Compilation:
         if sim is not None and sim.fits and sim.objective(self.problem.objective) < best - TIE * max(1.0, best):
             self.best_sched, self.best_sim = sched, sim
 
-    def adopt(self, sched: Schedule, sim: SimResult, orders: list[list[int]]) -> None:
-        """A solver's answer (it fits): kept when it beats the best; its orders, kinds in
-        microbatch order, become the model's incumbent when they beat it (and the best too)."""
-        self.solver_answered = True
-        self.consider(sched, sim)
-        in_order, in_order_sim = materialize(self.inst, orders, self.problem)
-        obj = self.problem.objective
-        if in_order_sim is not None and in_order_sim.fits and \
-                (self.inc_orders is None or in_order_sim.objective(obj) < self.inc_sim.objective(obj)):
-            self.inc_orders, self.inc_sched, self.inc_sim = orders, in_order, in_order_sim
-            self.consider(in_order, in_order_sim)
+    def take(self, out: Result, phase: "Phase", surrogate: bool = False) -> None:
+        """The one rule by which an engine's answer enters the compile. A fitting answer is kept
+        when it beats the best so far, and becomes the model's incumbent as its phase says: an
+        engine that starts from the best schedule (``IN_ORDER``) hands over its orders, kinds in
+        microbatch order, which replace the incumbent when strictly faster; an engine that searches
+        from the incumbent's own orders (``NO_WORSE``) replaces it when no slower. A certifying
+        phase's bound enters through :meth:`raise_bound`, except from a round on a `surrogate`
+        objective (makespan rounds of a span compile)."""
+        sim = out.sim
+        fits = sim is not None and sim.fits
+        # a solver answered: for IN_ORDER phases only a fitting answer counts
+        self.solver_answered = self.solver_answered or (fits if phase.incumbent == IN_ORDER else out.answered)
+        if fits:
+            self.consider(out.schedule, sim)
+            obj = self.problem.objective
+            if phase.incumbent == IN_ORDER:
+                orders = out.orders if out.orders is not None else \
+                    canonical_orders(self.inst, orders_from_schedule(self.inst, out.schedule))
+                in_order, in_order_sim = materialize(self.inst, orders, self.problem)
+                if in_order_sim is not None and in_order_sim.fits and \
+                        (self.inc_orders is None or in_order_sim.objective(obj) < self.inc_sim.objective(obj)):
+                    self.inc_orders, self.inc_sched, self.inc_sim = orders, in_order, in_order_sim
+                    self.consider(in_order, in_order_sim)
+            elif out.orders is not None:
+                inc_val = self.inc_sim.objective(obj)
+                if sim.objective(obj) <= inc_val + TIE * max(1.0, inc_val):
+                    self.inc_orders, self.inc_sched, self.inc_sim = out.orders, out.schedule, sim
+        if phase.certifies and not surrogate:
+            self.raise_bound(out.bound, out.bound_source)
+
+    def raise_bound(self, value: Optional[float], source: str, key: str = "") -> bool:
+        """The one rule for bounds: `value`, valid for every schedule and found by `source`, replaces
+        the bound where it is higher; None or 0 is no bound. A relaxation's value is also kept in
+        the details under `key` (whether or not it wins). Returns whether `value` was a bound."""
+        if value is None or value <= 0.0:
+            return False
+        if key:
+            self.lb_details = dict(self.lb_details, **{key: value})
+        if value > self.bound:
+            self.bound, self.bound_source = value, source
+            if key:
+                self.lb_details["lower_bound"] = max(self.lb_details.get("lower_bound", 0.0), value)
+        return True
 
     def incumbent(self) -> Incumbent:
         """The model's incumbent, as engines take it."""
         return Incumbent(self.inc_sched, self.inc_sim, "incumbent", self.inc_orders)
 
-    def solve_full_model(self) -> None:
+    def solve_full_model(self, phase: "Phase") -> None:
         """Most of the time to the full model (the only one that can prove); the rest is left
         to windows around its best answer. For span it is the late-start model (each rank's
         start a variable), a relaxation of every schedule, so its dual bound certifies both
         objectives."""
         obj = self.problem.objective
-        inc_val = self.inc_sim.objective(obj)
-        remaining = FULL_MODEL_SHARE * (self.deadline - now())
+        remaining = phase.share(self) * (self.deadline - now())
 
         def on_progress(primal, dual):
             p = min(self.best_val, primal) if primal is not None and math.isfinite(primal) else self.best_val
@@ -376,19 +431,11 @@ class _Compilation:
 
         engine = model.MipEngine(self.mip, lower_bound=self.lb, progress=on_progress, late_start=obj == "span",
                                  seed=self.seed)
-        out = engine.run(self.inst, self.incumbent(), Deadline.after(remaining))
-        if out.answered:
-            self.solver_answered = True
-            sim = out.sim
-            if sim is not None and sim.fits and sim.objective(obj) <= inc_val + TIE * max(1.0, inc_val):
-                self.inc_orders, self.inc_sched, self.inc_sim = out.orders, out.schedule, sim
-                self.consider(out.schedule, sim)
-        if out.bound is not None and out.bound > self.bound:
-            self.bound, self.bound_source = out.bound, out.bound_source
+        self.take(engine.run(self.inst, self.incumbent(), Deadline.after(remaining)), phase)
         self.emit("full model done", self.best_val, self.bound)
 
-    def polish_with_cpsat(self, share: float) -> None:
-        """CP-SAT (schedc.solver.cpsat) for `share` of the time left, hinted with the best schedule
+    def polish_with_cpsat(self, phase: "Phase") -> None:
+        """CP-SAT (schedc.solver.cpsat) for its share of the time left, hinted with the best schedule
         so far. It reasons on orders and intervals without pairwise binaries and finds, on slow
         links, orders the integer program misses; its converted bound is a certificate too, and
         the higher bound wins. Its answer becomes the integer program's incumbent.
@@ -396,90 +443,70 @@ class _Compilation:
         For span, half of that time first goes to the makespan model: CP-SAT's span model (free
         first starts, a far horizon) propagates weakly and rarely leaves its hint, while a
         makespan optimum is a good span schedule (span <= makespan) and a better hint."""
-        seconds = share * (self.deadline - now())
+        seconds = phase.share(self) * (self.deadline - now())
         end = now() + seconds
         if not Deadline(end).allows(self.inst.n, CPSAT_PASSES):
             return  # the whole model would not even be built in its share: windows instead
         # too large for the full integer program: windows come next and do better there than a
-        # whole model that has stopped improving (16x48, comm 0.25F, 1.25p: 168 after 46 s)
+        # whole model that has stopped improving
         large = self.too_large_for_full_model
         if self.problem.objective == "span":
-            self._cpsat_round("makespan", seconds / 2, certifies=False, large=large)
+            self._cpsat_round(phase, "makespan", seconds / 2, large=large)
         if self.unfinished(0.2):
-            self._cpsat_round(self.problem.objective, max(0.1, end - now()), certifies=True, large=large)
+            self._cpsat_round(phase, self.problem.objective, max(0.1, end - now()), large=large)
         self.emit("cp-sat done", self.best_val, self.bound)
 
-    def _cpsat_round(self, objective: str, seconds: float, certifies: bool, large: bool) -> None:
+    def _cpsat_round(self, phase: "Phase", objective: str, seconds: float, large: bool) -> None:
         from schedc.solver import cpsat
 
         stale = max(CPSAT_STALE_MIN, CPSAT_STALE_SHARE * seconds) if large else None
         engine = cpsat.CpsatEngine(workers=cpsat.WORKERS, seed=self.seed, stale_seconds=stale, objective=objective)
         out = engine.run(self.inst, Incumbent(self.best_sched, self.best_sim, "best so far"), Deadline.after(seconds))
-        if out.sim is not None and out.sim.fits:
-            self.adopt(out.schedule, out.sim, out.orders)
-        if certifies and out.bound is not None and out.bound > self.bound:
-            self.bound, self.bound_source = out.bound, out.bound_source
+        self.take(out, phase, surrogate=objective != self.problem.objective)
 
-    def raise_bound_tight(self, share: float) -> None:
+    def raise_bound_tight(self, phase: "Phase") -> None:
         """Under a tight cap the ranks' memory together bounds the step well above what each rank
-        alone shows: the anchored relaxation (schedc.solver.anchored; 4 ranks in a V at 40 GiB:
-        3132.6 ms against 2682.4) for half of `share` of the time left, then the block relaxation
-        (schedc.solver.blocks) until its end. Kept in the details as ``anchored_relaxation`` and
-        ``block_relaxation``."""
+        alone shows: the anchored relaxation (schedc.solver.anchored) for half of the phase's share
+        of the time left, then the block relaxation (schedc.solver.blocks) until its end. Kept in
+        the details as ``anchored_relaxation`` and ``block_relaxation``."""
         from schedc.solver.anchored import anchored_bound
         from schedc.solver.blocks import SIZES, block_bound
 
-        end = now() + share * (self.deadline - now())
-        self.raise_bound("anchored_relaxation", "anchored relaxation",
-                         anchored_bound(self.graph, Deadline((now() + end) / 2)))
-        self.raise_bound("block_relaxation", "block relaxation", block_bound(self.graph, Deadline(end), SIZES))
+        end = now() + phase.share(self) * (self.deadline - now())
+        if self.raise_bound(anchored_bound(self.graph, Deadline((now() + end) / 2)), "anchored relaxation",
+                            "anchored_relaxation"):
+            self.emit("anchored relaxation", self.best_val, self.bound)
+        if self.raise_bound(block_bound(self.graph, Deadline(end), SIZES), "block relaxation", "block_relaxation"):
+            self.emit("block relaxation", self.best_val, self.bound)
 
-    def raise_bound(self, key: str, source: str, value: float) -> None:
-        """Adopt `value`, a bound from `source`, where it is above the current one; 0 is no bound."""
-        if value <= 0.0:
-            return
-        self.lb_details = dict(self.lb_details, **{key: value})
-        if value > self.bound:
-            self.bound, self.bound_source = value, source
-            self.lb_details["lower_bound"] = max(self.lb_details.get("lower_bound", 0.0), value)
-        self.emit(source, self.best_val, self.bound)
-
-    def try_periodic(self, share: float) -> None:
-        """Periodic schedules (schedc.solver.periodic) for `share` of the time left: under a tight
-        cap the steady state decides the step and a repeated timetable finds it where the
-        engines that decide action by action do not. A better answer becomes the incumbent that
-        CP-SAT polishes and windows search around."""
+    def try_periodic(self, phase: "Phase") -> None:
+        """Periodic schedules (schedc.solver.periodic) for the phase's share of the time left (at
+        least PERIODIC_MIN_SECONDS where the time allows): under a tight cap the steady state
+        decides the step and a repeated timetable finds it where the engines that decide action by
+        action do not. A better answer becomes the incumbent that CP-SAT polishes and windows
+        search around."""
         left = self.deadline - now()
-        seconds = max(share * left, min(PERIODIC_MIN_SECONDS, 0.6 * left))
-        out = periodic.PeriodicEngine(seed=self.seed).run(self.graph, None, Deadline.after(seconds))
-        if out.answered:
-            orders = canonical_orders(self.inst, orders_from_schedule(self.inst, out.schedule))
-            self.adopt(out.schedule, out.sim, orders)
+        seconds = max(phase.share(self) * left, min(PERIODIC_MIN_SECONDS, 0.6 * left))
+        self.take(periodic.PeriodicEngine(seed=self.seed).run(self.graph, None, Deadline.after(seconds)), phase)
         self.emit("periodic", self.best_val, self.bound)
 
-    def search_windows(self) -> None:
-        """Windows over the model's incumbent (schedc.solver.windows): with CP-SAT when it runs
-        (it solves windows several times wider than the integer program can), else with the MIP
-        solver. For span, as in polish_with_cpsat, half of that time first goes to makespan
-        windows (span <= makespan)."""
+    def search_windows(self, phase: "Phase") -> None:
+        """Windows over the model's incumbent (schedc.solver.windows) until the deadline: with
+        CP-SAT when it runs (it solves windows several times wider than the integer program can),
+        else with the MIP solver. For span, as in polish_with_cpsat, half of that time first goes
+        to makespan windows (span <= makespan)."""
         engine = "cpsat" if self.use_cpsat else self.mip
         if self.problem.objective == "span":
             half = now() + (self.deadline - now()) / 2
-            self._windows("makespan", engine, half)
+            self._windows(phase, "makespan", engine, half)
         if self.unfinished(0.5):
-            self._windows(self.problem.objective, engine, self.deadline)
+            self._windows(phase, self.problem.objective, engine, self.deadline)
 
-    def _windows(self, objective: str, engine: str, deadline: float) -> None:
+    def _windows(self, phase: "Phase", objective: str, engine: str, deadline: float) -> None:
         search = WindowSearch(engine, self.lb, lambda b, what: self.emit(what, min(b, self.best_val), self.bound),
                               self.seed, objective)
-        out = search.run(self.inst, self.incumbent(), Deadline(deadline))
-        if out.orders is None:
-            return  # no incumbent orders, or windows the integer program cannot take at this size
-        self.solver_answered = self.solver_answered or out.answered
-        obj = self.problem.objective
-        if out.sim.objective(obj) <= self.inc_sim.objective(obj) + TIE * max(1.0, self.inc_sim.objective(obj)):
-            self.inc_orders, self.inc_sched, self.inc_sim = out.orders, out.schedule, out.sim
-        self.consider(out.schedule, out.sim)
+        self.take(search.run(self.inst, self.incumbent(), Deadline(deadline)), phase,
+                  surrogate=objective != self.problem.objective)
 
     def result(self, time_limit: float) -> CompileResult:
         """Status (``optimal`` only when the bound is met), baselines and the report."""
@@ -503,6 +530,42 @@ class _Compilation:
         self.graph.release()
         self.emit("done", best_val, bound)
         return result
+
+
+IN_ORDER, NO_WORSE = "in order", "no worse"  # how a phase's answer becomes the incumbent (_Compilation.take)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a compile after the warm start and the combinatorial bounds: a row of PHASES.
+    The driver runs the rows in order; a row runs when `when` holds, the result is not yet proven,
+    more than `margin` seconds are left and `size_ok` holds (a test that may cost a pass over the
+    graph, so it comes last)."""
+
+    name: str
+    run: Callable[["_Compilation", "Phase"], None]  # how it runs: builds its engine, hands answers to take
+    share: Callable[["_Compilation"], float]  # its share of the time left when it starts
+    when: Callable[["_Compilation"], bool]  # whether it runs for this problem and these options
+    certifies: bool  # its bound is valid for every schedule: it may raise the compile's bound
+    incumbent: str = NO_WORSE  # IN_ORDER | NO_WORSE (_Compilation.take)
+    margin: float = 0.5  # seconds: with fewer left it is not started
+    size_ok: Callable[["_Compilation"], bool] = lambda c: True
+
+
+# the phases of a compile, in the order they run (module docstring, steps 3b-6)
+PHASES: tuple[Phase, ...] = (
+    Phase("periodic", _Compilation.try_periodic, lambda c: PERIODIC_SHARE, lambda c: c.tight,
+          certifies=False, incumbent=IN_ORDER),
+    Phase("tight-cap relaxations", _Compilation.raise_bound_tight, lambda c: TIGHT_BOUND_SHARE, lambda c: c.tight,
+          certifies=True),
+    Phase("cp-sat", _Compilation.polish_with_cpsat, lambda c: CPSAT_SHARE if c.mip else 1.0,
+          lambda c: c.use_cpsat, certifies=True, incumbent=IN_ORDER),
+    Phase("integer program", _Compilation.solve_full_model, lambda c: FULL_MODEL_SHARE,
+          lambda c: bool(c.mip) and c.inc_orders is not None, certifies=True, margin=0.2,
+          size_ok=lambda c: not c.too_large_for_full_model),
+    Phase("windows", _Compilation.search_windows, lambda c: 1.0, lambda c: c.inc_orders is not None,
+          certifies=False),
+)
 
 
 def _gap(value: float, bound: float) -> float:
