@@ -23,20 +23,16 @@ schedc.choices.Solver, which type checkers read).
 3b. Periodic schedules (schedc.solver.periodic, when OR-Tools is installed and the cap leaves some
    rank room for fewer than two microbatches of each of its stages): one microbatch's timetable
    repeated every P, 25% of the time (at least 3 s where the time allows). Under such a cap the
-   steady state decides the step (Llama-3-8B-like, 4 ranks in a V at 40 GiB, stages of
-   5,1,6,1,8,3,9,1 units, a 10 s compile: 3430.2 ms without the phase, 3246.6 ms with it;
-   benchmarks/periodic.py).
+   steady state decides the step (benchmarks/periodic.py; docs/design.md).
 3c. Under the same cap, two bounds for 15% of the time left: the anchored relaxation
    (schedc.solver.anchored), every rank's memory at once with each microbatch's windows pinned to
-   its last-stage forward (on the case above 2682.4 ms -> 3132.6 ms), then the block relaxation
-   (schedc.solver.blocks), the whole problem on blocks of 4, 6 and 8 microbatches while the time
-   lasts (stages of 4,1,6,1,8,3,9,2 units: anchored 2926.6 ms, blocks of 6 3024.8, the best
-   schedule known 3068.9).
+   its last-stage forward, then the block relaxation (schedc.solver.blocks), the whole problem on
+   blocks of 4, 6 and 8 microbatches while the time lasts (docs/design.md has what each gives).
 4. CP-SAT polishing (schedc.solver.cpsat, when OR-Tools is installed): 40% of the time, hinted
-   with the warm start; its bound is a certificate too. Measured on slow links
-   (benchmarks/compile_quality.py, group e) it finds in seconds orders that the integer program
-   does not find in a minute; it stops early when it proves its answer, and, on instances too
-   large for step 5, after a quarter of its time without a better solution.
+   with the warm start; its bound is a certificate too. On slow links it finds orders that the
+   integer program misses (benchmarks/compile_quality.py, group e); it stops early when it proves
+   its answer, and, on instances too large for step 5, after a quarter of its time without a
+   better solution.
 5. Integer program (schedc.solver.model): instances whose free order pairs stay under
    ``model.FULL_MODEL_PAIRS`` get the full model for 70% of the time left (its dual bound is a
    certificate: for makespan the model is exact; for span the driver solves the late-start
@@ -46,9 +42,9 @@ schedc.choices.Solver, which type checkers read).
    windows of the integer program, until time runs out or no window size finds anything. For
    span, half of that time goes to makespan windows first, as in step 4. A CP-SAT window stops
    after WINDOW_STALE_SECONDS without a new solution; once windows have improved, the search
-   stays on the part of the timeline where they did until it is exhausted there. Measured at
-   16x48, comm 0.25F, 1.25p (120 s): the integer program's windows left 168 (3.1% above the
-   bound); CP-SAT's reach 163.25-164.5 (0.3-1.1%; CP-SAT's two workers make runs differ).
+   stays on the part of the timeline where they did until it is exhausted there. CP-SAT's
+   windows come closer to the bound than the integer program's (benchmarks/compile_quality.py,
+   group e; CP-SAT's two workers make runs differ).
 7. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
    worse than the warm start nor over the memory caps.
 
@@ -107,13 +103,12 @@ CPSAT_SHARE = 0.4  # of the time, for CP-SAT polishing first (the rest: the inte
 # a V at 40 GiB)
 PERIODIC_SHARE, PERIODIC_MIN_SECONDS = 0.25, 3.0
 # of the time, for the anchored and the block relaxations' bounds under the same cap, half each
-# (4 ranks in a V at 40 GiB, 16 microbatches: 0.4-2 s to the anchored optimum, blocks of 4 in a
-# tenth of a second, of 6 in 0.2-1.5 s; each keeps CP-SAT's proven bound when time runs out)
+# (each keeps CP-SAT's proven bound when time runs out)
 TIGHT_BOUND_SHARE = 0.15
 CPSAT_STALE_SHARE, CPSAT_STALE_MIN = 0.25, 5.0  # on large instances: stop CP-SAT after this long without news
-# passes over the action graph (deadline.SECONDS_PER_ACTION each) that one phase costs, measured
-# at 8x8192 and 128x512 (benchmarks/where_time_goes.py): a phase that cannot finish before the
-# deadline is skipped rather than started
+# passes over the action graph (deadline.SECONDS_PER_ACTION each) that one phase costs
+# (benchmarks/where_time_goes.py measures them): a phase that cannot finish before the deadline is
+# skipped rather than started
 GRAPH_PASSES = 4  # the action graph and the incumbent's re-simulation
 CPSAT_PASSES = 25  # building the whole CP-SAT model
 RELAXATION_PASSES = 3  # heads, tails and the one-rank preemptive schedules (schedc.solver.rank_relaxation)
