@@ -15,8 +15,9 @@ Method: an engine is an object with a ``name`` and ``run(graph, incumbent, deadl
 and it returns a :class:`Result`: a schedule and its simulation (or None), the orders behind it
 in the graph's ids (engines that reason on actions), a lower bound valid for every schedule (or
 None) with where it comes from, and a status: ``optimal`` (the engine proved its answer),
-``feasible`` (an answer), ``none``. The driver (schedc.solver.compile) decides what to keep;
-only simulated values count.
+``feasible`` (an answer), ``none``. The driver (schedc.solver.compile) runs them as the rows of
+its PHASES table and decides what to keep by one rule (``_Compilation.take``); only simulated
+values count.
 
 Engines, one module each: ``heuristic.ListHeuristic``, ``greedy.ZbGreedy``,
 ``paper_greedy.ZbRounds``, ``periodic.PeriodicEngine``, ``cpsat.CpsatEngine``, ``model.MipEngine``,
