@@ -10,6 +10,9 @@ size limits for ``compile`` are tighter and live with the solver.
 
 from __future__ import annotations
 
+# seconds: a shorter --time-limit (compile, plan) cannot even build its problem, so nothing would
+# be searched; it is refused rather than silently overrun
+MIN_TIME_LIMIT = 0.1
 # bytes of one input file (CSV schedule, profile JSON, report JSON)
 MAX_INPUT_BYTES = 32 * 2**20
 # actions (F, I, W, B) in one schedule; validating and simulating one takes seconds per million

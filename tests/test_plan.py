@@ -707,3 +707,8 @@ def test_settings_without_a_config_and_auto_without_a_profile_per_mode_are_refus
     assert "--seq sets the counted route's run: give --config" in _bad(tmp_path, tiny_units(), "--seq", "128")
     assert "--ac auto with --profile needs one profile per mode" in _bad(tmp_path, tiny_units(), "--ac", "auto")
     assert "unknown picture format" in _bad(tmp_path, tiny_units(), "--plot", "plan.gif")
+
+
+def test_a_time_limit_shorter_than_any_plan_is_refused_as_by_compile():
+    with pytest.raises(SchedcError, match=r"--time-limit 1e-09 is shorter than any plan takes"):
+        plan(profile=tiny_units(n_layers=4), ranks=2, microbatches=4, memory="40GiB", time_limit=1e-9)

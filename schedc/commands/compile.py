@@ -15,9 +15,9 @@ from schedc.errors import SchedcError
 from schedc.fileio import write_all
 
 
-# seconds: below this a compile cannot even build its problem (the README's promise: a limit
-# shorter than the least compile takes is refused; schedc.solver.deadline bounds large sizes)
-MIN_TIME_LIMIT = 0.1
+# a limit shorter than the least compile takes is refused (docs/cli.md; schedc.solver.deadline
+# bounds large sizes)
+MIN_TIME_LIMIT = limits.MIN_TIME_LIMIT
 
 
 def register(sub) -> None:

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
+from schedc import limits
 from schedc.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
 from schedc.partition import PLACEMENTS, Units, check_units, n_stages_for
@@ -44,6 +45,9 @@ def _check_arguments(ranks: int, microbatches: int, placement: str, objective: s
             raise SchedcError(message)
     if not time_limit or not 0 < time_limit < math.inf:
         raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {time_limit}")
+    if time_limit < limits.MIN_TIME_LIMIT:
+        raise SchedcError(f"--time-limit {time_limit:g} is shorter than any plan takes; give --time-limit "
+                          f"{limits.MIN_TIME_LIMIT:g} or more (5 for a quick answer)")
 
 
 def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
