@@ -23,6 +23,8 @@ real sizes take a few GB of RAM and a few minutes on one core.
 
     python benchmarks/memory_fidelity.py            # real sizes, seq 128
     python benchmarks/memory_fidelity.py --small    # the fast test's sizes
+    python benchmarks/memory_fidelity.py --mid      # the MoE layouts at a middle width
+    python benchmarks/memory_fidelity.py --models Qwen3-30B-A3B --seq 64 --no-ac   # one model
 """
 
 from __future__ import annotations
@@ -201,6 +203,15 @@ SMALL = {  # the fast test's sizes: same layouts, narrow
     "Qwen3-30B-A3B": ("qwen3_moe", dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
                                         num_attention_heads=8, num_key_value_heads=2, head_dim=32,
                                         vocab_size=512, num_experts=16, num_experts_per_tok=4)),
+}
+
+MID = {  # MoE layouts of the real models (experts, experts per token, q/h, h/f_e) at a middle width
+    "Mixtral-8x7B": ("mixtral", dict(hidden_size=1024, intermediate_size=3584, num_attention_heads=8,
+                                     num_key_value_heads=2, vocab_size=512, num_local_experts=8,
+                                     num_experts_per_tok=2)),
+    "Qwen3-30B-A3B": ("qwen3_moe", dict(hidden_size=512, intermediate_size=1536, moe_intermediate_size=192,
+                                        num_attention_heads=32, num_key_value_heads=4, head_dim=32,
+                                        vocab_size=512, num_experts=128, num_experts_per_tok=8)),
 }
 
 
@@ -384,17 +395,29 @@ def rows(sizes: dict, seq: int, names=None, quiet=False, tt: Optional[dict] = No
     return out
 
 
+def _refuse(message: str) -> int:
+    print(f"memory_fidelity.py: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--small", action="store_true", help="the fast test's narrow sizes")
+    ap.add_argument("--mid", action="store_true", help="the MoE models' layouts at a middle width")
     ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--no-ac", action="store_true", help="leave out the activation-checkpointing rows")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="A saved_tensors_hooks context")
-    sizes, tt = (SMALL, TT_SMALL) if args.small else (HF, TT)
+    if args.small and args.mid:
+        sys.exit(_refuse("--small and --mid: pick one size"))
+    sizes, tt = (SMALL, TT_SMALL) if args.small else ((MID, {}) if args.mid else (HF, TT))
+    unknown = sorted(set(args.models or ()) - set(sizes) - set(tt))
+    if unknown:
+        sys.exit(_refuse(f"--models: no case {', '.join(unknown)} at these sizes; pick from "
+                         f"{', '.join(sorted({*sizes, *tt}))}"))
     table = rows(sizes, args.seq, args.models, tt=tt)
     if not args.no_ac:
         table += ac_rows(sizes, args.seq, args.models, tt=tt)

@@ -1,6 +1,7 @@
 """The counted route's memory against real layers (benchmarks/memory_fidelity.py at narrow sizes):
 Hugging Face transformers' Llama, Qwen2, Mistral, Qwen3, GPT-2, Mixtral and Qwen3-MoE units and torchtitan's Llama-3
-and Qwen3 blocks, F, torch's split I and W on CPU; every quantity within 5 %."""
+and Qwen3 blocks, F, torch's split I and W on CPU, and the MoE layers at their real layouts at a middle width;
+every quantity within 5 %."""
 
 import importlib.util
 import sys
@@ -39,6 +40,26 @@ def test_hf_units_count_what_torch_keeps(bench, model):
                                             for q in bench.QUANTITIES}
     for name, unit, quantity, counted, measured in rows:
         assert counted == pytest.approx(measured, rel=0.05, abs=64), (name, unit, quantity)
+
+
+@pytest.mark.parametrize("model", ["Mixtral-8x7B", "Qwen3-30B-A3B"])
+def test_moe_layers_at_their_real_layouts(bench, model):
+    # the real models' experts per token, expert count and q/h at a middle width: Qwen3-30B-A3B's
+    # 8 routed slots a token and q = 2h move F's and I's peaks off the narrow layers' (a count
+    # fitted on those was 0.49x and 0.67x here); Mixtral's routing weights stay fp32
+    rows = bench.rows(bench.MID, 64, [model], quiet=True)
+    layer = {q: (c, m) for _, unit, q, c, m in rows if unit == "layer"}
+    assert set(layer) == set(bench.QUANTITIES)
+    for quantity, (counted, measured) in layer.items():
+        assert counted == pytest.approx(measured, rel=0.05, abs=64), quantity
+
+
+def test_an_unknown_case_is_refused(bench, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--mid", "--models", "Llama-3-8B"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--models" in err and "Qwen3-30B-A3B" in err
 
 
 @pytest.mark.parametrize("model", ["Llama-3-8B", "Qwen3-8B"])

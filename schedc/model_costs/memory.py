@@ -22,7 +22,7 @@ sources and checked against real layers (benchmarks/memory_fidelity.py):
   GPT-2's ``gelu_new`` five (its input, 0.5x, tanh's output, 1 + tanh, the product: 5 e f).
 - Dropout masks (GPT-2 in training): 1 byte per element on CUDA, one element of the activation
   dtype on CPU.
-- MoE (Mixtral, Qwen2/3-MoE; transformers' expert loop): the router's fp32 probabilities (4E per
+- MoE (Mixtral, Qwen2/3-MoE; transformers' grouped experts): the router's fp32 probabilities (4E per
   token); per routed token-slot (k per token) its gathered input (e h), the expert's SwiGLU
   (4 e f_e, gate and up in one storage) and its output (e h), which the routing weight's multiply
   keeps; a shared expert (Qwen2-MoE) a SwiGLU of its own plus its sigmoid gate.
@@ -36,8 +36,10 @@ sources and checked against real layers (benchmarks/memory_fidelity.py):
   log-probabilities and of the logits, less what outlives them ((8 - e) V - 2 e h), or the norm's
   backward with a small vocabulary; the LM head's output gradient (e V) is held from I until W.
 - Transients of a layer (measured, then counted): the norms' fp32 temporaries in F (4h), the
-  gradients that die inside I (18h with RMSNorm, 28h for GPT-2); MoE layers add the router's and
-  the expert loop's temporaries.
+  gradients that die inside I (18h with RMSNorm, 28h for GPT-2; with Hugging Face's q/k norms
+  16 max(h, q) + 2h, the q norm's backward); MoE layers: in F the routed outputs weighted and
+  gathered back to token order (2 k w h, w the routing weights' bytes), in I the gradient of the
+  experts' gathered input (k e h), plus the router's per-token temporaries.
 - Activation checkpointing (per layer): ``full`` keeps the layer's input only; I recomputes the
   forward (its activation is live while I runs) and, because torch's ``stage_backward_weight``
   runs one ``autograd.grad`` per parameter group and a checkpoint recomputes once per graph task,
@@ -107,6 +109,20 @@ def _mlp(s: ModelShape, e: int) -> tuple[float, float, int]:
     return saved, grads, groups
 
 
+def _moe_transients(s: ModelShape, e: int) -> tuple[float, float]:
+    """(F, I) transient bytes per token of transformers' routed experts (``grouped_mm_experts_forward``,
+    the default experts implementation on CPU and on CUDA from sm80): F peaks when the routed
+    outputs, weighted by the routing weights (w bytes: fp32 in Mixtral, whose router keeps its fp32
+    top-k values, else the activation dtype), are gathered back to token order: both (k w h each)
+    are live, with the router's logits (e E), the sorted expert ids (int64), their fp32 copy for
+    histc and the routing weights (w) per slot. In I the gradient of the experts' gathered input
+    (k e h) stays live until I returns, with the routing's index tensors (top-k's, the sort's and the
+    inverse permutation, int64) and the gathered routing weights; it adds to the norms' peak."""
+    h, E, k = float(s.hidden), float(s.experts), float(s.experts_per_token)
+    w = 4 if s.family == "mixtral" else e
+    return 2 * k * w * h + e * E + (12 + w) * k, k * e * h + (24 + w) * k
+
+
 def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: float,
                 recompute_selective: float) -> UnitBytes:
     """Bytes per token of one decoder layer (see the module docstring); `forward_flops` and
@@ -140,8 +156,11 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     # measured (benchmarks/memory_fidelity.py): the norms' fp32 temporaries in F; in I the
     # gradients that die inside it (the norms' fp32 backward, the residual stream's)
     transient = {"F": 4 * h, "I": (28 if gpt2 else 18) * h}
-    if s.experts:  # the router's and the expert loop's temporaries (fitted on HF's Mixtral and Qwen3-MoE)
-        transient = {"F": 16 * h, "I": transient["I"] + s.experts_per_token * e * h}
+    if qk_norm and impl == "hf":  # I peaks in the q norm's backward (16 fp32 bytes a channel) when q > h
+        transient["I"] = 16 * max(h, q) + 2 * h
+    if s.experts:
+        moe_f, moe_i = _moe_transients(s, e)
+        transient = {"F": max(transient["F"], moe_f), "I": transient["I"] + moe_i}
     if qk_norm and impl == "torchtitan" and device == "cpu":  # CPU's composite q/k norms' fp32 temporaries
         transient = {"F": max(transient["F"], 2.5 * q), "I": max(transient["I"], 11.5 * (q + k))}
     if ac == "none":
