@@ -111,7 +111,7 @@ def _mlp(s: ModelShape, e: int) -> tuple[float, float, int]:
 
 def _moe_transients(s: ModelShape, e: int) -> tuple[float, float]:
     """(F, I) transient bytes per token of transformers' routed experts (``grouped_mm_experts_forward``,
-    the default experts implementation on CPU and on CUDA from sm80): F peaks when the routed
+    its default experts implementation, with or without torch's grouped_mm kernel): F peaks when the routed
     outputs, weighted by the routing weights (w bytes: fp32 in Mixtral, whose router keeps its fp32
     top-k values, else the activation dtype), are gathered back to token order: both (k w h each)
     are live, with the router's logits (e E), the sorted expert ids (int64), their fp32 copy for
