@@ -7,9 +7,8 @@ by several ranks together: in a V, rank 0 holds stage 0, whose activations live 
 round trip, and the last stage, whose bytes leave room for only two of stage 0's. The closed-form
 memory terms (schedc.solver.bounds) and the one-rank relaxation (schedc.solver.rank_relaxation)
 see one rank at a time, and CP-SAT on the two-rank relaxation (schedc.solver.pair_relaxation)
-proves little in seconds. Llama-3-8B-like, 4 ranks in a V, 16 microbatches, 40 GiB, stages of
-5,1,6,1,8,3,9,1 units: those bounds give 2682.4 ms, the best schedule known 3246.6 ms; this
-relaxation 3134.9 ms, in under a second.
+proves little in seconds. What this relaxation gains over them on a measured case: docs/design.md,
+"Anchored and block relaxations".
 
 Method. Let tau_m be the start of F(S-1, m), microbatch m's forward on the last stage. Every
 stage's part of m is pinned to it by the dependency chains (schedc.solver.bounds' notation):
@@ -34,7 +33,7 @@ gives
 The least spread is an integer program CP-SAT solves well: one variable per point, per rank a
 Cumulative of fixed-size intervals. The other rules (one action at a time, the forwards of stages
 after s) are dropped: that only makes it a relaxation. Adding each rank's one-at-a-time rule
-with free action times did not raise it on the case above.
+with free action times did not raise it on the measured case (docs/design.md).
 
 Rounding keeps it a relaxation: with time unit u, a schedule's points ceil(tau / u) are feasible
 when each window starts at ceil(tau / u) - floor(A / u) (no earlier than the real one) and lasts
@@ -47,8 +46,6 @@ points tau_1..tau_k and tau_k..tau_n of a feasible set are feasible sets themsel
 windows hold fewer bytes), so s(n) >= s(k) + s(n - k + 1). For each block size b in
 :data:`BLOCKS` (at most M), smallest first while time allows, M points are bounded by q blocks of
 b points and the remainder: s(M) >= q s(b) + s(r + 1), M - 1 = q (b - 1) + r; the best is kept.
-The 4-rank V case above at 32 microbatches: 6110.9 ms solved whole (5 s), 6040.2 ms from blocks
-of 16 (1 s).
 
 ``ranks`` restricts the windows to some ranks (a relaxation again).
 
@@ -56,8 +53,8 @@ Only for ``makespan``, like the other relaxations. Without OR-Tools, without a f
 ranks chosen, or with one microbatch, no bound (0.0).
 
 Cost: at most two CP-SAT models per block size, of at most 16 points and 2 x (stages) x points
-intervals, each capped by the deadline (CP-SAT's proven bound stands when it stops early): blocks
-of 8 in hundredths of a second, of 16 in 0.01-2 s for the 4-rank case.
+intervals, each capped by the deadline (CP-SAT's proven bound stands when it stops early); the
+time grows with the block size, independent of M (timings: docs/design.md).
 """
 
 from __future__ import annotations

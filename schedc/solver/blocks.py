@@ -4,10 +4,8 @@ Problem: a number L such that every schedule of a problem (per-rank orders of it
 the dependency and memory rules of docs/design.md) has makespan >= L. Under a tight cap in a V
 the anchored relaxation (schedc.solver.anchored) keeps every rank's memory but drops the rule that
 a rank runs one action at a time; CP-SAT on the whole problem keeps everything but proves little
-in seconds at 16 microbatches and more. Llama-3-8B-like, 4 ranks in a V, 16 microbatches, 40 GiB,
-stages of 4,1,5,1,8,4,9,2 units: the anchored relaxation proves 2897.8 ms, the optimum is 2909.8
-ms (CP-SAT on the whole problem with the periodic schedule as its hint, or this module's model
-with n = 16 in 15-35 s).
+in seconds at 16 microbatches and more (a measured case: docs/design.md, "Anchored and block
+relaxations").
 
 Method. Let tau_m be the start of F(S-1, m). On n consecutive microbatches the exact problem
 is small: every action of every stage as an interval with its duration, the dependencies of
@@ -23,11 +21,9 @@ their end points tile tau_1..tau_M: with M - 1 = q (n - 1) + r,
     makespan >= head(S-1) + q s(n) + s(r + 1) + F(S-1) + tailF(S-1)
 
 (head and tail: the one-microbatch chains of schedc.solver.bounds). Where the cap is tight the
-steady rate decides the step, and a block of 4-8 microbatches already has it: on the case above
-s(n)/(n - 1) is 168.9 ms for n = 6-10 and the optimum's spread averages 169.1 ms per microbatch,
-which puts the bound from blocks of 8 within 0.4% of the optimum (blocks of 6: 2904.4 ms, 0.2%;
-blocks of 4: 2891.2 ms, 0.6%).
-Bounding the first block from time 0 and the last to its makespan instead added nothing there.
+steady rate decides the step, and a block of 4-8 microbatches already has it: s(n)/(n - 1) levels
+off at the optimum's average spread per microbatch (measured: docs/design.md). Bounding the first
+block from time 0 and the last to its makespan instead added nothing on the measured case.
 
 Rounding keeps it a relaxation: with time unit u (the busiest rank's work per microbatch / 2000)
 every duration and lag is floored and every rule is stated on start times, so the floors of a real
@@ -41,9 +37,8 @@ that maps into the domain, and that schedule itself bounds L.
 Only for ``makespan``, like the other relaxations; without OR-Tools or with one microbatch, no
 bound (0.0).
 
-Cost: one CP-SAT model of 3 S n intervals per block size (two where r + 1 differs from n): 4
-ranks in a V (S = 8), n = 3 in about 0.05 s, n = 4 in 0.04-0.2 s, n = 6 in 0.2-1.5 s, n = 8 in
-0.5-3 s.
+Cost: one CP-SAT model of 3 S n intervals per block size (two where r + 1 differs from n); the
+solve time grows quickly with n and not with M (timings: docs/design.md).
 """
 
 from __future__ import annotations
@@ -62,7 +57,7 @@ SIZES = (4, 6, 8)  # block sizes, smallest (cheapest) first: one step each (Bloc
 UNITS_PER_MICROBATCH = 2000  # time resolution: the busiest rank's work per microbatch in this many units
 BYTE_UNITS = 10_000  # byte resolution: a rank's largest held bytes in this many units
 # CP-SAT workers, more than the cores: the portfolio's other strategies prove blocks of 4 of a
-# tight-cap V about twice as fast as 2 workers on 2 cores (25 partitions: 2.4 s against 4.5 s)
+# tight-cap V faster than 2 workers on 2 cores (measured: docs/design.md)
 WORKERS = 4
 
 
