@@ -7,11 +7,9 @@ could not.
 
 Why two ranks: the one-rank relaxation (``schedc.solver.rank_relaxation``) bounds each rank
 alone, with the rest of the pipeline as fixed delays (heads and tails). Where two ranks are
-both nearly saturated, each can be tight alone but not both at once. Llama-3-8B-like, 16 ranks
-in a V, 16 microbatches, 80 GiB, with layers doubled on stages 5 and 6: every rank's own bound
-is at most 727.8 ms, yet ranks 0 (the LM head) and 5 together need 760.0 ms: rank 5's work on
-stage 5 has to feed rank 0 early, and its work on stage 26 comes back late. The best schedule
-of that partition takes 760.0 ms.
+both nearly saturated, each can be tight alone but not both at once: in a V, the rank of a heavy
+early stage has to feed rank 0 (the LM head) early, and its work on the mirrored late stage comes
+back late (a measured case: docs/design.md, the plan's certificate).
 
 Method: the CP-SAT formulation of ``schedc.solver.cpsat`` (one interval per action, its
 precedences, the orders kinds-in-microbatch-order and the memory cap force) with the one-at-a-
@@ -25,9 +23,9 @@ the largest first, until one reaches the target.
 
 Only for ``makespan``, like the one-rank relaxation.
 
-Cost: a CP-SAT model of the whole problem (O(actions) variables) with two NoOverlaps; about
-0.4 s per pair for 32 stages x 16 microbatches when the target is out of reach, bounded by the
-time limit otherwise.
+Cost: a CP-SAT model of the whole problem (O(actions) variables) with two NoOverlaps, one per
+pair tried; a fraction of a second per pair when the target is out of reach (CP-SAT's propagation
+settles it at once), bounded by the time limit otherwise.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ from schedc.tolerances import REL
 
 CANDIDATE_RANKS = 3  # pairs among the ranks with the largest one-rank bounds
 # the pairs that settle a partition solve in well under a second; others can search for long
-# (Llama 16 ranks in a V: a pair with the LM head's rank 0.4-0.6 s, two middle ranks past 3 s)
+# (measured: docs/design.md, the plan's certificate)
 SECONDS_PER_PAIR = 0.75
 
 

@@ -4,8 +4,8 @@ Problem: under a tight memory cap a rank holds only one or two microbatches of a
 and the step is set by the steady state -- how often a new microbatch can enter the pipeline
 while every rank keeps to its cap -- more than by the warm-up and cool-down. The list heuristic
 and the greedies decide one action at a time and do not look for that rhythm; CP-SAT on the
-whole problem searches 3 x S x M intervals and finds it slowly (Llama-3-8B-like, 4 ranks in a V,
-40 GiB, stages of 5,1,5,6,3,4,9,1 units: 3292 ms after 300 s; a period here: 3285.8 ms in 0.4 s).
+whole problem searches 3 x S x M intervals and finds it slowly (measured: docs/design.md,
+"Periodic schedules").
 
 Method: modulo scheduling. Fix a period P (an integer number of time units). Microbatch m's
 action (s, kind) starts at ``start[s, kind] + m * P``, so the unknowns are one start per
@@ -42,21 +42,15 @@ simulated (where the deadline allows a pass over 3 x S x M actions) and the best
 Why any timetable in the bisection: near the least period the latency's optimum takes CP-SAT
 longer than the question "is there one", and an attempt that runs out of time counts as
 infeasible, so the bisection stopped short and kept the rank orders of whichever timetable it
-had. Llama-3-8B-like, 4 ranks in a V at 40 GiB, stages of 4,1,5,1,8,4,9,2 units, 16
-microbatches: 2911.6 or 3002.1 ms from run to run in 2-4.3 s (two of five runs found the shorter)
-with the latency optimized in every attempt; 2911.6 in five of five this way (32 microbatches:
-5618.5 in five of five, against 5618.5-6071.9).
+had, so the result varied from run to run.
 
 Why from above: near the least feasible period unhinted solves often run out of time, while a
 period well above it is solved unhinted in a fraction of a second and then hints every period
-of the bisection, which CP-SAT solves in hundredths of a second (Llama-3-8B-like, 4 ranks in a V
-at 40 GiB, stages of 5,1,6,1,8,3,9,1 units: 3257.7 ms in 0.8 s, where steps of 5% up from the
-work found no timetable in 1.4 s).
+of the bisection, which CP-SAT solves in hundredths of a second.
 
 When to use it: :func:`worth_trying`, where some rank cannot hold two microbatches of each of
 its stages at once. With room to spare the warm-up and cool-down decide more than the steady
-state and the other engines do better (Llama-3-8B-like, 8 ranks x 32 in a loop at 40 GiB:
-2525-2567 ms here against 2408 from plan; 4 ranks in a V at 80 GiB: 2305 against 2089).
+state and the other engines do better.
 
 Rounding: durations and lags are rounded *up* to the time unit (1/2000 of the busiest rank's
 work per microbatch) and bytes against the cap (held bytes up, the room down). The schedule keeps
@@ -65,12 +59,13 @@ them; it fits the caps because a rank's memory depends on its order alone, and t
 of a timetable that fits. The model is an upper-bound construction, never a bound.
 
 CP-SAT states ``start mod P`` and a lifetime's laps and rest with its own modulo and division
-constraints: the linear form (start == laps * P + phase) left it without a feasible timetable for
-3 s at periods it now finds in one (8 ranks in a loop x 32 at 40 GiB).
+constraints: the linear form (start == laps * P + phase) left it without a feasible timetable
+several times longer at the same periods.
 
 Cost: one CP-SAT model of 3 x S starts per period tried (about fifteen), each solve capped at a
 share of the time given; independent of the microbatch count. Without OR-Tools, with one
-microbatch, or when no period is feasible in time, no answer.
+microbatch, or when no period is feasible in time, no answer. Measured runs and
+benchmarks/periodic.py's table: docs/design.md, "Periodic schedules".
 """
 
 from __future__ import annotations
