@@ -74,7 +74,7 @@ benchmarks/compile_quality.py):
   the per-rank work that must precede / follow an action fix further pairs (``est_b + d_b >
   lst_a`` forces a before b) and give each remaining pair its own tight big-M.
 * Valid inequalities (one_machine) link the order binaries to time far more tightly than the
-  big-M rows: heterogeneous 4x6 at 1p proves in 0.3 s instead of 3.1 s, 4x8 in 5.6 s; the
+  big-M rows (proofs about ten times faster: docs/design.md, "Integer program"); the
   combinatorial lower bound (schedc.solver.bounds) bounds T.
 * B: a split I then W is never worse than B under the simulator's rules (I releases memory and
   unblocks the previous stage earlier), so the model splits every backward; stages whose W costs
@@ -89,12 +89,9 @@ window, fix everything else in its incumbent order (prefix -> window -> suffix c
 P), solve, re-simulate, keep if better, slide the window by half its length, widen it (8, 14, 22
 actions per rank) after a fruitless sweep, sweeping alternately from the end (where the
 objective is decided) and from the start. A window's prefix is closed under dependencies, so its
-times are pinned as constants (no variables, no rows): a window on 16x48 costs ~0.5 s. Only the
-full model gives a proof; a window never claims optimality. Measured here (2 loaded cores): the
-full model proves 3x3 .. 4x6 instances in well under a second, heterogeneous 4x8 at 1p in ~6 s;
-on 4x16 it does not close the last 0.6% in 60 s. The windows took heterogeneous 16x48 (1p,
-makespan) from ZB-H1's 204.78 to the bound 204 in ~30 s and 32x128 from 533.69 to the bound
-533.6 in ~17 s.
+times are pinned as constants (no variables, no rows): a window costs what its free pairs cost,
+not the whole instance. Only the full model gives a proof; a window never claims optimality.
+Measured proof times and window gains: docs/design.md, "Integer program".
 
 Warm start. The incumbent is handed to the solver as a MIP start (``mip_start``): HiGHS via
 ``Highs.setSolution`` (PuLP 3's HiGHS class does not pass ``warmStart`` on), CBC via pulp's

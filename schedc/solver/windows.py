@@ -30,9 +30,8 @@ from schedc.solver.problem import Problem
 from schedc.tolerances import REL, TIE
 
 WINDOW_SOLVE_LIMIT = 6.0  # seconds per window model
-# a CP-SAT window that has found nothing new for this long rarely finds more: at 16x48 (comm
-# 0.25F, 1.25p) the 48-per-rank windows that ran their full 6 s returned the same step time
-# after 1.4-2 s with this rule
+# a CP-SAT window that has found nothing new for this long rarely finds more (measured:
+# docs/design.md, "Windows")
 WINDOW_STALE_SECONDS = 1.0
 WINDOW_PASSES = 4  # one window: CP-SAT's model keeps every action, most of them as constants
 # an integer-program window computes the transitive closure of the whole graph (bitsets,
@@ -65,16 +64,15 @@ class WindowSearch:
         return Result(schedule=sched, sim=sim, orders=orders, status=Status.FEASIBLE if used else Status.NONE)
 
 
-# Window sizes, in actions per rank, tried smallest first. A CP-SAT window of 48 per rank of a
-# 16x48 pipeline takes 1-2 s (NoOverlap and the cumulative reason on orders directly);
-# the integer program's pairwise order binaries grow with the square of the window.
+# Window sizes, in actions per rank, tried smallest first. CP-SAT takes larger windows than the
+# integer program (NoOverlap and the cumulative reason on orders directly); the integer
+# program's pairwise order binaries grow with the square of the window.
 WINDOW_SIZES = {"cpsat": (24, 48, 72), "mip": (8, 14, 22)}
 WINDOW_OFFSETS = (0.0, 0.5, 0.25, 0.75)  # of a step: where each round of sweeps puts its window edges
 # how far a window's edges move from one rank to the next, in forward hops, once upright windows
 # stop finding anything: a window that follows the forward wave (or runs against it) re-times a
-# microbatch's passage through all ranks at once, where an upright one cuts it (16x48, comm
-# 0.25F, 1.25p: from a 165 that upright windows left unchanged for 60 s on three seeds, the
-# search with slanted windows reached 164.5 on both seeds tried)
+# microbatch's passage through all ranks at once, where an upright one cuts it (measured:
+# docs/design.md, "Windows")
 WINDOW_SHEARS = (0.0, 1.0, -1.0)
 
 
@@ -91,11 +89,9 @@ def window_search(inst, problem, orders, sched, sim, deadline, engine, lb, repor
     Focus: once a window has improved, sweeps skip the windows that lie wholly before the
     earliest window that has improved, until every size at every offset has found nothing in a
     row there; then they cover the whole timeline again. The search stops when that happens
-    with no focus, or at the deadline. Why: the step time is decided where gains are found (at
-    16x48, comm 0.25F, 1.25p, every gain of several runs started in the last 35% of the
-    timeline, while two thirds of the window time went to windows starting in the first 55%);
-    from the same 168.5 start, 90 s of focused windows reached 163.75, 163.5, 163.5 (seeds 0-2)
-    where unfocused ones reached 163.75, 164, 164."""
+    with no focus, or at the deadline. Why: the step time is decided where gains are found, late
+    in the timeline, while most of an unfocused search's window time goes to the early part
+    (measured: docs/design.md, "Windows")."""
     obj_name = problem.objective
     best_val = sim.objective(obj_name)
     used = False
