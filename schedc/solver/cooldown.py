@@ -13,37 +13,27 @@ order), else a W it owes (the first in its given order: a W delays nothing but i
 else waits for the next input. One parameter, ``last``: a rank that could start a W waits
 instead when the input of an I of one of the last ``last`` microbatches arrives within one W
 (their chain back to stage 0 decides the step's end; the W runs later, in the rank's own idle
-tail). The family tries ``last`` in LAST_MICROBATCHES and keeps the best; at V 8-64 ranks (1p,
-comm 0.25F) the best ``last`` grew with the ranks (1 at 8, 8 at 32, 12-16 at 64). Also measured
-and dropped: the highest stage's ready I first (same step times), waiting for any I that
-arrives within one W (0.5 worse), and re-listing from an earlier F on with this family's W
-rule alone (worse: F's delayed; with the two rules below it is the second family).
+tail). The family tries ``last`` in LAST_MICROBATCHES and keeps the best; the best ``last`` grows
+with the ranks. Also tried and dropped: the highest stage's ready I first, waiting for any I
+that arrives within one W, and re-listing from an earlier F on with this family's W rule alone
+(F's delayed; with the two rules below it is the second family). Measured: docs/design.md,
+"Cool-down re-listing".
 
 A second family re-lists more (``from_lowest``), and is what closes the gap at scale. With
 communication, the descending stream of I's (stage S-1 down to the middle rank) and the
 ascending one (back to stage 0) cross on every rank; in ZB-V's order the last microbatches' I's
 leave each rank in lock-step pairs, one round trip to the neighbour per microbatch (2 I's +
 2 transfers = 2.5 at comm 0.25F instead of 2), so the middle rank, the one with the lower bound's
-warm-up idle and no slack left, idles 0.5 per microbatch at the end (V 64 x 128: 15 x 0.5 = 7.5
-above the bound). The second family keeps each rank's order only up to its last F of its
+warm-up idle and no slack left, idles 0.5 per microbatch at the end. The second family keeps each rank's order only up to its last F of its
 LOWEST stage; the later F's (of its higher stage, which feed the descending stream) join the
 re-listed backwards, first ready in the given order first. And a W gives way to an I of the last
 microbatches only while the rank can afford the wait: when the wait still leaves the rank's
 remaining work ending by the lower bound (``target``); the ranks near the middle, which cannot,
 run the W. The third family is the second with a reserve: a rank waits only while its remaining
 work still ends one round trip to a neighbour (2 x the largest transfer) before the bound (tried
-from the second family's best ``last`` on; skipped without communication): at V 64 ranks it
-meets the bound where the second family ends 0.25 above it (at 24-32 ranks it is worse). Why
-the schedule and not the bound was loose: on V 16 x 32 (1p, comm 0.25F) CP-SAT proves the lower
-bound optimal (218.25; the first family reaches 219.5), and the second family
-meets or nearly meets it at 32-64 ranks.
-
-Measured (V placement, 1p, communication 0.25F, identical stages, makespan, both runtimes): ZB-V
-is 0.9-3.4% above the lower bound at 32-64 ranks x 128-256 microbatches; the first family's best
-is 0.2-0.85% above it (32x128: 837.25 -> 825.75; 64x128: 909.25 -> 885.75, bound 878.25), the
-second and third families' 0% (32x128 and 32x256 meet the bound, 822.25 and 1590.25, with the
-second; 64x128 and 64x256, 878.25 and 1646.25, with the third, the second's best being 0.25
-above); at 8 x 32 the first family meets the bound.
+from the second family's best ``last`` on; skipped without communication). The schedule, not the
+bound, was the loose side: CP-SAT proves the lower bound optimal on a small V. Each family's
+gap to the bound, measured: docs/design.md, "Cool-down re-listing".
 
 Memory: after a rank's last F its held bytes only fall when each I frees at least what its
 weight gradient holds (the usual case). The second family moves F's: each rank's running sum
@@ -53,8 +43,7 @@ without this the moved F's go over it). Every result is re-simulated and dropped
 not fit the caps, so the caps always hold.
 
 Cost: O(A log A) for A actions per member (one construction; a rank scans its re-listed
-actions at each of its moments, so the second family's longer lists cost more: ~1 s per member
-at V 64 x 128 on an idle machine), up to len(LAST_MICROBATCHES) members per family (each family
+actions at each of its moments, so the second family's longer lists cost more), up to len(LAST_MICROBATCHES) members per family (each family
 stops after two members in a row no better than its best, and all once one meets the lower
 bound), then one simulation (more only when the best is over the caps); memory O(A) per member
 (each keeps its rows of references to the given actions until the best is chosen).

@@ -74,7 +74,7 @@ benchmarks/compile_quality.py):
   the per-rank work that must precede / follow an action fix further pairs (``est_b + d_b >
   lst_a`` forces a before b) and give each remaining pair its own tight big-M.
 * Valid inequalities (one_machine) link the order binaries to time far more tightly than the
-  big-M rows (proofs about ten times faster: docs/design.md, "Integer program"); the
+  big-M rows (measured: docs/design.md, "Integer program"); the
   combinatorial lower bound (schedc.solver.bounds) bounds T.
 * B: a split I then W is never worse than B under the simulator's rules (I releases memory and
   unblocks the previous stage earlier), so the model splits every backward; stages whose W costs
