@@ -22,7 +22,7 @@ torch's runtime is a legal 0-length interval), and
   belong to actions before it): simulate()'s accounting, not an approximation. It is stated as
   the equivalent cumulative (each microbatch of a stage holds "I's bytes" over [F start, I end)
   and "W's bytes" over [F start, W end)), because CP-SAT expands a reservoir into one Boolean
-  per pair of events (4 ranks x 2 stages x 16 mb: 16k Booleans, 8 s of presolve) while
+  per pair of events (quadratic in a rank's events; measured: docs/design.md, "CP-SAT") while
   cumulative propagation stays near-linear;
 * objective: ``makespan >= end[a]`` for all a; or ``span >= end[a] - start[first action of the
   rank]``, where the rank's first start is free (a rank may start late): this optimum is a lower
@@ -56,11 +56,10 @@ Use: ``schedc.solver.compile`` runs it first, before the integer program (the de
 OR-Tools is installed), or alone (``--solver cpsat``). On instances too large for the full
 integer program it stops once it has found nothing new for a while (``stale_seconds``), and the
 time goes to windows: ``solve_window`` is the same model with every action outside a time window
-held in its rank's order, which CP-SAT solves in about a second at 16x48 where the whole model
-stalls (comm 0.25F, 1.25p: 168 after 46 s as one model; 163.25-164.5 in 120 s with windows). The
-actions before a window keep their times as plain integers, not variables, so a window late in
-the timeline builds and solves a model of its own size (0.5 s of Python where every action as a
-variable took 0.9 s; 0.8 s of search where it took 1.7 s).
+held in its rank's order, which CP-SAT solves quickly where the whole model stalls. The actions
+before a window keep their times as plain integers, not variables, so a window late in the
+timeline builds and solves a model of its own size, not of the whole timeline's. Measured:
+docs/design.md, "CP-SAT".
 
 Cost: CP-SAT search, exponential in the worst case, bounded by the time limit; the model has
 O(actions) variables and constraints (no pairwise binaries: NoOverlap and the reservoir reason
@@ -569,7 +568,7 @@ def _stop_when_stale(solver, stale_seconds: Optional[float]):
     """A solution callback for `solver.solve`, and a watcher thread that stops the search once
     `stale_seconds` pass without a new solution (None: never). The clock starts with the search,
     and the first solution does not reset it: with a hint it is the hint, which is no news and
-    which CP-SAT can take seconds to complete on a large model (16x48, comm 0.25F: 9 s)."""
+    which CP-SAT can take seconds to complete on a large model (docs/design.md, "CP-SAT")."""
     from ortools.sat.python import cp_model
 
     if stale_seconds is None:

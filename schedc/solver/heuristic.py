@@ -36,8 +36,7 @@ SchedcError naming the smallest limit that works (min_memory_limit). Microbatch 
 placement impose nothing else on this scheduler (any M >= 1, any stage -> rank map).
 
 Cost: one construction is O(A log A) for A actions (times the in-flight count for F's on
-multi-stage ranks under a cap); 32 stages x 128 microbatches take about 0.05-0.1 s here, a V of
-32 ranks x 2 stages x 128 microbatches at 0.5p about 0.2 s.
+multi-stage ranks under a cap); timings: docs/design.md, "Warm start".
 """
 
 from __future__ import annotations
@@ -508,9 +507,9 @@ def _rules(a: Graph, objective: str) -> list[Rule]:
         rules = list(dict.fromkeys(rules + [replace(r, deep_f=False) for r in rules]))
         rules = list(dict.fromkeys(rules + [replace(r, group=a.R) for r in rules[: len(rules) // 2]]))
         # each rule also with its F's of deeper stages protected, the protected twin first: on the
-        # V rows of benchmarks/plan_quality.py it is the better one 5 times in 6 (Llama 4 ranks x
-        # 32 at 40 GiB: 7360 -> 6967 ms). The first MIN_RULES rules keep their places (the second
-        # proves V 32x128 and 32x256 at 2p on slow links, where its twin is 2-4% above the bound)
+        # V rows of benchmarks/plan_quality.py it is usually the better one. The first MIN_RULES
+        # rules keep their places (the second proves V rows at 2p on slow links where its twin
+        # does not; measured: docs/design.md, "Warm start")
         head = rules[:MIN_RULES]
         rules = head + [replace(r, protect_f=True) for r in head] + \
             [twin for r in rules[MIN_RULES:] for twin in (replace(r, protect_f=True), r)]
@@ -732,8 +731,8 @@ def polish(g: Graph, schedule: Schedule, source: str, end: float, deadline: Dead
 
 
 # deterministic rules tried whatever the soft budget says (the hard deadline still stops them):
-# at V 32 ranks x 256, 2p, comm 0.25F the second rule meets the bound where the first is 11%
-# above it, and one construction there takes ~1 s on a busy machine, past a 1 s warm-start budget
+# on large V's at 2p on slow links the second rule meets the bound where the first does not, and
+# one construction there can take longer than the warm-start budget (docs/design.md, "Warm start")
 MIN_RULES = 2
 # passes over the graph a list construction and its re-timing count for under a work budget
 # (schedc.solver.deadline); a local-search move counts one
