@@ -5,7 +5,7 @@ users call it as :func:`schedc.compile`); ``Problem`` is one resolved request, `
 it once for every engine, ``engine`` is the protocol they share.
 
 The names below are loaded on first use (PEP 562), so importing a submodule such as
-``schedc.solver.interrupt`` does not load PuLP (about 0.2 s): the commands take Ctrl-C over with it
+``schedc.solver.interrupt`` does not load PuLP (its import time: docs/design.md): the commands take Ctrl-C over with it
 before PuLP's optional-solver imports run, whose bare ``except:`` clauses would swallow a
 KeyboardInterrupt (the command then ran to its time limit) or leave CPython's unhandled-interrupt
 flag set (the process then died by SIGINT after printing that it was interrupted).

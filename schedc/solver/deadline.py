@@ -3,8 +3,8 @@
 Problem: ``--time-limit S`` must end the whole command within about S seconds at any size, and
 Ctrl-C must stop it at once, yet only the engines (CP-SAT, the integer program, windows) used to
 look at the clock: building the action graph, the hand-made schedules, the greedy families and
-the list heuristic ran to completion however long that took (8 stages x 8192 microbatches:
-2 minutes for a 10 s limit).
+the list heuristic ran to completion however long that took (many times the limit on large
+problems: docs/design.md, "Deadlines and sizes").
 
 Method: a :class:`Deadline` is passed down to every phase; loops that can run long ask
 ``deadline.expired()`` (the clock, or a Ctrl-C recorded by schedc.solver.interrupt) every few

@@ -352,9 +352,9 @@ def memory_arcs(g: Graph) -> Optional[list[tuple[str, int, int, int]]]:
       F(s, j) (microbatches after j that entered t are open there), N = floor(C / act(t)).
 
     With one stage per rank these are the two rules of a stage's own bytes; with two stages on a
-    rank (V) they add what the shared room forces: Llama 4 ranks in a V at 40 GiB (benchmarks/
-    plan_quality.py) leaves room for one microbatch on stage 1 beside stage 6's, so W(1, j-1)
-    precedes F(6, j), which took that partition's one-rank bound from 2540 to 3786 ms.
+    rank (V) they add what the shared room forces: where a rank's room holds one microbatch of
+    its early stage beside its late stage's, W(early, j-1) precedes F(late, j), which raises
+    the one-rank bound a lot (measured: docs/design.md, "The compiler").
     """
     arcs = []
     for r, own in enumerate(g.stages):

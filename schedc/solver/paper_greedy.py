@@ -31,14 +31,9 @@ objective by exact re-simulation (schedc.simulate) that fits the memory caps. A 
 memory rule cannot place an F or I (the cap leaves no W to free) is dropped, as the original
 raises there.
 
-Measured at 32 stages x 96 microbatches, identical stages, comm 0.04F, ``runtime="ideal"``, span
-(tests/test_paper_greedy.py pins one case; benchmarks/compile_quality.py --paper): with I in
-{0.5, 0.75, 1} F and W in {0.74, 1} F, at 1p and 2p, this construction reached the combinatorial
-lower bound in all 12 cases, where :mod:`schedc.solver.greedy` was 0.3-3.4 points of bubble above
-it in 9 of them (e.g. I = W = F at 2p: 0.51% vs 0.85%; I = 0.5F, W = 0.74F at 1p: 11.7% vs 15.1%).
-With the paper's own 28.3B costs (F, I, W, comm = 10.192, 10.367, 7.559, 0.474; 2p) both reach
-the bound at 32 stages (bubble 6.6%, 5.0%, 2.6% at 96, 128, 256 microbatches: F + I > 2W leaves
-no zero-bubble schedule), and at 8 stages this one is lower (5.2% vs 6.2%).
+How it compares with :mod:`schedc.solver.greedy` and the combinatorial lower bound
+(tests/test_paper_greedy.py pins one case; benchmarks/compile_quality.py --paper): measured in
+docs/design.md, "Warm-start families".
 
 Cost: O(S x M) per construction (the idlest rank's idle time is a running maximum), 8
 constructions; memory O(S x M).

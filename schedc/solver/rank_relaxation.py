@@ -34,8 +34,7 @@ Only for ``makespan``: with ``span`` ranks may start late, and heads measured fr
 bound a rank's own span.
 
 Cost: O(M) vector operations over S stages for heads and tails, then O(A log A) for the preemptive
-schedules (A actions): about 2 ms for a plan's candidate of 16 stages x 16 microbatches, about a
-second at 10^5 actions.
+schedules (A actions); timings: docs/design.md, "Lower bound".
 """
 
 from __future__ import annotations
