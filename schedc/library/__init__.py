@@ -37,9 +37,9 @@ JSON's ``solve_time`` and ``progress`` always differ. Checking therefore re-rend
 from the JSONs and never re-solves.
 
 Cost: building is at most the sum of the time limits plus about 1 s per set-up for the warm
-start (:func:`default_budget`: 746 s for the 64 defaults; most end early with a proof, ~5 minutes
-measured on a busy 2-core machine); checking is a validation, a re-simulation (of the file and
-of the baselines) and torch's schedule checks per file: about 15-25 s for the 64 defaults.
+start (:func:`default_budget`; most end early with a proof); checking is a validation, a
+re-simulation (of the file and of the baselines) and torch's schedule checks per file, linear in
+the set-ups. Measured times: docs/design.md, "Compiler output".
 """
 
 from schedc.library.build import build_library, compile_setup, library_warm_start, setup_problem

@@ -1,7 +1,7 @@
 """Checking the library without solving: every file validates, loads in torch, re-simulates to its report.
 
-Method and cost: see :func:`check_library` (torch's schedule checks are the slow part, about
-15-25 s for the 64 default set-ups).
+Method and cost: see :func:`check_library` (torch's schedule checks are the slow part; timings:
+docs/design.md, "Compiler output").
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ any of its modules) fails with one ImportError that names the extra to install,
 
 The names below are imported explicitly for type checkers and IDEs (the ``TYPE_CHECKING``
 block), and at run time on first use: the launcher, the emulation and the calibration import
-their own modules without torch's pipelining (3-5 s on a loaded 2-core machine, per process).
+their own modules without torch's pipelining, whose import costs seconds per process (measured:
+docs/design.md, "Runtime contract").
 
     from schedc.runtime import stages_for_rank, build_schedule, csv_schedule_factory, load_pipeline
 """
