@@ -104,10 +104,8 @@ Fdone_r = max(head(lo) + F_r, headI(hi) + F_r - X_r) (the first form alone when 
 Hence, for every rank r, the span of r0 (and so both objectives):
   span_r0 >= Fdone_r + I_r + max(0, W_r - Z_r) + tailI(lo)       (``first_rank_last_backward``)
   span_r0 >= Fdone_r + max(0, I_r + W_r - Y_r) + tailF(hi)       (``first_rank_last_forward``)
-  e.g. 16 stages, first and last 1.25x heavier, 48 microbatches, 1.25p: the last rank cannot
-  send its last gradient before 16.75 + 126 + 28 x 1.125 (it can owe at most 20 W's then), then
-  16.9 to stage 0 and its 2.5 s W: 193.65, which zb-greedy reaches (the warm-up term gives
-  191.275). With memory below 1p the warm-up form proves V-Min and V-Half optimal for span.
+  (a worked case, where zb-greedy reaches this term: docs/design.md, "Lower bound"). With memory
+  below 1p the warm-up form proves V-Min and V-Half optimal for span.
 
 Cost: O(S x R + R x M) (one pass over each rank's stages after O(S) prefix sums; the one-stage
 knapsack tries each a = 1..M).

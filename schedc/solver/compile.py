@@ -99,8 +99,8 @@ _TOL = PROVEN  # relative: values this close count as equal (MIP gaps, float sum
 FULL_MODEL_SHARE = 0.7  # of the time left, for the full model when it is small enough
 CPSAT_SHARE = 0.4  # of the time, for CP-SAT polishing first (the rest: the integer program)
 # of the time, for periodic schedules where the memory cap is tight; at least PERIODIC_MIN_SECONDS
-# where the time allows: the search over periods needs up to 2 s for its first timetable (4 ranks in
-# a V at 40 GiB)
+# where the time allows: the search over periods needs seconds for its first timetable
+# (measured: docs/design.md, "Periodic schedules")
 PERIODIC_SHARE, PERIODIC_MIN_SECONDS = 0.25, 3.0
 # of the time, for the anchored and the block relaxations' bounds under the same cap, half each
 # (each keeps CP-SAT's proven bound when time runs out)

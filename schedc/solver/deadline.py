@@ -43,16 +43,15 @@ from schedc.errors import SchedcError
 from schedc.solver import interrupt
 
 # The largest compile is the largest schedule schedc reads back (schedc.limits, one number for
-# both): at 1M actions a warm start, the report and the CSV take about 20-40 s on a busy 2-core
-# machine and ~2 GB (benchmarks/compile_quality.py, cost curve).
+# both), sized so that a warm start, the report and the CSV stay within a minute and a few GB
+# (benchmarks/compile_quality.py, cost curve; measured: docs/design.md, "Deadlines and sizes").
 MAX_ACTIONS = limits.MAX_ACTIONS
 # seconds per action of one pass over the action graph (building it, one simulation), measured
 # on the shared 2-core machine; the estimates below use it to skip what cannot finish in time
 SECONDS_PER_ACTION = 2e-5
 CHECK_EVERY = 4096  # loop steps between clock reads in long constructions
 # the least a compile takes, process start included: one hand-made schedule built and simulated,
-# the result, the report and the CSV. Measured on the 2-core machine with --time-limit 0.5 and
-# other jobs beside it (load 3): 3.7 s at 240k actions, 5.4 s at 480k, 10.9-14.1 s at 1M.
+# the result, the report and the CSV (measured: docs/design.md, "Deadlines and sizes").
 FLOOR_START_SECONDS = 1.0
 FLOOR_SECONDS_PER_ACTION = 1e-5
 
