@@ -43,8 +43,8 @@ from schedc.errors import SchedcError
 from schedc.solver import interrupt
 
 # The largest compile is the largest schedule schedc reads back (schedc.limits, one number for
-# both), sized so that a warm start, the report and the CSV stay within a minute and a few GB
-# (benchmarks/compile_quality.py, cost curve; measured: docs/design.md, "Deadlines and sizes").
+# both), sized by what a warm start, the report and the CSV cost there (benchmarks/
+# compile_quality.py, cost curve; measured: docs/design.md, "Deadlines and sizes").
 MAX_ACTIONS = limits.MAX_ACTIONS
 # seconds per action of one pass over the action graph (building it, one simulation), measured
 # on the shared 2-core machine; the estimates below use it to skip what cannot finish in time
