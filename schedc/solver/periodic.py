@@ -59,8 +59,8 @@ them; it fits the caps because a rank's memory depends on its order alone, and t
 of a timetable that fits. The model is an upper-bound construction, never a bound.
 
 CP-SAT states ``start mod P`` and a lifetime's laps and rest with its own modulo and division
-constraints: the linear form (start == laps * P + phase) left it without a feasible timetable
-several times longer at the same periods.
+constraints: with the linear form (start == laps * P + phase) it searched much longer without
+a timetable at periods it now solves quickly (measured: docs/design.md).
 
 Cost: one CP-SAT model of 3 x S starts per period tried (about fifteen), each solve capped at a
 share of the time given; independent of the microbatch count. Without OR-Tools, with one
