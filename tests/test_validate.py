@@ -168,8 +168,9 @@ def test_cli_validate_ok(tmp_path, capsys):
     ("0F0,0F1,0B0\n,1F0,1B0,1F1,1B1\n", [], "stage 0 microbatch 1 has no backward"),
     ("0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n", [], "the schedule deadlocks"),
     ("0F0,0B0x\n1F0,1B0\n", [], "rank 0 (row 1), column 2: '0B0x' has trailing text"),
-    (ONE_F_ONE_B, ["--mb", "4"], "expected 4 microbatches, the schedule has 3"),
-    (ONE_F_ONE_B, ["--placement", "v", "--stages", "4"], "expected 4 stages"),
+    (ONE_F_ONE_B, ["--mb", "4"], "--mb 4: expected 4 microbatches, the schedule has 3"),
+    (ONE_F_ONE_B, ["--placement", "v", "--stages", "4"], "--stages 4: expected 4 stages"),
+    (ONE_F_ONE_B, ["--ranks", "3"], "--ranks 3: expected 3 ranks, the schedule has 2"),
 ])
 def test_cli_validate_errors(tmp_path, capsys, text, args, fragment):
     p = tmp_path / "bad.csv"

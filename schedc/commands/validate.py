@@ -87,6 +87,14 @@ def _read(path, **expected):
     from schedc.validate import validate
 
     schedule = csvio.read_csv(path)
+    # the counts the user asked for are named by their flags here; validate() below words the
+    # same mismatch for both front doors
+    for key, flag, noun, actual in (("n_stages", "--stages", "stages", schedule.n_stages),
+                                    ("n_microbatches", "--mb", "microbatches", schedule.n_microbatches),
+                                    ("n_ranks", "--ranks", "ranks", schedule.n_ranks)):
+        if expected.get(key) is not None and expected[key] != actual:
+            raise SchedcError(f"{path}: {flag} {expected[key]}: expected {expected[key]} {noun}, "
+                              f"the schedule has {actual}")
     validate(schedule, source=path, **expected)
     schedule.meta["source"] = str(path)
     return schedule
