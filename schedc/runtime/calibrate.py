@@ -49,7 +49,8 @@ from schedc.errors import SchedcError
 from schedc.ir import Action, Schedule
 from schedc.simulate import producers, simulate
 
-_LABEL = re.compile(r"^PP:(\d+)([FIWB])(\d+)$")
+# a compute action's span: "PP:<stage><kind><microbatch>" (schedc.runtime.one_rank reads it too)
+COMPUTE_LABEL = re.compile(r"^PP:(\d+)([FIWB])(\d+)$")
 _COMM_LABEL = re.compile(r"^PP:(\d+)(SEND|RECV)_([FB])(\d+)$")
 # torch labels an OVERLAP_F_B cell once, "PP:(0F7;7B3)OVERLAP_F_B", and runs its parts one after another
 _OVERLAP_LABEL = re.compile(r"^PP:\((.+)\)OVERLAP_F_B$")
@@ -442,7 +443,7 @@ def _parse_steps(results: list[dict], schedule: Schedule,
                 if _WAIT_LABEL.match(label):
                     waiting[n] += max(0.0, exit_ - enter)
                     continue
-                m = _LABEL.match(label)
+                m = COMPUTE_LABEL.match(label)
                 if m:
                     a = Action(int(m.group(1)), m.group(2), int(m.group(3)))
                     start = enter + wait - origin

@@ -16,7 +16,6 @@ Cost: ``steps`` training steps of the whole model on one process.
 
 from __future__ import annotations
 
-import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,9 +26,6 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from schedc.ir import Schedule
-
-_COMPUTE = re.compile(r"^PP:(\d+)([FIWB])(\d+)$")
-
 
 @contextmanager
 def one_rank_group(device: torch.device) -> Iterator[None]:
@@ -69,7 +65,7 @@ def run_steps(schedule: Schedule, stage_modules: Sequence[nn.Module], inputs: tu
     from torch.distributed.pipelining import PipelineStage
 
     from schedc.runtime.allocator import live_bytes_peak
-    from schedc.runtime.calibrate import timed_actions
+    from schedc.runtime.calibrate import COMPUTE_LABEL, timed_actions
     from schedc.runtime.pipeline import Pipeline, build_schedule
 
     dev = torch.device(device)
@@ -97,7 +93,7 @@ def run_steps(schedule: Schedule, stage_modules: Sequence[nn.Module], inputs: tu
             continue
         result.losses.append(float(torch.stack([l.detach().double() for l in losses]).mean()))
         for label, enter, wait, exit_ in rec.events:
-            m = _COMPUTE.match(label)
+            m = COMPUTE_LABEL.match(label)
             if m:
                 key = (int(m.group(1)), m.group(2))
                 result.action_seconds.setdefault(key, []).append(max(0.0, exit_ - enter - wait))
