@@ -1,4 +1,4 @@
-"""Lower-bound check table: every term of schedc.solver.bounds against exact optima of random tiny
+"""Lower-bound check table: every term of schedc.solver.bounds.chains against exact optima of random tiny
 instances, found without the bounds.
 
 Problem: a lower bound is a certificate only if no schedule beats it. The unit tests pin a few
@@ -29,11 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the exhaustive oracle lives with its tests
 
-from schedc.costs import Profile, StageCost  # noqa: E402
+from schedc.core.costs import Profile, StageCost  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
-from schedc.simulate import simulate  # noqa: E402
+from schedc.core.simulate import simulate  # noqa: E402
 import exhaustive  # noqa: E402
-from schedc.solver.bounds import lower_bound_details, rank_span_bounds  # noqa: E402
+from schedc.solver.bounds.chains import lower_bound_details, rank_span_bounds  # noqa: E402
 from schedc.solver.problem import Problem  # noqa: E402
 
 EPS = 1e-9

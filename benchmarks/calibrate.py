@@ -47,7 +47,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from schedc import baselines, csvio
+    from schedc.core import baselines
+    from schedc.io import csvio
     from schedc.runtime.calibrate import calibrate
     from schedc.runtime.models import GPTConfig
     from schedc.runtime.profiler import StderrProgress, profile_gpt

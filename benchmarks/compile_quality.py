@@ -16,7 +16,7 @@ Cases (issue 3's targets):
       each (--quick: 32 ranks x 128, loop, comm 0.25F, torch, 10 s).
 --paper: the zero-bubble paper's 28.3B setting (32 stages; F, I, W, comm = 10.192, 10.367, 7.559,
       0.474; 2p; ideal runtime; span) at 96, 128, 256 microbatches: zb-greedy, zb-rounds (their
-      own greedy, schedc.solver.paper_greedy) and schedc in 30 s, as span bubbles.
+      own greedy, schedc.solver.engines.zb_rounds) and schedc in 30 s, as span bubbles.
 --wall: `schedc compile --time-limit 10` as a user runs it (process start included): wall and peak
       RSS at 64x256, 128x512, V 32x128 (also with comm 0.25F, and V 64x256 so: the cool-down
       re-listing's instances), 8x8192, 2000x2, 8x100000 (refused: over the size limit) and 1M
@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedc.costs import Profile  # noqa: E402
+from schedc.core.costs import Profile  # noqa: E402
 from schedc.solver import compile_schedule  # noqa: E402
 
 GREEDY = "zb-greedy"
@@ -113,7 +113,8 @@ PAPER_COSTS = dict(forward=10.192, backward_input=10.367, backward_weight=7.559,
 
 def paper_rows(quick: bool) -> None:
     """The zero-bubble paper's 28.3B setting: span bubbles of zb-greedy, zb-rounds and schedc."""
-    from schedc.solver import greedy, paper_greedy
+    from schedc.solver.engines import zb_greedy as greedy
+    from schedc.solver.engines import zb_rounds as paper_greedy
     from schedc.solver.problem import Problem
 
     print("| stages x mb | zb-greedy | zb-rounds | schedc (30 s) | lower bound | status |")
@@ -135,8 +136,8 @@ PEERS = ("zb-h1", "zb-h2", "zb-v")  # the hand-made schedules a scale row compar
 def scale_rows(specs, markdown: bool, progress) -> None:
     """Group s as its own table: schedc against every peer it must not be behind (zb-greedy,
     zb-rounds, the best of ZB-H1 / ZB-H2 / ZB-V that fits), its lower bound, gap and wall time."""
-    from schedc.solver import paper_greedy
-    from schedc.solver.warm import matching_baselines
+    from schedc.solver.engines import zb_rounds as paper_greedy
+    from schedc.solver.engines.warm import matching_baselines
 
     header = ["case", "mem", "zb-greedy", "zb-rounds", "ZB-H1/H2/V", "schedc", "lower bound", "gap", "status",
               "wall s", "from"]

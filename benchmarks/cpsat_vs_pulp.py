@@ -1,4 +1,4 @@
-"""PuLP (the default compiler) against CP-SAT (schedc.solver.cpsat) on the same cases, same limit.
+"""PuLP (the default compiler) against CP-SAT (schedc.solver.engines.cpsat) on the same cases, same limit.
 
 Cases: compile_quality's quick set (identical 8x16; heterogeneous 4x16, 8x24, 16x48 and V 4 ranks
 x 2 stages x 16 at 1p, both objectives; the span closed-form case 4x12), issue 11's V points
@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedc.costs import Profile, StageCost  # noqa: E402
+from schedc.core.costs import Profile, StageCost  # noqa: E402
 from schedc.solver import compile_problem  # noqa: E402
-from schedc.solver.bounds import lower_bound  # noqa: E402
-from schedc.solver.cpsat import solve_cpsat  # noqa: E402
+from schedc.solver.bounds.chains import lower_bound  # noqa: E402
+from schedc.solver.engines.cpsat import solve_cpsat  # noqa: E402
 from schedc.solver.problem import Problem  # noqa: E402
 
 

@@ -5,7 +5,7 @@ Cases (issue 10's targets): loop and V placement; identical, transformer-like
 (schedc.library.transformer_profile) and edge-heavy (Profile.edge_heavy) costs; memory 1p and 2p;
 4 and 8 ranks; microbatches = 2 x ranks. Per case the compiled schedule (``--time-limit``) and
 every hand-made schedule that exists for it and fits the memory limit (the solver's
-feasible_baselines: schedc.baselines plus zb-greedy) run in one launch of
+feasible_baselines: schedc.core.baselines plus zb-greedy) run in one launch of
 :func:`schedc.runtime.emulate.emulate`.
 
 Costs: each profile is scaled so that its mean F sleeps ``--unit`` seconds; the emulation sleeps no
@@ -37,14 +37,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedc.baselines import make_baseline  # noqa: E402
-from schedc.costs import Profile  # noqa: E402
-from schedc.csvio import write_csv  # noqa: E402
+from schedc.core.baselines import make_baseline  # noqa: E402
+from schedc.core.costs import Profile  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.library import transformer_profile  # noqa: E402
 from schedc.runtime.emulate import emulate, scaled_costs  # noqa: E402
 from schedc.solver import Problem  # noqa: E402
 from schedc.solver.compile import compile_problem  # noqa: E402
-from schedc.solver.warm import feasible_baselines  # noqa: E402
+from schedc.solver.engines.warm import feasible_baselines  # noqa: E402
 
 PROFILES = {
     "identical": lambda n: Profile.uniform(n),

@@ -93,7 +93,8 @@ def check_profiles(device: str, size: dict) -> tuple[list[Row], object]:
 
 
 def check_calibrate(device: str, size: dict, cfg) -> list[Row]:
-    from schedc import baselines, csvio
+    from schedc.core import baselines
+    from schedc.io import csvio
     from schedc.runtime.calibrate import calibrate
     from schedc.runtime.profiler import profile_gpt
 
@@ -112,7 +113,7 @@ def check_gradients(device: str, size: dict) -> list[Row]:
 
     import torch
 
-    from schedc import baselines
+    from schedc.core import baselines
     from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, make_batch
     from schedc.runtime.one_rank import one_rank_group
 

@@ -4,7 +4,7 @@ For each case it writes one input file into a temporary directory (a ZB-H1 sched
 with enough microbatches for the number of actions asked for; files of blank lines; a CSV larger
 than the input limit), runs the command in a fresh process and prints the wall time, the peak
 resident memory of that process (``os.wait4``'s ``ru_maxrss``), the exit code and the first line
-of stderr. Inputs past schedc.limits' bounds must fail in about a second with one line.
+of stderr. Inputs past schedc.core.limits' bounds must fail in about a second with one line.
 
     python benchmarks/large_inputs.py [--sizes 100000,1000000] [--timeout 600]
 
@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from schedc import baselines, csvio  # noqa: E402
+from schedc.core import baselines
+from schedc.io import csvio  # noqa: E402
 
 
 def run(argv: list[str], timeout: float) -> tuple[float, float, int, str]:

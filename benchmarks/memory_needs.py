@@ -6,9 +6,9 @@ On identical stages the answers are the papers' (ZB-H1 1p, ZB-H2 2p, ZB-V 1p, ..
 transformer, whose last stage carries the LM head and its logits, a schedule that holds more
 microbatches of that stage than 1F1B does needs more.
 
-Method: build every hand-made schedule (schedc.baselines) for R ranks (loop: R stages; V and
+Method: build every hand-made schedule (schedc.core.baselines) for R ranks (loop: R stages; V and
 interleaved: 2R) and M microbatches, simulate it under torch's runtime, and print
-``schedc.costs.p_needed`` of its largest per-rank peak: the smallest K under which it fits
+``schedc.core.costs.p_needed`` of its largest per-rank peak: the smallest K under which it fits
 ``Kp``. Costs: identical stages (``Profile.uniform``), ``Profile.edge_heavy`` (times uneven,
 activations even) and ``schedc.library.transformer_profile`` split into R or 2R stages.
 
@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedc import baselines as bl  # noqa: E402
-from schedc.costs import Profile, p_needed  # noqa: E402
+from schedc.core import baselines as bl  # noqa: E402
+from schedc.core.costs import Profile, p_needed  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.library import transformer_profile  # noqa: E402
-from schedc.simulate import simulate  # noqa: E402
+from schedc.core.simulate import simulate  # noqa: E402
 
 PROFILES = {
     "identical": Profile.uniform,

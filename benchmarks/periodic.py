@@ -1,4 +1,4 @@
-"""What periodic schedules (schedc.solver.periodic) give a compile under a tight memory cap.
+"""What periodic schedules (schedc.solver.engines.periodic) give a compile under a tight memory cap.
 
 For partitions of the Llama-3-8B-like model of benchmarks/plan_quality.py on 4 ranks in a V at
 40 GiB (where a rank holds one microbatch of its heaviest stage), it prints the step of
@@ -20,7 +20,7 @@ import time
 
 from plan_quality import MODELS, units_profile
 from schedc.plan import parse_cap, problem_for
-from schedc.solver import periodic
+from schedc.solver.engines import periodic
 from schedc.solver.compile import compile_problem
 from schedc.solver.graph import graph_of
 

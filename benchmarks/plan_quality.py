@@ -3,13 +3,13 @@
 For each model shape, rank count, placement, microbatch count and memory cap (bytes, static
 included) it prints the step time of
 
-- the best hand-made schedule (schedc.baselines) that fits, on torchtitan 0.3.0's default split
+- the best hand-made schedule (schedc.core.baselines) that fits, on torchtitan 0.3.0's default split
   (first/last_stage_less_layers = 1), on the even split (layers even, embedding and head added to
   the first and last stage) and on the compute-balanced split (the busiest rank's F + I + W least),
 - `schedc compile` on the compute-balanced split (same time limit as plan),
 - `schedc plan` (the placement of the row),
 - the margin of plan over the best of those four, the bound over every partition and schedule
-  (schedc.partition.partition_bound) and plan's gap to it, and plan's wall time.
+  (schedc.core.partition.partition_bound) and plan's gap to it, and plan's wall time.
 
 Costs are arithmetic (schedc.library.transformer_profile, one layer per stage, split here into
 units: embedding, each layer, final norm + LM head + loss), times on an H100 at 400 TFLOP/s
@@ -29,9 +29,9 @@ import argparse
 import sys
 import time
 
-from schedc.costs import Profile, StageCost
+from schedc.core.costs import Profile, StageCost
 from schedc.library import transformer_profile
-from schedc.partition import Units, balanced, even_counts, n_stages_for, torchtitan_default_counts
+from schedc.core.partition import Units, balanced, even_counts, n_stages_for, torchtitan_default_counts
 from schedc.plan import best_hand_made, parse_cap, plan, problem_for
 
 # public decoder shapes; transformer_profile's MLP is GPT-style (2hf parameters) with f = ffn

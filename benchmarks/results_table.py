@@ -43,14 +43,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedc import baselines as bl  # noqa: E402
-from schedc.costs import HELD_FRACTION, MemoryLimit, Profile, StageCost  # noqa: E402
-from schedc.csvio import write_csv  # noqa: E402
+from schedc.core import baselines as bl  # noqa: E402
+from schedc.core.costs import HELD_FRACTION, MemoryLimit, Profile, StageCost  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.library import transformer_profile  # noqa: E402
-from schedc.simulate import simulate  # noqa: E402
+from schedc.core.simulate import simulate  # noqa: E402
 from schedc.solver.compile import compile_schedule  # noqa: E402
-from schedc.validate import validate  # noqa: E402
+from schedc.core.validate import validate  # noqa: E402
 
 HAND_MADE = [  # (column, baseline name, stages per rank)
     ("GPipe", "gpipe", 1),
@@ -121,7 +121,7 @@ def torch_orders(name: str, ranks: int, m: int, per_rank: int):
     from torch.distributed.pipelining import schedules as ts
     from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
-    from schedc import csvio
+    from schedc.io import csvio
 
     ops = get_schedule_ops(getattr(ts, name), ranks, m, num_stages_per_rank=per_rank)
     compute = ("F", "I", "W", "B", "OVERLAP_F_B")  # drop idle cells and REDUCE_GRAD (not compute)

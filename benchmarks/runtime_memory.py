@@ -59,8 +59,8 @@ def rank_body() -> dict:
 def predicted_step_bytes(schedule, profile) -> list[float]:
     """Per rank: simulate's peak minus what the model holds all step and torch allocated before the
     step (static bytes, the receive buffers of every microbatch: torch up to 2.14 preallocates them)."""
-    from schedc.cost_model import preallocates, rank_static_bytes, torch_version
-    from schedc.simulate import simulate
+    from schedc.core.cost_model import preallocates, rank_static_bytes, torch_version
+    from schedc.core.simulate import simulate
 
     sim = simulate(schedule, profile)
     placement = schedule.placement
@@ -76,7 +76,7 @@ def predicted_step_bytes(schedule, profile) -> list[float]:
 
 
 def schedules(n_stages: int, mb: int, profile, profile_v, time_limit: float) -> dict:
-    from schedc import baselines
+    from schedc.core import baselines
     from schedc.solver.compile import compile_schedule
 
     out = {
@@ -94,7 +94,7 @@ def schedules(n_stages: int, mb: int, profile, profile_v, time_limit: float) -> 
 def run(cfg, n_ranks: int, mbs: int, mb: int, time_limit: float, label: str) -> list[tuple]:
     import dataclasses
 
-    from schedc import csvio
+    from schedc.io import csvio
     from schedc.runtime import launch as L
     from schedc.runtime.profiler import profile_gpt
 
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
         return L.run_rank(rank_body)
     import torch
 
-    from schedc.costs import format_bytes
+    from schedc.core.costs import format_bytes
     from schedc.runtime.models import GPTConfig
 
     torch.set_num_threads(1)

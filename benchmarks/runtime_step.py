@@ -69,11 +69,11 @@ def _rank(rank: int, args: argparse.Namespace, port: int, workdir: str) -> None:
 
 
 def _run(rank: int, args: argparse.Namespace, work: Path) -> None:
-    from schedc.baselines import make_baseline
-    from schedc.csvio import write_csv
+    from schedc.core.baselines import make_baseline
+    from schedc.io.csvio import write_csv
     from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, load_torch_pipeline, make_batch
     from schedc.runtime.profiler import measure_p2p_seconds, profile_gpt
-    from schedc.simulate import simulate
+    from schedc.core.simulate import simulate
     from schedc.solver import compile_schedule
 
     cfg = GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
@@ -185,7 +185,7 @@ def main(argv=None) -> int:
     print(table(result))
     print(f"\n(total {time.monotonic() - t0:.0f} s)")
     if args.out:
-        from schedc.fileio import atomic_write_text
+        from schedc.io.fileio import atomic_write_text
 
         atomic_write_text(args.out, json.dumps(result, indent=1))
     return 0

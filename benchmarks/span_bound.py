@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedc.costs import Profile  # noqa: E402
+from schedc.core.costs import Profile  # noqa: E402
 from schedc.solver import compile_schedule  # noqa: E402
 
 

@@ -28,20 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PHASES = [
     ("schedc.solver.problem", "Problem.build", "build problem"),
     ("schedc.solver.graph", "Graph.lower", "action graph"),
-    ("schedc.solver.warm", "_build_baselines", "baselines (all)"),
-    ("schedc.solver.warm", "build_baselines", "baselines (all)"),
-    ("schedc.baselines", "make_baseline", "  hand-made orders"),
-    ("schedc.solver.greedy", "zb_greedy", "  zb-greedy"),
-    ("schedc.solver.paper_greedy", "paper_greedy", "  paper greedy"),
-    ("schedc.solver.heuristic", "heuristic_schedule", "list heuristic"),
-    ("schedc.solver.bounds", "lower_bound_details", "bounds"),
-    ("schedc.solver.cpsat", "build_cp_model", "cp-sat model"),
-    ("schedc.solver.cpsat", "solve_cpsat", "cp-sat (all)"),
-    ("schedc.solver.model", "solve_model", "integer program"),
-    ("schedc.solver.windows", "window_search", "windows"),
-    ("schedc.simulate", "simulate", "simulate (every call)"),
+    ("schedc.solver.engines.warm", "_build_baselines", "baselines (all)"),
+    ("schedc.solver.engines.warm", "build_baselines", "baselines (all)"),
+    ("schedc.core.baselines", "make_baseline", "  hand-made orders"),
+    ("schedc.solver.engines.zb_greedy", "zb_greedy", "  zb-greedy"),
+    ("schedc.solver.engines.zb_rounds", "paper_greedy", "  paper greedy"),
+    ("schedc.solver.engines.heuristic", "heuristic_schedule", "list heuristic"),
+    ("schedc.solver.bounds.chains", "lower_bound_details", "bounds"),
+    ("schedc.solver.engines.cpsat", "build_cp_model", "cp-sat model"),
+    ("schedc.solver.engines.cpsat", "solve_cpsat", "cp-sat (all)"),
+    ("schedc.solver.engines.mip", "solve_model", "integer program"),
+    ("schedc.solver.engines.windows", "window_search", "windows"),
+    ("schedc.core.simulate", "simulate", "simulate (every call)"),
     ("schedc.solver.compile", "build_report", "report"),
-    ("schedc.csvio", "to_csv_text", "csv text"),
+    ("schedc.io.csvio", "to_csv_text", "csv text"),
 ]
 
 
@@ -86,7 +86,7 @@ def _child(spec: str, time_limit: float) -> dict:
                     getattr(other, name, None) is fn:
                 setattr(other, name, w)
 
-    from schedc import csvio
+    from schedc.io import csvio
     from schedc.solver.compile import compile_problem
     from schedc.solver.problem import Problem
 

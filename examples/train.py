@@ -90,14 +90,14 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
         label = f"torch {type(pipe.schedule).__name__}"
     else:
         if args.baseline:
-            from schedc.baselines import list_baselines, make_baseline, normalize_name
+            from schedc.core.baselines import list_baselines, make_baseline, normalize_name
 
             info = {i.name: i for i in list_baselines()}[normalize_name(args.baseline)]
             n_stages = args.stages or (world if info.stages_per_rank == "1" else 2 * world)
             schedule = make_baseline(info.name, n_stages, args.mb or 8, n_ranks=world)
             label = f"schedc baseline {info.name}"
         else:
-            from schedc.csvio import read_csv
+            from schedc.io.csvio import read_csv
 
             schedule = read_csv(args.schedule)
             label = f"CSV {args.schedule}"

@@ -20,17 +20,18 @@ torch nor the solvers nor matplotlib; those load on the first call that needs th
 
 from schedc._version import __version__
 
-from schedc._loading import exit_on_ctrl_c_while_loading
+from schedc.cli._loading import exit_on_ctrl_c_while_loading
 
 exit_on_ctrl_c_while_loading()  # the schedc command: Ctrl-C until cli.main holds it exits 130, no traceback
 
-# The engine modules whose names the front door's functions take (schedc.simulate, .validate,
-# .plot): imported first, so that the attributes their import sets on the package are
-# replaced below once and for all (a later import finds them in sys.modules and sets nothing).
+# schedc.plan is a package and a front-door function: imported first, so that the attribute its
+# import sets on the package is replaced below once and for all (a later import finds it in
+# sys.modules and sets nothing). The modules behind the old names schedc.simulate, .validate and
+# .plot stay reachable for one release (schedc.deprecation).
 from schedc import plan as _plan_module
-from schedc import plot as _plot_module
-from schedc import simulate as _simulate_module
-from schedc import validate as _validate_module
+from schedc.core import simulate as _simulate_module
+from schedc.core import validate as _validate_module
+from schedc.show import plot as _plot_module
 
 from schedc.api import (
     BASELINES,
@@ -44,10 +45,10 @@ from schedc.api import (
     write_csv,
 )
 from schedc.choices import Execution, Objective, Placement, Solver, Status
-from schedc.costs import MemoryLimit, Profile, StageCost
-from schedc.deprecation import attach_module_aliases
+from schedc.core.costs import MemoryLimit, Profile, StageCost
+from schedc.deprecation import attach_module_aliases, install_moved_modules
 from schedc.errors import SchedcError
-from schedc.ir import Action, Schedule
+from schedc.core.ir import Action, Schedule
 from schedc.plan import PlanResult, plan
 from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
 
@@ -94,4 +95,7 @@ attach_module_aliases(validate, _validate_module, {
 attach_module_aliases(plot, _plot_module, {
     "plot_schedules": "schedc.plot(schedules, profile=..., titles=...)",
     "plot_schedule": "schedc.plot(schedule, profile=...)"})
-del _plan_module, _plot_module, _simulate_module, _validate_module, attach_module_aliases, exit_on_ctrl_c_while_loading
+install_moved_modules({"schedc.simulate": _simulate_module, "schedc.validate": _validate_module,
+                       "schedc.plot": _plot_module})
+del _plan_module, _plot_module, _simulate_module, _validate_module, attach_module_aliases, install_moved_modules
+del exit_on_ctrl_c_while_loading

@@ -25,11 +25,11 @@ import os
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
-from schedc.baselines import BASELINE_NAMES, make_baseline
+from schedc.core.baselines import BASELINE_NAMES, make_baseline
 from schedc.choices import Budget, Execution, Objective, Placement, PlacementName, Solver, Status, check_choice
-from schedc.costs import MemoryLimit, Profile
+from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import ParameterError, SchedcError
-from schedc.ir import Schedule
+from schedc.core.ir import Schedule
 from schedc.results import Compiled, Report, Simulation
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def simulate(
     >>> sim.makespan, sim.peak_memory, sim.fits
     (15.0, (2.0, 1.0), True)
     """
-    from schedc.simulate import simulate as simulate_schedule
+    from schedc.core.simulate import simulate as simulate_schedule
 
     _check_schedule("schedule", schedule)
     if execution is not None:
@@ -253,7 +253,7 @@ def validate(
         ...
     schedc.errors.SchedcError: expected 8 microbatches, the schedule has 4
     """
-    from schedc.validate import validate as validate_schedule
+    from schedc.core.validate import validate as validate_schedule
 
     _check_schedule("schedule", schedule)
     validate_schedule(schedule, n_stages=stages, n_microbatches=microbatches, n_ranks=ranks,
@@ -353,7 +353,7 @@ def plot(
     >>> len(fig.axes)  # a Gantt chart and a memory axes per schedule
     2
     """
-    from schedc.plot import plot_schedules
+    from schedc.show.plot import plot_schedules
 
     if execution is not None:
         check_choice("execution", execution, Execution)
@@ -407,7 +407,7 @@ def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:
     >>> schedc.read_csv(path).n_ranks
     2
     """
-    from schedc.csvio import read_csv as read_schedule
+    from schedc.io.csvio import read_csv as read_schedule
 
     if microbatches is not None:
         _check_count("microbatches", microbatches)
@@ -450,8 +450,8 @@ def write_csv(schedule: Schedule, path: PathLike, *, report: Union[Report, Mappi
     >>> schedc.read_report(path).status
     <Status.OPTIMAL: 'optimal'>
     """
-    from schedc import csvio
-    from schedc.fileio import write_all
+    from schedc.io import csvio
+    from schedc.io.fileio import write_all
 
     _check_schedule("schedule", schedule)
     if report is None:
@@ -483,7 +483,7 @@ def read_report(csv_path: PathLike) -> Report:
     --------
     See :func:`write_csv`.
     """
-    from schedc.csvio import CSV_HASH_KEY, read_report as read_json, report_path
+    from schedc.io.csvio import CSV_HASH_KEY, read_report as read_json, report_path
 
     data = read_json(csv_path)  # checks the CSV's hash the report records, then drops it:
     data.pop(CSV_HASH_KEY, None)  # it pairs the files, it is not part of the compile's report

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict
 
 from schedc.choices import Execution, Objective, Status, check_choice
-from schedc.costs import MemoryLimit, Profile
-from schedc.ir import Action, Schedule
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.ir import Action, Schedule
 
 if TYPE_CHECKING:
-    from schedc.simulate import SimResult
+    from schedc.core.simulate import SimResult
 
 __all__ = ["ActionTime", "Simulation", "BaselineResult", "ReportInputs", "ReportPrediction", "Report", "Compiled"]
 
@@ -103,7 +103,7 @@ class Simulation:
 
     @classmethod
     def from_sim(cls, sim: "SimResult") -> "Simulation":
-        """Freeze the engine's :class:`schedc.simulate.SimResult`."""
+        """Freeze the engine's :class:`schedc.core.simulate.SimResult`."""
         return cls(
             makespan=sim.makespan, span=sim.span, bubble=sim.bubble, span_bubble=sim.span_bubble,
             busy=tuple(sim.busy), span_per_rank=tuple(sim.span_per_rank),
@@ -158,7 +158,7 @@ class ReportPrediction(_Frozen):
 
 
 class ReportLimiter(_Frozen):
-    """What bounds the step (schedc.diagnose.Limiter as the report writes it)."""
+    """What bounds the step (schedc.core.diagnose.Limiter as the report writes it)."""
 
     kind: Literal["rank", "critical-path"]
     rank: int
@@ -203,7 +203,7 @@ class Report(_Frozen):
         """Validate a report's JSON object; a bad field is one :class:`SchedcError` line naming it."""
         from pydantic import ValidationError
 
-        from schedc.costs import describe_validation_error
+        from schedc.core.costs import describe_validation_error
         from schedc.errors import SchedcError
 
         try:

@@ -1,4 +1,4 @@
-"""Shared test helpers: a builder of valid schedules that does not depend on schedc.baselines."""
+"""Shared test helpers: a builder of valid schedules that does not depend on schedc.core.baselines."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Callable, Collection, Optional, Sequence, Union
 
 import pytest
 
-from schedc.ir import Action, Schedule
-from schedc.simulate import producers
+from schedc.core.ir import Action, Schedule
+from schedc.core.simulate import producers
 
 # A test run launched in the background (nohup, `cmd &` in a script) starts with SIGINT ignored,
 # and every process a test spawns would inherit that; the tests that send Ctrl-C need Python's

@@ -1,7 +1,7 @@
 """Exact optimum of tiny problems by exhaustive branch and bound: the ground truth for tests.
 
 Problem: among ALL per-rank action orders that are deadlock-free and respect the memory caps
-(schedc.cost_model's rule: an action may run when what its rank holds plus its allocation and
+(schedc.core.cost_model's rule: an action may run when what its rank holds plus its allocation and
 transient fits the room), find one whose simulate() value (earliest starts; makespan or span) is smallest. Used to check
 that lower bounds never exceed the optimum, that heuristics and the integer program never beat
 it, and that the integer program's "optimal" claims are true.
@@ -24,10 +24,10 @@ are all placed), so partial states carry exact times. The search is exhaustive u
   only once every rank has started (an earlier producer could otherwise start an idle rank
   earlier and lengthen its span), falling back to exact duplicates before that;
 * bounds: a state is cut when max over ranks of (free time + remaining work) (for span: minus
-  the rank's first start; before a rank starts, its span bound from schedc.solver.bounds)
+  the rank's first start; before a rank starts, its span bound from schedc.solver.bounds.chains)
   already reaches the incumbent, which starts as the heuristic's value (the search is skipped
-  when that meets schedc.solver.bounds.lower_bound). ``use_bounds=False`` leaves
-  schedc.solver.bounds out (a rank not yet started is bounded by its total work), so the optimum
+  when that meets schedc.solver.bounds.chains.lower_bound). ``use_bounds=False`` leaves
+  schedc.solver.bounds.chains out (a rank not yet started is bounded by its total work), so the optimum
   it returns can check those bounds without taking them on trust.
 
 ``merge_backward=True`` also branches on B (I and W fused) for every backward; splitting never
@@ -44,12 +44,12 @@ from __future__ import annotations
 from typing import Optional
 
 from schedc.errors import SchedcError
-from schedc.ir import Action, Schedule
-from schedc.simulate import simulate
-from schedc.solver.bounds import lower_bound, rank_span_bounds
-from schedc.solver.heuristic import check_memory_feasible, heuristic_schedule
+from schedc.core.ir import Action, Schedule
+from schedc.core.simulate import simulate
+from schedc.solver.bounds.chains import lower_bound, rank_span_bounds
+from schedc.solver.engines.heuristic import check_memory_feasible, heuristic_schedule
 from schedc.solver.problem import Problem
-from schedc.tolerances import REL
+from schedc.core.tolerances import REL
 
 EPS = REL
 KINDS = ("F", "I", "W", "B")
@@ -62,7 +62,7 @@ def exact_optimum(
     """(optimal objective value, a schedule attaining it) for a tiny `problem`.
 
     `use_heuristic=False` starts from no incumbent (slower; for testing the search itself);
-    `use_bounds=False` does not rely on schedc.solver.bounds (for testing those bounds)."""
+    `use_bounds=False` does not rely on schedc.solver.bounds.chains (for testing those bounds)."""
     check_memory_feasible(problem)
     objective = problem.objective
     if use_heuristic:
@@ -311,7 +311,7 @@ def tiny_optimum(n_stages: int, n_mb: int, placement: str, n_ranks: Optional[int
     """(problem, exact optimum) of a tiny instance: `costs` (F, I, W, comm) of every stage, or
     None for heavy end stages; None where the cap holds no microbatch of some stage (no schedule
     to compare with)."""
-    from schedc.costs import Profile
+    from schedc.core.costs import Profile
 
     prof = Profile.edge_heavy(n_stages) if costs is None else Profile.uniform(n_stages, *costs[:3], comm=costs[3])
     try:

@@ -218,7 +218,9 @@ def test_simulate_plot_and_profile_paths(tmp_path):
 def test_old_spellings_through_the_package_warn_and_still_work():
     s = schedc.baseline("zb-h1", stages=2, microbatches=4)
     prof = schedc.Profile.uniform(2)
-    from schedc import plot, simulate, validate  # the README's import before the front door
+    from schedc.show import plot
+    from schedc.core import simulate
+    from schedc.core import validate  # the README's import before the front door
 
     with pytest.warns(DeprecationWarning, match=r"use schedc.simulate\(schedule"):
         assert simulate.simulate(s, prof).makespan == schedc.simulate(s, profile=prof).makespan
@@ -230,7 +232,7 @@ def test_old_spellings_through_the_package_warn_and_still_work():
         assert len(plot.plot_schedules([s], prof).axes) == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the engine modules by their dotted names do not warn
-        from schedc.simulate import simulate as engine_simulate
+        from schedc.core.simulate import simulate as engine_simulate
         from schedc.solver import compile_schedule  # noqa: F401
 
         assert engine_simulate(s, prof).makespan == schedc.simulate(s, profile=prof).makespan

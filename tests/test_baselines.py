@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from schedc import csvio
-from schedc.baselines import BASELINE_NAMES, baselines_for, list_baselines, make_baseline, normalize_name
-from schedc.cli import main
-from schedc.costs import Profile
+from schedc.io import csvio
+from schedc.core.baselines import BASELINE_NAMES, baselines_for, list_baselines, make_baseline, normalize_name
+from schedc.cli.toplevel import main
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
-from schedc.ir import Action, Overlap, loop_placement, v_placement
-from schedc.simulate import simulate
-from schedc.validate import validate
+from schedc.core.ir import Action, Overlap, loop_placement, v_placement
+from schedc.core.simulate import simulate
+from schedc.core.validate import validate
 
 INFO = {i.name: i for i in list_baselines()}
 

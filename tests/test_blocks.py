@@ -1,4 +1,4 @@
-"""The block relaxation (schedc.solver.blocks) against the exact optimum of tiny instances and
+"""The block relaxation (schedc.solver.bounds.blocks) against the exact optimum of tiny instances and
 against real schedules of a tight-cap Llama V."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 
 # tests/exhaustive.py: the oracle these tests serve
 from exhaustive import exact_optimum  # noqa: E402
-from schedc.costs import Profile, StageCost
+from schedc.core.costs import Profile, StageCost
 from schedc.model_costs import unit_profile
-from schedc.solver.anchored import anchored_bound
-from schedc.solver.blocks import BlockRelaxation, block_bound, block_spread
+from schedc.solver.bounds.anchored import anchored_bound
+from schedc.solver.bounds.blocks import BlockRelaxation, block_bound, block_spread
 from schedc.solver.compile import compile_problem
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import graph_of

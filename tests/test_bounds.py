@@ -11,17 +11,18 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from schedc.costs import MemoryLimit, Profile, StageCost
+from schedc.core.costs import MemoryLimit, Profile, StageCost
 from schedc.errors import SchedcError
-from schedc.ir import Action, Schedule
-from schedc.simulate import simulate
-from schedc.solver.bounds import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
+from schedc.core.ir import Action, Schedule
+from schedc.core.simulate import simulate
+from schedc.solver.bounds.chains import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver import graph, model
-from schedc.solver.heuristic import check_memory_feasible, heuristic_schedule
-from schedc.solver.warm import feasible_baselines, matching_baselines
+from schedc.solver import graph
+from schedc.solver.engines import mip as model
+from schedc.solver.engines.heuristic import check_memory_feasible, heuristic_schedule
+from schedc.solver.engines.warm import feasible_baselines, matching_baselines
 from schedc.solver.problem import Problem
-from schedc.solver.rank_relaxation import rank_relaxation_bound
+from schedc.solver.bounds.rank import rank_relaxation_bound
 
 EPS = 1e-9
 
@@ -301,7 +302,7 @@ def test_one_rank_relaxation_sees_the_room_a_ranks_stages_share(n_stages, n_mb, 
                       profile=Profile.uniform(n_stages, *costs[:3], comm=costs[3]))
     opt, _ = exact_optimum(p, use_bounds=False)
     assert rank_relaxation_bound(p) == pytest.approx(opt)
-    from schedc.solver import rank_relaxation
+    from schedc.solver.bounds import rank as rank_relaxation
 
     monkeypatch.setattr(rank_relaxation, "memory_arcs", lambda g: [a for a in graph.memory_arcs(g) if a[1] == a[2]])
     assert rank_relaxation_bound(p) < opt - 1  # each stage's own memory orders alone fall short
@@ -335,7 +336,7 @@ def _graph_heads_and_tails(problem: Problem):
 @pytest.mark.parametrize("placement,n_stages,n_ranks", [("loop", 4, 4), ("v", 6, 3), ((0, 1, 0, 1), 4, 2)])
 @pytest.mark.parametrize("memory", ["0.5p", "0.75p", "1p", "none"])
 def test_one_rank_relaxation_heads_and_tails_are_the_graphs_longest_paths(placement, n_stages, n_ranks, memory):
-    from schedc.solver.rank_relaxation import heads_and_tails
+    from schedc.solver.bounds.rank import heads_and_tails
 
     # uneven stages, a stage without weights (a B action), slow links: every rule of the graph
     stages = [StageCost(forward=1.0 + 0.3 * s, backward_input=1.2 + 0.1 * s, backward_weight=0.0 if s == 1 else 0.7,
@@ -395,10 +396,10 @@ def test_bounds_hold_with_rises_at_i_and_transients(n, m, placement, ranks, memo
 
 @pytest.mark.parametrize("memory,wg,transient", [("4B", 1.6, {"I": 0.3}), ("3.5B", 2.0, {"F": 0.4, "W": 0.2})])
 def test_cpsat_relaxations_hold_with_rises_at_i_and_transients(memory, wg, transient):
-    from schedc.solver.anchored import anchored_bound
-    from schedc.solver.blocks import block_bound
+    from schedc.solver.bounds.anchored import anchored_bound
+    from schedc.solver.bounds.blocks import block_bound
     from schedc.solver.deadline import Deadline
-    from schedc.solver.pair_relaxation import PairRelaxation
+    from schedc.solver.bounds.pair import PairRelaxation
 
     stages = [StageCost(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=1.0,
                         weight_grad_bytes=wg, transient_bytes=transient) for _ in range(4)]

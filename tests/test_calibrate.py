@@ -6,12 +6,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from schedc import baselines, cli, csvio  # noqa: E402
-from schedc.costs import Profile, StageCost  # noqa: E402
+from schedc import cli
+from schedc.core import baselines
+from schedc.io import csvio  # noqa: E402
+from schedc.core.costs import Profile, StageCost  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime.calibrate import calibrate, compare, format_calibration, timed_actions  # noqa: E402
 from schedc.runtime.models import GPTConfig  # noqa: E402
-from schedc.simulate import simulate  # noqa: E402
+from schedc.core.simulate import simulate  # noqa: E402
 
 TINY = GPTConfig(vocab_size=32, hidden=16, layers=2, heads=2, seq_len=8)
 
@@ -138,8 +140,8 @@ def test_cli_calibrate_checks_before_launching(tmp_path, capsys):
 def test_an_overlap_cell_is_timed_once_and_shared_among_its_parts():
     # torch's runtime labels an OVERLAP_F_B cell once ("PP:(1F1;0B0)OVERLAP_F_B") and runs its parts
     # back to back; each part gets its share of the cell's interval, in cell order
-    from schedc.csvio import parse_csv_text
-    from schedc.ir import Action
+    from schedc.io.csvio import parse_csv_text
+    from schedc.core.ir import Action
     from schedc.runtime.calibrate import _parse_steps
 
     schedule = parse_csv_text("0F0,0F1,0B1,0B0\n1F0,(1F1;1B0)OVERLAP_F_B,1B1\n", "overlap.csv")
@@ -157,8 +159,8 @@ def test_an_overlap_cell_is_timed_once_and_shared_among_its_parts():
 def test_torch_215_wait_actions_count_as_waiting_not_compute():
     # torch 2.15 lowers WAIT_SEND_F / WAIT_SEND_B / WAIT_REDUCE_GRAD into actions of their own:
     # their time is the rank waiting; the compute actions' work and the refined profile ignore it
-    from schedc.csvio import parse_csv_text
-    from schedc.ir import Action
+    from schedc.io.csvio import parse_csv_text
+    from schedc.core.ir import Action
     from schedc.runtime.calibrate import _parse_steps
 
     schedule = parse_csv_text("0F0,0B0\n1F0,1B0\n", "w.csv")

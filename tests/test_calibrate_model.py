@@ -13,7 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _dist import ROOT  # noqa: E402
-from schedc import baselines, cli, csvio  # noqa: E402
+from schedc import cli
+from schedc.core import baselines
+from schedc.io import csvio  # noqa: E402
 from schedc.runtime.calibrate import Calibration, format_calibration  # noqa: E402
 
 LLAMA = str(ROOT / "examples" / "llama.py") + ":stages"

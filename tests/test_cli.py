@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from schedc import cli, csvio
-from schedc.costs import Profile
-from schedc.validate import validate
+from schedc import cli
+from schedc.io import csvio
+from schedc.core.costs import Profile
+from schedc.core.validate import validate
 
 
 def _python(code: str, cwd, **popen):
@@ -124,7 +125,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_no_output(tmp_path, monkeypatch
 
 def test_a_failing_plot_leaves_neither_csv_nor_report(tmp_path, monkeypatch, capsys):
     # the module, not the package's schedc.plot (the front door's function of the same name)
-    plot_module = sys.modules["schedc.plot"]
+    plot_module = sys.modules["schedc.show.plot"]
 
     def broken(fig, fmt):
         raise OSError(28, "No space left on device", "s.png")
@@ -191,7 +192,7 @@ def test_ctrl_c_between_loading_and_main_exits_130_without_a_traceback(tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "schedc: interrupted\n")
     # once main() holds it, a Ctrl-C is the usual KeyboardInterrupt again (the compile's clean-up runs)
     command = ("import signal, sys; sys.argv[0] = 'schedc'; import schedc.cli; "
-               "from schedc._loading import hand_over_ctrl_c; hand_over_ctrl_c(); "
+               "from schedc.cli._loading import hand_over_ctrl_c; hand_over_ctrl_c(); "
                "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
     proc = _python(command, tmp_path)
     assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr

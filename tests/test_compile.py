@@ -13,16 +13,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedc import cli, csvio
-from schedc.costs import Profile
+from schedc import cli
+from schedc.io import csvio
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
-from schedc.simulate import simulate
+from schedc.core.simulate import simulate
 from schedc.solver import CompileResult, Problem, compile_schedule
-from schedc.solver import model
+from schedc.solver.engines import mip as model
 from schedc.solver.compile import compile_problem
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver.warm import matching_baselines, warm_start
-from schedc.validate import validate
+from schedc.solver.engines.warm import matching_baselines, warm_start
+from schedc.core.validate import validate
 
 try:
     import torch  # noqa: F401
@@ -82,7 +83,7 @@ def test_heterogeneous_never_worse_than_warm_start_and_gap_when_unproven():
 
 def test_ilp_improves_a_weak_warm_start_and_proves_it():
     # hand the compiler 1F1B as the warm start: the integer program must find the optimum itself
-    from schedc import baselines
+    from schedc.core import baselines
 
     problem = Problem.build(3, 3, profile=Profile.edge_heavy(3), memory="1p")
     weak = baselines.make_baseline("1f1b", 3, 3)
@@ -221,7 +222,7 @@ def test_cli_prints_progress_lines(tmp_path, capsys):
 
 def test_window_decomposition_improves_and_stays_valid(monkeypatch):
     # force the rolling-horizon path (as on large instances) from a weak warm start
-    from schedc import baselines
+    from schedc.core import baselines
 
     monkeypatch.setattr(model, "FULL_MODEL_PAIRS", 0)
     problem = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p")

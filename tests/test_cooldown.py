@@ -1,13 +1,13 @@
-"""Cool-down re-listing (schedc.solver.cooldown): valid, within memory, and better than ZB-V on slow links."""
+"""Cool-down re-listing (schedc.solver.engines.cooldown): valid, within memory, and better than ZB-V on slow links."""
 
 import pytest
 
-from schedc.costs import Profile
-from schedc.solver import cooldown
-from schedc.solver.bounds import lower_bound
-from schedc.solver.warm import feasible_baselines, warm_start
+from schedc.core.costs import Profile
+from schedc.solver.engines import cooldown
+from schedc.solver.bounds.chains import lower_bound
+from schedc.solver.engines.warm import feasible_baselines, warm_start
 from schedc.solver.problem import Problem
-from schedc.validate import validate
+from schedc.core.validate import validate
 
 
 def _v(ranks: int, m: int, memory: str = "1p", objective: str = "makespan", runtime: str = "torch") -> Problem:
@@ -73,8 +73,8 @@ def test_the_warm_start_uses_it():
 def test_second_family_keeps_the_caps_when_it_moves_forwards(last, reserve):
     # ZB-V sits at the cap on every rank at 1p; the second and third families move F's, and every
     # member (not only the best, which is re-simulated anyway) stays within each rank's room
-    from schedc.ir import Schedule
-    from schedc.simulate import simulate
+    from schedc.core.ir import Schedule
+    from schedc.core.simulate import simulate
 
     p = _v(12, 24)
     rows, value = cooldown._relist(p, _hand_made(p, "zb-v")[0], lambda: False, last, from_lowest=True,

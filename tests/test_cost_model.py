@@ -1,4 +1,4 @@
-"""The one cost model (schedc.cost_model): the memory rule with rises at I, transients, overlap
+"""The one cost model (schedc.core.cost_model): the memory rule with rises at I, transients, overlap
 cells, receive buffers and held sends per torch version, the reserve, and ``Kp`` caps built from
 the same terms; the simulator, the constructions and the solvers agree with it."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from schedc import cost_model
-from schedc.costs import MemoryLimit, Profile, StageCost
-from schedc.ir import Action, Overlap, Schedule
-from schedc.simulate import simulate
-from schedc.solver.heuristic import check_memory_feasible, heuristic_schedule
+from schedc.core import cost_model
+from schedc.core.costs import MemoryLimit, Profile, StageCost
+from schedc.core.ir import Action, Overlap, Schedule
+from schedc.core.simulate import simulate
+from schedc.solver.engines.heuristic import check_memory_feasible, heuristic_schedule
 from schedc.solver.problem import Problem
 
 
@@ -96,7 +96,7 @@ def test_kp_includes_what_1f1b_holds_with_rises_transients_buffers_and_reserve()
     caps = MemoryLimit.parse("1p").per_rank(prof, placement, 8)
     assert caps == [max(fx + pk for fx, pk in zip(fixed, peaks))] * 4
     # 1p fits wherever 1F1B fits, every term included
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
 
     f1b = make_baseline("1f1b", 4, 8)
     sim = simulate(f1b, prof, MemoryLimit.parse("1p"))
@@ -158,8 +158,8 @@ def test_partition_bound_and_smallest_cap_with_rises_transients_and_reserve(plac
     from exhaustive import exact_optimum
 
     from schedc.errors import SchedcError
-    from schedc.ir import make_placement
-    from schedc.partition import Units, min_cap, partition_bound
+    from schedc.core.ir import make_placement
+    from schedc.core.partition import Units, min_cap, partition_bound
 
     units = _units_with_new_terms()
     cap = 9.5 * 2.0 ** 30
@@ -171,7 +171,7 @@ def test_partition_bound_and_smallest_cap_with_rises_transients_and_reserve(plac
         merged = units.merge(counts)
         pl = make_placement(placement, n_stages, ranks)
         need = Problem.build(n_stages, mb, n_ranks=ranks, placement=pl, profile=merged, memory="none")
-        from schedc.solver.heuristic import min_memory_need
+        from schedc.solver.engines.heuristic import min_memory_need
 
         least_need = min(least_need, max(min_memory_need(need)))
         try:

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from schedc.costs import HELD_FRACTION, MemoryLimit, Profile, StageCost, parse_comm, parse_costs
+from schedc.core.costs import HELD_FRACTION, MemoryLimit, Profile, StageCost, parse_comm, parse_costs
 from schedc.errors import SchedcError
-from schedc.ir import loop_placement, v_placement
+from schedc.core.ir import loop_placement, v_placement
 
 
 def _write(tmp_path, data):

@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from schedc.costs import Profile, StageCost
+from schedc.core.costs import Profile, StageCost
 from schedc.errors import SchedcError
-from schedc.solver import cpsat
+from schedc.solver.engines import cpsat
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 from schedc.solver.problem import Problem
-from schedc.validate import problems
+from schedc.core.validate import problems
 
 
 TINY = [
@@ -178,7 +178,7 @@ def test_a_vanishing_cost_does_not_overflow_the_time_scale():
 def test_ctrl_c_in_an_api_call_stops_cpsat_at_once():
     # outside the CLI (no stop_on_sigint) Ctrl-C during CP-SAT's native solve is a
     # KeyboardInterrupt as soon as the solver stops, not after its 60 s
-    code = ("from schedc.solver import compile_schedule\nfrom schedc.costs import Profile\n"
+    code = ("from schedc.solver import compile_schedule\nfrom schedc.core.costs import Profile\n"
             "compile_schedule(16, 48, profile=Profile.uniform(16, comm=0.25), memory='1.25p', time_limit=60, "
             "solver='cpsat')\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -193,8 +193,8 @@ def test_ctrl_c_in_an_api_call_stops_cpsat_at_once():
 
 def _weak_start(problem):
     """1F1B's orders in the model's vocabulary, simulated: a start the windows can improve."""
-    from schedc import baselines
-    from schedc.simulate import simulate
+    from schedc.core import baselines
+    from schedc.core.simulate import simulate
     from schedc.solver import graph
 
     inst = graph.graph_of(problem)
@@ -207,7 +207,7 @@ def _weak_start(problem):
 def _check_window_answer(problem, inst, orders, sim, free, out):
     """A window's answer is valid, fits, is no slower, and every action before its rank's window
     kept its start (whatever it waits for finished in time)."""
-    from schedc.simulate import simulate
+    from schedc.core.simulate import simulate
     from schedc.solver import graph
 
     assert out is not None
@@ -238,7 +238,7 @@ def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
     # slanted one forward hop per rank (as the search slants them), a window keeps every
     # producer of a fixed action fixed too; slanted more steeply it frees some producer that a
     # fixed action on the next rank waits for, which must then still finish in time for it
-    from schedc.solver.windows import _forward_hop, _window_at
+    from schedc.solver.engines.windows import _forward_hop, _window_at
 
     problem = Problem.build(4, 8, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
     inst, orders, _, sim = _weak_start(problem)
@@ -259,7 +259,7 @@ def test_slanted_cpsat_window_keeps_what_lies_before_it(shear):
 
 @pytest.mark.parametrize("objective", ["makespan", "span"])
 def test_cpsat_window_search_improves_a_weak_start(objective):
-    from schedc.solver.windows import window_search
+    from schedc.solver.engines.windows import window_search
 
     problem = Problem.build(4, 12, profile=Profile.uniform(4, comm=0.25), memory="1.25p", objective=objective)
     inst, orders, sched, sim = _weak_start(problem)
@@ -275,9 +275,9 @@ def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypat
     # a fake window solver that improves once, in the second half of the timeline: the windows
     # after it stay where it gained until a whole cycle there finds nothing; then the search
     # sweeps all of the timeline again, and stops when that finds nothing either
-    from schedc import baselines
+    from schedc.core import baselines
     from schedc.solver import graph
-    from schedc.solver import windows as driver
+    from schedc.solver.engines import windows as driver
     from schedc.solver.engine import materialize
 
     problem = Problem.build(4, 12, profile=Profile.uniform(4, comm=0.25), memory="1.25p")

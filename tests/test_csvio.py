@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from schedc import csvio
+from schedc.io import csvio
 from schedc.errors import SchedcError
-from schedc.ir import Action, Overlap, Schedule, loop_placement, v_placement
-from schedc.validate import validate
+from schedc.core.ir import Action, Overlap, Schedule, loop_placement, v_placement
+from schedc.core.validate import validate
 
 
 def write(tmp_path, text, name="sched.csv"):
@@ -265,7 +265,7 @@ def test_load_csv_dumped_by_torch(tmp_path, capsys, torch_ops, name, ranks, mb):
         assert any(isinstance(c, Overlap) for row in s.rows for c in row)
     # and schedc's rewrite is byte-identical to torch's own dump (apart from line ends)
     assert csvio.to_csv_text(s) == p.read_text().replace("\r\n", "\n")
-    from schedc.cli import main
+    from schedc.cli.toplevel import main
 
     kind = "v" if name in ("ZBVZeroBubble", "DualPipeV") else "loop"
     assert main(["validate", str(p), "--stages", str(2 * ranks), "--mb", str(mb), "--placement", kind]) == 0

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("torch")
 
 from _dist import run_ranks, worker_env  # noqa: E402
-from schedc.baselines import make_baseline  # noqa: E402
-from schedc.costs import Profile  # noqa: E402
-from schedc.csvio import write_csv  # noqa: E402
+from schedc.core.baselines import make_baseline  # noqa: E402
+from schedc.core.costs import Profile  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime.emulate import emulate  # noqa: E402
 from schedc.runtime.launch import LaunchError  # noqa: E402
@@ -223,8 +223,8 @@ def test_each_csv_is_emulated_with_the_costs_beside_it(tmp_path):
     assert "theirs.csv: costs from theirs.profile.json (theirs)" in out.stderr
     import json
 
-    from schedc.csvio import read_csv
-    from schedc.simulate import simulate
+    from schedc.io.csvio import read_csv
+    from schedc.core.simulate import simulate
 
     runs = json.loads(out.stdout)
     # each prediction (seconds, scale 1) is its own profile's, plus the runtime's measured overhead

@@ -13,19 +13,22 @@ import random
 import pytest
 
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle)
-from schedc.costs import Profile, StageCost
+from schedc.core.costs import Profile, StageCost
 from schedc.errors import SchedcError
-from schedc.simulate import simulate
-from schedc.solver import greedy, heuristic, model, paper_greedy
+from schedc.core.simulate import simulate
+from schedc.solver.engines import zb_greedy as greedy
+from schedc.solver.engines import heuristic
+from schedc.solver.engines import mip as model
+from schedc.solver.engines import zb_rounds as paper_greedy
 from schedc.solver.compile import compile_problem
-from schedc.solver.cpsat import CpsatEngine, cpsat_available
+from schedc.solver.engines.cpsat import CpsatEngine, cpsat_available
 from schedc.solver.deadline import Deadline
 from schedc.solver.engine import STATUSES, Incumbent
 from schedc.solver.graph import canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
 from schedc.solver.problem import Problem
-from schedc.solver.warm import feasible_baselines
-from schedc.solver.windows import WindowSearch
-from schedc.validate import problems
+from schedc.solver.engines.warm import feasible_baselines
+from schedc.solver.engines.windows import WindowSearch
+from schedc.core.validate import problems
 
 
 def _engines(objective: str):
@@ -41,7 +44,7 @@ def _engines(objective: str):
 def test_every_engine_answers_through_the_protocol(objective):
     # 3 stages x 3 microbatches with slow links (small enough for the exhaustive optimum), from
     # 1F1B's orders, which the searches can improve
-    from schedc import baselines
+    from schedc.core import baselines
 
     p = Problem.build(3, 3, profile=Profile.uniform(3, comm=0.25), memory="1p", objective=objective)
     g = graph_of(p)
@@ -92,7 +95,7 @@ def test_the_stage_level_rule_is_the_action_graphs(memory):
 def test_a_compile_builds_each_baseline_once(monkeypatch):
     # the warm start builds the baselines on the compile's graph; the report, the result's
     # baselines and a later caller with that graph (the plot) reuse them
-    from schedc import baselines
+    from schedc.core import baselines
 
     built = []
     make = baselines.make_baseline
@@ -126,7 +129,7 @@ def _work_compile(budget: str = "work"):
 def _files(res) -> tuple[str, str]:
     import json
 
-    from schedc import csvio
+    from schedc.io import csvio
 
     return csvio.to_csv_text(res.schedule), json.dumps(res.report, sort_keys=True)
 
@@ -164,7 +167,7 @@ def test_the_cli_and_the_python_api_offer_the_work_budget(tmp_path, capsys):
     import json
 
     import schedc
-    from schedc.cli import main
+    from schedc.cli.toplevel import main
 
     out = tmp_path / "s.csv"
     assert main(["compile", "--stages", "4", "--mb", "8", "--time-limit", "5", "--deterministic", "--quiet",

@@ -7,8 +7,8 @@ checks them against the installed frameworks' own functions and trains through t
 import pytest
 
 from schedc import cli
-from schedc.baselines import make_baseline
-from schedc.csvio import write_csv
+from schedc.core.baselines import make_baseline
+from schedc.io.csvio import write_csv
 from schedc.errors import SchedcError
 from schedc.frameworks import (SCHEDULE_NAMES, check_csv_for, nemo_build, parse_spec, schedule_name,
                                torchtitan_build)
@@ -135,7 +135,7 @@ PLANNED = [["tok_embeddings", "layers.0", "layers.1", "layers.2"], ["layers.3", 
 @pytest.fixture
 def planned(tmp_path):
     """A CSV with a plan report beside it naming its partition (as `schedc plan` writes them)."""
-    from schedc.csvio import write_schedule
+    from schedc.io.csvio import write_schedule
 
     path = tmp_path / "plan.csv"
     write_schedule(make_baseline("1f1b", 2, 4, n_ranks=2), {"partition": PLANNED}, path)
@@ -165,7 +165,7 @@ def test_validate_partition_fails_when_the_csv_was_planned_for_another(planned, 
 
 
 def test_validate_partition_reads_the_split_a_csv_was_made_for_from_the_costs_beside_it(planned, tmp_path, capsys):
-    from schedc.costs import Profile, StageCost
+    from schedc.core.costs import Profile, StageCost
 
     # a hand-made CSV on torchtitan's split, its costs (merged per stage, with module names) beside it
     other = tmp_path / "titan.csv"
@@ -190,7 +190,7 @@ def test_validate_for_with_a_plan_beside_the_csv_says_to_pass_its_partition(plan
 
 
 def test_validate_for_accepts_a_plan_whose_partition_is_torchtitans_own_split(tmp_path, capsys):
-    from schedc.csvio import write_schedule
+    from schedc.io.csvio import write_schedule
     from schedc.frameworks.torchtitan import default_partition
 
     path = tmp_path / "p.csv"
@@ -209,7 +209,7 @@ def test_torchtitans_default_split_is_restated_exactly():
 
 
 def test_plan_refuses_module_names_torchtitan_would_misread_before_searching(tmp_path, capsys):
-    from schedc.costs import Profile, StageCost
+    from schedc.core.costs import Profile, StageCost
 
     unit = dict(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=1.0, weight_grad_bytes=0.5)
     names = [["tok_embeddings"], ["layers.0,layers.1"], ["layers.2"], ["norm", "lm_head"]]

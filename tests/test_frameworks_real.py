@@ -20,7 +20,7 @@ pytest.importorskip("nemo_automodel.components.distributed.pipelining.autopipeli
 pytest.importorskip("transformers")  # NeMo's stage split imports it
 
 from _dist import ROOT, capture, run_ranks  # noqa: E402
-from schedc.csvio import write_csv  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.frameworks import SCHEDULE_NAMES, check_csv_for, framework_build  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 
@@ -224,7 +224,7 @@ NAMES = {"torchtitan": (["tok_embeddings"], "layers.{}", ["norm", "lm_head"]),
 
 
 def _plan(framework: str, placement: str):
-    from schedc.costs import Profile, StageCost
+    from schedc.core.costs import Profile, StageCost
     from schedc.plan import plan
 
     first, layer, last = NAMES[framework]
@@ -275,7 +275,7 @@ def _rank_of(stage: int, build) -> int:
 
 
 def test_mismatched_name_is_caught_before_launch(tmp_path):
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
 
     csv = tmp_path / "v.csv"
     write_csv(make_baseline("zb-v", 4, M, n_ranks=2), csv)

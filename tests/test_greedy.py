@@ -7,13 +7,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedc.costs import Profile, StageCost
+from schedc.core.costs import Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.solver import compile_problem
-from schedc.solver.greedy import ALL_FLAGS, NAME, greedy_family, zb_greedy
-from schedc.solver.warm import matching_baselines
+from schedc.solver.engines.zb_greedy import ALL_FLAGS, NAME, greedy_family, zb_greedy
+from schedc.solver.engines.warm import matching_baselines
 from schedc.solver.problem import Problem
-from schedc.validate import validate
+from schedc.core.validate import validate
 
 
 @st.composite
@@ -41,7 +41,7 @@ def instances(draw):
 def test_every_flag_combination_is_valid_and_fits(problem):
     if problem is None:
         return
-    from schedc.solver.heuristic import check_memory_feasible
+    from schedc.solver.engines.heuristic import check_memory_feasible
 
     try:
         check_memory_feasible(problem)

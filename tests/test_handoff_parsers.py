@@ -173,7 +173,7 @@ def test_a_plans_report_launches_as_planned(tmp_path):
     """End to end: `schedc plan` on a profile that records its run; the flags in plan.json parse into
     the partition and settings the plan assumed, in torchtitan's names although the profile used HF's."""
     from schedc import cli
-    from schedc.costs import Profile, StageCost
+    from schedc.core.costs import Profile, StageCost
     import json
 
     unit = dict(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=2**20, weight_grad_bytes=2**19)

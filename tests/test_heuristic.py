@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from schedc.costs import MemoryLimit, Profile, StageCost
+from schedc.core.costs import MemoryLimit, Profile, StageCost
 from schedc.errors import SchedcError
-from schedc.simulate import simulate
-from schedc.solver.heuristic import heuristic_schedule, min_memory_limit
-from schedc.solver.warm import feasible_baselines, warm_start
+from schedc.core.simulate import simulate
+from schedc.solver.engines.heuristic import heuristic_schedule, min_memory_limit
+from schedc.solver.engines.warm import feasible_baselines, warm_start
 from schedc.solver.problem import Problem
-from schedc.validate import validate
+from schedc.core.validate import validate
 
 
 
@@ -144,8 +144,8 @@ def test_feasible_baselines_respect_memory_and_placement():
 def test_warm_start_polishes_a_winning_baseline(monkeypatch):
     """When a hand-made schedule beats the heuristic, warm_start returns it or a split + locally
     searched version of it, never anything worse and always within memory."""
-    from schedc import baselines
-    from schedc.solver import heuristic, warm
+    from schedc.core import baselines
+    from schedc.solver.engines import heuristic, warm
 
     p = Problem.build(4, 8, profile=Profile.edge_heavy(4), memory="1p", objective="span")
     poor = baselines.make_baseline("1f1b", 4, 8)  # B everywhere: worse than ZB-H1 here

@@ -11,8 +11,10 @@ import threading
 
 import pytest
 
-from schedc import cli, csvio, fileio, limits
-from schedc.costs import Profile
+from schedc import cli
+from schedc.io import csvio, fileio
+from schedc.core import limits
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 
 TIMEOUT = 120  # generous: the machine may be busy; a hang still fails
@@ -129,8 +131,8 @@ def test_parse_bounds_actions_and_cells():
 
 
 def test_a_step_too_long_to_add_up_is_refused_by_simulate():
-    from schedc.baselines import make_baseline
-    from schedc.simulate import simulate
+    from schedc.core.baselines import make_baseline
+    from schedc.core.simulate import simulate
 
     profile = Profile.uniform(2, 1e300, 1e300, 1e300)  # one microbatch adds up, 10**9 would not
     s = make_baseline("1f1b", 2, 4)
@@ -303,7 +305,7 @@ def test_the_time_limit_a_refusal_names_is_accepted():
     ("80GB", "bytes", 80e9), ("512M", "bytes", 512 * 2**20), ("1e3p", "relative", 1000.0), (".5p", "relative", 0.5),
 ])
 def test_memory_spellings_binary_and_decimal(text, kind, value):
-    from schedc.costs import MemoryLimit
+    from schedc.core.costs import MemoryLimit
 
     limit = MemoryLimit.parse(text)
     assert (limit.kind, limit.value) == (kind, value)

@@ -1,6 +1,6 @@
 import pytest
 
-from schedc.ir import Action, Overlap, Schedule, loop_placement, make_placement, placement_name, v_placement
+from schedc.core.ir import Action, Overlap, Schedule, loop_placement, make_placement, placement_name, v_placement
 
 
 def test_placements_match_torchtitan_conventions():

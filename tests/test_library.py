@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from schedc import csvio
-from schedc.baselines import make_baseline
-from schedc.cli import main
-from schedc.costs import Profile
+from schedc.io import csvio
+from schedc.core.baselines import make_baseline
+from schedc.cli.toplevel import main
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 from schedc.library import (
     DEFAULT_SETUPS,

@@ -8,13 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedc import cli, csvio
-from schedc.baselines import make_baseline
-from schedc.costs import MemoryLimit, Profile, StageCost, one_f_one_b_peaks, p_needed
-from schedc.diagnose import limiter
-from schedc.ir import make_placement
+from schedc import cli
+from schedc.io import csvio
+from schedc.core.baselines import make_baseline
+from schedc.core.costs import MemoryLimit, Profile, StageCost, one_f_one_b_peaks, p_needed
+from schedc.core.diagnose import limiter
+from schedc.core.ir import make_placement
 from schedc.library import transformer_profile
-from schedc.simulate import simulate
+from schedc.core.simulate import simulate
 from schedc.solver.compile import compile_schedule
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from schedc.costs import Profile, StageCost
-from schedc.ir import Action, Schedule
-from schedc.simulate import simulate
-from schedc.solver import graph, model
+from schedc.core.costs import Profile, StageCost
+from schedc.core.ir import Action, Schedule
+from schedc.core.simulate import simulate
+from schedc.solver import graph
+from schedc.solver.engines import mip as model
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver.warm import warm_start
+from schedc.solver.engines.warm import warm_start
 from schedc.solver.problem import Problem
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from schedc import cli
-from schedc.costs import Profile
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 from schedc.library import transformer_profile
 from schedc.model_costs import read_hf_config, unit_names, unit_profile

@@ -1,4 +1,4 @@
-"""The two-rank relaxation (schedc.solver.pair_relaxation) against the exact optimum of tiny instances."""
+"""The two-rank relaxation (schedc.solver.bounds.pair) against the exact optimum of tiny instances."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import math
 import pytest
 
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.costs import Profile, StageCost
-from schedc.solver.bounds import lower_bound
+from schedc.core.costs import Profile, StageCost
+from schedc.solver.bounds.chains import lower_bound
 from schedc.solver.deadline import Deadline
-from schedc.solver.pair_relaxation import PairRelaxation, pair_relaxation_bound
+from schedc.solver.bounds.pair import PairRelaxation, pair_relaxation_bound
 from schedc.solver.problem import Problem
-from schedc.solver.rank_relaxation import rank_relaxation_bound
+from schedc.solver.bounds.rank import rank_relaxation_bound
 
 pytest.importorskip("ortools")
 

@@ -1,4 +1,4 @@
-"""Periodic schedules (schedc.solver.periodic) against the exact optimum of tiny instances, and the
+"""Periodic schedules (schedc.solver.engines.periodic) against the exact optimum of tiny instances, and the
 compile phase that runs them under a tight cap."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.costs import Profile
-from schedc.simulate import simulate
-from schedc.solver import periodic
+from schedc.core.costs import Profile
+from schedc.core.simulate import simulate
+from schedc.solver.engines import periodic
 from schedc.solver.compile import compile_problem
 from schedc.solver.graph import graph_of
 from schedc.solver.problem import Problem

@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from schedc import csvio
-from schedc.costs import Profile, StageCost
+from schedc.io import csvio
+from schedc.core.costs import Profile, StageCost
 from schedc.errors import SchedcError
-from schedc.partition import Units, partition_bound, partitions_below, stage_modules, torchtitan_default_counts
+from schedc.core.partition import Units, partition_bound, partitions_below, stage_modules, torchtitan_default_counts
 from schedc.plan import own_bound, parse_cap, plan, problem_for
 from schedc.plan.problem import _fits
-from schedc.simulate import simulate
+from schedc.core.simulate import simulate
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
 GiB = 2**30
@@ -109,7 +109,7 @@ def test_two_ranks_together_settle_partitions_each_rank_alone_could_not(monkeypa
     # 3 ranks in a V: the one-rank bounds leave partitions below the best step (40.6 against
     # 43.71); two ranks together show that none can beat it, and the short compiles skip them
     pytest.importorskip("ortools")
-    from schedc.solver import pair_relaxation
+    from schedc.solver.bounds import pair as pair_relaxation
 
     args = dict(profile=tiny_units(n_layers=7, head=2.0, seed=0), ranks=3, microbatches=3, memory="9GiB",
                 placement="v", time_limit=4)
@@ -125,7 +125,7 @@ def test_two_ranks_together_settle_partitions_each_rank_alone_could_not(monkeypa
 
 
 def test_relaxed_terms_stay_below_each_partitions_own_bound():
-    # the dynamic program minimizes a relaxation of schedc.solver.bounds: on a single partition
+    # the dynamic program minimizes a relaxation of schedc.solver.bounds.chains: on a single partition
     # (the only one when units = stages) it must not exceed that partition's bound
     units = tiny_units(n_layers=4, head=3.0)
     for placement, ranks in (("loop", 6), ("v", 3)):
@@ -269,7 +269,7 @@ def test_the_final_compile_starts_from_a_fresh_warm_start_when_it_is_better(monk
     import types
 
     import schedc.solver.compile as compile_module
-    from schedc.solver.warm import build_baselines
+    from schedc.solver.engines.warm import build_baselines
 
     heavy = (2, 6)
     units = Profile(stages=[StageCost(forward=2.0 if s in heavy else 1.0, backward_input=2.2 if s in heavy else 1.1,
@@ -452,13 +452,13 @@ def test_an_explicit_partition_sets_the_stage_count_the_frameworks_build():
 
 def test_under_a_tight_cap_the_block_relaxation_ranks_the_partition_to_compile(monkeypatch):
     # step 4 under a tight cap: every partition that could lower the bound takes the block
-    # relaxation's steps (schedc.solver.blocks; here a stand-in whose values are known), the bound
+    # relaxation's steps (schedc.solver.bounds.blocks; here a stand-in whose values are known), the bound
     # over partitions is the least they leave, and step 4b gets the partition they rank first,
     # not the one whose own bound is the least
     import importlib
 
-    import schedc.solver.blocks as blocks_module
-    from schedc.partition import partition_bound
+    import schedc.solver.bounds.blocks as blocks_module
+    from schedc.core.partition import partition_bound
 
     plan_module = importlib.import_module("schedc.plan.certificate")
     units = tiny_units(n_layers=4)
@@ -578,7 +578,7 @@ def test_the_same_step_is_found_under_a_lower_peak():
     # GPipe's order holds every microbatch at once; a schedule with its step fits in much less
     from types import SimpleNamespace
 
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
     from schedc.plan import least_memory_at_step
 
     units = tiny_units(n_layers=4)
@@ -612,7 +612,7 @@ def test_under_a_tight_cap_memory_is_named_as_the_limit_and_more_microbatches_do
 
 
 def test_torchtitan_rows_are_its_own_classes_on_its_default_split():
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
     from schedc.plan import torchtitan_rows
 
     units = tiny_units(n_layers=6)

@@ -9,12 +9,13 @@ import sys
 
 import pytest
 
-from schedc import cli, csvio
-from schedc.costs import MemoryLimit, Profile
+from schedc import cli
+from schedc.io import csvio
+from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from conftest import gpipe_order
-from schedc.ir import Action, Schedule, loop_placement, v_placement
-from schedc.plot import kind_color, plot_schedules
+from schedc.core.ir import Action, Schedule, loop_placement, v_placement
+from schedc.show.plot import kind_color, plot_schedules
 
 # ----------------------------------------------------------------- hand-made schedules
 
@@ -95,7 +96,7 @@ def test_every_kind_renders_png_and_svg_with_one_row_per_rank_and_one_box_per_ac
 
 
 def test_boxes_sit_where_the_simulator_puts_them_and_colours_follow_kind_and_stage_slot():
-    from schedc.simulate import simulate
+    from schedc.core.simulate import simulate
 
     schedule = gpipe(v_placement(8, 4), 3)
     profile = Profile.uniform(8, 1.0, 2.0, 0.5)
@@ -170,7 +171,7 @@ def test_bad_requests_are_one_line_errors_and_write_nothing(tmp_path):
 
 
 def test_plot_module_is_headless_and_never_imports_pyplot_or_torch():
-    code = ("import sys; import schedc.plot, schedc.trace; "
+    code = ("import sys; import schedc.plot, schedc.show.trace; "
             "print('matplotlib.pyplot' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "", "PYTHONPATH": ":".join(sys.path)})
@@ -204,7 +205,7 @@ def test_cli_plot_errors(tmp_path, capsys):
 
 
 def test_measured_profiles_are_drawn_in_seconds_and_binary_byte_units():
-    from schedc.costs import StageCost
+    from schedc.core.costs import StageCost
 
     gib = 2.0**30
     stages = [StageCost(forward=0.01, backward_input=0.012, backward_weight=0.009, activation_bytes=3 * gib,
@@ -228,7 +229,7 @@ def test_measured_profiles_are_drawn_in_seconds_and_binary_byte_units():
     ("zb-v", 8, 8, 4), ("dualpipev", 8, 8, 4),
 ])
 def test_every_hand_made_schedule_draws_one_box_per_action(name, n_stages, n_mb, n_ranks):
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
 
     schedule = make_baseline(name, n_stages, n_mb, n_ranks=n_ranks)
     fig = plot_schedules([schedule], Profile.uniform(n_stages, comm=0.1), MemoryLimit.parse("1p"))
@@ -249,7 +250,7 @@ def test_cli_plot_names_the_file_whose_stages_the_profile_does_not_match(tmp_pat
 
 
 def test_one_labelled_limit_line_per_distinct_limit_and_curves_told_apart_by_colour_and_marker():
-    from schedc.costs import StageCost
+    from schedc.core.costs import StageCost
 
     def stage(static):
         return StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=2**30,
@@ -292,7 +293,7 @@ def test_neighbouring_microbatch_numbers_keep_a_gap():
 
 
 def test_at_8_ranks_32_microbatches_every_rank_shows_numbers_and_same_coloured_neighbours_differ():
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
 
     for schedule, profile in [(make_baseline("zb-v", 16, 32, n_ranks=8), Profile.uniform(16)),
                               (one_f_one_b(8, 32), Profile.uniform(8))]:
@@ -334,7 +335,7 @@ def test_eight_memory_lines_differ_in_colour_and_dash_and_are_labelled():
 def test_cli_plot_draws_each_csv_with_the_costs_beside_it(tmp_path, capsys, monkeypatch):
     import importlib
 
-    plot_module = importlib.import_module("schedc.plot")  # the attribute schedc.plot is the API's function
+    plot_module = importlib.import_module("schedc.show.plot")  # the attribute schedc.plot is the API's function
     drawn = []
     real = plot_module.plot_schedules
     monkeypatch.setattr(plot_module, "plot_schedules", lambda s, p, *a, **k: drawn.append(p) or real(s, p, *a, **k))

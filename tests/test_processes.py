@@ -103,8 +103,8 @@ def test_ranks_do_not_import_from_the_working_directory(tmp_path, monkeypatch, f
 
 def test_emulate_from_a_poisoned_directory_runs_and_names_the_winner(tmp_path):
     pytest.importorskip("torch")
-    from schedc.baselines import make_baseline
-    from schedc.csvio import write_csv
+    from schedc.core.baselines import make_baseline
+    from schedc.io.csvio import write_csv
 
     cwd = poisoned_dir(tmp_path / "work")
     write_csv(make_baseline("1f1b", 2, 4), cwd / "1f1b.csv")
@@ -126,8 +126,8 @@ def test_emulate_from_a_poisoned_directory_runs_and_names_the_winner(tmp_path):
 
 def _start_emulate(tmp_path: Path) -> tuple[subprocess.Popen, list[int], Path]:
     """A long emulate (2 ranks) with a private TMPDIR; returns it once both ranks run."""
-    from schedc.baselines import make_baseline
-    from schedc.csvio import write_csv
+    from schedc.core.baselines import make_baseline
+    from schedc.io.csvio import write_csv
 
     write_csv(make_baseline("1f1b", 2, 4), tmp_path / "s.csv")
     tmp = tmp_path / "tmp"
@@ -218,8 +218,8 @@ def test_sigterm_while_a_rank_starts_leaves_no_rank_behind(tmp_path):
 
 @pytest.mark.parametrize("solver", [[], ["--solver", "cbc"]])
 def test_sigterm_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solver):
-    from schedc import csvio
-    from schedc.validate import validate
+    from schedc.io import csvio
+    from schedc.core.validate import validate
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -244,9 +244,10 @@ def test_sigterm_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solv
 
 
 def test_cbc_leaves_no_files_in_the_temp_directory(tmp_path, monkeypatch):
-    from schedc.costs import Profile
-    from schedc.solver import graph, model
-    from schedc.solver.warm import warm_start
+    from schedc.core.costs import Profile
+    from schedc.solver import graph
+    from schedc.solver.engines import mip as model
+    from schedc.solver.engines.warm import warm_start
     from schedc.solver.problem import Problem
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 from schedc import cli  # noqa: E402
-from schedc.costs import MemoryLimit, Profile  # noqa: E402
+from schedc.core.costs import MemoryLimit, Profile  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime.models import GPTConfig  # noqa: E402
 from schedc.runtime.profiler import (  # noqa: E402
@@ -301,7 +301,7 @@ def test_profiled_times_are_the_runtimes_own_action_times():
     # a profile's F, I and W against torch's runtime running a one-rank ZB-V of the same stages:
     # each profiled median lies within the runtime's sample range (widened by half for a loaded
     # 2-core machine); the first stage's I is bookkeeping only
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
     from schedc.runtime.models import lm_loss, make_batch
     from schedc.runtime.one_rank import one_rank_group, run_steps
     from schedc.runtime.profiler import gpt_stages

@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import build_schedule
-from schedc import csvio
-from schedc.costs import Profile
+from schedc.io import csvio
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
-from schedc.ir import Schedule, loop_placement, v_placement
-from schedc.simulate import simulate
-from schedc.validate import problems, validate
+from schedc.core.ir import Schedule, loop_placement, v_placement
+from schedc.core.simulate import simulate
+from schedc.core.validate import problems, validate
 
 try:
     from schedc.runtime.torch_check import check_with_torch
@@ -128,8 +128,8 @@ def test_single_cell_corruptions_are_rejected_or_valid(case):
 
 @st.composite
 def new_term_problems(draw):
-    """Tiny problems whose memory rises at I and has transients (schedc.cost_model)."""
-    from schedc.costs import StageCost
+    """Tiny problems whose memory rises at I and has transients (schedc.core.cost_model)."""
+    from schedc.core.costs import StageCost
     from schedc.solver.problem import Problem
 
     n_stages, n_mb = draw(st.sampled_from([(2, 2), (2, 3), (3, 2)]))
@@ -150,8 +150,8 @@ def test_bounds_below_optimum_below_heuristic_with_rises_and_transients(problem)
     # every lower bound stays below the exact optimum, which no construction beats, and what the
     # constructions build fits the simulator's (exact) accounting
     from exhaustive import exact_optimum
-    from schedc.solver.bounds import lower_bound
-    from schedc.solver.heuristic import heuristic_schedule
+    from schedc.solver.bounds.chains import lower_bound
+    from schedc.solver.engines.heuristic import heuristic_schedule
 
     try:
         opt, best = exact_optimum(problem, use_bounds=False)
@@ -165,8 +165,8 @@ def test_bounds_below_optimum_below_heuristic_with_rises_and_transients(problem)
     sim = simulate(sched, problem.profile, problem.memory)
     assert sim.fits and sim.makespan >= opt - 1e-9
     # the zero-bubble greedies build on the safe view: every member they build fits
-    from schedc.solver.greedy import greedy_family
-    from schedc.solver.paper_greedy import rounds_family
+    from schedc.solver.engines.zb_greedy import greedy_family
+    from schedc.solver.engines.zb_rounds import rounds_family
 
     for _, _, member in greedy_family(problem) + rounds_family(problem):
         assert member.fits and member.makespan >= opt - 1e-9

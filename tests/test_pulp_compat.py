@@ -9,11 +9,12 @@ import warnings
 import pulp
 import pytest
 
-from schedc.costs import Profile
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
-from schedc.solver import graph, model, pulp_compat
+from schedc.solver import graph, pulp_compat
+from schedc.solver.engines import mip as model
 from schedc.solver.problem import Problem
-from schedc.solver.warm import warm_start
+from schedc.solver.engines.warm import warm_start
 
 
 def _small_mip():

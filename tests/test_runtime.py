@@ -16,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _dist import ROOT, run_ranks, worker_env  # noqa: E402
-from schedc.baselines import make_baseline  # noqa: E402
-from schedc.csvio import write_csv  # noqa: E402
+from schedc.core.baselines import make_baseline  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime import GPT, GPTConfig, lm_loss, make_batch, split_model, stages_for_rank  # noqa: E402
 from schedc.runtime.split import stage_layer_ranges  # noqa: E402
@@ -376,7 +376,7 @@ def test_runtime_without_torch_is_one_import_error_naming_the_extra(tmp_path):
 def test_activation_checkpointing_keeps_loss_and_gradients():
     # per stage, as a plan chooses it: full everywhere, selective where the CSV runs B, a list;
     # float64 on gloo, all stages on one rank (no communication to hide a difference)
-    from schedc.csvio import parse_csv_text
+    from schedc.io.csvio import parse_csv_text
     from schedc.runtime import load_pipeline
     from schedc.runtime.one_rank import one_rank_group
 

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("torch")
 
 from _dist import ROOT, free_port, worker_env  # noqa: E402
-from schedc.baselines import make_baseline  # noqa: E402
-from schedc.csvio import write_csv  # noqa: E402
+from schedc.core.baselines import make_baseline  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 
 SMALL = ["--layers", "2", "--hidden", "32", "--heads", "2", "--seq-len", "16", "--vocab", "64",
          "--backend", "gloo", "--timeout", "60"]

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 ts = pytest.importorskip("torch.distributed.pipelining.schedules")
 
-from schedc.baselines import make_baseline  # noqa: E402
-from schedc.csvio import read_csv  # noqa: E402
+from schedc.core.baselines import make_baseline  # noqa: E402
+from schedc.io.csvio import read_csv  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.library.catalog import find_library  # noqa: E402
 from schedc.runtime import torch_check  # noqa: E402
@@ -97,7 +97,7 @@ def test_liveness_is_none_without_the_analysis(monkeypatch):
 
 def test_validate_refuses_a_torchtitan_handoff_on_a_torch_without_arg_mbs(tmp_path, monkeypatch, capsys):
     from schedc import cli
-    from schedc.csvio import write_csv
+    from schedc.io.csvio import write_csv
 
     csv = tmp_path / "s.csv"
     write_csv(make_baseline("1f1b", 2, 4), csv)

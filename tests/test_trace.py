@@ -8,12 +8,13 @@ from collections import Counter
 
 import pytest
 
-from schedc import cli, csvio
-from schedc.costs import MemoryLimit, Profile, StageCost
+from schedc import cli
+from schedc.io import csvio
+from schedc.core.costs import MemoryLimit, Profile, StageCost
 from conftest import gpipe_order
-from schedc.ir import Action, Overlap, Schedule, v_placement
-from schedc.simulate import simulate
-from schedc.trace import trace_events, write_trace
+from schedc.core.ir import Action, Overlap, Schedule, v_placement
+from schedc.core.simulate import simulate
+from schedc.show.trace import trace_events, write_trace
 
 
 def gpipe(placement, n_mb, split=True) -> Schedule:
@@ -101,7 +102,7 @@ def test_cli_trace(tmp_path, capsys):
 
 
 def test_cli_trace_uses_the_costs_beside_the_csv(tmp_path, capsys):
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
 
     path = tmp_path / "plan.csv"
     csvio.write_csv(make_baseline("1f1b", 2, 2, n_ranks=2), path)

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from _dist import ROOT  # noqa: E402
 from schedc import cli  # noqa: E402
-from schedc.costs import Profile  # noqa: E402
+from schedc.core.costs import Profile  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime.user_model import build_user_model, split_by_fqns  # noqa: E402
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from schedc import csvio
-from schedc.cli import main
+from schedc.io import csvio
+from schedc.cli.toplevel import main
 from schedc.errors import SchedcError
-from schedc.ir import Action, Overlap, Schedule, loop_placement, v_placement
-from schedc.validate import dependency_graph, problems, validate
+from schedc.core.ir import Action, Overlap, Schedule, loop_placement, v_placement
+from schedc.core.validate import dependency_graph, problems, validate
 
 ONE_F_ONE_B = "0F0,0F1,0B0,0F2,0B1,0B2\n,1F0,1B0,1F1,1B1,1F2,1B2\n"
 
@@ -195,7 +195,7 @@ def test_stray_huge_numbers_fail_fast():
     import time
 
     t0 = time.perf_counter()
-    # the parser refuses numbers past schedc.limits at their cell
+    # the parser refuses numbers past schedc.core.limits at their cell
     with pytest.raises(SchedcError, match=r"column 3: '0F99999999999': the microbatch number is too large"):
         parse("0F0,0B0,0F99999999999\n1F0,1B0\n")
     msg = error_of(parse("0F0,0B0,0F999999\n1F0,1B0\n"))

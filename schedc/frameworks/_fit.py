@@ -24,7 +24,7 @@ from typing import Optional, Union
 from schedc.errors import SchedcError
 from schedc.frameworks._base import SCHEDULE_NAMES, Build, FitReport, schedule_name
 from schedc.frameworks._registry import REGISTRY
-from schedc.ir import Schedule, placement_name
+from schedc.core.ir import Schedule, placement_name
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -87,8 +87,8 @@ def check_csv_for(csv: Union[str, Path, Schedule], spec: str, ranks: Optional[in
 
 
 def _read(csv) -> tuple[Schedule, str]:
-    from schedc import csvio
-    from schedc.validate import validate
+    from schedc.io import csvio
+    from schedc.core.validate import validate
 
     if isinstance(csv, Schedule):
         schedule, source = csv, csv.meta.get("source", "")
@@ -156,7 +156,7 @@ def _fits(schedule: Schedule, framework: str, name: str, n_ranks: int, settings:
 def read_partition(path: Union[str, Path]) -> list[list[str]]:
     """``module_fqns_per_model_part`` from a plan report (its ``"partition"``), per-stage costs whose
     every stage names its modules (``plan.profile.json``), or a JSON list of lists."""
-    from schedc.fileio import read_json
+    from schedc.io.fileio import read_json
 
     try:
         data = read_json(path, "a partition (a plan report or a JSON list of lists)")

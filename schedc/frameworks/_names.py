@@ -8,14 +8,12 @@ unchanged, with a warning. Cost: linear in the number of names.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from typing import Optional
 
+from schedc.core.partition import module_name_problem
 from schedc.errors import SchedcError
 from schedc.model_costs import UNIT_NAMES
 
-_CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
 
 
 def _roles(unit_names: tuple[str, str, tuple[str, ...]]) -> dict[str, str]:
@@ -48,21 +46,6 @@ def translate(partition: list[list[str]], source, target) -> list[list[str]]:
             names.append(target[1].format(index) if index is not None else by_role[roles[name]])
         out.append(names)
     return out
-
-
-def module_name_problem(name: str) -> str:
-    """'' for a name every framework's parser reads back as one module, else why not (torchtitan's
-    comma-separated ``list[str]`` flag, a shell or a YAML list would read it as something else)."""
-    if not name:
-        return "is empty; name every module"
-    if "," in name:
-        return ("contains a comma, which torchtitan's --parallelism.module_fqns_per_model_part reads as two "
-                "modules; rename the module")
-    if name.startswith("-"):
-        return "starts with '-', which a command line reads as a flag; rename the module"
-    if _CONTROL.search(name) or any(unicodedata.category(c)[0] in "CZ" for c in name):
-        return "contains a space or control character, which no module path holds; rename the module"
-    return ""
 
 
 def check_module_names(partition: list[list[str]], where: str = "partition") -> None:

@@ -18,8 +18,8 @@ def plan_partition_of(csv: Union[str, Path]) -> Optional[tuple[list[list[str]], 
     """The partition a CSV was made for, with the file that says so: a plan report beside it
     (``NAME.json`` with ``"partition"``), else the per-stage costs beside it (``NAME.profile.json``,
     or the report's ``inputs.costs``) when every stage names its modules; None when nothing does."""
-    from schedc import csvio
-    from schedc.fileio import read_json
+    from schedc.io import csvio
+    from schedc.io.fileio import read_json
 
     report_file = csvio.report_path(csv)
     report = csvio.read_report(csv) if report_file.is_file() else {}  # checks the recorded CSV hash

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from schedc.costs import MemoryLimit
+from schedc.core.costs import MemoryLimit
 from schedc.errors import SchedcError
 from schedc.library.catalog import (
     BUILD_COMMAND,
@@ -26,7 +26,7 @@ from schedc.library.catalog import (
     time_limit_for,
 )
 from schedc.library.index import check_index_is_ours, write_index
-from schedc.tolerances import REL, TIE
+from schedc.core.tolerances import REL, TIE
 
 def setup_problem(setup: Setup):
     """The compile request a set-up stands for (schedc.solver.Problem)."""
@@ -37,7 +37,7 @@ def setup_problem(setup: Setup):
 
 
 def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[str, object]] = ()):
-    """The compiler's warm start (schedc.solver.warm.warm_start, same budget as
+    """The compiler's warm start (schedc.solver.engines.warm.warm_start, same budget as
     compile_problem gives it), with two library rules:
 
     - a hand-made schedule that fits and is as good as the heuristic's answer wins the tie (the
@@ -51,9 +51,9 @@ def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[st
       their time limits.
 
     `problem` may be its Graph (schedc.solver.graph), which keeps the baselines built here."""
-    from schedc.simulate import simulate
+    from schedc.core.simulate import simulate
     from schedc.solver.graph import graph_of
-    from schedc.solver.warm import feasible_baselines, warm_start
+    from schedc.solver.engines.warm import feasible_baselines, warm_start
 
     graph = graph_of(problem)
     problem = graph.problem
@@ -104,7 +104,7 @@ def build_library(
     (:func:`library_warm_start`). `progress` receives one line per finished set-up. Each file
     is written all-or-nothing, so an interrupted build leaves complete pairs (rerun with
     ``--only`` to finish)."""
-    from schedc import csvio
+    from schedc.io import csvio
 
     directory = Path(directory)
     check_index_is_ours(directory)  # before any solving: the index at the end would replace it

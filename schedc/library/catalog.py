@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
-from schedc.costs import MemoryLimit, Profile
+from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.library.transformer import transformer_profile
 
@@ -206,7 +206,7 @@ class Entry:
 def load_entries(directory: PathLike) -> tuple[list[Entry], list[str]]:
     """Every ``NAME.csv`` with its report, sorted as the index lists them, and the problems met
     reading them (unparseable names, missing or unreadable reports, orphan reports)."""
-    from schedc import csvio
+    from schedc.io import csvio
 
     directory = Path(directory)
     entries, problems = [], []
@@ -235,7 +235,7 @@ def find_entry(name: str, directory: Optional[PathLike] = None) -> Entry:
     """The entry called `name` (with or without .csv) in the library."""
     import difflib
 
-    from schedc import csvio
+    from schedc.io import csvio
 
     lib = find_library(directory)
     stem = Path(name).name

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from schedc.costs import Profile, format_bytes, p_needed
+from schedc.core.costs import Profile, format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.library.catalog import BUILD_COMMAND, INDEX_NAME, Entry, PathLike, load_entries
 
@@ -23,7 +23,7 @@ def _get(report: dict, *keys, default=None):
 
 
 def peak_in_p(report: dict) -> Optional[float]:
-    """The memory the schedule needs in p (``schedc.costs.p_needed`` of its largest per-rank peak:
+    """The memory the schedule needs in p (``schedc.core.costs.p_needed`` of its largest per-rank peak:
     1p = 1F1B's need on its most loaded rank, one cap for every rank), from the report's costs,
     placement and peak memory; None if the report lacks them."""
     try:
@@ -162,7 +162,7 @@ def index_markdown(directory: PathLike) -> str:
 def check_index_is_ours(directory: PathLike) -> None:
     """Refuse a directory whose ``README.md`` schedc did not write (the user's own notes): the
     index would replace it. An index starts with the header schedc writes."""
-    from schedc.fileio import read_input
+    from schedc.io.fileio import read_input
 
     path = Path(directory) / INDEX_NAME
     if not (path.exists() or path.is_symlink()):
@@ -178,7 +178,7 @@ def check_index_is_ours(directory: PathLike) -> None:
 
 
 def write_index(directory: PathLike) -> Path:
-    from schedc.fileio import atomic_write_text
+    from schedc.io.fileio import atomic_write_text
 
     check_index_is_ours(directory)
     path = Path(directory) / INDEX_NAME

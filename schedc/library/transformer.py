@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from schedc.costs import Profile, StageCost
+from schedc.core.costs import Profile, StageCost
 from schedc.errors import SchedcError
 
 __all__ = ["transformer_profile"]

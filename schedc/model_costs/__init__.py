@@ -6,7 +6,7 @@ GPU runs it, as the run will hold and spend it: in the implementation that runs 
 transformers' modules, which NeMo AutoModel trains, or torchtitan's own), with its activation
 checkpointing, dtypes, optimizer, data- and tensor-parallel degrees, sequence and microbatch.
 
-Method: :func:`unit_profile` returns a ``schedc.profile/v1`` :class:`~schedc.costs.Profile`
+Method: :func:`unit_profile` returns a ``schedc.profile/v1`` :class:`~schedc.core.costs.Profile`
 whose stages are the units in model order, each with ``modules`` (:data:`UNIT_NAMES`);
 ``Profile.merge(counts)`` turns it into the profile of any contiguous partition. With b =
 microbatch size, s = sequence, h = hidden, q = heads x head_dim, k = kv_heads x head_dim, f = FFN

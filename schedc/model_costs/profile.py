@@ -6,7 +6,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
 
-from schedc.costs import Profile
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, dtype_name, finite, read_hf_config
 

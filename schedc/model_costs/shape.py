@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from schedc import limits
+from schedc.core import limits
 from schedc.errors import SchedcError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schedc.costs import StageCost
+from schedc.core.costs import StageCost
 from schedc.model_costs import memory
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape
 

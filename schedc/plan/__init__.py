@@ -8,7 +8,7 @@ shortest step, and certify how far it can be from the best plan.
 
 Method (:func:`plan`, one module per step):
 0. ``request``: the inputs checked once into a frozen :class:`PlanRequest`.
-1. ``search``: per placement, ``schedc.partition`` gives by dynamic programming the smallest cap
+1. ``search``: per placement, ``schedc.core.partition`` gives by dynamic programming the smallest cap
    any partition fits (else a one-line error with that cap), the bound over partitions and the
    partition whose relaxed per-rank terms reach it.
 2. ``search``: candidates are that partition, the compute-balanced split, torchtitan's default and

@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence, Union
 
-from schedc.costs import Profile
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
-from schedc.partition import PLACEMENTS, n_stages_for, partition_bound
+from schedc.core.partition import PLACEMENTS, n_stages_for, partition_bound
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.comparisons import torchtitan_rows
 from schedc.plan.limiter import plan_limiter
@@ -22,7 +22,7 @@ from schedc.plan.problem import problem_for
 from schedc.plan.report import build_plan_report
 from schedc.plan.request import parse_cap
 from schedc.plan.result import PlanResult
-from schedc.tolerances import REL
+from schedc.core.tolerances import REL
 
 
 AC_MODES = ("none", "selective", "full")  # fastest first: each keeps less and recomputes more inside I
@@ -54,7 +54,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     units. Method: one :func:`plan` per mode (``AC_SHARE`` of the time, shared), then, on the
     partition of the best of them, a greedy per-stage choice: each stage in turn, those on ranks
     with the most room first, is moved to a faster mode when a heuristic schedule
-    (schedc.solver.warm.warm_start) of the mixed profile fits and is shorter; the best mix is
+    (schedc.solver.engines.warm.warm_start) of the mixed profile fits and is shorter; the best mix is
     compiled with the time left and kept when it beats the best global mode. torchtitan and NeMo
     launch one mode for the whole model; schedc's runtime applies one per stage. Cost: the time
     limit; the greedy step takes one heuristic run per stage and faster mode."""
@@ -110,7 +110,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
 
 def _heuristic_step(profiles, counts, stage_modes, problem, end):
     """(step, warm start) of the heuristic warm start on the mixed profile; None if none fits."""
-    from schedc.solver.warm import warm_start
+    from schedc.solver.engines.warm import warm_start
 
     p = problem_for(mixed_units(profiles, counts, stage_modes), counts, problem.placement_name, problem.n_ranks,
                  problem.n_microbatches, problem.memory, problem.objective)
@@ -122,7 +122,7 @@ def _heuristic_step(profiles, counts, stage_modes, problem, end):
 
 
 def _mode_floor(profile: Profile, kwargs: dict) -> float:
-    """The least step any plan with this mode's profile can reach (schedc.partition's bound over
+    """The least step any plan with this mode's profile can reach (schedc.core.partition's bound over
     partitions, per placement tried); inf when no partition fits, 0 when it cannot be told."""
     try:
         limit = parse_cap(kwargs.get("memory", "80GiB"))
@@ -149,7 +149,7 @@ def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str
 def _per_stage_choice(best: PlanResult, best_mode: str, profiles: dict, modes: list, end: float, say, t0):
     """(compile result, mixed per-unit profile, modes per stage) of the greedy per-stage choice on
     `best`'s partition (plan_ac): moves are judged by the heuristic warm start's step
-    (schedc.solver.warm), each against the heuristic step of the mix so far, and the final mix is
+    (schedc.solver.engines.warm), each against the heuristic step of the mix so far, and the final mix is
     compiled; None when no move helped or no time is left."""
     from schedc.solver.compile import compile_problem
 

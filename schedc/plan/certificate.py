@@ -1,11 +1,11 @@
 """Step 4 of the plan: the certificate, a bound over every partition tightened one by one.
 
 Problem: say how far the plan's step can be from the best step over every partition and schedule.
-Method: ``schedc.partition.partitions_below`` lists the partitions whose relaxed terms stay below
+Method: ``schedc.core.partition.partitions_below`` lists the partitions whose relaxed terms stay below
 the best step found (no other can beat it); each gets its own bound in the order of the relaxed
 values, and the one whose bound is the least gets more relaxation steps (under a tight cap the
-block relaxation of schedc.solver.blocks first, then the two-rank relaxations of
-schedc.solver.pair_relaxation) until it reaches the best step or is final. The bound over partitions
+block relaxation of schedc.solver.bounds.blocks first, then the two-rank relaxations of
+schedc.solver.bounds.pair) until it reaches the best step or is final. The bound over partitions
 is the least left. Cost: ``CERTIFY_SHARE`` of the time limit at most (``TIGHT_CERTIFY_SHARE`` under a
 tight cap); one ``own_bound`` per partition reached, a CP-SAT solve per relaxation step.
 """
@@ -19,17 +19,17 @@ from typing import Iterator, Optional
 
 from schedc.plan.clock import _charge, _counting_work, _now, stop_requested
 from schedc.plan.problem import own_bound, problem_for
-from schedc.partition import partitions_below
-from schedc.tolerances import REL
+from schedc.core.partition import partitions_below
+from schedc.core.tolerances import REL
 
 
 CERTIFY_SHARE = 0.3  # of the time limit, for bounding the partitions that could beat the answer one by one
 TIGHT_CERTIFY_SHARE = 0.4  # ... under a tight cap at least this (the block relaxation, one solve a partition)
 TIGHT_CERTIFY_END = 0.75  # ... but no later than this, which leaves step 4b a compile
 PAIR_SHARE = 0.05  # of the time limit, for two-rank relaxations while the final compile still has work
-CERTIFY_BLOCKS = (3, 4)  # block sizes of the block relaxation in the certificate (schedc.solver.blocks)
+CERTIFY_BLOCKS = (3, 4)  # block sizes of the block relaxation in the certificate (schedc.solver.bounds.blocks)
 CERTIFY_LIMIT = 20000  # partitions listed at most per placement (else the threshold is lowered)
-LISTING_WORK = 2e-5  # ... per partition listed below a threshold (schedc.partition.partitions_below)
+LISTING_WORK = 2e-5  # ... per partition listed below a threshold (schedc.core.partition.partitions_below)
 # how far step 4 has taken a partition's bound: only as far as the least then needed (own_bound's
 # `enough`), its own bound in full, one or more relaxation steps, final
 OWN_SO_FAR, OWN, RELAXED, FINAL = 0, 1, 2, 3
@@ -39,7 +39,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
                       paired, tight, say, t0, scored=None, end=0.9):
     """Step 4, per placement: the bound over partitions tightened partition by partition.
 
-    ``schedc.partition.partitions_below`` lists every partition whose relaxed terms stay below
+    ``schedc.core.partition.partitions_below`` lists every partition whose relaxed terms stay below
     `theta` (the best step found: no other partition can beat it), by relaxed value (or below a
     lower threshold, with too many). The bound is the least of the relaxed value of the first
     partition not reached and the bounds of those reached; each step raises the least of them
@@ -169,12 +169,12 @@ def _tighten(state: _Tightening, problem_of, pl, paired, theta, tight, ends, pai
 def _relax_least(state: _Tightening, problem_of, pl, paired, theta, tight, ends, pairs_end) -> None:
     """One step on the partition whose bound is the least, with `theta` as its target: its own
     bound in full where it stopped early; a two-rank bound step 3 found (`paired`); under a tight
-    cap (`tight`) the block relaxation's next block size (schedc.solver.blocks: the whole problem on
+    cap (`tight`) the block relaxation's next block size (schedc.solver.bounds.blocks: the whole problem on
     a few microbatches, CP-SAT, by `ends`), then the two-rank relaxation's next pair of ranks
-    (schedc.solver.pair_relaxation, CP-SAT, by `pairs_end`). Once it reaches `theta` or has nothing
+    (schedc.solver.bounds.pair, CP-SAT, by `pairs_end`). Once it reaches `theta` or has nothing
     left to try its bound is final. Cost: one relaxation step (a fraction of a second)."""
-    from schedc.solver.blocks import BlockRelaxation
-    from schedc.solver.pair_relaxation import PairRelaxation
+    from schedc.solver.bounds.blocks import BlockRelaxation
+    from schedc.solver.bounds.pair import PairRelaxation
 
     heap = state.heap
     value, how_far, counts = heapq.heappop(heap)

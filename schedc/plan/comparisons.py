@@ -1,7 +1,7 @@
 """The splits a plan is compared with: torchtitan's default, the even and the compute-balanced split.
 
 Problem: a plan says what it gains over what a user would otherwise run. Method: each split with
-its best hand-made schedule (schedc.baselines) that fits the same cap, per placement tried, and
+its best hand-made schedule (schedc.core.baselines) that fits the same cap, per placement tried, and
 torchtitan's default split with each of its own schedule classes, simulated under the plan's memory
 model (a row over the cap says by how much). Cost: one simulation per hand-made schedule and split.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from schedc.costs import MemoryLimit, Profile, format_bytes
+from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
-from schedc.partition import even_counts, n_stages_for, torchtitan_default_counts
+from schedc.core.partition import even_counts, n_stages_for, torchtitan_default_counts
 from schedc.plan.handmade import _balanced, best_hand_made
 from schedc.plan.problem import _fits, problem_for
 from schedc.plan.report import plan_status
@@ -51,8 +51,8 @@ def torchtitan_rows(profile: Profile, ranks: int, microbatches: int, limit: Memo
     """What a torchtitan user runs by default: its default split (``torchtitan_default_counts``)
     with each of its schedule classes (schedc's baselines that build the same order), simulated
     under the plan's memory model; a row that exceeds the cap says by how much."""
-    from schedc.baselines import make_baseline
-    from schedc.simulate import simulate
+    from schedc.core.baselines import make_baseline
+    from schedc.core.simulate import simulate
 
     rows = []
     for cls, name, per_rank in TORCHTITAN_CLASSES:
@@ -77,7 +77,7 @@ def torchtitan_rows(profile: Profile, ranks: int, microbatches: int, limit: Memo
 def comparison_pictures(result: PlanResult) -> list[tuple[str, object, Profile]]:
     """(title, schedule, merged profile) of the plan and of the fastest torchtitan class on its
     default split that fits (else the fastest that does not), for one picture."""
-    from schedc.baselines import make_baseline
+    from schedc.core.baselines import make_baseline
 
     out = [(f"plan {result.placement} {result.counts} ({plan_status(result)})", result.schedule, result.profile)]
     rows = [c for c in result.comparisons if c.split == "torchtitan default" and c.peak is not None]

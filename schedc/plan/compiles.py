@@ -18,7 +18,7 @@ from schedc.errors import SchedcError
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.handmade import _hand_made_shapes, _hand_made_warm
 from schedc.plan.problem import _tight, problem_for
-from schedc.tolerances import REL
+from schedc.core.tolerances import REL
 
 
 CANDIDATES = 3  # partitions per placement compiled with a short time limit
@@ -38,7 +38,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
     candidates compiled). `paired` gets the two-rank bounds that showed a partition cannot win."""
     from schedc.solver.compile import compile_problem
     from schedc.solver.deadline import Deadline
-    from schedc.solver.pair_relaxation import PairRelaxation
+    from schedc.solver.bounds.pair import PairRelaxation
 
     order = [(pl, c) for pl, cs in forced.items() for c in cs] + _interleave(
         [[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
@@ -165,14 +165,14 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
 
 def _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
     """Step 5: the best partition gets the rest of `time_limit`, warm-started from the better of
-    its short compile and a fresh warm start (schedc.solver.warm) with a fifth of that time, two
+    its short compile and a fresh warm start (schedc.solver.engines.warm) with a fifth of that time, two
     seconds at most. A short compile gives its list heuristic a tenth of its few seconds, and on a
     V the rules it did not reach can be the better ones (docs/design.md, "The plan", step 5). A
     compile's own warm start stays at a tenth: there the engines after it have the time. Cost:
     the rest of `time_limit`. Returns (compile result, placement, counts)."""
     from schedc.solver.compile import compile_problem
     from schedc.solver.deadline import Deadline
-    from schedc.solver.warm import warm_start
+    from schedc.solver.engines.warm import warm_start
 
     value, res, pl, counts = best
     left = t0 + time_limit - _now()
@@ -203,7 +203,7 @@ def _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches
     split is shorter than the search's answer (a time limit too short for a tight cap), that
     partition and schedule become the plan (one short compile warm-started from it)."""
     from schedc.solver.compile import compile_problem
-    from schedc.simulate import simulate
+    from schedc.core.simulate import simulate
 
     rows = [c for c in comparisons if c.value is not None and c.value < res.value * (1 - REL)]
     if not rows:

@@ -1,9 +1,9 @@
 """Hand-made schedules as upper bounds: the best one that fits a partition's cap.
 
 Problem: the search screens partitions, the comparisons print rows and the final compile needs a
-warm start, each from the best hand-made schedule (schedc.baselines) that fits the cap. Method: the
+warm start, each from the best hand-made schedule (schedc.core.baselines) that fits the cap. Method: the
 schedules of a shape do not depend on costs, so they are built once per shape and placement and
-simulated per partition; the compute-balanced split (schedc.partition.balanced) is cached per plan.
+simulated per partition; the compute-balanced split (schedc.core.partition.balanced) is cached per plan.
 Cost: one simulation per hand-made schedule (milliseconds each), charged to the work clock.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from schedc.errors import SchedcError
-from schedc.partition import Units, balanced
+from schedc.core.partition import Units, balanced
 
 
 SIMULATION_PASSES = 1.0  # ... passes over the actions charged per simulation of a hand-made schedule
@@ -20,7 +20,7 @@ SIMULATION_PASSES = 1.0  # ... passes over the actions charged per simulation of
 
 def _hand_made_warm(problem):
     """(schedule, simulation, name) of the shortest hand-made schedule that fits, else None."""
-    from schedc.simulate import simulate
+    from schedc.core.simulate import simulate
 
     name, _ = best_hand_made(problem)
     if name is None:
@@ -30,9 +30,9 @@ def _hand_made_warm(problem):
 
 
 def _hand_made_shapes(problem) -> dict:
-    """The hand-made schedules (schedc.baselines) of the problem's shape and placement: they do not
+    """The hand-made schedules (schedc.core.baselines) of the problem's shape and placement: they do not
     depend on costs, so one set serves every partition."""
-    from schedc.baselines import baselines_for
+    from schedc.core.baselines import baselines_for
 
     key = (problem.n_stages, problem.n_microbatches, problem.n_ranks, problem.placement_name, tuple(problem.placement))
     if key not in _SHAPES:
@@ -44,7 +44,7 @@ def _hand_made_shapes(problem) -> dict:
 
 
 def _balanced(units: Units, placement: str, ranks: int, cap: float):
-    """``schedc.partition.balanced``'s partition, computed once per plan (a dynamic program that
+    """``schedc.core.partition.balanced``'s partition, computed once per plan (a dynamic program that
     takes a fraction of a second on a V of 8 ranks, asked for by the screening, the comparisons
     and the limiter)."""
     key = (id(units), placement, ranks, cap)
@@ -60,9 +60,9 @@ _SHAPES: dict = {}  # the hand-made schedules by shape: built once per process (
 
 
 def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str], Optional[float]]:
-    """(name, step) of the hand-made schedule (schedc.baselines) with the shortest step that fits
+    """(name, step) of the hand-made schedule (schedc.core.baselines) with the shortest step that fits
     the problem's cap; (None, None) when none fits."""
-    from schedc.simulate import simulate
+    from schedc.core.simulate import simulate
 
     from schedc.solver.deadline import charge_passes
 

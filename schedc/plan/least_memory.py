@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from schedc.costs import MemoryLimit, format_bytes
+from schedc.core.costs import MemoryLimit, format_bytes
 from schedc.errors import SchedcError
 from schedc.plan.clock import _now, stop_requested
-from schedc.tolerances import REL
+from schedc.core.tolerances import REL
 
 
 MEMORY_TRIES = 3  # compiles under a lowered cap in the least-memory pass, at most
@@ -76,7 +76,7 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
 def _memory_floor(problem) -> tuple[float, float]:
     """(the least cap any schedule of the problem fits: per rank static bytes and one microbatch
     of each stage; one microbatch of the largest stage on the rank that needs the most)."""
-    from schedc.costs import rank_static_bytes
+    from schedc.core.costs import rank_static_bytes
 
     profile = problem.given_profile
     static = rank_static_bytes(profile, problem.placement)
@@ -104,8 +104,8 @@ def _with_schedule(res, lowered):
     """The chosen partition's compile result with the schedule of `lowered` (the same step under a
     lower cap), simulated and reported under the user's cap; `res` itself when `lowered` is None.
     The status, bound and gap stay: they are about the step, which is the same."""
-    from schedc.diagnose import limiter
-    from schedc.simulate import simulate
+    from schedc.core.diagnose import limiter
+    from schedc.core.simulate import simulate
 
     if lowered is None:
         return res

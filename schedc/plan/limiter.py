@@ -4,7 +4,7 @@ Problem: a user who wants a shorter step needs to know which change helps (more 
 partition, more microbatches). Method: :func:`plan_limiter` compares the plan with the shortest
 hand-made schedule with no cap on the chosen, the compute-balanced and torchtitan's split (memory
 binds when that one is over 1% shorter and some rank has no room for one more microbatch), else
-asks schedc.diagnose.limiter; ``_why_partition`` compares the busiest rank's work with the fastest
+asks schedc.core.diagnose.limiter; ``_why_partition`` compares the busiest rank's work with the fastest
 comparison row's. Cost: one simulation per hand-made schedule and split.
 """
 
@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from schedc.costs import MemoryLimit, Profile, format_bytes
+from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
-from schedc.partition import Units, n_stages_for, torchtitan_default_counts
+from schedc.core.partition import Units, n_stages_for, torchtitan_default_counts
 from schedc.plan.handmade import _hand_made_shapes
 from schedc.plan.problem import problem_for
 from schedc.plan.result import PlanResult
@@ -26,7 +26,7 @@ from schedc.plan.result import PlanResult
 class PlanLimiter:
     """What limits the plan's step: ``memory`` (with no cap a known schedule is shorter:
     ``uncapped_step`` at ``uncapped_peak``), else ``rank`` or ``critical-path``
-    (schedc.diagnose.limiter on the chosen schedule); ``why_partition`` compares the busiest
+    (schedc.core.diagnose.limiter on the chosen schedule); ``why_partition`` compares the busiest
     rank's work with the comparison splits'."""
 
     kind: str
@@ -43,7 +43,7 @@ class PlanLimiter:
 def _uncapped_best(profile: Profile, units: Units, splits, ranks: int, microbatches: int, objective: str):
     """(step, peak, schedule name, split name, placement, counts) of the shortest hand-made
     schedule with no cap over the given splits."""
-    from schedc.simulate import simulate
+    from schedc.core.simulate import simulate
 
     none = MemoryLimit(kind="none")
     best = None
@@ -75,9 +75,9 @@ def plan_limiter(result: "PlanResult", cap: float) -> PlanLimiter:
     """Memory-bound when some rank has no room for one more microbatch and, with no cap, a
     hand-made schedule on the chosen, the compute-balanced or torchtitan's split is over 1% shorter
     than the plan (the step then shortens with more memory, and more microbatches do not help);
-    otherwise what ``schedc.diagnose.limiter`` says of the
+    otherwise what ``schedc.core.diagnose.limiter`` says of the
     chosen schedule. Cost: one simulation per hand-made schedule and split (milliseconds each)."""
-    from schedc.diagnose import limiter
+    from schedc.core.diagnose import limiter
 
     units = Units.of(result.units)
     ranks, M = result.compiled.problem.n_ranks, result.compiled.problem.n_microbatches

@@ -11,7 +11,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Optional, Union
 
-from schedc.costs import MemoryLimit, Profile
+from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.plan.certificate import _certified_bounds
 from schedc.plan.clock import _counting_work, _now, stop_requested

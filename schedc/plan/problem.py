@@ -4,7 +4,7 @@ Problem: every step of the plan turns a partition of the units (units per stage)
 scheduling problem of its merged per-stage profile, and ranks partitions by a lower bound that
 holds for every schedule of that problem. Method: :func:`problem_for` merges the units and builds
 ``schedc.solver.problem.Problem``; :func:`own_bound` takes the closed-form terms of
-schedc.solver.bounds and the one-rank relaxation of schedc.solver.rank_relaxation on one graph;
+schedc.solver.bounds.chains and the one-rank relaxation of schedc.solver.bounds.rank on one graph;
 ``_fits`` checks that every rank holds its static bytes and one microbatch of its stages; ``_tight``
 says whether the cap leaves some rank room for fewer than two microbatches of its stages. Cost:
 ``problem_for`` linear in the units; ``own_bound`` milliseconds (one graph, one relaxation).
@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from schedc.costs import MemoryLimit, Profile
-from schedc.partition import Units, n_stages_for
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.partition import Units, n_stages_for
 from schedc.plan.clock import _charge
-from schedc.tolerances import TIE
+from schedc.core.tolerances import TIE
 
 
 OWN_BOUND_WORK = 2e-3  # work units (schedc.solver.deadline) charged per partition's own bound
@@ -33,9 +33,9 @@ def _tight(best) -> bool:
 
 def _tight_problem(problem) -> bool:
     """Whether the cap leaves some rank room for fewer than two microbatches of each of its
-    stages (schedc.solver.periodic.worth_trying)."""
+    stages (schedc.solver.engines.periodic.worth_trying)."""
     from schedc.solver.graph import graph_of
-    from schedc.solver.periodic import worth_trying
+    from schedc.solver.engines.periodic import worth_trying
 
     return worth_trying(graph_of(problem))
 
@@ -50,13 +50,13 @@ def problem_for(profile: Profile, counts, placement: str, ranks: int, microbatch
 
 
 def own_bound(problem, enough: float = math.inf) -> float:
-    """A partition's own lower bound: the closed-form terms (schedc.solver.bounds) and the one-rank
-    relaxation (schedc.solver.rank_relaxation) on one graph of the problem, milliseconds. With
+    """A partition's own lower bound: the closed-form terms (schedc.solver.bounds.chains) and the one-rank
+    relaxation (schedc.solver.bounds.rank) on one graph of the problem, milliseconds. With
     `enough` it may stop early at a value >= enough (still a bound): for callers that only keep
     the least bound below it."""
-    from schedc.solver.bounds import lower_bound
+    from schedc.solver.bounds.chains import lower_bound
     from schedc.solver.graph import graph_of
-    from schedc.solver.rank_relaxation import rank_relaxation_bound
+    from schedc.solver.bounds.rank import rank_relaxation_bound
 
     _charge(OWN_BOUND_WORK)
     graph = graph_of(problem)  # both bounds read its stage level: built once

@@ -61,9 +61,9 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
 
 def plan_status(result: PlanResult) -> str:
     """'optimal' only when no partition and schedule can be shorter (the gap over partitions
-    within the compiler's own tolerance, ``schedc.tolerances.PROVEN``); else what the chosen
+    within the compiler's own tolerance, ``schedc.core.tolerances.PROVEN``); else what the chosen
     partition's compile proved."""
-    from schedc.tolerances import PROVEN
+    from schedc.core.tolerances import PROVEN
 
     if result.gap <= PROVEN:
         return "optimal"

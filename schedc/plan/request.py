@@ -5,7 +5,7 @@ objective and a time limit from the CLI, the API and ``plan_ac``; each must be c
 way, before any search, with an error naming the flag and the value that works. Method:
 :class:`PlanRequest` (frozen) is built by :meth:`PlanRequest.build` from the raw arguments: the cap
 parsed (``Kp`` refused: it is relative to one partition's 1F1B), the counts and names checked, the
-units checked and lowered once (``schedc.partition.Units``), the placements that can be filled
+units checked and lowered once (``schedc.core.partition.Units``), the placements that can be filled
 listed, and a unit that alone exceeds the cap refused with the least cap it fits. Cost: linear in
 the units.
 """
@@ -16,11 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
-from schedc import limits
-from schedc.costs import MemoryLimit, Profile, format_bytes
+from schedc.core import limits
+from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
-from schedc.partition import PLACEMENTS, Units, check_units, n_stages_for
-from schedc.tolerances import REL, TIE
+from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for
+from schedc.core.tolerances import REL, TIE
 
 
 PLAN_PLACEMENTS = PLACEMENTS + ("auto",)

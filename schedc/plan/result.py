@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from schedc.costs import Profile
-from schedc.partition import stage_modules
+from schedc.core.costs import Profile
+from schedc.core.partition import stage_modules
 
 if TYPE_CHECKING:
     from schedc.plan.ac import ACChoice

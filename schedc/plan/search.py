@@ -2,7 +2,7 @@
 
 Problem: find, per placement, the partitions worth compiling among the compositions of the units
 into stages. Method: step 1 takes the smallest cap any partition fits and the bound over
-partitions from schedc.partition's dynamic program; step 2 scores partitions best-first by their
+partitions from schedc.core.partition's dynamic program; step 2 scores partitions best-first by their
 own lower bound (``own_bound``) from the dynamic program's partition and the comparison splits,
 moving one unit from one stage to another, and screens the best by their best hand-made schedule
 that fits. Cost: one ``own_bound`` per partition scored (at most ``SEARCH_EVALUATIONS``, within
@@ -14,14 +14,14 @@ from __future__ import annotations
 import heapq
 import math
 
-from schedc.costs import format_bytes
+from schedc.core.costs import format_bytes
 from schedc.errors import SchedcError
-from schedc.partition import even_counts, min_cap, n_stages_for, partition_bound, torchtitan_default_counts
+from schedc.core.partition import even_counts, min_cap, n_stages_for, partition_bound, torchtitan_default_counts
 from schedc.plan.clock import _now, stop_requested
 from schedc.plan.handmade import _balanced, _hand_made_shapes, best_hand_made
 from schedc.plan.problem import _fits, _tight_problem, own_bound, problem_for
 from schedc.plan.request import _round_up_bytes
-from schedc.tolerances import TIE
+from schedc.core.tolerances import TIE
 
 
 SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions

@@ -20,7 +20,7 @@ enter/exit times of ``PP:`` spans (and hands other names to torch's own), and wr
 compute starts at ``enter + wait``. Ranks start each step after a barrier; ``perf_counter`` is
 CLOCK_MONOTONIC, one clock for all processes on a machine, so timelines share an origin (the
 earliest rank's start). The parent simulates the schedule with the profile
-(:func:`schedc.simulate.simulate`) and compares: step time (slowest rank's ``step()`` end),
+(:func:`schedc.core.simulate.simulate`) and compares: step time (slowest rank's ``step()`` end),
 each rank's finish and busy time, and the mean distance of action starts. The refined profile
 takes each stage's median measured F, I, W (a full B is split in the profile's I:W ratio) and
 each boundary's median observed transfer delay (consumer's compute start minus producer's end,
@@ -44,10 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from schedc.costs import Profile, StageCost, format_ms
+from schedc.core.costs import Profile, StageCost, format_ms
 from schedc.errors import SchedcError
-from schedc.ir import Action, Schedule
-from schedc.simulate import producers, simulate
+from schedc.core.ir import Action, Schedule
+from schedc.core.simulate import producers, simulate
 
 # a compute action's span: "PP:<stage><kind><microbatch>" (schedc.runtime.one_rank reads it too)
 COMPUTE_LABEL = re.compile(r"^PP:(\d+)([FIWB])(\d+)$")
@@ -626,8 +626,8 @@ def calibrate(
     ``model`` function (``MODULE:FUNCTION``, with ``sample`` and ``model_args`` as ``schedc
     profile --model`` takes them) returns, with one process per rank and compare with the
     prediction from `profile`. ``n_ranks`` (default: the CSV's rows) must match."""
-    from schedc.csvio import read_csv
-    from schedc.validate import validate
+    from schedc.io.csvio import read_csv
+    from schedc.core.validate import validate
 
     schedule = read_csv(csv)
     validate(schedule, source=str(csv))

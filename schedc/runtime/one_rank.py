@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from schedc.ir import Schedule
+from schedc.core.ir import Schedule
 
 @contextmanager
 def one_rank_group(device: torch.device) -> Iterator[None]:
@@ -108,7 +108,7 @@ def loop_schedule(n_stages: int, n_microbatches: int, full_backward: bool = Fals
     schedule (W right after its I), one microbatch's activations live at a time. With
     ``full_backward`` every odd microbatch runs B instead of I and W (the two kinds interleaved, so
     that a change of machine load hits both alike)."""
-    from schedc.csvio import parse_csv_text
+    from schedc.io.csvio import parse_csv_text
 
     row = []
     for m in range(n_microbatches):

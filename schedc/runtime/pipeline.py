@@ -3,12 +3,12 @@
 Problem: torch's ``_PipelineScheduleRuntime._load_csv`` runs any CSV, but frameworks guess which
 stages a rank builds from a schedule *name*; when the guess disagrees with the CSV, or the world
 size or microbatch count differ, the job fails deep inside a step or hangs in a send/recv.
-Method: read the CSV with schedc's strict reader (:func:`schedc.csvio.read_csv`), derive each
+Method: read the CSV with schedc's strict reader (:func:`schedc.io.csvio.read_csv`), derive each
 rank's stage indices from it, and before constructing anything that communicates compare world
 size, microbatch count, the local stages' indices and the total stage count with the CSV. Every
 rank reads the same file, so every rank detects a mismatch locally and raises the same
 :class:`~schedc.errors.SchedcError`; no collective is needed, so nothing can hang. The schedule
-also passes :func:`schedc.validate.validate` (completeness, dependency order and cross-rank
+also passes :func:`schedc.core.validate.validate` (completeness, dependency order and cross-rank
 deadlock cycles, which torch does not check and which would otherwise hang in recv). The parsed
 actions are then handed to torch's runtime (``_prepare_schedule_with_comms``, the lowering
 ``_load_csv`` runs after parsing), which adds the send/recv actions and executes the step.
@@ -42,13 +42,13 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from schedc.errors import SchedcError
 from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, stage_modes
-from schedc.ir import Schedule
+from schedc.core.ir import Schedule
 from schedc.runtime.torch_check import to_torch_order
 
 
 def read_schedule(csv_path: str | os.PathLike) -> Schedule:
-    """The CSV as a :class:`~schedc.ir.Schedule` (strict parse; SchedcError names row/column)."""
-    from schedc.csvio import read_csv
+    """The CSV as a :class:`~schedc.core.ir.Schedule` (strict parse; SchedcError names row/column)."""
+    from schedc.io.csvio import read_csv
 
     return read_csv(csv_path)
 
@@ -129,7 +129,7 @@ def check_stages(
 class CsvSchedule(_PipelineScheduleRuntime):
     """torch's ``_PipelineScheduleRuntime`` loaded from a checked CSV.
 
-    ``.schedule`` is the parsed :class:`~schedc.ir.Schedule`; ``.csv_path`` where it came from.
+    ``.schedule`` is the parsed :class:`~schedc.core.ir.Schedule`; ``.csv_path`` where it came from.
     ``step()`` is torch's, unchanged.
     """
 
@@ -176,7 +176,7 @@ def _build(
         )
     # Structure, dependency order and cross-rank deadlocks: torch checks the first two only
     # per rank, and a deadlocking order would hang in send/recv instead of failing.
-    from schedc.validate import validate
+    from schedc.core.validate import validate
 
     validate(schedule, source=where)
     stage_list.sort(key=lambda s: s.stage_index)
@@ -362,7 +362,7 @@ def load_torch_pipeline(
     per_rank = 1 if single else (stages_per_rank or 2)
     n_stages = world * per_rank
     placement_kind = "v" if issubclass(cls, (ScheduleZBVZeroBubble, ScheduleDualPipeV)) else "loop"
-    from schedc.ir import make_placement
+    from schedc.core.ir import make_placement
 
     placement = make_placement(placement_kind, n_stages, world)
     stage_ids = [s for s, r in enumerate(placement) if r == rank]

@@ -75,7 +75,7 @@ from torch.distributed.pipelining._backward import (
     stage_backward_weight,
 )
 
-from schedc.costs import Profile, StageCost, format_bytes, format_seconds
+from schedc.core.costs import Profile, StageCost, format_bytes, format_seconds
 from schedc.errors import SchedcError
 
 OPTIMIZER_STATE_FACTOR = {

@@ -27,7 +27,7 @@ import io
 from typing import Optional
 
 from schedc.errors import SchedcError
-from schedc.ir import Schedule
+from schedc.core.ir import Schedule
 
 _TORCH_FAILURES = (AssertionError, KeyError, ValueError, RuntimeError, IndexError)
 
@@ -168,8 +168,8 @@ def schedc_activation_slots(schedule: Schedule) -> list[int]:
     """Per rank, the peak number of microbatch activations schedc's cost model holds at once
     (every stage: 1 unit from F's start through W's or B's end; I keeps it), read from
     schedc's simulator."""
-    from schedc.costs import Profile, StageCost
-    from schedc.simulate import simulate
+    from schedc.core.costs import Profile, StageCost
+    from schedc.core.simulate import simulate
 
     unit = StageCost(forward=1, backward_input=1, backward_weight=1, activation_bytes=1, weight_grad_bytes=1)
     res = simulate(schedule, Profile(stages=[unit] * schedule.n_stages))

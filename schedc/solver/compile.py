@@ -15,30 +15,30 @@ every answer enters through ``_Compilation.take`` and every bound through
 its module, a row of PHASES and, for a new ``solver=`` value, a row of SOLVERS (and its name in
 schedc.choices.Solver, which type checkers read).
 1. Feasibility: a cap that cannot hold one microbatch per stage fails with the smallest limit
-   that works (schedc.solver.heuristic.check_memory_feasible).
+   that works (schedc.solver.engines.heuristic.check_memory_feasible).
 2. Warm start: the best of the heuristic, the zero-bubble authors' round greedy (zb-rounds,
-   schedc.solver.paper_greedy), zb-greedy and the hand-made schedules that fit
-   (schedc.solver.warm.warm_start), relabelled so each kind runs in microbatch order.
-3. Lower bound: schedc.solver.bounds.lower_bound. If the warm start meets it, stop: proven.
-3b. Periodic schedules (schedc.solver.periodic, when OR-Tools is installed and the cap leaves some
+   schedc.solver.engines.zb_rounds), zb-greedy and the hand-made schedules that fit
+   (schedc.solver.engines.warm.warm_start), relabelled so each kind runs in microbatch order.
+3. Lower bound: schedc.solver.bounds.chains.lower_bound. If the warm start meets it, stop: proven.
+3b. Periodic schedules (schedc.solver.engines.periodic, when OR-Tools is installed and the cap leaves some
    rank room for fewer than two microbatches of each of its stages): one microbatch's timetable
    repeated every P, 25% of the time (at least 3 s where the time allows). Under such a cap the
    steady state decides the step (benchmarks/periodic.py; docs/design.md).
 3c. Under the same cap, two bounds for 15% of the time left: the anchored relaxation
-   (schedc.solver.anchored), every rank's memory at once with each microbatch's windows pinned to
-   its last-stage forward, then the block relaxation (schedc.solver.blocks), the whole problem on
+   (schedc.solver.bounds.anchored), every rank's memory at once with each microbatch's windows pinned to
+   its last-stage forward, then the block relaxation (schedc.solver.bounds.blocks), the whole problem on
    blocks of 4, 6 and 8 microbatches while the time lasts (docs/design.md has what each gives).
-4. CP-SAT polishing (schedc.solver.cpsat, when OR-Tools is installed): 40% of the time, hinted
+4. CP-SAT polishing (schedc.solver.engines.cpsat, when OR-Tools is installed): 40% of the time, hinted
    with the warm start; its bound is a certificate too. On slow links it finds orders that the
    integer program misses (benchmarks/compile_quality.py, group e); it stops early when it proves
    its answer, and, on instances too large for step 5, after a quarter of its time without a
    better solution.
-5. Integer program (schedc.solver.model): instances whose free order pairs stay under
-   ``model.FULL_MODEL_PAIRS`` get the full model for 70% of the time left (its dual bound is a
+5. Integer program (schedc.solver.engines.mip): instances whose free order pairs stay under
+   ``mip.FULL_MODEL_PAIRS`` get the full model for 70% of the time left (its dual bound is a
    certificate: for makespan the model is exact; for span the driver solves the late-start
    model, where each rank's start is a variable, a relaxation of every schedule).
 6. What is still unproven gets a rolling-horizon window search over the incumbent's timeline
-   (schedc.solver.windows): CP-SAT windows (cpsat.solve_window) when OR-Tools is installed, else
+   (schedc.solver.engines.windows): CP-SAT windows (cpsat.solve_window) when OR-Tools is installed, else
    windows of the integer program, until time runs out or no window size finds anything. For
    span, half of that time goes to makespan windows first, as in step 4. A CP-SAT window stops
    after WINDOW_STALE_SECONDS without a new solution; once windows have improved, the search
@@ -80,20 +80,23 @@ from typing import Callable, Optional, Sequence, Union, get_args
 
 from schedc._version import __version__
 from schedc.choices import Solver, Status
-from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
-from schedc.diagnose import limiter, same_hand_made
+from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
+from schedc.core.diagnose import limiter, same_hand_made
 from schedc.errors import SchedcError
-from schedc.ir import Schedule
-from schedc.simulate import SimResult
-from schedc.solver import heuristic, interrupt, model, periodic
+from schedc.core.ir import Schedule
+from schedc.core.simulate import SimResult
+from schedc.solver import interrupt
+from schedc.solver.engines import heuristic
+from schedc.solver.engines import mip as integer_program
+from schedc.solver.engines import periodic
 from schedc.solver.deadline import (BUDGETS, Deadline, check_size, check_time_limit, counting_work, n_actions, now,
                                     seconds_per_action, work_clock)
 from schedc.solver.engine import Incumbent, Result, close, materialize
 from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule
 from schedc.solver.problem import Problem
-from schedc.solver.warm import matching_baselines, warm_start
-from schedc.solver.windows import WindowSearch
-from schedc.tolerances import PROVEN, TIE
+from schedc.solver.engines.warm import matching_baselines, warm_start
+from schedc.solver.engines.windows import WindowSearch
+from schedc.core.tolerances import PROVEN, TIE
 
 _TOL = PROVEN  # relative: values this close count as equal (MIP gaps, float sums)
 FULL_MODEL_SHARE = 0.7  # of the time left, for the full model when it is small enough
@@ -111,7 +114,7 @@ CPSAT_STALE_SHARE, CPSAT_STALE_MIN = 0.25, 5.0  # on large instances: stop CP-SA
 # skipped rather than started
 GRAPH_PASSES = 4  # the action graph and the incumbent's re-simulation
 CPSAT_PASSES = 25  # building the whole CP-SAT model
-RELAXATION_PASSES = 3  # heads, tails and the one-rank preemptive schedules (schedc.solver.rank_relaxation)
+RELAXATION_PASSES = 3  # heads, tails and the one-rank preemptive schedules (schedc.solver.bounds.rank)
 
 
 @dataclass
@@ -259,16 +262,16 @@ def _engines(solver: Optional[str]) -> tuple[Optional[str], bool]:
     name = "auto" if solver is None else solver
     choice = SOLVERS.get(name)
     if choice is None:
-        model.available_solver(solver)  # its one-line error for a name that is not a MIP solver
+        integer_program.available_solver(solver)  # its one-line error for a name that is not a MIP solver
         raise SchedcError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}")
     if choice.cpsat is True:
-        from schedc.solver.cpsat import import_cp_model
+        from schedc.solver.engines.cpsat import import_cp_model
 
         import_cp_model()  # a one-line error when OR-Tools is missing or broken
-    mip = model.available_solver(None if name == "auto" else name) if choice.mip else None
+    mip = integer_program.available_solver(None if name == "auto" else name) if choice.mip else None
     if choice.cpsat is not None:
         return mip, choice.cpsat
-    from schedc.solver.cpsat import cpsat_available
+    from schedc.solver.engines.cpsat import cpsat_available
 
     return mip, cpsat_available()
 
@@ -337,7 +340,7 @@ class _Compilation:
     @cached_property
     def too_large_for_full_model(self) -> bool:
         """More free order pairs than the full integer program takes: windows instead (step 5)."""
-        return count_free_pairs(self.inst, limit=model.FULL_MODEL_PAIRS) > model.FULL_MODEL_PAIRS
+        return count_free_pairs(self.inst, limit=integer_program.FULL_MODEL_PAIRS) > integer_program.FULL_MODEL_PAIRS
 
     @property
     def engines(self) -> str:
@@ -424,13 +427,13 @@ class _Compilation:
             # the solver calls this on the wall clock: a work budget's report leaves it out
             self.emit("full model", p, d, keep=work_clock() is None)
 
-        engine = model.MipEngine(self.mip, lower_bound=self.lb, progress=on_progress, late_start=obj == "span",
+        engine = integer_program.MipEngine(self.mip, lower_bound=self.lb, progress=on_progress, late_start=obj == "span",
                                  seed=self.seed)
         self.take(engine.run(self.inst, self.incumbent(), Deadline.after(remaining)), phase)
         self.emit("full model done", self.best_val, self.bound)
 
     def polish_with_cpsat(self, phase: "Phase") -> None:
-        """CP-SAT (schedc.solver.cpsat) for its share of the time left, hinted with the best schedule
+        """CP-SAT (schedc.solver.engines.cpsat) for its share of the time left, hinted with the best schedule
         so far. It reasons on orders and intervals without pairwise binaries and finds, on slow
         links, orders the integer program misses; its converted bound is a certificate too, and
         the higher bound wins. Its answer becomes the integer program's incumbent.
@@ -452,7 +455,7 @@ class _Compilation:
         self.emit("cp-sat done", self.best_val, self.bound)
 
     def _cpsat_round(self, phase: "Phase", objective: str, seconds: float, large: bool) -> None:
-        from schedc.solver import cpsat
+        from schedc.solver.engines import cpsat
 
         stale = max(CPSAT_STALE_MIN, CPSAT_STALE_SHARE * seconds) if large else None
         engine = cpsat.CpsatEngine(workers=cpsat.WORKERS, seed=self.seed, stale_seconds=stale, objective=objective)
@@ -461,11 +464,11 @@ class _Compilation:
 
     def raise_bound_tight(self, phase: "Phase") -> None:
         """Under a tight cap the ranks' memory together bounds the step well above what each rank
-        alone shows: the anchored relaxation (schedc.solver.anchored) for half of the phase's share
-        of the time left, then the block relaxation (schedc.solver.blocks) until its end. Kept in
+        alone shows: the anchored relaxation (schedc.solver.bounds.anchored) for half of the phase's share
+        of the time left, then the block relaxation (schedc.solver.bounds.blocks) until its end. Kept in
         the details as ``anchored_relaxation`` and ``block_relaxation``."""
-        from schedc.solver.anchored import anchored_bound
-        from schedc.solver.blocks import SIZES, block_bound
+        from schedc.solver.bounds.anchored import anchored_bound
+        from schedc.solver.bounds.blocks import SIZES, block_bound
 
         end = now() + phase.share(self) * (self.deadline - now())
         if self.raise_bound(anchored_bound(self.graph, Deadline((now() + end) / 2)), "anchored relaxation",
@@ -475,7 +478,7 @@ class _Compilation:
             self.emit("block relaxation", self.best_val, self.bound)
 
     def try_periodic(self, phase: "Phase") -> None:
-        """Periodic schedules (schedc.solver.periodic) for the phase's share of the time left (at
+        """Periodic schedules (schedc.solver.engines.periodic) for the phase's share of the time left (at
         least PERIODIC_MIN_SECONDS where the time allows): under a tight cap the steady state
         decides the step and a repeated timetable finds it where the engines that decide action by
         action do not. A better answer becomes the incumbent that CP-SAT polishes and windows
@@ -486,7 +489,7 @@ class _Compilation:
         self.emit("periodic", self.best_val, self.bound)
 
     def search_windows(self, phase: "Phase") -> None:
-        """Windows over the model's incumbent (schedc.solver.windows) until the deadline: with
+        """Windows over the model's incumbent (schedc.solver.engines.windows) until the deadline: with
         CP-SAT when it runs (it solves windows several times wider than the integer program can),
         else with the MIP solver. For span, as in polish_with_cpsat, half of that time first goes
         to makespan windows (span <= makespan)."""
@@ -570,16 +573,16 @@ def _gap(value: float, bound: float) -> float:
 
 
 def _lower_bound(problem: Union[Problem, Graph]) -> tuple[float, dict]:
-    from schedc.solver import bounds
+    from schedc.solver.bounds import chains
 
-    details = dict(bounds.lower_bound_details(problem))
+    details = dict(chains.lower_bound_details(problem))
     return float(details["lower_bound"]), details
 
 
 def _with_rank_relaxation(graph: Graph, lb: float, details: dict) -> tuple[float, dict]:
-    """The bound raised by the one-rank relaxation (schedc.solver.rank_relaxation); its value is
+    """The bound raised by the one-rank relaxation (schedc.solver.bounds.rank); its value is
     kept in the details as ``one_rank_relaxation``."""
-    from schedc.solver.rank_relaxation import rank_relaxation_bound
+    from schedc.solver.bounds.rank import rank_relaxation_bound
 
     value = rank_relaxation_bound(graph)
     if value is None:

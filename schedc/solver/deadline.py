@@ -38,11 +38,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from schedc import limits
+from schedc.core import limits
 from schedc.errors import SchedcError
 from schedc.solver import interrupt
 
-# The largest compile is the largest schedule schedc reads back (schedc.limits, one number for
+# The largest compile is the largest schedule schedc reads back (schedc.core.limits, one number for
 # both), sized by what a warm start, the report and the CSV cost there (benchmarks/
 # compile_quality.py, cost curve; measured: docs/design.md, "Deadlines and sizes").
 MAX_ACTIONS = limits.MAX_ACTIONS

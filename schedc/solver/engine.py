@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
 from schedc.errors import SchedcError
-from schedc.ir import Schedule
+from schedc.core.ir import Schedule
 from schedc.choices import Status
-from schedc.simulate import SimResult, simulate
+from schedc.core.simulate import SimResult, simulate
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, schedule_from_orders
 from schedc.solver.problem import Problem
-from schedc.tolerances import PROVEN
+from schedc.core.tolerances import PROVEN
 
 STATUSES = (Status.OPTIMAL, Status.FEASIBLE, Status.NONE)  # what an engine's Result may say
 

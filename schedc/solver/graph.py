@@ -11,7 +11,7 @@ problem itself (five copies of the dependency rule, six of "the stages of rank r
 Method: :func:`graph_of` builds a :class:`Graph` once per problem, and engines take it.
 
 * Stage level (built at once, O(stages + ranks)): ``dF``, ``dI``, ``dW``, ``dB`` and ``d[kind]``
-  per stage; ``mem[kind]`` the memory deltas (schedc.costs.Profile.memory_delta), ``act`` and
+  per stage; ``mem[kind]`` the memory deltas (schedc.core.costs.Profile.memory_delta), ``act`` and
   ``wg`` the activation and weight-gradient bytes; ``comm[s]`` the lag across s -> s+1 (0 on
   one rank, and 0 after the last stage); ``stage_rank``, ``stages[r]`` (ascending), ``room[r]``
   = cap - static bytes, ``backward[s]``: "I" (split) or "B" (a stage whose W costs 0 runs one
@@ -23,15 +23,15 @@ Method: :func:`graph_of` builds a :class:`Graph` once per problem, and engines t
 
 The rules are stated once, here:
 
-* Dependencies: schedc.simulate.producer_keys (the simulator's own rule: F after the previous
+* Dependencies: schedc.core.simulate.producer_keys (the simulator's own rule: F after the previous
   stage's F, I or B after its F and the next stage's backward, W after its I), with the
   boundary's comm as the lag when the two stages sit on different ranks. On top of them the
   action graph orders each kind by microbatch on every stage (exact symmetry breaking, see
-  schedc.solver.model) and adds the orders a memory cap forces (:func:`memory_arcs`, per stage;
+  schedc.solver.engines.mip) and adds the orders a memory cap forces (:func:`memory_arcs`, per stage;
   :func:`memory_precedences`, per action).
   The event-driven constructions (list heuristic, zb-greedy) ask :meth:`Graph.input_time`, the
   same rule on per-stage end times.
-* Memory: schedc.cost_model's rule, read once (``Problem.costs``): ``mem`` the change of held
+* Memory: schedc.core.cost_model's rule, read once (``Problem.costs``): ``mem`` the change of held
   bytes per kind (an F holds its activation bytes from its start, an I moves them to the
   weight-gradient bytes, a W frees the rest, a B everything), ``over`` the bytes above them while
   an action runs (its allocation at start and its transient), ``room`` the cap minus what the
@@ -60,10 +60,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional, Sequence, Union
 
-from schedc.ir import Action, Schedule
-from schedc.simulate import producer_keys
+from schedc.core.ir import Action, Schedule
+from schedc.core.simulate import producer_keys
 from schedc.solver.problem import Problem
-from schedc.tolerances import REL
+from schedc.core.tolerances import REL
 
 SPLIT = ("F", "I", "W")  # a stage's kinds when its backward is split
 MERGED = ("F", "B")  # ... when its W costs nothing (no parameters)
@@ -270,7 +270,7 @@ class Graph:
     @cached_property
     def extra(self) -> list[float]:
         """Per action: bytes above its rank's held bytes while it runs (its allocation at start
-        plus its transient; schedc.cost_model.over)."""
+        plus its transient; schedc.core.cost_model.over)."""
         return self._per_block(lambda s, k: self.over[k][s])
 
     @cached_property
@@ -486,7 +486,7 @@ def obeys_kind_order(g: Graph, orders: Sequence[Sequence[int]]) -> bool:
 
 def canonical_orders(g: Graph, orders: Sequence[Sequence[int]]) -> list[list[int]]:
     """Relabel microbatches so that each kind runs in microbatch order on each stage (the
-    exchange argument in schedc.solver.model: never slower, same memory)."""
+    exchange argument in schedc.solver.engines.mip: never slower, same memory)."""
     actions = g.actions
     out = []
     for row in orders:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional, Sequence, Union
 
-from schedc.cost_model import CostModel
-from schedc.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
+from schedc.core.cost_model import CostModel
+from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.errors import SchedcError
-from schedc.ir import make_placement, placement_name
+from schedc.core.ir import make_placement, placement_name
 from schedc.solver.deadline import check_size
 
 OBJECTIVES = ("makespan", "span")
@@ -52,14 +52,14 @@ class Problem:
 
     @cached_property
     def costs(self) -> CostModel:
-        """The one cost model of this problem (schedc.cost_model): durations, held deltas,
+        """The one cost model of this problem (schedc.core.cost_model): durations, held deltas,
         transients, per-rank caps and room."""
         return CostModel.build(self.profile, self.placement, self.n_microbatches, self.memory)
 
     @property
     def memory_caps(self) -> list[float]:
         """Per-rank byte cap, everything included (inf when uncapped; ``Kp``: one cap for every
-        rank, schedc.cost_model.caps)."""
+        rank, schedc.core.cost_model.caps)."""
         return list(self.costs.caps)
 
     @property
@@ -69,7 +69,7 @@ class Problem:
 
     @property
     def fixed_bytes(self) -> list[float]:
-        """Per rank: static bytes + receive buffers and held sends + reserve (schedc.cost_model)."""
+        """Per rank: static bytes + receive buffers and held sends + reserve (schedc.core.cost_model)."""
         return self.costs.fixed
 
     @property

@@ -1,0 +1,285 @@
+"""What several commands share: the cost and model arguments, reading + validating CSVs with a profile each.
+
+Every command module is a pair: ``register(subparsers)`` declares its parser and sets
+``handler=run``; ``run(args) -> int`` calls the Python API and prints. A user-facing failure is a
+:class:`SchedcError` (or an OSError on a path); ``schedc.cli.toplevel.main`` turns it into one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from schedc.core.costs import DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, describe_validation_error, parse_comm, parse_costs
+from schedc.errors import SchedcError, printable
+from schedc.io.fileio import check_not_input, check_writable
+
+
+def add_cost_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("costs")
+    g.add_argument("--profile", metavar="P.json", help="measured per-stage costs (schedc profile)")
+    g.add_argument("--costs", metavar="F,I,W", default=None,
+                   help="identical stages: seconds (or units) of F, I, W (default 1,1,1)")
+    g.add_argument("--comm", metavar="C", default=None,
+                   help="communication time per stage boundary: one number or one per boundary")
+    g.add_argument("--memory", metavar="SPEC", default="1p",
+                   help="per-rank memory limit: Kp (1p = what 1F1B needs on its most loaded rank, the same cap for every "
+                        "rank), a size or none; default 1p. Sizes: 80G = 80Gi = 80GiB (binary, 2^30 bytes a G, as "
+                        "torch and nvidia-smi count), 80GB (decimal, 10^9 bytes)")
+    g.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
+                   help="how the schedule is executed: torch (stage 0's backward all in W, as torch's "
+                        "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
+
+
+def profile_from_args(args, n_stages: int) -> Profile:
+    """The profile named by --profile, or identical stages from --costs/--comm."""
+    if args.profile:
+        if args.costs is not None:
+            raise SchedcError("give either --profile or --costs, not both")
+        profile = Profile.load(args.profile)
+        if args.comm is not None:
+            profile = _with_comm(profile, args.comm)
+        return profile
+    f, i, w = parse_costs("1,1,1" if args.costs is None else args.costs)  # --costs "" is an error, not the default
+    profile = Profile.uniform(n_stages, f, i, w)
+    return _with_comm(profile, args.comm) if args.comm is not None else profile
+
+
+def _with_comm(profile: Profile, comm: str) -> Profile:
+    """The profile with --comm's times, checked before pydantic sees them (one line, not a dump)."""
+    values = parse_comm(comm)
+    n = profile.n_stages
+    if isinstance(values, list) and len(values) != n - 1:
+        raise SchedcError(f"--comm: {len(values)} values given, but {n} stages have {n - 1} boundaries; "
+                          f"give one number (every boundary) or {n - 1} separated by commas")
+    try:
+        return Profile.model_validate({**profile.model_dump(), "comm": values})
+    except ValidationError as e:
+        raise SchedcError(f"--comm {comm}: {describe_validation_error(e)}") from None
+
+
+def memory_from_args(args) -> MemoryLimit:
+    """--memory; a byte size needs a --profile (with --costs, memory counts activations, not bytes)."""
+    memory = MemoryLimit.parse(args.memory)
+    if memory.kind == "bytes" and not getattr(args, "profile", None):
+        raise SchedcError(f"--memory {args.memory} is a byte size, but without --profile memory is counted in "
+                          "microbatch activations, not bytes; give --memory Kp (e.g. 1.5p) or a measured --profile")
+    return memory
+
+
+def input_files(args) -> list[tuple[str, str]]:
+    """The files a command reads, each with how the user named it (for check_outputs' message)."""
+    out = [(f, "schedule") for f in getattr(args, "files", None) or []]
+    if getattr(args, "file", None):
+        out.append((args.file, "schedule"))
+    for flag in ("profile", "config", "partition", "model", "sample"):
+        value = getattr(args, flag, None)
+        # an option given several times (plan's --profile MODE=UNITS.json ...) is a list
+        for one in (value if isinstance(value, list) else [value]):
+            if not isinstance(one, str) or not one:
+                continue
+            if flag in ("model", "sample"):  # MODULE:FUNCTION, a file path or a module name
+                out.append((one.rsplit(":", 1)[0], f"--{flag}"))
+                continue
+            out.append((one, f"--{flag}"))
+            mode, sep, path = one.partition("=")
+            if sep and mode.isidentifier():  # MODE=PATH
+                out.append((path, f"--{flag}"))
+    return out
+
+
+def check_outputs(args, *outputs: tuple) -> None:
+    """Before any work: every (path, option) output can be written and is none of the inputs
+    (``compile --profile p.json -o p.csv`` would write its report over the profile)."""
+    inputs = input_files(args)
+    for path, option in outputs:
+        check_writable(path, option)
+        check_not_input(path, option, inputs)
+
+
+def read_checked(args):
+    """Read and validate every CSV in args.files, with a profile for each."""
+    from schedc.io import csvio
+    from schedc.core.validate import validate
+
+    schedules, profiles = [], []
+    by_stage_count: dict[int, Profile] = {}  # read a --profile file once, not once per CSV
+    for path in args.files:
+        schedule = csvio.read_csv(path)
+        validate(schedule, source=path)
+        schedule.name = schedule.name or Path(path).stem
+        if schedule.n_stages not in by_stage_count:
+            by_stage_count[schedule.n_stages] = profile_from_args(args, schedule.n_stages)
+        profile = by_stage_count[schedule.n_stages]
+        if profile.n_stages != schedule.n_stages:
+            raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "
+                              f"{profile.n_stages}; give a profile of this model's {schedule.n_stages} stages")
+        schedules.append(schedule)
+        profiles.append(profile.executed(args.runtime))
+    return schedules, profiles
+
+
+def add_gpt_args(p: argparse.ArgumentParser, with_stages: bool = True) -> None:
+    g = p.add_argument_group("model (schedc's built-in GPT)")
+    g.add_argument("--layers", type=int, default=4, help="transformer blocks (default 4)")
+    g.add_argument("--hidden", type=int, default=64, help="hidden size (default 64)")
+    g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    g.add_argument("--seq", type=int, default=32, help="sequence length (default 32)")
+    g.add_argument("--vocab", type=int, default=256, help="vocabulary size (default 256)")
+    g.add_argument("--mbs", type=int, default=4, help="microbatch size: sequences per microbatch (default 4)")
+    if with_stages:
+        g.add_argument("--stages", type=int, default=2, help="pipeline stages to split the model into (default 2)")
+    g.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64 (default float32)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per process (torch.set_num_threads; default 1 on a CPU, one per rank as "
+                        "schedc's local ranks run); use the same number when profiling and calibrating")
+
+
+def gpt_config_from_args(args):
+    from schedc.runtime.models import GPTConfig
+
+    try:
+        return GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                         seq_len=args.seq, dtype=args.dtype)
+    except ValueError as e:
+        raise SchedcError(f"model: {e}")
+
+
+def require_torch(command: str) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SchedcError(f"{command} runs the model and needs torch: pip install 'schedc[torch]'")
+
+
+def echo(text: object = "", file=None) -> None:
+    """``print(text)`` with each line escaped (:func:`schedc.errors.printable`): for any output
+    that carries strings from input files or arguments (a profile's model name, module names, a
+    report's fields), so that a terminal escape in them is shown, not obeyed."""
+    print("\n".join(printable(line) for line in str(text).split("\n")), file=file or sys.stdout, flush=True)
+
+
+def warn(command: str, message: str) -> None:
+    """One escaped ``schedc COMMAND: warning: ...`` line on stderr."""
+    echo(f"schedc {command}: warning: {message}", file=sys.stderr)
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """'1 microbatch', '16 microbatches'."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def shape(n_stages: int, n_ranks: int, n_microbatches: int, placement: str = "") -> str:
+    """'4 stages on 4 ranks (loop), 8 microbatches'."""
+    return (f"{plural(n_stages, 'stage')} on {plural(n_ranks, 'rank')}{f' ({placement})' if placement else ''}, "
+            f"{plural(n_microbatches, 'microbatch', 'microbatches')}")
+
+
+def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit, profiles=None) -> None:
+    """Warn on stderr when the comparison asked for is not like for like.
+
+    - Schedules of different microbatch counts: their step times do not compare.
+    - A CSV with a schedc report beside it (``NAME.json`` from ``schedc compile``) that was
+      compiled for another memory limit than the one it is judged against here: its
+      "fits"/"EXCEEDED" refers to the limit given here, not to the one it was built for.
+    - The same for costs (`profiles`, one per CSV, as judged here): a CSV compiled for one
+      model's profile and judged with another's gets another model's step time and memory.
+    """
+    from schedc.io import csvio
+
+    counts = {s.n_microbatches for s in schedules}
+    if len(counts) > 1:
+        listed = ", ".join(f"{Path(p).name} {s.n_microbatches}" for p, s in zip(paths, schedules))
+        warn(command, f"the schedules differ in microbatches ({listed}); their step times are not comparable: "
+                      "compare schedules with the same --mb")
+    for k, path in enumerate(paths):
+        if not csvio.report_path(path).is_file():
+            continue
+        try:
+            inputs = csvio.read_report(path).get("inputs", {})
+        except SchedcError as e:
+            warn(command, f"ignoring the report beside {path}: {e}")
+            continue
+        if not isinstance(inputs, dict):
+            continue
+        compiled_for = inputs.get("memory_limit")
+        if isinstance(compiled_for, str) and compiled_for != str(memory):
+            warn(command, f"{path} was compiled for --memory {compiled_for} but is judged against --memory {memory} "
+                          f"here; pass --memory {compiled_for} to judge it by its own limit")
+        difference = None if profiles is None else _costs_difference(inputs.get("costs"), profiles[k])
+        if difference:
+            theirs = _costs_name(Profile.model_validate(inputs["costs"]))
+            ours = _costs_name(profiles[k])
+            names = f"of {theirs}" if theirs == ours else f"of {theirs}, not {ours}"
+            warn(command, f"{path} was compiled for other costs (its report {csvio.report_path(path).name}) than "
+                          f"those judged here, both {names}: {difference}; the step time and memory printed are "
+                          "not its own: pass the costs it was compiled with (--profile, --costs)"
+                 if theirs == ours else
+                 f"{path} was compiled for the costs {names} judged here (its report "
+                 f"{csvio.report_path(path).name}): {difference}; the step time and memory printed are another "
+                 "model's: pass the costs it was compiled with (--profile, --costs)")
+
+
+def _costs_name(profile: Profile) -> str:
+    """'--costs 1,2,1' for identical stages, else the profile's model name."""
+    if profile.model == "uniform":
+        last = profile.stages[-1]  # stage 0 may be in torch's executed form
+        return f"--costs {last.forward:g},{last.backward_input:g},{last.backward_weight:g}"
+    return repr(profile.model) if profile.model else "an unnamed profile"
+
+
+def _costs_difference(recorded, profile: Profile) -> str:
+    """How a report's recorded costs (``inputs.costs``) differ from `profile`, compared under the
+    runtime `profile` follows: the first differing stage field and how many more differ ('' when
+    they are the same, or the report records none it can be judged by)."""
+    if not isinstance(recorded, dict):
+        return ""
+    try:
+        theirs = Profile.model_validate(recorded).executed(profile.runtime)
+    except Exception:  # an unreadable or impossible record: nothing to compare
+        return ""
+    if theirs.n_stages != profile.n_stages:
+        return f"{theirs.n_stages} stages there, {profile.n_stages} here"
+    found = []
+    for s, (a, b) in enumerate(zip(theirs.stages, profile.stages)):
+        mine, other = a.model_dump(), b.model_dump()
+        found += [f"stage {s} {key} {_value(mine[key])} there, {_value(other.get(key))} here"
+                  for key in mine if key != "modules" and mine[key] != other.get(key)]
+    if theirs.comm != profile.comm:
+        found.append(f"comm {_value(theirs.comm)} there, {_value(profile.comm)} here")
+    if not found:
+        return ""
+    return found[0] + (f" (and {len(found) - 1} more difference{'s' if len(found) > 2 else ''})"
+                       if len(found) > 1 else "")
+
+
+def _value(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else (f"{v}" if len(str(v)) <= 30 else f"{str(v)[:27]}...")
+
+
+def model_args(pairs: list[str]) -> dict:
+    """``--model-arg KEY=VALUE`` pairs (profile, calibrate) as keyword arguments; a VALUE that is a
+    Python literal becomes that value, anything else stays a string."""
+    import ast
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise SchedcError(f"--model-arg {pair!r}: expected KEY=VALUE, e.g. layers=8")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def stopped_by(signum) -> tuple[str, int]:
+    """(word, exit code) for a search that a signal ended early (schedc.solver.interrupt.received):
+    SIGTERM, a batch scheduler's time limit, exits 143; Ctrl-C exits 130."""
+    import signal
+
+    return ("terminated", 143) if signum == signal.SIGTERM else ("interrupted", 130)

@@ -1,0 +1,114 @@
+"""`schedc emulate FILE.csv [FILE2.csv ...]`: run schedules in torch's runtime with sleeping stages
+and compare the measured step with the prediction (see :mod:`schedc.runtime.emulate`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pathlib import Path
+from typing import Optional
+
+from schedc.cli import common
+from schedc.core.costs import UNIT_SECONDS, Profile, parse_comm, parse_costs
+from schedc.errors import SchedcError
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "emulate", help="run CSV schedules in torch's pipeline runtime on local ranks whose stages sleep "
+                        "their costs; compare with the prediction")
+    p.add_argument("files", nargs="+", metavar="FILE.csv")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--profile", metavar="P.json", help="per-stage costs in seconds (schedc profile), for every CSV "
+                   "(default: each CSV's own: NAME.profile.json beside NAME.csv, as plan writes it, else the "
+                   "costs its report NAME.json names)")
+    g.add_argument("--costs", metavar="F,I,W", help="identical stages, in units, for every CSV (default 1,1,1 "
+                   "when no CSV names its costs)")
+    p.add_argument("--comm", metavar="C", default="0",
+                   help="communication per boundary the prediction adds, in profile units: a number, one per "
+                        "boundary, or 'profile'; default 0, since the emulation does not sleep for communication")
+    p.add_argument("--scale", type=float, default=None, metavar="S",
+                   help=f"seconds slept per profile second (default 1 with --profile, {UNIT_SECONDS} per unit "
+                        f"with --costs)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per schedule (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="kill the ranks after this many seconds (default: start-up + 3x the predicted work)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    common.require_torch("schedc emulate")
+    from schedc.io.csvio import read_csv
+    from schedc.runtime.emulate import emulate, format_emulations
+
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):  # nan: a deadline that never fires
+        raise SchedcError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    own = None if (args.profile or args.costs is not None) else own_profiles(args.files)
+    if args.profile:
+        profiles = Profile.load(args.profile)
+    elif own is not None:
+        profiles = own
+    else:
+        f, i, w = parse_costs("1,1,1" if args.costs is None else args.costs)
+        profiles = [Profile.uniform(read_csv(path).n_stages, f, i, w) for path in args.files]
+    in_seconds = bool(args.profile) or (own is not None and own[0].model != "uniform")
+    scale = args.scale if args.scale is not None else (1.0 if in_seconds else UNIT_SECONDS)
+    comm = None if args.comm.strip().lower() == "profile" else parse_comm(args.comm)
+    runs = emulate(args.files, profiles, scale=scale, steps=args.steps, warmup=args.warmup, comm=comm,
+                   timeout=args.timeout)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in runs], indent=2))
+        return 0
+    if comm is None:
+        note = "the prediction adds the profile's comm, so the ratio shows what communication would add"
+    elif comm == 0:
+        note = "measured and predicted both leave it out (the prediction's comm is 0)"
+    else:
+        note = f"the prediction adds --comm {args.comm}, which the measured step does not contain"
+    print(format_emulations(runs, note))
+    sys.stdout.flush()
+    return 0
+
+
+def named_costs(csv_path: str) -> Optional[tuple[Profile, str]]:
+    """(the costs a CSV names, where): NAME.profile.json beside NAME.csv (plan), else its report's
+    ``profile`` (plan) or ``inputs.costs`` (compile); None when it names none."""
+    from schedc.io import csvio
+
+    beside = Path(csv_path).with_suffix(".profile.json")
+    if beside.is_file():
+        return Profile.load(beside), beside.name
+    if not csvio.report_path(csv_path).is_file():
+        return None
+    report = csvio.read_report(csv_path)
+    recorded = report.get("profile") or (report.get("inputs") or {}).get("costs")
+    if not isinstance(recorded, dict):
+        return None
+    where = f"{csvio.report_path(csv_path).name}"
+    try:
+        return Profile.model_validate(recorded), where
+    except ValueError as e:
+        raise SchedcError(f"{where}: the costs it records are not a profile ({str(e).splitlines()[0]}); "
+                          f"give --profile or --costs") from None
+
+
+def own_profiles(paths) -> Optional[list[Profile]]:
+    """Each CSV's own costs (:func:`named_costs`) when every CSV names some, in seconds or all in
+    units; None when none does; an error naming the CSV when only some do or units are mixed."""
+    found = [named_costs(p) for p in paths]
+    if all(f is None for f in found):
+        return None
+    missing = [p for p, f in zip(paths, found) if f is None]
+    if missing:
+        named = next(p for p, f in zip(paths, found) if f is not None)
+        raise SchedcError(f"{missing[0]}: names no costs (no {Path(missing[0]).stem}.profile.json or report beside "
+                          f"it) while {named} does; give --profile or --costs for all, or emulate them apart")
+    kinds = {f[0].model == "uniform" for f in found}
+    if len(kinds) > 1:
+        raise SchedcError("the CSVs name costs in seconds (profiles) and in units (--costs) at once; emulate them "
+                          "apart or give one --profile")
+    for p, (profile, where) in zip(paths, found):
+        print(f"schedc emulate: {p}: costs from {where} ({profile.model or 'unnamed'})", file=sys.stderr)
+    return [profile for profile, _ in found]

@@ -1,0 +1,282 @@
+"""`schedc plan`: choose the partition of a per-unit profile, the placement and the schedule together."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from schedc.core.costs import Profile, format_duration
+from schedc.errors import SchedcError
+from schedc.cli import common
+from schedc.io.fileio import write_all
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="choose the layer partition, placement and schedule under a memory cap in bytes")
+    p.set_defaults(handler=run)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--profile", metavar="UNITS.json", action="append",
+                     help="per-unit profile: embedding, each layer, norm + head + loss, in model order; with --ac "
+                          "auto one per mode as MODE=UNITS.json (none=a.json --profile selective=b.json ...)")
+    src.add_argument("--config", metavar="config.json",
+                     help="a Hugging Face config.json: count the per-unit profile from it with the settings below "
+                          "(as `schedc profile --units --config` does)")
+    run_ = p.add_argument_group("the run's settings (with --config; recorded in the report's \"assumes\")")
+    run_.add_argument("--seq", type=int, metavar="N", help="sequence length of a microbatch (required with --config)")
+    run_.add_argument("--mbs", type=int, metavar="N", help="sequences per microbatch (default 1)")
+    run_.add_argument("--dtype", metavar="NAME", help="parameter and activation dtype (default: the config's)")
+    run_.add_argument("--grad-dtype", metavar="NAME", help="gradient dtype (default float32)")
+    run_.add_argument("--optimizer-dtype", metavar="NAME", help="optimizer state dtype (default float32)")
+    run_.add_argument("--dp-shard", type=int, metavar="N",
+                      help="data-parallel shard degree (FSDP / ZeRO divide the static bytes by it; default 1)")
+    run_.add_argument("--tp", type=int, metavar="N", help="tensor-parallel degree (default 1)")
+    run_.add_argument("--reserve", metavar="SIZE",
+                      help="memory a CUDA process holds outside torch's allocator (default: the counted route's)")
+    p.add_argument("--ac", metavar="MODE", default=None,
+                   help="activation checkpointing: none, selective, full, or auto (the plan chooses, globally and "
+                        "per stage, the one with the shortest step under the cap); default: what the profile assumes")
+    p.add_argument("--ranks", type=int, required=True, help="pipeline ranks R")
+    p.add_argument("--mb", type=int, required=True, help="microbatches M")
+    p.add_argument("--memory", metavar="SIZE", required=True,
+                   help="per-rank cap in bytes, static bytes included (e.g. 80GiB), or none")
+    p.add_argument("--placement", choices=["loop", "v", "auto"], default="auto",
+                   help="loop (1 stage per rank), v (2 per rank) or auto (both, keep the better; default)")
+    p.add_argument("--objective", choices=["makespan", "span"], default="makespan")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                   help="seconds in all (default 60), or work units with --budget work")
+    p.add_argument("--budget", choices=["time", "work"], default="time",
+                   help="time: --time-limit counts wall-clock seconds (default); work: it counts work units (about a "
+                        "second each on an idle machine), so the same inputs give the same plan on any machine")
+    p.add_argument("-o", "--output", metavar="FILE.csv", default="plan.csv",
+                   help="the schedule; the report goes to FILE.json, the merged per-stage profile to "
+                        "FILE.profile.json (default plan.csv)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw the plan beside torchtitan's default split with its fastest class (png, svg, pdf)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def output_paths(csv: str) -> tuple[Path, Path, Path]:
+    """(plan.csv, plan.json, plan.profile.json)."""
+    from schedc.io import csvio
+
+    path = Path(csv)
+    return path, csvio.report_path(path), path.with_suffix(".profile.json")
+
+
+def run(args) -> int:
+    from schedc.solver.interrupt import received, stop_on_sigint
+
+    # as in `schedc compile`: the first Ctrl-C (or SIGTERM) ends the search and the best plan so
+    # far is written
+    with stop_on_sigint():
+        res, csv = _plan(args)
+        signum = received()
+    if res.interrupted:
+        word, code = common.stopped_by(signum)
+        print(f"schedc plan: {word}: wrote the best plan found so far to {csv} (gap {100 * res.gap:.2f}%)",
+              file=sys.stderr)
+        return code
+    return 0
+
+
+def _plan(args):
+    from schedc.io import csvio
+    from schedc.plan import plan
+
+    if not str(args.output).endswith(".csv"):
+        raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
+    if args.time_limit is None or not 0 < args.time_limit < math.inf:
+        raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {args.time_limit}")
+    csv, report_file, profile_file = output_paths(args.output)
+    outputs = [(path, "-o") for path in (csv, report_file, profile_file)]
+    if args.plot:
+        from schedc.show.plot import output_format
+
+        output_format(args.plot)
+        outputs.append((Path(args.plot), "--plot"))
+    common.check_outputs(args, *outputs)
+    profiles, source = _unit_profiles(args)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    kw = dict(ranks=args.ranks, microbatches=args.mb, memory=args.memory, placement=args.placement,
+              objective=args.objective, time_limit=args.time_limit, progress=progress, source=source,
+              budget=args.budget)
+    if len(profiles) > 1:
+        from schedc.plan import plan_ac
+
+        res = plan_ac(profiles, **kw)
+    else:
+        mode, units = next(iter(profiles.items()))
+        res = plan(profile=units, **kw)
+        if mode is not None:
+            res = replace(res, assumes={**res.assumes, "activation_checkpoint": mode})
+    from schedc.plan import build_plan_report
+
+    res = replace(res, report=build_plan_report(res, csv=csv.name))
+    files = {  # the report records the CSV's hash (csvio.schedule_files): never paired with another CSV
+        **csvio.schedule_files(res.schedule, res.report, csv),
+        profile_file: (res.profile.model_dump_json(indent=2, exclude_none=True) + "\n").encode(),
+    }
+    if args.plot:
+        files[Path(args.plot)] = _plot_bytes(res, args.plot)
+    write_all(files)
+    print(format_plan_summary(res, csv, report_file, profile_file))
+    print()
+    print(format_handoff(res))
+    return res, csv
+
+
+AC_CHOICES = ("none", "selective", "full", "auto")
+SETTINGS = (("seq", "--seq"), ("mbs", "--mbs"), ("dtype", "--dtype"), ("grad_dtype", "--grad-dtype"),
+            ("optimizer_dtype", "--optimizer-dtype"), ("dp_shard", "--dp-shard"), ("tp", "--tp"),
+            ("reserve", "--reserve"))
+
+
+FLAG_OF = {"seq_len": "--seq", "seq": "--seq", "microbatch_size": "--mbs", "dp_shard": "--dp-shard", "tp": "--tp",
+           "dtype": "--dtype", "param_dtype": "--dtype", "grad_dtype": "--grad-dtype",
+           "optimizer_dtype": "--optimizer-dtype", "reserve_bytes": "--reserve"}
+
+
+def _unit_profiles(args) -> tuple[dict, str]:
+    """({activation-checkpointing mode or None: per-unit profile}, the name errors use): one
+    profile, or one per mode for --ac auto, from --profile files or counted from --config."""
+    from schedc.plan import AC_MODES
+
+    if args.ac is not None and args.ac not in AC_CHOICES:
+        raise SchedcError(f"--ac must be one of {', '.join(AC_CHOICES)}, got {args.ac!r}")
+    if args.config is not None:
+        if args.seq is None:
+            raise SchedcError("--seq: give the sequence length of a microbatch with --config (e.g. --seq 4096)")
+        modes = list(AC_MODES) if args.ac == "auto" else [args.ac]
+        return {m: _counted(args, m) for m in modes}, args.config
+    given = [flag for attr, flag in SETTINGS if getattr(args, attr) is not None]
+    if given:
+        raise SchedcError(f"{given[0]} sets the counted route's run: give --config config.json with it (a --profile "
+                          f"already holds what its numbers assumed)")
+    pairs = [p.split("=", 1) if "=" in p and p.split("=", 1)[0] in AC_MODES else (None, p) for p in args.profile]
+    if args.ac == "auto":
+        modes = [m for m, _ in pairs]
+        if len(pairs) < 2 or None in modes or len(set(modes)) != len(modes):
+            raise SchedcError("--ac auto with --profile needs one profile per mode: --profile none=a.json --profile "
+                              "full=b.json (or --config config.json, which counts every mode)")
+        return {m: Profile.load(path) for m, path in pairs}, ", ".join(path for _, path in pairs)
+    if len(pairs) > 1:
+        raise SchedcError("--profile: give one per-unit profile, or one per mode (MODE=UNITS.json) with --ac auto")
+    mode, path = pairs[0]
+    units = Profile.load(path)
+    stated = (units.assumes or {}).get("activation_checkpoint")
+    mode = mode or args.ac
+    if mode is not None and stated is not None and stated != mode:
+        raise SchedcError(f"--ac {mode}: {path} was counted with activation checkpointing {stated!r}; give a profile "
+                          f"counted with {mode!r}")
+    return {mode or stated: units}, path
+
+
+def _counted(args, mode):
+    """The per-unit profile counted from --config with the run's settings
+    (schedc.model_costs.unit_profile, which records them in the profile's ``assumes``)."""
+    from schedc.model_costs import unit_profile
+
+    settings = {"dp_shard": args.dp_shard, "tp": args.tp, "grad_dtype": args.grad_dtype,
+                "optimizer_dtype": args.optimizer_dtype,
+                "reserve_bytes": None if args.reserve is None else _bytes(args.reserve, "--reserve")}
+    if args.dtype is not None:
+        settings.update(dtype=args.dtype, param_dtype=args.dtype)
+    settings = {k: v for k, v in settings.items() if v is not None}
+    try:
+        return unit_profile(args.config, seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
+                            activation_checkpoint=mode or "none", **settings)
+    except SchedcError as e:  # name the flag, not the keyword
+        text = str(e)
+        for keyword, flag in FLAG_OF.items():
+            for end in (" ", ":"):
+                text = text.replace(f"unit_profile: {keyword}{end}", f"{flag}:" + (" " if end == " " else ""))
+        raise SchedcError(text) from None
+
+
+def _bytes(text: str, flag: str) -> float:
+    from schedc.core.costs import MemoryLimit
+
+    try:
+        limit = MemoryLimit.parse(text)
+    except (SchedcError, ValueError):
+        limit = None
+    if limit is None or limit.kind != "bytes":
+        raise SchedcError(f"{flag} {text}: give a byte size, e.g. 1.2GiB")
+    return limit.value
+
+
+def _plot_bytes(res, path) -> bytes:
+    """The plan beside torchtitan's default split with its fastest class, each with its own costs."""
+    from schedc.plan import comparison_pictures
+    from schedc.show.plot import output_format, plot_schedules, render_figure
+
+    pictures = comparison_pictures(res)
+    fig = plot_schedules([s for _, s, _ in pictures], [p for _, _, p in pictures], res.compiled.problem.memory,
+                         titles=[t for t, _, _ in pictures])
+    return render_figure(fig, output_format(path))
+
+
+def format_plan_summary(res, csv, report_file, profile_file) -> str:
+    from schedc.core.costs import format_bytes
+    from schedc.plan import plan_status
+
+    p = res.compiled.problem
+
+    def t(x):
+        return format_duration(x, p.profile, digits=6)
+
+    lines = [f"wrote {csv}, {report_file} and {profile_file}",
+             f"plan: {p.n_stages} stages ({res.placement}) on {p.n_ranks} ranks, {p.n_microbatches} microbatches, "
+             f"memory {p.memory}: {p.objective} {t(res.value)} ({plan_status(res)}, "
+             + (f"{res.solve_time:.1f}s)" if res.budget == "time" else
+                f"{res.solve_time:.1f} work units, reproducible)" if not res.cut_by_wall else
+                f"{res.solve_time:.1f} work units, cut by the wall clock: not reproducible)"),
+             f"  units per stage {res.counts}",
+             f"  bound over every partition and schedule {t(res.bound)}: gap {100 * res.gap:.2f}%"]
+    lm = res.report["plan"].get("least_memory")
+    if lm is not None:
+        margin = lm["margin_to_cap"]
+        lines.append(f"  this step also fits in {format_bytes(lm['peak'])} per rank"
+                     + (f" (the search's schedule peaked at {format_bytes(lm['found_peak'])})"
+                        if lm["peak"] < lm["found_peak"] else "")
+                     + ("" if margin is None else f"; margin to the cap {format_bytes(margin)}"))
+    if res.limiter is not None:
+        lines.append(f"  limits the step: {res.limiter.message}")
+        lines.append(f"  why this partition: {res.limiter.why_partition}")
+    if res.ac is not None:
+        lines += _ac_lines(res, t)
+    for c in res.comparisons:
+        name = f"{c.split} split ({c.placement}) {c.counts}"
+        if c.value is None:
+            lines.append(f"  {name}" + (f" with {c.schedule}" if c.schedule else "") + f": {c.note}")
+        else:
+            lines.append(f"  {name}: {'torchtitan class' if c.peak is not None else 'best hand-made'} {c.schedule} "
+                         f"{t(c.value)}, plan {100 * (c.value - res.value) / c.value:.1f}% shorter")
+    for note in res.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def _ac_lines(res, t) -> list[str]:
+    ac = res.ac
+    steps = ", ".join(f"{m} {t(v) if v is not None else 'does not fit'}" for m, v in ac.global_steps.items())
+    out = [f"  activation checkpointing for the whole model (what torchtitan and NeMo launch): {steps}"]
+    if ac.per_stage is not None:
+        out.append(f"  per stage (schedc's runtime): {ac.per_stage['modes']}: {t(ac.per_stage['step'])}")
+    elif len(ac.global_steps) > 1:
+        out.append("  per stage (schedc's runtime): no mix of modes on this partition was shorter")
+    out.append(f"  chosen: {ac.chosen}")
+    return out
+
+
+def format_handoff(res) -> str:
+    """Each framework's block (schedc.frameworks.REGISTRY), in its own module names."""
+    from schedc.frameworks import render_handoff
+
+    return render_handoff(res.report["frameworks"])

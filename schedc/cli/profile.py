@@ -1,0 +1,369 @@
+"""`schedc profile`: measure each stage (or each unit) of a model, or count a model's units from
+arithmetic, and write a profile JSON."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Optional
+
+from schedc.cli import common
+from schedc.core.costs import MemoryLimit, Profile, format_bytes, format_seconds
+from schedc.errors import SchedcError
+
+# The built-in GPT's defaults; the parser's are None so that what the user typed can be told apart.
+GPT_DEFAULTS = {"layers": 4, "hidden": 64, "heads": 4, "seq": 32, "vocab": 256, "mbs": 4, "stages": 2,
+                "dtype": "float32"}
+# shape flags -> the parameter names a --model function (and every example) takes
+MODEL_PARAMS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
+                "ffn": "ffn_hidden", "seq": "seq_len", "vocab": "vocab_size"}
+ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth", "impl", "ac", "dp_shard", "tp",
+                   "param_dtype")
+# the counted route's integer flags and the most each may be (beyond any model; keeps counts finite and fast)
+COUNTED_INTS = {"layers": 8190, "hidden": 2**24, "heads": 2**24, "kv_heads": 2**24, "head_dim": 2**24,
+                "ffn": 2**24, "vocab": 2**24, "seq": 2**24, "mbs": 2**16, "dp_shard": 2**20, "tp": 2**16}
+# what the default --comm-bandwidth stands for
+COMM_BANDWIDTH_HELP = ("40GB/s for a counted profile: about one 400 Gb/s InfiniBand or RoCE NIC per GPU, a pipeline "
+                       "link across nodes; within a node NVLink gives about 450GB/s per direction (H100/H200 NVLink 4), "
+                       "PCIe 4.0 x16 about 25GB/s")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("profile", help="measure each stage's (or unit's) F, I, W time and memory, or count a "
+                                       "model's units from arithmetic; write a profile JSON")
+    p.set_defaults(handler=run)
+    common.add_gpt_args(p)
+    p.set_defaults(**{k: None for k in GPT_DEFAULTS})
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu; a counted profile is for "
+                                                 "CUDA unless --device cpu)")
+    p.add_argument("--optimizer", default="adamw", help="optimizer whose state counts in static bytes: "
+                   "adamw, adam, sgd, sgd-momentum, none (default adamw)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs per stage (default 2)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per stage; the median is kept (default 5)")
+    p.add_argument("--comm-bandwidth", metavar="B/s", default=None,
+                   help="link bandwidth for boundary activations, e.g. 25GB/s (default: comm is free when measured; "
+                        + COMM_BANDWIDTH_HELP + ")")
+    p.add_argument("--comm-latency", metavar="S", type=float, default=0.0,
+                   help="seconds per transfer, added to every boundary's time (default 0; a few microseconds "
+                        "within a node, about 10-20us across nodes)")
+    p.add_argument("--comm-measure", action="store_true",
+                   help="measure send/recv between ranks 0 and 1 (run under torchrun --nproc-per-node 2)")
+    p.add_argument("--concurrent", type=int, default=1, metavar="N",
+                   help="CPU: measure in N processes at once, as N ranks sharing this host will run (default 1)")
+    p.add_argument("--reserve", metavar="BYTES", default=None,
+                   help="bytes a rank holds outside torch's allocator (CUDA context, workspaces, NCCL), e.g. 1.2GiB "
+                        "(default on CUDA: measured, at least 1.21 GiB; none on CPU)")
+    p.add_argument("-o", "--output", metavar="P.json", required=True, help="profile file to write")
+    g = p.add_argument_group("your own model (instead of the built-in GPT; schedc.runtime.user_model)")
+    g.add_argument("--model", metavar="MODULE:FUNCTION",
+                   help="returns the stage modules, or {'model': m, 'split': [[module names], ...]} with optional "
+                        "'sample', 'target', 'loss_fn'; it is passed n_stages (--stages), microbatch_size (--mbs), "
+                        "dtype (--dtype) if it takes them, and --layers, --hidden, --heads, --kv-heads, --ffn, --seq, "
+                        "--vocab when given as layers, hidden, heads, kv_heads, ffn_hidden, seq_len, vocab_size; "
+                        "e.g. examples/llama.py:stages")
+    g.add_argument("--sample", metavar="MODULE:FUNCTION", help="returns one microbatch for stage 0 (or (sample, target))")
+    g.add_argument("--model-arg", metavar="KEY=VALUE", action="append", default=[],
+                   help="extra keyword argument for the --model/--sample functions (repeatable); one that neither "
+                        "takes is an error")
+    u = p.add_argument_group("per-unit profiles (the input of schedc plan): units are the embedding, each layer, "
+                             "the final norm + head + loss, each with its module names")
+    u.add_argument("--units", action="store_true",
+                   help="measure every unit as its own stage (built-in GPT or --model with a 'split'); identical "
+                        "layers are measured once")
+    u.add_argument("--all-units", action="store_true", help="with --units: measure every layer, not one per kind")
+    u.add_argument("--config", metavar="config.json",
+                   help="arithmetic per-unit profile of a Hugging Face config.json (nothing downloaded; needs --seq)")
+    u.add_argument("--flops", metavar="FLOP/s", type=float, default=None,
+                   help="effective FLOP/s of one device: an arithmetic per-unit profile (default with --config: "
+                        "400e12, an H100 at about 40%%); without --config give --layers, --hidden, --vocab, --seq")
+    u.add_argument("--memory-bandwidth", metavar="B/s", default=None,
+                   help="arithmetic: device memory bandwidth, for the embedding (default 2TB/s)")
+    u.add_argument("--optimizer-bytes", metavar="N", type=float, default=None,
+                   help="optimizer bytes per parameter (arithmetic default 12: fp32 master weights + Adam's "
+                        "two moments); weights in --dtype and fp32 gradients come on top (measured default: what "
+                        "the modules hold, --optimizer's states in the parameters' dtype)")
+    u.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA; default: --heads)")
+    u.add_argument("--head-dim", type=int, default=None, help="arithmetic: per-head width (default hidden/heads)")
+    u.add_argument("--ffn", type=int, default=None, help="FFN width (default 4 x hidden)")
+    u.add_argument("--mlp", choices=("swiglu", "gelu"), default=None, help="arithmetic: MLP kind (default swiglu)")
+    u.add_argument("--tied-embeddings", action="store_true", default=None,
+                   help="arithmetic: the LM head shares the embedding's matrix")
+    _add_run_settings(u)
+    u.add_argument("--names", choices=("torchtitan", "hf"), default=None,
+                   help="arithmetic: module names of the units: torchtitan's (tok_embeddings, layers.N, norm, "
+                        "lm_head; default) or Hugging Face / NeMo AutoModel's (model.embed_tokens, model.layers.N, "
+                        "model.norm, lm_head)")
+
+
+def _add_run_settings(u) -> None:
+    """The counted route's flags for the run the profile is for."""
+    u.add_argument("--impl", choices=("hf", "torchtitan", "paper"), default=None,
+                   help="counted: whose code runs the model, which decides what it keeps: hf (Hugging Face "
+                        "transformers' modules, as NeMo AutoModel trains them), torchtitan (its own model code), "
+                        "paper (the textbook count); default: the framework of --names")
+    u.add_argument("--ac", metavar="MODE", default=None,
+                   help="counted: activation checkpointing per layer: none (default), selective (torchtitan's "
+                        "op-level policy: every other matmul and attention saved), full (the layer's input only; "
+                        "I and W recompute its forward), or a comma-separated list, one per layer")
+    u.add_argument("--dp-shard", type=int, default=None, metavar="N",
+                   help="counted: FSDP / ZeRO-3 shard degree: divides params, gradients and optimizer states "
+                        "(default 1)")
+    u.add_argument("--tp", type=int, default=None, metavar="N",
+                   help="counted: tensor-parallel degree, with sequence parallelism: divides weights and "
+                        "activations (default 1)")
+    u.add_argument("--param-dtype", default=None,
+                   help="counted: dtype the parameters are stored in (default --dtype, i.e. the config's; "
+                        "torchtitan under FSDP keeps float32)")
+
+
+def _given(args, names) -> list[str]:
+    """The flags among `names` (dest names) that the user typed."""
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
+
+
+def run(args) -> int:
+    if args.all_units and not args.units:
+        raise SchedcError("--all-units goes with --units (it measures every layer of a per-unit profile)")
+    if args.config or args.flops is not None:
+        return _run_arithmetic(args)
+    if _given(args, ARITHMETIC_ONLY):
+        raise SchedcError(f"{_given(args, ARITHMETIC_ONLY)[0]} describes an arithmetic profile; add --config "
+                          f"config.json or --flops FLOP/s, or drop it to measure")
+    common.require_torch("schedc profile")
+    common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
+    args.device = args.device or "cpu"
+    import torch
+
+    from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_units
+
+    device_is_cpu = args.device == "cpu"
+    if args.threads is not None and args.threads < 1:
+        raise SchedcError(f"--threads must be >= 1, got {args.threads}")
+    if args.threads is not None or device_is_cpu:
+        # one thread per rank by default: the ranks schedc runs on a CPU host (emulate, calibrate)
+        # each use one, and torch's default (every core) oversubscribes a host its ranks share
+        torch.set_num_threads(args.threads or 1)
+    bandwidth = _parse_bandwidth(args.comm_bandwidth)
+    rank = 0
+    progress = StderrProgress()
+    if not args.model:
+        if _given(args, ("kv_heads", "ffn")):
+            raise SchedcError(f"{_given(args, ('kv_heads', 'ffn'))[0]}: the built-in GPT has full attention and a "
+                              f"4 x hidden MLP; this flag is for --model or an arithmetic profile (--config/--flops)")
+        if args.units and args.stages is not None:
+            raise SchedcError("--stages does not apply to --units: every unit is measured as its own stage")
+        if args.model_arg or args.sample:
+            raise SchedcError(f"{'--model-arg' if args.model_arg else '--sample'} goes with --model")
+    for k, v in GPT_DEFAULTS.items():
+        if k != "stages" and getattr(args, k) is None and not args.model:
+            setattr(args, k, v)
+    if args.comm_measure:
+        import torch.distributed as dist
+
+        if "RANK" not in os.environ:
+            raise SchedcError("--comm-measure: launch with torchrun --nproc-per-node 2 (RANK is not set)")
+        from schedc.runtime.launch import init_group
+
+        dev = init_group("nccl" if args.device.startswith("cuda") else "gloo", timeout=600.0)
+        rank = dist.get_rank()
+        if dev.type == "cuda":
+            args.device = str(dev)  # each rank measures on its own GPU
+    measure = dict(device=args.device, warmup=args.warmup, repeats=args.repeats, optimizer=args.optimizer,
+                   comm="measure" if args.comm_measure else None, comm_bandwidth=bandwidth,
+                   comm_latency=args.comm_latency, progress=progress if rank == 0 else None,
+                   settings=_run_settings(args))
+    try:
+        if args.model:
+            profile = _measure_user_model(args, measure, profile_stages, profile_units)
+        else:
+            profile = profile_gpt(common.gpt_config_from_args(args), args.stages or GPT_DEFAULTS["stages"],
+                                  args.mbs, concurrent=args.concurrent, units=args.units,
+                                  reuse_layers=not args.all_units, **measure)
+    finally:
+        progress.done()
+        if args.comm_measure:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    if rank != 0:
+        return 0
+    return _write(profile, args.output)
+
+
+def _run_settings(args):
+    """What the measured run holds per parameter (as the counted route takes --optimizer-bytes:
+    fp32 gradients beside it) and outside the allocator (--reserve)."""
+    from schedc.runtime.profiler import RunSettings
+
+    reserve = _reserve_bytes(args)
+    given = args.optimizer_bytes is not None
+    return RunSettings(optimizer_bytes_per_param=args.optimizer_bytes, grad_bytes_per_param=4.0 if given else None,
+                       reserve_bytes=reserve)
+
+
+def _reserve_bytes(args) -> Optional[float]:
+    """--reserve as bytes (None when not given)."""
+    if args.reserve is None:
+        return None
+    try:
+        limit = MemoryLimit.parse(args.reserve) if args.reserve.strip() != "0" else None
+    except SchedcError:
+        limit = False
+    if limit is False or (limit is not None and limit.kind != "bytes"):
+        raise SchedcError(f"--reserve: expected a byte size (e.g. 1.2GiB or 0), got {args.reserve[:40]!r}")
+    return limit.value if limit is not None else 0.0
+
+
+def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> Profile:
+    from schedc.runtime.user_model import build_user_model, unit_modules
+
+    if args.concurrent != 1:
+        raise SchedcError("--concurrent measures the built-in GPT only; drop it with --model")
+    explicit = {MODEL_PARAMS[k]: f"--{k.replace('_', '-')} {getattr(args, k)}" for k in MODEL_PARAMS
+                if getattr(args, k) is not None}
+    extra = common.model_args(args.model_arg)
+    explicit.update({k: f"--model-arg {k}={v!r}" for k, v in extra.items()})
+    explicit.update({p: f"--{f} {getattr(args, a)}" for a, f, p in
+                     (("stages", "stages", "n_stages"), ("mbs", "mbs", "microbatch_size"), ("dtype", "dtype", "dtype"))
+                     if getattr(args, a) is not None})
+    offered = {"n_stages": args.stages or GPT_DEFAULTS["stages"], "microbatch_size": args.mbs or GPT_DEFAULTS["mbs"],
+               "dtype": args.dtype or GPT_DEFAULTS["dtype"],
+               **{MODEL_PARAMS[k]: getattr(args, k) for k in MODEL_PARAMS if getattr(args, k) is not None},
+               **extra}
+    user = build_user_model(args.model, args.sample, offered, explicit)
+    mbs = offered["microbatch_size"]
+    if not args.units:
+        return profile_stages(user.stages, user.sample, user.loss_fn, user.target,
+                              model=f"{user.name}/{len(user.stages)} stages", microbatch_size=mbs, **measure)
+    modules, names, shared = unit_modules(user, args.model)
+    return profile_units(modules, names, user.sample, user.loss_fn, user.target, reuse_layers=not args.all_units,
+                         shared=shared, model=f"{user.name}/{len(names)} units", microbatch_size=mbs, **measure)
+
+
+def _run_arithmetic(args) -> int:
+    from schedc.model_costs import unit_profile
+
+    for flag, given in (("--model", args.model), ("--comm-measure", args.comm_measure),
+                        ("--concurrent", args.concurrent != 1), ("--all-units", args.all_units)):
+        if given:
+            raise SchedcError(f"{flag} measures a model; --config/--flops count one from arithmetic: give one or the other")
+    _check_counted_numbers(args)
+    common.check_outputs(args, (args.output, "-o"))
+    shape, dtype = _counted_shape(args)
+    if args.seq is None:
+        raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
+    bandwidth = _parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth")
+    memory_bandwidth = _parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth")
+    device = "cpu" if args.device == "cpu" else "cuda"
+    profile = unit_profile(**shape, seq=args.seq, microbatch_size=args.mbs or 1, dtype=dtype,
+                           flops_per_second=args.flops if args.flops is not None else 400e12,
+                           memory_bandwidth=memory_bandwidth or 2e12, bandwidth=bandwidth or 40e9,
+                           latency=args.comm_latency, optimizer=args.optimizer,
+                           optimizer_bytes_per_param=args.optimizer_bytes,
+                           activation_checkpoint=_ac(args, shape["layers"]), impl=args.impl, device=device,
+                           dp_shard=args.dp_shard or 1, tp=args.tp or 1, param_dtype=args.param_dtype,
+                           reserve_bytes=_reserve_bytes(args), names=args.names or "torchtitan")
+    return _write(profile, args.output)
+
+
+def _check_counted_numbers(args) -> None:
+    """One line naming the flag for numbers the counted route cannot use (before any file is read)."""
+    for name, most in COUNTED_INTS.items():
+        value = getattr(args, name, None)
+        if value is not None and not 1 <= value <= most:
+            shown = str(value) if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
+            raise SchedcError(f"--{name.replace('_', '-')} must be between 1 and {most}, got {shown}")
+    for flag, value, most in (("--flops", args.flops, 1e21), ("--optimizer-bytes", args.optimizer_bytes, 1024.0),
+                              ("--comm-latency", args.comm_latency, 3600.0)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= most and (flag != "--flops" or value > 0)):
+            raise SchedcError(f"{flag} must be a finite number {'> 0' if flag == '--flops' else '>= 0'} and at most "
+                              f"{most:g}, got {value!r}")
+    from schedc.model_costs import OPTIMIZER_STATES
+
+    if args.optimizer not in OPTIMIZER_STATES:
+        raise SchedcError(f"--optimizer must be one of {', '.join(OPTIMIZER_STATES)}, got {args.optimizer[:40]!r}")
+
+
+def _counted_shape(args) -> tuple[dict, str]:
+    """The model's shape keywords from --config or the shape flags, and the activation dtype."""
+    from schedc.model_costs import read_hf_config
+
+    if args.config:
+        shape_flags = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied_embeddings", "mlp")
+        if _given(args, shape_flags):
+            raise SchedcError(f"{_given(args, shape_flags)[0]}: the model's shape comes from --config {args.config}; "
+                              f"drop the flag (or edit a copy of the file)")
+        shape = read_hf_config(args.config)
+        file_dtype = shape.pop("dtype")
+        return shape, args.dtype or file_dtype
+    missing = [f"--{k}" for k in ("layers", "hidden", "vocab") if getattr(args, k) is None]
+    if missing:
+        raise SchedcError(f"--flops without --config counts the model from flags: give {', '.join(missing)} "
+                          f"(or --config config.json)")
+    shape = dict(layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads,
+                 kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn, mlp=args.mlp or "swiglu",
+                 tied_embeddings=bool(args.tied_embeddings))
+    return shape, args.dtype or "bfloat16"
+
+
+def _ac(args, layers: int):
+    """--ac as one mode or one per layer."""
+    from schedc.model_costs import AC_MODES
+
+    if args.ac is None:
+        return "none"
+    modes = [m.strip() for m in args.ac.split(",")]
+    bad = next((m for m in modes if m not in AC_MODES), None)
+    if bad is not None:
+        raise SchedcError(f"--ac: {bad[:40]!r} is not a mode; use none, selective or full (or one per layer)")
+    if len(modes) not in (1, layers):
+        raise SchedcError(f"--ac: {len(modes)} modes for {layers} layers; give one, or one per layer")
+    return modes[0] if len(modes) == 1 else modes
+
+
+def _write(profile: Profile, output: str) -> int:
+    profile.save(output)
+    for note in profile.notes or []:
+        if note.startswith("warning: "):  # schedc.runtime.profiler.profile_warnings, without importing torch
+            common.echo(f"schedc profile: {note}", file=sys.stderr)
+    per_unit = all(c.modules for c in profile.stages)
+    kind = "units" if per_unit else "stages"
+    # the model's and modules' names come from the user's config or model: shown escaped
+    common.echo(f"wrote {output}: {profile.n_stages} {kind} of {profile.model} on {profile.device}, "
+                f"microbatch {profile.microbatch_size}, {profile.dtype}")
+    print(f"  {kind[:-1]:>5}  {'F':>9}  {'I':>9}  {'W':>9}  {'activation':>10}  {'held I..W':>10}  {'static':>10}"
+          + ("  modules" if per_unit else ""))
+    for s, c in enumerate(profile.stages):
+        common.echo(f"  {s:>5}  {format_seconds(c.forward):>9}  {format_seconds(c.backward_input):>9}  "
+                    f"{format_seconds(c.backward_weight):>9}  {format_bytes(c.activation_bytes):>10}  "
+                    f"{format_bytes(c.weight_grad_bytes):>10}  {format_bytes(c.static_bytes):>10}"
+                    + (f"  {', '.join(c.modules)}" if per_unit else ""))
+    comm = profile.comm if isinstance(profile.comm, list) else [profile.comm]
+    print(f"  comm per boundary: {', '.join(format_seconds(c) for c in comm)}")
+    if profile.assumes:  # what the framework must be told to run what was counted or measured
+        print("  assumes: " + ", ".join(f"{k} {v}" for k, v in profile.assumes.items()))
+    return 0
+
+
+def _parse_bandwidth(text: Optional[str], flag: str = "--comm-bandwidth") -> Optional[float]:
+    """'25e9', '25GB', '25GB/s', '100MiB/s' -> bytes per second."""
+    if text is None:
+        return None
+    t = text.strip()
+    if t.lower().endswith("/s"):
+        t = t[:-2]
+    try:
+        value = float(t)
+    except ValueError:
+        try:
+            limit = MemoryLimit.parse(t)
+        except SchedcError:
+            limit = None
+        if limit is None or limit.kind != "bytes":
+            raise SchedcError(f"{flag}: expected bytes per second (e.g. 25e9 or 25GB/s), got {text!r}")
+        value = limit.value
+    if value <= 0:
+        raise SchedcError(f"{flag} must be > 0, got {text!r}")
+    return value

@@ -1,0 +1,91 @@
+"""`schedc simulate`: predicted step time, bubble and memory of CSV schedules."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from schedc.cli import common
+from schedc.core.costs import MemoryLimit, Profile, format_duration, format_memory
+from schedc.core.diagnose import limiter
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="predict step time, bubble and memory of CSV schedules")
+    p.set_defaults(handler=run)
+    p.add_argument("files", nargs="+", metavar="FILE.csv")
+    common.add_cost_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 (after printing) when a schedule exceeds the memory limit, for scripts")
+
+
+def run(args) -> int:
+    from schedc.core.simulate import simulate
+
+    memory = common.memory_from_args(args)
+    schedules, profiles = common.read_checked(args)
+    common.warn_mismatches("simulate", args.files, schedules, memory, profiles)
+    rows = [(path, schedule, simulate(schedule, profile, memory))
+            for path, schedule, profile in zip(args.files, schedules, profiles)]
+    if args.json:  # JSON escapes control characters itself
+        print(json.dumps([summary_dict(p, s, r, prof) for (p, s, r), prof in zip(rows, profiles)], indent=2))
+    else:
+        for (path, schedule, res), profile in zip(rows, profiles):
+            common.echo(format_simulation(path, schedule, res, memory, profile))
+            print()
+        if len(rows) > 1:
+            common.echo(format_comparison(rows, profiles))
+    over = [(path, res) for path, _, res in rows if not res.fits]
+    if args.check and over:
+        for path, res in over:
+            ranks = res.ranks_over
+            common.echo(f"schedc simulate: {path} exceeds the memory limit {memory} on rank(s) "
+                        f"{', '.join(map(str, ranks))} (peak {format_memory(max(res.peak_memory))}, limit "
+                        f"{format_memory(res.memory_limit[ranks[0]])})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def summary_dict(path, schedule, res, profile: Profile) -> dict:
+    return {
+        "file": str(path),
+        "stages": schedule.n_stages,
+        "ranks": schedule.n_ranks,
+        "microbatches": schedule.n_microbatches,
+        "time_unit": "units" if profile.model == "uniform" else "s",
+        "makespan": res.makespan,
+        "span": res.span,
+        "bubble": res.bubble,
+        "bubble_per_rank": res.bubble_per_rank,
+        "peak_memory": res.peak_memory,
+        "memory_limit": [None if m == float("inf") else m for m in res.memory_limit],
+        "fits_memory": res.fits,
+        "runtime": res.runtime,
+        "limiter": limiter(res, profile).as_dict(),
+    }
+
+
+def format_simulation(path, schedule, res, memory: MemoryLimit, profile: Profile) -> str:
+    lines = [
+        f"{path}: {common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}",
+        f"  makespan {format_duration(res.makespan, profile)}   span {format_duration(res.span, profile)}   bubble {100 * res.bubble:.1f}%   "
+        f"memory limit {memory}: {'fits' if res.fits else 'EXCEEDED'}   ({res.runtime} runtime)",
+        f"  {'rank':>4}  {'busy (' + format_duration(0, profile).split()[-1] + ')':>12}  {'bubble':>7}  {'peak memory':>12}  {'limit':>10}",
+    ]
+    for r in range(schedule.n_ranks):
+        flag = "  over" if r in res.ranks_over else ""
+        lines.append(f"  {r:>4}  {res.busy[r]:>12.4g}  {100 * res.bubble_per_rank[r]:>6.1f}%  "
+                     f"{format_memory(res.peak_memory[r]):>12}  {format_memory(res.memory_limit[r]):>10}{flag}")
+    lines.append(f"  limits the step: {limiter(res, profile).message}")
+    return "\n".join(lines)
+
+
+def format_comparison(rows, profiles) -> str:
+    best = min(r.makespan for _, _, r in rows)
+    lines = [f"{'schedule':40s} {'makespan':>12} {'vs best':>8} {'bubble':>7} {'max peak':>10} {'fits':>5}"]
+    for (path, _, res), profile in zip(rows, profiles):
+        lines.append(f"{str(path)[-40:]:40s} {format_duration(res.makespan, profile):>12} {res.makespan / best:>7.3f}x "
+                     f"{100 * res.bubble:>6.1f}% {format_memory(max(res.peak_memory)):>10} {'yes' if res.fits else 'no':>5}")
+    return "\n".join(lines)
+

@@ -1,0 +1,42 @@
+"""`schedc trace`: a Chrome trace (Perfetto, chrome://tracing) of a CSV schedule, with the costs it brings
+(as `schedc plot` finds them) or those given."""
+
+from __future__ import annotations
+
+from schedc.cli import common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("trace", help="write a Chrome trace (Perfetto, chrome://tracing) of a CSV schedule")
+    p.set_defaults(handler=run)
+    p.add_argument("file", metavar="FILE.csv",
+                   help="the schedule; drawn with the costs beside it (NAME.profile.json or its report NAME.json) "
+                        "unless --profile/--costs give them")
+    common.add_cost_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="trace.json", help="trace file to write")
+
+
+def run(args) -> int:
+    from schedc.show.trace import write_trace
+
+    common.check_outputs(args, (args.output, "-o"))
+    from schedc.cli.plot import read_own_costs
+    from schedc.core.costs import MemoryLimit
+
+    args.files = [args.file]
+    own = None if (args.profile or args.costs is not None or args.comm is not None) else read_own_costs(args)
+    if own is None:
+        (schedule,), (profile,) = common.read_checked(args)
+        memory = common.memory_from_args(args)
+        costs = ""
+    else:
+        (schedule,), (profile,), (source,) = own
+        memory = MemoryLimit.parse(args.memory)
+        costs = f" with the costs in {source}"
+    common.warn_mismatches("trace", args.files, [schedule], memory, [profile])
+    trace = write_trace(schedule, profile, args.output, memory)
+    n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
+    print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks{costs}; open it in https://ui.perfetto.dev "
+          f"or chrome://tracing (1 s of the profile = 1 s of trace)")
+    return 0
+

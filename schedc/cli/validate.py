@@ -1,0 +1,142 @@
+"""`schedc validate`: the pre-flight check of a CSV schedule (structure, dependencies, deadlock)."""
+
+from __future__ import annotations
+
+import argparse
+
+from schedc.cli import common
+from schedc.errors import SchedcError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="check a CSV schedule: completeness, dependencies, deadlock")
+    p.set_defaults(handler=run)
+    p.add_argument("file", metavar="FILE.csv")
+    p.add_argument("--stages", type=int, help="expected number of stages")
+    p.add_argument("--mb", type=int, help="expected number of microbatches")
+    p.add_argument("--ranks", type=int, help="expected number of ranks")
+    p.add_argument("--placement", choices=["loop", "v"], help="expected placement")
+    p.add_argument("--partition", metavar="PLAN.json",
+                   help="the module_fqns_per_model_part the CSV is launched on: a plan report (schedc plan) or a JSON "
+                        "list of lists; fails when the CSV was made for another (with --for it sets the stage count)")
+    _add_framework_args(p)
+
+
+def _add_framework_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("framework fit (schedc.frameworks): does the CSV match what the framework builds")
+    g.add_argument("--for", dest="for_", metavar="FRAMEWORK:NAME",
+                   help="torchtitan:NAME (0.3.0) or nemo:NAME (NeMo AutoModel 0.7.0); NAME is the schedule name "
+                        "the framework is given, e.g. ZBVZeroBubble, Interleaved1F1B, 1F1B (case ignored)")
+    g.add_argument("--layers", type=int, help="transformer layers of the model")
+    g.add_argument("--layers-per-stage", type=int, help="pipeline_parallel_layers_per_stage / layers_per_stage")
+    g.add_argument("--first-less", type=int, help="torchtitan: pipeline_parallel_first_stage_less_layers (default 1)")
+    g.add_argument("--last-less", type=int, help="torchtitan: pipeline_parallel_last_stage_less_layers (default 1)")
+    g.add_argument("--round-virtual-stages", choices=["up", "down"],
+                   help="nemo: round_virtual_stages_to_pp_multiple")
+    g.add_argument("--local-batch-size", type=int, help="training.local_batch_size / step_scheduler.local_batch_size")
+    g.add_argument("--microbatch-size", type=int,
+                   help="pipeline_parallel_microbatch_size / pp_microbatch_size (default 1)")
+
+
+def _check_counts(args) -> None:
+    """Counts must be positive (the 'less' weights may be 0): one line naming the flag."""
+    for flag in ("stages", "mb", "ranks", "layers", "layers_per_stage", "local_batch_size", "microbatch_size",
+                 "first_less", "last_less"):
+        value = getattr(args, flag, None)
+        least = 0 if flag.endswith("_less") else 1
+        if value is not None and value < least:
+            raise SchedcError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
+
+
+def _run_validate_for(args) -> int:
+    from schedc.frameworks import check_csv_for
+
+    for flag in ("stages", "mb", "placement"):
+        if getattr(args, flag) is not None:
+            raise SchedcError(f"--for computes what the framework builds; drop --{flag}")
+    settings = {k: getattr(args, k) for k in ("layers", "layers_per_stage", "first_less", "last_less",
+                                               "round_virtual_stages", "local_batch_size", "microbatch_size")}
+    schedule = _read(args.file)
+    split = _check_split(args, schedule)
+    if args.partition:
+        from schedc.frameworks import read_partition
+
+        settings["partition"] = len(read_partition(args.partition))
+    report = check_csv_for(schedule, args.for_, ranks=args.ranks, **settings)
+    report.raise_unless_ok()
+    from schedc.frameworks import parse_spec
+
+    torch_note = _torch_note(schedule, args.file, parse_spec(args.for_)[0])
+    print(report.message + (f"; {split}" if split else "") + (f"; {torch_note}" if torch_note else ""))
+    return 0
+
+
+def _torch_note(schedule, source, framework=None) -> str:
+    """torch's own checks of the CSV where torch is installed (schedc.runtime.torch_check)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return ""
+    from schedc.runtime.torch_check import check_for_launch
+
+    return check_for_launch(schedule, str(source), framework)
+
+
+def _read(path, **expected):
+    from schedc.io import csvio
+    from schedc.core.validate import validate
+
+    schedule = csvio.read_csv(path)
+    # the counts the user asked for are named by their flags here; validate() below words the
+    # same mismatch for both front doors
+    for key, flag, noun, actual in (("n_stages", "--stages", "stages", schedule.n_stages),
+                                    ("n_microbatches", "--mb", "microbatches", schedule.n_microbatches),
+                                    ("n_ranks", "--ranks", "ranks", schedule.n_ranks)):
+        if expected.get(key) is not None and expected[key] != actual:
+            raise SchedcError(f"{path}: {flag} {expected[key]}: expected {expected[key]} {noun}, "
+                              f"the schedule has {actual}")
+    validate(schedule, source=path, **expected)
+    schedule.meta["source"] = str(path)
+    return schedule
+
+
+def _check_split(args, schedule) -> str:
+    """With --partition: the CSV must be launched on that partition. With --for and a plan report
+    beside the CSV: the framework must be given the plan's partition, or it builds its own split."""
+    from schedc.frameworks import check_partition, is_default_split, parse_spec, plan_partition_of
+
+    if args.partition:
+        return check_partition(args.file, schedule.n_stages, args.partition)
+    own = plan_partition_of(args.file) if args.for_ else None
+    if own is None:
+        return ""
+    from schedc.frameworks import REGISTRY
+
+    framework = REGISTRY[parse_spec(args.for_)[0]]
+    if is_default_split(framework.name, own[0], layers_per_stage=args.layers_per_stage, first_less=args.first_less,
+                        last_less=args.last_less):
+        return f"the plan's partition is {framework.label}'s own split"
+    raise SchedcError(f"{args.file} was made for the partition in {own[1]}, but without it {framework.label} "
+                      f"builds its own split: pass --partition {own[1]} here and set "
+                      f"{framework.fields['partition']} as `schedc plan` printed")
+
+
+def run(args) -> int:
+    _check_counts(args)
+    if args.for_:
+        return _run_validate_for(args)
+    schedule = _read(args.file, n_stages=args.stages, n_microbatches=args.mb, n_ranks=args.ranks,
+                     placement=args.placement)
+    split = _check_split(args, schedule)
+    torch_note = _torch_note(schedule, args.file)
+    print(f"{args.file}: valid: "
+          f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches, _placement_label(schedule))}"
+          + (f"; {split}" if split else "") + (f"; {torch_note}" if torch_note else ""))
+    return 0
+
+
+def _placement_label(schedule) -> str:
+    from schedc.core.ir import placement_name
+
+    return placement_name(schedule.placement)
+

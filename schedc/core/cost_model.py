@@ -1,0 +1,271 @@
+"""The one cost model: what every action costs in time and memory, and what each rank may hold.
+
+Problem: the simulator, the validator, the problem graph (and through it every engine and bound)
+and the partition search must agree on one memory rule (docs/design.md, "Dependencies"): per
+rank, peak = static bytes + the receive buffers and held sends of the torch version in use + the
+reserve + the largest running sum of held bytes, where each action's transient bytes are live on
+top while it runs. F allocates ``activation_bytes`` at its start; I moves a microbatch's bytes to
+``weight_grad_bytes`` (a rise counts from I's start, like an F); W frees them at its end; B frees
+all at its end. Inside an ``OVERLAP_F_B`` cell the allocations of all parts count before any part
+frees (torch's liveness analysis counts both actions of a B-first cell as live).
+
+Method: :class:`CostModel` is built once from (profile as the runtime executes it, placement,
+microbatches, memory limit) and answers, per (stage, kind): ``duration``, ``held`` (the change
+of held bytes), ``over`` (bytes above the held bytes before it while it runs: its allocation at
+start plus its transient); per rank: ``static``, ``buffers`` (:func:`buffer_bytes`), ``reserve``,
+``fixed`` (the three held all step), ``caps`` and ``room`` (cap minus fixed). :func:`fits` is
+the one "peak fits its cap" test (the REL tolerance of schedc.core.tolerances). A memory term is added
+here (and in its tests): the engines read ``held``/``over``/``room`` and never a stage field.
+
+Receive buffers and held sends (torch/distributed/pipelining/stage.py and schedules.py):
+torch up to 2.14 preallocates, per microbatch, a receive buffer for the activation of every
+stage whose previous stage sits on another rank and for the gradient of every stage whose next
+stage does, and holds them through the step; 2.15 allocates a receive buffer just in time (one
+per boundary and direction is live). ``_PipelineScheduleRuntime`` keeps every send's work
+object, and with it the sent tensor, until the step ends: M activations forward and M gradients
+backward per cross-rank boundary, in every version. Boundaries between two stages on one rank do
+not communicate, but up to 2.14 their stage preallocates both buffers per microbatch anyway
+(each replaced by the local tensor when its microbatch arrives; counted all step, an upper
+estimate). The version is ``profile.assumes["torch"]`` when given, else
+:data:`NEWEST_TORCH`. A profile without ``boundary_bytes`` has no buffers.
+
+Cost: O(stages + ranks) to build; every query O(1).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from schedc.core.tolerances import REL
+
+if TYPE_CHECKING:
+    from schedc.core.costs import MemoryLimit, Profile, StageCost
+
+KINDS = ("F", "I", "W", "B")
+# the newest torch whose pipelining schedc models: receive buffers allocated just in time
+NEWEST_TORCH = "2.15"
+
+
+def fits(peak: float, cap: float) -> bool:
+    """The one test of "this peak fits this cap" (schedc.core.tolerances.REL, relative and absolute)."""
+    return peak <= cap * (1 + REL) + REL
+
+
+def fits_room(held: float, room: float) -> bool:
+    """The same test where an engine tracks the running sum against a rank's room (cap minus the
+    bytes held all step): relative to the room, so huge static bytes cannot hide a small excess."""
+    return held <= room + REL * max(1.0, abs(room))
+
+
+def held_delta(c: "StageCost", kind: str) -> float:
+    """Change of a rank's held bytes when it runs this action (F +act, I wg - act, W -wg, B -act)."""
+    if kind == "F":
+        return c.activation_bytes
+    if kind == "I":
+        return -(c.activation_bytes - c.weight_grad_bytes)
+    if kind == "W":
+        return -c.weight_grad_bytes
+    return -c.activation_bytes
+
+
+def over(c: "StageCost", kind: str) -> float:
+    """Bytes above what the rank held before this action, while it runs: what it allocates at its
+    start (F's activation, I's rise) plus its transient bytes."""
+    return max(0.0, held_delta(c, kind)) + c.transient(kind)
+
+
+def cell_over(parts: Sequence[tuple["StageCost", str]]) -> float:
+    """`over` of an overlap cell: the allocations of all parts count before any part frees, and
+    the largest transient on top (its parts run one after another)."""
+    alloc = sum(max(0.0, held_delta(c, k)) for c, k in parts)
+    return alloc + max((c.transient(k) for c, k in parts), default=0.0)
+
+
+def torch_version(profile: "Profile") -> str:
+    """The torch whose pipelining the run uses: ``assumes["torch"]``, else :data:`NEWEST_TORCH`."""
+    given = (profile.assumes or {}).get("torch")
+    return str(given) if given else NEWEST_TORCH
+
+
+def preallocates(version: str) -> bool:
+    """True for torch versions that preallocate a receive buffer per microbatch (before 2.15)."""
+    m = re.match(r"\s*(\d+)\.(\d+)", version)
+    if not m:
+        return False
+    return (int(m.group(1)), int(m.group(2))) < (2, 15)
+
+
+def buffer_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: int,
+                 version: Optional[str] = None) -> list[float]:
+    """Per rank: receive buffers plus held sends (module docstring), in bytes."""
+    out = [0.0] * (max(placement) + 1)
+    if profile.boundary_bytes is None:
+        return out
+    version = version or torch_version(profile)
+    live = n_microbatches if preallocates(version) else 1
+    for b in range(len(placement) - 1):
+        lo, hi = placement[b], placement[b + 1]
+        size = profile.boundary_after(b)
+        if lo == hi:
+            # nothing is sent, but up to 2.14 the stage still preallocates both buffers per
+            # microbatch (PipelineStage._setup_forward_recv_info, _create_grad_recv_info); each is
+            # replaced by the local tensor when its microbatch gets there: counted all step (an
+            # upper estimate)
+            out[lo] += 2 * n_microbatches * size if preallocates(version) else 0.0
+            continue
+        out[hi] += live * size + n_microbatches * size  # activation received; gradients sent back
+        out[lo] += live * size + n_microbatches * size  # gradient received; activations sent
+    return out
+
+
+def rank_static_bytes(profile: "Profile", placement: Sequence[int]) -> list[float]:
+    """Per rank: the static bytes (params, grads, optimizer state) of its stages."""
+    out = [0.0] * (max(placement) + 1)
+    for s, r in enumerate(placement):
+        out[r] += profile.stages[s].static_bytes
+    return out
+
+
+def fixed_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: Optional[int] = None) -> list[float]:
+    """Per rank: bytes held all step: static + buffers + reserve. ``n_microbatches`` None: as many
+    as ranks (1F1B's steady state, what ``Kp`` refers to)."""
+    m = n_microbatches if n_microbatches is not None else max(placement) + 1
+    reserve = profile.reserve_bytes or 0.0
+    return [st + bu + reserve for st, bu in zip(rank_static_bytes(profile, placement),
+                                                buffer_bytes(profile, placement, m))]
+
+
+def one_f_one_b_peaks(profile: "Profile", placement: Sequence[int]) -> list[float]:
+    """Per rank: 1F1B's peak above the fixed bytes when it runs each rank's stages as one stage
+    (M >= R): R - q microbatches of all the rank's stages (q: the rank's position in the chain of
+    ranks ordered by first stage), plus the largest transient of an F or a full backward B while
+    that many are held (1F1B runs full backwards, so I's rise is inside B's transient)."""
+    n_ranks = max(placement) + 1
+    first = [min(s for s, r in enumerate(placement) if r == rank) for rank in range(n_ranks)]
+    position = {rank: q for q, rank in enumerate(sorted(range(n_ranks), key=lambda rank: first[rank]))}
+    act = [0.0] * n_ranks
+    top = [0.0] * n_ranks
+    for s, r in enumerate(placement):
+        c = profile.stages[s]
+        act[r] += c.activation_bytes
+        top[r] = max(top[r], c.transient("F"), c.transient("B"))
+    return [(n_ranks - position[r]) * act[r] + top[r] for r in range(n_ranks)]
+
+
+def caps(memory: "MemoryLimit", profile: "Profile", placement: Sequence[int],
+         n_microbatches: Optional[int] = None) -> list[float]:
+    """The cap in bytes for each rank, everything included (inf when none). A byte cap is the
+    GPU's size; ``Kp`` is max over r of fixed_r + K x 1F1B's peak on r, one cap for every rank."""
+    n_ranks = max(placement) + 1
+    if memory.kind == "none":
+        return [math.inf] * n_ranks
+    if memory.kind == "bytes":
+        return [memory.value] * n_ranks
+    fixed = fixed_bytes(profile, placement, n_microbatches)
+    peaks = one_f_one_b_peaks(profile, placement)
+    return [max(fx + memory.value * pk for fx, pk in zip(fixed, peaks))] * n_ranks
+
+
+def p_needed(peak: float, profile: "Profile", placement: Sequence[int],
+             n_microbatches: Optional[int] = None) -> float:
+    """The smallest K such that a rank peaking at `peak` bytes (everything included) fits under
+    ``Kp``: min over ranks r of (peak - fixed_r) / peak1F1B_r, at least 0."""
+    fixed = fixed_bytes(profile, placement, n_microbatches)
+    peaks = one_f_one_b_peaks(profile, placement)
+    if any(pk == 0 and fx >= peak for fx, pk in zip(fixed, peaks)):
+        return 0.0
+    ks = [(peak - fx) / pk for fx, pk in zip(fixed, peaks) if pk > 0]
+    return max(0.0, min(ks)) if ks else math.inf
+
+
+def one_microbatch_need(profile: "Profile", stages: Sequence[int]) -> float:
+    """The least running-sum peak of any schedule on a rank holding `stages`: one microbatch's
+    forwards through them in order, then each backward from the last stage down (I then W, or
+    B where W costs nothing) -- every schedule passes through this state for some microbatch,
+    and running microbatches one at a time needs no more."""
+    held = peak = 0.0
+    for s in sorted(stages):
+        c = profile.stages[s]
+        peak = max(peak, held + over(c, "F"))
+        held += held_delta(c, "F")
+    for s in sorted(stages, reverse=True):
+        c = profile.stages[s]
+        for kind in (("I", "W") if c.backward_weight > 0 else ("B",)):
+            peak = max(peak, held + over(c, kind))
+            held += held_delta(c, kind)
+    return peak
+
+
+def has_new_terms(profile: "Profile") -> bool:
+    """True when some action allocates at I (weight_grad_bytes > activation_bytes) or has
+    transient bytes: the relaxations that assume neither use their fallback."""
+    return any(c.weight_grad_bytes > c.activation_bytes or c.transient_bytes for c in profile.stages)
+
+
+def _room(memory: "MemoryLimit", profile: "Profile", placement: Sequence[int], fixed: list[float],
+          cap: list[float]) -> list[float]:
+    """cap - fixed per rank, without cancelling: under ``Kp`` each rank's room is formed from the
+    differences of fixed bytes and K x 1F1B's peaks, so huge static bytes cannot round a small
+    activation part away (the cap itself is a sum where they can)."""
+    if memory.kind != "relative":
+        return [c - fx for c, fx in zip(cap, fixed)]
+    peaks = one_f_one_b_peaks(profile, placement)
+    return [max((fq - fx) + memory.value * pq for fq, pq in zip(fixed, peaks)) for fx in fixed]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """One problem's costs (module docstring). ``profile`` is as the runtime executes it."""
+
+    profile: "Profile"
+    placement: tuple[int, ...]
+    n_microbatches: int
+    caps: tuple[float, ...]
+    static: tuple[float, ...]
+    buffers: tuple[float, ...]
+    reserve: float
+    room: tuple[float, ...]  # per rank: what the cap leaves for the running sum (cap - fixed)
+
+    @classmethod
+    def build(cls, profile: "Profile", placement: Sequence[int], n_microbatches: int,
+              memory: Optional["MemoryLimit"] = None) -> "CostModel":
+        from schedc.core.costs import MemoryLimit
+
+        placement = tuple(placement)
+        memory = memory or MemoryLimit(kind="none")
+        static = rank_static_bytes(profile, placement)
+        buffers = buffer_bytes(profile, placement, n_microbatches)
+        reserve = float(profile.reserve_bytes or 0.0)
+        fixed = [st + bu + reserve for st, bu in zip(static, buffers)]
+        cap = caps(memory, profile, placement, n_microbatches)
+        return cls(profile=profile, placement=placement, n_microbatches=n_microbatches, caps=tuple(cap),
+                   static=tuple(static), buffers=tuple(buffers), reserve=reserve,
+                   room=tuple(_room(memory, profile, placement, fixed, cap)))
+
+    @property
+    def n_ranks(self) -> int:
+        return len(self.caps)
+
+    @property
+    def fixed(self) -> list[float]:
+        """Per rank: static + buffers + reserve, held all step."""
+        return [st + bu + self.reserve for st, bu in zip(self.static, self.buffers)]
+
+    def duration(self, stage: int, kind: str) -> float:
+        return self.profile.duration(stage, kind)
+
+    def held(self, stage: int, kind: str) -> float:
+        return held_delta(self.profile.stages[stage], kind)
+
+    def over(self, stage: int, kind: str) -> float:
+        return over(self.profile.stages[stage], kind)
+
+    def transient(self, stage: int, kind: str) -> float:
+        return self.profile.stages[stage].transient(kind)
+
+    @property
+    def new_terms(self) -> bool:
+        return has_new_terms(self.profile)

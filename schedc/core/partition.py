@@ -1,0 +1,622 @@
+"""Contiguous partitions of a per-unit profile into pipeline stages, and bounds over all of them.
+
+Problem: a per-unit profile lists the model's units in order (embedding, each layer, norm + head +
+loss). A partition gives each of S stages a run of consecutive units (at least one each); the
+placement puts stage k on a rank (``loop``: rank k, one stage per rank; ``v``: ranks r and
+2R-1-r share rank r). For a memory cap in bytes (static bytes included) and M microbatches we
+need (1) the smallest cap under which some partition fits at all, (2) splits to compare with
+(compute-balanced, torchtitan's default, even), and (3) a lower bound on the step time of EVERY
+partition and every schedule of it under the cap: "the bound over partitions".
+
+Method: each question is a min over partitions of a max over ranks of a term that depends only on
+that rank's units and on the units before and after them (prefix and suffix sums), so a dynamic
+program over stage boundaries solves it exactly:
+
+- loop: dp[k][j] = min over i of max(dp[k-1][i], term_k(units i..j-1)), O(S U^2);
+- v: rank r holds the r-th segment from the front and from the back, so the program peels ranks
+  from the outside in over states (i, j) = units still to place, O(R U^4) (numpy over the three
+  inner boundaries).
+
+The step-time term is a relaxation of ``schedc.solver.bounds.chains``'s per-rank terms evaluated for the
+stage(s) of that rank (torch's runtime: stage 0's backward all in W): ``work_after_head``,
+``backward_after_head``, ``last_backward``, ``last_forward``, and with a finite cap
+``memory_warmup``, ``memory_slots_makespan``, ``memory_area_makespan`` (for ``span`` their span
+forms), plus the cycles of the memory orders (schedc.solver.graph.memory_arcs: W(lo, j-L-1)
+before F(s, j), also across the two stages of a V rank, whose room they share). Each is written
+with quantities that are exact for the rank's own stages and lower bounds for the rest, so it
+never exceeds the bound of the partition actually chosen: communication counts the cheapest
+boundary once per rank crossing, and the gradient chain down to stage 0 counts stage 0's weight
+gradient as that of unit 0 only (stage 0's other units' backward is counted as their
+I's). The one-microbatch chain (all F's, I's and unit 0's W, with the fewest crossings) is added
+as a partition-free term. Every term is monotone in those lower-bounded quantities, so the min
+over partitions of the max over ranks, maxed with the chain, is a valid bound for all partitions;
+``tests/test_plan.py`` checks it against exhaustive search on tiny instances.
+
+Cost: loop O(S U^2 M) (the cool-down knapsack tries every count of open microbatches), v
+O(R U^4) numpy work: 34 units, 8 ranks well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from schedc.core.cost_model import has_new_terms
+from schedc.core.costs import Profile
+from schedc.errors import SchedcError
+from schedc.core.tolerances import REL, TIE
+
+_CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")  # no module path holds one
+
+PLACEMENTS = ("loop", "v")
+INF = math.inf
+
+
+def n_stages_for(placement: str, n_ranks: int) -> int:
+    return n_ranks * (2 if placement == "v" else 1)
+
+
+@dataclass(frozen=True)
+class Units:
+    """Prefix sums over a per-unit profile as torch's runtime executes it (unit 0's I is in its W)."""
+
+    n: int
+    F: np.ndarray  # F[u] = sum of forward of units < u (length n + 1)
+    I: np.ndarray
+    W: np.ndarray
+    act: np.ndarray
+    wg: np.ndarray
+    static: np.ndarray
+    w0: float  # unit 0's W (its whole backward under torch's runtime)
+    comm: float  # the cheapest unit boundary: every crossing costs at least this
+    # the terms of schedc.core.cost_model beyond the ZB accounting (None: the profile has none): true
+    # weight-gradient bytes (``wg`` above is cut to the activation, the bounds' relaxed view),
+    # the segment [i, j)'s largest transient per kind (a merged stage's, Profile.merge), reserve
+    extra: Optional["Extra"] = None
+
+    @classmethod
+    def of(cls, profile: Profile) -> "Units":
+        p = profile.executed("torch")
+        st = p.stages
+
+        def prefix(values):
+            return np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float))])
+
+        comm = min(p.comm) if isinstance(p.comm, list) and p.comm else (0.0 if isinstance(p.comm, list) else float(p.comm))
+        extra = Extra.of(p) if (has_new_terms(p) or p.reserve_bytes) else None
+        # the bounds read wg: cut to the activation (a relaxation, schedc.solver.graph.Graph.relaxed)
+        wg = [min(u.weight_grad_bytes, u.activation_bytes) for u in st] if extra else [u.weight_grad_bytes for u in st]
+        return cls(n=len(st), F=prefix([u.forward for u in st]), I=prefix([u.backward_input for u in st]),
+                   W=prefix([u.backward_weight for u in st]), act=prefix([u.activation_bytes for u in st]),
+                   wg=prefix(wg), static=prefix([u.static_bytes for u in st]),
+                   w0=st[0].backward_weight, comm=comm, extra=extra)
+
+    @property
+    def reserve(self) -> float:
+        return self.extra.reserve if self.extra else 0.0
+
+    def seg(self, arr: np.ndarray, i, j):
+        return arr[j] - arr[i]
+
+    def seg_i(self, i, j):
+        """I of the stage made of units [i, j): 0 for stage 0 (torch runs its backward in W)."""
+        return np.where(i == 0, 0.0, self.I[j] - self.I[i])
+
+    def seg_w(self, i, j):
+        return np.where(i == 0, self.I[j] + self.W[j], self.W[j] - self.W[i])
+
+
+@dataclass(frozen=True)
+class Extra:
+    """Per-unit lowering of schedc.core.cost_model's terms beyond the ZB accounting: ``wg`` prefix
+    sums of the true weight-gradient bytes, ``top[k][i, j]`` the largest transient of kind k
+    among units [i, j) (what a stage made of them has, Profile.merge), the reserve."""
+
+    wg: np.ndarray
+    top: dict
+    reserve: float
+
+    @classmethod
+    def of(cls, p: Profile) -> "Extra":
+        st = p.stages
+        n = len(st)
+        top = {}
+        for k in ("F", "I", "W", "B"):
+            values = np.array([u.transient(k) for u in st], dtype=float)
+            t = np.zeros((n + 1, n + 1))
+            for i in range(n):  # row i: the running maximum over units i, i+1, ...
+                t[i, i + 1:] = np.maximum.accumulate(values[i:])
+            top[k] = t
+        wg = np.concatenate([[0.0], np.cumsum([u.weight_grad_bytes for u in st])])
+        return cls(wg=wg, top=top, reserve=float(p.reserve_bytes or 0.0))
+
+
+def one_microbatch_need(u: Units, segments) -> np.ndarray:
+    """The least running-sum peak of a rank holding the stages made of `segments` ((i, j)
+    boundary arrays, in stage order): schedc.core.cost_model.one_microbatch_need, elementwise."""
+    x = u.extra
+    held, peak = 0.0, 0.0
+    for i, j in segments:
+        peak = np.maximum(peak, held + u.seg(u.act, i, j) + x.top["F"][i, j])
+        held = held + u.seg(u.act, i, j)
+    for i, j in reversed(segments):
+        act, wg = u.seg(u.act, i, j), np.where(i == 0, u.seg(u.act, i, j), u.seg(x.wg, i, j))
+        t_i = np.where(i == 0, 0.0, x.top["I"][i, j])  # stage 0's I runs nothing under torch
+        t_w = np.where(i == 0, x.top["B"][i, j], x.top["W"][i, j])  # ... and its W the whole backward
+        peak = _max_of([peak, held + np.maximum(wg - act, 0.0) + t_i, held - act + wg + t_w])
+        held = held - act
+    return peak
+
+
+# ---------------------------------------------------------------- the min-max dynamic programs
+
+def minmax_loop(u: Units, n_stages: int, term: Callable[[int, np.ndarray, np.ndarray], np.ndarray]):
+    """(value, units per stage) minimizing max over stages k of term(k, i, j) over contiguous
+    partitions; term gets broadcastable arrays i (column) and j (row) of boundaries."""
+    U, S = u.n, n_stages
+    if S > U:
+        return INF, None
+    idx = np.arange(U + 1)
+    i, j = idx[:, None], idx[None, :]
+    prev = np.full(U + 1, INF)
+    prev[0] = -INF
+    choice = []
+    for k in range(S):
+        t = np.asarray(term(k, i, j), dtype=float) * np.ones((U + 1, U + 1))
+        valid = (j > i) & (i >= k) & (j <= U - (S - 1 - k))
+        t = np.where(valid, t, INF)
+        comb = np.maximum(prev[:, None], t)
+        best_i = np.argmin(comb, axis=0)
+        prev = comb[best_i, idx]
+        choice.append(best_i)
+    value = float(prev[U])
+    if not math.isfinite(value):
+        return value, None
+    counts, j = [], U
+    for k in range(S - 1, -1, -1):
+        i0 = int(choice[k][j])
+        counts.append(j - i0)
+        j = i0
+    return value, counts[::-1]
+
+
+def minmax_v(u: Units, n_ranks: int, term: Callable[[int, int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]):
+    """(value, units per stage) minimizing max over ranks r of term(r, i, a, b, j) over
+    contiguous partitions into 2R stages placed in a V: rank r's stages are units [i, a) (stage r)
+    and [b, j) (stage 2R-1-r). term gets the scalar i and broadcastable arrays a, b, j."""
+    U, R = u.n, n_ranks
+    if 2 * R > U:
+        return INF, None
+    idx = np.arange(U + 1)
+    nxt = np.where(idx[:, None] == idx[None, :], -INF, INF)  # level R: nothing may remain
+    choices = []
+    for r in range(R - 1, -1, -1):
+        dp = np.full((U + 1, U + 1), INF)
+        arg = np.zeros((U + 1, U + 1), dtype=np.int64)
+        for i in range(r, U):
+            rest = idx[i + 1:]  # a, b and j all lie after i
+            n = len(rest)
+            a, b, j = rest[:, None, None], rest[None, :, None], rest[None, None, :]
+            valid = (b >= a) & (j > b) & (j <= U - r)
+            if r == R - 1:
+                valid = valid & (a == b)
+            t = np.where(valid, np.asarray(term(r, i, a, b, j), dtype=float), INF)
+            comb = np.maximum(t, nxt[i + 1:, i + 1:, None]).reshape(n * n, n)
+            best = np.argmin(comb, axis=0)
+            dp[i, i + 1:] = comb[best, np.arange(n)]
+            a0, b0 = np.divmod(best, n)
+            arg[i, i + 1:] = (a0 + i + 1) * (U + 1) + (b0 + i + 1)
+        nxt = dp
+        choices.append(arg)
+    value = float(nxt[0, U])
+    if not math.isfinite(value):
+        return value, None
+    front, back, i, j = [], [], 0, U
+    for arg in reversed(choices):  # r = 0 first
+        flat = int(arg[i, j])
+        a0, b0 = divmod(flat, U + 1)
+        front.append(a0 - i)
+        back.append(j - b0)
+        i, j = a0, b0
+    return value, front + back[::-1]
+
+
+def minmax(u: Units, placement: str, n_ranks: int, loop_term, v_term):
+    if placement == "loop":
+        return minmax_loop(u, n_ranks, loop_term)
+    return minmax_v(u, n_ranks, v_term)
+
+
+# ---------------------------------------------------------------- what each rank needs / does
+
+def min_cap(u: Units, placement: str, n_ranks: int):
+    """(bytes, units per stage): the smallest per-rank cap (static included) under which some
+    partition holds one microbatch in flight on every rank, and that partition."""
+    if u.extra:
+        return minmax(u, placement, n_ranks,
+                      lambda k, i, j: u.seg(u.static, i, j) + u.reserve + one_microbatch_need(u, [(i, j)]),
+                      lambda r, i, a, b, j: (u.seg(u.static, i, a) + u.seg(u.static, b, j) + u.reserve
+                                             + one_microbatch_need(u, [(i, a), (b, j)])))
+    return minmax(u, placement, n_ranks,
+                  lambda k, i, j: u.seg(u.static, i, j) + u.seg(u.act, i, j),
+                  lambda r, i, a, b, j: (u.seg(u.static, i, a) + u.seg(u.act, i, a)
+                                         + u.seg(u.static, b, j) + u.seg(u.act, b, j)))
+
+
+def balanced(u: Units, placement: str, n_ranks: int, cap: float = INF):
+    """(seconds per microbatch, units per stage): the partition whose busiest rank does the least
+    compute (F + I + W) among those that hold one microbatch under `cap`."""
+    def loop_term(k, i, j):
+        w = u.seg(u.F, i, j) + u.seg_i(i, j) + u.seg_w(i, j)
+        if u.extra:
+            return np.where(u.seg(u.static, i, j) + u.reserve + one_microbatch_need(u, [(i, j)]) <= cap, w, INF)
+        return np.where(u.seg(u.static, i, j) + u.seg(u.act, i, j) <= cap, w, INF)
+
+    def v_term(r, i, a, b, j):
+        w = (u.seg(u.F, i, a) + u.seg_i(i, a) + u.seg_w(i, a)
+             + u.seg(u.F, b, j) + u.seg(u.I, b, j) + u.seg(u.W, b, j))
+        if u.extra:
+            need = (u.seg(u.static, i, a) + u.seg(u.static, b, j) + u.reserve
+                    + one_microbatch_need(u, [(i, a), (b, j)]))
+        else:
+            need = u.seg(u.static, i, a) + u.seg(u.act, i, a) + u.seg(u.static, b, j) + u.seg(u.act, b, j)
+        return np.where(need <= cap, w, INF)
+
+    return minmax(u, placement, n_ranks, loop_term, v_term)
+
+
+def _knapsack(M: int, room, act, wg, i_, w_):
+    """Most I/W-seconds a one-stage rank can owe at its last F (bounds._backward_work_in_memory)."""
+    best = np.zeros(np.broadcast(room, act, wg, i_, w_).shape)
+    for n_open in range(1, M + 1):
+        left = room - n_open * act
+        ok = left >= -REL * act
+        more = np.minimum(M - n_open, np.floor(np.maximum(left, 0.0) / np.where(wg > 0, wg, 1.0) + REL))
+        more = np.where(wg > 0, more, M - n_open)
+        best = np.where(ok, np.maximum(best, n_open * (i_ + w_) + more * w_), best)
+    return best
+
+
+def _max_of(arrays):
+    """Elementwise max of arrays that broadcast together (np.maximum.reduce needs one shape)."""
+    out = arrays[0]
+    for x in arrays[1:]:
+        out = np.maximum(out, x)
+    return out
+
+
+def _ratio(num, den):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), INF)
+
+
+def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int, cap: float,
+                     objective: str = "makespan"):
+    """(loop_term, v_term): per-rank lower bounds on the step time (module docstring)."""
+    M, c = n_microbatches, u.comm
+    total_f, total_i = u.F[-1], u.I[-1]
+    makespan = objective == "makespan"
+    capped = math.isfinite(cap)
+
+    def combine(work, head, head_i, fi_chain, i_chain, tail_i_lo, tail_f_hi, w_lo, f_r, i_r, w_r, after_hi,
+                room, need, x, y, slots, area):
+        span_tail = after_hi + i_chain + w_lo
+        if makespan:
+            out = _max_of([
+                head + work, head_i + i_r + w_r, head + f_r + i_r + np.maximum(w_lo, tail_i_lo),
+                head + f_r + tail_f_hi])
+        else:
+            out = _max_of([work, fi_chain + i_r + w_r,
+                                     np.maximum(f_r + after_hi, fi_chain) + i_chain + w_lo])
+        if not capped:
+            return out
+        warm = x < f_r - TIE
+        if makespan:
+            mw = work + np.maximum(head, head_i - x) + np.maximum(0.0, np.maximum(span_tail, tail_f_hi) - y)
+            area_t = head + area / np.where(room > 0, room, 1.0)
+        else:
+            mw = work + np.maximum(0.0, fi_chain - x) + np.maximum(0.0, span_tail - y)
+            area_t = area / np.where(room > 0, room, 1.0)
+        out = _max_of([out, np.where(warm, mw, 0.0), area_t, slots])
+        return np.where(need <= room, out, INF)
+
+    def slot(head_s, cycle, act_s, room, tail):
+        k = np.floor(room / np.where(act_s > 0, act_s, 1.0) + REL)
+        use = (act_s > 0) & (k >= 1) & (k < M)
+        val = (head_s if makespan else 0.0) + M * cycle / np.maximum(k, 1.0) + (tail if makespan else 0.0)
+        return np.where(use, val, 0.0)
+
+    def w_cycle(head_s, cycle, held, wg, room):
+        """The memory orders' cycle (schedc.solver.graph.memory_arcs): W(lo, j - L - 1) ends
+        before F(s, j) starts, L = floor((room - held) / wg(lo)), and F(s, j) -> ... -> W(lo, j)
+        takes `cycle`, so F(s, m) starts >= head + floor(m / (L + 1)) cycles and the step lasts
+        >= head + ceil(M / (L + 1)) cycles (makespan; a span starts no earlier than head)."""
+        per = np.floor(np.maximum(room - held, 0.0) / np.where(wg > 0, wg, 1.0) + REL) + 1
+        use = (wg > 0) & (room >= held * (1 - REL))
+        return np.where(use, (head_s if makespan else 0.0) + np.ceil(M / per - REL) * cycle, 0.0)
+
+    def loop_term(k, i, j):
+        S = n_ranks
+        F, I, W = u.seg(u.F, i, j), u.seg_i(i, j), u.seg_w(i, j)
+        act, wg = u.seg(u.act, i, j), u.seg(u.wg, i, j)
+        head = u.F[i] + k * c
+        after = (total_f - u.F[j]) + (total_i - u.I[j]) + 2 * c * (S - 1 - k)
+        tail_i = W if k == 0 else u.I[i] + u.w0 + k * c
+        room = cap - u.seg(u.static, i, j) - u.reserve  # buffers left out: a larger room relaxes
+        f_r, i_r, w_r = M * F, M * I, M * W
+        x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + REL) * F) if capped else f_r
+        x = np.where(act > 0, x, f_r)
+        y = _knapsack(M, room, act, wg, I, W) if capped else i_r + w_r
+        y = np.where((act > 0) & (wg > 0), np.minimum(y, i_r + w_r), i_r + w_r)
+        cycle = F + after + I
+        slots = np.maximum(slot(head, cycle, act, room, 0.0 if k == 0 else tail_i),
+                           w_cycle(head, cycle + W, act, wg, room)) if capped else 0.0
+        area = M * (act * cycle + wg * W)
+        return combine(f_r + i_r + w_r, head, head + F + after, F + after, I, tail_i, after + I + tail_i, W,
+                       f_r, i_r, w_r, after, room, act, x, y, slots, area)
+
+    def v_term(r, i, a, b, j):
+        R = n_ranks
+        cross_in = 2 * R - 2 - r  # rank crossings before stage 2R-1-r (stages R-1 and R share a rank)
+        FA, IA, WA = u.seg(u.F, i, a), u.seg_i(i, a), u.seg_w(i, a)
+        FB, IB, WB = u.seg(u.F, b, j), u.seg(u.I, b, j), u.seg(u.W, b, j)
+        actA, actB = u.seg(u.act, i, a), u.seg(u.act, b, j)
+        wgA, wgB = u.seg(u.wg, i, a), u.seg(u.wg, b, j)
+        head_lo = u.F[i] + r * c
+        head_hi = u.F[b] + cross_in * c
+        after_hi = (total_f - u.F[j]) + (total_i - u.I[j]) + 2 * r * c
+        after_lo = (total_f - u.F[a]) + (total_i - u.I[a]) + 2 * cross_in * c
+        tail_i_lo = WA if r == 0 else u.I[i] + u.w0 + r * c
+        tail_i_hi = u.I[b] + u.w0 + cross_in * c
+        f_r, i_r, w_r = M * (FA + FB), M * (IA + IB), M * (WA + WB)
+        i_chain = IA + (u.I[j] - u.I[a]) + (2 * R - 2 - 2 * r) * c
+        fi_chain = (u.F[b] - u.F[i]) + (2 * R - 2 - 2 * r) * c + FB + after_hi
+        room = cap - u.seg(u.static, i, a) - u.seg(u.static, b, j) - u.reserve
+        need = actA + actB
+        if capped:
+            x = np.minimum(f_r, room * np.maximum(_ratio(FA, actA), _ratio(FB, actB)))
+            y = np.minimum(i_r + w_r, room * _max_of([
+                _ratio(IA + WA, actA), _ratio(WA, wgA), _ratio(IB + WB, actB), _ratio(WB, wgB)]))
+            cycA, cycB = FA + after_lo + IA, FB + after_hi + IB
+            # W(lo) before F(hi) with the room both stages share: F(hi, j), forward to the end and
+            # back down to I(lo, j), then W(lo, j)
+            cycle_shared = FB + after_hi + i_chain + WA
+            slots = _max_of([w_cycle(head_lo, cycA + WA, actA, wgA, room),
+                             w_cycle(head_hi, cycle_shared, actA + actB, wgA, room),
+                             w_cycle(head_hi, cycB + WB, actA + actB, wgB, room),
+                             slot(head_lo, cycA, actA, room, 0.0 if r == 0 else tail_i_lo),
+                             slot(head_hi, cycB, actB, room, tail_i_hi)])
+            area = M * (actA * cycA + wgA * WA + actB * cycB + wgB * WB)
+        else:
+            x = y = slots = area = 0.0
+        return combine(f_r + i_r + w_r, head_lo, head_hi + FB + after_hi, fi_chain, i_chain, tail_i_lo,
+                       after_hi + IB + tail_i_hi, WA, f_r, i_r, w_r, after_hi, room, need, x, y, slots, area)
+
+    return loop_term, v_term
+
+
+def chain_bound(u: Units, placement: str, n_ranks: int) -> float:
+    """One microbatch's forward and backward through every unit with the fewest rank crossings."""
+    S = n_stages_for(placement, n_ranks)
+    crossings = S - 1 - (1 if placement == "v" else 0)
+    return float(u.F[-1] + u.I[-1] + u.w0 + 2 * crossings * u.comm)
+
+
+@dataclass(frozen=True)
+class PartitionBound:
+    """A lower bound on the step of every partition (and schedule) under the cap, for one placement;
+    ``counts``: the partition whose relaxed terms reach it (a good place to start searching)."""
+
+    placement: str
+    value: float
+    per_rank: float  # the min-max over partitions of the per-rank terms
+    chain: float
+    counts: Optional[list[int]]
+
+
+def partition_bound(profile: Profile, n_ranks: int, n_microbatches: int, cap: float = INF,
+                    placement: str = "loop", objective: str = "makespan") -> PartitionBound:
+    """A value no partition of `profile`'s units into stages placed by `placement` on `n_ranks`
+    ranks, with any schedule of `n_microbatches` microbatches under the per-rank byte cap `cap`
+    (static bytes included), beats under `objective` (module docstring). inf when no partition
+    fits the cap."""
+    if placement not in PLACEMENTS:
+        raise SchedcError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    u = Units.of(profile)
+    loop_term, v_term = step_bound_terms(u, placement, n_ranks, n_microbatches, cap, objective)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        value, counts = minmax(u, placement, n_ranks, loop_term, v_term)
+    chain = chain_bound(u, placement, n_ranks) if objective == "makespan" else 0.0
+    return PartitionBound(placement, max(value, chain) if math.isfinite(value) else INF, value, chain, counts)
+
+
+def partitions_below(profile: Profile, n_ranks: int, n_microbatches: int, cap: float, placement: str,
+                     objective: str, theta: float, limit: int) -> tuple[float, list[tuple[float, tuple[int, ...]]]]:
+    """(threshold, partitions): every partition whose relaxed per-rank terms (``step_bound_terms``)
+    all stay below the threshold, as (relaxed value, units per stage) sorted by value. The
+    threshold is `theta`, or lower (bisected towards the dynamic program's bound) where more than
+    `limit` partitions are below `theta`.
+
+    Any partition left out has a relaxed value, hence a bound, of at least the threshold: so the
+    minimum over the returned partitions of any valid per-partition bound, capped at the
+    threshold, is a bound over every partition. Method: the dynamic program's transitions (one
+    stage, or one rank's two stages in a V) whose term stays below `theta`, kept once; for a
+    threshold, the number of partitions below it by counting paths over them (so the bisection
+    needs no new terms), then a depth-first walk over the states those counts say can finish.
+    Cost: the dynamic program's O(S U^2) / O(R U^4), O(transitions) per count, O(limit x S) for the walk."""
+    u = Units.of(profile)
+    loop_term, v_term = step_bound_terms(u, placement, n_ranks, n_microbatches, cap, objective)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        steps = (_loop_transitions(u, n_ranks, loop_term, theta) if placement == "loop"
+                 else _v_transitions(u, n_ranks, v_term, theta))
+    chain = chain_bound(u, placement, n_ranks) if objective == "makespan" else 0.0
+    values = [v for level in steps for tr in level.values() for v in tr[3]]
+    # a threshold above every term (theta = inf) lists every partition; bisect from there
+    low, high = -INF, theta if math.isfinite(theta) or not values else np.nextafter(max(values), INF)
+    if _completions(steps, u.n, high)[0][0, u.n] > limit:
+        low = min(values)  # no partition is below its smallest term
+        for _ in range(40):  # bisect for the largest threshold with at most `limit` partitions below
+            mid = (low + high) / 2
+            if _completions(steps, u.n, mid)[0][0, u.n] > limit:
+                high = mid
+            else:
+                low = mid
+        high = low
+    found = _walk(steps, u.n, high)
+    return max(high, chain), sorted((max(value, chain), counts) for value, counts in found)
+
+
+# Transitions: steps[level][i] = (a, b, j, value): from state (i, j) a level places units [i, a)
+# (and, in a V, [b, j)) on its stage(s) with that term, leaving state (a, b). A loop's state is
+# (i, U) throughout, its b = j = U.
+
+
+def _loop_transitions(u: Units, S: int, term, theta: float):
+    U = u.n
+    idx = np.arange(U + 1)
+    i, j = idx[:, None], idx[None, :]
+    steps = []
+    for k in range(S):
+        t = np.asarray(term(k, i, j), dtype=float) * np.ones((U + 1, U + 1))
+        valid = (j > i) & (i >= k) & (j <= U - (S - 1 - k)) & (t < theta)
+        level = {}
+        for start in range(U + 1):
+            ends = np.nonzero(valid[start])[0]
+            if len(ends):
+                level[start] = (ends, np.full(len(ends), U), np.full(len(ends), U), t[start, ends])
+        steps.append(level)
+    return steps
+
+
+def _v_transitions(u: Units, R: int, term, theta: float):
+    U = u.n
+    idx = np.arange(U + 1)
+    steps = [dict() for _ in range(R)]
+    live = idx[:, None] == idx[None, :]  # states the inner ranks can finish from (with terms < theta)
+    for r in range(R - 1, -1, -1):
+        now = np.zeros((U + 1, U + 1), dtype=bool)
+        for i in range(r, U):
+            rest = idx[i + 1:]
+            a, b, j = rest[:, None, None], rest[None, :, None], rest[None, None, :]
+            valid = (b >= a) & (j > b) & (j <= U - r)
+            if r == R - 1:
+                valid = valid & (a == b)
+            t = np.where(valid, np.asarray(term(r, i, a, b, j), dtype=float), INF)
+            keep = (t < theta) & live[i + 1:, i + 1:, None]
+            ia, ib, ij = np.nonzero(keep)
+            if len(ia):
+                steps[r][i] = (ia + i + 1, ib + i + 1, ij + i + 1, t[ia, ib, ij])
+                now[i, np.unique(ij + i + 1)] = True
+        live = now
+    return steps
+
+
+def _completions(steps, U: int, theta: float) -> list[np.ndarray]:
+    """counts[k][i, j]: the ways to place units [i, j) on levels k.. with every transition value
+    below theta (float: counts can be huge); counts[len(steps)] = every unit placed."""
+    counts = [np.eye(U + 1)]  # state (x, x): nothing left
+    for level in reversed(steps):
+        now = np.zeros((U + 1, U + 1))
+        for i, (a, b, j, value) in level.items():
+            w = np.where(value < theta, counts[-1][a, b], 0.0)
+            now[i] += np.bincount(j, weights=w, minlength=U + 1)
+        counts.append(now)
+    return counts[::-1]
+
+
+def _walk(steps, U: int, theta: float) -> list[tuple[float, tuple[int, ...]]]:
+    """Every partition whose transitions all stay below theta, depth first through the states
+    that have a completion."""
+    counts = _completions(steps, U, theta)
+    out = []
+
+    def walk(k: int, i: int, j: int, front: list[int], back: list[int], worst: float) -> None:
+        if k == len(steps):
+            out.append((worst, tuple(front + back[::-1])))
+            return
+        if i not in steps[k]:
+            return
+        a, b, jj, value = steps[k][i]
+        for a0, b0, v in zip(a[jj == j], b[jj == j], value[jj == j]):
+            a0, b0 = int(a0), int(b0)
+            if v < theta and counts[k + 1][a0, b0] > 0:
+                walk(k + 1, a0, b0, front + [a0 - i], back + [j - b0] if b0 < j else back, max(worst, float(v)))
+
+    if counts[0][0, U] > 0:
+        walk(0, 0, U, [], [], -INF)
+    return out
+
+
+# ---------------------------------------------------------------- splits to compare with
+
+def torchtitan_default_counts(n_units: int, n_stages: int) -> list[int]:
+    """torchtitan 0.3.0's default split (``_generate_llm_fqn_per_model_part`` with
+    first/last_stage_less_layers = 1) in units, for units [embedding, layers..., head]: the
+    embedding and the head each weigh one layer, so the L + 2 units are split as evenly as
+    possible, the first stages taking the remainder."""
+    base, extra = divmod(n_units, n_stages)
+    return [base + (1 if s < extra else 0) for s in range(n_stages)]
+
+
+def even_counts(n_units: int, n_stages: int) -> list[int]:
+    """The layers split as evenly as possible (first stages take the remainder), the embedding
+    added to the first stage and the head to the last (units [embedding, layers..., head])."""
+    layers = n_units - 2
+    if layers < n_stages:
+        return torchtitan_default_counts(n_units, n_stages)
+    base, extra = divmod(layers, n_stages)
+    counts = [base + (1 if s < extra else 0) for s in range(n_stages)]
+    counts[0] += 1
+    counts[-1] += 1
+    return counts
+
+
+def stage_modules(profile: Profile, counts: Sequence[int]) -> list[list[str]]:
+    """Module names per stage; a unit without names is called ``unit<i>``."""
+    out, start = [], 0
+    for n in counts:
+        names = []
+        for k in range(start, start + n):
+            names.extend(profile.stages[k].modules or [f"unit{k}"])
+        out.append(names)
+        start += n
+    return out
+
+
+def module_name_problem(name: str) -> str:
+    """'' for a name every framework's parser reads back as one module, else why not (torchtitan's
+    comma-separated ``list[str]`` flag, a shell or a YAML list would read it as something else)."""
+    if not name:
+        return "is empty; name every module"
+    if "," in name:
+        return ("contains a comma, which torchtitan's --parallelism.module_fqns_per_model_part reads as two "
+                "modules; rename the module")
+    if name.startswith("-"):
+        return "starts with '-', which a command line reads as a flag; rename the module"
+    if _CONTROL.search(name) or any(unicodedata.category(c)[0] in "CZ" for c in name):
+        return "contains a space or control character, which no module path holds; rename the module"
+    return ""
+
+
+def check_units(profile: Profile, source: str = "profile") -> list[str]:
+    """Notes on a per-unit profile (units without module names); duplicate names are an error."""
+    seen: dict[str, int] = {}
+    for k, unit in enumerate(profile.stages):
+        for name in unit.modules or []:
+            problem = module_name_problem(name)
+            if problem:  # before the search: the partition could not be handed over
+                raise SchedcError(f"{source}: stages[{k}].modules: {ascii(name)[:80]} {problem}")
+            if name in seen:
+                raise SchedcError(f"{source}: stages[{k}].modules: {name!r} is already in unit {seen[name]}; "
+                                  "each module belongs to exactly one unit")
+            seen[name] = k
+    missing = [k for k, unit in enumerate(profile.stages) if not unit.modules]
+    if missing:
+        return [f"{len(missing)} of {profile.n_stages} units have no 'modules'; they are named unit<index> "
+                f"(e.g. unit{missing[0]}): add module names to hand the partition to torchtitan or NeMo"]
+    return []

@@ -1,0 +1,245 @@
+"""Warm starts: the hand-made schedules, the two zero-bubble greedies, v-list and the list heuristic, best of.
+
+Problem: before any engine searches, find a good schedule that fits the memory caps quickly,
+under the compile's deadline, and keep every peer schedule (the hand-made ones of
+schedc.core.baselines and zb-greedy) with its simulation: the report lists them, the plot draws the
+best, and the compiler must never return anything worse.
+
+Method: :func:`matching_baselines` builds the hand-made schedules that exist for the problem's
+placement (cheapest and most often best first) and zb-greedy (schedc.solver.engines.zb_greedy), simulates
+each, and keeps them in the graph's ``memo`` (schedc.solver.graph): one Graph passed from the
+warm start to the report builds each once. :func:`warm_start` then runs, for a V with two
+stages per rank, schedc.solver.engines.v_list's order, the list heuristic (schedc.solver.engines.heuristic) and
+zb-rounds (schedc.solver.engines.zb_rounds), and returns the best under
+the problem's objective (a hand-made schedule on a tie), polished by the heuristic's local search
+when a hand-made one wins.
+
+Cost: one simulation per hand-made schedule, eight constructions and simulations per greedy,
+and the heuristic's time budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+from schedc.errors import SchedcError
+from schedc.core.ir import Schedule, v_placement
+from schedc.core.simulate import SimResult, simulate
+from schedc.solver import interrupt
+from schedc.solver.engines import cooldown, heuristic, v_list, zb_greedy, zb_rounds
+from schedc.solver.bounds.chains import lower_bound
+from schedc.solver.deadline import NEVER, Deadline, n_actions, now, observe
+from schedc.solver.graph import Graph, graph_of
+from schedc.solver.problem import Problem
+from schedc.core.tolerances import REL
+
+EPS = REL
+
+# the hand-made schedules in the order a warm start under a deadline builds them: those that
+# most often win first (ZB-H1 is optimal for makespan at 1p on identical stages)
+_BASELINE_ORDER = ("zb-h1", "zb-v", "1f1b", "zb-h2", "v-half", "v-min", "interleaved-zb", "interleaved-1f1b",
+                   "dualpipev", "gpipe", "looped-bfs")
+
+
+@dataclass
+class _Built:
+    """The baselines built so far for one problem, and whether every one has been tried."""
+
+    items: list
+    tried: set
+    complete: bool = False
+
+
+# below this many actions one list construction ends well within a second, Ctrl-C or not
+QUICK_ACTIONS = 100_000
+
+
+def matching_baselines(problem: Union[Problem, Graph], deadline: Optional[Deadline] = None,
+                       with_greedy: bool = True) -> list[tuple[str, Schedule, SimResult]]:
+    """The hand-made schedules (schedc.core.baselines) that exist for this problem's stages, ranks,
+    placement and microbatches, and zb-greedy, each with its simulation (fitting the memory caps
+    or not). Built once per graph (kept in its ``memo``): the warm start, the report and the plot
+    all ask for them, so pass the same Graph (a Problem gets a graph, and baselines, of its own).
+    Under a `deadline` only those built before it passes (a later call builds the rest);
+    ``with_greedy=False`` leaves zb-greedy (eight simulations) for a later call."""
+    g = graph_of(problem)
+    built = g.memo.setdefault("baselines", _Built([], set()))
+    if not built.complete:
+        built.complete = _build_baselines(g, built, deadline or NEVER, with_greedy)
+    return [b for name in _names(built) for b in built.items if b[0] == name]
+
+
+def _names(built: _Built) -> list[str]:
+    try:
+        from schedc.core import baselines
+    except ImportError:
+        return [zb_greedy.NAME]
+    return list(baselines.BASELINE_NAMES) + [zb_greedy.NAME]
+
+
+def build_baselines(problem: Union[Problem, Graph]) -> list[tuple[str, Schedule, SimResult]]:
+    """What :func:`matching_baselines` returns, built and simulated afresh."""
+    built = _Built([], set())
+    _build_baselines(graph_of(problem), built, NEVER)
+    return [b for name in _names(built) for b in built.items if b[0] == name]
+
+
+def _build_baselines(g: Graph, built: _Built, deadline: Deadline, with_greedy: bool = True) -> bool:
+    """Add to `built` what is missing, until `deadline`; True when every one has been tried."""
+    problem = g.problem
+    try:
+        from schedc.core import baselines
+    except ImportError:
+        baselines = None
+    pname = problem.placement_name
+    names = [n for n in _BASELINE_ORDER if baselines and n in baselines.BASELINE_NAMES]
+    names += [n for n in (baselines.BASELINE_NAMES if baselines else ()) if n not in names]
+    for name in names + ([zb_greedy.NAME] if with_greedy else []):
+        if name in built.tried:
+            continue
+        if any(sim.fits for _, _, sim in built.items) or interrupt.requested():
+            # one pass for a hand-made schedule; zb-greedy builds and simulates eight
+            passes = 2 * len(zb_greedy.ALL_FLAGS) if name == zb_greedy.NAME else 1
+            if not deadline.allows(n_actions(problem.n_stages, problem.n_microbatches), passes):
+                return False  # would not end in time
+        # else: past the deadline too, until one hand-made schedule that fits is there (the
+        # answer of last resort; cheap ones come first)
+        if name == zb_greedy.NAME:
+            # the zero-bubble paper's greedy: a peer, so a baseline too
+            res = zb_greedy.ZbGreedy().run(g, None, deadline)
+            if not res.answered and zb_greedy.supports(g) and deadline.expired():
+                return False
+            built.tried.add(name)
+            if res.answered:
+                built.items.append((zb_greedy.NAME, res.schedule, res.sim))
+            continue
+        built.tried.add(name)
+        try:
+            sched = baselines.make_baseline(
+                name, problem.n_stages, problem.n_microbatches, n_ranks=problem.n_ranks,
+                placement=pname if pname in ("loop", "v") else None,
+            )
+        except (SchedcError, ValueError, TypeError):
+            continue
+        if tuple(sched.placement) != tuple(problem.placement) or sched.n_microbatches != problem.n_microbatches:
+            continue
+        try:
+            t = time.perf_counter()
+            sim = simulate(sched, problem.profile, problem.memory)
+            observe(time.perf_counter() - t, n_actions(problem.n_stages, problem.n_microbatches))
+        except SchedcError:
+            continue
+        built.items.append((name, sched, sim))
+    return with_greedy
+
+
+def feasible_baselines(problem: Union[Problem, Graph], deadline: Optional[Deadline] = None,
+                       with_greedy: bool = True) -> list[tuple[str, Schedule, SimResult]]:
+    """The matching hand-made schedules that fit the problem's memory caps."""
+    return [(name, sched, sim) for name, sched, sim in matching_baselines(problem, deadline, with_greedy) if sim.fits]
+
+
+def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadline: Optional[Deadline] = None,
+               on_candidate: Optional[Callable[[str, float], None]] = None) -> tuple[Schedule, SimResult, str]:
+    """The best of the heuristic, the zero-bubble authors' round greedy (schedc.solver.engines.zb_rounds)
+    and the feasible hand-made schedules under problem.objective (a hand-made one on a tie):
+    (schedule, its simulation, source). When a hand-made schedule wins, its backwards are split
+    into I + W (never worse: I ends earlier, W ends when B did, memory drops no later) and the
+    local search polishes it with what is left of `time_budget`; the source then reads e.g.
+    'zb-h1+local-search' if that helped, else the baseline's name (the original is returned).
+    Before that, unless the best is proven, its cool-down is re-listed (schedc.solver.engines.cooldown)
+    and kept when shorter: the source then ends in '+cooldown' (e.g. 'zb-v+cooldown').
+
+    Under a `deadline` (schedc.solver.deadline) the hand-made schedules come first, then the
+    greedy families and the heuristic, each abandoned when the deadline passes; what finished
+    is compared. When nothing that fits finished, SchedcError says so in one line.
+    `on_candidate(source, value)` hears of each family's best as it finishes (progress lines)."""
+    t_start = now()
+    g = graph_of(problem)
+    problem = g.problem
+    obj = problem.objective
+    hard = deadline or NEVER
+    heuristic.check_memory_feasible(problem)
+    tell = on_candidate or (lambda source, value: None)
+    bound = lower_bound(g)
+    # the cheap ones first (under a deadline, what gets built in time), zb-greedy's eight last
+    fitting = feasible_baselines(g, hard, with_greedy=False)
+    if fitting:
+        name, first, sim = fitting[0]
+        for b in fitting[1:]:  # the first of equals, as the comparison below picks it
+            if b[2].objective(obj) < sim.objective(obj) - EPS:
+                name, first, sim = b
+        tell(name, sim.objective(obj))
+        if sim.objective(obj) <= bound + EPS * max(1.0, bound):
+            return first, sim, name  # proven optimal: nothing can beat it (and ties go to it anyway)
+    listed = _v_list(g, hard)
+    if listed is not None:
+        tell(v_list.NAME, listed[1].objective(obj))
+        if listed[1].objective(obj) <= bound + EPS * max(1.0, bound):
+            return (*listed, v_list.NAME)  # proven optimal (a hand-made one there would have returned)
+    res = heuristic.ListHeuristic(time_budget=time_budget * 0.6).run(g, None, hard)
+    best = (res.schedule, res.sim, "heuristic") if res.answered else None
+    if best is not None:
+        tell("heuristic", best[1].objective(obj))
+    res = zb_rounds.ZbRounds().run(g, None, hard)
+    rounds = (res.schedule, res.sim) if res.answered else None
+    if rounds is not None:
+        tell(zb_rounds.NAME, rounds[1].objective(obj))
+    greedy_best = [b for b in feasible_baselines(g, hard) if b[0] not in {f[0] for f in fitting}]
+    if greedy_best:
+        tell(greedy_best[0][0], greedy_best[0][2].objective(obj))
+    if rounds is not None and (best is None or rounds[1].objective(obj) < best[1].objective(obj) - EPS):
+        best = (*rounds, zb_rounds.NAME)
+    if listed is not None:
+        if best is None or listed[1].objective(obj) < best[1].objective(obj) - EPS:
+            best = (*listed, v_list.NAME)
+    for name, s, sim in feasible_baselines(g, hard):
+        # a tie goes to the hand-made schedule: in torch's runtime its regular order pays no
+        # more per-action overhead and transfer waiting than a list schedule of the same value
+        margin = EPS if best is not None and best[2] in ("heuristic", zb_rounds.NAME, v_list.NAME) else -EPS
+        if best is None or sim.objective(obj) < best[1].objective(obj) + margin:
+            best = (s, sim, name)
+    if best is None and interrupt.requested() and n_actions(problem.n_stages, problem.n_microbatches) <= QUICK_ACTIONS:
+        # Ctrl-C before anything that fits was found: one construction takes well under a second
+        # here, and a schedule to write beats none
+        sched = heuristic.heuristic_schedule(g, time_budget=0.0)
+        best = (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
+    if best is None and interrupt.requested():
+        raise KeyboardInterrupt
+    if best is None:
+        raise SchedcError(
+            f"no schedule that fits --memory {problem.memory} was found before the time limit ("
+            f"{problem.n_stages} stages x {problem.n_microbatches} microbatches; no hand-made schedule fits): "
+            f"give a longer --time-limit")
+    # re-list the cool-down (one construction and one simulation): on slow links it is where
+    # ZB-V loses most (schedc.solver.engines.cooldown)
+    if best[1].objective(obj) > bound + EPS * max(1.0, bound) and \
+            hard.allows(n_actions(problem.n_stages, problem.n_microbatches), 3):
+        cooled = cooldown.relist_cooldown(g, best[0], hard.expired, bound)
+        if cooled is not None and cooled[1].objective(obj) < best[1].objective(obj) - EPS:
+            best = (*cooled, f"{best[2]}+{cooldown.NAME}")
+            tell(best[2], best[1].objective(obj))
+    if best[2] in ("heuristic", zb_rounds.NAME) or best[2].startswith(("heuristic+", zb_rounds.NAME + "+")):
+        return best
+    end = t_start + time_budget if deadline is None else min(t_start + time_budget, now() + hard.left())
+    polished = heuristic.polish(g, best[0], best[2], end, hard)
+    if polished is not None and polished[1] < best[1].objective(obj) - EPS:
+        sched = polished[0]
+        sim = simulate(sched, problem.profile, problem.memory)
+        if sim.fits and sim.objective(obj) < best[1].objective(obj) - EPS:
+            return sched, sim, f"{best[2]}+local-search"
+    return best
+
+
+def _v_list(g: Graph, deadline: Deadline) -> Optional[tuple[Schedule, SimResult]]:
+    """schedc.solver.engines.v_list's order with its simulation, where the problem is a V with two
+    stages per rank and the order fits the caps (None otherwise or past the deadline)."""
+    problem = g.problem
+    r, n, m = problem.n_ranks, problem.n_stages, problem.n_microbatches
+    if n != 2 * r or tuple(problem.placement) != tuple(v_placement(n, r)) or not deadline.allows(n_actions(n, m), 2):
+        return None
+    sched = v_list.v_list_schedule(r, m)
+    sim = simulate(sched, problem.profile, problem.memory)
+    return (sched, sim) if sim.fits else None
