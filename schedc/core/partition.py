@@ -295,107 +295,184 @@ def _ratio(num, den):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), INF)
 
 
+@dataclass(frozen=True)
+class _Case:
+    """What every rank's step-time term shares: the units, R ranks, M microbatches, the byte cap
+    and the objective."""
+
+    u: Units
+    n_ranks: int
+    M: int
+    cap: float
+    makespan: bool
+
+    @property
+    def capped(self) -> bool:
+        return math.isfinite(self.cap)
+
+
+@dataclass(frozen=True)
+class _Rank:
+    """One rank's quantities in its step-time terms (arrays over the boundaries; "lo"/"hi": the
+    rank's lowest and highest stage, one and the same on a loop rank). Times are lower bounds
+    wherever they depend on other ranks' units (module docstring)."""
+
+    work: np.ndarray  # the rank's F + I + W over all microbatches (f_r + i_r + w_r)
+    f_r: np.ndarray
+    i_r: np.ndarray
+    w_r: np.ndarray
+    head: np.ndarray  # before its first F can start: the forward of the units below
+    head_i: np.ndarray  # before its first backward can start
+    fi_chain: np.ndarray  # from its first F to its first backward (one microbatch there and back)
+    i_chain: np.ndarray  # one microbatch's backward from its highest stage's I down to its lowest's
+    after_hi: np.ndarray  # forward and backward of the units above its highest stage
+    tail_i_lo: np.ndarray  # after its lowest stage's last I: the backward below it, unit 0's W
+    tail_f_hi: np.ndarray  # after its highest stage's last F
+    w_lo: np.ndarray  # one W of its lowest stage
+    room: np.ndarray  # bytes for microbatches: the cap less static bytes and the reserve
+    need: np.ndarray  # one microbatch of each of its stages
+    # read under a finite cap only: the most F-seconds it can run before its first backward, the
+    # most I/W-seconds it can owe at its last F, the memory orders' and slots' cycle terms, and
+    # the byte-seconds it holds over the step
+    x: np.ndarray
+    y: np.ndarray
+    slots: np.ndarray
+    area: np.ndarray
+
+
+def _free_term(case: _Case, q: _Rank):
+    """The rank's bound without a cap: its work after its head, its backward after its first one,
+    and its last backward and last forward with what must follow them."""
+    if case.makespan:
+        return _max_of([
+            q.head + q.work, q.head_i + q.i_r + q.w_r, q.head + q.f_r + q.i_r + np.maximum(q.w_lo, q.tail_i_lo),
+            q.head + q.f_r + q.tail_f_hi])
+    return _max_of([q.work, q.fi_chain + q.i_r + q.w_r,
+                    np.maximum(q.f_r + q.after_hi, q.fi_chain) + q.i_chain + q.w_lo])
+
+
+def _capped_term(case: _Case, q: _Rank):
+    """The rank's bound under the cap (inf where one microbatch of each stage does not fit): the
+    free bound, the idle a capped warm-up and cool-down force, the byte-seconds over the room,
+    and the cycle terms."""
+    span_tail = q.after_hi + q.i_chain + q.w_lo
+    warm = q.x < q.f_r - TIE
+    if case.makespan:
+        mw = q.work + np.maximum(q.head, q.head_i - q.x) + np.maximum(0.0, np.maximum(span_tail, q.tail_f_hi) - q.y)
+        area_t = q.head + q.area / np.where(q.room > 0, q.room, 1.0)
+    else:
+        mw = q.work + np.maximum(0.0, q.fi_chain - q.x) + np.maximum(0.0, span_tail - q.y)
+        area_t = q.area / np.where(q.room > 0, q.room, 1.0)
+    out = _max_of([_free_term(case, q), np.where(warm, mw, 0.0), area_t, q.slots])
+    return np.where(q.need <= q.room, out, INF)
+
+
+def _rank_term(case: _Case, q: _Rank):
+    return _capped_term(case, q) if case.capped else _free_term(case, q)
+
+
+def _slot(case: _Case, head_s, cycle, act_s, room, tail):
+    """k = room / act microbatches of a stage in flight, each taking `cycle` from its F to its I:
+    M microbatches take M / k cycles (when k < M)."""
+    k = np.floor(room / np.where(act_s > 0, act_s, 1.0) + REL)
+    use = (act_s > 0) & (k >= 1) & (k < case.M)
+    val = (head_s if case.makespan else 0.0) + case.M * cycle / np.maximum(k, 1.0) + (tail if case.makespan else 0.0)
+    return np.where(use, val, 0.0)
+
+
+def _w_cycle(case: _Case, head_s, cycle, held, wg, room):
+    """The memory orders' cycle (schedc.solver.graph.memory_arcs): W(lo, j - L - 1) ends
+    before F(s, j) starts, L = floor((room - held) / wg(lo)), and F(s, j) -> ... -> W(lo, j)
+    takes `cycle`, so F(s, m) starts >= head + floor(m / (L + 1)) cycles and the step lasts
+    >= head + ceil(M / (L + 1)) cycles (makespan; a span starts no earlier than head)."""
+    per = np.floor(np.maximum(room - held, 0.0) / np.where(wg > 0, wg, 1.0) + REL) + 1
+    use = (wg > 0) & (room >= held * (1 - REL))
+    return np.where(use, (head_s if case.makespan else 0.0) + np.ceil(case.M / per - REL) * cycle, 0.0)
+
+
+def _loop_rank(case: _Case, k, i, j) -> _Rank:
+    """Rank k of a loop holding units [i, j) as stage k."""
+    u, M, c, capped = case.u, case.M, case.u.comm, case.capped
+    F, I, W = u.seg(u.F, i, j), u.seg_i(i, j), u.seg_w(i, j)
+    act, wg = u.seg(u.act, i, j), u.seg(u.wg, i, j)
+    head = u.F[i] + k * c
+    after = (u.F[-1] - u.F[j]) + (u.I[-1] - u.I[j]) + 2 * c * (case.n_ranks - 1 - k)
+    tail_i = W if k == 0 else u.I[i] + u.w0 + k * c
+    room = case.cap - u.seg(u.static, i, j) - u.reserve  # buffers left out: a larger room relaxes
+    f_r, i_r, w_r = M * F, M * I, M * W
+    x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + REL) * F) if capped else f_r
+    x = np.where(act > 0, x, f_r)
+    y = _knapsack(M, room, act, wg, I, W) if capped else i_r + w_r
+    y = np.where((act > 0) & (wg > 0), np.minimum(y, i_r + w_r), i_r + w_r)
+    cycle = F + after + I
+    slots = np.maximum(_slot(case, head, cycle, act, room, 0.0 if k == 0 else tail_i),
+                       _w_cycle(case, head, cycle + W, act, wg, room)) if capped else 0.0
+    return _Rank(work=f_r + i_r + w_r, f_r=f_r, i_r=i_r, w_r=w_r, head=head, head_i=head + F + after,
+                 fi_chain=F + after, i_chain=I, after_hi=after, tail_i_lo=tail_i, tail_f_hi=after + I + tail_i,
+                 w_lo=W, room=room, need=act, x=x, y=y, slots=slots, area=M * (act * cycle + wg * W))
+
+
+def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
+    """Rank r of a V holding units [i, a) as stage r and [b, j) as stage 2R-1-r."""
+    u, M, c, R = case.u, case.M, case.u.comm, case.n_ranks
+    cross_in = 2 * R - 2 - r  # rank crossings before stage 2R-1-r (stages R-1 and R share a rank)
+    FA, IA, WA = u.seg(u.F, i, a), u.seg_i(i, a), u.seg_w(i, a)
+    FB, IB, WB = u.seg(u.F, b, j), u.seg(u.I, b, j), u.seg(u.W, b, j)
+    actA, actB = u.seg(u.act, i, a), u.seg(u.act, b, j)
+    wgA, wgB = u.seg(u.wg, i, a), u.seg(u.wg, b, j)
+    head_lo = u.F[i] + r * c
+    head_hi = u.F[b] + cross_in * c
+    after_hi = (u.F[-1] - u.F[j]) + (u.I[-1] - u.I[j]) + 2 * r * c
+    after_lo = (u.F[-1] - u.F[a]) + (u.I[-1] - u.I[a]) + 2 * cross_in * c
+    tail_i_lo = WA if r == 0 else u.I[i] + u.w0 + r * c
+    tail_i_hi = u.I[b] + u.w0 + cross_in * c
+    f_r, i_r, w_r = M * (FA + FB), M * (IA + IB), M * (WA + WB)
+    i_chain = IA + (u.I[j] - u.I[a]) + (2 * R - 2 - 2 * r) * c
+    fi_chain = (u.F[b] - u.F[i]) + (2 * R - 2 - 2 * r) * c + FB + after_hi
+    room = case.cap - u.seg(u.static, i, a) - u.seg(u.static, b, j) - u.reserve
+    if case.capped:
+        x = np.minimum(f_r, room * np.maximum(_ratio(FA, actA), _ratio(FB, actB)))
+        y = np.minimum(i_r + w_r, room * _max_of([
+            _ratio(IA + WA, actA), _ratio(WA, wgA), _ratio(IB + WB, actB), _ratio(WB, wgB)]))
+        cycA, cycB = FA + after_lo + IA, FB + after_hi + IB
+        # W(lo) before F(hi) with the room both stages share: F(hi, j), forward to the end and
+        # back down to I(lo, j), then W(lo, j)
+        cycle_shared = FB + after_hi + i_chain + WA
+        slots = _max_of([_w_cycle(case, head_lo, cycA + WA, actA, wgA, room),
+                         _w_cycle(case, head_hi, cycle_shared, actA + actB, wgA, room),
+                         _w_cycle(case, head_hi, cycB + WB, actA + actB, wgB, room),
+                         _slot(case, head_lo, cycA, actA, room, 0.0 if r == 0 else tail_i_lo),
+                         _slot(case, head_hi, cycB, actB, room, tail_i_hi)])
+        area = M * (actA * cycA + wgA * WA + actB * cycB + wgB * WB)
+    else:
+        x = y = slots = area = 0.0
+    return _Rank(work=f_r + i_r + w_r, f_r=f_r, i_r=i_r, w_r=w_r, head=head_lo, head_i=head_hi + FB + after_hi,
+                 fi_chain=fi_chain, i_chain=i_chain, after_hi=after_hi, tail_i_lo=tail_i_lo,
+                 tail_f_hi=after_hi + IB + tail_i_hi, w_lo=WA, room=room, need=actA + actB,
+                 x=x, y=y, slots=slots, area=area)
+
+
 def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int, cap: float,
                      objective: str = "makespan"):
-    """(loop_term, v_term): per-rank lower bounds on the step time (module docstring)."""
-    M, c = n_microbatches, u.comm
-    total_f, total_i = u.F[-1], u.I[-1]
-    makespan = objective == "makespan"
-    capped = math.isfinite(cap)
+    """(loop_term, v_term): per-rank lower bounds on the step time, for the min-max programs.
 
-    def combine(work, head, head_i, fi_chain, i_chain, tail_i_lo, tail_f_hi, w_lo, f_r, i_r, w_r, after_hi,
-                room, need, x, y, slots, area):
-        span_tail = after_hi + i_chain + w_lo
-        if makespan:
-            out = _max_of([
-                head + work, head_i + i_r + w_r, head + f_r + i_r + np.maximum(w_lo, tail_i_lo),
-                head + f_r + tail_f_hi])
-        else:
-            out = _max_of([work, fi_chain + i_r + w_r,
-                                     np.maximum(f_r + after_hi, fi_chain) + i_chain + w_lo])
-        if not capped:
-            return out
-        warm = x < f_r - TIE
-        if makespan:
-            mw = work + np.maximum(head, head_i - x) + np.maximum(0.0, np.maximum(span_tail, tail_f_hi) - y)
-            area_t = head + area / np.where(room > 0, room, 1.0)
-        else:
-            mw = work + np.maximum(0.0, fi_chain - x) + np.maximum(0.0, span_tail - y)
-            area_t = area / np.where(room > 0, room, 1.0)
-        out = _max_of([out, np.where(warm, mw, 0.0), area_t, slots])
-        return np.where(need <= room, out, INF)
+    Problem: a term per rank, from that rank's units and the prefix and suffix sums around them
+    alone, that no schedule of any partition placing those units on that rank beats.
 
-    def slot(head_s, cycle, act_s, room, tail):
-        k = np.floor(room / np.where(act_s > 0, act_s, 1.0) + REL)
-        use = (act_s > 0) & (k >= 1) & (k < M)
-        val = (head_s if makespan else 0.0) + M * cycle / np.maximum(k, 1.0) + (tail if makespan else 0.0)
-        return np.where(use, val, 0.0)
+    Method: the rank's quantities (:class:`_Rank`: its work, the chains before and after it, its
+    room and what the cap lets it hold) go into the terms of the module docstring: the free
+    terms, and under a finite cap the capped warm-up and cool-down, the byte-seconds over the
+    room and the memory cycles; inf where one microbatch of each of its stages does not fit.
 
-    def w_cycle(head_s, cycle, held, wg, room):
-        """The memory orders' cycle (schedc.solver.graph.memory_arcs): W(lo, j - L - 1) ends
-        before F(s, j) starts, L = floor((room - held) / wg(lo)), and F(s, j) -> ... -> W(lo, j)
-        takes `cycle`, so F(s, m) starts >= head + floor(m / (L + 1)) cycles and the step lasts
-        >= head + ceil(M / (L + 1)) cycles (makespan; a span starts no earlier than head)."""
-        per = np.floor(np.maximum(room - held, 0.0) / np.where(wg > 0, wg, 1.0) + REL) + 1
-        use = (wg > 0) & (room >= held * (1 - REL))
-        return np.where(use, (head_s if makespan else 0.0) + np.ceil(M / per - REL) * cycle, 0.0)
+    Cost: O(1) numpy operations per call over the boundary arrays given, O(M) for a loop rank
+    under a cap (the cool-down knapsack)."""
+    case = _Case(u, n_ranks, n_microbatches, cap, objective == "makespan")
 
     def loop_term(k, i, j):
-        S = n_ranks
-        F, I, W = u.seg(u.F, i, j), u.seg_i(i, j), u.seg_w(i, j)
-        act, wg = u.seg(u.act, i, j), u.seg(u.wg, i, j)
-        head = u.F[i] + k * c
-        after = (total_f - u.F[j]) + (total_i - u.I[j]) + 2 * c * (S - 1 - k)
-        tail_i = W if k == 0 else u.I[i] + u.w0 + k * c
-        room = cap - u.seg(u.static, i, j) - u.reserve  # buffers left out: a larger room relaxes
-        f_r, i_r, w_r = M * F, M * I, M * W
-        x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + REL) * F) if capped else f_r
-        x = np.where(act > 0, x, f_r)
-        y = _knapsack(M, room, act, wg, I, W) if capped else i_r + w_r
-        y = np.where((act > 0) & (wg > 0), np.minimum(y, i_r + w_r), i_r + w_r)
-        cycle = F + after + I
-        slots = np.maximum(slot(head, cycle, act, room, 0.0 if k == 0 else tail_i),
-                           w_cycle(head, cycle + W, act, wg, room)) if capped else 0.0
-        area = M * (act * cycle + wg * W)
-        return combine(f_r + i_r + w_r, head, head + F + after, F + after, I, tail_i, after + I + tail_i, W,
-                       f_r, i_r, w_r, after, room, act, x, y, slots, area)
+        return _rank_term(case, _loop_rank(case, k, i, j))
 
     def v_term(r, i, a, b, j):
-        R = n_ranks
-        cross_in = 2 * R - 2 - r  # rank crossings before stage 2R-1-r (stages R-1 and R share a rank)
-        FA, IA, WA = u.seg(u.F, i, a), u.seg_i(i, a), u.seg_w(i, a)
-        FB, IB, WB = u.seg(u.F, b, j), u.seg(u.I, b, j), u.seg(u.W, b, j)
-        actA, actB = u.seg(u.act, i, a), u.seg(u.act, b, j)
-        wgA, wgB = u.seg(u.wg, i, a), u.seg(u.wg, b, j)
-        head_lo = u.F[i] + r * c
-        head_hi = u.F[b] + cross_in * c
-        after_hi = (total_f - u.F[j]) + (total_i - u.I[j]) + 2 * r * c
-        after_lo = (total_f - u.F[a]) + (total_i - u.I[a]) + 2 * cross_in * c
-        tail_i_lo = WA if r == 0 else u.I[i] + u.w0 + r * c
-        tail_i_hi = u.I[b] + u.w0 + cross_in * c
-        f_r, i_r, w_r = M * (FA + FB), M * (IA + IB), M * (WA + WB)
-        i_chain = IA + (u.I[j] - u.I[a]) + (2 * R - 2 - 2 * r) * c
-        fi_chain = (u.F[b] - u.F[i]) + (2 * R - 2 - 2 * r) * c + FB + after_hi
-        room = cap - u.seg(u.static, i, a) - u.seg(u.static, b, j) - u.reserve
-        need = actA + actB
-        if capped:
-            x = np.minimum(f_r, room * np.maximum(_ratio(FA, actA), _ratio(FB, actB)))
-            y = np.minimum(i_r + w_r, room * _max_of([
-                _ratio(IA + WA, actA), _ratio(WA, wgA), _ratio(IB + WB, actB), _ratio(WB, wgB)]))
-            cycA, cycB = FA + after_lo + IA, FB + after_hi + IB
-            # W(lo) before F(hi) with the room both stages share: F(hi, j), forward to the end and
-            # back down to I(lo, j), then W(lo, j)
-            cycle_shared = FB + after_hi + i_chain + WA
-            slots = _max_of([w_cycle(head_lo, cycA + WA, actA, wgA, room),
-                             w_cycle(head_hi, cycle_shared, actA + actB, wgA, room),
-                             w_cycle(head_hi, cycB + WB, actA + actB, wgB, room),
-                             slot(head_lo, cycA, actA, room, 0.0 if r == 0 else tail_i_lo),
-                             slot(head_hi, cycB, actB, room, tail_i_hi)])
-            area = M * (actA * cycA + wgA * WA + actB * cycB + wgB * WB)
-        else:
-            x = y = slots = area = 0.0
-        return combine(f_r + i_r + w_r, head_lo, head_hi + FB + after_hi, fi_chain, i_chain, tail_i_lo,
-                       after_hi + IB + tail_i_hi, WA, f_r, i_r, w_r, after_hi, room, need, x, y, slots, area)
+        return _rank_term(case, _v_rank(case, r, i, a, b, j))
 
     return loop_term, v_term
 
