@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
 from schedc.core.cost_model import fits_room
@@ -72,6 +73,140 @@ NAME = "cooldown"
 LAST_MICROBATCHES = (0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 
+@dataclass
+class _Relisting:
+    """The event simulation of :func:`_relist`: per rank its given order up to the re-listing
+    point (``prefix``, run as given), the backwards after it (``back``: I's and B's, and the moved
+    F's of the second family) and the W's it owes (``wq``), and what the simulation has run so far."""
+
+    g: Graph
+    prefix: list[list[Action]]
+    back: list[list[Action]]
+    wq: list[list[Action]]
+    first_last: int  # the first of the last microbatches, whose I's a W gives way to
+    target: float
+    left_work: list[float]  # seconds each rank still has to run
+    left: int  # actions not run yet, all ranks
+    d: dict = field(init=False)
+    delta: dict = field(init=False)
+    over: dict = field(init=False)  # rise + transient while it runs
+    end_f: list[list[float]] = field(init=False)  # ends of the F's run so far (inf: not yet)
+    end_i: list[list[float]] = field(init=False)  # ... of the I's or B's
+    held: list[float] = field(init=False)  # each rank's running sum of bytes, as simulate() counts it in row order
+    pos: list[int] = field(init=False)  # how much of its prefix each rank has run
+    free_at: list[float] = field(init=False)
+    first_start: list[float] = field(init=False)
+    out: list[list[Action]] = field(init=False)
+    heap: list = field(init=False)  # wake-ups (time, rank)
+
+    def __post_init__(self) -> None:
+        g = self.g
+        R, S, M = g.R, g.S, g.M
+        self.d = {(s, k): g.problem.duration(s, k) for s in range(S) for k in "FIWB"}
+        self.delta = {(s, k): g.mem[k][s] for s in range(S) for k in "FIWB"}
+        self.over = {(s, k): g.over[k][s] for s in range(S) for k in "FIWB"}
+        self.end_f = [[math.inf] * M for _ in range(S)]
+        self.end_i = [[math.inf] * M for _ in range(S)]
+        self.held = [0.0] * R
+        self.pos = [0] * R
+        self.free_at = [0.0] * R
+        self.first_start = [math.inf] * R
+        self.out = [[] for _ in range(R)]
+        self.heap = [(0.0, r) for r in range(R)]
+
+    @classmethod
+    def of(cls, g: Graph, sched: Schedule, last: int, from_lowest: bool, target: float) -> "_Relisting":
+        """Each rank's given order cut after its last F (of its lowest stage: `from_lowest`)."""
+        rows = [list(sched.actions(r)) for r in range(g.R)]
+        lowest = [min((a.stage for a in row), default=-1) for row in rows]
+        last_f = [max((i for i, a in enumerate(row) if a.kind == "F" and (a.stage == lo or not from_lowest)),
+                      default=-1) for row, lo in zip(rows, lowest)]
+        d = g.problem.duration
+        return cls(g=g, prefix=[row[: lf + 1] for row, lf in zip(rows, last_f)],
+                   back=[[a for a in row[lf + 1:] if a.kind != "W"] for row, lf in zip(rows, last_f)],
+                   wq=[[a for a in row[lf + 1:] if a.kind == "W"] for row, lf in zip(rows, last_f)],
+                   first_last=g.M - last, target=target,
+                   left_work=[sum(d(a.stage, a.kind) for a in row) for row in rows],
+                   left=sum(len(row) for row in rows))
+
+    def ready(self, a: Action) -> Optional[float]:
+        """When a's inputs are there (None: a producer has not run yet)."""
+        at = self.g.input_time(a.kind, a.stage, a.microbatch, self.end_f, self.end_i)
+        return None if at == math.inf else at
+
+    def over_cap(self, r: int, a: Action) -> bool:
+        grow = self.over[a.stage, a.kind]
+        return grow > 0 and not fits_room(self.held[r] + grow, self.g.room[r])
+
+    def ready_w(self, r: int, t: float) -> Optional[int]:
+        return next((j for j, a in enumerate(self.wq[r]) if self.end_i[a.stage][a.microbatch] <= t + EPS), None)
+
+    def run(self, r: int, a: Action, t: float) -> None:
+        """Rank r runs `a` from `t`, and wakes at its end with the neighbour stages' ranks."""
+        e = t + self.d[a.stage, a.kind]
+        self.first_start[r] = min(self.first_start[r], t)
+        if a.kind != "W":
+            (self.end_f if a.kind == "F" else self.end_i)[a.stage][a.microbatch] = e
+        self.free_at[r] = e
+        self.held[r] += self.delta[a.stage, a.kind]
+        self.left_work[r] -= self.d[a.stage, a.kind]
+        self.out[r].append(a)
+        self.left -= 1
+        heapq.heappush(self.heap, (e, r))
+        rank_of = self.g.problem.placement
+        for nb in (a.stage - 1, a.stage + 1):  # the neighbour stage may wait for this output
+            if 0 <= nb < self.g.S and rank_of[nb] != r:
+                heapq.heappush(self.heap, (e + self.g.comm[min(a.stage, nb)], rank_of[nb]))
+
+    def run_prefix(self, r: int, t: float) -> None:
+        """Rank r's next action of its given order, when its inputs are there."""
+        a = self.prefix[r][self.pos[r]]
+        at = self.ready(a)
+        if at is None:
+            return  # woken when the producer runs
+        if at > t + EPS:
+            heapq.heappush(self.heap, (at, r))
+            return
+        self.pos[r] += 1
+        self.run(r, a, t)
+
+    def scan_back(self, r: int, t: float) -> tuple[Optional[int], float, float, bool]:
+        """(the first ready backward that fits, the next input's arrival, the next arrival of
+        one of the last microbatches' inputs, whether a ready one is blocked by the cap)."""
+        nxt, nxt_last, blocked = math.inf, math.inf, False
+        for j, a in enumerate(self.back[r]):
+            at = self.ready(a)
+            if at is None:
+                continue
+            if at <= t + EPS:
+                if not self.over_cap(r, a):
+                    return j, nxt, nxt_last, blocked
+                blocked = True  # an F over the cap: a W frees its bytes first (run_relisted)
+                continue
+            nxt = min(nxt, at)
+            if a.microbatch >= self.first_last:
+                nxt_last = min(nxt_last, at)
+        return None, nxt, nxt_last, blocked
+
+    def run_relisted(self, r: int, t: float) -> None:
+        """Rank r after its prefix: a W that frees room for a blocked F, else a ready backward,
+        else a W unless an I of the last microbatches arrives within it and the rank can afford
+        to wait, else wait for the next input."""
+        pick, nxt, nxt_last, blocked = self.scan_back(r, t)
+        w = self.ready_w(r, t)
+        if blocked and w is not None:
+            self.run(r, self.wq[r].pop(w), t)
+        elif pick is not None:
+            self.run(r, self.back[r].pop(pick), t)
+        elif w is not None and nxt_last - t < self.d[self.wq[r][w].stage, "W"] - EPS and \
+                nxt_last - t <= self.target - t - self.left_work[r] + EPS * max(1.0, self.target):
+            heapq.heappush(self.heap, (nxt_last, r))  # the W would delay an I of the last microbatches
+        elif w is not None:
+            self.run(r, self.wq[r].pop(w), t)
+        elif nxt < math.inf:
+            heapq.heappush(self.heap, (nxt, r))
+
+
 def _relist(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[], bool], last: int,
             from_lowest: bool = False, target: float = math.inf) -> Optional[tuple[list[list[Action]], float]]:
     """(per-rank rows with each rank's cool-down re-listed, a W giving way to the I's of the
@@ -81,110 +216,18 @@ def _relist(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[
     given order deadlocks. `from_lowest`: re-list from the rank's last F of its lowest stage on,
     the later F's among the backwards (see the module docstring)."""
     g = graph_of(problem)
-    problem = g.problem
-    R, S, M = g.R, g.S, g.M
-    rows = [list(sched.actions(r)) for r in range(R)]
-    d = {(s, k): problem.duration(s, k) for s in range(S) for k in "FIWB"}
-    delta = {(s, k): g.mem[k][s] for s in range(S) for k in "FIWB"}
-    over = {(s, k): g.over[k][s] for s in range(S) for k in "FIWB"}  # rise + transient while it runs
-    comm = g.comm
-    lowest = [min((a.stage for a in row), default=-1) for row in rows]
-    last_f = [max((i for i, a in enumerate(row) if a.kind == "F" and (a.stage == lo or not from_lowest)), default=-1)
-              for row, lo in zip(rows, lowest)]
-    prefix = [row[: lf + 1] for row, lf in zip(rows, last_f)]
-    back = [[a for a in row[lf + 1:] if a.kind != "W"] for row, lf in zip(rows, last_f)]
-    wq = [[a for a in row[lf + 1:] if a.kind == "W"] for row, lf in zip(rows, last_f)]
-    end_f = [[math.inf] * M for _ in range(S)]  # ends of the F's run so far (inf: not yet)
-    end_i = [[math.inf] * M for _ in range(S)]  # ... of the I's or B's
-    first_last = M - last
-    room = g.room
-    held = [0.0] * R  # each rank's running sum of bytes, as simulate() counts it in row order
-    left_work = [sum(d[a.stage, a.kind] for a in row) for row in rows]
-
-    def ready(a: Action) -> Optional[float]:
-        """When a's inputs are there (None: a producer has not run yet)."""
-        at = g.input_time(a.kind, a.stage, a.microbatch, end_f, end_i)
-        return None if at == math.inf else at
-
-    def over_cap(r: int, a: Action) -> bool:
-        grow = over[a.stage, a.kind]
-        return grow > 0 and not fits_room(held[r] + grow, room[r])
-
-    pos = [0] * R
-    free_at = [0.0] * R
-    first_start = [math.inf] * R
-    out: list[list[Action]] = [[] for _ in range(R)]
-    heap = [(0.0, r) for r in range(R)]
-    left = sum(len(row) for row in rows)
-    rank_of = problem.placement
-
-    def run(r: int, a: Action, t: float) -> None:
-        nonlocal left
-        e = t + d[a.stage, a.kind]
-        first_start[r] = min(first_start[r], t)
-        if a.kind != "W":
-            (end_f if a.kind == "F" else end_i)[a.stage][a.microbatch] = e
-        free_at[r] = e
-        held[r] += delta[a.stage, a.kind]
-        left_work[r] -= d[a.stage, a.kind]
-        out[r].append(a)
-        left -= 1
-        heapq.heappush(heap, (e, r))
-        for nb in (a.stage - 1, a.stage + 1):  # the neighbour stage may wait for this output
-            if 0 <= nb < S and rank_of[nb] != r:
-                heapq.heappush(heap, (e + comm[min(a.stage, nb)], rank_of[nb]))
-
-    def ready_w(r: int, t: float) -> Optional[int]:
-        return next((j for j, a in enumerate(wq[r]) if end_i[a.stage][a.microbatch] <= t + EPS), None)
-
-    moments = Moments(heap, free_at, expired)
+    sim = _Relisting.of(g, sched, last, from_lowest, target)
+    moments = Moments(sim.heap, sim.free_at, expired)
     for t, r in moments:
-        if pos[r] < len(prefix[r]):
-            a = prefix[r][pos[r]]
-            at = ready(a)
-            if at is None:
-                continue  # woken when the producer runs
-            if at > t + EPS:
-                heapq.heappush(heap, (at, r))
-                continue
-            pos[r] += 1
-            run(r, a, t)
-            continue
-        nxt, pick, nxt_last, blocked = math.inf, None, math.inf, False
-        for j, a in enumerate(back[r]):
-            at = ready(a)
-            if at is None:
-                continue
-            if at <= t + EPS:
-                if not over_cap(r, a):
-                    pick = j
-                    break
-                blocked = True  # an F over the cap: a W frees its bytes first (below)
-                continue
-            nxt = min(nxt, at)
-            if a.microbatch >= first_last:
-                nxt_last = min(nxt_last, at)
-        w = ready_w(r, t)
-        if blocked and w is not None:
-            run(r, wq[r].pop(w), t)
-            continue
-        if pick is not None:
-            run(r, back[r].pop(pick), t)
-            continue
-        if w is not None and nxt_last - t < d[wq[r][w].stage, "W"] - EPS and \
-                nxt_last - t <= target - t - left_work[r] + EPS * max(1.0, target):
-            heapq.heappush(heap, (nxt_last, r))  # the W would delay an I of the last microbatches
-            continue
-        if w is not None:
-            run(r, wq[r].pop(w), t)
-            continue
-        if nxt < math.inf:
-            heapq.heappush(heap, (nxt, r))
-    if moments.expired or left:
+        if sim.pos[r] < len(sim.prefix[r]):
+            sim.run_prefix(r, t)
+        else:
+            sim.run_relisted(r, t)
+    if moments.expired or sim.left:
         return None
-    if problem.objective == "span":
-        return out, max(f - s0 for f, s0 in zip(free_at, first_start) if s0 < math.inf)
-    return out, max(free_at)
+    if g.problem.objective == "span":
+        return sim.out, max(f - s0 for f, s0 in zip(sim.free_at, sim.first_start) if s0 < math.inf)
+    return sim.out, max(sim.free_at)
 
 
 def relist_cooldown(problem: Union[Problem, Graph], sched: Schedule, expired: Callable[[], bool] = lambda: False,
