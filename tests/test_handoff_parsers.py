@@ -192,3 +192,79 @@ def test_a_plans_report_launches_as_planned(tmp_path):
     assert cfg.parallelism.module_fqns_per_model_part == translated
     assert cfg.training.seq_len == 2048 and cfg.training.local_batch_size == 4
     assert type(cfg.activation_checkpoint).__qualname__ == "FullAC.Config"
+
+
+# the counted route's two common precisions: bf16 weights with fp32 master weights, gradients and
+# AdamW states (--dtype bfloat16 --grad-dtype float32), and fp32 throughout (--dtype float32)
+PRECISIONS = {"bf16 params + fp32 grads": {"dtype": "bfloat16", "grad_dtype": "float32"},
+              "fp32 everything": {"dtype": "float32"}}
+
+
+def _counted_handoff(**run) -> Handoff:
+    """A handoff carrying what `unit_profile` (the route of `plan --config`) records in "assumes"."""
+    from schedc.model_costs import unit_profile
+
+    p = unit_profile(layers=4, hidden=64, vocab=100, heads=4, kv_heads=2, seq=256, microbatch_size=2, dp_shard=2,
+                     names="hf", **run)
+    units = [u.modules for u in p.stages]  # embedding, 4 layers, norm + head
+    partition = [units[0] + units[1], units[2], units[3], units[4] + units[5]]
+    return Handoff(partition=partition, placement="v", n_ranks=2, n_microbatches=16, assumes=dict(p.assumes))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_nemo_loads_the_dtypes_and_sizes_the_plan_counted(tmp_path, precision):
+    pytest.importorskip("nemo_automodel.recipes._dist_utils")
+    import torch
+    from nemo_automodel.components.config.loader import load_yaml_config
+    from nemo_automodel.components.distributed.config import FSDP2Config
+    from nemo_automodel.components.training.step_scheduler import StepScheduler
+    from nemo_automodel.recipes._dist_utils import parse_distributed_section
+    from nemo_automodel.shared.utils import dtype_from_str
+
+    h = _counted_handoff(**PRECISIONS[precision])
+    a = h.assumes
+    settings = {name: f.settings(h) for name, f in REGISTRY.items()}
+    assert settings["nemo"]["warnings"] == []
+    path = tmp_path / "recipe.yaml"
+    path.write_text(nemo_yaml(settings) + "\n")
+    cfg = load_yaml_config(path)
+    d = parse_distributed_section(cfg.distributed.to_dict())
+    mp, pc = d["strategy_config"].mp_policy, d["pipeline_config"]
+    assert isinstance(d["strategy_config"], FSDP2Config) and d["dp_size"] == a["dp_shard"] == 2
+    assert (pc.pp_seq_len, pc.pp_microbatch_size) == (a["seq_len"], a["microbatch_size"])
+    # compute and stage-to-stage tensors in the activation dtype, reduction in the gradient dtype
+    assert mp.param_dtype == pc.dtype == getattr(torch, a["activation_dtype"])
+    assert mp.reduce_dtype == getattr(torch, a["grad_dtype"])
+    # storage: fp32 master weights where params are bf16; FSDP2 keeps gradients and AdamW its states in it
+    storage = dtype_from_str(cfg.model.torch_dtype)
+    assert storage == getattr(torch, "float32" if a["master_weights"] else a["param_dtype"])
+    assert storage == getattr(torch, a["grad_dtype"]) == getattr(torch, a["optimizer_dtype"])
+    assert a["optimizer"] == "adamw" and cfg.optimizer._target_ is torch.optim.AdamW
+    steps = StepScheduler(global_batch_size=cfg.step_scheduler.global_batch_size,
+                          local_batch_size=cfg.step_scheduler.local_batch_size, dp_size=d["dp_size"],
+                          dataloader=None, max_steps=1, preemption_signal=None)
+    assert steps.grad_acc_steps == 1 and cfg.step_scheduler.local_batch_size == 16 * a["microbatch_size"]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_torchtitan_parses_the_dtypes_the_plan_counted(precision):
+    h = _counted_handoff(**PRECISIONS[precision])
+    a = h.assumes
+    s = REGISTRY["torchtitan"].settings(h)
+    assert not any("dtype" in w or "gradients" in w for w in s["warnings"])
+    t = _parse_torchtitan(s["command_line"]).training
+    assert t.mixed_precision_param == a["activation_dtype"] and t.mixed_precision_reduce == a["grad_dtype"]
+    # training.dtype stores parameters, gradients and optimizer states
+    assert t.dtype == ("float32" if a["master_weights"] else a["param_dtype"]) == a["grad_dtype"] == a["optimizer_dtype"]
+    assert t.seq_len == a["seq_len"]
+
+
+def test_a_dtype_neither_framework_stores_as_counted_is_one_warning_each():
+    # pure bf16 (no master weights) with fp32 gradients: both keep gradients in bf16 storage
+    h = _counted_handoff(dtype="bfloat16", grad_dtype="float32", optimizer_dtype="bfloat16", master_weights=False)
+    for name, fragment in (("nemo", "model.torch_dtype bfloat16"), ("torchtitan", "training.dtype bfloat16")):
+        warnings = REGISTRY[name].settings(h)["warnings"]
+        grads = [w for w in warnings if "gradients" in w]
+        assert len(grads) == 1 and grads[0].startswith("the plan counts 'float32' gradients") and fragment in grads[0]
+    nemo = REGISTRY["nemo"].settings(h)
+    assert nemo["model"] == {"torch_dtype": "bfloat16"} and nemo["distributed"]["mp_policy"]["reduce_dtype"] == "float32"

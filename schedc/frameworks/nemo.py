@@ -14,7 +14,14 @@ The YAML is read by ``components/config/loader.py`` ``load_yaml_config`` and its
 section by ``recipes/_dist_utils.py`` ``parse_distributed_section``: ``activation_checkpointing``
 false / true (full) / selective, ``dp_size`` the data-parallel degree (FSDP2 shards over
 dp_size / dp_replicate_size), ``pipeline`` the fields of ``PipelineConfig`` (``pp_seq_len``: the
-sequence length the stages' shapes are inferred for).
+sequence length the stages' shapes are inferred for). Precision: ``distributed.mp_policy`` becomes
+FSDP2's ``MixedPrecisionPolicy`` (L136-149: ``param_dtype`` the compute dtype, ``reduce_dtype`` the
+gradient reduction's, ``output_dtype`` null keeps outputs in the compute dtype, which the pipeline's
+inter-stage ``dtype`` then follows, L219-240); ``model.torch_dtype`` is the parameters' storage
+dtype (``_transformers/model_init.py``; FSDP2 keeps sharded gradients in it, torch's ``_fsdp_collectives``
+casts the reduced gradient back, and torch's AdamW its states); ``step_scheduler.global_batch_size``
+over ``local_batch_size`` x the data-parallel degree is the gradient-accumulation count
+(``components/training/step_scheduler.py`` L116-122).
 
 Cost: constant per name; rendering is linear in the number of module names.
 """
@@ -102,7 +109,16 @@ def settings(h: Handoff) -> dict:
     else:
         warnings.append("the profile does not record its sequence length: set distributed.pipeline.pp_seq_len "
                         "and the dataset's length to the one it was profiled at")
-    distributed = {"pp_size": h.n_ranks, "tp_size": int(a.get("tp") or 1), "dp_size": int(a.get("dp_shard") or 1)}
+    dp = int(a.get("dp_shard") or 1)
+    # strategy fsdp2 with no replication: every data-parallel rank shards, as the plan's dp_shard divides
+    distributed = {"strategy": "fsdp2", "pp_size": h.n_ranks, "tp_size": int(a.get("tp") or 1), "dp_size": dp,
+                   "dp_replicate_size": 1}
+    if a.get("sequence_parallel") and distributed["tp_size"] > 1:
+        distributed["sequence_parallel"] = True
+    mp_policy, model, precision_warnings = _precision(a)
+    if mp_policy:
+        distributed["mp_policy"] = mp_policy
+    optimizer = _optimizer(a.get("optimizer"), precision_warnings)
     mode = h.ac_mode()
     if mode is not None:
         distributed["activation_checkpointing"] = _AC[mode]
@@ -110,27 +126,91 @@ def settings(h: Handoff) -> dict:
         warnings.append(f"the plan checkpoints activations differently per stage or layer "
                         f"({h.ac_summary()}); NeMo AutoModel applies one mode to every layer: run the plan "
                         "under schedc's runtime or plan with one --ac mode")
-    warnings += h.common_warnings(NAME, "hf", "NeMo AutoModel")
-    return {"distributed": {**distributed, "pipeline": pipeline},
-            "step_scheduler": {"local_batch_size": h.n_microbatches * mbs}, "warnings": warnings}
+    warnings += precision_warnings + h.common_warnings(NAME, "hf", "NeMo AutoModel")
+    local = h.n_microbatches * mbs
+    out = {"distributed": {**distributed, "pipeline": pipeline},
+           # one optimizer step per pipeline step: no gradient accumulation the plan did not count
+           "step_scheduler": {"local_batch_size": local, "global_batch_size": local * dp}}
+    if model:
+        out["model"] = model
+    if optimizer:
+        out["optimizer"] = optimizer
+    return {**out, "warnings": warnings}
+
+
+_NEMO_DTYPES = ("bfloat16", "float16", "float32")  # what dtype_from_str reads and FSDP2 computes in
+_OPTIMIZERS = {"adamw": {"_target_": "torch.optim.AdamW"}, "adam": {"_target_": "torch.optim.Adam"},
+               "sgd": {"_target_": "torch.optim.SGD", "momentum": 0.0},
+               "sgd-momentum": {"_target_": "torch.optim.SGD", "momentum": 0.9}}
+
+
+def _precision(a: dict) -> tuple[dict, dict, list[str]]:
+    """(``distributed.mp_policy``, the ``model`` section, warnings) for the dtypes the plan counted.
+    Storage (``model.torch_dtype``) is float32 where the plan counted float32 parameters or float32
+    master weights, else the parameter dtype; FSDP2 computes in the activation dtype and reduces
+    gradients in the gradient dtype. What storage decides alone (stored gradients, optimizer
+    states) and differs from the plan's count is a warning."""
+    act, param, grad, opt = (a.get(k) for k in ("activation_dtype", "param_dtype", "grad_dtype", "optimizer_dtype"))
+    mp, model, out = {}, {}, []
+    if act in _NEMO_DTYPES:
+        mp = {"param_dtype": act, "reduce_dtype": grad if grad in _NEMO_DTYPES else "float32", "output_dtype": None}
+    elif act is not None:
+        out.append(f"the plan counts {ascii(act)[:20]} activations; FSDP2's mp_policy computes in one of "
+                   f"{', '.join(_NEMO_DTYPES)}")
+    storage = "float32" if param == "float32" or (param is not None and a.get("master_weights")) else param
+    if storage in _NEMO_DTYPES:
+        model["torch_dtype"] = storage
+    elif param is not None:
+        out.append(f"the plan counts {ascii(param)[:20]} parameters; model.torch_dtype stores one of "
+                   f"{', '.join(_NEMO_DTYPES)}")
+        storage = None
+    if storage and grad and grad != storage:
+        out.append(f"the plan counts {ascii(grad)[:20]} gradients; FSDP2 keeps them in the parameters' storage "
+                   f"dtype (model.torch_dtype {storage})")
+    if storage and opt and opt != storage and a.get("optimizer") not in ("sgd", "none"):
+        out.append(f"the plan counts {ascii(opt)[:20]} optimizer states; torch's optimizers keep them in the "
+                   f"parameters' storage dtype (model.torch_dtype {storage})")
+    return mp, model, out
+
+
+def _optimizer(name, warnings: list[str]) -> dict:
+    """The ``optimizer`` section's class for the optimizer whose states the plan counted."""
+    if name is None or name in _OPTIMIZERS:
+        return dict(_OPTIMIZERS.get(name) or {})
+    warnings.append(f"the plan counts optimizer {ascii(name)[:20]} (no states for 'none'); the LLM recipe builds "
+                    "the optimizer section of your YAML, whose states the plan does not count")
+    return {}
 
 
 def yaml_text(s: dict) -> str:
-    """The two sections as YAML (flow-style lists for the partition), as the recipe's loader reads them."""
+    """The sections as YAML (flow-style lists for the partition), as the recipe's loader reads them."""
     d, p = s["distributed"], s["distributed"]["pipeline"]
     lines = ["distributed:"]
-    for key in ("pp_size", "tp_size", "dp_size", "activation_checkpointing"):
-        if key in d:
-            lines.append(f"  {key}: {json.dumps(d[key])}")
+    for key, value in d.items():
+        if key == "mp_policy":  # parse_distributed_section builds FSDP2's MixedPrecisionPolicy from it
+            lines += ["  mp_policy:"] + [f"    {k}: {json.dumps(v)}" for k, v in value.items()]
+        elif key != "pipeline":
+            lines.append(f"  {key}: {json.dumps(value)}")
     lines.append("  pipeline:")
-    lines += [f"    {key}: {json.dumps(value)}" for key, value in p.items() if key != "module_fqns_per_model_part"]
+    for key, value in p.items():
+        if key != "module_fqns_per_model_part":
+            lines.append(f"    {key}: {json.dumps(value)}"
+                         + ("  # and your dataset's length (dataset.seq_len or packed_sequence.packed_sequence_size)"
+                            if key == "pp_seq_len" else ""))
     lines.append("    module_fqns_per_model_part:")
     if any(name.startswith("model.") for stage in p["module_fqns_per_model_part"] for name in stage):
         # per-unit profiles leave out modules every stage keeps (a merge would repeat them)
         lines.append("      # NeMo's own split also puts model.rotary_emb on every stage: add it to each list "
                      "if your model has one")
     lines += [f"      - {json.dumps(stage)}" for stage in p["module_fqns_per_model_part"]]
-    lines += ["step_scheduler:", f"  local_batch_size: {s['step_scheduler']['local_batch_size']}"]
+    lines.append("step_scheduler:")
+    lines += [f"  {k}: {json.dumps(v)}" for k, v in s["step_scheduler"].items()]
+    if s.get("model"):
+        lines += ["model:  # merge into your model section (keep its _target_ and checkpoint)"]
+        lines += [f"  {k}: {json.dumps(v)}" for k, v in s["model"].items()]
+    if s.get("optimizer"):
+        lines += ["optimizer:  # merge into your optimizer section (keep its lr, betas, weight_decay)"]
+        lines += [f"  {k}: {json.dumps(v)}" for k, v in s["optimizer"].items()]
     return "\n".join(lines)
 
 

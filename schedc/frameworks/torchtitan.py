@@ -149,19 +149,31 @@ def _dtypes(assumes: dict, config: dict) -> list[str]:
     """``training.mixed_precision_param`` (the compute dtype FSDP's policy casts to; torchtitan's llama3
     always installs it, parallelize.py) from the activation dtype, and ``training.dtype`` (how
     parameters, gradients and optimizer states are stored) from the parameter dtype: float32
-    storage where the plan counted float32 parameters or float32 master weights. Returns warnings."""
+    storage where the plan counted float32 parameters or float32 master weights;
+    ``training.mixed_precision_reduce`` (FSDP's gradient reduction, float32 only in 0.3.0). FSDP2
+    keeps the reduced gradients, and torch's optimizers their states, in the storage dtype: a
+    gradient or optimizer dtype the plan counted otherwise is a warning. Returns warnings."""
     out = []
-    act, param = assumes.get("activation_dtype"), assumes.get("param_dtype")
+    act, param, grad, opt = (assumes.get(k) for k in ("activation_dtype", "param_dtype", "grad_dtype",
+                                                      "optimizer_dtype"))
     if act in _TITAN_DTYPES:
         config["training.mixed_precision_param"] = act
     elif act is not None:
         out.append(f"the plan counts {ascii(act)[:20]} activations; torchtitan computes in bfloat16 or float32")
+    storage = None
     if param == "float32" or (param == "bfloat16" and assumes.get("master_weights")):
-        config["training.dtype"] = "float32"
+        storage = config["training.dtype"] = "float32"
     elif param == "bfloat16":
-        config["training.dtype"] = "bfloat16"
+        storage = config["training.dtype"] = "bfloat16"
     elif param is not None:
         out.append(f"the plan counts {ascii(param)[:20]} parameters; torchtitan stores bfloat16 or float32")
+    if grad == "float32":
+        config["training.mixed_precision_reduce"] = "float32"
+    if storage and grad and grad != storage:
+        out.append(f"the plan counts {ascii(grad)[:20]} gradients; torchtitan keeps them in training.dtype {storage}")
+    if storage and opt and opt != storage and assumes.get("optimizer") not in ("sgd", "none"):
+        out.append(f"the plan counts {ascii(opt)[:20]} optimizer states; torchtitan keeps them in training.dtype "
+                   f"{storage}")
     return out
 
 
