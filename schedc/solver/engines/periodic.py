@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from schedc.errors import SchedcError
 from schedc.core.ir import Action, Schedule
@@ -108,51 +108,40 @@ def _costs(g: Graph, unit: float):
     return dur, lag
 
 
-def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int = 0,
-                 workers: int = 2, hint: Optional[Timetable] = None,
-                 first: bool = False) -> tuple[str, Optional[Timetable]]:
-    """The timetable with the least latency at `period` units, within `seconds`:
-    ("feasible" | "infeasible" | "unknown", the timetable or None). A `hint` (a timetable of
-    another period) is scaled to this one and given to CP-SAT as its first guess; `first` stops
-    at the first timetable found (any latency)."""
-    from ortools.sat.python import cp_model
+@dataclass
+class _PeriodModel:
+    """The CP-SAT model of one period P: one start per (stage, kind) of microbatch 0, within a
+    horizon of one microbatch's work plus up to three periods of waiting per stage."""
 
-    dur, lag = _costs(g, unit)
-    S, P = g.S, period
-    if max(dur.values()) > P:
-        return "infeasible", None
-    # one microbatch's work plus up to three periods of waiting per stage: a construction, so a
-    # limit here can only cost timetables, never validity
-    horizon = (sum(dur.values()) + sum(lag)) + 3 * S * P
-    wraps = horizon // P + 1
-    m = cp_model.CpModel()
-    start = {(s, k): m.new_int_var(0, horizon, f"start_{s}{k}") for (s, k) in dur}
+    m: Any  # cp_model.CpModel
+    P: int
+    dur: dict  # (stage, kind) -> units
+    lag: list  # per boundary, units
+    horizon: int
+    start: dict  # (stage, kind) -> start variable
 
-    def end(s, k):
-        return start[s, k] + dur[s, k]
+    @classmethod
+    def new(cls, dur: dict, lag: list, n_stages: int, period: int) -> "_PeriodModel":
+        from ortools.sat.python import cp_model
 
-    m.add(start[0, "F"] == 0)
-    if hint is not None:
-        for key, v in start.items():
-            m.add_hint(v, min(horizon, round(hint.start[key] * period / hint.period)))
-    for s in range(S):
-        back = g.kinds(s)[1]  # I, or B on a stage without weights
-        if s > 0:
-            m.add(start[s, "F"] >= end(s - 1, "F") + lag[s - 1])
-        m.add(start[s, back] >= end(s, "F"))
-        if s < S - 1:
-            m.add(start[s, back] >= end(s + 1, g.kinds(s + 1)[1]) + lag[s])
-        if "W" in g.kinds(s):
-            m.add(start[s, "W"] >= end(s, "I"))
+        # a construction, so a limit here can only cost timetables, never validity
+        horizon = (sum(dur.values()) + sum(lag)) + 3 * n_stages * period
+        m = cp_model.CpModel()
+        start = {(s, k): m.new_int_var(0, horizon, f"start_{s}{k}") for (s, k) in dur}
+        return cls(m, period, dur, lag, horizon, start)
 
-    def phase_of(s, k):
+    def end(self, s: int, k: str):
+        return self.start[s, k] + self.dur[s, k]
+
+    def phase_of(self, s: int, k: str):
         """start mod P, as a variable."""
-        phase = m.new_int_var(0, P - 1, f"phase_{s}{k}")
-        m.add_modulo_equality(phase, start[s, k], P)
+        phase = self.m.new_int_var(0, self.P - 1, f"phase_{s}{k}")
+        self.m.add_modulo_equality(phase, self.start[s, k], self.P)
         return phase
 
-    def two_laps(phase, length):
+    def two_laps(self, phase, length) -> list:
         """The interval [phase, phase + length) and its copy one period later."""
+        m, P = self.m, self.P
         out = []
         for lap in (0, P):
             at = m.new_int_var(0, 2 * P, "")
@@ -165,65 +154,126 @@ def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int =
                 out.append(m.new_interval_var(at, length, until, ""))
         return out
 
+
+def _add_hint(mod: _PeriodModel, hint: Timetable) -> None:
+    """`hint`'s starts scaled from its period to this one."""
+    for key, v in mod.start.items():
+        mod.m.add_hint(v, min(mod.horizon, round(hint.start[key] * mod.P / hint.period)))
+
+
+def _add_dependencies(mod: _PeriodModel, g: Graph) -> None:
+    """The dependency rule of schedc.simulate on one microbatch, the boundary's comm as the lag."""
+    m, start, end, lag = mod.m, mod.start, mod.end, mod.lag
+    m.add(start[0, "F"] == 0)
+    for s in range(g.S):
+        back = g.kinds(s)[1]  # I, or B on a stage without weights
+        if s > 0:
+            m.add(start[s, "F"] >= end(s - 1, "F") + lag[s - 1])
+        m.add(start[s, back] >= end(s, "F"))
+        if s < g.S - 1:
+            m.add(start[s, back] >= end(s + 1, g.kinds(s + 1)[1]) + lag[s])
+        if "W" in g.kinds(s):
+            m.add(start[s, "W"] >= end(s, "I"))
+
+
+def _add_one_at_a_time(mod: _PeriodModel, g: Graph) -> dict:
+    """Per rank, its actions' phases on the circle of length P do not overlap; returns each
+    stage's F phase (where its memory windows start, whatever F lasts)."""
     f_phase = {}
     for r in range(g.R):
         busy = []
         for s in g.stages[r]:
-            f_phase[s] = phase_of(s, "F")  # where its memory windows start, whatever F lasts
+            f_phase[s] = mod.phase_of(s, "F")
             for k in g.kinds(s):
-                if dur[s, k] == 0:
+                if mod.dur[s, k] == 0:
                     continue  # stage 0's I under torch's runtime: it takes no time
-                busy += two_laps(f_phase[s] if k == "F" else phase_of(s, k), dur[s, k])
-        m.add_no_overlap(busy)
+                busy += mod.two_laps(f_phase[s] if k == "F" else mod.phase_of(s, k), mod.dur[s, k])
+        mod.m.add_no_overlap(busy)
+    return f_phase
 
-    for r in range(g.R):
-        room = g.room[r]
-        if not math.isfinite(room):
-            continue
-        byte_unit = max(max((b for s in g.stages[r] for _, b in g.held(s)), default=1.0) / 1e4, 1.0)
-        capacity = math.floor(room / byte_unit)
-        windows, demands, always = [], [], []
-        for s in g.stages[r]:
-            for k, held in g.held(s):
-                amount = math.ceil(held / byte_unit - 1e-9)
-                lifetime = m.new_int_var(0, horizon + P, "")
-                m.add(lifetime == end(s, k) - start[s, "F"])
-                full_laps = m.new_int_var(0, wraps, "")
-                rest = m.new_int_var(0, P - 1, "")
-                m.add_division_equality(full_laps, lifetime, P)
-                m.add_modulo_equality(rest, lifetime, P)
-                always.append(amount * full_laps)
-                pair = two_laps(f_phase[s], rest)
-                windows += pair
-                demands += [amount, amount]
-        if not windows:
-            continue
-        base = m.new_int_var(0, capacity, f"always_held_{r}")
-        m.add(base == sum(always))
-        windows.append(m.new_fixed_size_interval_var(0, 4 * P, ""))
-        demands.append(base)
-        m.add_cumulative(windows, demands, capacity)
 
-    latency = m.new_int_var(0, horizon + P, "latency")
-    for s, k in dur:
-        m.add(latency >= end(s, k))
-    # the least latency first, then every action as early as it can be: of the timetables with
-    # that latency, the one the simulator's earliest starts keep closest (CP-SAT's workers
-    # otherwise return any of them, and their schedules simulate to different steps)
-    weight = len(start) * (horizon + 1) + 1
-    if weight * (horizon + P) < 2 ** 62:  # CP-SAT's 64-bit objective: else the latency alone
-        m.minimize(latency * weight + sum(start.values()))
+def _add_rank_memory(mod: _PeriodModel, g: Graph, r: int, f_phase: dict) -> None:
+    """Rank r's held bytes within its room: a lifetime of q P + rho is held by q microbatches
+    all the time and by one more over rho from F's phase (module docstring)."""
+    room = g.room[r]
+    if not math.isfinite(room):
+        return
+    m, P = mod.m, mod.P
+    byte_unit = max(max((b for s in g.stages[r] for _, b in g.held(s)), default=1.0) / 1e4, 1.0)
+    capacity = math.floor(room / byte_unit)
+    windows, demands, always = [], [], []
+    for s in g.stages[r]:
+        for k, held in g.held(s):
+            amount = math.ceil(held / byte_unit - 1e-9)
+            lifetime = m.new_int_var(0, mod.horizon + P, "")
+            m.add(lifetime == mod.end(s, k) - mod.start[s, "F"])
+            full_laps = m.new_int_var(0, mod.horizon // P + 1, "")
+            rest = m.new_int_var(0, P - 1, "")
+            m.add_division_equality(full_laps, lifetime, P)
+            m.add_modulo_equality(rest, lifetime, P)
+            always.append(amount * full_laps)
+            windows += mod.two_laps(f_phase[s], rest)
+            demands += [amount, amount]
+    if not windows:
+        return
+    base = m.new_int_var(0, capacity, f"always_held_{r}")
+    m.add(base == sum(always))
+    windows.append(m.new_fixed_size_interval_var(0, 4 * P, ""))
+    demands.append(base)
+    m.add_cumulative(windows, demands, capacity)
+
+
+def _minimize_latency(mod: _PeriodModel) -> None:
+    """The least latency first, then every action as early as it can be: of the timetables with
+    that latency, the one the simulator's earliest starts keep closest (CP-SAT's workers
+    otherwise return any of them, and their schedules simulate to different steps)."""
+    m, horizon = mod.m, mod.horizon
+    latency = m.new_int_var(0, horizon + mod.P, "latency")
+    for s, k in mod.dur:
+        m.add(latency >= mod.end(s, k))
+    weight = len(mod.start) * (horizon + 1) + 1
+    if weight * (horizon + mod.P) < 2 ** 62:  # CP-SAT's 64-bit objective: else the latency alone
+        m.minimize(latency * weight + sum(mod.start.values()))
     else:
         m.minimize(latency)
 
+
+def solve_period(g: Graph, period: int, unit: float, seconds: float, seed: int = 0,
+                 workers: int = 2, hint: Optional[Timetable] = None,
+                 first: bool = False) -> tuple[str, Optional[Timetable]]:
+    """The timetable with the least latency at `period` units, within `seconds`.
+
+    Problem: one microbatch's start per (stage, kind) such that every microbatch, started P
+    units after the one before, keeps the dependencies, one action at a time per rank and each
+    rank's room.
+
+    Method: the CP-SAT model of the module docstring. A `hint` (a timetable of another period)
+    is scaled to this one and given to CP-SAT as its first guess; `first` stops at the first
+    timetable found (any latency).
+
+    Cost: one model of 3 x S starts, solved within `seconds` (deterministic time under a work
+    budget). Returns ("feasible" | "infeasible" | "unknown", the timetable or None)."""
+    from ortools.sat.python import cp_model
+
     from schedc.solver.engines.cpsat import new_solver, run_solver
 
+    dur, lag = _costs(g, unit)
+    if max(dur.values()) > period:
+        return "infeasible", None
+    mod = _PeriodModel.new(dur, lag, g.S, period)
+    if hint is not None:
+        _add_hint(mod, hint)
+    _add_dependencies(mod, g)
+    f_phase = _add_one_at_a_time(mod, g)
+    for r in range(g.R):
+        _add_rank_memory(mod, g, r, f_phase)
+    _minimize_latency(mod)
     # configured as the compile's other CP-SAT phases (a work budget: deterministic time, charged)
     solver = new_solver(seconds, workers, seed, least=0.05)
     solver.parameters.stop_after_first_solution = first
-    status = run_solver(solver, m)
+    status = run_solver(solver, mod.m)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "feasible", Timetable(P, {key: solver.value(v) for key, v in start.items()}, unit)
+        return "feasible", Timetable(period, {key: solver.value(v) for key, v in mod.start.items()}, unit)
     if status == cp_model.INFEASIBLE:
         return "infeasible", None
     return "unknown", None
@@ -264,6 +314,111 @@ def worth_trying(g: Graph) -> bool:
 
 
 @dataclass
+class _Bracket:
+    """Where the search over periods stands: the longest period shown infeasible (or not solved
+    in its time), the shortest feasible one and its timetable (None: none yet)."""
+
+    infeasible: int
+    feasible: Optional[int] = None
+    table: Optional[Timetable] = None
+
+
+@dataclass
+class _Search:
+    """One run's search: each period solved within a share of the time left, each timetable
+    found simulated, the best schedule that fits kept in ``best`` (schedule, simulation)."""
+
+    g: Graph
+    unit: float
+    deadline: Deadline
+    seed: int
+    workers: int
+    best: Optional[tuple] = None
+
+    def stop(self) -> bool:
+        return self.deadline.expired() or interrupt.requested()
+
+    def evaluate(self, table: Timetable) -> None:
+        g, problem = self.g, self.g.problem
+        if not self.deadline.allows(n_actions(g.S, g.M), SIMULATION_PASSES):
+            return  # the table still hints the next period
+        sched = schedule_of(g, table)
+        try:
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:  # a deadlock would be a bug in the model; the other tables stand
+            return
+        obj = problem.objective
+        if sim.fits and (self.best is None or sim.objective(obj) < self.best[1].objective(obj)):
+            self.best = (sched, sim)
+
+    def attempt(self, period: int, hint: Optional[Timetable], first: bool = False) -> tuple[str, Optional[Timetable]]:
+        left = self.deadline.left()
+        status, table = solve_period(self.g, period, self.unit, min(left, max(0.2, left / 4)), self.seed,
+                                     self.workers, hint, first)
+        if table is not None:
+            self.evaluate(table)
+        return status, table
+
+
+def _grow(search: _Search, lowest: int) -> _Bracket:
+    """Periods well above the least one first, unhinted: one is solved quickly and hints the rest."""
+    br = _Bracket(infeasible=lowest - 1)
+    for factor in GROWTH:
+        if search.stop():
+            break
+        period = max(br.infeasible + 1, math.ceil(lowest * factor))
+        status, table = search.attempt(period, None)
+        if status == "feasible":
+            br.feasible, br.table = period, table
+            break
+        if status == "infeasible":
+            br.infeasible = period
+    return br
+
+
+def _descend(search: _Search, br: _Bracket) -> None:
+    """No period solved: come down from one microbatch at a time instead, each period hinted with
+    the last feasible timetable."""
+    br.table = serial_timetable(search.g, search.unit)
+    br.feasible = br.table.period
+    search.evaluate(br.table)
+    while not search.stop():
+        period = max(br.infeasible + 1, math.floor(br.feasible * DESCENT))
+        if period >= br.feasible:
+            break
+        status, table = search.attempt(period, br.table, first=True)
+        if status != "feasible":
+            br.infeasible = period
+            break
+        br.feasible, br.table = period, table
+
+
+def _bisect(search: _Search, br: _Bracket) -> None:
+    """Between the infeasible and the feasible period, any timetable at each (module docstring)."""
+    while br.feasible is not None and br.feasible - br.infeasible > max(1, RESOLUTION * br.feasible) \
+            and not search.stop():
+        middle = (br.feasible + br.infeasible) // 2
+        status, table = search.attempt(middle, br.table, first=True)
+        if status == "feasible":
+            br.feasible, br.table = middle, table
+        else:
+            br.infeasible = middle
+
+
+def _polish(search: _Search, br: _Bracket) -> None:
+    """The least latency at the least period, then a few longer periods: with few microbatches
+    the latency weighs as much as the period."""
+    if br.feasible is None:
+        return
+    if not search.stop():
+        search.attempt(br.feasible, br.table)
+    for step in LONGER:
+        if search.stop():
+            break
+        search.attempt(math.ceil(br.feasible * step), br.table)
+
+
+@dataclass
 class PeriodicEngine:
     """Modulo scheduling as an engine (schedc.solver.engine): the search over periods of the
     module docstring, until the deadline; the best simulated schedule that fits, or none."""
@@ -282,79 +437,13 @@ class PeriodicEngine:
         if work <= 0:
             return Result()
         unit = work / UNITS_PER_PERIOD
-        lowest = math.ceil(work / unit - 1e-9)
-        problem = g.problem
-        best = None
-
-        def evaluate(table: Timetable) -> None:
-            nonlocal best
-            if not deadline.allows(n_actions(g.S, g.M), SIMULATION_PASSES):
-                return  # the table still hints the next period
-            sched = schedule_of(g, table)
-            try:
-                sim = simulate(sched, problem.profile, problem.memory)
-            except SchedcError:  # a deadlock would be a bug in the model; the other tables stand
-                return
-            obj = problem.objective
-            if sim.fits and (best is None or sim.objective(obj) < best[1].objective(obj)):
-                best = (sched, sim)
-
-        def attempt(period: int, hint: Optional[Timetable],
-                    first: bool = False) -> tuple[str, Optional[Timetable]]:
-            left = deadline.left()
-            status, table = solve_period(g, period, unit, min(left, max(0.2, left / 4)), self.seed,
-                                         self.workers, hint, first)
-            if table is not None:
-                evaluate(table)
-            return status, table
-
-        def stop() -> bool:
-            return deadline.expired() or interrupt.requested()
-
-        # well above the least period first, unhinted: it is solved quickly and hints the rest
-        infeasible, feasible, table = lowest - 1, None, None
-        for factor in GROWTH:
-            if stop():
-                break
-            period = max(infeasible + 1, math.ceil(lowest * factor))
-            status, found_table = attempt(period, None)
-            if status == "feasible":
-                feasible, table = period, found_table
-                break
-            if status == "infeasible":
-                infeasible = period
-        # no period solved: come down from one microbatch at a time instead, each period hinted
-        # with the last feasible timetable
-        if feasible is None and not stop():
-            table = serial_timetable(g, unit)
-            feasible = table.period
-            evaluate(table)
-            while not stop():
-                period = max(infeasible + 1, math.floor(feasible * DESCENT))
-                if period >= feasible:
-                    break
-                status, found_table = attempt(period, table, first=True)
-                if status != "feasible":
-                    infeasible = period
-                    break
-                feasible, table = period, found_table
-        while feasible is not None and feasible - infeasible > max(1, RESOLUTION * feasible) and not stop():
-            middle = (feasible + infeasible) // 2
-            status, found_table = attempt(middle, table, first=True)
-            if status == "feasible":
-                feasible, table = middle, found_table
-            else:
-                infeasible = middle
-        if feasible is not None and not stop():
-            attempt(feasible, table)  # the least latency at the least period
-        # with few microbatches the latency weighs as much as the period: a few longer periods
-        for step in LONGER if feasible is not None else ():
-            if stop():
-                break
-            attempt(math.ceil(feasible * step), table)
-        if best is None:
-            return Result()
-        return found(*best)
+        search = _Search(g, unit, deadline, self.seed, self.workers)
+        br = _grow(search, math.ceil(work / unit - 1e-9))
+        if br.feasible is None and not search.stop():
+            _descend(search, br)
+        _bisect(search, br)
+        _polish(search, br)
+        return Result() if search.best is None else found(*search.best)
 
 
 def periodic_schedule(graph: Graph, seconds: float, seed: int = 0):
