@@ -30,18 +30,23 @@ from schedc.choices import Budget, Execution, Objective, Placement, PlacementNam
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Schedule
-from schedc.results import Compiled, Report, Simulation
+from schedc.results import Compiled, Report, Simulation, _BaselineSchedules
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["compile", "simulate", "validate", "baseline", "plot", "read_csv", "write_csv", "read_report",
-           "BASELINES"]
+__all__ = ["compile", "simulate", "validate", "baseline", "plot", "trace", "read_csv", "write_csv", "read_report",
+           "count_profile", "BASELINES", "DEFAULT_MEMORY"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 BASELINES: tuple[str, ...] = BASELINE_NAMES
 """The hand-made schedules :func:`baseline` builds, by canonical name."""
+
+DEFAULT_MEMORY = "1p"
+"""The memory limit :func:`compile` compiles for when given none (what 1F1B holds): the command
+line also judges a CSV against it (``schedc simulate``, ``plot``, ``trace``) when ``--memory`` is
+not given, so that "fits" means the same there."""
 
 
 def _python_spelling(function):
@@ -67,7 +72,7 @@ def compile(
     ranks: Optional[int] = None,
     placement: Placement = "loop",
     profile: Union[Profile, PathLike, None] = None,
-    memory: Union[str, MemoryLimit] = "1p",
+    memory: Union[str, MemoryLimit] = DEFAULT_MEMORY,
     objective: Objective = "makespan",
     execution: Execution = "torch",
     time_limit: float = 60.0,
@@ -134,17 +139,13 @@ def compile(
     """
     from schedc.solver.compile import compile_schedule
 
-    _check_count("stages", stages)
-    _check_count("microbatches", microbatches)
-    if ranks is not None:
-        _check_count("ranks", ranks)
+    _check_sizes(stages, microbatches, ranks)  # before a profile of that many stages is built
     placement = _check_placement(placement)
     check_choice("objective", objective, Objective)
     check_choice("execution", execution, Execution)
     check_choice("solver", solver, Solver)
     check_choice("budget", budget, Budget)
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 < time_limit < math.inf:
-        raise SchedcError(f"time_limit: must be a finite number of seconds > 0; got {time_limit!r}")
+    _check_time_limit(time_limit)
     res = compile_schedule(
         stages, microbatches, n_ranks=ranks, placement=placement, profile=_profile(profile, stages),
         memory=_memory(memory), objective=objective, time_limit=float(time_limit),
@@ -155,7 +156,21 @@ def compile(
         lower_bound=res.lower_bound, gap=res.gap, solve_time=res.solve_time, objective=res.problem.objective,
         execution=res.problem.runtime, memory=res.problem.memory, profile=res.problem.given_profile,
         baselines=MappingProxyType(dict(report.baselines)), warm_start=res.warm_start_source,
-        interrupted=res.interrupted, report=report)
+        interrupted=res.interrupted, report=report,
+        baseline_schedules=_BaselineSchedules(tuple(report.baselines), _built_baselines(res.graph or res.problem)),
+        budget=res.budget)
+
+
+def _built_baselines(graph) -> Callable[[], Mapping[str, Schedule]]:
+    """The hand-made schedules the compile built on `graph`, by name (those it did not finish
+    before its deadline are built when asked for)."""
+
+    def build() -> Mapping[str, Schedule]:
+        from schedc.solver.engines.warm import matching_baselines
+
+        return MappingProxyType({name: sched for name, sched, _ in matching_baselines(graph)})
+
+    return build
 
 
 @_python_spelling
@@ -304,8 +319,7 @@ def baseline(
     """
     if placement is not None:
         check_choice("placement", placement, PlacementName)
-    _check_count("stages", stages)
-    _check_count("microbatches", microbatches)
+    _check_sizes(stages, microbatches, ranks)
     return make_baseline(name, stages, microbatches, n_ranks=ranks, placement=placement)
 
 
@@ -372,6 +386,61 @@ def plot(
     return plot_schedules(items, profiles, None if memory is None else _memory(memory), titles=titles, path=path)
 
 
+@_python_spelling
+def trace(
+    schedule: Schedule,
+    *,
+    profile: Union[Profile, PathLike, None] = None,
+    memory: Union[str, MemoryLimit, None] = None,
+    execution: Optional[Execution] = None,
+    path: Optional[PathLike] = None,
+) -> dict[str, Any]:
+    """A Chrome trace of `schedule` (Perfetto, ``chrome://tracing``): one process per rank, one
+    slice per action, and each rank's held memory as a counter, timed as :func:`simulate` times it.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        The schedule.
+    profile : Profile or path, optional
+        The costs; default identical stages with F = I = W = 1. One second of the profile is one
+        second of the trace.
+    memory : str or MemoryLimit, optional
+        The limit the simulation judges against; default none.
+    execution : {"torch", "ideal"}, optional
+        The execution model; default the one `profile` follows, else torch's.
+    path : str or path, optional
+        Also write the trace there as JSON, all-or-nothing.
+
+    Returns
+    -------
+    dict
+        The trace, JSON-ready (``{"traceEvents": [...], ...}``).
+
+    Raises
+    ------
+    SchedcError
+        As :func:`simulate`.
+
+    Examples
+    --------
+    >>> import schedc
+    >>> t = schedc.trace(schedc.baseline("1f1b", stages=2, microbatches=2))
+    >>> sum(1 for e in t["traceEvents"] if e["ph"] == "X")  # F and B of 2 microbatches on 2 stages
+    8
+    """
+    from schedc.show.trace import trace_events, write_trace
+
+    if execution is not None:
+        check_choice("execution", execution, Execution)
+    _check_schedule("schedule", schedule)
+    prof = _profile(profile, schedule.n_stages).executed(execution)
+    mem = None if memory is None else _memory(memory)
+    if path is None:
+        return trace_events(schedule, prof, mem)
+    return write_trace(schedule, prof, path, mem)
+
+
 def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:
     """Read a schedule CSV in torch's notation (schedc's or torch's ``_dump_csv``).
 
@@ -410,7 +479,7 @@ def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:
     from schedc.io.csvio import read_csv as read_schedule
 
     if microbatches is not None:
-        _check_count("microbatches", microbatches)
+        _check_count("microbatches", microbatches, flag="--mb")
     return read_schedule(path, n_microbatches=microbatches)
 
 
@@ -493,9 +562,33 @@ def read_report(csv_path: PathLike) -> Report:
 # ---------------------------------------------------------------- argument checks
 
 
-def _check_count(parameter: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SchedcError(f"{parameter}: must be an integer >= 1; got {value!r}")
+def _check_count(parameter: str, value: Any, flag: str = "", least: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ParameterError(parameter, f"must be an integer >= 1; got {value!r}", flag=flag)
+
+
+def _check_sizes(stages: Any, microbatches: Any, ranks: Any) -> None:
+    """Counts that are integers >= 1 and within what schedc reads back (schedc.core.limits)."""
+    from schedc.core import limits
+
+    least = -2**63  # a small or negative integer: schedc.core.limits says what the least is
+    _check_count("stages", stages, least=least)
+    _check_count("microbatches", microbatches, flag="--mb", least=least)
+    if ranks is not None:
+        _check_count("ranks", ranks, least=least)
+    limits.check_schedule_size(stages, microbatches, ranks)
+
+
+def _check_time_limit(time_limit: Any) -> None:
+    """A finite number of seconds > 0, and no shorter than the least compile takes."""
+    from schedc.core.limits import MIN_TIME_LIMIT
+
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 < time_limit < math.inf:
+        raise ParameterError("time_limit", f"must be a finite number of seconds > 0 (e.g. {{name}}60, or "
+                                           f"{{name}}3600 for a long search); got {time_limit!r}")
+    if time_limit < MIN_TIME_LIMIT:  # less than building the least problem takes: nothing is searched
+        raise ParameterError("time_limit", f"{{name}}{time_limit:g} is shorter than any compile takes; give "
+                                           f"{{name}}{MIN_TIME_LIMIT:g} or more (1 for a quick answer)")
 
 
 def _check_schedule(parameter: str, value: Any) -> None:

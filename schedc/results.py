@@ -18,13 +18,14 @@ Cost: freezing a simulation takes time independent of its size (its timings are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from schedc.choices import Execution, Objective, Status, check_choice
+from schedc.choices import Budget, Execution, Objective, Status, check_choice
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.core.ir import Action, Schedule
 
@@ -97,6 +98,13 @@ class Simulation:
     def n_ranks(self) -> int:
         return len(self.order)
 
+    @property
+    def ranks_over(self) -> tuple[int, ...]:
+        """The ranks whose peak exceeds their limit (schedc.core.cost_model.fits, the one tolerance)."""
+        from schedc.core.cost_model import fits
+
+        return tuple(r for r, (peak, cap) in enumerate(zip(self.peak_memory, self.memory_limit)) if not fits(peak, cap))
+
     def objective(self, name: Objective) -> float:
         """The step time `name` measures: ``makespan`` or ``span``."""
         return self.makespan if check_choice("objective", name, Objective) == "makespan" else self.span
@@ -113,6 +121,36 @@ class Simulation:
             order=tuple(tuple(row) for row in sim.order),
             memory_curve=tuple(tuple(curve) for curve in sim.memory_curve),
         )
+
+
+class _BaselineSchedules(Mapping):
+    """A read-only view of the hand-made schedules a compile compared against, built on first
+    access (the compile built them on its graph; most callers never ask for them)."""
+
+    __slots__ = ("_names", "_build", "_built")
+
+    def __init__(self, names: tuple[str, ...], build: Callable[[], Mapping[str, Schedule]]) -> None:
+        self._names, self._build, self._built = names, build, None
+
+    def _schedules(self) -> Mapping[str, Schedule]:
+        if self._built is None:
+            self._built = self._build()
+            self._build = None  # let the compile's graph go
+        return self._built
+
+    def __getitem__(self, name: str) -> Schedule:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._schedules()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"<hand-made schedules {', '.join(self._names)}>"
 
 
 class _Frozen(BaseModel):
@@ -225,6 +263,9 @@ class Compiled:
     ``(value - lower_bound) / value`` for ``value`` the objective's step time. ``baselines``:
     every hand-made schedule (and zb-greedy) that exists for this shape, under the same costs.
     ``report`` is the JSON report that :func:`schedc.write_csv` writes beside the CSV.
+    ``baseline_schedules``: the schedules behind ``baselines``, by the same names (built on first
+    access), e.g. to draw the compiled schedule next to the best one that fits. ``budget``: what
+    the time limit counted (``time`` or ``work``).
     """
 
     schedule: Schedule
@@ -241,6 +282,16 @@ class Compiled:
     warm_start: str  # where the search started (heuristic, a hand-made schedule's name, ...)
     interrupted: bool  # Ctrl-C ended the search early
     report: Report
+    baseline_schedules: Mapping[str, Schedule] = field(default_factory=lambda: MappingProxyType({}))
+    budget: Budget = "time"
+
+    def best_baseline(self) -> Optional[str]:
+        """The name of the hand-made schedule that fits and is shortest by this compile's
+        objective (the first listed on a tie); None when none fits."""
+        fitting = [(name, b) for name, b in self.baselines.items() if b.fits]
+        if not fitting:
+            return None
+        return min(fitting, key=lambda nb: nb[1].makespan if self.objective == "makespan" else nb[1].span)[0]
 
     @property
     def value(self) -> float:

@@ -77,9 +77,9 @@ _INF_F = _NEG_COMM.replace('"comm": -1', '"comm": 0').replace('"forward": 1', '"
      "--comm: 2 values given, but 4 stages have 3 boundaries; give one number (every boundary) or 3 separated by commas"),
     ({"a.csv": "1f1b"}, ["simulate", "a.csv", "--comm", "1,2"], "--comm: 2 values given, but 4 stages have 3"),
     ({}, ["compile", "--stages", "4", "--mb", "8", "--time-limit", "inf", "-o", "inf.csv"],
-     "--time-limit must be a finite number of seconds > 0"),
+     "--time-limit: must be a finite number of seconds > 0"),
     ({}, ["compile", "--stages", "4", "--mb", "8", "--time-limit", "nan", "-o", "nan.csv"],
-     "--time-limit must be a finite number of seconds > 0"),
+     "--time-limit: must be a finite number of seconds > 0"),
     ({"inf.json": _INF_F}, ["compile", "--stages", "1", "--mb", "2", "--profile", "inf.json", "-o", "s.csv"],
      "inf.json: field stages[0].forward: Input should be a finite number (got inf)"),
     ({"a.csv": "1f1b", "inf.json": _INF_F}, ["simulate", "a.csv", "--profile", "inf.json"],
@@ -214,7 +214,7 @@ def test_ctrl_c_while_the_command_loads_its_modules_is_raised_after_them(tmp_pat
     # load 4 runs in 40 failed one way or the other. So main() only records a Ctrl-C while it
     # loads the commands and raises it after them, and the commands take Ctrl-C over (their stop
     # request) before the solver's modules load
-    command = ("import os, signal, sys; sys.argv[0] = 'schedc'; import schedc.cli as cli\n"
+    command = ("import os, signal, sys; sys.argv[0] = 'schedc'; import schedc.cli.toplevel as cli\n"
                "try:\n"
                "    with cli._sigint_held():\n"
                "        os.kill(os.getpid(), signal.SIGINT)\n"

@@ -1,10 +1,9 @@
-"""`schedc baseline`: emit a hand-made schedule (GPipe, 1F1B, ZB-H1, ...) as CSV."""
+"""`schedc baseline`: emit a hand-made schedule (GPipe, 1F1B, ZB-H1, ...) as CSV (schedc.api.baseline)."""
 
 from __future__ import annotations
 
 import sys
 
-from schedc.core import limits
 from schedc.cli import common
 from schedc.errors import SchedcError
 
@@ -23,19 +22,21 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from schedc.core import baselines
+    from schedc import api
     from schedc.io import csvio
 
     if args.list:
-        for info in baselines.list_baselines():
+        from schedc.core.baselines import list_baselines
+
+        for info in list_baselines():
             print(f"{info.name:18s} {info.placement:5s} {info.description}")
         return 0
     if not args.name or args.stages is None or args.mb is None:
         raise SchedcError("baseline: give NAME --stages N --mb M (or --list)")
-    limits.check_schedule_size(args.stages, args.mb, args.ranks)
-    schedule = baselines.make_baseline(args.name, args.stages, args.mb, n_ranks=args.ranks, placement=args.placement)
+    schedule = api.baseline(args.name, stages=args.stages, microbatches=args.mb,
+                            **common.given(ranks=args.ranks, placement=args.placement))
     if args.output:
-        csvio.write_csv(schedule, args.output)
+        api.write_csv(schedule, args.output)
         common.echo(f"wrote {args.output}: {schedule.name}, "
                 f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}")
     else:

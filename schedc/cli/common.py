@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional, get_args
 
 from pydantic import ValidationError
 
-from schedc.core.costs import DEFAULT_RUNTIME, RUNTIMES, MemoryLimit, Profile, describe_validation_error, parse_comm, parse_costs
+from schedc.choices import Execution
+from schedc.core.costs import MemoryLimit, Profile, describe_validation_error, parse_comm, parse_costs
 from schedc.errors import SchedcError, printable
 from schedc.io.fileio import check_not_input, check_writable
 
@@ -25,17 +27,24 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
                    help="identical stages: seconds (or units) of F, I, W (default 1,1,1)")
     g.add_argument("--comm", metavar="C", default=None,
                    help="communication time per stage boundary: one number or one per boundary")
-    g.add_argument("--memory", metavar="SPEC", default="1p",
+    g.add_argument("--memory", metavar="SPEC", default=None,
                    help="per-rank memory limit: Kp (1p = what 1F1B needs on its most loaded rank, the same cap for every "
                         "rank), a size or none; default 1p. Sizes: 80G = 80Gi = 80GiB (binary, 2^30 bytes a G, as "
                         "torch and nvidia-smi count), 80GB (decimal, 10^9 bytes)")
-    g.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
+    g.add_argument("--runtime", choices=get_args(Execution), default=None,
                    help="how the schedule is executed: torch (stage 0's backward all in W, as torch's "
                         "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
 
 
-def profile_from_args(args, n_stages: int) -> Profile:
-    """The profile named by --profile, or identical stages from --costs/--comm."""
+def given(**kwargs) -> dict:
+    """The keyword arguments whose flag was given (not None): a flag left out is left out of the
+    call, so that the Python API's default is the one default (schedc.api)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def profile_from_args(args, n_stages: int) -> Optional[Profile]:
+    """The profile named by --profile, or identical stages from --costs/--comm; None when none of
+    them is given (the API's default costs apply)."""
     if args.profile:
         if args.costs is not None:
             raise SchedcError("give either --profile or --costs, not both")
@@ -43,8 +52,10 @@ def profile_from_args(args, n_stages: int) -> Profile:
         if args.comm is not None:
             profile = _with_comm(profile, args.comm)
         return profile
-    f, i, w = parse_costs("1,1,1" if args.costs is None else args.costs)  # --costs "" is an error, not the default
-    profile = Profile.uniform(n_stages, f, i, w)
+    if args.costs is None and args.comm is None:
+        return None
+    # --costs "" is an error, not the default
+    profile = Profile.uniform(n_stages) if args.costs is None else Profile.uniform(n_stages, *parse_costs(args.costs))
     return _with_comm(profile, args.comm) if args.comm is not None else profile
 
 
@@ -61,13 +72,27 @@ def _with_comm(profile: Profile, comm: str) -> Profile:
         raise SchedcError(f"--comm {comm}: {describe_validation_error(e)}") from None
 
 
-def memory_from_args(args) -> MemoryLimit:
-    """--memory; a byte size needs a --profile (with --costs, memory counts activations, not bytes)."""
+def memory_from_args(args) -> Optional[MemoryLimit]:
+    """--memory (None when not given: the API's default); a byte size needs a --profile (with
+    --costs, memory counts activations, not bytes)."""
+    if args.memory is None:
+        return None
     memory = MemoryLimit.parse(args.memory)
     if memory.kind == "bytes" and not getattr(args, "profile", None):
         raise SchedcError(f"--memory {args.memory} is a byte size, but without --profile memory is counted in "
                           "microbatch activations, not bytes; give --memory Kp (e.g. 1.5p) or a measured --profile")
     return memory
+
+
+def judged_memory(args, bytes_need_profile: bool = True) -> MemoryLimit:
+    """The limit simulate, plot and trace judge a CSV against: --memory, else the one a compile
+    compiles for by default (schedc.api.DEFAULT_MEMORY), so that "fits" means the same in both.
+    `bytes_need_profile` False: the costs come from beside the CSV, so a byte size may count."""
+    from schedc import api
+
+    memory = memory_from_args(args) if bytes_need_profile else \
+        (MemoryLimit.parse(args.memory) if args.memory is not None else None)
+    return memory if memory is not None else MemoryLimit.parse(api.DEFAULT_MEMORY)
 
 
 def input_files(args) -> list[tuple[str, str]]:
@@ -101,18 +126,19 @@ def check_outputs(args, *outputs: tuple) -> None:
 
 
 def read_checked(args):
-    """Read and validate every CSV in args.files, with a profile for each."""
-    from schedc.io import csvio
-    from schedc.core.validate import validate
+    """Read and validate every CSV in args.files (schedc.api), with a profile for each, as
+    --runtime executes it (the profile's own runtime, else torch's, when not given)."""
+    from schedc import api
 
     schedules, profiles = [], []
     by_stage_count: dict[int, Profile] = {}  # read a --profile file once, not once per CSV
     for path in args.files:
-        schedule = csvio.read_csv(path)
-        validate(schedule, source=path)
+        schedule = api.read_csv(path)
+        api.validate(schedule)
         schedule.name = schedule.name or Path(path).stem
         if schedule.n_stages not in by_stage_count:
-            by_stage_count[schedule.n_stages] = profile_from_args(args, schedule.n_stages)
+            by_stage_count[schedule.n_stages] = profile_from_args(args, schedule.n_stages) or \
+                Profile.uniform(schedule.n_stages)  # what the API takes when given none
         profile = by_stage_count[schedule.n_stages]
         if profile.n_stages != schedule.n_stages:
             raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "

@@ -58,13 +58,12 @@ def costs_beside(csv: str) -> Optional[tuple[Profile, str]]:
 
 def read_own_costs(args):
     """Every CSV with the costs beside it, or None when none brings any (then the defaults apply to all)."""
-    from schedc.io import csvio
-    from schedc.core.validate import validate
+    from schedc import api
 
     schedules, found = [], []
     for path in args.files:
-        schedule = csvio.read_csv(path)
-        validate(schedule, source=path)
+        schedule = api.read_csv(path)
+        api.validate(schedule)
         schedule.name = schedule.name or Path(path).stem
         schedules.append(schedule)
         found.append(costs_beside(path))
@@ -83,8 +82,8 @@ def read_own_costs(args):
 
 
 def run(args) -> int:
-    from schedc.core.costs import MemoryLimit
-    from schedc.show.plot import output_format, plot_schedules
+    from schedc import api
+    from schedc.show.plot import output_format
 
     output_format(args.output)  # a wrong extension or place fails before any work
     common.check_outputs(args, (args.output, "-o"))
@@ -93,15 +92,15 @@ def run(args) -> int:
     own = None if (args.profile or args.costs or args.comm is not None) else read_own_costs(args)
     if own is None:
         schedules, profiles = common.read_checked(args)
-        memory = common.memory_from_args(args)
+        memory = common.judged_memory(args)
         costs = ""
     else:
         schedules, profiles, sources = own
-        memory = MemoryLimit.parse(args.memory)
+        memory = common.judged_memory(args, bytes_need_profile=False)  # the costs beside the CSVs are in bytes
         costs = "; costs from " + ", ".join(f"{s} for {Path(p).name}" for p, s in zip(args.files, sources))
     common.warn_mismatches("plot", args.files, schedules, memory, profiles)
     titles = args.title or [Path(f).name for f in args.files]
-    plot_schedules(schedules, profiles, memory, titles=titles, path=args.output)
+    api.plot(schedules, profile=profiles, memory=memory, titles=titles, path=args.output)
     print(f"wrote {args.output}: {len(schedules)} panel{'s' if len(schedules) > 1 else ''} "
           f"({', '.join(titles)}), memory limit {memory}{costs}")
     return 0

@@ -1,4 +1,4 @@
-"""`schedc simulate`: predicted step time, bubble and memory of CSV schedules."""
+"""`schedc simulate`: predicted step time, bubble and memory of CSV schedules (schedc.api.simulate)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from schedc.core.simulate import simulate
+    from schedc import api
 
-    memory = common.memory_from_args(args)
+    memory = common.judged_memory(args)
     schedules, profiles = common.read_checked(args)
     common.warn_mismatches("simulate", args.files, schedules, memory, profiles)
-    rows = [(path, schedule, simulate(schedule, profile, memory))
+    rows = [(path, schedule, api.simulate(schedule, profile=profile, memory=memory))
             for path, schedule, profile in zip(args.files, schedules, profiles)]
     if args.json:  # JSON escapes control characters itself
         print(json.dumps([summary_dict(p, s, r, prof) for (p, s, r), prof in zip(rows, profiles)], indent=2))
@@ -61,7 +61,7 @@ def summary_dict(path, schedule, res, profile: Profile) -> dict:
         "peak_memory": res.peak_memory,
         "memory_limit": [None if m == float("inf") else m for m in res.memory_limit],
         "fits_memory": res.fits,
-        "runtime": res.runtime,
+        "runtime": res.execution,
         "limiter": limiter(res, profile).as_dict(),
     }
 
@@ -70,7 +70,7 @@ def format_simulation(path, schedule, res, memory: MemoryLimit, profile: Profile
     lines = [
         f"{path}: {common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}",
         f"  makespan {format_duration(res.makespan, profile)}   span {format_duration(res.span, profile)}   bubble {100 * res.bubble:.1f}%   "
-        f"memory limit {memory}: {'fits' if res.fits else 'EXCEEDED'}   ({res.runtime} runtime)",
+        f"memory limit {memory}: {'fits' if res.fits else 'EXCEEDED'}   ({res.execution} runtime)",
         f"  {'rank':>4}  {'busy (' + format_duration(0, profile).split()[-1] + ')':>12}  {'bubble':>7}  {'peak memory':>12}  {'limit':>10}",
     ]
     for r in range(schedule.n_ranks):

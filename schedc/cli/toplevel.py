@@ -24,7 +24,7 @@ from typing import Iterator, Optional, Sequence
 
 from schedc import __version__
 from schedc.cli._loading import hand_over_ctrl_c
-from schedc.errors import EscapingStream, SchedcError, Terminated, cut_long, printable, raise_terminated, signals_held
+from schedc.errors import EscapingStream, ParameterError, SchedcError, Terminated, cut_long, printable, raise_terminated, signals_held
 
 
 # what users of other tools type for an option schedc spells otherwise (difflib finds typos only)
@@ -215,6 +215,14 @@ def _stopped(e: KeyboardInterrupt) -> tuple[str, int]:
     return ("terminated", 143) if isinstance(e, Terminated) else ("interrupted", 130)
 
 
+def _as_flag(e: SchedcError) -> SchedcError:
+    """The error as the command line spells it: a ParameterError that schedc.api spelt for
+    Python (``memory=``) names the flag (``--memory``), as the commands call the API."""
+    if isinstance(e, ParameterError) and e.python:
+        return ParameterError(e.param, e.detail, flag=e.flag)
+    return e
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
     argv, debug = _split_debug(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -236,7 +244,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     except SchedcError as e:
         if debug:
             raise
-        print(f"schedc {args.command}: error: {printable(cut_long(str(e)))}", file=sys.stderr)
+        print(f"schedc {args.command}: error: {printable(cut_long(str(_as_flag(e))))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader (e.g. `| head`) went away: not an error; keep Python from complaining at exit

@@ -17,24 +17,22 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from schedc.show.trace import write_trace
+    from schedc import api
+    from schedc.cli.plot import read_own_costs
 
     common.check_outputs(args, (args.output, "-o"))
-    from schedc.cli.plot import read_own_costs
-    from schedc.core.costs import MemoryLimit
-
     args.files = [args.file]
     own = None if (args.profile or args.costs is not None or args.comm is not None) else read_own_costs(args)
     if own is None:
         (schedule,), (profile,) = common.read_checked(args)
-        memory = common.memory_from_args(args)
+        memory = common.judged_memory(args)
         costs = ""
     else:
         (schedule,), (profile,), (source,) = own
-        memory = MemoryLimit.parse(args.memory)
+        memory = common.judged_memory(args, bytes_need_profile=False)  # the costs beside the CSV are in bytes
         costs = f" with the costs in {source}"
     common.warn_mismatches("trace", args.files, [schedule], memory, [profile])
-    trace = write_trace(schedule, profile, args.output, memory)
+    trace = api.trace(schedule, profile=profile, memory=memory, path=args.output)
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks{costs}; open it in https://ui.perfetto.dev "
           f"or chrome://tracing (1 s of the profile = 1 s of trace)")

@@ -83,20 +83,19 @@ def _torch_note(schedule, source, framework=None) -> str:
 
 
 def _read(path, **expected):
-    from schedc.io import csvio
-    from schedc.core.validate import validate
+    """The CSV, read and validated by schedc.api against the counts and placement the flags ask for."""
+    from schedc import api
 
-    schedule = csvio.read_csv(path)
-    # the counts the user asked for are named by their flags here; validate() below words the
-    # same mismatch for both front doors
-    for key, flag, noun, actual in (("n_stages", "--stages", "stages", schedule.n_stages),
-                                    ("n_microbatches", "--mb", "microbatches", schedule.n_microbatches),
-                                    ("n_ranks", "--ranks", "ranks", schedule.n_ranks)):
+    schedule = api.read_csv(path)
+    # the counts the user asked for are named by their flags here; api.validate words the same
+    # mismatch for both front doors
+    for key, flag, noun, actual in (("stages", "--stages", "stages", schedule.n_stages),
+                                    ("microbatches", "--mb", "microbatches", schedule.n_microbatches),
+                                    ("ranks", "--ranks", "ranks", schedule.n_ranks)):
         if expected.get(key) is not None and expected[key] != actual:
             raise SchedcError(f"{path}: {flag} {expected[key]}: expected {expected[key]} {noun}, "
                               f"the schedule has {actual}")
-    validate(schedule, source=path, **expected)
-    schedule.meta["source"] = str(path)
+    api.validate(schedule, **common.given(**expected))
     return schedule
 
 
@@ -125,8 +124,7 @@ def run(args) -> int:
     _check_counts(args)
     if args.for_:
         return _run_validate_for(args)
-    schedule = _read(args.file, n_stages=args.stages, n_microbatches=args.mb, n_ranks=args.ranks,
-                     placement=args.placement)
+    schedule = _read(args.file, stages=args.stages, microbatches=args.mb, ranks=args.ranks, placement=args.placement)
     split = _check_split(args, schedule)
     torch_note = _torch_note(schedule, args.file)
     print(f"{args.file}: valid: "
