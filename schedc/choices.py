@@ -26,7 +26,8 @@ from typing import Any, Literal, Sequence, Union, get_args
 
 from schedc.errors import SchedcError
 
-__all__ = ["Objective", "Execution", "Solver", "Budget", "PlacementName", "Placement", "Status", "check_choice"]
+__all__ = ["Objective", "Execution", "Solver", "Budget", "PlacementName", "Placement", "Status", "Implementation",
+           "UnitNames", "CountedDevice", "check_choice"]
 
 Objective = Literal["makespan", "span"]
 """``makespan``: all ranks start together and the step ends when the last one finishes (the
@@ -57,6 +58,19 @@ PlacementName = Literal["loop", "v"]
 
 Placement = Union[PlacementName, Sequence[int]]
 """A placement by name, or explicitly: ``placement[stage] = rank``."""
+
+
+Implementation = Literal["hf", "torchtitan", "paper"]
+"""Whose code runs a counted model, which decides what it keeps for the backward: ``hf`` (Hugging
+Face transformers' modules, as NeMo AutoModel trains them), ``torchtitan`` (its own model code),
+``paper`` (the textbook count). The CLI's ``--impl``."""
+
+UnitNames = Literal["torchtitan", "hf"]
+"""The module names of a per-unit profile's units: torchtitan's (``tok_embeddings``, ``layers.N``,
+``norm``, ``lm_head``) or Hugging Face / NeMo AutoModel's (``model.embed_tokens``, ...)."""
+
+CountedDevice = Literal["cuda", "cpu"]
+"""Whose kernels a counted profile follows: CUDA's, or the CPU's (to compare with CPU measurements)."""
 
 
 class Status(str, Enum):
