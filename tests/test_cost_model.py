@@ -134,6 +134,31 @@ def test_one_microbatch_need_includes_rises_and_transients():
         check_memory_feasible(p)
 
 
+@pytest.mark.parametrize("torch", ["2.14.1", "2.15.0"])
+def test_least_caps_are_the_peaks_of_one_microbatch_at_a_time(torch):
+    # a V on two ranks with rises, transients, receive buffers (per microbatch up to 2.14) and a
+    # reserve: the least cap per rank is what the simulator measures when every microbatch goes
+    # through and back before the next, and no cap below it lets the heuristic start
+    stages = [_stage(act=2.0, wg=3.0, transient={"F": 1.0}, static=5.0), _stage(act=1.0, transient={"W": 2.0}, static=4.0),
+              _stage(act=2.0, static=1.0), _stage(act=1.0, wg=4.0, static=2.0)]
+    prof = Profile(stages=stages, boundary_bytes=0.5, reserve_bytes=2.0, assumes={"torch": torch}, runtime="ideal")
+    placement, mb = (0, 1, 1, 0), 3
+    rows: list[list] = [[], []]
+    for m in range(mb):
+        for s in range(4):
+            rows[placement[s]].append(Action(s, "F", m))
+        for s in reversed(range(4)):
+            rows[placement[s]] += [Action(s, "I", m), Action(s, "W", m)]
+    model = cost_model.CostModel.build(prof, placement, mb)
+    assert simulate(Schedule(rows=rows, placement=placement, n_microbatches=mb), prof).peak_memory == model.least_caps
+    assert model.least_caps == [cost_model.least_need(prof, [0, 3], model.buffers[0]),
+                                cost_model.least_need(prof, [1, 2], model.buffers[1])]
+    below = f"{int(max(model.least_caps)) - 1}B"
+    with pytest.raises(Exception, match=f"smallest limit that works is --memory {max(model.least_caps):g}B"):
+        check_memory_feasible(Problem.build(4, mb, n_ranks=2, placement=placement, profile=prof, memory=below,
+                                            runtime="ideal"))
+
+
 def _units_with_new_terms() -> Profile:
     gib = 2.0 ** 30
     units = [StageCost(forward=0.05, backward_input=0.0, backward_weight=0.05, activation_bytes=0.2 * gib,

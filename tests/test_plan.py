@@ -18,7 +18,7 @@ from schedc.core.costs import Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.core.partition import Units, partition_bound, partitions_below, stage_modules, torchtitan_default_counts
 from schedc.plan import own_bound, parse_cap, plan, problem_for
-from schedc.plan.problem import _fits
+from schedc.plan.problem import holds_one_microbatch
 from schedc.core.simulate import simulate
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
@@ -91,7 +91,7 @@ def test_partitions_below_a_threshold_are_listed_exactly(placement, ranks, memor
     cap = float("inf") if limit.kind == "none" else limit.value
     theta, listed = partitions_below(units, ranks, 4, cap, placement, "makespan", float("inf"), 10**6)
     fitting = [tuple(c) for c in compositions(units.n_stages, ranks * (2 if placement == "v" else 1))
-               if _fits(Units.of(units), c, placement, ranks, cap)]
+               if holds_one_microbatch(problem_for(units, c, placement, ranks, 4, limit, "makespan"))]
     assert sorted(c for _, c in listed) == sorted(fitting)  # every partition that holds a microbatch
     values = dict((c, v) for v, c in listed)
     for counts, value in values.items():  # each value is a relaxation of the partition's own bound
@@ -174,7 +174,8 @@ def test_the_search_moves_a_unit_across_stages_and_finds_the_least_own_bound():
     assert (4, 2, 1, 1) in near and (4, 1, 1, 2) not in near
     scores = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic() + 30)
     every = {tuple(c): own_bound(problem_for(units, c, "v", 2, 6, limit, "makespan"))
-             for c in compositions(units.n_stages, 4) if _fits(u, c, "v", 2, limit.value)}
+             for c in compositions(units.n_stages, 4) if holds_one_microbatch(problem_for(units, c, "v", 2, 6, limit,
+                                                                                           "makespan"))}
     assert min(scores.values()) == pytest.approx(min(every.values()))
 
 

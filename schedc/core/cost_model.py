@@ -13,9 +13,11 @@ Method: :class:`CostModel` is built once from (profile as the runtime executes i
 microbatches, memory limit) and answers, per (stage, kind): ``duration``, ``held`` (the change
 of held bytes), ``over`` (bytes above the held bytes before it while it runs: its allocation at
 start plus its transient); per rank: ``static``, ``buffers`` (:func:`buffer_bytes`), ``reserve``,
-``fixed`` (the three held all step), ``caps`` and ``room`` (cap minus fixed). :func:`fits` is
-the one "peak fits its cap" test (the REL tolerance of schedc.core.tolerances). A memory term is added
-here (and in its tests): the engines read ``held``/``over``/``room`` and never a stage field.
+``fixed`` (the three held all step), ``caps``, ``room`` (cap minus fixed) and ``least_caps`` (the
+least cap under which some schedule fits: :func:`least_need`, what the planner filters partitions
+and floors its least-memory search with). :func:`fits` is the one "peak fits its cap" test (the
+REL tolerance of schedc.core.tolerances). A memory term is added here (and in its tests): the
+engines and the planner read ``held``/``over``/``room``/``least_caps`` and never a stage field.
 
 Receive buffers and held sends (torch/distributed/pipelining/stage.py and schedules.py):
 torch up to 2.14 preallocates, per microbatch, a receive buffer for the activation of every
@@ -199,6 +201,16 @@ def one_microbatch_need(profile: "Profile", stages: Sequence[int]) -> float:
     return peak
 
 
+def least_need(profile: "Profile", stages: Sequence[int], buffers: float = 0.0) -> float:
+    """The least cap (bytes, everything included) under which a rank holding `stages` runs some
+    schedule: their static bytes, its `buffers` (receive buffers and held sends, which depend on
+    the placement: :func:`buffer_bytes`), the reserve, and :func:`one_microbatch_need` -- every
+    schedule reaches that peak, and running the microbatches one at a time reaches no more. With
+    ``buffers`` left at 0 it is a lower bound for every placement of these stages."""
+    static = sum(profile.stages[s].static_bytes for s in stages)
+    return static + buffers + float(profile.reserve_bytes or 0.0) + one_microbatch_need(profile, stages)
+
+
 def has_new_terms(profile: "Profile") -> bool:
     """True when some action allocates at I (weight_grad_bytes > activation_bytes) or has
     transient bytes: the relaxations that assume neither use their fallback."""
@@ -254,8 +266,26 @@ class CostModel:
         """Per rank: static + buffers + reserve, held all step."""
         return [st + bu + self.reserve for st, bu in zip(self.static, self.buffers)]
 
+    def stages_of(self, rank: int) -> list[int]:
+        return [s for s, r in enumerate(self.placement) if r == rank]
+
+    @property
+    def least_caps(self) -> list[float]:
+        """Per rank: the least cap under which some schedule fits (:func:`least_need` with the
+        rank's buffers): a cap below it on any rank leaves no schedule."""
+        return [least_need(self.profile, self.stages_of(r), self.buffers[r]) for r in range(self.n_ranks)]
+
     def duration(self, stage: int, kind: str) -> float:
         return self.profile.duration(stage, kind)
+
+    def activation(self, stage: int) -> float:
+        """Bytes one microbatch of `stage` holds from its F's start until its backward frees them."""
+        return held_delta(self.profile.stages[stage], "F")
+
+    def weight_grad(self, stage: int) -> float:
+        """Bytes one microbatch of `stage` holds between the end of its I and the end of its W
+        (what the W frees)."""
+        return -held_delta(self.profile.stages[stage], "W")
 
     def held(self, stage: int, kind: str) -> float:
         return held_delta(self.profile.stages[stage], kind)
@@ -265,6 +295,10 @@ class CostModel:
 
     def transient(self, stage: int, kind: str) -> float:
         return self.profile.stages[stage].transient(kind)
+
+    def cell_over(self, parts: Sequence[tuple[int, str]]) -> float:
+        """:func:`cell_over` of the (stage, kind) parts of one cell."""
+        return cell_over([(self.profile.stages[s], k) for s, k in parts])
 
     @property
     def new_terms(self) -> bool:

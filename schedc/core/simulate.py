@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from schedc.core.cost_model import CostModel, cell_over, fits, held_delta
+from schedc.core.cost_model import CostModel, fits
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from schedc.core.ir import KINDS, Action, Schedule
@@ -173,9 +173,8 @@ def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
     end times (numbered rank by rank, as :func:`walk` numbers them), by schedc.core.cost_model's rule:
     the bytes held all step, then each cell's allocations from its start with its transient on
     top while it runs, its frees at its end."""
-    stages = model.profile.stages
-    delta = {(s, k): held_delta(c, k) for s, c in enumerate(stages) for k in KINDS}
-    over_of = {(s, k): cell_over([(c, k)]) for s, c in enumerate(stages) for k in KINDS}
+    delta = {(s, k): model.held(s, k) for s in range(len(model.placement)) for k in KINDS}
+    over_of = {(s, k): model.over(s, k) for s in range(len(model.placement)) for k in KINDS}
     curves, peaks = [], []
     i = 0
     for r, row in enumerate(schedule.rows):
@@ -194,7 +193,7 @@ def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
                 plain = top == held + max(0.0, d)  # no transient: one step, as the ZB accounting draws it
             else:
                 d = sum(delta[a.stage, a.kind] for a in parts)
-                top = held + cell_over([(stages[a.stage], a.kind) for a in parts])
+                top = held + model.cell_over([(a.stage, a.kind) for a in parts])
                 plain = top <= max(held, held + d)
             if plain:
                 held += d
@@ -315,9 +314,9 @@ def peak_activation_units(schedule: Schedule, profile: Profile, runtime: Optiona
     """Peak held bytes per rank without static bytes, in multiples of one microbatch of the
     rank's own stages (so 1F1B's rank 0 reads R)."""
     res = simulate(schedule, profile, runtime=runtime)
-    fixed = CostModel.build(profile.executed(runtime), schedule.placement, schedule.n_microbatches).fixed
+    model = CostModel.build(profile.executed(runtime), schedule.placement, schedule.n_microbatches)
     out = []
-    for r in range(schedule.n_ranks):
-        unit = sum(profile.stages[s].activation_bytes for s in schedule.stages_of(r))
-        out.append((res.peak_memory[r] - fixed[r]) / unit if unit else math.nan)
+    for r, fixed in enumerate(model.fixed):
+        unit = sum(model.activation(s) for s in model.stages_of(r))
+        out.append((res.peak_memory[r] - fixed) / unit if unit else math.nan)
     return out

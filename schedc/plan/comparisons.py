@@ -14,7 +14,7 @@ from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
 from schedc.core.partition import even_counts, n_stages_for, torchtitan_default_counts
 from schedc.plan.handmade import _balanced, best_hand_made
-from schedc.plan.problem import _fits, problem_for
+from schedc.plan.problem import holds_one_microbatch, problem_for
 from schedc.plan.report import plan_status
 from schedc.plan.result import Comparison, PlanResult
 
@@ -32,12 +32,12 @@ def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, p
         for name, counts in splits:
             if counts is None:
                 continue
-            if not _fits(units, counts, pl, ranks, cap):
+            problem = problem_for(profile, counts, pl, ranks, microbatches, limit, objective)
+            if not holds_one_microbatch(problem):
                 rows.append(Comparison(name, pl, list(counts), None, None, "a rank cannot hold one microbatch"))
                 continue
             key = (pl, tuple(counts))  # `memo`: what the screening already found for this split
-            sched, value = memo[key] if memo and key in memo else \
-                best_hand_made(problem_for(profile, counts, pl, ranks, microbatches, limit, objective))
+            sched, value = memo[key] if memo and key in memo else best_hand_made(problem)
             rows.append(Comparison(name, pl, list(counts), sched, value, "" if sched else "no hand-made schedule fits"))
     return rows
 

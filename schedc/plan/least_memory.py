@@ -41,9 +41,10 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
     from the found peak by one microbatch of the largest stage on the peak rank, and each probe
     compiles the partition under it: an answer with the plan's step (within ``REL``) is kept and
     the next decrement doubles; otherwise the cap it tried becomes the floor and the decrement
-    halves. The floor starts at the least any schedule of the partition needs (static bytes and
-    one microbatch of each stage, per rank). Cost: at most ``MEMORY_TRIES`` compiles of at most
-    `per_try` seconds each, all before `end` (the plan's clock)."""
+    halves. The floor starts at the least any schedule of the partition needs (the cost model's
+    least caps: static bytes, buffers, reserve and one microbatch through each rank's stages).
+    Cost: at most ``MEMORY_TRIES`` compiles of at most `per_try` seconds each, all before `end`
+    (the plan's clock)."""
     problem = res.problem
     found = max(res.sim.peak_memory)
     best = LeastMemory(peak=found, found_peak=found)
@@ -74,16 +75,12 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
 
 
 def _memory_floor(problem) -> tuple[float, float]:
-    """(the least cap any schedule of the problem fits: per rank static bytes and one microbatch
-    of each stage; one microbatch of the largest stage on the rank that needs the most)."""
-    from schedc.core.costs import rank_static_bytes
-
-    profile = problem.given_profile
-    static = rank_static_bytes(profile, problem.placement)
-    need = [static[r] + sum(profile.stages[s].activation_bytes for s in problem.stages_of(r))
-            for r in range(problem.n_ranks)]
+    """(the least cap any schedule of the problem fits: the largest of the cost model's per-rank
+    least caps; one microbatch of the largest stage on that rank)."""
+    costs = problem.costs
+    need = costs.least_caps
     r = max(range(problem.n_ranks), key=lambda k: need[k])
-    return need[r], max(profile.stages[s].activation_bytes for s in problem.stages_of(r))
+    return need[r], max(costs.activation(s) for s in costs.stages_of(r))
 
 
 def _compile_under(problem, profile, cap: float, seconds: float, seed: int):

@@ -10,10 +10,10 @@ comparison row's. Cost: one simulation per hand-made schedule and split.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from schedc.core.cost_model import fits
 from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
 from schedc.core.partition import Units, n_stages_for, torchtitan_default_counts
@@ -105,10 +105,12 @@ def _cap_binds(compiled) -> bool:
     """Whether some rank's peak leaves no room for one more microbatch of its largest stage: only
     then can more memory shorten the step."""
     problem, sim = compiled.problem, compiled.sim
+    costs = problem.costs
     for r in range(problem.n_ranks):
-        room = sim.memory_limit[r] - sim.peak_memory[r] if r < len(sim.memory_limit) else math.inf
-        biggest = max((problem.profile.stages[s].activation_bytes for s in problem.stages_of(r)), default=0.0)
-        if room < biggest:
+        if r >= len(sim.memory_limit):
+            continue
+        biggest = max((costs.activation(s) for s in costs.stages_of(r)), default=0.0)
+        if not fits(sim.peak_memory[r] + biggest, sim.memory_limit[r]):
             return True
     return False
 

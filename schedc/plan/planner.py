@@ -19,7 +19,7 @@ from schedc.plan.comparisons import compare_splits, torchtitan_rows
 from schedc.plan.compiles import _adopt_faster_row, _compile_bound_setter, _final_compile, _short_compiles
 from schedc.plan.least_memory import MEMORY_TRY_SHARE, _with_schedule, least_memory_at_step
 from schedc.plan.limiter import plan_limiter
-from schedc.plan.problem import _tight
+from schedc.plan.problem import _tight, no_partition_holds
 from schedc.plan.report import build_plan_report
 from schedc.plan.request import PlanRequest
 from schedc.plan.result import PlanResult
@@ -105,6 +105,8 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
                                                      objective, SEARCH_SHARE * time_limit / len(searches), say, t0,
                                                      hard=t0 + SEARCH_END * time_limit, memo=memo)
+    if not any(pools.values()):
+        raise no_partition_holds(profile, searches, ranks, microbatches, limit, objective)
     paired: dict = {}  # (placement, counts) -> a two-rank bound at least the best step when it was found
     best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
                                                 time_limit, seed, paired, say, t0)

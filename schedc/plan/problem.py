@@ -5,7 +5,7 @@ scheduling problem of its merged per-stage profile, and ranks partitions by a lo
 holds for every schedule of that problem. Method: :func:`problem_for` merges the units and builds
 ``schedc.solver.problem.Problem``; :func:`own_bound` takes the closed-form terms of
 schedc.solver.bounds.chains and the one-rank relaxation of schedc.solver.bounds.rank on one graph;
-``_fits`` checks that every rank holds its static bytes and one microbatch of its stages; ``_tight``
+:func:`holds_one_microbatch` asks the cost model whether some schedule fits the cap; ``_tight``
 says whether the cap leaves some rank room for fewer than two microbatches of its stages. Cost:
 ``problem_for`` linear in the units; ``own_bound`` milliseconds (one graph, one relaxation).
 """
@@ -13,12 +13,11 @@ says whether the cap leaves some rank room for fewer than two microbatches of it
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
+from schedc.core.cost_model import fits
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.core.partition import Units, n_stages_for
+from schedc.errors import SchedcError
 from schedc.plan.clock import _charge
-from schedc.core.tolerances import TIE
 
 
 OWN_BOUND_WORK = 2e-3  # work units (schedc.solver.deadline) charged per partition's own bound
@@ -66,13 +65,34 @@ def own_bound(problem, enough: float = math.inf) -> float:
     return max(closed, rank_relaxation_bound(graph, enough) or 0.0)
 
 
-def _fits(units: Units, counts: Sequence[int], placement: str, ranks: int, cap: float) -> bool:
-    """Every rank holds its static bytes and one microbatch of its stages under the cap."""
-    need = [0.0] * ranks
-    start = 0
-    S = len(counts)
-    for k, n in enumerate(counts):
-        r = k if placement == "loop" else (k if k < ranks else 2 * ranks - 1 - k)
-        need[r] += units.seg(units.static, start, start + n) + units.seg(units.act, start, start + n)
-        start += n
-    return max(need) <= cap * (1 + TIE) and S == n_stages_for(placement, ranks)
+def holds_one_microbatch(problem) -> bool:
+    """Whether some schedule of the partition's problem fits its cap: every rank's least cap
+    (schedc.core.cost_model.CostModel.least_caps: static bytes, receive buffers, reserve and one
+    microbatch through its stages, transients and rises included) fits the rank's cap."""
+    costs = problem.costs
+    return all(fits(need, cap) for need, cap in zip(costs.least_caps, costs.caps))
+
+
+def no_partition_holds(profile: Profile, searches, ranks: int, microbatches: int, limit: MemoryLimit,
+                       objective: str) -> SchedcError:
+    """The error when no partition the search reached holds one microbatch on every rank: the
+    dynamic program over partitions (schedc.core.partition) leaves receive buffers out, so its
+    partitions can miss the cap by them. It names the start split (the program's, torchtitan's
+    default or the even one) with the least cap under the cost model, a cap that works."""
+    from schedc.core.partition import even_counts, n_stages_for, torchtitan_default_counts
+    from schedc.plan.request import _round_up_bytes
+
+    none = MemoryLimit(kind="none")
+    tried = []
+    for pl, pb in searches:
+        S = n_stages_for(pl, ranks)
+        for counts in (pb.counts, torchtitan_default_counts(profile.n_stages, S), even_counts(profile.n_stages, S)):
+            if counts and min(counts) >= 1:
+                need = max(problem_for(profile, counts, pl, ranks, microbatches, none, objective).costs.least_caps)
+                tried.append((need, pl, list(counts)))
+    message = (f"--memory {limit}: no partition the search reached holds one microbatch on every rank once its "
+               "receive buffers, the reserve and transients are counted")
+    if tried:
+        need, pl, counts = min(tried, key=lambda t: t[0])
+        message += f"; --memory {_round_up_bytes(need)} fits the split {counts} ({pl})"
+    return SchedcError(message)

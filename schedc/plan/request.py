@@ -6,8 +6,8 @@ way, before any search, with an error naming the flag and the value that works. 
 :class:`PlanRequest` (frozen) is built by :meth:`PlanRequest.build` from the raw arguments: the cap
 parsed (``Kp`` refused: it is relative to one partition's 1F1B), the counts and names checked, the
 units checked and lowered once (``schedc.core.partition.Units``), the placements that can be filled
-listed, and a unit that alone exceeds the cap refused with the least cap it fits. Cost: linear in
-the units.
+listed, and a unit that alone exceeds the cap (schedc.core.cost_model.least_need) refused with the
+least cap it fits. Cost: linear in the units.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Union
 
 from schedc.core import limits
+from schedc.core.cost_model import fits, least_need, one_microbatch_need
 from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
 from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for
-from schedc.core.tolerances import REL, TIE
+from schedc.core.tolerances import REL
 
 
 PLAN_PLACEMENTS = PLACEMENTS + ("auto",)
@@ -60,15 +61,22 @@ def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[s
     return ok
 
 
-def _check_units_fit(profile: Profile, units: Units, cap: float, limit: MemoryLimit, source: str) -> None:
-    """A unit that alone (static bytes + one microbatch) exceeds the cap: no partition can fit."""
+def _check_units_fit(profile: Profile, cap: float, limit: MemoryLimit, source: str) -> None:
+    """A unit whose stage alone exceeds the cap: no partition can fit. Its need is the cost
+    model's least need of a rank holding only that unit (schedc.core.cost_model.least_need: static
+    bytes, reserve, one microbatch through it with its rise and transients) as torch's runtime runs
+    it; a stage of more units, more stages on the rank and its receive buffers only add to it."""
+    executed = profile.executed("torch")
     for k, unit in enumerate(profile.stages):
-        need = unit.static_bytes + unit.activation_bytes
-        if need > cap * (1 + TIE):
+        need = least_need(executed, [k])
+        if not fits(need, cap):
             names = ", ".join(unit.modules) if unit.modules else "no module names"
+            static = executed.stages[k].static_bytes
+            reserve = f" + reserve {format_bytes(executed.reserve_bytes)}" if executed.reserve_bytes else ""
             raise SchedcError(f"{source}: unit {k} ({names}) alone needs {format_bytes(need)} (static "
-                              f"{format_bytes(unit.static_bytes)} + one microbatch {format_bytes(unit.activation_bytes)}) "
-                              f"but --memory is {limit}; the smallest cap it fits is --memory {_round_up_bytes(need)}")
+                              f"{format_bytes(static)}{reserve} + one microbatch "
+                              f"{format_bytes(one_microbatch_need(executed, [k]))}) but --memory is {limit}; "
+                              f"the smallest cap it fits is --memory {_round_up_bytes(need)}")
 
 
 def _round_up_bytes(n: float) -> str:
@@ -108,6 +116,6 @@ class PlanRequest:
         notes = check_units(profile, source)
         units = Units.of(profile)
         placements = _placements(placement, ranks, profile.n_stages, source)
-        _check_units_fit(profile, units, cap, limit, source)
+        _check_units_fit(profile, cap, limit, source)
         return cls(profile=profile, units=units, ranks=ranks, microbatches=microbatches, limit=limit, cap=cap,
                    placements=placements, objective=objective, time_limit=time_limit, notes=notes)

@@ -15,13 +15,13 @@ import heapq
 import math
 
 from schedc.core.costs import format_bytes
+from schedc.core.cost_model import fits
 from schedc.errors import SchedcError
 from schedc.core.partition import even_counts, min_cap, n_stages_for, partition_bound, torchtitan_default_counts
 from schedc.plan.clock import _now, stop_requested
 from schedc.plan.handmade import _balanced, _hand_made_shapes, best_hand_made
-from schedc.plan.problem import _fits, _tight_problem, own_bound, problem_for
+from schedc.plan.problem import _tight_problem, holds_one_microbatch, own_bound, problem_for
 from schedc.plan.request import _round_up_bytes
-from schedc.core.tolerances import TIE
 
 
 SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
@@ -37,7 +37,7 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
     searches, bounds = [], {}
     for pl in placements:
         need, _ = min_cap(units, pl, ranks)
-        if need > cap * (1 + TIE):
+        if not fits(need, cap):
             if len(placements) == 1 or pl == placements[-1] and not searches:
                 caps = {p: min_cap(units, p, ranks)[0] for p in placements}
                 best = min(caps, key=caps.get)
@@ -109,9 +109,12 @@ def _best_first(profile, units, placement, ranks, microbatches, limit, cap, obje
     heap: list[tuple[float, tuple[int, ...]]] = []
 
     def score(counts: tuple[int, ...]) -> None:
-        if counts in scores or min(counts) < 1 or not _fits(units, counts, placement, ranks, cap):
+        if counts in scores or min(counts) < 1:
             return
-        scores[counts] = own_bound(problem_for(profile, counts, placement, ranks, microbatches, limit, objective))
+        problem = problem_for(profile, counts, placement, ranks, microbatches, limit, objective)
+        if not holds_one_microbatch(problem):
+            return
+        scores[counts] = own_bound(problem)
         heapq.heappush(heap, (scores[counts], counts))
 
     for s in starts:

@@ -11,11 +11,11 @@ problem itself (five copies of the dependency rule, six of "the stages of rank r
 Method: :func:`graph_of` builds a :class:`Graph` once per problem, and engines take it.
 
 * Stage level (built at once, O(stages + ranks)): ``dF``, ``dI``, ``dW``, ``dB`` and ``d[kind]``
-  per stage; ``mem[kind]`` the memory deltas (schedc.core.costs.Profile.memory_delta), ``act`` and
-  ``wg`` the activation and weight-gradient bytes; ``comm[s]`` the lag across s -> s+1 (0 on
-  one rank, and 0 after the last stage); ``stage_rank``, ``stages[r]`` (ascending), ``room[r]``
-  = cap - static bytes, ``backward[s]``: "I" (split) or "B" (a stage whose W costs 0 runs one
-  merged backward).
+  per stage; ``mem[kind]`` the memory deltas, ``act`` and ``wg`` the bytes a microbatch holds
+  after its F and after its I (all from ``Problem.costs``, schedc.core.cost_model); ``comm[s]``
+  the lag across s -> s+1 (0 on one rank, and 0 after the last stage); ``stage_rank``,
+  ``stages[r]`` (ascending), ``room[r]`` = cap - static bytes, ``backward[s]``: "I" (split) or
+  "B" (a stage whose W costs 0 runs one merged backward).
 * Action level (built on first use, O(actions + dependencies)): action ids in (stage, kind,
   microbatch) order, so :meth:`Graph.id` is arithmetic, not a dictionary; ``actions``, ``rank``,
   ``dur``, ``delta``, ``by_rank``, ``first`` (per rank: F of its lowest stage, microbatch 0),
@@ -112,14 +112,13 @@ class Graph:
 
     @classmethod
     def build(cls, problem: Problem) -> "Graph":
-        prof = problem.profile
         S, M, R = problem.n_stages, problem.n_microbatches, problem.n_ranks
         stage_rank = list(problem.placement)
         stages: list[list[int]] = [[] for _ in range(R)]
         for s, r in enumerate(stage_rank):
             stages[r].append(s)
-        d = {k: [prof.duration(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
         costs = problem.costs
+        d = {k: [costs.duration(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
         mem = {k: [costs.held(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
         over = {k: [costs.over(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
         trans = {k: [costs.transient(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
@@ -131,8 +130,7 @@ class Graph:
         return cls(
             problem=problem, S=S, M=M, R=R, stage_rank=stage_rank, stages=stages,
             multi=any(len(x) > 1 for x in stages), d=d, mem=mem,
-            act=[prof.stages[s].activation_bytes for s in range(S)],
-            wg=[prof.stages[s].weight_grad_bytes for s in range(S)],
+            act=[costs.activation(s) for s in range(S)], wg=[costs.weight_grad(s) for s in range(S)],
             comm=[problem.comm(s) for s in range(S - 1)] + [0.0],
             static=list(costs.fixed), caps=list(costs.caps),
             room=list(costs.room), backward=backward, base=base, over=over, trans=trans,

@@ -47,7 +47,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Optional, Union
 
-from schedc.core.cost_model import fits_room, one_microbatch_need
+from schedc.core.cost_model import fits_room
 from schedc.core.costs import format_amount, format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.core.ir import Action, Schedule
@@ -69,9 +69,8 @@ def min_memory_need(problem: Problem) -> list[float]:
     """Per rank, the bytes (everything it holds all step included) that one microbatch in flight
     needs: it runs the forward of every stage on the rank before any of their backwards, so it
     holds all of them, with each action's rise and transient on top while it runs
-    (schedc.core.cost_model.one_microbatch_need)."""
-    prof = problem.profile
-    return [fixed + one_microbatch_need(prof, problem.stages_of(r)) for r, fixed in enumerate(problem.fixed_bytes)]
+    (schedc.core.cost_model.CostModel.least_caps)."""
+    return list(problem.costs.least_caps)
 
 
 def min_memory_limit(problem: Problem) -> str:

@@ -189,13 +189,13 @@ def _construct(g: Graph, flags: Flags, expired: Callable[[], bool] = lambda: Fal
 
 def to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags, name: str = NAME) -> Schedule:
     """Per-rank rows as a Schedule; a stage without weights runs one B instead of I + W."""
-    prof = problem.profile
+    costs = problem.costs
     out = []
     for row in rows:
         new = []
         for a in row:
-            c = prof.stages[a.stage]
-            if c.backward_weight == 0 and c.weight_grad_bytes == 0 and a.kind in "IW":
+            # one B holds what I + W hold only when the I leaves nothing held for the W
+            if costs.duration(a.stage, "W") == 0 and costs.weight_grad(a.stage) == 0 and a.kind in "IW":
                 if a.kind == "I":  # a stage without weights: its backward is one B
                     new.append(Action(a.stage, "B", a.microbatch))
                 continue
