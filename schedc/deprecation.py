@@ -7,7 +7,8 @@ attributes of the package. Code written against the modules through the package
 
 Second problem: the modules moved into layers (``schedc.costs`` is ``schedc.core.costs``,
 ``schedc.solver.model`` is ``schedc.solver.engines.mip``, ...: ``MOVED``); code that imports them by
-their old dotted names would break.
+their old dotted names would break. (``schedc.solver.bounds`` is now the package of the bounds; the
+old module's functions are reached through it: schedc/solver/bounds/__init__.py.)
 
 Method: the modules' entry points that were documented through the package are hung on the front
 door's functions as attributes that warn, then call the module's function unchanged. An old dotted
@@ -37,13 +38,13 @@ _COMMANDS = ("baseline", "calibrate", "common", "compile", "emulate", "library",
 _ENGINES = {"model": "mip", "cpsat": "cpsat", "greedy": "zb_greedy", "paper_greedy": "zb_rounds",
             "heuristic": "heuristic", "periodic": "periodic", "cooldown": "cooldown", "windows": "windows",
             "v_list": "v_list", "warm": "warm"}
-_BOUNDS = {"bounds": "chains", "anchored": "anchored", "blocks": "blocks", "pair_relaxation": "pair",
+_BOUNDS = {"anchored": "anchored", "blocks": "blocks", "pair_relaxation": "pair",
            "rank_relaxation": "rank"}
 
 MOVED = {  # old dotted module name -> where it lives now
     **{f"schedc.{m}": f"schedc.core.{m}" for m in _CORE if m not in ("simulate", "validate")},
     "schedc.csvio": "schedc.io.csvio", "schedc.fileio": "schedc.io.fileio", "schedc.trace": "schedc.show.trace",
-    "schedc.commands": "schedc.cli.commands",
+    "schedc.commands": "schedc.cli",  # a package, so that its old submodule names resolve below it
     **{f"schedc.commands.{c}": f"schedc.cli.{c}" for c in _COMMANDS},
     **{f"schedc.solver.{old}": f"schedc.solver.engines.{new}" for old, new in _ENGINES.items()},
     **{f"schedc.solver.{old}": f"schedc.solver.bounds.{new}" for old, new in _BOUNDS.items()},
@@ -77,7 +78,7 @@ def install_moved_modules(front_door_modules: dict[str, ModuleType]) -> None:
     a warning, as they were documented before the move."""
     sys.modules.update(front_door_modules)
     if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
-        sys.meta_path.append(_MovedModules())
+        sys.meta_path.insert(0, _MovedModules())  # before the path finder, which would load a second copy
 
 
 def deprecated_alias(func: Callable[..., Any], old: str, new: str) -> Callable[..., Any]:
