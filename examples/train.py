@@ -3,6 +3,7 @@
     torchrun --nproc-per-node 2 examples/train.py --schedule schedules/zb-h1_2x8.csv
     torchrun --nproc-per-node 2 examples/train.py --baseline zb-v --mb 8
     torchrun --nproc-per-node 2 examples/train.py --torch-schedule 1F1B --mb 8
+    torchrun --nproc-per-node 2 examples/train.py --plan plan.json      # a `schedc plan` as planned
 
 Each rank builds only the stages the CSV gives it (schedc.runtime.load_pipeline checks world
 size, microbatch count and placement against the CSV before any communication). The data is
@@ -10,6 +11,12 @@ synthetic but learnable (arithmetic progressions of tokens), so the loss falls w
 dozen steps. The rank holding the last stage prints loss and step time per step; a step's time
 is measured between two barriers, so it is the time of the slowest rank (what a synchronizing
 optimizer step sees). `--backend` defaults to nccl when CUDA is available, gloo otherwise.
+
+`--plan plan.json` runs what `schedc plan` chose: the CSV beside it, its blocks per stage and its
+activation checkpointing, one mode per stage where `--ac auto` chose per stage
+(schedc.runtime.checkpointing.plan_settings); the model gets as many blocks as the plan's
+partition holds. `--ac` checkpoints the blocks (none, full, selective, or one per stage, comma-
+separated) for the other sources.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from schedc.errors import SchedcError  # noqa: E402
+from schedc.errors import SchedcError, printable  # noqa: E402
 from schedc.runtime.launch import init_group  # noqa: E402
 from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, load_torch_pipeline, make_batch  # noqa: E402
 
@@ -37,13 +44,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     src.add_argument("--schedule", metavar="FILE.csv", help="a schedule CSV (schedc compile output or torch _dump_csv)")
     src.add_argument("--baseline", metavar="NAME", help="build a schedc baseline on the fly: 1f1b, zb-h1, zb-v, ...")
     src.add_argument("--torch-schedule", metavar="NAME", help="torch's class: 1F1B, GPipe, Interleaved1F1B, ZBVZeroBubble, ...")
+    src.add_argument("--plan", metavar="plan.json",
+                     help="a `schedc plan` report: its CSV (beside it), blocks per stage and per-stage checkpointing")
+    p.add_argument("--ac", default=None, metavar="MODE[,MODE...]",
+                   help="activation checkpointing: none, full, selective, or one per stage (default: the plan's, "
+                        "else none)")
     p.add_argument("--mb", type=int, default=None, help="microbatches (default: the CSV's; 8 otherwise)")
     p.add_argument("--stages", type=int, default=None,
                    help="stages for --baseline / --torch-schedule (default: 1 or 2 per rank, as the schedule needs)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2, help="steps left out of the step-time summary")
     p.add_argument("--microbatch-size", type=int, default=2, help="sequences per microbatch")
-    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--layers", type=int, default=None, help="blocks (default: the plan's, else 8)")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=64)
@@ -64,12 +76,12 @@ def main(argv=None) -> int:
         # NCCL: set_device before the group, device_id in it, one line when ranks outnumber GPUs
         device = init_group(backend, timeout=args.timeout)
     except SchedcError as e:
-        print(f"rank {os.environ.get('RANK', '?')}: error: {e}", file=sys.stderr)
+        print(f"rank {os.environ.get('RANK', '?')}: error: {printable(e)}", file=sys.stderr)
         return 2
     try:
         return train(args, device)
     except SchedcError as e:
-        print(f"rank {dist.get_rank()}: error: {e}", file=sys.stderr)
+        print(f"rank {dist.get_rank()}: error: {printable(e)}", file=sys.stderr)
         return 2
     finally:
         dist.destroy_process_group()
@@ -77,16 +89,20 @@ def main(argv=None) -> int:
 
 def train(args: argparse.Namespace, device: torch.device) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
+    planned = _plan_settings(args)
+    args.layers = args.layers or sum(planned.get("layers_per_stage", [])) or 8
     cfg = GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
                     seq_len=args.seq_len, dtype=args.dtype)
     model = GPT(cfg, seed=args.seed)  # same seed on every rank: each keeps its own slice
-    per_stage = [int(n) for n in args.layers_per_stage.split(",")] if args.layers_per_stage else None
+    per_stage = ([int(n) for n in args.layers_per_stage.split(",")] if args.layers_per_stage
+                 else planned.get("layers_per_stage"))
+    ac = args.ac.split(",") if args.ac and "," in args.ac else (args.ac or planned.get("activation_checkpoint", "none"))
 
     if args.torch_schedule:
         mb = args.mb or 8
         per_rank = args.stages // world if args.stages else None
         pipe = load_torch_pipeline(args.torch_schedule, model, lm_loss, mb, device,
-                                   stages_per_rank=per_rank, layers_per_stage=per_stage)
+                                   stages_per_rank=per_rank, layers_per_stage=per_stage, activation_checkpoint=ac)
         label = f"torch {type(pipe.schedule).__name__}"
     else:
         if args.baseline:
@@ -102,7 +118,7 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
             schedule = read_csv(args.schedule)
             label = f"CSV {args.schedule}"
         pipe = load_pipeline(schedule, model, lm_loss, device, n_microbatches=args.mb,
-                             layers_per_stage=per_stage)
+                             layers_per_stage=per_stage, activation_checkpoint=ac)
         mb = schedule.n_microbatches
     del model  # the stages hold what this rank needs
 
@@ -113,7 +129,7 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
         n_params = sum(p.numel() for p in pipe.parameters())
         print(f"{label}: {world} ranks, {n_stages} stages, {mb} microbatches x {args.microbatch_size} "
               f"sequences, {dist.get_backend()} on {device}; rank {rank} holds stages {mine} "
-              f"({n_params / 1e6:.2f}M parameters)", flush=True)
+              f"({n_params / 1e6:.2f}M parameters); activation checkpointing {ac}", flush=True)
 
     opt = torch.optim.AdamW(pipe.parameters(), lr=args.lr)
     times = []
@@ -140,6 +156,20 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
               f"{statistics.median(times) * 1e3:.1f} ms, min {min(times) * 1e3:.1f} ms, "
               f"max {max(times) * 1e3:.1f} ms", flush=True)
     return 0
+
+
+def _plan_settings(args: argparse.Namespace) -> dict:
+    """With --plan: its CSV becomes --schedule, and its blocks per stage and checkpointing are returned."""
+    if not args.plan:
+        return {}
+    from schedc.runtime.checkpointing import plan_settings
+
+    csv = Path(args.plan).with_suffix(".csv")
+    if not csv.exists():
+        raise SchedcError(f"--plan {args.plan}: the schedule {csv} is not beside it; give the plan.json `schedc plan` "
+                          f"wrote next to its CSV")
+    args.schedule = str(csv)
+    return plan_settings(args.plan)
 
 
 if __name__ == "__main__":

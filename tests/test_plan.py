@@ -634,21 +634,6 @@ def test_a_plan_is_never_slower_than_a_comparison_it_prints():
                if len(c.counts) == len(res.counts) or c.peak is None)
 
 
-def test_ac_auto_chooses_the_mode_that_fits_and_reports_each_global_mode():
-    from schedc.plan import mixed_units, plan_ac
-
-    profiles = _modes(tiny_units(n_layers=6, head=1.0))
-    res = plan_ac(profiles, ranks=2, microbatches=4, memory="9GiB", placement="loop", time_limit=9)
-    steps = res.ac.global_steps
-    assert steps["none"] is None and steps["selective"] is not None  # without checkpointing no partition fits
-    assert res.value <= min(v for v in steps.values() if v is not None) * (1 + 1e-9)
-    chosen = res.report["assumes"]["activation_checkpoint"]
-    assert chosen == res.ac.chosen and res.report["plan"]["activation_checkpoint"]["global"] == steps
-    mixed = mixed_units(profiles, [3, 5], ["none", "full"])
-    assert mixed.stages[:3] == profiles["none"].stages[:3] and mixed.stages[3:] == profiles["full"].stages[3:]
-    assert mixed.assumes["activation_checkpoint"] == ["none", "full"]
-
-
 def test_a_work_budget_gives_the_same_plan_twice_and_says_so():
     runs = [plan(profile=tiny_units(n_layers=4), ranks=2, microbatches=4, memory="20GiB", time_limit=2, budget="work")
             for _ in range(2)]
@@ -683,15 +668,6 @@ def test_cli_counts_a_config_with_the_run_settings_and_records_them(tmp_path):
     assumes = json.loads((tmp_path / "plan.json").read_text())["assumes"]
     assert assumes["seq_len"] == 128 and assumes["activation_checkpoint"] == "full"
     assert assumes["microbatches"] == 4 and assumes["pipeline_parallel_degree"] == 2
-
-
-def test_a_mode_whose_bound_cannot_beat_the_best_plan_is_not_planned():
-    from schedc.plan import plan_ac
-
-    profiles = _modes(tiny_units(n_layers=6, head=1.0))
-    res = plan_ac(profiles, ranks=2, microbatches=4, memory="80GiB", placement="loop", time_limit=6)
-    assert res.ac.chosen == "none" and res.ac.global_steps["full"] is None  # full recomputes every forward
-    assert any("activation checkpointing full: cannot beat" in note for note in res.notes)
 
 
 def test_a_bad_run_setting_is_named_by_its_flag(tmp_path):

@@ -112,7 +112,14 @@ def _plan(args):
         res = plan_ac(profiles, **kw)
     else:
         mode, units = next(iter(profiles.items()))
-        res = plan(profile=units, **kw)
+        if mode in ("selective", "full"):  # torch runs a checkpointed stage's backward whole (schedc.plan.ac)
+            from schedc.plan.ac import checkpointed_form, whole_backwards
+
+            units = checkpointed_form(units, _counted(args, "none") if args.config is not None else None)
+            res = plan(profile=units, **kw)
+            res = replace(res, compiled=whole_backwards(res.compiled))
+        else:
+            res = plan(profile=units, **kw)
         if mode is not None:
             res = replace(res, assumes={**res.assumes, "activation_checkpoint": mode})
     from schedc.plan import build_plan_report
@@ -128,6 +135,10 @@ def _plan(args):
     print(format_plan_summary(res, csv, report_file, profile_file))
     print()
     print(format_handoff(res))
+    launch = format_runtime_launch(res, report_file)
+    if launch:
+        print()
+        print(launch)
     return res, csv
 
 
@@ -238,7 +249,9 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
                 f"{res.solve_time:.1f} work units, reproducible)" if not res.cut_by_wall else
                 f"{res.solve_time:.1f} work units, cut by the wall clock: not reproducible)"),
              f"  units per stage {res.counts}",
-             f"  bound over every partition and schedule {t(res.bound)}: gap {100 * res.gap:.2f}%"]
+             f"  bound over every partition and schedule {t(res.bound)}: gap {100 * res.gap:.2f}%"
+             if res.ac is None or isinstance(res.ac.chosen, str) else
+             f"  bound for this partition and per-stage checkpointing {t(res.bound)}: gap {100 * res.gap:.2f}%"]
     lm = res.report["plan"].get("least_memory")
     if lm is not None:
         margin = lm["margin_to_cap"]
@@ -265,14 +278,38 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
 
 def _ac_lines(res, t) -> list[str]:
     ac = res.ac
-    steps = ", ".join(f"{m} {t(v) if v is not None else 'does not fit'}" for m, v in ac.global_steps.items())
+    steps = ", ".join(f"{m} {t(v) if v is not None else 'not planned'}" for m, v in ac.global_steps.items())
     out = [f"  activation checkpointing for the whole model (what torchtitan and NeMo launch): {steps}"]
-    if ac.per_stage is not None:
-        out.append(f"  per stage (schedc's runtime): {ac.per_stage['modes']}: {t(ac.per_stage['step'])}")
+    mix = ac.per_stage
+    if mix is not None:
+        best = min((v for v in ac.global_steps.values() if v is not None), default=None)
+        gain = "" if best is None else f", {100 * (best - mix['step']) / best:.1f}% shorter than the best global mode"
+        out.append(f"  per stage (schedc's runtime; checkpointed stages run B): {_short_modes(mix['modes'])} on "
+                   f"{mix['units_per_stage']} ({mix['placement']}): {t(mix['step'])}{gain}")
     elif len(ac.global_steps) > 1:
-        out.append("  per stage (schedc's runtime): no mix of modes on this partition was shorter")
-    out.append(f"  chosen: {ac.chosen}")
+        out.append("  per stage (schedc's runtime): no per-stage choice fits")
+    out.append(f"  chosen: {ac.chosen if isinstance(ac.chosen, str) else _short_modes(ac.chosen)}")
     return out
+
+
+def _short_modes(modes) -> str:
+    return "[" + ", ".join(modes) + "]"
+
+
+def format_runtime_launch(res, report_file) -> str:
+    """How schedc's runtime launches a plan whose checkpointing is per stage (torchtitan and NeMo
+    take one mode per run): load_pipeline with plan_settings, or the example trainer."""
+    if res.ac is None or isinstance(res.ac.chosen, str):
+        return ""
+    n = res.compiled.problem.n_ranks
+    return "\n".join([
+        "schedc's runtime (per-stage activation checkpointing; torchtitan and NeMo take one mode per run):",
+        "  from schedc.runtime import load_pipeline",
+        "  from schedc.runtime.checkpointing import plan_settings",
+        f"  pipe = load_pipeline({str(report_file.with_suffix('.csv'))!r}, model, loss_fn, device, "
+        f"**plan_settings({str(report_file)!r}))",
+        f"  # schedc's example model: torchrun --nproc-per-node {n} examples/train.py --plan {report_file}",
+    ])
 
 
 def format_handoff(res) -> str:

@@ -1,8 +1,14 @@
 """Activation checkpointing as a choice of the plan (``schedc plan --ac auto``).
 
-Problem: checkpointing trades recompute (each checkpointed layer's forward again inside I) for
-memory; under a tight cap the fastest plan may checkpoint some stages and not others. Method and
-cost: :func:`plan_ac`.
+Problem: checkpointing trades recompute for memory; under a tight cap the fastest plan may
+checkpoint some stages and not others, and a checkpointed stage should hold fewer layers. Two
+facts of torch's runtime bound what a plan may assume: a selectively checkpointed region cannot
+run torch's split backward (W after I raises "Trying to backward an extra time"), and a fully
+checkpointed one under the split backward recomputes its forward once in I and once per
+parameter group in W. So every checkpointed stage here runs its backward whole (B, one
+recompute), which the compiler schedules for a stage whose W costs nothing
+(:func:`checkpointed_form`); stage 0 is the exception torch makes itself: its I runs nothing and
+its W the whole backward. Method and cost: :func:`plan_ac`.
 """
 
 from __future__ import annotations
@@ -11,9 +17,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence, Union
 
+import numpy as np
+
 from schedc.core.costs import Profile
+from schedc.core.partition import INF, PLACEMENTS, Units, minmax, n_stages_for, one_microbatch_need, partition_bound
+from schedc.core.tolerances import REL
 from schedc.errors import SchedcError
-from schedc.core.partition import PLACEMENTS, n_stages_for, partition_bound
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.comparisons import torchtitan_rows
 from schedc.plan.limiter import plan_limiter
@@ -22,117 +31,53 @@ from schedc.plan.problem import problem_for
 from schedc.plan.report import build_plan_report
 from schedc.plan.request import parse_cap
 from schedc.plan.result import PlanResult
-from schedc.core.tolerances import REL
 
-
-AC_MODES = ("none", "selective", "full")  # fastest first: each keeps less and recomputes more inside I
-AC_SHARE = 0.75  # of the time limit, for one plan per global mode; the rest for the per-stage choice
+AC_MODES = ("none", "selective", "full")  # fastest first: each keeps less and recomputes more
+AC_SHARE = 0.6  # of the time limit, for one plan per global mode; the rest for the per-stage choice
 TORCHTITAN_AC = "selective"  # what torchtitan 0.3.0's llama3 configs launch with
+# microbatches a stage is sized to hold, as multiples of what 1F1B holds there (R - s on a loop):
+# zero-bubble schedules want more in flight, a tight cap fewer
+DEPTHS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
+TRY_WORK = 0.25  # time budget of one heuristic schedule of a candidate (seconds or work units)
 
 
 @dataclass(frozen=True)
 class ACChoice:
     """The checkpointing the plan chose: ``chosen`` (one mode for the whole model, or one per
-    stage), the best step of each global mode (None: nothing fits), and the per-stage choice on
-    the best global plan's partition (``per_stage``: modes and step; None when no mix was tried)."""
+    stage), the best step of each global mode (None: not planned or nothing fits), and the best
+    per-stage choice found (``per_stage``: modes, units per stage, placement and step; None when
+    no candidate fits)."""
 
     chosen: Union[str, list]
     global_steps: dict
     per_stage: Optional[dict] = None
 
     def as_dict(self) -> dict:
-        return {"chosen": self.chosen, "global": self.global_steps, "per_stage": self.per_stage}
+        return {"chosen": self.chosen, "global": self.global_steps, "per_stage": self.per_stage,
+                "checkpointed_stages_run": "B (one full backward: one recompute)"}
 
 
-def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Callable[[str], None]] = None,
-            **kwargs) -> PlanResult:
-    """The plan with the activation checkpointing that gives the shortest step under the cap.
-
-    Problem: checkpointing trades recompute (each checkpointed layer's forward again inside I) for
-    memory; under a tight cap the fastest plan may checkpoint some stages and not others.
-    `profiles` maps modes (``none``, ``selective``, ``full``) to per-unit profiles of the same
-    units. Method: one :func:`plan` per mode (``AC_SHARE`` of the time, shared), then, on the
-    partition of the best of them, a greedy per-stage choice: each stage in turn, those on ranks
-    with the most room first, is moved to a faster mode when a heuristic schedule
-    (schedc.solver.engines.warm.warm_start) of the mixed profile fits and is shorter; the best mix is
-    compiled with the time left and kept when it beats the best global mode. torchtitan and NeMo
-    launch one mode for the whole model; schedc's runtime applies one per stage. Cost: the time
-    limit; the greedy step takes one heuristic run per stage and faster mode."""
-    if kwargs.get("budget") == "work" and not _counting_work():
-        return _on_work_clock(plan_ac, time_limit, profiles=profiles, progress=progress, **kwargs)
-    say = progress or (lambda line: None)
-    modes = [m for m in AC_MODES if m in profiles]
-    if not modes:
-        raise SchedcError(f"--ac auto needs a profile per mode ({', '.join(AC_MODES)}); got {', '.join(profiles)}")
-    t0 = _now()
-    results, errors = {}, {}
-    for k, mode in enumerate(modes):
-        share = (t0 + AC_SHARE * time_limit - _now()) / (len(modes) - k)
-        floor = _mode_floor(profiles[mode], kwargs)
-        best_so_far = min((r.value for r in results.values()), default=math.inf)
-        if floor >= best_so_far * (1 - REL):  # no plan in this mode can be shorter: its time goes to the rest
-            errors[mode] = f"cannot beat {best_so_far:.6g} s (its bound over partitions is {floor:.6g} s)"
-            say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {errors[mode]}")
-            continue
-        say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {share:.1f}s")
-        try:
-            results[mode] = plan(profile=profiles[mode], time_limit=max(share, 0.5), progress=progress, **kwargs)
-        except SchedcError as e:
-            errors[mode] = str(e)
-    if not results:
-        raise SchedcError(next(reversed(errors.values())))
-    best_mode = min(results, key=lambda m: results[m].value)
-    best = results[best_mode]
-    steps = {m: (results[m].value if m in results else None) for m in modes}
-    per_stage = None
-    if len(modes) > 1 and not stop_requested():
-        per_stage = _per_stage_choice(best, best_mode, profiles, modes, t0 + time_limit, say, t0)
-    notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
-    if per_stage is not None and per_stage[0].value < best.value * (1 - REL):
-        compiled, units, stage_modes = per_stage
-        choice = ACChoice(stage_modes, steps, {"modes": stage_modes, "step": compiled.value})
-        out = replace(best, compiled=compiled, units=units, least_memory=None, notes=notes)
-    else:
-        mix = None if per_stage is None else {"modes": per_stage[2], "step": per_stage[0].value}
-        choice = ACChoice(best_mode, steps, mix)
-        out = replace(best, notes=notes)
-    rows = list(out.comparisons)
-    if TORCHTITAN_AC in profiles and TORCHTITAN_AC != best_mode:
-        for row in torchtitan_rows(profiles[TORCHTITAN_AC], out.compiled.problem.n_ranks,
-                                   out.compiled.problem.n_microbatches, out.compiled.problem.memory,
-                                   out.compiled.problem.objective):
-            rows.append(replace(row, split=f"torchtitan default, {TORCHTITAN_AC} AC"))
-    out = replace(out, comparisons=rows, ac=choice, solve_time=_now() - t0,
-                  assumes={**out.assumes, "activation_checkpoint": choice.chosen})
-    out = replace(out, limiter=plan_limiter(out, max(out.compiled.sim.memory_limit)))
-    return replace(out, report=build_plan_report(out))
+def checkpointed_form(profile: Profile, none: Optional[Profile] = None) -> Profile:
+    """`profile` (one checkpointing mode's per-unit costs) as its stages run under torch: every
+    unit's backward whole in B (I = B, W = 0), B = the `none` profile's I + W plus what the mode
+    adds to I (its one recompute; without `none`, the mode's I + W). After F a unit holds what the
+    mode keeps; while B runs, what I holds at its peak (its transient and the rise to the bytes
+    held until W). Cost: linear in the units."""
+    base = none.stages if none is not None and none.n_stages == profile.n_stages else None
+    stages = []
+    for k, u in enumerate(profile.stages):
+        b = u.backward if base is None else base[k].backward + max(0.0, u.backward_input - base[k].backward_input)
+        during = u.transient("I") + max(0.0, u.weight_grad_bytes - u.activation_bytes)
+        stages.append(u.model_copy(update={
+            "backward_input": b, "backward_weight": 0.0, "weight_grad_bytes": u.activation_bytes,
+            "transient_bytes": {"F": u.transient("F"), "I": during, "B": during}}))
+    return profile.model_copy(update={"stages": stages})
 
 
-def _heuristic_step(profiles, counts, stage_modes, problem, end):
-    """(step, warm start) of the heuristic warm start on the mixed profile; None if none fits."""
-    from schedc.solver.engines.warm import warm_start
-
-    p = problem_for(mixed_units(profiles, counts, stage_modes), counts, problem.placement_name, problem.n_ranks,
-                 problem.n_microbatches, problem.memory, problem.objective)
-    try:
-        warm = warm_start(p, time_budget=min(0.3, max(0.05, end - _now())))
-    except SchedcError:
-        return None
-    return (warm[1].objective(problem.objective), warm) if warm[1].fits else None
-
-
-def _mode_floor(profile: Profile, kwargs: dict) -> float:
-    """The least step any plan with this mode's profile can reach (schedc.core.partition's bound over
-    partitions, per placement tried); inf when no partition fits, 0 when it cannot be told."""
-    try:
-        limit = parse_cap(kwargs.get("memory", "80GiB"))
-        cap = math.inf if limit.kind == "none" else limit.value
-        ranks, M = kwargs["ranks"], kwargs["microbatches"]
-        wanted = list(PLACEMENTS) if kwargs.get("placement", "auto") == "auto" else [kwargs["placement"]]
-        return min(partition_bound(profile, ranks, M, cap, pl, kwargs.get("objective", "makespan")).value
-                   for pl in wanted if n_stages_for(pl, ranks) <= profile.n_stages)
-    except (SchedcError, KeyError, ValueError):
-        return 0.0  # plan itself says what is wrong
+def mode_forms(profiles: dict) -> dict:
+    """Each mode's per-unit profile as it runs: ``none`` split (I, then W), the others in B."""
+    none = profiles.get("none")
+    return {m: (p if m == "none" else checkpointed_form(p, none)) for m, p in profiles.items()}
 
 
 def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str]) -> Profile:
@@ -146,40 +91,284 @@ def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str
                                    "assumes": {**(base.assumes or {}), "activation_checkpoint": list(stage_modes)}})
 
 
-def _per_stage_choice(best: PlanResult, best_mode: str, profiles: dict, modes: list, end: float, say, t0):
-    """(compile result, mixed per-unit profile, modes per stage) of the greedy per-stage choice on
-    `best`'s partition (plan_ac): moves are judged by the heuristic warm start's step
-    (schedc.solver.engines.warm), each against the heuristic step of the mix so far, and the final mix is
-    compiled; None when no move helped or no time is left."""
+def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Callable[[str], None]] = None,
+            **kwargs) -> PlanResult:
+    """The plan with the activation checkpointing that gives the shortest step under the cap.
+
+    `profiles` maps modes (``none``, ``selective``, ``full``) to per-unit profiles of the same
+    units, each run as :func:`mode_forms` says (checkpointed units in B). Method: one :func:`plan`
+    per global mode (``AC_SHARE`` of the time, shared; a mode whose bound over partitions cannot
+    beat the best plan so far is skipped), then the per-stage choice made with the partition
+    (:func:`stage_candidates`: a dynamic program over stage boundaries that gives each stage the
+    fastest mode whose bytes fit the microbatches it is sized to hold, one candidate per depth and
+    placement), each candidate scored by the heuristic warm start, the best improved by one-move
+    local search (a boundary by one unit, a stage's mode) and compiled with the time left; kept
+    when shorter than the best global mode. torchtitan and NeMo launch one mode for the whole
+    model; schedc's runtime (``load_pipeline(activation_checkpoint=[...])``) one per stage.
+    Cost: the time limit."""
+    if kwargs.get("budget") == "work" and not _counting_work():
+        return _on_work_clock(plan_ac, time_limit, profiles=profiles, progress=progress, **kwargs)
+    say = progress or (lambda line: None)
+    modes = [m for m in AC_MODES if m in profiles]
+    if not modes:
+        raise SchedcError(f"--ac auto needs a profile per mode ({', '.join(AC_MODES)}); got {', '.join(profiles)}")
+    forms = mode_forms({m: profiles[m] for m in modes})
+    t0 = _now()
+    results, errors, floors = _global_plans(forms, modes, time_limit, progress, say, t0, kwargs)
+    best_mode = min(results, key=lambda m: results[m].value)
+    best = results[best_mode]
+    steps = {m: (results[m].value if m in results else None) for m in modes}
+    notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
+    mix = None
+    if len(modes) > 1 and not stop_requested():
+        mix = _per_stage_choice(forms, best, best_mode, kwargs, t0 + time_limit, say, t0)
+    global_bound = min([results[m].bound for m in results] + [floors[m] for m in errors if m in floors])
+    if mix is not None and mix["compiled"].value < best.value * (1 - REL):
+        compiled = mix["compiled"]
+        choice = ACChoice(list(mix["modes"]), steps, _mix_dict(mix))
+        units = mixed_units(forms, mix["counts"], mix["modes"])
+        out = replace(best, compiled=compiled, units=units, counts=list(mix["counts"]), placement=mix["placement"],
+                      bound=compiled.lower_bound, bounds={mix["placement"]: compiled.lower_bound}, certified={},
+                      least_memory=None, candidates=best.candidates + [_mix_dict(mix)],
+                      notes=notes + [f"bound: the chosen partition and per-stage checkpointing only; over every "
+                                     f"partition with one mode for the whole model: {global_bound:.6g}"])
+    else:
+        choice = ACChoice(best_mode, steps, None if mix is None else _mix_dict(mix))
+        out = replace(best, bound=min(global_bound, best.value), notes=notes)
+    return _finish(out, choice, profiles, forms, best_mode, t0)
+
+
+def _finish(out: PlanResult, choice: ACChoice, profiles: dict, forms: dict, best_mode: str, t0: float) -> PlanResult:
+    out = replace(out, compiled=whole_backwards(out.compiled))
+    rows = list(out.comparisons)
+    if TORCHTITAN_AC in forms and TORCHTITAN_AC != best_mode:
+        p = out.compiled.problem
+        for row in torchtitan_rows(forms[TORCHTITAN_AC], p.n_ranks, p.n_microbatches, p.memory, p.objective):
+            rows.append(replace(row, split=f"torchtitan default, {TORCHTITAN_AC} AC"))
+    out = replace(out, comparisons=rows, ac=choice, solve_time=_now() - t0,
+                  assumes={**out.assumes, "activation_checkpoint": choice.chosen})
+    out = replace(out, limiter=plan_limiter(out, max(out.compiled.sim.memory_limit)))
+    return replace(out, report=build_plan_report(out))
+
+
+def whole_backwards(compiled):
+    """`compiled` whose schedule runs B, never I then W, on every stage the compiler merges (W
+    costs nothing: checkpointed stages, schedc.solver.graph); a hand-made schedule adopted as is
+    may split them, which torch refuses under selective checkpointing. B takes I's place, so the
+    step is the same and the bytes held until W are released at once. Cost: one simulation."""
+    from types import SimpleNamespace
+
+    from schedc.plan.least_memory import _with_schedule
+    from schedc.solver.graph import graph_of, orders_from_schedule, schedule_from_orders
+
+    g = graph_of(compiled.problem)
+    sched = compiled.schedule
+    if not any(g.backward[a.stage] == "B" and a.kind in ("I", "W") for _, a in sched.all_actions()):
+        return compiled
+    merged = schedule_from_orders(g, orders_from_schedule(g, sched), name=sched.name)
+    return _with_schedule(compiled, SimpleNamespace(schedule=merged))
+
+
+def _global_plans(forms, modes, time_limit, progress, say, t0, kwargs):
+    """({mode: plan}, {mode: why not planned}, {mode: bound over partitions}) of one mode for the
+    whole model, each in AC_SHARE of the time shared; SchedcError when none fits."""
+    results, errors, floors = {}, {}, {}
+    for k, mode in enumerate(modes):
+        share = (t0 + AC_SHARE * time_limit - _now()) / (len(modes) - k)
+        floors[mode] = _mode_floor(forms[mode], kwargs)
+        best_so_far = min((r.value for r in results.values()), default=math.inf)
+        if floors[mode] >= best_so_far * (1 - REL):  # no plan in this mode can be shorter
+            errors[mode] = f"cannot beat {best_so_far:.6g} s (its bound over partitions is {floors[mode]:.6g} s)"
+            say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {errors[mode]}")
+            continue
+        say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {share:.1f}s")
+        try:
+            results[mode] = plan(profile=forms[mode], time_limit=max(share, 0.5), progress=progress, **kwargs)
+        except SchedcError as e:
+            errors[mode] = str(e)
+            floors.pop(mode)  # nothing fits: no bound to report
+    if not results:
+        raise SchedcError(next(reversed(errors.values())))
+    return results, errors, floors
+
+
+def _mode_floor(profile: Profile, kwargs: dict) -> float:
+    """The least step any plan with this mode's profile can reach (schedc.core.partition's bound over
+    partitions, per placement tried); inf when no partition fits, 0 when it cannot be told."""
+    try:
+        limit = parse_cap(kwargs.get("memory", "80GiB"))
+        cap = math.inf if limit.kind == "none" else limit.value
+        ranks, M = kwargs["ranks"], kwargs["microbatches"]
+        return min(partition_bound(profile, ranks, M, cap, pl, kwargs.get("objective", "makespan")).value
+                   for pl in _placements(kwargs) if n_stages_for(pl, ranks) <= profile.n_stages)
+    except (SchedcError, KeyError, ValueError):
+        return 0.0  # plan itself says what is wrong
+
+
+def _placements(kwargs: dict) -> list[str]:
+    return list(PLACEMENTS) if kwargs.get("placement", "auto") == "auto" else [kwargs["placement"]]
+
+
+def _mix_dict(mix: dict) -> dict:
+    return {"modes": list(mix["modes"]), "units_per_stage": list(mix["counts"]), "placement": mix["placement"],
+            "step": mix["compiled"].value, "heuristic_step": mix["heuristic"], "depth": mix["depth"],
+            "candidates_tried": mix["tried"]}
+
+
+# ---------------------------------------------------------------- the per-stage choice
+
+
+def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dict, end: float, say,
+                      t0) -> Optional[dict]:
+    """The best per-stage choice found: candidates from :func:`stage_candidates` (and the best
+    global plan's partition with its modes), scored by the heuristic warm start, the best polished
+    by :func:`_local_moves` and compiled; None when no candidate fits or no time is left."""
     from schedc.solver.compile import compile_problem
 
-    problem = best.compiled.problem
-    counts, pl = best.counts, best.placement
-    room = [lim - pk for pk, lim in zip(best.compiled.sim.peak_memory, best.compiled.sim.memory_limit)]
-    # faster modes where a rank has room, first on the roomiest ranks; where it has none, stages on
-    # the tightest ranks checkpoint more, which can free room for more microbatches in flight
-    k = modes.index(best_mode)
-    moves = [(s, m) for s in sorted(range(len(counts)), key=lambda s: -room[problem.placement[s]]) for m in modes[:k]]
-    moves += [(s, m) for s in sorted(range(len(counts)), key=lambda s: room[problem.placement[s]])
-              for m in modes[k + 1:]]
-    stage_modes = [best_mode] * len(counts)
-    current = _heuristic_step(profiles, counts, stage_modes, problem, end)
-    if current is None:
-        return None
-    for s, mode in moves:
-        if _now() > t0 + (end - t0) * 0.9 or stop_requested():
-            break
-        if stage_modes[s] != best_mode:
+    p = best.compiled.problem
+    limit, objective = p.memory, p.objective
+    ranks, M = p.n_ranks, p.n_microbatches
+    cap = math.inf if limit.kind == "none" else limit.value
+    scored, seen = [], set()
+    cands = [(pl, d, c, m) for pl in _placements(kwargs) if n_stages_for(pl, ranks) <= forms["none"].n_stages
+             for d, c, m in stage_candidates(forms, pl, ranks, M, cap)]
+    cands.append((best.placement, None, tuple(best.counts), (best_mode,) * len(best.counts)))
+    for pl, depth, counts, modes in cands:
+        if (pl, counts, modes) in seen or _now() > t0 + (end - t0) * 0.75 or stop_requested():
             continue
-        trial = stage_modes[:s] + [mode] + stage_modes[s + 1:]
-        found = _heuristic_step(profiles, counts, trial, problem, end)
-        if found is not None and found[0] < current[0] * (1 - REL):
-            stage_modes, current = trial, found
-            say(f"[{_now() - t0:6.1f}s] stage {s} with activation checkpointing {mode}: heuristic step "
-                f"{found[0]:.6g}")
-    if stage_modes == [best_mode] * len(counts):
+        seen.add((pl, counts, modes))
+        found = _try(forms, counts, modes, pl, ranks, M, limit, objective)
+        if found is not None:
+            scored.append((found[0], pl, depth, counts, modes, found[1]))
+    if not scored:
         return None
-    units = mixed_units(profiles, counts, stage_modes)
-    p = problem_for(units, counts, pl, problem.n_ranks, problem.n_microbatches, problem.memory, problem.objective)
-    compiled = compile_problem(p, time_limit=max(0.5, end - _now()), warm=current[1])
-    return compiled, units, stage_modes
+    scored.sort(key=lambda s: s[0])
+    step, pl, depth, counts, modes, warm = scored[0]
+    say(f"[{_now() - t0:6.1f}s] per-stage checkpointing: {len(seen)} candidates, best {list(modes)} on "
+        f"{list(counts)} ({pl}), heuristic step {step:.6g}")
+    step, counts, modes, warm = _local_moves(forms, (step, counts, modes, warm), pl, ranks, M, limit, objective,
+                                             t0 + (end - t0) * 0.85, seen)
+    units = mixed_units(forms, counts, modes)
+    problem = problem_for(units, counts, pl, ranks, M, limit, objective)
+    compiled = compile_problem(problem, time_limit=max(0.5, end - _now()), warm=warm)
+    say(f"[{_now() - t0:6.1f}s] per-stage checkpointing {list(modes)} on {list(counts)}: {compiled.value:.6g}")
+    return {"compiled": compiled, "counts": counts, "modes": modes, "placement": pl, "heuristic": step,
+            "depth": depth, "tried": len(seen)}
+
+
+def _try(forms, counts, modes, pl, ranks, M, limit, objective):
+    """(step, warm start) of the heuristic warm start on the mixed profile; None if none fits."""
+    from schedc.solver.engines.warm import warm_start
+
+    try:
+        p = problem_for(mixed_units(forms, counts, modes), list(counts), pl, ranks, M, limit, objective)
+        warm = warm_start(p, time_budget=TRY_WORK)
+    except SchedcError:
+        return None
+    return (warm[1].objective(objective), warm) if warm[1].fits else None
+
+
+def _local_moves(forms, current, pl, ranks, M, limit, objective, end, seen):
+    """Hill climbing from `current` (step, counts, modes, warm): one unit across one boundary, or
+    one stage (both stages of a rank in a V) to another mode; the first move that shortens the
+    heuristic step is taken, until none does or `end` passes."""
+    improved = True
+    while improved and _now() < end and not stop_requested():
+        improved = False
+        step, counts, modes, _ = current
+        for c, m in _neighbours(counts, modes, list(forms), pl, ranks):
+            if (pl, c, m) in seen or _now() >= end:
+                continue
+            seen.add((pl, c, m))
+            found = _try(forms, c, m, pl, ranks, M, limit, objective)
+            if found is not None and found[0] < step * (1 - REL):
+                current, improved = (found[0], c, m, found[1]), True
+                break
+    return current
+
+
+def _neighbours(counts, modes, all_modes, pl, ranks):
+    S = len(counts)
+    for k in range(S - 1):
+        for d in (1, -1):
+            c = list(counts)
+            c[k] += d
+            c[k + 1] -= d
+            if min(c) >= 1:
+                yield tuple(c), tuple(modes)
+    for r in range(ranks):
+        own = [r] if pl == "loop" else [r, 2 * ranks - 1 - r]
+        for mode in all_modes:
+            if any(modes[s] != mode for s in own):
+                yield tuple(counts), tuple(mode if s in own else modes[s] for s in range(S))
+
+
+def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int, cap: float) -> list:
+    """[(depth, units per stage, mode per stage)]: for each depth d of ``DEPTHS``, the partition
+    whose busiest rank does the least compute when every stage takes the fastest mode whose bytes
+    (static, the reserve, one microbatch's peak and ceil(d x h_s) - 1 more microbatches held) fit
+    the cap, h_s = R - s on a loop and (2R - s) / 2 in a V (1F1B's microbatches in flight).
+    Method: schedc.core.partition's min-max dynamic program with those terms, read from per-mode
+    tables of every segment's work and bytes. Cost: O(K U^2) for the tables, then one dynamic
+    program per depth (O(S U^2 K) on a loop, O(R U^4 K^2) in a V, K modes)."""
+    tables = {m: _segments(Units.of(p)) for m, p in forms.items()}
+    units = Units.of(next(iter(forms.values())))
+    S = n_stages_for(placement, ranks)
+    out = []
+    for depth in DEPTHS:
+        held = [min(microbatches, max(1, math.ceil(depth * ((ranks - s) if placement == "loop" else (S - s) / 2)
+                                                     - REL))) for s in range(S)]
+        fit = [{m: np.where(t["base"] + held[s] * t["act"] <= cap * (1 + REL), t["work"], INF)
+                for m, t in tables.items()} for s in range(S)]
+        loop = [_least(f.values()) for f in fit]
+        value, counts = minmax(units, placement, ranks, lambda k, i, j: loop[k][i, j],
+                               lambda r, i, a, b, j: _pair(tables, i, a, b, j, held[r], held[S - 1 - r], cap)[0])
+        if counts is None or not math.isfinite(value):
+            continue
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        modes = [None] * S
+        for r in range(ranks if placement == "v" else S):
+            if placement == "loop":
+                i, j = bounds[r], bounds[r + 1]
+                modes[r] = min(tables, key=lambda m: fit[r][m][i, j])
+            else:
+                b = S - 1 - r
+                modes[r], modes[b] = _pair(tables, bounds[r], bounds[r + 1], bounds[b], bounds[b + 1], held[r],
+                                           held[b], cap)[1]
+        out.append((depth, tuple(int(c) for c in counts), tuple(modes)))
+    return out
+
+
+def _segments(u: Units) -> dict:
+    """Per segment [i, j) of units, as (U+1) x (U+1) tables: ``work`` (F + I + W), ``act`` (bytes
+    held per microbatch after F), ``base`` (static, the reserve and one microbatch's peak above
+    what it holds after F: transients, the rise at I)."""
+    idx = np.arange(u.n + 1)
+    i, j = idx[:, None], idx[None, :]
+    act = u.seg(u.act, i, j)
+    extra = one_microbatch_need(u, [(i, j)]) - act if u.extra is not None else 0.0
+    return {"work": u.seg(u.F, i, j) + u.seg_i(i, j) + u.seg_w(i, j), "act": act,
+            "static": u.seg(u.static, i, j), "extra": extra * np.ones_like(act), "reserve": u.reserve,
+            "base": u.seg(u.static, i, j) + u.reserve + extra}
+
+
+def _least(arrays):
+    out = None
+    for a in arrays:
+        out = a if out is None else np.minimum(out, a)
+    return out
+
+
+def _pair(tables: dict, i, a, b, j, n_front: int, n_back: int, cap: float):
+    """(least work, (front mode, back mode)) of a V rank holding stages [i, a) and [b, j), each
+    in its mode, whose bytes fit together (the larger of the two one-microbatch peaks)."""
+    best, pair = INF, None
+    for mf, tf in tables.items():
+        for mb, tb in tables.items():
+            need = (tf["static"][i, a] + tb["static"][b, j] + tf["reserve"] + n_front * tf["act"][i, a]
+                    + n_back * tb["act"][b, j] + np.maximum(tf["extra"][i, a], tb["extra"][b, j]))
+            work = np.where(need <= cap * (1 + REL), tf["work"][i, a] + tb["work"][b, j], INF)
+            if pair is None or np.ndim(work) == 0 and work < best:
+                pair = (mf, mb)
+            best = np.minimum(best, work)
+    return best, pair

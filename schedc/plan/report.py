@@ -62,9 +62,13 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
 def plan_status(result: PlanResult) -> str:
     """'optimal' only when no partition and schedule can be shorter (the gap over partitions
     within the compiler's own tolerance, ``schedc.core.tolerances.PROVEN``); else what the chosen
-    partition's compile proved."""
+    partition's compile proved. A per-stage checkpointing choice is bounded on its own partition
+    only, so it is at most 'optimal for its partition and checkpointing'."""
     from schedc.core.tolerances import PROVEN
 
+    if result.ac is not None and not isinstance(result.ac.chosen, str):  # its bound covers one partition
+        return "optimal for its partition and checkpointing" if result.compiled.status == "optimal" \
+            else result.compiled.status
     if result.gap <= PROVEN:
         return "optimal"
     if result.compiled.status == "optimal":

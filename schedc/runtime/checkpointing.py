@@ -23,13 +23,18 @@ backpropagated twice: torch 2.14 refuses that for selective checkpointing ("Tryi
 extra time"), so :func:`check_split_backward` refuses "selective" on such stages before anything
 runs; full checkpointing runs, and re-runs the block's forward in I and again in W (once per
 weight group ``stage_backward_weight`` differentiates), not once as with a full backward B.
+Stage 0 is the exception torch makes: its I runs nothing and its W the whole backward in one
+pass, so either mode recomputes once there.
 
 Cost: none at construction; at run time what each mode recomputes.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from functools import partial
+from pathlib import Path
 from typing import Sequence, Union
 
 import torch
@@ -111,8 +116,9 @@ def stage_modes(choice: ACChoice, n_stages: int) -> list[str]:
 
 
 def check_split_backward(modes: Sequence[str], split_stages: set, where: str = "the schedule") -> None:
-    """SchedcError when a stage the schedule splits into I and W is to be checkpointed selectively."""
-    bad = [s for s, m in enumerate(modes) if m == "selective" and s in split_stages]
+    """SchedcError when a stage the schedule splits into I and W is to be checkpointed selectively.
+    Stage 0 is exempt: torch's first stage runs nothing in I and its whole backward in W."""
+    bad = [s for s, m in enumerate(modes) if m == "selective" and s in split_stages and s != 0]
     if bad:
         raise SchedcError(f"{where}: stage {bad[0]} runs I and W apart, and torch's split backward cannot go twice "
                           f"through a selectively checkpointed region; use 'full' or 'none' there, or a schedule "
@@ -130,3 +136,34 @@ def apply_to_stage(stage: nn.Module, mode: str, blocks: str = "blocks") -> nn.Mo
     for block in (container.values() if isinstance(container, nn.ModuleDict) else container):
         checkpoint_block(block, mode)
     return stage
+
+
+_BLOCK_NAME = re.compile(r"(^|\.)\w+\.\d+$")  # "layers.3", "model.layers.3", "blocks.0": one block
+
+
+def plan_settings(plan: Union[str, os.PathLike, dict]) -> dict:
+    """``load_pipeline`` keywords that run a ``schedc plan`` report (``plan.json``) as planned:
+    ``activation_checkpoint`` (one mode per stage, from its ``"assumes"``, which records the
+    per-stage choice of ``--ac auto``) and ``layers_per_stage`` (the blocks of each stage of its
+    ``"partition"``: module names that end in an index, e.g. ``layers.3``; the embedding and the
+    head are the split's first and last modules). SchedcError naming the file and field when one
+    is missing or malformed. Cost: reading the file.
+
+        pipe = load_pipeline("plan.csv", model, loss_fn, device, **plan_settings("plan.json"))
+    """
+    import json
+
+    where = "the plan report" if isinstance(plan, dict) else str(plan)
+    if not isinstance(plan, dict):
+        try:
+            plan = json.loads(Path(plan).read_text())
+        except (OSError, ValueError) as e:
+            raise SchedcError(f"{where}: cannot read a plan report ({e}); give the plan.json `schedc plan` wrote")
+    partition = plan.get("partition") if isinstance(plan, dict) else None
+    if not isinstance(partition, list) or not all(isinstance(p, list) for p in partition):
+        raise SchedcError(f"{where}: no \"partition\" (module names per stage); give the plan.json `schedc plan` "
+                          f"wrote")
+    choice = (plan.get("assumes") or {}).get("activation_checkpoint", "none")
+    modes = stage_modes(choice, len(partition))
+    blocks = [sum(1 for name in stage if _BLOCK_NAME.search(str(name))) for stage in partition]
+    return {"activation_checkpoint": modes, "layers_per_stage": blocks}

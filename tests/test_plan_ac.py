@@ -1,0 +1,227 @@
+"""`schedc plan --ac auto`: activation checkpointing chosen per stage with the partition, honest to
+torch's runtime (checkpointed stages run a full backward B), and launched by schedc's runtime
+with one mode per stage, recomputing where the plan checkpoints and training like the unsplit model."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from test_plan import _modes, _schedc, tiny_units  # noqa: E402  (the per-unit profiles these tests share)
+
+M = 4  # microbatches of the tiny plans
+TIGHT = "11GiB"  # stage 0 of the tiny model holds its microbatches only when checkpointed, stage 1 without
+
+
+def _auto(memory: str, placement: str = "loop"):
+    from schedc.plan import plan_ac
+
+    return plan_ac(_modes(tiny_units(n_layers=6, head=1.0)), ranks=2, microbatches=M, memory=memory,
+                   placement=placement, time_limit=4, budget="work")
+
+
+def test_ac_auto_chooses_the_mode_that_fits_and_reports_each_global_mode():
+    from schedc.plan import mixed_units
+
+    profiles = _modes(tiny_units(n_layers=6, head=1.0))
+    res = _auto("9GiB")
+    steps = res.ac.global_steps
+    assert steps["none"] is None and steps["selective"] is not None  # without checkpointing no partition fits
+    assert res.value <= min(v for v in steps.values() if v is not None) * (1 + 1e-9)
+    chosen = res.report["assumes"]["activation_checkpoint"]
+    assert chosen == res.ac.chosen and res.report["plan"]["activation_checkpoint"]["global"] == steps
+    mixed = mixed_units(profiles, [3, 5], ["none", "full"])
+    assert mixed.stages[:3] == profiles["none"].stages[:3] and mixed.stages[3:] == profiles["full"].stages[3:]
+    assert mixed.assumes["activation_checkpoint"] == ["none", "full"]
+
+
+def test_a_mode_whose_bound_cannot_beat_the_best_plan_is_not_planned():
+    res = _auto("80GiB")
+    assert res.ac.chosen == "none" and res.ac.global_steps["full"] is None  # full recomputes every forward
+    assert any("activation checkpointing full: cannot beat" in note for note in res.notes)
+
+
+def test_a_checkpointed_unit_runs_one_full_backward_with_one_recompute():
+    from schedc.plan.ac import checkpointed_form
+
+    profiles = _modes(tiny_units(n_layers=3))
+    b = checkpointed_form(profiles["full"], profiles["none"])
+    for none, full, run in zip(profiles["none"].stages, profiles["full"].stages, b.stages):
+        assert run.backward_weight == 0.0  # the compiler schedules B for a stage whose W costs nothing
+        recompute = full.backward_input - none.backward_input  # the forward again, once
+        assert run.backward_input == pytest.approx(none.backward + recompute)
+        assert run.activation_bytes == full.activation_bytes and run.transient("B") >= full.transient("I")
+    # without the none profile: the mode's own I + W
+    assert checkpointed_form(profiles["full"]).stages[1].backward_input == pytest.approx(
+        profiles["full"].stages[1].backward)
+
+
+def test_per_stage_choice_beats_every_global_mode_where_memory_binds():
+    res = _auto(TIGHT)
+    best_global = min(v for v in res.ac.global_steps.values() if v is not None)
+    assert isinstance(res.ac.chosen, list) and res.ac.chosen[0] != "none" and "none" in res.ac.chosen
+    assert res.value < best_global * 0.95  # the first rank checkpoints and holds more layers
+    ac = res.report["plan"]["activation_checkpoint"]
+    assert ac["per_stage"]["modes"] == res.ac.chosen == res.report["assumes"]["activation_checkpoint"]
+    assert ac["per_stage"]["units_per_stage"] == res.counts and ac["per_stage"]["step"] == res.value
+    assert res.report["plan"]["status"] != "optimal"  # its bound covers its own partition only
+    assert res.value >= res.bound * (1 - 1e-9)
+    # the schedule runs every checkpointed stage but the first as B (torch: no W after a selective I)
+    split = {a.stage for _, a in res.schedule.all_actions() if a.kind in ("I", "W")}
+    assert not [s for s, m in enumerate(res.ac.chosen) if m != "none" and s != 0 and s in split]
+
+
+def test_a_global_choice_under_a_selective_mode_never_splits_its_stages():
+    res = _auto("9GiB", placement="v")
+    assert res.ac.chosen == "selective" or isinstance(res.ac.chosen, list)
+    modes = [res.ac.chosen] * len(res.counts) if isinstance(res.ac.chosen, str) else res.ac.chosen
+    split = {a.stage for _, a in res.schedule.all_actions() if a.kind in ("I", "W")}
+    assert not [s for s, m in enumerate(modes) if m == "selective" and s != 0 and s in split]
+
+
+def _write_modes(tmp_path) -> list[str]:
+    args = []
+    for mode, units in _modes(tiny_units(n_layers=6, head=1.0)).items():
+        units.save(tmp_path / f"{mode}.json")
+        args += ["--profile", f"{mode}={mode}.json"]
+    return args
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """`schedc plan --ac auto` of the tiny model under the tight cap: (folder, stdout)."""
+    tmp = tmp_path_factory.mktemp("plan_ac")
+    out = _schedc("plan", *_write_modes(tmp), "--ac", "auto", "--ranks", "2", "--mb", str(M), "--memory", TIGHT,
+                  "--placement", "loop", "--time-limit", "4", "--budget", "work", "--quiet", cwd=tmp)
+    assert out.returncode == 0, out.stderr
+    return tmp, out.stdout
+
+
+def test_cli_prints_global_modes_and_the_per_stage_choice_side_by_side_and_how_to_launch_it(planned):
+    tmp, stdout = planned
+    report = json.loads((tmp / "plan.json").read_text())
+    modes = report["assumes"]["activation_checkpoint"]
+    assert isinstance(modes, list) and len(modes) == 2
+    assert "activation checkpointing for the whole model (what torchtitan and NeMo launch): none " in stdout
+    line = re.search(r"per stage \(schedc's runtime; checkpointed stages run B\): \[(.*)\] on \[(.*)\] \(loop\): "
+                     r".*% shorter than the best global mode", stdout)
+    assert line and line.group(1).split(", ") == modes, stdout
+    assert f"chosen: [{', '.join(modes)}]" in stdout
+    assert "bound for this partition and per-stage checkpointing" in stdout
+    assert "pipe = load_pipeline('plan.csv', model, loss_fn, device, **plan_settings('plan.json'))" in stdout
+    assert "torchrun --nproc-per-node 2 examples/train.py --plan plan.json" in stdout
+
+
+def test_plan_settings_reads_the_per_stage_modes_and_blocks_and_names_what_is_missing(planned, tmp_path):
+    from schedc.errors import SchedcError
+    from schedc.runtime.checkpointing import plan_settings
+
+    tmp, _ = planned
+    report = json.loads((tmp / "plan.json").read_text())
+    got = plan_settings(tmp / "plan.json")
+    assert got["activation_checkpoint"] == report["assumes"]["activation_checkpoint"]
+    counts = report["plan"]["units_per_stage"]
+    assert got["layers_per_stage"] == [counts[0] - 1, *counts[1:-1], counts[-1] - 1]  # less embedding, head
+    bad = tmp_path / "plan.json"
+    bad.write_text(json.dumps({"assumes": {}}))
+    with pytest.raises(SchedcError, match=r'plan.json: no "partition"'):
+        plan_settings(bad)
+    bad.write_text(json.dumps({"partition": [["layers.0"]], "assumes": {"activation_checkpoint": ["some"]}}))
+    with pytest.raises(SchedcError, match=r"activation_checkpoint\[0\]: 'some' is not one of"):
+        plan_settings(bad)
+
+
+# ------------------------------------------------------------------ schedc's runtime runs the plan
+
+
+def rank_runs_the_plan(rank: int, world: int, plan_json: str):
+    """On each rank: the plan's pipeline (its per-stage checkpointing) and the same CSV without
+    checkpointing, one step each: block forwards per microbatch, tensors autograd saved, the
+    loss, and each gradient's largest relative error against the unsplit model."""
+    import torch
+
+    from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, make_batch
+    from schedc.runtime.checkpointing import plan_settings
+
+    settings = plan_settings(plan_json)
+    cfg = GPTConfig(vocab_size=32, hidden=16, layers=sum(settings["layers_per_stage"]), heads=2, seq_len=8,
+                    dtype="float64")
+    x, y = make_batch(cfg, 2 * M, seed=3)
+    ref = GPT(cfg, seed=1)
+    lm_loss(ref(x), y).backward()
+    out = {}
+    for label, ac in (("plan", settings["activation_checkpoint"]), ("none", "none")):
+        model = GPT(cfg, seed=1)
+        pipe = load_pipeline(plan_json.replace(".json", ".csv"), model, lm_loss,
+                             layers_per_stage=settings["layers_per_stage"], activation_checkpoint=ac)
+        runs, saved = {}, [0]
+        for s, module in pipe.modules.items():
+            for k, block in enumerate(module.blocks):
+                first = next(block.children())  # called again when the block's forward is recomputed
+                first.register_forward_hook(lambda *a, key=(s, k): runs.__setitem__(key, runs.get(key, 0) + 1))
+
+        def pack(t):
+            saved[0] += 1
+            return t
+
+        losses: list = []
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            pipe.step(x, target=y, losses=losses)
+        mine = {id(p) for p in pipe.parameters()}
+        err = max((p.grad - q.grad).abs().max().item() / (q.grad.abs().max().item() + 1e-30)
+                  for p, q in zip(model.parameters(), ref.parameters()) if id(p) in mine)
+        out[label] = {"stages": sorted(pipe.modules), "runs": sorted(set(runs.values())), "saved": saved[0],
+                      "loss": (sum(losses) / len(losses)).item() if losses else None, "rel_err": err}
+    return out
+
+
+def test_schedc_runtime_runs_the_per_stage_plan_recomputing_where_it_checkpoints(planned):
+    from _dist import run_ranks
+
+    tmp, _ = planned
+    modes = json.loads((tmp / "plan.json").read_text())["assumes"]["activation_checkpoint"]
+    results = run_ranks(rank_runs_the_plan, 2, timeout=120, plan_json=str(tmp / "plan.json"))
+    for rank, got in enumerate(results):
+        assert "ok" in got, f"rank {rank}: {got.get('error')}\n{got.get('traceback', '')}"
+        plan, none = got["ok"]["plan"], got["ok"]["none"]
+        (stage,) = plan["stages"]
+        (once,) = none["runs"]  # every block's forward once per microbatch (and torch's shape inference)
+        assert once >= M
+        assert plan["rel_err"] < 1e-10 and none["rel_err"] < 1e-10  # the unsplit model's gradients
+        if modes[stage] == "none":
+            assert plan["runs"] == [once] and plan["saved"] == none["saved"]
+        else:  # once more per microbatch in the backward, keeping fewer tensors from F
+            assert plan["runs"] == [once + M] and plan["saved"] < none["saved"]
+    last = [g["ok"]["plan"] for g in results if g["ok"]["plan"]["loss"] is not None]
+    assert len(last) == 1
+
+
+def test_examples_train_launches_the_plan_as_printed(planned):
+    from _dist import ROOT, free_port, worker_env
+
+    tmp, _ = planned
+    modes = json.loads((tmp / "plan.json").read_text())["assumes"]["activation_checkpoint"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), str(ROOT / "examples" / "train.py"), "--plan", "plan.json",
+           "--steps", "2", "--warmup", "0", "--hidden", "32", "--heads", "2", "--seq-len", "16", "--vocab", "64",
+           "--backend", "gloo", "--timeout", "60"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=worker_env(), cwd=str(tmp))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"activation checkpointing {modes}" in out.stdout
+    assert len(re.findall(r"^step +\d+ +loss ", out.stdout, re.M)) == 2
+
+
+def test_a_plan_without_its_csv_is_named(tmp_path):
+    from _dist import ROOT, worker_env
+
+    (tmp_path / "plan.json").write_text("{}")
+    code = ("import sys; sys.argv = ['train.py', '--plan', 'plan.json']; sys.path.insert(0, %r)\n"
+            "import train; args = train.parse_args(sys.argv[1:])\n"
+            "try:\n    train._plan_settings(args)\nexcept Exception as e:\n    print(e)") % str(ROOT / "examples")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=worker_env(), cwd=str(tmp_path))
+    assert "--plan plan.json: the schedule plan.csv is not beside it" in out.stdout, out.stdout + out.stderr
