@@ -1,4 +1,4 @@
-"""The compiler driver: warm start -> CP-SAT -> integer program (full or by windows) -> certified result.
+"""The compiler driver: the rows of two phase tables, from the bound and the warm start to a certified result.
 
 Problem: return the schedule with the smallest simulated step time (``problem.objective``) that
 fits the memory caps, within a time limit, together with a certificate: a lower bound valid for
@@ -6,50 +6,72 @@ every schedule under the same rules, the gap to it, and a status that says ``opt
 when the bound proves it.
 
 Method: the problem is lowered once into its graph (schedc.solver.graph), which every phase
-reads; the engines below are called in turn through one protocol (schedc.solver.engine:
-``run(graph, incumbent, deadline)`` -> schedule, bound, status), and this module only decides
-what to keep. Steps 3b-6 are the rows of ``PHASES`` (a :class:`Phase`: how it runs, its share of
-the time left, when it runs, whether its bound certifies, how its answer becomes the incumbent);
-every answer enters through ``_Compilation.take`` and every bound through
-``_Compilation.raise_bound``. The ``solver=`` values are the rows of ``SOLVERS``. A new engine is
-its module, a row of PHASES and, for a new ``solver=`` value, a row of SOLVERS (and its name in
-schedc.choices.Solver, which type checkers read).
-1. Feasibility: a cap that cannot hold one microbatch per stage fails with the smallest limit
-   that works (schedc.solver.engines.heuristic.check_memory_feasible).
+reads. Every phase of a compile is a row (a :class:`Phase`) of ``START`` (steps 1-4) or
+``PHASES`` (steps 5-9): how it runs (for an engine, schedc.solver.engine's
+``run(graph, incumbent, deadline)`` -> schedule, bound, status), its share of the time, when it
+runs, whether its bound certifies, and how its answer is adopted (``FIRST``, ``RELABELLED``,
+``IN_ORDER``, ``NO_WORSE``, or ``NONE`` for a bound alone). One loop (``_Compilation.run``) runs
+both tables, and one rule (``_Compilation.ready``) says whether a row runs: its predicate holds,
+it reads nothing not yet built (the action graph of step 4), the best so far is not yet proven
+(a bound that meets the best ends the compile: a warm start the bound meets is returned without
+building the action graph), and its time gate passes. Every answer enters through
+``_Compilation.take`` and every bound through ``_Compilation.raise_bound``. The ``solver=``
+values are the rows of ``SOLVERS``. A new engine is its module and a row of PHASES
+(:func:`engine_phase` builds the row of an engine that needs nothing of its own) and, for a new
+``solver=`` value, a row of SOLVERS (and its name in schedc.choices.Solver, which type checkers
+read).
+
+Before the tables, the inputs are checked: the size and the time limit (schedc.solver.deadline),
+the solver, and a cap that cannot hold one microbatch per stage fails with the smallest limit
+that works (schedc.solver.engines.heuristic.check_memory_feasible).
+
+START:
+1. Lower bound: schedc.solver.bounds.chains.lower_bound, with its terms in the report's details.
 2. Warm start: the best of the heuristic, the zero-bubble authors' round greedy (zb-rounds,
    schedc.solver.engines.zb_rounds), zb-greedy and the hand-made schedules that fit
-   (schedc.solver.engines.warm.warm_start), relabelled so each kind runs in microbatch order.
-3. Lower bound: schedc.solver.bounds.chains.lower_bound. If the warm start meets it, stop: proven.
-3b. Periodic schedules (schedc.solver.engines.periodic, when OR-Tools is installed and the cap leaves some
+   (schedc.solver.engines.warm.WarmStart), with a tenth of the time limit (at most a second) for
+   its list heuristic and polish; or the ``warm`` given to :func:`compile_problem`. The best so
+   far from here on.
+3. One-rank relaxation (schedc.solver.bounds.rank, makespan): raises the combinatorial bound,
+   where the deadline allows RELAXATION_PASSES. It reads only the stage level, so a warm start it
+   proves needs no action graph.
+4. Action graph: built where the deadline allows GRAPH_PASSES, with the model's incumbent, the
+   warm start relabelled so each kind runs in microbatch order (never slower for makespan; for
+   span an earlier first start can lengthen a rank's span, so the warm start itself stays the
+   answer to beat). Without it no row of PHASES runs: the warm start is the answer.
+PHASES:
+5. Periodic (schedc.solver.engines.periodic, when OR-Tools is installed and the cap leaves some
    rank room for fewer than two microbatches of each of its stages): one microbatch's timetable
    repeated every P, 25% of the time (at least 3 s where the time allows). Under such a cap the
    steady state decides the step (benchmarks/periodic.py; docs/design.md).
-3c. Under the same cap, two bounds for 15% of the time left: the anchored relaxation
-   (schedc.solver.bounds.anchored), every rank's memory at once with each microbatch's windows pinned to
-   its last-stage forward, then the block relaxation (schedc.solver.bounds.blocks), the whole problem on
-   blocks of 4, 6 and 8 microbatches while the time lasts (docs/design.md has what each gives).
-4. CP-SAT polishing (schedc.solver.engines.cpsat, when OR-Tools is installed): 40% of the time, hinted
-   with the warm start; its bound is a certificate too. On slow links it finds orders that the
-   integer program misses (benchmarks/compile_quality.py, group e); it stops early when it proves
-   its answer, and, on instances too large for step 5, after a quarter of its time without a
-   better solution.
-5. Integer program (schedc.solver.engines.mip): instances whose free order pairs stay under
+6. Tight-cap relaxations (under the same cap): two bounds for 15% of the time left, the anchored
+   relaxation (schedc.solver.bounds.anchored), every rank's memory at once with each
+   microbatch's windows pinned to its last-stage forward, then the block relaxation
+   (schedc.solver.bounds.blocks), the whole problem on blocks of 4, 6 and 8 microbatches while
+   the time lasts (docs/design.md has what each gives).
+7. CP-SAT (schedc.solver.engines.cpsat, when OR-Tools is installed): polishing for 40% of the
+   time, hinted with the best so far; its bound is a certificate too. On slow links it finds orders
+   that the integer program misses (benchmarks/compile_quality.py, group e); it stops early when
+   it proves its answer, and, on instances too large for step 8, after a quarter of its time
+   without a better solution.
+8. Integer program (schedc.solver.engines.mip): instances whose free order pairs stay under
    ``mip.FULL_MODEL_PAIRS`` get the full model for 70% of the time left (its dual bound is a
    certificate: for makespan the model is exact; for span the driver solves the late-start
    model, where each rank's start is a variable, a relaxation of every schedule).
-6. What is still unproven gets a rolling-horizon window search over the incumbent's timeline
-   (schedc.solver.engines.windows): CP-SAT windows (cpsat.solve_window) when OR-Tools is installed, else
-   windows of the integer program, until time runs out or no window size finds anything. For
-   span, half of that time goes to makespan windows first, as in step 4. A CP-SAT window stops
-   after WINDOW_STALE_SECONDS without a new solution; once windows have improved, the search
-   stays on the part of the timeline where they did until it is exhausted there. CP-SAT's
-   windows come closer to the bound than the integer program's (benchmarks/compile_quality.py,
-   group e; CP-SAT's two workers make runs differ).
-7. Every candidate is re-simulated; only simulated numbers are reported, and the result is never
-   worse than the warm start nor over the memory caps.
+9. Windows: what is still unproven gets a rolling-horizon window search over the incumbent's
+   timeline (schedc.solver.engines.windows): CP-SAT windows (cpsat.solve_window) when OR-Tools is
+   installed, else windows of the integer program, until time runs out or no window size finds
+   anything. For span, half of that time goes to makespan windows first, as in step 7. A CP-SAT
+   window stops after WINDOW_STALE_SECONDS without a new solution; once windows have improved,
+   the search stays on the part of the timeline where they did until it is exhausted there.
+   CP-SAT's windows come closer to the bound than the integer program's
+   (benchmarks/compile_quality.py, group e; CP-SAT's two workers make runs differ).
 
-``solver="highs"`` / ``"cbc"`` runs steps 5 and 6 with that MIP solver and no CP-SAT;
-``solver="cpsat"`` runs step 4 with all the time (then CP-SAT windows, if it stops early).
+Result: every candidate is re-simulated; only simulated numbers are reported, and the result is
+never worse than the warm start nor over the memory caps.
+
+``solver="highs"`` / ``"cbc"`` runs steps 8 and 9 with that MIP solver and no CP-SAT;
+``solver="cpsat"`` runs step 7 with all the time (then CP-SAT windows, if it stops early).
 
 Status: ``optimal`` when the simulated objective equals the certified bound; otherwise
 ``feasible`` when a solver returned a solution (full model, CP-SAT or a window), else
@@ -91,14 +113,17 @@ from schedc.solver.engines import mip as integer_program
 from schedc.solver.engines import periodic
 from schedc.solver.deadline import (BUDGETS, Deadline, check_size, check_time_limit, counting_work, n_actions, now,
                                     seconds_per_action, work_clock)
-from schedc.solver.engine import Incumbent, Result, close, materialize
+from schedc.solver.engine import Engine, Incumbent, Result, close, materialize
 from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule
 from schedc.solver.problem import Problem
-from schedc.solver.engines.warm import matching_baselines, warm_start
+from schedc.solver.engines.warm import WarmStart, matching_baselines
 from schedc.solver.engines.windows import WindowSearch
 from schedc.core.tolerances import PROVEN, TIE
 
 _TOL = PROVEN  # relative: values this close count as equal (MIP gaps, float sums)
+# of the time limit, for the warm start's list heuristic and polish, at most WARM_MAX_SECONDS: the
+# engines get the rest
+WARM_SHARE, WARM_MAX_SECONDS = 0.1, 1.0
 FULL_MODEL_SHARE = 0.7  # of the time left, for the full model when it is small enough
 CPSAT_SHARE = 0.4  # of the time, for CP-SAT polishing first (the rest: the integer program)
 # of the time, for periodic schedules where the memory cap is tight; at least PERIODIC_MIN_SECONDS
@@ -212,28 +237,11 @@ def _compile(problem, time_limit, solver, progress, seed, warm) -> CompileResult
     deadline = t0 + time_limit - min(0.05 * time_limit, 5.0) - 0.25 * n * seconds_per_action()
     mip, use_cpsat = _engines(solver)
     heuristic.check_memory_feasible(problem)
-    lb, lb_details = _lower_bound(graph)
-
-    def early(phase: str, best: float = math.inf) -> None:
-        if progress is not None:
-            progress({"elapsed": now() - t0, "best": best, "bound": lb,
-                      "gap": _gap(best, lb) if math.isfinite(best) else 1.0, "phase": phase})
-
-    early(f"start ({n:,} actions)")
-    if warm is None:
-        warm = warm_start(graph, time_budget=min(1.0, 0.1 * time_limit), deadline=Deadline(deadline),
-                          on_candidate=lambda name, v: early(f"warm start: {name}", v))
-    if not warm[1].fits:
-        raise SchedcError("the warm start does not fit the memory limit (internal error)")
-    c = _Compilation.begin(graph, warm, mip, use_cpsat, seed, t0, deadline, progress, (lb, lb_details))
-    c.emit("warm start (" + warm[2] + ")", c.best_val, c.bound)
-    if c.inst is None:
-        return c.result(time_limit)
-    c.tight = use_cpsat and periodic.worth_trying(graph)  # the gate of steps 3b and 3c, taken once
-    for phase in PHASES:
-        if phase.when(c) and c.unfinished(phase.margin) and phase.size_ok(c):
-            phase.run(c, phase)
-    return c.result(time_limit)
+    c = _Compilation(graph, mip, use_cpsat, seed, t0, deadline, time_limit, progress, given_warm=warm)
+    c.run(START)
+    c.emit("warm start (" + c.warm_source + ")", c.best_val, c.bound)  # the report's first line
+    c.run(PHASES)
+    return c.result()
 
 
 @dataclass(frozen=True)
@@ -276,75 +284,89 @@ def _engines(solver: Optional[str]) -> tuple[Optional[str], bool]:
     return mip, cpsat_available()
 
 
+# how a row's answer is adopted (_Compilation.take)
+FIRST = "first"  # the compile's first answer (the warm start): the best so far, no solver's answer
+RELABELLED = "relabelled"  # the best so far in microbatch order: the model's incumbent
+IN_ORDER = "in order"  # an engine that starts from the best: its orders in microbatch order, when strictly faster
+NO_WORSE = "no worse"  # an engine that searches from the incumbent's orders: its own, when no slower
+NONE = "none"  # a bound alone: no answer to adopt
+COMBINATORIAL = "combinatorial"  # the source of the bounds of steps 1 and 3
+
+
 @dataclass
 class _Compilation:
-    """One compile run: the best schedule so far, the model's incumbent, the certified bound."""
+    """One compile run, the state its rows share: the best schedule so far, the model's
+    incumbent, the certified bound, the report's log."""
 
-    problem: Problem
     graph: Graph
-    inst: Optional[Graph]  # the graph when engines run; None: none does (proven at the warm start, or no time)
     mip: Optional[str]  # highs | cbc, None when CP-SAT runs alone
     use_cpsat: bool
     seed: int
     t0: float
     deadline: float
-    progress: Optional[Callable[[dict], None]]
-    warm_source: str
-    best_sched: Schedule
-    best_sim: SimResult
-    inc_orders: Optional[list[list[int]]]  # the model's incumbent: in-order, re-simulated
-    inc_sched: Schedule
-    inc_sim: Optional[SimResult]
-    lb: float  # the combinatorial bound
-    lb_details: dict
-    bound: float  # the best certified bound
-    bound_source: str = "combinatorial"
+    time_limit: float
+    progress: Optional[Callable[[dict], None]] = None
+    given_warm: Optional[tuple[Schedule, SimResult, str]] = None  # compile_problem's `warm` (step 2)
+    inst: Optional[Graph] = None  # the action graph once step 4 built it; None: no engine runs
+    warm_source: str = ""
+    best_sched: Optional[Schedule] = None
+    best_sim: Optional[SimResult] = None
+    inc_orders: Optional[list[list[int]]] = None  # the model's incumbent: in-order, re-simulated
+    inc_sched: Optional[Schedule] = None
+    inc_sim: Optional[SimResult] = None
+    lb: float = 0.0  # the combinatorial bound (steps 1 and 3), which the integer program and windows get
+    lb_details: dict = field(default_factory=dict)
+    bound: float = 0.0  # the best certified bound
+    bound_source: str = COMBINATORIAL
     solver_answered: bool = False
     log: list[dict] = field(default_factory=list)
-    tight: bool = False  # the cap leaves some rank room for under two microbatches (periodic.worth_trying)
 
-    @classmethod
-    def begin(cls, graph, warm, mip, use_cpsat, seed, t0, deadline, progress, lb=None) -> "_Compilation":
-        """The warm start, and the model's incumbent: the warm start relabelled so each kind
-        runs in microbatch order (never slower for makespan; for span an earlier first start
-        can lengthen a rank's span, so the warm start itself stays the answer to beat). When the
-        action graph cannot be built before the deadline (or the warm start is proven), no
-        engine runs: ``inst`` is None and the warm start is the answer."""
-        warm_sched, warm_sim, warm_source = warm
-        problem = graph.problem
-        lb, lb_details = lb if lb is not None else _lower_bound(graph)
-        obj = problem.objective
-        n = n_actions(problem.n_stages, problem.n_microbatches)
-        # the one-rank relaxation reads only the stage level: before the action graph is built, so
-        # a warm start it proves needs no action graph at all
-        if not close(warm_sim.objective(obj), lb) and Deadline(deadline).allows(n, RELAXATION_PASSES):
-            lb, lb_details = _with_rank_relaxation(graph, lb, lb_details)
-        if close(warm_sim.objective(obj), lb) or not Deadline(deadline).allows(n, GRAPH_PASSES):
-            return cls(problem, graph, None, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched,
-                       warm_sim, None, warm_sched, None, lb, lb_details, lb)
-        inst = graph.lower()
-        inc_orders = canonical_orders(inst, orders_from_schedule(inst, warm_sched))
-        inc_sched, inc_sim = materialize(inst, inc_orders, problem)
-        if inc_sim is None or not inc_sim.fits:
-            inc_orders = None
-        c = cls(problem, graph, inst, mip, use_cpsat, seed, t0, deadline, progress, warm_source, warm_sched, warm_sim,
-                inc_orders, inc_sched, inc_sim, lb, lb_details, lb)
-        if inc_orders is not None and inc_sim.objective(obj) <= warm_sim.objective(obj) - _TOL * warm_sim.objective(obj):
-            c.best_sched, c.best_sim = inc_sched, inc_sim
-        return c
+    @property
+    def problem(self) -> Problem:
+        return self.graph.problem
+
+    @property
+    def n(self) -> int:
+        return n_actions(self.problem.n_stages, self.problem.n_microbatches)
 
     @property
     def best_val(self) -> float:
-        return self.best_sim.objective(self.problem.objective)
+        return math.inf if self.best_sim is None else self.best_sim.objective(self.problem.objective)
 
     @cached_property
     def too_large_for_full_model(self) -> bool:
-        """More free order pairs than the full integer program takes: windows instead (step 5)."""
+        """More free order pairs than the full integer program takes: windows instead (step 8)."""
         return count_free_pairs(self.inst, limit=integer_program.FULL_MODEL_PAIRS) > integer_program.FULL_MODEL_PAIRS
+
+    @cached_property
+    def tight(self) -> bool:
+        """The gate of steps 5 and 6: CP-SAT runs and the cap leaves some rank room for under two
+        microbatches (periodic.worth_trying), read once."""
+        return self.use_cpsat and periodic.worth_trying(self.graph)
 
     @property
     def engines(self) -> str:
         return "+".join(name for name in (self.mip, "cpsat" if self.use_cpsat else None) if name)
+
+    def run(self, rows: Sequence["Phase"]) -> None:
+        """The driver's one loop: the rows in order, each where :meth:`ready` lets it."""
+        for phase in rows:
+            if self.ready(phase):
+                phase.run(self, phase)
+
+    def ready(self, phase: "Phase") -> bool:
+        """The one rule for whether a row runs now: it reads nothing not yet built (``on_graph``:
+        the action graph), its predicate holds, the best so far is not proven (a bound that meets
+        it ends the compile), and its time gate passes: more than ``margin`` seconds left (None:
+        whatever is left), the deadline allows ``passes`` passes over the actions, and
+        ``size_ok`` (a test that may cost a pass over the graph, so it comes last)."""
+        if (phase.on_graph and self.inst is None) or not phase.when(self):
+            return False
+        if close(self.best_val, self.bound) if phase.margin is None else not self.unfinished(phase.margin):
+            return False
+        if phase.passes and not Deadline(self.deadline).allows(self.n, phase.passes):
+            return False
+        return phase.size_ok(self)
 
     def unfinished(self, margin: float) -> bool:
         """Not proven, more than `margin` seconds left, no Ctrl-C: worth another phase."""
@@ -353,7 +375,7 @@ class _Compilation:
     def emit(self, phase: str, best: float, bnd: float, keep: bool = True) -> None:
         """Tell the progress callback; `keep` also records it in the report's log."""
         entry = {"elapsed": now() - self.t0, "best": best, "bound": bnd,
-                 "gap": _gap(best, bnd), "phase": phase}
+                 "gap": _gap(best, bnd) if math.isfinite(best) else 1.0, "phase": phase}
         if keep:
             self.log.append(entry)
         if self.progress is not None:
@@ -366,34 +388,56 @@ class _Compilation:
             self.best_sched, self.best_sim = sched, sim
 
     def take(self, out: Result, phase: "Phase", surrogate: bool = False) -> None:
-        """The one rule by which an engine's answer enters the compile. A fitting answer is kept
-        when it beats the best so far, and becomes the model's incumbent as its phase says: an
-        engine that starts from the best schedule (``IN_ORDER``) hands over its orders, kinds in
-        microbatch order, which replace the incumbent when strictly faster; an engine that searches
-        from the incumbent's own orders (``NO_WORSE``) replaces it when no slower. A certifying
-        phase's bound enters through :meth:`raise_bound`, except from a round on a `surrogate`
-        objective (makespan rounds of a span compile)."""
+        """The one rule by which an answer enters the compile, as its row's ``incumbent`` says:
+        ``FIRST`` (the warm start) becomes the best so far; ``RELABELLED`` (the best in microbatch
+        order, step 4) becomes the model's incumbent, and the best when faster by more than
+        PROVEN; an engine's fitting answer is kept when it beats the best so far and becomes the
+        model's incumbent: ``IN_ORDER`` (an engine that starts from the best schedule) hands over
+        its orders, kinds in microbatch order, which replace the incumbent when strictly faster;
+        ``NO_WORSE`` (an engine that searches from the incumbent's own orders) replaces it when no
+        slower. A certifying row's bound enters through :meth:`raise_bound`, except from a round on
+        a `surrogate` objective (makespan rounds of a span compile)."""
         sim = out.sim
         fits = sim is not None and sim.fits
-        # a solver answered: for IN_ORDER phases only a fitting answer counts
-        self.solver_answered = self.solver_answered or (fits if phase.incumbent == IN_ORDER else out.answered)
-        if fits:
-            self.consider(out.schedule, sim)
-            obj = self.problem.objective
-            if phase.incumbent == IN_ORDER:
-                orders = out.orders if out.orders is not None else \
-                    canonical_orders(self.inst, orders_from_schedule(self.inst, out.schedule))
-                in_order, in_order_sim = materialize(self.inst, orders, self.problem)
-                if in_order_sim is not None and in_order_sim.fits and \
-                        (self.inc_orders is None or in_order_sim.objective(obj) < self.inc_sim.objective(obj)):
-                    self.inc_orders, self.inc_sched, self.inc_sim = orders, in_order, in_order_sim
-                    self.consider(in_order, in_order_sim)
-            elif out.orders is not None:
-                inc_val = self.inc_sim.objective(obj)
-                if sim.objective(obj) <= inc_val + TIE * max(1.0, inc_val):
-                    self.inc_orders, self.inc_sched, self.inc_sim = out.orders, out.schedule, sim
+        if phase.incumbent == FIRST:
+            if not fits:
+                raise SchedcError("the warm start does not fit the memory limit (internal error)")
+            self.best_sched, self.best_sim, self.inc_sched, self.warm_source = out.schedule, sim, out.schedule, out.source
+        elif phase.incumbent == RELABELLED:
+            self._adopt_relabelled(out, fits)
+        elif phase.incumbent in (IN_ORDER, NO_WORSE):
+            # a solver answered: for IN_ORDER phases only a fitting answer counts
+            self.solver_answered = self.solver_answered or (fits if phase.incumbent == IN_ORDER else out.answered)
+            if fits:
+                self._adopt_answer(out, phase.incumbent)
         if phase.certifies and not surrogate:
             self.raise_bound(out.bound, out.bound_source)
+
+    def _adopt_relabelled(self, out: Result, fits: bool) -> None:
+        """The model's incumbent is the relabelled best (without orders when it does not fit: no
+        engine then searches from it); it replaces the best when faster by more than PROVEN."""
+        self.inc_sched, self.inc_sim = out.schedule, out.sim
+        self.inc_orders = out.orders if fits else None
+        best = self.best_val
+        if fits and out.sim.objective(self.problem.objective) <= best - _TOL * best:
+            self.best_sched, self.best_sim = out.schedule, out.sim
+
+    def _adopt_answer(self, out: Result, policy: str) -> None:
+        """An engine's fitting answer: the best when it beats it, the incumbent as `policy` says."""
+        sim, obj = out.sim, self.problem.objective
+        self.consider(out.schedule, sim)
+        if policy == IN_ORDER:
+            orders = out.orders if out.orders is not None else \
+                canonical_orders(self.inst, orders_from_schedule(self.inst, out.schedule))
+            in_order, in_order_sim = materialize(self.inst, orders, self.problem)
+            if in_order_sim is not None and in_order_sim.fits and \
+                    (self.inc_orders is None or in_order_sim.objective(obj) < self.inc_sim.objective(obj)):
+                self.inc_orders, self.inc_sched, self.inc_sim = orders, in_order, in_order_sim
+                self.consider(in_order, in_order_sim)
+        elif out.orders is not None:
+            inc_val = self.inc_sim.objective(obj)
+            if sim.objective(obj) <= inc_val + TIE * max(1.0, inc_val):
+                self.inc_orders, self.inc_sched, self.inc_sim = out.orders, out.schedule, sim
 
     def raise_bound(self, value: Optional[float], source: str, key: str = "") -> bool:
         """The one rule for bounds: `value`, valid for every schedule and found by `source`, replaces
@@ -412,6 +456,51 @@ class _Compilation:
     def incumbent(self) -> Incumbent:
         """The model's incumbent, as engines take it."""
         return Incumbent(self.inc_sched, self.inc_sim, "incumbent", self.inc_orders)
+
+    def best(self) -> Incumbent:
+        """The best schedule so far, as engines take it."""
+        return Incumbent(self.best_sched, self.best_sim, "best so far")
+
+    def bound_chains(self, phase: "Phase") -> None:
+        """Step 1: the combinatorial chains (schedc.solver.bounds.chains); their terms are the
+        report's bound details."""
+        from schedc.solver.bounds import chains
+
+        details = dict(chains.lower_bound_details(self.graph))
+        self.lb, self.lb_details = float(details["lower_bound"]), details
+        self.raise_bound(self.lb, COMBINATORIAL)
+
+    def start_warm(self, phase: "Phase") -> None:
+        """Step 2: the warm start (schedc.solver.engines.warm.WarmStart) with the phase's share of
+        the time limit (at most WARM_MAX_SECONDS) for its list heuristic and polish, under the
+        compile's deadline; or compile_problem's `warm`. Its families' results are progress
+        lines (not the report's: they come before its first)."""
+        self.emit(f"start ({self.n:,} actions)", math.inf, self.bound, keep=False)
+        if self.given_warm is None:
+            engine = WarmStart(min(WARM_MAX_SECONDS, phase.share(self) * self.time_limit),
+                               lambda name, v: self.emit(f"warm start: {name}", v, self.bound, keep=False))
+            out = engine.run(self.graph, None, Deadline(self.deadline))
+        else:
+            sched, sim, source = self.given_warm
+            out = Result(schedule=sched, sim=sim, status=Status.FEASIBLE, source=source)
+        self.take(out, phase)
+
+    def bound_one_rank(self, phase: "Phase") -> None:
+        """Step 3: the one-rank relaxation (schedc.solver.bounds.rank) raises the combinatorial
+        bound; its value is kept in the details as ``one_rank_relaxation``."""
+        from schedc.solver.bounds.rank import rank_relaxation_bound
+
+        value = rank_relaxation_bound(self.graph)
+        if self.raise_bound(value, COMBINATORIAL, "one_rank_relaxation"):
+            self.lb = max(self.lb, value)
+
+    def build_action_graph(self, phase: "Phase") -> None:
+        """Step 4: the action graph, and the best so far relabelled so each kind runs in
+        microbatch order, the model's incumbent."""
+        self.inst = self.graph.lower()
+        orders = canonical_orders(self.inst, orders_from_schedule(self.inst, self.best_sched))
+        sched, sim = materialize(self.inst, orders, self.problem)
+        self.take(Result(schedule=sched, sim=sim, orders=orders, status=Status.FEASIBLE), phase)
 
     def solve_full_model(self, phase: "Phase") -> None:
         """Most of the time to the full model (the only one that can prove); the rest is left
@@ -459,7 +548,7 @@ class _Compilation:
 
         stale = max(CPSAT_STALE_MIN, CPSAT_STALE_SHARE * seconds) if large else None
         engine = cpsat.CpsatEngine(workers=cpsat.WORKERS, seed=self.seed, stale_seconds=stale, objective=objective)
-        out = engine.run(self.inst, Incumbent(self.best_sched, self.best_sim, "best so far"), Deadline.after(seconds))
+        out = engine.run(self.inst, self.best(), Deadline.after(seconds))
         self.take(out, phase, surrogate=objective != self.problem.objective)
 
     def raise_bound_tight(self, phase: "Phase") -> None:
@@ -506,7 +595,7 @@ class _Compilation:
         self.take(search.run(self.inst, self.incumbent(), Deadline(deadline)), phase,
                   surrogate=objective != self.problem.objective)
 
-    def result(self, time_limit: float) -> CompileResult:
+    def result(self) -> CompileResult:
         """Status (``optimal`` only when the bound is met), baselines and the report."""
         best_val, bound = self.best_val, self.bound
         if close(best_val, bound):
@@ -524,33 +613,49 @@ class _Compilation:
             interrupted=interrupt.requested(), graph=self.graph, budget="time" if work_clock() is None else "work",
         )
         result.report = build_report(result, lb_details=self.lb_details, bound_source=self.bound_source,
-                                     solver=self.engines, time_limit=time_limit, log=self.log)
+                                     solver=self.engines, time_limit=self.time_limit, log=self.log)
         self.graph.release()
         self.emit("done", best_val, bound)
         return result
 
 
-IN_ORDER, NO_WORSE = "in order", "no worse"  # how a phase's answer becomes the incumbent (_Compilation.take)
-
-
 @dataclass(frozen=True)
 class Phase:
-    """One phase of a compile after the warm start and the combinatorial bounds: a row of PHASES.
-    The driver runs the rows in order; a row runs when `when` holds, the result is not yet proven,
-    more than `margin` seconds are left and `size_ok` holds (a test that may cost a pass over the
-    graph, so it comes last)."""
+    """One phase of a compile: a row of START or PHASES (module docstring). `run` does its work,
+    hands its answer to ``_Compilation.take`` and its bounds to ``_Compilation.raise_bound``; the
+    driver runs it where ``_Compilation.ready`` says."""
 
     name: str
     run: Callable[["_Compilation", "Phase"], None]  # how it runs: builds its engine, hands answers to take
-    share: Callable[["_Compilation"], float]  # its share of the time left when it starts
+    # its share of the time left when it starts (the warm start's: of the time limit); None: not
+    # time-boxed, it runs to its end (its cost is its `passes`)
+    share: Optional[Callable[["_Compilation"], float]]
     when: Callable[["_Compilation"], bool]  # whether it runs for this problem and these options
     certifies: bool  # its bound is valid for every schedule: it may raise the compile's bound
-    incumbent: str = NO_WORSE  # IN_ORDER | NO_WORSE (_Compilation.take)
-    margin: float = 0.5  # seconds: with fewer left it is not started
+    incumbent: str = NONE  # how its answer is adopted: FIRST | RELABELLED | IN_ORDER | NO_WORSE | NONE (take)
+    margin: Optional[float] = 0.5  # seconds: with fewer left it is not started; None: whatever is left
+    passes: float = 0.0  # passes over the actions it costs first: not started where the deadline does not allow them
+    on_graph: bool = True  # it reads the action graph: it runs only once step 4 has built it
     size_ok: Callable[["_Compilation"], bool] = lambda c: True
 
 
-# the phases of a compile, in the order they run (module docstring, steps 3b-6)
+def _always(c: _Compilation) -> bool:
+    return True
+
+
+# the phases up to the action graph, in the order they run (module docstring, steps 1-4): the
+# bound and the warm start run whatever the time (nothing can be returned without them)
+START: tuple[Phase, ...] = (
+    Phase("lower bound", _Compilation.bound_chains, None, _always, certifies=True, margin=None, on_graph=False),
+    Phase("warm start", _Compilation.start_warm, lambda c: WARM_SHARE, _always, certifies=False, incumbent=FIRST,
+          margin=None, on_graph=False),
+    Phase("one-rank relaxation", _Compilation.bound_one_rank, None, _always, certifies=True, margin=0.0,
+          passes=RELAXATION_PASSES, on_graph=False),
+    Phase("action graph", _Compilation.build_action_graph, None, _always, certifies=False, incumbent=RELABELLED,
+          margin=0.0, passes=GRAPH_PASSES, on_graph=False),
+)
+
+# the phases on the action graph, in the order they run (module docstring, steps 5-9)
 PHASES: tuple[Phase, ...] = (
     Phase("periodic", _Compilation.try_periodic, lambda c: PERIODIC_SHARE, lambda c: c.tight,
           certifies=False, incumbent=IN_ORDER),
@@ -559,37 +664,34 @@ PHASES: tuple[Phase, ...] = (
     Phase("cp-sat", _Compilation.polish_with_cpsat, lambda c: CPSAT_SHARE if c.mip else 1.0,
           lambda c: c.use_cpsat, certifies=True, incumbent=IN_ORDER),
     Phase("integer program", _Compilation.solve_full_model, lambda c: FULL_MODEL_SHARE,
-          lambda c: bool(c.mip) and c.inc_orders is not None, certifies=True, margin=0.2,
+          lambda c: bool(c.mip) and c.inc_orders is not None, certifies=True, incumbent=NO_WORSE, margin=0.2,
           size_ok=lambda c: not c.too_large_for_full_model),
     Phase("windows", _Compilation.search_windows, lambda c: 1.0, lambda c: c.inc_orders is not None,
-          certifies=False),
+          certifies=False, incumbent=NO_WORSE),
 )
+
+
+def engine_phase(name: str, build: Callable[[_Compilation], Engine], share: Callable[[_Compilation], float],
+                 when: Callable[[_Compilation], bool] = _always, certifies: bool = False, incumbent: str = IN_ORDER,
+                 **gates) -> Phase:
+    """The row of an engine (schedc.solver.engine) that needs nothing of its own: `build(c)` makes
+    it; it runs on the action graph for its share of the time left, from the best so far
+    (``IN_ORDER``) or the model's incumbent (``NO_WORSE``); its Result enters through take, and a
+    progress line with its name follows. `gates`: the other fields of :class:`Phase` (margin,
+    passes, size_ok)."""
+
+    def run(c: _Compilation, phase: Phase) -> None:
+        start = c.best() if phase.incumbent == IN_ORDER else c.incumbent()
+        c.take(build(c).run(c.inst, start, Deadline.after(phase.share(c) * (c.deadline - now()))), phase)
+        c.emit(phase.name, c.best_val, c.bound)
+
+    return Phase(name, run, share, when, certifies, incumbent, **gates)
 
 
 def _gap(value: float, bound: float) -> float:
     if value <= 0:
         return 0.0
     return max(0.0, (value - bound) / value)
-
-
-def _lower_bound(problem: Union[Problem, Graph]) -> tuple[float, dict]:
-    from schedc.solver.bounds import chains
-
-    details = dict(chains.lower_bound_details(problem))
-    return float(details["lower_bound"]), details
-
-
-def _with_rank_relaxation(graph: Graph, lb: float, details: dict) -> tuple[float, dict]:
-    """The bound raised by the one-rank relaxation (schedc.solver.bounds.rank); its value is
-    kept in the details as ``one_rank_relaxation``."""
-    from schedc.solver.bounds.rank import rank_relaxation_bound
-
-    value = rank_relaxation_bound(graph)
-    if value is None:
-        return lb, details
-    details = dict(details, one_rank_relaxation=value)
-    details["lower_bound"] = max(lb, value)
-    return max(lb, value), details
 
 
 def build_report(result: CompileResult, lb_details: dict, bound_source: str, solver: str, time_limit: float,

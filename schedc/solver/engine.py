@@ -15,13 +15,13 @@ Method: an engine is an object with a ``name`` and ``run(graph, incumbent, deadl
 and it returns a :class:`Result`: a schedule and its simulation (or None), the orders behind it
 in the graph's ids (engines that reason on actions), a lower bound valid for every schedule (or
 None) with where it comes from, and a status: ``optimal`` (the engine proved its answer),
-``feasible`` (an answer), ``none``. The driver (schedc.solver.compile) runs them as the rows of
-its PHASES table and decides what to keep by one rule (``_Compilation.take``); only simulated
-values count.
+``feasible`` (an answer), ``none``. The driver (schedc.solver.compile) runs them as rows of its
+phase tables (START, PHASES) and keeps what they return by one rule (``_Compilation.take``, as
+the row's adoption policy says); only simulated values count.
 
-Engines, one module each: ``heuristic.ListHeuristic``, ``greedy.ZbGreedy``,
-``paper_greedy.ZbRounds``, ``periodic.PeriodicEngine``, ``cpsat.CpsatEngine``, ``model.MipEngine``,
-``windows.WindowSearch``.
+Engines, one module each under schedc.solver.engines: ``warm.WarmStart``,
+``heuristic.ListHeuristic``, ``zb_greedy.ZbGreedy``, ``zb_rounds.ZbRounds``,
+``periodic.PeriodicEngine``, ``cpsat.CpsatEngine``, ``mip.MipEngine``, ``windows.WindowSearch``.
 
 Cost: nothing of its own.
 """
@@ -68,6 +68,7 @@ class Result:
     bound_source: str = ""
     status: Status = Status.NONE  # OPTIMAL | FEASIBLE | NONE
     proven: bool = False  # the engine's own model was solved to optimality
+    source: str = ""  # which of its families found the answer, where an engine has several (the warm start)
 
     @property
     def answered(self) -> bool:

@@ -12,7 +12,8 @@ warm start to the report builds each once. :func:`warm_start` then runs, for a V
 stages per rank, schedc.solver.engines.v_list's order, the list heuristic (schedc.solver.engines.heuristic) and
 zb-rounds (schedc.solver.engines.zb_rounds), and returns the best under
 the problem's objective (a hand-made schedule on a tie), polished by the heuristic's local search
-when a hand-made one wins.
+when a hand-made one wins. :class:`WarmStart` is the same as an engine of schedc.solver.engine
+(the compiler's row "warm start").
 
 Cost: one simulation per hand-made schedule, eight constructions and simulations per greedy,
 and the heuristic's time budget.
@@ -24,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
+from schedc.choices import Status
 from schedc.errors import SchedcError
 from schedc.core.ir import Schedule, v_placement
 from schedc.core.simulate import SimResult, simulate
@@ -31,6 +33,7 @@ from schedc.solver import interrupt
 from schedc.solver.engines import cooldown, heuristic, v_list, zb_greedy, zb_rounds
 from schedc.solver.bounds.chains import lower_bound
 from schedc.solver.deadline import NEVER, Deadline, n_actions, now, observe
+from schedc.solver.engine import Incumbent, Result
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
 from schedc.core.tolerances import REL
@@ -158,12 +161,25 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
     `on_candidate(source, value)` hears of each family's best as it finishes (progress lines)."""
     t_start = now()
     g = graph_of(problem)
-    problem = g.problem
-    obj = problem.objective
     hard = deadline or NEVER
-    heuristic.check_memory_feasible(problem)
+    heuristic.check_memory_feasible(g.problem)
     tell = on_candidate or (lambda source, value: None)
     bound = lower_bound(g)
+    best, proven = _best_of_families(g, hard, time_budget, tell, bound)
+    if proven:
+        return best
+    best = _relisted_cooldown(g, best, hard, bound, tell)
+    if best[2] in ("heuristic", zb_rounds.NAME) or best[2].startswith(("heuristic+", zb_rounds.NAME + "+")):
+        return best
+    end = t_start + time_budget if deadline is None else min(t_start + time_budget, now() + hard.left())
+    return _polished(g, best, end, hard)
+
+
+def _best_of_families(g: Graph, hard: Deadline, time_budget: float, tell: Callable[[str, float], None],
+                      bound: float) -> tuple[tuple[Schedule, SimResult, str], bool]:
+    """The best that fits of every family that finished before `hard` (:func:`warm_start`), and
+    whether `bound` proves it (then the families after it are not built)."""
+    obj = g.problem.objective
     # the cheap ones first (under a deadline, what gets built in time), zb-greedy's eight last
     fitting = feasible_baselines(g, hard, with_greedy=False)
     if fitting:
@@ -173,12 +189,12 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
                 name, first, sim = b
         tell(name, sim.objective(obj))
         if sim.objective(obj) <= bound + EPS * max(1.0, bound):
-            return first, sim, name  # proven optimal: nothing can beat it (and ties go to it anyway)
+            return (first, sim, name), True  # proven optimal: nothing can beat it (and ties go to it anyway)
     listed = _v_list(g, hard)
     if listed is not None:
         tell(v_list.NAME, listed[1].objective(obj))
         if listed[1].objective(obj) <= bound + EPS * max(1.0, bound):
-            return (*listed, v_list.NAME)  # proven optimal (a hand-made one there would have returned)
+            return (*listed, v_list.NAME), True  # proven optimal (a hand-made one there would have returned)
     res = heuristic.ListHeuristic(time_budget=time_budget * 0.6).run(g, None, hard)
     best = (res.schedule, res.sim, "heuristic") if res.answered else None
     if best is not None:
@@ -201,6 +217,13 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
         margin = EPS if best is not None and best[2] in ("heuristic", zb_rounds.NAME, v_list.NAME) else -EPS
         if best is None or sim.objective(obj) < best[1].objective(obj) + margin:
             best = (s, sim, name)
+    return _or_last_resort(g, best), False
+
+
+def _or_last_resort(g: Graph, best: Optional[tuple[Schedule, SimResult, str]]) -> tuple[Schedule, SimResult, str]:
+    """`best`; where nothing that fits finished: after Ctrl-C, one quick construction (or
+    KeyboardInterrupt), else SchedcError in one line."""
+    problem = g.problem
     if best is None and interrupt.requested() and n_actions(problem.n_stages, problem.n_microbatches) <= QUICK_ACTIONS:
         # Ctrl-C before anything that fits was found: one construction takes well under a second
         # here, and a schedule to write beats none
@@ -213,17 +236,29 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
             f"no schedule that fits --memory {problem.memory} was found before the time limit ("
             f"{problem.n_stages} stages x {problem.n_microbatches} microbatches; no hand-made schedule fits): "
             f"give a longer --time-limit")
-    # re-list the cool-down (one construction and one simulation): on slow links it is where
-    # ZB-V loses most (schedc.solver.engines.cooldown)
+    return best
+
+
+def _relisted_cooldown(g: Graph, best: tuple[Schedule, SimResult, str], hard: Deadline, bound: float,
+                       tell: Callable[[str, float], None]) -> tuple[Schedule, SimResult, str]:
+    """`best` with its cool-down re-listed (one construction and one simulation) where that is
+    shorter and `bound` does not prove it already: on slow links it is where ZB-V loses most
+    (schedc.solver.engines.cooldown)."""
+    problem, obj = g.problem, g.problem.objective
     if best[1].objective(obj) > bound + EPS * max(1.0, bound) and \
             hard.allows(n_actions(problem.n_stages, problem.n_microbatches), 3):
         cooled = cooldown.relist_cooldown(g, best[0], hard.expired, bound)
         if cooled is not None and cooled[1].objective(obj) < best[1].objective(obj) - EPS:
             best = (*cooled, f"{best[2]}+{cooldown.NAME}")
             tell(best[2], best[1].objective(obj))
-    if best[2] in ("heuristic", zb_rounds.NAME) or best[2].startswith(("heuristic+", zb_rounds.NAME + "+")):
-        return best
-    end = t_start + time_budget if deadline is None else min(t_start + time_budget, now() + hard.left())
+    return best
+
+
+def _polished(g: Graph, best: tuple[Schedule, SimResult, str], end: float,
+              hard: Deadline) -> tuple[Schedule, SimResult, str]:
+    """`best` (a hand-made schedule) split and polished by the heuristic's local search until
+    `end`, where that is shorter and fits; else `best` itself."""
+    problem, obj = g.problem, g.problem.objective
     polished = heuristic.polish(g, best[0], best[2], end, hard)
     if polished is not None and polished[1] < best[1].objective(obj) - EPS:
         sched = polished[0]
@@ -231,6 +266,21 @@ def warm_start(problem: Union[Problem, Graph], time_budget: float = 1.0, deadlin
         if sim.fits and sim.objective(obj) < best[1].objective(obj) - EPS:
             return sched, sim, f"{best[2]}+local-search"
     return best
+
+
+@dataclass
+class WarmStart:
+    """:func:`warm_start` as an engine (schedc.solver.engine): its answer, always one that fits
+    (else SchedcError, as there), with the family that found it as the Result's ``source``. It
+    starts from nothing: the incumbent is ignored."""
+
+    time_budget: float = 1.0
+    on_candidate: Optional[Callable[[str, float], None]] = None
+    name: str = "warm start"
+
+    def run(self, graph: Graph, incumbent: Optional[Incumbent], deadline: Deadline) -> Result:
+        sched, sim, source = warm_start(graph, self.time_budget, deadline, self.on_candidate)
+        return Result(schedule=sched, sim=sim, status=Status.FEASIBLE, source=source)
 
 
 def _v_list(g: Graph, deadline: Deadline) -> Optional[tuple[Schedule, SimResult]]:
