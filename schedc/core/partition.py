@@ -46,7 +46,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from schedc.core.cost_model import has_new_terms
+from schedc.core.cost_model import CostModel
 from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 from schedc.core.tolerances import REL, TIE
@@ -83,17 +83,21 @@ class Units:
     def of(cls, profile: Profile) -> "Units":
         p = profile.executed("torch")
         st = p.stages
+        # bytes from the one cost model; one unit per rank, so a rank's static bytes are its unit's
+        cm = CostModel.build(p, range(len(st)), 1)
+        act = [cm.activation(k) for k in range(len(st))]
+        true_wg = [cm.weight_grad(k) for k in range(len(st))]
 
         def prefix(values):
             return np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float))])
 
         comm = min(p.comm) if isinstance(p.comm, list) and p.comm else (0.0 if isinstance(p.comm, list) else float(p.comm))
-        extra = Extra.of(p) if (has_new_terms(p) or p.reserve_bytes) else None
+        extra = Extra.of(cm) if (cm.new_terms or cm.reserve) else None
         # the bounds read wg: cut to the activation (a relaxation, schedc.solver.graph.Graph.relaxed)
-        wg = [min(u.weight_grad_bytes, u.activation_bytes) for u in st] if extra else [u.weight_grad_bytes for u in st]
+        wg = [min(w, a) for w, a in zip(true_wg, act)] if extra else true_wg
         return cls(n=len(st), F=prefix([u.forward for u in st]), I=prefix([u.backward_input for u in st]),
-                   W=prefix([u.backward_weight for u in st]), act=prefix([u.activation_bytes for u in st]),
-                   wg=prefix(wg), static=prefix([u.static_bytes for u in st]),
+                   W=prefix([u.backward_weight for u in st]), act=prefix(act),
+                   wg=prefix(wg), static=prefix(cm.static),
                    w0=st[0].backward_weight, comm=comm, extra=extra)
 
     @property
@@ -122,18 +126,18 @@ class Extra:
     reserve: float
 
     @classmethod
-    def of(cls, p: Profile) -> "Extra":
-        st = p.stages
-        n = len(st)
+    def of(cls, cm: CostModel) -> "Extra":
+        """From the cost model of the units, one unit per stage."""
+        n = len(cm.placement)
         top = {}
         for k in ("F", "I", "W", "B"):
-            values = np.array([u.transient(k) for u in st], dtype=float)
+            values = np.array([cm.transient(s, k) for s in range(n)], dtype=float)
             t = np.zeros((n + 1, n + 1))
             for i in range(n):  # row i: the running maximum over units i, i+1, ...
                 t[i, i + 1:] = np.maximum.accumulate(values[i:])
             top[k] = t
-        wg = np.concatenate([[0.0], np.cumsum([u.weight_grad_bytes for u in st])])
-        return cls(wg=wg, top=top, reserve=float(p.reserve_bytes or 0.0))
+        wg = np.concatenate([[0.0], np.cumsum([cm.weight_grad(s) for s in range(n)])])
+        return cls(wg=wg, top=top, reserve=cm.reserve)
 
 
 def one_microbatch_need(u: Units, segments) -> np.ndarray:
