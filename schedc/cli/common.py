@@ -149,27 +149,29 @@ def read_checked(args):
 
 
 def add_gpt_args(p: argparse.ArgumentParser, with_stages: bool = True) -> None:
+    # no defaults here: a flag not given is left out, so GPTConfig's (or the route's) default applies
     g = p.add_argument_group("model (schedc's built-in GPT)")
-    g.add_argument("--layers", type=int, default=4, help="transformer blocks (default 4)")
-    g.add_argument("--hidden", type=int, default=64, help="hidden size (default 64)")
-    g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
-    g.add_argument("--seq", type=int, default=32, help="sequence length (default 32)")
-    g.add_argument("--vocab", type=int, default=256, help="vocabulary size (default 256)")
-    g.add_argument("--mbs", type=int, default=4, help="microbatch size: sequences per microbatch (default 4)")
+    g.add_argument("--layers", type=int, help="transformer blocks (default 4)")
+    g.add_argument("--hidden", type=int, help="hidden size (default 64)")
+    g.add_argument("--heads", type=int, help="attention heads (default 4)")
+    g.add_argument("--seq", type=int, help="sequence length (default 32)")
+    g.add_argument("--vocab", type=int, help="vocabulary size (default 256)")
+    g.add_argument("--mbs", type=int, help="microbatch size: sequences per microbatch (default 4)")
     if with_stages:
-        g.add_argument("--stages", type=int, default=2, help="pipeline stages to split the model into (default 2)")
-    g.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64 (default float32)")
+        g.add_argument("--stages", type=int, help="pipeline stages to split the model into (default 2)")
+    g.add_argument("--dtype", help="float32, bfloat16, float16, float64 (default float32)")
     g.add_argument("--threads", type=int, default=None,
                    help="CPU threads per process (torch.set_num_threads; default 1 on a CPU, one per rank as "
                         "schedc's local ranks run); use the same number when profiling and calibrating")
 
 
 def gpt_config_from_args(args):
+    """The built-in GPT of the flags given (GPTConfig's defaults for the others)."""
     from schedc.runtime.models import GPTConfig
 
     try:
-        return GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
-                         seq_len=args.seq, dtype=args.dtype)
+        return GPTConfig(**given(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                                 seq_len=args.seq, dtype=args.dtype))
     except ValueError as e:
         raise SchedcError(f"model: {e}")
 
@@ -190,7 +192,7 @@ def echo(text: object = "", file=None) -> None:
 
 def warn(command: str, message: str) -> None:
     """One escaped ``schedc COMMAND: warning: ...`` line on stderr."""
-    echo(f"schedc {command}: warning: {message}", file=sys.stderr)
+    echo(f"schedc {command}: warning: {printable(message)}", file=sys.stderr)
 
 
 def plural(n: int, word: str, many: str = "") -> str:
