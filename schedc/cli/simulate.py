@@ -40,7 +40,7 @@ def run(args) -> int:
     if args.check and over:
         for path, res in over:
             ranks = res.ranks_over
-            common.echo(f"schedc simulate: {path} exceeds the memory limit {memory} on rank(s) "
+            common.echo(f"schedc simulate: {common.printable(path)} exceeds the memory limit {memory} on rank(s) "
                         f"{', '.join(map(str, ranks))} (peak {format_memory(max(res.peak_memory))}, limit "
                         f"{format_memory(res.memory_limit[ranks[0]])})", file=sys.stderr)
         return 1
@@ -68,7 +68,7 @@ def summary_dict(path, schedule, res, profile: Profile) -> dict:
 
 def format_simulation(path, schedule, res, memory: MemoryLimit, profile: Profile) -> str:
     lines = [
-        f"{path}: {common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}",
+        f"{common.printable(path)}: {common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}",
         f"  makespan {format_duration(res.makespan, profile)}   span {format_duration(res.span, profile)}   bubble {100 * res.bubble:.1f}%   "
         f"memory limit {memory}: {'fits' if res.fits else 'EXCEEDED'}   ({res.execution} runtime)",
         f"  {'rank':>4}  {'busy (' + format_duration(0, profile).split()[-1] + ')':>12}  {'bubble':>7}  {'peak memory':>12}  {'limit':>10}",
