@@ -67,7 +67,7 @@ def _run_validate_for(args) -> int:
     from schedc.frameworks import parse_spec
 
     torch_note = _torch_note(schedule, args.file, parse_spec(args.for_)[0])
-    print(report.message + (f"; {split}" if split else "") + (f"; {torch_note}" if torch_note else ""))
+    print(common.printable(report.message + (f"; {split}" if split else "") + (f"; {torch_note}" if torch_note else "")))
     return 0
 
 
@@ -127,7 +127,7 @@ def run(args) -> int:
     schedule = _read(args.file, stages=args.stages, microbatches=args.mb, ranks=args.ranks, placement=args.placement)
     split = _check_split(args, schedule)
     torch_note = _torch_note(schedule, args.file)
-    print(f"{args.file}: valid: "
+    print(f"{common.printable(args.file)}: valid: "
           f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches, _placement_label(schedule))}"
           + (f"; {split}" if split else "") + (f"; {torch_note}" if torch_note else ""))
     return 0
