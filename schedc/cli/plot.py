@@ -101,6 +101,6 @@ def run(args) -> int:
     common.warn_mismatches("plot", args.files, schedules, memory, profiles)
     titles = args.title or [Path(f).name for f in args.files]
     api.plot(schedules, profile=profiles, memory=memory, titles=titles, path=args.output)
-    print(f"wrote {args.output}: {len(schedules)} panel{'s' if len(schedules) > 1 else ''} "
-          f"({', '.join(titles)}), memory limit {memory}{costs}")
+    print(common.printable(f"wrote {args.output}: {len(schedules)} panel{'s' if len(schedules) > 1 else ''} "
+          f"({', '.join(titles)}), memory limit {memory}{costs}"))
     return 0
