@@ -12,9 +12,9 @@ from schedc.cli import common
 from schedc.core.costs import MemoryLimit, Profile, format_bytes, format_seconds
 from schedc.errors import SchedcError
 
-# The built-in GPT's defaults; the parser's are None so that what the user typed can be told apart.
-GPT_DEFAULTS = {"layers": 4, "hidden": 64, "heads": 4, "seq": 32, "vocab": 256, "mbs": 4, "stages": 2,
-                "dtype": "float32"}
+# What a measured profile splits the model into and runs per microbatch when not told (no function
+# under the command has a default for them); the model's own shape defaults are GPTConfig's.
+MEASURED_DEFAULTS = {"stages": 2, "mbs": 4}
 # shape flags -> the parameter names a --model function (and every example) takes
 MODEL_PARAMS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
                 "ffn": "ffn_hidden", "seq": "seq_len", "vocab": "vocab_size"}
@@ -34,22 +34,21 @@ def register(sub) -> None:
                                        "model's units from arithmetic; write a profile JSON")
     p.set_defaults(handler=run)
     common.add_gpt_args(p)
-    p.set_defaults(**{k: None for k in GPT_DEFAULTS})
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu; a counted profile is for "
                                                  "CUDA unless --device cpu)")
-    p.add_argument("--optimizer", default="adamw", help="optimizer whose state counts in static bytes: "
+    p.add_argument("--optimizer", default=None, help="optimizer whose state counts in static bytes: "
                    "adamw, adam, sgd, sgd-momentum, none (default adamw)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed runs per stage (default 2)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per stage; the median is kept (default 5)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed runs per stage (default 2)")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per stage; the median is kept (default 5)")
     p.add_argument("--comm-bandwidth", metavar="B/s", default=None,
                    help="link bandwidth for boundary activations, e.g. 25GB/s (default: comm is free when measured; "
                         + COMM_BANDWIDTH_HELP + ")")
-    p.add_argument("--comm-latency", metavar="S", type=float, default=0.0,
+    p.add_argument("--comm-latency", metavar="S", type=float, default=None,
                    help="seconds per transfer, added to every boundary's time (default 0; a few microseconds "
                         "within a node, about 10-20us across nodes)")
     p.add_argument("--comm-measure", action="store_true",
                    help="measure send/recv between ranks 0 and 1 (run under torchrun --nproc-per-node 2)")
-    p.add_argument("--concurrent", type=int, default=1, metavar="N",
+    p.add_argument("--concurrent", type=int, default=None, metavar="N",
                    help="CPU: measure in N processes at once, as N ranks sharing this host will run (default 1)")
     p.add_argument("--reserve", metavar="BYTES", default=None,
                    help="bytes a rank holds outside torch's allocator (CUDA context, workspaces, NCCL), e.g. 1.2GiB "
@@ -155,9 +154,6 @@ def run(args) -> int:
             raise SchedcError("--stages does not apply to --units: every unit is measured as its own stage")
         if args.model_arg or args.sample:
             raise SchedcError(f"{'--model-arg' if args.model_arg else '--sample'} goes with --model")
-    for k, v in GPT_DEFAULTS.items():
-        if k != "stages" and getattr(args, k) is None and not args.model:
-            setattr(args, k, v)
     if args.comm_measure:
         import torch.distributed as dist
 
@@ -169,17 +165,17 @@ def run(args) -> int:
         rank = dist.get_rank()
         if dev.type == "cuda":
             args.device = str(dev)  # each rank measures on its own GPU
-    measure = dict(device=args.device, warmup=args.warmup, repeats=args.repeats, optimizer=args.optimizer,
-                   comm="measure" if args.comm_measure else None, comm_bandwidth=bandwidth,
-                   comm_latency=args.comm_latency, progress=progress if rank == 0 else None,
-                   settings=_run_settings(args))
+    measure = dict(device=args.device, comm="measure" if args.comm_measure else None, comm_bandwidth=bandwidth,
+                   progress=progress if rank == 0 else None, settings=_run_settings(args),
+                   **common.given(warmup=args.warmup, repeats=args.repeats, optimizer=args.optimizer,
+                                  comm_latency=args.comm_latency))
     try:
         if args.model:
             profile = _measure_user_model(args, measure, profile_stages, profile_units)
         else:
-            profile = profile_gpt(common.gpt_config_from_args(args), args.stages or GPT_DEFAULTS["stages"],
-                                  args.mbs, concurrent=args.concurrent, units=args.units,
-                                  reuse_layers=not args.all_units, **measure)
+            profile = profile_gpt(common.gpt_config_from_args(args), args.stages or MEASURED_DEFAULTS["stages"],
+                                  args.mbs or MEASURED_DEFAULTS["mbs"], units=args.units,
+                                  reuse_layers=not args.all_units, **common.given(concurrent=args.concurrent), **measure)
     finally:
         progress.done()
         if args.comm_measure:
@@ -219,7 +215,7 @@ def _reserve_bytes(args) -> Optional[float]:
 def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> Profile:
     from schedc.runtime.user_model import build_user_model, unit_modules
 
-    if args.concurrent != 1:
+    if args.concurrent not in (None, 1):
         raise SchedcError("--concurrent measures the built-in GPT only; drop it with --model")
     explicit = {MODEL_PARAMS[k]: f"--{k.replace('_', '-')} {getattr(args, k)}" for k in MODEL_PARAMS
                 if getattr(args, k) is not None}
@@ -228,8 +224,10 @@ def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> P
     explicit.update({p: f"--{f} {getattr(args, a)}" for a, f, p in
                      (("stages", "stages", "n_stages"), ("mbs", "mbs", "microbatch_size"), ("dtype", "dtype", "dtype"))
                      if getattr(args, a) is not None})
-    offered = {"n_stages": args.stages or GPT_DEFAULTS["stages"], "microbatch_size": args.mbs or GPT_DEFAULTS["mbs"],
-               "dtype": args.dtype or GPT_DEFAULTS["dtype"],
+    from schedc.runtime.models import GPTConfig
+
+    offered = {"n_stages": args.stages or MEASURED_DEFAULTS["stages"],
+               "microbatch_size": args.mbs or MEASURED_DEFAULTS["mbs"], "dtype": args.dtype or GPTConfig.dtype,
                **{MODEL_PARAMS[k]: getattr(args, k) for k in MODEL_PARAMS if getattr(args, k) is not None},
                **extra}
     user = build_user_model(args.model, args.sample, offered, explicit)
@@ -243,28 +241,25 @@ def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> P
 
 
 def _run_arithmetic(args) -> int:
-    from schedc.model_costs import unit_profile
+    from schedc import api
 
     for flag, given in (("--model", args.model), ("--comm-measure", args.comm_measure),
-                        ("--concurrent", args.concurrent != 1), ("--all-units", args.all_units)):
+                        ("--concurrent", args.concurrent not in (None, 1)), ("--all-units", args.all_units)):
         if given:
             raise SchedcError(f"{flag} measures a model; --config/--flops count one from arithmetic: give one or the other")
     _check_counted_numbers(args)
     common.check_outputs(args, (args.output, "-o"))
-    shape, dtype = _counted_shape(args)
+    shape = _counted_shape(args)
     if args.seq is None:
         raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
-    bandwidth = _parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth")
-    memory_bandwidth = _parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth")
-    device = "cpu" if args.device == "cpu" else "cuda"
-    profile = unit_profile(**shape, seq=args.seq, microbatch_size=args.mbs or 1, dtype=dtype,
-                           flops_per_second=args.flops if args.flops is not None else 400e12,
-                           memory_bandwidth=memory_bandwidth or 2e12, bandwidth=bandwidth or 40e9,
-                           latency=args.comm_latency, optimizer=args.optimizer,
-                           optimizer_bytes_per_param=args.optimizer_bytes,
-                           activation_checkpoint=_ac(args, shape["layers"]), impl=args.impl, device=device,
-                           dp_shard=args.dp_shard or 1, tp=args.tp or 1, param_dtype=args.param_dtype,
-                           reserve_bytes=_reserve_bytes(args), names=args.names or "torchtitan")
+    device = None if args.device is None else ("cpu" if args.device == "cpu" else "cuda")
+    profile = api.count_profile(shape, seq=args.seq, **common.given(
+        microbatch_size=args.mbs, dtype=args.dtype, flops_per_second=args.flops,
+        bandwidth=_parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth"),
+        memory_bandwidth=_parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth"), latency=args.comm_latency,
+        optimizer=args.optimizer, optimizer_bytes_per_param=args.optimizer_bytes,
+        activation_checkpoint=_ac(args, shape["layers"]), impl=args.impl, device=device, dp_shard=args.dp_shard,
+        tp=args.tp, param_dtype=args.param_dtype, reserve_bytes=_reserve_bytes(args), names=args.names))
     return _write(profile, args.output)
 
 
@@ -282,12 +277,13 @@ def _check_counted_numbers(args) -> None:
                               f"{most:g}, got {value!r}")
     from schedc.model_costs import OPTIMIZER_STATES
 
-    if args.optimizer not in OPTIMIZER_STATES:
+    if args.optimizer is not None and args.optimizer not in OPTIMIZER_STATES:
         raise SchedcError(f"--optimizer must be one of {', '.join(OPTIMIZER_STATES)}, got {args.optimizer[:40]!r}")
 
 
-def _counted_shape(args) -> tuple[dict, str]:
-    """The model's shape keywords from --config or the shape flags, and the activation dtype."""
+def _counted_shape(args) -> dict:
+    """The model's shape from --config (its dtype left to --dtype or the file) or the shape flags
+    given (the others left to schedc.api.count_profile)."""
     from schedc.model_costs import read_hf_config
 
     if args.config:
@@ -295,17 +291,14 @@ def _counted_shape(args) -> tuple[dict, str]:
         if _given(args, shape_flags):
             raise SchedcError(f"{_given(args, shape_flags)[0]}: the model's shape comes from --config {args.config}; "
                               f"drop the flag (or edit a copy of the file)")
-        shape = read_hf_config(args.config)
-        file_dtype = shape.pop("dtype")
-        return shape, args.dtype or file_dtype
+        return read_hf_config(args.config)
     missing = [f"--{k}" for k in ("layers", "hidden", "vocab") if getattr(args, k) is None]
     if missing:
         raise SchedcError(f"--flops without --config counts the model from flags: give {', '.join(missing)} "
                           f"(or --config config.json)")
-    shape = dict(layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads,
-                 kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn, mlp=args.mlp or "swiglu",
-                 tied_embeddings=bool(args.tied_embeddings))
-    return shape, args.dtype or "bfloat16"
+    return common.given(layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads,
+                        kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn, mlp=args.mlp,
+                        tied_embeddings=args.tied_embeddings)
 
 
 def _ac(args, layers: int):
@@ -313,7 +306,7 @@ def _ac(args, layers: int):
     from schedc.model_costs import AC_MODES
 
     if args.ac is None:
-        return "none"
+        return None
     modes = [m.strip() for m in args.ac.split(",")]
     bad = next((m for m in modes if m not in AC_MODES), None)
     if bad is not None:
@@ -324,6 +317,8 @@ def _ac(args, layers: int):
 
 
 def _write(profile: Profile, output: str) -> int:
+    from schedc.core.cost_model import CostModel, rank_static_bytes
+
     profile.save(output)
     for note in profile.notes or []:
         if note.startswith("warning: "):  # schedc.runtime.profiler.profile_warnings, without importing torch
@@ -331,14 +326,19 @@ def _write(profile: Profile, output: str) -> int:
     per_unit = all(c.modules for c in profile.stages)
     kind = "units" if per_unit else "stages"
     # the model's and modules' names come from the user's config or model: shown escaped
-    common.echo(f"wrote {output}: {profile.n_stages} {kind} of {profile.model} on {profile.device}, "
+    common.echo(f"wrote {common.printable(output)}: {profile.n_stages} {kind} of {common.printable(profile.model)} on {profile.device}, "
                 f"microbatch {profile.microbatch_size}, {profile.dtype}")
     print(f"  {kind[:-1]:>5}  {'F':>9}  {'I':>9}  {'W':>9}  {'activation':>10}  {'held I..W':>10}  {'static':>10}"
           + ("  modules" if per_unit else ""))
+    # each stage as the cost model counts it alone on a rank: what its F holds, what stays from its
+    # I to its W, its static bytes
+    alone = list(range(profile.n_stages))
+    costs = CostModel.build(profile, alone, 1)
+    static = rank_static_bytes(profile, alone)
     for s, c in enumerate(profile.stages):
-        common.echo(f"  {s:>5}  {format_seconds(c.forward):>9}  {format_seconds(c.backward_input):>9}  "
-                    f"{format_seconds(c.backward_weight):>9}  {format_bytes(c.activation_bytes):>10}  "
-                    f"{format_bytes(c.weight_grad_bytes):>10}  {format_bytes(c.static_bytes):>10}"
+        common.echo(f"  {s:>5}  {format_seconds(costs.duration(s, 'F')):>9}  {format_seconds(costs.duration(s, 'I')):>9}  "
+                    f"{format_seconds(costs.duration(s, 'W')):>9}  {format_bytes(costs.held(s, 'F')):>10}  "
+                    f"{format_bytes(-costs.held(s, 'W')):>10}  {format_bytes(static[s]):>10}"
                     + (f"  {', '.join(c.modules)}" if per_unit else ""))
     comm = profile.comm if isinstance(profile.comm, list) else [profile.comm]
     print(f"  comm per boundary: {', '.join(format_seconds(c) for c in comm)}")
