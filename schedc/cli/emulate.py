@@ -110,5 +110,5 @@ def own_profiles(paths) -> Optional[list[Profile]]:
         raise SchedcError("the CSVs name costs in seconds (profiles) and in units (--costs) at once; emulate them "
                           "apart or give one --profile")
     for p, (profile, where) in zip(paths, found):
-        print(f"schedc emulate: {p}: costs from {where} ({profile.model or 'unnamed'})", file=sys.stderr)
+        print(common.printable(f"schedc emulate: {p}: costs from {where} ({profile.model or 'unnamed'})"), file=sys.stderr)
     return [profile for profile, _ in found]
