@@ -37,12 +37,14 @@ from schedc.api import (
     BASELINES,
     baseline,
     compile,
+    count_profile,
     plot,
     read_csv,
     read_report,
     simulate,
     validate,
     write_csv,
+    write_trace,
 )
 from schedc.choices import Execution, Objective, Placement, Solver, Status
 from schedc.core.costs import MemoryLimit, Profile, StageCost
@@ -59,6 +61,8 @@ __all__ = [
     "validate",
     "baseline",
     "plot",
+    "write_trace",
+    "count_profile",
     "read_csv",
     "write_csv",
     "read_report",

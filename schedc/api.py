@@ -26,7 +26,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
 from schedc.core.baselines import BASELINE_NAMES, make_baseline
-from schedc.choices import Budget, Execution, Objective, Placement, PlacementName, Solver, Status, check_choice
+from schedc.choices import (Budget, CountedDevice, Execution, Implementation, Objective, Placement, PlacementName, Solver,
+                            Status, UnitNames, check_choice)
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Schedule
@@ -35,7 +36,7 @@ from schedc.results import Compiled, Report, Simulation, _BaselineSchedules
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["compile", "simulate", "validate", "baseline", "plot", "trace", "read_csv", "write_csv", "read_report",
+__all__ = ["compile", "simulate", "validate", "baseline", "plot", "write_trace", "read_csv", "write_csv", "read_report",
            "count_profile", "BASELINES", "DEFAULT_MEMORY"]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -387,21 +388,24 @@ def plot(
 
 
 @_python_spelling
-def trace(
+def write_trace(
     schedule: Schedule,
+    path: PathLike,
     *,
     profile: Union[Profile, PathLike, None] = None,
     memory: Union[str, MemoryLimit, None] = None,
     execution: Optional[Execution] = None,
-    path: Optional[PathLike] = None,
 ) -> dict[str, Any]:
-    """A Chrome trace of `schedule` (Perfetto, ``chrome://tracing``): one process per rank, one
-    slice per action, and each rank's held memory as a counter, timed as :func:`simulate` times it.
+    """Write a Chrome trace of `schedule` (Perfetto, ``chrome://tracing``) as JSON: one process
+    per rank, one slice per action, and each rank's held memory as a counter, timed as
+    :func:`simulate` times it. Written all-or-nothing.
 
     Parameters
     ----------
     schedule : Schedule
         The schedule.
+    path : str or path
+        The trace file.
     profile : Profile or path, optional
         The costs; default identical stages with F = I = W = 1. One second of the profile is one
         second of the trace.
@@ -409,36 +413,129 @@ def trace(
         The limit the simulation judges against; default none.
     execution : {"torch", "ideal"}, optional
         The execution model; default the one `profile` follows, else torch's.
-    path : str or path, optional
-        Also write the trace there as JSON, all-or-nothing.
 
     Returns
     -------
     dict
-        The trace, JSON-ready (``{"traceEvents": [...], ...}``).
+        The trace as written (``{"traceEvents": [...], ...}``).
 
     Raises
     ------
     SchedcError
         As :func:`simulate`.
+    OSError
+        The place cannot be written.
+
+    Examples
+    --------
+    >>> import os, schedc, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    >>> t = schedc.write_trace(schedc.baseline("1f1b", stages=2, microbatches=2), path)
+    >>> sum(1 for e in t["traceEvents"] if e["ph"] == "X")  # F and B of 2 microbatches on 2 stages
+    8
+    """
+    from schedc.show.trace import write_trace as write
+
+    _check_schedule("schedule", schedule)
+    if execution is not None:
+        check_choice("execution", execution, Execution)
+    prof = _profile(profile, schedule.n_stages).executed(execution)
+    return write(schedule, prof, path, None if memory is None else _memory(memory))
+
+
+@_python_spelling
+def count_profile(
+    model: Union[PathLike, Mapping[str, Any]],
+    *,
+    seq: int,
+    microbatch_size: Optional[int] = None,
+    dtype: Optional[str] = None,
+    activation_checkpoint: Union[str, Sequence[str], None] = None,
+    impl: Optional[Implementation] = None,
+    device: Optional[CountedDevice] = None,
+    optimizer: Optional[str] = None,
+    optimizer_bytes_per_param: Optional[float] = None,
+    param_dtype: Optional[str] = None,
+    dp_shard: Optional[int] = None,
+    tp: Optional[int] = None,
+    reserve_bytes: Optional[float] = None,
+    flops_per_second: Optional[float] = None,
+    memory_bandwidth: Optional[float] = None,
+    bandwidth: Optional[float] = None,
+    latency: Optional[float] = None,
+    names: Optional[UnitNames] = None,
+) -> Profile:
+    """The per-unit profile of a decoder counted from arithmetic: no GPU, nothing downloaded.
+
+    Units are the embedding, each layer, and the final norm + head + loss, each with its module
+    names, so that :func:`schedc.plan` can choose a partition (``Profile.merge`` gives any
+    contiguous one). Times come from FLOPs over `flops_per_second` (and bytes over
+    `memory_bandwidth` for the embedding); memory from the tensors the kernels save, the
+    parameters, gradients and optimizer state (method: :mod:`schedc.model_costs`). What the run
+    must be told to match is recorded in the profile's ``assumes``. The CLI's ``schedc profile
+    --config``/``--flops``.
+
+    Parameters
+    ----------
+    model : path or mapping
+        A Hugging Face ``config.json`` (read, never downloaded), or the shape as keywords:
+        ``layers``, ``hidden``, ``vocab`` (needed), ``heads``, ``kv_heads``, ``head_dim``,
+        ``ffn_hidden``, ``mlp`` (``swiglu`` or ``gelu``), ``tied_embeddings``, ...
+    seq : int
+        Tokens per sequence.
+    microbatch_size, dtype, activation_checkpoint, impl, device : optional
+        The run (see below).
+    optimizer, optimizer_bytes_per_param, param_dtype, dp_shard, tp, reserve_bytes : optional
+        What each rank holds (see below).
+    flops_per_second, memory_bandwidth, bandwidth, latency, names : optional
+        The device, the link and the units' module names. All these settings are
+        :func:`schedc.model_costs.unit_profile`'s; one left out
+        (None) takes its default there: 1 sequence per microbatch, the config's dtype (else
+        bfloat16), no activation checkpointing (``"selective"``, ``"full"``, or one mode per
+        layer), the framework of `names` (:data:`~schedc.choices.Implementation`), CUDA's kernels
+        (:data:`~schedc.choices.CountedDevice`), AdamW with fp32 master weights, no sharding
+        (`dp_shard` FSDP degree, `tp` tensor-parallel degree), CUDA's measured reserve, an H100 at
+        about 40% (400e12 FLOP/s), 2 TB/s memory, a 40 GB/s link with no latency, and
+        torchtitan's module names (:data:`~schedc.choices.UnitNames`).
+
+    Returns
+    -------
+    Profile
+        One stage per unit, in seconds and bytes.
+
+    Raises
+    ------
+    SchedcError
+        An unreadable config (file and field named), an architecture schedc does not model, or
+        a setting out of range (named).
 
     Examples
     --------
     >>> import schedc
-    >>> t = schedc.trace(schedc.baseline("1f1b", stages=2, microbatches=2))
-    >>> sum(1 for e in t["traceEvents"] if e["ph"] == "X")  # F and B of 2 microbatches on 2 stages
-    8
+    >>> p = schedc.count_profile({"layers": 2, "hidden": 64, "vocab": 100, "heads": 4}, seq=8)
+    >>> [unit.modules for unit in p.stages]
+    [['tok_embeddings'], ['layers.0'], ['layers.1'], ['norm', 'lm_head']]
     """
-    from schedc.show.trace import trace_events, write_trace
+    from schedc.model_costs import unit_profile
 
-    if execution is not None:
-        check_choice("execution", execution, Execution)
-    _check_schedule("schedule", schedule)
-    prof = _profile(profile, schedule.n_stages).executed(execution)
-    mem = None if memory is None else _memory(memory)
-    if path is None:
-        return trace_events(schedule, prof, mem)
-    return write_trace(schedule, prof, path, mem)
+    for parameter, value, choices in (("impl", impl, Implementation), ("device", device, CountedDevice),
+                                      ("names", names, UnitNames)):
+        if value is not None:
+            check_choice(parameter, value, choices)
+    settings = {k: v for k, v in dict(
+        microbatch_size=microbatch_size, activation_checkpoint=activation_checkpoint, impl=impl, device=device,
+        optimizer=optimizer, optimizer_bytes_per_param=optimizer_bytes_per_param, param_dtype=param_dtype,
+        dp_shard=dp_shard, tp=tp, reserve_bytes=reserve_bytes, flops_per_second=flops_per_second,
+        memory_bandwidth=memory_bandwidth, bandwidth=bandwidth, latency=latency, names=names).items()
+        if v is not None}  # the defaults are unit_profile's
+    if dtype is not None:
+        settings["dtype"] = dtype
+    if isinstance(model, (str, os.PathLike)):
+        return unit_profile(model, seq=seq, **settings)
+    if not isinstance(model, Mapping):
+        raise SchedcError(f"model: expected the path of a config.json or the shape as a dict (layers, hidden, "
+                          f"vocab, ...); got {type(model).__name__}")
+    return unit_profile(seq=seq, **{**model, **settings})
 
 
 def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:

@@ -79,7 +79,7 @@ def run(args) -> int:
     if args.model:
         from schedc.runtime.user_model import load_function
 
-        model_args = {"dtype": args.dtype, **common.model_args(args.model_arg)}
+        model_args = {"dtype": cfg.dtype, **common.model_args(args.model_arg)}
         load_function(args.model)  # a wrong name is one line before the progress line
         if args.sample:
             load_function(args.sample, "--sample")

@@ -32,7 +32,7 @@ def run(args) -> int:
         memory = common.judged_memory(args, bytes_need_profile=False)  # the costs beside the CSV are in bytes
         costs = f" with the costs in {source}"
     common.warn_mismatches("trace", args.files, [schedule], memory, [profile])
-    trace = api.trace(schedule, profile=profile, memory=memory, path=args.output)
+    trace = api.write_trace(schedule, args.output, profile=profile, memory=memory)
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks{costs}; open it in https://ui.perfetto.dev "
           f"or chrome://tracing (1 s of the profile = 1 s of trace)")
