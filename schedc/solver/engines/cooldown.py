@@ -139,24 +139,27 @@ class _Relisting:
         return grow > 0 and not fits_room(self.held[r] + grow, self.g.room[r])
 
     def ready_w(self, r: int, t: float) -> Optional[int]:
-        return next((j for j, a in enumerate(self.wq[r]) if self.end_i[a.stage][a.microbatch] <= t + EPS), None)
+        end_i = self.end_i
+        return next((j for j, a in enumerate(self.wq[r]) if end_i[a.stage][a.microbatch] <= t + EPS), None)
 
     def run(self, r: int, a: Action, t: float) -> None:
         """Rank r runs `a` from `t`, and wakes at its end with the neighbour stages' ranks."""
-        e = t + self.d[a.stage, a.kind]
+        s, k, g, heap = a.stage, a.kind, self.g, self.heap
+        took = self.d[s, k]
+        e = t + took
         self.first_start[r] = min(self.first_start[r], t)
-        if a.kind != "W":
-            (self.end_f if a.kind == "F" else self.end_i)[a.stage][a.microbatch] = e
+        if k != "W":
+            (self.end_f if k == "F" else self.end_i)[s][a.microbatch] = e
         self.free_at[r] = e
-        self.held[r] += self.delta[a.stage, a.kind]
-        self.left_work[r] -= self.d[a.stage, a.kind]
+        self.held[r] += self.delta[s, k]
+        self.left_work[r] -= took
         self.out[r].append(a)
         self.left -= 1
-        heapq.heappush(self.heap, (e, r))
-        rank_of = self.g.problem.placement
-        for nb in (a.stage - 1, a.stage + 1):  # the neighbour stage may wait for this output
-            if 0 <= nb < self.g.S and rank_of[nb] != r:
-                heapq.heappush(self.heap, (e + self.g.comm[min(a.stage, nb)], rank_of[nb]))
+        heapq.heappush(heap, (e, r))
+        rank_of = g.stage_rank
+        for nb in (s - 1, s + 1):  # the neighbour stage may wait for this output
+            if 0 <= nb < g.S and rank_of[nb] != r:
+                heapq.heappush(heap, (e + g.comm[min(s, nb)], rank_of[nb]))
 
     def run_prefix(self, r: int, t: float) -> None:
         """Rank r's next action of its given order, when its inputs are there."""
@@ -174,10 +177,11 @@ class _Relisting:
         """(the first ready backward that fits, the next input's arrival, the next arrival of
         one of the last microbatches' inputs, whether a ready one is blocked by the cap)."""
         nxt, nxt_last, blocked = math.inf, math.inf, False
+        input_time, end_f, end_i = self.g.input_time, self.end_f, self.end_i  # the hot loop of a re-listing
         for j, a in enumerate(self.back[r]):
-            at = self.ready(a)
-            if at is None:
-                continue
+            at = input_time(a.kind, a.stage, a.microbatch, end_f, end_i)
+            if at == math.inf:
+                continue  # a producer has not run yet
             if at <= t + EPS:
                 if not self.over_cap(r, a):
                     return j, nxt, nxt_last, blocked
