@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from schedc.core.costs import UNIT_SECONDS, Profile, format_ms  # noqa: F401 (UNIT_SECONDS: read from here too)
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, printable
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult, simulate
 
@@ -390,7 +390,7 @@ def format_emulations(runs: Sequence[Emulation], comm_note: str) -> str:
     import torch
 
     first = runs[0]
-    names = [Path(r.csv).name for r in runs]
+    names = [printable(Path(r.csv).name) for r in runs]
     width = max(8, *(len(n) for n in names))
     lines = [
         f"emulated in torch {torch.__version__}'s _PipelineScheduleRuntime, one gloo process per rank; stages "

@@ -58,7 +58,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from schedc.errors import SchedcError, Terminated, raise_terminated, signals_held
+from schedc.errors import SchedcError, Terminated, printable, raise_terminated, signals_held
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the schedc package
 POLL_SECONDS = 0.05
@@ -397,7 +397,7 @@ def run_rank(fn: Callable[[], Any], full_error: bool = False) -> int:
     try:
         result = {"ok": fn()}
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises LaunchError
-        text = str(e) if isinstance(e, SchedcError) else f"{type(e).__name__}: {e}"
+        text = printable(e) if isinstance(e, SchedcError) else f"{type(e).__name__}: {e}"  # one line, all of it
         result = {"error": text if full_error else (text.strip().splitlines() or [""])[0][:1000]}
         traceback.print_exc()
     _write_result(result)
