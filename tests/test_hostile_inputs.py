@@ -533,3 +533,71 @@ def test_plan_never_writes_its_report_over_the_units_it_read(tmp_path):
                       "-o", "u.csv", cwd=tmp_path)
         _one_line_error(out, "plan", "u.json would overwrite the input --profile")
     assert (tmp_path / "u.json").read_bytes() == before and not (tmp_path / "u.csv").exists()
+
+
+# ---------------------------------------------------------------- names with a newline or an escape
+
+NL = "\nschedc: forged line\x1b[31m"  # a newline would forge an output line, ESC[31m recolour the terminal
+NL_SHOWN = "\\nschedc: forged line\\x1b[31m"
+
+
+def _no_raw_input(out) -> None:
+    assert "\x1b" not in out.stdout + out.stderr and "forged line\n" not in out.stdout + out.stderr
+    assert not any(line.startswith("schedc: forged") for line in (out.stdout + out.stderr).splitlines())
+
+
+@pytest.mark.parametrize("files, argv, command", [
+    ({"a" + NL + ".csv": "0F0,0X1\n"}, ["validate", "a" + NL + ".csv"], "validate"),
+    ({"c" + NL + ".json": json.dumps({"model_type": "llama", "hidden_size": 64})},
+     ["profile", "--units", "--config", "c" + NL + ".json", "--seq", "64", "-o", "u.json"], "profile"),
+    ({"u.json": json.dumps({"format": "schedc.profile/v1", "model": "m" + NL,
+                            "stages": [{**_STAGE, "modules": [f"layers.{i}" + (NL if i == 1 else "")]}
+                                       for i in range(4)]})},
+     ["plan", "--profile", "u.json", "--ranks", "2", "--mb", "4", "--memory", "none", "-o", "p.csv"], "plan"),
+])
+def test_an_error_naming_a_hostile_name_is_one_escaped_line(tmp_path, files, argv, command):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    out = _schedc(*argv, cwd=tmp_path)
+    _one_line_error(out, command, NL_SHOWN)
+    _no_raw_input(out)
+
+
+def test_a_warning_and_a_printout_naming_a_hostile_file_are_one_line_each(tmp_path):
+    name = "a" + NL + ".csv"
+    (tmp_path / name).write_text(_ONE_F_ONE_B)
+    (tmp_path / ("a" + NL + ".json")).write_text("{not json")  # the report beside it, unreadable
+    out = _schedc("simulate", name, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    warning, = out.stderr.splitlines()
+    assert warning.startswith("schedc simulate: warning: ignoring the report beside a" + NL_SHOWN + ".csv: ")
+    assert out.stdout.splitlines()[0].startswith("a" + NL_SHOWN + ".csv: 2 stages on 2 ranks")
+    _no_raw_input(out)
+    (tmp_path / ("a" + NL + ".json")).unlink()
+    out = _schedc("validate", name, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.splitlines() == ["a" + NL_SHOWN + ".csv: valid: 2 stages on 2 ranks "
+                                                               "(loop), 2 microbatches"], out.stdout
+
+
+def test_a_config_s_model_type_with_a_newline_prints_on_its_line(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"model_type": "llama" + NL, "hidden_size": 64, "num_hidden_layers": 2,
+                                                 "num_attention_heads": 4, "vocab_size": 100,
+                                                 "intermediate_size": 128}))
+    out = _schedc("profile", "--units", "--config", "c.json", "--flops", "1e12", "--seq", "64", "-o", "u.json",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith("wrote u.json: 4 units of llama" + NL_SHOWN + " (c.json)")
+    _no_raw_input(out)
+
+
+def test_a_rank_hands_its_whole_error_up_on_one_line(tmp_path, monkeypatch):
+    from schedc.runtime.launch import run_rank
+
+    monkeypatch.setenv("SCHEDC_RESULT", str(tmp_path / "r.json"))
+    monkeypatch.delenv("SCHEDC_LEADER_PID", raising=False)
+
+    def fail():
+        raise SchedcError("a" + NL + ".csv: rank 0 (row 1): unknown action")
+
+    assert run_rank(fail) == 1
+    assert json.loads((tmp_path / "r.json").read_text()) == {"error": "a" + NL_SHOWN + ".csv: rank 0 (row 1): unknown action"}
