@@ -24,14 +24,14 @@ def register(subparsers) -> None:
                    "costs its report NAME.json names)")
     g.add_argument("--costs", metavar="F,I,W", help="identical stages, in units, for every CSV (default 1,1,1 "
                    "when no CSV names its costs)")
-    p.add_argument("--comm", metavar="C", default="0",
+    p.add_argument("--comm", metavar="C", default=None,
                    help="communication per boundary the prediction adds, in profile units: a number, one per "
                         "boundary, or 'profile'; default 0, since the emulation does not sleep for communication")
     p.add_argument("--scale", type=float, default=None, metavar="S",
                    help=f"seconds slept per profile second (default 1 with --profile, {UNIT_SECONDS} per unit "
                         f"with --costs)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per schedule (default 5)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    p.add_argument("--steps", type=int, help="timed steps per schedule (default 5)")
+    p.add_argument("--warmup", type=int, help="untimed steps first (default 1)")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="kill the ranks after this many seconds (default: start-up + 3x the predicted work)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -40,7 +40,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     common.require_torch("schedc emulate")
-    from schedc.io.csvio import read_csv
+    from schedc import api
     from schedc.runtime.emulate import emulate, format_emulations
 
     if args.timeout is not None and not 0 < args.timeout < float("inf"):  # nan: a deadline that never fires
@@ -50,21 +50,23 @@ def run(args) -> int:
         profiles = Profile.load(args.profile)
     elif own is not None:
         profiles = own
-    else:
-        f, i, w = parse_costs("1,1,1" if args.costs is None else args.costs)
-        profiles = [Profile.uniform(read_csv(path).n_stages, f, i, w) for path in args.files]
+    else:  # --costs "" is an error, not the default
+        costs = () if args.costs is None else parse_costs(args.costs)
+        profiles = [Profile.uniform(api.read_csv(path).n_stages, *costs) for path in args.files]
     in_seconds = bool(args.profile) or (own is not None and own[0].model != "uniform")
     scale = args.scale if args.scale is not None else (1.0 if in_seconds else UNIT_SECONDS)
-    comm = None if args.comm.strip().lower() == "profile" else parse_comm(args.comm)
-    runs = emulate(args.files, profiles, scale=scale, steps=args.steps, warmup=args.warmup, comm=comm,
-                   timeout=args.timeout)
+    # --comm left out: emulate's default (none, as the emulation does not sleep for it)
+    comm = None if args.comm is None or args.comm.strip().lower() == "profile" else parse_comm(args.comm)
+    runs = emulate(args.files, profiles, scale=scale, timeout=args.timeout,
+                   **common.given(steps=args.steps, warmup=args.warmup),
+                   **({} if args.comm is None else {"comm": comm}))
     if args.json:
         print(json.dumps([r.to_dict() for r in runs], indent=2))
         return 0
-    if comm is None:
-        note = "the prediction adds the profile's comm, so the ratio shows what communication would add"
-    elif comm == 0:
+    if args.comm is None or comm == 0:
         note = "measured and predicted both leave it out (the prediction's comm is 0)"
+    elif comm is None:
+        note = "the prediction adds the profile's comm, so the ratio shows what communication would add"
     else:
         note = f"the prediction adds --comm {args.comm}, which the measured step does not contain"
     print(format_emulations(runs, note))
