@@ -218,9 +218,7 @@ def test_simulate_plot_and_profile_paths(tmp_path):
 def test_old_spellings_through_the_package_warn_and_still_work():
     s = schedc.baseline("zb-h1", stages=2, microbatches=4)
     prof = schedc.Profile.uniform(2)
-    from schedc.show import plot
-    from schedc.core import simulate
-    from schedc.core import validate  # the README's import before the front door
+    from schedc import plot, simulate, validate  # the README's import before the front door
 
     with pytest.warns(DeprecationWarning, match=r"use schedc.simulate\(schedule"):
         assert simulate.simulate(s, prof).makespan == schedc.simulate(s, profile=prof).makespan
