@@ -1,23 +1,28 @@
 """What choosing activation checkpointing buys: `schedc plan --ac auto` against one mode for the whole model.
 
 For Llama-3-8B- and Qwen2.5-7B-shaped decoders (the Hugging Face config fields are written below,
-nothing is downloaded), 8 pipeline ranks, 32 microbatches of one 4096-token sequence, and caps of
-80 and 40 GiB per rank, it prints the step of
+nothing is downloaded), microbatches of one sequence, per case (ranks, microbatches, sequence
+length, cap per rank), it prints the step of
 
 - ``schedc plan`` with each activation-checkpointing mode for the whole model (none, selective,
-  full: what torchtitan and NeMo launch), each counted by ``schedc.model_costs.unit_profile``;
-- the per-stage choice on the best global plan's partition (what schedc's own runtime applies);
-- ``--ac auto`` (the best of those), its margin over the best global mode;
+  full: what torchtitan and NeMo launch), each counted by ``schedc.model_costs.unit_profile`` and
+  run as torch runs it: a checkpointed stage's backward whole (B, one recompute; torch refuses
+  the split backward under selective checkpointing, and under full checkpointing recomputes the
+  forward once per parameter group in W);
+- the per-stage choice made with the partition (what schedc's runtime applies), its modes
+  (n/s/f per stage) and units per stage;
+- ``--ac auto`` (the best of those), its margin over the best global mode, and whether memory
+  binds the best global mode (its step shortens with more memory: ``plan_limiter``);
+- "free recompute": the best per-stage candidate's heuristic step if checkpointing kept what it
+  keeps but recomputed nothing, the most any per-stage choice among these modes could buy;
 - torchtitan 0.3.0's default split with its own schedule classes (1F1B, Interleaved1F1B,
-  ZBVZeroBubble) and the checkpointing it defaults to (selective), under the same memory model;
-  "over" where the cap is exceeded.
+  ZBVZeroBubble) and the checkpointing it defaults to (selective, run as B), under the same
+  memory model; "over" where the cap is exceeded.
 
 Step times are the simulator's (counted costs at 400 TFLOP/s effective), not measurements.
 
-    python benchmarks/ac_choice.py                  # the table (about 2 minutes per row here)
-    python benchmarks/ac_choice.py --time-limit 10  # shorter searches
-    python benchmarks/ac_choice.py --match qwen --match 40GiB
-    python benchmarks/ac_choice.py --budget work    # work units: the same table on any machine
+    python benchmarks/ac_choice.py --budget work --time-limit 30   # the table, the same on any machine
+    python benchmarks/ac_choice.py --match qwen --match 40GiB      # some rows
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from pathlib import Path
 from schedc.errors import SchedcError
 from schedc.model_costs import unit_profile
 from schedc.plan import AC_MODES, TORCHTITAN_AC, plan_ac, torchtitan_rows
+from schedc.plan.ac import checkpointed_form, heuristic_step, mode_forms, stage_candidates
+from schedc.plan.request import parse_cap
 
 CONFIGS = {
     "llama3-8b": {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
@@ -41,63 +48,89 @@ CONFIGS = {
                    "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
                    "torch_dtype": "bfloat16", "tie_word_embeddings": False},
 }
-RANKS, MICROBATCHES, SEQ = 8, 32, 4096
-CAPS = ("80GiB", "40GiB")
+# (model, ranks, microbatches, seq, cap): the planning issue's four, then tighter memory
+CASES = [(name, 8, 32, 4096, cap) for name in CONFIGS for cap in ("80GiB", "40GiB")] + \
+        [(name, 8, 32, seq, cap) for name in CONFIGS for seq, cap in ((4096, "28GiB"), (8192, "40GiB"))]
 
 
-def profiles_of(name: str, tmp: Path) -> dict:
+def profiles_of(name: str, tmp: Path, seq: int = 4096) -> dict:
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(CONFIGS[name]))
-    return {mode: unit_profile(path, seq=SEQ, activation_checkpoint=mode) for mode in AC_MODES}
+    return {mode: unit_profile(path, seq=seq, activation_checkpoint=mode) for mode in AC_MODES}
 
 
 def ms(x) -> str:
     return "—" if x is None else f"{1000 * x:.1f}"
 
 
-def row(name: str, cap: str, profiles: dict, time_limit: float, budget: str = "time") -> str:
+def free_recompute(profiles: dict, ranks: int, mb: int, cap: str):
+    """The best heuristic step of the per-stage candidates if checkpointed units recomputed
+    nothing (their I and W those of no checkpointing) but kept what they keep; None if none fits."""
+    none = profiles["none"]
+    forms = {"none": none}
+    for mode in AC_MODES[1:]:
+        free = [u.model_copy(update={"backward_input": n.backward_input, "backward_weight": n.backward_weight})
+                for u, n in zip(profiles[mode].stages, none.stages)]
+        forms[mode] = checkpointed_form(profiles[mode].model_copy(update={"stages": free}), none)
+    limit = parse_cap(cap)
+    best = None
+    for pl in ("loop", "v"):
+        for _, counts, modes in stage_candidates(forms, pl, ranks, mb, limit.value):
+            found = heuristic_step(forms, counts, modes, pl, ranks, mb, limit, "makespan")
+            if found is not None and (best is None or found[0] < best):
+                best = found[0]
+    return best
+
+
+def row(case: tuple, profiles: dict, time_limit: float, budget: str = "time") -> str:
+    name, ranks, mb, seq, cap = case
+    head = f"| {name} | {ranks} x {mb}, seq {seq} | {cap} |"
     t0 = time.monotonic()
     try:
-        res = plan_ac(profiles, ranks=RANKS, microbatches=MICROBATCHES, memory=cap, time_limit=time_limit,
-                      budget=budget)
+        res = plan_ac(profiles, ranks=ranks, microbatches=mb, memory=cap, time_limit=time_limit, budget=budget)
     except SchedcError as e:
-        return f"| {name} | {cap} | {str(e)[:80]} |"
+        return f"{head} {str(e)[:100]} |"
     steps = res.ac.global_steps
     best_global = min((v for v in steps.values() if v is not None), default=None)
     mix = res.ac.per_stage
-    titan = torchtitan_rows(profiles[TORCHTITAN_AC], RANKS, MICROBATCHES, res.compiled.problem.memory, "makespan")
+    titan = torchtitan_rows(mode_forms(profiles)[TORCHTITAN_AC], ranks, mb, res.compiled.problem.memory, "makespan")
     titan_cells = [ms(r.value) if r.value is not None else "over" for r in titan]
     titan_best = min((r.value for r in titan if r.value is not None), default=None)
     margin = "—" if best_global is None else f"{100 * (best_global - res.value) / best_global:.1f}%"
     vs_titan = "—" if titan_best is None else f"{100 * (titan_best - res.value) / titan_best:.1f}%"
-    chosen = res.ac.chosen if isinstance(res.ac.chosen, str) else ",".join(m[0] for m in res.ac.chosen)
-    mix_cell = "—" if mix is None else f"{ms(mix['step'])} ({','.join(m[0] for m in mix['modes'])})"
-    return (f"| {name} | {cap} | {' | '.join(ms(steps.get(m)) for m in AC_MODES)} | {mix_cell} | "
-            f"**{ms(res.value)}** ({chosen}) | {margin} | {' | '.join(titan_cells)} | {vs_titan} | "
-            f"{time.monotonic() - t0:.0f} |")
+    chosen = res.ac.chosen if isinstance(res.ac.chosen, str) else "per stage"
+    mix_cell = "—" if mix is None else (f"{ms(mix['step'])} ({''.join(m[0] for m in mix['modes'])} on "
+                                        f"{','.join(map(str, mix['units_per_stage']))})")
+    free = free_recompute(profiles, ranks, mb, cap)
+    free_cell = "—" if free is None or best_global is None else \
+        f"{ms(free)} ({100 * (best_global - free) / best_global:.1f}%)"
+    binds = {True: "yes", False: "no", None: "?"}[res.ac.memory_binds]
+    return (f"{head} {' | '.join(ms(steps.get(m)) for m in AC_MODES)} | {mix_cell} | **{ms(res.value)}** ({chosen}) | "
+            f"{margin} | {binds} | {free_cell} | {' | '.join(titan_cells)} | {vs_titan} | {time.monotonic() - t0:.0f} |")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per --ac auto plan (default 60)")
+    ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per --ac auto plan (default 30)")
     ap.add_argument("--budget", choices=["time", "work"], default="time",
                     help="work: --time-limit in work units, the same table on any machine (schedc plan --budget)")
     ap.add_argument("--match", action="append", default=[], metavar="TEXT",
-                    help="keep the rows whose model and cap contain every TEXT")
+                    help="keep the rows whose model, shape and cap contain every TEXT")
     args = ap.parse_args(argv)
-    print(f"{RANKS} ranks, {MICROBATCHES} microbatches, seq {SEQ}, microbatch size 1; step in ms (simulated); "
-          f"torchtitan columns: its default split, {TORCHTITAN_AC} AC")
-    print("| model | cap | none | selective | full | per stage (n/s/f) | **--ac auto** | auto vs best global | "
-          "torchtitan 1F1B | Interleaved1F1B | ZBVZeroBubble | auto vs torchtitan | plan s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"step in ms (simulated); microbatch size 1; torchtitan columns: its default split, {TORCHTITAN_AC} AC")
+    print("| model | ranks x microbatches | cap | none | selective | full | per stage (modes on units per stage) | "
+          "**--ac auto** | auto vs best global | memory binds | free recompute (heuristic) | torchtitan 1F1B | "
+          "Interleaved1F1B | ZBVZeroBubble | auto vs torchtitan | plan s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    cache: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in CONFIGS:
-            profiles = None
-            for cap in CAPS:
-                if not all(text in f"| {name} | {cap} |" for text in args.match):
-                    continue
-                profiles = profiles or profiles_of(name, Path(tmp))
-                print(row(name, cap, profiles, args.time_limit, args.budget), flush=True)
+        for case in CASES:
+            name, ranks, mb, seq, cap = case
+            if not all(text in f"| {name} | {ranks} x {mb}, seq {seq} | {cap} |" for text in args.match):
+                continue
+            if (name, seq) not in cache:
+                cache[(name, seq)] = profiles_of(name, Path(tmp), seq)
+            print(row(case, cache[(name, seq)], args.time_limit, args.budget), flush=True)
     return 0
 
 

@@ -71,6 +71,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:  # before any process group: a bad --plan is one line, not a hang
+        planned = _plan_settings(args)
+    except SchedcError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     try:
         # NCCL: set_device before the group, device_id in it, one line when ranks outnumber GPUs
@@ -79,7 +84,7 @@ def main(argv=None) -> int:
         print(f"rank {os.environ.get('RANK', '?')}: error: {printable(e)}", file=sys.stderr)
         return 2
     try:
-        return train(args, device)
+        return train(args, device, planned)
     except SchedcError as e:
         print(f"rank {dist.get_rank()}: error: {printable(e)}", file=sys.stderr)
         return 2
@@ -87,9 +92,8 @@ def main(argv=None) -> int:
         dist.destroy_process_group()
 
 
-def train(args: argparse.Namespace, device: torch.device) -> int:
+def train(args: argparse.Namespace, device: torch.device, planned: dict) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
-    planned = _plan_settings(args)
     args.layers = args.layers or sum(planned.get("layers_per_stage", [])) or 8
     cfg = GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
                     seq_len=args.seq_len, dtype=args.dtype)

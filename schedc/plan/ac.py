@@ -51,9 +51,11 @@ class ACChoice:
     chosen: Union[str, list]
     global_steps: dict
     per_stage: Optional[dict] = None
+    memory_binds: Optional[bool] = None  # whether the best global mode's step is memory-bound (plan_limiter)
 
     def as_dict(self) -> dict:
         return {"chosen": self.chosen, "global": self.global_steps, "per_stage": self.per_stage,
+                "memory_binds_best_global": self.memory_binds,
                 "checkpointed_stages_run": "B (one full backward: one recompute)"}
 
 
@@ -118,6 +120,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     best_mode = min(results, key=lambda m: results[m].value)
     best = results[best_mode]
     steps = {m: (results[m].value if m in results else None) for m in modes}
+    binds = None if best.limiter is None else best.limiter.kind == "memory"
     notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
     mix = None
     if len(modes) > 1 and not stop_requested():
@@ -125,7 +128,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     global_bound = min([results[m].bound for m in results] + [floors[m] for m in errors if m in floors])
     if mix is not None and mix["compiled"].value < best.value * (1 - REL):
         compiled = mix["compiled"]
-        choice = ACChoice(list(mix["modes"]), steps, _mix_dict(mix))
+        choice = ACChoice(list(mix["modes"]), steps, _mix_dict(mix), binds)
         units = mixed_units(forms, mix["counts"], mix["modes"])
         out = replace(best, compiled=compiled, units=units, counts=list(mix["counts"]), placement=mix["placement"],
                       bound=compiled.lower_bound, bounds={mix["placement"]: compiled.lower_bound}, certified={},
@@ -133,8 +136,10 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
                       notes=notes + [f"bound: the chosen partition and per-stage checkpointing only; over every "
                                      f"partition with one mode for the whole model: {global_bound:.6g}"])
     else:
-        choice = ACChoice(best_mode, steps, None if mix is None else _mix_dict(mix))
-        out = replace(best, bound=min(global_bound, best.value), notes=notes)
+        choice = ACChoice(best_mode, steps, None if mix is None else _mix_dict(mix), binds)
+        out = replace(best, bound=min(global_bound, best.value), notes=notes + (
+            ["bound: over every partition with one mode for the whole model; per-stage choices are searched, "
+             "not bounded"] if len(modes) > 1 else []))
     return _finish(out, choice, profiles, forms, best_mode, t0)
 
 
@@ -237,7 +242,7 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
         if (pl, counts, modes) in seen or _now() > t0 + (end - t0) * 0.75 or stop_requested():
             continue
         seen.add((pl, counts, modes))
-        found = _try(forms, counts, modes, pl, ranks, M, limit, objective)
+        found = heuristic_step(forms, counts, modes, pl, ranks, M, limit, objective)
         if found is not None:
             scored.append((found[0], pl, depth, counts, modes, found[1]))
     if not scored:
@@ -256,8 +261,9 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
             "depth": depth, "tried": len(seen)}
 
 
-def _try(forms, counts, modes, pl, ranks, M, limit, objective):
-    """(step, warm start) of the heuristic warm start on the mixed profile; None if none fits."""
+def heuristic_step(forms, counts, modes, pl, ranks, M, limit, objective):
+    """(step, warm start) of the heuristic warm start (schedc.solver.engines.warm) on the partition
+    `counts` with stage s in ``forms[modes[s]]``; None if nothing fits. Cost: TRY_WORK."""
     from schedc.solver.engines.warm import warm_start
 
     try:
@@ -280,7 +286,7 @@ def _local_moves(forms, current, pl, ranks, M, limit, objective, end, seen):
             if (pl, c, m) in seen or _now() >= end:
                 continue
             seen.add((pl, c, m))
-            found = _try(forms, c, m, pl, ranks, M, limit, objective)
+            found = heuristic_step(forms, c, m, pl, ranks, M, limit, objective)
             if found is not None and found[0] < step * (1 - REL):
                 current, improved = (found[0], c, m, found[1]), True
                 break
