@@ -13,8 +13,9 @@ length, cap per rank), it prints the step of
   (n/s/f per stage) and units per stage;
 - ``--ac auto`` (the best of those), its margin over the best global mode, and whether memory
   binds the best global mode (its step shortens with more memory: ``plan_limiter``);
-- "free recompute": the best per-stage candidate's heuristic step if checkpointing kept what it
-  keeps but recomputed nothing, the most any per-stage choice among these modes could buy;
+- "free recompute" (where memory binds): the best per-stage candidate's heuristic step if
+  checkpointing kept what it keeps but recomputed nothing, what per-stage choice would buy if
+  recompute cost nothing;
 - torchtitan 0.3.0's default split with its own schedule classes (1F1B, Interleaved1F1B,
   ZBVZeroBubble) and the checkpointing it defaults to (selective, run as B), under the same
   memory model; "over" where the cap is exceeded.
@@ -101,7 +102,7 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str = "time") ->
     chosen = res.ac.chosen if isinstance(res.ac.chosen, str) else "per stage"
     mix_cell = "—" if mix is None else (f"{ms(mix['step'])} ({''.join(m[0] for m in mix['modes'])} on "
                                         f"{','.join(map(str, mix['units_per_stage']))})")
-    free = free_recompute(profiles, ranks, mb, cap)
+    free = free_recompute(profiles, ranks, mb, cap) if res.ac.memory_binds else None
     free_cell = "—" if free is None or best_global is None else \
         f"{ms(free)} ({100 * (best_global - free) / best_global:.1f}%)"
     binds = {True: "yes", False: "no", None: "?"}[res.ac.memory_binds]

@@ -73,7 +73,7 @@ def checkpointed_form(profile: Profile, none: Optional[Profile] = None) -> Profi
         stages.append(u.model_copy(update={
             "backward_input": b, "backward_weight": 0.0, "weight_grad_bytes": u.activation_bytes,
             "transient_bytes": {"F": u.transient("F"), "I": during, "B": during}}))
-    return profile.model_copy(update={"stages": stages})
+    return profile.model_copy(update={"stages": stages, "assumes": {**(profile.assumes or {}), "split_backward": False}})
 
 
 def mode_forms(profiles: dict) -> dict:
@@ -89,8 +89,9 @@ def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str
     for n, mode in zip(counts, stage_modes):
         stages += profiles[mode].stages[start:start + n]
         start += n
-    return base.model_copy(update={"stages": stages,
-                                   "assumes": {**(base.assumes or {}), "activation_checkpoint": list(stage_modes)}})
+    return base.model_copy(update={"stages": stages, "assumes": {
+        **(base.assumes or {}), "activation_checkpoint": list(stage_modes),
+        "split_backward": [m == "none" for m in stage_modes]}})  # checkpointed stages run B
 
 
 def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Callable[[str], None]] = None,
@@ -127,20 +128,34 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
         mix = _per_stage_choice(forms, best, best_mode, kwargs, t0 + time_limit, say, t0)
     global_bound = min([results[m].bound for m in results] + [floors[m] for m in errors if m in floors])
     if mix is not None and mix["compiled"].value < best.value * (1 - REL):
-        compiled = mix["compiled"]
-        choice = ACChoice(list(mix["modes"]), steps, _mix_dict(mix), binds)
-        units = mixed_units(forms, mix["counts"], mix["modes"])
-        out = replace(best, compiled=compiled, units=units, counts=list(mix["counts"]), placement=mix["placement"],
-                      bound=compiled.lower_bound, bounds={mix["placement"]: compiled.lower_bound}, certified={},
-                      least_memory=None, candidates=best.candidates + [_mix_dict(mix)],
-                      notes=notes + [f"bound: the chosen partition and per-stage checkpointing only; over every "
-                                     f"partition with one mode for the whole model: {global_bound:.6g}"])
+        out, choice = _adopt_mix(best, mix, forms, steps, binds, notes, global_bound)
     else:
         choice = ACChoice(best_mode, steps, None if mix is None else _mix_dict(mix), binds)
         out = replace(best, bound=min(global_bound, best.value), notes=notes + (
             ["bound: over every partition with one mode for the whole model; per-stage choices are searched, "
              "not bounded"] if len(modes) > 1 else []))
     return _finish(out, choice, profiles, forms, best_mode, t0)
+
+
+def _adopt_mix(best: PlanResult, mix: dict, forms: dict, steps: dict, binds, notes: list, global_bound: float):
+    """(plan, choice) of a per-stage choice shorter than the best global plan. One mode on every
+    stage is a global plan on a partition the global search missed: that mode's step, bounded over
+    partitions; a real mix is bounded on its own partition and modes only."""
+    compiled = mix["compiled"]
+    units = mixed_units(forms, mix["counts"], mix["modes"])
+    out = replace(best, compiled=compiled, units=units, counts=list(mix["counts"]), placement=mix["placement"],
+                  least_memory=None, candidates=best.candidates + [_mix_dict(mix)])
+    if len(set(mix["modes"])) == 1:
+        mode = mix["modes"][0]
+        steps = {**steps, mode: compiled.value}
+        bound = min(global_bound, compiled.value)
+        note = f"the per-stage search found a shorter partition for {mode} on every stage"
+        return replace(out, bound=bound, bounds={mix["placement"]: bound}, notes=notes + [note]), \
+            ACChoice(mode, steps, _mix_dict(mix), binds)
+    note = (f"bound: the chosen partition and per-stage checkpointing only; over every partition with one mode for "
+            f"the whole model: {global_bound:.6g}")
+    return replace(out, bound=compiled.lower_bound, bounds={mix["placement"]: compiled.lower_bound}, certified={},
+                   notes=notes + [note]), ACChoice(list(mix["modes"]), steps, _mix_dict(mix), binds)
 
 
 def _finish(out: PlanResult, choice: ACChoice, profiles: dict, forms: dict, best_mode: str, t0: float) -> PlanResult:
