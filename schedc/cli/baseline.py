@@ -37,7 +37,7 @@ def run(args) -> int:
                             **common.given(ranks=args.ranks, placement=args.placement))
     if args.output:
         api.write_csv(schedule, args.output)
-        common.echo(f"wrote {args.output}: {schedule.name}, "
+        common.echo(f"wrote {common.printable(args.output)}: {schedule.name}, "
                 f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}")
     else:
         sys.stdout.write(csvio.to_csv_text(schedule))

@@ -95,7 +95,7 @@ def run(args) -> int:
     else:
         print(format_calibration(cal))
         if args.output:
-            print(f"wrote {args.output}: profile refined from the measured action times")
+            print(f"wrote {common.printable(args.output)}: profile refined from the measured action times")
     return 0
 
 

@@ -143,7 +143,7 @@ def format_compile_summary(res, csv_path, report_file) -> str:
 
     cut = (rep.model_extra or {}).get("cut_by_wall_clock")
     lines = [
-        f"wrote {csv_path} and {report_file}: "
+        f"wrote {common.printable(csv_path)} and {common.printable(report_file)}: "
         f"{common.shape(sched.n_stages, sched.n_ranks, sched.n_microbatches, placement_name(sched.placement))}, "
         f"memory {res.memory}, objective {res.objective}, {res.execution} runtime",
         f"  makespan {t(sim.makespan)}   span {t(sim.span)}   bubble {100 * sim.bubble:.1f}%   "

@@ -242,7 +242,7 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
     def t(x):
         return format_duration(x, p.profile, digits=6)
 
-    lines = [f"wrote {csv}, {report_file} and {profile_file}",
+    lines = [common.printable(f"wrote {csv}, {report_file} and {profile_file}"),
              f"plan: {p.n_stages} stages ({res.placement}) on {p.n_ranks} ranks, {p.n_microbatches} microbatches, "
              f"memory {p.memory}: {p.objective} {t(res.value)} ({plan_status(res)}, "
              + (f"{res.solve_time:.1f}s)" if res.budget == "time" else

@@ -34,7 +34,7 @@ def run(args) -> int:
     common.warn_mismatches("trace", args.files, [schedule], memory, [profile])
     trace = api.write_trace(schedule, args.output, profile=profile, memory=memory)
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
-    print(f"wrote {args.output}: {n} actions on {schedule.n_ranks} ranks{costs}; open it in https://ui.perfetto.dev "
+    print(f"wrote {common.printable(args.output)}: {n} actions on {schedule.n_ranks} ranks{costs}; open it in https://ui.perfetto.dev "
           f"or chrome://tracing (1 s of the profile = 1 s of trace)")
     return 0
 
