@@ -268,3 +268,21 @@ def test_a_dtype_neither_framework_stores_as_counted_is_one_warning_each():
         assert len(grads) == 1 and grads[0].startswith("the plan counts 'float32' gradients") and fragment in grads[0]
     nemo = REGISTRY["nemo"].settings(h)
     assert nemo["model"] == {"torch_dtype": "bfloat16"} and nemo["distributed"]["mp_policy"]["reduce_dtype"] == "float32"
+
+
+def test_a_csv_name_with_a_newline_prints_on_one_line_and_round_trips(tmp_path):
+    import subprocess
+
+    import yaml
+
+    name = "plan\nschedc: forged\x1b[31m.csv"
+    h = Handoff(partition=TT, placement="v", n_ranks=2, n_microbatches=16, csv=name, assumes=ASSUMES)
+    shown = REGISTRY["torchtitan"].render(REGISTRY["torchtitan"].settings(h))
+    assert "\x1b" not in shown and not any(line.startswith("schedc: forged") for line in shown.splitlines())
+    line, = [ln for ln in shown.splitlines() if "pipeline_parallel_schedule_csv" in ln]
+    quoted = line.strip().removesuffix("\\").split(" ", 1)[1].strip()
+    assert subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True).stdout == name
+    nemo = REGISTRY["nemo"].settings(h)
+    text = REGISTRY["nemo"].render(nemo)
+    assert "\x1b" not in text and not any(ln.startswith("schedc: forged") for ln in text.splitlines())
+    assert yaml.safe_load(nemo_yaml({"nemo": nemo}))["distributed"]["pipeline"]["pp_schedule_csv"] == name

@@ -26,7 +26,7 @@ import math
 import shlex
 from typing import Optional
 
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, printable
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
                                      check_positive, check_v, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
@@ -196,12 +196,20 @@ def command_line(config: dict) -> list[str]:
     return args
 
 
+def _shell_quote(arg: str) -> str:
+    """``shlex.quote``, or bash's ``$'...'`` with escapes where the argument holds a control
+    character (a CSV name with a newline): the same argument, printed on one line."""
+    if printable(arg) == arg:
+        return shlex.quote(arg)
+    return "$'" + "".join("\\" + c if c in "\\'" else printable(c) for c in arg) + "'"
+
+
 def render(s: dict) -> str:
     groups: list[list[str]] = []
     for arg in s["command_line"]:  # one flag and its values a line, the subcommand on its own
         if arg.startswith("--") or arg.startswith("activation_checkpoint:") or not groups:
             groups.append([])
-        groups[-1].append(shlex.quote(arg))
+        groups[-1].append(_shell_quote(arg))
     lines = [f"{FRAMEWORK.label} (after --module and --config of your registered model; these override them):"]
     lines += ["  " + " ".join(g) + (" \\" if k < len(groups) - 1 else "") for k, g in enumerate(groups)]
     return "\n".join(lines + [f"  warning: {w}" for w in s.get("warnings", [])])
