@@ -286,3 +286,19 @@ def test_a_csv_name_with_a_newline_prints_on_one_line_and_round_trips(tmp_path):
     text = REGISTRY["nemo"].render(nemo)
     assert "\x1b" not in text and not any(ln.startswith("schedc: forged") for ln in text.splitlines())
     assert yaml.safe_load(nemo_yaml({"nemo": nemo}))["distributed"]["pipeline"]["pp_schedule_csv"] == name
+
+
+def test_tensor_parallelism_with_sequence_parallelism_reaches_both_frameworks(tmp_path):
+    pytest.importorskip("nemo_automodel.recipes._dist_utils")
+    from nemo_automodel.components.config.loader import load_yaml_config
+    from nemo_automodel.recipes._dist_utils import parse_distributed_section
+
+    h = _counted_handoff(dtype="bfloat16", tp=2)
+    assert h.assumes["sequence_parallel"] is True
+    settings = {name: f.settings(h) for name, f in REGISTRY.items()}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(nemo_yaml(settings) + "\n")
+    d = parse_distributed_section(load_yaml_config(path).distributed.to_dict())
+    assert d["tp_size"] == 2 and d["strategy_config"].sequence_parallel is True
+    parallelism = _parse_torchtitan(settings["torchtitan"]["command_line"]).parallelism
+    assert parallelism.tensor_parallel_degree == 2 and parallelism.enable_sequence_parallel is True  # its default
