@@ -7,7 +7,7 @@ import sys
 
 from schedc.cli.common import echo
 from schedc.core.costs import MemoryLimit, Profile, format_memory
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, printable
 
 
 def register(sub) -> None:
@@ -87,7 +87,7 @@ def _list(args) -> int:
         mk = pred.get("makespan")
         gap = e.report.get("gap")
         echo(f"{e.setup.name:34s} {e.setup.stages:>6} {lib.format_rank_makespan(mk, e.setup):>14} "
-             f"{100 * pred.get('bubble', 0.0):>6.1f}% {str(e.report.get('status', '?')):>9} "
+             f"{100 * pred.get('bubble', 0.0):>6.1f}% {printable(e.report.get('status', '?')):>9} "
              f"{'-' if gap is None else f'{100 * gap:.2f}%':>7}")
     echo(f"{len(chosen)} of {len(entries)} schedules in {directory}")
     if any(e.setup.costs == "uniform" for e in chosen):
@@ -168,5 +168,5 @@ def format_library_entry(entry) -> str:
     lines.append(f"  simulate: schedc simulate {entry.csv} --memory {s.memory}"
                  + ("" if s.costs == "uniform" else f" --profile P.json  (write P.json with: schedc library show "
                                                     f"{s.name} --write-profile P.json)"))
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # a report's fields: one line each
 
