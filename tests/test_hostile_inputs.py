@@ -601,3 +601,14 @@ def test_a_rank_hands_its_whole_error_up_on_one_line(tmp_path, monkeypatch):
 
     assert run_rank(fail) == 1
     assert json.loads((tmp_path / "r.json").read_text()) == {"error": "a" + NL_SHOWN + ".csv: rank 0 (row 1): unknown action"}
+
+
+def test_library_prints_a_report_field_with_a_newline_on_its_line(tmp_path):
+    lib = _library(tmp_path)
+    report = json.loads((lib / "r2_mb4_mem1p_loop_uniform.json").read_text())
+    report["status"] = "optimal" + NL
+    (lib / "r2_mb4_mem1p_loop_uniform.json").write_text(json.dumps(report))
+    for argv in (["list", "--dir", "lib"], ["show", "r2_mb4_mem1p_loop_uniform", "--dir", "lib"]):
+        out = _schedc("library", *argv, cwd=tmp_path)
+        assert out.returncode == 0 and "optimal" + NL_SHOWN in out.stdout, out.stderr
+        _no_raw_input(out)
