@@ -302,3 +302,16 @@ def test_tensor_parallelism_with_sequence_parallelism_reaches_both_frameworks(tm
     assert d["tp_size"] == 2 and d["strategy_config"].sequence_parallel is True
     parallelism = _parse_torchtitan(settings["torchtitan"]["command_line"]).parallelism
     assert parallelism.tensor_parallel_degree == 2 and parallelism.enable_sequence_parallel is True  # its default
+
+
+@pytest.mark.parametrize("optimizer, target, momentum", [("sgd", "torch.optim.SGD", 0.0),
+                                                          ("sgd-momentum", "torch.optim.SGD", 0.9), ("none", None, None)])
+def test_the_nemo_optimizer_section_is_the_one_whose_states_were_counted(optimizer, target, momentum):
+    import yaml
+
+    s = REGISTRY["nemo"].settings(_counted_handoff(dtype="float32", optimizer=optimizer))
+    section = yaml.safe_load(nemo_yaml({"nemo": s})).get("optimizer")
+    if target is None:
+        assert section is None and any("no optimizer states" in w for w in s["warnings"])
+    else:
+        assert section == {"_target_": target, "momentum": momentum} and s["warnings"] == []

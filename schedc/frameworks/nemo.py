@@ -177,8 +177,9 @@ def _optimizer(name, warnings: list[str]) -> dict:
     """The ``optimizer`` section's class for the optimizer whose states the plan counted."""
     if name is None or name in _OPTIMIZERS:
         return dict(_OPTIMIZERS.get(name) or {})
-    warnings.append(f"the plan counts optimizer {ascii(name)[:20]} (no states for 'none'); the LLM recipe builds "
-                    "the optimizer section of your YAML, whose states the plan does not count")
+    counted = "no optimizer states" if name == "none" else f"the states of optimizer {ascii(name)[:20]}"
+    warnings.append(f"the plan counts {counted}; the LLM recipe builds the optimizer of your YAML's optimizer "
+                    "section, whose states add to what the plan counted")
     return {}
 
 
@@ -209,8 +210,9 @@ def yaml_text(s: dict) -> str:
         lines += ["model:  # merge into your model section (keep its _target_ and checkpoint)"]
         lines += [f"  {k}: {json.dumps(v)}" for k, v in s["model"].items()]
     if s.get("optimizer"):
-        lines += ["optimizer:  # merge into your optimizer section (keep its lr, betas, weight_decay)"]
-        lines += [f"  {k}: {json.dumps(v)}" for k, v in s["optimizer"].items()]
+        lines += ["optimizer:  # merge into your optimizer section (keep its lr and other settings)"]
+        lines += [f"  {k}: {json.dumps(v)}" + ("  # any momentum > 0 keeps the one state counted" if v else "")
+                  if k == "momentum" else f"  {k}: {json.dumps(v)}" for k, v in s["optimizer"].items()]
     return "\n".join(lines)
 
 
