@@ -15,9 +15,9 @@ section by ``recipes/_dist_utils.py`` ``parse_distributed_section``: ``activatio
 false / true (full) / selective, ``dp_size`` the data-parallel degree (FSDP2 shards over
 dp_size / dp_replicate_size), ``pipeline`` the fields of ``PipelineConfig`` (``pp_seq_len``: the
 sequence length the stages' shapes are inferred for). Precision: ``distributed.mp_policy`` becomes
-FSDP2's ``MixedPrecisionPolicy`` (L136-149: ``param_dtype`` the compute dtype, ``reduce_dtype`` the
-gradient reduction's, ``output_dtype`` null keeps outputs in the compute dtype, which the pipeline's
-inter-stage ``dtype`` then follows, L219-240); ``model.torch_dtype`` is the parameters' storage
+FSDP2's ``MixedPrecisionPolicy`` (``_dist_utils.py`` L142-156: ``param_dtype`` the compute dtype,
+``reduce_dtype`` the gradient reduction's, ``output_dtype`` null keeps outputs in the compute dtype,
+which the pipeline's inter-stage ``dtype`` then follows, L224-237); ``model.torch_dtype`` is the parameters' storage
 dtype (``_transformers/model_init.py``; FSDP2 keeps sharded gradients in it, torch's ``_fsdp_collectives``
 casts the reduced gradient back, and torch's AdamW its states); ``step_scheduler.global_batch_size``
 over ``local_batch_size`` x the data-parallel degree is the gradient-accumulation count
