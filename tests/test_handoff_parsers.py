@@ -315,3 +315,42 @@ def test_the_nemo_optimizer_section_is_the_one_whose_states_were_counted(optimiz
         assert section is None and any("no optimizer states" in w for w in s["warnings"])
     else:
         assert section == {"_target_": target, "momentum": momentum} and s["warnings"] == []
+
+
+def test_a_counted_plan_s_report_loads_in_nemo_with_its_assumed_dtypes(tmp_path):
+    """End to end: `schedc plan --config --dtype bfloat16 --grad-dtype float32`; the NeMo block of
+    plan.json loads with NeMo's loader into the dtypes and sizes of the report's "assumes"."""
+    pytest.importorskip("nemo_automodel.recipes._dist_utils")
+    import json
+
+    import torch
+    from nemo_automodel.components.config.loader import load_yaml_config
+    from nemo_automodel.recipes._dist_utils import parse_distributed_section
+    from nemo_automodel.shared.utils import dtype_from_str
+
+    from schedc import cli
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4,
+                                  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
+                                  "intermediate_size": 128}))
+    out = tmp_path / "plan.csv"
+    assert cli.main(["plan", "--config", str(config), "--seq", "128", "--mbs", "2", "--dtype", "bfloat16",
+                     "--grad-dtype", "float32", "--dp-shard", "2", "--ranks", "2", "--mb", "4", "--memory", "none",
+                     "--time-limit", "1", "-o", str(out), "--quiet"]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    a = report["assumes"]
+    path = tmp_path / "recipe.yaml"
+    path.write_text(nemo_yaml(report["frameworks"]) + "\n")
+    cfg = load_yaml_config(path)
+    d = parse_distributed_section(cfg.distributed.to_dict())
+    mp, pc = d["strategy_config"].mp_policy, d["pipeline_config"]
+    assert (a["activation_dtype"], a["param_dtype"], a["grad_dtype"], a["master_weights"]) == \
+        ("bfloat16", "bfloat16", "float32", True)
+    assert mp.param_dtype == pc.dtype == torch.bfloat16 and mp.reduce_dtype == torch.float32
+    assert dtype_from_str(cfg.model.torch_dtype) == torch.float32  # master weights, fp32 grads and AdamW states
+    assert (pc.pp_seq_len, pc.pp_microbatch_size, d["dp_size"]) == (128, 2, 2)
+    assert cfg.step_scheduler.local_batch_size == 4 * 2 and cfg.step_scheduler.global_batch_size == 4 * 2 * 2
+    assert pc.module_fqns_per_model_part == [[n if n.startswith("lm_head") else
+                                              ("model.embed_tokens" if n == "tok_embeddings" else "model." + n)
+                                              for n in stage] for stage in report["partition"]]
