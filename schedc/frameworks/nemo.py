@@ -97,8 +97,9 @@ def build(
 
 
 def settings(h: Handoff) -> dict:
-    """The ``distributed`` and ``step_scheduler`` sections of the recipe's YAML that build the plan's
-    stages, run its CSV and set what the plan assumed; ``warnings`` lists what they cannot set."""
+    """The recipe YAML's ``distributed`` and ``step_scheduler`` sections, and the keys of its ``model``
+    (storage dtype) and ``optimizer`` (class) sections, that build the plan's stages, run its CSV and
+    set what the plan assumed; ``warnings`` lists what they cannot set, one line each."""
     check_module_names(h.partition)
     partition, warnings = in_own_names(h.partition, "hf", "NeMo AutoModel")
     a, mbs = h.assumes, h.microbatch_size
