@@ -285,7 +285,8 @@ def _ac_lines(res, t) -> list[str]:
         best = min((v for v in ac.global_steps.values() if v is not None), default=None)
         gain = "" if best is None else f", {100 * (best - mix['step']) / best:.1f}% shorter than the best global mode"
         out.append(f"  per stage (schedc's runtime; checkpointed stages run B): {_short_modes(mix['modes'])} on "
-                   f"{mix['units_per_stage']} ({mix['placement']}): {t(mix['step'])}{gain}")
+                   f"{mix['units_per_stage']} ({mix['placement']}; backward {' '.join(mix['backward'])}): "
+                   f"{t(mix['step'])}{gain}")
     elif len(ac.global_steps) > 1:
         out.append("  per stage (schedc's runtime): no per-stage choice fits")
     out.append(f"  chosen: {ac.chosen if isinstance(ac.chosen, str) else _short_modes(ac.chosen)}")
@@ -293,7 +294,10 @@ def _ac_lines(res, t) -> list[str]:
 
 
 def _short_modes(modes) -> str:
-    return "[" + ", ".join(modes) + "]"
+    """Per stage: its mode, or a list with one per block (JSON, as plan.json writes it)."""
+    import json
+
+    return json.dumps(modes)
 
 
 def format_runtime_launch(res, report_file) -> str:

@@ -100,9 +100,9 @@ class Handoff:
         """The one activation-checkpointing mode of the run (default none: what schedc counts
         without one); None when it differs between stages or layers."""
         mode = self.assumes.get("activation_checkpoint") or "none"
-        if isinstance(mode, list) and len(set(mode)) == 1:
+        if isinstance(mode, list) and mode and all(m == mode[0] for m in mode):  # an entry may list its blocks'
             mode = mode[0]
-        return mode if mode in AC_MODES else None
+        return mode if isinstance(mode, str) and mode in AC_MODES else None
 
 
 @dataclass(frozen=True)

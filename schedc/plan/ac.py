@@ -77,9 +77,14 @@ def checkpointed_form(profile: Profile, none: Optional[Profile] = None) -> Profi
 
 
 def mode_forms(profiles: dict) -> dict:
-    """Each mode's per-unit profile as it runs: ``none`` split (I, then W), the others in B."""
+    """Each mode's per-unit profile as it runs: ``none`` split (I, then W), the others in B; and
+    ``none-b``: no checkpointing in B (a stage that checkpoints some of its layers runs the
+    others so)."""
     none = profiles.get("none")
-    return {m: (p if m == "none" else checkpointed_form(p, none)) for m, p in profiles.items()}
+    forms = {m: (p if m == "none" else checkpointed_form(p, none)) for m, p in profiles.items()}
+    if none is not None:
+        forms["none-b"] = checkpointed_form(none, none)
+    return forms
 
 
 def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str]) -> Profile:
@@ -124,7 +129,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     binds = None if best.limiter is None else best.limiter.kind == "memory"
     notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
     mix = None
-    if len(modes) > 1 and not stop_requested():
+    if len(modes) > 1 and "none" in forms and not stop_requested():
         mix = _per_stage_choice(forms, best, best_mode, kwargs, t0 + time_limit, say, t0)
     global_bound = min([results[m].bound for m in results] + [floors[m] for m in errors if m in floors])
     if mix is not None and mix["compiled"].value < best.value * (1 - REL):
@@ -142,10 +147,10 @@ def _adopt_mix(best: PlanResult, mix: dict, forms: dict, steps: dict, binds, not
     stage is a global plan on a partition the global search missed: that mode's step, bounded over
     partitions; a real mix is bounded on its own partition and modes only."""
     compiled = mix["compiled"]
-    units = mixed_units(forms, mix["counts"], mix["modes"])
+    units = spec_units(forms, mix["counts"], mix["specs"])
     out = replace(best, compiled=compiled, units=units, counts=list(mix["counts"]), placement=mix["placement"],
                   least_memory=None, candidates=best.candidates + [_mix_dict(mix)])
-    if len(set(mix["modes"])) == 1:
+    if all(m == mix["modes"][0] and isinstance(m, str) for m in mix["modes"]):
         mode = mix["modes"][0]
         steps = {**steps, mode: compiled.value}
         bound = min(global_bound, compiled.value)
@@ -236,12 +241,63 @@ def _mix_dict(mix: dict) -> dict:
 
 
 # ---------------------------------------------------------------- the per-stage choice
+#
+# A candidate is a partition (units per stage) and one spec per stage, (form, k): "none" (no
+# checkpointing, I then W), "none-b" (no checkpointing, B), or "selective" / "full" with the
+# stage's first k layers checkpointed and its other units in B (k beyond its layers: all of them).
+
+
+def layer_units(forms: dict) -> list[bool]:
+    """Which units checkpointing changes (the layers; not the embedding, nor the head)."""
+    none = forms["none"].stages
+    return [any(f.stages[u].activation_bytes != none[u].activation_bytes for m, f in forms.items()
+                if m not in ("none", "none-b")) for u in range(len(none))]
+
+
+def spec_units(forms: dict, counts: Sequence[int], specs: Sequence[tuple]) -> Profile:
+    """The per-unit profile of a candidate (the section comment above), with its runtime modes
+    (:func:`runtime_modes`) in ``assumes``."""
+    layers = layer_units(forms)
+    stages, start = [], 0
+    for s, (n, (form, k)) in enumerate(zip(counts, specs)):
+        done = 0
+        for u in range(start, start + n):
+            use = "none" if form == "none" or (s == 0 and form == "none-b") else "none-b"
+            if layers[u] and form in ("selective", "full") and done < k:
+                use, done = form, done + 1
+            stages.append(forms[use].stages[u])
+        start += n
+    base = forms["none"]
+    return base.model_copy(update={"stages": stages, "assumes": {
+        **(base.assumes or {}), "activation_checkpoint": runtime_modes(forms, counts, specs),
+        "split_backward": [form == "none" or s == 0 for s, (form, _) in enumerate(specs)]}})
+
+
+def runtime_modes(forms: dict, counts: Sequence[int], specs: Sequence[tuple]) -> list:
+    """Per stage, what ``load_pipeline(activation_checkpoint=...)`` applies: one mode, or one per
+    block where the stage checkpoints some of its blocks."""
+    layers = layer_units(forms)
+    out, start = [], 0
+    for n, (form, k) in zip(counts, specs):
+        blocks = sum(layers[start:start + n])
+        ck = form if form in ("selective", "full") else "none"
+        per_block = [ck if b < k else "none" for b in range(blocks)]
+        out.append(per_block[0] if len(set(per_block)) == 1 else per_block if per_block else "none")
+        start += n
+    return out
+
+
+def _mix_dict(mix: dict) -> dict:
+    return {"modes": list(mix["modes"]), "units_per_stage": list(mix["counts"]), "placement": mix["placement"],
+            "backward": ["I+W" if f == "none" or s == 0 else "B" for s, (f, _) in enumerate(mix["specs"])],
+            "step": mix["compiled"].value, "heuristic_step": mix["heuristic"], "depth": mix["depth"],
+            "candidates_tried": mix["tried"]}
 
 
 def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dict, end: float, say,
                       t0) -> Optional[dict]:
     """The best per-stage choice found: candidates from :func:`stage_candidates` (and the best
-    global plan's partition with its modes), scored by the heuristic warm start, the best polished
+    global plan's partition with its mode), scored by the heuristic warm start, the best polished
     by :func:`_local_moves` and compiled; None when no candidate fits or no time is left."""
     from schedc.solver.compile import compile_problem
 
@@ -250,39 +306,39 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     ranks, M = p.n_ranks, p.n_microbatches
     cap = math.inf if limit.kind == "none" else limit.value
     scored, seen = [], set()
-    cands = [(pl, d, c, m) for pl in _placements(kwargs) if n_stages_for(pl, ranks) <= forms["none"].n_stages
-             for d, c, m in stage_candidates(forms, pl, ranks, M, cap)]
-    cands.append((best.placement, None, tuple(best.counts), (best_mode,) * len(best.counts)))
-    for pl, depth, counts, modes in cands:
-        if (pl, counts, modes) in seen or _now() > t0 + (end - t0) * 0.75 or stop_requested():
+    cands = [(pl, d, c, sp) for pl in _placements(kwargs) if n_stages_for(pl, ranks) <= forms["none"].n_stages
+             for d, c, sp in stage_candidates(forms, pl, ranks, M, cap)]
+    all_layers = forms["none"].n_stages
+    cands.append((best.placement, None, tuple(best.counts), ((best_mode, all_layers),) * len(best.counts)))
+    for pl, depth, counts, specs in cands:
+        if (pl, counts, specs) in seen or _now() > t0 + (end - t0) * 0.6 or stop_requested():
             continue
-        seen.add((pl, counts, modes))
-        found = heuristic_step(forms, counts, modes, pl, ranks, M, limit, objective)
+        seen.add((pl, counts, specs))
+        found = heuristic_step(forms, counts, specs, pl, ranks, M, limit, objective)
         if found is not None:
-            scored.append((found[0], pl, depth, counts, modes, found[1]))
+            scored.append((found[0], pl, depth, counts, specs, found[1]))
     if not scored:
         return None
-    scored.sort(key=lambda s: s[0])
-    step, pl, depth, counts, modes, warm = scored[0]
-    say(f"[{_now() - t0:6.1f}s] per-stage checkpointing: {len(seen)} candidates, best {list(modes)} on "
-        f"{list(counts)} ({pl}), heuristic step {step:.6g}")
-    step, counts, modes, warm = _local_moves(forms, (step, counts, modes, warm), pl, ranks, M, limit, objective,
+    step, pl, depth, counts, specs, warm = min(scored, key=lambda c: c[0])
+    say(f"[{_now() - t0:6.1f}s] per-stage checkpointing: {len(seen)} candidates, best "
+        f"{runtime_modes(forms, counts, specs)} on {list(counts)} ({pl}), heuristic step {step:.6g}")
+    step, counts, specs, warm = _local_moves(forms, (step, counts, specs, warm), pl, ranks, M, limit, objective,
                                              t0 + (end - t0) * 0.85, seen)
-    units = mixed_units(forms, counts, modes)
-    problem = problem_for(units, counts, pl, ranks, M, limit, objective)
+    problem = problem_for(spec_units(forms, counts, specs), counts, pl, ranks, M, limit, objective)
     compiled = compile_problem(problem, time_limit=max(0.5, end - _now()), warm=warm)
-    say(f"[{_now() - t0:6.1f}s] per-stage checkpointing {list(modes)} on {list(counts)}: {compiled.value:.6g}")
-    return {"compiled": compiled, "counts": counts, "modes": modes, "placement": pl, "heuristic": step,
-            "depth": depth, "tried": len(seen)}
+    modes = runtime_modes(forms, counts, specs)
+    say(f"[{_now() - t0:6.1f}s] per-stage checkpointing {modes} on {list(counts)}: {compiled.value:.6g}")
+    return {"compiled": compiled, "counts": counts, "specs": specs, "modes": modes, "placement": pl,
+            "heuristic": step, "depth": depth, "tried": len(seen)}
 
 
-def heuristic_step(forms, counts, modes, pl, ranks, M, limit, objective):
+def heuristic_step(forms, counts, specs, pl, ranks, M, limit, objective):
     """(step, warm start) of the heuristic warm start (schedc.solver.engines.warm) on the partition
-    `counts` with stage s in ``forms[modes[s]]``; None if nothing fits. Cost: TRY_WORK."""
+    `counts` with stage specs `specs` (:func:`spec_units`); None if nothing fits. Cost: TRY_WORK."""
     from schedc.solver.engines.warm import warm_start
 
     try:
-        p = problem_for(mixed_units(forms, counts, modes), list(counts), pl, ranks, M, limit, objective)
+        p = problem_for(spec_units(forms, counts, specs), list(counts), pl, ranks, M, limit, objective)
         warm = warm_start(p, time_budget=TRY_WORK)
     except SchedcError:
         return None
@@ -290,76 +346,120 @@ def heuristic_step(forms, counts, modes, pl, ranks, M, limit, objective):
 
 
 def _local_moves(forms, current, pl, ranks, M, limit, objective, end, seen):
-    """Hill climbing from `current` (step, counts, modes, warm): one unit across one boundary, or
-    one stage (both stages of a rank in a V) to another mode; the first move that shortens the
-    heuristic step is taken, until none does or `end` passes."""
+    """Hill climbing from `current` (step, counts, specs, warm): one layer more or fewer
+    checkpointed in a stage, a stage to another form, one unit across one boundary; the first move
+    that shortens the heuristic step is taken, until none does or `end` passes."""
     improved = True
     while improved and _now() < end and not stop_requested():
         improved = False
-        step, counts, modes, _ = current
-        for c, m in _neighbours(counts, modes, list(forms), pl, ranks):
-            if (pl, c, m) in seen or _now() >= end:
+        step, counts, specs, _ = current
+        for c, sp in _neighbours(forms, counts, specs):
+            if (pl, c, sp) in seen or _now() >= end:
                 continue
-            seen.add((pl, c, m))
-            found = heuristic_step(forms, c, m, pl, ranks, M, limit, objective)
+            seen.add((pl, c, sp))
+            found = heuristic_step(forms, c, sp, pl, ranks, M, limit, objective)
             if found is not None and found[0] < step * (1 - REL):
-                current, improved = (found[0], c, m, found[1]), True
+                current, improved = (found[0], c, sp, found[1]), True
                 break
     return current
 
 
-def _neighbours(counts, modes, all_modes, pl, ranks):
-    S = len(counts)
-    for k in range(S - 1):
+def _neighbours(forms, counts, specs):
+    layers = layer_units(forms)
+    checkpointing = [m for m in forms if m in ("selective", "full")]
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    for s, (form, k) in enumerate(specs):
+        n = int(sum(layers[bounds[s]:bounds[s + 1]]))
+        k = min(k, n)
+        options = [(form, k + 1), (form, k - 1)] if form in checkpointing else [(m, 1) for m in checkpointing]
+        options += [(m, k) for m in checkpointing if m != form and k > 0]
+        options += [("none", 0), ("none-b", 0)] + [(m, n) for m in checkpointing]
+        for option in options:
+            if option[0] in forms and 0 <= option[1] <= n and option != (form, k):
+                new = (("none-b", 0) if option[0] in checkpointing and option[1] == 0 else option)
+                yield tuple(counts), tuple(new if t == s else specs[t] for t in range(len(specs)))
+    for k in range(len(counts) - 1):
         for d in (1, -1):
             c = list(counts)
             c[k] += d
             c[k + 1] -= d
             if min(c) >= 1:
-                yield tuple(c), tuple(modes)
-    for r in range(ranks):
-        own = [r] if pl == "loop" else [r, 2 * ranks - 1 - r]
-        for mode in all_modes:
-            if any(modes[s] != mode for s in own):
-                yield tuple(counts), tuple(mode if s in own else modes[s] for s in range(S))
+                yield tuple(c), tuple(specs)
 
 
 def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int, cap: float) -> list:
-    """[(depth, units per stage, mode per stage)]: for each depth d of ``DEPTHS``, the partition
-    whose busiest rank does the least compute when every stage takes the fastest mode whose bytes
+    """[(depth, units per stage, stage specs)]: for each depth d of ``DEPTHS``, the partition
+    whose busiest rank does the least compute when every stage takes its fastest spec whose bytes
     (static, the reserve, one microbatch's peak and ceil(d x h_s) - 1 more microbatches held) fit
-    the cap, h_s = R - s on a loop and (2R - s) / 2 in a V (1F1B's microbatches in flight).
-    Method: schedc.core.partition's min-max dynamic program with those terms, read from per-mode
-    tables of every segment's work and bytes. Cost: O(K U^2) for the tables, then one dynamic
-    program per depth (O(S U^2 K) on a loop, O(R U^4 K^2) in a V, K modes)."""
+    the cap, h_s = R - s on a loop and (2R - s) / 2 in a V (1F1B's microbatches in flight); on a
+    loop a stage may checkpoint as few of its layers as fit (each layer's saving and recompute
+    taken as the stage's mean), in a V all or none. Method: schedc.core.partition's min-max
+    dynamic program with those terms, read from per-form tables of every segment's work and
+    bytes. Cost: O(K U^2) for the tables, then one dynamic program per depth (O(S U^2 K) on a
+    loop, O(R U^4 K^2) in a V, K forms)."""
     tables = {m: _segments(Units.of(p)) for m, p in forms.items()}
-    units = Units.of(next(iter(forms.values())))
+    layers = np.concatenate([[0], np.cumsum(layer_units(forms))])
+    n_layers = layers[None, :] - layers[:, None]
+    units = Units.of(forms["none"])
     S = n_stages_for(placement, ranks)
     out = []
     for depth in DEPTHS:
         held = [min(microbatches, max(1, math.ceil(depth * ((ranks - s) if placement == "loop" else (S - s) / 2)
                                                      - REL))) for s in range(S)]
-        fit = [{m: np.where(t["base"] + held[s] * t["act"] <= cap * (1 + REL), t["work"], INF)
-                for m, t in tables.items()} for s in range(S)]
-        loop = [_least(f.values()) for f in fit]
-        value, counts = minmax(units, placement, ranks, lambda k, i, j: loop[k][i, j],
-                               lambda r, i, a, b, j: _pair(tables, i, a, b, j, held[r], held[S - 1 - r], cap)[0])
+        if placement == "loop":
+            opts = [_loop_options(tables, n_layers, held[s], cap) for s in range(S)]
+            value, counts = minmax(units, placement, ranks, lambda k, i, j: _least(w for w, _ in opts[k].values()),
+                                   None)
+        else:
+            value, counts = minmax(units, placement, ranks, None,
+                                   lambda r, i, a, b, j: _pair(tables, i, a, b, j, held[r], held[S - 1 - r], cap)[0])
         if counts is None or not math.isfinite(value):
             continue
-        bounds = np.concatenate([[0], np.cumsum(counts)])
-        modes = [None] * S
-        for r in range(ranks if placement == "v" else S):
-            if placement == "loop":
-                i, j = bounds[r], bounds[r + 1]
-                modes[r] = min(tables, key=lambda m: fit[r][m][i, j])
-            else:
-                b = S - 1 - r
-                modes[r], modes[b] = _pair(tables, bounds[r], bounds[r + 1], bounds[b], bounds[b + 1], held[r],
-                                           held[b], cap)[1]
-        out.append((depth, tuple(int(c) for c in counts), tuple(modes)))
+        out.append((depth, tuple(int(c) for c in counts), _specs_of(tables, counts, placement, ranks, held, cap,
+                                                                    opts if placement == "loop" else None)))
     return out
 
 
+def _loop_options(tables: dict, n_layers, n: int, cap: float) -> dict:
+    """{form: (work, layers checkpointed)} tables of one loop stage holding n microbatches: the
+    fewest layers checkpointed that fit (INF work where none do)."""
+    out = {}
+    for form, t in tables.items():
+        if form == "none":
+            out[form] = (np.where(t["base"] + n * t["act"] <= cap * (1 + REL), t["work"], INF), 0)
+            continue
+        if form == "none-b":
+            continue
+        b = tables.get("none-b", t)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            saving = np.where(n_layers > 0, (b["act"] - t["act"]) / np.maximum(n_layers, 1), 0.0)
+            extra = np.where(n_layers > 0, (t["work"] - b["work"]) / np.maximum(n_layers, 1), 0.0)
+            over = np.maximum(b["base"], t["base"]) + n * b["act"] - cap * (1 + REL)
+            k = np.where(over <= 0, 0.0, np.ceil(np.where(saving > 0, over / (n * saving), INF) - REL))
+        ok = k <= n_layers
+        out[form] = (np.where(ok, b["work"] + np.where(ok, k, 0) * extra, INF), np.where(ok, k, 0).astype(int))
+    return out
+
+
+def _specs_of(tables, counts, placement, ranks, held, cap, opts) -> tuple:
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    S = len(counts)
+    specs = [None] * S
+    for r in range(ranks if placement == "v" else S):
+        if placement == "loop":
+            i, j = bounds[r], bounds[r + 1]
+            form = min(opts[r], key=lambda m: opts[r][m][0][i, j])
+            k = int(opts[r][form][1][i, j]) if form != "none" else 0
+            specs[r] = (form, k) if k > 0 or form == "none" else ("none-b", 0)
+        else:
+            b = S - 1 - r
+            front, back = _pair(tables, bounds[r], bounds[r + 1], bounds[b], bounds[b + 1], held[r], held[b], cap)[1]
+            specs[r], specs[b] = _uniform(front), _uniform(back)
+    return tuple(specs)
+
+
+def _uniform(form: str) -> tuple:
+    return (form, 0) if form in ("none", "none-b") else (form, 10**9)
 def _segments(u: Units) -> dict:
     """Per segment [i, j) of units, as (U+1) x (U+1) tables: ``work`` (F + I + W), ``act`` (bytes
     held per microbatch after F), ``base`` (static, the reserve and one microbatch's peak above

@@ -104,37 +104,46 @@ def check_mode(mode: str, where: str = "activation_checkpoint") -> str:
     return mode
 
 
-def stage_modes(choice: ACChoice, n_stages: int) -> list[str]:
-    """One mode per stage from a single mode or a list with one per stage."""
+def stage_modes(choice: ACChoice, n_stages: int) -> list:
+    """One mode per stage from a single mode or a list with one per stage; a stage's entry may
+    itself be a list, one mode per block of that stage (a plan that checkpoints some of them)."""
     if isinstance(choice, str):
         return [check_mode(choice)] * n_stages
     modes = list(choice)
     if len(modes) != n_stages:
         raise SchedcError(f"activation_checkpoint: {len(modes)} modes given for {n_stages} stages; give one per "
                           f"stage or one for all")
-    return [check_mode(m, f"activation_checkpoint[{s}]") for s, m in enumerate(modes)]
+    return [check_mode(m, f"activation_checkpoint[{s}]") if isinstance(m, str) else
+            [check_mode(b, f"activation_checkpoint[{s}][{k}]") for k, b in enumerate(m)] for s, m in enumerate(modes)]
 
 
 def check_split_backward(modes: Sequence[str], split_stages: set, where: str = "the schedule") -> None:
     """SchedcError when a stage the schedule splits into I and W is to be checkpointed selectively.
     Stage 0 is exempt: torch's first stage runs nothing in I and its whole backward in W."""
-    bad = [s for s, m in enumerate(modes) if m == "selective" and s in split_stages and s != 0]
+    bad = [s for s, m in enumerate(modes)
+           if (m == "selective" or not isinstance(m, str) and "selective" in m) and s in split_stages and s != 0]
     if bad:
         raise SchedcError(f"{where}: stage {bad[0]} runs I and W apart, and torch's split backward cannot go twice "
                           f"through a selectively checkpointed region; use 'full' or 'none' there, or a schedule "
                           f"that runs that stage's backward as B")
 
 
-def apply_to_stage(stage: nn.Module, mode: str, blocks: str = "blocks") -> nn.Module:
-    """Checkpoint every block of a stage module (its ``blocks`` container) as `mode`."""
-    if check_mode(mode) == "none":
+def apply_to_stage(stage: nn.Module, mode: Union[str, Sequence[str]], blocks: str = "blocks") -> nn.Module:
+    """Checkpoint every block of a stage module (its ``blocks`` container) as `mode`, or block k
+    as ``mode[k]`` (one mode per block, in the container's order)."""
+    if isinstance(mode, str) and check_mode(mode) == "none":
         return stage
     container = getattr(stage, blocks, None)
     if not isinstance(container, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
         raise SchedcError(f"activation_checkpoint {mode!r}: {type(stage).__name__}.{blocks} is not a container of "
                           f"blocks; pass split_kwargs={{'blocks': NAME}}")
-    for block in (container.values() if isinstance(container, nn.ModuleDict) else container):
-        checkpoint_block(block, mode)
+    members = list(container.values() if isinstance(container, nn.ModuleDict) else container)
+    per_block = [mode] * len(members) if isinstance(mode, str) else list(mode)
+    if len(per_block) != len(members):
+        raise SchedcError(f"activation_checkpoint: {len(per_block)} modes given for a stage of {len(members)} blocks; "
+                          f"give one per block")
+    for block, m in zip(members, per_block):
+        checkpoint_block(block, m)
     return stage
 
 
