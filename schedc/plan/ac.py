@@ -108,12 +108,13 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     per global mode (``AC_SHARE`` of the time, shared; a mode whose bound over partitions cannot
     beat the best plan so far is skipped), then the per-stage choice made with the partition
     (:func:`stage_candidates`: a dynamic program over stage boundaries that gives each stage the
-    fastest mode whose bytes fit the microbatches it is sized to hold, one candidate per depth and
-    placement), each candidate scored by the heuristic warm start, the best improved by one-move
-    local search (a boundary by one unit, a stage's mode) and compiled with the time left; kept
+    fastest form whose bytes fit the microbatches it is sized to hold, on a loop checkpointing as
+    few of its layers as fit, one candidate per depth and placement), each candidate scored by
+    the heuristic warm start, the best improved by one-move local search (a layer more or fewer
+    checkpointed, a stage's form, a boundary by one unit) and compiled with the time left; kept
     when shorter than the best global mode. torchtitan and NeMo launch one mode for the whole
-    model; schedc's runtime (``load_pipeline(activation_checkpoint=[...])``) one per stage.
-    Cost: the time limit."""
+    model; schedc's runtime (``load_pipeline(activation_checkpoint=[...])``) one per stage, or
+    one per block of a stage. Cost: the time limit."""
     if kwargs.get("budget") == "work" and not _counting_work():
         return _on_work_clock(plan_ac, time_limit, profiles=profiles, progress=progress, **kwargs)
     say = progress or (lambda line: None)

@@ -1,4 +1,4 @@
-"""Activation checkpointing of a pipeline stage's blocks: none, full or selective, per stage.
+"""Activation checkpointing of a pipeline stage's blocks: none, full or selective, per stage or per block.
 
 Problem: a plan may choose, stage by stage, to trade compute for memory: a checkpointed block
 keeps only its input after F and runs its forward again inside the backward (in I under the
