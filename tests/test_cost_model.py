@@ -239,3 +239,92 @@ def test_cli_compile_then_simulate_check_with_every_memory_term(tmp_path):
     assert ok.returncode == 0, ok.stderr
     tight = schedc("simulate", "s.csv", "--profile", "p.json", "--memory", f"{int(max(peaks)) - 1024}B", "--check")
     assert tight.returncode == 1 and "exceeds the memory limit" in tight.stderr
+
+
+def test_a_boundary_holds_receive_buffers_and_sends_per_torch_version():
+    # across ranks: torch 2.14 preallocates M receive buffers per side, 2.15 one; both keep the M
+    # sends; on one rank 2.14 preallocates both directions' M buffers, 2.15 nothing
+    import numpy as np
+
+    assert cost_model.boundary_buffers(2.0, 4, "2.14.1") == 16.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.15") == 10.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.14.1", same_rank=True) == 16.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.15", same_rank=True) == 0.0
+    sizes, same = np.array([2.0, 3.0]), np.array([False, True])
+    assert list(cost_model.boundary_buffers(sizes, 4, "2.15", same)) == [10.0, 0.0]
+    prof = Profile(stages=[_stage()] * 4, boundary_bytes=[1.0, 2.0, 3.0], assumes={"torch": "2.14.1"})
+    # V on 2 ranks: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2 (a boundary on one rank)
+    assert cost_model.buffer_bytes(prof, [0, 1, 1, 0], 2) == [4 * 1.0 + 4 * 3.0, 4 * 1.0 + 4 * 2.0 + 4 * 3.0]
+
+
+def _units_for_segments() -> Profile:
+    # unit 0 rises at I without measured transients (merged into stage 0 its rise becomes part of
+    # the whole backward's transient only when another unit is measured), a unit without W (its
+    # stage runs B), units without transients whose B transient is their rise, per-boundary bytes
+    return Profile(stages=[_stage(act=1.0, wg=3.0, static=5.0, i=0.5),
+                           _stage(act=4.0, wg=6.0, transient={"F": 2.0, "W": 1.0}, static=2.0),
+                           _stage(act=2.0, wg=1.0, static=3.0, w=0.0),
+                           _stage(act=3.0, wg=5.0, static=1.0),
+                           _stage(act=2.0, wg=2.0, transient={"I": 4.0, "B": 0.5}, static=4.0),
+                           _stage(act=5.0, wg=5.5, static=2.0)],
+                   boundary_bytes=[0.5, 1.0, 1.5, 2.0, 2.5], reserve_bytes=7.0)
+
+
+def test_segments_are_the_stages_profile_merge_makes():
+    # every run of units [i, j) reads as the stage a partition makes of it, as torch runs it
+    prof = _units_for_segments()
+    segs = cost_model.Segments.of(prof)
+    n = prof.n_stages
+    for i in range(n):
+        for j in range(i + 1, n + 1):
+            counts = [c for c in (i, j - i, n - j) if c]
+            stage = prof.merge(counts).executed("torch").stages[1 if i else 0]
+            view = segs.stage(i, j)
+            assert view.activation_bytes == pytest.approx(stage.activation_bytes)
+            assert view.weight_grad_bytes == pytest.approx(stage.weight_grad_bytes)
+            assert view.backward_weight == pytest.approx(stage.backward_weight)
+            for k in cost_model.KINDS:
+                assert view.transient(k) == pytest.approx(stage.transient(k)), (i, j, k)
+            assert cost_model.microbatch_need([view]) == pytest.approx(cost_model.one_microbatch_need(
+                prof.merge(counts).executed("torch"), [1 if i else 0]))
+    assert list(segs.cut) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 0.0]
+
+
+@pytest.mark.parametrize("torch", ["2.14.1", "2.15"])
+@pytest.mark.parametrize("placement,ranks,mb", [("loop", 2, 3), ("v", 2, 2)])
+def test_partition_bound_with_receive_buffers_is_a_bound_and_starts_where_a_schedule_fits(placement, ranks, mb,
+                                                                                          torch):
+    # a cap at which the buffers decide which partitions fit: the bound over partitions stays
+    # below the exact optimum of every partition that fits, and the partition it starts the
+    # search from holds a microbatch on every rank
+    import itertools
+    import math
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from exhaustive import exact_optimum
+
+    from schedc.core.partition import partition_bound
+    from schedc.plan import parse_cap, problem_for
+    from schedc.plan.problem import holds_one_microbatch
+
+    gib = 2.0 ** 30
+    units = _units_with_new_terms().model_copy(update={"boundary_bytes": 0.25 * gib, "assumes": {"torch": torch}})
+    cap = 10.5 * gib
+    n_stages = ranks * (2 if placement == "v" else 1)
+    best, kept, unbuffered = math.inf, 0, 0
+    for cuts in itertools.combinations(range(1, units.n_stages), n_stages - 1):
+        edges = (0,) + cuts + (units.n_stages,)
+        counts = [edges[k + 1] - edges[k] for k in range(n_stages)]
+        problem = problem_for(units, counts, placement, ranks, mb, parse_cap(f"{cap:.0f}B"), "makespan")
+        costs = problem.costs
+        unbuffered += all(need - b <= cap for need, b in zip(costs.least_caps, costs.buffers))
+        if holds_one_microbatch(problem):
+            kept += 1
+            best = min(best, exact_optimum(problem)[0])
+    assert 0 < kept < unbuffered  # the buffers rule some partitions out
+    bound = partition_bound(units, ranks, mb, cap, placement)
+    assert 0.5 * best < bound.value <= best * (1 + 1e-9)
+    start = problem_for(units, bound.counts, placement, ranks, mb, parse_cap(f"{cap:.0f}B"), "makespan")
+    assert holds_one_microbatch(start)

@@ -111,14 +111,64 @@ def test_the_plan_fits_where_simulate_says_and_refuses_with_a_cap_that_fits():
     again = simulate(res.compiled.schedule, res.compiled.problem.profile, res.compiled.problem.memory)
     assert again.fits and max(again.peak_memory) <= 14 * GiB
     assert max(res.compiled.problem.costs.least_caps) <= 14 * GiB
-    # under 12 GiB no partition holds a microbatch with its buffers: a one-line error naming a cap
-    # under which the split it names fits
-    with pytest.raises(SchedcError, match=r"--memory 12.00GiB: no partition .* --memory (\S+) fits the split") as e:
+    # under 12 GiB no partition holds a microbatch with its buffers: a one-line error naming the
+    # least cap over all partitions (12.25 GiB: [2, 3, 1, 1]), under which the plan then fits
+    with pytest.raises(SchedcError, match=r"--memory 12.00GiB: no partition .* --memory (\S+) \(v\)$") as e:
         plan(profile=units, ranks=2, microbatches=4, memory="12GiB", placement="v", time_limit=5)
-    cap, counts = str(e.value).split("--memory ")[-1].split(" fits the split ")
-    counts = [int(x) for x in counts.split(" (")[0].strip("[]").split(",")]
-    problem = problem_for(units, counts, "v", 2, 4, parse_cap(cap), "makespan")
-    assert simulate(one_at_a_time(problem), problem.profile, problem.memory).fits
+    cap = str(e.value).split("--memory ")[-1].split(" ")[0]
+    assert parse_cap(cap).value == min(max(p.costs.least_caps) for p in v_problems("none")) == 12.25 * GiB
+    res = plan(profile=units, ranks=2, microbatches=4, memory=cap, placement="v", time_limit=5)
+    assert simulate(res.compiled.schedule, res.compiled.problem.profile, res.compiled.problem.memory).fits
+
+
+def test_a_cap_that_only_some_partitions_fit_with_their_buffers_plans_one_of_them():
+    # at 12.5 GiB two partitions fit once receive buffers are counted; the search starts from one
+    # (the bound over partitions counts them) and plans a split that fits
+    units = units_with_terms()
+    fitting = [c for c, p in zip(compositions(units.n_stages, 4), v_problems("12.5GiB")) if holds_one_microbatch(p)]
+    assert len(fitting) == 2
+    res = plan(profile=units, ranks=2, microbatches=4, memory="12.5GiB", placement="v", time_limit=5)
+    assert list(res.counts) in fitting
+    again = simulate(res.compiled.schedule, res.compiled.problem.profile, res.compiled.problem.memory)
+    assert again.fits and max(again.peak_memory) <= 12.5 * GiB
+
+
+def small_units(torch, boundary, terms: bool) -> Profile:
+    """Seven units; with `terms` rises at I, transients, a unit without W and a reserve; with
+    `boundary` bytes per boundary (unequal) and the torch version whose buffers count."""
+    units = []
+    for k in range(7):
+        act, f = (1.0 + (k * 7) % 5) * GiB, 1.0 + 0.3 * (k % 4)
+        units.append(StageCost(
+            forward=f, backward_input=0.0 if k == 0 else f, backward_weight=0.0 if terms and k == 3 else 0.8 * f,
+            activation_bytes=act, weight_grad_bytes=1.4 * act if terms and k % 2 else 0.7 * act,
+            transient_bytes={"F": 0.3 * act, "I": 0.2 * act} if terms and k in (1, 4) else None,
+            static_bytes=(1.0 + (k * 3) % 4) * GiB))
+    return Profile(stages=units, comm=0.01, boundary_bytes=[(0.1 + 0.05 * k) * GiB for k in range(6)] if boundary
+                   else None, reserve_bytes=0.5 * GiB if terms else None,
+                   assumes={"torch": torch} if torch else None)
+
+
+@pytest.mark.parametrize("placement,ranks", [("loop", 2), ("loop", 3), ("v", 2), ("v", 3)])
+@pytest.mark.parametrize("torch,boundary", [("2.14.1", True), ("2.15", True), (None, False)])
+@pytest.mark.parametrize("terms", [True, False])
+def test_the_least_cap_over_partitions_is_the_cost_models_over_all_partitions(placement, ranks, torch, boundary,
+                                                                              terms):
+    # brute force: every partition's least caps (CostModel.least_caps, which simulate reaches by
+    # running the microbatches one at a time); the dynamic program finds their least maximum
+    from schedc.core.partition import Units, balanced, min_cap
+
+    units, mb = small_units(torch, boundary, terms), 3
+    stages = ranks * (2 if placement == "v" else 1)
+    need = {tuple(c): max(problem_for(units, c, placement, ranks, mb, parse_cap("none"), "makespan").costs.least_caps)
+            for c in compositions(units.n_stages, stages)}
+    value, counts = min_cap(Units.of(units, mb), placement, ranks)
+    assert value == pytest.approx(min(need.values()), rel=1e-12)
+    assert need[tuple(counts)] == pytest.approx(value, rel=1e-12)
+    # the compute-balanced split under a cap between the least and the largest need fits it
+    cap = sorted(need.values())[len(need) // 2]
+    split = balanced(Units.of(units, mb), placement, ranks, cap)[1]
+    assert need[tuple(split)] <= cap * (1 + 1e-9)
 
 
 def test_the_cap_binds_when_a_rank_has_no_room_for_one_more_microbatch():

@@ -41,6 +41,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
+import numpy as np
+
 from schedc.core.tolerances import REL
 
 if TYPE_CHECKING:
@@ -73,10 +75,23 @@ def held_delta(c: "StageCost", kind: str) -> float:
     return -c.activation_bytes
 
 
+def _max(a, b):
+    """max for numbers, elementwise for arrays: the rules below serve one stage or a table of them."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return max(a, b)
+
+
+def _where(cond, a, b):
+    if isinstance(cond, np.ndarray):
+        return np.where(cond, a, b)
+    return a if cond else b
+
+
 def over(c: "StageCost", kind: str) -> float:
     """Bytes above what the rank held before this action, while it runs: what it allocates at its
     start (F's activation, I's rise) plus its transient bytes."""
-    return max(0.0, held_delta(c, kind)) + c.transient(kind)
+    return _max(0.0, held_delta(c, kind)) + c.transient(kind)
 
 
 def cell_over(parts: Sequence[tuple["StageCost", str]]) -> float:
@@ -100,6 +115,19 @@ def preallocates(version: str) -> bool:
     return (int(m.group(1)), int(m.group(2))) < (2, 15)
 
 
+def boundary_buffers(size, n_microbatches: int, version: str, same_rank=False):
+    """Bytes a boundary of `size` bytes per microbatch holds all step (module docstring): on each
+    of its two ranks when they differ, on the one rank otherwise. Elementwise over arrays."""
+    if preallocates(version):
+        # across ranks: M activations received (gradients sent back) on the later rank, M
+        # gradients received (activations sent) on the earlier one. On one rank nothing is sent,
+        # but the stage still preallocates both buffers per microbatch
+        # (PipelineStage._setup_forward_recv_info, _create_grad_recv_info); each is replaced by
+        # the local tensor when its microbatch gets there: counted all step (an upper estimate)
+        return _where(same_rank, 2 * n_microbatches * size, n_microbatches * size + n_microbatches * size)
+    return _where(same_rank, 0.0 * size, 1 * size + n_microbatches * size)
+
+
 def buffer_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: int,
                  version: Optional[str] = None) -> list[float]:
     """Per rank: receive buffers plus held sends (module docstring), in bytes."""
@@ -107,19 +135,12 @@ def buffer_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: i
     if profile.boundary_bytes is None:
         return out
     version = version or torch_version(profile)
-    live = n_microbatches if preallocates(version) else 1
     for b in range(len(placement) - 1):
         lo, hi = placement[b], placement[b + 1]
-        size = profile.boundary_after(b)
-        if lo == hi:
-            # nothing is sent, but up to 2.14 the stage still preallocates both buffers per
-            # microbatch (PipelineStage._setup_forward_recv_info, _create_grad_recv_info); each is
-            # replaced by the local tensor when its microbatch gets there: counted all step (an
-            # upper estimate)
-            out[lo] += 2 * n_microbatches * size if preallocates(version) else 0.0
-            continue
-        out[hi] += live * size + n_microbatches * size  # activation received; gradients sent back
-        out[lo] += live * size + n_microbatches * size  # gradient received; activations sent
+        held = boundary_buffers(profile.boundary_after(b), n_microbatches, version, same_rank=lo == hi)
+        out[lo] += held
+        if hi != lo:
+            out[hi] += held
     return out
 
 
@@ -184,20 +205,28 @@ def p_needed(peak: float, profile: "Profile", placement: Sequence[int],
 
 
 def one_microbatch_need(profile: "Profile", stages: Sequence[int]) -> float:
-    """The least running-sum peak of any schedule on a rank holding `stages`: one microbatch's
-    forwards through them in order, then each backward from the last stage down (I then W, or
-    B where W costs nothing) -- every schedule passes through this state for some microbatch,
-    and running microbatches one at a time needs no more."""
+    """The least running-sum peak of any schedule on a rank holding `stages`
+    (:func:`microbatch_need` of them in stage order)."""
+    return float(microbatch_need([profile.stages[s] for s in sorted(stages)]))
+
+
+def microbatch_need(stages: Sequence) -> float:
+    """The least running-sum peak of any schedule on a rank holding `stages` (in stage order):
+    one microbatch's forwards through them in order, then each backward from the last stage down
+    (I then W, or B where W costs nothing) -- every schedule passes through this state for some
+    microbatch, and running microbatches one at a time needs no more. A stage is a StageCost or
+    anything with its byte fields, ``backward_weight`` and ``transient(kind)``; with arrays for
+    them (:meth:`Segments.stage`) the answer is elementwise."""
     held = peak = 0.0
-    for s in sorted(stages):
-        c = profile.stages[s]
-        peak = max(peak, held + over(c, "F"))
-        held += held_delta(c, "F")
-    for s in sorted(stages, reverse=True):
-        c = profile.stages[s]
-        for kind in (("I", "W") if c.backward_weight > 0 else ("B",)):
-            peak = max(peak, held + over(c, kind))
-            held += held_delta(c, kind)
+    for c in stages:
+        peak = _max(peak, held + over(c, "F"))
+        held = held + held_delta(c, "F")
+    for c in reversed(stages):
+        after_i = held + held_delta(c, "I")
+        split_peak = _max(held + over(c, "I"), after_i + over(c, "W"))
+        split = c.backward_weight > 0
+        peak = _max(peak, _where(split, split_peak, held + over(c, "B")))
+        held = _where(split, after_i + held_delta(c, "W"), held + held_delta(c, "B"))
     return peak
 
 
@@ -209,6 +238,107 @@ def least_need(profile: "Profile", stages: Sequence[int], buffers: float = 0.0) 
     ``buffers`` left at 0 it is a lower bound for every placement of these stages."""
     static = sum(profile.stages[s].static_bytes for s in stages)
     return static + buffers + float(profile.reserve_bytes or 0.0) + one_microbatch_need(profile, stages)
+
+
+def segments_need(segs: "Segments", segments: Sequence[tuple], buffers=0.0):
+    """:func:`least_need` of a rank holding the stages made of the unit runs `segments` ((i, j)
+    boundary arrays, in stage order) of :class:`Segments`, elementwise."""
+    static = sum(segs.static[j] - segs.static[i] for i, j in segments)
+    return static + buffers + segs.reserve + microbatch_need([segs.stage(i, j) for i, j in segments])
+
+
+@dataclass(frozen=True)
+class SegmentStage:
+    """The byte fields of the stages made of unit runs [i, j) (arrays), as the rules above read a
+    StageCost."""
+
+    segs: "Segments"
+    i: object
+    j: object
+
+    def _at(self, table: np.ndarray):
+        return table[self.i, self.j]
+
+    @property
+    def activation_bytes(self):
+        return self._at(self.segs.act)
+
+    @property
+    def weight_grad_bytes(self):
+        return self._at(self.segs.wg)
+
+    @property
+    def backward_weight(self):
+        return self._at(self.segs.bw)
+
+    def transient(self, kind: str):
+        return self._at(self.segs.top[kind])
+
+
+@dataclass(frozen=True)
+class Segments:
+    """A per-unit profile's stages before the partition is known: for every run of units
+    [i, j), the byte fields of the stage a partition makes of it (``Profile.merge``, as torch
+    executes it), as (U+1) x (U+1) tables, so the rules above (:func:`microbatch_need`,
+    :func:`segments_need`, :func:`boundary_buffers`) answer for all partitions at once.
+
+    Method: prefix sums for the bytes and W's seconds; per kind the running maximum of the units'
+    transients (a merged stage's transient is its largest unit's; one with no unit measured has
+    none but B's, its rise, as ``StageCost.transient`` says); the runs starting at unit 0 (torch's
+    stage 0: its whole backward in W, its activation held until then) by merging them.
+    ``static`` holds prefix sums, ``cut[x]`` the bytes at the boundary before unit x (0 at both
+    ends). Cost: O(U^2) time and memory."""
+
+    act: np.ndarray
+    wg: np.ndarray
+    bw: np.ndarray
+    top: dict
+    static: np.ndarray
+    cut: np.ndarray
+    reserve: float
+    version: str
+
+    @classmethod
+    def of(cls, profile: "Profile") -> "Segments":
+        units, n = profile.stages, profile.n_stages
+
+        def table(values):
+            prefix = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float))])
+            return np.triu(prefix[None, :] - prefix[:, None], 1)
+
+        act = table([c.activation_bytes for c in units])
+        wg = table([c.weight_grad_bytes for c in units])
+        bw = table([c.backward_weight for c in units])
+        measured = table([1.0 if c.transient_bytes else 0.0 for c in units]) > 0
+        top = {}
+        for k in KINDS:
+            values = np.array([c.transient(k) for c in units], dtype=float)
+            t = np.zeros((n + 1, n + 1))
+            for i in range(n):  # row i: the running maximum over units i, i+1, ...
+                t[i, i + 1:] = np.maximum.accumulate(values[i:])
+            top[k] = np.where(measured, t, np.maximum(wg - act, 0.0) if k == "B" else 0.0)
+        for j in range(1, n + 1):  # runs from unit 0: the merged stage itself
+            first = profile.merge([j] + ([n - j] if j < n else [])).executed("torch").stages[0]
+            act[0, j], wg[0, j], bw[0, j] = first.activation_bytes, first.weight_grad_bytes, first.backward_weight
+            for k in KINDS:
+                top[k][0, j] = first.transient(k)
+        cut = np.zeros(n + 1)
+        if profile.boundary_bytes is not None:
+            cut[1:n] = [profile.boundary_after(x) for x in range(n - 1)]
+        return cls(act=act, wg=wg, bw=bw, top=top, static=np.concatenate(
+            [[0.0], np.cumsum([c.static_bytes for c in units])]), cut=cut,
+            reserve=float(profile.reserve_bytes or 0.0), version=torch_version(profile))
+
+    @property
+    def has_buffers(self) -> bool:
+        return bool(self.cut.any())
+
+    def stage(self, i, j) -> SegmentStage:
+        return SegmentStage(self, i, j)
+
+    def buffers(self, x, n_microbatches: int, same_rank=False):
+        """:func:`boundary_buffers` of the boundary before unit `x` (arrays: elementwise)."""
+        return boundary_buffers(self.cut[x], n_microbatches, self.version, same_rank)
 
 
 def has_new_terms(profile: "Profile") -> bool:

@@ -46,7 +46,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from schedc.core.cost_model import CostModel
+from schedc.core.cost_model import CostModel, Segments, fits, microbatch_need, segments_need
 from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 from schedc.core.tolerances import REL, TIE
@@ -74,13 +74,16 @@ class Units:
     static: np.ndarray
     w0: float  # unit 0's W (its whole backward under torch's runtime)
     comm: float  # the cheapest unit boundary: every crossing costs at least this
-    # the terms of schedc.core.cost_model beyond the ZB accounting (None: the profile has none): true
-    # weight-gradient bytes (``wg`` above is cut to the activation, the bounds' relaxed view),
-    # the segment [i, j)'s largest transient per kind (a merged stage's, Profile.merge), reserve
-    extra: Optional["Extra"] = None
+    # the cost model's bytes per run of units (schedc.core.cost_model.Segments) when the profile
+    # has terms beyond the ZB accounting (rises at I, transients, a reserve, receive buffers);
+    # None otherwise (``wg`` above is then exact; with them it is cut to the activation, the
+    # bounds' relaxed view)
+    extra: Optional[Segments] = None
+    # the microbatches the receive buffers are counted for when a caller gives none
+    n_microbatches: Optional[int] = None
 
     @classmethod
-    def of(cls, profile: Profile) -> "Units":
+    def of(cls, profile: Profile, n_microbatches: Optional[int] = None) -> "Units":
         p = profile.executed("torch")
         st = p.stages
         # bytes from the one cost model; one unit per rank, so a rank's static bytes are its unit's
@@ -92,13 +95,13 @@ class Units:
             return np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float))])
 
         comm = min(p.comm) if isinstance(p.comm, list) and p.comm else (0.0 if isinstance(p.comm, list) else float(p.comm))
-        extra = Extra.of(cm) if (cm.new_terms or cm.reserve) else None
+        extra = Segments.of(profile) if (cm.new_terms or cm.reserve or p.boundary_bytes is not None) else None
         # the bounds read wg: cut to the activation (a relaxation, schedc.solver.graph.Graph.relaxed)
         wg = [min(w, a) for w, a in zip(true_wg, act)] if extra else true_wg
         return cls(n=len(st), F=prefix([u.forward for u in st]), I=prefix([u.backward_input for u in st]),
                    W=prefix([u.backward_weight for u in st]), act=prefix(act),
                    wg=prefix(wg), static=prefix(cm.static),
-                   w0=st[0].backward_weight, comm=comm, extra=extra)
+                   w0=st[0].backward_weight, comm=comm, extra=extra, n_microbatches=n_microbatches)
 
     @property
     def reserve(self) -> float:
@@ -114,47 +117,52 @@ class Units:
     def seg_w(self, i, j):
         return np.where(i == 0, self.I[j] + self.W[j], self.W[j] - self.W[i])
 
-
-@dataclass(frozen=True)
-class Extra:
-    """Per-unit lowering of schedc.core.cost_model's terms beyond the ZB accounting: ``wg`` prefix
-    sums of the true weight-gradient bytes, ``top[k][i, j]`` the largest transient of kind k
-    among units [i, j) (what a stage made of them has, Profile.merge), the reserve."""
-
-    wg: np.ndarray
-    top: dict
-    reserve: float
-
-    @classmethod
-    def of(cls, cm: CostModel) -> "Extra":
-        """From the cost model of the units, one unit per stage."""
-        n = len(cm.placement)
-        top = {}
-        for k in ("F", "I", "W", "B"):
-            values = np.array([cm.transient(s, k) for s in range(n)], dtype=float)
-            t = np.zeros((n + 1, n + 1))
-            for i in range(n):  # row i: the running maximum over units i, i+1, ...
-                t[i, i + 1:] = np.maximum.accumulate(values[i:])
-            top[k] = t
-        wg = np.concatenate([[0.0], np.cumsum([cm.weight_grad(s) for s in range(n)])])
-        return cls(wg=wg, top=top, reserve=cm.reserve)
+    def microbatches(self, n_microbatches: Optional[int]) -> int:
+        """The microbatches to count receive buffers for: `n_microbatches`, else the ones these
+        units were built with; an error where the profile has buffers and neither is known."""
+        m = n_microbatches if n_microbatches is not None else self.n_microbatches
+        if m is None and self.extra is not None and self.extra.has_buffers:
+            raise SchedcError("the receive buffers of a profile with boundary_bytes depend on the number of "
+                              "microbatches: pass n_microbatches (or build Units.of(profile, n_microbatches))")
+        return m if m is not None else 1
 
 
 def one_microbatch_need(u: Units, segments) -> np.ndarray:
     """The least running-sum peak of a rank holding the stages made of `segments` ((i, j)
-    boundary arrays, in stage order): schedc.core.cost_model.one_microbatch_need, elementwise."""
+    boundary arrays, in stage order): schedc.core.cost_model.microbatch_need, elementwise."""
+    return microbatch_need([u.extra.stage(i, j) for i, j in segments])
+
+
+def loop_least_need(u: Units, M: int, i, j):
+    """The least cap of a loop rank holding units [i, j) as its one stage, M microbatches
+    (schedc.core.cost_model.least_need with the buffers of its two boundaries; the pipeline's
+    ends have none)."""
+    return segments_need(u.extra, [(i, j)], _loop_buffers(u, M, i, j))
+
+
+def v_least_need(u: Units, M: int, n_ranks: int, r: int, i, a, b, j):
+    """The same for rank r of a V holding units [i, a) and [b, j): the middle rank's two stages
+    meet on it (a == b), the other ranks' four boundaries cross to their neighbours."""
+    return segments_need(u.extra, [(i, a), (b, j)], _v_buffers(u, M, n_ranks, r, i, a, b, j))
+
+
+def _loop_buffers(u: Units, M: int, i, j):
+    """The receive buffers and held sends of a loop rank holding units [i, j)
+    (schedc.core.cost_model.boundary_buffers of its two boundaries; 0 without boundary bytes)."""
     x = u.extra
-    held, peak = 0.0, 0.0
-    for i, j in segments:
-        peak = np.maximum(peak, held + u.seg(u.act, i, j) + x.top["F"][i, j])
-        held = held + u.seg(u.act, i, j)
-    for i, j in reversed(segments):
-        act, wg = u.seg(u.act, i, j), np.where(i == 0, u.seg(u.act, i, j), u.seg(x.wg, i, j))
-        t_i = np.where(i == 0, 0.0, x.top["I"][i, j])  # stage 0's I runs nothing under torch
-        t_w = np.where(i == 0, x.top["B"][i, j], x.top["W"][i, j])  # ... and its W the whole backward
-        peak = _max_of([peak, held + np.maximum(wg - act, 0.0) + t_i, held - act + wg + t_w])
-        held = held - act
-    return peak
+    if x is None or not x.has_buffers:
+        return 0.0
+    return x.buffers(i, M) + x.buffers(j, M)
+
+
+def _v_buffers(u: Units, M: int, n_ranks: int, r: int, i, a, b, j):
+    """The same for rank r of a V: the middle rank's two stages meet on it (a == b)."""
+    x = u.extra
+    if x is None or not x.has_buffers:
+        return 0.0
+    if r == n_ranks - 1:
+        return x.buffers(i, M) + x.buffers(a, M, same_rank=True) + x.buffers(j, M)
+    return x.buffers(i, M) + x.buffers(a, M) + x.buffers(b, M) + x.buffers(j, M)
 
 
 # ---------------------------------------------------------------- the min-max dynamic programs
@@ -238,38 +246,41 @@ def minmax(u: Units, placement: str, n_ranks: int, loop_term, v_term):
 
 # ---------------------------------------------------------------- what each rank needs / does
 
-def min_cap(u: Units, placement: str, n_ranks: int):
-    """(bytes, units per stage): the smallest per-rank cap (static included) under which some
-    partition holds one microbatch in flight on every rank, and that partition."""
+def min_cap(u: Units, placement: str, n_ranks: int, n_microbatches: Optional[int] = None):
+    """(bytes, units per stage): the smallest per-rank cap (everything included) under which some
+    partition holds one microbatch in flight on every rank (the cost model's least cap, receive
+    buffers for `n_microbatches` included: :meth:`Units.microbatches`), and that partition."""
+    loop_need, v_need = _least_needs(u, n_ranks, n_microbatches)
+    return minmax(u, placement, n_ranks, loop_need, v_need)
+
+
+def _least_needs(u: Units, n_ranks: int, n_microbatches: Optional[int]):
+    """(loop term, v term): each rank's least cap (:func:`loop_least_need`,
+    :func:`v_least_need`); without terms beyond the ZB accounting, static bytes plus one
+    microbatch's activations."""
     if u.extra:
-        return minmax(u, placement, n_ranks,
-                      lambda k, i, j: u.seg(u.static, i, j) + u.reserve + one_microbatch_need(u, [(i, j)]),
-                      lambda r, i, a, b, j: (u.seg(u.static, i, a) + u.seg(u.static, b, j) + u.reserve
-                                             + one_microbatch_need(u, [(i, a), (b, j)])))
-    return minmax(u, placement, n_ranks,
-                  lambda k, i, j: u.seg(u.static, i, j) + u.seg(u.act, i, j),
-                  lambda r, i, a, b, j: (u.seg(u.static, i, a) + u.seg(u.act, i, a)
-                                         + u.seg(u.static, b, j) + u.seg(u.act, b, j)))
+        M = u.microbatches(n_microbatches)
+        return (lambda k, i, j: loop_least_need(u, M, i, j),
+                lambda r, i, a, b, j: v_least_need(u, M, n_ranks, r, i, a, b, j))
+    return (lambda k, i, j: u.seg(u.static, i, j) + u.seg(u.act, i, j),
+            lambda r, i, a, b, j: (u.seg(u.static, i, a) + u.seg(u.act, i, a)
+                                   + u.seg(u.static, b, j) + u.seg(u.act, b, j)))
 
 
-def balanced(u: Units, placement: str, n_ranks: int, cap: float = INF):
+def balanced(u: Units, placement: str, n_ranks: int, cap: float = INF, n_microbatches: Optional[int] = None):
     """(seconds per microbatch, units per stage): the partition whose busiest rank does the least
-    compute (F + I + W) among those that hold one microbatch under `cap`."""
+    compute (F + I + W) among those that hold one microbatch under `cap` (:func:`min_cap`'s
+    least caps)."""
+    loop_need, v_need = _least_needs(u, n_ranks, n_microbatches)
+    held = (lambda need: fits(need, cap)) if u.extra else (lambda need: need <= cap)
+
     def loop_term(k, i, j):
-        w = u.seg(u.F, i, j) + u.seg_i(i, j) + u.seg_w(i, j)
-        if u.extra:
-            return np.where(u.seg(u.static, i, j) + u.reserve + one_microbatch_need(u, [(i, j)]) <= cap, w, INF)
-        return np.where(u.seg(u.static, i, j) + u.seg(u.act, i, j) <= cap, w, INF)
+        return np.where(held(loop_need(k, i, j)), u.seg(u.F, i, j) + u.seg_i(i, j) + u.seg_w(i, j), INF)
 
     def v_term(r, i, a, b, j):
         w = (u.seg(u.F, i, a) + u.seg_i(i, a) + u.seg_w(i, a)
              + u.seg(u.F, b, j) + u.seg(u.I, b, j) + u.seg(u.W, b, j))
-        if u.extra:
-            need = (u.seg(u.static, i, a) + u.seg(u.static, b, j) + u.reserve
-                    + one_microbatch_need(u, [(i, a), (b, j)]))
-        else:
-            need = u.seg(u.static, i, a) + u.seg(u.act, i, a) + u.seg(u.static, b, j) + u.seg(u.act, b, j)
-        return np.where(need <= cap, w, INF)
+        return np.where(held(v_need(r, i, a, b, j)), w, INF)
 
     return minmax(u, placement, n_ranks, loop_term, v_term)
 
@@ -334,7 +345,7 @@ class _Rank:
     tail_f_hi: np.ndarray  # after its highest stage's last F
     w_lo: np.ndarray  # one W of its lowest stage
     room: np.ndarray  # bytes for microbatches: the cap less static bytes and the reserve
-    need: np.ndarray  # one microbatch of each of its stages
+    holds: np.ndarray  # whether some schedule fits the cap (the cost model's least cap)
     # read under a finite cap only: the most F-seconds it can run before its first backward, the
     # most I/W-seconds it can owe at its last F, the memory orders' and slots' cycle terms, and
     # the byte-seconds it holds over the step
@@ -368,7 +379,7 @@ def _capped_term(case: _Case, q: _Rank):
         mw = q.work + np.maximum(0.0, q.fi_chain - q.x) + np.maximum(0.0, span_tail - q.y)
         area_t = q.area / np.where(q.room > 0, q.room, 1.0)
     out = _max_of([_free_term(case, q), np.where(warm, mw, 0.0), area_t, q.slots])
-    return np.where(q.need <= q.room, out, INF)
+    return np.where(q.holds, out, INF)
 
 
 def _rank_term(case: _Case, q: _Rank):
@@ -402,7 +413,8 @@ def _loop_rank(case: _Case, k, i, j) -> _Rank:
     head = u.F[i] + k * c
     after = (u.F[-1] - u.F[j]) + (u.I[-1] - u.I[j]) + 2 * c * (case.n_ranks - 1 - k)
     tail_i = W if k == 0 else u.I[i] + u.w0 + k * c
-    room = case.cap - u.seg(u.static, i, j) - u.reserve  # buffers left out: a larger room relaxes
+    room = case.cap - u.seg(u.static, i, j) - u.reserve - _loop_buffers(u, M, i, j)
+    holds = fits(loop_least_need(u, M, i, j), case.cap) if u.extra and capped else act <= room
     f_r, i_r, w_r = M * F, M * I, M * W
     x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + REL) * F) if capped else f_r
     x = np.where(act > 0, x, f_r)
@@ -413,7 +425,7 @@ def _loop_rank(case: _Case, k, i, j) -> _Rank:
                        _w_cycle(case, head, cycle + W, act, wg, room)) if capped else 0.0
     return _Rank(work=f_r + i_r + w_r, f_r=f_r, i_r=i_r, w_r=w_r, head=head, head_i=head + F + after,
                  fi_chain=F + after, i_chain=I, after_hi=after, tail_i_lo=tail_i, tail_f_hi=after + I + tail_i,
-                 w_lo=W, room=room, need=act, x=x, y=y, slots=slots, area=M * (act * cycle + wg * W))
+                 w_lo=W, room=room, holds=holds, x=x, y=y, slots=slots, area=M * (act * cycle + wg * W))
 
 
 def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
@@ -433,7 +445,11 @@ def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
     f_r, i_r, w_r = M * (FA + FB), M * (IA + IB), M * (WA + WB)
     i_chain = IA + (u.I[j] - u.I[a]) + (2 * R - 2 - 2 * r) * c
     fi_chain = (u.F[b] - u.F[i]) + (2 * R - 2 - 2 * r) * c + FB + after_hi
-    room = case.cap - u.seg(u.static, i, a) - u.seg(u.static, b, j) - u.reserve
+    room = case.cap - u.seg(u.static, i, a) - u.seg(u.static, b, j) - u.reserve - _v_buffers(u, M, R, r, i, a, b, j)
+    if u.extra and case.capped:
+        holds = fits(v_least_need(u, M, R, r, i, a, b, j), case.cap)
+    else:
+        holds = actA + actB <= room
     if case.capped:
         x = np.minimum(f_r, room * np.maximum(_ratio(FA, actA), _ratio(FB, actB)))
         y = np.minimum(i_r + w_r, room * _max_of([
@@ -452,7 +468,7 @@ def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
         x = y = slots = area = 0.0
     return _Rank(work=f_r + i_r + w_r, f_r=f_r, i_r=i_r, w_r=w_r, head=head_lo, head_i=head_hi + FB + after_hi,
                  fi_chain=fi_chain, i_chain=i_chain, after_hi=after_hi, tail_i_lo=tail_i_lo,
-                 tail_f_hi=after_hi + IB + tail_i_hi, w_lo=WA, room=room, need=actA + actB,
+                 tail_f_hi=after_hi + IB + tail_i_hi, w_lo=WA, room=room, holds=holds,
                  x=x, y=y, slots=slots, area=area)
 
 

@@ -114,7 +114,7 @@ class PlanRequest:
         cap = math.inf if limit.kind == "none" else limit.value
         _check_arguments(ranks, microbatches, placement, objective, time_limit)
         notes = check_units(profile, source)
-        units = Units.of(profile)
+        units = Units.of(profile, microbatches)
         placements = _placements(placement, ranks, profile.n_stages, source)
         _check_units_fit(profile, cap, limit, source)
         return cls(profile=profile, units=units, ranks=ranks, microbatches=microbatches, limit=limit, cap=cap,
