@@ -16,8 +16,12 @@ start plus its transient); per rank: ``static``, ``buffers`` (:func:`buffer_byte
 ``fixed`` (the three held all step), ``caps``, ``room`` (cap minus fixed) and ``least_caps`` (the
 least cap under which some schedule fits: :func:`least_need`, what the planner filters partitions
 and floors its least-memory search with). :func:`fits` is the one "peak fits its cap" test (the
-REL tolerance of schedc.core.tolerances). A memory term is added here (and in its tests): the
-engines and the planner read ``held``/``over``/``room``/``least_caps`` and never a stage field.
+REL tolerance of schedc.core.tolerances). The rules take a StageCost or arrays alike: before a
+partition is known, :class:`Segments` gives every run of units of a per-unit profile its merged
+stage's bytes, and :func:`microbatch_need`, :func:`segments_need` and :func:`boundary_buffers`
+answer for all runs at once (schedc.core.partition's programs over partitions). A memory term is
+added here (and in its tests): the engines and the planner read ``held``/``over``/``room``/
+``least_caps`` and never a stage field.
 
 Receive buffers and held sends (torch/distributed/pipelining/stage.py and schedules.py):
 torch up to 2.14 preallocates, per microbatch, a receive buffer for the activation of every
@@ -31,7 +35,7 @@ not communicate, but up to 2.14 their stage preallocates both buffers per microb
 estimate). The version is ``profile.assumes["torch"]`` when given, else
 :data:`NEWEST_TORCH`. A profile without ``boundary_bytes`` has no buffers.
 
-Cost: O(stages + ranks) to build; every query O(1).
+Cost: O(stages + ranks) to build; every query O(1); :class:`Segments` O(units^2).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Problem: a per-unit profile lists the model's units in order (embedding, each layer, norm + head +
 loss). A partition gives each of S stages a run of consecutive units (at least one each); the
 placement puts stage k on a rank (``loop``: rank k, one stage per rank; ``v``: ranks r and
-2R-1-r share rank r). For a memory cap in bytes (static bytes included) and M microbatches we
+2R-1-r share rank r). For a memory cap in bytes (everything the cost model counts per rank
+included: static bytes, receive buffers and held sends, reserve) and M microbatches we
 need (1) the smallest cap under which some partition fits at all, (2) splits to compare with
 (compute-balanced, torchtitan's default, even), and (3) a lower bound on the step time of EVERY
 partition and every schedule of it under the cap: "the bound over partitions".
@@ -27,8 +28,12 @@ with quantities that are exact for the rank's own stages and lower bounds for th
 never exceeds the bound of the partition actually chosen: communication counts the cheapest
 boundary once per rank crossing, and the gradient chain down to stage 0 counts stage 0's weight
 gradient as that of unit 0 only (stage 0's other units' backward is counted as their
-I's). The one-microbatch chain (all F's, I's and unit 0's W, with the fewest crossings) is added
-as a partition-free term. Every term is monotone in those lower-bounded quantities, so the min
+I's). A rank's memory is the cost model's, exact for its own stages: its room is the cap less
+its static bytes, reserve and the receive buffers of the boundaries its stages touch
+(schedc.core.cost_model.boundary_buffers), and a rank whose least cap
+(schedc.core.cost_model.segments_need, over cost_model.Segments) does not fit makes the
+partition's term inf. The one-microbatch chain (all F's, I's and unit 0's W, with the fewest
+crossings) is added as a partition-free term. Every term is monotone in those lower-bounded quantities, so the min
 over partitions of the max over ranks, maxed with the chain, is a valid bound for all partitions;
 ``tests/test_plan.py`` checks it against exhaustive search on tiny instances.
 
@@ -344,7 +349,7 @@ class _Rank:
     tail_i_lo: np.ndarray  # after its lowest stage's last I: the backward below it, unit 0's W
     tail_f_hi: np.ndarray  # after its highest stage's last F
     w_lo: np.ndarray  # one W of its lowest stage
-    room: np.ndarray  # bytes for microbatches: the cap less static bytes and the reserve
+    room: np.ndarray  # bytes for microbatches: the cap less static bytes, receive buffers and the reserve
     holds: np.ndarray  # whether some schedule fits the cap (the cost model's least cap)
     # read under a finite cap only: the most F-seconds it can run before its first backward, the
     # most I/W-seconds it can owe at its last F, the memory orders' and slots' cycle terms, and
