@@ -158,18 +158,18 @@ def compile(
         execution=res.problem.runtime, memory=res.problem.memory, profile=res.problem.given_profile,
         baselines=MappingProxyType(dict(report.baselines)), warm_start=res.warm_start_source,
         interrupted=res.interrupted, report=report,
-        baseline_schedules=_BaselineSchedules(tuple(report.baselines), _built_baselines(res.graph or res.problem)),
+        baseline_schedules=_BaselineSchedules(tuple(report.baselines), _baselines_of(res.problem)),
         budget=res.budget)
 
 
-def _built_baselines(graph) -> Callable[[], Mapping[str, Schedule]]:
-    """The hand-made schedules the compile built on `graph`, by name (those it did not finish
-    before its deadline are built when asked for)."""
+def _baselines_of(problem) -> Callable[[], Mapping[str, Schedule]]:
+    """The hand-made schedules of `problem` by name, built when first asked for: the result keeps
+    the (small) problem, not the compile's graph, which held them."""
 
     def build() -> Mapping[str, Schedule]:
-        from schedc.solver.engines.warm import matching_baselines
+        from schedc.solver.engines.warm import build_baselines
 
-        return MappingProxyType({name: sched for name, sched, _ in matching_baselines(graph)})
+        return MappingProxyType({name: sched for name, sched, _ in build_baselines(problem)})
 
     return build
 

@@ -124,8 +124,9 @@ class Simulation:
 
 
 class _BaselineSchedules(Mapping):
-    """A read-only view of the hand-made schedules a compile compared against, built on first
-    access (the compile built them on its graph; most callers never ask for them)."""
+    """A read-only view of the hand-made schedules a compile compared against, built again on
+    first access (most callers never ask for them, and keeping the compile's own copies would keep
+    its whole problem graph alive)."""
 
     __slots__ = ("_names", "_build", "_built")
 
@@ -135,7 +136,7 @@ class _BaselineSchedules(Mapping):
     def _schedules(self) -> Mapping[str, Schedule]:
         if self._built is None:
             self._built = self._build()
-            self._build = None  # let the compile's graph go
+            self._build = None
         return self._built
 
     def __getitem__(self, name: str) -> Schedule:
