@@ -142,16 +142,16 @@ def loop_least_need(u: Units, M: int, i, j):
     """The least cap of a loop rank holding units [i, j) as its one stage, M microbatches
     (schedc.core.cost_model.least_need with the buffers of its two boundaries; the pipeline's
     ends have none)."""
-    return segments_need(u.extra, [(i, j)], _loop_buffers(u, M, i, j))
+    return segments_need(u.extra, [(i, j)], loop_buffers(u, M, i, j))
 
 
 def v_least_need(u: Units, M: int, n_ranks: int, r: int, i, a, b, j):
     """The same for rank r of a V holding units [i, a) and [b, j): the middle rank's two stages
     meet on it (a == b), the other ranks' four boundaries cross to their neighbours."""
-    return segments_need(u.extra, [(i, a), (b, j)], _v_buffers(u, M, n_ranks, r, i, a, b, j))
+    return segments_need(u.extra, [(i, a), (b, j)], v_buffers(u, M, n_ranks, r, i, a, b, j))
 
 
-def _loop_buffers(u: Units, M: int, i, j):
+def loop_buffers(u: Units, M: int, i, j):
     """The receive buffers and held sends of a loop rank holding units [i, j)
     (schedc.core.cost_model.boundary_buffers of its two boundaries; 0 without boundary bytes)."""
     x = u.extra
@@ -160,7 +160,7 @@ def _loop_buffers(u: Units, M: int, i, j):
     return x.buffers(i, M) + x.buffers(j, M)
 
 
-def _v_buffers(u: Units, M: int, n_ranks: int, r: int, i, a, b, j):
+def v_buffers(u: Units, M: int, n_ranks: int, r: int, i, a, b, j):
     """The same for rank r of a V: the middle rank's two stages meet on it (a == b)."""
     x = u.extra
     if x is None or not x.has_buffers:
@@ -418,7 +418,7 @@ def _loop_rank(case: _Case, k, i, j) -> _Rank:
     head = u.F[i] + k * c
     after = (u.F[-1] - u.F[j]) + (u.I[-1] - u.I[j]) + 2 * c * (case.n_ranks - 1 - k)
     tail_i = W if k == 0 else u.I[i] + u.w0 + k * c
-    room = case.cap - u.seg(u.static, i, j) - u.reserve - _loop_buffers(u, M, i, j)
+    room = case.cap - u.seg(u.static, i, j) - u.reserve - loop_buffers(u, M, i, j)
     holds = fits(loop_least_need(u, M, i, j), case.cap) if u.extra and capped else act <= room
     f_r, i_r, w_r = M * F, M * I, M * W
     x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + REL) * F) if capped else f_r
@@ -450,7 +450,7 @@ def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
     f_r, i_r, w_r = M * (FA + FB), M * (IA + IB), M * (WA + WB)
     i_chain = IA + (u.I[j] - u.I[a]) + (2 * R - 2 - 2 * r) * c
     fi_chain = (u.F[b] - u.F[i]) + (2 * R - 2 - 2 * r) * c + FB + after_hi
-    room = case.cap - u.seg(u.static, i, a) - u.seg(u.static, b, j) - u.reserve - _v_buffers(u, M, R, r, i, a, b, j)
+    room = case.cap - u.seg(u.static, i, a) - u.seg(u.static, b, j) - u.reserve - v_buffers(u, M, R, r, i, a, b, j)
     if u.extra and case.capped:
         holds = fits(v_least_need(u, M, R, r, i, a, b, j), case.cap)
     else:
