@@ -75,10 +75,11 @@ def holds_one_microbatch(problem) -> bool:
 
 def no_partition_holds(profile: Profile, searches, ranks: int, microbatches: int, limit: MemoryLimit,
                        objective: str) -> SchedcError:
-    """The error when no partition the search reached holds one microbatch on every rank: the
-    dynamic program over partitions (schedc.core.partition) leaves receive buffers out, so its
-    partitions can miss the cap by them. It names the start split (the program's, torchtitan's
-    default or the even one) with the least cap under the cost model, a cap that works."""
+    """The error when no partition the search reached holds one microbatch on every rank (the
+    dynamic program over partitions, schedc.core.partition, counts what the cost model counts,
+    so its start partition fits whenever min_cap does: a safeguard). It names the start split
+    (the program's, torchtitan's default or the even one) with the least cap under the cost
+    model, a cap that works."""
     from schedc.core.partition import even_counts, n_stages_for, torchtitan_default_counts
     from schedc.plan.request import _round_up_bytes
 
