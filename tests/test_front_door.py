@@ -58,6 +58,7 @@ def test_the_parser_restates_no_default_of_the_api():
         "profile": ("layers", "hidden", "heads", "seq", "vocab", "mbs", "dtype", "optimizer", "warmup", "repeats",
                     "comm_latency", "concurrent", "flops", "memory_bandwidth", "names", "impl", "dp_shard", "tp"),
         "emulate": ("steps", "warmup", "comm"),
+        "calibrate": ("steps", "warmup_steps", "device"),
     }.items():
         actions = {a.dest: a for a in sub[command]._actions}
         assert {d: actions[d].default for d in dests} == dict.fromkeys(dests), command

@@ -20,10 +20,10 @@ def register(sub) -> None:
     p.add_argument("--profile", metavar="P.json", required=True, help="the profile the prediction uses")
     common.add_gpt_args(p, with_stages=False)
     p.set_defaults(mbs=None, threads=1)
-    p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per rank); default cpu")
+    p.add_argument("--device", help="cpu (gloo) or cuda (NCCL, one GPU per rank); default cpu")
     p.add_argument("--nproc", type=int, default=None, help="ranks to launch (default: the CSV's rows; must match)")
-    p.add_argument("--steps", type=int, default=3, help="timed training steps (default 3)")
-    p.add_argument("--warmup-steps", type=int, default=1, help="untimed steps first (default 1)")
+    p.add_argument("--steps", type=int, help="timed training steps (default 3)")
+    p.add_argument("--warmup-steps", type=int, help="untimed steps first (default 1)")
     p.add_argument("--in-situ", action="store_true",
                    help="also profile each rank's stages inside the ranks between steps and predict from that")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
@@ -47,6 +47,10 @@ def run(args) -> int:
         common.check_outputs(args, (args.output, "-o"))  # before the ranks run
     from schedc.runtime.calibrate import calibrate, format_calibration
 
+    # the flags not given are left to calibrate(); what it will use is read off it for the messages
+    run_flags = common.given(steps=args.steps, warmup_steps=args.warmup_steps, device=args.device)
+    ran = {**common.defaults_of(calibrate), **run_flags}
+
     profile = Profile.load(args.profile)
     mbs = args.mbs if args.mbs is not None else profile.microbatch_size
     if mbs is None:
@@ -69,11 +73,11 @@ def run(args) -> int:
         raise SchedcError("--sample and --model-arg go with --model (your own model); without it the built-in "
                           "GPT runs")
     threads_note = next((n for n in profile.notes or [] if n.startswith("cpu threads: ")), None)
-    if args.device == "cpu" and threads_note and threads_note != f"cpu threads: {args.threads}":
+    if ran["device"] == "cpu" and threads_note and threads_note != f"cpu threads: {args.threads}":
         print(f"schedc calibrate: warning: the profile was measured with {threads_note}, the ranks run with "
               f"--threads {args.threads}; predictions will be off (profile with --threads {args.threads})",
               file=sys.stderr)
-    what = (f"running {args.file} on local ranks: {args.warmup_steps} warm-up + {args.steps} timed steps"
+    what = (f"running {args.file} on local ranks: {ran['warmup_steps']} warm-up + {ran['steps']} timed steps"
             f"{' with in-situ profiling' if args.in_situ else ''} (--timeout {args.timeout:g}s)")
     model_args = None
     if args.model:
@@ -84,10 +88,9 @@ def run(args) -> int:
         if args.sample:
             load_function(args.sample, "--sample")
     with _ticking(what):
-        cal = calibrate(args.file, profile, cfg, mbs, steps=args.steps,
-                        warmup_steps=args.warmup_steps, threads=args.threads, device=args.device,
-                        timeout=args.timeout, n_ranks=args.nproc, in_situ=args.in_situ,
-                        model=args.model, sample=args.sample, model_args=model_args)
+        cal = calibrate(args.file, profile, cfg, mbs, threads=args.threads, timeout=args.timeout, n_ranks=args.nproc,
+                        in_situ=args.in_situ, model=args.model, sample=args.sample, model_args=model_args,
+                        **run_flags)
     if args.output:
         cal.refined.save(args.output)
     if args.json:

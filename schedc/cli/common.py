@@ -42,6 +42,15 @@ def given(**kwargs) -> dict:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+def defaults_of(function) -> dict:
+    """The keyword defaults of `function` (for a message that says what a run will use when a
+    flag was left out: the value is the function's, read, not restated)."""
+    import inspect
+
+    return {name: p.default for name, p in inspect.signature(function).parameters.items()
+            if p.default is not p.empty}
+
+
 def profile_from_args(args, n_stages: int) -> Optional[Profile]:
     """The profile named by --profile, or identical stages from --costs/--comm; None when none of
     them is given (the API's default costs apply)."""
