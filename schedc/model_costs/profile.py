@@ -73,8 +73,9 @@ def unit_profile(
     compare with CPU measurements); static bytes from ``optimizer`` (adamw, adam, sgd-momentum,
     sgd, none), ``param_dtype`` (default the activation dtype), ``grad_dtype``,
     ``optimizer_dtype``, ``master_weights`` (default: an fp32 copy when params are narrower and
-    there is an optimizer), or the per-parameter overrides; ``dp_shard`` (FSDP/ZeRO-3 degree:
-    divides static bytes, adds one unit's gathered weights to each action's transients) and
+    there is an optimizer), or the per-parameter overrides; ``dp_shard`` (FSDP2 degree: divides
+    those static bytes and adds what FSDP2 holds unsharded under torch's pipelining,
+    :func:`fsdp_held`) and
     ``tp`` (divides weights and, with sequence parallelism, activations); ``reserve_bytes``
     (default 1.21 GiB on CUDA, 0 on CPU); the device's speeds and the link's ``bandwidth`` (B/s)
     and ``latency`` (s per transfer). ``assumes`` records every one of these.
@@ -195,19 +196,48 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                                                + states * DTYPE_BYTES[optimizer_dtype])
     grad = grad_bpp if grad_bpp is not None else DTYPE_BYTES[grad_dtype]
     reserve = reserve if reserve is not None else (CUDA_RESERVE_BYTES if device == "cuda" else 0.0)
+    held = fsdp_held(s.dtype, grad_dtype, grad) if dp_shard > 1 else 0.0
     summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
     assumes = {"seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
                "grad_dtype": grad_dtype, "optimizer": optimizer, "optimizer_dtype": optimizer_dtype,
                "master_weights": bool(master_weights), "static_bytes_per_param": p_bytes + grad + opt,
                "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1, "reserve_bytes": reserve,
+               **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": held} if dp_shard > 1 else {}),
                "torch": COUNTED_FOR_TORCH, "held": held,
                # torch refuses a second backward through a selective-checkpoint region, which
                # stage_backward_weight is: such layers run their backward whole (B), never I then W
                "split_backward": "selective" not in per_layer}
     return {"seq": seq, "mbs": mbs, "ac": per_layer, "impl": impl, "device": device, "param_bytes": p_bytes,
-            "static_per_param": p_bytes + grad + opt, "dp_shard": dp_shard, "tp": tp, "reserve_bytes": reserve,
+            "static_per_param": p_bytes + grad + opt, "fsdp_held_per_param": held, "dp_shard": dp_shard, "tp": tp, "reserve_bytes": reserve,
             "flops": flops, "memory_bandwidth": mem_bw, "held": held, "names": names, "assumes": assumes}
+
+
+def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
+    """Bytes per parameter that FSDP2 (``fully_shard`` per block, as torchtitan and NeMo AutoModel
+    apply it) holds unsharded on each rank under torch's pipelining, besides the sharded states.
+
+    The stage's weights in the compute dtype (``MixedPrecisionPolicy.param_dtype``, the activation
+    dtype): the schedule's UNSHARD all-gathers them before the first action and both frameworks
+    turn ``reshard_after_forward`` off under pipeline parallelism, so they stay until the last
+    backward's ``post_backward``. Its gradients, unsharded: every backward but the last runs with
+    gradient sync off (``stage.py``), so they accumulate unreduced from the first backward until
+    REDUCE_GRAD's reduce-scatter: in ``grad_dtype`` (the reduce dtype) where it differs from the
+    compute dtype (``to_accumulated_grad_if_needed`` upcasts at each post-backward hook), plus the
+    compute-dtype gradient a split W leaves in ``.grad`` until the next I's hook accumulates it;
+    in the compute dtype alone otherwise. Counted as held all step (static bytes): exact from the
+    stage's first backward on, an over-count before it. The reduce-scatter's input (one FSDP
+    group's gradients in the reduce dtype) never rises above it: each group reshards its weights
+    first. Cost: O(1)."""
+    e = DTYPE_BYTES[act_dtype]
+    return e + grad_bytes + (e if grad_dtype != act_dtype else 0.0)
+
+
+# what `fsdp_held` takes about the run, recorded in a profile's "assumes" when dp_shard > 1
+FSDP_ASSUMES = ("FSDP2 fully_shard per block under torch's pipelining, reshard_after_forward off: each rank "
+                "holds its stages' weights unsharded in the activation dtype and their gradients unsharded "
+                "(grad_dtype accumulator + the activation-dtype gradient a split W leaves) from the first "
+                "backward to the reduce-scatter, counted in static bytes")
 
 
 def _short(value) -> str:
@@ -236,4 +266,5 @@ def _notes(run: dict, e: int) -> list[str]:
         "attention core, W = linears; checkpointing adds recomputed forwards to I and W",
         "static bytes: weight + gradient + optimizer bytes per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), "
         "divided by the data-parallel shard degree and the tensor-parallel degree",
-    ]
+    ] + ([f"dp_shard {run['dp_shard']}: + {run['fsdp_held_per_param']:g} bytes per parameter held unsharded all step: "
+          + FSDP_ASSUMES.split(': ', 1)[1]] if run["dp_shard"] > 1 else [])

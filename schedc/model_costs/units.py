@@ -50,9 +50,9 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     e = DTYPE_BYTES[s.dtype]
     tokens, seq, tp = float(run["seq"] * run["mbs"]), float(run["seq"]), run["tp"]
     flops = run["flops"] * tp  # tensor parallelism splits every matmul (its collectives are not counted)
-    impl, device, per_param = run["impl"], run["device"], run["static_per_param"] / run["dp_shard"]
-    # FSDP all-gathers one unit's weights in the compute dtype (MixedPrecisionPolicy's param_dtype)
-    gathered = DTYPE_BYTES[s.dtype] if run["dp_shard"] > 1 else 0.0
+    # sharded states, plus what FSDP2 under torch's pipelining holds unsharded all step (profile.fsdp_held)
+    impl, device = run["impl"], run["device"]
+    per_param = run["static_per_param"] / run["dp_shard"] + run["fsdp_held_per_param"]
     h, V = float(s.hidden), float(s.vocab)
     names = _names(s.layers, run["names"])
     linear, attention, selective, per_token = layer_flops(s, tokens, seq)
@@ -61,9 +61,6 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules, extra=None) -> StageCost:
         held = b.held if run["held"] == "torch" or impl != "paper" else b.wgrads
         transient = {k: v * tokens / tp for k, v in b.transient.items()}
-        if gathered and n_params:
-            for kind in ("F", "I", "W"):
-                transient[kind] = transient.get(kind, 0.0) + gathered * n_params / tp
         return StageCost(forward=fw, backward_input=inp, backward_weight=wt,
                          activation_bytes=b.activation * tokens / tp, weight_grad_bytes=held * tokens / tp,
                          transient_bytes={k: v for k, v in transient.items() if v} or None,
