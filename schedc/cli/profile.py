@@ -131,10 +131,11 @@ def run(args) -> int:
                           f"config.json or --flops FLOP/s, or drop it to measure")
     common.require_torch("schedc profile")
     common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
-    args.device = args.device or "cpu"
     import torch
 
     from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_units
+
+    args.device = args.device or common.defaults_of(profile_gpt)["device"]  # the profiler's (profile_stages' too)
 
     device_is_cpu = args.device == "cpu"
     if args.threads is not None and args.threads < 1:
