@@ -68,7 +68,7 @@ def free_recompute(profiles: dict, ranks: int, mb: int, cap: str):
     """The best heuristic step of the per-stage candidates if checkpointed units recomputed
     nothing (their I and W those of no checkpointing) but kept what they keep; None if none fits."""
     none = profiles["none"]
-    forms = {"none": none}
+    forms = {"none": none, "none-b": checkpointed_form(none, none)}
     for mode in AC_MODES[1:]:
         free = [u.model_copy(update={"backward_input": n.backward_input, "backward_weight": n.backward_weight})
                 for u, n in zip(profiles[mode].stages, none.stages)]
@@ -81,6 +81,14 @@ def free_recompute(profiles: dict, ranks: int, mb: int, cap: str):
             if found is not None and (best is None or found[0] < best):
                 best = found[0]
     return best
+
+
+def short(mode) -> str:
+    """n / s / f for a stage's mode; s1/3: one of its three blocks checkpointed selectively."""
+    if isinstance(mode, str):
+        return mode[0]
+    used = [m for m in mode if m != "none"]
+    return f"{used[0][0] if used else 'n'}{len(used)}/{len(mode)}"
 
 
 def row(case: tuple, profiles: dict, time_limit: float, budget: str = "time") -> str:
@@ -100,7 +108,7 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str = "time") ->
     margin = "—" if best_global is None else f"{100 * (best_global - res.value) / best_global:.1f}%"
     vs_titan = "—" if titan_best is None else f"{100 * (titan_best - res.value) / titan_best:.1f}%"
     chosen = res.ac.chosen if isinstance(res.ac.chosen, str) else "per stage"
-    mix_cell = "—" if mix is None else (f"{ms(mix['step'])} ({''.join(m[0] for m in mix['modes'])} on "
+    mix_cell = "—" if mix is None else (f"{ms(mix['step'])} ({' '.join(map(short, mix['modes']))} on "
                                         f"{','.join(map(str, mix['units_per_stage']))})")
     free = free_recompute(profiles, ranks, mb, cap) if res.ac.memory_binds else None
     free_cell = "—" if free is None or best_global is None else \
@@ -119,7 +127,7 @@ def main(argv=None) -> int:
                     help="keep the rows whose model, shape and cap contain every TEXT")
     args = ap.parse_args(argv)
     print(f"step in ms (simulated); microbatch size 1; torchtitan columns: its default split, {TORCHTITAN_AC} AC")
-    print("| model | ranks x microbatches | cap | none | selective | full | per stage (modes on units per stage) | "
+    print("| model | ranks x microbatches | cap | none | selective | full | per stage (modes on units per stage; s1/3: 1 of 3 blocks) | "
           "**--ac auto** | auto vs best global | memory binds | free recompute (heuristic) | torchtitan 1F1B | "
           "Interleaved1F1B | ZBVZeroBubble | auto vs torchtitan | plan s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
