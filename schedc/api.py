@@ -684,7 +684,7 @@ def _check_time_limit(time_limit: Any) -> None:
         raise ParameterError("time_limit", f"must be a finite number of seconds > 0 (e.g. {{name}}60, or "
                                            f"{{name}}3600 for a long search); got {time_limit!r}")
     if time_limit < MIN_TIME_LIMIT:  # less than building the least problem takes: nothing is searched
-        raise ParameterError("time_limit", f"{{name}}{time_limit:g} is shorter than any compile takes; give "
+        raise ParameterError("time_limit", f"{time_limit:g} s is shorter than any compile takes; give "
                                            f"{{name}}{MIN_TIME_LIMIT:g} or more (1 for a quick answer)")
 
 

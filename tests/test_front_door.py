@@ -81,10 +81,10 @@ def test_a_counted_profile_default_lives_in_unit_profile(tmp_path, monkeypatch, 
 
 def test_one_check_two_spellings(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(schedc.SchedcError, match=r"^time_limit: time_limit=0.001 is shorter than any compile"):
+    with pytest.raises(schedc.SchedcError, match=r"^time_limit: 0.001 s is shorter than any compile"):
         schedc.compile(stages=2, microbatches=4, time_limit=0.001)
     assert cli.main(["compile", "--stages", "2", "--mb", "4", "--time-limit", "0.001"]) == 2
-    assert "error: --time-limit: --time-limit 0.001 is shorter than any compile" in capsys.readouterr().err
+    assert "error: --time-limit: 0.001 s is shorter than any compile" in capsys.readouterr().err
     with pytest.raises(schedc.SchedcError, match=r"^stages: must be at least 1, got 0$"):
         schedc.baseline("1f1b", stages=0, microbatches=4)
     assert cli.main(["baseline", "1f1b", "--stages", "0", "--mb", "4"]) == 2

@@ -323,7 +323,7 @@ def test_memory_spellings_binary_and_decimal(text, kind, value):
     # silent acceptance: an empty --costs is not the default, a limit shorter than any compile is refused
     (["simulate", "a.csv", "--costs", ""], "--costs: expected three finite numbers"),
     (["trace", "a.csv", "--costs", "", "-o", "t.json"], "--costs: expected three finite numbers"),
-    (["compile", "--stages", "2", "--mb", "4", "--time-limit", "1e-9"], "--time-limit 1e-09 is shorter than any"),
+    (["compile", "--stages", "2", "--mb", "4", "--time-limit", "1e-9"], "--time-limit: 1e-09 s is shorter than any"),
 ])
 def test_argument_errors_are_one_short_line_naming_the_flag(tmp_path, argv, needle):
     (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
