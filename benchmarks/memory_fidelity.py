@@ -25,6 +25,11 @@ real sizes take a few GB of RAM and a few minutes on one core.
     python benchmarks/memory_fidelity.py --small    # the fast test's sizes
     python benchmarks/memory_fidelity.py --mid      # the MoE layouts at a middle width
     python benchmarks/memory_fidelity.py --models Qwen3-30B-A3B --seq 64 --no-ac   # one model
+    python benchmarks/memory_fidelity.py --fsdp     # FSDP2 under torch's pipelining, 4 gloo ranks
+
+``--fsdp`` compares, per rank of a pp 2 x dp 2 run, the most FSDP2 and AdamW hold over a step (a
+ledger of their storages at every action and reduce-scatter copy-in) with the stage's counted
+static bytes at ``dp_shard=2`` (section "FSDP2 under torch's pipelining" below).
 """
 
 from __future__ import annotations
@@ -400,6 +405,196 @@ def _refuse(message: str) -> int:
     return 2
 
 
+# ---------------------------------------------------------------- FSDP2 under torch's pipelining
+#
+# What each rank holds with --dp-shard > 1: torchtitan's debug Llama-3 (its own blocks, SDPA in place
+# of FlexAttention as above), split in two stages, sharded by torchtitan's own apply_fsdp_to_decoder
+# (fully_shard per block, bf16 compute, fp32 reduce, reshard_after_forward off under PP) over the
+# dp axis of a 2 x 2 (pp, dp) mesh on gloo, run by torch's schedule runtime from a schedc CSV. A
+# ledger sums the storages FSDP and the optimizer reach (sharded parameters, gradients and AdamW
+# states; unsharded parameters and gradients; the reduce-scatter's input) at every action's start
+# and end and at the instant of each reduce-scatter copy-in (the group's gradients and its input
+# both alive), against the stage's counted static bytes (unit_profile(dp_shard=2)).
+
+FSDP_CSVS = {  # 2 ranks, 4 microbatches: split backward (zero-bubble order) and full backward
+    "zb-h1": ["0F0,0F1,0I0,0F2,0I1,0W0,0F3,0I2,0W1,0I3,0W2,0W3",
+              "1F0,1I0,1W0,1F1,1I1,1W1,1F2,1I2,1W2,1F3,1I3,1W3"],
+    "1f1b": ["0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3", "1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3"],
+}
+FSDP_KINDS = ("sharded", "unsharded params", "unsharded grads", "reduce-scatter")
+
+
+def fsdp_model(n_layers: int):
+    """torchtitan's registered Llama-3 debug model cut to `n_layers`, and its shape for the count."""
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import llama3_configs
+
+    cfg = llama3_configs["debugmodel"](attn_backend="flex")
+    cfg.layers = cfg.layers[:n_layers]
+    for layer in cfg.layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    model = cfg.build()
+    attn = model.layers["0"].attention
+    shape = dict(layers=n_layers, hidden=cfg.dim, heads=attn.n_heads, kv_heads=attn.n_kv_heads,
+                 head_dim=attn.wo.weight.shape[1] // attn.n_heads, vocab=cfg.vocab_size,
+                 ffn_hidden=model.layers["0"].feed_forward.w1.weight.shape[0])
+    return model, shape
+
+
+def fsdp_ledger(module, optimizer, extra: Optional[dict] = None) -> dict[str, int]:
+    """Bytes of the distinct storages FSDP2 and the optimizer reach, by kind (`extra`: kind ->
+    tensors only a running call holds)."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    seen: dict[str, dict[int, int]] = {k: {} for k in FSDP_KINDS}
+
+    def add(kind, t):
+        if t is not None:
+            t = t._local_tensor if isinstance(t, DTensor) else t
+            s = t.untyped_storage()
+            if s.nbytes():
+                seen[kind][s.data_ptr()] = s.nbytes()
+
+    for state in fully_shard.state(module)._state_ctx.all_states:
+        for group in state._fsdp_param_groups:
+            for rs in group.comm_ctx.reduce_scatter_states:
+                add("reduce-scatter", rs.reduce_scatter_input)
+            for fp in group.fsdp_params:
+                add("sharded", fp.sharded_param)
+                add("sharded", fp.sharded_param.grad)
+                for t in fp.all_gather_outputs:
+                    add("unsharded params", t)
+                add("unsharded grads", fp.unsharded_accumulated_grad)
+                if getattr(fp, "_unsharded_param", None) is not None:
+                    add("unsharded grads", fp._unsharded_param.grad)
+    for st in optimizer.state.values():
+        for v in st.values():
+            if torch.is_tensor(v) and v.dim():
+                add("sharded", v)
+    for kind, tensors in (extra or {}).items():
+        for t in tensors:
+            add(kind, t)
+    return {k: sum(v.values()) for k, v in seen.items()}
+
+
+def _fsdp_stage(pp: int, dp_mesh, n_layers: int):
+    from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
+
+    model, _ = fsdp_model(n_layers)
+    keep = {str(i) for i in range(n_layers) if (i < n_layers // 2) == (pp == 0)}
+    for name in [n for n in model.layers if n not in keep]:
+        del model.layers[name]
+    if pp == 0:
+        model.norm = model.lm_head = None
+    else:
+        model.tok_embeddings = None
+    from torch.distributed.fsdp import FSDPModule
+
+    apply_fsdp_to_decoder(model, dp_mesh, param_dtype=torch.bfloat16, reduce_dtype=torch.float32, pp_enabled=True)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):  # gloo has no PREMUL_SUM: a SUM and an in-place divide instead
+            module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def fsdp_rank_body() -> dict:
+    """In a launched rank (4 in all): the ledger's samples over the second step of the CSV."""
+    import os
+    import tempfile
+
+    import torch.distributed.fsdp._fully_shard._fsdp_collectives as collectives
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.pipelining import PipelineStage
+
+    from schedc.runtime import launch as L
+    from schedc.runtime.pipeline import build_schedule
+
+    spec = L.read_spec()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    L.init_group("gloo")
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    pp, dp = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+    model = _fsdp_stage(pp, mesh["dp"], spec["layers"])
+    stage = PipelineStage(model, pp, 2, torch.device("cpu"), group=mesh["pp"].get_group())
+    path = os.path.join(tempfile.mkdtemp(), "fsdp.csv")
+    Path(path).write_text("\n".join(FSDP_CSVS[spec["csv"]]) + "\n")
+    loss = lambda out, y: torch.nn.functional.cross_entropy(out.float().flatten(0, 1), y.flatten())  # noqa: E731
+    schedule = build_schedule(path, stage, 4, loss_fn=loss)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    samples: list[dict] = []
+    _instrument(stage, model, opt, samples, collectives)
+    x = torch.randint(0, spec["vocab"], (4, spec["seq"]), generator=torch.Generator().manual_seed(dp))
+    for _ in range(2):  # the second step: AdamW's states exist, sharded gradients kept (zeroed)
+        samples.clear()
+        schedule.step(*((x,) if pp == 0 else ()), target=x if pp == 1 else None, losses=[] if pp == 1 else None,
+                      return_outputs=False)
+        opt.step()
+        opt.zero_grad(set_to_none=False)  # gradients held all step, as the count takes them
+    # a sharded parameter is a DTensor: numel() is the whole parameter's
+    return {"pp": pp, "dp": dp, "params": sum(p.numel() for p in model.parameters()), "samples": samples}
+
+
+def _instrument(stage, model, opt, samples: list, collectives) -> None:
+    """Sample the ledger at each action's start and end and at every reduce-scatter copy-in."""
+    def wrap(obj, name, label):
+        original = getattr(obj, name)
+
+        def sampled(*a, **k):
+            samples.append({"at": label + " start", **fsdp_ledger(model, opt)})
+            out = original(*a, **k)
+            samples.append({"at": label + " end", **fsdp_ledger(model, opt)})
+            return out
+        setattr(obj, name, sampled)
+
+    for name, label in (("forward_one_chunk", "F"), ("backward_one_chunk", "I/B"),
+                        ("backward_weight_one_chunk", "W"), ("perform_reduce_grad", "REDUCE_GRAD")):
+        wrap(stage, name, label)
+    copy_in = collectives.foreach_reduce_scatter_copy_in
+
+    def copy_in_sampled(grads, rs_input, world_size):
+        copy_in(grads, rs_input, world_size)
+        # the instant the group's gradients (only foreach_reduce's list holds them now) and the
+        # reduce-scatter's input are both alive
+        extra = {"reduce-scatter": [rs_input], "unsharded grads": grads}
+        samples.append({"at": "reduce-scatter copy-in", **fsdp_ledger(model, opt, extra)})
+    collectives.foreach_reduce_scatter_copy_in = copy_in_sampled
+
+
+def fsdp_measure(csv: str = "zb-h1", layers: int = 4, seq: int = 16, timeout: float = 120.0) -> list[dict]:
+    """Run the 4 ranks; per rank its stage, measured peak by kind and in all, and the count."""
+    from schedc.runtime import launch as L
+
+    _, shape = fsdp_model(layers)
+    results = L.launch([sys.executable, str(Path(__file__).resolve()), "--fsdp-rank"], 4, timeout=timeout,
+                       spec={"csv": csv, "layers": layers, "seq": seq, "vocab": shape["vocab"]},
+                       label="memory_fidelity --fsdp")
+    counted = unit_profile(**shape, seq=seq, impl="torchtitan", device="cpu", dtype="bfloat16",
+                           param_dtype="float32", grad_dtype="float32", dp_shard=2)
+    units = counted.stages
+    per_stage = [sum(u.static_bytes for u in units[:1 + layers // 2]),
+                 sum(u.static_bytes for u in units[1 + layers // 2:])]
+    out = []
+    for r in results:
+        samples = r["samples"]
+        total = max(sum(s[k] for k in FSDP_KINDS) for s in samples)
+        out.append({"pp": r["pp"], "dp": r["dp"], "params": r["params"], "counted": per_stage[r["pp"]],
+                    "measured": total, **{k: max(s[k] for s in samples) for k in FSDP_KINDS},
+                    "first_unsharded": next(s for s in samples if s["at"] == "F start")["unsharded params"],
+                    "per_param": counted.assumes["fsdp_unsharded_bytes_per_param"]})
+    return sorted(out, key=lambda o: (o["pp"], o["dp"]))
+
+
+def fsdp_rows(csvs=tuple(FSDP_CSVS)) -> list[tuple]:
+    rows = []
+    for csv in csvs:
+        for r in fsdp_measure(csv):
+            if r["dp"] == 0:  # the dp ranks of a stage hold the same
+                rows.append((csv, r["pp"], r["counted"], r["measured"], r["counted"] - r["per_param"] * r["params"]))
+    return rows
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=128)
@@ -407,7 +602,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--mid", action="store_true", help="the MoE models' layouts at a middle width")
     ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--no-ac", action="store_true", help="leave out the activation-checkpointing rows")
+    ap.add_argument("--fsdp", action="store_true", help="only the FSDP2 rows (4 gloo ranks, dp_shard 2)")
     args = ap.parse_args(argv)
+    if args.fsdp:
+        print("| schedule | stage | counted static bytes | measured peak (FSDP2 + AdamW) | ratio | sharded only "
+              "| ratio |  (torchtitan debug Llama-3, 4 layers, pp 2 x dp 2, bf16 compute, fp32 reduce, CPU gloo)")
+        print("|---|---|---|---|---|---|---|")
+        for csv, stage, c, m, sharded in fsdp_rows():
+            print(f"| {csv} | {stage} | {c:,.0f} | {m:,.0f} | {c / m:.3f} | {sharded:,.0f} | {sharded / m:.3f} |")
+        return
     torch.manual_seed(0)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="A saved_tensors_hooks context")
@@ -430,4 +633,8 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--fsdp-rank"]:
+        from schedc.runtime import launch as _launch
+
+        sys.exit(_launch.run_rank(fsdp_rank_body))
     main()

@@ -1,0 +1,50 @@
+"""What each rank holds under FSDP2 and torch's pipelining against the counted static bytes
+(``unit_profile(dp_shard=2)``): torchtitan's debug Llama-3 in two stages, sharded by torchtitan's own
+``apply_fsdp_to_decoder`` over the dp axis of a 2 x 2 (pp, dp) gloo mesh, run by torch's schedule
+runtime from a zero-bubble CSV (benchmarks/memory_fidelity.py, ``fsdp_measure``)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchtitan")
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_fidelity.py"
+
+
+@pytest.fixture(scope="module")
+def split_run():
+    spec = importlib.util.spec_from_file_location("memory_fidelity", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.fsdp_measure("zb-h1", layers=4, seq=16, timeout=90)
+
+
+def test_each_rank_holds_its_stage_weights_unsharded_all_step(split_run):
+    assert len(split_run) == 4
+    for r in split_run:
+        # bf16 compute copy of the whole stage from the first F (UNSHARD) on, fp32 sharded states
+        assert r["first_unsharded"] == r["unsharded params"] == 2 * r["params"]
+        assert r["sharded"] == (4 + 4 + 8) / 2 * r["params"]  # fp32 params, grads and two AdamW moments, / dp
+
+
+def test_unsharded_gradients_accumulate_until_the_reduce_scatter(split_run):
+    first, last = [next(r for r in split_run if r["pp"] == pp) for pp in (0, 1)]
+    # a split W leaves its bf16 gradient beside the fp32 accumulator until the next I's post-backward hook
+    assert last["unsharded grads"] == (4 + 2) * last["params"]
+    # torch's runtime runs the first stage's backward whole in W, whose hooks upcast at once
+    assert first["unsharded grads"] == 4 * first["params"]
+
+
+def test_the_count_is_what_a_split_stage_holds_and_bounds_the_first(split_run):
+    for r in split_run:
+        assert r["per_param"] == 2 + 4 + 2
+        assert r["measured"] <= r["counted"]  # the reduce-scatter's copy-in instants included
+    last = [r for r in split_run if r["pp"] == 1]
+    assert all(r["measured"] == pytest.approx(r["counted"], rel=1e-9) for r in last)
+    first = [r for r in split_run if r["pp"] == 0]
+    assert all(r["counted"] - r["measured"] <= 2 * r["params"] for r in first)  # the bf16 slot it never fills
