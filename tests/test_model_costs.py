@@ -438,3 +438,43 @@ def test_torchtitans_chunked_loss_runs_the_heads_backward_in_f(tmp_path):
     # no logits survive F: an fp32 gradient of the hidden states does; the chunks' logits are transient
     assert tt.activation_bytes < hf.activation_bytes / 20
     assert tt.transient_bytes["F"] == pytest.approx(14 * 128256 * 4096 / 8)
+
+
+def test_dp_shard_counts_what_fsdp2_holds_unsharded_under_pipelining():
+    # torchtitan's FSDP2: fp32 storage, bf16 compute, fp32 reduce (benchmarks/memory_fidelity.py --fsdp measures it)
+    base = dict(layers=2, hidden=64, vocab=100, seq=8, heads=4, kv_heads=2, param_dtype="float32")
+    whole = unit_profile(**base)
+    n = [u.static_bytes / 16 for u in whole.stages]  # 16 bytes per parameter unsharded: n parameters per unit
+    for dp in (2, 8):
+        p = unit_profile(**base, dp_shard=dp)
+        # the sharded states / dp, plus bf16 weights, the fp32 gradient accumulator and the bf16 gradient a split
+        # W leaves until the next I, held unsharded from the first action to the reduce-scatter
+        assert [u.static_bytes for u in p.stages] == pytest.approx([k * (16 / dp + 2 + 4 + 2) for k in n])
+        assert [u.transient_bytes for u in p.stages] == [u.transient_bytes for u in whole.stages]
+        assert p.assumes["fsdp_unsharded_bytes_per_param"] == 8 and "reshard_after_forward off" in p.assumes["fsdp"]
+        assert any(note.startswith(f"dp_shard {dp}: + 8 bytes") for note in p.notes)
+    # gradients reduced in the compute dtype accumulate in place: no second copy
+    same = unit_profile(**base, dp_shard=2, grad_dtype="bfloat16")
+    assert same.stages[1].static_bytes == pytest.approx(n[1] * ((4 + 2 + 8) / 2 + 2 + 2))
+    assert unit_profile(**base, dp_shard=2, tp=2).stages[1].static_bytes == pytest.approx(n[1] * 16 / 2)
+    assert "fsdp" not in whole.assumes and not any(note.startswith("dp_shard") for note in whole.notes)
+
+
+def test_plan_with_dp_shard_counts_and_records_the_unsharded_bytes(tmp_path):
+    config = _write(tmp_path, {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4,
+                               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
+                               "intermediate_size": 128})
+    out = tmp_path / "plan.csv"
+    assert cli.main(["plan", "--config", str(config), "--seq", "64", "--dp-shard", "2", "--ranks", "2", "--mb", "4",
+                     "--memory", "none", "--time-limit", "1", "-o", str(out), "--quiet"]) == 0
+    assumes = json.loads(out.with_suffix(".json").read_text())["assumes"]
+    assert assumes["dp_shard"] == 2 and assumes["fsdp_unsharded_bytes_per_param"] == 2 + 4 + 2
+    assert "unsharded" in assumes["fsdp"]
+    units = tmp_path / "u.json"
+    assert cli.main(["profile", "--units", "--config", str(config), "--seq", "64", "--dp-shard", "2",
+                     "-o", str(units)]) == 0
+    sharded = Profile.load(units)
+    assert sharded.assumes["fsdp_unsharded_bytes_per_param"] == 8
+    # bf16 params: weights 2 + fp32 grads 4 + fp32 master 4 + AdamW 8 = 18 sharded, + 8 unsharded
+    one = unit_profile(str(config), seq=64)
+    assert sharded.stages[1].static_bytes == pytest.approx(one.stages[1].static_bytes * (18 / 2 + 8) / 18)

@@ -30,7 +30,8 @@ def register(sub) -> None:
     run_.add_argument("--grad-dtype", metavar="NAME", help="gradient dtype (default float32)")
     run_.add_argument("--optimizer-dtype", metavar="NAME", help="optimizer state dtype (default float32)")
     run_.add_argument("--dp-shard", type=int, metavar="N",
-                      help="data-parallel shard degree (FSDP / ZeRO divide the static bytes by it; default 1)")
+                      help="data-parallel shard degree (FSDP2 divides the static bytes by it and holds each "
+                           "stage's weights and gradients unsharded under pipelining; default 1)")
     run_.add_argument("--tp", type=int, metavar="N", help="tensor-parallel degree (default 1)")
     run_.add_argument("--reserve", metavar="SIZE",
                       help="memory a CUDA process holds outside torch's allocator (default: the counted route's)")

@@ -106,8 +106,8 @@ def _add_run_settings(u) -> None:
                         "op-level policy: every other matmul and attention saved), full (the layer's input only; "
                         "I and W recompute its forward), or a comma-separated list, one per layer")
     u.add_argument("--dp-shard", type=int, default=None, metavar="N",
-                   help="counted: FSDP / ZeRO-3 shard degree: divides params, gradients and optimizer states "
-                        "(default 1)")
+                   help="counted: FSDP2 shard degree: divides params, gradients and optimizer states, and adds "
+                        "the stage's weights and gradients FSDP2 holds unsharded under pipelining (default 1)")
     u.add_argument("--tp", type=int, default=None, metavar="N",
                    help="counted: tensor-parallel degree, with sequence parallelism: divides weights and "
                         "activations (default 1)")
