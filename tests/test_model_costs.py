@@ -453,6 +453,9 @@ def test_dp_shard_counts_what_fsdp2_holds_unsharded_under_pipelining():
         assert [u.transient_bytes for u in p.stages] == [u.transient_bytes for u in whole.stages]
         assert p.assumes["fsdp_unsharded_bytes_per_param"] == 8 and "reshard_after_forward off" in p.assumes["fsdp"]
         assert any(note.startswith(f"dp_shard {dp}: + 8 bytes") for note in p.notes)
+        assert p.assumes["held"] == "torch"  # the other settings are as given
+        paper = unit_profile(**base, dp_shard=dp, impl="paper")
+        assert paper.stages[1].weight_grad_bytes == unit_profile(**base, impl="paper").stages[1].weight_grad_bytes
     # gradients reduced in the compute dtype accumulate in place: no second copy
     same = unit_profile(**base, dp_shard=2, grad_dtype="bfloat16")
     assert same.stages[1].static_bytes == pytest.approx(n[1] * ((4 + 2 + 8) / 2 + 2 + 2))

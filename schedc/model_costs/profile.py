@@ -196,20 +196,21 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                                                + states * DTYPE_BYTES[optimizer_dtype])
     grad = grad_bpp if grad_bpp is not None else DTYPE_BYTES[grad_dtype]
     reserve = reserve if reserve is not None else (CUDA_RESERVE_BYTES if device == "cuda" else 0.0)
-    held = fsdp_held(s.dtype, grad_dtype, grad) if dp_shard > 1 else 0.0
+    unsharded = fsdp_held(s.dtype, grad_dtype, grad) if dp_shard > 1 else 0.0
     summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
     assumes = {"seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
                "grad_dtype": grad_dtype, "optimizer": optimizer, "optimizer_dtype": optimizer_dtype,
                "master_weights": bool(master_weights), "static_bytes_per_param": p_bytes + grad + opt,
                "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1, "reserve_bytes": reserve,
-               **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": held} if dp_shard > 1 else {}),
+               **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": unsharded} if dp_shard > 1 else {}),
                "torch": COUNTED_FOR_TORCH, "held": held,
                # torch refuses a second backward through a selective-checkpoint region, which
                # stage_backward_weight is: such layers run their backward whole (B), never I then W
                "split_backward": "selective" not in per_layer}
     return {"seq": seq, "mbs": mbs, "ac": per_layer, "impl": impl, "device": device, "param_bytes": p_bytes,
-            "static_per_param": p_bytes + grad + opt, "fsdp_held_per_param": held, "dp_shard": dp_shard, "tp": tp, "reserve_bytes": reserve,
+            "static_per_param": p_bytes + grad + opt, "fsdp_held_per_param": unsharded, "dp_shard": dp_shard, "tp": tp,
+            "reserve_bytes": reserve,
             "flops": flops, "memory_bandwidth": mem_bw, "held": held, "names": names, "assumes": assumes}
 
 
