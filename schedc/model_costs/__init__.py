@@ -27,7 +27,9 @@ width, e = bytes per element of the activation dtype, V = vocabulary:
   ``held="paper"``).
 - static bytes per parameter: the weight in ``param_dtype`` + gradient (fp32 by default) + an
   fp32 master copy and the optimizer's states (AdamW: two; the K = 12 of Rajbhandari et al.
-  2020, "ZeRO", sec. 3.1), divided by ``dp_shard`` and ``tp``. MoE layers hold all experts.
+  2020, "ZeRO", sec. 3.1), divided by ``dp_shard`` and ``tp``; with ``dp_shard`` > 1, plus what
+  FSDP2 holds unsharded all step under torch's pipelining (:func:`fsdp_held`: the stage's weights
+  in the compute dtype, its gradients unreduced). MoE layers hold all experts.
 
 :func:`read_hf_config` reads a Hugging Face ``config.json`` (Llama, Mistral, Qwen2/3, GPT-2,
 Mixtral, Qwen2/3-MoE; DeepSeek-V3 and others schedc does not model are refused by name).
@@ -35,9 +37,9 @@ Cost: O(layers).
 """
 
 from schedc.model_costs.profile import (AC_MODES, COUNTED_FOR_TORCH, CUDA_RESERVE_BYTES, OPTIMIZER_STATES,
-                                        UNIT_NAMES, unit_names, unit_profile)
+                                        UNIT_NAMES, fsdp_held, unit_names, unit_profile)
 from schedc.model_costs.shape import DTYPE_BYTES, FAMILIES, REFUSED, ModelShape, dtype_name, read_hf_config
 
 __all__ = ["AC_MODES", "COUNTED_FOR_TORCH", "CUDA_RESERVE_BYTES", "DTYPE_BYTES", "FAMILIES", "ModelShape",
-           "OPTIMIZER_STATES", "REFUSED", "UNIT_NAMES", "dtype_name", "read_hf_config", "unit_names",
-           "unit_profile"]
+           "OPTIMIZER_STATES", "REFUSED", "UNIT_NAMES", "dtype_name", "fsdp_held", "read_hf_config",
+           "unit_names", "unit_profile"]
