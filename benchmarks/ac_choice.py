@@ -13,9 +13,9 @@ length, cap per rank), it prints the step of
   (n/s/f per stage) and units per stage;
 - ``--ac auto`` (the best of those), its margin over the best global mode, and whether memory
   binds the best global mode (its step shortens with more memory: ``plan_limiter``);
-- "free recompute" (where memory binds): the best per-stage candidate's heuristic step if
-  checkpointing kept what it keeps but recomputed nothing, what per-stage choice would buy if
-  recompute cost nothing;
+- "free recompute" (where memory binds): the per-stage search's step, same share of the time,
+  if checkpointing kept what it keeps but recomputed nothing: what the per-stage choice would buy
+  if recompute cost nothing (checkpointed stages still run B);
 - torchtitan 0.3.0's default split with its own schedule classes (1F1B, Interleaved1F1B,
   ZBVZeroBubble) and the checkpointing it defaults to (selective, run as B), under the same
   memory model; "over" where the cap is exceeded.
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 import tempfile
 import time
 from pathlib import Path
@@ -38,8 +39,8 @@ from pathlib import Path
 from schedc.errors import SchedcError
 from schedc.model_costs import unit_profile
 from schedc.plan import AC_MODES, TORCHTITAN_AC, plan_ac, torchtitan_rows
-from schedc.plan.ac import checkpointed_form, heuristic_step, mode_forms, stage_candidates
-from schedc.plan.request import parse_cap
+from schedc.plan.ac import AC_SHARE, checkpointed_form, mode_forms, per_stage_search
+from schedc.solver.deadline import counting_work
 
 CONFIGS = {
     "llama3-8b": {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
@@ -64,23 +65,20 @@ def ms(x) -> str:
     return "—" if x is None else f"{1000 * x:.1f}"
 
 
-def free_recompute(profiles: dict, ranks: int, mb: int, cap: str):
-    """The best heuristic step of the per-stage candidates if checkpointed units recomputed
-    nothing (their I and W those of no checkpointing) but kept what they keep; None if none fits."""
+def free_recompute(profiles: dict, res, time_limit: float, budget: str):
+    """The per-stage search of --ac auto (its share of the time, on the same clock) from the
+    plan `res` if checkpointed units recomputed nothing (their I and W those of no
+    checkpointing) but kept what they keep; None if nothing fits."""
     none = profiles["none"]
     forms = {"none": none, "none-b": checkpointed_form(none, none)}
     for mode in AC_MODES[1:]:
         free = [u.model_copy(update={"backward_input": n.backward_input, "backward_weight": n.backward_weight})
                 for u, n in zip(profiles[mode].stages, none.stages)]
         forms[mode] = checkpointed_form(profiles[mode].model_copy(update={"stages": free}), none)
-    limit = parse_cap(cap)
-    best = None
-    for pl in ("loop", "v"):
-        for _, counts, modes in stage_candidates(forms, pl, ranks, mb, limit.value):
-            found = heuristic_step(forms, counts, modes, pl, ranks, mb, limit, "makespan")
-            if found is not None and (best is None or found[0] < best):
-                best = found[0]
-    return best
+    share = (1 - AC_SHARE) * time_limit
+    with counting_work(share) if budget == "work" else nullcontext():
+        mix = per_stage_search(forms, res, res.ac.chosen if isinstance(res.ac.chosen, str) else "none", share)
+    return None if mix is None else mix["compiled"].value
 
 
 def short(mode) -> str:
@@ -110,7 +108,7 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str = "time") ->
     chosen = res.ac.chosen if isinstance(res.ac.chosen, str) else "per stage"
     mix_cell = "—" if mix is None else (f"{ms(mix['step'])} ({' '.join(map(short, mix['modes']))} on "
                                         f"{','.join(map(str, mix['units_per_stage']))})")
-    free = free_recompute(profiles, ranks, mb, cap) if res.ac.memory_binds else None
+    free = free_recompute(profiles, res, time_limit, budget) if res.ac.memory_binds else None
     free_cell = "—" if free is None or best_global is None else \
         f"{ms(free)} ({100 * (best_global - free) / best_global:.1f}%)"
     binds = {True: "yes", False: "no", None: "?"}[res.ac.memory_binds]
@@ -128,7 +126,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     print(f"step in ms (simulated); microbatch size 1; torchtitan columns: its default split, {TORCHTITAN_AC} AC")
     print("| model | ranks x microbatches | cap | none | selective | full | per stage (modes on units per stage; s1/3: 1 of 3 blocks) | "
-          "**--ac auto** | auto vs best global | memory binds | free recompute (heuristic) | torchtitan 1F1B | "
+          "**--ac auto** | auto vs best global | memory binds | free recompute | torchtitan 1F1B | "
           "Interleaved1F1B | ZBVZeroBubble | auto vs torchtitan | plan s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     cache: dict = {}

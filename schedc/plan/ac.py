@@ -333,6 +333,17 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
             "heuristic": step, "depth": depth, "tried": len(seen)}
 
 
+def per_stage_search(forms: dict, best: PlanResult, best_mode: str, time_limit: float,
+                     placement: str = "auto") -> Optional[dict]:
+    """The per-stage search of :func:`plan_ac` alone, from the plan `best` (its problem, partition
+    and global mode), for `time_limit` on the current clock (the work clock inside
+    ``schedc.solver.deadline.counting_work``): {"compiled", "counts", "modes", "placement", ...}
+    or None. For asking what other costs (`forms`) would buy on the same problem."""
+    t0 = _now()
+    return _per_stage_choice(forms, best, best_mode, {"placement": placement}, t0 + time_limit, lambda line: None,
+                             t0)
+
+
 def heuristic_step(forms, counts, specs, pl, ranks, M, limit, objective):
     """(step, warm start) of the heuristic warm start (schedc.solver.engines.warm) on the partition
     `counts` with stage specs `specs` (:func:`spec_units`); None if nothing fits. Cost: TRY_WORK."""
