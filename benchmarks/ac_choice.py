@@ -11,9 +11,9 @@ length, cap per rank), it prints the step of
   forward once per parameter group in W);
 - the per-stage choice made with the partition (what schedc's runtime applies), its modes
   (n/s/f per stage) and units per stage;
-- ``--ac auto`` (the best of those), its margin over the best global mode, and whether memory
-  binds the best global mode (its step shortens with more memory: ``plan_limiter``);
-- "free recompute" (where memory binds): the per-stage search's step, same share of the time,
+- ``--ac auto`` (the best of those), its margin over the best global mode, and the global modes
+  whose step memory binds (it shortens with more memory: ``plan_limiter``);
+- "free recompute" (where memory binds no checkpointing): the per-stage search's step, same share of the time,
   if checkpointing kept what it keeps but recomputed nothing: what the per-stage choice would buy
   if recompute cost nothing (checkpointed stages still run B);
 - torchtitan 0.3.0's default split with its own schedule classes (1F1B, Interleaved1F1B,
@@ -108,12 +108,13 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str = "time") ->
     chosen = res.ac.chosen if isinstance(res.ac.chosen, str) else "per stage"
     mix_cell = "—" if mix is None else (f"{ms(mix['step'])} ({' '.join(map(short, mix['modes']))} on "
                                         f"{','.join(map(str, mix['units_per_stage']))})")
-    free = free_recompute(profiles, res, time_limit, budget) if res.ac.memory_binds else None
+    binds = res.ac.memory_binds or {}
+    free = free_recompute(profiles, res, time_limit, budget) if binds.get("none") else None
     free_cell = "—" if free is None or best_global is None else \
         f"{ms(free)} ({100 * (best_global - free) / best_global:.1f}%)"
-    binds = {True: "yes", False: "no", None: "?"}[res.ac.memory_binds]
+    bound_by = ", ".join(m for m in AC_MODES if binds.get(m)) or "no"
     return (f"{head} {' | '.join(ms(steps.get(m)) for m in AC_MODES)} | {mix_cell} | **{ms(res.value)}** ({chosen}) | "
-            f"{margin} | {binds} | {free_cell} | {' | '.join(titan_cells)} | {vs_titan} | {time.monotonic() - t0:.0f} |")
+            f"{margin} | {bound_by} | {free_cell} | {' | '.join(titan_cells)} | {vs_titan} | {time.monotonic() - t0:.0f} |")
 
 
 def main(argv=None) -> int:
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     print(f"step in ms (simulated); microbatch size 1; torchtitan columns: its default split, {TORCHTITAN_AC} AC")
     print("| model | ranks x microbatches | cap | none | selective | full | per stage (modes on units per stage; s1/3: 1 of 3 blocks) | "
-          "**--ac auto** | auto vs best global | memory binds | free recompute | torchtitan 1F1B | "
+          "**--ac auto** | auto vs best global | memory binds (global modes) | free recompute | torchtitan 1F1B | "
           "Interleaved1F1B | ZBVZeroBubble | auto vs torchtitan | plan s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     cache: dict = {}

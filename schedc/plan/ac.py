@@ -51,11 +51,11 @@ class ACChoice:
     chosen: Union[str, list]
     global_steps: dict
     per_stage: Optional[dict] = None
-    memory_binds: Optional[bool] = None  # whether the best global mode's step is memory-bound (plan_limiter)
+    memory_binds: Optional[dict] = None  # per global mode planned: whether memory binds its step (plan_limiter)
 
     def as_dict(self) -> dict:
         return {"chosen": self.chosen, "global": self.global_steps, "per_stage": self.per_stage,
-                "memory_binds_best_global": self.memory_binds,
+                "memory_binds": self.memory_binds,
                 "checkpointed_stages_run": "B (one full backward: one recompute)"}
 
 
@@ -127,7 +127,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     best_mode = min(results, key=lambda m: results[m].value)
     best = results[best_mode]
     steps = {m: (results[m].value if m in results else None) for m in modes}
-    binds = None if best.limiter is None else best.limiter.kind == "memory"
+    binds = {m: r.limiter.kind == "memory" for m, r in results.items() if r.limiter is not None}
     notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
     mix = None
     if len(modes) > 1 and "none" in forms and not stop_requested():
