@@ -29,7 +29,7 @@ from schedc.core.baselines import BASELINE_NAMES, make_baseline
 from schedc.choices import (Budget, CountedDevice, Execution, Implementation, Objective, Placement, PlacementName, Solver,
                             Status, UnitNames, check_choice)
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.errors import ParameterError, SchedcError
+from schedc.errors import ParameterError, SchedcError, python_spelling as _python_spelling
 from schedc.core.ir import Schedule
 from schedc.results import Compiled, Report, Simulation, _BaselineSchedules
 
@@ -48,21 +48,6 @@ DEFAULT_MEMORY = "1p"
 """The memory limit :func:`compile` compiles for when given none (what 1F1B holds): the command
 line also judges a CSV against it (``schedc simulate``, ``plot``, ``trace``) when ``--memory`` is
 not given, so that "fits" means the same there."""
-
-
-def _python_spelling(function):
-    """A :class:`~schedc.errors.ParameterError` raised anywhere below `function` names the keyword
-    argument (``memory=``), not the command-line flag the core spells by default (``--memory``)."""
-    import functools
-
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except ParameterError as e:
-            raise e.for_python() from None
-
-    return wrapper
 
 
 @_python_spelling

@@ -21,17 +21,61 @@ class ParameterError(SchedcError):
     text names the parameter again with a value after it (``for no cap give {name}none``). ``str()``
     spells it as the command line does (``--memory: ...``, ``--memory none``);
     :meth:`for_python` spells it as ``schedc.api`` takes it (``memory: ...``, ``memory='none'``
-    reads ``memory=none``)."""
+    reads ``memory=none``).
+
+    ``{param}`` names the parameter bare (``--memory`` / ``memory``); ``{name:P}`` and
+    ``{param:P}`` name another parameter P the same two ways (``{name:stages}`` is ``--stages ``
+    / ``stages=``), its flag from :data:`FLAGS` or ``--P``. A detail that names its own parameter
+    in place (it holds ``{param}``, or opens with a placeholder) is the whole message, with no
+    ``PARAM:`` before it (``{name}1e-09 is shorter ...``, ``1f1b needs {param} >= {param:stages}``)."""
 
     def __init__(self, param: str, detail: str, *, flag: str = "", python: bool = False):
         self.param, self.detail, self.python = param, detail, python
-        self.flag = flag or f"--{param.replace('_', '-')}"  # the CLI's spelling when not --PARAM (--mb)
-        head = param if python else self.flag
-        super().__init__(f"{head}: {detail.replace('{name}', f'{param}=' if python else f'{self.flag} ')}")
+        self.flag = flag or cli_flag(param)  # the CLI's spelling when not --PARAM (--mb)
+
+        def spell(m: "re.Match[str]") -> str:
+            other = m.group(2) or param
+            head = other if python else (self.flag if other == param else cli_flag(other))
+            if m.group(1) == "param":
+                return head
+            return f"{head}=" if python else f"{head} "
+
+        text = _PLACEHOLDER.sub(spell, detail)
+        whole = "{param}" in detail or _PLACEHOLDER.match(detail) is not None
+        super().__init__(text if whole else f"{param if python else self.flag}: {text}")
 
     def for_python(self) -> "ParameterError":
         """The same error, naming the keyword argument instead of the flag."""
         return ParameterError(self.param, self.detail, flag=self.flag, python=True)
+
+
+def python_spelling(function):
+    """A :class:`ParameterError` raised anywhere below `function` names the keyword argument
+    (``memory=``), not the command-line flag the core spells by default (``--memory``): for the
+    Python front door's functions (``schedc.compile``, ``schedc.plan``). The CLI turns it back
+    into the flag's spelling when it prints it."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except ParameterError as e:
+            raise e.for_python() from None
+
+    return wrapper
+
+
+FLAGS = {"microbatches": "--mb", "execution": "--runtime"}
+"""The command-line flag of each Python parameter not spelt ``--PARAM`` (``time_limit`` is
+``--time-limit``)."""
+
+_PLACEHOLDER = re.compile(r"\{(name|param)(?::([a-z_]+))?\}")
+
+
+def cli_flag(param: str) -> str:
+    """The command line's flag for the Python parameter `param`: ``microbatches`` -> ``--mb``."""
+    return FLAGS.get(param) or f"--{param.replace('_', '-')}"
 
 
 # C0 and C1 control characters (ESC, BEL, CR, newline...), DEL, and the bidirectional overrides

@@ -132,7 +132,7 @@ def test_infeasible_memory_names_the_smallest_limit():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(n_stages=0, n_microbatches=4), "--stages"),
     (dict(n_stages=4, n_microbatches=0), "--mb"),
-    (dict(n_stages=5, n_microbatches=4, n_ranks=2), r"multiple of n_ranks \(--ranks"),
+    (dict(n_stages=5, n_microbatches=4, n_ranks=2), "--stages 5 must be a multiple of --ranks 2"),
     (dict(n_stages=4, n_microbatches=4, objective="fast"), "--objective"),
     (dict(n_stages=4, n_microbatches=4, time_limit=0), "--time-limit"),
 ])

@@ -640,7 +640,7 @@ def test_a_work_budget_gives_the_same_plan_twice_and_says_so():
     assert [(r.counts, r.placement, r.value, r.bound) for r in runs] == [(runs[0].counts, runs[0].placement,
                                                                           runs[0].value, runs[0].bound)] * 2
     assert runs[0].report["plan"]["budget"]["mode"] == "work"
-    with pytest.raises(SchedcError, match="--budget must be time or work"):
+    with pytest.raises(SchedcError, match="^budget must be time or work"):
         plan(profile=tiny_units(), ranks=2, microbatches=4, memory="20GiB", time_limit=2, budget="cpu")
 
 
@@ -687,5 +687,5 @@ def test_settings_without_a_config_and_auto_without_a_profile_per_mode_are_refus
 
 
 def test_a_time_limit_shorter_than_any_plan_is_refused_as_by_compile():
-    with pytest.raises(SchedcError, match=r"--time-limit 1e-09 is shorter than any plan takes"):
+    with pytest.raises(SchedcError, match=r"^time_limit=1e-09 is shorter than any plan takes"):
         plan(profile=tiny_units(n_layers=4), ranks=2, microbatches=4, memory="40GiB", time_limit=1e-9)

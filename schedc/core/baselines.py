@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Action, Cell, Overlap, Schedule, loop_placement, v_placement
 
 
@@ -128,16 +128,16 @@ def make_baseline(
     info = _BY_NAME[canonical]
     n, m = int(n_stages), int(n_microbatches)
     if n < 1:
-        raise SchedcError(f"{canonical}: --stages must be >= 1, got {n}")
+        raise ParameterError("stages", f"{canonical}: {{param}} must be >= 1, got {n}")
     if m < 1:
-        raise SchedcError(f"{canonical}: --mb must be >= 1, got {m}")
+        raise ParameterError("microbatches", f"{canonical}: {{param}} must be >= 1, got {m}")
     r = _ranks_for(info, n, n_ranks)
     v = n // r
     if placement is not None and placement not in ("loop", "v"):
-        raise SchedcError(f"{canonical}: --placement must be loop or v, got {placement!r}")
+        raise ParameterError("placement", f"{canonical}: {{param}} must be loop or v, got {placement!r}")
     if placement is not None and placement != info.placement and v > 1:
-        raise SchedcError(
-            f"{canonical} uses {info.placement} placement, not {placement}; drop --placement"
+        raise ParameterError(
+            "placement", f"{canonical} uses {info.placement} placement, not {placement}; drop {{param}}"
             + (" or use zb-v/dualpipev for v placement" if placement == "v" else
                " or use interleaved-1f1b/looped-bfs/interleaved-zb for loop placement")
         )
@@ -168,35 +168,35 @@ def baselines_for(
 def _ranks_for(info: BaselineInfo, n: int, n_ranks: Optional[int]) -> int:
     name = info.name
     if n_ranks is not None and n_ranks < 1:
-        raise SchedcError(f"{name}: --ranks must be >= 1, got {n_ranks}")
+        raise ParameterError("ranks", f"{name}: {{param}} must be >= 1, got {n_ranks}")
     if info.stages_per_rank == _SINGLE:
         if n_ranks is not None and n_ranks != n:
-            raise SchedcError(
-                f"{name} runs one stage per rank, so --ranks must equal --stages ({n}); for several "
+            raise ParameterError(
+                "ranks", f"{name} runs one stage per rank, so {{param}} must equal {{param:stages}} ({n}); for several "
                 f"stages per rank use interleaved-1f1b, looped-bfs or interleaved-zb (loop) or zb-v (v)"
             )
         return n
     if info.stages_per_rank == _TWO:
         if n % 2 or (n_ranks is not None and n != 2 * n_ranks):
-            want = f"--ranks {n // 2}" if n % 2 == 0 else "an even --stages"
-            raise SchedcError(
-                f"{name} needs exactly 2 stages per rank (stages = 2 x ranks); got {n} stages"
+            param, want = ("ranks", f"{{name}}{n // 2}") if n % 2 == 0 else ("stages", "an even {param}")
+            raise ParameterError(
+                param, f"{name} needs exactly 2 stages per rank (stages = 2 x ranks); got {n} stages"
                 + (f" on {n_ranks} ranks" if n_ranks else "") + f"; use {want}"
             )
         return n // 2
     # two or more stages per rank, loop placement
     if n_ranks is None:
         if n % 2 or n < 2:
-            raise SchedcError(
-                f"{name} needs >= 2 stages per rank; give --ranks R with --stages a multiple of R "
+            raise ParameterError(
+                "ranks", f"{name} needs >= 2 stages per rank; give {{name}}R with {{param:stages}} a multiple of R "
                 f"and at least 2R (got {n} stages)"
             )
         return n // 2
     if n % n_ranks or n // n_ranks < 2:
-        raise SchedcError(
-            f"{name} needs >= 2 stages per rank (stages a multiple of ranks, at least 2 x ranks); got "
-            f"{n} stages on {n_ranks} ranks; use e.g. --ranks {max(1, n // 2)}"
-            + ("" if n % 2 == 0 else " with an even --stages")
+        raise ParameterError(
+            "ranks", f"{name} needs >= 2 stages per rank (stages a multiple of ranks, at least 2 x ranks); got "
+            f"{n} stages on {n_ranks} ranks; use e.g. {{name}}{max(1, n // 2)}"
+            + ("" if n % 2 == 0 else " with an even {param:stages}")
             + (", or 1f1b / zb-h1 for one stage per rank" if n == n_ranks else "")
         )
     return n_ranks
@@ -211,8 +211,8 @@ def _gpipe(p: int, v: int, m: int) -> list[list[Cell]]:
 
 def _1f1b(p: int, v: int, m: int) -> list[list[Cell]]:
     if m < p:
-        raise SchedcError(f"1f1b needs --mb >= --stages ({p}) like torch's Schedule1F1B; got {m} "
-                          f"(use gpipe, or more microbatches)")
+        raise ParameterError("microbatches", f"1f1b needs {{param}} >= {{param:stages}} ({p}) like torch's "
+                                             f"Schedule1F1B; got {m} (use gpipe, or more microbatches)")
     rows = []
     for r in range(p):
         warm = min(p - 1 - r, m)
@@ -299,8 +299,8 @@ def _rounds(name: str, p: int, m: int) -> int:
         ok = [x for x in range(1, m + p + 1) if x % max(1, x // p) == 0]
         lower = max(x for x in ok if x < m)
         higher = min(x for x in ok if x > m)
-        raise SchedcError(
-            f"{name} needs --mb to be a multiple of max(1, mb // ranks) = {rounds}, like torch's "
+        raise ParameterError(
+            "microbatches", f"{name} needs {{param}} to be a multiple of max(1, mb // ranks) = {rounds}, like torch's "
             f"interleaved schedules; got {m} (use e.g. {lower} or {higher})"
         )
     return m // rounds
@@ -435,7 +435,8 @@ def _dualpipev(p: int, v: int, m: int) -> list[list[Cell]]:
     takes the oldest pending I. Overlapped cells are Overlap cells: torch runs their parts as
     one step, schedc's simulator back to back."""
     if m < 2 * p:
-        raise SchedcError(f"dualpipev needs --mb >= --stages ({2 * p}) like torch's ScheduleDualPipeV; got {m}")
+        raise ParameterError("microbatches", f"dualpipev needs {{param}} >= {{param:stages}} ({2 * p}) like torch's "
+                                             f"ScheduleDualPipeV; got {m}")
     n = 2 * p
     rows = []
     for r in range(p):

@@ -53,7 +53,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schedc.core import limits
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 
 PROFILE_FORMAT = "schedc.profile/v1"
 RUNTIMES = ("torch", "ideal")
@@ -276,12 +276,12 @@ class Profile(BaseModel):
         already follows, else torch's."""
         runtime = runtime or self.runtime or DEFAULT_RUNTIME
         if runtime not in RUNTIMES:
-            raise SchedcError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+            raise ParameterError("execution", f"{{param}} must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
         if runtime == "ideal":
             if self.runtime == "torch":
-                raise SchedcError(
-                    "this profile follows torch's runtime (stage 0's backward is all in W), so it has no "
-                    "ideal form; use --runtime torch, or a profile with every stage's real I and W")
+                raise ParameterError(
+                    "execution", "this profile follows torch's runtime (stage 0's backward is all in W), so it "
+                    "has no ideal form; use {name}torch, or a profile with every stage's real I and W")
             return self if self.runtime == "ideal" else self.model_copy(update={"runtime": "ideal"})
         if self.runtime == "torch":
             return self
@@ -389,12 +389,12 @@ def parse_costs(text: str) -> tuple[float, float, float]:
     except ValueError:
         values = ()
     if len(values) != 3 or values[0] <= 0 or values[1] <= 0 or values[2] < 0 or not all(map(math.isfinite, values)):
-        raise SchedcError(
-            f"--costs: expected three finite numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {text!r}"
+        raise ParameterError(
+            "costs", f"expected three finite numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {text!r}"
         )
     if not math.isfinite(sum(values)):
-        raise SchedcError(f"--costs {text}: F + I + W is too large to add up (not a finite number); "
-                          "give smaller numbers (they are relative: 1,1,1 is the usual)")
+        raise ParameterError("costs", f"{{name}}{text}: F + I + W is too large to add up (not a finite number); "
+                                      "give smaller numbers (they are relative: 1,1,1 is the usual)")
     return values  # type: ignore[return-value]
 
 
@@ -403,9 +403,9 @@ def parse_comm(text: str) -> Union[float, list[float]]:
     try:
         values = [float(p) for p in text.split(",")]
     except ValueError:
-        raise SchedcError(f"--comm: expected seconds per boundary (e.g. 0.1 or 0.1,0.2), got {text!r}")
+        raise ParameterError("comm", f"expected seconds per boundary (e.g. 0.1 or 0.1,0.2), got {text!r}")
     if any(v < 0 or not math.isfinite(v) for v in values):
-        raise SchedcError(f"--comm: communication times must be finite and >= 0, got {text!r}")
+        raise ParameterError("comm", f"communication times must be finite and >= 0, got {text!r}")
     return values[0] if len(values) == 1 else values
 
 

@@ -47,9 +47,9 @@ def check_count(value: int, limit: int, what: str, option: str = "") -> None:
 
 
 def check_schedule_size(n_stages: int, n_microbatches: int, n_ranks: int | None = None) -> None:
-    """Raise SchedcError when ``--stages``/``--mb``/``--ranks`` ask for a schedule schedc could not
-    read back or check (each bound above; at most ``MAX_ACTIONS`` actions in all)."""
-    from schedc.errors import SchedcError
+    """Raise a ParameterError when ``stages``/``microbatches``/``ranks`` ask for a schedule schedc
+    could not read back or check (each bound above; at most ``MAX_ACTIONS`` actions in all)."""
+    from schedc.errors import ParameterError
 
     check_count(n_stages, MAX_STAGES, "stages", "--stages")
     check_count(n_microbatches, MAX_MICROBATCHES, "microbatches", "--mb")
@@ -57,5 +57,6 @@ def check_schedule_size(n_stages: int, n_microbatches: int, n_ranks: int | None 
         check_count(n_ranks, MAX_RANKS, "ranks", "--ranks")
     actions = 3 * n_stages * n_microbatches  # F, I and W of every stage and microbatch
     if actions > MAX_ACTIONS:
-        raise SchedcError(f"--stages {n_stages} --mb {n_microbatches} make {actions:,} actions, more than schedc "
-                          f"handles (at most {MAX_ACTIONS:,}); use fewer stages or microbatches")
+        raise ParameterError("microbatches", f"{{name:stages}}{n_stages} {{name}}{n_microbatches} make {actions:,} "
+                                             f"actions, more than schedc handles (at most {MAX_ACTIONS:,}); use "
+                                             "fewer stages or microbatches")

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Callable, Optional, Union
 
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, python_spelling
 from schedc.plan.certificate import _certified_bounds
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.comparisons import compare_splits, torchtitan_rows
@@ -30,6 +30,7 @@ FINAL_END = 0.9  # of the time limit: the final compile ends here when the least
 TAIL_SHARE = 0.03  # of the time limit, kept for the comparisons and the report
 
 
+@python_spelling
 def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, MemoryLimit] = "80GiB",
          placement: str = "auto", objective: str = "makespan", time_limit: float = 60.0,
          progress: Optional[Callable[[str], None]] = None, seed: int = 0, source: str = "profile",
@@ -87,7 +88,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     (6, 2, True)
     """
     if budget not in ("time", "work"):
-        raise SchedcError(f"--budget must be time or work, got {budget!r}")
+        raise ParameterError("budget", f"{{param}} must be time or work, got {budget!r}")
     if budget == "work" and not _counting_work():
         return _on_work_clock(plan, time_limit, profile=profile, ranks=ranks, microbatches=microbatches,
                               memory=memory, placement=placement, objective=objective, progress=progress, seed=seed,

@@ -16,7 +16,7 @@ import math
 
 from schedc.core.cost_model import fits
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.plan.clock import _charge
 
 
@@ -91,9 +91,9 @@ def no_partition_holds(profile: Profile, searches, ranks: int, microbatches: int
             if counts and min(counts) >= 1:
                 need = max(problem_for(profile, counts, pl, ranks, microbatches, none, objective).costs.least_caps)
                 tried.append((need, pl, list(counts)))
-    message = (f"--memory {limit}: no partition the search reached holds one microbatch on every rank once its "
+    message = (f"{{name}}{limit}: no partition the search reached holds one microbatch on every rank once its "
                "receive buffers, the reserve and transients are counted")
     if tried:
         need, pl, counts = min(tried, key=lambda t: t[0])
-        message += f"; --memory {_round_up_bytes(need)} fits the split {counts} ({pl})"
-    return SchedcError(message)
+        message += f"; {{name}}{_round_up_bytes(need)} fits the split {counts} ({pl})"
+    return ParameterError("memory", message)

@@ -19,7 +19,7 @@ from typing import Union
 from schedc.core import limits
 from schedc.core.cost_model import fits, least_need, one_microbatch_need
 from schedc.core.costs import MemoryLimit, Profile, format_bytes
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for
 from schedc.core.tolerances import REL
 
@@ -31,24 +31,25 @@ def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
     """A byte size or none; ``Kp`` is relative to one partition's 1F1B and means nothing here."""
     limit = memory if isinstance(memory, MemoryLimit) else MemoryLimit.parse(memory)
     if limit.kind == "relative":
-        raise SchedcError(f"--memory {limit}: Kp is relative to 1F1B on a fixed partition, and plan moves the "
-                          "partition; give the GPU's memory in bytes, e.g. --memory 80GiB")
+        raise ParameterError("memory", f"{{name}}{limit}: Kp is relative to 1F1B on a fixed partition, and plan "
+                                       "moves the partition; give the GPU's memory in bytes, e.g. {name}80GiB")
     return limit
 
 
 def _check_arguments(ranks: int, microbatches: int, placement: str, objective: str, time_limit: float) -> None:
-    for ok, message in ((ranks >= 1, f"--ranks must be >= 1, got {ranks}"),
-                        (microbatches >= 1, f"--mb must be >= 1, got {microbatches}"),
-                        (placement in PLAN_PLACEMENTS,
-                         f"--placement must be one of {', '.join(PLAN_PLACEMENTS)}, got {placement!r}"),
-                        (objective in ("makespan", "span"), f"--objective must be makespan or span, got {objective!r}")):
+    for ok, param, message in ((ranks >= 1, "ranks", f"{{param}} must be >= 1, got {ranks}"),
+                               (microbatches >= 1, "microbatches", f"{{param}} must be >= 1, got {microbatches}"),
+                               (placement in PLAN_PLACEMENTS, "placement",
+                                f"{{param}} must be one of {', '.join(PLAN_PLACEMENTS)}, got {placement!r}"),
+                               (objective in ("makespan", "span"), "objective",
+                                f"{{param}} must be makespan or span, got {objective!r}")):
         if not ok:
-            raise SchedcError(message)
+            raise ParameterError(param, message)
     if not time_limit or not 0 < time_limit < math.inf:
-        raise SchedcError(f"--time-limit must be a finite number of seconds > 0, got {time_limit}")
+        raise ParameterError("time_limit", f"{{param}} must be a finite number of seconds > 0, got {time_limit}")
     if time_limit < limits.MIN_TIME_LIMIT:
-        raise SchedcError(f"--time-limit {time_limit:g} is shorter than any plan takes; give --time-limit "
-                          f"{limits.MIN_TIME_LIMIT:g} or more (5 for a quick answer)")
+        raise ParameterError("time_limit", f"{{name}}{time_limit:g} is shorter than any plan takes; give "
+                                           f"{{name}}{limits.MIN_TIME_LIMIT:g} or more (5 for a quick answer)")
 
 
 def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
@@ -73,10 +74,10 @@ def _check_units_fit(profile: Profile, cap: float, limit: MemoryLimit, source: s
             names = ", ".join(unit.modules) if unit.modules else "no module names"
             static = executed.stages[k].static_bytes
             reserve = f" + reserve {format_bytes(executed.reserve_bytes)}" if executed.reserve_bytes else ""
-            raise SchedcError(f"{source}: unit {k} ({names}) alone needs {format_bytes(need)} (static "
-                              f"{format_bytes(static)}{reserve} + one microbatch "
-                              f"{format_bytes(one_microbatch_need(executed, [k]))}) but --memory is {limit}; "
-                              f"the smallest cap it fits is --memory {_round_up_bytes(need)}")
+            raise ParameterError("memory", f"{source}: unit {k} ({names}) alone needs {format_bytes(need)} (static "
+                                           f"{format_bytes(static)}{reserve} + one microbatch "
+                                           f"{format_bytes(one_microbatch_need(executed, [k]))}) but {{param}} is "
+                                           f"{limit}; the smallest cap it fits is {{name}}{_round_up_bytes(need)}")
 
 
 def _round_up_bytes(n: float) -> str:

@@ -16,7 +16,7 @@ import math
 
 from schedc.core.costs import format_bytes
 from schedc.core.cost_model import fits
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError
 from schedc.core.partition import even_counts, min_cap, n_stages_for, partition_bound, torchtitan_default_counts
 from schedc.plan.clock import _now, stop_requested
 from schedc.plan.handmade import _balanced, _hand_made_shapes, best_hand_made
@@ -41,9 +41,9 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
             if len(placements) == 1 or pl == placements[-1] and not searches:
                 caps = {p: min_cap(units, p, ranks)[0] for p in placements}
                 best = min(caps, key=caps.get)
-                raise SchedcError(f"--memory {limit}: no partition of the {profile.n_stages} units onto {ranks} ranks "
-                                  f"({' or '.join(placements)}) fits; the smallest cap that does is "
-                                  f"--memory {_round_up_bytes(caps[best])} ({best})")
+                raise ParameterError("memory", f"{{name}}{limit}: no partition of the {profile.n_stages} units onto "
+                                               f"{ranks} ranks ({' or '.join(placements)}) fits; the smallest cap "
+                                               f"that does is {{name}}{_round_up_bytes(caps[best])} ({best})")
             notes.append(f"placement {pl}: no partition fits under {limit} (needs {format_bytes(need)})")
             continue
         pb = partition_bound(profile, ranks, microbatches, cap, pl, objective)
@@ -52,7 +52,7 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
             f"{pb.counts}")
         searches.append((pl, pb))
     if not searches:
-        raise SchedcError(f"--memory {limit}: no placement fits")
+        raise ParameterError("memory", f"{{name}}{limit}: no placement fits")
     return searches, bounds
 
 

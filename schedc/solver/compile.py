@@ -104,7 +104,7 @@ from schedc._version import __version__
 from schedc.choices import Solver, Status
 from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.core.diagnose import limiter, same_hand_made
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult
 from schedc.solver import interrupt
@@ -228,7 +228,7 @@ def _compile(problem, time_limit, solver, progress, seed, warm) -> CompileResult
     graph = graph_of(problem)
     problem = graph.problem
     if not time_limit or time_limit <= 0:
-        raise SchedcError(f"--time-limit must be > 0 seconds, got {time_limit}")
+        raise ParameterError("time_limit", f"{{param}} must be > 0 seconds, got {time_limit}")
     check_size(problem.n_stages, problem.n_microbatches)
     n = n_actions(problem.n_stages, problem.n_microbatches)
     check_time_limit(n, time_limit)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from schedc.core import limits
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.solver import interrupt
 
 # The largest compile is the largest schedule schedc reads back (schedc.core.limits, one number for
@@ -191,9 +191,9 @@ def check_size(n_stages: int, n_microbatches: int) -> None:
         raise SchedcError(f"{n_stages} stages is more than schedc compiles: at most {MAX_ACTIONS:,} actions "
                           f"(3 x stages x microbatches), so at most {MAX_ACTIONS // 3:,} stages")
     if n > MAX_ACTIONS:
-        raise SchedcError(
-            f"{n_stages} stages x {n_microbatches} microbatches is {n:,} actions; schedc compiles up to "
-            f"{MAX_ACTIONS:,} (3 x stages x microbatches): use fewer microbatches per step (e.g. --mb "
+        raise ParameterError(
+            "microbatches", f"{n_stages} stages x {n_microbatches} microbatches is {n:,} actions; schedc compiles "
+            f"up to {MAX_ACTIONS:,} (3 x stages x microbatches): use fewer microbatches per step (e.g. {{name}}"
             f"{max(1, MAX_ACTIONS // (3 * n_stages))}) and accumulate gradients over several steps")
 
 
@@ -203,6 +203,6 @@ def check_time_limit(n: int, time_limit: float) -> None:
     floor = FLOOR_START_SECONDS + n * FLOOR_SECONDS_PER_ACTION
     if floor > 1.1 * time_limit + 2.0:
         need = math.ceil((floor - 2.0) / 1.1)
-        raise SchedcError(f"--time-limit {time_limit:g} is too short for {n:,} actions: one hand-made schedule, "
-                          f"its simulation, the report and the CSV take about {floor:.0f} s; give --time-limit "
-                          f"{need} or more, or fewer microbatches per step")
+        raise ParameterError("time_limit", f"{{name}}{time_limit:g} is too short for {n:,} actions: one hand-made "
+                                           f"schedule, its simulation, the report and the CSV take about {floor:.0f} "
+                                           f"s; give {{name}}{need} or more, or fewer microbatches per step")

@@ -14,7 +14,7 @@ from typing import Optional, Sequence, Union
 
 from schedc.core.cost_model import CostModel
 from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import make_placement, placement_name
 from schedc.solver.deadline import check_size
 
@@ -101,35 +101,35 @@ class Problem:
         runtime: str = DEFAULT_RUNTIME,
     ) -> "Problem":
         if n_stages < 1:
-            raise SchedcError(f"n_stages (--stages) must be >= 1, got {n_stages}")
+            raise ParameterError("stages", f"{{param}} must be >= 1, got {n_stages}")
         if n_microbatches < 1:
-            raise SchedcError(f"n_microbatches (--mb) must be >= 1, got {n_microbatches}")
+            raise ParameterError("microbatches", f"{{param}} must be >= 1, got {n_microbatches}")
         check_size(n_stages, n_microbatches)  # before a profile of that many stages is built
         if objective not in OBJECTIVES:
-            raise SchedcError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+            raise ParameterError("objective", f"{{param}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         if isinstance(placement, str):
             if n_ranks is None:
                 n_ranks = n_stages // 2 if placement == "v" else n_stages
             if n_ranks < 1 or n_stages % n_ranks:
-                raise SchedcError(f"n_stages (--stages, {n_stages}) must be a multiple of n_ranks (--ranks, {n_ranks})")
+                raise ParameterError("ranks", f"{{name:stages}}{n_stages} must be a multiple of {{name}}{n_ranks}")
             if placement == "v" and n_stages % (2 * n_ranks):
                 raise SchedcError(f"V placement needs an even number of stages per rank; got {n_stages} stages on {n_ranks} ranks")
             try:
                 placement = make_placement(placement, n_stages, n_ranks)
             except ValueError as e:
-                raise SchedcError(f"--placement: {e}")
+                raise ParameterError("placement", str(e))
         placement = tuple(int(r) for r in placement)
         if len(placement) != n_stages:
-            raise SchedcError(f"placement names {len(placement)} stages but n_stages (--stages) is {n_stages}")
+            raise ParameterError("placement", f"{{param}} names {len(placement)} stages but {{param:stages}} is {n_stages}")
         ranks_used = sorted(set(placement))
         if ranks_used != list(range(len(ranks_used))):
             raise SchedcError(f"placement {list(placement)} must use ranks 0..R-1 without gaps")
         if n_ranks is not None and len(ranks_used) != n_ranks:
-            raise SchedcError(f"placement uses {len(ranks_used)} ranks but n_ranks (--ranks) is {n_ranks}")
+            raise ParameterError("placement", f"{{param}} uses {len(ranks_used)} ranks but {{param:ranks}} is {n_ranks}")
         if profile is None:
             profile = Profile.uniform(n_stages)
         if profile.n_stages != n_stages:
-            raise SchedcError(f"the profile describes {profile.n_stages} stages but n_stages (--stages) is {n_stages}")
+            raise ParameterError("stages", f"the profile describes {profile.n_stages} stages but {{param}} is {n_stages}")
         if isinstance(memory, str):
             memory = MemoryLimit.parse(memory)
         problem = cls(given_profile=profile, placement=placement, n_microbatches=n_microbatches, memory=memory,

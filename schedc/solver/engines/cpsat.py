@@ -76,7 +76,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from schedc.choices import Status
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult, simulate
 from schedc.solver import interrupt
@@ -150,9 +150,9 @@ def import_cp_model():
             # OR-Tools >= 9.12 ships its own libhighs.so.1: a HiGHS built as a shared library
             # elsewhere on the loader's path (not highspy's wheels, which link it in) can bind
             # one to the other's symbols
-            raise SchedcError("--solver cpsat: OR-Tools does not load beside another HiGHS library in this "
-                              f"process ({e}); pip install --upgrade ortools highspy") from None
-        raise SchedcError("--solver cpsat: OR-Tools is not installed (pip install 'schedc[cpsat]')") from None
+            raise ParameterError("solver", "{name}cpsat: OR-Tools does not load beside another HiGHS library in "
+                                           f"this process ({e}); pip install --upgrade ortools highspy") from None
+        raise ParameterError("solver", "{name}cpsat: OR-Tools is not installed (pip install 'schedc[cpsat]')") from None
     return cp_model
 
 

@@ -49,7 +49,7 @@ from typing import Optional, Union
 
 from schedc.core.cost_model import fits_room
 from schedc.core.costs import format_amount, format_bytes, p_needed
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Action, Schedule
 from schedc.solver.bounds.chains import lower_bound
 from schedc.core.simulate import simulate
@@ -119,10 +119,10 @@ def check_memory_feasible(problem: Problem) -> None:
         def amount(x: float) -> str:  # bytes when asked in bytes; --costs memory has no bytes
             return format_bytes(x) if problem.memory.kind == "bytes" else format_amount(x, problem.profile)
 
-        raise SchedcError(
-            f"--memory {problem.memory}: rank {r} needs {amount(need[r])} to hold one microbatch "
+        raise ParameterError(
+            "memory", f"{{name}}{problem.memory}: rank {r} needs {amount(need[r])} to hold one microbatch "
             f"of its stages {problem.stages_of(r)} but the cap is {amount(caps[r])}; "
-            f"the smallest limit that works is --memory {min_memory_limit(problem)}"
+            f"the smallest limit that works is {{name}}{min_memory_limit(problem)}"
         )
 
 

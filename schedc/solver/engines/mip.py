@@ -590,18 +590,20 @@ def mip_start(m: OrderModel, incumbent_value: float) -> dict[str, float]:
 def available_solver(name: Optional[str] = None) -> str:
     """'highs' when highspy is importable (or asked for), else 'cbc' (COIN_CMD on the binary
     schedc.solver.pulp_compat finds: PuLP 4 bundles none)."""
-    from schedc.errors import SchedcError
+    from schedc.errors import ParameterError, SchedcError
 
     if name not in (None, "highs", "cbc"):
         raise ValueError(f"solver must be 'highs' or 'cbc', got {name!r}")
     highs_ok = highs_available()
     if name == "highs" and not highs_ok:
-        raise SchedcError("--solver highs: highspy is not installed (pip install highspy), or use --solver cbc")
+        raise ParameterError("solver", "{name}highs: highspy is not installed (pip install highspy), or use {name}cbc")
     if name == "highs" or (name is None and highs_ok):
         return "highs"
     if cbc_executable() is None:
-        flag = "--solver cbc" if name == "cbc" else "the integer program"
-        raise SchedcError(f"{flag}: no MIP solver found: pip install highspy (or 'pulp[cbc]' for CBC)")
+        detail = "no MIP solver found: pip install highspy (or 'pulp[cbc]' for CBC)"
+        if name == "cbc":
+            raise ParameterError("solver", "{name}cbc: " + detail)
+        raise SchedcError(f"the integer program: {detail}")
     return "cbc"
 
 

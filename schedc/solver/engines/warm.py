@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from schedc.choices import Status
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Schedule, v_placement
 from schedc.core.simulate import SimResult, simulate
 from schedc.solver import interrupt
@@ -232,10 +232,10 @@ def _or_last_resort(g: Graph, best: Optional[tuple[Schedule, SimResult, str]]) -
     if best is None and interrupt.requested():
         raise KeyboardInterrupt
     if best is None:
-        raise SchedcError(
-            f"no schedule that fits --memory {problem.memory} was found before the time limit ("
+        raise ParameterError(
+            "time_limit", f"no schedule that fits {{name:memory}}{problem.memory} was found before the time limit ("
             f"{problem.n_stages} stages x {problem.n_microbatches} microbatches; no hand-made schedule fits): "
-            f"give a longer --time-limit")
+            f"give a longer {{param}}")
     return best
 
 
