@@ -2,6 +2,7 @@
 lives in one place (issue 37, item 5)."""
 
 import json
+import re
 
 import pytest
 
@@ -129,3 +130,80 @@ def test_new_front_door_functions_are_keyword_only_after_their_subject():
         assert all(p.kind is p.KEYWORD_ONLY for p in params[subject:])
     with pytest.raises(schedc.SchedcError, match=r"^impl: must be one of 'hf', 'torchtitan', 'paper'; got 'jax'$"):
         schedc.count_profile({"layers": 2, "hidden": 64, "vocab": 100}, seq=8, impl="jax")
+
+
+def _units(tmp_path):
+    from schedc.library import transformer_profile
+
+    units = transformer_profile(6, layers=6, hidden=256, vocab=32000, seq=256)
+    units.save(tmp_path / "units.json")
+    return units
+
+
+def _torch_costs(tmp_path):
+    prof = schedc.Profile.uniform(2).executed("torch")  # stage 0's backward all in W: no ideal form
+    prof.save(tmp_path / "torch.json")
+    return prof
+
+
+# (keyword, the call through schedc, its command, what Python reads, what the command prints): a
+# check deep below each front door (core, solver, plan) that names its parameter
+_SPELLINGS = [
+    ("microbatches", lambda tmp: schedc.baseline("1f1b", stages=4, microbatches=3),
+     ["baseline", "1f1b", "--stages", "4", "--mb", "3"],
+     "1f1b needs microbatches >= stages (4)", "1f1b needs --mb >= --stages (4)"),
+    ("ranks", lambda tmp: schedc.baseline("zb-v", stages=8, microbatches=8, ranks=2),
+     ["baseline", "zb-v", "--stages", "8", "--mb", "8", "--ranks", "2"],
+     "ranks: zb-v needs exactly 2 stages per rank", "--ranks: zb-v needs exactly 2 stages per rank"),
+    ("placement", lambda tmp: schedc.baseline("zb-v", stages=4, microbatches=4, placement="loop"),
+     ["baseline", "zb-v", "--stages", "4", "--mb", "4", "--placement", "loop"],
+     "not loop; drop placement or", "not loop; drop --placement or"),
+    ("ranks", lambda tmp: schedc.compile(stages=5, microbatches=4, ranks=2, time_limit=2),
+     ["compile", "--stages", "5", "--mb", "4", "--ranks", "2", "--time-limit", "2"],
+     "stages=5 must be a multiple of ranks=2", "--stages 5 must be a multiple of --ranks 2"),
+    ("microbatches", lambda tmp: schedc.compile(stages=4, microbatches=100_000, time_limit=2),
+     ["compile", "--stages", "4", "--mb", "100000", "--time-limit", "2"],
+     "stages=4 microbatches=100000 make 1,200,000 actions", "--stages 4 --mb 100000 make 1,200,000 actions"),
+    ("memory", lambda tmp: schedc.compile(stages=4, microbatches=8, memory="0.1p", time_limit=2),
+     ["compile", "--stages", "4", "--mb", "8", "--memory", "0.1p", "--time-limit", "2"],
+     "memory=0.1p: rank 0 needs", "smallest limit that works is --memory 0.25p"),
+    ("execution", lambda tmp: schedc.compile(stages=2, microbatches=4, profile=_torch_costs(tmp), execution="ideal",
+                                             time_limit=2),
+     ["compile", "--stages", "2", "--mb", "4", "--profile", "torch.json", "--runtime", "ideal", "--time-limit", "2"],
+     "execution: this profile follows torch's runtime", "no ideal form; use --runtime torch"),
+    ("memory", lambda tmp: schedc.plan(profile=_units(tmp), ranks=2, microbatches=4, memory="1p", time_limit=4),
+     ["plan", "--profile", "units.json", "--ranks", "2", "--mb", "4", "--memory", "1p", "--time-limit", "4"],
+     "memory=1p: Kp is relative to 1F1B", "--memory 1p: Kp is relative to 1F1B"),
+    ("memory", lambda tmp: schedc.plan(profile=_units(tmp), ranks=2, microbatches=4, memory="1KiB", time_limit=4),
+     ["plan", "--profile", "units.json", "--ranks", "2", "--mb", "4", "--memory", "1KiB", "--time-limit", "4"],
+     "but memory is 1.00KiB; the smallest cap it fits is memory=156.25MiB",
+     "but --memory is 1.00KiB; the smallest cap it fits is --memory 156.25MiB"),
+    ("memory", lambda tmp: schedc.plan(profile=_units(tmp), ranks=2, microbatches=4, memory="210MiB", placement="v",
+                                       time_limit=4),
+     ["plan", "--profile", "units.json", "--ranks", "2", "--mb", "4", "--memory", "210MiB", "--placement", "v",
+      "--time-limit", "4"],
+     "memory=210.00MiB: no partition of the 6 units", "--memory 210.00MiB: no partition of the 6 units"),
+    ("time_limit", lambda tmp: schedc.plan(profile=_units(tmp), ranks=2, microbatches=4, time_limit=1e-9),
+     ["plan", "--profile", "units.json", "--ranks", "2", "--mb", "4", "--memory", "80GiB", "--time-limit", "1e-9"],
+     "time_limit=1e-09 is shorter than any plan takes; give time_limit=0.1",
+     "--time-limit 1e-09 is shorter than any plan takes; give --time-limit 0.1"),
+]
+
+
+@pytest.mark.parametrize("keyword,call,argv,python,command", _SPELLINGS,
+                         ids=[f"{row[2][0]}-{row[0]}-{i}" for i, row in enumerate(_SPELLINGS)])
+def test_a_check_below_the_front_door_names_the_keyword_in_python_and_the_flag_on_the_command_line(
+        tmp_path, monkeypatch, capsys, keyword, call, argv, python, command):
+    from schedc.errors import cli_flag
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(schedc.SchedcError) as e:
+        call(tmp_path)
+    said = str(e.value)
+    assert python in said and "--" not in said
+    assert re.search(rf"(^|\W){keyword}[:= ]", said)  # the keyword the caller passed, as they passed it
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"schedc {argv[0]}: error: ") and err.count("\n") == 1
+    assert command in err and cli_flag(keyword) in err
+    assert not any(p.suffix in (".csv", ".png") for p in tmp_path.iterdir())  # refused before any output
