@@ -48,6 +48,11 @@ class ParameterError(SchedcError):
         """The same error, naming the keyword argument instead of the flag."""
         return ParameterError(self.param, self.detail, flag=self.flag, python=True)
 
+    def __reduce__(self):  # pickled (a worker process's error, copy.copy) as what it was built from
+        import functools
+
+        return functools.partial(ParameterError, flag=self.flag, python=self.python), (self.param, self.detail)
+
 
 def python_spelling(function):
     """A :class:`ParameterError` raised anywhere below `function` names the keyword argument

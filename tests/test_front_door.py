@@ -207,3 +207,15 @@ def test_a_check_below_the_front_door_names_the_keyword_in_python_and_the_flag_o
     assert err.startswith(f"schedc {argv[0]}: error: ") and err.count("\n") == 1
     assert command in err and cli_flag(keyword) in err
     assert not any(p.suffix in (".csv", ".png") for p in tmp_path.iterdir())  # refused before any output
+
+
+def test_a_parameter_error_keeps_its_spelling_through_pickle():
+    import pickle
+
+    from schedc.errors import ParameterError
+
+    for e in (ParameterError("microbatches", "{name:stages}4 {name}9 is too many"),
+              ParameterError("memory", "give {name}none").for_python()):
+        back = pickle.loads(pickle.dumps(e))  # a worker process's error reaches its parent whole
+        assert (type(back), str(back), back.python) == (ParameterError, str(e), e.python)
+    assert str(ParameterError("microbatches", "{name:stages}4 {name}9 is too many")) == "--stages 4 --mb 9 is too many"
