@@ -29,7 +29,7 @@ from schedc.core.baselines import BASELINE_NAMES, make_baseline
 from schedc.choices import (Budget, CountedDevice, Execution, Implementation, Objective, Placement, PlacementName, Solver,
                             Status, UnitNames, check_choice)
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.errors import ParameterError, SchedcError, python_spelling as _python_spelling
+from schedc.errors import ParameterError, SchedcError, literal, python_spelling as _python_spelling
 from schedc.core.ir import Schedule
 from schedc.results import Compiled, Report, Simulation, _BaselineSchedules
 
@@ -646,7 +646,7 @@ def read_report(csv_path: PathLike) -> Report:
 
 def _check_count(parameter: str, value: Any, flag: str = "", least: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ParameterError(parameter, f"must be an integer >= 1; got {value!r}", flag=flag)
+        raise ParameterError(parameter, f"must be an integer >= 1; got {literal(repr(value))}", flag=flag)
 
 
 def _check_sizes(stages: Any, microbatches: Any, ranks: Any) -> None:
@@ -667,7 +667,7 @@ def _check_time_limit(time_limit: Any) -> None:
 
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 < time_limit < math.inf:
         raise ParameterError("time_limit", f"must be a finite number of seconds > 0 (e.g. {{name}}60, or "
-                                           f"{{name}}3600 for a long search); got {time_limit!r}")
+                                           f"{{name}}3600 for a long search); got {literal(repr(time_limit))}")
     if time_limit < MIN_TIME_LIMIT:  # less than building the least problem takes: nothing is searched
         raise ParameterError("time_limit", f"{time_limit:g} s is shorter than any compile takes; give "
                                            f"{{name}}{MIN_TIME_LIMIT:g} or more (1 for a quick answer)")

@@ -27,13 +27,17 @@ class ParameterError(SchedcError):
     ``{param:P}`` name another parameter P the same two ways (``{name:stages}`` is ``--stages ``
     / ``stages=``), its flag from :data:`FLAGS` or ``--P``. A detail that names its own parameter
     in place (it holds ``{param}``, or opens with a placeholder) is the whole message, with no
-    ``PARAM:`` before it (``{name}1e-09 is shorter ...``, ``1f1b needs {param} >= {param:stages}``)."""
+    ``PARAM:`` before it (``{name}1e-09 is shorter ...``, ``1f1b needs {param} >= {param:stages}``).
+    A value from the user or a file goes in through :func:`literal`, so that its braces are shown,
+    not read as placeholders."""
 
     def __init__(self, param: str, detail: str, *, flag: str = "", python: bool = False):
         self.param, self.detail, self.python = param, detail, python
         self.flag = flag or cli_flag(param)  # the CLI's spelling when not --PARAM (--mb)
 
         def spell(m: "re.Match[str]") -> str:
+            if not m.group(1):  # {{ or }}: a brace of a value (literal)
+                return m.group()[0]
             other = m.group(2) or param
             head = other if python else (self.flag if other == param else cli_flag(other))
             if m.group(1) == "param":
@@ -41,7 +45,8 @@ class ParameterError(SchedcError):
             return f"{head}=" if python else f"{head} "
 
         text = _PLACEHOLDER.sub(spell, detail)
-        whole = "{param}" in detail or _PLACEHOLDER.match(detail) is not None
+        found = [m for m in _PLACEHOLDER.finditer(detail) if m.group(1)]
+        whole = any(m.group(1) == "param" and not m.group(2) for m in found) or bool(found and found[0].start() == 0)
         super().__init__(text if whole else f"{param if python else self.flag}: {text}")
 
     def for_python(self) -> "ParameterError":
@@ -75,7 +80,13 @@ FLAGS = {"microbatches": "--mb", "execution": "--runtime"}
 """The command-line flag of each Python parameter not spelt ``--PARAM`` (``time_limit`` is
 ``--time-limit``)."""
 
-_PLACEHOLDER = re.compile(r"\{(name|param)(?::([a-z_]+))?\}")
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(name|param)(?::([a-z_]+))?\}")
+
+
+def literal(value: Any) -> str:
+    """`value` (typed by the user or read from a file) as text for a :class:`ParameterError`'s
+    detail: its braces doubled, so a value ``{param}`` is shown as typed, not spelt as a flag."""
+    return str(value).replace("{", "{{").replace("}", "}}")
 
 
 def cli_flag(param: str) -> str:

@@ -219,3 +219,11 @@ def test_a_parameter_error_keeps_its_spelling_through_pickle():
         back = pickle.loads(pickle.dumps(e))  # a worker process's error reaches its parent whole
         assert (type(back), str(back), back.python) == (ParameterError, str(e), e.python)
     assert str(ParameterError("microbatches", "{name:stages}4 {name}9 is too many")) == "--stages 4 --mb 9 is too many"
+
+
+def test_a_value_that_looks_like_a_placeholder_is_shown_as_typed(capsys):
+    with pytest.raises(schedc.SchedcError, match=r"^memory: expected Kp .*, got '\{param\}'$"):
+        schedc.compile(stages=2, microbatches=2, memory="{param}")
+    assert cli.main(["compile", "--stages", "2", "--mb", "2", "--costs", "{name}"]) == 2
+    assert capsys.readouterr().err.endswith("error: --costs: expected three finite numbers F,I,W with F>0, I>0, "
+                                            "W>=0 (e.g. 1,1,1), got '{name}'\n")

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from schedc.errors import ParameterError, SchedcError
+from schedc.errors import ParameterError, SchedcError, literal
 from schedc.core.ir import Action, Cell, Overlap, Schedule, loop_placement, v_placement
 
 
@@ -134,7 +134,7 @@ def make_baseline(
     r = _ranks_for(info, n, n_ranks)
     v = n // r
     if placement is not None and placement not in ("loop", "v"):
-        raise ParameterError("placement", f"{canonical}: {{param}} must be loop or v, got {placement!r}")
+        raise ParameterError("placement", f"{canonical}: {{param}} must be loop or v, got {literal(repr(placement))}")
     if placement is not None and placement != info.placement and v > 1:
         raise ParameterError(
             "placement", f"{canonical} uses {info.placement} placement, not {placement}; drop {{param}}"

@@ -53,7 +53,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schedc.core import limits
-from schedc.errors import ParameterError, SchedcError
+from schedc.errors import ParameterError, SchedcError, literal
 
 PROFILE_FORMAT = "schedc.profile/v1"
 RUNTIMES = ("torch", "ideal")
@@ -276,7 +276,7 @@ class Profile(BaseModel):
         already follows, else torch's."""
         runtime = runtime or self.runtime or DEFAULT_RUNTIME
         if runtime not in RUNTIMES:
-            raise ParameterError("execution", f"{{param}} must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+            raise ParameterError("execution", f"{{param}} must be one of {', '.join(RUNTIMES)}, got {literal(repr(runtime))}")
         if runtime == "ideal":
             if self.runtime == "torch":
                 raise ParameterError(
@@ -390,7 +390,7 @@ def parse_costs(text: str) -> tuple[float, float, float]:
         values = ()
     if len(values) != 3 or values[0] <= 0 or values[1] <= 0 or values[2] < 0 or not all(map(math.isfinite, values)):
         raise ParameterError(
-            "costs", f"expected three finite numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {text!r}"
+            "costs", f"expected three finite numbers F,I,W with F>0, I>0, W>=0 (e.g. 1,1,1), got {literal(repr(text))}"
         )
     if not math.isfinite(sum(values)):
         raise ParameterError("costs", f"{{name}}{text}: F + I + W is too large to add up (not a finite number); "
@@ -403,7 +403,7 @@ def parse_comm(text: str) -> Union[float, list[float]]:
     try:
         values = [float(p) for p in text.split(",")]
     except ValueError:
-        raise ParameterError("comm", f"expected seconds per boundary (e.g. 0.1 or 0.1,0.2), got {text!r}")
+        raise ParameterError("comm", f"expected seconds per boundary (e.g. 0.1 or 0.1,0.2), got {literal(repr(text))}")
     if any(v < 0 or not math.isfinite(v) for v in values):
         raise ParameterError("comm", f"communication times must be finite and >= 0, got {text!r}")
     return values[0] if len(values) == 1 else values
@@ -439,7 +439,7 @@ class MemoryLimit(BaseModel):
         m = re.fullmatch(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)(p|[kmgt]?i?b?)", t) if len(t) <= 10000 else None
         if m is None:
             raise ParameterError("memory", f"expected Kp (e.g. 1p, 1.5p), a size (e.g. 80GiB, 80G, 80GB) or "
-                                           f"'none', got {shown(text)}")
+                                           f"'none', got {literal(shown(text))}")
         number, unit = float(m.group(1)), m.group(2)
         if unit in ("", "i"):
             raise ParameterError("memory", f"{shown(text)} has no unit: give Kp (1F1B's need times K, e.g. "

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Callable, Optional, Union
 
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.errors import ParameterError, python_spelling
+from schedc.errors import ParameterError, literal, python_spelling
 from schedc.plan.certificate import _certified_bounds
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.comparisons import compare_splits, torchtitan_rows
@@ -88,7 +88,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     (6, 2, True)
     """
     if budget not in ("time", "work"):
-        raise ParameterError("budget", f"{{param}} must be time or work, got {budget!r}")
+        raise ParameterError("budget", f"{{param}} must be time or work, got {literal(repr(budget))}")
     if budget == "work" and not _counting_work():
         return _on_work_clock(plan, time_limit, profile=profile, ranks=ranks, microbatches=microbatches,
                               memory=memory, placement=placement, objective=objective, progress=progress, seed=seed,

@@ -19,7 +19,7 @@ from typing import Union
 from schedc.core import limits
 from schedc.core.cost_model import fits, least_need, one_microbatch_need
 from schedc.core.costs import MemoryLimit, Profile, format_bytes
-from schedc.errors import ParameterError, SchedcError
+from schedc.errors import ParameterError, SchedcError, literal
 from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for
 from schedc.core.tolerances import REL
 
@@ -40,9 +40,9 @@ def _check_arguments(ranks: int, microbatches: int, placement: str, objective: s
     for ok, param, message in ((ranks >= 1, "ranks", f"{{param}} must be >= 1, got {ranks}"),
                                (microbatches >= 1, "microbatches", f"{{param}} must be >= 1, got {microbatches}"),
                                (placement in PLAN_PLACEMENTS, "placement",
-                                f"{{param}} must be one of {', '.join(PLAN_PLACEMENTS)}, got {placement!r}"),
+                                f"{{param}} must be one of {', '.join(PLAN_PLACEMENTS)}, got {literal(repr(placement))}"),
                                (objective in ("makespan", "span"), "objective",
-                                f"{{param}} must be makespan or span, got {objective!r}")):
+                                f"{{param}} must be makespan or span, got {literal(repr(objective))}")):
         if not ok:
             raise ParameterError(param, message)
     if not time_limit or not 0 < time_limit < math.inf:
@@ -74,7 +74,7 @@ def _check_units_fit(profile: Profile, cap: float, limit: MemoryLimit, source: s
             names = ", ".join(unit.modules) if unit.modules else "no module names"
             static = executed.stages[k].static_bytes
             reserve = f" + reserve {format_bytes(executed.reserve_bytes)}" if executed.reserve_bytes else ""
-            raise ParameterError("memory", f"{source}: unit {k} ({names}) alone needs {format_bytes(need)} (static "
+            raise ParameterError("memory", f"{literal(source)}: unit {k} ({literal(names)}) alone needs {format_bytes(need)} (static "
                                            f"{format_bytes(static)}{reserve} + one microbatch "
                                            f"{format_bytes(one_microbatch_need(executed, [k]))}) but {{param}} is "
                                            f"{limit}; the smallest cap it fits is {{name}}{_round_up_bytes(need)}")

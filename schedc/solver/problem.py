@@ -14,7 +14,7 @@ from typing import Optional, Sequence, Union
 
 from schedc.core.cost_model import CostModel
 from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
-from schedc.errors import ParameterError, SchedcError
+from schedc.errors import ParameterError, SchedcError, literal
 from schedc.core.ir import make_placement, placement_name
 from schedc.solver.deadline import check_size
 
@@ -106,7 +106,7 @@ class Problem:
             raise ParameterError("microbatches", f"{{param}} must be >= 1, got {n_microbatches}")
         check_size(n_stages, n_microbatches)  # before a profile of that many stages is built
         if objective not in OBJECTIVES:
-            raise ParameterError("objective", f"{{param}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+            raise ParameterError("objective", f"{{param}} must be one of {', '.join(OBJECTIVES)}, got {literal(repr(objective))}")
         if isinstance(placement, str):
             if n_ranks is None:
                 n_ranks = n_stages // 2 if placement == "v" else n_stages
@@ -117,7 +117,7 @@ class Problem:
             try:
                 placement = make_placement(placement, n_stages, n_ranks)
             except ValueError as e:
-                raise ParameterError("placement", str(e))
+                raise ParameterError("placement", literal(e))
         placement = tuple(int(r) for r in placement)
         if len(placement) != n_stages:
             raise ParameterError("placement", f"{{param}} names {len(placement)} stages but {{param:stages}} is {n_stages}")
