@@ -320,11 +320,18 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
             scored.append((found[0], pl, depth, counts, specs, found[1]))
     if not scored:
         return None
-    step, pl, depth, counts, specs, warm = min(scored, key=lambda c: c[0])
-    say(f"[{_now() - t0:6.1f}s] per-stage checkpointing: {len(seen)} candidates, best "
-        f"{runtime_modes(forms, counts, specs)} on {list(counts)} ({pl}), heuristic step {step:.6g}")
-    step, counts, specs, warm = _local_moves(forms, (step, counts, specs, warm), pl, ranks, M, limit, objective,
-                                             t0 + (end - t0) * 0.85, seen)
+    # local moves from the best candidate and from the best global plan's partition (where the
+    # heuristic misjudges a mode, the global plan's own neighbourhood is the safer start)
+    starts = [min(scored, key=lambda c: c[0])] + [c for c in scored if c[2] is None][:1]
+    starts = starts[:1] if starts[-1] is starts[0] else starts
+    climbed = []
+    for k, (step, pl, depth, counts, specs, warm) in enumerate(starts):
+        say(f"[{_now() - t0:6.1f}s] per-stage checkpointing: from {runtime_modes(forms, counts, specs)} on "
+            f"{list(counts)} ({pl}), heuristic step {step:.6g}")
+        until = t0 + (end - t0) * (0.6 + 0.25 * (k + 1) / len(starts))
+        climbed.append((*_local_moves(forms, (step, counts, specs, warm), pl, ranks, M, limit, objective, until,
+                                      seen), pl, depth))
+    step, counts, specs, warm, pl, depth = min(climbed, key=lambda c: c[0])
     problem = problem_for(spec_units(forms, counts, specs), counts, pl, ranks, M, limit, objective)
     compiled = compile_problem(problem, time_limit=max(0.5, end - _now()), warm=warm)
     modes = runtime_modes(forms, counts, specs)
