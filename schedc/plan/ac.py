@@ -331,9 +331,12 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
         until = t0 + (end - t0) * (0.6 + 0.25 * (k + 1) / len(starts))
         climbed.append((*_local_moves(forms, (step, counts, specs, warm), pl, ranks, M, limit, objective, until,
                                       seen), pl, depth))
-    step, counts, specs, warm, pl, depth = min(climbed, key=lambda c: c[0])
-    problem = problem_for(spec_units(forms, counts, specs), counts, pl, ranks, M, limit, objective)
-    compiled = compile_problem(problem, time_limit=max(0.5, end - _now()), warm=warm)
+    done = []  # each start's climb compiled (the heuristic alone can misjudge one mode against another)
+    for k, (step, counts, specs, warm, pl, depth) in enumerate(climbed):
+        problem = problem_for(spec_units(forms, counts, specs), counts, pl, ranks, M, limit, objective)
+        share = max(0.5, (end - _now()) / (len(climbed) - k))
+        done.append((compile_problem(problem, time_limit=share, warm=warm), step, counts, specs, pl, depth))
+    compiled, step, counts, specs, pl, depth = min(done, key=lambda c: c[0].value)
     modes = runtime_modes(forms, counts, specs)
     say(f"[{_now() - t0:6.1f}s] per-stage checkpointing {modes} on {list(counts)}: {compiled.value:.6g}")
     return {"compiled": compiled, "counts": counts, "specs": specs, "modes": modes, "placement": pl,
