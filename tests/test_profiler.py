@@ -216,9 +216,9 @@ def test_bad_counts_are_clear_errors():
         profile_stages([], torch.randn(2, 4))
     with pytest.raises(SchedcError, match="stage 1: expected a torch.nn.Module"):
         profile_stages([nn.Linear(4, 4), "nope"], torch.randn(2, 4))
-    with pytest.raises(SchedcError, match="--mbs must be >= 1"):
+    with pytest.raises(SchedcError, match="^microbatch_size must be >= 1"):
         profile_gpt(CFG, 2, 0)
-    with pytest.raises(SchedcError, match="--dtype: dtype must be one of"):
+    with pytest.raises(SchedcError, match="^dtype: dtype must be one of"):
         profile_gpt(CFG, 2, 1, dtype="int8")
     with pytest.raises(SchedcError, match="stage 4 would hold no blocks"):
         profile_gpt(CFG, 9, 1)
@@ -253,7 +253,7 @@ def test_concurrent_profile_pools_processes():
     # bytes do not depend on how many processes measured them
     single = measure_stages_gpt(_cfg(layers=2), 2, mbs=2)
     assert [c.activation_bytes for c in p.stages] == [m.activation_bytes for m in single]
-    with pytest.raises(SchedcError, match="--concurrent must be >= 1"):
+    with pytest.raises(SchedcError, match="^concurrent must be >= 1"):
         profile_gpt(CFG, 2, 2, concurrent=0)
 
 

@@ -41,7 +41,7 @@ def test_torchtitan_ready_reads_the_installed_step(monkeypatch):
     monkeypatch.setattr(ts._PipelineSchedule, "step", old_step)
     why = torch_check.torchtitan_ready()
     assert why is not None and "\n" not in why and "arg_mbs" in why and "torch>=2.14.1" in why
-    with pytest.raises(SchedcError, match="^--for torchtitan: torch .* pip install 'torch>=2.14.1'"):
+    with pytest.raises(SchedcError, match="^framework=torchtitan: torch .* pip install 'torch>=2.14.1'"):
         torch_check.check_for_launch(make_baseline("1f1b", 2, 4), framework="torchtitan")
     torch_check.check_for_launch(make_baseline("1f1b", 2, 4), framework="nemo")  # NeMo splits the batch itself
 

@@ -52,10 +52,11 @@ class FitReport:
     ok: bool
     message: str
     build: Optional[Build] = None
+    error: Optional[SchedcError] = None  # a setting's ParameterError, so that the CLI spells it as its flag
 
     def raise_unless_ok(self) -> None:
         if not self.ok:
-            raise SchedcError(self.message)
+            raise self.error or SchedcError(self.message)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ class Handoff:
         if counted in ("hf", "torchtitan") and counted != implementation:
             names = {"hf": "Hugging Face transformers' modules", "torchtitan": "torchtitan's model code"}
             out.append(f"the profile counts memory as {names[counted]} keep it; {label} runs {names[implementation]}, "
-                       f"which keep other bytes: count the profile with --impl {implementation} before launching")
+                       f"which keep other bytes: count the profile for {implementation} before launching "
+                       f"(count_profile(impl={implementation!r}), schedc profile --impl {implementation})")
         return out
 
     def ac_summary(self) -> str:

@@ -21,12 +21,13 @@ import inspect
 from pathlib import Path
 from typing import Optional, Union
 
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.frameworks._base import SCHEDULE_NAMES, Build, FitReport, schedule_name
 from schedc.frameworks._registry import REGISTRY
 from schedc.core.ir import Schedule, placement_name
 
 
+@python_spelling
 def parse_spec(spec: str) -> tuple[str, str]:
     """'torchtitan:Interleaved1F1B' -> ('torchtitan', 'Interleaved1F1B')."""
     framework, sep, name = spec.partition(":")
@@ -34,10 +35,12 @@ def parse_spec(spec: str) -> tuple[str, str]:
     framework = {"nemoautomodel": "nemo", "automodel": "nemo"}.get(framework, framework)
     if not sep or framework not in REGISTRY or not name.strip():
         examples = " or ".join(f"{f}:NAME" for f in REGISTRY)
-        raise SchedcError(f"--for {spec!r}: expected {examples}, e.g. torchtitan:ZBVZeroBubble")
+        raise ParameterError("spec", f"{{name}}{literal(repr(spec))}: expected {examples}, e.g. torchtitan:ZBVZeroBubble",
+                             flag="--for")
     return framework, schedule_name(name)
 
 
+@python_spelling
 def framework_build(framework: str, schedule: str, n_ranks: int, **settings) -> Build:
     """What ``framework`` builds (its module's ``build``); unknown settings are errors."""
     fn = REGISTRY[framework].build
@@ -51,6 +54,7 @@ def framework_build(framework: str, schedule: str, n_ranks: int, **settings) -> 
 # ---------------------------------------------------------------- does a CSV fit
 
 
+@python_spelling
 def check_csv_for(csv: Union[str, Path, Schedule], spec: str, ranks: Optional[int] = None, **settings) -> FitReport:
     """Does the CSV (a path or a Schedule) fit what ``spec`` ('torchtitan:NAME' or 'nemo:NAME')
     builds from ``settings`` (layers, layers_per_stage, first_less, last_less,
@@ -73,7 +77,7 @@ def check_csv_for(csv: Union[str, Path, Schedule], spec: str, ranks: Optional[in
         build = framework_build(framework, name, n_ranks, **settings)
     except SchedcError as e:
         fix = _suggest(schedule, framework, name, n_ranks, settings, "")
-        return FitReport(False, f"{where}{label} does not start: {e}{'; ' + fix if fix else ''}")
+        return _not_started(f"{where}{label} does not start: ", e, f"{'; ' + fix if fix else ''}")
     mismatch = _mismatch(schedule, build)
     if not mismatch:
         hint = ""
@@ -84,6 +88,20 @@ def check_csv_for(csv: Union[str, Path, Schedule], spec: str, ranks: Optional[in
         return FitReport(True, f"{where}fits {label}: {build.describe()}{hint}", build)
     fix = _suggest(schedule, framework, name, n_ranks, settings, mismatch)
     return FitReport(False, f"{where}does not fit {label}: {mismatch}{'; ' + fix if fix else ''}", build)
+
+
+def _not_started(head: str, e: SchedcError, tail: str) -> FitReport:
+    """The report of a build that failed: a setting's error (``layers``) keeps its parameter, so
+    that each front door spells it (``give layers`` / ``give --layers``)."""
+    if not isinstance(e, ParameterError):
+        return FitReport(False, f"{head}{e}{tail}")
+    from schedc.errors import _PLACEHOLDER
+
+    # after `head` the detail must still name its parameter in place, or the message would open with it
+    named = any(m.group(1) == "param" and not m.group(2) for m in _PLACEHOLDER.finditer(e.detail))
+    error = ParameterError(e.param, literal(head) + ("" if named else "{param}: ") + e.detail + literal(tail),
+                           flag=e.flag).for_python()
+    return FitReport(False, str(error), error=error)
 
 
 def _read(csv) -> tuple[Schedule, str]:
@@ -140,7 +158,7 @@ def _suggest(schedule: Schedule, framework: str, asked: str, n_ranks: int, setti
                     use = "" if n == asked else f"{field['schedule']} {n} with "
                     return f"use {use}{field['layers_per_stage']} {k}"
     if placement_name(schedule.placement) == "explicit":
-        return "neither framework builds this explicit placement; compile with --placement loop or v"
+        return "neither framework builds this explicit placement; compile it for a loop or V placement"
     return ""
 
 
@@ -153,21 +171,28 @@ def _fits(schedule: Schedule, framework: str, name: str, n_ranks: int, settings:
         return False
 
 
+@python_spelling
 def read_partition(path: Union[str, Path]) -> list[list[str]]:
     """``module_fqns_per_model_part`` from a plan report (its ``"partition"``), per-stage costs whose
     every stage names its modules (``plan.profile.json``), or a JSON list of lists."""
+    return partition_in(path, "path")
+
+
+def partition_in(path: Union[str, Path], param: str) -> list[list[str]]:
+    """:func:`read_partition` for a function that takes the file as `param` (``--partition``)."""
     from schedc.io.fileio import read_json
 
     try:
         data = read_json(path, "a partition (a plan report or a JSON list of lists)")
     except SchedcError as e:
-        raise SchedcError(f"--partition {e}") from None
+        raise ParameterError(param, f"{{name}}{literal(e)}", flag="--partition") from None
     if isinstance(data, dict):
         stages = data.get("stages")
         data = data.get("partition") or ([s.get("modules") for s in stages] if isinstance(stages, list) and all(
             isinstance(s, dict) for s in stages) else None)
     if not (isinstance(data, list) and data and all(isinstance(p, list) and p and all(isinstance(m, str) for m in p)
                                                     for p in data)):
-        raise SchedcError(f"--partition {path}: expected a plan report with 'partition', per-stage costs naming "
-                          "each stage's modules, or a JSON list of non-empty lists of module names")
+        raise ParameterError(param, f"{{name}}{literal(path)}: expected a plan report with 'partition', per-stage costs "
+                             "naming each stage's modules, or a JSON list of non-empty lists of module names",
+                             flag="--partition")
     return data

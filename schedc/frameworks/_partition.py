@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Union
 
-from schedc.errors import SchedcError
-from schedc.frameworks._fit import read_partition
+from schedc.errors import ParameterError, literal, python_spelling
+from schedc.frameworks._fit import partition_in
 
 
 def plan_partition_of(csv: Union[str, Path]) -> Optional[tuple[list[list[str]], Path]]:
@@ -52,17 +52,21 @@ def sizes(partition: list[list[str]]) -> str:
     return f"[{', '.join(str(len(stage)) for stage in partition)}] modules per stage"
 
 
+@python_spelling
 def check_partition(csv: Union[str, Path], n_stages: int, partition_file: Union[str, Path]) -> str:
     """One line saying the CSV (of ``n_stages`` stages) is launched on the partition in
-    ``partition_file``; SchedcError when it has another stage count or was planned for another one."""
-    partition = read_partition(partition_file)
+    ``partition_file``; a ParameterError (``partition_file``, the CLI's ``--partition``) when it
+    has another stage count or was planned for another one."""
+    partition = partition_in(partition_file, "partition_file")
     if len(partition) != n_stages:
-        raise SchedcError(f"--partition {partition_file}: {len(partition)} stages, but {csv} has {n_stages}; "
-                          "give the plan report written with this CSV")
+        raise ParameterError("partition_file", f"{{name}}{literal(partition_file)}: {len(partition)} stages, but "
+                             f"{literal(csv)} has {n_stages}; give the plan report written with this CSV",
+                             flag="--partition")
     own = plan_partition_of(csv)
     if own is not None and own[0] != partition:
-        raise SchedcError(f"{csv} was made for the partition in {own[1]} ({sizes(own[0])}), not the one in "
-                          f"--partition {partition_file} ({sizes(partition)}); launch it with --partition {own[1]}")
+        raise ParameterError("partition_file", f"{{name}}{literal(partition_file)}: {literal(csv)} was made for the "
+                             f"partition in {literal(own[1])} ({sizes(own[0])}), not this one ({sizes(partition)}); "
+                             f"launch it with {{name}}{literal(own[1])}", flag="--partition")
     return f"launched on the partition of {partition_file} ({sizes(partition)})"
 
 

@@ -32,7 +32,7 @@ import json
 import math
 from typing import Optional
 
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, python_spelling
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
                                      check_positive, check_v, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
@@ -52,6 +52,7 @@ PLAN_NAMES = {"loop": "1F1B", "v": "ZBVZeroBubble"}
 _AC = {"none": False, "full": True, "selective": "selective"}  # what parse_distributed_section reads
 
 
+@python_spelling
 def build(
     schedule: str,
     n_ranks: int,
@@ -74,7 +75,8 @@ def build(
         layers = None
     elif layers_per_stage is not None:
         if layers is None:
-            raise SchedcError("nemo: with layers_per_stage the stage count depends on the model; give --layers")
+            raise ParameterError("layers", "nemo: with layers_per_stage the stage count depends on the model; "
+                                 "give {param}")
         n_stages = math.ceil(layers / layers_per_stage)
         if n_stages % n_ranks and round_virtual_stages is not None:
             if round_virtual_stages not in ("up", "down"):

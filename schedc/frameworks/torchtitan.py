@@ -26,7 +26,7 @@ import math
 import shlex
 from typing import Optional
 
-from schedc.errors import SchedcError, printable
+from schedc.errors import ParameterError, SchedcError, printable, python_spelling
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
                                      check_positive, check_v, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
@@ -46,6 +46,7 @@ FIELDS = {
 V_NAMES = ("ZBVZeroBubble", "DualPipeV")
 
 
+@python_spelling
 def build(
     schedule: str,
     n_ranks: int,
@@ -70,7 +71,8 @@ def build(
         layers = None  # the explicit list replaces the default split and its checks
     elif layers_per_stage is not None:
         if layers is None:
-            raise SchedcError("torchtitan: with layers_per_stage the stage count depends on the model; give --layers")
+            raise ParameterError("layers", "torchtitan: with layers_per_stage the stage count depends on the model; "
+                                 "give {param}")
         n_stages = math.ceil((layers + first_less + last_less) / layers_per_stage)
         check_per_rank(NAME, name, single, n_stages, n_ranks,
                        f"{layers} layers + first_less {first_less} + last_less {last_less} over "

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from schedc.core.costs import Profile, StageCost, format_ms
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import producers, simulate
 
@@ -280,9 +280,9 @@ def _user_parts(spec: dict, device: str):
 
 def check_user_stages(user, schedule: Schedule, model_spec: str) -> None:
     if len(user.stages) != schedule.n_stages:
-        raise SchedcError(f"--model {model_spec} returns {len(user.stages)} stages but the CSV has "
-                          f"{schedule.n_stages}; pass n_stages through (it is offered) or a CSV of "
-                          f"{len(user.stages)} stages")
+        raise ParameterError("model", f"{{name}}{literal(model_spec)} returns {len(user.stages)} stages but the CSV "
+                             f"has {schedule.n_stages}; pass n_stages through (it is offered) or a CSV of "
+                             f"{len(user.stages)} stages")
 
 
 def _worker_entry() -> int:
@@ -537,7 +537,7 @@ def compare(csv_label: str, schedule: Schedule, profile: Profile, results: list[
     """Predicted (simulate with `profile`) vs measured (per-rank results of :func:`rank_main`)."""
     measured = _parse_steps(results, schedule)
     if not measured:
-        raise SchedcError("calibrate: no timed steps came back; use --steps >= 1")
+        raise ParameterError("steps", "calibrate: no timed steps came back; use {param} >= 1")
     pred = simulate(schedule, profile)
     refined = refine_profile(profile, schedule, measured)
     refined_steps = [simulate(schedule, refine_profile(profile, schedule, [m])).makespan for m in measured]
@@ -605,6 +605,7 @@ def _in_situ_profile(profile: Profile, results: list[dict], rounds: Optional[lis
     )
 
 
+@python_spelling
 def calibrate(
     csv: Union[str, os.PathLike],
     profile: Profile,
@@ -633,13 +634,16 @@ def calibrate(
     validate(schedule, source=str(csv))
     if profile.n_stages != schedule.n_stages:
         raise SchedcError(f"{csv}: the schedule has {schedule.n_stages} stages but the profile describes "
-                          f"{profile.n_stages}; profile with --stages {schedule.n_stages}")
+                          f"{profile.n_stages}; profile the model as {schedule.n_stages} stages")
     if n_ranks is not None and n_ranks != schedule.n_ranks:
-        raise SchedcError(f"{csv}: the CSV has {schedule.n_ranks} rows (ranks); --nproc is {n_ranks}")
-    if steps < 1 or warmup_steps < 0:
-        raise SchedcError(f"calibrate: need --steps >= 1 and --warmup-steps >= 0, got {steps}, {warmup_steps}")
+        raise ParameterError("n_ranks", f"{literal(csv)}: the CSV has {schedule.n_ranks} rows (ranks); {{param}} is "
+                             f"{n_ranks}", flag="--nproc")
+    for param, value, least in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
+        if value < least:
+            raise ParameterError(param, f"calibrate: need {{param}} >= {least}, got {literal(value)}")
     if microbatch_size < 1:
-        raise SchedcError(f"calibrate: --mbs must be >= 1, got {microbatch_size}")
+        raise ParameterError("microbatch_size", f"calibrate: {{param}} must be >= 1, got {literal(microbatch_size)}",
+                             flag="--mbs")
     from schedc.runtime.profiler import resolve_device
 
     dev = resolve_device(device)
@@ -647,10 +651,10 @@ def calibrate(
         import torch
 
         if torch.cuda.device_count() < schedule.n_ranks:
-            raise SchedcError(f"--device cuda: {schedule.n_ranks} ranks need {schedule.n_ranks} GPUs, this machine "
-                              f"has {torch.cuda.device_count()}")
+            raise ParameterError("device", f"{{name}}cuda: {schedule.n_ranks} ranks need {schedule.n_ranks} GPUs, "
+                                 f"this machine has {torch.cuda.device_count()}")
     elif dev.type != "cpu":
-        raise SchedcError(f"--device {device}: calibrate runs on cpu (gloo) or cuda (NCCL)")
+        raise ParameterError("device", f"{{name}}{literal(device)}: calibrate runs on cpu (gloo) or cuda (NCCL)")
     user_model = None
     if model is not None:
         from schedc.runtime.user_model import build_user_model

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from schedc.core.costs import UNIT_SECONDS, Profile, format_ms  # noqa: F401 (UNIT_SECONDS: read from here too)
-from schedc.errors import SchedcError, printable
+from schedc.errors import ParameterError, SchedcError, literal, printable, python_spelling
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult, simulate
 
@@ -251,6 +251,7 @@ def _rank_finish(sim: SimResult) -> list[float]:
     return [max((sim.timings[a].end for a in row), default=0.0) for row in sim.order]
 
 
+@python_spelling
 def emulate(
     csv_paths: Sequence[Union[str, os.PathLike]],
     profile: Union[Profile, Sequence[Profile]],
@@ -272,18 +273,18 @@ def emulate(
     if not csv_paths:
         raise SchedcError("emulate: give at least one CSV schedule")
     if not scale > 0:
-        raise SchedcError(f"emulate: --scale must be > 0, got {scale}")
-    if steps < 1 or warmup < 0 or overhead_steps < 1:
-        raise SchedcError(f"emulate: need --steps >= 1, --warmup >= 0 and overhead steps >= 1, "
-                          f"got {steps}, {warmup}, {overhead_steps}")
+        raise ParameterError("scale", f"emulate: {{param}} must be > 0, got {literal(scale)}")
+    for param, value, least in (("steps", steps, 1), ("warmup", warmup, 0), ("overhead_steps", overhead_steps, 1)):
+        if value < least:
+            raise ParameterError(param, f"emulate: need {{param}} >= {least}, got {literal(value)}")
     profiles = [profile] * len(csv_paths) if isinstance(profile, Profile) else list(profile)
     if len(profiles) != len(csv_paths):
         raise SchedcError(f"emulate: {len(csv_paths)} CSVs but {len(profiles)} profiles")
     runs = [_prepare(str(path), prof, scale) for path, prof in zip(csv_paths, profiles)]
     for path, schedule, _, _ in runs:
         if isinstance(comm, (list, tuple)) and len(comm) != schedule.n_stages - 1:
-            raise SchedcError(f"--comm: {len(comm)} values given but {path} has {schedule.n_stages - 1} stage "
-                              f"boundaries; give one number or one per boundary")
+            raise ParameterError("comm", f"{len(comm)} values given but {literal(path)} has {schedule.n_stages - 1} "
+                                 f"stage boundaries; give one number or one per boundary")
     groups: dict[int, list[int]] = {}
     for k, (_, schedule, _, _) in enumerate(runs):
         groups.setdefault(ranks or schedule.n_ranks, []).append(k)

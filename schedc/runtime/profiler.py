@@ -76,7 +76,7 @@ from torch.distributed.pipelining._backward import (
 )
 
 from schedc.core.costs import Profile, StageCost, format_bytes, format_seconds
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 
 OPTIMIZER_STATE_FACTOR = {
     # state tensors per parameter, each the parameter's size: Adam(W) keeps exp_avg and
@@ -121,22 +121,24 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise SchedcError(f"--device: {device!r} is not a device torch knows; use cpu, cuda or cuda:N")
+        raise ParameterError("device", f"{literal(repr(device))} is not a device torch knows; use cpu, cuda or cuda:N")
     if dev.type == "cpu":
         return dev
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise SchedcError(f"--device {device}: this torch build or machine has no CUDA device; use --device cpu")
+            raise ParameterError("device", f"{{name}}{literal(device)}: this torch build or machine has no CUDA device; "
+                                 "use {name}cpu")
         count = torch.cuda.device_count()
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         if index >= count:
-            raise SchedcError(f"--device {device}: only {count} CUDA device(s) here (cuda:0..cuda:{count - 1})")
+            raise ParameterError("device", f"{{name}}{literal(device)}: only {count} CUDA device(s) here "
+                                 f"(cuda:0..cuda:{count - 1})")
         return torch.device("cuda", index)
     if dev.type == "mps":
         if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise SchedcError(f"--device {device}: MPS is not available on this machine")
+            raise ParameterError("device", f"{{name}}{literal(device)}: MPS is not available on this machine")
         return dev
-    raise SchedcError(f"--device {device}: only cpu, cuda and mps devices can be profiled")
+    raise ParameterError("device", f"{{name}}{literal(device)}: only cpu, cuda and mps devices can be profiled")
 
 
 @dataclass
@@ -611,9 +613,9 @@ def _measure_stage(
 def comm_seconds(boundary_bytes: Sequence[int], bandwidth: Optional[float], latency: float = 0.0) -> list[float]:
     """latency + bytes / bandwidth (bytes per second) for each boundary; latency only without a bandwidth."""
     if bandwidth is not None and bandwidth <= 0:
-        raise SchedcError(f"--comm-bandwidth must be > 0 bytes/s, got {bandwidth:g}")
+        raise ParameterError("comm_bandwidth", f"{{param}} must be > 0 bytes/s, got {bandwidth:g}")
     if latency < 0:
-        raise SchedcError(f"--comm-latency must be >= 0 seconds, got {latency:g}")
+        raise ParameterError("comm_latency", f"{{param}} must be >= 0 seconds, got {latency:g}")
     return [latency + (b / bandwidth if bandwidth else 0.0) for b in boundary_bytes]
 
 
@@ -878,6 +880,7 @@ def to_profile(
     )
 
 
+@python_spelling
 def profile_stages(
     stage_modules: Sequence[nn.Module],
     sample_input,
@@ -989,6 +992,7 @@ def measure_units(
     return out
 
 
+@python_spelling
 def profile_units(
     unit_modules: Sequence[nn.Module],
     unit_names: Sequence[Sequence[str]],
@@ -1138,7 +1142,7 @@ def gpt_stages(config, n_stages: int) -> list[nn.Module]:
     from schedc.runtime.split import split_gpt
 
     if n_stages < 1:
-        raise SchedcError(f"--stages must be >= 1, got {n_stages}")
+        raise ParameterError("n_stages", f"{{param}} must be >= 1, got {literal(n_stages)}", flag="--stages")
     stages = split_gpt(GPT(config), range(n_stages), n_stages)
     return [stages[s] for s in range(n_stages)]
 
@@ -1163,6 +1167,7 @@ def gpt_label(config, n_stages: int, parts: str = "stages") -> str:
     )
 
 
+@python_spelling
 def profile_gpt(
     config,
     n_stages: int,
@@ -1196,29 +1201,31 @@ def profile_gpt(
     from schedc.runtime.models import lm_loss, make_batch, parse_dtype
 
     if microbatch_size < 1:
-        raise SchedcError(f"--mbs must be >= 1, got {microbatch_size}")
+        raise ParameterError("microbatch_size", f"{{param}} must be >= 1, got {literal(microbatch_size)}", flag="--mbs")
     try:
         if dtype is not None:
             config = dataclasses.replace(config, dtype=dtype)
         parse_dtype(config.dtype)
     except ValueError as e:
-        raise SchedcError(f"--dtype: {e}")
+        raise ParameterError("dtype", literal(e)) from None
     dev = resolve_device(device)
     settings = dataclasses.replace(settings or RunSettings(), seq_len=config.seq_len)
     try:
         stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
     except ValueError as e:
-        raise SchedcError(f"--stages {n_stages}: {e}")
+        raise ParameterError("n_stages", f"{{name}}{literal(n_stages)}: {literal(e)}", flag="--stages") from None
     _checkpoint(stages, settings.activation_checkpoint, concurrent)
     tokens, targets = make_batch(config, microbatch_size, seed=0)
     model = gpt_label(config, len(stages), "units" if units else "stages")
     if concurrent < 1:
-        raise SchedcError(f"--concurrent must be >= 1, got {concurrent}")
+        raise ParameterError("concurrent", f"{{param}} must be >= 1, got {literal(concurrent)}")
     if concurrent > 1:
         if dev.type != "cpu":
-            raise SchedcError("--concurrent is for CPU hosts whose ranks share cores; a GPU rank has its own device")
+            raise ParameterError("concurrent", "{param} is for CPU hosts whose ranks share cores; a GPU rank has its "
+                                               "own device")
         if isinstance(comm, str):
-            raise SchedcError("--concurrent and --comm-measure do not mix; measure comm separately under torchrun")
+            raise ParameterError("concurrent", "{param} and measuring comm do not mix; measure comm separately under "
+                                               "torchrun")
         if progress:
             progress(f"profiling {len(stages)} {'units' if units else 'stages'} in {concurrent} processes at once "
                      f"({warmup} warm-up + {repeats} runs each)")
@@ -1249,7 +1256,7 @@ def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
         raise SchedcError("activation_checkpoint 'selective': torch's split backward (I, then W) cannot go twice "
                           "through a selectively checkpointed region, so it cannot be profiled as I and W; use full")
     if concurrent > 1:
-        raise SchedcError("--concurrent measures without activation checkpointing; drop one of them")
+        raise ParameterError("concurrent", "{param} measures without activation checkpointing; drop one of them")
     for stage, mode in zip(stages, modes):
         apply_to_stage(stage, mode)
 

@@ -26,7 +26,7 @@ import contextlib
 import io
 from typing import Optional
 
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.core.ir import Schedule
 
 _TORCH_FAILURES = (AssertionError, KeyError, ValueError, RuntimeError, IndexError)
@@ -191,6 +191,7 @@ def check_liveness_with_torch(schedule: Schedule, source: Optional[str] = None,
     return theirs
 
 
+@python_spelling
 def check_for_launch(schedule: Schedule, source: Optional[str] = None, framework: Optional[str] = None) -> str:
     """What ``schedc validate`` asks torch before a launch: for ``framework == "torchtitan"`` that
     the installed torch can run its training step (:func:`torchtitan_ready`), then torch's own
@@ -200,7 +201,7 @@ def check_for_launch(schedule: Schedule, source: Optional[str] = None, framework
     if framework == "torchtitan":
         why = torchtitan_ready()
         if why is not None:
-            raise SchedcError(f"--for torchtitan: {why}")
+            raise ParameterError("framework", f"{{name}}torchtitan: {literal(why)}", flag="--for")
     lowered = check_with_torch(schedule, source)
     slots = check_liveness_with_torch(schedule, source, lowered)
     return "" if slots is None else f"torch's liveness analysis agrees (activation slots per rank {slots})"

@@ -44,7 +44,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch.nn as nn
 
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, literal
 
 
 @dataclass
@@ -59,15 +59,21 @@ class UserModel:
 
 
 def load_function(spec: str, flag: str = "--model") -> Callable:
-    """'pkg.mod:fn' or 'path/file.py:fn' -> the function."""
+    """'pkg.mod:fn' or 'path/file.py:fn' -> the function. Its errors name the parameter `flag`
+    stands for (``--model``: ``model``), so that each front door spells it."""
+    param = flag.removeprefix("--").replace("-", "_")
+
+    def bad(detail: str) -> ParameterError:
+        return ParameterError(param, f"{{name}}{literal(repr(spec))}: {literal(detail)}", flag=flag)
+
     module_name, sep, fn_name = spec.rpartition(":")
     if not sep or not module_name or not fn_name:
-        raise SchedcError(f"{flag} {spec!r}: expected MODULE:FUNCTION, e.g. examples/llama.py:stages or pkg.models:build")
+        raise bad("expected MODULE:FUNCTION, e.g. examples/llama.py:stages or pkg.models:build")
     try:
         if module_name.endswith(".py") or "/" in module_name:
             path = Path(module_name)
             if not path.is_file():
-                raise SchedcError(f"{flag} {spec!r}: {path} is not a file")
+                raise bad(f"{path} is not a file")
             loader_spec = importlib.util.spec_from_file_location(f"_schedc_user_{path.stem}", path)
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[loader_spec.name] = module  # dataclasses and pickling look modules up here
@@ -77,18 +83,19 @@ def load_function(spec: str, flag: str = "--model") -> Callable:
     except SchedcError:
         raise
     except ImportError as e:
-        raise SchedcError(f"{flag} {spec!r}: cannot import {module_name}: {e}") from None
+        raise bad(f"cannot import {module_name}: {e}") from None
     except Exception as e:  # the user's code: one line here, the traceback with --debug
-        raise SchedcError(f"{flag} {spec!r}: importing {module_name} raised {type(e).__name__}: {e}") from e
+        raise bad(f"importing {module_name} raised {type(e).__name__}: {e}") from e
     fn = getattr(module, fn_name, None)
     if not callable(fn):
-        raise SchedcError(f"{flag} {spec!r}: {module_name} has no function {fn_name}")
+        raise bad(f"{module_name} has no function {fn_name}")
     return fn
 
 
-def call_with(fn: Callable, offered: dict, label: str = "") -> Any:
+def call_with(fn: Callable, offered: dict, label: str = "", param: str = "") -> Any:
     """Call ``fn`` with those of ``offered`` its signature names (the CLI offers n_stages,
-    microbatch_size, dtype and every --model-arg), dropping what it does not take."""
+    microbatch_size, dtype and every --model-arg), dropping what it does not take. An error it
+    raises is told with `label`, or as the parameter `param` (``model``) with the value `label`."""
     params = inspect.signature(fn).parameters
     takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
     try:
@@ -96,6 +103,8 @@ def call_with(fn: Callable, offered: dict, label: str = "") -> Any:
     except SchedcError:
         raise
     except Exception as e:  # the user's code: one line here, the traceback with --debug
+        if param:
+            raise ParameterError(param, f"{{name}}{literal(label)} raised {literal(type(e).__name__)}: {literal(e)}") from e
         raise SchedcError(f"{label or fn.__name__} raised {type(e).__name__}: {e}") from e
 
 
@@ -194,29 +203,32 @@ def build_user_model(model_spec: str, sample_spec: Optional[str], offered: dict,
     sample_fn = load_function(sample_spec, "--sample") if sample_spec else None
     check_arguments([(f"--model {model_spec}", model_fn)] + ([(f"--sample {sample_spec}", sample_fn)] if sample_fn else []),
                     explicit or {})
-    made = call_with(model_fn, offered, f"--model {model_spec}")
+    made = call_with(model_fn, offered, model_spec, "model")
     if not isinstance(made, dict):
         made = {"stages": made}
     model, split = None, None
     if "stages" in made:
         stages = made["stages"]
         if not isinstance(stages, (list, tuple)):  # an int, a bare module, a generator: not a list of stages
-            raise SchedcError(f"--model {model_spec}: returned {type(stages).__name__}; return a list of "
-                              "torch.nn.Module stages, or a dict with 'stages' or 'model' + 'split'")
+            raise ParameterError("model", f"{{name}}{literal(model_spec)}: returned {type(stages).__name__}; return a "
+                                 "list of torch.nn.Module stages, or a dict with 'stages' or 'model' + 'split'")
         stages = list(stages)
     elif "model" in made and "split" in made:
         model, split = made["model"], [list(names) for names in made["split"]]
         stages = split_by_fqns(model, split)
     else:
-        raise SchedcError(f"--model {model_spec}: return the stage modules, or a dict with 'stages' or 'model' + 'split'")
+        raise ParameterError("model", f"{{name}}{literal(model_spec)}: return the stage modules, or a dict with "
+                             "'stages' or 'model' + 'split'")
     if not stages or not all(isinstance(s, nn.Module) for s in stages):
-        raise SchedcError(f"--model {model_spec}: expected a non-empty list of torch.nn.Module stages")
+        raise ParameterError("model", f"{{name}}{literal(model_spec)}: expected a non-empty list of torch.nn.Module "
+                             "stages")
     sample, target = made.get("sample"), made.get("target")
     if sample_fn is not None:
-        got = call_with(sample_fn, offered, f"--sample {sample_spec}")
+        got = call_with(sample_fn, offered, sample_spec, "sample")
         sample, target = got if isinstance(got, tuple) and len(got) == 2 else (got, target)
     if sample is None:
-        raise SchedcError(f"--model {model_spec}: no sample microbatch; return 'sample' from it or pass --sample")
+        raise ParameterError("model", f"{{name}}{literal(model_spec)}: no sample microbatch; return 'sample' from it "
+                             "or pass {param:sample}")
     loss_fn = made.get("loss_fn")
     if loss_fn is None:
         loss_fn, target = (lambda out, _target: out.sum()), None
@@ -227,7 +239,7 @@ def unit_modules(user: UserModel, spec: str) -> tuple[list[nn.Module], list[list
     """(one module per unit, each unit's module names, the names every unit keeps) of a user's
     model that came with a split (:func:`units_from_split`)."""
     if user.model is None or user.split is None:
-        raise SchedcError(f"--units needs module names: return {{'model': m, 'split': [[names], ...]}} from {spec} "
-                          f"(a list of stage modules cannot be cut into units)")
+        raise ParameterError("units", f"{{param}} needs module names: return {{{{'model': m, 'split': [[names], ...]}}}} "
+                             f"from {literal(spec)} (a list of stage modules cannot be cut into units)")
     units, shared = units_from_split(user.split)
     return split_by_fqns(user.model, [names + shared for names in units]), units, shared
