@@ -137,6 +137,26 @@ def test_cli_calibrate_checks_before_launching(tmp_path, capsys):
     assert "pass the --layers/--hidden" in capsys.readouterr().err
 
 
+def test_a_bad_run_setting_is_named_as_each_door_takes_it(tmp_path, monkeypatch, capsys):
+    from schedc.runtime import launch as launcher
+
+    csvio.write_csv(baselines.make_baseline("1f1b", 2, 4), tmp_path / "s.csv")
+    prof = Profile.uniform(2, 1, 1, 1).model_copy(update={"microbatch_size": 2})
+    prof.save(tmp_path / "p.json")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("ranks were started"))
+    for kwargs, argv, python, command in (
+            ({"steps": 0}, ["--steps", "0"], "calibrate: need steps >= 1, got 0", "calibrate: need --steps >= 1"),
+            ({"n_ranks": 3}, ["--nproc", "3"], "s.csv: the CSV has 2 rows (ranks); n_ranks is 3", "; --nproc is 3"),
+            ({"device": "tpu9"}, ["--device", "tpu9"], "device: 'tpu9' is not a device torch knows",
+             "--device: 'tpu9' is not a device torch knows")):
+        with pytest.raises(SchedcError) as e:
+            calibrate("s.csv", prof, TINY, 2, **kwargs)
+        assert str(e.value).startswith(python) and "--" not in str(e.value)
+        assert cli.main(["calibrate", "s.csv", "--profile", "p.json", *argv]) == 2
+        assert command in capsys.readouterr().err
+
+
 def test_an_overlap_cell_is_timed_once_and_shared_among_its_parts():
     # torch's runtime labels an OVERLAP_F_B cell once ("PP:(1F1;0B0)OVERLAP_F_B") and runs its parts
     # back to back; each part gets its share of the cell's interval, in cell order

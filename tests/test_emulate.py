@@ -115,6 +115,24 @@ def test_a_profile_for_other_stages_is_refused(tmp_path):
         emulate([path], Profile.uniform(3), scale=SCALE)
 
 
+def test_a_bad_setting_is_named_as_each_door_takes_it(tmp_path, monkeypatch, capsys):
+    from schedc import cli
+    from schedc.runtime import launch as launcher
+
+    write_csv(make_baseline("1f1b", 2, 4), tmp_path / "a.csv")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("ranks were started"))
+    for kwargs, argv, python, command in (
+            ({"scale": 0}, ["--scale", "0"], "emulate: scale must be > 0", "emulate: --scale must be > 0"),
+            ({"steps": 0}, ["--steps", "0"], "emulate: need steps >= 1, got 0", "emulate: need --steps >= 1, got 0"),
+            ({"comm": [0.1, 0.2]}, ["--comm", "0.1,0.2"], "comm: 2 values given but ", "--comm: 2 values given but ")):
+        with pytest.raises(SchedcError) as e:
+            emulate(["a.csv"], Profile.uniform(2), **{"scale": SCALE, **kwargs})
+        assert str(e.value).startswith(python) and "--" not in str(e.value)
+        assert cli.main(["emulate", "a.csv", "--costs", "1,1,1", *argv]) == 2
+        assert capsys.readouterr().err.startswith(f"schedc emulate: error: {command}")
+
+
 def test_a_launch_that_mismatches_the_csv_fails_fast_in_the_ranks(tmp_path):
     path = tmp_path / "two.csv"
     write_csv(make_baseline("1f1b", 2, 2), path)

@@ -54,7 +54,7 @@ def test_layers_per_stage_rules():
         torchtitan_build("Interleaved1F1B", 2, layers=6, layers_per_stage=4)
     with pytest.raises(SchedcError, match="exactly 2 per rank"):
         torchtitan_build("ZBVZeroBubble", 2, layers=10, layers_per_stage=2)  # 6 stages in a V
-    with pytest.raises(SchedcError, match="give layers$"):
+    with pytest.raises(SchedcError, match="give layers as well$"):
         torchtitan_build("1F1B", 2, layers_per_stage=2)
     # NeMo: ceil(layers / K), no embedding weight; rounding to a multiple of pp_size when asked
     assert nemo_build("Interleaved1F1B", 2, layers=8, layers_per_stage=2).n_stages == 4

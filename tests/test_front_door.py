@@ -7,7 +7,7 @@ import re
 import pytest
 
 import schedc
-from schedc import api
+from schedc import api, frameworks
 from schedc.cli import toplevel as cli
 
 # fields of a compile's report that record when and how long, not what
@@ -187,6 +187,15 @@ _SPELLINGS = [
      ["plan", "--profile", "units.json", "--ranks", "2", "--mb", "4", "--memory", "80GiB", "--time-limit", "1e-9"],
      "time_limit=1e-09 is shorter than any plan takes; give time_limit=0.1",
      "--time-limit 1e-09 is shorter than any plan takes; give --time-limit 0.1"),
+    ("layers", lambda tmp: frameworks.check_csv_for(_fit_csv(tmp), "torchtitan:1F1B", layers_per_stage=2)
+     .raise_unless_ok(),
+     ["validate", "in/a.csv", "--for", "torchtitan:1F1B", "--layers-per-stage", "2"],
+     "torchtitan:1F1B does not start: torchtitan: with layers_per_stage the stage count depends on the model; "
+     "give layers as well", "depends on the model; give --layers as well"),
+    ("layers", lambda tmp: (_fit_csv(tmp), frameworks.nemo_build("1F1B", 2, layers_per_stage=2)),
+     ["validate", "in/a.csv", "--for", "nemo:1F1B", "--layers-per-stage", "2"],
+     "nemo: with layers_per_stage the stage count depends on the model; give layers as well",
+     "nemo: with layers_per_stage the stage count depends on the model; give --layers as well"),
 ]
 
 
@@ -227,3 +236,32 @@ def test_a_value_that_looks_like_a_placeholder_is_shown_as_typed(capsys):
     assert cli.main(["compile", "--stages", "2", "--mb", "2", "--costs", "{name}"]) == 2
     assert capsys.readouterr().err.endswith("error: --costs: expected three finite numbers F,I,W with F>0, I>0, "
                                             "W>=0 (e.g. 1,1,1), got '{name}'\n")
+
+
+def _fit_csv(tmp_path) -> str:
+    """A 2-rank 1F1B CSV for the framework checks, out of the way of the table's no-output check."""
+    (tmp_path / "in").mkdir(exist_ok=True)
+    schedc.write_csv(schedc.baseline("1f1b", stages=2, microbatches=4), tmp_path / "in" / "a.csv")
+    return "in/a.csv"
+
+
+def test_a_framework_check_names_its_argument_as_each_door_takes_it(tmp_path, monkeypatch, capsys):
+    # the Python keyword (spec, partition_file, path) and the command's flag (--for, --partition) differ
+    monkeypatch.chdir(tmp_path)
+    csv = _fit_csv(tmp_path)
+    with pytest.raises(schedc.SchedcError, match=r"^spec='jax:1F1B': expected torchtitan:NAME or nemo:NAME"):
+        frameworks.check_csv_for(csv, "jax:1F1B")
+    assert cli.main(["validate", csv, "--for", "jax:1F1B"]) == 2
+    assert capsys.readouterr().err == ("schedc validate: error: --for 'jax:1F1B': expected torchtitan:NAME or "
+                                       "nemo:NAME, e.g. torchtitan:ZBVZeroBubble\n")
+    (tmp_path / "three.json").write_text(json.dumps([["tok_embeddings"], ["layers.0"], ["norm", "lm_head"]]))
+    with pytest.raises(schedc.SchedcError, match=r"^partition_file=three.json: 3 stages, but in/a.csv has 2; give "):
+        frameworks.check_partition(csv, 2, "three.json")
+    assert cli.main(["validate", csv, "--partition", "three.json"]) == 2
+    assert capsys.readouterr().err.startswith("schedc validate: error: --partition three.json: 3 stages, but in/a.csv "
+                                              "has 2; give the plan report written with this CSV")
+    (tmp_path / "bad.json").write_text(json.dumps({"partition": 3}))
+    with pytest.raises(schedc.SchedcError, match=r"^path=bad.json: expected a plan report with 'partition'"):
+        frameworks.read_partition("bad.json")
+    assert cli.main(["validate", csv, "--for", "nemo:1F1B", "--partition", "bad.json"]) == 2
+    assert capsys.readouterr().err.startswith("schedc validate: error: --partition bad.json: expected a plan report")

@@ -76,7 +76,7 @@ def build(
     elif layers_per_stage is not None:
         if layers is None:
             raise ParameterError("layers", "nemo: with layers_per_stage the stage count depends on the model; "
-                                 "give {param}")
+                                 "give {param} as well")
         n_stages = math.ceil(layers / layers_per_stage)
         if n_stages % n_ranks and round_virtual_stages is not None:
             if round_virtual_stages not in ("up", "down"):

@@ -72,7 +72,7 @@ def build(
     elif layers_per_stage is not None:
         if layers is None:
             raise ParameterError("layers", "torchtitan: with layers_per_stage the stage count depends on the model; "
-                                 "give {param}")
+                                 "give {param} as well")
         n_stages = math.ceil((layers + first_less + last_less) / layers_per_stage)
         check_per_rank(NAME, name, single, n_stages, n_ranks,
                        f"{layers} layers + first_less {first_less} + last_less {last_less} over "
