@@ -128,7 +128,7 @@ def settings(h: Handoff) -> dict:
     else:
         warnings.append(f"the plan checkpoints activations differently per stage or layer "
                         f"({h.ac_summary()}); NeMo AutoModel applies one mode to every layer: run the plan "
-                        "under schedc's runtime or plan with one --ac mode")
+                        "under schedc's runtime or plan with one activation-checkpointing mode")
     warnings += precision_warnings + h.common_warnings(NAME, "hf", "NeMo AutoModel")
     local = h.n_microbatches * mbs
     out = {"distributed": {**distributed, "pipeline": pipeline},

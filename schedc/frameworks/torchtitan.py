@@ -139,7 +139,7 @@ def settings(h: Handoff) -> dict:
     else:
         warnings.append(f"the plan checkpoints activations differently per stage or layer "
                         f"({h.ac_summary()}); torchtitan applies one mode to every layer: run the plan "
-                        "under schedc's runtime or plan with one --ac mode")
+                        "under schedc's runtime or plan with one activation-checkpointing mode")
     warnings += h.common_warnings(NAME, "torchtitan", "torchtitan")
     return {"config": config, "command_line": command_line(config), "warnings": warnings}
 

@@ -108,7 +108,7 @@ def check_stages(
         raise SchedcError(
             f"{where}: the CSV runs {schedule.n_microbatches} microbatches but the schedule was "
             f"asked for {n_microbatches}; pass n_microbatches={schedule.n_microbatches} (or "
-            f"recompile with --mb {n_microbatches})"
+            f"compile the schedule for {n_microbatches} microbatches)"
         )
     counts = {s.num_stages for s in stages}
     if counts != {schedule.n_stages}:
