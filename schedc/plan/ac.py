@@ -307,13 +307,14 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     ranks, M = p.n_ranks, p.n_microbatches
     cap = math.inf if limit.kind == "none" else limit.value
     scored, seen = [], set()
+    start = _now()  # the shares below are of the per-stage search's own time
     all_layers = forms["none"].n_stages
     # the best global plan's partition first: scored even when the candidates run out of time
     cands = [(best.placement, None, tuple(best.counts), ((best_mode, all_layers),) * len(best.counts))]
     cands += [(pl, d, c, sp) for pl in _placements(kwargs) if n_stages_for(pl, ranks) <= forms["none"].n_stages
               for d, c, sp in stage_candidates(forms, pl, ranks, M, cap)]
     for pl, depth, counts, specs in cands:
-        if (pl, counts, specs) in seen or _now() > t0 + (end - t0) * 0.4 or stop_requested():
+        if (pl, counts, specs) in seen or _now() > start + (end - start) * 0.4 or stop_requested():
             continue
         seen.add((pl, counts, specs))
         found = heuristic_step(forms, counts, specs, pl, ranks, M, limit, objective)
@@ -329,7 +330,7 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     for k, (step, pl, depth, counts, specs, warm) in enumerate(starts):
         say(f"[{_now() - t0:6.1f}s] per-stage checkpointing: from {runtime_modes(forms, counts, specs)} on "
             f"{list(counts)} ({pl}), heuristic step {step:.6g}")
-        until = t0 + (end - t0) * (0.4 + 0.45 * (k + 1) / len(starts))
+        until = start + (end - start) * (0.4 + 0.45 * (k + 1) / len(starts))
         climbed.append((*_local_moves(forms, (step, counts, specs, warm), pl, ranks, M, limit, objective, until,
                                       seen), pl, depth))
     done = []  # each start's climb compiled (the heuristic alone can misjudge one mode against another)
