@@ -549,12 +549,16 @@ def test_optimal_is_claimed_only_when_no_partition_can_be_shorter():
 
     from schedc.plan import plan_status
 
-    def result(gap, status):
-        return SimpleNamespace(gap=gap, compiled=SimpleNamespace(status=status))
+    def result(gap, status, ac=None):
+        return SimpleNamespace(gap=gap, compiled=SimpleNamespace(status=status), ac=ac)
 
     assert plan_status(result(0.0, "optimal")) == plan_status(result(5e-7, "optimal")) == "optimal"
     assert plan_status(result(0.0441, "optimal")) == "optimal for its partition"
     assert plan_status(result(0.0441, "feasible")) == "feasible"
+    # a per-stage checkpointing choice is bounded on its own partition only, even at gap 0
+    per_stage = SimpleNamespace(chosen=["full", "none"])
+    assert plan_status(result(0.0, "optimal", per_stage)) == "optimal for its partition and checkpointing"
+    assert plan_status(result(0.0, "optimal", SimpleNamespace(chosen="none"))) == "optimal"
 
 
 def test_the_time_limit_holds_as_for_compile():
