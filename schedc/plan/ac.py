@@ -22,7 +22,7 @@ import numpy as np
 from schedc.core.costs import Profile
 from schedc.core.partition import INF, PLACEMENTS, Units, minmax, n_stages_for, one_microbatch_need, partition_bound
 from schedc.core.tolerances import REL
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, python_spelling
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.comparisons import torchtitan_rows
 from schedc.plan.limiter import plan_limiter
@@ -99,6 +99,7 @@ def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str
         "split_backward": [m == "none" for m in stage_modes]}})  # checkpointed stages run B
 
 
+@python_spelling
 def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Callable[[str], None]] = None,
             **kwargs) -> PlanResult:
     """The plan with the activation checkpointing that gives the shortest step under the cap.
@@ -120,7 +121,8 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     say = progress or (lambda line: None)
     modes = [m for m in AC_MODES if m in profiles]
     if not modes:
-        raise SchedcError(f"--ac auto needs a profile per mode ({', '.join(AC_MODES)}); got {', '.join(profiles)}")
+        raise SchedcError(f"activation checkpointing 'auto' needs a profile per mode ({', '.join(AC_MODES)}); "
+                          f"got {', '.join(profiles)}")
     forms = mode_forms({m: profiles[m] for m in modes})
     t0 = _now()
     results, errors, floors = _global_plans(forms, modes, time_limit, progress, say, t0, kwargs)
@@ -233,12 +235,6 @@ def _mode_floor(profile: Profile, kwargs: dict) -> float:
 
 def _placements(kwargs: dict) -> list[str]:
     return list(PLACEMENTS) if kwargs.get("placement", "auto") == "auto" else [kwargs["placement"]]
-
-
-def _mix_dict(mix: dict) -> dict:
-    return {"modes": list(mix["modes"]), "units_per_stage": list(mix["counts"]), "placement": mix["placement"],
-            "step": mix["compiled"].value, "heuristic_step": mix["heuristic"], "depth": mix["depth"],
-            "candidates_tried": mix["tried"]}
 
 
 # ---------------------------------------------------------------- the per-stage choice
