@@ -47,7 +47,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Optional, Union
 
-from schedc.core.cost_model import fits_room
+from schedc.core.cost_model import fits, fits_room
 from schedc.core.costs import format_amount, format_bytes, p_needed
 from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Action, Schedule
@@ -57,7 +57,7 @@ from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, charge_passes, 
 from schedc.solver.engine import Incumbent, Result, found
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL, TIE
+from schedc.core.tolerances import REL
 
 EPS = REL
 INF = math.inf
@@ -112,7 +112,7 @@ def check_memory_feasible(problem: Problem) -> None:
     # could schedule anything under it)
     running = [n - fx for n, fx in zip(need, problem.fixed_bytes)]
     short = [r for r, (cap, n) in enumerate(zip(caps, need))
-             if n > cap * (1 + TIE) + EPS or not fits_room(running[r], room[r])]
+             if not fits(n, cap) or not fits_room(running[r], room[r])]
     if short:
         # name the rank furthest over its cap: the one whose need sets the smallest limit that works
         r = max(short, key=lambda q: need[q] / caps[q] if caps[q] > 0 else math.inf)
