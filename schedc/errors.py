@@ -46,12 +46,19 @@ class ParameterError(SchedcError):
 
         text = _PLACEHOLDER.sub(spell, detail)
         found = [m for m in _PLACEHOLDER.finditer(detail) if m.group(1)]
-        whole = any(m.group(1) == "param" and not m.group(2) for m in found) or bool(found and found[0].start() == 0)
+        self.names_itself = any(m.group(1) == "param" and not m.group(2) for m in found)  # a bare {param}
+        whole = self.names_itself or bool(found and found[0].start() == 0)
         super().__init__(text if whole else f"{param if python else self.flag}: {text}")
 
     def for_python(self) -> "ParameterError":
         """The same error, naming the keyword argument instead of the flag."""
         return ParameterError(self.param, self.detail, flag=self.flag, python=True)
+
+    def around(self, head: str, tail: str) -> "ParameterError":
+        """The same error inside a longer message, `head` and `tail` taken as typed: the detail
+        still names its parameter in place (``{param}: `` is put before it when it did not)."""
+        detail = self.detail if self.names_itself else "{param}: " + self.detail
+        return ParameterError(self.param, literal(head) + detail + literal(tail), flag=self.flag, python=self.python)
 
     def __reduce__(self):  # pickled (a worker process's error, copy.copy) as what it was built from
         import functools

@@ -95,12 +95,7 @@ def _not_started(head: str, e: SchedcError, tail: str) -> FitReport:
     that each front door spells it (``give layers`` / ``give --layers``)."""
     if not isinstance(e, ParameterError):
         return FitReport(False, f"{head}{e}{tail}")
-    from schedc.errors import _PLACEHOLDER
-
-    # after `head` the detail must still name its parameter in place, or the message would open with it
-    named = any(m.group(1) == "param" and not m.group(2) for m in _PLACEHOLDER.finditer(e.detail))
-    error = ParameterError(e.param, literal(head) + ("" if named else "{param}: ") + e.detail + literal(tail),
-                           flag=e.flag).for_python()
+    error = e.around(head, tail).for_python()
     return FitReport(False, str(error), error=error)
 
 
