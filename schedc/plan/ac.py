@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from schedc.core.cost_model import fits
 from schedc.core.costs import Profile
 from schedc.core.partition import INF, PLACEMENTS, Units, minmax, n_stages_for, one_microbatch_need, partition_bound
 from schedc.core.tolerances import REL
@@ -446,7 +447,7 @@ def _loop_options(tables: dict, n_layers, n: int, cap: float) -> dict:
     out = {}
     for form, t in tables.items():
         if form == "none":
-            out[form] = (np.where(t["base"] + n * t["act"] <= cap * (1 + REL), t["work"], INF), 0)
+            out[form] = (np.where(fits(t["base"] + n * t["act"], cap), t["work"], INF), 0)
             continue
         if form == "none-b":
             continue
@@ -480,6 +481,8 @@ def _specs_of(tables, counts, placement, ranks, held, cap, opts) -> tuple:
 
 def _uniform(form: str) -> tuple:
     return (form, 0) if form in ("none", "none-b") else (form, 10**9)
+
+
 def _segments(u: Units) -> dict:
     """Per segment [i, j) of units, as (U+1) x (U+1) tables: ``work`` (F + I + W), ``act`` (bytes
     held per microbatch after F), ``base`` (static, the reserve and one microbatch's peak above
@@ -508,7 +511,7 @@ def _pair(tables: dict, i, a, b, j, n_front: int, n_back: int, cap: float):
         for mb, tb in tables.items():
             need = (tf["static"][i, a] + tb["static"][b, j] + tf["reserve"] + n_front * tf["act"][i, a]
                     + n_back * tb["act"][b, j] + np.maximum(tf["extra"][i, a], tb["extra"][b, j]))
-            work = np.where(need <= cap * (1 + REL), tf["work"][i, a] + tb["work"][b, j], INF)
+            work = np.where(fits(need, cap), tf["work"][i, a] + tb["work"][b, j], INF)
             if pair is None or np.ndim(work) == 0 and work < best:
                 pair = (mf, mb)
             best = np.minimum(best, work)
