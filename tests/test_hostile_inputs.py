@@ -493,13 +493,19 @@ def test_simulate_says_how_the_costs_differ_when_the_names_are_the_same(tmp_path
     assert "\x1b" not in out.stderr
 
 
-def test_a_config_s_model_type_is_printed_escaped_by_profile(tmp_path):
-    (tmp_path / "c.json").write_text(json.dumps({"model_type": "llama" + ESC, "hidden_size": 64, "num_hidden_layers": 2,
+def _profile_config_with_model_type(tmp_path, model_type: str):
+    """`schedc profile --units` of a small config.json whose model_type a hostile file set."""
+    (tmp_path / "c.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2,
                                                  "num_attention_heads": 4, "vocab_size": 100,
                                                  "intermediate_size": 128}))
     out = _schedc("profile", "--units", "--config", "c.json", "--flops", "1e12", "--seq", "64", "-o", "u.json",
                   cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_a_config_s_model_type_is_printed_escaped_by_profile(tmp_path):
+    out = _profile_config_with_model_type(tmp_path, "llama" + ESC)
     assert "llama\\x1b]0;owned\\x07\\x1b[2J" in out.stdout and "\x1b" not in out.stdout + out.stderr
 
 
@@ -580,12 +586,7 @@ def test_a_warning_and_a_printout_naming_a_hostile_file_are_one_line_each(tmp_pa
 
 
 def test_a_config_s_model_type_with_a_newline_prints_on_its_line(tmp_path):
-    (tmp_path / "c.json").write_text(json.dumps({"model_type": "llama" + NL, "hidden_size": 64, "num_hidden_layers": 2,
-                                                 "num_attention_heads": 4, "vocab_size": 100,
-                                                 "intermediate_size": 128}))
-    out = _schedc("profile", "--units", "--config", "c.json", "--flops", "1e12", "--seq", "64", "-o", "u.json",
-                  cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+    out = _profile_config_with_model_type(tmp_path, "llama" + NL)
     assert out.stdout.splitlines()[0].startswith("wrote u.json: 4 units of llama" + NL_SHOWN + " (c.json)")
     _no_raw_input(out)
 
