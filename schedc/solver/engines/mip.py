@@ -132,14 +132,6 @@ CHECKS_PER_UNIT, MIN_CHECKS = 4, 2
 _EPS = MODEL
 
 
-def build_instance(problem) -> Graph:
-    """The problem's action graph (schedc.solver.graph, which now owns it), lowered: the old
-    name, for callers not yet moved to ``graph_of(problem).lower()``."""
-    from schedc.solver.graph import graph_of
-
-    return graph_of(problem).lower()
-
-
 # ---------------------------------------------------------------- windows and closure
 
 
