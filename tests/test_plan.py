@@ -16,7 +16,7 @@ import pytest
 from schedc.io import csvio
 from schedc.core.costs import Profile, StageCost
 from schedc.errors import SchedcError
-from schedc.core.partition import Units, partition_bound, partitions_below, stage_modules, torchtitan_default_counts
+from schedc.core.partition import partition_bound, partitions_below, stage_modules, torchtitan_default_counts
 from schedc.plan import own_bound, parse_cap, plan, problem_for
 from schedc.plan.problem import holds_one_microbatch
 from schedc.core.simulate import simulate
@@ -163,8 +163,7 @@ def test_the_search_moves_a_unit_across_stages_and_finds_the_least_own_bound():
     plan_module = importlib.import_module("schedc.plan.search")
     units = tiny_units(n_layers=6, head=3.0)
     limit = parse_cap("16GiB")
-    u = Units.of(units)
-    args = (units, u, "v", 2, 6, limit, limit.value, "makespan")
+    args = (units, "v", 2, 6, limit, "makespan")
     one_step = plan_module._best_first(*args, [(5, 1, 1, 1)], time.monotonic())  # past its deadline: a few dozen
     assert (4, 1, 1, 2) in one_step and (4, 2, 1, 1) in one_step
     for counts, value in one_step.items():

@@ -68,7 +68,7 @@ def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap
     # and a search that follows it far from the dynamic program's partition finds partitions that
     # compile worse (docs/design.md, "The plan", step 2)
     tight = bool(pb.counts) and _tight_problem(problem_for(profile, pb.counts, pl, ranks, microbatches, limit, objective))
-    scores = _best_first(profile, units, pl, ranks, microbatches, limit, cap, objective,
+    scores = _best_first(profile, pl, ranks, microbatches, limit, objective,
                          [s for s in splits if s], _now() + seconds, far=not tight, hard=hard)
     by_lb = sorted(scores, key=scores.get)[:SCREEN]
     shapes = None
@@ -93,7 +93,7 @@ def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap
     return pool, forced
 
 
-def _best_first(profile, units, placement, ranks, microbatches, limit, cap, objective, starts, deadline,
+def _best_first(profile, placement, ranks, microbatches, limit, objective, starts, deadline,
                 far: bool = True, hard: float = math.inf) -> dict:
     """Partitions (units per stage) -> their lower bound, exploring from `starts` the neighbours
     of the best-scored partition first: one unit moved from one stage to another, the stages
