@@ -176,7 +176,7 @@ def _finish(out: PlanResult, choice: ACChoice, profiles: dict, forms: dict, best
             rows.append(replace(row, split=f"torchtitan default, {TORCHTITAN_AC} AC"))
     out = replace(out, comparisons=rows, ac=choice, solve_time=_now() - t0,
                   assumes={**out.assumes, "activation_checkpoint": choice.chosen})
-    out = replace(out, limiter=plan_limiter(out, max(out.compiled.sim.memory_limit)))
+    out = replace(out, limiter=plan_limiter(out))
     return replace(out, report=build_plan_report(out))
 
 

@@ -40,7 +40,7 @@ class PlanLimiter:
                 "uncapped_step": self.uncapped_step, "uncapped_peak": self.uncapped_peak}
 
 
-def _uncapped_best(profile: Profile, units: Units, splits, ranks: int, microbatches: int, objective: str):
+def _uncapped_best(profile: Profile, splits, ranks: int, microbatches: int, objective: str):
     """(step, peak, schedule name, split name, placement, counts) of the shortest hand-made
     schedule with no cap over the given splits."""
     from schedc.core.simulate import simulate
@@ -71,7 +71,7 @@ def rank_work(units: Units, counts: Sequence[int], placement: str, ranks: int) -
     return work
 
 
-def plan_limiter(result: "PlanResult", cap: float) -> PlanLimiter:
+def plan_limiter(result: "PlanResult") -> PlanLimiter:
     """Memory-bound when some rank has no room for one more microbatch and, with no cap, a
     hand-made schedule on the chosen, the compute-balanced or torchtitan's split is over 1% shorter
     than the plan (the step then shortens with more memory, and more microbatches do not help);
@@ -89,7 +89,7 @@ def plan_limiter(result: "PlanResult", cap: float) -> PlanLimiter:
                                                       and c.split == "compute-balanced"), None)),
                    ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
     splits = [x for x in splits if x[2] is not None]
-    best = _uncapped_best(result.units, units, splits, ranks, M, objective) if _cap_binds(result.compiled) else None
+    best = _uncapped_best(result.units, splits, ranks, M, objective) if _cap_binds(result.compiled) else None
     why = _why_partition(result, units, ranks)
     if best is not None and best[0] < result.value * 0.99:
         value, peak, name, split, pl, counts = best

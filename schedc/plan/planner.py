@@ -136,7 +136,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                      bound=min(min(bounds.values()), res.value), bounds=bounds, certified=certified,
                      comparisons=comparisons, candidates=candidates, notes=notes, solve_time=_now() - t0,
                      interrupted=stop_requested(), least_memory=lowered)
-    out = replace(out, limiter=plan_limiter(out, cap))
+    out = replace(out, limiter=plan_limiter(out))
     return replace(out, report=build_plan_report(out))
 
 
