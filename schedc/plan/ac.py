@@ -143,7 +143,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
         out = replace(best, bound=min(global_bound, best.value), notes=notes + (
             ["bound: over every partition with one mode for the whole model; per-stage choices are searched, "
              "not bounded"] if len(modes) > 1 else []))
-    return _finish(out, choice, profiles, forms, best_mode, t0)
+    return _finish(out, choice, forms, best_mode, t0)
 
 
 def _adopt_mix(best: PlanResult, mix: dict, forms: dict, steps: dict, binds, notes: list, global_bound: float):
@@ -167,7 +167,7 @@ def _adopt_mix(best: PlanResult, mix: dict, forms: dict, steps: dict, binds, not
                    notes=notes + [note]), ACChoice(list(mix["modes"]), steps, _mix_dict(mix), binds)
 
 
-def _finish(out: PlanResult, choice: ACChoice, profiles: dict, forms: dict, best_mode: str, t0: float) -> PlanResult:
+def _finish(out: PlanResult, choice: ACChoice, forms: dict, best_mode: str, t0: float) -> PlanResult:
     out = replace(out, compiled=whole_backwards(out.compiled))
     rows = list(out.comparisons)
     if TORCHTITAN_AC in forms and TORCHTITAN_AC != best_mode:
