@@ -58,7 +58,7 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     linear, attention, selective, per_token = layer_flops(s, tokens, seq)
     params = layer_params(s, impl)
 
-    def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules, extra=None) -> StageCost:
+    def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules) -> StageCost:
         held = b.held if run["held"] == "torch" or impl != "paper" else b.wgrads
         transient = {k: v * tokens / tp for k, v in b.transient.items()}
         return StageCost(forward=fw, backward_input=inp, backward_weight=wt,
