@@ -26,8 +26,9 @@ exit_on_ctrl_c_while_loading()  # the schedc command: Ctrl-C until cli.main hold
 
 # schedc.plan is a package and a front-door function: imported first, so that the attribute its
 # import sets on the package is replaced below once and for all (a later import finds it in
-# sys.modules and sets nothing). The modules behind the old names schedc.simulate, .validate and
-# .plot stay reachable for one release (schedc.deprecation).
+# sys.modules and sets nothing); its submodules then hang on the function (_reach_submodules). The
+# modules behind the old names schedc.simulate, .validate and .plot stay reachable for one release
+# (schedc.deprecation).
 from schedc import plan as _plan_module
 from schedc.core import simulate as _simulate_module
 from schedc.core import validate as _validate_module
@@ -101,5 +102,21 @@ attach_module_aliases(plot, _plot_module, {
     "plot_schedule": "schedc.plot(schedule, profile=...)"})
 install_moved_modules({"schedc.simulate": _simulate_module, "schedc.validate": _validate_module,
                        "schedc.plot": _plot_module})
+
+
+def _reach_submodules(front, package) -> None:
+    """Hang each submodule of `package` on `front`, the function that took the package's name.
+
+    ``import schedc.plan.ac as a`` imports the module, then reads ``schedc.plan`` and ``.ac`` as
+    attributes: ``schedc.plan`` is the function, so without these it fails ("cannot import name
+    'ac' from 'plan'"). Every submodule is loaded by the package already (none needs torch)."""
+    import importlib
+    import pkgutil
+
+    for sub in pkgutil.iter_modules(package.__path__):
+        setattr(front, sub.name, importlib.import_module(f"{package.__name__}.{sub.name}"))
+
+
+_reach_submodules(plan, _plan_module)
 del _plan_module, _plot_module, _simulate_module, _validate_module, attach_module_aliases, install_moved_modules
-del exit_on_ctrl_c_while_loading
+del exit_on_ctrl_c_while_loading, _reach_submodules
