@@ -324,3 +324,36 @@ def test_plot_shows_zb_greedy_when_it_is_the_best_fitting_baseline(tmp_path):
     assert cli.main(["compile", "--stages", "4", "--mb", "8", "--costs", "1,2,0.5", "--comm", "0.1",
                      "--memory", "2p", "--time-limit", "3", "--quiet", "-o", str(out), "--plot", str(png)]) == 0
     assert out.exists() and png.stat().st_size > 0
+
+
+def test_calibrate_leaves_its_timeout_to_the_api_and_says_which(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    import functools
+
+    import schedc
+    from schedc.cli.common import defaults_of
+    from schedc.errors import SchedcError
+    from schedc.runtime import calibrate as runtime_calibrate
+
+    real = runtime_calibrate.calibrate
+    calls = []
+
+    @functools.wraps(real)  # the same signature: the command reads its defaults off it
+    def stop_before_the_ranks(*args, **kwargs):
+        calls.append(kwargs)
+        raise SchedcError("stopped before the ranks")
+
+    monkeypatch.setattr(runtime_calibrate, "calibrate", stop_before_the_ranks)
+    schedc.write_csv(schedc.baseline("1f1b", stages=2, microbatches=4), tmp_path / "s.csv")
+    Profile.uniform(2).save(tmp_path / "p.json")
+    argv = ["calibrate", str(tmp_path / "s.csv"), "--profile", str(tmp_path / "p.json"), "--mbs", "1"]
+    default = defaults_of(real)["timeout"]
+    assert cli.main(argv) == 2
+    assert "timeout" not in calls[-1] and f"(--timeout {default:g}s)" in capsys.readouterr().err
+    assert cli.main([*argv, "--timeout", "42"]) == 2
+    assert calls[-1]["timeout"] == 42 and "(--timeout 42s)" in capsys.readouterr().err
+    from schedc.cli import toplevel
+
+    sub = next(a for a in toplevel.build_parser()._actions if a.dest == "command").choices["calibrate"]
+    (timeout,) = [a for a in sub._actions if a.dest == "timeout"]
+    assert timeout.default is None and f"(default {default:g})" in timeout.help  # --help says the API's

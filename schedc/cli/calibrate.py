@@ -26,8 +26,8 @@ def register(sub) -> None:
     p.add_argument("--warmup-steps", type=int, help="untimed steps first (default 1)")
     p.add_argument("--in-situ", action="store_true",
                    help="also profile each rank's stages inside the ranks between steps and predict from that")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                   help="kill the ranks after this many seconds (default 600)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="kill the ranks after this many seconds (default 300)")
     p.add_argument("-o", "--output", metavar="REFINED.json",
                    help="write the profile refined from the measured action times")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -48,7 +48,8 @@ def run(args) -> int:
     from schedc.runtime.calibrate import calibrate, format_calibration
 
     # the flags not given are left to calibrate(); what it will use is read off it for the messages
-    run_flags = common.given(steps=args.steps, warmup_steps=args.warmup_steps, device=args.device)
+    run_flags = common.given(steps=args.steps, warmup_steps=args.warmup_steps, device=args.device,
+                             timeout=args.timeout)
     ran = {**common.defaults_of(calibrate), **run_flags}
 
     profile = Profile.load(args.profile)
@@ -78,7 +79,7 @@ def run(args) -> int:
               f"--threads {args.threads}; predictions will be off (profile with --threads {args.threads})",
               file=sys.stderr)
     what = (f"running {args.file} on local ranks: {ran['warmup_steps']} warm-up + {ran['steps']} timed steps"
-            f"{' with in-situ profiling' if args.in_situ else ''} (--timeout {args.timeout:g}s)")
+            f"{' with in-situ profiling' if args.in_situ else ''} (--timeout {ran['timeout']:g}s)")
     model_args = None
     if args.model:
         from schedc.runtime.user_model import load_function
@@ -88,7 +89,7 @@ def run(args) -> int:
         if args.sample:
             load_function(args.sample, "--sample")
     with _ticking(what):
-        cal = calibrate(args.file, profile, cfg, mbs, threads=args.threads, timeout=args.timeout, n_ranks=args.nproc,
+        cal = calibrate(args.file, profile, cfg, mbs, threads=args.threads, n_ranks=args.nproc,
                         in_situ=args.in_situ, model=args.model, sample=args.sample, model_args=model_args,
                         **run_flags)
     if args.output:

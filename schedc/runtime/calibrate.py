@@ -295,7 +295,7 @@ def _worker_entry() -> int:
 # ---------------------------------------------------------------- launching the ranks
 
 
-def launch(spec: dict, n_ranks: int, timeout: float = 300.0) -> list[dict]:
+def launch(spec: dict, n_ranks: int, timeout: float) -> list[dict]:
     """Start `n_ranks` processes as torchrun would, wait (killing all at the deadline), return their results."""
     from schedc.runtime import launch as launcher
 
