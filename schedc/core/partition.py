@@ -477,8 +477,7 @@ def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
                  x=x, y=y, slots=slots, area=area)
 
 
-def step_bound_terms(u: Units, placement: str, n_ranks: int, n_microbatches: int, cap: float,
-                     objective: str = "makespan"):
+def step_bound_terms(u: Units, n_ranks: int, n_microbatches: int, cap: float, objective: str = "makespan"):
     """(loop_term, v_term): per-rank lower bounds on the step time, for the min-max programs.
 
     Problem: a term per rank, from that rank's units and the prefix and suffix sums around them
@@ -530,7 +529,7 @@ def partition_bound(profile: Profile, n_ranks: int, n_microbatches: int, cap: fl
     if placement not in PLACEMENTS:
         raise SchedcError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     u = Units.of(profile)
-    loop_term, v_term = step_bound_terms(u, placement, n_ranks, n_microbatches, cap, objective)
+    loop_term, v_term = step_bound_terms(u, n_ranks, n_microbatches, cap, objective)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         value, counts = minmax(u, placement, n_ranks, loop_term, v_term)
     chain = chain_bound(u, placement, n_ranks) if objective == "makespan" else 0.0
@@ -552,7 +551,7 @@ def partitions_below(profile: Profile, n_ranks: int, n_microbatches: int, cap: f
     needs no new terms), then a depth-first walk over the states those counts say can finish.
     Cost: the dynamic program's O(S U^2) / O(R U^4), O(transitions) per count, O(limit x S) for the walk."""
     u = Units.of(profile)
-    loop_term, v_term = step_bound_terms(u, placement, n_ranks, n_microbatches, cap, objective)
+    loop_term, v_term = step_bound_terms(u, n_ranks, n_microbatches, cap, objective)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         steps = (_loop_transitions(u, n_ranks, loop_term, theta) if placement == "loop"
                  else _v_transitions(u, n_ranks, v_term, theta))
