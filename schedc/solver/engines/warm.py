@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from schedc.choices import Status
+from schedc.core import baselines
 from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Schedule, v_placement
 from schedc.core.simulate import SimResult, simulate
@@ -71,14 +72,11 @@ def matching_baselines(problem: Union[Problem, Graph], deadline: Optional[Deadli
     built = g.memo.setdefault("baselines", _Built([], set()))
     if not built.complete:
         built.complete = _build_baselines(g, built, deadline or NEVER, with_greedy)
-    return [b for name in _names(built) for b in built.items if b[0] == name]
+    return [b for name in _names() for b in built.items if b[0] == name]
 
 
-def _names(built: _Built) -> list[str]:
-    try:
-        from schedc.core import baselines
-    except ImportError:
-        return [zb_greedy.NAME]
+def _names() -> list[str]:
+    """Every peer schedule's name, in the order the report lists them."""
     return list(baselines.BASELINE_NAMES) + [zb_greedy.NAME]
 
 
@@ -86,19 +84,15 @@ def build_baselines(problem: Union[Problem, Graph]) -> list[tuple[str, Schedule,
     """What :func:`matching_baselines` returns, built and simulated afresh."""
     built = _Built([], set())
     _build_baselines(graph_of(problem), built, NEVER)
-    return [b for name in _names(built) for b in built.items if b[0] == name]
+    return [b for name in _names() for b in built.items if b[0] == name]
 
 
 def _build_baselines(g: Graph, built: _Built, deadline: Deadline, with_greedy: bool = True) -> bool:
     """Add to `built` what is missing, until `deadline`; True when every one has been tried."""
     problem = g.problem
-    try:
-        from schedc.core import baselines
-    except ImportError:
-        baselines = None
     pname = problem.placement_name
-    names = [n for n in _BASELINE_ORDER if baselines and n in baselines.BASELINE_NAMES]
-    names += [n for n in (baselines.BASELINE_NAMES if baselines else ()) if n not in names]
+    names = [n for n in _BASELINE_ORDER if n in baselines.BASELINE_NAMES]
+    names += [n for n in baselines.BASELINE_NAMES if n not in names]
     for name in names + ([zb_greedy.NAME] if with_greedy else []):
         if name in built.tried:
             continue
