@@ -27,7 +27,9 @@ TT = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2"], ["layers.3"], ["
 HF = [["model.embed_tokens", "model.layers.0", "model.layers.1"], ["model.layers.2"], ["model.layers.3"],
       ["model.layers.4", "model.norm", "lm_head"]]
 ASSUMES = {"seq_len": 4096, "microbatch_size": 2, "activation_checkpoint": "none", "dp_shard": 1, "tp": 1,
-           "activation_dtype": "bfloat16", "param_dtype": "bfloat16", "master_weights": True}
+           "activation_dtype": "bfloat16", "param_dtype": "bfloat16", "master_weights": True,
+           # what torchtitan's FSDP2 holds unsharded at every shard degree, counted (unit_profile(fsdp=True))
+           "fsdp": "counted", "fsdp_unsharded_bytes_per_param": 8}
 
 
 def handoff(partition=TT, **assumes) -> Handoff:
@@ -354,3 +356,113 @@ def test_a_counted_plan_s_report_loads_in_nemo_with_its_assumed_dtypes(tmp_path)
     assert pc.module_fqns_per_model_part == [[n if n.startswith("lm_head") else
                                               ("model.embed_tokens" if n == "tok_embeddings" else "model." + n)
                                               for n in stage] for stage in report["partition"]]
+
+
+def _one_rank_under_torchtitan(parallelism, training) -> dict:
+    """One pipeline rank as torchtitan 0.3.0 builds it from the parsed flags: its debug Llama-3 (2
+    layers) through its own ``parallelize_llama`` on a 1-process gloo world (the rank's
+    data-parallel shard axis, degree 1), FSDP2's ``reshard_after_forward`` from its own policy with
+    pipeline parallelism on, then run by torch's ``PipelineStage`` and ``ScheduleGPipe`` over 2
+    microbatches. Returns the blocks' wrapping and the bytes FSDP2 holds unsharded when REDUCE_GRAD
+    starts (every backward done, nothing reduced yet)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    from torchtitan.config import CompileConfig
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed.fsdp import get_fsdp_reshard_after_forward_policy
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import llama3_configs
+    from torchtitan.models.llama3.parallelize import parallelize_llama
+
+    cfg = llama3_configs["debugmodel"](attn_backend="flex")
+    cfg.layers = cfg.layers[:2]
+    for layer in cfg.layers:  # flex attention needs a GPU; SDPA keeps the same parameters
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        one = dataclasses.replace(parallelism, pipeline_parallel_degree=1)
+        model = parallelize_llama(cfg.build(), parallel_dims=ParallelDims.from_config(one, world_size=1),
+                                  training=training, parallelism=one, compile_config=CompileConfig(),
+                                  ac_config=None, dump_folder="")
+        wrapped = [isinstance(b, FSDPModule) for b in model.layers.values()]
+        model.set_reshard_after_forward(get_fsdp_reshard_after_forward_policy(
+            parallelism.fsdp_reshard_after_forward, pp_enabled=True))
+        stage = PipelineStage(model, 0, 1, torch.device("cpu"))
+        held = {}
+
+        def storages(tensors) -> int:
+            return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                        for t in tensors if t is not None and t.untyped_storage().nbytes()}.values())
+
+        def sample(*a, _reduce=stage.perform_reduce_grad, **k):
+            params = [fp for s in fully_shard.state(model)._state_ctx.all_states
+                      for g in s._fsdp_param_groups for fp in g.fsdp_params]
+            held["weights"] = storages(t for fp in params for t in fp.all_gather_outputs)
+            held["grads"] = storages([fp.unsharded_accumulated_grad for fp in params]
+                                     + [fp._unsharded_param.grad for fp in params])
+            return _reduce(*a, **k)
+
+        stage.perform_reduce_grad = sample
+        x = torch.randint(0, cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+        loss = lambda out, y: torch.nn.functional.cross_entropy(out.float().flatten(0, 1), y.flatten())  # noqa: E731
+        ScheduleGPipe(stage, 2, loss_fn=loss).step(x, target=x, return_outputs=False)
+        return {"wrapped": wrapped, "params": sum(p.numel() for p in model.parameters()), **held}
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torchtitan_holds_fsdp2s_unsharded_bytes_at_shard_degree_1_and_the_handoff_counts_them(monkeypatch):
+    """The printed --parallelism.data_parallel_shard_degree 1 leaves torchtitan's ParallelDims with
+    FSDP "disabled", yet parallelize_llama wraps every block in FSDP2 and a pipeline rank holds its
+    weights again in bf16 and fp32 gradients unsharded: the hand-off says so unless the plan counted
+    them (unit_profile(fsdp=True)), and the count bounds what runs."""
+    import torchtitan.distributed.parallel_dims as parallel_dims
+    from torchtitan.distributed import ParallelDims
+
+    from schedc.model_costs import unit_profile
+
+    shape = dict(layers=4, hidden=64, vocab=100, heads=4, kv_heads=2, seq=256, microbatch_size=2, dtype="bfloat16")
+    plain, counted = unit_profile(**shape), unit_profile(**shape, fsdp=True)
+    units = [u.modules for u in plain.stages]
+    partition = [units[0] + units[1] + units[2], units[3] + units[4] + units[5]]
+
+    def settings(p):
+        return REGISTRY["torchtitan"].settings(Handoff(partition=partition, placement="loop", n_ranks=2,
+                                                       n_microbatches=4, assumes=dict(p.assumes)))
+
+    s = settings(plain)
+    cfg = _parse_torchtitan(s["command_line"])
+    dims = ParallelDims.from_config(cfg.parallelism, world_size=s["world_size"])
+    assert (dims.pp, dims.dp_shard, dims.fsdp_enabled) == (2, 1, False)
+    warned = [w for w in s["warnings"] if "FSDP2" in w]
+    assert len(warned) == 1 and "8 bytes per parameter where the plan counted 0" in warned[0]
+    assert not any("FSDP2" in w for w in settings(counted)["warnings"])
+    per_param = counted.assumes["fsdp_unsharded_bytes_per_param"]
+    assert sum(u.static_bytes for u in counted.stages) - sum(u.static_bytes for u in plain.stages) == \
+        per_param * sum(u.static_bytes for u in plain.stages) / plain.assumes["static_bytes_per_param"]
+
+    monkeypatch.setattr(parallel_dims, "device_type", "cpu")  # its mesh on the CPU's gloo group
+    run = _one_rank_under_torchtitan(cfg.parallelism, cfg.training)
+    assert run["wrapped"] == [True, True]
+    n = run["params"]
+    assert run["weights"] == 2 * n  # bf16 (mixed_precision_param) copy beside the fp32 parameters
+    assert run["grads"] == 4 * n    # float32 accumulator; a full backward leaves no bf16 gradient beside it
+    assert run["weights"] + run["grads"] <= per_param * n  # the count adds the bf16 gradient a split W leaves
+
+
+def test_torchtitan_refuses_a_world_size_the_plan_did_not_give():
+    """The printed degrees fix the world: torchtitan's ParallelDims asserts their product is the
+    world size, so the hand-off names that number; a larger launch stops at start."""
+    from torchtitan.distributed import ParallelDims
+
+    for dp_shard, tp in ((1, 1), (2, 1), (1, 2)):
+        s = REGISTRY["torchtitan"].settings(handoff(dp_shard=dp_shard, tp=tp))
+        assert s["world_size"] == 2 * dp_shard * tp
+        assert f"launch on exactly {s['world_size']} GPUs" in REGISTRY["torchtitan"].render(s)
+        parallelism = _parse_torchtitan(s["command_line"]).parallelism
+        dims = ParallelDims.from_config(parallelism, world_size=s["world_size"])
+        assert (dims.pp, dims.dp_shard, dims.tp, dims.fsdp_enabled) == (2, dp_shard, tp, dp_shard > 1)
+        with pytest.raises(AssertionError, match="Invalid parallel dims"):
+            ParallelDims.from_config(parallelism, world_size=2 * s["world_size"])

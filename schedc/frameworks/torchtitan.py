@@ -30,6 +30,7 @@ from schedc.errors import ParameterError, SchedcError, printable, python_spellin
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
                                      check_positive, check_v, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
+from schedc.model_costs.profile import fsdp_held
 
 NAME = "torchtitan"
 FIELDS = {
@@ -132,7 +133,7 @@ def settings(h: Handoff) -> dict:
     else:
         warnings.append("the profile does not record its sequence length: set --training.seq_len to the one "
                         "it was profiled at (torchtitan's configs default to theirs, e.g. 8192 for llama3_8b)")
-    warnings += _dtypes(a, config)
+    warnings += _dtypes(a, config) + _fsdp(a)
     mode = h.ac_mode()
     if mode is not None:
         config["activation_checkpoint"] = mode
@@ -141,7 +142,8 @@ def settings(h: Handoff) -> dict:
                         f"({h.ac_summary()}); torchtitan applies one mode to every layer: run the plan "
                         "under schedc's runtime or plan with one activation-checkpointing mode")
     warnings += h.common_warnings(NAME, "torchtitan", "torchtitan")
-    return {"config": config, "command_line": command_line(config), "warnings": warnings}
+    world = h.n_ranks * config["parallelism.tensor_parallel_degree"] * config["parallelism.data_parallel_shard_degree"]
+    return {"config": config, "command_line": command_line(config), "world_size": world, "warnings": warnings}
 
 
 _TITAN_DTYPES = ("bfloat16", "float32")  # what training.dtype / mixed_precision_param accept
@@ -179,6 +181,31 @@ def _dtypes(assumes: dict, config: dict) -> list[str]:
     return out
 
 
+def _fsdp(assumes: dict) -> list[str]:
+    """torchtitan 0.3.0 wraps every block in FSDP2 whatever ``data_parallel_shard_degree`` is:
+    ``parallelize_llama`` / ``parallelize_qwen3`` always call ``apply_fsdp_to_decoder`` (for its
+    mixed-precision policy; ``ParallelDims.fsdp_enabled`` is not asked), ``ParallelDims`` keeps the
+    shard mesh alive at size 1, and FSDP2 at shard size 1 still copies the weights into
+    ``all_gather_outputs``. Under torch's pipelining each rank so holds :func:`fsdp_held` bytes per
+    parameter, with float32 gradients (``training.mixed_precision_reduce`` takes nothing else). A
+    warning where the plan counted fewer. Cost: O(1)."""
+    act = assumes.get("activation_dtype")
+    counted = float(assumes.get("fsdp_unsharded_bytes_per_param") or 0.0) if assumes.get("fsdp") else 0.0
+    if act in _TITAN_DTYPES:
+        held = fsdp_held(act, "float32", 4.0)
+        if held <= counted:
+            return []
+        amount = f"{held:g} bytes per parameter where the plan counted {counted:g}"
+    elif counted:
+        return []  # a compute dtype torchtitan does not run is a warning of its own
+    else:
+        amount = "bytes the plan did not count"
+    return [f"torchtitan wraps every block in FSDP2 at any data_parallel_shard_degree, 1 included "
+            f"(models/llama3/parallelize.py: apply_fsdp_to_decoder always runs), and reduces in float32: under "
+            f"pipeline parallelism each rank holds its stages' weights again in the compute dtype and their "
+            f"gradients unsharded all step, {amount}: count them (unit_profile(..., fsdp=True)) before launching"]
+
+
 def command_line(config: dict) -> list[str]:
     """The flags, one list argument per stage (torchtitan splits each at commas); the
     activation-checkpointing subcommand last, after a flag that takes one value, since a list
@@ -214,6 +241,9 @@ def render(s: dict) -> str:
         groups[-1].append(_shell_quote(arg))
     lines = [f"{FRAMEWORK.label} (after --module and --config of your registered model; these override them):"]
     lines += ["  " + " ".join(g) + (" \\" if k < len(groups) - 1 else "") for k, g in enumerate(groups)]
+    if s.get("world_size"):  # ParallelDims._validate asserts dp_replicate * dp_shard * cp * tp * pp == WORLD_SIZE
+        lines.append(f"  launch on exactly {s['world_size']} GPUs (pipeline x tensor x data-parallel shard degrees): "
+                     "torchtitan refuses any other world size")
     return "\n".join(lines + [f"  warning: {w}" for w in s.get("warnings", [])])
 
 

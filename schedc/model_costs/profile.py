@@ -57,6 +57,7 @@ def unit_profile(
     latency: float = 0.0,
     held: Literal["torch", "paper"] = "torch",
     names: Names = "torchtitan",
+    fsdp: Optional[bool] = None,
     **model,
 ) -> Profile:
     """Per-unit costs (embedding, each layer, final norm + head + loss) of a decoder as the run
@@ -75,7 +76,8 @@ def unit_profile(
     ``optimizer_dtype``, ``master_weights`` (default: an fp32 copy when params are narrower and
     there is an optimizer), or the per-parameter overrides; ``dp_shard`` (FSDP2 degree: divides
     those static bytes and adds what FSDP2 holds unsharded under torch's pipelining,
-    :func:`fsdp_held`) and
+    :func:`fsdp_held`); ``fsdp``: whether FSDP2 wraps the blocks (default: when ``dp_shard`` > 1;
+    True counts :func:`fsdp_held` at degree 1 too, as torchtitan 0.3.0 wraps them at every degree) and
     ``tp`` (divides weights and, with sequence parallelism, activations); ``reserve_bytes``
     (default 1.21 GiB on CUDA, 0 on CPU); the device's speeds and the link's ``bandwidth`` (B/s)
     and ``latency`` (s per transfer). ``assumes`` records every one of these.
@@ -92,7 +94,8 @@ def unit_profile(
     seq = _seq(seq, seq_len)
     run = _settings(s, seq, microbatch_size, activation_checkpoint, impl, device, optimizer, param_dtype,
                     grad_dtype, optimizer_dtype, master_weights, grad_bytes_per_param, optimizer_bytes_per_param,
-                    dp_shard, tp, reserve_bytes, flops_per_second, memory_bandwidth, bandwidth, latency, held, names)
+                    dp_shard, tp, reserve_bytes, flops_per_second, memory_bandwidth, bandwidth, latency, held, names,
+                    fsdp)
     from schedc.model_costs.units import build_units  # after the checks: it only multiplies
 
     stages, boundary = build_units(s, run)
@@ -152,7 +155,7 @@ def _seq(seq, seq_len) -> int:
 
 def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype, grad_dtype, optimizer_dtype,
               master_weights, grad_bpp, opt_bpp, dp_shard, tp, reserve, flops, mem_bw, bw, latency, held,
-              names) -> dict:
+              names, fsdp=None) -> dict:
     for name, value in (("seq_len", seq), ("microbatch_size", mbs), ("dp_shard", dp_shard), ("tp", tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SchedcError(f"unit_profile: {name} must be an integer >= 1, got {_short(value)}")
@@ -166,6 +169,10 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                         ("optimizer_bytes_per_param", opt_bpp), ("reserve_bytes", reserve)):
         if value is not None and (not finite(value) or value < 0 or value > 2.0**60):
             raise SchedcError(f"unit_profile: {name} must be a finite number >= 0, got {_short(value)}")
+    if fsdp is not None and not isinstance(fsdp, bool):
+        raise SchedcError(f"unit_profile: fsdp must be True, False or None, got {_short(fsdp)}")
+    if fsdp is False and dp_shard > 1:
+        raise SchedcError(f"unit_profile: fsdp False with dp_shard {dp_shard}: FSDP2 is what shards; give dp_shard 1")
     if held not in ("torch", "paper"):
         raise SchedcError(f"unit_profile: held must be 'torch' or 'paper', got {held!r}")
     if names not in UNIT_NAMES:
@@ -196,14 +203,15 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                                                + states * DTYPE_BYTES[optimizer_dtype])
     grad = grad_bpp if grad_bpp is not None else DTYPE_BYTES[grad_dtype]
     reserve = reserve if reserve is not None else (CUDA_RESERVE_BYTES if device == "cuda" else 0.0)
-    unsharded = fsdp_held(s.dtype, grad_dtype, grad) if dp_shard > 1 else 0.0
+    fsdp = dp_shard > 1 if fsdp is None else fsdp
+    unsharded = fsdp_held(s.dtype, grad_dtype, grad) if fsdp else 0.0
     summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
     assumes = {"seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
                "grad_dtype": grad_dtype, "optimizer": optimizer, "optimizer_dtype": optimizer_dtype,
                "master_weights": bool(master_weights), "static_bytes_per_param": p_bytes + grad + opt,
                "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1, "reserve_bytes": reserve,
-               **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": unsharded} if dp_shard > 1 else {}),
+               **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": unsharded} if fsdp else {}),
                "torch": COUNTED_FOR_TORCH, "held": held,
                # torch refuses a second backward through a selective-checkpoint region, which
                # stage_backward_weight is: such layers run their backward whole (B), never I then W
@@ -234,7 +242,7 @@ def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
     return e + grad_bytes + (e if grad_dtype != act_dtype else 0.0)
 
 
-# what `fsdp_held` takes about the run, recorded in a profile's "assumes" when dp_shard > 1
+# what `fsdp_held` takes about the run, recorded in a profile's "assumes" when FSDP2 wraps the blocks
 FSDP_ASSUMES = ("FSDP2 fully_shard per block under torch's pipelining, reshard_after_forward off: each rank "
                 "holds its stages' weights unsharded in the activation dtype and their gradients unsharded "
                 "(grad_dtype accumulator + the activation-dtype gradient a split W leaves) from the first "
@@ -268,4 +276,4 @@ def _notes(run: dict, e: int) -> list[str]:
         "static bytes: weight + gradient + optimizer bytes per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), "
         "divided by the data-parallel shard degree and the tensor-parallel degree",
     ] + ([f"dp_shard {run['dp_shard']}: + {run['fsdp_held_per_param']:g} bytes per parameter held unsharded all step: "
-          + FSDP_ASSUMES.split(': ', 1)[1]] if run["dp_shard"] > 1 else [])
+          + FSDP_ASSUMES.split(': ', 1)[1]] if run["fsdp_held_per_param"] else [])
