@@ -16,6 +16,8 @@ divisible by ``pipeline_parallel_microbatch_size`` (trainer.py L124-139).
 configs choose their own activation checkpointing (``llama3_8b``: selective), a tyro subcommand
 ``activation_checkpoint:{none,selective,full}`` (distributed/activation_checkpoint.py L190-197).
 ``config/manager.py`` ``register_tyro_rules``: a ``list[str]`` flag is one argument split at commas.
+``models/llama3/parallelize.py``: FSDP2 wraps every block at any shard degree, 1 included (:func:`_fsdp`);
+``distributed/parallel_dims.py`` ``_validate``: the degrees' product must be the world size.
 
 Cost: constant per name; rendering is linear in the number of module names.
 """
