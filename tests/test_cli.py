@@ -357,3 +357,44 @@ def test_calibrate_leaves_its_timeout_to_the_api_and_says_which(tmp_path, monkey
     sub = next(a for a in toplevel.build_parser()._actions if a.dest == "command").choices["calibrate"]
     (timeout,) = [a for a in sub._actions if a.dest == "timeout"]
     assert timeout.default is None and f"(default {default:g})" in timeout.help  # --help says the API's
+
+
+_SMALL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
+                 "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+                 "vocab_size": 100, "torch_dtype": "bfloat16"}
+# how Python spells what the counted route's flags set: never shown on the command line
+_KEYWORD_SPELLINGS = ("unit_profile", "param_dtype", "activation_checkpoint", "seq_len", "microbatch_size", "dtype=",
+                      "impl=", "tp=", " dtype:", "bytes_per_param")
+
+
+@pytest.mark.parametrize("command, flags, named", [
+    ("profile", ["--dtype", "float7"], "--dtype: 'float7' is not a dtype"),
+    ("profile", ["--dtype", "{param}"], "--dtype: '{param}' is not a dtype"),
+    ("profile", ["--param-dtype", "float7"], "--param-dtype: 'float7' is not a dtype"),
+    ("profile", ["--impl", "paper", "--ac", "full"], "give --ac none, or --impl hf or torchtitan"),
+    ("profile", ["--ac", "sometimes"], "--ac: 'sometimes' is not a mode"),
+    ("profile", ["--tp", "3"], "--tp 3 does not divide the 4 heads"),
+    ("profile", ["--seq", "0"], "--seq must be between 1 and"),
+    ("plan", ["--dtype", "float7"], "--dtype: 'float7' is not a dtype"),
+    ("plan", ["--tp", "3"], "--tp 3 does not divide the 4 heads"),
+])
+def test_a_bad_counted_profile_setting_names_its_flag(tmp_path, capsys, command, flags, named):
+    config, out = tmp_path / "config.json", tmp_path / ("u.json" if command == "profile" else "plan.csv")
+    config.write_text(json.dumps(_SMALL_CONFIG))
+    argv = ["--config", str(config), *(["--seq", "8"] if "--seq" not in flags else []), *flags, "-o", str(out)]
+    argv = ["profile", "--units", *argv] if command == "profile" else \
+        ["plan", "--ranks", "2", "--mb", "4", "--memory", "80GiB", "--time-limit", "2", *argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"schedc {command}: error: ") and err.count("\n") == 1 and named in err, err
+    assert not [k for k in _KEYWORD_SPELLINGS if k in err], err
+    assert list(tmp_path.iterdir()) == [config]
+
+
+def test_a_bad_counted_dtype_is_one_line_without_a_traceback(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(_SMALL_CONFIG))
+    out = _schedc("profile", "--units", "--config", "config.json", "--seq", "8", "--dtype", "float7", "-o", "u.json",
+                  cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr == ("schedc profile: error: --dtype: 'float7' is not a dtype schedc knows; use one of bfloat16, "
+                          "float16, float32, float64\n")

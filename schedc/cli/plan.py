@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from schedc.core.costs import Profile, format_duration
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.cli import common
 from schedc.io.fileio import write_all
 
@@ -203,6 +203,8 @@ def _counted(args, mode):
     try:
         return unit_profile(args.config, seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
                             activation_checkpoint=mode or "none", **settings)
+    except ParameterError:
+        raise  # spelt for Python; the command line names its flag (schedc.cli.toplevel)
     except SchedcError as e:  # name the flag, not the keyword
         text = str(e)
         for keyword, flag in FLAG_OF.items():

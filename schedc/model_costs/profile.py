@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
 
 from schedc.core.costs import Profile
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, literal
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, dtype_name, finite, read_hf_config
 
 UNIT_NAMES = {
@@ -22,12 +22,17 @@ AC_MODES = ("none", "selective", "full")
 CUDA_RESERVE_BYTES = 1.21 * 2**30
 COUNTED_FOR_TORCH = "2.14"  # the kernels whose saved tensors the counts follow
 MAX_TOKENS = 2**40          # sequence x microbatch: far beyond any run, keeps every count finite
+# the flag of each keyword not spelt --KEYWORD on the command lines that count a profile (schedc profile
+# --config/--flops, schedc plan --config): an error names the flag there and the keyword in Python
+_FLAGS = {"microbatch_size": "--mbs", "activation_checkpoint": "--ac", "flops_per_second": "--flops",
+          "bandwidth": "--comm-bandwidth", "latency": "--comm-latency", "optimizer_bytes_per_param": "--optimizer-bytes",
+          "reserve_bytes": "--reserve"}
 
 
 def unit_names(layers: int, names: Names = "torchtitan") -> list[list[str]]:
     """The module names of each unit: ``[[embedding], [layer 0], ..., [norm, head]]``."""
     if names not in UNIT_NAMES:
-        raise SchedcError(f"names must be one of {', '.join(UNIT_NAMES)}, got {names!r}")
+        raise _bad("names", f"{{param}} must be one of {', '.join(UNIT_NAMES)}, got {_shown(names)}")
     embed, layer, head = UNIT_NAMES[names]
     return [[embed]] + [[layer.format(i)] for i in range(layers)] + [list(head)]
 
@@ -90,12 +95,15 @@ def unit_profile(
     >>> p.assumes["activation_checkpoint"], p.assumes["implementation"]
     ('none', 'torchtitan')
     """
-    s = _shape(shape, model)
-    seq = _seq(seq, seq_len)
-    run = _settings(s, seq, microbatch_size, activation_checkpoint, impl, device, optimizer, param_dtype,
-                    grad_dtype, optimizer_dtype, master_weights, grad_bytes_per_param, optimizer_bytes_per_param,
-                    dp_shard, tp, reserve_bytes, flops_per_second, memory_bandwidth, bandwidth, latency, held, names,
-                    fsdp)
+    try:
+        s = _shape(shape, model)
+        seq = _seq(seq, seq_len)
+        run = _settings(s, seq, microbatch_size, activation_checkpoint, impl, device, optimizer, param_dtype,
+                        grad_dtype, optimizer_dtype, master_weights, grad_bytes_per_param, optimizer_bytes_per_param,
+                        dp_shard, tp, reserve_bytes, flops_per_second, memory_bandwidth, bandwidth, latency, held,
+                        names, fsdp)
+    except ParameterError as e:  # the keyword here; a command line that called this names its flag
+        raise e.for_python() from None
     from schedc.model_costs.units import build_units  # after the checks: it only multiplies
 
     stages, boundary = build_units(s, run)
@@ -127,6 +135,8 @@ def _shape(shape, model: dict) -> ModelShape:
     unknown = sorted(set(model) - known)
     if unknown:
         raise SchedcError(f"unit_profile: unknown argument {unknown[0]!r}")
+    if "dtype" in model:  # given as a keyword, not read from a config.json (which names its own field)
+        _dtype(model["dtype"], "dtype")
     if isinstance(shape, (str, Path)):
         shape = read_hf_config(shape)
     if isinstance(shape, dict):
@@ -149,52 +159,66 @@ def _seq(seq, seq_len) -> int:
         raise SchedcError("unit_profile: give seq or seq_len, not both")
     value = seq if seq is not None else seq_len
     if value is None:
-        raise SchedcError("unit_profile: seq_len must be given (tokens per sequence)")
+        raise _bad("seq", "give the tokens per sequence (e.g. {name}4096)")
     return value
+
+
+def _bad(param: str, detail: str) -> ParameterError:
+    """The error of keyword `param` (``detail`` as :class:`ParameterError` reads it), with its flag."""
+    return ParameterError(param, detail, flag=_FLAGS.get(param, ""))
+
+
+def _dtype(value, param: str) -> str:
+    """:func:`dtype_name` of `value`, an error naming `param` as each front door spells it."""
+    try:
+        return dtype_name(value, param)
+    except SchedcError as e:
+        raise _bad(param, literal(str(e).removeprefix(f"{param}: "))) from None
 
 
 def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype, grad_dtype, optimizer_dtype,
               master_weights, grad_bpp, opt_bpp, dp_shard, tp, reserve, flops, mem_bw, bw, latency, held,
               names, fsdp=None) -> dict:
-    for name, value in (("seq_len", seq), ("microbatch_size", mbs), ("dp_shard", dp_shard), ("tp", tp)):
+    for name, value in (("seq", seq), ("microbatch_size", mbs), ("dp_shard", dp_shard), ("tp", tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SchedcError(f"unit_profile: {name} must be an integer >= 1, got {_short(value)}")
+            raise _bad(name, f"must be an integer >= 1, got {_shown(value)}")
     if seq * mbs > MAX_TOKENS:
-        raise SchedcError(f"unit_profile: seq_len x microbatch_size = {_short(seq * mbs)} tokens is more than "
-                          f"schedc counts ({MAX_TOKENS})")
+        raise _bad("microbatch_size", f"{{param:seq}} x {{param}} = {_shown(seq * mbs)} tokens is more than schedc "
+                                      f"counts ({MAX_TOKENS})")
     for name, value in (("flops_per_second", flops), ("memory_bandwidth", mem_bw), ("bandwidth", bw)):
         if not finite(value) or value <= 0:
-            raise SchedcError(f"unit_profile: {name} must be a finite number > 0, got {_short(value)}")
+            raise _bad(name, f"{{param}} must be a finite number > 0, got {_shown(value)}")
     for name, value in (("latency", latency), ("grad_bytes_per_param", grad_bpp),
                         ("optimizer_bytes_per_param", opt_bpp), ("reserve_bytes", reserve)):
         if value is not None and (not finite(value) or value < 0 or value > 2.0**60):
-            raise SchedcError(f"unit_profile: {name} must be a finite number >= 0, got {_short(value)}")
+            raise _bad(name, f"{{param}} must be a finite number >= 0, got {_shown(value)}")
     if fsdp is not None and not isinstance(fsdp, bool):
         raise SchedcError(f"unit_profile: fsdp must be True, False or None, got {_short(fsdp)}")
     if fsdp is False and dp_shard > 1:
         raise SchedcError(f"unit_profile: fsdp False with dp_shard {dp_shard}: FSDP2 is what shards; give dp_shard 1")
     if held not in ("torch", "paper"):
-        raise SchedcError(f"unit_profile: held must be 'torch' or 'paper', got {held!r}")
+        raise _bad("held", f"{{param}} must be 'torch' or 'paper', got {_shown(held)}")
     if names not in UNIT_NAMES:
-        raise SchedcError(f"names must be one of {', '.join(UNIT_NAMES)}, got {names!r}")
+        raise _bad("names", f"{{param}} must be one of {', '.join(UNIT_NAMES)}, got {_shown(names)}")
     impl = impl or names
     if impl not in ("hf", "torchtitan", "paper"):
-        raise SchedcError(f"unit_profile: impl must be 'hf', 'torchtitan' or 'paper', got {impl!r}")
+        raise _bad("impl", f"{{param}} must be 'hf', 'torchtitan' or 'paper', got {_shown(impl)}")
     if device not in ("cuda", "cpu"):
-        raise SchedcError(f"unit_profile: device must be 'cuda' or 'cpu', got {device!r}")
+        raise _bad("device", f"{{param}} must be 'cuda' or 'cpu', got {_shown(device)}")
     if optimizer not in OPTIMIZER_STATES:
-        raise SchedcError(f"unit_profile: optimizer must be one of {', '.join(OPTIMIZER_STATES)}, got {optimizer!r}")
+        raise _bad("optimizer", f"{{param}} must be one of {', '.join(OPTIMIZER_STATES)}, got {_shown(optimizer)}")
     per_layer = [ac] * s.layers if isinstance(ac, str) else list(ac)
     if len(per_layer) != s.layers or any(a not in AC_MODES for a in per_layer):
-        raise SchedcError(f"unit_profile: activation_checkpoint must be one of {', '.join(AC_MODES)} or a list of "
-                          f"them, one per layer ({s.layers}), got {_short(ac)}")
+        raise _bad("activation_checkpoint", f"{{param}} must be one of {', '.join(AC_MODES)} or a list of them, one "
+                                            f"per layer ({s.layers}), got {_shown(ac)}")
     if impl == "paper" and any(a != "none" for a in per_layer):
-        raise SchedcError("unit_profile: impl 'paper' counts no activation checkpointing; use 'hf' or 'torchtitan'")
+        raise _bad("activation_checkpoint", "{param:impl} 'paper' counts no activation checkpointing; give "
+                                            "{name}none, or {name:impl}hf or torchtitan")
     if tp > 1 and s.heads and (s.kv_heads % tp and tp % s.kv_heads or s.heads % tp):
-        raise SchedcError(f"unit_profile: tp {tp} does not divide the {s.heads} heads ({s.kv_heads} kv heads)")
-    param_dtype = dtype_name(param_dtype or s.dtype, "unit_profile: param_dtype")
-    grad_dtype = dtype_name(grad_dtype, "unit_profile: grad_dtype")
-    optimizer_dtype = dtype_name(optimizer_dtype, "unit_profile: optimizer_dtype")
+        raise _bad("tp", f"{{param}} {tp} does not divide the {s.heads} heads ({s.kv_heads} kv heads)")
+    param_dtype = _dtype(param_dtype or s.dtype, "param_dtype")
+    grad_dtype = _dtype(grad_dtype, "grad_dtype")
+    optimizer_dtype = _dtype(optimizer_dtype, "optimizer_dtype")
     p_bytes = DTYPE_BYTES[param_dtype]
     if master_weights is None:
         master_weights = optimizer != "none" and p_bytes < 4
@@ -254,6 +278,11 @@ def _short(value) -> str:
         return "a number of over 1000 digits"
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _shown(value) -> str:
+    """`value` as a :class:`ParameterError`'s detail shows it: cut when long, its braces kept."""
+    return literal(_short(value))
 
 
 def _notes(run: dict, e: int) -> list[str]:
