@@ -398,3 +398,16 @@ def test_a_bad_counted_dtype_is_one_line_without_a_traceback(tmp_path):
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
     assert out.stderr == ("schedc profile: error: --dtype: 'float7' is not a dtype schedc knows; use one of bfloat16, "
                           "float16, float32, float64\n")
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--heads", "3"], "--hidden (64) is not a multiple of --heads (3); give --head-dim"),
+    (["--heads", "4", "--kv-heads", "3"], "--heads (4) must be a multiple of --kv-heads (3)"),
+    (["--head-dim", "8"], "--kv-heads and --head-dim need --heads"),
+])
+def test_a_bad_counted_shape_from_flags_names_the_flags(tmp_path, capsys, flags, named):
+    out = tmp_path / "u.json"
+    argv = ["profile", "--flops", "1e12", "--layers", "2", "--hidden", "64", "--vocab", "100", "--seq", "8", *flags]
+    assert cli.main([*argv, "-o", str(out)]) == 2
+    assert capsys.readouterr().err == f"schedc profile: error: {named}\n"
+    assert not out.exists()

@@ -150,6 +150,8 @@ def _shape(shape, model: dict) -> ModelShape:
         shape = ModelShape(**{**shape.as_dict(), **model})
     try:
         return shape.resolved()
+    except ParameterError:
+        raise  # it names the keyword (the flag on a command line) itself
     except SchedcError as err:
         raise SchedcError(f"unit_profile: {err}") from None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 from schedc.core import limits
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
@@ -94,15 +94,16 @@ class ModelShape:
         if self.mlp not in ("swiglu", "gelu"):
             raise SchedcError(f"mlp must be 'swiglu' or 'gelu', got {self.mlp!r}")
         if self.heads is None and (self.kv_heads is not None or self.head_dim is not None):
-            raise SchedcError("kv_heads and head_dim need heads")
+            raise ParameterError("heads", "{param:kv_heads} and {param:head_dim} need {param}")
         heads, kv, hd = self.heads, self.kv_heads, self.head_dim
         if heads is not None:
             kv = heads if kv is None else kv
             if heads % kv:
-                raise SchedcError(f"heads ({heads}) must be a multiple of kv_heads ({kv})")
+                raise ParameterError("kv_heads", f"{{param:heads}} ({heads}) must be a multiple of {{param}} ({kv})")
             if hd is None:
                 if self.hidden % heads:
-                    raise SchedcError(f"hidden ({self.hidden}) is not a multiple of heads ({heads}); give head_dim")
+                    raise ParameterError("heads", f"{{param:hidden}} ({self.hidden}) is not a multiple of {{param}} "
+                                                  f"({heads}); give {{param:head_dim}}")
                 hd = self.hidden // heads
         if self.experts and not 1 <= self.experts_per_token <= self.experts:
             raise SchedcError(f"experts_per_token must be between 1 and experts ({self.experts}), "
