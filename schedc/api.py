@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Optional, Sequence, Union, get_args
 
 from schedc.core.baselines import BASELINE_NAMES, make_baseline
 from schedc.choices import (Budget, CountedDevice, Execution, Implementation, Objective, Placement, PlacementName, Solver,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["compile", "simulate", "validate", "baseline", "plot", "write_trace", "read_csv", "write_csv", "read_report",
-           "count_profile", "BASELINES", "DEFAULT_MEMORY"]
+           "count_profile", "with_framework", "BASELINES", "DEFAULT_MEMORY", "FRAMEWORK_COUNTS"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -449,6 +449,9 @@ def count_profile(
     bandwidth: Optional[float] = None,
     latency: Optional[float] = None,
     names: Optional[UnitNames] = None,
+    grad_dtype: Optional[str] = None,
+    optimizer_dtype: Optional[str] = None,
+    framework: TargetFramework = "schedc",
 ) -> Profile:
     """The per-unit profile of a decoder counted from arithmetic: no GPU, nothing downloaded.
 
@@ -482,6 +485,17 @@ def count_profile(
         (`dp_shard` FSDP degree, `tp` tensor-parallel degree), CUDA's measured reserve, an H100 at
         about 40% (400e12 FLOP/s), 2 TB/s memory, a 40 GB/s link with no latency, and
         torchtitan's module names (:data:`~schedc.choices.UnitNames`).
+    grad_dtype, optimizer_dtype : optional
+        The gradients' and optimizer states' dtypes (default float32).
+    framework : {"schedc", "torchtitan", "nemo"}
+        The framework that will run the plan, whose memory the count follows
+        (:data:`FRAMEWORK_COUNTS`): torchtitan 0.3.0 and NeMo AutoModel 0.7.0 wrap every block in
+        FSDP2 at data-parallel shard degree 1 too, which under torch's pipelining holds the
+        stage's weights again in the compute dtype and its gradients unsharded all step
+        (``unit_profile(fsdp=True)``), and each runs its own model code (torchtitan's, or Hugging
+        Face transformers' for NeMo: the default `names`, which sets `impl`). ``"schedc"``
+        (default): schedc's runtime, plain torch modules, no FSDP2 unless `dp_shard` > 1: the count
+        schedc has always made. Recorded in ``assumes["framework"]``.
 
     Returns
     -------
@@ -507,20 +521,65 @@ def count_profile(
                                       ("names", names, UnitNames)):
         if value is not None:
             check_choice(parameter, value, choices)
+    fsdp, framework_names = FRAMEWORK_COUNTS[check_framework(framework)]
     settings = {k: v for k, v in dict(
         microbatch_size=microbatch_size, activation_checkpoint=activation_checkpoint, impl=impl, device=device,
         optimizer=optimizer, optimizer_bytes_per_param=optimizer_bytes_per_param, param_dtype=param_dtype,
         dp_shard=dp_shard, tp=tp, reserve_bytes=reserve_bytes, flops_per_second=flops_per_second,
-        memory_bandwidth=memory_bandwidth, bandwidth=bandwidth, latency=latency, names=names).items()
+        memory_bandwidth=memory_bandwidth, bandwidth=bandwidth, latency=latency,
+        names=names if names is not None else framework_names, grad_dtype=grad_dtype,
+        optimizer_dtype=optimizer_dtype, fsdp=fsdp).items()
         if v is not None}  # the defaults are unit_profile's
     if dtype is not None:
         settings["dtype"] = dtype
     if isinstance(model, (str, os.PathLike)):
-        return unit_profile(model, seq=seq, **settings)
-    if not isinstance(model, Mapping):
+        counted = unit_profile(model, seq=seq, **settings)
+    elif not isinstance(model, Mapping):
         raise SchedcError(f"model: expected the path of a config.json or the shape as a dict (layers, hidden, "
                           f"vocab, ...); got {type(model).__name__}")
-    return unit_profile(seq=seq, **{**model, **settings})
+    else:
+        counted = unit_profile(seq=seq, **{**model, **settings})
+    return with_framework(counted, framework)
+
+
+TargetFramework = Literal["schedc", "torchtitan", "nemo"]
+"""The frameworks a plan is counted for and launched with (``schedc plan --for``)."""
+
+FRAMEWORK_COUNTS: Mapping[str, tuple[Optional[bool], Optional[str]]] = MappingProxyType({
+    # schedc's runtime: plain torch modules; FSDP2 only where dp_shard > 1 (unit_profile's default)
+    "schedc": (None, None),
+    # torchtitan 0.3.0: models/llama3/parallelize.py parallelize_llama always calls
+    # apply_fsdp_to_decoder (for its MixedPrecisionPolicy), ParallelDims keeps a size-1 fsdp mesh
+    "torchtitan": (True, "torchtitan"),
+    # NeMo AutoModel 0.7.0: components/distributed/fsdp2.py fsdp2_sharding_enabled asks the whole
+    # (pp, dp_replicate, dp_shard, cp, tp) mesh, whose size is pp_size > 1 under pipelining, so
+    # model_parallelizer.py _parallelize_fsdp2 calls fully_shard on every block over the size-1
+    # dp_shard mesh; it trains Hugging Face transformers' modules
+    "nemo": (True, "hf"),
+})
+"""Per framework: ``fsdp`` for :func:`schedc.model_costs.unit_profile` (whether FSDP2 wraps every
+block at data-parallel shard degree 1; None: only when sharding) and the module names, so the model
+code, it runs (None: unit_profile's default)."""
+
+
+def check_framework(framework: Any) -> str:
+    """`framework` when schedc counts for it (:data:`TargetFramework`); else one line naming it."""
+    allowed = get_args(TargetFramework)
+    if not isinstance(framework, str) or framework not in allowed:
+        raise ParameterError("framework", f"{literal(ascii(framework)[:40])} is not a framework schedc counts for; "
+                                          f"give one of {', '.join(allowed)}", flag="--for")
+    return framework
+
+
+@_python_spelling
+def with_framework(profile: Profile, framework: TargetFramework) -> Profile:
+    """`profile` with ``assumes["framework"]`` set: the framework a plan of it is for. For a
+    measured profile this only names the target (it holds what it measured); the framework's
+    hand-off then warns about what the profile did not count (FSDP2's unsharded bytes: its
+    ``"fsdp"`` assumption). Cost: a copy of the profile's header."""
+    if not isinstance(profile, Profile):
+        raise SchedcError(f"profile: expected a Profile, got {type(profile).__name__}")
+    return profile.model_copy(update={"assumes": {**(profile.assumes or {}), "framework": check_framework(framework)}})
 
 
 def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:

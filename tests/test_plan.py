@@ -692,3 +692,96 @@ def test_settings_without_a_config_and_auto_without_a_profile_per_mode_are_refus
 def test_a_time_limit_shorter_than_any_plan_is_refused_as_by_compile():
     with pytest.raises(SchedcError, match=r"^time_limit=1e-09 is shorter than any plan takes"):
         plan(profile=tiny_units(n_layers=4), ranks=2, microbatches=4, memory="40GiB", time_limit=1e-9)
+
+
+# --for: the plan counts memory as the framework that will launch it holds it
+_FOR_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4,
+               "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "vocab_size": 100, "torch_dtype": "bfloat16"}
+# its parameters, counted by hand: untied embedding and head, per layer q/o 64x64, k/v 64x32, SwiGLU 3 x 64x128
+# and two norms, the final norm
+_FOR_PARAMS = 2 * 100 * 64 + 4 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64
+_TT_FSDP, _NEMO_FSDP = "torchtitan wraps every block in FSDP2", "NeMo AutoModel wraps every block in FSDP2"
+
+
+def _plan_for(tmp_path, capsys, *flags, name="plan") -> tuple[int, str, str, dict]:
+    from schedc.cli import toplevel as cli
+
+    (tmp_path / "config.json").write_text(json.dumps(_FOR_CONFIG))
+    source = ["--config", str(tmp_path / "config.json"), "--seq", "16"] if "--profile" not in flags else []
+    code = cli.main(["plan", *source, *flags, "--ranks", "2", "--mb", "4", "--memory", "80GiB", "--time-limit", "2",
+                     "--budget", "work", "--quiet", "-o", str(tmp_path / f"{name}.csv")])
+    out, err = capsys.readouterr()
+    report = json.loads((tmp_path / f"{name}.json").read_text()) if code == 0 else {}
+    return code, out, err, report
+
+
+def _blocks(out: str) -> tuple[str, str]:
+    """The torchtitan and NeMo hand-off blocks of a plan's printout."""
+    tt = out[out.index("torchtitan 0.3.0 ("):out.index("NeMo AutoModel 0.7.0 (")]
+    return tt, out[out.index("NeMo AutoModel 0.7.0 ("):]
+
+
+def test_a_plan_for_torchtitan_counts_fsdp2s_bytes_at_shard_degree_1_and_its_hand_off_does_not_warn(tmp_path, capsys):
+    code, out, _, titan = _plan_for(tmp_path, capsys, "--for", "torchtitan", name="titan")
+    assert code == 0
+    code, plain_out, _, plain = _plan_for(tmp_path, capsys, "--for", "schedc", name="plain")
+    assert code == 0
+
+    def static(report):
+        return sum(stage["static_bytes"] for stage in report["profile"]["stages"])
+
+    # bf16 compute, fp32 gradients: the bf16 weights, the fp32 accumulator and the bf16 gradient W leaves
+    assert static(titan) - static(plain) == 8 * _FOR_PARAMS
+    assert static(plain) == titan["assumes"]["static_bytes_per_param"] * _FOR_PARAMS
+    assert (titan["assumes"]["framework"], plain["assumes"]["framework"]) == ("torchtitan", "schedc")
+    assert titan["assumes"]["fsdp_unsharded_bytes_per_param"] == 8 and "fsdp" not in plain["assumes"]
+    assert _TT_FSDP not in out and _NEMO_FSDP not in out  # NeMo holds the same 8 bytes there
+    tt, nemo = _blocks(plain_out)
+    assert f"warning: {_TT_FSDP}" in tt and "8 bytes per parameter where the plan counted 0" in tt
+    assert "--parallelism.data_parallel_shard_degree 1" in tt  # the flags that start the run it under-counts
+    assert f"warning: {_NEMO_FSDP}" in nemo and "dp_size: 1" in nemo
+
+
+def test_a_plan_for_nemo_counts_hugging_face_modules_under_fsdp2(tmp_path, capsys):
+    code, out, _, report = _plan_for(tmp_path, capsys, "--for", "nemo")
+    assert code == 0
+    a = report["assumes"]
+    assert (a["framework"], a["implementation"], a["fsdp_unsharded_bytes_per_param"]) == ("nemo", "hf", 8)
+    assert report["partition"][0][0] == "model.embed_tokens"  # NeMo's own module names, not translated
+    tt, nemo = _blocks(out)
+    assert "warning" not in nemo
+    assert _TT_FSDP not in tt and "count the profile for torchtitan" in tt  # torchtitan runs its own model code
+
+
+def test_for_with_a_measured_profile_names_the_target_and_counts_nothing_more(tmp_path, capsys):
+    units = tiny_units(n_layers=4)
+    units.save(tmp_path / "units.json")
+    code, out, _, report = _plan_for(tmp_path, capsys, "--profile", str(tmp_path / "units.json"), "--for", "torchtitan")
+    assert code == 0
+    assert report["assumes"]["framework"] == "torchtitan"
+    assert sum(s["static_bytes"] for s in report["profile"]["stages"]) == sum(u.static_bytes for u in units.stages)
+    assert f"warning: {_TT_FSDP}" in _blocks(out)[0]  # the profile holds what it measured: FSDP2's bytes not among it
+
+
+def test_a_framework_schedc_does_not_count_for_is_one_line(tmp_path, capsys):
+    import schedc
+
+    code, out, err, _ = _plan_for(tmp_path, capsys, "--for", "megatron")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err == ("schedc plan: error: --for: 'megatron' is not a framework schedc counts for; give one of schedc, "
+                   "torchtitan, nemo\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    with pytest.raises(SchedcError, match=r"^framework: 'megatron' is not a framework schedc counts for"):
+        schedc.count_profile(tmp_path / "config.json", seq=16, framework="megatron")
+
+
+def test_the_framework_a_plan_counts_for_by_default_is_the_apis(tmp_path, capsys, monkeypatch):
+    from schedc import api
+
+    code, _, _, report = _plan_for(tmp_path, capsys)
+    assert code == 0 and report["assumes"]["framework"] == "schedc" and "fsdp" not in report["assumes"]
+    monkeypatch.setitem(api.count_profile.__wrapped__.__kwdefaults__, "framework", "torchtitan")
+    code, _, _, report = _plan_for(tmp_path, capsys, name="moved")
+    assert code == 0 and report["assumes"]["framework"] == "torchtitan"
+    assert report["assumes"]["fsdp_unsharded_bytes_per_param"] == 8

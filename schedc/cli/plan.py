@@ -14,6 +14,8 @@ from schedc.io.fileio import write_all
 
 
 def register(sub) -> None:
+    from schedc import api
+
     p = sub.add_parser("plan", help="choose the layer partition, placement and schedule under a memory cap in bytes")
     p.set_defaults(handler=run)
     src = p.add_mutually_exclusive_group(required=True)
@@ -35,6 +37,11 @@ def register(sub) -> None:
     run_.add_argument("--tp", type=int, metavar="N", help="tensor-parallel degree (default 1)")
     run_.add_argument("--reserve", metavar="SIZE",
                       help="memory a CUDA process holds outside torch's allocator (default: the counted route's)")
+    p.add_argument("--for", dest="framework", metavar="FRAMEWORK", default=None,
+                   help="the framework that will run the plan: torchtitan, nemo, or schedc (its own runtime); with "
+                        "--config the count holds what that framework holds (torchtitan and NeMo wrap every block in "
+                        "FSDP2 at shard degree 1 too), with --profile it only names the target; recorded in the "
+                        f"report's \"assumes\" (default {common.defaults_of(api.count_profile)['framework']})")
     p.add_argument("--ac", metavar="MODE", default=None,
                    help="activation checkpointing: none, selective, full, or auto (the plan chooses, globally and "
                         "per stage, the one with the shortest step under the cap); default: what the profile assumes")
@@ -176,11 +183,11 @@ def _unit_profiles(args) -> tuple[dict, str]:
         if len(pairs) < 2 or None in modes or len(set(modes)) != len(modes):
             raise SchedcError("--ac auto with --profile needs one profile per mode: --profile none=a.json --profile "
                               "full=b.json (or --config config.json, which counts every mode)")
-        return {m: Profile.load(path) for m, path in pairs}, ", ".join(path for _, path in pairs)
+        return {m: _target(Profile.load(path), args) for m, path in pairs}, ", ".join(path for _, path in pairs)
     if len(pairs) > 1:
         raise SchedcError("--profile: give one per-unit profile, or one per mode (MODE=UNITS.json) with --ac auto")
     mode, path = pairs[0]
-    units = Profile.load(path)
+    units = _target(Profile.load(path), args)
     stated = (units.assumes or {}).get("activation_checkpoint")
     mode = mode or args.ac
     if mode is not None and stated is not None and stated != mode:
@@ -189,20 +196,27 @@ def _unit_profiles(args) -> tuple[dict, str]:
     return {mode or stated: units}, path
 
 
-def _counted(args, mode):
-    """The per-unit profile counted from --config with the run's settings
-    (schedc.model_costs.unit_profile, which records them in the profile's ``assumes``)."""
-    from schedc.model_costs import unit_profile
+def _target(units: Profile, args) -> Profile:
+    """A measured profile holds what it measured: --for only names the framework the plan is for
+    (its hand-off then warns about what the profile did not count)."""
+    from schedc import api
 
-    settings = {"dp_shard": args.dp_shard, "tp": args.tp, "grad_dtype": args.grad_dtype,
-                "optimizer_dtype": args.optimizer_dtype,
-                "reserve_bytes": None if args.reserve is None else _bytes(args.reserve, "--reserve")}
+    return units if args.framework is None else api.with_framework(units, args.framework)
+
+
+def _counted(args, mode):
+    """The per-unit profile counted from --config with the run's settings, for the framework of
+    --for (schedc.api.count_profile, which records them in the profile's ``assumes``)."""
+    from schedc import api
+
+    settings = common.given(dp_shard=args.dp_shard, tp=args.tp, grad_dtype=args.grad_dtype,
+                            optimizer_dtype=args.optimizer_dtype, framework=args.framework,
+                            reserve_bytes=None if args.reserve is None else _bytes(args.reserve, "--reserve"))
     if args.dtype is not None:
         settings.update(dtype=args.dtype, param_dtype=args.dtype)
-    settings = {k: v for k, v in settings.items() if v is not None}
     try:
-        return unit_profile(args.config, seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
-                            activation_checkpoint=mode or "none", **settings)
+        return api.count_profile(args.config, seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
+                                 activation_checkpoint=mode or "none", **settings)
     except ParameterError:
         raise  # spelt for Python; the command line names its flag (schedc.cli.toplevel)
     except SchedcError as e:  # name the flag, not the keyword

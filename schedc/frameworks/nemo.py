@@ -129,7 +129,8 @@ def settings(h: Handoff) -> dict:
         warnings.append(f"the plan checkpoints activations differently per stage or layer "
                         f"({h.ac_summary()}); NeMo AutoModel applies one mode to every layer: run the plan "
                         "under schedc's runtime or plan with one activation-checkpointing mode")
-    warnings += precision_warnings + h.common_warnings(NAME, "hf", "NeMo AutoModel")
+    warnings += precision_warnings + _fsdp(a, mp_policy, h.n_ranks * distributed["tp_size"] * dp)
+    warnings += h.common_warnings(NAME, "hf", "NeMo AutoModel")
     local = h.n_microbatches * mbs
     out = {"distributed": {**distributed, "pipeline": pipeline},
            # one optimizer step per pipeline step: no gradient accumulation the plan did not count
@@ -174,6 +175,35 @@ def _precision(a: dict) -> tuple[dict, dict, list[str]]:
         out.append(f"the plan counts {ascii(opt)[:20]} optimizer states; torch's optimizers keep them in the "
                    f"parameters' storage dtype (model.torch_dtype {storage})")
     return mp, model, out
+
+
+def _fsdp(a: dict, mp_policy: dict, world: int) -> list[str]:
+    """NeMo AutoModel 0.7.0 wraps every block in FSDP2 on any world of more than one GPU, dp_size 1
+    included: ``components/distributed/fsdp2.py`` ``fsdp2_sharding_enabled`` asks the whole
+    (pp, dp_replicate, dp_shard, cp, tp) mesh, whose size is the world's, and
+    ``model_parallelizer.py`` ``_parallelize_fsdp2`` then calls ``fully_shard`` per block over the
+    size-1 dp_shard mesh. Under torch's pipelining a rank so holds :func:`fsdp_held` bytes per
+    parameter in ``mp_policy``'s dtypes. A warning where the plan counted fewer. Cost: O(1)."""
+    from schedc.model_costs.profile import fsdp_held
+    from schedc.model_costs.shape import DTYPE_BYTES
+
+    counted = float(a.get("fsdp_unsharded_bytes_per_param") or 0.0) if a.get("fsdp") else 0.0
+    if world < 2:
+        return []
+    if mp_policy:
+        held = fsdp_held(mp_policy["param_dtype"], mp_policy["reduce_dtype"], DTYPE_BYTES[mp_policy["reduce_dtype"]])
+        if held <= counted:
+            return []
+        amount = f"{held:g} bytes per parameter where the plan counted {counted:g}"
+    elif counted:
+        return []  # a compute dtype FSDP2's mp_policy does not take is a warning of its own
+    else:
+        amount = "bytes the plan did not count"
+    return [f"NeMo AutoModel wraps every block in FSDP2 on any world of more than one GPU, dp_size 1 included "
+            f"(distributed/fsdp2.py: fsdp2_sharding_enabled asks the whole mesh, pp included): under pipeline "
+            f"parallelism each rank holds its stages' gradients unsharded all step and their weights again in the "
+            f"compute dtype, {amount}: count them (schedc plan --for nemo; count_profile(..., framework='nemo')) "
+            f"before launching"]
 
 
 def _optimizer(name, warnings: list[str]) -> dict:

@@ -205,7 +205,8 @@ def _fsdp(assumes: dict) -> list[str]:
     return [f"torchtitan wraps every block in FSDP2 at any data_parallel_shard_degree, 1 included "
             f"(models/llama3/parallelize.py: apply_fsdp_to_decoder always runs), and reduces in float32: under "
             f"pipeline parallelism each rank holds its stages' weights again in the compute dtype and their "
-            f"gradients unsharded all step, {amount}: count them (unit_profile(..., fsdp=True)) before launching"]
+            f"gradients unsharded all step, {amount}: count them (schedc plan --for torchtitan; "
+            f"count_profile(..., framework='torchtitan')) before launching"]
 
 
 def command_line(config: dict) -> list[str]:
