@@ -15,6 +15,7 @@ from test_plan import _modes, _schedc, tiny_units  # noqa: E402  (the per-unit p
 
 M = 4  # microbatches of the tiny plans
 TIGHT = "11GiB"  # stage 0 of the tiny model holds its microbatches only when checkpointed, stage 1 without
+STACKED_CAP = "8GiB"  # a stage must save more than selective checkpointing of all its layers saves
 
 
 def _auto(memory: str, placement: str = "loop"):
@@ -76,6 +77,39 @@ def test_per_stage_choice_beats_every_global_mode_where_memory_binds():
     assert not [s for s, m in enumerate(res.ac.chosen) if m != "none" and s != 0 and s in split]
 
 
+def test_a_stage_saves_past_selective_by_upgrading_layers_to_full_one_at_a_time():
+    from schedc.plan.ac import STACKED, mode_forms, runtime_modes, spec_units
+
+    res = _auto(STACKED_CAP)
+    best_global = min(v for v in res.ac.global_steps.values() if v is not None)
+    stacked = [m for m in res.ac.chosen if isinstance(m, list) and {"full", "selective"} <= set(m)]
+    assert stacked and res.value < best_global * (1 - 1e-6), (res.ac.chosen, res.ac.global_steps)
+    # the spec (STACKED, k): the stage's first k layers full, its other layers selective, the rest in B
+    profiles = _modes(tiny_units(n_layers=6, head=1.0))
+    forms = mode_forms(profiles)
+    units = spec_units(forms, [4, 4], ((STACKED, 1), ("none", 0)))
+    assert units.stages[0] == forms["none-b"].stages[0]  # the embedding: not a layer
+    assert units.stages[1] == forms["full"].stages[1]
+    assert units.stages[2:4] == forms["selective"].stages[2:4]
+    assert units.stages[4:] == profiles["none"].stages[4:]
+    assert runtime_modes(forms, [4, 4], ((STACKED, 1), ("none", 0))) == [["full", "selective", "selective"], "none"]
+
+
+@pytest.mark.parametrize("placement", ["loop", "v"])
+def test_every_screened_candidate_fits_with_the_receive_buffers(placement):
+    from schedc.plan.ac import heuristic_step, mode_forms, stage_candidates
+    from schedc.plan.request import parse_cap
+
+    GiB = 2**30
+    units = tiny_units(n_layers=6, head=1.0).model_copy(update={"boundary_bytes": 0.5 * GiB})
+    forms = mode_forms(_modes(units))  # torch 2.14: a buffer per microbatch on every boundary a rank receives on
+    found = stage_candidates(forms, placement, 2, M, 12 * GiB)
+    assert found
+    for depth, counts, specs in found:
+        assert heuristic_step(forms, counts, specs, placement, 2, M, parse_cap("12GiB"), "makespan") is not None, \
+            (depth, counts, specs)
+
+
 def test_a_checkpointed_choice_in_a_v_never_splits_its_stages():
     res = _auto("9GiB", placement="v")  # without checkpointing nothing fits
     modes = [res.ac.chosen] * len(res.counts) if isinstance(res.ac.chosen, str) else res.ac.chosen
@@ -92,14 +126,24 @@ def _write_modes(tmp_path) -> list[str]:
     return args
 
 
-@pytest.fixture(scope="module")
-def planned(tmp_path_factory):
-    """`schedc plan --ac auto` of the tiny model under the tight cap: (folder, stdout)."""
-    tmp = tmp_path_factory.mktemp("plan_ac")
-    out = _schedc("plan", *_write_modes(tmp), "--ac", "auto", "--ranks", "2", "--mb", str(M), "--memory", TIGHT,
+def _plan_in(tmp, memory: str):
+    out = _schedc("plan", *_write_modes(tmp), "--ac", "auto", "--ranks", "2", "--mb", str(M), "--memory", memory,
                   "--placement", "loop", "--time-limit", "4", "--budget", "work", "--quiet", cwd=tmp)
     assert out.returncode == 0, out.stderr
     return tmp, out.stdout
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """`schedc plan --ac auto` of the tiny model under the tight cap: (folder, stdout)."""
+    return _plan_in(tmp_path_factory.mktemp("plan_ac"), TIGHT)
+
+
+@pytest.fixture(scope="module")
+def planned_stacked(tmp_path_factory):
+    """The same under a tighter cap, where a stage checkpoints one layer fully and the others
+    selectively."""
+    return _plan_in(tmp_path_factory.mktemp("plan_ac_stacked"), STACKED_CAP)
 
 
 def test_cli_prints_global_modes_and_the_per_stage_choice_side_by_side_and_how_to_launch_it(planned):
@@ -141,8 +185,8 @@ def test_plan_settings_reads_the_per_stage_modes_and_blocks_and_names_what_is_mi
 
 def rank_runs_the_plan(rank: int, world: int, plan_json: str):
     """On each rank: the plan's pipeline (its per-stage checkpointing) and the same CSV without
-    checkpointing, one step each: block forwards per microbatch, tensors autograd saved, the
-    loss, and each gradient's largest relative error against the unsplit model."""
+    checkpointing: tensors autograd saved, the loss, and each gradient's largest relative error
+    against the unsplit model in a first step; block forwards in a second."""
     import torch
 
     from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, make_batch
@@ -175,27 +219,39 @@ def rank_runs_the_plan(rank: int, world: int, plan_json: str):
         mine = {id(p) for p in pipe.parameters()}
         err = max((p.grad - q.grad).abs().max().item() / (q.grad.abs().max().item() + 1e-30)
                   for p, q in zip(model.parameters(), ref.parameters()) if id(p) in mine)
+        # block forwards counted in a second step: the first also runs torch's metadata inference
+        # (a forward, and on every stage but the first a backward that recomputes checkpointed blocks)
+        runs.clear()
+        pipe.step(x, target=y)
         out[label] = {"stages": sorted(pipe.modules), "runs": [runs[key] for key in sorted(runs)], "saved": saved[0],
                       "loss": (sum(losses) / len(losses)).item() if losses else None, "rel_err": err}
     return out
 
 
 def test_schedc_runtime_runs_the_per_stage_plan_recomputing_where_it_checkpoints(planned):
+    _check_runs_the_plan(planned[0])
+
+
+def test_schedc_runtime_runs_a_stage_whose_blocks_checkpoint_fully_and_selectively(planned_stacked):
+    modes = json.loads((planned_stacked[0] / "plan.json").read_text())["assumes"]["activation_checkpoint"]
+    assert any(isinstance(m, list) and {"full", "selective"} <= set(m) for m in modes), modes
+    _check_runs_the_plan(planned_stacked[0])
+
+
+def _check_runs_the_plan(tmp):
     from _dist import run_ranks
 
-    tmp, _ = planned
     modes = json.loads((tmp / "plan.json").read_text())["assumes"]["activation_checkpoint"]
     results = run_ranks(rank_runs_the_plan, 2, timeout=120, plan_json=str(tmp / "plan.json"))
     for rank, got in enumerate(results):
         assert "ok" in got, f"rank {rank}: {got.get('error')}\n{got.get('traceback', '')}"
         plan, none = got["ok"]["plan"], got["ok"]["none"]
         (stage,) = plan["stages"]
-        (once,) = set(none["runs"])  # every block's forward once per microbatch (and torch's shape inference)
-        assert once >= M
+        assert set(none["runs"]) == {M}  # every block's forward once per microbatch
         assert plan["rel_err"] < 1e-10 and none["rel_err"] < 1e-10  # the unsplit model's gradients
         per_block = [modes[stage]] * len(plan["runs"]) if isinstance(modes[stage], str) else modes[stage]
         # a checkpointed block runs its forward once more per microbatch, in the backward
-        assert plan["runs"] == [once + M if m != "none" else once for m in per_block]
+        assert plan["runs"] == [2 * M if m != "none" else M for m in per_block], (rank, modes, plan)
         if any(m != "none" for m in per_block):  # ... and autograd keeps fewer tensors from F
             assert plan["saved"] < none["saved"]
         else:

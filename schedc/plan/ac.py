@@ -21,7 +21,8 @@ import numpy as np
 
 from schedc.core.cost_model import fits
 from schedc.core.costs import Profile
-from schedc.core.partition import INF, PLACEMENTS, Units, minmax, n_stages_for, one_microbatch_need, partition_bound
+from schedc.core.partition import (INF, PLACEMENTS, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
+                                   partition_bound, v_buffers)
 from schedc.core.tolerances import REL
 from schedc.errors import SchedcError, python_spelling
 from schedc.plan.clock import _counting_work, _now, stop_requested
@@ -40,6 +41,11 @@ TORCHTITAN_AC = "selective"  # what torchtitan 0.3.0's llama3 configs launch wit
 # zero-bubble schedules want more in flight, a tight cap fewer
 DEPTHS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
 TRY_WORK = 0.25  # time budget of one heuristic schedule of a candidate (seconds or work units)
+# a stage whose first k layers are fully checkpointed and its other layers selectively: where
+# selective saves more bytes per second of recompute than full (the usual case: it recomputes the
+# cheap elementwise ops only), a stage that must save more than selective saves on every layer
+# saves the rest most cheaply by upgrading layers to full one at a time
+STACKED = "selective+full"
 
 
 @dataclass(frozen=True)
@@ -241,8 +247,22 @@ def _placements(kwargs: dict) -> list[str]:
 # ---------------------------------------------------------------- the per-stage choice
 #
 # A candidate is a partition (units per stage) and one spec per stage, (form, k): "none" (no
-# checkpointing, I then W), "none-b" (no checkpointing, B), or "selective" / "full" with the
-# stage's first k layers checkpointed and its other units in B (k beyond its layers: all of them).
+# checkpointing, I then W), "none-b" (no checkpointing, B), "selective" / "full" with the
+# stage's first k layers checkpointed and its other units in B (k beyond its layers: all of them),
+# or STACKED: the first k layers full, the other layers selective, in B.
+
+
+def checkpointing_forms(forms: dict) -> list[str]:
+    """The checkpointing forms a stage may take: the modes profiled, and STACKED where both are."""
+    out = [m for m in ("selective", "full") if m in forms]
+    return out + [STACKED] if len(out) == 2 else out
+
+
+def _layer_mode(form: str, k: int, b: int) -> str:
+    """The mode of layer b (counted from 0) of a stage with spec (form, k)."""
+    if form == STACKED:
+        return "full" if b < k else "selective"
+    return form if form in ("selective", "full") and b < k else "none"
 
 
 def layer_units(forms: dict) -> list[bool]:
@@ -258,11 +278,12 @@ def spec_units(forms: dict, counts: Sequence[int], specs: Sequence[tuple]) -> Pr
     layers = layer_units(forms)
     stages, start = [], 0
     for s, (n, (form, k)) in enumerate(zip(counts, specs)):
-        done = 0
+        b = 0
         for u in range(start, start + n):
             use = "none" if form == "none" or (s == 0 and form == "none-b") else "none-b"
-            if layers[u] and form in ("selective", "full") and done < k:
-                use, done = form, done + 1
+            if layers[u]:
+                mode, b = _layer_mode(form, k, b), b + 1
+                use = use if mode == "none" else mode
             stages.append(forms[use].stages[u])
         start += n
     base = forms["none"]
@@ -278,8 +299,7 @@ def runtime_modes(forms: dict, counts: Sequence[int], specs: Sequence[tuple]) ->
     out, start = [], 0
     for n, (form, k) in zip(counts, specs):
         blocks = sum(layers[start:start + n])
-        ck = form if form in ("selective", "full") else "none"
-        per_block = [ck if b < k else "none" for b in range(blocks)]
+        per_block = [_layer_mode(form, k, b) for b in range(blocks)]
         out.append(per_block[0] if len(set(per_block)) == 1 else per_block if per_block else "none")
         start += n
     return out
@@ -385,20 +405,29 @@ def _local_moves(forms, current, pl, ranks, M, limit, objective, end, seen):
     return current
 
 
+def _canonical(form: str, k: int, n: int) -> tuple:
+    """One spelling per stage choice: no layer checkpointed is "none-b"; STACKED with no full
+    layer is all selective, with every layer full is all full."""
+    if form == STACKED:
+        return ("selective", n) if k == 0 else ("full", n) if k >= n else (form, k)
+    return ("none-b", 0) if form in ("selective", "full") and k == 0 else (form, k)
+
+
 def _neighbours(forms, counts, specs):
     layers = layer_units(forms)
-    checkpointing = [m for m in forms if m in ("selective", "full")]
+    checkpointing = checkpointing_forms(forms)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     for s, (form, k) in enumerate(specs):
         n = int(sum(layers[bounds[s]:bounds[s + 1]]))
         k = min(k, n)
         options = [(form, k + 1), (form, k - 1)] if form in checkpointing else [(m, 1) for m in checkpointing]
         options += [(m, k) for m in checkpointing if m != form and k > 0]
-        options += [("none", 0), ("none-b", 0)] + [(m, n) for m in checkpointing]
+        options += [("none", 0), ("none-b", 0)] + [(m, n) for m in checkpointing if m != STACKED]
         for option in options:
-            if option[0] in forms and 0 <= option[1] <= n and option != (form, k):
-                new = (("none-b", 0) if option[0] in checkpointing and option[1] == 0 else option)
-                yield tuple(counts), tuple(new if t == s else specs[t] for t in range(len(specs)))
+            if 0 <= option[1] <= n:
+                new = _canonical(*option, n)
+                if new != _canonical(form, k, n):
+                    yield tuple(counts), tuple(new if t == s else specs[t] for t in range(len(specs)))
     for k in range(len(counts) - 1):
         for d in (1, -1):
             c = list(counts)
@@ -411,58 +440,71 @@ def _neighbours(forms, counts, specs):
 def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int, cap: float) -> list:
     """[(depth, units per stage, stage specs)]: for each depth d of ``DEPTHS``, the partition
     whose busiest rank does the least compute when every stage takes its fastest spec whose bytes
-    (static, the reserve, one microbatch's peak and ceil(d x h_s) - 1 more microbatches held) fit
-    the cap, h_s = R - s on a loop and (2R - s) / 2 in a V (1F1B's microbatches in flight); on a
-    loop a stage may checkpoint as few of its layers as fit (each layer's saving and recompute
-    taken as the stage's mean), in a V all or none. Method: schedc.core.partition's min-max
+    (static, the reserve, the receive buffers of its boundaries, one microbatch's peak and
+    ceil(d x h_s) - 1 more microbatches held) fit the cap, h_s = R - s on a loop and (2R - s) / 2
+    in a V (1F1B's microbatches in flight); on a loop a stage may checkpoint as few of its layers
+    as fit (each layer's saving and recompute taken as the stage's mean), selective ones first
+    and then full ones (STACKED), in a V all or none. Method: schedc.core.partition's min-max
     dynamic program with those terms, read from per-form tables of every segment's work and
     bytes. Cost: O(K U^2) for the tables, then one dynamic program per depth (O(S U^2 K) on a
     loop, O(R U^4 K^2) in a V, K forms)."""
-    tables = {m: _segments(Units.of(p)) for m, p in forms.items()}
+    units = Units.of(forms["none"], microbatches)
+    tables = {m: _segments(Units.of(p, microbatches)) for m, p in forms.items()}
     layers = np.concatenate([[0], np.cumsum(layer_units(forms))])
     n_layers = layers[None, :] - layers[:, None]
-    units = Units.of(forms["none"])
     S = n_stages_for(placement, ranks)
     out = []
     for depth in DEPTHS:
         held = [min(microbatches, max(1, math.ceil(depth * ((ranks - s) if placement == "loop" else (S - s) / 2)
                                                      - REL))) for s in range(S)]
         if placement == "loop":
-            opts = [_loop_options(tables, n_layers, held[s], cap) for s in range(S)]
+            idx = np.arange(units.n + 1)
+            buffers = loop_buffers(units, microbatches, idx[:, None], idx[None, :])
+            opts = [_loop_options(tables, n_layers, held[s], cap - buffers) for s in range(S)]
             value, counts = minmax(units, placement, ranks, lambda k, i, j: _least(w for w, _ in opts[k].values()),
                                    None)
         else:
-            value, counts = minmax(units, placement, ranks, None,
-                                   lambda r, i, a, b, j: _pair(tables, i, a, b, j, held[r], held[S - 1 - r], cap)[0])
+            value, counts = minmax(units, placement, ranks, None, lambda r, i, a, b, j: _pair(
+                tables, i, a, b, j, held[r], held[S - 1 - r], cap - v_buffers(units, microbatches, ranks, r, i, a, b, j))[0])
         if counts is None or not math.isfinite(value):
             continue
-        out.append((depth, tuple(int(c) for c in counts), _specs_of(tables, counts, placement, ranks, held, cap,
-                                                                    opts if placement == "loop" else None)))
+        out.append((depth, tuple(int(c) for c in counts), _specs_of(
+            tables, counts, placement, ranks, held, cap, opts if placement == "loop" else None,
+            lambda r, i, a, b, j: v_buffers(units, microbatches, ranks, r, i, a, b, j))))
     return out
 
 
-def _loop_options(tables: dict, n_layers, n: int, cap: float) -> dict:
-    """{form: (work, layers checkpointed)} tables of one loop stage holding n microbatches: the
-    fewest layers checkpointed that fit (INF work where none do)."""
+def _loop_options(tables: dict, n_layers, n: int, cap) -> dict:
+    """{form: (work, layers checkpointed)} tables of one loop stage holding n microbatches under
+    `cap` (a number, or a table per segment): the fewest layers checkpointed that fit (INF work
+    where none do); for STACKED, every layer selective and the fewest upgraded to full."""
     out = {}
+    b = tables.get("none-b", tables["none"])
     for form, t in tables.items():
         if form == "none":
             out[form] = (np.where(fits(t["base"] + n * t["act"], cap), t["work"], INF), 0)
-            continue
-        if form == "none-b":
-            continue
-        b = tables.get("none-b", t)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            saving = np.where(n_layers > 0, (b["act"] - t["act"]) / np.maximum(n_layers, 1), 0.0)
-            extra = np.where(n_layers > 0, (t["work"] - b["work"]) / np.maximum(n_layers, 1), 0.0)
-            over = np.maximum(b["base"], t["base"]) + n * b["act"] - cap * (1 + REL)
-            k = np.where(over <= 0, 0.0, np.ceil(np.where(saving > 0, over / (n * saving), INF) - REL))
-        ok = k <= n_layers
-        out[form] = (np.where(ok, b["work"] + np.where(ok, k, 0) * extra, INF), np.where(ok, k, 0).astype(int))
+        elif form != "none-b":
+            out[form] = _fewest_layers(b, t, n_layers, n, cap, np.maximum(b["base"], t["base"]))
+    if "selective" in tables and "full" in tables:
+        sel, full = tables["selective"], tables["full"]
+        base = np.maximum(np.maximum(b["base"], sel["base"]), full["base"])
+        out[STACKED] = _fewest_layers(sel, full, n_layers, n, cap, base)
     return out
 
 
-def _specs_of(tables, counts, placement, ranks, held, cap, opts) -> tuple:
+def _fewest_layers(b: dict, t: dict, n_layers, n: int, cap, base) -> tuple:
+    """(work, k) tables: the fewest of a segment's layers to move from form `b` to form `t` (each
+    saving and adding the segment's mean per layer) so that `base` and n microbatches fit `cap`."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        saving = np.where(n_layers > 0, (b["act"] - t["act"]) / np.maximum(n_layers, 1), 0.0)
+        extra = np.where(n_layers > 0, (t["work"] - b["work"]) / np.maximum(n_layers, 1), 0.0)
+        over = base + n * b["act"] - cap * (1 + REL)
+        k = np.where(over <= 0, 0.0, np.ceil(np.where(saving > 0, over / (n * saving), INF) - REL))
+    ok = k <= n_layers
+    return np.where(ok, b["work"] + np.where(ok, k, 0) * extra, INF), np.where(ok, k, 0).astype(int)
+
+
+def _specs_of(tables, counts, placement, ranks, held, cap, opts, buffers_of) -> tuple:
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
     S = len(counts)
     specs = [None] * S
@@ -471,10 +513,11 @@ def _specs_of(tables, counts, placement, ranks, held, cap, opts) -> tuple:
             i, j = bounds[r], bounds[r + 1]
             form = min(opts[r], key=lambda m: opts[r][m][0][i, j])
             k = int(opts[r][form][1][i, j]) if form != "none" else 0
-            specs[r] = (form, k) if k > 0 or form == "none" else ("none-b", 0)
+            specs[r] = (form, k) if k > 0 or form in ("none", STACKED) else ("none-b", 0)
         else:
             b = S - 1 - r
-            front, back = _pair(tables, bounds[r], bounds[r + 1], bounds[b], bounds[b + 1], held[r], held[b], cap)[1]
+            ends = (bounds[r], bounds[r + 1], bounds[b], bounds[b + 1])
+            front, back = _pair(tables, *ends, held[r], held[b], cap - buffers_of(r, *ends))[1]
             specs[r], specs[b] = _uniform(front), _uniform(back)
     return tuple(specs)
 
@@ -503,9 +546,10 @@ def _least(arrays):
     return out
 
 
-def _pair(tables: dict, i, a, b, j, n_front: int, n_back: int, cap: float):
+def _pair(tables: dict, i, a, b, j, n_front: int, n_back: int, cap):
     """(least work, (front mode, back mode)) of a V rank holding stages [i, a) and [b, j), each
-    in its mode, whose bytes fit together (the larger of the two one-microbatch peaks)."""
+    in its mode, whose bytes fit `cap` (less the rank's receive buffers) together (the larger of
+    the two one-microbatch peaks)."""
     best, pair = INF, None
     for mf, tf in tables.items():
         for mb, tb in tables.items():
