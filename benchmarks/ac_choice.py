@@ -87,11 +87,12 @@ def free_recompute(profiles: dict, res, time_limit: float, budget: str):
 
 
 def short(mode) -> str:
-    """n / s / f for a stage's mode; s1/3: one of its three blocks checkpointed selectively."""
+    """n / s / f for a stage's mode; s1/3: one of its three blocks checkpointed selectively;
+    f1s2/3: one fully and two selectively."""
     if isinstance(mode, str):
         return mode[0]
-    used = [m for m in mode if m != "none"]
-    return f"{used[0][0] if used else 'n'}{len(used)}/{len(mode)}"
+    used = "".join(f"{m[0]}{mode.count(m)}" for m in ("full", "selective") if m in mode)
+    return f"{used or 'n'}/{len(mode)}"
 
 
 def row(case: tuple, profiles: dict, time_limit: float, budget: str = "time") -> str:
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
                     help="keep the rows whose model, shape and cap contain every TEXT")
     args = ap.parse_args(argv)
     print(f"step in ms (simulated); microbatch size 1; torchtitan columns: its default split, {TORCHTITAN_AC} AC")
-    print("| model | ranks x microbatches | cap | none | selective | full | per stage (modes on units per stage; s1/3: 1 of 3 blocks) | "
+    print("| model | ranks x microbatches | cap | none | selective | full | per stage (modes on units per stage; s1/3: 1 of 3 blocks selective, f1s2/3: 1 full and 2 selective) | "
           "**--ac auto** | auto vs best global | memory binds (none without a cap) | free recompute | torchtitan 1F1B | "
           "Interleaved1F1B | ZBVZeroBubble | auto vs torchtitan | plan s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
