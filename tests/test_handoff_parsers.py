@@ -466,3 +466,87 @@ def test_torchtitan_refuses_a_world_size_the_plan_did_not_give():
         assert (dims.pp, dims.dp_shard, dims.tp, dims.fsdp_enabled) == (2, dp_shard, tp, dp_shard > 1)
         with pytest.raises(AssertionError, match="Invalid parallel dims"):
             ParallelDims.from_config(parallelism, world_size=2 * s["world_size"])
+
+
+def _nemo_pipeline_rank(rank: int, world: int, yaml_text: str, path: str) -> dict:
+    """One rank of NeMo AutoModel 0.7.0's world as its recipe builds it from the printed YAML
+    (pp_size 2, dp_size 1): its own loader, mesh (``MeshContext.build``) and parallelizer
+    (``parallelize_model``, what ``parallelize_for_pp`` calls on each stage) on a tiny Hugging Face
+    Llama in the YAML's storage dtype, then two microbatches with FSDP2 set as torch's
+    ``backward_maybe_with_nosync`` sets it. Returns the wrapping and the bytes FSDP2 holds
+    unsharded (weights, gradients) after each forward and backward."""
+    from pathlib import Path
+
+    import torch
+    from nemo_automodel.components.config.loader import load_yaml_config
+    from nemo_automodel.components.distributed.fsdp2 import fsdp2_sharding_enabled
+    from nemo_automodel.components.distributed.mesh import MeshContext
+    from nemo_automodel.components.distributed.model_parallelizer import parallelize_model
+    from nemo_automodel.recipes._dist_utils import parse_distributed_section
+    from nemo_automodel.shared.utils import dtype_from_str
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    Path(path).write_text(yaml_text)
+    cfg = load_yaml_config(path)
+    d = parse_distributed_section(cfg.distributed.to_dict())
+    mesh = MeshContext.build(d["strategy_config"], d["parallelism_sizes"], activation_checkpointing=False)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    model = parallelize_model(model.to(dtype_from_str(cfg.model.torch_dtype)), mesh)
+    groups = [fully_shard.state(b)._fsdp_param_group for b in model.model.layers]
+
+    def held() -> list[int]:
+        params = [fp for g in groups for fp in g.fsdp_params]
+        weights = sum(t.untyped_storage().size() for fp in params for t in fp.all_gather_outputs)
+        grads = sum(t.untyped_storage().size() for fp in params
+                    for t in (fp.unsharded_accumulated_grad, fp._unsharded_param.grad) if t is not None)
+        return [weights, grads]
+
+    model.set_reshard_after_backward(False)
+    model.set_requires_gradient_sync(False)
+    steps = []
+    for _ in range(2):
+        logits = model(input_ids=torch.randint(0, 100, (1, 8))).logits
+        steps.append(held())
+        logits.float().sum().backward()
+        steps.append(held())
+    return {"enabled": fsdp2_sharding_enabled(mesh.device_mesh), "shard_mesh": groups[0].mesh_info.mesh.size(),
+            "wrapped": [isinstance(b, FSDPModule) for b in model.model.layers],
+            "params": sum(p.numel() for p in model.model.layers.parameters()), "held": steps}
+
+
+def test_nemo_wraps_in_fsdp2_at_dp_size_1_under_pipelining_and_a_plan_for_nemo_counts_it(tmp_path):
+    """NeMo asks fsdp2_sharding_enabled about its whole (pp, dp, cp, tp) mesh, so at pp_size 2 and
+    dp_size 1 every block is an FSDP2 unit over a size-1 shard mesh: after each backward a rank
+    holds the blocks' bf16 weights again and their fp32 gradients. count_profile(framework='nemo')
+    counts them (the YAML's block has no warning); the default count does not, and the block says so."""
+    pytest.importorskip("nemo_automodel.recipes._dist_utils")
+    import schedc
+    from _dist import run_ranks
+
+    shape = {"layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "kv_heads": 2, "vocab": 100}
+
+    def nemo_block(framework):
+        p = schedc.count_profile(shape, seq=8, framework=framework)
+        units = [u.modules for u in p.stages]
+        h = Handoff(partition=[units[0] + units[1], units[2] + units[3]], placement="loop", n_ranks=2,
+                    n_microbatches=2, assumes=dict(p.assumes))
+        return p, REGISTRY["nemo"].settings(h)
+
+    counted, block = nemo_block("nemo")
+    assert not any("FSDP2" in w for w in block["warnings"])
+    warned = [w for w in nemo_block("schedc")[1]["warnings"] if "FSDP2" in w]
+    assert len(warned) == 1 and "8 bytes per parameter where the plan counted 0" in warned[0]
+    ranks = run_ranks(_nemo_pipeline_rank, 2, timeout=120, yaml_text=nemo_yaml({"nemo": block}) + "\n",
+                      path=str(tmp_path / "recipe.yaml"))
+    for r in ranks:
+        run = r["ok"]
+        assert (run["enabled"], run["shard_mesh"], run["wrapped"]) == (True, 1, [True, True]), r
+        n = run["params"]
+        (_, f1), (w1, g1), (f2_w, f2_g), (w2, g2) = run["held"]
+        assert f1 == 0  # no gradient before the first backward
+        assert (w1, g1) == (w2, g2) == (2 * n, 4 * n)  # bf16 weights again, fp32 gradient accumulator
+        assert f2_w < 2 * n and f2_g == 4 * n  # a forward reshards all but the last block; gradients stay
+        assert w1 + g1 <= counted.assumes["fsdp_unsharded_bytes_per_param"] * n  # + the bf16 gradient a split W leaves
