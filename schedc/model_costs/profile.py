@@ -253,9 +253,11 @@ def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
     apply it) holds unsharded on each rank under torch's pipelining, besides the sharded states.
 
     The stage's weights in the compute dtype (``MixedPrecisionPolicy.param_dtype``, the activation
-    dtype): the schedule's UNSHARD all-gathers them before the first action and both frameworks
-    turn ``reshard_after_forward`` off under pipeline parallelism, so they stay until the last
-    backward's ``post_backward``. Its gradients, unsharded: every backward but the last runs with
+    dtype): the schedule's UNSHARD all-gathers them before the first action and torchtitan turns
+    ``reshard_after_forward`` off under pipeline parallelism, so they stay until the last
+    backward's ``post_backward`` (NeMo AutoModel 0.7.0 reshards every block but the last after each
+    forward, its pipeline test reading the dp_shard mesh: there each backward gathers them again
+    and they stay until the stage's next forward). Its gradients, unsharded: every backward but the last runs with
     gradient sync off (``stage.py``), so they accumulate unreduced from the first backward until
     REDUCE_GRAD's reduce-scatter: in ``grad_dtype`` (the reduce dtype) where it differs from the
     compute dtype (``to_accumulated_grad_if_needed`` upcasts at each post-backward hook), plus the
