@@ -521,7 +521,7 @@ def count_profile(
                                       ("names", names, UnitNames)):
         if value is not None:
             check_choice(parameter, value, choices)
-    fsdp, framework_names = FRAMEWORK_COUNTS[check_framework(framework)]
+    fsdp, framework_names = FRAMEWORK_COUNTS[_check_framework(framework)]
     settings = {k: v for k, v in dict(
         microbatch_size=microbatch_size, activation_checkpoint=activation_checkpoint, impl=impl, device=device,
         optimizer=optimizer, optimizer_bytes_per_param=optimizer_bytes_per_param, param_dtype=param_dtype,
@@ -562,7 +562,7 @@ block at data-parallel shard degree 1; None: only when sharding) and the module 
 code, it runs (None: unit_profile's default)."""
 
 
-def check_framework(framework: Any) -> str:
+def _check_framework(framework: Any) -> str:
     """`framework` when schedc counts for it (:data:`TargetFramework`); else one line naming it."""
     allowed = get_args(TargetFramework)
     if not isinstance(framework, str) or framework not in allowed:
@@ -579,7 +579,7 @@ def with_framework(profile: Profile, framework: TargetFramework) -> Profile:
     ``"fsdp"`` assumption). Cost: a copy of the profile's header."""
     if not isinstance(profile, Profile):
         raise SchedcError(f"profile: expected a Profile, got {type(profile).__name__}")
-    return profile.model_copy(update={"assumes": {**(profile.assumes or {}), "framework": check_framework(framework)}})
+    return profile.model_copy(update={"assumes": {**(profile.assumes or {}), "framework": _check_framework(framework)}})
 
 
 def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:
