@@ -15,8 +15,10 @@ optimizer step sees). `--backend` defaults to nccl when CUDA is available, gloo 
 `--plan plan.json` runs what `schedc plan` chose: the CSV beside it, its blocks per stage and its
 activation checkpointing, one mode per stage where `--ac auto` chose per stage
 (schedc.runtime.checkpointing.plan_settings); the model gets as many blocks as the plan's
-partition holds. `--ac` checkpoints the blocks (none, full, selective, or one per stage, comma-
-separated) for the other sources.
+partition holds (so --layers-per-stage is refused with it, and --layers unless it agrees). A
+malformed plan, a CSV beside it that the plan did not write, or a flag that contradicts the CSV
+is one line before any process group starts. `--ac` checkpoints the blocks (none, full,
+selective, or one per stage, comma-separated) for the other sources, and overrides the plan's.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from schedc.errors import SchedcError, printable  # noqa: E402
+from schedc.errors import ParameterError, SchedcError, printable, shown  # noqa: E402
 from schedc.runtime.launch import init_group  # noqa: E402
 from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, load_torch_pipeline, make_batch  # noqa: E402
 
@@ -69,12 +71,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+# load_pipeline's parameters that this script sets from a flag: its errors name the parameter,
+# the user typed the flag
+FLAG_OF = {"name": "--torch-schedule", "activation_checkpoint": "--ac"}
+
+
+def as_flags(e: SchedcError) -> SchedcError:
+    """`e` spelt with this script's flags where it names a load_pipeline parameter."""
+    if isinstance(e, ParameterError) and e.param in FLAG_OF:
+        return ParameterError(e.param, e.detail, flag=FLAG_OF[e.param])
+    return e
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:  # before any process group: a bad --plan is one line, not a hang
+    try:  # before any process group: a bad flag or --plan is one line, not a hang
+        check_args(args)
         planned = _plan_settings(args)
+        _check_launch(args)
     except SchedcError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     try:
@@ -86,7 +102,7 @@ def main(argv=None) -> int:
     try:
         return train(args, device, planned)
     except SchedcError as e:
-        print(f"rank {dist.get_rank()}: error: {printable(e)}", file=sys.stderr)
+        print(f"rank {dist.get_rank()}: error: {printable(as_flags(e))}", file=sys.stderr)
         return 2
     finally:
         dist.destroy_process_group()
@@ -166,14 +182,86 @@ def _plan_settings(args: argparse.Namespace) -> dict:
     """With --plan: its CSV becomes --schedule, and its blocks per stage and checkpointing are returned."""
     if not args.plan:
         return {}
+    from schedc.io import csvio
+    from schedc.io.fileio import read_input, read_json
     from schedc.runtime.checkpointing import plan_settings
 
-    csv = Path(args.plan).with_suffix(".csv")
-    if not csv.exists():
-        raise SchedcError(f"--plan {args.plan}: the schedule {csv} is not beside it; give the plan.json `schedc plan` "
-                          f"wrote next to its CSV")
+    try:
+        read_input(args.plan, "a plan report (the plan.json `schedc plan` wrote)")  # a file at all, first
+        csv = Path(args.plan).with_suffix(".csv")
+        if not csv.is_file():
+            raise SchedcError(f"{args.plan}: the schedule {csv} is not beside it; give the plan.json `schedc plan` "
+                              f"wrote next to its CSV")
+        planned = plan_settings(args.plan)
+    except SchedcError as e:
+        raise SchedcError(f"--plan {e}") from None
+    recorded = read_json(args.plan, "a plan report").get(csvio.CSV_HASH_KEY)  # a dict: plan_settings read it
+    if isinstance(recorded, str) and csvio.csv_sha256(read_input(csv, "a CSV schedule")) != recorded:
+        raise SchedcError(f"--plan {args.plan}: {csv} is not the schedule this plan wrote; plan again")
+    stages = _csv(csv).n_stages
+    if len(planned["layers_per_stage"]) != stages:
+        raise SchedcError(f"--plan {args.plan}: its partition has {len(planned['layers_per_stage'])} stages but {csv} "
+                          f"has {stages}; plan again")
+    if args.layers_per_stage is not None:
+        raise SchedcError("--layers-per-stage: --plan sets the blocks per stage (its partition); drop one of them")
+    if args.layers is not None and args.layers != sum(planned["layers_per_stage"]):
+        raise SchedcError(f"--layers {args.layers}: the plan's partition holds {sum(planned['layers_per_stage'])} "
+                          f"blocks; drop --layers (the model gets the plan's)")
     args.schedule = str(csv)
-    return plan_settings(args.plan)
+    return planned
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The numbers, dtype, --layers-per-stage and --ac as given, before anything starts."""
+    from schedc.runtime.checkpointing import AC_MODES
+    from schedc.runtime.models import parse_dtype
+
+    least = {"mb": 1, "stages": 1, "steps": 1, "microbatch_size": 1, "layers": 1, "hidden": 1, "heads": 1,
+             "seq_len": 1, "vocab": 1, "warmup": 0}
+    for name, low in least.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise SchedcError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if not 0 < args.timeout < float("inf"):
+        raise SchedcError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    try:
+        parse_dtype(args.dtype)
+    except ValueError as e:
+        raise SchedcError(f"--dtype: {e}") from None
+    if args.layers_per_stage is not None:
+        counts = args.layers_per_stage.split(",")
+        if not all(c.strip().isdigit() for c in counts):
+            raise SchedcError(f"--layers-per-stage {shown(args.layers_per_stage)}: give block counts (integers >= 0) "
+                              f"separated by commas, one per stage, e.g. 3,3,2")
+    for mode in (args.ac or "none").split(","):
+        if mode not in AC_MODES:
+            raise SchedcError(f"--ac: {shown(mode)} is not one of {', '.join(AC_MODES)}; give one, or one per stage "
+                              f"separated by commas")
+
+
+def _check_launch(args: argparse.Namespace) -> None:
+    """--mb and --ac against the CSV, and torchrun's environment, without which the process group
+    cannot start (torch raises deep inside)."""
+    if args.schedule:
+        schedule = _csv(args.schedule)
+        if args.mb is not None and args.mb != schedule.n_microbatches:
+            raise SchedcError(f"--mb {args.mb}: {args.schedule} runs {schedule.n_microbatches} microbatches; drop "
+                              f"--mb (the CSV's count is the default) or compile the schedule for {args.mb}")
+        modes = args.ac.split(",") if args.ac and "," in args.ac else []
+        if modes and len(modes) != schedule.n_stages:
+            raise SchedcError(f"--ac {args.ac}: {len(modes)} modes for the {schedule.n_stages} stages of "
+                              f"{args.schedule}; give one per stage or one for all")
+    missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+    if missing:
+        ranks = schedule.n_ranks if args.schedule else 2
+        raise SchedcError(f"{missing[0]} is not set: start this script with torchrun, e.g. torchrun --nproc-per-node "
+                          f"{ranks} examples/train.py ...")
+
+
+def _csv(path: str):
+    from schedc.io.csvio import read_csv
+
+    return read_csv(path)
 
 
 if __name__ == "__main__":

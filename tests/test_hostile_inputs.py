@@ -613,3 +613,221 @@ def test_library_prints_a_report_field_with_a_newline_on_its_line(tmp_path):
         out = _schedc("library", *argv, cwd=tmp_path)
         assert out.returncode == 0 and "optimal" + NL_SHOWN in out.stdout, out.stderr
         _no_raw_input(out)
+
+
+# ---------------------------------------------------------------- a plan for schedc's runtime: plan_settings,
+# examples/train.py --plan, validate --partition (each one line naming the file, field or flag; nothing started)
+
+_PARTITION = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3", "norm", "lm_head"]]
+_PER_BLOCK = [["full", "none"], ["selective", "selective"]]
+
+
+def _plan_files(folder, assumes=None, partition=None, schedule=None):
+    """plan.csv and plan.json (recording the CSV's hash) as `schedc plan` writes them; 2 ranks x 4."""
+    from schedc.core.baselines import make_baseline
+
+    report = {"partition": _PARTITION if partition is None else partition,
+              "assumes": {"activation_checkpoint": _PER_BLOCK} if assumes is None else assumes}
+    csvio.write_schedule(schedule or make_baseline("1f1b", 2, 4), report, folder / "plan.csv")
+    return folder / "plan.json"
+
+
+def _with(**assumes_or_partition):
+    """A plan report with one field replaced (``partition``, ``assumes``, or the checkpointing)."""
+    report = {"partition": _PARTITION, "assumes": {"activation_checkpoint": _PER_BLOCK}}
+    for key, value in assumes_or_partition.items():
+        if key == "ac":
+            report["assumes"] = {"activation_checkpoint": value}
+        elif value is _DROP:
+            report.pop(key)
+        else:
+            report[key] = value
+    return report
+
+
+_DROP = object()
+BAD_PLANS = [  # (report, or the file's raw text; what the line names)
+    ("{not json", "line 1 column 2: not valid JSON"),
+    ("[" * 100000 + "]" * 100000, "JSON nested too deeply"),
+    ([1, 2], "expected a JSON object"),
+    (_with(assumes=_DROP), 'no "assumes"'),
+    (_with(assumes=[1]), '"assumes" is not an object'),
+    (_with(partition=[[1, 2], ["layers.0"]]), '"partition" is not a list of non-empty lists of module names'),
+    (_with(partition=[["unit0"], ["unit1"]]), '"partition" names no blocks'),
+    (_with(ac=3), "assumes.activation_checkpoint: int 3 is neither a mode"),
+    (_with(ac=float("nan")), "assumes.activation_checkpoint: float nan is neither a mode"),
+    (_with(ac={"full": 1}), "assumes.activation_checkpoint: dict"),
+    (_with(ac=[1, "none"]), "assumes.activation_checkpoint[0]: int 1 is neither a mode"),
+    (_with(ac=[[["full"]], "none"]), "assumes.activation_checkpoint[0]: 1 modes given for the 2 blocks of stage 0"),
+    (_with(ac=[["full", ["none"]], "none"]), "assumes.activation_checkpoint[0][1]: list ['none'] is not one of"),
+    (_with(ac="sometimes"), "assumes.activation_checkpoint: 'sometimes' is not one of none, full, selective"),
+    (_with(ac=["none", "x" * 5000]), "assumes.activation_checkpoint[1]: 'xxxxxxxxxxxxxxxxxxxx'... (5000 characters)"),
+    (_with(ac=["none", "none", "none"]), "assumes.activation_checkpoint: 3 modes given for 2 stages"),
+    (_with(ac=[]), "assumes.activation_checkpoint: 0 modes given for 2 stages"),
+    (_with(ac=[["full"], "none"]), "assumes.activation_checkpoint[0]: 1 modes given for the 2 blocks of stage 0"),
+]
+
+
+def _bad_plan(tmp_path, report):
+    path = _plan_files(tmp_path)
+    path.write_text(report if isinstance(report, str) else json.dumps(report))
+    return path
+
+
+@pytest.mark.parametrize("report, needle", BAD_PLANS)
+def test_plan_settings_names_the_file_and_field_of_a_malformed_plan(tmp_path, report, needle):
+    pytest.importorskip("torch")
+    from schedc.runtime.checkpointing import plan_settings
+
+    path = _bad_plan(tmp_path, report)
+    with pytest.raises(SchedcError) as e:  # never a TypeError, AttributeError or RecursionError
+        plan_settings(path)
+    assert type(e.value) is SchedcError and "\n" not in str(e.value)
+    assert str(e.value).startswith(f"{path}: ") and needle in str(e.value), str(e.value)
+
+
+def _train_main():
+    """examples/train.py's main, loaded by path (it is a script, not a module of the package)."""
+    import importlib.util
+
+    from schedc.runtime.launch import ROOT
+
+    spec = importlib.util.spec_from_file_location("_train_example", ROOT / "examples" / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _one_error_line(capsys, code: int, *needles: str) -> str:
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+@pytest.mark.parametrize("report, needle", BAD_PLANS[::3] + BAD_PLANS[-2:])
+def test_train_plan_refuses_a_malformed_plan_before_any_process_group(tmp_path, monkeypatch, capsys, report,
+                                                                       needle):
+    pytest.importorskip("torch")
+    train = _train_main()
+    path = _bad_plan(tmp_path, report)
+    monkeypatch.chdir(tmp_path)
+    _one_error_line(capsys, train.main(["--plan", "plan.json"]), f"error: --plan {path.name}: ", needle)
+
+
+def test_train_flags_that_contradict_the_plan_or_csv_are_one_line_naming_the_flag(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from schedc.core.baselines import make_baseline
+
+    train = _train_main()
+    monkeypatch.chdir(tmp_path)
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    _plan_files(tmp_path)
+    for argv, needles in [
+        (["--plan", "plan"], ["--plan plan: no such file"]),
+        (["--plan", "."], ["--plan .: is a directory"]),
+        (["--plan", "/dev/null"], ["--plan /dev/null: is a character device"]),
+        (["--plan", "plan.json", "--layers", "3"], ["--layers 3: the plan's partition holds 4 blocks"]),
+        (["--plan", "plan.json", "--layers-per-stage", "2,2"], ["--layers-per-stage: --plan sets the blocks"]),
+        (["--plan", "plan.json", "--ac", "Full"], ["--ac: 'Full' is not one of none, full, selective"]),
+        (["--plan", "plan.json", "--ac", "full,"], ["--ac: '' is not one of"]),
+        (["--plan", "plan.json", "--ac", "full,none,none"], ["--ac full,none,none: 3 modes for the 2 stages"]),
+        (["--plan", "plan.json", "--mb", "8"], ["--mb 8: plan.csv runs 4 microbatches"]),
+        (["--schedule", "plan.csv", "--layers-per-stage", "a,b"], ["--layers-per-stage 'a,b': give block counts"]),
+        (["--schedule", "plan.csv", "--mb", "0"], ["--mb must be >= 1, got 0"]),
+        (["--schedule", "plan.csv", "--timeout", "nan"], ["--timeout must be a finite number"]),
+        (["--schedule", "plan.csv", "--dtype", "float8"], ["--dtype: dtype must be one of"]),
+        # not under torchrun: torch's env:// rendezvous would raise a traceback
+        (["--plan", "plan.json"], ["RANK is not set: start this script with torchrun", "--nproc-per-node 2"]),
+    ]:
+        _one_error_line(capsys, train.main(argv), "error: ", *needles)
+    # a plan whose CSV was rewritten, or whose partition has another stage count than the CSV beside it
+    csvio.write_csv(make_baseline("gpipe", 2, 4), tmp_path / "plan.csv")
+    _one_error_line(capsys, train.main(["--plan", "plan.json"]), "plan.csv is not the schedule this plan wrote")
+    _plan_files(tmp_path, partition=[["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"], ["layers.3", "norm"]],
+                assumes={"activation_checkpoint": "none"})
+    _one_error_line(capsys, train.main(["--plan", "plan.json"]), "its partition has 4 stages but plan.csv has 2")
+
+
+def test_train_plan_outside_torchrun_is_one_line_not_torchs_traceback(tmp_path):
+    pytest.importorskip("torch")
+    from schedc.runtime.launch import ROOT, worker_env
+
+    _plan_files(tmp_path)
+    env = {k: v for k, v in worker_env().items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "train.py"), "--plan", "plan.json"],
+                         capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path, env=env)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "RANK is not set: start this script with torchrun" in out.stderr
+
+
+def test_the_runtime_api_names_its_parameters_and_train_py_its_flags():
+    pytest.importorskip("torch")
+    from schedc.errors import ParameterError
+    from schedc.runtime import GPT, GPTConfig, lm_loss, load_torch_pipeline
+    from schedc.runtime.checkpointing import stage_modes
+    from schedc.runtime.one_rank import one_rank_group
+
+    train = _train_main()
+    for choice, needle in [(3, "activation_checkpoint: int 3 is neither a mode"),
+                           (None, "activation_checkpoint: NoneType None is neither a mode"),
+                           (["full", 2], "activation_checkpoint[1]: int 2 is neither a mode"),
+                           (["full"], "activation_checkpoint: 1 modes given for 2 stages")]:
+        with pytest.raises(ParameterError) as e:
+            stage_modes(choice, 2)
+        assert str(e.value).startswith(needle), str(e.value)
+        assert str(train.as_flags(e.value)).startswith(needle.replace("activation_checkpoint", "--ac")), e.value
+    model = GPT(GPTConfig(vocab_size=32, hidden=16, layers=2, heads=2, seq_len=8))
+    with one_rank_group("cpu"):
+        for name, needle in [("foo", "name: Unknown schedule name 'foo'"),
+                             ("PipelineScheduleSingle", "name: 'PipelineScheduleSingle' is one of torch's abstract"),
+                             (3, "name: expected a schedule name such as '1F1B', got int")]:
+            with pytest.raises(ParameterError) as e:
+                load_torch_pipeline(name, model, lm_loss, 2)
+            assert str(e.value).startswith(needle) and "--torch-schedule" not in str(e.value), str(e.value)
+            assert str(train.as_flags(e.value)).startswith(needle.replace("name:", "--torch-schedule:"))
+
+
+def test_validate_partition_checks_a_plan_s_checkpointing_against_the_csv(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from schedc.core.baselines import make_baseline
+
+    monkeypatch.chdir(tmp_path)
+    _plan_files(tmp_path)  # 1F1B runs B: selective applies on stage 1
+    assert cli.main(["validate", "plan.csv", "--partition", "plan.json"]) == 0
+    assert "launched on the partition of plan.json" in capsys.readouterr().out
+    for report, needle in BAD_PLANS[4:]:
+        _bad_plan(tmp_path, report)
+        code = cli.main(["validate", "plan.csv", "--partition", "plan.json"])
+        err = _one_error_line(capsys, code, "schedc validate: error: --partition plan.json: ")
+        if "names no blocks" in needle:  # a framework takes any names: the per-block list fits no block
+            needle = "assumes.activation_checkpoint[0]: 2 modes given for the 0 blocks of stage 0"
+        assert needle in err or "expected a plan report with 'partition'" in err, (needle, err)
+    # selective checkpointing on a stage the CSV runs as I then W: torch's split backward refuses it
+    _plan_files(tmp_path, schedule=make_baseline("zb-h1", 2, 4))
+    code = cli.main(["validate", "plan.csv", "--partition", "plan.json"])
+    _one_error_line(capsys, code, "plan.csv: stage 1 runs I and W apart", "'full' or 'none'")
+    # a partition alone, or per-stage costs naming their modules (their "assumes" is the profile's),
+    # are not plan reports: checked for the split only
+    (tmp_path / "split.json").write_text(json.dumps(_PARTITION))
+    costs = {"format": "schedc.profile/v1", "assumes": {"activation_checkpoint": "per unit"},
+             "stages": [dict(_STAGE, modules=stage) for stage in _PARTITION]}
+    (tmp_path / "costs.json").write_text(json.dumps(costs))
+    for split in ("split.json", "costs.json"):
+        assert cli.main(["validate", "plan.csv", "--partition", split]) == 0, capsys.readouterr().err
+
+
+def test_the_framework_warning_counts_a_per_block_plan_s_modes():
+    from schedc.frameworks._base import Handoff
+
+    def handoff(ac):
+        return Handoff(partition=_PARTITION, placement="loop", n_ranks=2, n_microbatches=4, csv="plan.csv",
+                       assumes={"activation_checkpoint": ac})
+
+    mixed = handoff([["full", "full", "none"], ["selective", "selective", "none"]])
+    assert mixed.ac_mode() is None
+    assert mixed.ac_summary() == "[full x 2, none x 1] x 1, [selective x 2, none x 1] x 1"
+    assert handoff([["full", "full"], "full"]).ac_mode() == "full"  # every block full: one mode per run
+    assert handoff(["none", "none", "full"]).ac_summary() == "none x 2, full x 1"

@@ -105,7 +105,9 @@ def _check_split(args, schedule) -> str:
     from schedc.frameworks import check_partition, is_default_split, parse_spec, plan_partition_of
 
     if args.partition:
-        return check_partition(args.file, schedule.n_stages, args.partition)
+        line = check_partition(args.file, schedule.n_stages, args.partition)
+        _check_plan_checkpointing(args, schedule)
+        return line
     own = plan_partition_of(args.file) if args.for_ else None
     if own is None:
         return ""
@@ -118,6 +120,28 @@ def _check_split(args, schedule) -> str:
     raise SchedcError(f"{args.file} was made for the partition in {own[1]}, but without it {framework.label} "
                       f"builds its own split: pass --partition {own[1]} here and set "
                       f"{framework.fields['partition']} as `schedc plan` printed")
+
+
+def _check_plan_checkpointing(args, schedule) -> None:
+    """With --partition a plan report (its "partition" and "assumes"): the activation checkpointing it planned
+    must be what schedc's runtime applies to this CSV (schedc.runtime.checkpointing.planned_modes:
+    one mode, or one per stage and per block), selective only on stages the CSV runs as B. Where
+    torch is installed: the runtime that applies it needs torch."""
+    import importlib.util
+
+    from schedc.io.fileio import read_json
+
+    report = read_json(args.partition, "a partition (a plan report or a JSON list of lists)")
+    if not (isinstance(report, dict) and "partition" in report and "assumes" in report) or \
+            importlib.util.find_spec("torch") is None:
+        return
+    from schedc.runtime.checkpointing import check_split_backward, planned_modes
+
+    try:
+        modes = planned_modes(args.partition)
+    except SchedcError as e:
+        raise SchedcError(f"--partition {e}") from None
+    check_split_backward(modes, {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}, str(args.file))
 
 
 def run(args) -> int:

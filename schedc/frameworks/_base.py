@@ -93,17 +93,27 @@ class Handoff:
         modes = self.assumes.get("activation_checkpoint")
         if not isinstance(modes, list):
             return ascii(modes)[:60]
-        counts = {ascii(m)[:20]: 0 for m in modes}
-        for m in modes:
-            counts[ascii(m)[:20]] += 1
-        return ", ".join(f"{m.strip(chr(39))} x {n}" for m, n in counts.items())
+
+        def key(m) -> str:  # a stage's per-block list as its blocks' counts: [full x 3, none x 1]
+            if isinstance(m, list) and all(isinstance(b, str) for b in m):
+                return "[" + tally(m) + "]"
+            return ascii(m)[:20].strip(chr(39))
+
+        def tally(items) -> str:
+            counts: dict = {}
+            for m in items:
+                counts[key(m)] = counts.get(key(m), 0) + 1
+            return ", ".join(f"{k} x {n}" for k, n in counts.items())
+
+        return tally(modes)
 
     def ac_mode(self) -> Optional[str]:
         """The one activation-checkpointing mode of the run (default none: what schedc counts
         without one); None when it differs between stages or layers."""
         mode = self.assumes.get("activation_checkpoint") or "none"
-        if isinstance(mode, list) and mode and all(m == mode[0] for m in mode):  # an entry may list its blocks'
-            mode = mode[0]
+        if isinstance(mode, list):  # an entry may list its blocks' modes: one mode when every block has it
+            flat = [b for m in mode for b in (m if isinstance(m, list) else [m])]
+            mode = flat[0] if flat and all(b == flat[0] for b in flat) else None
         return mode if isinstance(mode, str) and mode in AC_MODES else None
 
 

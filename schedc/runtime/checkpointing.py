@@ -34,14 +34,13 @@ from __future__ import annotations
 import os
 import re
 from functools import partial
-from pathlib import Path
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, literal, printable, shown
 
 AC_MODES = ("none", "full", "selective")
 ACChoice = Union[str, Sequence[str]]
@@ -98,23 +97,67 @@ def checkpoint_block(block: nn.Module, mode: str) -> nn.Module:
     return block
 
 
-def check_mode(mode: str, where: str = "activation_checkpoint") -> str:
-    if mode not in AC_MODES:
-        raise SchedcError(f"{where}: {mode!r} is not one of {', '.join(AC_MODES)}")
-    return mode
+def check_mode(mode, where: str = "activation_checkpoint") -> str:
+    """`mode` when it is one of :data:`AC_MODES`, else SchedcError naming `where`."""
+    if isinstance(mode, str) and mode in AC_MODES:
+        return mode
+    raise SchedcError(f"{where}: {_what(mode)} is not one of {', '.join(AC_MODES)}")
 
 
-def stage_modes(choice: ACChoice, n_stages: int) -> list:
-    """One mode per stage from a single mode or a list with one per stage; a stage's entry may
-    itself be a list, one mode per block of that stage (a plan that checkpoints some of them)."""
+class _BadModes(ValueError):
+    """Where in an activation-checkpointing choice (``""``, ``"[1]"``, ``"[1][2]"``), what is wrong,
+    and what a caller passing the choice itself should give instead."""
+
+    def __init__(self, at: str, detail: str, fix: str):
+        super().__init__(at, detail)
+        self.at, self.detail, self.fix = at, detail, fix
+
+
+def _what(value) -> str:
+    """A value for a message: a string quoted and cut (:func:`schedc.errors.shown`), else its type too."""
+    return shown(value) if isinstance(value, str) else f"{type(value).__name__} {shown(value)[1:-1]}"
+
+
+def _mode_at(mode, at: str) -> str:
+    if isinstance(mode, str) and mode in AC_MODES:
+        return mode
+    raise _BadModes(at, f"{_what(mode)} is not one of {', '.join(AC_MODES)}", "give one of them")
+
+
+def _modes(choice, n_stages: int, blocks: Optional[Sequence[int]]) -> list:
+    """One mode, or one per block, per stage; _BadModes on the first entry that is wrong."""
     if isinstance(choice, str):
-        return [check_mode(choice)] * n_stages
-    modes = list(choice)
-    if len(modes) != n_stages:
-        raise SchedcError(f"activation_checkpoint: {len(modes)} modes given for {n_stages} stages; give one per "
-                          f"stage or one for all")
-    return [check_mode(m, f"activation_checkpoint[{s}]") if isinstance(m, str) else
-            [check_mode(b, f"activation_checkpoint[{s}][{k}]") for k, b in enumerate(m)] for s, m in enumerate(modes)]
+        return [_mode_at(choice, "")] * n_stages
+    if not isinstance(choice, (list, tuple)):
+        raise _BadModes("", f"{_what(choice)} is neither a mode ({', '.join(AC_MODES)}) nor a list", "give a mode, "
+                        "or a list with one per stage")
+    if len(choice) != n_stages:
+        raise _BadModes("", f"{len(choice)} modes given for {n_stages} stages", "give one per stage or one for all")
+    out = []
+    for s, entry in enumerate(choice):
+        if isinstance(entry, str):
+            out.append(_mode_at(entry, f"[{s}]"))
+            continue
+        if not isinstance(entry, (list, tuple)):
+            raise _BadModes(f"[{s}]", f"{_what(entry)} is neither a mode ({', '.join(AC_MODES)}) nor a list",
+                            f"give a mode, or a list with one per block of stage {s}")
+        if blocks is not None and len(entry) != blocks[s]:
+            raise _BadModes(f"[{s}]", f"{len(entry)} modes given for the {blocks[s]} blocks of stage {s}",
+                            "give one per block")
+        out.append([_mode_at(m, f"[{s}][{k}]") for k, m in enumerate(entry)])
+    return out
+
+
+def stage_modes(choice: ACChoice, n_stages: int, blocks: Optional[Sequence[int]] = None) -> list:
+    """One mode per stage from a single mode or a list with one per stage; a stage's entry may
+    itself be a list, one mode per block of that stage (a plan that checkpoints some of them),
+    as many as ``blocks[s]`` when `blocks` is given. A wrong type, mode or length is a
+    ParameterError naming ``activation_checkpoint`` and the entry (``--ac`` on a command line)."""
+    try:
+        return _modes(choice, n_stages, blocks)
+    except _BadModes as e:
+        raise ParameterError("activation_checkpoint", "{param}" + literal(f"{e.at}: {e.detail}; {e.fix}"), flag="--ac",
+                             python=True) from None
 
 
 def check_split_backward(modes: Sequence[str], split_stages: set, where: str = "the schedule") -> None:
@@ -140,8 +183,8 @@ def apply_to_stage(stage: nn.Module, mode: Union[str, Sequence[str]], blocks: st
     members = list(container.values() if isinstance(container, nn.ModuleDict) else container)
     per_block = [mode] * len(members) if isinstance(mode, str) else list(mode)
     if len(per_block) != len(members):
-        raise SchedcError(f"activation_checkpoint: {len(per_block)} modes given for a stage of {len(members)} blocks; "
-                          f"give one per block")
+        raise ParameterError("activation_checkpoint", f"{len(per_block)} modes given for a stage of {len(members)} "
+                             f"blocks; give one per block", flag="--ac", python=True)
     for block, m in zip(members, per_block):
         checkpoint_block(block, m)
     return stage
@@ -156,23 +199,69 @@ def plan_settings(plan: Union[str, os.PathLike, dict]) -> dict:
     per-stage choice of ``--ac auto``) and ``layers_per_stage`` (the blocks of each stage of its
     ``"partition"``: module names that end in an index, e.g. ``layers.3``; the embedding and the
     head are the split's first and last modules). SchedcError naming the file and field when one
-    is missing or malformed. Cost: reading the file.
+    is missing or malformed (a per-block list must have one mode per block of its stage). Cost:
+    reading the file.
 
         pipe = load_pipeline("plan.csv", model, loss_fn, device, **plan_settings("plan.json"))
     """
-    import json
+    where, report = _plan_report(plan)
+    blocks = _blocks(where, report)
+    if not any(blocks):
+        raise SchedcError(f"{where}: \"partition\" names no blocks (module names ending in an index, such as "
+                          f"layers.3); plan from a profile whose units name their modules, or pass layers_per_stage "
+                          f"yourself")
+    empty = [s for s in range(1, len(blocks) - 1) if not blocks[s]]
+    if empty:
+        raise SchedcError(f"{where}: \"partition\": stage {empty[0]} holds no block (module names ending in an "
+                          f"index); every stage but the first and the last holds one; {_REDO}")
+    return {"activation_checkpoint": _assumed_modes(where, report, blocks), "layers_per_stage": blocks}
 
-    where = "the plan report" if isinstance(plan, dict) else str(plan)
+
+def planned_modes(plan: Union[str, os.PathLike, dict]) -> list:
+    """The activation checkpointing a plan report assumed, one mode (or one per block) per stage of
+    its partition, checked as :func:`plan_settings` checks it; SchedcError naming the file and
+    field. For a launch check that is not schedc's runtime (``schedc validate --partition``)."""
+    where, report = _plan_report(plan)
+    return _assumed_modes(where, report, _blocks(where, report))
+
+
+_REDO = "give the plan.json `schedc plan` wrote, or plan again"
+
+
+def _blocks(where: str, report: dict) -> list[int]:
+    """The blocks (module names ending in an index) of each stage of the report's partition."""
+    partition = report.get("partition")
+    if partition is None:
+        raise SchedcError(f"{where}: no \"partition\" (module names per stage); {_REDO}")
+    if not (isinstance(partition, list) and partition and all(
+            isinstance(stage, list) and stage and all(isinstance(m, str) for m in stage) for stage in partition)):
+        raise SchedcError(f"{where}: \"partition\" is not a list of non-empty lists of module names (one per "
+                          f"stage); {_REDO}")
+    return [sum(1 for name in stage if _BLOCK_NAME.search(name)) for stage in partition]
+
+
+def _assumed_modes(where: str, report: dict, blocks: list[int]) -> list:
+    assumes = report.get("assumes")
+    if not isinstance(assumes, dict):
+        raise SchedcError(f"{where}: " + ("no \"assumes\"" if assumes is None else "\"assumes\" is not an object")
+                          + f" (what the plan assumed, its activation checkpointing among it); {_REDO}")
+    choice = assumes.get("activation_checkpoint")
+    try:
+        return _modes("none" if choice is None else choice, len(blocks), blocks)
+    except _BadModes as e:
+        raise SchedcError(f"{where}: assumes.activation_checkpoint{e.at}: {e.detail}; {_REDO}") from None
+
+
+def _plan_report(plan) -> tuple[str, dict]:
+    """(the name messages use, the report as a dict) from a path or an already read report."""
+    if isinstance(plan, (str, os.PathLike)):
+        from schedc.io.fileio import read_json
+
+        where = printable(os.fspath(plan))
+        plan = read_json(plan, "a plan report (the plan.json `schedc plan` wrote)")
+    else:
+        where = "the plan report"
     if not isinstance(plan, dict):
-        try:
-            plan = json.loads(Path(plan).read_text())
-        except (OSError, ValueError) as e:
-            raise SchedcError(f"{where}: cannot read a plan report ({e}); give the plan.json `schedc plan` wrote")
-    partition = plan.get("partition") if isinstance(plan, dict) else None
-    if not isinstance(partition, list) or not all(isinstance(p, list) for p in partition):
-        raise SchedcError(f"{where}: no \"partition\" (module names per stage); give the plan.json `schedc plan` "
-                          f"wrote")
-    choice = (plan.get("assumes") or {}).get("activation_checkpoint", "none")
-    modes = stage_modes(choice, len(partition))
-    blocks = [sum(1 for name in stage if _BLOCK_NAME.search(str(name))) for stage in partition]
-    return {"activation_checkpoint": modes, "layers_per_stage": blocks}
+        raise SchedcError(f"{where}: expected a JSON object (the plan.json `schedc plan` wrote), got "
+                          f"{'null' if plan is None else type(plan).__name__}")
+    return where, plan

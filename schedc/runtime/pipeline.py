@@ -40,7 +40,7 @@ from torch.distributed.pipelining.schedules import (
 )
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError, literal, shown
 from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, stage_modes
 from schedc.core.ir import Schedule
 from schedc.runtime.torch_check import to_torch_order
@@ -332,6 +332,23 @@ def _make_stages(model, stage_ids, n_stages, device, group, layers_per_stage, sp
     return modules, stages
 
 
+def _torch_schedule_class(name: str) -> type:
+    """torch's schedule class called `name` (``get_schedule_class``), refusing its abstract bases."""
+    import inspect
+
+    if not isinstance(name, str):
+        raise ParameterError("name", f"{{param}}: expected a schedule name such as '1F1B', got "
+                             f"{type(name).__name__} {literal(shown(name))}", python=True)
+    try:
+        cls = get_schedule_class(name)
+    except ValueError as e:
+        raise ParameterError("name", "{param}: " + literal(" ".join(str(e).split())), python=True) from None
+    if inspect.isabstract(cls):
+        raise ParameterError("name", f"{{param}}: {literal(repr(name))} is one of torch's abstract base classes; give "
+                             f"a schedule class such as 1F1B, Interleaved1F1B or ZBVZeroBubble", python=True)
+    return cls
+
+
 def load_torch_pipeline(
     name: str,
     model: nn.Module,
@@ -351,12 +368,11 @@ def load_torch_pipeline(
     ``"Interleaved1F1B"``, ``"ZBVZeroBubble"``, ... as ``get_schedule_class`` names them), for
     comparing a CSV with what torch ships. Stages per rank: 1 for single-stage classes, else
     ``stages_per_rank`` (default 2); placement as torchtitan builds it (V for ZBVZeroBubble and
-    DualPipeV, loop otherwise).
+    DualPipeV, loop otherwise). A name torch does not know, or one of its abstract base classes,
+    is a ParameterError naming ``name`` (a script respells it as its own flag, as
+    ``examples/train.py`` does with ``--torch-schedule``).
     """
-    try:
-        cls = get_schedule_class(name)
-    except ValueError as e:
-        raise SchedcError(f"--torch-schedule: {e}") from None
+    cls = _torch_schedule_class(name)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     single = issubclass(cls, PipelineScheduleSingle)
     per_rank = 1 if single else (stages_per_rank or 2)
