@@ -494,19 +494,21 @@ def test_simulate_says_how_the_costs_differ_when_the_names_are_the_same(tmp_path
 
 
 def _profile_config_with_model_type(tmp_path, model_type: str):
-    """`schedc profile --units` of a small config.json whose model_type a hostile file set."""
+    """`schedc profile --units` of a small config.json whose model_type a hostile file set: not one
+    schedc counts, so refused in one line that names it."""
     (tmp_path / "c.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2,
                                                  "num_attention_heads": 4, "vocab_size": 100,
                                                  "intermediate_size": 128}))
     out = _schedc("profile", "--units", "--config", "c.json", "--flops", "1e12", "--seq", "64", "-o", "u.json",
                   cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+    _one_line_error(out, "profile", "c.json: model_type 'llama", "is not modelled by schedc")
+    assert out.stdout == "" and not (tmp_path / "u.json").exists()
     return out
 
 
 def test_a_config_s_model_type_is_printed_escaped_by_profile(tmp_path):
     out = _profile_config_with_model_type(tmp_path, "llama" + ESC)
-    assert "llama\\x1b]0;owned\\x07\\x1b[2J" in out.stdout and "\x1b" not in out.stdout + out.stderr
+    assert "llama\\x1b]0;owned\\x07\\x1b[2J" in out.stderr and "\x1b" not in out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("files, argv, command, needle", [
@@ -587,7 +589,7 @@ def test_a_warning_and_a_printout_naming_a_hostile_file_are_one_line_each(tmp_pa
 
 def test_a_config_s_model_type_with_a_newline_prints_on_its_line(tmp_path):
     out = _profile_config_with_model_type(tmp_path, "llama" + NL)
-    assert out.stdout.splitlines()[0].startswith("wrote u.json: 4 units of llama" + NL_SHOWN + " (c.json)")
+    assert "c.json: model_type 'llama" + NL_SHOWN + "' is not modelled by schedc" in out.stderr
     _no_raw_input(out)
 
 
@@ -831,3 +833,20 @@ def test_the_framework_warning_counts_a_per_block_plan_s_modes():
     assert mixed.ac_summary() == "[full x 2, none x 1] x 1, [selective x 2, none x 1] x 1"
     assert handoff([["full", "full"], "full"]).ac_mode() == "full"  # every block full: one mode per run
     assert handoff(["none", "none", "full"]).ac_summary() == "none x 2, full x 1"
+
+
+@pytest.mark.parametrize("key, value", [("dp_shard", "abc"), ("dp_shard", -1), ("dp_shard", 2.5), ("tp", [2]),
+                                        ("seq_len", True), ("microbatch_size", 1e300),
+                                        ("activation_checkpoint", ["full", 3])])
+def test_a_profile_s_assumed_run_settings_are_refused_before_a_plan_prints_them(tmp_path, monkeypatch, capsys, key,
+                                                                                value):
+    # the framework hand-off prints them as flags and YAML: int('abc') was a traceback, -1 a flag
+    units = [dict(_STAGE, static_bytes=1, modules=[name]) for name in ("tok_embeddings", "layers.0", "layers.1",
+                                                                       "norm")]
+    (tmp_path / "u.json").write_text(json.dumps({"format": "schedc.profile/v1", "stages": units,
+                                                 "assumes": {"seq_len": 8, key: value}}))
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["plan", "--profile", "u.json", "--ranks", "2", "--mb", "4", "--memory", "none", "--time-limit",
+                     "1", "--quiet", "-o", "plan.csv"])
+    _one_error_line(capsys, code, f"schedc plan: error: u.json: field assumes: {key} must be ")
+    assert not (tmp_path / "plan.csv").exists()

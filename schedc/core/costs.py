@@ -50,7 +50,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schedc.core import limits
 from schedc.errors import ParameterError, SchedcError, literal
@@ -158,6 +158,23 @@ class Profile(BaseModel):
     # seq_len, microbatch_size, activation_checkpoint, dtypes, dp_shard, tp, torch, ... (the plan
     # report's "assumes")
     assumes: Optional[dict[str, Any]] = None
+
+    @field_validator("assumes")
+    @classmethod
+    def _assumed_counts(cls, assumes: Optional[dict]) -> Optional[dict]:
+        """The run settings a framework hand-off prints as whole numbers, and the checkpointing's
+        shape (a mode, or one per stage, each a mode or one per block): refused here, naming the
+        field, rather than printed as a flag no framework takes (dp_shard -1, seq_len 2.5)."""
+        for key in ("seq_len", "microbatch_size", "dp_shard", "tp"):
+            value = (assumes or {}).get(key)
+            if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ValueError(f"{key} must be a whole number >= 1, got {repr(value)[:40]}")
+        ac = (assumes or {}).get("activation_checkpoint")
+        if ac is not None and not isinstance(ac, str) and not (isinstance(ac, (list, tuple)) and all(
+                isinstance(m, str) or isinstance(m, (list, tuple)) and all(isinstance(b, str) for b in m) for m in ac)):
+            raise ValueError(f"activation_checkpoint must be a mode, or a list with one per stage (a mode, or a list "
+                             f"with one per block), got {repr(ac)[:40]}")
+        return assumes
 
     @model_validator(mode="after")
     def _comm_matches_boundaries(self) -> "Profile":
