@@ -411,3 +411,84 @@ def test_a_bad_counted_shape_from_flags_names_the_flags(tmp_path, capsys, flags,
     assert cli.main([*argv, "-o", str(out)]) == 2
     assert capsys.readouterr().err == f"schedc profile: error: {named}\n"
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- the counted route's --for and --device
+
+@pytest.mark.parametrize("framework", ["torchtitan", "nemo", "schedc"])
+def test_profile_config_for_counts_as_the_framework_holds_it(tmp_path, capsys, framework):
+    import schedc
+
+    config, out = tmp_path / "config.json", tmp_path / "u.json"
+    config.write_text(json.dumps(_SMALL_CONFIG))
+    assert cli.main(["profile", "--units", "--config", str(config), "--seq", "8", "--for", framework,
+                     "-o", str(out)]) == 0
+    counted = Profile.load(out)
+    assert counted == schedc.count_profile(config, seq=8, framework=framework)  # the API's count, nothing more
+    assert counted.assumes["framework"] == framework and f"framework {framework}" in capsys.readouterr().out
+    plain = schedc.count_profile(config, seq=8, framework="schedc")
+    # torchtitan and NeMo wrap every block in FSDP2 at degree 1: its unsharded weights and gradients on top
+    assert (counted.stages[1].static_bytes > plain.stages[1].static_bytes) == (framework != "schedc")
+    assert counted.stages[1].modules == (["model.layers.0"] if framework == "nemo" else ["layers.0"])
+
+
+def test_profile_for_defaults_to_the_apis_framework(tmp_path, monkeypatch):
+    import schedc
+    from schedc import api
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_SMALL_CONFIG))
+    from schedc.cli import toplevel
+
+    sub = next(a for a in toplevel.build_parser()._actions if a.dest == "command").choices["profile"]
+    assert next(a for a in sub._actions if a.dest == "framework").default is None  # the default lives in the API
+    monkeypatch.setitem(api.count_profile.__wrapped__.__kwdefaults__, "framework", "torchtitan")
+    assert cli.main(["profile", "--units", "--config", str(config), "--seq", "8", "-o", str(tmp_path / "u.json")]) == 0
+    assert Profile.load(tmp_path / "u.json").assumes["framework"] == "torchtitan"
+    assert schedc.count_profile(config, seq=8).assumes["framework"] == "torchtitan"
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--for", "megatron"], "--for: 'megatron' is not a framework schedc counts for; give one of schedc, torchtitan, "
+                            "nemo"),
+    (["--device", "tpu"], "--device: 'tpu' is not a device a counted profile follows; give cpu or cuda"),
+    (["--device", "cuda:x"], "--device: 'cuda:x' is not a device"),
+    (["--device", "CPU"], "--device: 'CPU' is not a device"),
+    (["--device", "mps"], "--device: 'mps' is not a device"),
+])
+def test_a_counted_profile_refuses_a_framework_or_device_it_does_not_count(tmp_path, capsys, flags, named):
+    config, out = tmp_path / "config.json", tmp_path / "u.json"
+    config.write_text(json.dumps(_SMALL_CONFIG))
+    for route in (["--config", str(config)], ["--flops", "1e12", "--layers", "2", "--hidden", "64", "--vocab", "100"]):
+        assert cli.main(["profile", "--units", *route, "--seq", "8", *flags, "-o", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith(f"schedc profile: error: {named}"), captured.err
+        assert captured.err.count("\n") == 1 and captured.out == "" and not out.exists()
+
+
+def test_a_counted_profile_follows_cuda_or_cpu_kernels(tmp_path):
+    import schedc
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_SMALL_CONFIG))
+
+    def counted(*flags) -> Profile:
+        assert cli.main(["profile", "--units", "--config", str(config), "--seq", "8", *flags,
+                         "-o", str(tmp_path / "u.json")]) == 0
+        return Profile.load(tmp_path / "u.json")
+
+    cuda = counted()
+    assert cuda.assumes["device"] == "cuda" and cuda.reserve_bytes > 0
+    assert counted("--device", "cuda") == cuda and counted("--device", "cuda:1") == cuda  # the same kernels
+    cpu = counted("--device", "cpu")
+    assert cpu.assumes["device"] == "cpu" and cpu.reserve_bytes == 0
+    with pytest.raises(schedc.SchedcError, match=r"^device: must be one of 'cuda', 'cpu'; got 'tpu'$"):
+        schedc.count_profile(config, seq=8, device="tpu")
+
+
+def test_a_measured_profile_refuses_for(tmp_path, capsys):
+    assert cli.main(["profile", "--units", "--for", "torchtitan", "-o", str(tmp_path / "u.json")]) == 2
+    assert capsys.readouterr().err == ("schedc profile: error: --for counts memory as a framework holds it: add "
+                                       "--config config.json or --flops FLOP/s; for a measured profile give --for to "
+                                       "schedc plan, which names the target\n")
+    assert list(tmp_path.iterdir()) == []

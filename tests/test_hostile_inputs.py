@@ -800,6 +800,10 @@ def test_validate_partition_checks_a_plan_s_checkpointing_against_the_csv(tmp_pa
     _plan_files(tmp_path)  # 1F1B runs B: selective applies on stage 1
     assert cli.main(["validate", "plan.csv", "--partition", "plan.json"]) == 0
     assert "launched on the partition of plan.json" in capsys.readouterr().out
+    # a framework fits the CSV, but applies one checkpointing mode per run: said on the line
+    assert cli.main(["validate", "plan.csv", "--for", "torchtitan:1F1B", "--partition", "plan.json"]) == 0
+    assert "checkpoints activations per stage or block (full, none, selective), which torchtitan 0.3.0 cannot " \
+           "apply" in capsys.readouterr().out
     for report, needle in BAD_PLANS[4:]:
         _bad_plan(tmp_path, report)
         code = cli.main(["validate", "plan.csv", "--partition", "plan.json"])
@@ -837,7 +841,8 @@ def test_the_framework_warning_counts_a_per_block_plan_s_modes():
 
 @pytest.mark.parametrize("key, value", [("dp_shard", "abc"), ("dp_shard", -1), ("dp_shard", 2.5), ("tp", [2]),
                                         ("seq_len", True), ("microbatch_size", 1e300),
-                                        ("activation_checkpoint", ["full", 3])])
+                                        ("activation_checkpoint", ["full", 3]), ("optimizer", ["adamw"]),
+                                        ("param_dtype", {"bf16": 1})])
 def test_a_profile_s_assumed_run_settings_are_refused_before_a_plan_prints_them(tmp_path, monkeypatch, capsys, key,
                                                                                 value):
     # the framework hand-off prints them as flags and YAML: int('abc') was a traceback, -1 a flag

@@ -1,14 +1,16 @@
 """Arithmetic per-unit profiles (schedc.model_costs) and `schedc profile --config/--flops`: no torch needed."""
 
 import json
+import re
 
 import pytest
 
+import schedc
 from schedc import cli
 from schedc.core.costs import Profile
-from schedc.errors import SchedcError
+from schedc.errors import ParameterError, SchedcError
 from schedc.library import transformer_profile
-from schedc.model_costs import read_hf_config, unit_names, unit_profile
+from schedc.model_costs import COUNTED_MODEL_TYPES, read_hf_config, unit_names, unit_profile
 
 # A small GQA + SwiGLU decoder with numbers easy to follow by hand: b = 2, s = 4 (8 tokens),
 # h = 8, 4 heads of 2 (q = 8), 2 kv heads (k = 4), f = 16, V = 10, bf16 (e = 2).
@@ -137,9 +139,7 @@ def test_hf_config_llama_and_qwen3(tmp_path):
     assert layer.backward_weight == pytest.approx(2 * 16 * (1024 * q_w + 2 * 1024 * k_w + q_w * 1024 + 3 * 1024 * 3072))
 
 
-def test_hf_config_unknown_model_type_and_text_config(tmp_path):
-    other = {**LLAMA3_8B, "model_type": "somethingnew", "architectures": ["SomethingNewForCausalLM"]}
-    assert read_hf_config(_write(tmp_path, other))["layers"] == 32
+def test_hf_config_text_config_and_defaults(tmp_path):
     nested = {"model_type": "llava", "text_config": LLAMA3_8B}
     assert read_hf_config(_write(tmp_path, nested, "vlm.json"))["vocab"] == 128256
     no_kv = {k: v for k, v in LLAMA3_8B.items() if k not in ("num_key_value_heads", "tie_word_embeddings", "torch_dtype")}
@@ -179,8 +179,9 @@ def test_cli_config_writes_a_per_unit_profile(tmp_path, capsys):
     p = Profile.load(out)
     assert p.n_stages == 34 and p.stages[1].modules == ["model.layers.0"] and p.stages[-1].modules == [
         "model.norm", "lm_head"]
-    assert p == unit_profile(**read_hf_config(tmp_path / "config.json"), seq=4096, names="hf").model_copy(
-        update={"created": p.created})
+    counted = unit_profile(**read_hf_config(tmp_path / "config.json"), seq=4096, names="hf")
+    # the command counts through schedc.count_profile, which names the framework counted for
+    assert p == counted.model_copy(update={"created": p.created, "assumes": {**counted.assumes, "framework": "schedc"}})
     printed = capsys.readouterr().out
     assert "34 units" in printed and "model.layers.31" in printed
 
@@ -190,8 +191,9 @@ def test_cli_flags_write_a_per_unit_profile(tmp_path):
     assert cli.main(["profile", "--flops", "1e12", "--layers", "3", "--hidden", "64", "--vocab", "100", "--seq", "8",
                      "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--tied-embeddings", "-o", str(out)]) == 0
     p = Profile.load(out)
-    assert p == unit_profile(layers=3, hidden=64, vocab=100, seq=8, heads=4, kv_heads=2, ffn_hidden=128,
-                             tied_embeddings=True, flops_per_second=1e12)
+    counted = unit_profile(layers=3, hidden=64, vocab=100, seq=8, heads=4, kv_heads=2, ffn_hidden=128,
+                           tied_embeddings=True, flops_per_second=1e12)
+    assert p == counted.model_copy(update={"assumes": {**counted.assumes, "framework": "schedc"}})
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -318,7 +320,7 @@ def test_architectures_not_modelled_are_refused_by_name(tmp_path, model_type):
     path = _write(tmp_path, {**LLAMA3_8B, "model_type": model_type, "n_routed_experts": 256})
     with pytest.raises(SchedcError, match=f"model_type '{model_type}' is not modelled by schedc"):
         read_hf_config(path)
-    experts = _write(tmp_path, {**LLAMA3_8B, "model_type": "newmoe", "num_experts": 64}, "e.json")
+    experts = _write(tmp_path, {**LLAMA3_8B, "num_experts": 64}, "e.json")
     with pytest.raises(SchedcError, match="has 64 experts and schedc counts experts only for"):
         read_hf_config(experts)
 
@@ -481,3 +483,67 @@ def test_plan_with_dp_shard_counts_and_records_the_unsharded_bytes(tmp_path):
     # bf16 params: weights 2 + fp32 grads 4 + fp32 master 4 + AdamW 8 = 18 sharded, + 8 unsharded
     one = unit_profile(str(config), seq=64)
     assert sharded.stages[1].static_bytes == pytest.approx(one.stages[1].static_bytes * (18 / 2 + 8) / 18)
+
+
+# ---------------------------------------------------------------- which architectures --config counts
+
+QWEN2_MOE = {"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048, "intermediate_size": 5632,
+             "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_attention_heads": 16,
+             "num_key_value_heads": 16, "vocab_size": 151936, "num_experts": 60, "num_experts_per_tok": 4}
+# one config per model_type schedc counts: a type added to COUNTED_MODEL_TYPES needs one here
+COUNTED_CONFIGS = {"llama": LLAMA3_8B, "mistral": {**LLAMA3_8B, "model_type": "mistral"}, "qwen2": QWEN25_7B,
+                   "qwen3": QWEN3_SMALL, "gpt2": GPT2, "mixtral": MIXTRAL, "qwen2_moe": QWEN2_MOE,
+                   "qwen3_moe": QWEN3_MOE}
+
+
+@pytest.mark.parametrize("model_type", COUNTED_MODEL_TYPES)
+def test_every_counted_model_type_is_counted_at_both_doors(tmp_path, capsys, model_type):
+    assert set(COUNTED_CONFIGS) == set(COUNTED_MODEL_TYPES)
+    config, out = _write(tmp_path, COUNTED_CONFIGS[model_type]), tmp_path / "u.json"
+    assert cli.main(["profile", "--units", "--config", str(config), "--seq", "64", "-o", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    counted = Profile.load(out)
+    assert counted.model.startswith(f"{model_type} (config.json): ")
+    assert counted == schedc.count_profile(config, seq=64)
+    assert counted.n_stages == COUNTED_CONFIGS[model_type].get("num_hidden_layers", 12) + 2
+
+
+@pytest.mark.parametrize("model_type, shown", [
+    ("foo", "'foo'"), ("deepseek_v3", "'deepseek_v3' is not modelled by schedc (multi-head latent attention"),
+    ("gemma2", "'gemma2'"), ("phi3", "'phi3'"), ("falcon", "'falcon'"), ("LLaMA", "'LLaMA'"), (7, "7"),
+])
+def test_a_model_type_schedc_does_not_count_is_refused_in_one_line(tmp_path, capsys, model_type, shown):
+    config = _write(tmp_path, {**LLAMA3_8B, "model_type": model_type})
+    counted = ", ".join(COUNTED_MODEL_TYPES)
+    for argv in (["profile", "--units", "--config", str(config), "--seq", "64", "-o", str(tmp_path / "u.json")],
+                 ["plan", "--config", str(config), "--seq", "64", "--ranks", "2", "--mb", "4", "--memory", "none",
+                  "-o", str(tmp_path / "p.csv")]):
+        assert cli.main(argv) == 2
+        captured = capsys.readouterr()
+        line, = captured.err.splitlines()  # one line, no traceback, nothing on stdout
+        assert line.startswith(f"schedc {argv[0]}: error: {config}: model_type {shown}"), line
+        assert f"schedc counts the model_types {counted};" in line and "--model" in line and "--flops" in line
+        assert captured.out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]  # no partial output
+    with pytest.raises(SchedcError, match=f"^{config}: model_type {re.escape(shown)}.* schedc counts the model_types"):
+        schedc.count_profile(config, seq=64)
+
+
+def test_a_config_without_model_type_or_a_refused_text_config_names_the_field(tmp_path, capsys):
+    bare = _write(tmp_path, {k: v for k, v in LLAMA3_8B.items() if k != "model_type"})
+    with pytest.raises(SchedcError, match=f"^{bare}: field 'model_type' is missing; schedc counts the model_types"):
+        read_hf_config(bare)
+    vlm = _write(tmp_path, {"model_type": "gemma3", "text_config": {**LLAMA3_8B, "model_type": "gemma3_text"}}, "v.json")
+    assert cli.main(["profile", "--units", "--config", str(vlm), "--seq", "64", "-o", str(tmp_path / "u.json")]) == 2
+    assert f"{vlm}: text_config.model_type 'gemma3_text' is not modelled" in capsys.readouterr().err
+
+
+def test_a_shape_given_as_keywords_takes_only_the_layer_families_schedc_counts():
+    shape = {"layers": 2, "hidden": 64, "vocab": 100, "heads": 4}
+    assert schedc.count_profile({**shape, "family": "qwen3"}, seq=8).stages[1].static_bytes > \
+        schedc.count_profile(shape, seq=8).stages[1].static_bytes  # q/k norms
+    with pytest.raises(ParameterError, match=r"^family: 'gemma2' is not a layer schedc counts; give one of decoder, "):
+        schedc.count_profile({**shape, "family": "gemma2"}, seq=8)
+    # a counted model_type names its layer: Mistral's is Llama's
+    assert schedc.count_profile({**shape, "family": "mistral"}, seq=8).stages == \
+        schedc.count_profile({**shape, "family": "llama"}, seq=8).stages

@@ -34,8 +34,8 @@ def register(sub) -> None:
                                        "model's units from arithmetic; write a profile JSON")
     p.set_defaults(handler=run)
     common.add_gpt_args(p)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu; a counted profile is for "
-                                                 "CUDA unless --device cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu; a counted profile follows "
+                                                 "CUDA's kernels, or the CPU's with --device cpu)")
     p.add_argument("--optimizer", default=None, help="optimizer whose state counts in static bytes: "
                    "adamw, adam, sgd, sgd-momentum, none (default adamw)")
     p.add_argument("--warmup", type=int, default=None, help="untimed runs per stage (default 2)")
@@ -97,6 +97,13 @@ def register(sub) -> None:
 
 def _add_run_settings(u) -> None:
     """The counted route's flags for the run the profile is for."""
+    from schedc import api
+
+    u.add_argument("--for", dest="framework", metavar="FRAMEWORK", default=None,
+                   help="counted: the framework that will run the plan, whose memory the count follows: torchtitan, "
+                        "nemo (each wraps every block in FSDP2 at shard degree 1 too; nemo runs Hugging Face's "
+                        "modules and names) or schedc (its own runtime); recorded in the profile's \"assumes\" "
+                        f"(default {common.defaults_of(api.count_profile)['framework']})")
     u.add_argument("--impl", choices=("hf", "torchtitan", "paper"), default=None,
                    help="counted: whose code runs the model, which decides what it keeps: hf (Hugging Face "
                         "transformers' modules, as NeMo AutoModel trains them), torchtitan (its own model code), "
@@ -129,6 +136,9 @@ def run(args) -> int:
     if _given(args, ARITHMETIC_ONLY):
         raise SchedcError(f"{_given(args, ARITHMETIC_ONLY)[0]} describes an arithmetic profile; add --config "
                           f"config.json or --flops FLOP/s, or drop it to measure")
+    if args.framework is not None:  # a measurement holds what it measured, whoever runs the plan
+        raise SchedcError("--for counts memory as a framework holds it: add --config config.json or --flops FLOP/s; "
+                          "for a measured profile give --for to schedc plan, which names the target")
     common.require_torch("schedc profile")
     common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
     import torch
@@ -249,19 +259,31 @@ def _run_arithmetic(args) -> int:
         if given:
             raise SchedcError(f"{flag} measures a model; --config/--flops count one from arithmetic: give one or the other")
     _check_counted_numbers(args)
+    device = _counted_device(args.device)
     common.check_outputs(args, (args.output, "-o"))
     shape = _counted_shape(args)
     if args.seq is None:
         raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
-    device = None if args.device is None else ("cpu" if args.device == "cpu" else "cuda")
     profile = api.count_profile(shape, seq=args.seq, **common.given(
         microbatch_size=args.mbs, dtype=args.dtype, flops_per_second=args.flops,
         bandwidth=_parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth"),
         memory_bandwidth=_parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth"), latency=args.comm_latency,
         optimizer=args.optimizer, optimizer_bytes_per_param=args.optimizer_bytes,
         activation_checkpoint=_ac(args, shape["layers"]), impl=args.impl, device=device, dp_shard=args.dp_shard,
-        tp=args.tp, param_dtype=args.param_dtype, reserve_bytes=_reserve_bytes(args), names=args.names))
+        tp=args.tp, param_dtype=args.param_dtype, reserve_bytes=_reserve_bytes(args), names=args.names,
+        framework=args.framework))
     return _write(profile, args.output)
+
+
+def _counted_device(device: Optional[str]) -> Optional[str]:
+    """--device as the kernels a counted profile follows (schedc.choices.CountedDevice): cpu, or
+    cuda (cuda:N is the same kernels); anything else is one line naming the flag."""
+    if device is None or device == "cpu":
+        return device
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit() and device[5:].isascii()):
+        return "cuda"
+    raise SchedcError(f"--device: {device[:40]!r} is not a device a counted profile follows; give cpu or cuda "
+                      f"(cuda:N counts as cuda)")
 
 
 def _check_counted_numbers(args) -> None:

@@ -31,15 +31,17 @@ width, e = bytes per element of the activation dtype, V = vocabulary:
   FSDP2 holds unsharded all step under torch's pipelining (:func:`fsdp_held`: the stage's weights
   in the compute dtype, its gradients unreduced). MoE layers hold all experts.
 
-:func:`read_hf_config` reads a Hugging Face ``config.json`` (Llama, Mistral, Qwen2/3, GPT-2,
-Mixtral, Qwen2/3-MoE; DeepSeek-V3 and others schedc does not model are refused by name).
+:func:`read_hf_config` reads a Hugging Face ``config.json`` whose ``model_type`` is one of
+:data:`COUNTED_MODEL_TYPES` (Llama, Mistral, Qwen2/3, GPT-2, Mixtral, Qwen2/3-MoE); any other
+(DeepSeek-V3, Gemma, Phi, ...) is refused by name, never counted as another layout.
 Cost: O(layers).
 """
 
 from schedc.model_costs.profile import (AC_MODES, COUNTED_FOR_TORCH, CUDA_RESERVE_BYTES, OPTIMIZER_STATES,
                                         UNIT_NAMES, fsdp_held, unit_names, unit_profile)
-from schedc.model_costs.shape import DTYPE_BYTES, FAMILIES, REFUSED, ModelShape, dtype_name, read_hf_config
+from schedc.model_costs.shape import (COUNTED_MODEL_TYPES, DTYPE_BYTES, FAMILIES, REFUSED, ModelShape, dtype_name,
+                                      read_hf_config)
 
-__all__ = ["AC_MODES", "COUNTED_FOR_TORCH", "CUDA_RESERVE_BYTES", "DTYPE_BYTES", "FAMILIES", "ModelShape",
-           "OPTIMIZER_STATES", "REFUSED", "UNIT_NAMES", "dtype_name", "fsdp_held", "read_hf_config",
+__all__ = ["AC_MODES", "COUNTED_FOR_TORCH", "COUNTED_MODEL_TYPES", "CUDA_RESERVE_BYTES", "DTYPE_BYTES", "FAMILIES",
+           "ModelShape", "OPTIMIZER_STATES", "REFUSED", "UNIT_NAMES", "dtype_name", "fsdp_held", "read_hf_config",
            "unit_names", "unit_profile"]

@@ -15,19 +15,25 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 from schedc.core import limits
-from schedc.errors import ParameterError, SchedcError
+from schedc.errors import ParameterError, SchedcError, literal
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
                   "float": "float32", "fp64": "float64", "double": "float64"}
 
-# model_type -> the kind of decoder layer the counts follow (norm, q/k norm, biases, MLP, positions).
-# Families not listed but with Llama's fields are counted as Llama (the most common layout).
+# The one place that says which architectures schedc counts: config.json's model_type -> the kind of
+# decoder layer the counts follow (norm, q/k norm, biases, MLP, positions, experts). Any other
+# model_type is refused: another layout counted as Llama's would be silently wrong.
 FAMILIES = {
     "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gpt2": "gpt2",
     "mixtral": "mixtral", "qwen2_moe": "qwen2_moe", "qwen3_moe": "qwen3_moe",
 }
-# architectures whose layers schedc does not model: a dense count of them would be silently wrong
+COUNTED_MODEL_TYPES = tuple(FAMILIES)
+"""The ``model_type`` values of a ``config.json`` that :func:`read_hf_config` counts."""
+# the layer kinds ModelShape.family takes: those above, and "decoder" (a Llama-like layer given by flags)
+LAYER_FAMILIES = ("decoder", *dict.fromkeys(FAMILIES.values()))
+# why some common architectures are not counted, said when one is refused (every model_type not in
+# COUNTED_MODEL_TYPES is refused, listed here or not)
 REFUSED = {
     "deepseek_v3": "multi-head latent attention and shared + routed experts with dense first layers",
     "deepseek_v2": "multi-head latent attention and shared + routed experts with dense first layers",
@@ -58,7 +64,9 @@ class ModelShape:
     (adds RMSNorm on each head of q and k), ``gpt2`` (LayerNorm, GELU MLP with biases, learned
     positions, dropout), the MoE families ``mixtral``/``qwen2_moe``/``qwen3_moe`` (``experts``
     routed experts of width ``moe_ffn_hidden``, ``experts_per_token`` per token, optional shared
-    expert of width ``shared_ffn_hidden``), and ``decoder`` (a Llama-like layer given by flags).
+    expert of width ``shared_ffn_hidden``), and ``decoder`` (a Llama-like layer given by flags); a
+    counted ``model_type`` (:data:`COUNTED_MODEL_TYPES`) is taken for its family, any other value
+    is refused.
     """
 
     layers: int
@@ -91,6 +99,11 @@ class ModelShape:
         if self.layers > MAX_LAYERS:
             raise SchedcError(f"layers: {self.layers} is more than schedc plans ({MAX_LAYERS}, "
                               f"{limits.MAX_STAGES} units); count a model with fewer layers")
+        family = FAMILIES.get(self.family, self.family) if isinstance(self.family, str) else self.family
+        if family not in LAYER_FAMILIES:  # a layer kind, or a model_type schedc counts ('mistral' is Llama's)
+            raise ParameterError("family", f"{literal(_short(self.family))} is not a layer schedc counts; give one "
+                                           f"of {', '.join(LAYER_FAMILIES)}, or a model_type among "
+                                           f"{', '.join(COUNTED_MODEL_TYPES)}")
         if self.mlp not in ("swiglu", "gelu"):
             raise SchedcError(f"mlp must be 'swiglu' or 'gelu', got {self.mlp!r}")
         if self.heads is None and (self.kv_heads is not None or self.head_dim is not None):
@@ -109,7 +122,7 @@ class ModelShape:
             raise SchedcError(f"experts_per_token must be between 1 and experts ({self.experts}), "
                               f"got {self.experts_per_token}")
         return replace(self, kv_heads=kv, head_dim=hd, ffn_hidden=self.ffn_hidden or 4 * self.hidden,
-                       dtype=dtype_name(self.dtype))
+                       dtype=dtype_name(self.dtype), family=family)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -147,20 +160,19 @@ def read_hf_config(path: Union[str, Path]) -> dict:
     ``tie_word_embeddings`` and ``torch_dtype``/``dtype`` under their own names or the aliases
     transformers' ``attribute_map`` gives them (GPT-2's ``n_layer``, ``n_embd``, ``n_head``,
     ``n_inner``, ``n_positions``), the experts of Mixtral and Qwen2/3-MoE, and a multimodal
-    config's ``text_config``. Architectures schedc does not model (DeepSeek-V3, ...) are refused by
-    name. Nothing is downloaded.
+    config's ``text_config``. A ``model_type`` not in :data:`COUNTED_MODEL_TYPES` (DeepSeek-V3,
+    Gemma, Phi, ...), or none, is refused by name: never counted as another layout. Nothing is
+    downloaded.
 
     Raises SchedcError (one line, naming the file and the field).
     """
     path = Path(path)
     data = _load(path)
+    field = "model_type"
     if not any(k in data for k in _FIELDS["layers"]) and isinstance(data.get("text_config"), dict):
-        data = data["text_config"]
-    kind = str(data.get("model_type") or "decoder")
-    if kind in REFUSED:
-        raise SchedcError(f"{path}: model_type {kind!r} is not modelled by schedc ({REFUSED[kind]}); "
-                          f"measure it instead (schedc profile --units --model ...)")
-    family = FAMILIES.get(kind, "llama" if kind != "decoder" else "decoder")
+        data, field = data["text_config"], "text_config.model_type"
+    kind = _model_type(path, data, field)
+    family = FAMILIES[kind]
 
     def integer(names, default=None, required=True) -> Optional[int]:
         names = (names,) if isinstance(names, str) else names
@@ -206,6 +218,21 @@ def read_hf_config(path: Union[str, Path]) -> dict:
     out.update(_experts(path, data, family, integer))
     out["model"] = _label(kind, path.name, out)
     return out
+
+
+def _model_type(path: Path, data: dict, field: str) -> str:
+    """The config's model_type when schedc counts it (:data:`COUNTED_MODEL_TYPES`); else one line
+    naming the file, the field, the value, the types counted and what to do instead."""
+    kind = data.get("model_type")
+    if isinstance(kind, str) and kind in FAMILIES:
+        return kind
+    todo = (f"schedc counts the model_types {', '.join(COUNTED_MODEL_TYPES)}; measure the model (schedc profile "
+            f"--units --model MODULE:FUNCTION) or, for a Llama-like dense layer, give its shape as flags "
+            f"(schedc profile --units --flops FLOP/s --layers N --hidden N --vocab N ...)")
+    if kind is None:
+        raise SchedcError(f"{path}: field {field!r} is missing; {todo}")
+    why = f" ({REFUSED[kind]})" if isinstance(kind, str) and kind in REFUSED else ""
+    raise SchedcError(f"{path}: {field} {_short(kind)} is not modelled by schedc{why}; {todo}")
 
 
 def _experts(path: Path, data: dict, family: str, integer) -> dict:
