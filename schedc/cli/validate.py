@@ -106,8 +106,8 @@ def _check_split(args, schedule) -> str:
 
     if args.partition:
         line = check_partition(args.file, schedule.n_stages, args.partition)
-        _check_plan_checkpointing(args, schedule)
-        return line
+        note = _check_plan_checkpointing(args, schedule)
+        return line + (f"; {note}" if note else "")
     own = plan_partition_of(args.file) if args.for_ else None
     if own is None:
         return ""
@@ -122,11 +122,12 @@ def _check_split(args, schedule) -> str:
                       f"{framework.fields['partition']} as `schedc plan` printed")
 
 
-def _check_plan_checkpointing(args, schedule) -> None:
+def _check_plan_checkpointing(args, schedule) -> str:
     """With --partition a plan report (its "partition" and "assumes"): the activation checkpointing it planned
     must be what schedc's runtime applies to this CSV (schedc.runtime.checkpointing.planned_modes:
     one mode, or one per stage and per block), selective only on stages the CSV runs as B. Where
-    torch is installed: the runtime that applies it needs torch."""
+    torch is installed: the runtime that applies it needs torch. With --for, a note when the plan
+    checkpoints stages or blocks differently, which the framework (one mode per run) cannot apply."""
     import importlib.util
 
     from schedc.io.fileio import read_json
@@ -134,7 +135,7 @@ def _check_plan_checkpointing(args, schedule) -> None:
     report = read_json(args.partition, "a partition (a plan report or a JSON list of lists)")
     if not (isinstance(report, dict) and "partition" in report and "assumes" in report) or \
             importlib.util.find_spec("torch") is None:
-        return
+        return ""
     from schedc.runtime.checkpointing import check_split_backward, planned_modes
 
     try:
@@ -142,6 +143,14 @@ def _check_plan_checkpointing(args, schedule) -> None:
     except SchedcError as e:
         raise SchedcError(f"--partition {e}") from None
     check_split_backward(modes, {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}, str(args.file))
+    flat = {m for stage in modes for m in ([stage] if isinstance(stage, str) else stage)}
+    if not args.for_ or len(flat) < 2:
+        return ""
+    from schedc.frameworks import REGISTRY, parse_spec
+
+    label = REGISTRY[parse_spec(args.for_)[0]].label
+    return (f"but the plan checkpoints activations per stage or block ({', '.join(sorted(flat))}), which "
+            f"{label} cannot apply (one mode per run): its step assumes schedc's runtime")
 
 
 def run(args) -> int:

@@ -162,13 +162,19 @@ class Profile(BaseModel):
     @field_validator("assumes")
     @classmethod
     def _assumed_counts(cls, assumes: Optional[dict]) -> Optional[dict]:
-        """The run settings a framework hand-off prints as whole numbers, and the checkpointing's
-        shape (a mode, or one per stage, each a mode or one per block): refused here, naming the
-        field, rather than printed as a flag no framework takes (dp_shard -1, seq_len 2.5)."""
+        """The run settings a framework hand-off prints as whole numbers or names, and the
+        checkpointing's shape (a mode, or one per stage, each a mode or one per block): refused
+        here, naming the field, rather than printed as a flag no framework takes (dp_shard -1,
+        seq_len 2.5) or a traceback (an optimizer that is a list)."""
         for key in ("seq_len", "microbatch_size", "dp_shard", "tp"):
             value = (assumes or {}).get(key)
             if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ValueError(f"{key} must be a whole number >= 1, got {repr(value)[:40]}")
+        for key in ("dtype", "activation_dtype", "param_dtype", "grad_dtype", "optimizer_dtype", "optimizer",
+                    "implementation"):
+            value = (assumes or {}).get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{key} must be a name (a string), got {repr(value)[:40]}")
         ac = (assumes or {}).get("activation_checkpoint")
         if ac is not None and not isinstance(ac, str) and not (isinstance(ac, (list, tuple)) and all(
                 isinstance(m, str) or isinstance(m, (list, tuple)) and all(isinstance(b, str) for b in m) for m in ac)):

@@ -208,7 +208,7 @@ def _fsdp(a: dict, mp_policy: dict, world: int) -> list[str]:
 
 def _optimizer(name, warnings: list[str]) -> dict:
     """The ``optimizer`` section's class for the optimizer whose states the plan counted."""
-    if name is None or name in _OPTIMIZERS:
+    if name is None or isinstance(name, str) and name in _OPTIMIZERS:
         return dict(_OPTIMIZERS.get(name) or {})
     counted = "no optimizer states" if name == "none" else f"the states of optimizer {ascii(name)[:20]}"
     warnings.append(f"the plan counts {counted}; the LLM recipe builds the optimizer of your YAML's optimizer "
