@@ -790,6 +790,13 @@ def test_the_runtime_api_names_its_parameters_and_train_py_its_flags():
                 load_torch_pipeline(name, model, lm_loss, 2)
             assert str(e.value).startswith(needle) and "--torch-schedule" not in str(e.value), str(e.value)
             assert str(train.as_flags(e.value)).startswith(needle.replace("name:", "--torch-schedule:"))
+        # a per-block list is checked against the blocks per stage given, before any stage is built
+        from schedc.core.baselines import make_baseline
+        from schedc.runtime import load_pipeline
+
+        with pytest.raises(ParameterError, match=r"^activation_checkpoint\[0\]: 2 modes given for the 1 blocks of "):
+            load_pipeline(make_baseline("zb-v", 2, 2, n_ranks=1), model, lm_loss, layers_per_stage=[1, 1],
+                          activation_checkpoint=[["full", "none"], "none"])
 
 
 def test_validate_partition_checks_a_plan_s_checkpointing_against_the_csv(tmp_path, monkeypatch, capsys):

@@ -290,7 +290,9 @@ def load_pipeline(
     schedule. ``model`` is an "embedding + blocks + head" model (see
     :func:`schedc.runtime.split.split_model`; ``split_kwargs`` passes its attribute names).
     ``activation_checkpoint``: "none", "full" or "selective" for every stage, or a list with one
-    per stage of the CSV (:mod:`schedc.runtime.checkpointing`), applied to each stage's blocks.
+    per stage of the CSV, each a mode or a list with one per block of that stage
+    (:mod:`schedc.runtime.checkpointing`; ``plan_settings("plan.json")`` gives a plan's), applied
+    to each stage's blocks; a wrong type, mode or count is a ParameterError naming it.
     The process group must be initialized; the checks run before any communication.
     """
     schedule, where = _as_schedule(csv)
@@ -301,7 +303,7 @@ def load_pipeline(
             f"{where}: the CSV runs {schedule.n_microbatches} microbatches but "
             f"n_microbatches={n_microbatches} was asked for; pass the CSV's count"
         )
-    modes = stage_modes(activation_checkpoint, schedule.n_stages)
+    modes = stage_modes(activation_checkpoint, schedule.n_stages, _blocks_given(layers_per_stage, schedule.n_stages))
     check_split_backward(modes, {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}, where)
     modules, stages = _make_stages(
         model, stage_ids, schedule.n_stages, device, group, layers_per_stage, split_kwargs
@@ -309,6 +311,14 @@ def load_pipeline(
     _checkpoint_stages(modules, modes, split_kwargs)
     runtime = _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, **kwargs)
     return Pipeline(runtime, stages, modules)
+
+
+def _blocks_given(layers_per_stage, n_stages: int):
+    """The blocks per stage when given for every stage (a per-block mode list is checked against
+    them before anything is built; split_model names a wrong layers_per_stage itself)."""
+    if layers_per_stage is None or len(layers_per_stage) != n_stages:
+        return None
+    return list(layers_per_stage)
 
 
 def _checkpoint_stages(modules: dict[int, nn.Module], modes: list[str], split_kwargs: dict | None) -> None:
@@ -382,7 +392,7 @@ def load_torch_pipeline(
 
     placement = make_placement(placement_kind, n_stages, world)
     stage_ids = [s for s, r in enumerate(placement) if r == rank]
-    modes = stage_modes(activation_checkpoint, n_stages)
+    modes = stage_modes(activation_checkpoint, n_stages, _blocks_given(layers_per_stage, n_stages))
     modules, stages = _make_stages(
         model, stage_ids, n_stages, device, group, layers_per_stage, split_kwargs
     )
