@@ -862,3 +862,17 @@ def test_a_profile_s_assumed_run_settings_are_refused_before_a_plan_prints_them(
                      "1", "--quiet", "-o", "plan.csv"])
     _one_error_line(capsys, code, f"schedc plan: error: u.json: field assumes: {key} must be ")
     assert not (tmp_path / "plan.csv").exists()
+
+
+def test_plan_refuses_run_settings_beyond_any_model_before_printing_them(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64,
+                                  "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                  "vocab_size": 256, "torch_dtype": "bfloat16"}))
+    for flag, value in (("--dp-shard", "100000000000000000000"), ("--tp", "70000"), ("--mbs", "70000")):
+        out = subprocess.run([sys.executable, "-m", "schedc.cli", "plan", "--config", str(config), "--seq", "64",
+                              flag, value, "--ranks", "2", "--mb", "4", "--memory", "80GiB", "--time-limit", "1"],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert f"{flag} {value} is beyond any run schedc counts" in out.stderr
+        assert not (tmp_path / "plan.csv").exists()

@@ -283,3 +283,11 @@ def test_a_plan_without_its_csv_is_refused_in_one_line_before_any_process_group(
                          capture_output=True, text=True, timeout=120, env=worker_env(), cwd=str(tmp_path))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "error: --plan plan.json: the schedule plan.csv is not beside it" in out.stderr
+
+
+def test_ac_auto_where_nothing_fits_names_the_least_cap_not_an_infinite_bound():
+    from schedc.errors import SchedcError
+
+    with pytest.raises(SchedcError) as e:
+        _auto("1GiB")
+    assert "cannot beat" not in str(e.value) and "the smallest cap it fits is memory=" in str(e.value), str(e.value)

@@ -208,7 +208,12 @@ def _counted(args, mode):
     """The per-unit profile counted from --config with the run's settings, for the framework of
     --for (schedc.api.count_profile, which records them in the profile's ``assumes``)."""
     from schedc import api
+    from schedc.cli.profile import COUNTED_INTS
 
+    for name, flag in (("seq", "--seq"), ("mbs", "--mbs"), ("dp_shard", "--dp-shard"), ("tp", "--tp")):
+        value = getattr(args, name)
+        if value is not None and value > COUNTED_INTS[name]:
+            raise SchedcError(f"{flag} {value} is beyond any run schedc counts (at most {COUNTED_INTS[name]})")
     settings = common.given(dp_shard=args.dp_shard, tp=args.tp, grad_dtype=args.grad_dtype,
                             optimizer_dtype=args.optimizer_dtype, framework=args.framework,
                             reserve_bytes=None if args.reserve is None else _bytes(args.reserve, "--reserve"))
@@ -300,7 +305,8 @@ def _ac_lines(res, t) -> list[str]:
     mix = ac.per_stage
     if mix is not None:
         best = min((v for v in ac.global_steps.values() if v is not None), default=None)
-        gain = "" if best is None else f", {100 * (best - mix['step']) / best:.1f}% shorter than the best global mode"
+        gain = "" if best is None else ", not shorter than the best global mode" if mix["step"] >= best else \
+            f", {100 * (best - mix['step']) / best:.1f}% shorter than the best global mode"
         out.append(f"  per stage (schedc's runtime; checkpointed stages run B): {_short_modes(mix['modes'])} on "
                    f"{mix['units_per_stage']} ({mix['placement']}; backward {' '.join(mix['backward'])}): "
                    f"{t(mix['step'])}{gain}")

@@ -212,7 +212,7 @@ def _global_plans(forms, modes, time_limit, progress, say, t0, kwargs):
         share = (t0 + AC_SHARE * time_limit - _now()) / (len(modes) - k)
         floors[mode] = _mode_floor(forms[mode], kwargs)
         best_so_far = min((r.value for r in results.values()), default=math.inf)
-        if floors[mode] >= best_so_far * (1 - REL):  # no plan in this mode can be shorter
+        if results and floors[mode] >= best_so_far * (1 - REL):  # no plan in this mode can be shorter
             errors[mode] = f"cannot beat {best_so_far:.6g} s (its bound over partitions is {floors[mode]:.6g} s)"
             say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {errors[mode]}")
             continue
