@@ -522,6 +522,11 @@ def count_profile(
         if value is not None:
             check_choice(parameter, value, choices)
     fsdp, framework_names = FRAMEWORK_COUNTS[_check_framework(framework)]
+    for parameter, value in (("names", names), ("impl", impl)):
+        if framework_names is not None and value is not None and value != framework_names:
+            raise ParameterError(parameter, f"{{param}} {literal(ascii(value))} contradicts {{param:framework}} "
+                                            f"{framework!r}, which runs {framework_names!r} model code; leave "
+                                            f"{{param}} out")
     settings = {k: v for k, v in dict(
         microbatch_size=microbatch_size, activation_checkpoint=activation_checkpoint, impl=impl, device=device,
         optimizer=optimizer, optimizer_bytes_per_param=optimizer_bytes_per_param, param_dtype=param_dtype,

@@ -83,7 +83,7 @@ def python_spelling(function):
     return wrapper
 
 
-FLAGS = {"microbatches": "--mb", "execution": "--runtime"}
+FLAGS = {"microbatches": "--mb", "execution": "--runtime", "framework": "--for"}
 """The command-line flag of each Python parameter not spelt ``--PARAM`` (``time_limit`` is
 ``--time-limit``)."""
 

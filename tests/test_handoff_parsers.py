@@ -138,10 +138,10 @@ def test_a_per_stage_checkpointing_plan_is_not_handed_off_as_one_mode():
 
 def test_memory_counted_for_another_implementation_is_a_warning():
     tt = REGISTRY["torchtitan"].settings(handoff(implementation="hf"))
-    assert any("Hugging Face transformers' modules" in w and "--impl torchtitan" in w for w in tt["warnings"])
+    assert any("Hugging Face transformers' modules" in w and "--for torchtitan" in w for w in tt["warnings"])
     assert REGISTRY["torchtitan"].settings(handoff(implementation="torchtitan"))["warnings"] == []
     nemo = REGISTRY["nemo"].settings(handoff(partition=HF, implementation="torchtitan"))
-    assert any("--impl hf" in w for w in nemo["warnings"])
+    assert any("schedc plan --for nemo" in w for w in nemo["warnings"])
 
 
 @pytest.mark.parametrize("name, fragment", [("layers.0,layers.1", "contains a comma"), ("-x", "starts with '-'"),

@@ -785,3 +785,20 @@ def test_the_framework_a_plan_counts_for_by_default_is_the_apis(tmp_path, capsys
     code, _, _, report = _plan_for(tmp_path, capsys, name="moved")
     assert code == 0 and report["assumes"]["framework"] == "torchtitan"
     assert report["assumes"]["fsdp_unsharded_bytes_per_param"] == 8
+
+
+def test_a_framework_and_a_model_code_that_contradict_it_are_one_line(tmp_path, capsys):
+    import schedc
+    from schedc.cli import toplevel as cli
+
+    (tmp_path / "config.json").write_text(json.dumps(_FOR_CONFIG))
+    code = cli.main(["profile", "--units", "--config", str(tmp_path / "config.json"), "--seq", "16", "--for", "nemo",
+                     "--impl", "torchtitan", "-o", str(tmp_path / "units.json")])
+    _, err = capsys.readouterr()
+    assert code == 2 and err == ("schedc profile: error: --impl 'torchtitan' contradicts --for 'nemo', which runs 'hf' "
+                                 "model code; leave --impl out\n")
+    assert not (tmp_path / "units.json").exists()
+    with pytest.raises(SchedcError, match=r"^names 'torchtitan' contradicts framework 'nemo'"):
+        schedc.count_profile(tmp_path / "config.json", seq=16, framework="nemo", names="torchtitan")
+    assert schedc.count_profile(tmp_path / "config.json", seq=16, framework="nemo", names="hf").assumes[
+        "implementation"] == "hf"

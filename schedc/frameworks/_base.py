@@ -84,8 +84,8 @@ class Handoff:
         if counted in ("hf", "torchtitan") and counted != implementation:
             names = {"hf": "Hugging Face transformers' modules", "torchtitan": "torchtitan's model code"}
             out.append(f"the profile counts memory as {names[counted]} keep it; {label} runs {names[implementation]}, "
-                       f"which keep other bytes: count the profile for {implementation} before launching "
-                       f"(count_profile(impl={implementation!r}), schedc profile --impl {implementation})")
+                       f"which keep other bytes: count the profile for {framework} before launching "
+                       f"(schedc plan --for {framework}; count_profile(..., framework={framework!r}))")
         return out
 
     def ac_summary(self) -> str:
