@@ -271,8 +271,9 @@ def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
 
 
 # what `fsdp_held` takes about the run, recorded in a profile's "assumes" when FSDP2 wraps the blocks
-FSDP_ASSUMES = ("FSDP2 fully_shard per block under torch's pipelining, reshard_after_forward off: each rank "
-                "holds its stages' weights unsharded in the activation dtype and their gradients unsharded "
+FSDP_ASSUMES = ("FSDP2 fully_shard per block under torch's pipelining (reshard_after_forward off in torchtitan; "
+                "NeMo AutoModel reshards all blocks but the last after each forward, so this is its most): each "
+                "rank holds its stages' weights unsharded in the activation dtype and their gradients unsharded "
                 "(grad_dtype accumulator + the activation-dtype gradient a split W leaves) from the first "
                 "backward to the reduce-scatter, counted in static bytes")
 
