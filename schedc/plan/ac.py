@@ -43,8 +43,8 @@ DEPTHS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
 TRY_WORK = 0.25  # time budget of one heuristic schedule of a candidate (seconds or work units)
 # a stage whose first k layers are fully checkpointed and its other layers selectively: where
 # selective saves more bytes per second of recompute than full (the usual case: it recomputes the
-# cheap elementwise ops only), a stage that must save more than selective saves on every layer
-# saves the rest most cheaply by upgrading layers to full one at a time
+# elementwise ops and half the matmuls, full the whole forward), a stage that must save more than
+# selective saves on every layer saves the rest most cheaply by upgrading layers to full one at a time
 STACKED = "selective+full"
 
 
