@@ -22,6 +22,21 @@ SCHEDULE_NAMES: dict[str, bool] = {
 AC_MODES = ("none", "selective", "full")
 
 
+def fsdp_shortfall(assumes: dict, dtypes: Optional[tuple[str, str]]) -> Optional[str]:
+    """What a framework that wraps every block in FSDP2 holds beyond what the plan counted, in
+    words, or None when the plan counted it: with the run's (compute, reduce) dtypes, the bytes
+    per parameter :func:`schedc.model_costs.fsdp_held` says torch's pipelining keeps unsharded;
+    without them (a dtype the framework does not take, a warning of its own) only whether the plan
+    counted any. Cost: O(1)."""
+    from schedc.model_costs import DTYPE_BYTES, fsdp_held
+
+    counted = float(assumes.get("fsdp_unsharded_bytes_per_param") or 0.0) if assumes.get("fsdp") else 0.0
+    if dtypes is None:
+        return None if counted else "bytes the plan did not count"
+    held = fsdp_held(dtypes[0], dtypes[1], DTYPE_BYTES[dtypes[1]])
+    return None if held <= counted else f"{held:g} bytes per parameter where the plan counted {counted:g}"
+
+
 @dataclass(frozen=True)
 class Build:
     """What a framework builds: ``n_stages`` stages, ``placement`` 'loop' or 'v', and (when the

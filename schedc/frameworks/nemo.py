@@ -34,7 +34,7 @@ from typing import Optional
 
 from schedc.errors import ParameterError, SchedcError, python_spelling
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
-                                     check_positive, check_v, microbatches, schedule_name)
+                                     check_positive, check_v, fsdp_shortfall, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
 
 NAME = "nemo"
@@ -184,21 +184,11 @@ def _fsdp(a: dict, mp_policy: dict, world: int) -> list[str]:
     ``model_parallelizer.py`` ``_parallelize_fsdp2`` then calls ``fully_shard`` per block over the
     size-1 dp_shard mesh. Under torch's pipelining a rank so holds :func:`fsdp_held` bytes per
     parameter in ``mp_policy``'s dtypes. A warning where the plan counted fewer. Cost: O(1)."""
-    from schedc.model_costs.profile import fsdp_held
-    from schedc.model_costs.shape import DTYPE_BYTES
-
-    counted = float(a.get("fsdp_unsharded_bytes_per_param") or 0.0) if a.get("fsdp") else 0.0
     if world < 2:
         return []
-    if mp_policy:
-        held = fsdp_held(mp_policy["param_dtype"], mp_policy["reduce_dtype"], DTYPE_BYTES[mp_policy["reduce_dtype"]])
-        if held <= counted:
-            return []
-        amount = f"{held:g} bytes per parameter where the plan counted {counted:g}"
-    elif counted:
-        return []  # a compute dtype FSDP2's mp_policy does not take is a warning of its own
-    else:
-        amount = "bytes the plan did not count"
+    amount = fsdp_shortfall(a, (mp_policy["param_dtype"], mp_policy["reduce_dtype"]) if mp_policy else None)
+    if amount is None:
+        return []
     return [f"NeMo AutoModel wraps every block in FSDP2 on any world of more than one GPU, dp_size 1 included "
             f"(distributed/fsdp2.py: fsdp2_sharding_enabled asks the whole mesh, pp included): under pipeline "
             f"parallelism each rank holds its stages' gradients unsharded all step and their weights again in the "

@@ -30,9 +30,8 @@ from typing import Optional
 
 from schedc.errors import ParameterError, SchedcError, printable, python_spelling
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
-                                     check_positive, check_v, microbatches, schedule_name)
+                                     check_positive, check_v, fsdp_shortfall, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
-from schedc.model_costs.profile import fsdp_held
 
 NAME = "torchtitan"
 FIELDS = {
@@ -192,16 +191,9 @@ def _fsdp(assumes: dict) -> list[str]:
     parameter, with float32 gradients (``training.mixed_precision_reduce`` takes nothing else). A
     warning where the plan counted fewer. Cost: O(1)."""
     act = assumes.get("activation_dtype")
-    counted = float(assumes.get("fsdp_unsharded_bytes_per_param") or 0.0) if assumes.get("fsdp") else 0.0
-    if act in _TITAN_DTYPES:
-        held = fsdp_held(act, "float32", 4.0)
-        if held <= counted:
-            return []
-        amount = f"{held:g} bytes per parameter where the plan counted {counted:g}"
-    elif counted:
-        return []  # a compute dtype torchtitan does not run is a warning of its own
-    else:
-        amount = "bytes the plan did not count"
+    amount = fsdp_shortfall(assumes, (act, "float32") if act in _TITAN_DTYPES else None)
+    if amount is None:
+        return []
     return [f"torchtitan wraps every block in FSDP2 at any data_parallel_shard_degree, 1 included "
             f"(models/llama3/parallelize.py: apply_fsdp_to_decoder always runs), and reduces in float32: under "
             f"pipeline parallelism each rank holds its stages' weights again in the compute dtype and their "
