@@ -142,7 +142,7 @@ def _check_plan_checkpointing(args, schedule) -> str:
         modes = planned_modes(args.partition)
     except SchedcError as e:
         raise SchedcError(f"--partition {e}") from None
-    check_split_backward(modes, {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}, str(args.file))
+    check_split_backward(modes, schedule, str(args.file))
     flat = {m for stage in modes for m in ([stage] if isinstance(stage, str) else stage)}
     if not args.for_ or len(flat) < 2:
         return ""

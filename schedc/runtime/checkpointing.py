@@ -160,9 +160,10 @@ def stage_modes(choice: ACChoice, n_stages: int, blocks: Optional[Sequence[int]]
                              python=True) from None
 
 
-def check_split_backward(modes: Sequence[str], split_stages: set, where: str = "the schedule") -> None:
-    """SchedcError when a stage the schedule splits into I and W is to be checkpointed selectively.
+def check_split_backward(modes: Sequence[str], schedule, where: str = "the schedule") -> None:
+    """SchedcError when a stage `schedule` splits into I and W is to be checkpointed selectively.
     Stage 0 is exempt: torch's first stage runs nothing in I and its whole backward in W."""
+    split_stages = {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}
     bad = [s for s, m in enumerate(modes)
            if (m == "selective" or not isinstance(m, str) and "selective" in m) and s in split_stages and s != 0]
     if bad:

@@ -304,7 +304,7 @@ def load_pipeline(
             f"n_microbatches={n_microbatches} was asked for; pass the CSV's count"
         )
     modes = stage_modes(activation_checkpoint, schedule.n_stages, _blocks_given(layers_per_stage, schedule.n_stages))
-    check_split_backward(modes, {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}, where)
+    check_split_backward(modes, schedule, where)
     modules, stages = _make_stages(
         model, stage_ids, schedule.n_stages, device, group, layers_per_stage, split_kwargs
     )
