@@ -453,24 +453,27 @@ def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int,
     layers = np.concatenate([[0], np.cumsum(layer_units(forms))])
     n_layers = layers[None, :] - layers[:, None]
     S = n_stages_for(placement, ranks)
+    idx = np.arange(units.n + 1)
+    loop_room = cap - loop_buffers(units, microbatches, idx[:, None], idx[None, :])  # per segment [i, j)
+
+    def v_room(r, i, a, b, j):
+        return cap - v_buffers(units, microbatches, ranks, r, i, a, b, j)
+
     out = []
     for depth in DEPTHS:
         held = [min(microbatches, max(1, math.ceil(depth * ((ranks - s) if placement == "loop" else (S - s) / 2)
                                                      - REL))) for s in range(S)]
         if placement == "loop":
-            idx = np.arange(units.n + 1)
-            buffers = loop_buffers(units, microbatches, idx[:, None], idx[None, :])
-            opts = [_loop_options(tables, n_layers, held[s], cap - buffers) for s in range(S)]
+            opts = [_loop_options(tables, n_layers, held[s], loop_room) for s in range(S)]
             value, counts = minmax(units, placement, ranks, lambda k, i, j: _least(w for w, _ in opts[k].values()),
                                    None)
         else:
             value, counts = minmax(units, placement, ranks, None, lambda r, i, a, b, j: _pair(
-                tables, i, a, b, j, held[r], held[S - 1 - r], cap - v_buffers(units, microbatches, ranks, r, i, a, b, j))[0])
+                tables, i, a, b, j, held[r], held[S - 1 - r], v_room(r, i, a, b, j))[0])
         if counts is None or not math.isfinite(value):
             continue
         out.append((depth, tuple(int(c) for c in counts), _specs_of(
-            tables, counts, placement, ranks, held, cap, opts if placement == "loop" else None,
-            lambda r, i, a, b, j: v_buffers(units, microbatches, ranks, r, i, a, b, j))))
+            tables, counts, placement, ranks, held, opts if placement == "loop" else None, v_room)))
     return out
 
 
@@ -504,7 +507,7 @@ def _fewest_layers(b: dict, t: dict, n_layers, n: int, cap, base) -> tuple:
     return np.where(ok, b["work"] + np.where(ok, k, 0) * extra, INF), np.where(ok, k, 0).astype(int)
 
 
-def _specs_of(tables, counts, placement, ranks, held, cap, opts, buffers_of) -> tuple:
+def _specs_of(tables, counts, placement, ranks, held, opts, v_room) -> tuple:
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
     S = len(counts)
     specs = [None] * S
@@ -517,7 +520,7 @@ def _specs_of(tables, counts, placement, ranks, held, cap, opts, buffers_of) -> 
         else:
             b = S - 1 - r
             ends = (bounds[r], bounds[r + 1], bounds[b], bounds[b + 1])
-            front, back = _pair(tables, *ends, held[r], held[b], cap - buffers_of(r, *ends))[1]
+            front, back = _pair(tables, *ends, held[r], held[b], v_room(r, *ends))[1]
             specs[r], specs[b] = _uniform(front), _uniform(back)
     return tuple(specs)
 
