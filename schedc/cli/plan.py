@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from schedc.core.costs import Profile, format_duration
-from schedc.errors import ParameterError, SchedcError
+from schedc.errors import SchedcError
 from schedc.cli import common
 from schedc.io.fileio import write_all
 
@@ -156,10 +156,6 @@ SETTINGS = (("seq", "--seq"), ("mbs", "--mbs"), ("dtype", "--dtype"), ("grad_dty
             ("reserve", "--reserve"))
 
 
-FLAG_OF = {"seq_len": "--seq", "seq": "--seq", "microbatch_size": "--mbs", "dp_shard": "--dp-shard", "tp": "--tp",
-           "dtype": "--dtype", "param_dtype": "--dtype", "grad_dtype": "--grad-dtype",
-           "optimizer_dtype": "--optimizer-dtype", "reserve_bytes": "--reserve"}
-
 
 def _unit_profiles(args) -> tuple[dict, str]:
     """({activation-checkpointing mode or None: per-unit profile}, the name errors use): one
@@ -219,17 +215,9 @@ def _counted(args, mode):
                             reserve_bytes=None if args.reserve is None else _bytes(args.reserve, "--reserve"))
     if args.dtype is not None:
         settings.update(dtype=args.dtype, param_dtype=args.dtype)
-    try:
-        return api.count_profile(args.config, seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
-                                 activation_checkpoint=mode or "none", **settings)
-    except ParameterError:
-        raise  # spelt for Python; the command line names its flag (schedc.cli.toplevel)
-    except SchedcError as e:  # name the flag, not the keyword
-        text = str(e)
-        for keyword, flag in FLAG_OF.items():
-            for end in (" ", ":"):
-                text = text.replace(f"unit_profile: {keyword}{end}", f"{flag}:" + (" " if end == " " else ""))
-        raise SchedcError(text) from None
+    # a bad setting is a ParameterError, which schedc.cli.toplevel spells with its flag
+    return api.count_profile(args.config, seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
+                             activation_checkpoint=mode or "none", **settings)
 
 
 def _bytes(text: str, flag: str) -> float:
