@@ -57,6 +57,14 @@ from schedc.errors import ParameterError, SchedcError, literal
 
 PROFILE_FORMAT = "schedc.profile/v1"
 RUNTIMES = ("torch", "ideal")
+# Activation checkpointing of a layer, fastest first: each keeps fewer bytes after F and recomputes
+# more inside the backward. "light" saves every matmul's and attention's output and recomputes the
+# norms, activations and rotary embeddings (schedc's runtime only); "selective" is torchtitan's
+# op-level policy; "full" keeps the layer's input. One list for the runtime, the counts and the plan.
+AC_MODES = ("none", "light", "selective", "full")
+# modes that checkpoint per op (torch's selective-checkpoint contexts): torch's split backward
+# cannot go twice through such a region, so their layers run their backward whole (B)
+PER_OP_AC = ("light", "selective")
 DEFAULT_RUNTIME = "torch"
 
 # Fraction of a microbatch's activation still held between I and W when a profile does not say.

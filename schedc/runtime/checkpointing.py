@@ -1,4 +1,4 @@
-"""Activation checkpointing of a pipeline stage's blocks: none, full or selective, per stage or per block.
+"""Activation checkpointing of a pipeline stage's blocks: none, light, selective or full, per stage or per block.
 
 Problem: a plan may choose, stage by stage, to trade compute for memory: a checkpointed block
 keeps only its input after F and runs its forward again inside the backward (in I under the
@@ -16,12 +16,16 @@ keeps) gets its ``forward`` replaced, on the instance, by ``torch.utils.checkpoi
   else (norms, activations, elementwise ops, the other matmuls) is recomputed. One difference:
   ``addmm`` (a linear layer with a bias, which torchtitan's models do not have) counts as a
   matmul here.
+- ``"light"``: per-op selective checkpointing that saves the output of every matmul (grouped
+  ones included) and attention kernel and recomputes only the memory-bound ops between them
+  (norms, activations, rotary embeddings, residual adds): less memory than none for no
+  recomputed FLOPs. torchtitan and NeMo have no such mode; schedc's runtime applies it.
 - ``"none"``: the block as it was.
 
 Under torch's split backward (a stage the schedule runs as I and W) the checkpointed region is
-backpropagated twice: torch 2.14 refuses that for selective checkpointing ("Trying to backward an
-extra time"), so :func:`check_split_backward` refuses "selective" on such stages before anything
-runs; full checkpointing runs, and re-runs the block's forward in I and again in W (once per
+backpropagated twice: torch 2.14 refuses that for per-op checkpointing ("Trying to backward an
+extra time"), so :func:`check_split_backward` refuses "light" and "selective" on such stages
+before anything runs; full checkpointing runs, and re-runs the block's forward in I and again in W (once per
 weight group ``stage_backward_weight`` differentiates), not once as with a full backward B.
 Stage 0 is the exception torch makes: its I runs nothing and its W the whole backward in one
 pass, so either mode recomputes once there.
@@ -40,9 +44,9 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from schedc.core.costs import AC_MODES, PER_OP_AC
 from schedc.errors import ParameterError, SchedcError, literal, printable, shown
 
-AC_MODES = ("none", "full", "selective")
 ACChoice = Union[str, Sequence[str]]
 
 
@@ -60,6 +64,10 @@ _ATTENTION = _ops(["_scaled_dot_product_flash_attention", "_scaled_dot_product_e
                    "_scaled_dot_product_flash_attention_for_cpu",
                    "_scaled_dot_product_fused_attention_overrideable"])
 _MATMUL = _ops(["mm", "addmm", "linear", "bmm"])
+# what light checkpointing also saves: MoE experts' grouped matmuls, float8 matmuls, and the
+# router's top-k (recomputing it could route a token differently)
+_LIGHT_SAVED = _MATMUL | _ATTENTION | _ops(["_grouped_mm", "_scaled_mm", "_scaled_grouped_mm", "topk"]) | {
+    op for op in [getattr(torch._higher_order_ops, "flex_attention", None)] if op is not None}
 
 
 def _selective_policy():
@@ -79,10 +87,16 @@ def _selective_policy():
     return policy
 
 
+def _light_policy(ctx, func, *args, **kwargs):
+    """Save what costs FLOPs to recompute, recompute what only moves memory."""
+    return CheckpointPolicy.MUST_SAVE if func in _LIGHT_SAVED else CheckpointPolicy.PREFER_RECOMPUTE
+
+
 def _checkpointed(forward, mode: str, *args, **kwargs):
-    if mode == "selective":
+    if mode in PER_OP_AC:
+        policy = _selective_policy() if mode == "selective" else _light_policy
         return checkpoint(forward, *args, use_reentrant=False,
-                          context_fn=lambda: create_selective_checkpoint_contexts(_selective_policy()), **kwargs)
+                          context_fn=lambda: create_selective_checkpoint_contexts(policy), **kwargs)
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 
@@ -161,15 +175,16 @@ def stage_modes(choice: ACChoice, n_stages: int, blocks: Optional[Sequence[int]]
 
 
 def check_split_backward(modes: Sequence[str], schedule, where: str = "the schedule") -> None:
-    """SchedcError when a stage `schedule` splits into I and W is to be checkpointed selectively.
-    Stage 0 is exempt: torch's first stage runs nothing in I and its whole backward in W."""
+    """SchedcError when a stage `schedule` splits into I and W is to be checkpointed per op (light
+    or selective). Stage 0 is exempt: torch's first stage runs nothing in I and its whole backward
+    in W."""
     split_stages = {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}
-    bad = [s for s, m in enumerate(modes)
-           if (m == "selective" or not isinstance(m, str) and "selective" in m) and s in split_stages and s != 0]
+    bad = [(s, next(b for b in ([m] if isinstance(m, str) else m) if b in PER_OP_AC)) for s, m in enumerate(modes)
+           if any(b in PER_OP_AC for b in ([m] if isinstance(m, str) else m)) and s in split_stages and s != 0]
     if bad:
-        raise SchedcError(f"{where}: stage {bad[0]} runs I and W apart, and torch's split backward cannot go twice "
-                          f"through a selectively checkpointed region; use 'full' or 'none' there, or a schedule "
-                          f"that runs that stage's backward as B")
+        raise SchedcError(f"{where}: stage {bad[0][0]} runs I and W apart, and torch's split backward cannot go twice "
+                          f"through a region checkpointed per op ({bad[0][1]!r}); use 'full' or 'none' there, or a "
+                          f"schedule that runs that stage's backward as B")
 
 
 def apply_to_stage(stage: nn.Module, mode: Union[str, Sequence[str]], blocks: str = "blocks") -> nn.Module:

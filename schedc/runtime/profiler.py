@@ -1247,14 +1247,16 @@ def profile_gpt(
 def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
     """Apply ``RunSettings.activation_checkpoint`` (one mode, or one per stage or unit) to the
     GPT's blocks. Selective checkpointing cannot run under the split backward the profile times."""
+    from schedc.core.costs import PER_OP_AC
     from schedc.runtime.checkpointing import apply_to_stage, stage_modes
 
     modes = stage_modes(choice, len(stages))
     if all(m == "none" for m in modes):
         return
-    if "selective" in modes:
-        raise SchedcError("activation_checkpoint 'selective': torch's split backward (I, then W) cannot go twice "
-                          "through a selectively checkpointed region, so it cannot be profiled as I and W; use full")
+    per_op = next((m for m in modes if m in PER_OP_AC), None)
+    if per_op is not None:
+        raise SchedcError(f"activation_checkpoint {per_op!r}: torch's split backward (I, then W) cannot go twice "
+                          "through a region checkpointed per op, so it cannot be profiled as I and W; use full")
     if concurrent > 1:
         raise ParameterError("concurrent", "{param} measures without activation checkpointing; drop one of them")
     for stage, mode in zip(stages, modes):
