@@ -479,8 +479,8 @@ def count_profile(
         The device, the link and the units' module names. All these settings are
         :func:`schedc.model_costs.unit_profile`'s; one left out
         (None) takes its default there: 1 sequence per microbatch, the config's dtype (else
-        bfloat16), no activation checkpointing (``"selective"``, ``"full"``, or one mode per
-        layer), the framework of `names` (:data:`~schedc.choices.Implementation`), CUDA's kernels
+        bfloat16), no activation checkpointing (``"light"``, ``"selective"``, ``"full"``, or one mode
+        per layer), the framework of `names` (:data:`~schedc.choices.Implementation`), CUDA's kernels
         (:data:`~schedc.choices.CountedDevice`), AdamW with fp32 master weights, no sharding
         (`dp_shard` FSDP degree, `tp` tensor-parallel degree), CUDA's measured reserve, an H100 at
         about 40% (400e12 FLOP/s), 2 TB/s memory, a 40 GB/s link with no latency, and

@@ -134,6 +134,11 @@ def test_a_per_stage_checkpointing_plan_is_not_handed_off_as_one_mode():
     assert any("applies one mode" in w and "none x 2, full x 2" in w for w in s["warnings"])
     same = REGISTRY["nemo"].settings(handoff(partition=HF, activation_checkpoint=["full"] * 4))
     assert same["distributed"]["activation_checkpointing"] is True and same["warnings"] == []
+    for name in ("torchtitan", "nemo"):  # a mode only schedc's runtime has is named, not called a per-stage mix
+        light = REGISTRY[name].settings(handoff(partition=HF if name == "nemo" else TT, activation_checkpoint="light"))
+        assert "activation_checkpoint" not in light.get("config", {}) and \
+            "activation_checkpointing" not in light.get("distributed", {})
+        assert any("'light', a mode only schedc's runtime applies" in w for w in light["warnings"]), light["warnings"]
 
 
 def test_memory_counted_for_another_implementation_is_a_warning():

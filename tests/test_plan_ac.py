@@ -95,6 +95,55 @@ def test_a_stage_saves_past_selective_by_upgrading_layers_to_full_one_at_a_time(
     assert runtime_modes(forms, [4, 4], ((STACKED, 1), ("none", 0))) == [["full", "selective", "selective"], "none"]
 
 
+def _with_light(profiles: dict) -> dict:
+    """`profiles` and a light mode: a layer keeps 60% and its I recomputes 5% of its forward."""
+    units = profiles["none"]
+    stages = [u.model_copy(update={"activation_bytes": u.activation_bytes * 0.6,
+                                   "weight_grad_bytes": u.weight_grad_bytes * 0.6,
+                                   "backward_input": u.backward_input + 0.05 * u.forward})
+              if u.modules and u.modules[0].startswith("layers.") else u for u in units.stages]
+    return {**profiles, "light": units.model_copy(update={"stages": stages})}
+
+
+def test_a_stage_may_take_any_two_modes_the_faster_on_every_layer_and_the_fewest_upgraded():
+    from schedc.plan.ac import _canonical, checkpointing_forms, mode_forms, runtime_modes, spec_units
+
+    forms = mode_forms(_with_light(_modes(tiny_units(n_layers=6, head=1.0))))
+    assert checkpointing_forms(forms) == ["light", "selective", "full", "light+selective", "light+full",
+                                          "selective+full"]
+    specs = (("light+full", 1), ("none", 0))
+    units = spec_units(forms, [4, 4], specs)
+    assert units.stages[1] == forms["full"].stages[1] and units.stages[2:4] == forms["light"].stages[2:4]
+    assert runtime_modes(forms, [4, 4], specs) == [["full", "light", "light"], "none"]
+    # no layer upgraded: all the faster mode; every layer upgraded: all the slower one
+    assert _canonical("light+full", 0, 3) == ("light", 3) and _canonical("light+full", 3, 3) == ("full", 3)
+
+
+@pytest.mark.parametrize("cap", ["9GiB", "14GiB"])
+def test_light_checkpointing_where_it_fits_shortens_the_step(cap):
+    from schedc.plan import plan_ac
+
+    profiles = _modes(tiny_units(n_layers=6, head=1.0))
+    kw = dict(ranks=2, microbatches=M, memory=cap, placement="loop", time_limit=4, budget="work")
+    without, with_light = plan_ac(profiles, **kw), plan_ac(_with_light(profiles), **kw)
+    assert with_light.value < without.value * (1 - 1e-6)
+    chosen = with_light.ac.chosen if isinstance(with_light.ac.chosen, list) else [with_light.ac.chosen]
+    assert "light" in str(chosen) and with_light.ac.global_steps["light"] is not None
+
+
+def test_for_torchtitan_auto_plans_one_of_its_modes_and_reports_what_schedc_would_run():
+    from schedc.core.costs import FRAMEWORK_AC
+    from schedc.plan import plan_ac
+
+    profiles = {m: p.model_copy(update={"assumes": {"framework": "torchtitan"}})
+                for m, p in _with_light(_modes(tiny_units(n_layers=6, head=1.0))).items()}
+    res = plan_ac(profiles, ranks=2, microbatches=M, memory=TIGHT, placement="loop", time_limit=4, budget="work")
+    assert res.ac.chosen in FRAMEWORK_AC and "light" not in res.ac.global_steps
+    assert res.value == pytest.approx(min(v for v in res.ac.global_steps.values() if v is not None))
+    assert res.ac.per_stage is not None and res.ac.per_stage["step"] < res.value  # reported beside it
+    assert any("torchtitan applies one mode to every layer" in note for note in res.notes)
+
+
 @pytest.mark.parametrize("placement", ["loop", "v"])
 def test_every_screened_candidate_fits_with_the_receive_buffers(placement):
     from schedc.plan.ac import heuristic_step, mode_forms, stage_candidates

@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from schedc.core.costs import Profile, format_duration
+from schedc.core.costs import AC_MODES, Profile, format_duration
 from schedc.errors import SchedcError
 from schedc.cli import common
 from schedc.io.fileio import write_all
@@ -43,8 +43,10 @@ def register(sub) -> None:
                         "FSDP2 at shard degree 1 too), with --profile it only names the target; recorded in the "
                         f"report's \"assumes\" (default {common.defaults_of(api.count_profile)['framework']})")
     p.add_argument("--ac", metavar="MODE", default=None,
-                   help="activation checkpointing: none, selective, full, or auto (the plan chooses, globally and "
-                        "per stage, the one with the shortest step under the cap); default: what the profile assumes")
+                   help="activation checkpointing: none, light (saves every matmul's output; schedc's runtime only), "
+                        "selective, full, or auto (the plan chooses, globally and per stage, the one with the shortest "
+                        "step under the cap; with --for torchtitan or nemo one of their modes for every layer); "
+                        "default: what the profile assumes")
     p.add_argument("--ranks", type=int, required=True, help="pipeline ranks R")
     p.add_argument("--mb", type=int, required=True, help="microbatches M")
     p.add_argument("--memory", metavar="SIZE", required=True,
@@ -120,7 +122,7 @@ def _plan(args):
         res = plan_ac(profiles, **kw)
     else:
         mode, units = next(iter(profiles.items()))
-        if mode in ("selective", "full"):  # torch runs a checkpointed stage's backward whole (schedc.plan.ac)
+        if mode not in (None, "none"):  # torch runs a checkpointed stage's backward whole (schedc.plan.ac)
             from schedc.plan.ac import checkpointed_form, whole_backwards
 
             units = checkpointed_form(units, _counted(args, "none") if args.config is not None else None)
@@ -150,7 +152,7 @@ def _plan(args):
     return res, csv
 
 
-AC_CHOICES = ("none", "selective", "full", "auto")
+AC_CHOICES = (*AC_MODES, "auto")
 SETTINGS = (("seq", "--seq"), ("mbs", "--mbs"), ("dtype", "--dtype"), ("grad_dtype", "--grad-dtype"),
             ("optimizer_dtype", "--optimizer-dtype"), ("dp_shard", "--dp-shard"), ("tp", "--tp"),
             ("reserve", "--reserve"))
@@ -160,8 +162,6 @@ SETTINGS = (("seq", "--seq"), ("mbs", "--mbs"), ("dtype", "--dtype"), ("grad_dty
 def _unit_profiles(args) -> tuple[dict, str]:
     """({activation-checkpointing mode or None: per-unit profile}, the name errors use): one
     profile, or one per mode for --ac auto, from --profile files or counted from --config."""
-    from schedc.plan import AC_MODES
-
     if args.ac is not None and args.ac not in AC_CHOICES:
         raise SchedcError(f"--ac must be one of {', '.join(AC_CHOICES)}, got {args.ac!r}")
     if args.config is not None:

@@ -65,6 +65,8 @@ AC_MODES = ("none", "light", "selective", "full")
 # modes that checkpoint per op (torch's selective-checkpoint contexts): torch's split backward
 # cannot go twice through such a region, so their layers run their backward whole (B)
 PER_OP_AC = ("light", "selective")
+# what torchtitan and NeMo AutoModel apply: one of these for every layer of the model
+FRAMEWORK_AC = ("none", "selective", "full")
 DEFAULT_RUNTIME = "torch"
 
 # Fraction of a microbatch's activation still held between I and W when a profile does not say.

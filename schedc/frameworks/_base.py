@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from schedc.errors import SchedcError
+from schedc.core.costs import FRAMEWORK_AC
+from schedc.errors import SchedcError, shown
 
 # torch's get_schedule_class map, in its order; True = a PipelineScheduleSingle subclass
 SCHEDULE_NAMES: dict[str, bool] = {
@@ -19,7 +20,7 @@ SCHEDULE_NAMES: dict[str, bool] = {
     "ZBVZeroBubble": False,
     "DualPipeV": False,
 }
-AC_MODES = ("none", "selective", "full")
+AC_MODES = FRAMEWORK_AC  # what torchtitan and NeMo apply, one mode for every layer
 
 
 def fsdp_shortfall(assumes: dict, dtypes: Optional[tuple[str, str]]) -> Optional[str]:
@@ -124,12 +125,27 @@ class Handoff:
 
     def ac_mode(self) -> Optional[str]:
         """The one activation-checkpointing mode of the run (default none: what schedc counts
-        without one); None when it differs between stages or layers."""
+        without one) when a framework can apply it; None when it differs between stages or layers,
+        or is a mode only schedc's runtime has."""
+        mode = self._one_ac_mode()
+        return mode if mode in AC_MODES else None
+
+    def _one_ac_mode(self) -> Optional[str]:
         mode = self.assumes.get("activation_checkpoint") or "none"
         if isinstance(mode, list):  # an entry may list its blocks' modes: one mode when every block has it
             flat = [b for m in mode for b in (m if isinstance(m, list) else [m])]
             mode = flat[0] if flat and all(b == flat[0] for b in flat) else None
-        return mode if isinstance(mode, str) and mode in AC_MODES else None
+        return mode if isinstance(mode, str) else None
+
+    def ac_warning(self, label: str) -> str:
+        """Why `label` cannot apply the plan's activation checkpointing (when :meth:`ac_mode` is None)."""
+        mode = self._one_ac_mode()
+        if mode is not None:
+            return (f"the plan checkpoints every layer with {shown(mode)}, a mode only schedc's runtime applies; "
+                    f"{label} has {', '.join(AC_MODES)}: run the plan under schedc's runtime or plan with one of them")
+        return (f"the plan checkpoints activations differently per stage or layer ({self.ac_summary()}); {label} "
+                "applies one mode to every layer: run the plan under schedc's runtime or plan with one "
+                "activation-checkpointing mode")
 
 
 @dataclass(frozen=True)

@@ -126,9 +126,7 @@ def settings(h: Handoff) -> dict:
     if mode is not None:
         distributed["activation_checkpointing"] = _AC[mode]
     else:
-        warnings.append(f"the plan checkpoints activations differently per stage or layer "
-                        f"({h.ac_summary()}); NeMo AutoModel applies one mode to every layer: run the plan "
-                        "under schedc's runtime or plan with one activation-checkpointing mode")
+        warnings.append(h.ac_warning("NeMo AutoModel"))
     warnings += precision_warnings + _fsdp(a, mp_policy, h.n_ranks * distributed["tp_size"] * dp)
     warnings += h.common_warnings(NAME, "hf", "NeMo AutoModel")
     local = h.n_microbatches * mbs

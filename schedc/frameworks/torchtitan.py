@@ -139,9 +139,7 @@ def settings(h: Handoff) -> dict:
     if mode is not None:
         config["activation_checkpoint"] = mode
     else:
-        warnings.append(f"the plan checkpoints activations differently per stage or layer "
-                        f"({h.ac_summary()}); torchtitan applies one mode to every layer: run the plan "
-                        "under schedc's runtime or plan with one activation-checkpointing mode")
+        warnings.append(h.ac_warning("torchtitan"))
     warnings += h.common_warnings(NAME, "torchtitan", "torchtitan")
     world = h.n_ranks * config["parallelism.tensor_parallel_degree"] * config["parallelism.data_parallel_shard_degree"]
     return {"config": config, "command_line": command_line(config), "world_size": world, "warnings": warnings}

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from schedc.core.cost_model import fits
-from schedc.core.costs import Profile
+from schedc.core.costs import AC_MODES, FRAMEWORK_AC, Profile
 from schedc.core.partition import (INF, PLACEMENTS, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
                                    partition_bound, v_buffers)
 from schedc.core.tolerances import REL
@@ -34,18 +34,20 @@ from schedc.plan.report import build_plan_report
 from schedc.plan.request import parse_cap
 from schedc.plan.result import PlanResult
 
-AC_MODES = ("none", "selective", "full")  # fastest first: each keeps less and recomputes more
+CHECKPOINTING = AC_MODES[1:]  # fastest first: each keeps less and recomputes more
 AC_SHARE = 0.6  # of the time limit, for one plan per global mode; the rest for the per-stage choice
 TORCHTITAN_AC = "selective"  # what torchtitan 0.3.0's llama3 configs launch with
 # microbatches a stage is sized to hold, as multiples of what 1F1B holds there (R - s on a loop):
 # zero-bubble schedules want more in flight, a tight cap fewer
 DEPTHS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
 TRY_WORK = 0.25  # time budget of one heuristic schedule of a candidate (seconds or work units)
-# a stage whose first k layers are fully checkpointed and its other layers selectively: where
-# selective saves more bytes per second of recompute than full (the usual case: it recomputes the
-# elementwise ops and half the matmuls, full the whole forward), a stage that must save more than
-# selective saves on every layer saves the rest most cheaply by upgrading layers to full one at a time
-STACKED = "selective+full"
+# A stage whose layers take two modes, "lower+upper": every layer the lower mode, the first k
+# upgraded to the upper one. Where the lower mode saves more bytes per second of recompute than
+# the upper (the usual case: light recomputes only memory-bound ops, selective adds half the
+# matmuls, full the whole forward), a stage that must save more than the lower mode saves on every
+# layer saves the rest most cheaply by upgrading layers one at a time; two modes suffice, as the
+# cheapest mix of modes meeting one byte target is a vertex of a two-constraint linear program.
+STACKED = "selective+full"  # the pair torchtitan's two modes make
 
 
 @dataclass(frozen=True)
@@ -121,16 +123,20 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     the heuristic warm start, the best improved by one-move local search (a layer more or fewer
     checkpointed, a stage's form, a boundary by one unit) and compiled with the time left; kept
     when shorter than the best global mode. torchtitan and NeMo launch one mode for the whole
-    model; schedc's runtime (``load_pipeline(activation_checkpoint=[...])``) one per stage, or
-    one per block of a stage. Cost: the time limit."""
+    model, one of ``FRAMEWORK_AC``: for profiles counted for one of them (``assumes["framework"]``)
+    only those global modes are planned and the per-stage choice is reported, not adopted.
+    schedc's runtime (``load_pipeline(activation_checkpoint=[...])``) applies every mode, one per
+    stage, or one per block of a stage. Cost: the time limit."""
     if kwargs.get("budget") == "work" and not _counting_work():
         return _on_work_clock(plan_ac, time_limit, profiles=profiles, progress=progress, **kwargs)
     say = progress or (lambda line: None)
-    modes = [m for m in AC_MODES if m in profiles]
+    framework = next((p.assumes or {} for p in profiles.values()), {}).get("framework")
+    one_mode = framework not in (None, "schedc")  # torchtitan, NeMo: one mode of theirs for the whole model
+    modes = [m for m in AC_MODES if m in profiles and (m in FRAMEWORK_AC or not one_mode)]
     if not modes:
         raise SchedcError(f"activation checkpointing 'auto' needs a profile per mode ({', '.join(AC_MODES)}); "
                           f"got {', '.join(profiles)}")
-    forms = mode_forms({m: profiles[m] for m in modes})
+    forms = mode_forms({m: p for m, p in profiles.items() if m in AC_MODES})  # the per-stage search reads every mode
     t0 = _now()
     results, errors, floors = _global_plans(forms, modes, time_limit, progress, say, t0, kwargs)
     best_mode = min(results, key=lambda m: results[m].value)
@@ -142,7 +148,12 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     if len(modes) > 1 and "none" in forms and not stop_requested():
         mix = _per_stage_choice(forms, best, best_mode, kwargs, t0 + time_limit, say, t0)
     global_bound = min([results[m].bound for m in results] + [floors[m] for m in errors if m in floors])
-    if mix is not None and mix["compiled"].value < best.value * (1 - REL):
+    shorter = mix is not None and mix["compiled"].value < best.value * (1 - REL)
+    launchable = not one_mode or shorter and len(set(map(str, mix["modes"]))) == 1 and mix["modes"][0] in FRAMEWORK_AC
+    if shorter and not launchable:
+        notes.append(f"per-stage checkpointing under schedc's runtime: step {mix['compiled'].value:.6g} s "
+                     f"({mix['modes']}); {framework} applies one mode to every layer, so the plan keeps {best_mode}")
+    if shorter and launchable:
         out, choice = _adopt_mix(best, mix, forms, steps, binds, notes, global_bound)
     else:
         choice = ACChoice(best_mode, steps, None if mix is None else _mix_dict(mix), binds)
@@ -247,22 +258,30 @@ def _placements(kwargs: dict) -> list[str]:
 # ---------------------------------------------------------------- the per-stage choice
 #
 # A candidate is a partition (units per stage) and one spec per stage, (form, k): "none" (no
-# checkpointing, I then W), "none-b" (no checkpointing, B), "selective" / "full" with the
-# stage's first k layers checkpointed and its other units in B (k beyond its layers: all of them),
-# or STACKED: the first k layers full, the other layers selective, in B.
+# checkpointing, I then W), "none-b" (no checkpointing, B), a mode ("light", "selective", "full")
+# with the stage's first k layers checkpointed and its other units in B (k beyond its layers: all
+# of them), or a pair "lower+upper": every layer in the lower mode, the first k in the upper, in B.
 
 
 def checkpointing_forms(forms: dict) -> list[str]:
-    """The checkpointing forms a stage may take: the modes profiled, and STACKED where both are."""
-    out = [m for m in ("selective", "full") if m in forms]
-    return out + [STACKED] if len(out) == 2 else out
+    """The checkpointing forms a stage may take: the modes profiled, then every pair
+    "lower+upper" of them (slower mode second)."""
+    modes = [m for m in CHECKPOINTING if m in forms]
+    return modes + [f"{lo}+{hi}" for i, lo in enumerate(modes) for hi in modes[i + 1:]]
+
+
+def _pair_modes(form: str) -> Optional[tuple[str, str]]:
+    """(lower, upper) of a two-mode form, None for a one-mode form."""
+    lo, plus, hi = form.partition("+")
+    return (lo, hi) if plus else None
 
 
 def _layer_mode(form: str, k: int, b: int) -> str:
     """The mode of layer b (counted from 0) of a stage with spec (form, k)."""
-    if form == STACKED:
-        return "full" if b < k else "selective"
-    return form if form in ("selective", "full") and b < k else "none"
+    pair = _pair_modes(form)
+    if pair is not None:
+        return pair[1] if b < k else pair[0]
+    return form if form in CHECKPOINTING and b < k else "none"
 
 
 def layer_units(forms: dict) -> list[bool]:
@@ -406,11 +425,12 @@ def _local_moves(forms, current, pl, ranks, M, limit, objective, end, seen):
 
 
 def _canonical(form: str, k: int, n: int) -> tuple:
-    """One spelling per stage choice: no layer checkpointed is "none-b"; STACKED with no full
-    layer is all selective, with every layer full is all full."""
-    if form == STACKED:
-        return ("selective", n) if k == 0 else ("full", n) if k >= n else (form, k)
-    return ("none-b", 0) if form in ("selective", "full") and k == 0 else (form, k)
+    """One spelling per stage choice: no layer checkpointed is "none-b"; a two-mode form with no
+    layer upgraded is all the lower mode, with every layer upgraded all the upper one."""
+    pair = _pair_modes(form)
+    if pair is not None:
+        return (pair[0], n) if k == 0 else (pair[1], n) if k >= n else (form, k)
+    return ("none-b", 0) if form in CHECKPOINTING and k == 0 else (form, k)
 
 
 def _neighbours(forms, counts, specs):
@@ -422,7 +442,7 @@ def _neighbours(forms, counts, specs):
         k = min(k, n)
         options = [(form, k + 1), (form, k - 1)] if form in checkpointing else [(m, 1) for m in checkpointing]
         options += [(m, k) for m in checkpointing if m != form and k > 0]
-        options += [("none", 0), ("none-b", 0)] + [(m, n) for m in checkpointing if m != STACKED]
+        options += [("none", 0), ("none-b", 0)] + [(m, n) for m in checkpointing if _pair_modes(m) is None]
         for option in options:
             if 0 <= option[1] <= n:
                 new = _canonical(*option, n)
@@ -443,8 +463,8 @@ def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int,
     (static, the reserve, the receive buffers of its boundaries, one microbatch's peak and
     ceil(d x h_s) - 1 more microbatches held) fit the cap, h_s = R - s on a loop and (2R - s) / 2
     in a V (1F1B's microbatches in flight); on a loop a stage may checkpoint as few of its layers
-    as fit (each layer's saving and recompute taken as the stage's mean), selective ones first
-    and then full ones (STACKED), in a V all or none. Method: schedc.core.partition's min-max
+    as fit (each layer's saving and recompute taken as the stage's mean), in one mode or in two
+    (every layer the faster mode, the fewest upgraded to the slower), in a V all or none. Method: schedc.core.partition's min-max
     dynamic program with those terms, read from per-form tables of every segment's work and
     bytes. Cost: O(K U^2) for the tables, then one dynamic program per depth (O(S U^2 K) on a
     loop, O(R U^4 K^2) in a V, K forms)."""
@@ -480,7 +500,7 @@ def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int,
 def _loop_options(tables: dict, n_layers, n: int, cap) -> dict:
     """{form: (work, layers checkpointed)} tables of one loop stage holding n microbatches under
     `cap` (a number, or a table per segment): the fewest layers checkpointed that fit (INF work
-    where none do); for STACKED, every layer selective and the fewest upgraded to full."""
+    where none do); for a pair "lower+upper", every layer the lower mode and the fewest upgraded."""
     out = {}
     b = tables.get("none-b", tables["none"])
     for form, t in tables.items():
@@ -488,10 +508,12 @@ def _loop_options(tables: dict, n_layers, n: int, cap) -> dict:
             out[form] = (np.where(fits(t["base"] + n * t["act"], cap), t["work"], INF), 0)
         elif form != "none-b":
             out[form] = _fewest_layers(b, t, n_layers, n, cap, np.maximum(b["base"], t["base"]))
-    if "selective" in tables and "full" in tables:
-        sel, full = tables["selective"], tables["full"]
-        base = np.maximum(np.maximum(b["base"], sel["base"]), full["base"])
-        out[STACKED] = _fewest_layers(sel, full, n_layers, n, cap, base)
+    for form in checkpointing_forms(tables):
+        pair = _pair_modes(form)
+        if pair is not None:
+            lo, hi = tables[pair[0]], tables[pair[1]]
+            base = np.maximum(np.maximum(b["base"], lo["base"]), hi["base"])
+            out[form] = _fewest_layers(lo, hi, n_layers, n, cap, base)
     return out
 
 
@@ -516,7 +538,7 @@ def _specs_of(tables, counts, placement, ranks, held, opts, v_room) -> tuple:
             i, j = bounds[r], bounds[r + 1]
             form = min(opts[r], key=lambda m: opts[r][m][0][i, j])
             k = int(opts[r][form][1][i, j]) if form != "none" else 0
-            specs[r] = (form, k) if k > 0 or form in ("none", STACKED) else ("none-b", 0)
+            specs[r] = (form, k) if k > 0 or form == "none" or _pair_modes(form) else ("none-b", 0)
         else:
             b = S - 1 - r
             ends = (bounds[r], bounds[r + 1], bounds[b], bounds[b + 1])
