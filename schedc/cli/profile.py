@@ -109,9 +109,10 @@ def _add_run_settings(u) -> None:
                         "transformers' modules, as NeMo AutoModel trains them), torchtitan (its own model code), "
                         "paper (the textbook count); default: the framework of --names")
     u.add_argument("--ac", metavar="MODE", default=None,
-                   help="counted: activation checkpointing per layer: none (default), selective (torchtitan's "
-                        "op-level policy: every other matmul and attention saved), full (the layer's input only; "
-                        "I and W recompute its forward), or a comma-separated list, one per layer")
+                   help="counted: activation checkpointing per layer: none (default), light (every matmul's and "
+                        "attention's output saved, the memory-bound ops recomputed; schedc's runtime only), selective "
+                        "(torchtitan's op-level policy: every other matmul and attention saved), full (the layer's "
+                        "input only; I and W recompute its forward), or a comma-separated list, one per layer")
     u.add_argument("--dp-shard", type=int, default=None, metavar="N",
                    help="counted: FSDP2 shard degree: divides params, gradients and optimizer states, and adds "
                         "the stage's weights and gradients FSDP2 holds unsharded under pipelining (default 1)")
@@ -333,7 +334,7 @@ def _ac(args, layers: int):
     modes = [m.strip() for m in args.ac.split(",")]
     bad = next((m for m in modes if m not in AC_MODES), None)
     if bad is not None:
-        raise SchedcError(f"--ac: {bad[:40]!r} is not a mode; use none, selective or full (or one per layer)")
+        raise SchedcError(f"--ac: {bad[:40]!r} is not a mode; use one of {', '.join(AC_MODES)} (or one per layer)")
     if len(modes) not in (1, layers):
         raise SchedcError(f"--ac: {len(modes)} modes for {layers} layers; give one, or one per layer")
     return modes[0] if len(modes) == 1 else modes
