@@ -17,8 +17,9 @@ activation checkpointing, one mode per stage where `--ac auto` chose per stage
 (schedc.runtime.checkpointing.plan_settings); the model gets as many blocks as the plan's
 partition holds (so --layers-per-stage is refused with it, and --layers unless it agrees). A
 malformed plan, a CSV beside it that the plan did not write, or a flag that contradicts the CSV
-is one line before any process group starts. `--ac` checkpoints the blocks (none, full,
-selective, or one per stage, comma-separated) for the other sources, and overrides the plan's.
+is one line before any process group starts. `--ac` checkpoints the blocks (none, light,
+selective, full, or one per stage, comma-separated) for the other sources, and overrides the
+plan's; light or selective on a stage the CSV runs as I and W (stage 0 aside) is refused then too.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     src.add_argument("--plan", metavar="plan.json",
                      help="a `schedc plan` report: its CSV (beside it), blocks per stage and per-stage checkpointing")
     p.add_argument("--ac", default=None, metavar="MODE[,MODE...]",
-                   help="activation checkpointing: none, full, selective, or one per stage (default: the plan's, "
-                        "else none)")
+                   help="activation checkpointing: none, light, selective, full, or one per stage (default: the "
+                        "plan's, else none)")
     p.add_argument("--mb", type=int, default=None, help="microbatches (default: the CSV's; 8 otherwise)")
     p.add_argument("--stages", type=int, default=None,
                    help="stages for --baseline / --torch-schedule (default: 1 or 2 per rank, as the schedule needs)")
@@ -251,6 +252,11 @@ def _check_launch(args: argparse.Namespace) -> None:
         if modes and len(modes) != schedule.n_stages:
             raise SchedcError(f"--ac {args.ac}: {len(modes)} modes for the {schedule.n_stages} stages of "
                               f"{args.schedule}; give one per stage or one for all")
+        if args.ac:  # load_pipeline refuses it too, but on every rank after the group started
+            from schedc.runtime.checkpointing import check_split_backward
+
+            check_split_backward(modes or [args.ac] * schedule.n_stages, schedule,
+                                 f"--ac {args.ac} with {args.schedule}")
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:
         ranks = schedule.n_ranks if args.schedule else 2

@@ -351,3 +351,16 @@ def test_full_activation_checkpointing_is_measured_as_the_run_holds_it():
     with pytest.raises(SchedcError, match="selective.*split backward"):
         profile_gpt(cfg, 2, microbatch_size=2, warmup=0, repeats=1,
                     settings=RunSettings(activation_checkpoint="selective"))
+
+
+@pytest.mark.parametrize("choice, mode", [("light", "light"), (["none", "light"], "light"),
+                                          ([["none", "light"], "none"], "light"), ("selective", "selective")])
+def test_per_op_checkpointing_is_refused_under_the_split_backward_in_one_line(choice, mode):
+    # the profile times I and W apart, which torch cannot run through a per-op checkpoint: refused
+    # before anything is measured, whether the mode is a stage's or one of its blocks'
+    from schedc.runtime.profiler import RunSettings
+
+    with pytest.raises(SchedcError) as e:
+        profile_gpt(CFG, 2, microbatch_size=2, warmup=0, repeats=1, settings=RunSettings(activation_checkpoint=choice))
+    assert str(e.value).startswith(f"activation_checkpoint '{mode}': torch's split backward (I, then W) cannot")
+    assert "\n" not in str(e.value) and str(e.value).endswith("use full")

@@ -374,8 +374,9 @@ def test_runtime_without_torch_is_one_import_error_naming_the_extra(tmp_path):
 
 
 def test_activation_checkpointing_keeps_loss_and_gradients():
-    # per stage, as a plan chooses it: full everywhere, selective where the CSV runs B, a list;
-    # float64 on gloo, all stages on one rank (no communication to hide a difference)
+    # per stage, as a plan chooses it: full everywhere, light or selective where the CSV runs B
+    # (or on stage 0), a list; float64 on gloo, all stages on one rank (no communication to hide a
+    # difference)
     from schedc.io.csvio import parse_csv_text
     from schedc.runtime import load_pipeline
     from schedc.runtime.one_rank import one_rank_group
@@ -395,18 +396,21 @@ def test_activation_checkpointing_keeps_loss_and_gradients():
 
     with one_rank_group("cpu"):
         base_loss, base_grads = run(split, "none")
-        cases = [(split, "full"), (full_b, "selective"), (full_b, "full"), (mixed, ["full", "selective"])]
+        cases = [(split, "full"), (full_b, "selective"), (full_b, "full"), (mixed, ["full", "selective"]),
+                 (full_b, "light"), (mixed, "light"), (split, ["light", "full"])]
         for schedule, ac in cases:
             loss, grads = run(schedule, ac)
             assert torch.allclose(loss, base_loss, rtol=0, atol=1e-12), ac
             assert grads.keys() == base_grads.keys()
             for name, g in grads.items():
                 assert torch.allclose(g, base_grads[name], rtol=1e-10, atol=1e-12), (ac, name)
-        # torch's split backward cannot go twice through a selectively checkpointed region
+        # torch's split backward cannot go twice through a region checkpointed per op
         # (stage 0 is exempt: torch runs its whole backward in W)
-        with pytest.raises(SchedcError, match="stage 1 runs I and W apart.*'full' or 'none'"):
-            run(split, "selective")
+        for mode in ("selective", "light"):
+            with pytest.raises(SchedcError, match=f"stage 1 runs I and W apart.*'{mode}'.*'full' or 'none'"):
+                run(split, mode)
         loss, _ = run(mixed, "selective")
         assert torch.allclose(loss, base_loss, rtol=0, atol=1e-12)
-        with pytest.raises(SchedcError, match=r"activation_checkpoint\[1\]: 'some' is not one of none, full"):
+        with pytest.raises(SchedcError, match=r"activation_checkpoint\[1\]: 'some' is not one of none, light, "
+                                              r"selective, full; give one"):
             run(split, ["full", "some"])

@@ -1,9 +1,10 @@
-"""Activation checkpointing of a pipeline stage's blocks: none, light, selective or full, per stage or per block.
+"""Activation checkpointing of a pipeline stage's blocks: none, light, selective or full, per stage or
+per block.
 
 Problem: a plan may choose, stage by stage, to trade compute for memory: a checkpointed block
-keeps only its input after F and runs its forward again inside the backward (in I under the
-split backward). schedc's own runtime must apply exactly the choice the plan made, and the loss
-and gradients must not change.
+keeps less after F (its input, and what a per-op mode saves) and runs its forward again inside
+the backward (in I under the split backward). schedc's own runtime must apply exactly the
+choice the plan made, and the loss and gradients must not change.
 
 Method: each block of a stage (the ``blocks`` container :func:`schedc.runtime.split.split_model`
 keeps) gets its ``forward`` replaced, on the instance, by ``torch.utils.checkpoint.checkpoint``
@@ -17,18 +18,19 @@ keeps) gets its ``forward`` replaced, on the instance, by ``torch.utils.checkpoi
   ``addmm`` (a linear layer with a bias, which torchtitan's models do not have) counts as a
   matmul here.
 - ``"light"``: per-op selective checkpointing that saves the output of every matmul (grouped
-  ones included) and attention kernel and recomputes only the memory-bound ops between them
-  (norms, activations, rotary embeddings, residual adds): less memory than none for no
-  recomputed FLOPs. torchtitan and NeMo have no such mode; schedc's runtime applies it.
+  and float8 ones included) and attention kernel and recomputes only the memory-bound ops between
+  them (norms, activations, rotary embeddings, residual adds, an MoE router's softmax and top-k,
+  which its saved logits route as in F): less memory than none, no matmul or attention run again.
+  torchtitan and NeMo have no such mode; schedc's runtime applies it.
 - ``"none"``: the block as it was.
 
 Under torch's split backward (a stage the schedule runs as I and W) the checkpointed region is
 backpropagated twice: torch 2.14 refuses that for per-op checkpointing ("Trying to backward an
 extra time"), so :func:`check_split_backward` refuses "light" and "selective" on such stages
-before anything runs; full checkpointing runs, and re-runs the block's forward in I and again in W (once per
-weight group ``stage_backward_weight`` differentiates), not once as with a full backward B.
-Stage 0 is the exception torch makes: its I runs nothing and its W the whole backward in one
-pass, so either mode recomputes once there.
+before anything runs; full checkpointing runs, and re-runs the block's forward in I and again in
+W (once per weight group ``stage_backward_weight`` differentiates), not once as with a full
+backward B. Stage 0 is the exception torch makes: its I runs nothing and its W the whole
+backward in one pass, so every mode runs there and recomputes once.
 
 Cost: none at construction; at run time what each mode recomputes.
 """
@@ -64,9 +66,12 @@ _ATTENTION = _ops(["_scaled_dot_product_flash_attention", "_scaled_dot_product_e
                    "_scaled_dot_product_flash_attention_for_cpu",
                    "_scaled_dot_product_fused_attention_overrideable"])
 _MATMUL = _ops(["mm", "addmm", "linear", "bmm"])
-# what light checkpointing also saves: MoE experts' grouped matmuls, float8 matmuls, and the
-# router's top-k (recomputing it could route a token differently)
-_LIGHT_SAVED = _MATMUL | _ATTENTION | _ops(["_grouped_mm", "_scaled_mm", "_scaled_grouped_mm", "topk"]) | {
+# what light checkpointing also saves: MoE experts' grouped matmuls and float8 matmuls. Not the
+# router's top-k (torchtitan's op SAC saves it): Hugging Face's routers (Mixtral, Qwen2/3-MoE with
+# norm_topk_prob) normalize its output in place, which torch refuses on a tensor SAC cached ("Tensor
+# cached during selective activation checkpoint has been mutated"); recomputed from the router's
+# saved logits (a matmul's output) by the same softmax and top-k, it routes every token as in F.
+_LIGHT_SAVED = _MATMUL | _ATTENTION | _ops(["_grouped_mm", "_scaled_mm", "_scaled_grouped_mm"]) | {
     op for op in [getattr(torch._higher_order_ops, "flex_attention", None)] if op is not None}
 
 

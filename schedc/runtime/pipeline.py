@@ -289,10 +289,12 @@ def load_pipeline(
     """Split ``model`` for this rank's CSV stages, wrap them as ``PipelineStage``s, build the
     schedule. ``model`` is an "embedding + blocks + head" model (see
     :func:`schedc.runtime.split.split_model`; ``split_kwargs`` passes its attribute names).
-    ``activation_checkpoint``: "none", "full" or "selective" for every stage, or a list with one
-    per stage of the CSV, each a mode or a list with one per block of that stage
+    ``activation_checkpoint``: "none", "light", "selective" or "full" for every stage, or a list
+    with one per stage of the CSV, each a mode or a list with one per block of that stage
     (:mod:`schedc.runtime.checkpointing`; ``plan_settings("plan.json")`` gives a plan's), applied
-    to each stage's blocks; a wrong type, mode or count is a ParameterError naming it.
+    to each stage's blocks; a wrong type, mode or count is a ParameterError naming it, and
+    "light" or "selective" on a stage other than 0 that the CSV runs as I and W is a SchedcError
+    naming the stage (torch's split backward cannot go twice through a per-op checkpoint).
     The process group must be initialized; the checks run before any communication.
     """
     schedule, where = _as_schedule(csv)

@@ -1246,14 +1246,15 @@ def profile_gpt(
 
 def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
     """Apply ``RunSettings.activation_checkpoint`` (one mode, or one per stage or unit) to the
-    GPT's blocks. Selective checkpointing cannot run under the split backward the profile times."""
+    GPT's blocks. The per-op modes (light, selective) cannot run under the split backward the
+    profile times, in a stage's own mode or in any of its blocks'."""
     from schedc.core.costs import PER_OP_AC
     from schedc.runtime.checkpointing import apply_to_stage, stage_modes
 
     modes = stage_modes(choice, len(stages))
     if all(m == "none" for m in modes):
         return
-    per_op = next((m for m in modes if m in PER_OP_AC), None)
+    per_op = next((b for m in modes for b in ([m] if isinstance(m, str) else m) if b in PER_OP_AC), None)
     if per_op is not None:
         raise SchedcError(f"activation_checkpoint {per_op!r}: torch's split backward (I, then W) cannot go twice "
                           "through a region checkpointed per op, so it cannot be profiled as I and W; use full")
