@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from schedc.core.costs import StageCost
+from schedc.core.costs import PER_OP_AC, StageCost
 from schedc.model_costs import memory
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape
+from schedc.model_costs.traffic import recompute_traffic
 
 
 def layer_params(s: ModelShape, impl: str) -> float:
@@ -74,8 +75,9 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     for i, ac in enumerate(run["ac"]):
         b = memory.layer_bytes(s, impl, device, ac, per_token, selective / tokens)
         fw = (linear + attention) / flops
-        body.append(cost(fw, (linear + 2 * attention + b.recompute_i * tokens) / flops,
-                         (linear + b.recompute_w * tokens) / flops, b, params, names[1 + i]))
+        again_i, again_w = _recompute_seconds(s, run, ac, b, tokens, fw)
+        body.append(cost(fw, (linear + 2 * attention) / flops + again_i, linear / flops + again_w, b, params,
+                         names[1 + i]))
     head_flops = 2 * tokens * h * V
     head_params = V * h + (0 if impl == "paper" else h * (2 if s.family == "gpt2" else 1))
     if impl == "torchtitan":  # its chunked loss runs the LM head's backward inside F
@@ -85,6 +87,24 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
         head = cost(head_flops / flops, head_flops / flops, head_flops / flops,
                     memory.head_bytes(s, impl, device, V), head_params, names[-1])
     return [embed, *body, head], e * tokens * h / tp
+
+
+def _recompute_seconds(s: ModelShape, run: dict, ac: str, b: memory.UnitBytes, tokens: float,
+                       forward: float) -> tuple[float, float]:
+    """Seconds a checkpointed layer's recompute adds to I and to W: its recomputed FLOPs at the
+    effective FLOP rate and, for the per-op modes (light, selective), the bytes their recomputed
+    memory-bound ops move (:func:`schedc.model_costs.traffic.recompute_traffic`) at the memory
+    bandwidth, in W too where the mode repeats FLOPs there."""
+    flops = run["flops"] * run["tp"]
+    again_i, again_w = b.recompute_i * tokens / flops, b.recompute_w * tokens / flops
+    if ac not in PER_OP_AC:
+        return again_i, again_w  # full: the forward's time, which the effective rate gives all its work
+    # tensor parallelism with sequence parallelism splits the norms' and activations' tokens and
+    # the rotary embeddings' heads over the ranks
+    moved = recompute_traffic(s, run["impl"], run["device"], ac) * tokens / run["tp"] / run["memory_bandwidth"]
+    # a part of the forward never costs more than the whole, which full's recompute is charged:
+    # the effective FLOP rate stands for all of a forward's work, memory-bound ops included
+    return min(again_i + moved, forward), min(again_w + (moved if b.recompute_w else 0.0), forward)
 
 
 def _names(layers: int, names: str) -> list[list[str]]:
