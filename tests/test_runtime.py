@@ -414,3 +414,15 @@ def test_activation_checkpointing_keeps_loss_and_gradients():
         with pytest.raises(SchedcError, match=r"activation_checkpoint\[1\]: 'some' is not one of none, light, "
                                               r"selective, full; give one"):
             run(split, ["full", "some"])
+        # torch's own classes: per op where the class runs a full backward, refused where it splits
+        from schedc.runtime import load_torch_pipeline
+
+        for name, ac in (("Interleaved1F1B", "light"), ("DualPipeV", ["light", "light"]),
+                         ("ZBVZeroBubble", ["light", "full"])):
+            pipe = load_torch_pipeline(name, _new_model(), lm_loss, M, activation_checkpoint=ac)
+            losses = []
+            pipe.step(x, target=y, losses=losses)
+            assert torch.allclose(torch.stack(losses), base_loss, rtol=0, atol=1e-12), name
+        for name in ("ZBVZeroBubble", "InterleavedZeroBubble"):
+            with pytest.raises(SchedcError, match=f"^torch's Schedule{name}: stage 1 runs I and W apart.*'light'"):
+                load_torch_pipeline(name, _new_model(), lm_loss, M, activation_checkpoint="light")

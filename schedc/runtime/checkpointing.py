@@ -183,7 +183,11 @@ def check_split_backward(modes: Sequence[str], schedule, where: str = "the sched
     """SchedcError when a stage `schedule` splits into I and W is to be checkpointed per op (light
     or selective). Stage 0 is exempt: torch's first stage runs nothing in I and its whole backward
     in W."""
-    split_stages = {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}
+    check_split_stages(modes, {a.stage for _, a in schedule.all_actions() if a.kind in ("I", "W")}, where)
+
+
+def check_split_stages(modes: Sequence[str], split_stages: set, where: str) -> None:
+    """:func:`check_split_backward` for a schedule given as the stages it runs as I and W."""
     bad = [(s, next(b for b in ([m] if isinstance(m, str) else m) if b in PER_OP_AC)) for s, m in enumerate(modes)
            if any(b in PER_OP_AC for b in ([m] if isinstance(m, str) else m)) and s in split_stages and s != 0]
     if bad:

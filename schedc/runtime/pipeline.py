@@ -41,7 +41,7 @@ from torch.distributed.pipelining.schedules import (
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from schedc.errors import ParameterError, SchedcError, literal, shown
-from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, stage_modes
+from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, check_split_stages, stage_modes
 from schedc.core.ir import Schedule
 from schedc.runtime.torch_check import to_torch_order
 
@@ -382,7 +382,9 @@ def load_torch_pipeline(
     ``stages_per_rank`` (default 2); placement as torchtitan builds it (V for ZBVZeroBubble and
     DualPipeV, loop otherwise). A name torch does not know, or one of its abstract base classes,
     is a ParameterError naming ``name`` (a script respells it as its own flag, as
-    ``examples/train.py`` does with ``--torch-schedule``).
+    ``examples/train.py`` does with ``--torch-schedule``). ``activation_checkpoint`` as in
+    :func:`load_pipeline`; "light" or "selective" on a stage the class runs as I and W (its
+    zero-bubble classes; stage 0 aside) is a SchedcError before any communication.
     """
     cls = _torch_schedule_class(name)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
@@ -403,4 +405,15 @@ def load_torch_pipeline(
         stages[0] if single else stages, n_microbatches, loss_fn=loss_fn,
         scale_grads=scale_grads, **kwargs,
     )
+    # torch's zero-bubble classes split the backward; their order exists before any communication
+    order = getattr(runtime, "pipeline_order", None) or {}
+    check_split_stages(modes, {a.stage_index for acts in order.values() for a in _with_subactions(acts)
+                               if a.computation_type.value in ("I", "W")}, f"torch's {cls.__name__}")
     return Pipeline(runtime, stages, modules)
+
+
+def _with_subactions(actions):
+    for a in actions:
+        if a is not None:
+            yield a
+            yield from _with_subactions(a.sub_actions or ())
