@@ -26,6 +26,7 @@ RAM and a few minutes on one core.
     python benchmarks/recompute_traffic.py               # real sizes, seq 32
     python benchmarks/recompute_traffic.py --small       # the fast test's sizes, seq 64
     python benchmarks/recompute_traffic.py --models Llama-3-8B --ops   # the recomputed ops, one by one
+    python benchmarks/recompute_traffic.py --small --float32           # the layers in float32
 """
 
 from __future__ import annotations
@@ -88,20 +89,23 @@ class Traffic(TorchDispatchMode):
         return out
 
 
-def _layer(name: str, impl: str, sizes: dict, seq: int):
-    """A fresh layer (the Unit memory_fidelity builds) and unit_profile's shape keywords for it."""
+def _layer(name: str, impl: str, sizes: dict, seq: int, dtype: torch.dtype):
+    """A fresh layer (the Unit memory_fidelity builds) and its shape keywords, dtype included."""
     mf = _fidelity()
+    dtype_name = str(dtype).removeprefix("torch.")
     if impl == "torchtitan":
-        return mf.tt_layer(name, sizes, seq)
-    units, extra = mf.hf_units(name, sizes, seq)
-    return units[1], {**mf.shape_of(sizes, name), **extra}
+        unit, shape = mf.tt_layer(name, sizes, seq, dtype)
+        return unit, {**shape, "dtype": dtype_name}
+    units, extra = mf.hf_units(name, sizes, seq, dtype)
+    return units[1], {**mf.shape_of(sizes, name), **extra, "dtype": dtype_name}
 
 
-def backward_traffic(name: str, impl: str, sizes: dict, seq: int, mode: str) -> tuple[collections.Counter, dict]:
+def backward_traffic(name: str, impl: str, sizes: dict, seq: int, mode: str,
+                     dtype: torch.dtype = torch.bfloat16) -> tuple[collections.Counter, dict]:
     """Bytes by op of one layer's backward, checkpointed as `mode` by schedc's runtime, and the
     layer's shape keywords."""
     torch.manual_seed(0)
-    unit, shape = _layer(name, impl, sizes, seq)
+    unit, shape = _layer(name, impl, sizes, seq, dtype)
     if mode != "none":
         checkpoint_block(unit.module, mode)
     x = unit.make_input()
@@ -112,13 +116,13 @@ def backward_traffic(name: str, impl: str, sizes: dict, seq: int, mode: str) -> 
     return meter.by_op, shape
 
 
-def measured(name: str, impl: str, sizes: dict, seq: int, modes=MODES) -> dict:
+def measured(name: str, impl: str, sizes: dict, seq: int, modes=MODES, dtype: torch.dtype = torch.bfloat16) -> dict:
     """The layer's shape keywords and mode -> (bytes per token the recompute moved, its ops by
     bytes per token)."""
-    base, shape = backward_traffic(name, impl, sizes, seq, "none")
+    base, shape = backward_traffic(name, impl, sizes, seq, "none", dtype)
     out = {}
     for mode in modes:
-        diff, _ = backward_traffic(name, impl, sizes, seq, mode)
+        diff, _ = backward_traffic(name, impl, sizes, seq, mode, dtype)
         diff.subtract(base)
         ops = {op: b / seq for op, b in diff.items() if b}
         out[mode] = (sum(ops.values()), ops)
@@ -127,18 +131,18 @@ def measured(name: str, impl: str, sizes: dict, seq: int, modes=MODES) -> dict:
 
 def counted(shape: dict, impl: str, mode: str, device: str = "cpu") -> float:
     keys = {"family", "mlp", "dropout", "positions", "experts", "experts_per_token", "moe_ffn_hidden",
-            "shared_ffn_hidden", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab", "layers"}
+            "shared_ffn_hidden", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab", "layers", "dtype"}
     s = ModelShape(**{k: v for k, v in shape.items() if k in keys}).resolved()
     return recompute_traffic(s, impl, device, mode)
 
 
-def rows(sizes: dict, tt: dict, seq: int, names=None, show_ops=False) -> list[tuple]:
+def rows(sizes: dict, tt: dict, seq: int, names=None, show_ops=False, dtype: torch.dtype = torch.bfloat16) -> list[tuple]:
     """(layer, mode, counted, measured) per case; prints each layer's recomputed ops with `show_ops`."""
     cases = [(n, "hf", sizes) for n in (names or sizes) if n in sizes]
     cases += [(n, "torchtitan", tt) for n in (names or tt) if n in tt]
     out = []
     for name, impl, table in cases:
-        shape, by_mode = measured(name, impl, table, seq)
+        shape, by_mode = measured(name, impl, table, seq, dtype=dtype)
         for mode, (got, ops) in by_mode.items():
             out.append((f"{name} ({impl})", mode, counted(shape, impl, mode), got))
             if show_ops:
@@ -149,7 +153,8 @@ def rows(sizes: dict, tt: dict, seq: int, names=None, show_ops=False) -> list[tu
 
 
 def cost_rows(seq: int = 4096, bandwidth: float = 2e12) -> list[tuple]:
-    """(model, mode, recompute traffic ms, matmul ms, I ms) per layer on CUDA at `seq`."""
+    """(model, mode, recompute traffic ms, recomputed FLOPs ms (selective: its matmuls; full: the
+    forward), I ms) per layer on CUDA at `seq`."""
     mf = _fidelity()
     out = []
     for name in ("Llama-3-8B", "Qwen2.5-7B"):
@@ -176,6 +181,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seq", type=int, default=None, help="tokens per layer (default 32, --small 64)")
     parser.add_argument("--models", nargs="*", default=None, help="only these models")
     parser.add_argument("--ops", action="store_true", help="print the recomputed ops one by one")
+    parser.add_argument("--float32", action="store_true", help="the layers in float32 (default bfloat16)")
     args = parser.parse_args(argv)
     mf = _fidelity()
     known = set(mf.HF) | set(mf.SMALL) | set(mf.TT)
@@ -190,8 +196,9 @@ def main(argv=None) -> int:
     seq = args.seq or (64 if args.small else 32)
     sizes, tt = (mf.SMALL, mf.TT_SMALL) if args.small else (mf.HF, mf.TT)
     warnings.filterwarnings("ignore")
-    table = rows(sizes, tt, seq, args.models, args.ops)
-    print(f"recompute traffic per token and layer, seq {seq}, bf16 on CPU (device='cpu' counts)")
+    dtype = torch.float32 if args.float32 else torch.bfloat16
+    table = rows(sizes, tt, seq, args.models, args.ops, dtype)
+    print(f"recompute traffic per token and layer, seq {seq}, {str(dtype)[6:]} on CPU (device='cpu' counts)")
     print(f"{'layer':34} {'mode':10} {'counted B':>11} {'measured B':>11} {'error':>7}")
     worst = 0.0
     for layer, mode, c, m in table:
@@ -200,7 +207,7 @@ def main(argv=None) -> int:
         print(f"{layer:34} {mode:10} {c:11.0f} {m:11.0f} {100 * err:6.2f}%")
     print(f"worst error {100 * worst:.2f}% (target 10%)")
     print("\nper layer on CUDA at seq 4096, 2 TB/s, 400 TFLOP/s (unit_profile's defaults), Hugging Face")
-    print(f"{'model':12} {'mode':10} {'traffic ms':>11} {'matmul ms':>10} {'I ms':>8}")
+    print(f"{'model':12} {'mode':10} {'traffic ms':>11} {'FLOPs ms':>10} {'I ms':>8}")
     for name, mode, ms, mm, i in cost_rows():
         print(f"{name:12} {mode:10} {ms:11.3f} {mm:10.3f} {i:8.3f}")
     return 0

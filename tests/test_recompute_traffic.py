@@ -28,13 +28,17 @@ def bench():
     return module
 
 
-@pytest.mark.parametrize("model,impl", [("Llama-3-8B", "hf"), ("Qwen2.5-7B", "hf"), ("Qwen3-8B", "hf"),
-                                        ("GPT-2", "hf"), ("Qwen3-30B-A3B", "hf"), ("Llama-3-8B", "torchtitan"),
-                                        ("Qwen3-8B", "torchtitan")])
-def test_counted_traffic_is_what_the_recompute_moves(bench, model, impl):
+@pytest.mark.parametrize("model,impl,dtype", [
+    ("Llama-3-8B", "hf", "bfloat16"), ("Qwen2.5-7B", "hf", "bfloat16"), ("Qwen3-8B", "hf", "bfloat16"),
+    ("GPT-2", "hf", "bfloat16"), ("Mixtral-8x7B", "hf", "bfloat16"), ("Qwen3-30B-A3B", "hf", "bfloat16"),
+    ("Llama-3-8B", "torchtitan", "bfloat16"), ("Qwen3-8B", "torchtitan", "bfloat16"),
+    ("Qwen3-8B", "hf", "float32"), ("Qwen3-8B", "torchtitan", "float32")])
+def test_counted_traffic_is_what_the_recompute_moves(bench, model, impl, dtype):
+    import torch
+
     mf = bench._fidelity()
     sizes = mf.TT_SMALL if impl == "torchtitan" else mf.SMALL
-    shape, by_mode = bench.measured(model, impl, sizes, 32)
+    shape, by_mode = bench.measured(model, impl, sizes, 32, dtype=getattr(torch, dtype))
     for mode in ("light", "selective"):
         got, ops = by_mode[mode]
         assert got > 0 and ops
