@@ -77,7 +77,8 @@ def register(sub) -> None:
                    help="effective FLOP/s of one device: an arithmetic per-unit profile (default with --config: "
                         "400e12, an H100 at about 40%%); without --config give --layers, --hidden, --vocab, --seq")
     u.add_argument("--memory-bandwidth", metavar="B/s", default=None,
-                   help="arithmetic: device memory bandwidth, for the embedding (default 2TB/s)")
+                   help="arithmetic: device memory bandwidth, for the embedding and the memory-bound ops that light "
+                        "and selective checkpointing recompute (default 2TB/s)")
     u.add_argument("--optimizer-bytes", metavar="N", type=float, default=None,
                    help="optimizer bytes per parameter (arithmetic default 12: fp32 master weights + Adam's "
                         "two moments); weights in --dtype and fp32 gradients come on top (measured default: what "
