@@ -51,6 +51,7 @@ def test_traffic_follows_device_dtype_and_mode():
     assert recompute_traffic(s, "hf", "cuda", "light") == recompute_traffic(s, "hf", "cuda", "selective")
     # torchtitan's fused CUDA RMSNorm moves less than its CPU composite and than HF's eager norm
     assert recompute_traffic(s, "torchtitan", "cuda", "light") < recompute_traffic(s, "torchtitan", "cpu", "light")
+    assert recompute_traffic(s, "torchtitan", "cuda", "light") < recompute_traffic(s, "hf", "cuda", "light")
     fp32 = ModelShape(**{**s.as_dict(), "dtype": "float32"})
     assert recompute_traffic(fp32, "hf", "cuda", "light") > recompute_traffic(s, "hf", "cuda", "light")
     with pytest.raises(ValueError, match="full recomputes the forward"):
