@@ -167,7 +167,7 @@ def _hf_layer(kind: str, mode: str):
         "mixtral": (transformers.MixtralConfig(intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
                                                **tiny),
                     "mixtral.modeling_mixtral.MixtralDecoderLayer", "mixtral.modeling_mixtral.MixtralRotaryEmbedding"),
-    }[kind]
+    }[kind.removesuffix("-grouped_mm")]
     import importlib
 
     def find(path):
@@ -175,6 +175,8 @@ def _hf_layer(kind: str, mode: str):
         return getattr(importlib.import_module(f"transformers.models.{module}"), name)
 
     config._attn_implementation = "sdpa"
+    if kind.endswith("-grouped_mm"):  # the experts as one torch._grouped_mm (transformers' default in a model)
+        config._experts_implementation = "grouped_mm"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         layer = find(layer_cls)(config, 0)
@@ -219,7 +221,7 @@ def _same(grads, base) -> bool:
     return len(grads) == len(base) and all(torch.allclose(g, b, rtol=1e-6, atol=1e-8) for g, b in zip(grads, base))
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mixtral", "mixtral-grouped_mm", "qwen2_moe"])
 def test_light_holds_between_selective_and_none_after_f_with_the_same_gradients(kind):
     held, grads = {}, {}
     for mode in ("none", "light", "selective"):
@@ -228,7 +230,7 @@ def test_light_holds_between_selective_and_none_after_f_with_the_same_gradients(
     assert _same(grads["light"], grads["none"]) and _same(grads["selective"], grads["none"])
 
 
-@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("kind", ["mixtral", "mixtral-grouped_mm", "qwen2_moe"])
 def test_light_moe_layer_routes_the_recompute_as_f_with_the_same_gradients(kind):
     routes, grads = {}, {}
     for mode in ("none", "light"):
@@ -240,6 +242,38 @@ def test_light_moe_layer_routes_the_recompute_as_f_with_the_same_gradients(kind)
     assert len(routes["none"]) == 1 and len(routes["light"]) == 2
     assert all(torch.equal(r, routes["none"][0]) for r in routes["light"])
     assert _same(grads["light"], grads["none"])
+
+
+MATMULS = ("mm", "addmm", "bmm", "linear", "_grouped_mm", "_scaled_dot_product_flash_attention_for_cpu")
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "mixtral-grouped_mm"])
+def test_light_recomputes_the_norms_but_no_matmul_or_attention(kind):
+    # the ops dispatched over F and the backward, against no checkpointing: SAC serves a saved op's
+    # output from its cache in the recompute, so only what light recomputes is dispatched again
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: dict = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            self.ops[name] = self.ops.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    ops = {}
+    for mode in ("none", "light", "selective"):
+        _, call, _ = _hf_layer(kind, mode)
+        with Count() as count:
+            call().square().sum().backward()
+        ops[mode] = count.ops
+    again = {mode: {op: n - ops["none"].get(op, 0) for op, n in ops[mode].items() if n > ops["none"].get(op, 0)}
+             for mode in ("light", "selective")}
+    assert again["light"].get("rsqrt") == 2, again  # both RMSNorms, once more each
+    assert not set(again["light"]) & set(MATMULS), again
+    assert set(again["selective"]) & set(MATMULS), again  # the count sees a recomputed matmul
 
 
 # ------------------------------------------------------------------ examples/train.py --ac
