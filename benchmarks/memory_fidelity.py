@@ -15,6 +15,8 @@ split I (torch.distributed.pipelining's ``stage_backward_input``) and W
   given output gradient excluded, the returned input gradient included), and the transient
   peak above the held bytes while F, I and W run (W's parameter gradients excluded: static bytes).
 
+Checkpointed layers are measured under torchtitan's ``FullAC`` and ``SelectiveAC`` and under
+schedc's own light policy (``schedc.runtime.checkpointing.checkpoint_block(block, "light")``).
 It prints each against ``unit_profile(..., device="cpu")``, the same count with CPU's kernels
 (CPU's composite RMSNorm in torchtitan, W_o's input copied after CPU flash attention, dropout
 masks in the activation dtype); the CUDA count differs only in those terms (docs/design.md).
@@ -25,6 +27,7 @@ real sizes take a few GB of RAM and a few minutes on one core.
     python benchmarks/memory_fidelity.py --small    # the fast test's sizes
     python benchmarks/memory_fidelity.py --mid      # the MoE layouts at a middle width
     python benchmarks/memory_fidelity.py --models Qwen3-30B-A3B --seq 64 --no-ac   # one model
+    python benchmarks/memory_fidelity.py --ac light   # only the layers under light checkpointing
     python benchmarks/memory_fidelity.py --fsdp     # FSDP2 under torch's pipelining, 4 gloo ranks
 
 ``--fsdp`` compares, per rank of a pp 2 x dp 2 run, the most FSDP2 and AdamW hold over a step (a
@@ -117,12 +120,9 @@ class Unit:
 
 def checkpointed(unit: Unit, mode: str) -> tuple[Unit, list[int]]:
     """The unit with torchtitan's own per-block checkpointing (FullAC, or SelectiveAC: its
-    op-level policy, which NeMo AutoModel's "selective" follows), and a list that counts the
-    forwards run (1 in F; recomputes after)."""
-    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
-
-    policy = (FullAC if mode == "full" else SelectiveAC)
-    wrapped = policy(policy.Config())._wrap_block(unit.module)
+    op-level policy, which NeMo AutoModel's "selective" follows), or, for "light" (no framework has
+    it), schedc's runtime's own (``checkpoint_block``), and a list that counts the forwards run (1
+    in F; recomputes after)."""
     runs = [0]
     inner = unit.module.forward
 
@@ -131,6 +131,15 @@ def checkpointed(unit: Unit, mode: str) -> tuple[Unit, list[int]]:
         return inner(*args, **kwargs)
 
     unit.module.forward = counted
+    if mode == "light":
+        from schedc.runtime.checkpointing import checkpoint_block
+
+        wrapped = checkpoint_block(unit.module, mode)
+    else:
+        from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+        policy = (FullAC if mode == "full" else SelectiveAC)
+        wrapped = policy(policy.Config())._wrap_block(unit.module)
     return Unit(unit.name, unit.module, unit.make_input, lambda x: unit.call(wrapped, x), keeps_input=True), runs
 
 
@@ -350,9 +359,10 @@ def _quantities(c) -> dict[str, float]:
             "I transient": t.get("I", 0.0), "W transient": t.get("W", 0.0)}
 
 
-def ac_rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None, modes=("full", "selective")) -> list[tuple]:
+def ac_rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None, modes=("full", "selective", "light")) -> list[tuple]:
     """(model, mode, quantity, counted, measured) for a layer under torchtitan's checkpointing
-    policies, and (model, mode, "forwards run", counted, measured): F, I's recompute and W's."""
+    policies (full, selective) and schedc's runtime's light policy, and (model, mode, "forwards run",
+    counted, measured): F, I's recompute and W's (per-op modes: whether W could run after I)."""
     out = []
     cases = [(n, "hf") for n in (names or sizes) if n in sizes] + [(n, "torchtitan") for n in (names or tt or {})
                                                                       if n in (tt or {})]
@@ -602,6 +612,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--mid", action="store_true", help="the MoE models' layouts at a middle width")
     ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--no-ac", action="store_true", help="leave out the activation-checkpointing rows")
+    ap.add_argument("--ac", nargs="+", choices=("full", "selective", "light"), default=None,
+                    help="only the checkpointed layers, under these modes")
     ap.add_argument("--fsdp", action="store_true", help="only the FSDP2 rows (4 gloo ranks, dp_shard 2)")
     args = ap.parse_args(argv)
     if args.fsdp:
@@ -621,9 +633,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     if unknown:
         sys.exit(_refuse(f"--models: no case {', '.join(unknown)} at these sizes; pick from "
                          f"{', '.join(sorted({*sizes, *tt}))}"))
-    table = rows(sizes, args.seq, args.models, tt=tt)
+    if args.ac and args.no_ac:
+        sys.exit(_refuse("--ac and --no-ac: pick one"))
+    table = [] if args.ac else rows(sizes, args.seq, args.models, tt=tt)
     if not args.no_ac:
-        table += ac_rows(sizes, args.seq, args.models, tt=tt)
+        table += ac_rows(sizes, args.seq, args.models, tt=tt, **({"modes": tuple(args.ac)} if args.ac else {}))
     print(f"| model | unit | quantity | counted | measured | ratio |  (bytes per token; seq {args.seq}, bf16, CPU)")
     print("|---|---|---|---|---|---|")
     for model, unit, q, c, m in table:

@@ -94,3 +94,21 @@ def test_checkpointed_layers_under_torchs_split_backward(bench):
     counted, measured = rows[("hf, selective AC)", "after F")]
     assert counted == measured
     assert rows[("hf, selective AC)", "split I/W runs")] == (0, 0)
+
+
+@pytest.mark.parametrize("model, tt", [("Llama-3-8B", False), ("GPT-2", False), ("Qwen3-30B-A3B", False),
+                                       ("Mixtral-8x7B", False), ("Llama-3-8B", True)])
+def test_light_checkpointed_layers_count_what_torch_keeps(bench, model, tt):
+    # schedc's runtime's light policy (checkpoint_block): what F keeps (the input, every matmul's
+    # and attention's output), F's and I's peaks, counted within 5 %; W cannot run after I (torch
+    # refuses a second backward through a per-op region), so the count's profile says B
+    sizes, tt_sizes = ({}, bench.TT_SMALL) if tt else (bench.SMALL, None)
+    if tt:
+        pytest.importorskip("torchtitan")
+    rows = {r[2]: (r[3], r[4]) for r in bench.ac_rows(sizes, 64, [model], tt=tt_sizes, modes=("light",))}
+    assert set(rows) == {"after F", "F transient", "I transient", "split I/W runs"}
+    assert rows["after F"][0] == rows["after F"][1]
+    for quantity in ("F transient", "I transient"):
+        counted, measured = rows[quantity]
+        assert counted == pytest.approx(measured, rel=0.05), quantity
+    assert rows["split I/W runs"] == (0, 0)

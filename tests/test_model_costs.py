@@ -547,3 +547,56 @@ def test_a_shape_given_as_keywords_takes_only_the_layer_families_schedc_counts()
     # a counted model_type names its layer: Mistral's is Llama's
     assert schedc.count_profile({**shape, "family": "mistral"}, seq=8).stages == \
         schedc.count_profile({**shape, "family": "llama"}, seq=8).stages
+
+
+@pytest.mark.parametrize("model_type", COUNTED_MODEL_TYPES)
+def test_light_checkpointing_keeps_between_none_and_selective(tmp_path, model_type):
+    # light saves every matmul's and attention's output: less than the whole layer, more than
+    # selective (which also recomputes every second matmul), for each implementation and device
+    config = _write(tmp_path, COUNTED_CONFIGS[model_type])
+    for impl in ("hf", "torchtitan"):
+        for device in ("cuda", "cpu"):
+            kept = {m: unit_profile(config, seq=64, impl=impl, device=device, activation_checkpoint=m).stages[1]
+                    for m in schedc.model_costs.AC_MODES}
+            assert kept["none"].activation_bytes > kept["light"].activation_bytes, (impl, device)
+            assert kept["selective"].activation_bytes > kept["full"].activation_bytes
+            if model_type == "gpt2" and device == "cuda":
+                # every GPT-2 projection is an addmm, which selective saves too, and so is CUDA's
+                # flash attention: the same bytes (CPU's flash kernel selective recomputes)
+                assert kept["light"].activation_bytes == kept["selective"].activation_bytes
+            else:
+                assert kept["light"].activation_bytes > kept["selective"].activation_bytes, (impl, device)
+            assert kept["light"].weight_grad_bytes < kept["none"].weight_grad_bytes
+
+
+def test_light_checkpointing_counts_the_matmul_outputs_and_runs_as_b():
+    from schedc.core.costs import AC_MODES
+
+    assert schedc.model_costs.AC_MODES is AC_MODES  # one list, fastest first
+    h, q, k, f, e, heads = 64, 64, 32, 128, 2, 4
+    base = dict(layers=3, hidden=h, ffn_hidden=f, heads=heads, kv_heads=2, vocab=100, impl="hf", seq=8)
+    light = unit_profile(**base, activation_checkpoint="light")
+    # the input, q, k, v, W_o, gate, up, down, attention's output and fp32 logsumexp, per token
+    assert light.stages[1].activation_bytes == 8 * (e * h + e * (q + 2 * k + h + 2 * f + h) + e * q + 4 * heads)
+    none = unit_profile(**base)
+    assert light.stages[1].forward == none.stages[1].forward
+    assert light.assumes["split_backward"] is False
+    assert any(n.startswith("warning: light activation checkpointing") for n in light.notes)
+    # the bytes scale with the tokens; a per-layer list mixes modes and a per-op one turns the split off
+    double = unit_profile(**{**base, "seq": 16}, activation_checkpoint="light").stages[1]
+    assert double.activation_bytes == 2 * light.stages[1].activation_bytes
+    assert double.weight_grad_bytes == 2 * light.stages[1].weight_grad_bytes
+    assert {k: 2 * v for k, v in light.stages[1].transient_bytes.items()} == double.transient_bytes
+    mixed = unit_profile(**base, activation_checkpoint=["none", "light", "full"])
+    assert mixed.stages[2].activation_bytes == light.stages[2].activation_bytes
+    assert mixed.assumes["split_backward"] is False
+    assert unit_profile(**base, activation_checkpoint=["none", "full", "none"]).assumes["split_backward"] is True
+
+
+@pytest.mark.parametrize("ac", ["lite", "Light", "", 3])
+def test_an_unknown_checkpointing_mode_lists_the_four(ac):
+    with pytest.raises(ParameterError) as err:
+        unit_profile(**SMALL, activation_checkpoint=ac)
+    message = str(err.value)
+    assert "\n" not in message and "activation_checkpoint" in message
+    assert "none, light, selective, full" in message

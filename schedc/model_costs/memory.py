@@ -45,7 +45,19 @@ sources and checked against real layers (benchmarks/memory_fidelity.py):
   runs one ``autograd.grad`` per parameter group and a checkpoint recomputes once per graph task,
   W recomputes the forward once per parameter group of the layer. ``selective`` is torchtitan's
   op-level policy (``SelectiveAC``): it saves the outputs of matmuls and attention except every
-  second matmul, and recomputes the rest.
+  second matmul, and recomputes the rest. ``light`` (schedc's runtime,
+  :mod:`schedc.runtime.checkpointing`) saves the output of every matmul (q, k, v, W_o, gate, up,
+  down; GPT-2's four Conv1D addmms; MoE: the router's logits and the experts' two grouped matmuls
+  per routed slot, a shared expert's three linears and its gate's) and attention's output and fp32
+  logsumexp, besides the layer's input, and recomputes the rest (norms, activations, rotary
+  embeddings, the router's softmax and top-k): no FLOPs again, only memory traffic. Both per-op
+  modes run a full backward B (torch refuses W after I); held from I until W is counted as their
+  kept bytes + the output gradients + dx. Transients of a checkpointed layer: F peaks in the MLP
+  (light: the activation's and the product's FFN-wide tensors, 2 e f; GPT-2 3 e f + e h; an MoE layer
+  when the routed outputs are gathered back, as without checkpointing, beside the experts'
+  gathered input); I, the same for every mode (measured), peaks in the MLP's backward, with the
+  recomputed activation live (the activation without checkpointing, less its input), 2 e f of
+  FFN-wide gradients and the norm's 4h, above the output gradients W consumes and dx.
 
 Cost: O(1) per unit.
 """
@@ -55,10 +67,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from schedc.core.costs import AC_MODES
 from schedc.model_costs.shape import ModelShape
 
 Impl = Literal["hf", "torchtitan", "paper"]
-AC = Literal["none", "selective", "full"]
+# the modes, fastest first (schedc.core.costs.AC_MODES is the one list)
+AC = Literal[AC_MODES]
 
 
 @dataclass
@@ -168,16 +182,78 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     # what a checkpointed forward holds at its peak: the MLP's live FFN-wide tensors, its input
     peak_f = (4 * e * f + 2 * e * h) if s.mlp == "gelu" else (3 * e * f + (8 * h if impl == "torchtitan" and
                                                                            device == "cpu" else e * h))
+    recomputed_i = _checkpointed_i(s, e, activation, wgrads + dx)
     if ac == "full":
         kept = e * h
         # W: one recompute per parameter group, whose recomputed tensors outlive it until the graph
         # nodes of later groups are released (measured; benchmarks/memory_fidelity.py)
         leak = groups - (4 / 3 if gpt2 else 4 if impl == "torchtitan" else 3)
-        return UnitBytes(kept, kept + wgrads + dx + (e * h if gpt2 else 0), {"F": peak_f, "I": activation - e * f, "W": leak * activation},
+        return UnitBytes(kept, kept + wgrads + dx + (e * h if gpt2 else 0), {"F": peak_f, "I": recomputed_i,
+                                                                            "W": leak * activation},
                          recompute_i=forward_flops, recompute_w=groups * forward_flops, wgrads=wgrads)
+    if ac == "light":  # its recompute moves memory only: its time is counted from that traffic (units)
+        kept = e * h + _light_saved(s, e)
+        return UnitBytes(kept, kept + wgrads + dx, {"F": _light_peak_f(s, e), "I": recomputed_i}, wgrads=wgrads)
     kept = e * h + _selective_saved(s, impl, device, e)
-    return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": activation - e * f},
+    return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": recomputed_i},
                      recompute_i=recompute_selective, recompute_w=recompute_selective, wgrads=wgrads)
+
+
+def _checkpointed_i(s: ModelShape, e: int, activation: float, held: float) -> float:
+    """I's transient of a checkpointed layer, the same for full, selective and light (measured:
+    the backward regenerates every tensor the layer without checkpointing keeps, whatever the
+    mode saved). It peaks in the MLP's backward: the recomputed activation (without its input),
+    two FFN-wide gradients and, with RMSNorm, the norm's 4h, above what outlives I: the output
+    gradients W would consume, dx, and one more e h gradient of the residual stream."""
+    h, _, _, f = widths(s)
+    mlp = _moe_peak_i(s, e) if s.experts else 2 * e * f
+    norm = 0.0 if s.family == "gpt2" else 4 * h
+    return activation - e * h + mlp + norm - held - e * h
+
+
+def _moe_peak_i(s: ModelShape, e: int) -> float:
+    """What an MoE layer's backward adds at its peak in a checkpointed I (measured, then counted):
+    either the gradients of the routed outputs' gather back to token order (2 k w h, w the routing
+    weights' bytes) or, with wide experts, the experts' SwiGLU backward (two FFN-wide gradients per
+    slot, the experts' gathered input gone by then)."""
+    h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+    w = 4 if s.family == "mixtral" else e
+    gather = 2 * k * w * h + 2 * (w - 3) * h - 2 * E + 18 * k
+    experts = 2 * k * e * fe - k * e * h - 2 * h
+    return max(gather, experts)
+
+
+def _light_saved(s: ModelShape, e: int) -> float:
+    """Bytes per token light AC saves besides the layer's input: every matmul's output and
+    attention's output and fp32 logsumexp (the module docstring lists them)."""
+    h, q, k, f = widths(s)
+    attention = e * q + 4 * float(s.heads or 1)
+    if s.family == "gpt2":  # Conv1D: c_attn (q, k, v fused), c_proj, c_fc, the MLP's c_proj
+        return attention + e * (3 * h + h + f + h)
+    mlp = e * (2 * f + h)
+    if s.experts:  # the router's logits; per routed slot gate and up (one grouped matmul), down
+        E, k_slots, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+        mlp = e * E + k_slots * e * (2 * fe + h)
+        if s.shared_ffn_hidden:  # its gate, up and down linears and its sigmoid gate's linear
+            mlp += e * (2 * float(s.shared_ffn_hidden) + h) + e
+    return attention + e * (q + 2 * k + h) + mlp
+
+
+def _light_peak_f(s: ModelShape, e: int) -> float:
+    """F's transient of a light layer (measured, then counted): the MLP's activation output and the
+    product it feeds down (SwiGLU: 2 e f; GPT-2's gelu_new: three FFN-wide temporaries and an
+    h-wide one), or in an MoE layer the gather of the weighted routed outputs back to token order
+    (as without checkpointing, 2 k w h) beside the experts' gathered input (k e h), the MLP's input
+    and the routing's int64 indices (five per slot) and weights; or, with wide experts, their
+    SwiGLU's activation and product (2 k e f_e)."""
+    h, _, _, f = widths(s)
+    if s.family == "gpt2":
+        return 3 * e * f + e * h
+    if not s.experts:
+        return 2 * e * f
+    k, fe = float(s.experts_per_token), float(s.moe_ffn_hidden)
+    w = 4 if s.family == "mixtral" else e
+    return e * h + 41 * k + max(k * (e * h + 2 * w * h), 2 * k * e * fe)
 
 
 def _selective_saved(s: ModelShape, impl: Impl, device: str, e: int) -> float:

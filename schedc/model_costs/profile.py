@@ -6,7 +6,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
 
-from schedc.core.costs import Profile
+from schedc.core.costs import AC_MODES, PER_OP_AC, Profile
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, dtype_name, finite, read_hf_config
 
@@ -16,7 +16,6 @@ UNIT_NAMES = {
 }
 Names = Literal["torchtitan", "hf"]
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "none": 0}
-AC_MODES = ("none", "selective", "full")
 # What a CUDA process holds outside torch's allocator: the CUDA context, cuBLAS/cuDNN workspaces
 # and one NCCL group, measured on an H200 (docs/design.md)
 CUDA_RESERVE_BYTES = 1.21 * 2**30
@@ -72,8 +71,8 @@ def unit_profile(
     keywords (``layers``, ``hidden``, ``vocab``, ``ffn_hidden``, ``heads``, ``kv_heads``,
     ``head_dim``, ``mlp``, ``tied_embeddings``, ``dropout``, ``family``, ``experts``, ...,
     ``dtype``: the activation dtype). The run: ``seq`` (or ``seq_len``) tokens x
-    ``microbatch_size`` sequences; ``activation_checkpoint`` ``"none"``/``"selective"``/``"full"``
-    or one per layer; ``impl``: whose code runs it (``"hf"``: Hugging Face transformers' modules,
+    ``microbatch_size`` sequences; ``activation_checkpoint`` one of :data:`AC_MODES` (``"none"``,
+    ``"light"``, ``"selective"``, ``"full"``) or one per layer; ``impl``: whose code runs it (``"hf"``: Hugging Face transformers' modules,
     as NeMo AutoModel trains; ``"torchtitan"``: torchtitan's own; ``"paper"``: the textbook count;
     default: the framework of ``names``); ``device``: whose kernels (``"cuda"``; ``"cpu"`` to
     compare with CPU measurements); static bytes from ``optimizer`` (adamw, adam, sgd-momentum,
@@ -209,8 +208,8 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
         raise _bad("device", f"{{param}} must be 'cuda' or 'cpu', got {_shown(device)}")
     if optimizer not in OPTIMIZER_STATES:
         raise _bad("optimizer", f"{{param}} must be one of {', '.join(OPTIMIZER_STATES)}, got {_shown(optimizer)}")
-    per_layer = [ac] * s.layers if isinstance(ac, str) else list(ac)
-    if len(per_layer) != s.layers or any(a not in AC_MODES for a in per_layer):
+    per_layer = [ac] * s.layers if isinstance(ac, str) or not isinstance(ac, (list, tuple)) else list(ac)
+    if len(per_layer) != s.layers or any(not isinstance(a, str) or a not in AC_MODES for a in per_layer):
         raise _bad("activation_checkpoint", f"{{param}} must be one of {', '.join(AC_MODES)} or a list of them, one "
                                             f"per layer ({s.layers}), got {_shown(ac)}")
     if impl == "paper" and any(a != "none" for a in per_layer):
@@ -239,9 +238,9 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1, "reserve_bytes": reserve,
                **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": unsharded} if fsdp else {}),
                "torch": COUNTED_FOR_TORCH, "held": held,
-               # torch refuses a second backward through a selective-checkpoint region, which
-               # stage_backward_weight is: such layers run their backward whole (B), never I then W
-               "split_backward": "selective" not in per_layer}
+               # torch refuses a second backward through a region checkpointed per op (light,
+               # selective), which stage_backward_weight is: such layers run their backward whole (B)
+               "split_backward": not any(a in PER_OP_AC for a in per_layer)}
     return {"seq": seq, "mbs": mbs, "ac": per_layer, "impl": impl, "device": device, "param_bytes": p_bytes,
             "static_per_param": p_bytes + grad + opt, "fsdp_held_per_param": unsharded, "dp_shard": dp_shard, "tp": tp,
             "reserve_bytes": reserve,
@@ -292,9 +291,11 @@ def _shown(value) -> str:
 
 def _notes(run: dict, e: int) -> list[str]:
     warnings = []
-    if "selective" in run["ac"]:
-        warnings.append("warning: selective activation checkpointing cannot run torch's split backward (I, then W): "
-                        "torch raises 'Trying to backward an extra time'; give these stages a full backward (B)")
+    per_op = [m for m in PER_OP_AC if m in run["ac"]]
+    if per_op:
+        warnings.append(f"warning: {' and '.join(per_op)} activation checkpointing (per op) cannot run torch's split "
+                        "backward (I, then W): torch raises 'Trying to backward an extra time'; give these stages a "
+                        "full backward (B)")
     if "full" in run["ac"]:
         warnings.append("warning: with full activation checkpointing torch's split backward recomputes a layer's "
                         "forward once in I and once per parameter group in W (counted in W's time and memory); "
