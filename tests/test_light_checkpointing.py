@@ -146,6 +146,22 @@ def test_modes_are_listed_in_the_one_order_fastest_first():
     assert check_mode("light") == "light"
 
 
+def test_a_plan_that_checkpoints_light_launches_as_planned(tmp_path):
+    import json
+
+    from schedc.errors import SchedcError
+    from schedc.runtime.checkpointing import plan_settings
+
+    plan = {"partition": [["embed", "layers.0", "layers.1"], ["layers.2", "layers.3", "norm", "head"]],
+            "assumes": {"activation_checkpoint": [["light", "full"], "light"]}}
+    assert plan_settings(plan) == {"activation_checkpoint": [["light", "full"], "light"], "layers_per_stage": [2, 2]}
+    plan["assumes"]["activation_checkpoint"] = [["light", "lite"], "light"]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(SchedcError, match=r"plan.json: assumes.activation_checkpoint\[0\]\[1\]: 'lite' is not one of "
+                                          r"none, light, selective, full; give the plan.json"):
+        plan_settings(tmp_path / "plan.json")
+
+
 # ------------------------------------------------------------------ real Hugging Face layers
 def _hf_layer(kind: str, mode: str):
     """(layer checkpointed as `mode`, its call on a fixed input, the input): tiny, sdpa, float32, CPU."""
