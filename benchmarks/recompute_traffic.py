@@ -7,8 +7,9 @@ device's memory bandwidth. This checks that ledger against what the recompute re
 
 Method: the real layers (Hugging Face transformers' decoder layers, as NeMo AutoModel trains
 them, and torchtitan's own blocks, built as benchmarks/memory_fidelity.py builds them) at their
-real hidden sizes with a short sequence on CPU, checkpointed by schedc's runtime
-(``schedc.runtime.checkpointing.checkpoint_block``, the mode's own policy). A
+real hidden sizes with a short sequence on CPU, checkpointed as they run: by schedc's runtime
+(``schedc.runtime.checkpointing.checkpoint_block``; NeMo AutoModel's selective policy is the same),
+torchtitan's blocks under selective by torchtitan's own ``SelectiveAC``. A
 ``TorchDispatchMode`` sums, over the ops of the backward, the bytes of each op's tensor inputs
 and outputs, leaving out what moves no memory (views, aliases, allocations) and the matmuls and
 attention kernels (charged by FLOPs). The recompute's traffic is the checkpointed layer's
@@ -102,14 +103,17 @@ def _layer(name: str, impl: str, sizes: dict, seq: int, dtype: torch.dtype):
 
 def backward_traffic(name: str, impl: str, sizes: dict, seq: int, mode: str,
                      dtype: torch.dtype = torch.bfloat16) -> tuple[collections.Counter, dict]:
-    """Bytes by op of one layer's backward, checkpointed as `mode` by schedc's runtime, and the
-    layer's shape keywords."""
+    """Bytes by op of one layer's backward, checkpointed as `mode` (schedc's runtime; torchtitan's
+    SelectiveAC for its blocks' selective), and the layer's shape keywords."""
     torch.manual_seed(0)
     unit, shape = _layer(name, impl, sizes, seq, dtype)
-    if mode != "none":
+    forward = unit.forward
+    if mode == "selective" and impl == "torchtitan":  # what torchtitan runs: its own SelectiveAC
+        forward = _fidelity().checkpointed(unit, mode)[0].forward
+    elif mode != "none":
         checkpoint_block(unit.module, mode)
     x = unit.make_input()
-    y = unit.call(unit.module, x)
+    y = forward(x)
     meter = Traffic()
     with meter:
         y.backward(torch.ones_like(y))

@@ -25,7 +25,9 @@ of a norm per token (1, or the heads of Qwen3's q/k norms):
 - SwiGLU: SiLU (2 e f) and the gate product (3 e f); GPT-2's ``gelu_new`` eight elementwise ops
   (18 e f).
 - Residual adds: the first only (3 e h). The recompute stops once the last tensor the backward
-  needs is back (torch's early stop), and nothing in the layer saves the second add's output.
+  needs is back (torch's early stop, on in schedc's runtime and NeMo AutoModel), and nothing in
+  the layer saves the second add's output. torchtitan's ``SelectiveAC`` (``impl="torchtitan"``,
+  selective) turns the early stop off: it recomputes the second add too.
 - Dropout (GPT-2, after attention and after the MLP): on CUDA the fused kernel (2 e h + a 1-byte
   mask) each; on CPU the composite (bernoulli and the scaling in place, 4 e h, each), and the
   first dropout's product (3 e h; the second's output is past the early stop).
@@ -37,7 +39,8 @@ of a norm per token (1, or the heads of Qwen3's q/k norms):
   (32 bytes). A shared expert (Qwen2-MoE): its SwiGLU and sigmoid gate.
 
 Parameters (norm weights, the rotary table) are read once per microbatch, not per token: left
-out. ``light`` and ``selective`` recompute the same memory-bound ops; ``full`` recomputes the
+out. ``light`` and ``selective`` recompute the same memory-bound ops (but torchtitan's second add);
+``full`` recomputes the
 whole forward, whose time the FLOP-based forward already stands for (not counted here).
 
 Cost: O(1) per call.
@@ -79,7 +82,9 @@ def recompute_traffic(s: ModelShape, impl: str, device: str, ac: str) -> float:
     dropout = 0.0
     if s.dropout:
         dropout = 2 * (2 * e * h + h) if device == "cuda" else 2 * 4 * e * h + 3 * e * h
-    return norms + attention + mlp + 3 * e * h + dropout
+    # torchtitan's SelectiveAC wraps its blocks with early_stop=False: the output add runs again
+    adds = 2 if impl == "torchtitan" and ac == "selective" else 1
+    return norms + attention + mlp + adds * 3 * e * h + dropout
 
 
 def _cast(width: float, e: int) -> float:
