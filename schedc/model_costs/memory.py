@@ -114,7 +114,7 @@ def _mlp(s: ModelShape, e: int) -> tuple[float, float, int]:
     E, k, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
     saved = 4 * E + e * E + k * (e * h + 4 * e * fe + e * h) + 16 * k
     grads = e * E + k * 2 * e * fe
-    groups = 1 + 2 * s.experts
+    groups = 3  # the router, and the experts' two stacked weights (gate_up_proj, down_proj: one parameter each)
     if s.shared_ffn_hidden:
         fs = float(s.shared_ffn_hidden)
         saved += 4 * e * fs + e * h + 2 * e
