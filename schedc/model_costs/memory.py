@@ -55,9 +55,11 @@ sources and checked against real layers (benchmarks/memory_fidelity.py):
   kept bytes + the output gradients + dx. Transients of a checkpointed layer: F peaks in the MLP
   (light: the activation's and the product's FFN-wide tensors, 2 e f; GPT-2 3 e f + e h; an MoE layer
   when the routed outputs are gathered back, as without checkpointing, beside the experts'
-  gathered input); I, the same for every mode (measured), peaks in the MLP's backward, with the
-  recomputed activation live (the activation without checkpointing, less its input), 2 e f of
-  FFN-wide gradients and the norm's 4h, above the output gradients W consumes and dx.
+  gathered input, or with wide experts in their SwiGLU); I, the same for every mode (measured),
+  peaks in the MLP's backward, with the recomputed activation live (the activation without
+  checkpointing, less its input), 2 e f of FFN-wide gradients (MoE: the gather's gradients, 2 k w h,
+  or the experts' SwiGLU backward) and the norm's 4h, above the output gradients W consumes and dx.
+  An MoE layer's parameter groups are the router and the experts' two stacked weights.
 
 Cost: O(1) per unit.
 """
