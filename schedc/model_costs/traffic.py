@@ -48,10 +48,9 @@ Cost: O(1) per call.
 
 from __future__ import annotations
 
+from schedc.core.costs import PER_OP_AC
 from schedc.model_costs.memory import widths
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape
-
-PER_OP_MODES = ("light", "selective")
 
 
 def recompute_traffic(s: ModelShape, impl: str, device: str, ac: str) -> float:
@@ -60,7 +59,7 @@ def recompute_traffic(s: ModelShape, impl: str, device: str, ac: str) -> float:
     "torchtitan", `device` "cuda" or "cpu"."""
     if ac == "none":
         return 0.0
-    if ac not in PER_OP_MODES:
+    if ac not in PER_OP_AC:
         raise ValueError(f"recompute_traffic: ac must be 'none', 'light' or 'selective', got {ac!r} (full "
                          "recomputes the forward, charged the forward's time)")
     if impl not in ("hf", "torchtitan"):
