@@ -38,6 +38,8 @@ static bytes at ``dp_shard=2`` (section "FSDP2 under torch's pipelining" below).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib
 import math
 import sys
@@ -141,6 +143,22 @@ def checkpointed(unit: Unit, mode: str) -> tuple[Unit, list[int]]:
         policy = (FullAC if mode == "full" else SelectiveAC)
         wrapped = policy(policy.Config())._wrap_block(unit.module)
     return Unit(unit.name, unit.module, unit.make_input, lambda x: unit.call(wrapped, x), keeps_input=True), runs
+
+
+@contextlib.contextmanager
+def cache_mutation_allowed():
+    """torchtitan's SelectiveAC with torch's ``allow_cache_entry_mutation=True``: its policy saves
+    top-k's output, which Mixtral's router (and Qwen-MoE's with ``norm_topk_prob``) then normalizes in
+    place, so the recompute in I raises "Tensor cached during selective activation checkpoint has
+    been mutated". Allowing it measures what the policy would keep if it ran."""
+    import torchtitan.distributed.activation_checkpoint as titan
+
+    contexts = titan.create_selective_checkpoint_contexts
+    titan.create_selective_checkpoint_contexts = functools.partial(contexts, allow_cache_entry_mutation=True)
+    try:
+        yield
+    finally:
+        titan.create_selective_checkpoint_contexts = contexts
 
 
 def measure(unit: Unit) -> dict[str, float]:
@@ -374,10 +392,21 @@ def ac_rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None, modes=
             else:
                 unit, shape = tt_layer(name, tt, seq)
             wrapped, runs = checkpointed(unit, mode)
-            got = measure(wrapped)
+            label = f"{name} ({impl}, {mode} AC)"
+            try:
+                got = measure(wrapped)
+            except RuntimeError as err:
+                if mode != "selective" or "has been mutated" not in str(err.__cause__ or err):
+                    raise
+                # the failed backward left the first forward's graph: a fresh layer, then measured
+                # with the mutation allowed (cache_mutation_allowed)
+                units, _ = hf_units(name, sizes, seq)
+                wrapped, runs = checkpointed(units[1], mode)
+                with cache_mutation_allowed():
+                    got = measure(wrapped)
+                label = f"{name} ({impl}, selective AC, top-k mutation allowed)"
             p = unit_profile(**shape, seq=seq, impl=impl, device="cpu", activation_checkpoint=mode).stages[1]
             count = _quantities(p)
-            label = f"{name} ({impl}, {mode} AC)"
             out.extend((label, "layer", q, count[q], got[q]) for q in QUANTITIES if not math.isnan(got[q]))
             if mode == "full":
                 plain = unit_profile(**shape, seq=seq, impl=impl, device="cpu").stages[1]

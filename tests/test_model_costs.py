@@ -273,6 +273,11 @@ def test_activation_checkpointing_changes_memory_and_recompute():
     assert none.activation_bytes > selective.stages[1].activation_bytes > full.activation_bytes
     assert selective.assumes["split_backward"] is False
     assert any(n.startswith("warning: selective") for n in selective.notes)
+    # per-op checkpointing runs B = I + W, which recomputes once: all of it is charged to I, none to W
+    for mode in ("selective", "light"):
+        layer = unit_profile(**base, activation_checkpoint=mode).stages[1]
+        assert layer.backward_input > none.backward_input, mode
+        assert layer.backward_weight == pytest.approx(none.backward_weight), mode
     mixed = unit_profile(**base, activation_checkpoint=["full", "none", "selective"])
     assert [u.activation_bytes for u in mixed.stages[1:4]] == [full.activation_bytes, none.activation_bytes,
                                                                selective.stages[1].activation_bytes]

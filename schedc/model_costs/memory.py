@@ -185,6 +185,10 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     peak_f = (4 * e * f + 2 * e * h) if s.mlp == "gelu" else (3 * e * f + (8 * h if impl == "torchtitan" and
                                                                            device == "cpu" else e * h))
     recomputed_i = _checkpointed_i(s, e, activation, wgrads + dx)
+    if s.experts:  # measured: the experts' down output gradient is held for W, and the output
+        # gradient given is no linear's (without checkpointing the saved ledger absorbs both)
+        wgrads += (float(s.experts_per_token) + 1) * e * h
+        peak_f = _moe_checkpointed_f(s, e, selective=ac == "selective")
     if ac == "full":
         kept = e * h
         # W: one recompute per parameter group, whose recomputed tensors outlive it until the graph
@@ -197,8 +201,9 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
         kept = e * h + _light_saved(s, e)
         return UnitBytes(kept, kept + wgrads + dx, {"F": _light_peak_f(s, e), "I": recomputed_i}, wgrads=wgrads)
     kept = e * h + _selective_saved(s, impl, device, e)
+    # per op: torch runs no W after I here, so B = I + W recomputes once, all of it counted in I
     return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": recomputed_i},
-                     recompute_i=recompute_selective, recompute_w=recompute_selective, wgrads=wgrads)
+                     recompute_i=recompute_selective, wgrads=wgrads)
 
 
 def _checkpointed_i(s: ModelShape, e: int, activation: float, held: float) -> float:
@@ -223,6 +228,24 @@ def _moe_peak_i(s: ModelShape, e: int) -> float:
     gather = 2 * k * w * h + 2 * (w - 3) * h - 2 * E + 18 * k
     experts = 2 * k * e * fe - k * e * h - 2 * h
     return max(gather, experts)
+
+
+def _moe_checkpointed_f(s: ModelShape, e: int, selective: bool) -> float:
+    """F's transient of an MoE layer under full or selective checkpointing (measured, then counted):
+    nothing of the experts is saved, so F peaks either in their SwiGLU (gate_up's output, the
+    activation and the product: 4 k e f_e) or when the weighted routed outputs are gathered back to
+    token order (the down output, k e h, the weighted outputs and their gather, 2 k w h, and the
+    inverse permutation), above the residual stream (e h), the router's logits (e E), the routing's
+    int64 indices (top-k's, the sort's two: 24 per slot), the routing weights (w per slot, twice:
+    top-k's or their cast, and the sorted ones), histc's fp32 input and the experts' gathered input
+    (k e h). Selective saves the router's logits and top-k's output (its indices; in Mixtral also
+    the weights, top-k's own fp32 values), so those are kept bytes, not transient."""
+    h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+    w = 4 if s.family == "mixtral" else e
+    base = e * h + e * E + (28 + 2 * w) * k + k * e * h
+    if selective:
+        base -= e * E + 8 * k + (w * k if s.family == "mixtral" else 0)
+    return base + max(4 * k * e * fe, 8 * k + k * e * h + 2 * k * w * h)
 
 
 def _light_saved(s: ModelShape, e: int) -> float:
@@ -270,6 +293,11 @@ def _selective_saved(s: ModelShape, impl: Impl, device: str, e: int) -> float:
         bias = "addmm" if s.family in ("qwen2", "qwen2_moe") else "mm"
         qkv = [(q + 2 * k, "mm")] if impl == "torchtitan" else [(q, bias), (k, bias), (k, bias)]
         mlp = [(f, "mm"), (f, "mm"), (h, "mm")]  # gate, up, down (torchtitan: w1, w3, w2)
+        if s.experts:  # the router (the experts' grouped matmuls are no mm: recomputed, not counted)
+            mlp = [(float(s.experts), "mm")]
+            if s.shared_ffn_hidden:  # Qwen2-MoE: the shared expert before the router, its gate after
+                fs = float(s.shared_ffn_hidden)
+                mlp = [(fs, "mm"), (fs, "mm"), (h, "mm")] + mlp + [(1.0, "mm")]
         order = qkv + [(h, "mm")] + mlp  # W_o between them
     saved, count = 0.0, 0
     for width, kind in order:
@@ -281,6 +309,8 @@ def _selective_saved(s: ModelShape, impl: Impl, device: str, e: int) -> float:
             saved += e * width
     if device == "cuda":
         saved += e * q + 4 * float(s.heads or 1)
+    if s.experts:  # top-k is in torchtitan's save list: its fp32 values and int64 indices
+        saved += 12 * float(s.experts_per_token)
     return saved
 
 
