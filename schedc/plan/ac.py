@@ -85,6 +85,19 @@ def checkpointed_form(profile: Profile, none: Optional[Profile] = None) -> Profi
     return profile.model_copy(update={"stages": stages, "assumes": {**(profile.assumes or {}), "split_backward": False}})
 
 
+def plan_mode(profile: Profile, mode: Optional[str], none: Optional[Profile] = None, **kwargs) -> PlanResult:
+    """:func:`plan` with one activation-checkpointing mode for the whole model (``--ac MODE``):
+    a checkpointed profile runs as torch runs it (:func:`checkpointed_form`, B = `none`'s I + W
+    plus one recompute; without `none`, the mode's I + W) and its schedule never splits those
+    stages (:func:`whole_backwards`); ``assumes`` records the mode. Cost: :func:`plan`'s."""
+    if mode in (None, "none"):
+        res = plan(profile=profile, **kwargs)
+    else:
+        res = plan(profile=checkpointed_form(profile, none), **kwargs)
+        res = replace(res, compiled=whole_backwards(res.compiled))
+    return res if mode is None else replace(res, assumes={**res.assumes, "activation_checkpoint": mode})
+
+
 def mode_forms(profiles: dict) -> dict:
     """Each mode's per-unit profile as it runs: ``none`` split (I, then W), the others in B; and
     ``none-b``: no checkpointing in B (a stage that checkpoints some of its layers runs the
@@ -144,6 +157,8 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     steps = {m: (results[m].value if m in results else None) for m in modes}
     binds = {m: r.limiter.kind == "memory" for m, r in results.items() if r.limiter is not None}
     notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
+    notes += [f"activation checkpointing {m}: not planned for the whole model, {framework} has no such mode (only "
+              f"schedc's runtime)" for m in AC_MODES if m in profiles and m not in modes]
     mix = None
     if len(modes) > 1 and "none" in forms and not stop_requested():
         mix = _per_stage_choice(forms, best, best_mode, kwargs, t0 + time_limit, say, t0)
