@@ -4,15 +4,17 @@ For Llama-3-8B- and Qwen2.5-7B-shaped decoders (the Hugging Face config fields a
 nothing is downloaded), microbatches of one sequence, per case (ranks, microbatches, sequence
 length, cap per rank), it prints the step of
 
-- ``schedc plan`` with each activation-checkpointing mode for the whole model (none, selective,
-  full: what torchtitan and NeMo launch; light: schedc's runtime only), each counted by ``schedc.model_costs.unit_profile`` and
-  run as torch runs it: a checkpointed stage's backward whole (B, one recompute; torch refuses
+- ``schedc plan --ac MODE`` with each activation-checkpointing mode for the whole model (none,
+  selective, full: what torchtitan and NeMo launch; light: schedc's runtime only), each with the
+  same time limit as ``--ac auto`` (what a user choosing that mode gets), each counted by
+  ``schedc.model_costs.unit_profile`` and run as torch runs it: a checkpointed stage's backward whole (B, one recompute; torch refuses
   the split backward under selective checkpointing, and under full checkpointing recomputes the
   forward once per parameter group in W);
 - the per-stage choice made with the partition (what schedc's runtime applies), its modes
   (n/l/s/f per stage) and units per stage;
-- ``--ac auto`` (the best of those), its margin over the best global mode torchtitan and NeMo
-  launch and over the best global mode of all four, and whether memory
+- ``--ac auto`` (its own global plans, in a share of the same time limit, and the per-stage
+  choice), its margin over the best global mode torchtitan and NeMo launch and over the best
+  global mode of all four, and whether memory
   binds: the step without checkpointing under the cap is over 1% longer than without a cap (a
   plan with a fifth of the time, in brackets) or does not fit;
 - "free recompute" (where memory binds): the per-stage search's step, same share of the time,
@@ -42,7 +44,7 @@ from schedc.errors import SchedcError
 from schedc.model_costs import unit_profile
 from schedc.core.costs import FRAMEWORK_AC
 from schedc.plan import AC_MODES, TORCHTITAN_AC, plan, plan_ac, torchtitan_rows
-from schedc.plan.ac import AC_SHARE, checkpointed_form, mode_forms, per_stage_search
+from schedc.plan.ac import AC_SHARE, checkpointed_form, mode_forms, per_stage_search, plan_mode
 from schedc.solver.deadline import counting_work
 
 CONFIGS = {
@@ -88,6 +90,15 @@ def free_recompute(profiles: dict, res, time_limit: float, budget: str):
     return None if mix is None else mix["compiled"].value
 
 
+def global_step(profiles: dict, mode: str, ranks: int, mb: int, cap: str, time_limit: float, budget: str):
+    """The step of ``schedc plan --ac MODE`` (None where nothing fits)."""
+    try:
+        return plan_mode(profiles[mode], mode, profiles["none"], ranks=ranks, microbatches=mb, memory=cap,
+                         time_limit=time_limit, budget=budget).value
+    except SchedcError:
+        return None
+
+
 def short(mode) -> str:
     """n / l / s / f for a stage's mode; s1/3: one of its three blocks checkpointed selectively;
     f1s2/3: one fully and two selectively."""
@@ -105,7 +116,7 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str = "time") ->
         res = plan_ac(profiles, ranks=ranks, microbatches=mb, memory=cap, time_limit=time_limit, budget=budget)
     except SchedcError as e:
         return f"{head} {str(e)[:100]} |"
-    steps = res.ac.global_steps
+    steps = {m: global_step(profiles, m, ranks, mb, cap, time_limit, budget) for m in AC_MODES}
     best_global = min((v for v in steps.values() if v is not None), default=None)
     best_framework = min((v for m, v in steps.items() if v is not None and m in FRAMEWORK_AC), default=None)
     mix = res.ac.per_stage
