@@ -235,6 +235,10 @@ SMALL = {  # the fast test's sizes: same layouts, narrow
     "Qwen3-30B-A3B": ("qwen3_moe", dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
                                         num_attention_heads=8, num_key_value_heads=2, head_dim=32,
                                         vocab_size=512, num_experts=16, num_experts_per_tok=4)),
+    "Qwen1.5-MoE-A2.7B": ("qwen2_moe", dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+                                            shared_expert_intermediate_size=512, num_attention_heads=8,
+                                            num_key_value_heads=8, vocab_size=512, num_experts=15,
+                                            num_experts_per_tok=4)),
 }
 
 MID = {  # MoE layouts of the real models (experts, experts per token, q/h, h/f_e) at a middle width
@@ -244,6 +248,10 @@ MID = {  # MoE layouts of the real models (experts, experts per token, q/h, h/f_
     "Qwen3-30B-A3B": ("qwen3_moe", dict(hidden_size=512, intermediate_size=1536, moe_intermediate_size=192,
                                         num_attention_heads=32, num_key_value_heads=4, head_dim=32,
                                         vocab_size=512, num_experts=128, num_experts_per_tok=8)),
+    "Qwen1.5-MoE-A2.7B": ("qwen2_moe", dict(hidden_size=512, intermediate_size=1408, moe_intermediate_size=352,
+                                            shared_expert_intermediate_size=1408, num_attention_heads=16,
+                                            num_key_value_heads=16, vocab_size=512, num_experts=60,
+                                            num_experts_per_tok=4)),
 }
 
 
@@ -362,7 +370,8 @@ def shape_of(sizes: dict, name: str) -> dict:
     experts = f.get("num_local_experts") or f.get("num_experts")
     if experts:
         shape.update(experts=experts, experts_per_token=f["num_experts_per_tok"],
-                     moe_ffn_hidden=f.get("moe_intermediate_size") or f["intermediate_size"])
+                     moe_ffn_hidden=f.get("moe_intermediate_size") or f["intermediate_size"],
+                     shared_ffn_hidden=f.get("shared_expert_intermediate_size", 0))
     return shape
 
 

@@ -114,11 +114,12 @@ def test_light_checkpointed_layers_count_what_torch_keeps(bench, model, tt):
     assert rows["split I/W runs"] == (0, 0)
 
 
-@pytest.mark.parametrize("model", ["Mixtral-8x7B", "Qwen3-30B-A3B"])
+@pytest.mark.parametrize("model", ["Mixtral-8x7B", "Qwen3-30B-A3B", "Qwen1.5-MoE-A2.7B"])
 def test_checkpointed_moe_layers_count_what_torch_keeps(bench, model):
-    # torchtitan's FullAC and SelectiveAC on transformers' MoE layers: selective saves the router's
-    # logits and top-k but no grouped expert matmul, so F peaks in the recomputed-from-nothing experts
-    # as under full; full's I..W holds the experts' down output gradient. Every quantity within 5 %;
+    # torchtitan's FullAC and SelectiveAC on transformers' MoE layers (Qwen2-MoE's with its shared
+    # expert): selective saves the router's logits and top-k but no grouped expert matmul, so F peaks
+    # in the experts as under full; full's I..W holds the experts' down output gradient, and I peaks
+    # inside the recompute, at its gather. Every quantity within 5 %;
     # full's W transient (its recomputes' leftovers) is counted high, never low
     pytest.importorskip("torchtitan")
     rows = {(r[0].split(", ")[1].split(" ")[0], r[2]): (r[3], r[4]) for r in bench.ac_rows(

@@ -189,6 +189,8 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
         # gradient given is no linear's (without checkpointing the saved ledger absorbs both)
         wgrads += (float(s.experts_per_token) + 1) * e * h
         peak_f = _moe_checkpointed_f(s, e, selective=ac == "selective")
+        if ac != "light":  # light saves the experts' outputs: its recompute stops short of the gather
+            recomputed_i = max(recomputed_i, _moe_recompute_i(s, e, activation) - wgrads - dx)
     if ac == "full":
         kept = e * h
         # W: one recompute per parameter group, whose recomputed tensors outlive it until the graph
@@ -222,12 +224,14 @@ def _moe_peak_i(s: ModelShape, e: int) -> float:
     """What an MoE layer's backward adds at its peak in a checkpointed I (measured, then counted):
     either the gradients of the routed outputs' gather back to token order (2 k w h, w the routing
     weights' bytes) or, with wide experts, the experts' SwiGLU backward (two FFN-wide gradients per
-    slot, the experts' gathered input gone by then)."""
+    slot, the experts' gathered input gone by then), or a wide shared expert's SwiGLU backward."""
     h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
     w = 4 if s.family == "mixtral" else e
     gather = 2 * k * w * h + 2 * (w - 3) * h - 2 * E + 18 * k
     experts = 2 * k * e * fe - k * e * h - 2 * h
-    return max(gather, experts)
+    # a wide shared expert (Qwen2-MoE) peaks in its SwiGLU's backward, as a dense MLP does
+    shared = e * float(s.shared_ffn_hidden)
+    return max(gather, experts, shared)
 
 
 def _moe_checkpointed_f(s: ModelShape, e: int, selective: bool) -> float:
@@ -239,13 +243,34 @@ def _moe_checkpointed_f(s: ModelShape, e: int, selective: bool) -> float:
     int64 indices (top-k's, the sort's two: 24 per slot), the routing weights (w per slot, twice:
     top-k's or their cast, and the sorted ones), histc's fp32 input and the experts' gathered input
     (k e h). Selective saves the router's logits and top-k's output (its indices; in Mixtral also
-    the weights, top-k's own fp32 values), so those are kept bytes, not transient."""
+    the weights, top-k's own fp32 values), so those are kept bytes, not transient. A shared expert
+    (Qwen2-MoE) adds its output, or peaks in its own SwiGLU."""
     h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
     w = 4 if s.family == "mixtral" else e
     base = e * h + e * E + (28 + 2 * w) * k + k * e * h
     if selective:
         base -= e * E + 8 * k + (w * k if s.family == "mixtral" else 0)
-    return base + max(4 * k * e * fe, 8 * k + k * e * h + 2 * k * w * h)
+    routed = base + max(4 * k * e * fe, 8 * k + k * e * h + 2 * k * w * h)
+    if not s.shared_ffn_hidden:
+        return routed
+    # Qwen2-MoE's shared expert runs first: its output (e h) is live while the routed experts run;
+    # its own SwiGLU peaks at the product (the activation, up's output and the product: 3 e f_s;
+    # selective saves up's output)
+    fs = float(s.shared_ffn_hidden)
+    return max(routed + e * h, e * h + (2 if selective else 3) * e * fs)
+
+
+def _moe_recompute_i(s: ModelShape, e: int, activation: float) -> float:
+    """What is live when a full or selective MoE layer's I peaks inside its own recompute (measured,
+    then counted): the backward's first node that needs a saved tensor is the gather's, so the
+    forward is rerun with the gradient of the gathered outputs (k w h) already live; at its gather
+    back to token order every tensor the layer without checkpointing saves is live again (its
+    activation, which counts the experts' down output as saved: here that output is live anyway),
+    with the residual stream (e h), the weighted outputs and their gather (2 k w h) and the inverse
+    permutation (int64 per slot)."""
+    h, k = float(s.hidden), float(s.experts_per_token)
+    w = 4 if s.family == "mixtral" else e
+    return activation + e * h + 3 * k * w * h + 8 * k
 
 
 def _light_saved(s: ModelShape, e: int) -> float:
