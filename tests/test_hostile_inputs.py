@@ -31,6 +31,10 @@ def _profile(stage: dict, n: int = 2) -> str:
 
 _STAGE = {"forward": 1, "backward_input": 1, "backward_weight": 1, "activation_bytes": 1}
 _ONE_F_ONE_B = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
+# per-unit profiles that record the checkpointing mode they were counted with
+_MODED = {f"{mode}.json": json.dumps({"format": "schedc.profile/v1", "stages": [_STAGE] * 4,
+                                      "assumes": {"activation_checkpoint": mode}}) for mode in ("none", "light")}
+_PLAN_ARGS = ["--ranks", "2", "--mb", "4", "--memory", "none", "--time-limit", "2", "-o", "p.csv"]
 
 
 def _one_line_error(out, command: str, *needles: str) -> str:
@@ -80,6 +84,29 @@ def _one_line_error(out, command: str, *needles: str) -> str:
      ["--comm 1e308: the time of one microbatch"]),
     ({"a.csv": _ONE_F_ONE_B}, ["simulate", "a.csv", "--memory", "9" * 400 + "p"], "simulate",
      ["--memory: the factor in", "(401 characters) is more than 1e+06"]),
+    # plan's MODE=UNITS.json: a profile counted for another mode is not taken for this one's costs
+    (_MODED, ["plan", "--profile", "none=none.json", "--profile", "light=none.json", "--ac", "auto", *_PLAN_ARGS],
+     "plan", ["--profile light=none.json was counted with activation checkpointing 'none'; give a profile counted "
+              "with 'light'"]),
+    (_MODED, ["plan", "--profile", "light=none.json", *_PLAN_ARGS], "plan",
+     ["--profile light=none.json was counted with activation checkpointing 'none'"]),
+    # --ac light beside a profile named for another mode was dropped: the plan ran without checkpointing
+    (_MODED, ["plan", "--profile", "none=none.json", "--ac", "light", *_PLAN_ARGS], "plan",
+     ["--ac light: --profile none=none.json names mode 'none'; give --profile light=UNITS.json"]),
+    # a misspelt mode, a profile without one, a mode twice: each named, not "needs one profile per mode"
+    (_MODED, ["plan", "--profile", "none=none.json", "--profile", "Light=light.json", "--ac", "auto", *_PLAN_ARGS],
+     "plan", ["--profile Light=light.json: 'Light' is not one of none, light, selective, full"]),
+    (_MODED, ["plan", "--profile", "none=none.json", "--profile", "light.json", "--ac", "auto", *_PLAN_ARGS], "plan",
+     ["--profile light.json: names no mode; --ac auto takes one profile per mode"]),
+    (_MODED, ["plan", "--profile", "light=light.json", "--profile", "light=light.json", "--ac", "auto", *_PLAN_ARGS],
+     "plan", ["--profile light=light.json: mode 'light' is given twice"]),
+    (_MODED, ["plan", "--profile", "light.json", "--ac", "Light", *_PLAN_ARGS], "plan",
+     ["--ac must be one of none, light, selective, full, auto, got 'Light'"]),
+    # profile --units --ac: one mode, or one per layer
+    ({"c.json": json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+                            "vocab_size": 100, "intermediate_size": 128})},
+     ["profile", "--units", "--config", "c.json", "--seq", "64", "--ac", "light,full", "-o", "u.json"], "profile",
+     ["--ac: 2 modes for 4 layers; give one, or one per layer"]),
 ])
 def test_bad_input_is_one_line_exit_2_and_leaves_no_file(tmp_path, files, argv, command, needles):
     for name, text in files.items():

@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from schedc.core.costs import AC_MODES, Profile, format_duration
+from schedc.core.costs import AC_MODES, FRAMEWORK_AC, Profile, format_duration
 from schedc.errors import SchedcError
 from schedc.cli import common
 from schedc.io.fileio import write_all
@@ -93,7 +93,6 @@ def run(args) -> int:
 
 def _plan(args):
     from schedc.io import csvio
-    from schedc.plan import plan
 
     if not str(args.output).endswith(".csv"):
         raise SchedcError(f"-o {args.output}: the schedule file must end in .csv (the report goes beside it as .json)")
@@ -121,17 +120,11 @@ def _plan(args):
 
         res = plan_ac(profiles, **kw)
     else:
-        mode, units = next(iter(profiles.items()))
-        if mode not in (None, "none"):  # torch runs a checkpointed stage's backward whole (schedc.plan.ac)
-            from schedc.plan.ac import checkpointed_form, whole_backwards
+        from schedc.plan.ac import plan_mode
 
-            units = checkpointed_form(units, _counted(args, "none") if args.config is not None else None)
-            res = plan(profile=units, **kw)
-            res = replace(res, compiled=whole_backwards(res.compiled))
-        else:
-            res = plan(profile=units, **kw)
-        if mode is not None:
-            res = replace(res, assumes={**res.assumes, "activation_checkpoint": mode})
+        mode, units = next(iter(profiles.items()))
+        none = _counted(args, "none") if args.config is not None and mode not in (None, "none") else None
+        res = plan_mode(units, mode, none, **kw)
     from schedc.plan import build_plan_report
 
     res = replace(res, report=build_plan_report(res, csv=csv.name))
@@ -175,21 +168,46 @@ def _unit_profiles(args) -> tuple[dict, str]:
                           f"already holds what its numbers assumed)")
     pairs = [p.split("=", 1) if "=" in p and p.split("=", 1)[0] in AC_MODES else (None, p) for p in args.profile]
     if args.ac == "auto":
-        modes = [m for m, _ in pairs]
-        if len(pairs) < 2 or None in modes or len(set(modes)) != len(modes):
-            raise SchedcError("--ac auto with --profile needs one profile per mode: --profile none=a.json --profile "
-                              "full=b.json (or --config config.json, which counts every mode)")
-        return {m: _target(Profile.load(path), args) for m, path in pairs}, ", ".join(path for _, path in pairs)
+        _check_mode_pairs(args.profile, pairs)
+        profiles = {m: _stated_mode(_target(Profile.load(path), args), path, m, f"--profile {m}=") for m, path in pairs}
+        return profiles, ", ".join(path for _, path in pairs)
     if len(pairs) > 1:
         raise SchedcError("--profile: give one per-unit profile, or one per mode (MODE=UNITS.json) with --ac auto")
     mode, path = pairs[0]
-    units = _target(Profile.load(path), args)
-    stated = (units.assumes or {}).get("activation_checkpoint")
+    if mode is not None and args.ac is not None and mode != args.ac:  # else --ac was silently dropped
+        raise SchedcError(f"--ac {args.ac}: --profile {mode}={path} names mode {mode!r}; give --profile "
+                          f"{args.ac}=UNITS.json, or --ac auto with one profile per mode")
+    prefix = f"--profile {mode}=" if mode is not None else f"--ac {args.ac}: "
     mode = mode or args.ac
+    units = _stated_mode(_target(Profile.load(path), args), path, mode, prefix)
+    return {mode or (units.assumes or {}).get("activation_checkpoint"): units}, path
+
+
+def _check_mode_pairs(given: list, pairs: list) -> None:
+    """--ac auto's MODE=UNITS.json list: each names a mode of AC_MODES once, at least two."""
+    if len(pairs) < 2:
+        raise SchedcError("--ac auto with --profile needs one profile per mode: --profile none=a.json --profile "
+                          "full=b.json (or --config config.json, which counts every mode)")
+    seen = set()
+    for text, (mode, _) in zip(given, pairs):
+        if mode is None:
+            head = text.split("=", 1)[0] if "=" in text else None
+            what = f"{head!r} is not one of {', '.join(AC_MODES)}" if head else "names no mode"
+            raise SchedcError(f"--profile {text}: {what}; --ac auto takes one profile per mode: --profile "
+                              f"none=a.json --profile full=b.json (or --config config.json, which counts every mode)")
+        if mode in seen:
+            raise SchedcError(f"--profile {text}: mode {mode!r} is given twice; give one profile per mode")
+        seen.add(mode)
+
+
+def _stated_mode(units: Profile, path: str, mode, prefix: str) -> Profile:
+    """`units`, refused when its ``assumes`` records another checkpointing mode than the one it is
+    planned as (its costs would be taken for that mode's)."""
+    stated = (units.assumes or {}).get("activation_checkpoint")
     if mode is not None and stated is not None and stated != mode:
-        raise SchedcError(f"--ac {mode}: {path} was counted with activation checkpointing {stated!r}; give a profile "
+        raise SchedcError(f"{prefix}{path} was counted with activation checkpointing {stated!r}; give a profile "
                           f"counted with {mode!r}")
-    return {mode or stated: units}, path
+    return units
 
 
 def _target(units: Profile, args) -> Profile:
@@ -289,6 +307,8 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
 def _ac_lines(res, t) -> list[str]:
     ac = res.ac
     steps = ", ".join(f"{m} {t(v) if v is not None else 'not planned'}" for m, v in ac.global_steps.items())
+    only_ours = [m for m in ac.global_steps if m not in FRAMEWORK_AC]  # light: they have no such mode
+    steps += f" ({', '.join(only_ours)}: schedc's runtime only)" if only_ours else ""
     out = [f"  activation checkpointing for the whole model (what torchtitan and NeMo launch): {steps}"]
     mix = ac.per_stage
     if mix is not None:
@@ -313,12 +333,18 @@ def _short_modes(modes) -> str:
 
 def format_runtime_launch(res, report_file) -> str:
     """How schedc's runtime launches a plan whose checkpointing is per stage (torchtitan and NeMo
-    take one mode per run): load_pipeline with plan_settings, or the example trainer."""
-    if res.ac is None or isinstance(res.ac.chosen, str):
+    take one mode per run), or in a mode only schedc's runtime has (light, planned or chosen for
+    the whole model): load_pipeline with plan_settings, or the example trainer."""
+    mode = res.report["assumes"].get("activation_checkpoint") if res.report else None
+    if isinstance(mode, list):
+        why = "per-stage activation checkpointing; torchtitan and NeMo take one mode per run"
+    elif mode is not None and mode not in FRAMEWORK_AC:
+        why = f"{mode} activation checkpointing, a mode torchtitan and NeMo do not have"
+    else:
         return ""
     n = res.compiled.problem.n_ranks
     return "\n".join([
-        "schedc's runtime (per-stage activation checkpointing; torchtitan and NeMo take one mode per run):",
+        f"schedc's runtime ({why}):",
         "  from schedc.runtime import load_pipeline",
         "  from schedc.runtime.checkpointing import plan_settings",
         f"  pipe = load_pipeline({str(report_file.with_suffix('.csv'))!r}, model, loss_fn, device, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from schedc.cli import common
+from schedc.core.costs import FRAMEWORK_AC
 from schedc.errors import SchedcError
 
 
@@ -144,11 +145,14 @@ def _check_plan_checkpointing(args, schedule) -> str:
         raise SchedcError(f"--partition {e}") from None
     check_split_backward(modes, schedule, str(args.file))
     flat = {m for stage in modes for m in ([stage] if isinstance(stage, str) else stage)}
-    if not args.for_ or len(flat) < 2:
+    if not args.for_ or len(flat) < 2 and flat <= set(FRAMEWORK_AC):
         return ""
     from schedc.frameworks import REGISTRY, parse_spec
 
     label = REGISTRY[parse_spec(args.for_)[0]].label
+    if len(flat) < 2:  # light: a mode the frameworks do not have
+        return (f"but the plan checkpoints every layer with {', '.join(flat)!r}, a mode {label} does not have "
+                f"({', '.join(FRAMEWORK_AC)}): its step assumes schedc's runtime")
     return (f"but the plan checkpoints activations per stage or block ({', '.join(sorted(flat))}), which "
             f"{label} cannot apply (one mode per run): its step assumes schedc's runtime")
 
