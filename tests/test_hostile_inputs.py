@@ -694,6 +694,10 @@ BAD_PLANS = [  # (report, or the file's raw text; what the line names)
     (_with(ac=["none", "none", "none"]), "assumes.activation_checkpoint: 3 modes given for 2 stages"),
     (_with(ac=[]), "assumes.activation_checkpoint: 0 modes given for 2 stages"),
     (_with(ac=[["full"], "none"]), "assumes.activation_checkpoint[0]: 1 modes given for the 2 blocks of stage 0"),
+    # light's near misses: a case, the planner's pair name, a mode inside a per-block list
+    (_with(ac=["Light", "none"]), "assumes.activation_checkpoint[0]: 'Light' is not one of none, light, selective"),
+    (_with(ac=["light+full", "none"]), "assumes.activation_checkpoint[0]: 'light+full' is not one of none, light"),
+    (_with(ac=[["light", "lite"], "light"]), "assumes.activation_checkpoint[0][1]: 'lite' is not one of none, light"),
 ]
 
 
@@ -845,10 +849,18 @@ def test_validate_partition_checks_a_plan_s_checkpointing_against_the_csv(tmp_pa
         if "names no blocks" in needle:  # a framework takes any names: the per-block list fits no block
             needle = "assumes.activation_checkpoint[0]: 2 modes given for the 0 blocks of stage 0"
         assert needle in err or "expected a plan report with 'partition'" in err, (needle, err)
-    # selective checkpointing on a stage the CSV runs as I then W: torch's split backward refuses it
+    # selective or light checkpointing on a stage the CSV runs as I then W: torch's split backward refuses it
     _plan_files(tmp_path, schedule=make_baseline("zb-h1", 2, 4))
     code = cli.main(["validate", "plan.csv", "--partition", "plan.json"])
     _one_error_line(capsys, code, "plan.csv: stage 1 runs I and W apart", "'full' or 'none'")
+    for light in (["none", "light"], [["none", "none"], ["full", "light"]], "light"):
+        _plan_files(tmp_path, assumes={"activation_checkpoint": light}, schedule=make_baseline("zb-h1", 2, 4))
+        code = cli.main(["validate", "plan.csv", "--partition", "plan.json"])
+        _one_error_line(capsys, code, "plan.csv: stage 1 runs I and W apart", "per op ('light')")
+    # ... but stage 0 may: torch runs its whole backward in W
+    _plan_files(tmp_path, assumes={"activation_checkpoint": ["light", "none"]}, schedule=make_baseline("zb-h1", 2, 4))
+    assert cli.main(["validate", "plan.csv", "--partition", "plan.json"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
     # a partition alone, or per-stage costs naming their modules (their "assumes" is the profile's),
     # are not plan reports: checked for the split only
     (tmp_path / "split.json").write_text(json.dumps(_PARTITION))
