@@ -102,6 +102,16 @@ def _one_line_error(out, command: str, *needles: str) -> str:
      "plan", ["--profile light=light.json: mode 'light' is given twice"]),
     (_MODED, ["plan", "--profile", "light.json", "--ac", "Light", *_PLAN_ARGS], "plan",
      ["--ac must be one of none, light, selective, full, auto, got 'Light'"]),
+    # per-mode profiles of another model: more units was a numpy broadcast traceback, another --seq planned
+    ({**_MODED, "six.json": json.dumps({"format": "schedc.profile/v1", "stages": [_STAGE] * 6})},
+     ["plan", "--profile", "none=none.json", "--profile", "light=six.json", "--ac", "auto", *_PLAN_ARGS], "plan",
+     ["the light profile has 6 units, the none profile 4: the profiles of --ac auto count one model and run"]),
+    ({**_MODED, "seq.json": json.dumps({"format": "schedc.profile/v1", "stages": [_STAGE] * 4,
+                                         "assumes": {"activation_checkpoint": "light", "seq_len": 128}}),
+      "n.json": json.dumps({"format": "schedc.profile/v1", "stages": [_STAGE] * 4,
+                            "assumes": {"activation_checkpoint": "none", "seq_len": 64}})},
+     ["plan", "--profile", "none=n.json", "--profile", "light=seq.json", "--ac", "auto", *_PLAN_ARGS], "plan",
+     ["the light profile has seq_len 128, the none profile 64"]),
     # profile --units --ac: one mode, or one per layer
     ({"c.json": json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
                             "vocab_size": 100, "intermediate_size": 128})},

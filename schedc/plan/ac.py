@@ -24,7 +24,7 @@ from schedc.core.costs import AC_MODES, FRAMEWORK_AC, Profile
 from schedc.core.partition import (INF, PLACEMENTS, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
                                    partition_bound, v_buffers)
 from schedc.core.tolerances import REL
-from schedc.errors import SchedcError, python_spelling
+from schedc.errors import SchedcError, printable, python_spelling
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.comparisons import torchtitan_rows
 from schedc.plan.limiter import plan_limiter
@@ -109,6 +109,34 @@ def mode_forms(profiles: dict) -> dict:
     return forms
 
 
+_MODE_KEYS = ("activation_checkpoint", "split_backward")  # what differs between one run's per-mode profiles
+
+
+def check_same_run(profiles: dict) -> None:
+    """Per-mode profiles must count the same units of one model and run (the per-stage search
+    mixes their units); a SchedcError naming the mode and what differs. Cost: O(units)."""
+    (first, a), *rest = profiles.items()
+    for mode, b in rest:
+        differs = _difference(a, b, first)
+        if differs:
+            raise SchedcError(f"the {mode} profile has {differs}: the profiles of --ac auto count one model and run "
+                              f"in each mode; count them with the same config, --seq and settings")
+
+
+def _difference(a: Profile, b: Profile, first: str) -> Optional[str]:
+    if len(a.stages) != len(b.stages):
+        return f"{len(b.stages)} units, the {first} profile {len(a.stages)}"
+    if [u.modules for u in a.stages] != [u.modules for u in b.stages]:
+        return f"other modules than the {first} profile"
+    ran = [{k: v for k, v in (p.assumes or {}).items() if k not in _MODE_KEYS} for p in (a, b)]
+    for key in sorted(set(ran[0]) & set(ran[1])):
+        if ran[0][key] != ran[1][key]:
+            return f"{key} {printable(str(ran[1][key]))[:40]}, the {first} profile {printable(str(ran[0][key]))[:40]}"
+    if a.model and b.model and a.model != b.model:
+        return f"model {printable(b.model)[:80]!r}, the {first} profile {printable(a.model)[:80]!r}"
+    return None
+
+
 def mixed_units(profiles: dict, counts: Sequence[int], stage_modes: Sequence[str]) -> Profile:
     """The per-unit profile whose units in stage s come from ``profiles[stage_modes[s]]``."""
     base = next(iter(profiles.values()))
@@ -140,6 +168,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     only those global modes are planned and the per-stage choice is reported, not adopted.
     schedc's runtime (``load_pipeline(activation_checkpoint=[...])``) applies every mode, one per
     stage, or one per block of a stage. Cost: the time limit."""
+    check_same_run(profiles)
     if kwargs.get("budget") == "work" and not _counting_work():
         return _on_work_clock(plan_ac, time_limit, profiles=profiles, progress=progress, **kwargs)
     say = progress or (lambda line: None)
