@@ -115,7 +115,7 @@ _MODE_KEYS = ("activation_checkpoint", "split_backward")  # what differs between
 def check_same_run(profiles: dict) -> None:
     """Per-mode profiles must count the same units of one model and run (the per-stage search
     mixes their units); a SchedcError naming the mode and what differs. Cost: O(units)."""
-    (first, a), *rest = profiles.items()
+    (first, a), *rest = list(profiles.items()) or [(None, None)]
     for mode, b in rest:
         differs = _difference(a, b, first)
         if differs:
