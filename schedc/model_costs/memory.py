@@ -59,7 +59,10 @@ sources and checked against real layers (benchmarks/memory_fidelity.py):
   peaks in the MLP's backward, with the recomputed activation live (the activation without
   checkpointing, less its input), 2 e f of FFN-wide gradients (MoE: the gather's gradients, 2 k w h,
   or the experts' SwiGLU backward) and the norm's 4h, above the output gradients W consumes and dx.
-  An MoE layer's parameter groups are the router and the experts' two stacked weights.
+  An MoE layer's parameter groups are the router and the experts' two stacked weights. Under full
+  and selective its experts are recomputed whole (torchtitan's save list has the router's mm and
+  top-k, not ``_grouped_mm``): F peaks in the experts' SwiGLU or their gather, I inside the
+  recompute at the gather, and I..W holds the experts' down output gradient too.
 
 Cost: O(1) per unit.
 """
