@@ -64,7 +64,8 @@ def test_selective_i_adds_its_matmuls_and_its_traffic():
     matmuls = 2 * 4096 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336) / 400e12  # W_k, W_o, up
     moved = recompute_traffic(s, "hf", "cuda", "selective") * 4096 / 2e12
     assert sel.backward_input == pytest.approx(none.backward_input + matmuls + moved)
-    assert sel.backward_weight == pytest.approx(none.backward_weight + matmuls + moved)
+    # per-op checkpointing runs B = I + W, which recomputes once: W is charged nothing again
+    assert sel.backward_weight == pytest.approx(none.backward_weight)
     # half the bandwidth, twice the traffic's time
     slow = unit_profile(**LLAMA_8B, activation_checkpoint="selective", memory_bandwidth=1e12).stages[1]
     assert slow.backward_input - sel.backward_input == pytest.approx(moved)
