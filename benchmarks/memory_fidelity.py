@@ -15,8 +15,10 @@ split I (torch.distributed.pipelining's ``stage_backward_input``) and W
   given output gradient excluded, the returned input gradient included), and the transient
   peak above the held bytes while F, I and W run (W's parameter gradients excluded: static bytes).
 
-Checkpointed layers are measured under torchtitan's ``FullAC`` and ``SelectiveAC`` and under
-schedc's own light policy (``schedc.runtime.checkpointing.checkpoint_block(block, "light")``).
+Checkpointed layers are measured under torchtitan's ``FullAC`` and ``SelectiveAC`` (where the
+recompute refuses a layer that mutates a saved tensor, Mixtral's top-k, with torch's
+``allow_cache_entry_mutation``, the row named so) and under schedc's own light policy
+(``schedc.runtime.checkpointing.checkpoint_block(block, "light")``).
 It prints each against ``unit_profile(..., device="cpu")``, the same count with CPU's kernels
 (CPU's composite RMSNorm in torchtitan, W_o's input copied after CPU flash attention, dropout
 masks in the activation dtype); the CUDA count differs only in those terms (docs/design.md).
