@@ -46,6 +46,9 @@ def test_a_per_stage_plan_with_light_prints_what_plan_json_records_and_launches_
     whole = next(line for line in stdout.splitlines() if "for the whole model (what torchtitan and NeMo" in line)
     assert whole.endswith("(light: schedc's runtime only)"), whole
     assert f"chosen: {json.dumps(modes)}" in stdout
+    # the best whole-model mode here is light: torchtitan's classes were compared under it, which it cannot run
+    classes = [line for line in stdout.splitlines() if ": torchtitan class " in line]
+    assert classes and all(re.match(r"  torchtitan default, (light|selective) AC split", c) for c in classes), classes
     assert "schedc's runtime (per-stage activation checkpointing;" in stdout
     assert "torchrun --nproc-per-node 2 examples/train.py --plan plan.json" in stdout
     out = _schedc("validate", "plan.csv", "--partition", "plan.json", cwd=tmp_path)

@@ -231,6 +231,9 @@ def _adopt_mix(best: PlanResult, mix: dict, forms: dict, steps: dict, binds, not
 def _finish(out: PlanResult, choice: ACChoice, forms: dict, best_mode: str, t0: float) -> PlanResult:
     out = replace(out, compiled=whole_backwards(out.compiled))
     rows = list(out.comparisons)
+    if best_mode not in FRAMEWORK_AC:  # torchtitan's classes compared under light: say so, torchtitan has no light
+        rows = [replace(r, split=f"torchtitan default, {best_mode} AC") if r.peak is not None
+                and r.split == "torchtitan default" else r for r in rows]
     if TORCHTITAN_AC in forms and TORCHTITAN_AC != best_mode:
         p = out.compiled.problem
         for row in torchtitan_rows(forms[TORCHTITAN_AC], p.n_ranks, p.n_microbatches, p.memory, p.objective):
