@@ -605,3 +605,23 @@ def test_an_unknown_checkpointing_mode_lists_the_four(ac):
     message = str(err.value)
     assert "\n" not in message and "activation_checkpoint" in message
     assert "none, light, selective, full" in message
+
+
+def test_selective_recomputes_the_matmuls_its_save_list_skips_in_each_implementation():
+    from schedc.model_costs.memory import selective_recompute_flops
+    from schedc.model_costs.shape import ModelShape
+
+    def shape(**kw):
+        base = dict(layers=2, hidden=64, vocab=100, ffn_hidden=160, heads=4, kv_heads=2, head_dim=16, dtype="bfloat16")
+        return ModelShape(**{**base, **kw}).resolved()
+
+    h, q, k, f = 64, 64, 32, 160
+    # Hugging Face Llama: q, k, v, o, gate, up, down; every second plain mm recomputed: k, o, up
+    assert selective_recompute_flops(shape(family="llama"), "hf") == 2 * (h * k + q * h + h * f)
+    # torchtitan fuses q, k, v: qkv, o, w1, w3, w2; recomputed: o and w3
+    assert selective_recompute_flops(shape(family="llama"), "torchtitan") == 2 * (q * h + h * f)
+    # Qwen2's biased q, k, v are addmms, always saved and not counted: o, gate, up, down; gate and down again
+    assert selective_recompute_flops(shape(family="qwen2"), "hf") == 2 * (h * f + f * h)
+    # an MoE layer's experts are grouped matmuls, not on the save list: all three recomputed per routed slot
+    moe = shape(family="qwen3_moe", experts=8, experts_per_token=2, moe_ffn_hidden=32)
+    assert selective_recompute_flops(moe, "hf") == 2 * (h * k + q * h) + 2 * 2 * 3 * h * 32

@@ -142,10 +142,9 @@ def _moe_transients(s: ModelShape, e: int) -> tuple[float, float]:
     return 2 * k * w * h + e * E + (12 + w) * k, k * e * h + (24 + w) * k
 
 
-def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: float,
-                recompute_selective: float) -> UnitBytes:
-    """Bytes per token of one decoder layer (see the module docstring); `forward_flops` and
-    `recompute_selective` are the layer's forward FLOPs per token and those selective AC repeats."""
+def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: float) -> UnitBytes:
+    """Bytes per token of one decoder layer (see the module docstring) and the FLOPs per token its
+    checkpointing repeats; `forward_flops` is the layer's forward FLOPs per token."""
     e = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[s.dtype]
     if impl == "paper":
         return _paper_layer(s, e)
@@ -208,7 +207,7 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     kept = e * h + _selective_saved(s, impl, device, e)
     # per op: torch runs no W after I here, so B = I + W recomputes once, all of it counted in I
     return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": recomputed_i},
-                     recompute_i=recompute_selective, wgrads=wgrads)
+                     recompute_i=selective_recompute_flops(s, impl), wgrads=wgrads)
 
 
 def _checkpointed_i(s: ModelShape, e: int, activation: float, held: float) -> float:
@@ -309,34 +308,44 @@ def _light_peak_f(s: ModelShape, e: int) -> float:
     return e * h + 41 * k + max(k * (e * h + 2 * w * h), 2 * k * e * fe)
 
 
-def _selective_saved(s: ModelShape, impl: Impl, device: str, e: int) -> float:
-    """Bytes per token selective AC saves (torchtitan's SelectiveAC; NeMo AutoModel's follows it):
-    the outputs of matmuls, every second plain mm/linear in execution order recomputed (an addmm,
-    a linear with a bias, is always saved and not counted), and on CUDA flash attention's output
-    and logsumexp (CPU's flash kernel is not in torch's compute-intensive list)."""
+def _selective_matmuls(s: ModelShape, impl: Impl) -> list[tuple[float, float, bool]]:
+    """(input width, output width, saved) of a layer's matmuls in execution order under torchtitan's
+    SelectiveAC: every second plain mm/linear recomputed, an addmm (a linear with a bias) always
+    saved and not counted, an MoE's experts (grouped matmuls, not in its save list) recomputed."""
     h, q, k, f = widths(s)
     if s.family == "gpt2":  # Conv1D: every projection is an addmm
-        order = [(3 * h, "addmm"), (h, "addmm"), (f, "addmm"), (h, "addmm")]
+        order = [(h, 3 * h, "addmm"), (h, h, "addmm"), (h, f, "addmm"), (f, h, "addmm")]
     else:
         bias = "addmm" if s.family in ("qwen2", "qwen2_moe") else "mm"
-        qkv = [(q + 2 * k, "mm")] if impl == "torchtitan" else [(q, bias), (k, bias), (k, bias)]
-        mlp = [(f, "mm"), (f, "mm"), (h, "mm")]  # gate, up, down (torchtitan: w1, w3, w2)
-        if s.experts:  # the router (the experts' grouped matmuls are no mm: recomputed, not counted)
-            mlp = [(float(s.experts), "mm")]
+        qkv = [(h, q + 2 * k, "mm")] if impl == "torchtitan" else [(h, q, bias), (h, k, bias), (h, k, bias)]
+        mlp = [(h, f, "mm"), (h, f, "mm"), (f, h, "mm")]  # gate, up, down (torchtitan: w1, w3, w2)
+        if s.experts:  # the router, then per routed slot gate and up (one grouped matmul) and down
+            E, slots, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+            mlp = [(h, E, "mm"), (slots * h, 2 * fe, "grouped"), (slots * fe, h, "grouped")]
             if s.shared_ffn_hidden:  # Qwen2-MoE: the shared expert before the router, its gate after
                 fs = float(s.shared_ffn_hidden)
-                mlp = [(fs, "mm"), (fs, "mm"), (h, "mm")] + mlp + [(1.0, "mm")]
-        order = qkv + [(h, "mm")] + mlp  # W_o between them
-    saved, count = 0.0, 0
-    for width, kind in order:
-        if kind == "addmm":
-            saved += e * width
-            continue
-        count += 1
-        if count % 2:
-            saved += e * width
+                mlp = [(h, fs, "mm"), (h, fs, "mm"), (fs, h, "mm")] + mlp + [(h, 1.0, "mm")]
+        order = qkv + [(q, h, "mm")] + mlp  # W_o between them
+    out, count = [], 0
+    for width_in, width_out, kind in order:
+        if kind == "mm":
+            count += 1
+        out.append((width_in, width_out, kind == "addmm" or kind == "mm" and count % 2 == 1))
+    return out
+
+
+def selective_recompute_flops(s: ModelShape, impl: Impl) -> float:
+    """Forward FLOPs per token selective AC repeats: the matmuls it does not save."""
+    return sum(2 * a * b for a, b, saved in _selective_matmuls(s, impl) if not saved)
+
+
+def _selective_saved(s: ModelShape, impl: Impl, device: str, e: int) -> float:
+    """Bytes per token selective AC saves (torchtitan's SelectiveAC; NeMo AutoModel's follows it):
+    the outputs of the matmuls :func:`_selective_matmuls` saves, and on CUDA flash attention's output
+    and logsumexp (CPU's flash kernel is not in torch's compute-intensive list)."""
+    saved = sum(e * width for _, width, kept in _selective_matmuls(s, impl) if kept)
     if device == "cuda":
-        saved += e * q + 4 * float(s.heads or 1)
+        saved += e * widths(s)[1] + 4 * float(s.heads or 1)
     if s.experts:  # top-k is in torchtitan's save list: its fp32 values and int64 indices
         saved += 12 * float(s.experts_per_token)
     return saved

@@ -30,20 +30,17 @@ def layer_params(s: ModelShape, impl: str) -> float:
     return attention + mlp + extra
 
 
-def layer_flops(s: ModelShape, tokens: float, seq: float) -> tuple[float, float, float, float]:
-    """(linear FLOPs, attention-core FLOPs, FLOPs selective AC recomputes) of one layer's forward
-    for `tokens` tokens, and its per-token forward FLOPs."""
+def layer_flops(s: ModelShape, tokens: float, seq: float) -> tuple[float, float, float]:
+    """(linear FLOPs, attention-core FLOPs) of one layer's forward for `tokens` tokens, and its
+    per-token forward FLOPs."""
     h, q, k, f = memory.widths(s)
     if s.experts:
         routed = s.experts_per_token * 3 * h * s.moe_ffn_hidden + 3 * h * s.shared_ffn_hidden + h * s.experts
         linear = 2 * tokens * (h * q + 2 * h * k + q * h + routed)
-        up = s.experts_per_token * h * s.moe_ffn_hidden
     else:
         linear = 2 * tokens * (h * q + 2 * h * k + q * h + (3 if s.mlp == "swiglu" else 2) * h * f)
-        up = h * f if s.mlp == "swiglu" else 0
     attention = 4 * tokens * seq * q
-    selective = 2 * tokens * (h * k + q * h + up)  # every second matmul: W_k, W_o, up
-    return linear, attention, selective, (linear + attention) / tokens
+    return linear, attention, (linear + attention) / tokens
 
 
 def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
@@ -56,7 +53,7 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     per_param = run["static_per_param"] / run["dp_shard"] + run["fsdp_held_per_param"]
     h, V = float(s.hidden), float(s.vocab)
     names = _names(s.layers, run["names"])
-    linear, attention, selective, per_token = layer_flops(s, tokens, seq)
+    linear, attention, per_token = layer_flops(s, tokens, seq)
     params = layer_params(s, impl)
 
     def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules) -> StageCost:
@@ -73,7 +70,7 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
                  (2 * e * tokens * h + 3 * e * V * h) / run["memory_bandwidth"], emb_b, emb_params, names[0])
     body = []
     for i, ac in enumerate(run["ac"]):
-        b = memory.layer_bytes(s, impl, device, ac, per_token, selective / tokens)
+        b = memory.layer_bytes(s, impl, device, ac, per_token)
         fw = (linear + attention) / flops
         again_i, again_w = _recompute_seconds(s, run, ac, b, tokens, fw)
         body.append(cost(fw, (linear + 2 * attention) / flops + again_i, linear / flops + again_w, b, params,
