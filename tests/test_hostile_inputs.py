@@ -112,6 +112,12 @@ def _one_line_error(out, command: str, *needles: str) -> str:
                             "assumes": {"activation_checkpoint": "none", "seq_len": 64}})},
      ["plan", "--profile", "none=n.json", "--profile", "light=seq.json", "--ac", "auto", *_PLAN_ARGS], "plan",
      ["the light profile has seq_len 128, the none profile 64"]),
+    ({**_MODED, "slow.json": json.dumps({"format": "schedc.profile/v1", "stages": [_STAGE] * 4, "device": "1 TFLOP/s",
+                                          "assumes": {"activation_checkpoint": "light"}}),
+      "fast.json": json.dumps({"format": "schedc.profile/v1", "stages": [_STAGE] * 4, "device": "400 TFLOP/s",
+                               "assumes": {"activation_checkpoint": "none"}})},
+     ["plan", "--profile", "none=fast.json", "--profile", "light=slow.json", "--ac", "auto", *_PLAN_ARGS], "plan",
+     ["the light profile has device '1 TFLOP/s', the none profile '400 TFLOP/s'"]),
     # profile --units --ac: one mode, or one per layer
     ({"c.json": json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
                             "vocab_size": 100, "intermediate_size": 128})},

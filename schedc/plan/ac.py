@@ -132,8 +132,10 @@ def _difference(a: Profile, b: Profile, first: str) -> Optional[str]:
     for key in sorted(set(ran[0]) & set(ran[1])):
         if ran[0][key] != ran[1][key]:
             return f"{key} {printable(str(ran[1][key]))[:40]}, the {first} profile {printable(str(ran[0][key]))[:40]}"
-    if a.model and b.model and a.model != b.model:
-        return f"model {printable(b.model)[:80]!r}, the {first} profile {printable(a.model)[:80]!r}"
+    for key in ("model", "device"):  # device: the arithmetic model's FLOP rate and bandwidth, or the GPU measured
+        mine, theirs = getattr(a, key), getattr(b, key)
+        if mine and theirs and mine != theirs:
+            return f"{key} {printable(str(theirs))[:80]!r}, the {first} profile {printable(str(mine))[:80]!r}"
     return None
 
 
