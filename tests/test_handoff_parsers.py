@@ -141,6 +141,16 @@ def test_a_per_stage_checkpointing_plan_is_not_handed_off_as_one_mode():
         assert any("'light', a mode only schedc's runtime applies" in w for w in light["warnings"]), light["warnings"]
 
 
+
+def test_nemo_selective_on_a_router_that_normalizes_top_k_in_place_is_a_warning():
+    mixtral = REGISTRY["nemo"].settings(handoff(partition=HF, activation_checkpoint="selective", model_type="mixtral"))
+    assert any("normalizes in place" in w and "plan with full or none" in w for w in mixtral["warnings"])
+    for other in (dict(model_type="llama", activation_checkpoint="selective"),
+                  dict(model_type="mixtral", activation_checkpoint="full")):
+        assert not any("normalizes in place" in w for w in REGISTRY["nemo"].settings(handoff(partition=HF, **other))[
+            "warnings"])
+
+
 def test_memory_counted_for_another_implementation_is_a_warning():
     tt = REGISTRY["torchtitan"].settings(handoff(implementation="hf"))
     assert any("Hugging Face transformers' modules" in w and "--for torchtitan" in w for w in tt["warnings"])

@@ -50,6 +50,9 @@ FIELDS = {
 V_NAMES = ("ZBVZeroBubble",)
 PLAN_NAMES = {"loop": "1F1B", "v": "ZBVZeroBubble"}
 _AC = {"none": False, "full": True, "selective": "selective"}  # what parse_distributed_section reads
+# Hugging Face MoE models NeMo AutoModel 0.7.0 trains with transformers' own modules (it has its own
+# Qwen3-MoE) whose router divides top-k's output in place
+_TOPK_IN_PLACE = ("mixtral",)
 
 
 @python_spelling
@@ -127,6 +130,11 @@ def settings(h: Handoff) -> dict:
         distributed["activation_checkpointing"] = _AC[mode]
     else:
         warnings.append(h.ac_warning("NeMo AutoModel"))
+    if mode == "selective" and a.get("model_type") in _TOPK_IN_PLACE:
+        warnings.append(f"NeMo AutoModel's selective checkpointing saves top-k, which transformers' "
+                        f"{a['model_type']} router then normalizes in place: torch refuses it in the first backward "
+                        "('Tensor cached during selective activation checkpoint has been mutated'); plan with full or "
+                        "none, or run under schedc's runtime, whose selective policy recomputes top-k")
     warnings += precision_warnings + _fsdp(a, mp_policy, h.n_ranks * distributed["tp_size"] * dp)
     warnings += h.common_warnings(NAME, "hf", "NeMo AutoModel")
     local = h.n_microbatches * mbs

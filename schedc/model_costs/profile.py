@@ -231,7 +231,7 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
     fsdp = dp_shard > 1 if fsdp is None else fsdp
     unsharded = fsdp_held(s.dtype, grad_dtype, grad) if fsdp else 0.0
     summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
-    assumes = {"seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
+    assumes = {"model_type": s.family, "seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
                "grad_dtype": grad_dtype, "optimizer": optimizer, "optimizer_dtype": optimizer_dtype,
                "master_weights": bool(master_weights), "static_bytes_per_param": p_bytes + grad + opt,
