@@ -74,6 +74,8 @@ def test_a_light_plan_for_the_whole_model_says_how_schedc_runs_it_and_that_frame
     assert "the plan checkpoints every layer with 'light', a mode only schedc's runtime applies" in stdout
     assert "schedc's runtime (light activation checkpointing, a mode torchtitan and NeMo do not have):" in stdout
     assert "pipe = load_pipeline('plan.csv', model, loss_fn, device, **plan_settings('plan.json'))" in stdout
+    classes = [line for line in stdout.splitlines() if ": torchtitan class " in line]
+    assert classes and all(c.startswith("  torchtitan default, light AC split") for c in classes), classes
     out = _schedc("validate", "plan.csv", "--for", "torchtitan:1F1B", "--partition", "plan.json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "but the plan checkpoints every layer with 'light', a mode torchtitan 0.3.0 does not have" in out.stdout

@@ -95,7 +95,18 @@ def plan_mode(profile: Profile, mode: Optional[str], none: Optional[Profile] = N
     else:
         res = plan(profile=checkpointed_form(profile, none), **kwargs)
         res = replace(res, compiled=whole_backwards(res.compiled))
-    return res if mode is None else replace(res, assumes={**res.assumes, "activation_checkpoint": mode})
+    if mode is None:
+        return res
+    return replace(res, assumes={**res.assumes, "activation_checkpoint": mode},
+                   comparisons=_label_rows(res.comparisons, mode))
+
+
+def _label_rows(rows: list, mode: str) -> list:
+    """torchtitan's classes compared under a mode it does not have (light) say so in their split."""
+    if mode in FRAMEWORK_AC:
+        return list(rows)
+    return [replace(r, split=f"torchtitan default, {mode} AC") if r.peak is not None and r.split == "torchtitan default"
+            else r for r in rows]
 
 
 def mode_forms(profiles: dict) -> dict:
@@ -232,10 +243,7 @@ def _adopt_mix(best: PlanResult, mix: dict, forms: dict, steps: dict, binds, not
 
 def _finish(out: PlanResult, choice: ACChoice, forms: dict, best_mode: str, t0: float) -> PlanResult:
     out = replace(out, compiled=whole_backwards(out.compiled))
-    rows = list(out.comparisons)
-    if best_mode not in FRAMEWORK_AC:  # torchtitan's classes compared under light: say so, torchtitan has no light
-        rows = [replace(r, split=f"torchtitan default, {best_mode} AC") if r.peak is not None
-                and r.split == "torchtitan default" else r for r in rows]
+    rows = _label_rows(out.comparisons, best_mode)
     if TORCHTITAN_AC in forms and TORCHTITAN_AC != best_mode:
         p = out.compiled.problem
         for row in torchtitan_rows(forms[TORCHTITAN_AC], p.n_ranks, p.n_microbatches, p.memory, p.objective):
