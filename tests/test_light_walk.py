@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from test_plan import _modes, _schedc, tiny_units  # noqa: E402  (the per-unit profiles the plan tests share)
-from test_plan_ac import TIGHT, _with_light  # noqa: E402
+from test_plan_ac import TIGHT, _with_light, train_plan  # noqa: E402
 
 M = 4
 
@@ -35,7 +33,6 @@ def _plan(tmp, *args):
 
 
 def test_a_per_stage_plan_with_light_prints_what_plan_json_records_and_launches_on_gloo(tmp_path):
-    from _dist import ROOT, free_port, worker_env
 
     _profiles(tmp_path)
     stdout = _plan(tmp_path, *[a for m in ("none", "light", "selective", "full")
@@ -55,14 +52,7 @@ def test_a_per_stage_plan_with_light_prints_what_plan_json_records_and_launches_
     assert out.returncode == 0 and "launched on the partition of plan.json" in out.stdout, out.stderr
     out = _schedc("validate", "plan.csv", "--for", "torchtitan:1F1B", "--partition", "plan.json", cwd=tmp_path)
     assert out.returncode == 0 and "which torchtitan 0.3.0 cannot apply (one mode per run)" in out.stdout, out
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), str(ROOT / "examples" / "train.py"), "--plan", "plan.json",
-           "--steps", "2", "--warmup", "0", "--hidden", "32", "--heads", "2", "--seq-len", "16", "--vocab", "64",
-           "--backend", "gloo", "--timeout", "60"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=worker_env(), cwd=str(tmp_path))
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert f"activation checkpointing {modes}" in out.stdout
-    assert len(re.findall(r"^step +\d+ +loss ", out.stdout, re.M)) == 2
+    train_plan(tmp_path)
 
 
 def test_a_light_plan_for_the_whole_model_says_how_schedc_runs_it_and_that_frameworks_cannot(tmp_path):
