@@ -91,7 +91,7 @@ def _recompute_seconds(s: ModelShape, run: dict, ac: str, b: memory.UnitBytes, t
     """Seconds a checkpointed layer's recompute adds to I and to W: its recomputed FLOPs at the
     effective FLOP rate and, for the per-op modes (light, selective), the bytes their recomputed
     memory-bound ops move (:func:`schedc.model_costs.traffic.recompute_traffic`) at the memory
-    bandwidth, in W too where the mode repeats FLOPs there."""
+    bandwidth, in I only (a per-op mode runs B = I + W, which recomputes once)."""
     flops = run["flops"] * run["tp"]
     again_i, again_w = b.recompute_i * tokens / flops, b.recompute_w * tokens / flops
     if ac not in PER_OP_AC:
@@ -101,7 +101,7 @@ def _recompute_seconds(s: ModelShape, run: dict, ac: str, b: memory.UnitBytes, t
     moved = recompute_traffic(s, run["impl"], run["device"], ac) * tokens / run["tp"] / run["memory_bandwidth"]
     # a part of the forward never costs more than the whole, which full's recompute is charged:
     # the effective FLOP rate stands for all of a forward's work, memory-bound ops included
-    return min(again_i + moved, forward), min(again_w + (moved if b.recompute_w else 0.0), forward)
+    return min(again_i + moved, forward), again_w
 
 
 def _names(layers: int, names: str) -> list[list[str]]:
