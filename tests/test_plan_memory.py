@@ -16,7 +16,6 @@ from schedc.core.simulate import simulate
 from schedc.errors import SchedcError
 from schedc.plan import parse_cap, plan, problem_for
 from schedc.plan.least_memory import _memory_floor
-from schedc.plan.limiter import _cap_binds
 from schedc.plan.problem import holds_one_microbatch
 from schedc.plan.request import PlanRequest
 
@@ -171,12 +170,12 @@ def test_the_least_cap_over_partitions_is_the_cost_models_over_all_partitions(pl
     assert need[tuple(split)] <= cap * (1 + 1e-9)
 
 
-def test_the_cap_binds_when_a_rank_has_no_room_for_one_more_microbatch():
-    from schedc.solver.compile import compile_problem
-
+def test_memory_binds_where_a_shorter_uncapped_schedule_exceeds_the_cap_with_every_term_counted():
     units = units_with_terms()
-    tight = compile_problem(problem_for(units, [2, 3, 1, 1], "v", 2, 4, parse_cap("12.5GiB"), "makespan"),
-                            time_limit=2)
-    loose = compile_problem(problem_for(units, [2, 3, 1, 1], "v", 2, 4, parse_cap("40GiB"), "makespan"),
-                            time_limit=2)
-    assert _cap_binds(tight) and not _cap_binds(loose)
+    tight = plan(profile=units, ranks=2, microbatches=4, memory="12.5GiB", placement="v", time_limit=2,
+                 budget="work")
+    loose = plan(profile=units, ranks=2, microbatches=4, memory="40GiB", placement="v", time_limit=2,
+                 budget="work")
+    assert tight.limiter.kind == "memory" and tight.limiter.uncapped_step < tight.value
+    assert tight.limiter.uncapped_peak > parse_cap("12.5GiB").value
+    assert loose.limiter.kind != "memory"

@@ -1,11 +1,13 @@
 """What limits a plan's step: memory, one rank's work or the fill and drain.
 
 Problem: a user who wants a shorter step needs to know which change helps (more memory, another
-partition, more microbatches). Method: :func:`plan_limiter` compares the plan with the shortest
-hand-made schedule with no cap on the chosen, the compute-balanced and torchtitan's split (memory
-binds when that one is over 1% shorter and some rank has no room for one more microbatch), else
-asks schedc.core.diagnose.limiter; ``_why_partition`` compares the busiest rank's work with the fastest
-comparison row's. Cost: one simulation per hand-made schedule and split.
+partition, more microbatches). Method: :func:`plan_limiter` compares the plan with the uncapped
+problem: the hand-made schedules with no cap on the chosen, the compute-balanced and torchtitan's
+split, and schedc's list heuristic with no cap on the chosen split. Memory binds when one of them
+is over 1% shorter and does not fit the cap (more memory then shortens the step); else
+schedc.core.diagnose.limiter answers. ``_why_partition`` compares the busiest rank's work with the
+fastest comparison row's. Cost: one simulation per hand-made schedule and split, and two list
+constructions (milliseconds to a fraction of a second), none charged to a work clock.
 """
 
 from __future__ import annotations
@@ -13,19 +15,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from schedc.core.cost_model import fits
-from schedc.core.costs import MemoryLimit, Profile, format_bytes
+from schedc.core.costs import MemoryLimit, format_bytes
 from schedc.errors import SchedcError
 from schedc.core.partition import Units, n_stages_for, torchtitan_default_counts
 from schedc.plan.handmade import _hand_made_shapes
 from schedc.plan.problem import problem_for
 from schedc.plan.result import PlanResult
 
+HEURISTIC = "schedc's heuristic"
+SHORTER = 0.99  # an uncapped schedule counts when its step is under this fraction of the plan's
+# above this many actions the uncapped heuristic is skipped: one construction would take seconds
+HEURISTIC_ACTIONS = 100_000
+
 
 @dataclass(frozen=True)
 class PlanLimiter:
-    """What limits the plan's step: ``memory`` (with no cap a known schedule is shorter:
-    ``uncapped_step`` at ``uncapped_peak``), else ``rank`` or ``critical-path``
+    """What limits the plan's step: ``memory`` (with no cap a schedule that exceeds the cap is
+    shorter: ``uncapped_step`` at ``uncapped_peak``), else ``rank`` or ``critical-path``
     (schedc.core.diagnose.limiter on the chosen schedule); ``why_partition`` compares the busiest
     rank's work with the comparison splits'."""
 
@@ -40,24 +46,64 @@ class PlanLimiter:
                 "uncapped_step": self.uncapped_step, "uncapped_peak": self.uncapped_peak}
 
 
-def _uncapped_best(profile: Profile, splits, ranks: int, microbatches: int, objective: str):
-    """(step, peak, schedule name, split name, placement, counts) of the shortest hand-made
-    schedule with no cap over the given splits."""
+@dataclass(frozen=True)
+class Uncapped:
+    """One schedule of the uncapped problem: its step, its peak (largest over ranks), whether it
+    fits the plan's cap, and which schedule on which split it is."""
+
+    value: float
+    peak: float
+    fits: bool
+    name: str
+    split: str
+    placement: str
+    counts: list
+
+
+def uncapped_schedules(profile, splits, ranks: int, microbatches: int, limit: MemoryLimit,
+                       objective: str) -> list[Uncapped]:
+    """The hand-made schedules on each (split name, placement, counts) of `splits`, and schedc's
+    list heuristic with no cap on the first split, each simulated under `limit` (the step does not
+    depend on it; whether it fits does)."""
     from schedc.core.simulate import simulate
 
-    none = MemoryLimit(kind="none")
-    best = None
-    for split, pl, counts in splits:
-        problem = problem_for(profile, counts, pl, ranks, microbatches, none, objective)
-        for name, sched in _hand_made_shapes(problem).items():
+    found = []
+    for k, (split, pl, counts) in enumerate(splits):
+        problem = problem_for(profile, counts, pl, ranks, microbatches, limit, objective)
+        shapes = dict(_hand_made_shapes(problem))
+        if k == 0:
+            shapes[HEURISTIC] = _uncapped_heuristic(profile, counts, pl, ranks, microbatches, objective)
+        for name, sched in shapes.items():
+            if sched is None:
+                continue
             try:
-                sim = simulate(sched, problem.profile, none)
+                sim = simulate(sched, problem.profile, problem.memory)
             except SchedcError:
                 continue
-            value = sim.objective(objective)
-            if best is None or value < best[0]:
-                best = (value, max(sim.peak_memory), name, split, pl, list(counts))
-    return best
+            found.append(Uncapped(sim.objective(objective), max(sim.peak_memory), sim.fits, name, split, pl,
+                                  list(counts)))
+    return found
+
+
+def _uncapped_heuristic(profile, counts, placement: str, ranks: int, microbatches: int, objective: str):
+    """schedc.solver.engines.heuristic's schedule with no cap (its fixed rules, no local search:
+    deterministic), or None on problems too large for a quick construction. The work clock is
+    left as it was: the plan is chosen, and what follows it must not depend on this."""
+    from schedc.solver.deadline import n_actions, work_clock
+    from schedc.solver.engines.heuristic import heuristic_schedule
+
+    problem = problem_for(profile, counts, placement, ranks, microbatches, MemoryLimit(kind="none"), objective)
+    if n_actions(problem.n_stages, microbatches) > HEURISTIC_ACTIONS:
+        return None
+    clock = work_clock()
+    spent = None if clock is None else clock.spent
+    try:
+        return heuristic_schedule(problem, time_budget=0.0)
+    except SchedcError:
+        return None
+    finally:
+        if clock is not None:
+            clock.spent = spent
 
 
 def rank_work(units: Units, counts: Sequence[int], placement: str, ranks: int) -> list[float]:
@@ -72,16 +118,18 @@ def rank_work(units: Units, counts: Sequence[int], placement: str, ranks: int) -
 
 
 def plan_limiter(result: "PlanResult") -> PlanLimiter:
-    """Memory-bound when some rank has no room for one more microbatch and, with no cap, a
-    hand-made schedule on the chosen, the compute-balanced or torchtitan's split is over 1% shorter
-    than the plan (the step then shortens with more memory, and more microbatches do not help);
-    otherwise what ``schedc.core.diagnose.limiter`` says of the
-    chosen schedule. Cost: one simulation per hand-made schedule and split (milliseconds each)."""
+    """Memory-bound when, with no cap, a hand-made schedule on the chosen, the compute-balanced or
+    torchtitan's split, or schedc's heuristic on the chosen split, is over 1% shorter than the plan
+    and does not fit the cap: the step then shortens with more memory, and more microbatches do not
+    help. The test is the uncapped schedules themselves, not the plan's room: a rank with room for
+    one more microbatch can still be one the next shorter order does not fit. Otherwise what
+    ``schedc.core.diagnose.limiter`` says of the chosen schedule. Cost: one simulation per
+    hand-made schedule and split and two list constructions (milliseconds each)."""
     from schedc.core.diagnose import limiter
 
     units = Units.of(result.units)
-    ranks, M = result.compiled.problem.n_ranks, result.compiled.problem.n_microbatches
-    objective = result.compiled.problem.objective
+    problem = result.compiled.problem
+    ranks, M = problem.n_ranks, problem.n_microbatches
     splits = [("the chosen", result.placement, result.counts)]
     for pl in result.bounds:
         S = n_stages_for(pl, ranks)
@@ -89,30 +137,30 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
                                                       and c.split == "compute-balanced"), None)),
                    ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
     splits = [x for x in splits if x[2] is not None]
-    best = _uncapped_best(result.units, splits, ranks, M, objective) if _cap_binds(result.compiled) else None
+    found = uncapped_schedules(result.units, splits, ranks, M, problem.memory, problem.objective)
+    # a shorter schedule that fits the cap is the search's miss, not the memory's
+    shorter = [u for u in found if u.value < result.value * SHORTER and not u.fits]
     why = _why_partition(result, units, ranks)
-    if best is not None and best[0] < result.value * 0.99:
-        value, peak, name, split, pl, counts = best
-        message = (f"memory: with no cap {name} on {split} split {counts} ({pl}) takes {value:.6g} s, "
-                   f"{100 * (1 - value / result.value):.0f}% shorter, at a peak of {format_bytes(peak)}; more memory "
-                   "per rank or activation checkpointing shortens the step, more microbatches do not")
-        return PlanLimiter("memory", message, why, value, peak)
-    diag = limiter(result.compiled.sim, result.compiled.problem.profile)
+    if shorter:
+        best = min(shorter, key=lambda u: u.value)
+        least = min(shorter, key=lambda u: u.peak)
+        also = "" if least.peak >= best.peak else (
+            f"; with the least memory of those, {_named(least)} is {_percent(least, result)} shorter at a peak of "
+            f"{format_bytes(least.peak)}")
+        message = (f"memory: with no cap {_named(best)} takes {best.value:.6g} s, {_percent(best, result)} shorter, "
+                   f"at a peak of {format_bytes(best.peak)}{also}; more memory per rank or activation checkpointing "
+                   "shortens the step, more microbatches do not")
+        return PlanLimiter("memory", message, why, best.value, best.peak)
+    diag = limiter(result.compiled.sim, problem.profile)
     return PlanLimiter(diag.kind, diag.message, why)
 
 
-def _cap_binds(compiled) -> bool:
-    """Whether some rank's peak leaves no room for one more microbatch of its largest stage: only
-    then can more memory shorten the step."""
-    problem, sim = compiled.problem, compiled.sim
-    costs = problem.costs
-    for r in range(problem.n_ranks):
-        if r >= len(sim.memory_limit):
-            continue
-        biggest = max((costs.activation(s) for s in costs.stages_of(r)), default=0.0)
-        if not fits(sim.peak_memory[r] + biggest, sim.memory_limit[r]):
-            return True
-    return False
+def _named(u: Uncapped) -> str:
+    return f"{u.name} on {u.split} split {u.counts} ({u.placement})"
+
+
+def _percent(u: Uncapped, result: "PlanResult") -> str:
+    return f"{100 * (1 - u.value / result.value):.1f}%"
 
 
 def _why_partition(result: "PlanResult", units: Units, ranks: int) -> str:
