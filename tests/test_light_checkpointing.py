@@ -163,8 +163,9 @@ def test_a_plan_that_checkpoints_light_launches_as_planned(tmp_path):
 
 
 # ------------------------------------------------------------------ real Hugging Face layers
-def _hf_layer(kind: str, mode: str):
-    """(layer checkpointed as `mode`, its call on a fixed input, the input): tiny, sdpa, float32, CPU."""
+def _hf_layer(kind: str, mode: str, wrap=None):
+    """(layer checkpointed as `mode`, its call on a fixed input, the input): tiny, sdpa, float32,
+    CPU; `wrap`: a function that returns the module to call instead of the layer."""
     transformers = pytest.importorskip("transformers")
     from schedc.runtime.checkpointing import checkpoint_block
 
@@ -203,21 +204,30 @@ def _hf_layer(kind: str, mode: str):
     positions = torch.arange(x.shape[1])[None]
     embeddings = find(rotary_cls)(config)(x, positions)
     checkpoint_block(layer, mode)
+    run = wrap(layer) if wrap else layer
 
     def call():
-        out = layer(x, attention_mask=None, position_embeddings=embeddings, position_ids=positions)
+        out = run(x, attention_mask=None, position_embeddings=embeddings, position_ids=positions)
         return out[0] if isinstance(out, tuple) else out
 
     return layer, call, x
 
 
+def _titan_selective(kind: str):
+    """The layer under torchtitan 0.3.0's own SelectiveAC (what torchtitan and NeMo launch)."""
+    from torchtitan.distributed.activation_checkpoint import SelectiveAC
+
+    return _hf_layer(kind, "none", wrap=lambda layer: SelectiveAC(SelectiveAC.Config())._wrap_block(layer))
+
+
 def _held_after_f_and_grads(kind: str, mode: str):
     """Bytes allocated by F that are still held after it (its output excluded), with the
     allocator's own trace (schedc.runtime.allocator: SAC's cached outputs are not saved tensors,
-    so saved-tensor hooks would miss them); then the gradients of one backward."""
+    so saved-tensor hooks would miss them); then the gradients of one backward. Mode "titan": the
+    layer under torchtitan's SelectiveAC."""
     from schedc.runtime.allocator import AllocatorTrace, nbytes_of
 
-    layer, call, x = _hf_layer(kind, mode)
+    layer, call, x = _titan_selective(kind) if mode == "titan" else _hf_layer(kind, mode)
     # the trace counts every free while F runs: a garbage collection then would free an earlier
     # layer's cycles and count them against this one
     gc.collect()
@@ -244,6 +254,18 @@ def test_light_holds_between_selective_and_none_after_f_with_the_same_gradients(
         held[mode], grads[mode] = _held_after_f_and_grads(kind, mode)
     assert held["selective"] < held["light"] < held["none"], held
     assert _same(grads["light"], grads["none"]) and _same(grads["selective"], grads["none"])
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_selective_keeps_what_torchtitans_selective_keeps(kind):
+    # the counts (schedc.model_costs) describe torchtitan's SelectiveAC, which NeMo follows; schedc's
+    # runtime applies "selective" itself and must keep the same tensors: Qwen2's biased q, k, v
+    # (addmm) are saved and take no turn in the every-other-matmul alternation
+    pytest.importorskip("torchtitan")
+    ours, grads = _held_after_f_and_grads(kind, "selective")
+    theirs, titan_grads = _held_after_f_and_grads(kind, "titan")
+    assert ours == theirs
+    assert _same(grads, titan_grads)
 
 
 @pytest.mark.parametrize("kind", ["mixtral", "mixtral-grouped_mm", "qwen2_moe"])

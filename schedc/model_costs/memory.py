@@ -205,6 +205,8 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
         kept = e * h + _light_saved(s, e)
         return UnitBytes(kept, kept + wgrads + dx, {"F": _light_peak_f(s, e), "I": recomputed_i}, wgrads=wgrads)
     kept = e * h + _selective_saved(s, impl, device, e)
+    if not s.experts:
+        peak_f = _selective_peak_f(s, impl, e, peak_f)
     # per op: torch runs no W after I here, so B = I + W recomputes once, all of it counted in I
     return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": recomputed_i},
                      recompute_i=selective_recompute_flops(s, impl), wgrads=wgrads)
@@ -334,6 +336,23 @@ def _selective_matmuls(s: ModelShape, impl: Impl) -> list[tuple[float, float, bo
     return out
 
 
+def _selective_peak_f(s: ModelShape, impl: Impl, e: int, full_peak: float) -> float:
+    """F's transient of a dense layer under selective checkpointing (measured, then counted): full
+    checkpointing's MLP peak less what the save list keeps of it. With SwiGLU's gate output saved
+    (Hugging Face's Llama, Mistral, Qwen3; torchtitan's w1) the peak is its activation, up's output
+    and their product (3 e f); with up's saved instead (Qwen2, whose biased q/k/v take no turn in
+    the alternation) up's output leaves the transient; GPT-2's saved c_fc output leaves it with
+    the MLP's input."""
+    h, _, _, f = widths(s)
+    matmuls = _selective_matmuls(s, impl)
+    if s.mlp == "gelu":
+        return full_peak - (e * f + e * h if matmuls[-2][2] else 0.0)
+    gate_saved, up_saved = matmuls[-3][2], matmuls[-2][2]
+    if gate_saved:
+        return 3 * e * f
+    return full_peak - (e * f if up_saved else 0.0)
+
+
 def selective_recompute_flops(s: ModelShape, impl: Impl) -> float:
     """Forward FLOPs per token selective AC repeats: the matmuls it does not save."""
     return sum(2 * a * b for a, b, saved in _selective_matmuls(s, impl) if not saved)
@@ -377,8 +396,12 @@ def head_bytes(s: ModelShape, impl: Impl, device: str, vocab: float) -> UnitByte
     # small vocabulary, in the norm's backward
     norm_backward = 12 * h if s.family == "gpt2" else 18 * h
     loss_backward = (8 - e) * vocab - 2 * e * h + 8
-    return UnitBytes(act, act + wgrads + e * h, {"F": 4 * vocab, "I": max(loss_backward, norm_backward)},
-                     wgrads=wgrads)
+    transient = {"F": 4 * vocab, "I": max(loss_backward, norm_backward)}
+    if device == "cuda":
+        # measured on an H100 (benchmarks/gpu_layers.py), not on CPU: W allocates a buffer the size of
+        # the logits' gradient after the 4 h bytes a token of the norm's backward are freed
+        transient["W"] = max(0.0, e * vocab - 4 * h)
+    return UnitBytes(act, act + wgrads + e * h, transient, wgrads=wgrads)
 
 
 # torchtitan's default loss (ChunkedLossWrapper.Config.num_chunks)

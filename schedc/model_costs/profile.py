@@ -296,6 +296,9 @@ def _notes(run: dict, e: int) -> list[str]:
         warnings.append(f"warning: {' and '.join(per_op)} activation checkpointing (per op) cannot run torch's split "
                         "backward (I, then W): torch raises 'Trying to backward an extra time'; give these stages a "
                         "full backward (B)")
+        warnings.append(f"note: the {' and '.join(per_op)} times count the recomputed FLOPs and bytes, not the host's "
+                        "per-op dispatch of torch's selective checkpointing, which on a GPU can set an eager layer's F "
+                        "time at short sequences (docs/design.md, 'On a GPU'): check with benchmarks/gpu_layers.py")
     if "full" in run["ac"]:
         warnings.append("warning: with full activation checkpointing torch's split backward recomputes a layer's "
                         "forward once in I and once per parameter group in W (counted in W's time and memory); "

@@ -13,10 +13,10 @@ keeps) gets its ``forward`` replaced, on the instance, by ``torch.utils.checkpoi
 - ``"full"``: every block recomputes its whole forward (torchtitan's ``FullAC``).
 - ``"selective"``: per-op selective checkpointing with torch's
   ``create_selective_checkpoint_contexts``, the policy of torchtitan 0.3.0's ``SelectiveAC``
-  ("op" SAC): the outputs of attention kernels and of every other matmul are saved, everything
-  else (norms, activations, elementwise ops, the other matmuls) is recomputed. One difference:
-  ``addmm`` (a linear layer with a bias, which torchtitan's models do not have) counts as a
-  matmul here.
+  ("op" SAC): attention kernels, ``addmm`` (a linear with a bias), ``bmm`` and float8 matmuls
+  always saved, plain ``mm`` / ``linear`` saved every other one, everything else (norms,
+  activations, elementwise ops) recomputed. One difference: top-k is recomputed here (torchtitan
+  saves it), as under light, for Hugging Face's routers (below).
 - ``"light"``: per-op selective checkpointing that saves the output of every matmul (grouped
   and float8 ones included) and attention kernel and recomputes only the memory-bound ops between
   them (norms, activations, rotary embeddings, residual adds, an MoE router's softmax and top-k,
@@ -66,6 +66,16 @@ _ATTENTION = _ops(["_scaled_dot_product_flash_attention", "_scaled_dot_product_e
                    "_scaled_dot_product_flash_attention_for_cpu",
                    "_scaled_dot_product_fused_attention_overrideable"])
 _MATMUL = _ops(["mm", "addmm", "linear", "bmm"])
+# torchtitan's SelectiveAC saves torch's compute-intensive ops (torch._functorch.partitioners) and its
+# own additions (top-k aside: below), of which only mm and linear alternate (every second one
+# recomputed). Not CPU's flash attention: it is not on torch's list.
+_ALTERNATE = _ops(["mm", "linear"])
+_SELECTIVE_ALWAYS = _ops(["_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                          "_flash_attention_forward", "_efficient_attention_forward",
+                          "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
+                          "_scaled_dot_product_fused_attention_overrideable", "addmm", "bmm", "_scaled_mm",
+                          "convolution", "max"]) | {
+    op for op in [getattr(torch._higher_order_ops, "flex_attention", None)] if op is not None}
 # what light checkpointing also saves: MoE experts' grouped matmuls and float8 matmuls. Not the
 # router's top-k (torchtitan's op SAC saves it): Hugging Face's routers (Mixtral, Qwen2/3-MoE with
 # norm_topk_prob) normalize its output in place, which torch refuses on a tensor SAC cached ("Tensor
@@ -76,16 +86,17 @@ _LIGHT_SAVED = _MATMUL | _ATTENTION | _ops(["_grouped_mm", "_scaled_mm", "_scale
 
 
 def _selective_policy():
-    """torchtitan's op-SAC rule: save attention and every other matmul, recompute the rest. The
-    matmuls are counted apart in the forward and in the recompute, so both pick the same ones."""
+    """torchtitan's op-SAC rule: save attention, biased and batched matmuls and every other plain
+    one, recompute the rest. The plain matmuls are counted apart in the forward and in the
+    recompute, so both pick the same ones."""
     count = {False: 0, True: 0}
 
     def policy(ctx, func, *args, **kwargs):
-        if func in _MATMUL:
+        if func in _ALTERNATE:
             count[ctx.is_recompute] += 1
             return CheckpointPolicy.PREFER_RECOMPUTE if count[ctx.is_recompute] % 2 == 0 \
                 else CheckpointPolicy.MUST_SAVE
-        if func in _ATTENTION:
+        if func in _SELECTIVE_ALWAYS:
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
 
