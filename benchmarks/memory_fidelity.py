@@ -65,8 +65,9 @@ QUANTITIES = ("after F", "I..W", "F transient", "I transient", "W transient")
 class LiveBytes(TorchDispatchMode):
     """Bytes of the storages ops create that some tensor still references, and their peak."""
 
-    def __init__(self):
+    def __init__(self, device: str = "cpu"):
         super().__init__()
+        self.device = device
         self.live: dict[int, list[int]] = {}
         self.now = 0
         self.peak = 0
@@ -76,7 +77,7 @@ class LiveBytes(TorchDispatchMode):
         # a view of a storage made before the ledger started (a weight, the input) is not new
         inputs = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+            if isinstance(t, torch.Tensor) and t.device.type == self.device:
                 self._track(t, inputs)
         return out
 
@@ -175,7 +176,7 @@ def measure(unit: Unit) -> dict[str, float]:
             saved_inputs.add(key)
         return t
 
-    ledger = LiveBytes()
+    ledger = LiveBytes(x.device.type)
     with ledger, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = unit.forward(x)
     extra = x.untyped_storage().nbytes() if saved_inputs or unit.keeps_input else 0
@@ -264,9 +265,9 @@ def _fill(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def hf_units(name: str, sizes: dict, seq: int, dtype=torch.bfloat16) -> tuple[list[Unit], dict]:
-    """Embedding, one decoder layer and norm + LM head + loss of a Hugging Face model, and the
-    shape fields unit_profile takes."""
+def hf_units(name: str, sizes: dict, seq: int, dtype=torch.bfloat16, device: str = "cpu") -> tuple[list[Unit], dict]:
+    """Embedding, one decoder layer and norm + LM head + loss of a Hugging Face model on `device`,
+    and the shape fields unit_profile takes."""
     kind, fields = sizes[name]
     modeling = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
     config = importlib.import_module(f"transformers.models.{kind}.configuration_{kind}")
@@ -276,18 +277,18 @@ def hf_units(name: str, sizes: dict, seq: int, dtype=torch.bfloat16) -> tuple[li
     with torch.device("meta"):
         model = (modeling.GPT2LMHeadModel if kind == "gpt2" else getattr(
             modeling, next(n for n in dir(modeling) if n.endswith("ForCausalLM"))))(cfg)
-    model = _fill(model.to_empty(device="cpu").to(dtype)).train()
+    model = _fill(model.to_empty(device=device).to(dtype)).train()
     if kind == "gpt2":
-        return _gpt2_units(model, cfg, seq, dtype), {"family": "gpt2", "mlp": "gelu", "dropout": True,
+        return _gpt2_units(model, cfg, seq, dtype, device), {"family": "gpt2", "mlp": "gelu", "dropout": True,
                                                     "positions": cfg.n_positions}
     inner = model.model
-    tokens = torch.randint(0, cfg.vocab_size, (1, seq))
-    positions = torch.arange(seq)[None]
+    tokens = torch.randint(0, cfg.vocab_size, (1, seq), device=device)
+    positions = torch.arange(seq, device=device)[None]
     with torch.no_grad():
-        rope = inner.rotary_emb(torch.zeros(1, seq, cfg.hidden_size, dtype=dtype), positions)
+        rope = inner.rotary_emb(torch.zeros(1, seq, cfg.hidden_size, dtype=dtype, device=device), positions)
     layer = inner.layers[0]
-    hidden = lambda: torch.randn(1, seq, cfg.hidden_size, dtype=dtype, requires_grad=True)  # noqa: E731
-    labels = torch.randint(0, cfg.vocab_size, (1, seq))
+    hidden = lambda: torch.randn(1, seq, cfg.hidden_size, dtype=dtype, device=device, requires_grad=True)  # noqa: E731
+    labels = torch.randint(0, cfg.vocab_size, (1, seq), device=device)
 
     def head(x):
         return model.loss_function(model.lm_head(inner.norm(x)), labels, vocab_size=cfg.vocab_size)
@@ -301,15 +302,15 @@ def hf_units(name: str, sizes: dict, seq: int, dtype=torch.bfloat16) -> tuple[li
     return units, {"family": kind}
 
 
-def _gpt2_units(model, cfg, seq: int, dtype) -> list[Unit]:
+def _gpt2_units(model, cfg, seq: int, dtype, device: str = "cpu") -> list[Unit]:
     tr = model.transformer
-    tokens = torch.randint(0, cfg.vocab_size, (1, seq))
+    tokens = torch.randint(0, cfg.vocab_size, (1, seq), device=device)
     block = tr.h[0]
-    hidden = lambda: torch.randn(1, seq, cfg.n_embd, dtype=dtype, requires_grad=True)  # noqa: E731
-    labels = torch.randint(0, cfg.vocab_size, (1, seq))
+    hidden = lambda: torch.randn(1, seq, cfg.n_embd, dtype=dtype, device=device, requires_grad=True)  # noqa: E731
+    labels = torch.randint(0, cfg.vocab_size, (1, seq), device=device)
 
     def embed(ids):  # positions made here, as GPT2Model.forward makes them
-        return tr.drop(tr.wte(ids) + tr.wpe(torch.arange(ids.shape[1])[None]))
+        return tr.drop(tr.wte(ids) + tr.wpe(torch.arange(ids.shape[1], device=ids.device)[None]))
 
     def head(x):
         return model.loss_function(model.lm_head(tr.ln_f(x)), labels, vocab_size=cfg.vocab_size)
