@@ -14,8 +14,10 @@ Rows, each against its target:
    timings are reported, not judged).
 3. Loss and gradients of a one-rank V pipeline (``load_pipeline``) against the unsplit model, in
    float64 (to rounding) and bf16 (to bf16's precision).
-4. The counted per-unit profile (``schedc.model_costs.unit_profile``) against the measured one
-   (``profile_units``) for the Llama-style layer: held after F, held from I until W, static bytes.
+4. The counted per-unit profile (``schedc.model_costs.unit_profile``, torchtitan's code) against the
+   measured one (``profile_units``) for examples/llama.py's layer: held after F, held from I until
+   W, static bytes (reported: that layer expands k and v for grouped-query attention, torchtitan's
+   does not; ``benchmarks/gpu_layers.py`` checks the counts against the code they describe).
 5. The measured route end to end on the case issue 35 measured on an H200 (examples/llama.py at
    Llama-3-8B's layer width, 4 layers in 2 stages, seq 4096): each V schedule on one rank (ZB-V,
    V-Half, V-Min, DualPipeV; 8 microbatches) run by ``load_pipeline``, its step's peak above
@@ -298,9 +300,11 @@ def check_counted(device: str, size: dict) -> list[Row]:
     m, c = measured.stages[1], counted.stages[1]
     for field in ("activation_bytes", "weight_grad_bytes", "static_bytes"):
         ratio = getattr(c, field) / max(1.0, getattr(m, field))
-        # judged on a GPU, the run the counts describe; a CPU's attention kernels save other tensors
-        rows.append(Row(f"llama layer {field}: counted / measured", f"{ratio:.3f}", "0.95-1.05",
-                        0.95 <= ratio <= 1.05 if device.startswith("cuda") else None))
+        # reported, not judged: llama.py is torchtitan-like, not torchtitan's code (it expands k and v
+        # for grouped-query attention, which SDPA then saves); benchmarks/gpu_layers.py judges the
+        # counts against the code they describe
+        rows.append(Row(f"llama.py layer {field}: counted (torchtitan's) / measured", f"{ratio:.3f}",
+                        "reported", None))
     return rows
 
 

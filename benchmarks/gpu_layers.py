@@ -27,6 +27,7 @@ few F/I/W runs: under two minutes on an H100 for the default models at seq 4096.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import statistics
 import sys
@@ -44,6 +45,15 @@ from schedc.core.costs import AC_MODES, PER_OP_AC  # noqa: E402
 from schedc.model_costs import unit_profile  # noqa: E402
 
 MODELS = ("Llama-3-8B", "Qwen2.5-7B", "Mistral-7B", "GPT-2", "Qwen3-30B-A3B")
+# real sizes too large for the CPU benchmark's share of RAM, at home on a GPU
+mf.HF.setdefault("Mixtral-8x7B", ("mixtral", dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                                                  num_key_value_heads=8, vocab_size=32000, num_local_experts=8,
+                                                  num_experts_per_tok=2)))
+mf.HF.setdefault("Qwen1.5-MoE-A2.7B", ("qwen2_moe", dict(hidden_size=2048, intermediate_size=5632,
+                                                         moe_intermediate_size=1408,
+                                                         shared_expert_intermediate_size=5632,
+                                                         num_attention_heads=16, num_key_value_heads=16,
+                                                         vocab_size=151936, num_experts=60, num_experts_per_tok=4)))
 MiB = 2.0 ** 20
 
 
@@ -65,6 +75,16 @@ def measure_bytes(unit: mf.Unit) -> dict[str, float]:
             saved.append(True)
         return t
 
+    # a garbage collection inside the measurement would free an earlier model's cycles against this one
+    gc.collect()
+    gc.disable()
+    try:
+        return _measure_bytes(unit, params, x, key, saved, pack)
+    finally:
+        gc.enable()
+
+
+def _measure_bytes(unit: mf.Unit, params: list, x: torch.Tensor, key: int, saved: list, pack) -> dict[str, float]:
     base = _sync_alloc()
     torch.cuda.reset_peak_memory_stats()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

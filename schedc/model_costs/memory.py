@@ -203,7 +203,7 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
                          recompute_i=forward_flops, recompute_w=groups * forward_flops, wgrads=wgrads)
     if ac == "light":  # its recompute moves memory only: its time is counted from that traffic (units)
         kept = e * h + _light_saved(s, e)
-        return UnitBytes(kept, kept + wgrads + dx, {"F": _light_peak_f(s, e), "I": recomputed_i}, wgrads=wgrads)
+        return UnitBytes(kept, kept + wgrads + dx, {"F": _light_peak_f(s, e, device), "I": recomputed_i}, wgrads=wgrads)
     kept = e * h + _selective_saved(s, impl, device, e)
     if not s.experts:
         peak_f = _selective_peak_f(s, impl, e, peak_f)
@@ -293,7 +293,7 @@ def _light_saved(s: ModelShape, e: int) -> float:
     return attention + e * (q + 2 * k + h) + mlp
 
 
-def _light_peak_f(s: ModelShape, e: int) -> float:
+def _light_peak_f(s: ModelShape, e: int, device: str) -> float:
     """F's transient of a light layer (measured, then counted): the MLP's activation output and the
     product it feeds down (SwiGLU: 2 e f; GPT-2's gelu_new: three FFN-wide temporaries and an
     h-wide one), or in an MoE layer the gather of the weighted routed outputs back to token order
@@ -307,6 +307,11 @@ def _light_peak_f(s: ModelShape, e: int) -> float:
         return 2 * e * f
     k, fe = float(s.experts_per_token), float(s.moe_ffn_hidden)
     w = 4 if s.family == "mixtral" else e
+    if device == "cuda":
+        # measured on an H100 (benchmarks/gpu_layers.py: Qwen3-30B-A3B, Mixtral-8x7B, Qwen1.5-MoE at
+        # real size), not on CPU: one more token-permuted copy (k e h) beside the gather, and the
+        # experts' SwiGLU peaks as if gate_up's saved output were not shared (4 k e f_e)
+        return e * h + 41 * k + max(k * e * h + k * (e * h + 2 * w * h), 4 * k * e * fe)
     return e * h + 41 * k + max(k * (e * h + 2 * w * h), 2 * k * e * fe)
 
 
