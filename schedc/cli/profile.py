@@ -18,7 +18,7 @@ MEASURED_DEFAULTS = {"stages": 2, "mbs": 4}
 # shape flags -> the parameter names a --model function (and every example) takes
 MODEL_PARAMS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
                 "ffn": "ffn_hidden", "seq": "seq_len", "vocab": "vocab_size"}
-ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth", "impl", "ac", "dp_shard", "tp",
+ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth", "impl", "dp_shard", "tp",
                    "param_dtype")
 # the counted route's integer flags and the most each may be (beyond any model; keeps counts finite and fast)
 COUNTED_INTS = {"layers": 8190, "hidden": 2**24, "heads": 2**24, "kv_heads": 2**24, "head_dim": 2**24,
@@ -110,10 +110,12 @@ def _add_run_settings(u) -> None:
                         "transformers' modules, as NeMo AutoModel trains them), torchtitan (its own model code), "
                         "paper (the textbook count); default: the framework of --names")
     u.add_argument("--ac", metavar="MODE", default=None,
-                   help="counted: activation checkpointing per layer: none (default), light (every matmul's and "
+                   help="activation checkpointing per layer: none (default), light (every matmul's and "
                         "attention's output saved, the memory-bound ops recomputed; schedc's runtime only), selective "
                         "(torchtitan's op-level policy: every other matmul and attention saved), full (the layer's "
-                        "input only; I and W recompute its forward), or a comma-separated list, one per layer")
+                        "input only; I and W recompute its forward); counted: or a comma-separated list, one per "
+                        "layer; measured: one mode for every layer unit (light and selective with --units: F and the "
+                        "whole backward measured, W the layer's without checkpointing, I = B - W)")
     u.add_argument("--dp-shard", type=int, default=None, metavar="N",
                    help="counted: FSDP2 shard degree: divides params, gradients and optimizer states, and adds "
                         "the stage's weights and gradients FSDP2 holds unsharded under pipelining (default 1)")
@@ -141,6 +143,7 @@ def run(args) -> int:
     if args.framework is not None:  # a measurement holds what it measured, whoever runs the plan
         raise SchedcError("--for counts memory as a framework holds it: add --config config.json or --flops FLOP/s; "
                           "for a measured profile give --for to schedc plan, which names the target")
+    _measured_ac(args)  # before torch is imported or any group is made
     common.require_torch("schedc profile")
     common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
     import torch
@@ -209,7 +212,29 @@ def _run_settings(args):
     reserve = _reserve_bytes(args)
     given = args.optimizer_bytes is not None
     return RunSettings(optimizer_bytes_per_param=args.optimizer_bytes, grad_bytes_per_param=4.0 if given else None,
-                       reserve_bytes=reserve)
+                       reserve_bytes=reserve, activation_checkpoint=_measured_ac(args),
+                       seq_len=args.seq if args.model else None)  # the built-in GPT's is its config's
+
+
+def _measured_ac(args) -> str:
+    """--ac of a measured profile: one mode for every layer unit (or stage); the per-op modes only
+    on the per-unit route, whose layers run their backward whole (B), as torch must run them."""
+    from schedc.core.costs import AC_MODES, PER_OP_AC
+
+    if args.ac is None:
+        return "none"
+    if "," in args.ac:
+        raise SchedcError(f"--ac: a measured profile takes one mode for every layer, got {args.ac[:40]!r}; measure "
+                          f"each mode apart and plan with --ac auto --profile MODE=UNITS.json ...")
+    if args.ac not in AC_MODES:
+        raise SchedcError(f"--ac: {args.ac[:40]!r} is not a mode; use one of {', '.join(AC_MODES)}")
+    if args.ac in PER_OP_AC and not args.units:
+        raise SchedcError(f"--ac {args.ac}: a measured stage runs torch's split backward (I, then W), which cannot go "
+                          f"twice through a layer checkpointed per op; measure per-unit profiles (--units --ac "
+                          f"{args.ac}) or use --ac full")
+    if args.ac != "none" and args.concurrent not in (None, 1):
+        raise SchedcError(f"--ac {args.ac}: --concurrent measures without activation checkpointing; drop one of them")
+    return args.ac
 
 
 def _reserve_bytes(args) -> Optional[float]:
@@ -246,11 +271,25 @@ def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> P
     user = build_user_model(args.model, args.sample, offered, explicit)
     mbs = offered["microbatch_size"]
     if not args.units:
+        _checkpoint_stages(user, measure["settings"].activation_checkpoint)
         return profile_stages(user.stages, user.sample, user.loss_fn, user.target,
                               model=f"{user.name}/{len(user.stages)} stages", microbatch_size=mbs, **measure)
     modules, names, shared = unit_modules(user, args.model)
     return profile_units(modules, names, user.sample, user.loss_fn, user.target, reuse_layers=not args.all_units,
                          shared=shared, model=f"{user.name}/{len(names)} units", microbatch_size=mbs, **measure)
+
+
+def _checkpoint_stages(user, mode: str) -> None:
+    """--ac on a --model's stages: each stage's blocks (modules named like layers.N), as load_pipeline
+    checkpoints them; the stages of a split only (a list of modules names no blocks)."""
+    from schedc.runtime.profiler import checkpoint_blocks
+
+    if mode == "none":
+        return
+    if user.split is None:
+        raise SchedcError(f"--ac {mode}: this --model returns stage modules without a split; return {{'model': m, "
+                          f"'split': [[module names], ...]}} so that its blocks can be checkpointed")
+    checkpoint_blocks(user.stages, user.split, mode, range(len(user.stages)))
 
 
 def _run_arithmetic(args) -> int:

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import gc
 import math
+import re
 import statistics
 import sys
 import time
@@ -697,7 +698,22 @@ def measure_stages(
     if isinstance(target, torch.Tensor):
         target = target.to(dev)
 
-    # Each stage's sample input is the previous stage's output, as the runtime would receive it.
+    samples = _stage_samples(stage_modules, sample_input, dev)
+    n = len(stage_modules)
+    results = []
+    for i, m in enumerate(stage_modules):
+        if only is not None and i not in only:
+            continue
+        if progress:
+            progress(f"profiling stage {i + 1}/{n} on {dev} ({warmup} warm-up + {repeats} runs)")
+        results.append(
+            _measure_stage(i, m, samples[i], i == 0, i == n - 1, loss_fn, target, dev, warmup, repeats, optimizer)
+        )
+    return _timed_in_runtime(results, stage_modules, samples[0], loss_fn, target, dev, warmup, repeats, progress)
+
+
+def _stage_samples(stage_modules: Sequence[nn.Module], sample_input, dev: torch.device) -> list[tuple]:
+    """Each stage's sample input: the previous stage's output, as the runtime would receive it."""
     samples = []
     x = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in _as_tuple(sample_input))
     with torch.no_grad():
@@ -710,18 +726,7 @@ def measure_stages(
             except Exception as e:  # the user's code: one line here, the traceback with --debug
                 raise SchedcError(f"stage {i}: forward raised {type(e).__name__}: {e}") from e
             x = tuple(t.detach() for t in _check_outputs(i, out))
-
-    n = len(stage_modules)
-    results = []
-    for i, m in enumerate(stage_modules):
-        if only is not None and i not in only:
-            continue
-        if progress:
-            progress(f"profiling stage {i + 1}/{n} on {dev} ({warmup} warm-up + {repeats} runs)")
-        results.append(
-            _measure_stage(i, m, samples[i], i == 0, i == n - 1, loss_fn, target, dev, warmup, repeats, optimizer)
-        )
-    return _timed_in_runtime(results, stage_modules, samples[0], loss_fn, target, dev, warmup, repeats, progress)
+    return samples
 
 
 def _timed_in_runtime(results: list[StageMeasurement], stage_modules, sample, loss_fn, target, dev, warmup,
@@ -923,7 +928,8 @@ def profile_stages(
         if len(unit_names) != len(stage_modules):
             raise SchedcError(f"profile_units: {len(stage_modules)} unit modules but {len(unit_names)} name lists")
         measured = measure_units(stage_modules, sample_input, loss_fn, target, reuse_layers=reuse_layers, device=dev,
-                                 warmup=warmup, repeats=repeats, optimizer=optimizer, progress=progress)
+                                 warmup=warmup, repeats=repeats, optimizer=optimizer, progress=progress,
+                                 activation_checkpoint=_unit_mode(settings), unit_names=unit_names)
         if shared:
             notes.append(f"every unit also kept {', '.join(shared)} (modules every stage needs; not listed in "
                          f"'modules')")
@@ -955,6 +961,19 @@ def unit_signature(module: nn.Module) -> tuple:
     return tuple(tree), params, buffers
 
 
+def _unit_sources(unit_modules: Sequence[nn.Module], reuse_layers: bool) -> list[int]:
+    """For each unit, the unit whose measurement it takes: itself, or with `reuse_layers` the
+    first with the same :func:`unit_signature` (never the first or the last unit)."""
+    n = len(unit_modules)
+    source: list[int] = []
+    first_of: dict[tuple, int] = {}
+    for i, module in enumerate(unit_modules):
+        edge = i in (0, n - 1)  # the first and last stage run differently (no I; the loss)
+        key = (i,) if edge or not reuse_layers or not isinstance(module, nn.Module) else unit_signature(module)
+        source.append(first_of.setdefault(key, i))
+    return source
+
+
 def measure_units(
     unit_modules: Sequence[nn.Module],
     sample_input,
@@ -962,6 +981,8 @@ def measure_units(
     target=None,
     *,
     reuse_layers: bool = True,
+    activation_checkpoint: str = "none",
+    unit_names: Optional[Sequence[Sequence[str]]] = None,
     **options,
 ) -> list[StageMeasurement]:
     """Measure every unit of a model as its own pipeline stage (:func:`measure_stages`, whose
@@ -970,14 +991,14 @@ def measure_units(
     With ``reuse_layers`` a unit whose :func:`unit_signature` equals an earlier one's (the layers
     of a decoder, but never the first or the last unit) is not measured again: it gets the earlier
     unit's measurement, and a note says so. ``benchmarks/unit_reuse.py`` measures what that costs
-    against measuring every unit; ``reuse_layers=False`` measures every unit."""
-    n = len(unit_modules)
-    source: list[int] = []
-    first_of: dict[tuple, int] = {}
-    for i, module in enumerate(unit_modules):
-        edge = i in (0, n - 1)  # the first and last stage run differently (no I; the loss)
-        key = (i,) if edge or not reuse_layers or not isinstance(module, nn.Module) else unit_signature(module)
-        source.append(first_of.setdefault(key, i))
+    against measuring every unit; ``reuse_layers=False`` measures every unit.
+
+    ``activation_checkpoint`` (one mode) checkpoints every layer unit as the runtime would
+    (:func:`measure_units_ac`, which needs ``unit_names`` to find a unit's blocks)."""
+    if activation_checkpoint != "none":
+        return measure_units_ac(unit_modules, sample_input, loss_fn, target, activation_checkpoint,
+                                unit_names=unit_names, reuse_layers=reuse_layers, **options)[activation_checkpoint]
+    source = _unit_sources(unit_modules, reuse_layers)
     distinct = sorted(set(source))
     measured = {m.index: m for m in measure_stages(unit_modules, sample_input, loss_fn, target, only=distinct,
                                                    **options)}
@@ -990,6 +1011,260 @@ def measure_units(
                 f"reused (measure every unit to time it apart)"]})
         out.append(m)
     return out
+
+
+# ---------------------------------------------------------------- checkpointed units
+
+
+_BLOCK_NAME = re.compile(r"(^|\.)\w+\.\d+$")  # "layers.3", "model.layers.3", "blocks.0": one block
+
+
+def _unit_mode(settings: Optional[RunSettings]) -> str:
+    """The one activation-checkpointing mode of a per-unit measurement (``RunSettings``)."""
+    from schedc.runtime.checkpointing import check_mode
+
+    mode = (settings or RunSettings()).activation_checkpoint
+    if not isinstance(mode, str):
+        raise ParameterError("activation_checkpoint", "{param}: a measured per-unit profile takes one mode for every "
+                             "layer unit; measure each mode apart and plan with --ac auto", flag="--ac", python=True)
+    return check_mode(mode)
+
+
+def unit_blocks(module: nn.Module, names: Sequence[str]) -> list[nn.Module]:
+    """The blocks of a unit (or stage) module: the members of its ``blocks`` container (what
+    :func:`schedc.runtime.split.split_model` keeps, and ``load_pipeline`` checkpoints), else its
+    modules whose names end in an index (``layers.3``, ``model.layers.3``)."""
+    container = getattr(module, "blocks", None)
+    if isinstance(container, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
+        return list(container.values() if isinstance(container, nn.ModuleDict) else container)
+    found = []
+    for name in names:
+        if _BLOCK_NAME.search(name):
+            try:
+                found.append(module.get_submodule(name))
+            except AttributeError:
+                continue
+    return found
+
+
+def checkpoint_blocks(modules: Sequence[nn.Module], names: Sequence[Sequence[str]], mode: str,
+                      which: Sequence[int]) -> None:
+    """Checkpoint the blocks of ``modules[i]`` for each i in `which` as `mode` with
+    :func:`schedc.runtime.checkpointing.checkpoint_block`, the code ``load_pipeline`` applies; a
+    ParameterError naming ``activation_checkpoint`` when one of them holds no block."""
+    from schedc.runtime.checkpointing import checkpoint_block
+
+    for i in which:
+        blocks = unit_blocks(modules[i], names[i])
+        if not blocks:
+            raise ParameterError("activation_checkpoint", f"{{param}} {literal(repr(mode))}: unit {i} "
+                                 f"({literal(', '.join(names[i]))}) holds no block (a module named like layers.N) "
+                                 f"to checkpoint", flag="--ac", python=True)
+        for block in blocks:
+            checkpoint_block(block, mode)
+
+
+def measure_units_ac(
+    unit_modules: Sequence[nn.Module],
+    sample_input,
+    loss_fn: Optional[Callable],
+    target,
+    mode: str,
+    *,
+    unit_names: Optional[Sequence[Sequence[str]]],
+    reuse_layers: bool = True,
+    **options,
+) -> dict[str, list[StageMeasurement]]:
+    """Every unit measured with its layer units (all but the first and the last) checkpointed as
+    `mode`, applied in place with ``checkpoint_block`` (the runtime's code, so the times and bytes
+    are the runtime's); returns ``{mode: measurements}``, with ``"none"`` too for a per-op mode.
+
+    ``full`` runs torch's split backward: the units are measured as :func:`measure_units` measures
+    them. ``light`` and ``selective`` cannot (torch refuses W after I through a per-op checkpoint),
+    so the units are first measured without checkpointing (``"none"``), then each checkpointed
+    layer unit's F and whole backward B (:func:`_measure_per_op`): its W is the unit's W without
+    checkpointing (a per-op mode recomputes forward ops only; the weight-gradient matmuls are the
+    same) and I = B - W, never below 0, so the profile's I + W is the measured B. The embedding
+    and the head units are never checkpointed: theirs are the ``"none"`` measurements.
+    Cost: :func:`measure_units`' once, and for a per-op mode once more for the layer units' F and B."""
+    from schedc.core.costs import PER_OP_AC
+    from schedc.runtime.checkpointing import check_mode
+
+    mode = check_mode(mode)
+    n = len(unit_modules)
+    if unit_names is None or len(unit_names) != n:
+        raise SchedcError("measure_units_ac: give unit_names, one list of module names per unit module")
+    if mode == "none":
+        return {"none": measure_units(unit_modules, sample_input, loss_fn, target, reuse_layers=reuse_layers,
+                                      **options)}
+    layers = range(1, n - 1)
+    if mode not in PER_OP_AC:
+        checkpoint_blocks(unit_modules, unit_names, mode, layers)
+        return {mode: measure_units(unit_modules, sample_input, loss_fn, target, reuse_layers=reuse_layers,
+                                    **options)}
+    none = measure_units(unit_modules, sample_input, loss_fn, target, reuse_layers=reuse_layers, **options)
+    source = _unit_sources(unit_modules, reuse_layers)  # before checkpointing, as measure_units saw them
+    checkpoint_blocks(unit_modules, unit_names, mode, layers)
+    per_op = _measure_per_op(unit_modules, sample_input, loss_fn, target, none, source, mode, **options)
+    return {"none": none, mode: [per_op.get(m.index, m) for m in none]}
+
+
+def _measure_per_op(unit_modules, sample_input, loss_fn, target, none: list[StageMeasurement], source: list[int],
+                    mode: str,
+                    device=None, warmup: int = 2, repeats: int = 5, optimizer: Optional[str] = "adamw",
+                    progress: Optional[ProgressFn] = None) -> dict[int, StageMeasurement]:
+    """The per-op checkpointed layer units measured (those `none` measured itself, not reused):
+    memory from one F, B traced by the allocator, times of F and B inside torch's runtime (a
+    one-rank schedule that runs these units' backward whole, :func:`_runtime_times`), else back
+    to back; a reused unit gets its source's, with `none`'s note."""
+    dev = resolve_device(device)
+    samples = _stage_samples(unit_modules, sample_input, dev)
+    n = len(unit_modules)
+    own = [i for i in range(1, n - 1) if source[i] == i]
+    out: dict[int, StageMeasurement] = {}
+    for k, i in enumerate(own):
+        if progress:
+            progress(f"profiling unit {i} checkpointed ({mode}) {k + 1}/{len(own)} on {dev}: F and B")
+        run = _StageRunner(i, unit_modules[i], False, False, loss_fn, target, dev)
+        memory = _memory_b(run, samples[i])
+        times = _time_b(run, samples[i], warmup, repeats)
+        out[i] = _per_op_measurement(none[i], memory, times, mode)
+    timed = _runtime_times(unit_modules, samples[0], loss_fn, target, dev, warmup, repeats, set(range(1, n - 1)),
+                           progress)
+    for i, m in out.items():
+        if timed and timed.get((i, "F")) and timed.get((i, "B")):
+            _set_b(m, Stat(timed[(i, "F")]), Stat(timed[(i, "B")]))
+            m.notes.append(f"stage {i}: F and B are torch's runtime's own action times (a one-rank schedule of all "
+                           f"units, this one's backward whole)")
+        else:
+            m.notes.append(f"stage {i}: F and B timed back to back outside torch's runtime")
+    for i in range(1, n - 1):
+        if source[i] != i:  # a reused layer: its source's measurement, with measure_units' note
+            out[i] = StageMeasurement.from_dict({**out[source[i]].to_dict(), "index": i, "notes": list(none[i].notes)})
+    return out
+
+
+def _set_b(m: StageMeasurement, forward: Stat, backward: Stat) -> None:
+    """F and B of a per-op checkpointed unit; I = B - W (W the unit's without checkpointing)."""
+    w = m.backward_weight.median
+    m.forward, m.backward_full = forward, backward
+    m.backward_input = Stat([max(b - w, 1e-7) for b in backward.samples])  # the file wants I > 0
+
+
+@dataclass
+class _BMemory:
+    activation: int
+    transient_f: int
+    peak_above: int  # B's peak above what F left, less the input gradient it sends back
+    end: int         # what B leaves allocated, less the input gradient
+
+
+def _memory_b(run: _StageRunner, sample: tuple) -> _BMemory:
+    """One untimed F, B of a checkpointed unit traced by the allocator: what F leaves (its output
+    included), F's transient, B's peak above that and what B leaves (received inputs and the
+    gradients sent back are the boundary's, as in :func:`_measure_memory`)."""
+    from schedc.runtime.allocator import AllocatorTrace, nbytes_of
+
+    inputs = run.inputs(sample)
+    for p in run.params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    with torch.no_grad():
+        probe = _as_tuple(run.module(*run.inputs(sample)))
+    run.grads_for(probe)
+    del probe
+    with AllocatorTrace(run.device) as trace:
+        with trace.action("F"):
+            outs, roots = run.forward(inputs)
+        with trace.action("B"):
+            run.run_full(roots, inputs)
+        sent_back = nbytes_of([x.grad for x in inputs if isinstance(x, torch.Tensor)])
+        del outs, roots
+    for p in run.module.parameters():
+        p.grad = None
+    f, b = trace.levels["F"], trace.levels["B"]
+    return _BMemory(f.end, f.transient, max(0, b.peak - sent_back - f.end), max(0, b.end - sent_back))
+
+
+def _time_b(run: _StageRunner, sample: tuple, warmup: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds of F and B, back to back, after `warmup` untimed rounds (:class:`_Marks`)."""
+    times: dict[str, list[float]] = {"F": [], "B": []}
+    for rep in range(warmup + repeats):
+        inputs = run.inputs(sample)
+        if run.device.type == "cuda":
+            torch.cuda.synchronize(run.device)
+        marks = _Marks(run.device)
+        marks.mark()
+        outs, roots = run.forward(inputs)
+        marks.mark()
+        run.run_full(roots, inputs)
+        marks.mark()
+        tf, tb = marks.seconds()
+        del outs, roots
+        if rep >= warmup:
+            times["F"].append(tf)
+            times["B"].append(tb)
+    for p in run.module.parameters():
+        p.grad = None
+    return times
+
+
+def _per_op_measurement(none: StageMeasurement, memory: _BMemory, times: dict, mode: str) -> StageMeasurement:
+    """A per-op checkpointed unit as the profile records it, comparable with the counted route
+    (``schedc.model_costs``), which counts per-op modes as held from I until W = kept + the output
+    gradients W consumes + dx, and I's transient above that: here held = what F left + what the
+    split backward adds at I to the same unit without checkpointing (`none`'s held less its
+    activation: those gradients and dx), and I's transient = B's measured peak above that (0 when
+    below). ``checkpointed_form`` (schedc.plan.ac) adds the two back: B's peak is the measured one
+    unless it lies below held (then held). W's time is `none`'s, I = B - W (:func:`_set_b`)."""
+    rise = max(0, none.weight_grad_bytes - none.activation_bytes)
+    i_transient = max(0, memory.peak_above - rise)
+    m = StageMeasurement.from_dict({**none.to_dict(), "notes": []})
+    m.activation_bytes, m.weight_grad_bytes = memory.activation, memory.activation + rise
+    m.cuda_after_forward = m.cuda_after_input = None
+    m.transient = {"F": memory.transient_f, "I": i_transient, "B": memory.peak_above}
+    _set_b(m, Stat(times["F"]), Stat(times["B"]))
+    m.notes = [f"stage {m.index}: checkpointed {mode} (per op): torch cannot run its W after I, so F and the whole "
+               f"backward B were measured; W is this unit's without checkpointing ({m.backward_weight}), I = B - W; "
+               f"B peaks {format_bytes(memory.peak_above)} above what F left and leaves {format_bytes(memory.end)}; "
+               f"held I..W = F's + the {format_bytes(rise)} the split backward adds without checkpointing"]
+    return m
+
+
+def _runtime_times(stage_modules, sample, loss_fn, target, dev, warmup, repeats, whole: set,
+                   progress) -> Optional[dict[tuple[int, str], list[float]]]:
+    """Per (stage, kind), torch's runtime's own action times in a one-rank schedule of all
+    `stage_modules` (as :func:`schedc.runtime.one_rank.runtime_action_times`) whose stages in
+    `whole` run their backward whole (B) on every microbatch; None where that cannot run here."""
+    import torch.distributed as dist
+
+    from schedc.io.csvio import parse_csv_text
+    from schedc.runtime.one_rank import one_rank_group, run_steps
+
+    if dist.is_initialized() or not all(isinstance(x, torch.Tensor) for x in sample):
+        return None
+    n, m = len(stage_modules), 2 * max(1, repeats)
+    row = []
+    for mb in range(m):
+        row += [f"{s}F{mb}" for s in range(n)]
+        for s in reversed(range(n)):
+            row += [f"{s}B{mb}"] if s in whole or mb % 2 else [f"{s}I{mb}", f"{s}W{mb}"]
+    inputs = tuple(torch.cat([x] * m) for x in sample)
+    whole_target = torch.cat([target] * m) if isinstance(target, torch.Tensor) else torch.zeros(m)
+    loss = loss_fn if loss_fn is not None else (lambda out, _target: out)
+    if progress:
+        progress(f"timing F and B of {len(whole)} checkpointed units inside torch's runtime ({m} microbatches)")
+    try:
+        with one_rank_group(dev):
+            result = run_steps(parse_csv_text(",".join(row) + "\n"), stage_modules, inputs, whole_target, loss, dev,
+                               steps=1, warmup=max(1, warmup))
+    except Exception:  # noqa: BLE001 - the back-to-back timings stand; the note says so
+        return None
+    finally:
+        for module in stage_modules:
+            for p in module.parameters():
+                p.grad = None
+    return result.action_seconds
 
 
 @python_spelling
@@ -1097,11 +1372,23 @@ def _assumes(measured, dtype, optimizer, microbatch_size, settings: RunSettings,
            "static_bytes_per_param": _static_per_param(measured),
            "grad_bytes_per_param": settings.grad_bytes_per_param,
            "optimizer_bytes_per_param": settings.optimizer_bytes_per_param,
-           "activation_checkpoint": settings.activation_checkpoint, "dp_shard": 1, "tp": 1,
+           "activation_checkpoint": settings.activation_checkpoint,
+           # as schedc.model_costs' unit_profile records it: torch refuses W after I through a per-op
+           # checkpoint, so such layers run (and were measured as) one whole backward B
+           "split_backward": not _per_op(settings.activation_checkpoint), "dp_shard": 1, "tp": 1,
            "torch": torch.__version__.split("+")[0], "reserve_bytes": reserve}
     if settings.seq_len is not None:
         out["seq_len"] = settings.seq_len
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _per_op(choice) -> bool:
+    """Whether an activation-checkpointing choice (a mode, or one per stage or block) has a per-op mode."""
+    from schedc.core.costs import PER_OP_AC
+
+    if isinstance(choice, str):
+        return choice in PER_OP_AC
+    return any(_per_op(c) for c in choice or ())
 
 
 def _reserve(dev: torch.device, given: Optional[float]) -> tuple[Optional[float], Optional[str]]:
@@ -1214,7 +1501,11 @@ def profile_gpt(
         stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
     except ValueError as e:
         raise ParameterError("n_stages", f"{{name}}{literal(n_stages)}: {literal(e)}", flag="--stages") from None
-    _checkpoint(stages, settings.activation_checkpoint, concurrent)
+    if units:  # the layer units, as measure_units_ac checkpoints them
+        if concurrent > 1 and settings.activation_checkpoint != "none":
+            raise ParameterError("concurrent", "{param} measures without activation checkpointing; drop one of them")
+    else:
+        _checkpoint(stages, settings.activation_checkpoint, concurrent)
     tokens, targets = make_batch(config, microbatch_size, seed=0)
     model = gpt_label(config, len(stages), "units" if units else "stages")
     if concurrent < 1:
@@ -1245,9 +1536,10 @@ def profile_gpt(
 
 
 def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
-    """Apply ``RunSettings.activation_checkpoint`` (one mode, or one per stage or unit) to the
-    GPT's blocks. The per-op modes (light, selective) cannot run under the split backward the
-    profile times, in a stage's own mode or in any of its blocks'."""
+    """Apply ``RunSettings.activation_checkpoint`` (one mode, or one per stage) to the GPT's
+    stages' blocks. The per-op modes (light, selective) cannot run under the split backward the
+    stage route times, in a stage's own mode or in any of its blocks' (the unit route measures
+    them: :func:`measure_units_ac`)."""
     from schedc.core.costs import PER_OP_AC
     from schedc.runtime.checkpointing import apply_to_stage, stage_modes
 
@@ -1256,8 +1548,10 @@ def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
         return
     per_op = next((b for m in modes for b in ([m] if isinstance(m, str) else m) if b in PER_OP_AC), None)
     if per_op is not None:
-        raise SchedcError(f"activation_checkpoint {per_op!r}: torch's split backward (I, then W) cannot go twice "
-                          "through a region checkpointed per op, so it cannot be profiled as I and W; use full")
+        raise ParameterError("activation_checkpoint", f"{{param}} {literal(repr(per_op))}: torch's split backward (I, "
+                             "then W) cannot go twice through a region checkpointed per op, so a stage cannot be "
+                             "profiled as I and W; measure per-unit profiles (units=True, --units), which time such "
+                             "layers' whole backward, or use full", flag="--ac", python=True)
     if concurrent > 1:
         raise ParameterError("concurrent", "{param} measures without activation checkpointing; drop one of them")
     for stage, mode in zip(stages, modes):
