@@ -148,3 +148,23 @@ def test_gpt_units_take_a_per_op_mode():
     assert light.assumes["split_backward"] is False and light.assumes["activation_checkpoint"] == "light"
     assert light.stages[1].activation_bytes < none.stages[1].activation_bytes
     assert [u.modules for u in light.stages] == [u.modules for u in none.stages]
+
+
+def test_python_units_take_one_mode_for_every_layer():
+    cfg = GPTConfig(vocab_size=32, hidden=16, layers=2, heads=2, seq_len=8)
+    with pytest.raises(SchedcError, match=r"^activation_checkpoint: a measured per-unit profile takes one mode"):
+        profile_gpt(cfg, 1, 2, warmup=0, repeats=1, units=True,
+                    settings=RunSettings(activation_checkpoint=["none", "light", "none", "none"]))
+
+
+def test_a_model_s_stages_take_full_on_the_stage_route(tmp_path):
+    # the stage route times I and W apart, which full runs: each stage's blocks are checkpointed
+    out = {}
+    for mode in ("none", "full"):
+        out[mode] = tmp_path / f"{mode}.json"
+        assert cli.main(["profile", "--model", HF, "--stages", "2", *SHAPE, *QUICK, "--ac", mode,
+                         "-o", str(out[mode])]) == 0
+    none, full = Profile.load(out["none"]), Profile.load(out["full"])
+    assert full.assumes["activation_checkpoint"] == "full" and full.assumes["split_backward"] is True
+    for a, b in zip(none.stages, full.stages):
+        assert b.activation_bytes < a.activation_bytes

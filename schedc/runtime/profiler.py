@@ -50,6 +50,10 @@ Per-unit profiles (the input of ``schedc plan``): :func:`profile_units` measures
 model (embedding, each layer, final norm + head + loss) as its own stage and records the module
 names each holds in ``modules``; a layer whose :func:`unit_signature` equals an earlier one's
 reuses that measurement unless ``reuse_layers=False`` (``benchmarks/unit_reuse.py`` compares).
+With an activation-checkpointing mode (``RunSettings.activation_checkpoint``, one for every layer
+unit) :func:`measure_units_ac` checkpoints the layer units with the runtime's own code; under a
+per-op mode (light, selective), which torch's split backward cannot run, a layer's F and whole
+backward B are measured and recorded as I = B - W with W the layer's own without checkpointing.
 
 Cost: (1 + warmup + repeats) x (2 forwards + 1 split backward + 1 full backward) per stage, plus
 (1 + repeats) microbatches of the whole pipeline in the runtime.
@@ -917,7 +921,9 @@ def profile_stages(
     ``comm_latency + bytes / comm_bandwidth`` from each boundary's activation (0 without either).
     With ``unit_names`` (one list of module names per module) the modules are a model's units
     and the result a per-unit profile (:func:`profile_units`). ``settings`` (:class:`RunSettings`)
-    states what the run holds per parameter and outside the allocator; ``assumes`` records it.
+    states what the run holds per parameter and outside the allocator; ``assumes`` records it. Its
+    ``activation_checkpoint`` is applied to a per-unit profile's layers (:func:`measure_units_ac`);
+    stage modules are measured as given, so checkpoint them first (:func:`checkpoint_blocks`).
     """
     dev = resolve_device(device)
     notes = _contention_note(dev, 1)
