@@ -131,6 +131,25 @@ def test_light_checkpointing_where_it_fits_shortens_the_step(cap):
     assert "light" in str(chosen) and with_light.ac.global_steps["light"] is not None
 
 
+def test_a_per_op_mode_chosen_from_counted_times_names_the_host_dispatch_they_leave_out():
+    # on an H100 torch's per-op checkpoint dispatch set a layer's F (docs/results.md, "On a GPU"):
+    # a plan that leans on counted light times says so and how to measure them; measured ones do not
+    from schedc.model_costs import unit_profile
+    from schedc.plan import plan_ac
+
+    shape = dict(layers=4, hidden=256, ffn_hidden=512, heads=4, kv_heads=2, vocab=512, family="llama")
+    counted = {m: unit_profile(**shape, seq=512, activation_checkpoint=m, device="cpu") for m in ("none", "light")}
+    kw = dict(ranks=2, microbatches=4, placement="loop", time_limit=2, budget="work")
+    res = plan_ac(counted, memory="40MiB", **kw)  # without checkpointing nothing fits
+    assert res.ac.global_steps["none"] is None and "light" in str(res.ac.chosen)
+    assert any("host's per-op dispatch" in n and "schedc profile --units --ac MODE" in n for n in res.notes), res.notes
+    roomy = plan_ac(counted, memory="1GiB", **kw)
+    assert roomy.ac.chosen == "none" and not any("host's per-op dispatch" in n for n in roomy.notes)
+    like_measured = {m: p.model_copy(update={"assumes": {k: v for k, v in p.assumes.items() if k != "implementation"}})
+                     for m, p in counted.items()}
+    assert not any("host's per-op dispatch" in n for n in plan_ac(like_measured, memory="40MiB", **kw).notes)
+
+
 def test_for_torchtitan_auto_plans_one_of_its_modes_and_reports_what_schedc_would_run():
     from schedc.core.costs import FRAMEWORK_AC
     from schedc.plan import plan_ac

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from schedc.core.cost_model import fits
-from schedc.core.costs import AC_MODES, FRAMEWORK_AC, Profile
+from schedc.core.costs import AC_MODES, FRAMEWORK_AC, PER_OP_AC, Profile
 from schedc.core.partition import (INF, PLACEMENTS, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
                                    partition_bound, v_buffers)
 from schedc.core.tolerances import REL
@@ -249,9 +249,23 @@ def _finish(out: PlanResult, choice: ACChoice, forms: dict, best_mode: str, t0: 
         for row in torchtitan_rows(forms[TORCHTITAN_AC], p.n_ranks, p.n_microbatches, p.memory, p.objective):
             rows.append(replace(row, split=f"torchtitan default, {TORCHTITAN_AC} AC"))
     out = replace(out, comparisons=rows, ac=choice, solve_time=_now() - t0,
-                  assumes={**out.assumes, "activation_checkpoint": choice.chosen})
+                  assumes={**out.assumes, "activation_checkpoint": choice.chosen}, notes=out.notes + _counted_per_op(
+                      choice.chosen, forms))
     out = replace(out, limiter=plan_limiter(out))
     return replace(out, report=build_plan_report(out))
+
+
+def _counted_per_op(chosen, forms: dict) -> list[str]:
+    """A note when the plan chose a per-op mode from counted times: they leave out the host's
+    per-op dispatch of torch's selective checkpointing, which a GPU showed can set a layer's F."""
+    flat = [b for m in ([chosen] if isinstance(chosen, str) else chosen) for b in ([m] if isinstance(m, str) else m)]
+    counted = [m for m in PER_OP_AC if m in flat and "implementation" in (forms[m].assumes or {})]
+    if not counted:
+        return []
+    return [f"{' and '.join(counted)}: counted times leave out the host's per-op dispatch of torch's selective "
+            f"checkpointing, which on a GPU can make an eager layer's F as slow as with full checkpointing at seq "
+            f"4096 and below (docs/results.md, 'On a GPU'); measure the modes' unit profiles on the GPU "
+            f"(schedc profile --units --ac MODE) and plan from them (docs/profile.md)"]
 
 
 def whole_backwards(compiled):
