@@ -69,6 +69,15 @@ PER_OP_AC = ("light", "selective")
 FRAMEWORK_AC = ("none", "selective", "full")
 DEFAULT_RUNTIME = "torch"
 
+
+def block_modes(choice) -> list:
+    """The modes in a checkpointing choice: one mode, a stage's list (one per block), or a plan's
+    list of those (one per stage), flattened."""
+    if isinstance(choice, str):
+        return [choice]
+    return [b for entry in choice for b in block_modes(entry)]
+
+
 # Fraction of a microbatch's activation still held between I and W when a profile does not say.
 # torch's split backward (stage_backward_input with retain_graph=True) keeps the whole graph until
 # W; benchmarks/split_backward_memory.py measures it for GPT, MLP and attention stages.

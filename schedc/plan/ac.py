@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from schedc.core.cost_model import fits
-from schedc.core.costs import AC_MODES, FRAMEWORK_AC, PER_OP_AC, Profile
+from schedc.core.costs import AC_MODES, FRAMEWORK_AC, PER_OP_AC, Profile, block_modes
 from schedc.core.partition import (INF, PLACEMENTS, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
                                    partition_bound, v_buffers)
 from schedc.core.tolerances import REL
@@ -258,8 +258,7 @@ def _finish(out: PlanResult, choice: ACChoice, forms: dict, best_mode: str, t0: 
 def _counted_per_op(chosen, forms: dict) -> list[str]:
     """A note when the plan chose a per-op mode from counted times: they leave out the host's
     per-op dispatch of torch's selective checkpointing, which a GPU showed can set a layer's F."""
-    flat = [b for m in ([chosen] if isinstance(chosen, str) else chosen) for b in ([m] if isinstance(m, str) else m)]
-    counted = [m for m in PER_OP_AC if m in flat and "implementation" in (forms[m].assumes or {})]
+    counted = [m for m in PER_OP_AC if m in block_modes(chosen) and "implementation" in (forms[m].assumes or {})]
     if not counted:
         return []
     return [f"{' and '.join(counted)}: counted times leave out the host's per-op dispatch of torch's selective "

@@ -46,7 +46,7 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from schedc.core.costs import AC_MODES, PER_OP_AC
+from schedc.core.costs import AC_MODES, PER_OP_AC, block_modes
 from schedc.errors import ParameterError, SchedcError, literal, printable, shown
 
 ACChoice = Union[str, Sequence[str]]
@@ -199,8 +199,8 @@ def check_split_backward(modes: Sequence[str], schedule, where: str = "the sched
 
 def check_split_stages(modes: Sequence[str], split_stages: set, where: str) -> None:
     """:func:`check_split_backward` for a schedule given as the stages it runs as I and W."""
-    bad = [(s, next(b for b in ([m] if isinstance(m, str) else m) if b in PER_OP_AC)) for s, m in enumerate(modes)
-           if any(b in PER_OP_AC for b in ([m] if isinstance(m, str) else m)) and s in split_stages and s != 0]
+    bad = [(s, next(b for b in block_modes(m) if b in PER_OP_AC)) for s, m in enumerate(modes)
+           if any(b in PER_OP_AC for b in block_modes(m)) and s in split_stages and s != 0]
     if bad:
         raise SchedcError(f"{where}: stage {bad[0][0]} runs I and W apart, and torch's split backward cannot go twice "
                           f"through a region checkpointed per op ({bad[0][1]!r}); use 'full' or 'none' there, or a "

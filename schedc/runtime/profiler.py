@@ -1546,13 +1546,13 @@ def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
     stages' blocks. The per-op modes (light, selective) cannot run under the split backward the
     stage route times, in a stage's own mode or in any of its blocks' (the unit route measures
     them: :func:`measure_units_ac`)."""
-    from schedc.core.costs import PER_OP_AC
+    from schedc.core.costs import PER_OP_AC, block_modes
     from schedc.runtime.checkpointing import apply_to_stage, stage_modes
 
     modes = stage_modes(choice, len(stages))
     if all(m == "none" for m in modes):
         return
-    per_op = next((b for m in modes for b in ([m] if isinstance(m, str) else m) if b in PER_OP_AC), None)
+    per_op = next((b for b in block_modes(modes) if b in PER_OP_AC), None)
     if per_op is not None:
         raise ParameterError("activation_checkpoint", f"{{param}} {literal(repr(per_op))}: torch's split backward (I, "
                              "then W) cannot go twice through a region checkpointed per op, so a stage cannot be "
