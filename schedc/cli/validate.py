@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from schedc.cli import common
-from schedc.core.costs import FRAMEWORK_AC
+from schedc.core.costs import FRAMEWORK_AC, block_modes
 from schedc.errors import SchedcError
 
 
@@ -144,7 +144,7 @@ def _check_plan_checkpointing(args, schedule) -> str:
     except SchedcError as e:
         raise SchedcError(f"--partition {e}") from None
     check_split_backward(modes, schedule, str(args.file))
-    flat = {m for stage in modes for m in ([stage] if isinstance(stage, str) else stage)}
+    flat = set(block_modes(modes))
     if not args.for_ or len(flat) < 2 and flat <= set(FRAMEWORK_AC):
         return ""
     from schedc.frameworks import REGISTRY, parse_spec
