@@ -14,11 +14,14 @@ real sizes on the GPU, in bfloat16, with a real sequence, and for each checkpoin
   gradient excluded, the input included when saved, W's parameter gradients static);
 - seconds: the median over repeats of F, I, W and the whole backward B (per-op modes: B only,
   torch's split backward cannot go twice through them), against ``unit_profile(device="cuda")``
-  at its default rates; from them, the effective FLOP rate of F and the bandwidth that light's
-  recomputed memory-bound ops reach (counted bytes over the measured extra backward time).
+  at its default rates; from them, F's effective FLOP rate and each mode's recompute (its B less
+  none's B), counted vs measured.
+
+``--ledger`` also measures with memory_fidelity's op ledger (the storages ops create) and prints it
+where it differs from the allocator: a difference there is a kernel's workspace, not a tensor.
 
 Cost: per model, one build (a layer, the embedding and the head at real size) and, per mode, a
-few F/I/W runs: under two minutes on an H100 for the default models at seq 4096.
+few F/I/W runs: a few minutes on an H100 for the default models at seq 4096.
 
     python benchmarks/gpu_layers.py                      # every model, every mode, seq 4096
     python benchmarks/gpu_layers.py --models Llama-3-8B --modes none light --seq 2048
@@ -44,7 +47,8 @@ import memory_fidelity as mf  # noqa: E402
 from schedc.core.costs import AC_MODES, PER_OP_AC  # noqa: E402
 from schedc.model_costs import unit_profile  # noqa: E402
 
-MODELS = ("Llama-3-8B", "Qwen2.5-7B", "Mistral-7B", "GPT-2", "Qwen3-30B-A3B")
+MODELS = ("Llama-3-8B", "Qwen2.5-7B", "Mistral-7B", "Qwen3-8B", "GPT-2", "Qwen3-30B-A3B", "Mixtral-8x7B",
+          "Qwen1.5-MoE-A2.7B")
 # real sizes too large for the CPU benchmark's share of RAM, at home on a GPU
 mf.HF.setdefault("Mixtral-8x7B", ("mixtral", dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                                                   num_key_value_heads=8, vocab_size=32000, num_local_experts=8,
