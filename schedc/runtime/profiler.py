@@ -1390,11 +1390,9 @@ def _assumes(measured, dtype, optimizer, microbatch_size, settings: RunSettings,
 
 def _per_op(choice) -> bool:
     """Whether an activation-checkpointing choice (a mode, or one per stage or block) has a per-op mode."""
-    from schedc.core.costs import PER_OP_AC
+    from schedc.core.costs import PER_OP_AC, block_modes
 
-    if isinstance(choice, str):
-        return choice in PER_OP_AC
-    return any(_per_op(c) for c in choice or ())
+    return any(b in PER_OP_AC for b in block_modes(choice or ()))
 
 
 def _reserve(dev: torch.device, given: Optional[float]) -> tuple[Optional[float], Optional[str]]:
