@@ -176,9 +176,12 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     transient = {"F": 4 * h, "I": (28 if gpt2 else 18) * h}
     if qk_norm and impl == "hf":  # I peaks in the q norm's backward (16 fp32 bytes a channel) when q > h
         transient["I"] = 16 * max(h, q) + 2 * h
+    # measured on an H100 (benchmarks/gpu_layers.py, Qwen1.5-MoE at real size), not on CPU: with a
+    # shared expert, I peaks with one more e h, without checkpointing and under light alike
+    shared_cuda = e * h if s.shared_ffn_hidden and device == "cuda" else 0.0
     if s.experts:
         moe_f, moe_i = _moe_transients(s, e)
-        transient = {"F": max(transient["F"], moe_f), "I": transient["I"] + moe_i}
+        transient = {"F": max(transient["F"], moe_f), "I": transient["I"] + moe_i + shared_cuda}
     if qk_norm and impl == "torchtitan" and device == "cpu":  # CPU's composite q/k norms' fp32 temporaries
         transient = {"F": max(transient["F"], 2.5 * q), "I": max(transient["I"], 11.5 * (q + k))}
     if ac == "none":
@@ -186,7 +189,7 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     # what a checkpointed forward holds at its peak: the MLP's live FFN-wide tensors, its input
     peak_f = (4 * e * f + 2 * e * h) if s.mlp == "gelu" else (3 * e * f + (8 * h if impl == "torchtitan" and
                                                                            device == "cpu" else e * h))
-    recomputed_i = _checkpointed_i(s, e, activation, wgrads + dx)
+    recomputed_i = _checkpointed_i(s, e, activation, wgrads + dx) + shared_cuda
     if s.experts:  # measured: the experts' down output gradient is held for W, and the output
         # gradient given is no linear's (without checkpointing the saved ledger absorbs both)
         wgrads += (float(s.experts_per_token) + 1) * e * h
