@@ -245,13 +245,14 @@ def _local_buffers(schedule, profile, device: str) -> float:
     when a step starts: the CUDA allocator sees each freed as this step's tensor replaces it, so they
     are part of the level before the step. (A CPU trace misses frees of blocks allocated before it
     starts, and runtime_memory.py counts them in the step.)"""
-    from schedc.core.cost_model import preallocates, torch_version
+    from schedc.core.cost_model import boundary_buffers, preallocates, torch_version
 
-    if not device.startswith("cuda") or not preallocates(torch_version(profile)):
+    version = torch_version(profile)
+    if not device.startswith("cuda") or not preallocates(version):
         return 0.0
     placement = schedule.placement
-    return sum(2 * schedule.n_microbatches * profile.boundary_after(b) for b in range(len(placement) - 1)
-               if placement[b] == placement[b + 1] == 0)
+    return sum(boundary_buffers(profile.boundary_after(b), schedule.n_microbatches, version, same_rank=True)
+               for b in range(len(placement) - 1) if placement[b] == placement[b + 1] == 0)
 
 
 def _step_peak(step, device: str) -> float:

@@ -30,6 +30,7 @@ few F/I/W runs: a few minutes on an H100 for the default models at seq 4096.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import math
 import statistics
@@ -79,43 +80,46 @@ def measure_bytes(unit: mf.Unit) -> dict[str, float]:
             saved.append(True)
         return t
 
-    # a garbage collection inside the measurement would free an earlier model's cycles against this one
+    with _no_gc():
+        base = _sync_alloc()
+        torch.cuda.reset_peak_memory_stats()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = unit.forward(x)
+        after = _sync_alloc()
+        out = y.untyped_storage().nbytes() if y.numel() > 1 else 0
+        extra = x.untyped_storage().nbytes() if saved or unit.keeps_input else 0
+        got = {"after F": after - base - out + extra, "F transient": torch.cuda.max_memory_allocated() - after}
+        if unit.first:
+            return {**got, "I..W": got["after F"], "I transient": 0.0, "W transient": 0.0}
+        dy = torch.randn_like(y) if y.numel() > 1 else None
+        before_i = _sync_alloc()
+        torch.cuda.reset_peak_memory_stats()
+        _, groups = stage_backward_input([y], [dy] if dy is not None else None, [x], iter(params))
+        held = _sync_alloc()
+        got["I..W"] = held - before_i + (after - base) - out + extra
+        got["I transient"] = torch.cuda.max_memory_allocated() - held
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            stage_backward_weight(iter(params), groups)
+        except RuntimeError as err:  # a per-op checkpoint allows one backward per region
+            if "backward an extra time" not in str(err):
+                raise
+            return {**got, "I..W": math.nan, "W transient": math.nan}
+        grads = sum(p.grad.untyped_storage().nbytes() for p in params if p.grad is not None)
+        got["W transient"] = max(0.0, torch.cuda.max_memory_allocated() - held - grads)
+        return got
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """No garbage collection inside a measurement: it would free an earlier model's cycles
+    against this one."""
     gc.collect()
     gc.disable()
     try:
-        return _measure_bytes(unit, params, x, key, saved, pack)
+        yield
     finally:
         gc.enable()
-
-
-def _measure_bytes(unit: mf.Unit, params: list, x: torch.Tensor, key: int, saved: list, pack) -> dict[str, float]:
-    base = _sync_alloc()
-    torch.cuda.reset_peak_memory_stats()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = unit.forward(x)
-    after = _sync_alloc()
-    out = y.untyped_storage().nbytes() if y.numel() > 1 else 0
-    extra = x.untyped_storage().nbytes() if saved or unit.keeps_input else 0
-    got = {"after F": after - base - out + extra, "F transient": torch.cuda.max_memory_allocated() - after}
-    if unit.first:
-        return {**got, "I..W": got["after F"], "I transient": 0.0, "W transient": 0.0}
-    dy = torch.randn_like(y) if y.numel() > 1 else None
-    before_i = _sync_alloc()
-    torch.cuda.reset_peak_memory_stats()
-    _, groups = stage_backward_input([y], [dy] if dy is not None else None, [x], iter(params))
-    held = _sync_alloc()
-    got["I..W"] = held - before_i + (after - base) - out + extra
-    got["I transient"] = torch.cuda.max_memory_allocated() - held
-    torch.cuda.reset_peak_memory_stats()
-    try:
-        stage_backward_weight(iter(params), groups)
-    except RuntimeError as err:  # a per-op checkpoint allows one backward per region
-        if "backward an extra time" not in str(err):
-            raise
-        return {**got, "I..W": math.nan, "W transient": math.nan}
-    grads = sum(p.grad.untyped_storage().nbytes() for p in params if p.grad is not None)
-    got["W transient"] = max(0.0, torch.cuda.max_memory_allocated() - held - grads)
-    return got
 
 
 def measure_seconds(unit: mf.Unit, split: bool, repeats: int) -> dict[str, float]:

@@ -35,6 +35,16 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module")
+def keep_torch_threads():
+    """torch's intra-op thread count as it was before the module: `schedc profile` on a CPU sets
+    one thread in the test process (cli.main runs in it)."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 def build_schedule(
     placement: Sequence[int],
     n_microbatches: int,

@@ -22,11 +22,7 @@ CFG = GPTConfig(vocab_size=32, hidden=16, layers=3, heads=2, seq_len=8)
 QUICK = ["--warmup", "0", "--repeats", "1"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 def test_gpt_units_one_entry_per_unit_with_module_names():

@@ -25,11 +25,7 @@ SHAPE = ["--layers", "2", "--mbs", "2", "--seq", "16"]
 QUICK = ["--warmup", "0", "--repeats", "2"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture(scope="module")
