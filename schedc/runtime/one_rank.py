@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Collection, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -102,29 +102,32 @@ def run_steps(schedule: Schedule, stage_modules: Sequence[nn.Module], inputs: tu
     return result
 
 
-def loop_schedule(n_stages: int, n_microbatches: int, full_backward: bool = False) -> Schedule:
+def loop_schedule(n_stages: int, n_microbatches: int, full_backward: bool = False,
+                  whole: Collection[int] = ()) -> Schedule:
     """Every stage on one rank; microbatch by microbatch, F through all stages, then I and W of
     each stage from the last to the first: each action runs as it does in a zero-bubble
     schedule (W right after its I), one microbatch's activations live at a time. With
     ``full_backward`` every odd microbatch runs B instead of I and W (the two kinds interleaved, so
-    that a change of machine load hits both alike)."""
+    that a change of machine load hits both alike); the stages in ``whole`` run B on every
+    microbatch (a stage checkpointed per op, which torch's split backward cannot run)."""
     from schedc.io.csvio import parse_csv_text
 
     row = []
     for m in range(n_microbatches):
         row += [f"{s}F{m}" for s in range(n_stages)]
         for s in reversed(range(n_stages)):
-            row += [f"{s}B{m}"] if full_backward and m % 2 else [f"{s}I{m}", f"{s}W{m}"]
+            row += [f"{s}B{m}"] if s in whole or full_backward and m % 2 else [f"{s}I{m}", f"{s}W{m}"]
     return parse_csv_text(",".join(row) + "\n")
 
 
 def runtime_action_times(stage_modules: Sequence[nn.Module], sample: tuple, loss_fn: Callable, target,
-                         device, warmup: int, repeats: int) -> Optional[dict[tuple[int, str], list[float]]]:
+                         device, warmup: int, repeats: int,
+                         whole: Collection[int] = ()) -> Optional[dict[tuple[int, str], list[float]]]:
     """Per (stage, 'F'|'I'|'W'|'B'), `repeats` seconds of that action as torch's runtime runs it
     (:func:`loop_schedule` with ``2 x repeats`` microbatches, I and W on the even ones, B on the odd
-    ones, after `warmup` untimed steps, in a one-rank group of this process); None where that
-    cannot run here: a process group already exists (under torchrun), or the sample is not
-    tensors that split along the batch."""
+    ones and on every one of the stages in `whole`, after `warmup` untimed steps, in a one-rank
+    group of this process); None where that cannot run here: a process group already exists
+    (under torchrun), or the sample is not tensors that split along the batch."""
     if dist.is_initialized() or not all(isinstance(x, torch.Tensor) for x in sample):
         return None
     m = 2 * max(1, repeats)
@@ -134,7 +137,7 @@ def runtime_action_times(stage_modules: Sequence[nn.Module], sample: tuple, loss
         def loss_fn(out, _target):  # the last stage's output is the loss already
             return out
     with one_rank_group(device):
-        result = run_steps(loop_schedule(len(stage_modules), m, full_backward=True), stage_modules, inputs,
+        result = run_steps(loop_schedule(len(stage_modules), m, full_backward=True, whole=whole), stage_modules, inputs,
                            whole_target, loss_fn,
                            device, steps=1, warmup=max(1, warmup))
     return result.action_seconds

@@ -1240,37 +1240,21 @@ def _per_op_measurement(none: StageMeasurement, memory: _BMemory, times: dict, m
 def _runtime_times(stage_modules, sample, loss_fn, target, dev, warmup, repeats, whole: set,
                    progress) -> Optional[dict[tuple[int, str], list[float]]]:
     """Per (stage, kind), torch's runtime's own action times in a one-rank schedule of all
-    `stage_modules` (as :func:`schedc.runtime.one_rank.runtime_action_times`) whose stages in
-    `whole` run their backward whole (B) on every microbatch; None where that cannot run here."""
-    import torch.distributed as dist
+    `stage_modules` whose stages in `whole` run their backward whole (B) on every microbatch
+    (:func:`schedc.runtime.one_rank.runtime_action_times`); None where that cannot run here."""
+    from schedc.runtime.one_rank import runtime_action_times
 
-    from schedc.io.csvio import parse_csv_text
-    from schedc.runtime.one_rank import one_rank_group, run_steps
-
-    if dist.is_initialized() or not all(isinstance(x, torch.Tensor) for x in sample):
-        return None
-    n, m = len(stage_modules), 2 * max(1, repeats)
-    row = []
-    for mb in range(m):
-        row += [f"{s}F{mb}" for s in range(n)]
-        for s in reversed(range(n)):
-            row += [f"{s}B{mb}"] if s in whole or mb % 2 else [f"{s}I{mb}", f"{s}W{mb}"]
-    inputs = tuple(torch.cat([x] * m) for x in sample)
-    whole_target = torch.cat([target] * m) if isinstance(target, torch.Tensor) else torch.zeros(m)
-    loss = loss_fn if loss_fn is not None else (lambda out, _target: out)
     if progress:
-        progress(f"timing F and B of {len(whole)} checkpointed units inside torch's runtime ({m} microbatches)")
+        progress(f"timing F and B of {len(whole)} checkpointed units inside torch's runtime "
+                 f"({2 * max(1, repeats)} microbatches)")
     try:
-        with one_rank_group(dev):
-            result = run_steps(parse_csv_text(",".join(row) + "\n"), stage_modules, inputs, whole_target, loss, dev,
-                               steps=1, warmup=max(1, warmup))
+        return runtime_action_times(stage_modules, sample, loss_fn, target, dev, warmup, repeats, whole=whole)
     except Exception:  # noqa: BLE001 - the back-to-back timings stand; the note says so
         return None
     finally:
         for module in stage_modules:
             for p in module.parameters():
                 p.grad = None
-    return result.action_seconds
 
 
 @python_spelling
