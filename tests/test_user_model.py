@@ -1,5 +1,7 @@
 """`schedc profile --model MODULE:FUNCTION`: a user's model, split by module names, profiled."""
 
+import collections
+import copy
 import sys
 
 import pytest
@@ -10,7 +12,8 @@ from _dist import ROOT  # noqa: E402
 from schedc import cli  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
-from schedc.runtime.user_model import build_user_model, split_by_fqns  # noqa: E402
+from schedc.runtime.user_model import (UserModel, build_user_model, split_by_fqns, unit_modules,  # noqa: E402
+                                        units_from_split)  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "examples"))
 import llama  # noqa: E402
@@ -88,3 +91,164 @@ def test_llama_grouped_query_attention_is_full_attention_with_shared_key_value_h
     assert torch.allclose(g(gqa["sample"]), f(gqa["sample"]), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="multiple of kv_heads 3"):
         llama.stages(heads=4, kv_heads=3)
+
+
+@pytest.fixture
+def copied(monkeypatch):
+    """Counter: how many times each tensor (by id) of the source model was deep-copied."""
+    counts = collections.Counter()
+    for cls in (torch.Tensor, torch.nn.Parameter):
+        original = cls.__deepcopy__
+
+        def counting(self, memo, _original=original):
+            if id(self) not in memo:  # a tied tensor seen again is not copied again
+                counts[id(self)] += 1
+            return _original(self, memo)
+
+        monkeypatch.setattr(cls, "__deepcopy__", counting)
+    return counts
+
+
+class _Toy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.keep = torch.nn.Linear(4, 4)
+        self.rest = torch.nn.Linear(256, 256)  # the big part no piece below keeps
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+        self.register_buffer("scale", torch.ones(4))
+
+
+def test_a_piece_deep_copies_only_what_it_keeps(copied):
+    model = _Toy()
+    (piece,) = split_by_fqns(model, [["keep", "blocks.1"]])
+    kept = [model.keep.weight, model.keep.bias, model.blocks[1].weight, model.blocks[1].bias, model.scale]
+    assert {id(t) for t in kept} == set(copied) and set(copied.values()) == {1}
+    assert piece.rest is None and list(piece.blocks.keys()) == ["1"]
+    assert model.rest is not None and len(model.blocks) == 3  # the source is left whole
+
+
+def test_per_unit_split_copies_each_layer_once_in_total(copied):
+    made = llama.stages(n_stages=2, layers=6, hidden=16, heads=2, seq_len=8, vocab_size=32)
+    model = made["model"]
+    modules, units, _ = unit_modules(UserModel([], made["sample"], model=model, split=made["split"]), "llama")
+    assert len(modules) == 8 and units[1] == ["layers.0"]
+    assert {copied[id(p)] for p in model.parameters()} == {1}  # 8 units, one copy of the weights
+    # the model's own buffers (RoPE tables) are every unit's: copied once per unit
+    assert [copied[id(b)] for b in (model.rope_cos, model.rope_sin)] == [8, 8]
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.mid, self.head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        self.head.weight = self.emb.weight
+        self.note = {"kind": "toy"}
+
+    def forward(self, x):
+        for part in (self.emb, self.mid, self.head):
+            x = part(x) if part is not None else x
+        return x
+
+
+def test_tied_weights_stay_tied_in_a_piece_and_hooks_and_attributes_are_kept():
+    model = _Tied()
+    calls = []
+    model.head.register_forward_hook(lambda m, i, o: calls.append("head"))
+    model.register_forward_pre_hook(lambda m, i: calls.append("root"))
+    both, mid = split_by_fqns(model, [["emb", "head"], ["mid"]])
+    assert both.head.weight is both.emb.weight and both.emb.weight is not model.emb.weight
+    assert both.mid is None and mid.emb is None and mid.head is None and mid.mid.weight is not model.mid.weight
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(both(x), model.head(model.emb(x)), rtol=0, atol=0)
+    assert calls == ["root", "head", "head"]  # the piece's two hooks, then the model's head hook
+    assert both.note == {"kind": "toy"} and both.note is not model.note
+    assert model.mid is not None and model.head.weight is model.emb.weight  # the source is left as it was
+
+
+def _whole_copy_split(model, split):
+    """The split this module did before: a whole deep copy per piece, then pruned (the reference)."""
+    def prune(module, names, prefix=""):
+        for child_name, child in list(module.named_children()):
+            full = prefix + child_name
+            if full in names:
+                continue
+            if any(n.startswith(full + ".") for n in names):
+                module._modules[child_name] = prune(child, names, full + ".")
+            elif isinstance(module, (torch.nn.ModuleDict, torch.nn.ModuleList)):
+                del module._modules[child_name]
+            elif isinstance(child, (torch.nn.ModuleDict, torch.nn.ModuleList)):
+                module._modules[child_name] = torch.nn.ModuleDict()
+            else:
+                setattr(module, child_name, None)
+        return torch.nn.ModuleDict(module._modules) if isinstance(module, torch.nn.ModuleList) else module
+
+    return [prune(copy.deepcopy(model), set(names)) for names in split]
+
+
+def _layout(piece):
+    """Every module's name, class, attribute names and child slots (None kept), and every tensor."""
+    modules = [(name, type(m).__name__, sorted(k for k in vars(m) if k != "_modules"), list(m._modules),
+                [c is None for c in m._modules.values()]) for name, m in piece.named_modules()]
+    return modules, list(piece.state_dict()), dict(piece.named_parameters()), dict(piece.named_buffers())
+
+
+def _library_gpt():
+    from schedc.runtime.models import GPT, GPTConfig
+
+    model = GPT(GPTConfig(layers=3, hidden=16, heads=2, seq_len=8, vocab_size=32))
+    return model, [["embed", "blocks.0"], ["blocks.1", "blocks.2", "norm", "head"]], None  # forward iterates a list
+
+
+def _example_llama():
+    made = llama.stages(n_stages=3, layers=3, hidden=16, heads=2, seq_len=8, vocab_size=32)
+    return made["model"], made["split"], made["sample"]
+
+
+def _hugging_face():
+    pytest.importorskip("transformers")
+    import hf_causal_lm
+
+    made = hf_causal_lm.stages(n_stages=2, layers=3, hidden=16, heads=2, kv_heads=1, seq_len=8, vocab_size=32)
+    return made["model"], made["split"], made["sample"]
+
+
+def _torchtitan():
+    pytest.importorskip("torchtitan")
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import llama3_configs
+
+    cfg = llama3_configs["debugmodel"](attn_backend="flex")
+    cfg.layers = cfg.layers[:3]
+    for layer in cfg.layers:  # flex attention needs a GPU; SDPA keeps the same parameters
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = cfg.build()
+        model.init_states()
+    split = [["tok_embeddings", "layers.0"], ["layers.1", "layers.2", "norm", "lm_head"]]
+    return model, split, torch.randint(0, cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("build", [_library_gpt, _example_llama, _hugging_face, _torchtitan])
+def test_pieces_equal_those_of_the_whole_copy_split(build):
+    model, split, sample = build()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    units, shared = units_from_split(split)
+    for names in (split, [u + shared for u in units]):  # per stage and per unit
+        new, old = split_by_fqns(model, names), _whole_copy_split(model, names)
+        for a, b in zip(new, old):
+            (mods_a, keys_a, params_a, bufs_a), (mods_b, keys_b, params_b, bufs_b) = _layout(a), _layout(b)
+            assert mods_a == mods_b and keys_a == keys_b
+            assert list(params_a) == list(params_b) and list(bufs_a) == list(bufs_b)
+            for x, y in [*zip(params_a.values(), params_b.values()), *zip(bufs_a.values(), bufs_b.values())]:
+                assert x.dtype == y.dtype and x.requires_grad == y.requires_grad
+                torch.testing.assert_close(x, y, rtol=0, atol=0)
+        if sample is not None:
+            h_new = h_old = sample
+            with torch.no_grad():
+                for a, b in zip(new, old):
+                    h_new, h_old = a(h_new), b(h_old)
+                torch.testing.assert_close(h_new, h_old, rtol=0, atol=0)
+    after = model.state_dict()
+    assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
+

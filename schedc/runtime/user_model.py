@@ -23,11 +23,12 @@ Per-unit profiles (:func:`units_from_split`) read the units from the split: each
 names before the first such form the first unit (the embedding), those after the last one the
 last unit (final norm, head), and a name that several stages keep (Hugging Face's
 ``model.rotary_emb``, which NeMo puts on every stage) is kept by every unit. Splitting
-copies the model once per stage and sets every module a stage does not keep to None (entries of
-a ModuleList/ModuleDict are dropped, a container with none kept becomes an empty ModuleDict, as in
-torchtitan's and NeMo's splits), so the model's ``forward`` must skip parts that are None, as
-torchtitan's models do. Without a loss the last stage's output is summed: its backward costs
-what any loss's does, less the loss itself. Cost: one deep copy of the model per stage.
+copies, per stage, the modules it keeps and the containers on the path to them, and sets every
+module a stage does not keep to None (entries of a ModuleList/ModuleDict are dropped, a container
+with none kept becomes an empty ModuleDict, as in torchtitan's and NeMo's splits), so the model's
+``forward`` must skip parts that are None, as torchtitan's models do. Without a loss the last
+stage's output is summed: its backward costs what any loss's does, less the loss itself. Cost:
+about one deep copy of the model over all stages (or all units) together.
 """
 
 from __future__ import annotations
@@ -162,34 +163,67 @@ _LAYER = re.compile(r"\.\d+$")
 
 
 def split_by_fqns(model: nn.Module, split: Sequence[Sequence[str]]) -> list[nn.Module]:
-    """One copy of ``model`` per stage keeping only that stage's named modules."""
+    """One piece of ``model`` per stage keeping only that stage's named modules.
+
+    Each piece deep-copies only what it keeps (:func:`_copy_kept`), with one ``copy.deepcopy``
+    memo per piece, so weights tied between two kept parts stay tied inside the piece and
+    ``model`` is never changed. Cost: about one copy of the model's weights over all pieces
+    together (plus, per piece, the containers' own tensors and what several pieces keep),
+    whatever the number of pieces, instead of one whole copy per piece."""
     known = dict(model.named_modules())
     for s, names in enumerate(split):
         for name in names:
             if name not in known:
                 raise SchedcError(f"split: stage {s} names {name!r}, which the model does not have")
-    return [_keep(copy.deepcopy(model), set(names)) for names in split]
+    return [_copy_kept(model, set(names), "", {}) for names in split]
 
 
-def _keep(module: nn.Module, names: set[str], prefix: str = "") -> nn.Module:
-    """``module`` with only the named parts (and what contains them) left; returns what to put in its place."""
-    for child_name, child in list(module.named_children()):
+def _copy_kept(module: nn.Module, names: set[str], prefix: str, memo: dict) -> nn.Module:
+    """A copy of ``module`` with only the named parts (and what contains them) left.
+
+    A named child is deep-copied whole; a child on the path to a named part is rebuilt the same
+    way; an entry of a ModuleList/ModuleDict that holds none is dropped, another container child
+    becomes an empty ModuleDict (as torchtitan's and NeMo's splits leave it: ``for layer in
+    self.layers...`` still runs) and any other child None. ``module`` itself is copied without
+    its children (:func:`_without_children`); a ModuleList becomes a ModuleDict keyed by the
+    original indices, so parameter names stay those of the whole model."""
+    children: dict[str, Optional[nn.Module]] = {}
+    seen: set[int] = set()
+    for child_name, child in module._modules.items():
         full = prefix + child_name
-        if full in names:
+        if child is None or id(child) in seen:
+            # named_modules() does not list these, so no name selects them: copied as they are
+            children[child_name] = copy.deepcopy(child, memo)
             continue
-        if any(n.startswith(full + ".") for n in names):
-            module._modules[child_name] = _keep(child, names, full + ".")
+        seen.add(id(child))
+        if full in names:
+            children[child_name] = copy.deepcopy(child, memo)
+        elif any(n.startswith(full + ".") for n in names):
+            children[child_name] = _copy_kept(child, names, full + ".", memo)
         elif isinstance(module, (nn.ModuleDict, nn.ModuleList)):
-            del module._modules[child_name]
+            continue
         elif isinstance(child, (nn.ModuleDict, nn.ModuleList)):
-            # an empty container, as torchtitan's and NeMo's splits leave it: `for layer in self.layers...` still runs
-            module._modules[child_name] = nn.ModuleDict()
+            children[child_name] = nn.ModuleDict()
         else:
-            setattr(module, child_name, None)
+            children[child_name] = None
     if isinstance(module, nn.ModuleList):
-        # keyed by the original indices, so parameter names stay those of the whole model
-        return nn.ModuleDict(module._modules)
-    return module
+        return nn.ModuleDict(children)
+    return _without_children(module, children, memo)
+
+
+def _without_children(module: nn.Module, children: dict, memo: dict) -> nn.Module:
+    """A deep copy of ``module``'s own state (parameters, buffers, hooks, attributes) with
+    ``children`` in place of its submodules, rebuilt as ``copy.deepcopy`` rebuilds a module
+    (``__getstate__``/``__setstate__``) but never descending into the submodules it does not keep."""
+    cls = type(module)
+    new = cls.__new__(cls)
+    memo[id(module)] = new  # a kept part that points back at its container gets this copy
+    state = dict(module.__getstate__())
+    del state["_modules"]
+    state = copy.deepcopy(state, memo)
+    state["_modules"] = children
+    new.__setstate__(state)
+    return new
 
 
 def build_user_model(model_spec: str, sample_spec: Optional[str], offered: dict,
