@@ -2,20 +2,23 @@
 more memory shortens the step, so planning again with the uncapped schedule's peak as the cap must
 give (about) the uncapped step. Two ways the old test (room for one more microbatch on some rank,
 hand-made schedules only) got it wrong: a shorter order that needs more than one microbatch's room,
-and an uncapped order only schedc's heuristic finds."""
+and an uncapped order only schedc's heuristic finds. The message names a cap and claims nothing about
+other microbatch counts: with more microbatches the step per microbatch can beat the uncapped one."""
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from schedc.core.cost_model import fits  # noqa: E402
-from schedc.plan import plan  # noqa: E402
+from schedc.plan import parse_cap, plan  # noqa: E402
 from schedc.plan.limiter import HEURISTIC, plan_limiter  # noqa: E402
 from schedc.solver.deadline import counting_work  # noqa: E402
+import pytest  # noqa: E402
 from test_plan import tiny_units  # noqa: E402
 
 GiB = 2**30
@@ -59,3 +62,34 @@ def test_the_limiter_charges_nothing_to_the_work_clock():
         again = plan_limiter(tight)
         assert clock.spent == 0.0
     assert again == tight.limiter
+
+
+@pytest.mark.parametrize("layout,ranks,microbatches,cap,fitted", [
+    ({"comm": 1.0}, 4, 8, "11GiB", "it"),  # the shortest uncapped schedule is also the least memory's
+    ({}, 2, 6, "11GiB", "that one"),  # a shorter one than the plan needs less memory than the shortest
+])
+def test_the_memory_message_names_a_cap_that_gives_the_step_it_names(layout, ranks, microbatches, cap, fitted):
+    units = tiny_units(n_layers=6, head=1.0, **layout)
+    tight = _plan(units, ranks, microbatches, cap)
+    message = tight.limiter.message
+    assert tight.limiter.kind == "memory" and "more microbatches" not in message
+    given, what, count = re.search(r"more memory per rank shortens the step: --memory (\S+) or more fits (.+), "
+                                   r"at the same (\d+) microbatches$", message).groups()
+    assert what == fitted and int(count) == microbatches
+    percent = re.findall(r"([\d.]+)% shorter", message)[-1]  # the fitted schedule's: the last one named
+    peak = re.findall(r"at a peak of (\S+?)[;,]", message)[-1]
+    assert len(re.findall(r"% shorter", message)) == (2 if fitted == "that one" else 1)
+    # the cap is that schedule's peak, rounded up in the last printed digit
+    assert parse_cap(peak).value <= parse_cap(given).value < parse_cap(peak).value + 0.011 * GiB
+    roomy = _plan(units, ranks, microbatches, given)
+    assert roomy.value <= tight.value * (1 - float(percent) / 100 + 5e-4) < tight.value * 0.99
+
+
+def test_more_microbatches_under_the_same_cap_can_beat_the_uncapped_step_per_microbatch():
+    # why the message claims nothing about microbatches: at 4 times as many, under the same cap,
+    # fill and drain weigh less and a microbatch costs less than in the uncapped schedule at 8
+    units = tiny_units(n_layers=6, head=1.0, comm=1.0)
+    tight = _plan(units, 4, 8, "11GiB")
+    assert tight.limiter.kind == "memory"
+    more = _plan(units, 4, 32, "11GiB")
+    assert more.value / 32 < tight.limiter.uncapped_step / 8 and more.value > tight.value

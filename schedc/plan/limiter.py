@@ -12,6 +12,7 @@ constructions (milliseconds to a fraction of a second), none charged to a work c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -120,9 +121,12 @@ def rank_work(units: Units, counts: Sequence[int], placement: str, ranks: int) -
 def plan_limiter(result: "PlanResult") -> PlanLimiter:
     """Memory-bound when, with no cap, a hand-made schedule on the chosen, the compute-balanced or
     torchtitan's split, or schedc's heuristic on the chosen split, is over 1% shorter than the plan
-    and does not fit the cap: the step then shortens with more memory, and more microbatches do not
-    help. The test is the uncapped schedules themselves, not the plan's room: a rank with room for
-    one more microbatch can still be one the next shorter order does not fit. Otherwise what
+    and does not fit the cap: the step then shortens with more memory, and the message names the
+    least cap that one of them fits. The test is the uncapped schedules themselves, not the plan's
+    room: a rank with room for one more microbatch can still be one the next shorter order does not
+    fit. Other microbatch counts are not tried: more microbatches spread the fill and drain, and
+    their step per microbatch can fall below the uncapped one's, so the message claims nothing
+    about them beyond the count compared. Otherwise what
     ``schedc.core.diagnose.limiter`` says of the chosen schedule. Cost: one simulation per
     hand-made schedule and split and two list constructions (milliseconds each)."""
     from schedc.core.diagnose import limiter
@@ -148,8 +152,9 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
             f"; with the least memory of those, {_named(least)} is {_percent(least, result)} shorter at a peak of "
             f"{format_bytes(least.peak)}")
         message = (f"memory: with no cap {_named(best)} takes {best.value:.6g} s, {_percent(best, result)} shorter, "
-                   f"at a peak of {format_bytes(best.peak)}{also}; more memory per rank or activation checkpointing "
-                   "shortens the step, more microbatches do not")
+                   f"at a peak of {format_bytes(best.peak)}{also}; more memory per rank shortens the step: "
+                   f"--memory {_cap_above(least.peak)} or more fits {'that one' if also else 'it'}, "
+                   f"at the same {M} microbatches")
         return PlanLimiter("memory", message, why, best.value, best.peak)
     diag = limiter(result.compiled.sim, problem.profile)
     return PlanLimiter(diag.kind, diag.message, why)
@@ -157,6 +162,15 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
 
 def _named(u: Uncapped) -> str:
     return f"{u.name} on {u.split} split {u.counts} ({u.placement})"
+
+
+def _cap_above(peak: float) -> str:
+    """``peak`` as format_bytes writes it, rounded up so that the cap it reads as fits the peak."""
+    text = format_bytes(peak)
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if text.endswith(unit):
+            return f"{math.ceil(peak / size * 100) / 100:.2f}{unit}"
+    return text
 
 
 def _percent(u: Uncapped, result: "PlanResult") -> str:
