@@ -127,6 +127,14 @@ def test_a_piece_deep_copies_only_what_it_keeps(copied):
     assert model.rest is not None and len(model.blocks) == 3  # the source is left whole
 
 
+def test_a_kept_part_that_points_at_its_container_gets_the_piece_not_a_copy_of_the_model(copied):
+    model = _Toy()
+    model.keep.owner = [model]  # a plain reference back, as some models keep one
+    (piece,) = split_by_fqns(model, [["keep"]])
+    assert piece.keep.owner[0] is piece and model.keep.owner[0] is model
+    assert id(model.rest.weight) not in copied
+
+
 def test_per_unit_split_copies_each_layer_once_in_total(copied):
     made = llama.stages(n_stages=2, layers=6, hidden=16, heads=2, seq_len=8, vocab_size=32)
     model = made["model"]

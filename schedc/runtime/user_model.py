@@ -184,9 +184,27 @@ def _copy_kept(module: nn.Module, names: set[str], prefix: str, memo: dict) -> n
     A named child is deep-copied whole; a child on the path to a named part is rebuilt the same
     way; an entry of a ModuleList/ModuleDict that holds none is dropped, another container child
     becomes an empty ModuleDict (as torchtitan's and NeMo's splits leave it: ``for layer in
-    self.layers...`` still runs) and any other child None. ``module`` itself is copied without
-    its children (:func:`_without_children`); a ModuleList becomes a ModuleDict keyed by the
-    original indices, so parameter names stay those of the whole model."""
+    self.layers...`` still runs) and any other child None. ``module``'s own state (parameters,
+    buffers, hooks, attributes) is deep-copied as ``copy.deepcopy`` copies a module
+    (``__getstate__``/``__setstate__``) but without its submodules; a ModuleList becomes a
+    ModuleDict keyed by the original indices, so parameter names stay those of the whole model."""
+    if isinstance(module, nn.ModuleList):
+        return nn.ModuleDict(_kept_children(module, names, prefix, memo))
+    cls = type(module)
+    new = cls.__new__(cls)
+    # registered before anything below is copied: a kept part that points back at this container
+    # gets this copy, as in one whole deepcopy, not a copy of the whole container
+    memo[id(module)] = new
+    state = dict(module.__getstate__())
+    del state["_modules"]
+    state = copy.deepcopy(state, memo)
+    state["_modules"] = _kept_children(module, names, prefix, memo)
+    new.__setstate__(state)
+    return new
+
+
+def _kept_children(module: nn.Module, names: set[str], prefix: str, memo: dict) -> dict[str, Optional[nn.Module]]:
+    """The children of :func:`_copy_kept`'s copy of ``module``, in their order."""
     children: dict[str, Optional[nn.Module]] = {}
     seen: set[int] = set()
     for child_name, child in module._modules.items():
@@ -206,24 +224,7 @@ def _copy_kept(module: nn.Module, names: set[str], prefix: str, memo: dict) -> n
             children[child_name] = nn.ModuleDict()
         else:
             children[child_name] = None
-    if isinstance(module, nn.ModuleList):
-        return nn.ModuleDict(children)
-    return _without_children(module, children, memo)
-
-
-def _without_children(module: nn.Module, children: dict, memo: dict) -> nn.Module:
-    """A deep copy of ``module``'s own state (parameters, buffers, hooks, attributes) with
-    ``children`` in place of its submodules, rebuilt as ``copy.deepcopy`` rebuilds a module
-    (``__getstate__``/``__setstate__``) but never descending into the submodules it does not keep."""
-    cls = type(module)
-    new = cls.__new__(cls)
-    memo[id(module)] = new  # a kept part that points back at its container gets this copy
-    state = dict(module.__getstate__())
-    del state["_modules"]
-    state = copy.deepcopy(state, memo)
-    state["_modules"] = children
-    new.__setstate__(state)
-    return new
+    return children
 
 
 def build_user_model(model_spec: str, sample_spec: Optional[str], offered: dict,
