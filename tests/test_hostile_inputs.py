@@ -34,6 +34,8 @@ _ONE_F_ONE_B = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
 # per-unit profiles that record the checkpointing mode they were counted with
 _MODED = {f"{mode}.json": json.dumps({"format": "schedc.profile/v1", "stages": [_STAGE] * 4,
                                       "assumes": {"activation_checkpoint": mode}}) for mode in ("none", "light")}
+_SMALL_CONFIG = json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+                            "vocab_size": 100, "intermediate_size": 128})
 _PLAN_ARGS = ["--ranks", "2", "--mb", "4", "--memory", "none", "--time-limit", "2", "-o", "p.csv"]
 
 
@@ -123,6 +125,17 @@ def _one_line_error(out, command: str, *needles: str) -> str:
                             "vocab_size": 100, "intermediate_size": 128})},
      ["profile", "--units", "--config", "c.json", "--seq", "64", "--ac", "light,full", "-o", "u.json"], "profile",
      ["--ac: 2 modes for 4 layers; give one, or one per layer"]),
+    # plan: a size no compile takes is refused before the partition bounds (minutes at 10**6 microbatches),
+    # by the V's 2R stages under auto; a time limit too short for the least plan names the user's value
+    ({"c.json": _SMALL_CONFIG}, ["plan", "--config", "c.json", "--seq", "64", "--ranks", "2", "--mb", "1000000",
+                                 "--memory", "none", "-o", "p.csv"], "plan",
+     ["--mb: 4 stages x 1000000 microbatches is 12,000,000 actions", "(e.g. --mb 87381)"]),
+    ({"c.json": _SMALL_CONFIG}, ["plan", "--config", "c.json", "--seq", "64", "--ranks", "2", "--mb", "174762",
+                                 "--placement", "loop", "--memory", "none", "--time-limit", "5", "-o", "p.csv"],
+     "plan", ["--time-limit 5 is too short for 1,048,572 actions", "give --time-limit 9 or more"]),
+    # validate --for: an unknown schedule name names the flag
+    ({"a.csv": _ONE_F_ONE_B}, ["validate", "a.csv", "--for", "torchtitan:Nope"], "validate",
+     ["--for torchtitan:Nope: unknown schedule name 'Nope'"]),
 ])
 def test_bad_input_is_one_line_exit_2_and_leaves_no_file(tmp_path, files, argv, command, needles):
     for name, text in files.items():
@@ -931,3 +944,18 @@ def test_plan_refuses_run_settings_beyond_any_model_before_printing_them(tmp_pat
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
         assert f"{flag} {value} is beyond any run schedc counts" in out.stderr
         assert not (tmp_path / "plan.csv").exists()
+
+
+def test_plan_refuses_too_many_microbatches_before_bounding_any_partition(monkeypatch):
+    import schedc
+    from schedc.library import transformer_profile
+    from schedc.plan import search
+
+    def bound(*args, **kwargs):
+        raise AssertionError("the partition bounds ran on a plan too large to compile")
+
+    monkeypatch.setattr(search, "_bounds_over_partitions", bound)
+    monkeypatch.setattr("schedc.plan.planner._bounds_over_partitions", bound)
+    units = transformer_profile(6, layers=6, hidden=256, vocab=32000, seq=256)
+    with pytest.raises(SchedcError, match=r"^microbatches: 2 stages x 1000000 microbatches is 6,000,000 actions"):
+        schedc.plan(profile=units, ranks=2, microbatches=10**6, memory="none", placement="loop")

@@ -50,8 +50,15 @@ def _check_counts(args) -> None:
 
 
 def _run_validate_for(args) -> int:
-    from schedc.frameworks import check_csv_for
+    from schedc.errors import ParameterError
+    from schedc.frameworks import check_csv_for, parse_spec
 
+    try:  # torch's schedule names are checked apart from the flag: name it here
+        parse_spec(args.for_)
+    except ParameterError:
+        raise
+    except SchedcError as e:
+        raise SchedcError(f"--for {args.for_}: {e}") from None
     for flag in ("stages", "mb", "placement"):
         if getattr(args, flag) is not None:
             raise SchedcError(f"--for computes what the framework builds; drop --{flag}")
@@ -65,8 +72,6 @@ def _run_validate_for(args) -> int:
         settings["partition"] = len(read_partition(args.partition))
     report = check_csv_for(schedule, args.for_, ranks=args.ranks, **settings)
     report.raise_unless_ok()
-    from schedc.frameworks import parse_spec
-
     torch_note = _torch_note(schedule, args.file, parse_spec(args.for_)[0])
     print(common.printable(report.message + (f"; {split}" if split else "") + (f"; {torch_note}" if torch_note else "")))
     return 0

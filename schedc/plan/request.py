@@ -22,6 +22,7 @@ from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for
 from schedc.core.tolerances import REL
+from schedc.solver.deadline import check_size, check_time_limit, n_actions
 
 
 PLAN_PLACEMENTS = PLACEMENTS + ("auto",)
@@ -50,6 +51,11 @@ def _check_arguments(ranks: int, microbatches: int, placement: str, objective: s
     if time_limit < limits.MIN_TIME_LIMIT:
         raise ParameterError("time_limit", f"{{name}}{time_limit:g} is shorter than any plan takes; give "
                                            f"{{name}}{limits.MIN_TIME_LIMIT:g} or more (5 for a quick answer)")
+    # refused before the partition bounds, whose knapsack is linear in the microbatches (minutes
+    # at 10**6); auto tries the V's 2R stages too, and the search refuses a size once any is too large
+    check_size(max(n_stages_for(pl, ranks) for pl in (PLACEMENTS if placement == "auto" else (placement,))),
+               microbatches)
+    check_time_limit(n_actions(ranks, microbatches), time_limit)  # the least plan: one stage per rank
 
 
 def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
