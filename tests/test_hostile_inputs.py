@@ -959,3 +959,13 @@ def test_plan_refuses_too_many_microbatches_before_bounding_any_partition(monkey
     units = transformer_profile(6, layers=6, hidden=256, vocab=32000, seq=256)
     with pytest.raises(SchedcError, match=r"^microbatches: 2 stages x 1000000 microbatches is 6,000,000 actions"):
         schedc.plan(profile=units, ranks=2, microbatches=10**6, memory="none", placement="loop")
+
+
+def test_simulate_of_a_plan_without_costs_names_the_profile_beside_it(tmp_path):
+    (tmp_path / "c.json").write_text(_SMALL_CONFIG)
+    assert _schedc("plan", "--config", "c.json", "--seq", "64", "--ranks", "2", "--mb", "4", "--memory", "80GiB",
+                   "--time-limit", "2", "--quiet", "-o", "p.csv", cwd=tmp_path).returncode == 0
+    out = _schedc("simulate", "p.csv", cwd=tmp_path)  # a newcomer's first try: the unit costs, another model's
+    assert out.returncode == 0 and "pass the costs it was compiled with (--profile p.profile.json)" in out.stderr
+    out = _schedc("simulate", "p.csv", "--profile", "p.profile.json", "--memory", "80GiB", cwd=tmp_path)
+    assert out.returncode == 0 and out.stderr == "", out.stderr

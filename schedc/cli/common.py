@@ -248,16 +248,18 @@ def warn_mismatches(command: str, paths, schedules, memory: MemoryLimit, profile
                           f"here; pass --memory {compiled_for} to judge it by its own limit")
         difference = None if profiles is None else _costs_difference(inputs.get("costs"), profiles[k])
         if difference:
+            beside = Path(path).with_suffix(".profile.json")  # schedc plan writes the costs it planned for there
+            given = f"--profile {beside}" if beside.is_file() else "--profile, --costs"
             theirs = _costs_name(Profile.model_validate(inputs["costs"]))
             ours = _costs_name(profiles[k])
             names = f"of {theirs}" if theirs == ours else f"of {theirs}, not {ours}"
             warn(command, f"{path} was compiled for other costs (its report {csvio.report_path(path).name}) than "
                           f"those judged here, both {names}: {difference}; the step time and memory printed are "
-                          "not its own: pass the costs it was compiled with (--profile, --costs)"
+                          f"not its own: pass the costs it was compiled with ({given})"
                  if theirs == ours else
                  f"{path} was compiled for the costs {names} judged here (its report "
                  f"{csvio.report_path(path).name}): {difference}; the step time and memory printed are another "
-                 "model's: pass the costs it was compiled with (--profile, --costs)")
+                 f"model's: pass the costs it was compiled with ({given})")
 
 
 def _costs_name(profile: Profile) -> str:
