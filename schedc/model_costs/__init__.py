@@ -16,7 +16,9 @@ width, e = bytes per element of the activation dtype, V = vocabulary:
   Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", sec. 5.1); I repeats
   the linears and doubles the attention core, W repeats the linears; MoE layers count the routed
   top-k experts and the router; checkpointing adds its recomputed forwards to I and W
-  (:mod:`schedc.model_costs.memory`); over ``flops_per_second``. The embedding is memory-bound
+  (:mod:`schedc.model_costs.memory`); over ``flops_per_second``. These are the FLOPs the real
+  layers execute, less the attention scores a flash-style backward recomputes (Megatron's
+  convention: attention's backward is 2 x its forward). The embedding is memory-bound
   (its rows read and written, its dense gradient written, over ``memory_bandwidth``).
 - memory: the tensors the running code saves, per token (:mod:`schedc.model_costs.memory`):
   held after F (``activation_bytes``), held from I until W (``weight_grad_bytes``, larger: torch's

@@ -366,12 +366,18 @@ def selective_recompute_flops(s: ModelShape, impl: Impl) -> float:
     return sum(2 * a * b for a, b, saved in _selective_matmuls(s, impl) if not saved)
 
 
+def selective_saves_attention(device: str) -> bool:
+    """Whether selective AC saves the attention kernel's output (or recomputes attention): its save
+    list names CUDA's attention kernels, not CPU's flash kernel."""
+    return device == "cuda"
+
+
 def _selective_saved(s: ModelShape, impl: Impl, device: str, e: int) -> float:
     """Bytes per token selective AC saves (torchtitan's SelectiveAC; NeMo AutoModel's follows it):
-    the outputs of the matmuls :func:`_selective_matmuls` saves, and on CUDA flash attention's output
-    and logsumexp (CPU's flash kernel is not in torch's compute-intensive list)."""
+    the outputs of the matmuls :func:`_selective_matmuls` saves, and the attention's output and
+    logsumexp where it saves them (:func:`selective_saves_attention`)."""
     saved = sum(e * width for _, width, kept in _selective_matmuls(s, impl) if kept)
-    if device == "cuda":
+    if selective_saves_attention(device):
         saved += e * widths(s)[1] + 4 * float(s.heads or 1)
     if s.experts:  # top-k is in torchtitan's save list: its fp32 values and int64 indices
         saved += 12 * float(s.experts_per_token)

@@ -310,7 +310,8 @@ def _notes(run: dict, e: int) -> list[str]:
         "saved tensors after F; from I until W the retained graph plus the output gradients W consumes and the "
         "input gradient I returns; transients of the loss's fp32 logits; checked by benchmarks/memory_fidelity.py",
         "layer FLOPs 2bs x params + 4bs^2q (Narayanan et al. 2021, Megatron-LM, sec. 5.1); I = linears + 2 x "
-        "attention core, W = linears; checkpointing adds recomputed forwards to I and W",
+        "attention core, W = linears; checkpointing adds recomputed forwards to I and W; checked by "
+        "benchmarks/flop_counts.py",
         "static bytes: weight + gradient + optimizer bytes per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), "
         "divided by the data-parallel shard degree and the tensor-parallel degree",
     ] + ([f"dp_shard {run['dp_shard']}: + {run['fsdp_held_per_param']:g} bytes per parameter held unsharded all step: "

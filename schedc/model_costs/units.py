@@ -72,7 +72,7 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     for i, ac in enumerate(run["ac"]):
         b = memory.layer_bytes(s, impl, device, ac, per_token)
         fw = (linear + attention) / flops
-        again_i, again_w = _recompute_seconds(s, run, ac, b, tokens, fw)
+        again_i, again_w = _recompute_seconds(s, run, ac, b, tokens, fw, attention)
         body.append(cost(fw, (linear + 2 * attention) / flops + again_i, linear / flops + again_w, b, params,
                          names[1 + i]))
     head_flops = 2 * tokens * h * V
@@ -87,13 +87,16 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
 
 
 def _recompute_seconds(s: ModelShape, run: dict, ac: str, b: memory.UnitBytes, tokens: float,
-                       forward: float) -> tuple[float, float]:
+                       forward: float, attention: float) -> tuple[float, float]:
     """Seconds a checkpointed layer's recompute adds to I and to W: its recomputed FLOPs at the
     effective FLOP rate and, for the per-op modes (light, selective), the bytes their recomputed
     memory-bound ops move (:func:`schedc.model_costs.traffic.recompute_traffic`) at the memory
-    bandwidth, in I only (a per-op mode runs B = I + W, which recomputes once)."""
+    bandwidth, in I only (a per-op mode runs B = I + W, which recomputes once). `attention`: the
+    layer's attention-core FLOPs for its tokens."""
     flops = run["flops"] * run["tp"]
     again_i, again_w = b.recompute_i * tokens / flops, b.recompute_w * tokens / flops
+    if ac == "selective" and not memory.selective_saves_attention(run["device"]):
+        again_i += attention / flops  # its recompute runs attention again
     if ac not in PER_OP_AC:
         return again_i, again_w  # full: the forward's time, which the effective rate gives all its work
     # tensor parallelism with sequence parallelism splits the norms' and activations' tokens and
