@@ -603,7 +603,7 @@ def test_the_report_says_the_least_peak_and_the_margin_and_the_csv_runs_at_it():
     assert simulate(res.schedule, res.compiled.problem.profile).makespan == pytest.approx(res.value)
 
 
-def test_under_a_tight_cap_memory_is_named_as_the_limit_and_more_microbatches_do_not_lift_it():
+def test_under_a_tight_cap_memory_is_named_as_the_limit_at_any_microbatch_count_and_more_memory_lifts_it():
     units = tiny_units(n_layers=6, head=1.0)
     tight = plan(profile=units, ranks=2, microbatches=6, memory="10GiB", placement="loop", time_limit=3)
     assert tight.limiter.kind == "memory" and tight.limiter.uncapped_step < tight.value
