@@ -133,6 +133,11 @@ def _one_line_error(out, command: str, *needles: str) -> str:
     ({"c.json": _SMALL_CONFIG}, ["plan", "--config", "c.json", "--seq", "64", "--ranks", "2", "--mb", "174762",
                                  "--placement", "loop", "--memory", "none", "--time-limit", "5", "-o", "p.csv"],
      "plan", ["--time-limit 5 is too short for 1,048,572 actions", "give --time-limit 9 or more"]),
+    # --costs whose F + I + W adds up but whose step through both stages does not: was pydantic's traceback
+    *[({"a.csv": _ONE_F_ONE_B}, [*argv, "--costs", "1e308,1,1"], argv[0],
+       ["--costs 1e308,1,1: the time of one microbatch through all stages", "is too large to add up"])
+      for argv in (["simulate", "a.csv"], ["compile", "--stages", "2", "--mb", "2", "-o", "s.csv"],
+                   ["trace", "a.csv", "-o", "t.json"], ["emulate", "a.csv"])],
     # validate --for: an unknown schedule name names the flag
     ({"a.csv": _ONE_F_ONE_B}, ["validate", "a.csv", "--for", "torchtitan:Nope"], "validate",
      ["--for torchtitan:Nope: unknown schedule name 'Nope'"]),

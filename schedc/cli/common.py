@@ -64,8 +64,17 @@ def profile_from_args(args, n_stages: int) -> Optional[Profile]:
     if args.costs is None and args.comm is None:
         return None
     # --costs "" is an error, not the default
-    profile = Profile.uniform(n_stages) if args.costs is None else Profile.uniform(n_stages, *parse_costs(args.costs))
+    profile = Profile.uniform(n_stages) if args.costs is None else uniform_costs(args.costs, n_stages)
     return _with_comm(profile, args.comm) if args.comm is not None else profile
+
+
+def uniform_costs(costs: str, n_stages: int) -> Profile:
+    """Identical stages of --costs F,I,W; their sum over the stages checked in one line naming the
+    flag (F + I + W may add up while the step through every stage does not: 1e308,1,1)."""
+    try:
+        return Profile.uniform(n_stages, *parse_costs(costs))
+    except ValidationError as e:
+        raise SchedcError(f"--costs {costs}: {describe_validation_error(e)}") from None
 
 
 def _with_comm(profile: Profile, comm: str) -> Profile:

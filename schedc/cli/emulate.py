@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from schedc.cli import common
-from schedc.core.costs import UNIT_SECONDS, Profile, parse_comm, parse_costs
+from schedc.core.costs import UNIT_SECONDS, Profile, parse_comm
 from schedc.errors import SchedcError
 
 def register(subparsers) -> None:
@@ -51,8 +51,8 @@ def run(args) -> int:
     elif own is not None:
         profiles = own
     else:  # --costs "" is an error, not the default
-        costs = () if args.costs is None else parse_costs(args.costs)
-        profiles = [Profile.uniform(api.read_csv(path).n_stages, *costs) for path in args.files]
+        profiles = [Profile.uniform(api.read_csv(path).n_stages) if args.costs is None
+                    else common.uniform_costs(args.costs, api.read_csv(path).n_stages) for path in args.files]
     in_seconds = bool(args.profile) or (own is not None and own[0].model != "uniform")
     scale = args.scale if args.scale is not None else (1.0 if in_seconds else UNIT_SECONDS)
     # --comm left out: emulate's default (none, as the emulation does not sleep for it)
