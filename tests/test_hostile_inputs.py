@@ -974,3 +974,15 @@ def test_simulate_of_a_plan_without_costs_names_the_profile_beside_it(tmp_path):
     assert out.returncode == 0 and "pass the costs it was compiled with (--profile p.profile.json)" in out.stderr
     out = _schedc("simulate", "p.csv", "--profile", "p.profile.json", "--memory", "80GiB", cwd=tmp_path)
     assert out.returncode == 0 and out.stderr == "", out.stderr
+
+
+def test_trace_never_writes_over_the_report_or_profile_beside_its_csv(tmp_path):
+    # `trace s.csv -o s.json` read the compile report for its costs, then wrote the trace over it
+    assert _schedc("compile", "--stages", "2", "--mb", "4", "--time-limit", "5", "--quiet", "-o", "s.csv",
+                   cwd=tmp_path).returncode == 0
+    (tmp_path / "s.profile.json").write_text(_profile(_STAGE))  # as `schedc plan` leaves one beside its CSV
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    for name, what in (("s.json", "report"), ("s.profile.json", "profile")):
+        _one_line_error(_schedc("trace", "s.csv", "-o", name, cwd=tmp_path), "trace",
+                        f"-o {name} would overwrite the input schedule s.csv's {what} {name}")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -115,9 +115,13 @@ def judged_memory(args, bytes_need_profile: bool = True) -> MemoryLimit:
 
 def input_files(args) -> list[tuple[str, str]]:
     """The files a command reads, each with how the user named it (for check_outputs' message)."""
-    out = [(f, "schedule") for f in getattr(args, "files", None) or []]
-    if getattr(args, "file", None):
-        out.append((args.file, "schedule"))
+    from schedc.io import csvio
+
+    schedules = list(getattr(args, "files", None) or []) + ([args.file] if getattr(args, "file", None) else [])
+    out = [(f, "schedule") for f in schedules]
+    for f in schedules:  # the costs beside a CSV are read too (`trace s.csv -o s.json` wrote over its report)
+        out += [(csvio.report_path(f), f"schedule {f}'s report"), (Path(f).with_suffix(".profile.json"),
+                                                                   f"schedule {f}'s profile")]
     for flag in ("profile", "config", "partition", "model", "sample"):
         value = getattr(args, flag, None)
         # an option given several times (plan's --profile MODE=UNITS.json ...) is a list
