@@ -138,6 +138,10 @@ def _one_line_error(out, command: str, *needles: str) -> str:
        ["--costs 1e308,1,1: the time of one microbatch through all stages", "is too large to add up"])
       for argv in (["simulate", "a.csv"], ["compile", "--stages", "2", "--mb", "2", "-o", "s.csv"],
                    ["trace", "a.csv", "-o", "t.json"], ["emulate", "a.csv"])],
+    # a JSON output given a schedule's .csv name: profile wrote its JSON over s.csv
+    *[({"a.csv": _ONE_F_ONE_B, "c.json": _SMALL_CONFIG}, argv, argv[0], [f"-o {argv[-1]}: {what} is JSON"])
+      for argv, what in ((["profile", "--units", "--config", "c.json", "--seq", "64", "-o", "a.csv"], "a profile"),
+                         (["trace", "a.csv", "-o", "A.CSV"], "a Chrome trace"))],
     # validate --for: an unknown schedule name names the flag
     ({"a.csv": _ONE_F_ONE_B}, ["validate", "a.csv", "--for", "torchtitan:Nope"], "validate",
      ["--for torchtitan:Nope: unknown schedule name 'Nope'"]),

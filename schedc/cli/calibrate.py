@@ -45,6 +45,7 @@ def run(args) -> int:
     common.require_torch("schedc calibrate")
     if args.output:
         common.check_outputs(args, (args.output, "-o"))  # before the ranks run
+        common.check_json_output(args.output, "the refined profile")
     from schedc.runtime.calibrate import calibrate, format_calibration
 
     # the flags not given are left to calibrate(); what it will use is read off it for the messages

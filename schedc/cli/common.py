@@ -138,6 +138,12 @@ def input_files(args) -> list[tuple[str, str]]:
     return out
 
 
+def check_json_output(path: str, what: str) -> None:
+    """-o of a JSON file: a .csv name is a schedule's (`profile -o s.csv` wrote JSON over one)."""
+    if str(path).lower().endswith(".csv"):
+        raise SchedcError(f"-o {path}: {what} is JSON, and a .csv name is a schedule's; give a .json name")
+
+
 def check_outputs(args, *outputs: tuple) -> None:
     """Before any work: every (path, option) output can be written and is none of the inputs
     (``compile --profile p.json -o p.csv`` would write its report over the profile)."""

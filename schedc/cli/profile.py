@@ -146,6 +146,7 @@ def run(args) -> int:
     _measured_ac(args)  # before torch is imported or any group is made
     common.require_torch("schedc profile")
     common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
+    common.check_json_output(args.output, "a profile")
     import torch
 
     from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_units
@@ -302,6 +303,7 @@ def _run_arithmetic(args) -> int:
     _check_counted_numbers(args)
     device = _counted_device(args.device)
     common.check_outputs(args, (args.output, "-o"))
+    common.check_json_output(args.output, "a profile")
     shape = _counted_shape(args)
     if args.seq is None:
         raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")

@@ -21,6 +21,7 @@ def run(args) -> int:
     from schedc.cli.plot import read_own_costs
 
     common.check_outputs(args, (args.output, "-o"))
+    common.check_json_output(args.output, "a Chrome trace")
     args.files = [args.file]
     own = None if (args.profile or args.costs is not None or args.comm is not None) else read_own_costs(args)
     if own is None:
