@@ -142,6 +142,11 @@ def _one_line_error(out, command: str, *needles: str) -> str:
     *[({"a.csv": _ONE_F_ONE_B, "c.json": _SMALL_CONFIG}, argv, argv[0], [f"-o {argv[-1]}: {what} is JSON"])
       for argv, what in ((["profile", "--units", "--config", "c.json", "--seq", "64", "-o", "a.csv"], "a profile"),
                          (["trace", "a.csv", "-o", "A.CSV"], "a Chrome trace"))],
+    # emulate: a sleep of days (a unit mistake, --steps 10**9) refused before any rank starts, not waited on
+    ({"a.csv": _ONE_F_ONE_B}, ["emulate", "a.csv", "--scale", "1e300"], "emulate",
+     ["the stages would sleep 5.4e+301 s (6 steps of 1 schedule(s) at --scale 1e+300), more than a day"]),
+    ({"a.csv": _ONE_F_ONE_B}, ["emulate", "a.csv", "--steps", "1000000000"], "emulate",
+     ["(1000000001 steps of 1 schedule(s) at --scale 0.02), more than a day; give fewer --steps"]),
     # validate --for: an unknown schedule name names the flag
     ({"a.csv": _ONE_F_ONE_B}, ["validate", "a.csv", "--for", "torchtitan:Nope"], "validate",
      ["--for torchtitan:Nope: unknown schedule name 'Nope'"]),

@@ -57,6 +57,7 @@ def run(args) -> int:
     scale = args.scale if args.scale is not None else (1.0 if in_seconds else UNIT_SECONDS)
     # --comm left out: emulate's default (none, as the emulation does not sleep for it)
     comm = None if args.comm is None or args.comm.strip().lower() == "profile" else parse_comm(args.comm)
+    _say_how_long(args, profiles, scale)
     runs = emulate(args.files, profiles, scale=scale, timeout=args.timeout,
                    **common.given(steps=args.steps, warmup=args.warmup),
                    **({} if args.comm is None else {"comm": comm}))
@@ -72,6 +73,39 @@ def run(args) -> int:
     print(format_emulations(runs, note))
     sys.stdout.flush()
     return 0
+
+
+LONG_SECONDS = 60.0  # a run past this says how long it will sleep before it starts
+MAX_SECONDS = 86400.0  # a day of sleeping stages is a unit mistake (--costs in ms, --scale), not an emulation
+
+
+def _say_how_long(args, profiles, scale: float) -> None:
+    """The stages' sleep the timed and warm-up steps add up to (the prediction's steps): said on
+    stderr when past a minute, refused past a day, before any rank starts (a typo in --costs or
+    --scale, or --steps 10**9, was a silent wait)."""
+    import math
+
+    from schedc import api
+    from schedc.runtime.emulate import emulate, scaled_costs
+
+    if not 0 < scale < math.inf:
+        return  # emulate names --scale itself
+    defaults = common.defaults_of(emulate)
+    steps = (args.steps if args.steps is not None else defaults["steps"]) + \
+        (args.warmup if args.warmup is not None else defaults["warmup"])
+    total = 0.0
+    for k, path in enumerate(args.files):
+        profile = profiles if isinstance(profiles, Profile) else profiles[k]
+        try:
+            total += steps * api.simulate(api.read_csv(path), profile=scaled_costs(profile, scale, [])).makespan
+        except SchedcError:
+            return  # a bad CSV or stage count: emulate names it, with the file
+    if not total <= MAX_SECONDS:
+        raise SchedcError(f"the stages would sleep {total:.3g} s ({steps} steps of {len(args.files)} schedule(s) at "
+                          f"--scale {scale:g}), more than a day; give fewer --steps, a smaller --scale or smaller costs")
+    if total > LONG_SECONDS:
+        print(f"schedc emulate: the stages sleep about {total:.0f} s over {steps} steps (--steps, --warmup, --scale "
+              f"{scale:g}); Ctrl-C stops it", file=sys.stderr, flush=True)
 
 
 def named_costs(csv_path: str) -> Optional[tuple[Profile, str]]:
