@@ -995,3 +995,11 @@ def test_trace_never_writes_over_the_report_or_profile_beside_its_csv(tmp_path):
         _one_line_error(_schedc("trace", "s.csv", "-o", name, cwd=tmp_path), "trace",
                         f"-o {name} would overwrite the input schedule s.csv's {what} {name}")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_bytes_past_any_gpu_print_with_an_exponent_not_hundreds_of_digits(tmp_path):
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    (tmp_path / "huge.json").write_text(_profile({**_STAGE, "activation_bytes": 1e300}))
+    out = _schedc("simulate", "a.csv", "--profile", "huge.json", cwd=tmp_path)
+    assert out.returncode == 0 and "1.82e+288TiB" in out.stdout, out.stdout
+    assert max(len(line) for line in out.stdout.splitlines()) < 400

@@ -547,6 +547,8 @@ def p_needed(peak: float, profile: Profile, placement: Sequence[int], n_microbat
 def format_bytes(n: float) -> str:
     if math.isinf(n):
         return "inf"
+    if abs(n) >= 1e6 * 2**40:  # a profile of 1e300 bytes printed 290 digits per cell
+        return f"{n / 2**40:.3g}TiB"
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
             return f"{n / size:.2f}{unit}"
