@@ -147,6 +147,8 @@ def _one_line_error(out, command: str, *needles: str) -> str:
      ["the stages would sleep 5.4e+301 s (6 steps of 1 schedule(s) at --scale 1e+300), more than a day"]),
     ({"a.csv": _ONE_F_ONE_B}, ["emulate", "a.csv", "--steps", "1000000000"], "emulate",
      ["(1000000001 steps of 1 schedule(s) at --scale 0.02), more than a day; give fewer --steps"]),
+    ({"a.csv": _ONE_F_ONE_B, "p4.json": _profile(_STAGE, 4)}, ["emulate", "a.csv", "--profile", "p4.json"], "emulate",
+     ["a.csv: the schedule has 2 stages but p4.json describes 4"]),
     # validate --for: an unknown schedule name names the flag
     ({"a.csv": _ONE_F_ONE_B}, ["validate", "a.csv", "--for", "torchtitan:Nope"], "validate",
      ["--for torchtitan:Nope: unknown schedule name 'Nope'"]),

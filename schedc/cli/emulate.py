@@ -48,6 +48,11 @@ def run(args) -> int:
     own = None if (args.profile or args.costs is not None) else own_profiles(args.files)
     if args.profile:
         profiles = Profile.load(args.profile)
+        for path in args.files:  # named here with the file: emulate itself knows no --profile
+            n = api.read_csv(path).n_stages
+            if n != profiles.n_stages:
+                raise SchedcError(f"{path}: the schedule has {n} stages but {args.profile} describes "
+                                  f"{profiles.n_stages}; give a profile of this model's {n} stages")
     elif own is not None:
         profiles = own
     else:  # --costs "" is an error, not the default
