@@ -17,7 +17,8 @@ real sizes on the GPU, in bfloat16, with a real sequence, and for each checkpoin
   at its default rates; from them, F's effective FLOP rate and each mode's recompute (its B less
   none's B), counted vs measured.
 
-``--ledger`` also measures with memory_fidelity's op ledger (the storages ops create) and prints it
+``--json PATH`` also writes the measured bytes per unit and mode, which
+``benchmarks/plan_rewalk.py --measured PATH`` re-walks a plan with. ``--ledger`` also measures with memory_fidelity's op ledger (the storages ops create) and prints it
 where it differs from the allocator: a difference there is a kernel's workspace, not a tensor.
 
 Cost: per model, one build (a layer, the embedding and the head at real size) and, per mode, a
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import math
 import statistics
 import sys
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import memory_fidelity as mf  # noqa: E402
 
 from schedc.core.costs import AC_MODES, PER_OP_AC  # noqa: E402
+from schedc.io.fileio import atomic_write_text  # noqa: E402
 from schedc.model_costs import unit_profile  # noqa: E402
 
 MODELS = ("Llama-3-8B", "Qwen2.5-7B", "Mistral-7B", "Qwen3-8B", "GPT-2", "Qwen3-30B-A3B", "Mixtral-8x7B",
@@ -243,6 +246,19 @@ def show(rows: list[tuple]) -> None:
               f"{ratio:>7}", flush=True)
 
 
+def measured_units(rows: list[tuple]) -> dict:
+    """The measured bytes of `rows` (:func:`rows_for`), as benchmarks/plan_rewalk.py reads them:
+    ``{unit: {mode: {quantity: bytes}}}``, unit "layer", "embedding" or "norm+head+loss" (the
+    last two without checkpointing)."""
+    out: dict = {}
+    for _, label, quantity, _, measured in rows:
+        if quantity not in mf.QUANTITIES or isinstance(measured, str):
+            continue
+        unit, _, mode = label.partition(", ")
+        out.setdefault(unit, {}).setdefault(mode or "none", {})[quantity] = float(measured)
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(mf.HF))
@@ -250,6 +266,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--ledger", action="store_true", help="also measure with memory_fidelity's op ledger")
+    ap.add_argument("--json", type=Path, help="also write the measured bytes per unit here (benchmarks/plan_rewalk.py "
+                                              "--measured reads it)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_layers: no CUDA device; run benchmarks/memory_fidelity.py for the CPU check", file=sys.stderr)
@@ -258,10 +276,20 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"seq {args.seq}, microbatch 1; counted at unit_profile's default rates)", flush=True)
     if "none" in args.modes:  # none's times come first: the recompute rows read them
         args.modes = ["none"] + [m for m in args.modes if m != "none"]
+    models = {}
     for name in args.models:
         rows = rows_for(name, args.seq, args.modes, args.repeats, args.ledger)
-        print(f"{name}, seq {min(args.seq, 1024) if mf.HF[name][0] == 'gpt2' else args.seq}:")
+        seq = min(args.seq, 1024) if mf.HF[name][0] == 'gpt2' else args.seq
+        print(f"{name}, seq {seq}:")
         show(rows)
+        models[name] = {"seq": seq, "units": measured_units(rows)}
+    if args.json:
+        import transformers
+
+        atomic_write_text(args.json, json.dumps({
+            "source": f"benchmarks/gpu_layers.py --seq {args.seq} --modes {' '.join(args.modes)}",
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "models": models}, indent=1) + "\n")
     return 0
 
 
