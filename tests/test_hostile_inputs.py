@@ -149,6 +149,9 @@ def _one_line_error(out, command: str, *needles: str) -> str:
      ["(1000000001 steps of 1 schedule(s) at --scale 0.02), more than a day; give fewer --steps"]),
     ({"a.csv": _ONE_F_ONE_B, "p4.json": _profile(_STAGE, 4)}, ["emulate", "a.csv", "--profile", "p4.json"], "emulate",
      ["a.csv: the schedule has 2 stages but p4.json describes 4"]),
+    # a JSON input saved with a byte-order mark: json's own message named only Python's utf-8-sig
+    ({"a.csv": _ONE_F_ONE_B, "bom.json": "\ufeff" + _profile(_STAGE)}, ["simulate", "a.csv", "--profile", "bom.json"],
+     "simulate", ["bom.json: starts with a UTF-8 byte-order mark (BOM)", "sed -i '1s/^\\xEF\\xBB\\xBF//' bom.json"]),
     # validate --for: an unknown schedule name names the flag
     ({"a.csv": _ONE_F_ONE_B}, ["validate", "a.csv", "--for", "torchtitan:Nope"], "validate",
      ["--for torchtitan:Nope: unknown schedule name 'Nope'"]),

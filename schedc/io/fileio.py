@@ -100,6 +100,9 @@ def read_json(path: PathLike, what: str) -> Any:
     except UnicodeDecodeError as e:
         raise _error(f"{path}: not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 1]!r}); JSON files are "
                      "UTF-8: re-save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+    if text.startswith("\ufeff"):  # Windows editors add one; json.loads names only Python's way around it
+        raise _error(f"{path}: starts with a UTF-8 byte-order mark (BOM), which JSON readers refuse: save the file "
+                     f"without BOM (e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' {path})")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
