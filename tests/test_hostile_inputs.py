@@ -152,6 +152,10 @@ def _one_line_error(out, command: str, *needles: str) -> str:
     # a JSON input saved with a byte-order mark: json's own message named only Python's utf-8-sig
     ({"a.csv": _ONE_F_ONE_B, "bom.json": "\ufeff" + _profile(_STAGE)}, ["simulate", "a.csv", "--profile", "bom.json"],
      "simulate", ["bom.json: starts with a UTF-8 byte-order mark (BOM)", "sed -i '1s/^\\xEF\\xBB\\xBF//' bom.json"]),
+    ({}, ["library", "show", "r2_mb4_mem1p_loop_uniform", "--write-profile", "x.csv"], "library",
+     ["--write-profile x.csv: a profile is JSON, and a .csv name is a schedule's"]),
+    ({"a.csv": _ONE_F_ONE_B}, ["library", "build", "a.csv", "--index-only"], "library",
+     ["a.csv: is a file, not a directory; give the directory"]),
     # validate --for: an unknown schedule name names the flag
     ({"a.csv": _ONE_F_ONE_B}, ["validate", "a.csv", "--for", "torchtitan:Nope"], "validate",
      ["--for torchtitan:Nope: unknown schedule name 'Nope'"]),

@@ -55,6 +55,8 @@ def _build(args) -> int:
     from schedc import library as lib
 
     directory = lib.find_library(args.dir, for_build=True)
+    if directory.exists() and not directory.is_dir():  # mkdir's own words were "e.csv: File exists"
+        raise SchedcError(f"{directory}: is a file, not a directory; give the directory to build the library in")
     if args.index_only:
         path = lib.write_index(directory)
         echo(f"wrote {path}")
@@ -107,6 +109,9 @@ def _show(args) -> int:
         from schedc.io.fileio import check_not_input, check_writable
 
         check_writable(args.write_profile, "--write-profile")
+        if str(args.write_profile).lower().endswith(".csv"):
+            raise SchedcError(f"--write-profile {args.write_profile}: a profile is JSON, and a .csv name is a "
+                              "schedule's; give a .json name")
         check_not_input(args.write_profile, "--write-profile", [(entry.csv, "library schedule"),
                                                                  (csvio.report_path(entry.csv), "library report")])
     echo(format_library_entry(entry))
