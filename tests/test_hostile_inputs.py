@@ -397,6 +397,8 @@ def test_memory_spellings_binary_and_decimal(text, kind, value):
     (["simulate", "a.csv", "--memory", "-1GiB"], "--memory: '-1GiB' must be > 0"),
     (["simulate", "a.csv", "--costs", "-1,1,1"], "--costs"),
     (["simulate", "a.csv", "--memory", "80"], "--memory: '80' has no unit: give Kp"),
+    # a count of bytes without its B: 80e9GiB, once suggested, is more than any rank holds
+    (["simulate", "a.csv", "--memory", "80e9"], "--memory: '80e9' has no unit: for 74.51GiB give --memory 80e9B"),
     (["compile", "--stages", "2", "--mb", "9" * 5000], "'99999999999999999999'... (5000 characters)"),
     (["simulate", "a.csv", "--comm", "9" * 5000], "'99999999999999999999'... (5000 characters)"),
     # silent acceptance: an empty --costs is not the default, a limit shorter than any compile is refused

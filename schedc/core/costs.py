@@ -483,6 +483,9 @@ class MemoryLimit(BaseModel):
             raise ParameterError("memory", f"expected Kp (e.g. 1p, 1.5p), a size (e.g. 80GiB, 80G, 80GB) or "
                                            f"'none', got {literal(shown(text))}")
         number, unit = float(m.group(1)), m.group(2)
+        if unit in ("", "i") and 2**20 <= number <= 2**50:  # a count of bytes ('80e9'), not a Kp or a GiB
+            raise ParameterError("memory", f"{shown(text)} has no unit: for {format_bytes(number)} give "
+                                           f"{{name}}{m.group(1)}B, or a size such as {{name}}80GiB")
         if unit in ("", "i"):
             raise ParameterError("memory", f"{shown(text)} has no unit: give Kp (1F1B's need times K, e.g. "
                                            f"{{name}}{m.group(1)}p) or a size (e.g. {{name}}{m.group(1)}GiB)")
