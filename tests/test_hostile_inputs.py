@@ -1014,3 +1014,12 @@ def test_bytes_past_any_gpu_print_with_an_exponent_not_hundreds_of_digits(tmp_pa
     out = _schedc("simulate", "a.csv", "--profile", "huge.json", cwd=tmp_path)
     assert out.returncode == 0 and "1.82e+288TiB" in out.stdout, out.stdout
     assert max(len(line) for line in out.stdout.splitlines()) < 400
+
+
+def test_emulate_ignores_a_broken_report_beside_its_csv_as_plot_and_trace_do(tmp_path):
+    pytest.importorskip("torch")
+    from schedc.cli.emulate import named_costs
+
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    (tmp_path / "a.json").write_text("{not json")  # the report beside: emulate stopped on it, naming only a.json
+    assert named_costs(str(tmp_path / "a.csv")) is None

@@ -123,7 +123,11 @@ def named_costs(csv_path: str) -> Optional[tuple[Profile, str]]:
         return Profile.load(beside), beside.name
     if not csvio.report_path(csv_path).is_file():
         return None
-    report = csvio.read_report(csv_path)
+    try:
+        report = csvio.read_report(csv_path)
+    except SchedcError as e:  # unreadable, or another version's: its costs are not this CSV's (as plot, trace)
+        common.warn("emulate", f"ignoring the report beside {csv_path}: {e}")
+        return None
     recorded = report.get("profile") or (report.get("inputs") or {}).get("costs")
     if not isinstance(recorded, dict):
         return None
