@@ -1023,3 +1023,11 @@ def test_emulate_ignores_a_broken_report_beside_its_csv_as_plot_and_trace_do(tmp
     (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
     (tmp_path / "a.json").write_text("{not json")  # the report beside: emulate stopped on it, naming only a.json
     assert named_costs(str(tmp_path / "a.csv")) is None
+
+
+def test_plot_draws_a_title_s_control_characters_escaped(tmp_path):
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    out = _schedc("plot", "a.csv", "--title", "a" + ESC, "-o", "t.png", cwd=tmp_path)
+    # matplotlib warned on stderr of every control glyph missing from its font
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert "a\\x1b]0;owned\\x07" in out.stdout and "\x1b" not in out.stdout

@@ -99,7 +99,8 @@ def run(args) -> int:
         memory = common.judged_memory(args, bytes_need_profile=False)  # the costs beside the CSVs are in bytes
         costs = "; costs from " + ", ".join(f"{s} for {Path(p).name}" for p, s in zip(args.files, sources))
     common.warn_mismatches("plot", args.files, schedules, memory, profiles)
-    titles = args.title or [Path(f).name for f in args.files]
+    # control characters drawn escaped: matplotlib warned of each glyph missing from its font
+    titles = [common.printable(t) for t in (args.title or [Path(f).name for f in args.files])]
     api.plot(schedules, profile=profiles, memory=memory, titles=titles, path=args.output)
     print(common.printable(f"wrote {args.output}: {len(schedules)} panel{'s' if len(schedules) > 1 else ''} "
           f"({', '.join(titles)}), memory limit {memory}{costs}"))
