@@ -109,11 +109,11 @@ def _show(args) -> int:
         from schedc.io.fileio import check_not_input, check_writable
 
         check_writable(args.write_profile, "--write-profile")
+        check_not_input(args.write_profile, "--write-profile", [(entry.csv, "library schedule"),
+                                                                 (csvio.report_path(entry.csv), "library report")])
         if str(args.write_profile).lower().endswith(".csv"):
             raise SchedcError(f"--write-profile {args.write_profile}: a profile is JSON, and a .csv name is a "
                               "schedule's; give a .json name")
-        check_not_input(args.write_profile, "--write-profile", [(entry.csv, "library schedule"),
-                                                                 (csvio.report_path(entry.csv), "library report")])
     echo(format_library_entry(entry))
     if args.write_profile:
         try:
