@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+from torch.distributed.pipelining._backward import stage_backward, stage_backward_input, stage_backward_weight
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,6 +50,7 @@ import memory_fidelity as mf  # noqa: E402
 from schedc.core.costs import AC_MODES, PER_OP_AC  # noqa: E402
 from schedc.io.fileio import atomic_write_text  # noqa: E402
 from schedc.model_costs import unit_profile  # noqa: E402
+from schedc.plan.ac import checkpointed_form  # noqa: E402
 
 MODELS = ("Llama-3-8B", "Qwen2.5-7B", "Mistral-7B", "Qwen3-8B", "GPT-2", "Qwen3-30B-A3B", "Mixtral-8x7B",
           "Qwen1.5-MoE-A2.7B")
@@ -73,8 +74,8 @@ def _sync_alloc() -> int:
 def measure_bytes(unit: mf.Unit) -> dict[str, float]:
     """memory_fidelity.measure's quantities, read from the CUDA allocator (workspaces included)."""
     params = list(unit.module.parameters())
-    for p in params:
-        p.grad = None
+    for p in params:  # static bytes, as every microbatch after a step's first finds them: W adds into them
+        p.grad = torch.zeros_like(p)
     x = unit.make_input()
     key, saved = x.untyped_storage().data_ptr(), []
 
@@ -92,9 +93,13 @@ def measure_bytes(unit: mf.Unit) -> dict[str, float]:
         out = y.untyped_storage().nbytes() if y.numel() > 1 else 0
         extra = x.untyped_storage().nbytes() if saved or unit.keeps_input else 0
         got = {"after F": after - base - out + extra, "F transient": torch.cuda.max_memory_allocated() - after}
-        if unit.first:
-            return {**got, "I..W": got["after F"], "I transient": 0.0, "W transient": 0.0}
         dy = torch.randn_like(y) if y.numel() > 1 else None
+        if unit.first:  # no I (torch skips it on the first stage): W runs the whole backward
+            before_w = _sync_alloc()
+            torch.cuda.reset_peak_memory_stats()
+            torch.autograd.backward([y], [dy])
+            return {**got, "I..W": got["after F"], "I transient": 0.0,
+                    "W transient": torch.cuda.max_memory_allocated() - before_w}
         before_i = _sync_alloc()
         torch.cuda.reset_peak_memory_stats()
         _, groups = stage_backward_input([y], [dy] if dy is not None else None, [x], iter(params))
@@ -108,9 +113,24 @@ def measure_bytes(unit: mf.Unit) -> dict[str, float]:
             if "backward an extra time" not in str(err):
                 raise
             return {**got, "I..W": math.nan, "W transient": math.nan}
-        grads = sum(p.grad.untyped_storage().nbytes() for p in params if p.grad is not None)
-        got["W transient"] = max(0.0, torch.cuda.max_memory_allocated() - held - grads)
+        got["W transient"] = torch.cuda.max_memory_allocated() - held
         return got
+
+
+def measure_b_bytes(unit: mf.Unit) -> float:
+    """B's transient from the allocator: a whole backward's peak above what F left (the
+    gradients existing before, as memory_fidelity.measure_b takes them)."""
+    params = list(unit.module.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    x = unit.make_input()
+    with _no_gc():
+        y = unit.forward(x)
+        dy = torch.randn_like(y) if y.numel() > 1 else None
+        before = _sync_alloc()
+        torch.cuda.reset_peak_memory_stats()
+        stage_backward([y], [dy] if dy is not None else None, [x])
+        return float(torch.cuda.max_memory_allocated() - before)
 
 
 @contextlib.contextmanager
@@ -195,6 +215,8 @@ def rows_for(name: str, seq: int, modes, repeats: int, ledger: bool = False) -> 
             out.append((name, f"layer, {mode}", "failed", math.nan, f"{type(err).__name__}: {str(err)[:80]}"))
             continue
         out.extend((name, f"layer, {mode}", q, c[q], got[q]) for q in mf.QUANTITIES if not math.isnan(got[q]))
+        whole = checkpointed_form(profile, unit_profile(**shape, seq=seq, impl="hf", device="cuda")).stages[1]
+        out.append((name, f"layer, {mode}", "B transient", whole.transient("B"), measure_b_bytes(unit)))
         if ledger:  # the same quantities from the storages ops create (memory_fidelity's ledger): where
             # it agrees with the count and the allocator does not, the difference is a kernel's workspace
             lg = mf.measure(unit)
@@ -252,7 +274,7 @@ def measured_units(rows: list[tuple]) -> dict:
     last two without checkpointing)."""
     out: dict = {}
     for _, label, quantity, _, measured in rows:
-        if quantity not in mf.QUANTITIES or isinstance(measured, str):
+        if quantity not in (*mf.QUANTITIES, "B transient") or isinstance(measured, str):
             continue
         unit, _, mode = label.partition(", ")
         out.setdefault(unit, {}).setdefault(mode or "none", {})[quantity] = float(measured)
@@ -289,7 +311,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         atomic_write_text(args.json, json.dumps({
             "source": f"benchmarks/gpu_layers.py --seq {args.seq} --modes {' '.join(args.modes)}",
             "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "models": models}, indent=1) + "\n")
+            "transformers": transformers.__version__, "w_after_gradients": True, "models": models}, indent=1) + "\n")
     return 0
 
 

@@ -13,7 +13,10 @@ split I (torch.distributed.pipelining's ``stage_backward_input``) and W
   when autograd saves it (it was allocated before F);
 - held after F (the unit's output excluded: the pipeline's boundary), held from I until W (the
   given output gradient excluded, the returned input gradient included), and the transient
-  peak above the held bytes while F, I and W run (W's parameter gradients excluded: static bytes).
+  peak above the held bytes while F, I and W run. The parameters' gradients exist before F, as
+  every microbatch after a step's first finds them (static bytes): W's new gradients, live until
+  added into them, are its transient. The embedding's W is its whole backward (torch runs no I
+  on the first stage); ``--b`` measures B's peak, each layer run with a whole backward.
 
 Checkpointed layers are measured under torchtitan's ``FullAC`` and ``SelectiveAC`` (where the
 recompute refuses a layer that mutates a saved tensor, Mixtral's top-k, with torch's
@@ -52,7 +55,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
-from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+from torch.distributed.pipelining._backward import stage_backward, stage_backward_input, stage_backward_weight
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -165,8 +168,10 @@ def cache_mutation_allowed():
 
 
 def measure(unit: Unit) -> dict[str, float]:
-    """Bytes after F, from I until W, and the transient peaks of F and I (see the docstring)."""
+    """Bytes after F, from I until W, and the transient peaks of F, I and W (see the docstring)."""
     params = list(unit.module.parameters())
+    for p in params:  # static bytes, as every microbatch after a step's first finds them: W adds into them
+        p.grad = torch.zeros_like(p)
     x = unit.make_input()
     saved_inputs: set[int] = set()
     key = x.untyped_storage().data_ptr()
@@ -183,9 +188,13 @@ def measure(unit: Unit) -> dict[str, float]:
     out = ledger.bytes_of(y) if y.numel() > 1 else 0
     after_f = ledger.now - out + extra
     peak_f = ledger.peak - ledger.now
-    if unit.first:
-        return {"after F": after_f, "I..W": after_f, "F transient": peak_f, "I transient": 0.0, "W transient": 0.0}
     dy = torch.randn_like(y) if y.numel() > 1 else None
+    if unit.first:  # no I (torch skips it on the first stage): W runs the whole backward
+        with ledger:
+            before_w = ledger.restart_peak()
+            torch.autograd.backward([y], [dy])
+        return {"after F": after_f, "I..W": after_f, "F transient": peak_f, "I transient": 0.0,
+                "W transient": float(ledger.peak - before_w)}
     with ledger:
         start = ledger.restart_peak()
         _, groups = stage_backward_input([y], [dy] if dy is not None else None, [x], iter(params))
@@ -199,11 +208,57 @@ def measure(unit: Unit) -> dict[str, float]:
                 raise
             return {"after F": after_f, "I..W": math.nan, "F transient": peak_f, "I transient": peak_i,
                     "W transient": math.nan}
-    # W's parameter gradients are static bytes, not a transient
-    grads = sum(p.grad.untyped_storage().nbytes() for p in params if p.grad is not None)
-    peak_w = max(0.0, ledger.peak - before_w - grads)
+    peak_w = float(ledger.peak - before_w)
     del start
     return {"after F": after_f, "I..W": held, "F transient": peak_f, "I transient": peak_i, "W transient": peak_w}
+
+
+def measure_b(unit: Unit) -> float:
+    """B's transient: the peak a whole backward (``stage_backward``, as torch's stage runs B)
+    reaches above what is live before it -- what a stage that does not split its backward holds
+    while B runs, on top of its bytes after F. The parameters' gradients exist before it (static
+    bytes; every microbatch but a step's first accumulates into them), so each new gradient is
+    live only until it is added."""
+    params = list(unit.module.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    x = unit.make_input()
+    ledger = LiveBytes(x.device.type)
+    with ledger:
+        y = unit.forward(x)
+    dy = torch.randn_like(y) if y.numel() > 1 else None
+    with ledger:
+        before = ledger.restart_peak()
+        stage_backward([y], [dy] if dy is not None else None, [x])
+    return float(ledger.peak - before)
+
+
+def b_rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None,
+           modes=("none", "light", "selective", "full")) -> list[tuple]:
+    """(model, unit, "B transient", counted, measured) for a layer run with a whole backward:
+    counted as the planner runs such a stage (``schedc.plan.ac.checkpointed_form``: I's transient
+    plus the rise from after F to I..W), measured by :func:`measure_b`."""
+    from schedc.plan.ac import checkpointed_form
+
+    out = []
+    cases = [(n, "hf") for n in (names or sizes) if n in sizes] + [(n, "torchtitan") for n in (names or tt or {})
+                                                                      if n in (tt or {})]
+    for name, impl in cases:
+        for mode in modes:
+            if impl == "hf":
+                units, extra = hf_units(name, sizes, seq)
+                unit, shape = units[1], {**shape_of(sizes, name), **extra}
+            else:
+                unit, shape = tt_layer(name, tt, seq)
+            if mode != "none":
+                unit, _ = checkpointed(unit, mode)
+            with cache_mutation_allowed() if mode == "selective" else contextlib.nullcontext():
+                got = measure_b(unit)
+            profile, none = (unit_profile(**shape, seq=seq, impl=impl, device="cpu", activation_checkpoint=m)
+                             for m in (mode, "none"))
+            counted = checkpointed_form(profile, none).stages[1].transient("B")
+            out.append((f"{name} ({impl}, {mode} AC)", "layer", "B transient", counted, got))
+    return out
 
 
 # ---------------------------------------------------------------- Hugging Face transformers
@@ -656,6 +711,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--ac", nargs="+", choices=("full", "selective", "light"), default=None,
                     help="only the checkpointed layers, under these modes")
     ap.add_argument("--fsdp", action="store_true", help="only the FSDP2 rows (4 gloo ranks, dp_shard 2)")
+    ap.add_argument("--b", action="store_true", help="only B's transient: each layer run with a whole backward, "
+                                                     "every checkpointing mode")
     args = ap.parse_args(argv)
     if args.fsdp:
         print("| schedule | stage | counted static bytes | measured peak (FSDP2 + AdamW) | ratio | sharded only "
@@ -676,8 +733,11 @@ def main(argv: Optional[list[str]] = None) -> None:
                          f"{', '.join(sorted({*sizes, *tt}))}"))
     if args.ac and args.no_ac:
         sys.exit(_refuse("--ac and --no-ac: pick one"))
-    table = [] if args.ac else rows(sizes, args.seq, args.models, tt=tt)
-    if not args.no_ac:
+    if args.b:
+        table = b_rows(sizes, args.seq, args.models, tt=tt)
+    else:
+        table = [] if args.ac else rows(sizes, args.seq, args.models, tt=tt)
+    if not args.no_ac and not args.b:
         table += ac_rows(sizes, args.seq, args.models, tt=tt, **({"modes": tuple(args.ac)} if args.ac else {}))
     print(f"| model | unit | quantity | counted | measured | ratio |  (bytes per token; seq {args.seq}, bf16, CPU)")
     print("|---|---|---|---|---|---|")

@@ -16,7 +16,9 @@ gradients and optimizer states: arithmetic, matched to the byte on the GPU) and 
 buffers and held sends (the cost model's torch rule, checked end to end on the GPU by
 benchmarks/gpu_check.py); and simulate the plan's own schedule on its own partition. A
 checkpointed plan's units run their backward whole, as the plan assumed (``checkpointed_form``
-of the measured units). The per-op modes (light, selective) are not re-walked: torch refuses
+of the measured units, with B's peak as measured: a file without it re-walks no checkpointed plan). A file measured with no gradients before W (``"w_after_gradients"``
+false: a step's first W) gets what every later W adds into them, as counted
+(``schedc.model_costs.memory.accumulated_grads``). The per-op modes (light, selective) are not re-walked: torch refuses
 their split backward, so the GPU measured nothing held from I until W for them.
 
 It prints per case the plan's peak (its largest rank, as reported), the re-walked peak of the same
@@ -29,7 +31,7 @@ Cost: one plan per case (``--time-limit`` work units: the same plan on any machi
 simulations.
 
     python benchmarks/plan_rewalk.py --textbook                  # H100 bytes in benchmarks/data
-    python benchmarks/plan_rewalk.py --measured mine.json --time-limit 5 --modes none
+    python benchmarks/plan_rewalk.py --measured mine.json --time-limit 5 --modes none full
 """
 
 from __future__ import annotations
@@ -64,19 +66,29 @@ FIELDS = {"after F": "activation_bytes", "I..W": "weight_grad_bytes"}
 TRANSIENTS = {"F transient": "F", "I transient": "I", "W transient": "W"}
 
 
-def counted_units(name: str, seq: int, mode: str, tmp: Path, textbook: bool = False) -> Profile:
+def counted_units(name: str, seq: int, mode: str, tmp: Path, textbook: bool = False, fsdp: bool = False) -> Profile:
     """The per-unit profile ``schedc plan --config --names hf --ac MODE`` counts (`textbook`: the
     textbook count schedc planned with before it counted what the code keeps, ``impl="paper"``)."""
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(CONFIGS[name]))
     if textbook:
         return unit_profile(path, seq=seq, names="hf", impl="paper", held="paper")
-    return unit_profile(path, seq=seq, names="hf", activation_checkpoint=mode)
+    return unit_profile(path, seq=seq, names="hf", activation_checkpoint=mode, fsdp=fsdp)
 
 
-def measured_units(counted: Profile, measured: dict, mode: str, reserve: float) -> Profile:
+def accumulation(name: str, seq: int, mode: str, tmp: Path) -> list[float]:
+    """Per unit, what the count's W transient adds for the new gradients a W adds into those of
+    earlier microbatches (``memory.accumulated_grads``): the count less the same count under FSDP2,
+    whose hook empties .grad before every W (all else equal)."""
+    with_grads, without = (counted_units(name, seq, mode, tmp, fsdp=f) for f in (False, True))
+    return [a.transient("W") - b.transient("W") for a, b in zip(with_grads.stages, without.stages)]
+
+
+def measured_units(counted: Profile, measured: dict, mode: str, reserve: float,
+                   added_w: Optional[list[float]] = None) -> Profile:
     """`counted` with every unit's bytes those `measured` (``{unit: {mode: {quantity: bytes}}}``,
-    benchmarks/gpu_layers.py's ``--json``) and the reserve `reserve`; times and static bytes kept."""
+    benchmarks/gpu_layers.py's ``--json``) and the reserve `reserve`; times and static bytes kept;
+    `added_w` (per unit) added to the measured W transients."""
     n = counted.n_stages
     stages = []
     for k, unit in enumerate(counted.stages):
@@ -86,6 +98,9 @@ def measured_units(counted: Profile, measured: dict, mode: str, reserve: float) 
             got = measured[kind][unit_mode]
             update = {field: got[q] for q, field in FIELDS.items()}
             update["transient_bytes"] = {key: got[q] for q, key in TRANSIENTS.items()}
+            update["transient_bytes"]["W"] += added_w[k] if added_w else 0.0
+            if kind == "layer" and (unit_mode != "none" or "B transient" in got):
+                update["transient_bytes"]["B"] = got["B transient"]  # a checkpointed layer runs B
         except KeyError as missing:
             raise SchedcError(f"the measured bytes have no {missing} for the {kind} ({unit_mode})") from None
         stages.append(unit.model_copy(update=update))
@@ -110,8 +125,13 @@ def case_row(case: tuple, mode: str, data: dict, reserve: float, time_limit: flo
     none = counted_units(name, seq, "none", tmp) if mode != "none" else None
     res = plan_mode(counted, mode, none, ranks=ranks, microbatches=mb, memory=cap, time_limit=time_limit,
                     budget="work")
-    measured = measured_units(counted, model["units"], mode, reserve)
-    measured_none = measured_units(none, model["units"], "none", reserve) if none is not None else None
+    # a file measured with no gradients before W (a step's first W) lacks what every later W adds
+    # into them: added as counted
+    first_w = not data.get("w_after_gradients", False)
+    added = accumulation(name, seq, mode, tmp) if first_w else None
+    added_none = accumulation(name, seq, "none", tmp) if first_w and none is not None else None
+    measured = measured_units(counted, model["units"], mode, reserve, added)
+    measured_none = measured_units(none, model["units"], "none", reserve, added_none) if none is not None else None
     form = (lambda p, base: p) if mode == "none" else checkpointed_form
     planned = rewalk(res, form(counted, none))
     walked = rewalk(res, form(measured, measured_none))
@@ -129,7 +149,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--measured", type=Path, default=MEASURED,
                     help="measured bytes per unit (benchmarks/gpu_layers.py --json; default: an H100's)")
-    ap.add_argument("--modes", nargs="+", default=["none", "full"], choices=["none", "full"])
+    ap.add_argument("--modes", nargs="+", default=["none"], choices=["none", "full"],
+                    help="checkpointing for the whole model (full: when the file has B's peak, gpu_layers.py's "
+                         "since it measures B)")
     ap.add_argument("--time-limit", type=float, default=10.0, help="work units per plan (default 10)")
     ap.add_argument("--reserve", type=float, help="GiB outside the allocator (default: the measured file's)")
     ap.add_argument("--textbook", action="store_true",

@@ -135,3 +135,22 @@ def test_checkpointed_moe_layers_count_what_torch_keeps(bench, model):
     # recompute past: the benchmark says so in the row's name when it had to allow it
     labels = {r[0] for r in bench.ac_rows(bench.SMALL, 64, [model], modes=("selective",))}
     assert any("mutation allowed" in label for label in labels) == (model == "Mixtral-8x7B")
+
+
+@pytest.mark.parametrize("model,tt", [("Llama-3-8B", False), ("Qwen2.5-7B", False), ("Qwen3-8B", False),
+                                      ("GPT-2", False), ("Llama-3-8B", True), ("Mixtral-8x7B", False),
+                                      ("Qwen3-30B-A3B", False)])
+def test_a_whole_backwards_peak_is_counted_as_torch_reaches_it(bench, model, tt):
+    """B's transient (what a stage that does not split its backward holds while B runs, above
+    its bytes after F), every checkpointing mode: what --ac auto's checkpointed stages and the
+    per-stage search's unsplit ones are planned with. Dense layers exactly; MoE layers from above
+    (I's peak stands in for the routed experts' backward)."""
+    pytest.importorskip("torchtitan")
+    rows = bench.b_rows({} if tt else bench.SMALL, 32, [model], bench.TT_SMALL if tt else {})
+    assert len(rows) == 4
+    for name, _, quantity, counted, measured in rows:
+        assert measured > 0
+        if "Mixtral" in model or "A3B" in model:
+            assert measured <= counted <= 1.35 * measured, name
+        else:
+            assert counted == pytest.approx(measured, rel=0.05), name

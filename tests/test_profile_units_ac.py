@@ -88,7 +88,7 @@ def test_per_op_w_is_the_layer_without_checkpointing_and_i_plus_w_the_measured_b
 
 def test_plan_ac_auto_from_measured_profiles_names_a_mode_per_stage(measured, tmp_path):
     d, _ = measured
-    plan_args = ["--ranks", "2", "--mb", "4", "--memory", "1.3MiB", "--time-limit", "2", "--budget", "work",
+    plan_args = ["--ranks", "2", "--mb", "4", "--memory", "1.37MiB", "--time-limit", "2", "--budget", "work",
                  "--quiet"]
     # without checkpointing nothing fits this cap: the plan must checkpoint somewhere
     assert cli.main(["plan", "--profile", str(d / "none.json"), *plan_args, "-o", str(tmp_path / "n.csv")]) == 2

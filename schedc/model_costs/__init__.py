@@ -22,8 +22,8 @@ width, e = bytes per element of the activation dtype, V = vocabulary:
   (its rows read and written, its dense gradient written, over ``memory_bandwidth``).
 - memory: the tensors the running code saves, per token (:mod:`schedc.model_costs.memory`):
   held after F (``activation_bytes``), held from I until W (``weight_grad_bytes``, larger: torch's
-  split backward keeps the graph plus the output gradients W needs), the loss's fp32 logits as
-  ``transient_bytes``, ``boundary_bytes`` = e b s h per boundary, ``reserve_bytes`` for what a
+  split backward keeps the graph plus the output gradients W needs), the loss's fp32 logits, the
+  new gradients W adds into those of earlier microbatches and B's peak as ``transient_bytes``, ``boundary_bytes`` = e b s h per boundary, ``reserve_bytes`` for what a
   CUDA process holds outside the allocator; ``impl="paper"`` keeps the textbook count
   (Korthikanti et al. 2022 sec. 4.1 without score terms; the zero-bubble paper's M_W with
   ``held="paper"``).

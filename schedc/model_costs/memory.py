@@ -128,6 +128,53 @@ def _mlp(s: ModelShape, e: int) -> tuple[float, float, int]:
     return saved, grads, groups
 
 
+def weight_groups(s: ModelShape, impl: Impl) -> list[tuple[float, float]]:
+    """(parameters, output width per token) of each group torch's ``stage_backward_weight``
+    differentiates with one ``autograd.grad``, in its order (the order the layer registers its
+    parameters): one linear with its bias, a norm (an RMSNorm's two h-wide gradients), an MoE
+    block's router or one of its stacked experts' weights (``gate_up_proj``, ``down_proj``, k slots
+    a token)."""
+    h, q, k, f = widths(s)
+    if s.family == "gpt2":  # ln_1, attention (c_attn's fused output is released with its split), ln_2, MLP
+        ln = (2 * h, h)
+        return [ln, (3 * h * h + 3 * h, 6 * h), (h * h + h, h), ln, (h * f + f, f), (f * h + h, h)]
+    # the last of the linears that read one input also releases that input's gradient (h wide)
+    if impl == "torchtitan":
+        attention = [(h * (q + 2 * k), q + 2 * k + h), (q * h, h)]
+    else:
+        bias = 1.0 if s.family in ("qwen2", "qwen2_moe") else 0.0
+        attention = [(h * q + bias * q, q), (h * k + bias * k, k), (h * k + bias * k, k + h), (q * h, h)]
+    if s.family in ("qwen3", "qwen3_moe"):  # q and k norms, registered after W_o
+        attention += [(float(s.head_dim), 2 * q), (float(s.head_dim), 2 * k)]
+    if s.experts:
+        E, fe, slots = float(s.experts), float(s.moe_ffn_hidden), float(s.experts_per_token)
+        mlp = [(h * E, E), (2 * E * fe * h, slots * 2 * fe), (E * fe * h, slots * h)]
+        if s.shared_ffn_hidden:
+            fs = float(s.shared_ffn_hidden)
+            mlp += [(h * fs, fs), (h * fs, fs), (fs * h, h), (h, 1.0)]
+    elif impl == "torchtitan":  # w1 (gate), w2 (down), w3 (up)
+        mlp = [(h * f, f), (f * h, h), (h * f, f + h)]
+    else:  # gate, up, down
+        mlp = [(h * f, f), (h * f, f + h), (f * h, h)]
+    return attention + mlp + [(h, 2 * h)] * 2
+
+
+def accumulated_grads(groups: list[tuple[float, float]], param_bytes: float, e: int, tokens: float) -> float:
+    """Bytes a W adds above what it started with when it adds its new gradients into those
+    earlier microbatches left (a step's first W keeps them as the gradients instead: static
+    bytes). A group's new gradients live until the next group's ``autograd.grad`` returns (the
+    loop's variable still holds them), while each finished group releases the output gradients it
+    consumed: the most of the previous and the current group's gradients less what the groups
+    before the current one released. Cost: O(groups)."""
+    most = previous = released = 0.0
+    for params, width in groups:
+        new = params * param_bytes
+        most = max(most, previous + new - released)
+        released += e * tokens * width
+        previous = new
+    return most
+
+
 def _moe_transients(s: ModelShape, e: int) -> tuple[float, float]:
     """(F, I) transient bytes per token of transformers' routed experts (``grouped_mm_experts_forward``,
     its default experts implementation, with or without torch's grouped_mm kernel): F peaks when the routed
@@ -184,8 +231,16 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
         transient = {"F": max(transient["F"], moe_f), "I": transient["I"] + moe_i + shared_cuda}
     if qk_norm and impl == "torchtitan" and device == "cpu":  # CPU's composite q/k norms' fp32 temporaries
         transient = {"F": max(transient["F"], 2.5 * q), "I": max(transient["I"], 11.5 * (q + k))}
+    # B, a whole backward, consumes the output gradients W would need as it goes: a dense layer's
+    # peaks with the largest weight's new gradient (added per parameter, units.py) beside the FFN-wide
+    # gradient computed with it; an MoE layer's counted as I's peak beside it (an upper bound).
+    # Measured by benchmarks/memory_fidelity.py --b
+    b_none = transient["I"] if s.experts else e * f
     if ac == "none":
-        return UnitBytes(activation, activation + wgrads + dx, transient, wgrads=wgrads)
+        return UnitBytes(activation, activation + wgrads + dx, {**transient, "B": b_none}, wgrads=wgrads)
+    # a checkpointed layer's B first regenerates what it did not keep (and a copy of its input), then
+    # runs as without checkpointing
+    b_none += e * h
     # what a checkpointed forward holds at its peak: the MLP's live FFN-wide tensors, its input
     peak_f = (4 * e * f + 2 * e * h) if s.mlp == "gelu" else (3 * e * f + (8 * h if impl == "torchtitan" and
                                                                            device == "cpu" else e * h))
@@ -201,17 +256,20 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
         # W: one recompute per parameter group, whose recomputed tensors outlive it until the graph
         # nodes of later groups are released (measured; benchmarks/memory_fidelity.py)
         leak = groups - (4 / 3 if gpt2 else 4 if impl == "torchtitan" else 3)
-        return UnitBytes(kept, kept + wgrads + dx + (e * h if gpt2 else 0), {"F": peak_f, "I": recomputed_i,
-                                                                            "W": leak * activation},
+        return UnitBytes(kept, kept + wgrads + dx + (e * h if gpt2 else 0),
+                         {"F": peak_f, "I": recomputed_i, "W": leak * activation, "B": activation - kept + b_none},
                          recompute_i=forward_flops, recompute_w=groups * forward_flops, wgrads=wgrads)
     if ac == "light":  # its recompute moves memory only: its time is counted from that traffic (units)
         kept = e * h + _light_saved(s, e)
-        return UnitBytes(kept, kept + wgrads + dx, {"F": _light_peak_f(s, e, device), "I": recomputed_i}, wgrads=wgrads)
+        # measured: a Llama-style layer's B peaks with one more h-wide tensor than under full or selective
+        light_b = max(0.0, activation - kept) + b_none + (0.0 if gpt2 else e * h)
+        return UnitBytes(kept, kept + wgrads + dx, {"F": _light_peak_f(s, e, device), "I": recomputed_i,
+                                                    "B": light_b}, wgrads=wgrads)
     kept = e * h + _selective_saved(s, impl, device, e)
     if not s.experts:
         peak_f = _selective_peak_f(s, impl, e, peak_f)
     # per op: torch runs no W after I here, so B = I + W recomputes once, all of it counted in I
-    return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": recomputed_i},
+    return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": recomputed_i, "B": max(0.0, activation - kept) + b_none},
                      recompute_i=selective_recompute_flops(s, impl), wgrads=wgrads)
 
 

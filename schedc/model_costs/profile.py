@@ -308,7 +308,8 @@ def _notes(run: dict, e: int) -> list[str]:
         "and the final norm + LM head + loss, in model order",
         f"memory counted as {run['impl']}'s code keeps it on {run['device']} (torch {COUNTED_FOR_TORCH} kernels): "
         "saved tensors after F; from I until W the retained graph plus the output gradients W consumes and the "
-        "input gradient I returns; transients of the loss's fp32 logits; checked by benchmarks/memory_fidelity.py",
+        "input gradient I returns; transients of the loss's fp32 logits, of the new gradients W and B add into "
+        "those earlier microbatches left, and B's peak; checked by benchmarks/memory_fidelity.py",
         "layer FLOPs 2bs x params + 4bs^2q (Narayanan et al. 2021, Megatron-LM, sec. 5.1); I = linears + 2 x "
         "attention core, W = linears; checkpointing adds recomputed forwards to I and W; checked by "
         "benchmarks/flop_counts.py",

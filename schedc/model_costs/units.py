@@ -55,10 +55,21 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     names = _names(s.layers, run["names"])
     linear, attention, per_token = layer_flops(s, tokens, seq)
     params = layer_params(s, impl)
+    groups = memory.weight_groups(s, impl)
 
-    def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules) -> StageCost:
+    # a W adds its new gradients into those earlier microbatches left: they are live until added
+    # (memory.accumulated_grads). FSDP2 moves the gradient out of .grad at each backward's hook
+    # (profile.fsdp_held counts that copy all step), and the textbook count has no transients
+    accumulates = not run["fsdp_held_per_param"] and impl != "paper"
+
+    def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules, groups=()) -> StageCost:
         held = b.held if run["held"] == "torch" or impl != "paper" else b.wgrads
         transient = {k: v * tokens / tp for k, v in b.transient.items()}
+        if accumulates and groups:  # tensor parallelism splits the weights and the gradients alike
+            added = memory.accumulated_grads(groups, run["param_bytes"], e, tokens) / tp
+            transient["W"] = transient.get("W", 0.0) + added
+            if "B" in transient:  # a whole backward adds each new gradient as it comes: the largest
+                transient["B"] += max(params for params, _ in groups) * run["param_bytes"] / tp
         return StageCost(forward=fw, backward_input=inp, backward_weight=wt,
                          activation_bytes=b.activation * tokens / tp, weight_grad_bytes=held * tokens / tp,
                          transient_bytes={k: v for k, v in transient.items() if v} or None,
@@ -66,23 +77,26 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
 
     emb_b = memory.embedding_bytes(s, device)
     emb_params = (0.0 if s.tied_embeddings else V * h) + s.positions * h
+    # the embedding's W is its whole backward: one parameter's new gradient at a time
     embed = cost(2 * e * tokens * h / run["memory_bandwidth"], 0.0,
-                 (2 * e * tokens * h + 3 * e * V * h) / run["memory_bandwidth"], emb_b, emb_params, names[0])
+                 (2 * e * tokens * h + 3 * e * V * h) / run["memory_bandwidth"], emb_b, emb_params, names[0],
+                 [(max(0.0 if s.tied_embeddings else V * h, s.positions * h), 0.0)])
     body = []
     for i, ac in enumerate(run["ac"]):
         b = memory.layer_bytes(s, impl, device, ac, per_token)
         fw = (linear + attention) / flops
         again_i, again_w = _recompute_seconds(s, run, ac, b, tokens, fw, attention)
         body.append(cost(fw, (linear + 2 * attention) / flops + again_i, linear / flops + again_w, b, params,
-                         names[1 + i]))
+                         names[1 + i], groups))
     head_flops = 2 * tokens * h * V
     head_params = V * h + (0 if impl == "paper" else h * (2 if s.family == "gpt2" else 1))
     if impl == "torchtitan":  # its chunked loss runs the LM head's backward inside F
         head = cost(3 * head_flops / flops, 0.0, 0.0, memory.head_bytes(s, impl, device, V), head_params,
                     names[-1])
-    else:
+    else:  # two groups: the final norm's (an RMSNorm releases two h-wide gradients after it), the LM head's
         head = cost(head_flops / flops, head_flops / flops, head_flops / flops,
-                    memory.head_bytes(s, impl, device, V), head_params, names[-1])
+                    memory.head_bytes(s, impl, device, V), head_params, names[-1],
+                    [(head_params - V * h, h if s.family == "gpt2" else 2 * h), (V * h, V)])
     return [embed, *body, head], e * tokens * h / tp
 
 

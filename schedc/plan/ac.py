@@ -72,13 +72,14 @@ def checkpointed_form(profile: Profile, none: Optional[Profile] = None) -> Profi
     """`profile` (one checkpointing mode's per-unit costs) as its stages run under torch: every
     unit's backward whole in B (I = B, W = 0), B = the `none` profile's I + W plus what the mode
     adds to I (its one recompute; without `none`, the mode's I + W). After F a unit holds what the
-    mode keeps; while B runs, what I holds at its peak (its transient and the rise to the bytes
-    held until W). Cost: linear in the units."""
+    mode keeps; while B runs, B's peak above that (``StageCost.transient("B")``: measured or counted
+    where the profile has it, else I's peak with the rise to the bytes held until W, or W's).
+    Cost: linear in the units."""
     base = none.stages if none is not None and none.n_stages == profile.n_stages else None
     stages = []
     for k, u in enumerate(profile.stages):
         b = u.backward if base is None else base[k].backward + max(0.0, u.backward_input - base[k].backward_input)
-        during = u.transient("I") + max(0.0, u.weight_grad_bytes - u.activation_bytes)
+        during = u.transient("B")
         stages.append(u.model_copy(update={
             "backward_input": b, "backward_weight": 0.0, "weight_grad_bytes": u.activation_bytes,
             "transient_bytes": {"F": u.transient("F"), "I": during, "B": during}}))
