@@ -161,8 +161,11 @@ def test_hf_config_errors_name_the_file_and_field(tmp_path, data, needle):
 
 
 def test_hf_config_unreadable_files(tmp_path):
-    with pytest.raises(SchedcError, match="config file not found"):
+    with pytest.raises(SchedcError, match="nope.json: no such file"):
         read_hf_config(tmp_path / "nope.json")
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(LLAMA3_8B).encode())
+    with pytest.raises(SchedcError, match="bom.json: starts with a UTF-8 byte-order mark"):
+        read_hf_config(tmp_path / "bom.json")
     (tmp_path / "broken.json").write_text('{"num_hidden_layers": 2,')
     with pytest.raises(SchedcError, match="line 1 column .*not valid JSON"):
         read_hf_config(tmp_path / "broken.json")
@@ -355,7 +358,7 @@ def test_sizes_past_any_model_are_one_line_errors(tmp_path):
         unit_profile(layers=2, hidden=10**400, vocab=100, seq=8)
     path = tmp_path / "big.json"
     path.write_text(json.dumps(LLAMA3_8B)[:-1] + ', "x": ' + "9" * 5000 + "}")
-    with pytest.raises(SchedcError, match=f"^{path}: Exceeds the limit"):
+    with pytest.raises(SchedcError, match=f"^{path}: a number of 5000 digits"):
         read_hf_config(path)
 
 

@@ -6,15 +6,13 @@ Cost: one JSON read of a bounded regular file; O(1) after it.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import stat
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, Optional, Union
 
 from schedc.core import limits
+from schedc.io.fileio import read_json
 from schedc.errors import ParameterError, SchedcError, literal
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
@@ -270,30 +268,7 @@ def _label(kind: str, name: str, out: dict) -> str:
 
 
 def _load(path: Path) -> dict:
-    try:
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise SchedcError(f"{path}: is a directory; give the config.json file in it")
-        if not stat.S_ISREG(info.st_mode):
-            raise SchedcError(f"{path}: not a regular file; give a Hugging Face config.json")
-        if info.st_size > limits.MAX_INPUT_BYTES:
-            raise SchedcError(f"{path}: {info.st_size} bytes is more than a config.json holds "
-                              f"(at most {limits.describe_bytes(limits.MAX_INPUT_BYTES)})")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SchedcError(f"{path}: config file not found")
-    except IsADirectoryError:
-        raise SchedcError(f"{path}: is a directory; give the config.json file in it")
-    except PermissionError:
-        raise SchedcError(f"{path}: permission denied")
-    except UnicodeDecodeError:
-        raise SchedcError(f"{path}: not UTF-8 text; give a Hugging Face config.json")
-    except json.JSONDecodeError as e:
-        raise SchedcError(f"{path}: line {e.lineno} column {e.colno}: not valid JSON ({e.msg})")
-    except RecursionError:
-        raise SchedcError(f"{path}: JSON nested too deeply")
-    except ValueError as e:  # integers of over 4300 digits
-        raise SchedcError(f"{path}: {str(e).split(';')[0][:120]}")
+    data = read_json(path, "a Hugging Face config.json")  # schedc's one reader: size bound, BOM, one-line errors
     if not isinstance(data, dict):
         raise SchedcError(f"{path}: a config.json is a JSON object with fields like num_hidden_layers")
     return data
