@@ -236,20 +236,14 @@ def measure_b(unit: Unit) -> float:
 def b_rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None,
            modes=("none", "light", "selective", "full")) -> list[tuple]:
     """(model, unit, "B transient", counted, measured) for a layer run with a whole backward:
-    counted as the planner runs such a stage (``schedc.plan.ac.checkpointed_form``: I's transient
-    plus the rise from after F to I..W), measured by :func:`measure_b`."""
+    counted as the planner runs such a stage (``schedc.plan.ac.checkpointed_form``, which reads the
+    unit's ``transient("B")``), measured by :func:`measure_b`."""
     from schedc.plan.ac import checkpointed_form
 
     out = []
-    cases = [(n, "hf") for n in (names or sizes) if n in sizes] + [(n, "torchtitan") for n in (names or tt or {})
-                                                                      if n in (tt or {})]
-    for name, impl in cases:
+    for name, impl in layer_cases(sizes, names, tt):
         for mode in modes:
-            if impl == "hf":
-                units, extra = hf_units(name, sizes, seq)
-                unit, shape = units[1], {**shape_of(sizes, name), **extra}
-            else:
-                unit, shape = tt_layer(name, tt, seq)
+            unit, shape = layer_of(name, impl, sizes, tt, seq)
             if mode != "none":
                 unit, _ = checkpointed(unit, mode)
             with cache_mutation_allowed() if mode == "selective" else contextlib.nullcontext():
@@ -444,20 +438,28 @@ def _quantities(c) -> dict[str, float]:
             "I transient": t.get("I", 0.0), "W transient": t.get("W", 0.0)}
 
 
+def layer_cases(sizes: dict, names, tt: Optional[dict]) -> list[tuple[str, str]]:
+    """(model, "hf" or "torchtitan") for each layer asked for (`names`, default all) at these sizes."""
+    return [(n, "hf") for n in (names or sizes) if n in sizes] + [(n, "torchtitan") for n in (names or tt or {})
+                                                                    if n in (tt or {})]
+
+
+def layer_of(name: str, impl: str, sizes: dict, tt: Optional[dict], seq: int) -> tuple[Unit, dict]:
+    """One decoder layer of `name` in `impl`'s code, and its shape for the count."""
+    if impl == "hf":
+        units, extra = hf_units(name, sizes, seq)
+        return units[1], {**shape_of(sizes, name), **extra}
+    return tt_layer(name, tt, seq)
+
+
 def ac_rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None, modes=("full", "selective", "light")) -> list[tuple]:
     """(model, mode, quantity, counted, measured) for a layer under torchtitan's checkpointing
     policies (full, selective) and schedc's runtime's light policy, and (model, mode, "forwards run",
     counted, measured): F, I's recompute and W's (per-op modes: whether W could run after I)."""
     out = []
-    cases = [(n, "hf") for n in (names or sizes) if n in sizes] + [(n, "torchtitan") for n in (names or tt or {})
-                                                                      if n in (tt or {})]
-    for name, impl in cases:
+    for name, impl in layer_cases(sizes, names, tt):
         for mode in modes:
-            if impl == "hf":
-                units, extra = hf_units(name, sizes, seq)
-                unit, shape = units[1], {**shape_of(sizes, name), **extra}
-            else:
-                unit, shape = tt_layer(name, tt, seq)
+            unit, shape = layer_of(name, impl, sizes, tt, seq)
             wrapped, runs = checkpointed(unit, mode)
             label = f"{name} ({impl}, {mode} AC)"
             try:
