@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ac_choice  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
 from schedc.core.simulate import simulate  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
@@ -52,14 +54,9 @@ from schedc.plan.ac import checkpointed_form, plan_mode  # noqa: E402
 
 MEASURED = Path(__file__).resolve().parent / "data" / "h100_hf_units.json"
 GiB = 2.0 ** 30
-CONFIGS = {  # Hugging Face config.json fields (nothing is downloaded)
-    "Llama-3-8B": {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
-                   "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-                   "torch_dtype": "bfloat16", "tie_word_embeddings": False},
-    "Qwen2.5-7B": {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
-                   "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-                   "torch_dtype": "bfloat16", "tie_word_embeddings": False},
-}
+# the configs benchmarks/ac_choice.py plans (Hugging Face config.json fields; nothing is
+# downloaded), under the names the measured file gives the layers
+CONFIGS = {"Llama-3-8B": ac_choice.CONFIGS["llama3-8b"], "Qwen2.5-7B": ac_choice.CONFIGS["qwen2.5-7b"]}
 # the planning issue's cases: 8 ranks, 32 microbatches of one sequence of 4096, 80 and 40 GiB
 CASES = [(name, 8, 32, 4096, cap) for name in CONFIGS for cap in ("80GiB", "40GiB")]
 FIELDS = {"after F": "activation_bytes", "I..W": "weight_grad_bytes"}
