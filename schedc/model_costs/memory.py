@@ -109,23 +109,21 @@ def _norm(width: float, rows: float, e: int, impl: Impl, device: str, layer_norm
     return 4 * width + (e * width if e != 4 else 4 * width) + 4 * rows
 
 
-def _mlp(s: ModelShape, e: int) -> tuple[float, float, int]:
-    """(saved bytes, output gradients W consumes, parameter groups) of the MLP or MoE block."""
+def _mlp(s: ModelShape, e: int) -> tuple[float, float]:
+    """(saved bytes, output gradients W consumes) of the MLP or MoE block."""
     h, _, _, f = widths(s)
     if not s.experts:
         if s.mlp == "gelu":
-            return 5 * e * f, e * f + e * h, 2
-        return 4 * e * f, 2 * e * f + e * h, 3
+            return 5 * e * f, e * f + e * h
+        return 4 * e * f, 2 * e * f + e * h
     E, k, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
     saved = 4 * E + e * E + k * (e * h + 4 * e * fe + e * h) + 16 * k
     grads = e * E + k * 2 * e * fe
-    groups = 3  # the router, and the experts' two stacked weights (gate_up_proj, down_proj: one parameter each)
     if s.shared_ffn_hidden:
         fs = float(s.shared_ffn_hidden)
         saved += 4 * e * fs + e * h + 2 * e
         grads += 2 * e * fs + e * h + e
-        groups += 4
-    return saved, grads, groups
+    return saved, grads
 
 
 def weight_groups(s: ModelShape, impl: Impl) -> list[tuple[float, float]]:
@@ -204,7 +202,7 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     qk_norm = s.family in ("qwen3", "qwen3_moe")
     if qk_norm:
         attention += _norm(q, heads, e, impl, device, False) + _norm(k, kv, e, impl, device, False)
-    mlp, mlp_grads, mlp_groups = _mlp(s, e)
+    mlp, mlp_grads = _mlp(s, e)
     masks = 2 * h * (1 if device == "cuda" else e) if s.dropout else 0.0
     activation = norms + attention + mlp + masks
     wgrads = e * (q + 2 * k + h) + 2 * e * h + mlp_grads - e * h   # less the output gradient given
@@ -215,9 +213,7 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     if impl == "torchtitan" and device == "cpu":  # CPU's composite RMSNorm multiplies its weight in fp32
         wgrads += (4 - e) * (2 * h + (q + k if qk_norm else 0))
     dx = e * h
-    # parameter groups torch's stage_backward_weight runs one autograd.grad each for: the
-    # projections (q, k, v, o; torchtitan fuses q, k, v; GPT-2's c_attn too), two norms, the MLP's
-    groups = (2 if gpt2 or impl == "torchtitan" else 4) + 2 + mlp_groups + (2 if qk_norm else 0)
+    groups = len(weight_groups(s, impl))  # torch's stage_backward_weight runs one autograd.grad each
     # measured (benchmarks/memory_fidelity.py): the norms' fp32 temporaries in F; in I the
     # gradients that die inside it (the norms' fp32 backward, the residual stream's)
     transient = {"F": 4 * h, "I": (28 if gpt2 else 18) * h}
