@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import math
 import sys
 from pathlib import Path
@@ -88,15 +89,15 @@ def _formulas() -> dict:
 
 
 class Flops(TorchDispatchMode):
-    """FLOPs of the ops run inside it by torch's own formulas (``torch.utils.flop_counter``):
-    all, the attention forward's and the attention backward's. ``FlopCounterMode`` itself cannot
-    stand in: its module tracker hooks the graph in a way torch's split backward refuses."""
+    """FLOPs of the ops run inside it by torch's own formulas (``torch.utils.flop_counter``): all,
+    and the attention backward's. ``FlopCounterMode`` itself cannot stand in: its module tracker
+    hooks the graph in a way torch's split backward refuses."""
 
     formulas: dict = {}
 
     def __init__(self):
         super().__init__()
-        self.total = self.attention_f = self.attention_b = 0.0
+        self.total = self.attention_backward = 0.0
         if not Flops.formulas:
             Flops.formulas = _formulas()
 
@@ -108,19 +109,16 @@ class Flops(TorchDispatchMode):
             n = float(formula(*args, **kwargs, out_val=out))
             self.total += n
             name = str(func.overloadpacket)
-            if any(word in name for word in ATTENTION):
-                if "backward" in name:
-                    self.attention_b += n
-                else:
-                    self.attention_f += n
+            if "backward" in name and any(word in name for word in ATTENTION):
+                self.attention_backward += n
         return out
 
-    def counts(self) -> tuple[float, float, float]:
-        return self.total, self.attention_f, self.attention_b
+    def counts(self) -> tuple[float, float]:
+        return self.total, self.attention_backward
 
 
-def executed(unit: mf.Unit, per_op: bool) -> dict[str, tuple[float, float, float]]:
-    """{action: (FLOPs, attention-forward FLOPs, attention-backward FLOPs)} of F, I and W (or F and B)."""
+def executed(unit: mf.Unit, per_op: bool) -> dict[str, tuple[float, float]]:
+    """{action: (FLOPs, attention-backward FLOPs)} of F, I and W (or F and B)."""
     params = list(unit.module.parameters())
     x = unit.make_input()
     with Flops() as fc:
@@ -149,21 +147,10 @@ def counted_flops(shape: dict, seq: int, impl: str, mode: str) -> list[dict[str,
              "B": c.backward_input + c.backward_weight} for c in p.stages]
 
 
-def _cases(sizes: dict, tt: dict, names, modes) -> list[tuple[str, str, str]]:
-    out = []
-    for name in names or list(sizes) + [n for n in tt if n not in sizes]:
-        for mode in modes:
-            if name in sizes:
-                out.append((name, "hf", mode))
-            if name in tt:
-                out.append((name, "torchtitan", mode))
-    return out
-
-
 def rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None, modes=MODES) -> list[tuple]:
     """(model, unit, action, counted, executed, executed minus the attention convention)."""
     out = []
-    for name, impl, mode in _cases(sizes, tt or {}, names, modes):
+    for (name, impl), mode in itertools.product(mf.layer_cases(sizes, names, tt), modes):
         if impl == "hf":
             units, extra = mf.hf_units(name, sizes, seq)
             shape = {**mf.shape_of(sizes, name), **extra}
@@ -182,11 +169,10 @@ def rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None, modes=MOD
             with mf.cache_mutation_allowed() if mode == "selective" else contextlib.nullcontext():
                 got = executed(unit, mode in PER_OP_AC)
             c = count[1] if unit.name == "layer" else count[-1]
-            for action, (total, attention_f, attention_b) in got.items():
-                # the part of a backward's attention past the convention's 2 x forward: the
-                # scores a flash-style kernel recomputes (FLOP counts: backward 2.5 x forward)
-                beyond = attention_b - 2 * attention_b / 2.5 if attention_b else 0.0
-                out.append((label, unit.name, action, c[action], total, total - beyond))
+            for action, (total, attention_b) in got.items():
+                # past the convention's 2 x forward, the scores a flash-style backward recomputes:
+                # torch's formula counts that backward 2.5 x forward, so a fifth of it
+                out.append((label, unit.name, action, c[action], total, total - attention_b / 5))
         print(f"  counted {name} ({impl}, {mode})", file=sys.stderr)
     return out
 
