@@ -10,16 +10,18 @@ real sizes on the GPU, in bfloat16, with a real sequence, and for each checkpoin
 
 - bytes: ``torch.cuda.memory_allocated`` around F, the split I (``stage_backward_input``) and W
   (``stage_backward_weight``), and ``max_memory_allocated`` inside each (the transient above
-  what is held), with memory_fidelity's conventions (the unit's output and the given output
-  gradient excluded, the input included when saved, W's parameter gradients static);
+  what is held), and B's peak (a whole backward), with memory_fidelity's conventions (the unit's
+  output and the given output gradient excluded, the input included when saved, the parameters'
+  gradients existing before, as every microbatch after a step's first finds them);
 - seconds: the median over repeats of F, I, W and the whole backward B (per-op modes: B only,
   torch's split backward cannot go twice through them), against ``unit_profile(device="cuda")``
   at its default rates; from them, F's effective FLOP rate and each mode's recompute (its B less
   none's B), counted vs measured.
 
-``--json PATH`` also writes the measured bytes per unit and mode, which
-``benchmarks/plan_rewalk.py --measured PATH`` re-walks a plan with. ``--ledger`` also measures with memory_fidelity's op ledger (the storages ops create) and prints it
-where it differs from the allocator: a difference there is a kernel's workspace, not a tensor.
+``--json PATH`` also writes the measured bytes per unit and mode, which ``benchmarks/plan_rewalk.py
+--measured PATH`` re-walks a plan with. ``--ledger`` also measures with memory_fidelity's op
+ledger (the storages ops create) and prints it where it differs from the allocator: a difference
+there is a kernel's workspace, not a tensor.
 
 Cost: per model, one build (a layer, the embedding and the head at real size) and, per mode, a
 few F/I/W runs: a few minutes on an H100 for the default models at seq 4096.
@@ -210,13 +212,14 @@ def rows_for(name: str, seq: int, modes, repeats: int, ledger: bool = False) -> 
         try:
             measure_bytes(unit)  # warm-up: cuBLAS workspaces, autotuning
             got = measure_bytes(unit)
+            got_b = measure_b_bytes(unit)
             secs = measure_seconds(unit, split=mode not in PER_OP_AC, repeats=repeats)
         except (RuntimeError, torch.OutOfMemoryError) as err:
             out.append((name, f"layer, {mode}", "failed", math.nan, f"{type(err).__name__}: {str(err)[:80]}"))
             continue
         out.extend((name, f"layer, {mode}", q, c[q], got[q]) for q in mf.QUANTITIES if not math.isnan(got[q]))
         whole = checkpointed_form(profile, unit_profile(**shape, seq=seq, impl="hf", device="cuda")).stages[1]
-        out.append((name, f"layer, {mode}", "B transient", whole.transient("B"), measure_b_bytes(unit)))
+        out.append((name, f"layer, {mode}", "B transient", whole.transient("B"), got_b))
         if ledger:  # the same quantities from the storages ops create (memory_fidelity's ledger): where
             # it agrees with the count and the allocator does not, the difference is a kernel's workspace
             lg = mf.measure(unit)
