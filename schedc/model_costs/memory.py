@@ -234,9 +234,9 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     b_none = transient["I"] if s.experts else e * f
     if ac == "none":
         return UnitBytes(activation, activation + wgrads + dx, {**transient, "B": b_none}, wgrads=wgrads)
-    # a checkpointed layer's B first regenerates what it did not keep (and a copy of its input), then
-    # runs as without checkpointing
-    b_none += e * h
+    # a checkpointed layer's B first regenerates what it did not keep (activation - kept) and a copy of
+    # its input, then runs as without checkpointing
+    b_after = b_none + e * h
     # what a checkpointed forward holds at its peak: the MLP's live FFN-wide tensors, its input
     peak_f = (4 * e * f + 2 * e * h) if s.mlp == "gelu" else (3 * e * f + (8 * h if impl == "torchtitan" and
                                                                            device == "cpu" else e * h))
@@ -253,19 +253,19 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
         # nodes of later groups are released (measured; benchmarks/memory_fidelity.py)
         leak = groups - (4 / 3 if gpt2 else 4 if impl == "torchtitan" else 3)
         return UnitBytes(kept, kept + wgrads + dx + (e * h if gpt2 else 0),
-                         {"F": peak_f, "I": recomputed_i, "W": leak * activation, "B": activation - kept + b_none},
+                         {"F": peak_f, "I": recomputed_i, "W": leak * activation, "B": activation - kept + b_after},
                          recompute_i=forward_flops, recompute_w=groups * forward_flops, wgrads=wgrads)
     if ac == "light":  # its recompute moves memory only: its time is counted from that traffic (units)
         kept = e * h + _light_saved(s, e)
         # measured: a Llama-style layer's B peaks with one more h-wide tensor than under full or selective
-        light_b = max(0.0, activation - kept) + b_none + (0.0 if gpt2 else e * h)
+        light_b = max(0.0, activation - kept) + b_after + (0.0 if gpt2 else e * h)
         return UnitBytes(kept, kept + wgrads + dx, {"F": _light_peak_f(s, e, device), "I": recomputed_i,
                                                     "B": light_b}, wgrads=wgrads)
     kept = e * h + _selective_saved(s, impl, device, e)
     if not s.experts:
         peak_f = _selective_peak_f(s, impl, e, peak_f)
     # per op: torch runs no W after I here, so B = I + W recomputes once, all of it counted in I
-    return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": recomputed_i, "B": max(0.0, activation - kept) + b_none},
+    return UnitBytes(kept, kept + wgrads + dx, {"F": peak_f, "I": recomputed_i, "B": max(0.0, activation - kept) + b_after},
                      recompute_i=selective_recompute_flops(s, impl), wgrads=wgrads)
 
 

@@ -62,14 +62,14 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     # (profile.fsdp_held counts that copy all step), and the textbook count has no transients
     accumulates = not run["fsdp_held_per_param"] and impl != "paper"
 
-    def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules, groups=()) -> StageCost:
+    def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules, unit_groups=()) -> StageCost:
         held = b.held if run["held"] == "torch" or impl != "paper" else b.wgrads
         transient = {k: v * tokens / tp for k, v in b.transient.items()}
-        if accumulates and groups:  # tensor parallelism splits the weights and the gradients alike
-            added = memory.accumulated_grads(groups, run["param_bytes"], e, tokens) / tp
+        if accumulates and unit_groups:  # tensor parallelism splits the weights and the gradients alike
+            added = memory.accumulated_grads(unit_groups, run["param_bytes"], e, tokens) / tp
             transient["W"] = transient.get("W", 0.0) + added
             if "B" in transient:  # a whole backward adds each new gradient as it comes: the largest
-                transient["B"] += max(params for params, _ in groups) * run["param_bytes"] / tp
+                transient["B"] += max(n for n, _ in unit_groups) * run["param_bytes"] / tp
         return StageCost(forward=fw, backward_input=inp, backward_weight=wt,
                          activation_bytes=b.activation * tokens / tp, weight_grad_bytes=held * tokens / tp,
                          transient_bytes={k: v for k, v in transient.items() if v} or None,
