@@ -547,14 +547,16 @@ def p_needed(peak: float, profile: Profile, placement: Sequence[int], n_microbat
     return cost_model.p_needed(peak, profile, placement, n_microbatches)
 
 
-def format_bytes(n: float) -> str:
+def format_bytes(n: float, round_up: bool = False) -> str:
+    """`n` bytes in the largest binary unit it reaches, two decimals; `round_up`: the two decimals
+    rounded up, so that a cap written so holds `n` (the limiter's suggested --memory)."""
     if math.isinf(n):
         return "inf"
     if abs(n) >= 1e6 * 2**40:  # a profile of 1e300 bytes printed 290 digits per cell
         return f"{n / 2**40:.3g}TiB"
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
-            return f"{n / size:.2f}{unit}"
+            return f"{math.ceil(n / size * 100) / 100 if round_up else n / size:.2f}{unit}"
     return f"{n:g}B" if n != int(n) else f"{int(n)}B"
 
 

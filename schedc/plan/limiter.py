@@ -12,7 +12,6 @@ constructions (milliseconds to a fraction of a second), none charged to a work c
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -153,7 +152,7 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
             f"{format_bytes(least.peak)}")
         message = (f"memory: with no cap {_named(best)} takes {best.value:.6g} s, {_percent(best, result)} shorter, "
                    f"at a peak of {format_bytes(best.peak)}{also}; more memory per rank shortens the step: "
-                   f"--memory {_cap_above(least.peak)} or more fits {'that one' if also else 'it'}, "
+                   f"--memory {format_bytes(least.peak, round_up=True)} or more fits {'that one' if also else 'it'}, "
                    f"at the same {M} microbatches")
         return PlanLimiter("memory", message, why, best.value, best.peak)
     diag = limiter(result.compiled.sim, problem.profile)
@@ -162,15 +161,6 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
 
 def _named(u: Uncapped) -> str:
     return f"{u.name} on {u.split} split {u.counts} ({u.placement})"
-
-
-def _cap_above(peak: float) -> str:
-    """``peak`` as format_bytes writes it, rounded up so that the cap it reads as fits the peak."""
-    text = format_bytes(peak)
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if text.endswith(unit):
-            return f"{math.ceil(peak / size * 100) / 100:.2f}{unit}"
-    return text
 
 
 def _percent(u: Uncapped, result: "PlanResult") -> str:
