@@ -138,10 +138,10 @@ def input_files(args) -> list[tuple[str, str]]:
     return out
 
 
-def check_json_output(path: str, what: str) -> None:
-    """-o of a JSON file: a .csv name is a schedule's (`profile -o s.csv` wrote JSON over one)."""
+def check_json_output(path: str, what: str, flag: str = "-o") -> None:
+    """`flag` names a JSON output: a .csv name is a schedule's (`profile -o s.csv` wrote JSON over one)."""
     if str(path).lower().endswith(".csv"):
-        raise SchedcError(f"-o {path}: {what} is JSON, and a .csv name is a schedule's; give a .json name")
+        raise SchedcError(f"{flag} {path}: {what} is JSON, and a .csv name is a schedule's; give a .json name")
 
 
 def check_outputs(args, *outputs: tuple) -> None:

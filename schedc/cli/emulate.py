@@ -46,23 +46,23 @@ def run(args) -> int:
     if args.timeout is not None and not 0 < args.timeout < float("inf"):  # nan: a deadline that never fires
         raise SchedcError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
     own = None if (args.profile or args.costs is not None) else own_profiles(args.files)
+    schedules = [api.read_csv(path) for path in args.files]
     if args.profile:
         profiles = Profile.load(args.profile)
-        for path in args.files:  # named here with the file: emulate itself knows no --profile
-            n = api.read_csv(path).n_stages
-            if n != profiles.n_stages:
-                raise SchedcError(f"{path}: the schedule has {n} stages but {args.profile} describes "
-                                  f"{profiles.n_stages}; give a profile of this model's {n} stages")
+        for path, schedule in zip(args.files, schedules):  # named here with the file: emulate knows no --profile
+            if schedule.n_stages != profiles.n_stages:
+                raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "
+                                  f"{profiles.n_stages}; give a profile of this model's {schedule.n_stages} stages")
     elif own is not None:
         profiles = own
     else:  # --costs "" is an error, not the default
-        profiles = [Profile.uniform(api.read_csv(path).n_stages) if args.costs is None
-                    else common.uniform_costs(args.costs, api.read_csv(path).n_stages) for path in args.files]
+        profiles = [Profile.uniform(s.n_stages) if args.costs is None else common.uniform_costs(args.costs, s.n_stages)
+                    for s in schedules]
     in_seconds = bool(args.profile) or (own is not None and own[0].model != "uniform")
     scale = args.scale if args.scale is not None else (1.0 if in_seconds else UNIT_SECONDS)
     # --comm left out: emulate's default (none, as the emulation does not sleep for it)
     comm = None if args.comm is None or args.comm.strip().lower() == "profile" else parse_comm(args.comm)
-    _say_how_long(args, profiles, scale)
+    _say_how_long(args, schedules, profiles, scale)
     runs = emulate(args.files, profiles, scale=scale, timeout=args.timeout,
                    **common.given(steps=args.steps, warmup=args.warmup),
                    **({} if args.comm is None else {"comm": comm}))
@@ -84,7 +84,7 @@ LONG_SECONDS = 60.0  # a run past this says how long it will sleep before it sta
 MAX_SECONDS = 86400.0  # a day of sleeping stages is a unit mistake (--costs in ms, --scale), not an emulation
 
 
-def _say_how_long(args, profiles, scale: float) -> None:
+def _say_how_long(args, schedules: list, profiles, scale: float) -> None:
     """The stages' sleep the timed and warm-up steps add up to (the prediction's steps): said on
     stderr when past a minute, refused past a day, before any rank starts (a typo in --costs or
     --scale, or --steps 10**9, was a silent wait)."""
@@ -99,12 +99,12 @@ def _say_how_long(args, profiles, scale: float) -> None:
     steps = (args.steps if args.steps is not None else defaults["steps"]) + \
         (args.warmup if args.warmup is not None else defaults["warmup"])
     total = 0.0
-    for k, path in enumerate(args.files):
+    for k, schedule in enumerate(schedules):
         profile = profiles if isinstance(profiles, Profile) else profiles[k]
         try:
-            total += steps * api.simulate(api.read_csv(path), profile=scaled_costs(profile, scale, [])).makespan
+            total += steps * api.simulate(schedule, profile=scaled_costs(profile, scale, [])).makespan
         except SchedcError:
-            return  # a bad CSV or stage count: emulate names it, with the file
+            return  # a stage count the costs do not fit: emulate names it, with the file
     if not total <= MAX_SECONDS:
         raise SchedcError(f"the stages would sleep {total:.3g} s ({steps} steps of {len(args.files)} schedule(s) at "
                           f"--scale {scale:g}), more than a day; give fewer --steps, a smaller --scale or smaller costs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
-from schedc.cli.common import echo
+from schedc.cli.common import check_json_output, echo
 from schedc.core.costs import MemoryLimit, Profile, format_memory
 from schedc.errors import SchedcError, printable
 
@@ -111,9 +111,7 @@ def _show(args) -> int:
         check_writable(args.write_profile, "--write-profile")
         check_not_input(args.write_profile, "--write-profile", [(entry.csv, "library schedule"),
                                                                  (csvio.report_path(entry.csv), "library report")])
-        if str(args.write_profile).lower().endswith(".csv"):
-            raise SchedcError(f"--write-profile {args.write_profile}: a profile is JSON, and a .csv name is a "
-                              "schedule's; give a .json name")
+        check_json_output(args.write_profile, "a profile", "--write-profile")
     echo(format_library_entry(entry))
     if args.write_profile:
         try:
