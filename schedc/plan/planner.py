@@ -21,7 +21,7 @@ from schedc.plan.least_memory import MEMORY_TRY_SHARE, _with_schedule, least_mem
 from schedc.plan.limiter import plan_limiter
 from schedc.plan.problem import _tight, no_partition_holds
 from schedc.plan.report import build_plan_report
-from schedc.plan.request import PlanRequest
+from schedc.plan.request import PlanRequest, check_types
 from schedc.plan.result import PlanResult
 from schedc.plan.search import SEARCH_END, SEARCH_SHARE, _bounds_over_partitions, _screened_candidates
 
@@ -89,6 +89,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     """
     if budget not in ("time", "work"):
         raise ParameterError("budget", f"{{param}} must be time or work, got {literal(repr(budget))}")
+    check_types(profile, ranks, microbatches, time_limit)
     if budget == "work" and not _counting_work():
         return _on_work_clock(plan, time_limit, profile=profile, ranks=ranks, microbatches=microbatches,
                               memory=memory, placement=placement, objective=objective, progress=progress, seed=seed,

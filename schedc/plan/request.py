@@ -37,6 +37,19 @@ def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
     return limit
 
 
+def check_types(profile: object, ranks: object, microbatches: object, time_limit: object) -> None:
+    """The arguments' types, before anything compares or reads them (a TypeError or
+    AttributeError from deep inside names none of them)."""
+    if not isinstance(profile, Profile):
+        raise ParameterError("profile", "expected a schedc.Profile (schedc.Profile.load(PATH), "
+                                        f"schedc.count_profile(...)); got {type(profile).__name__}")
+    for param, value in (("ranks", ranks), ("microbatches", microbatches)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParameterError(param, f"must be an integer >= 1, got {literal(repr(value))}")
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
+        raise ParameterError("time_limit", f"must be a finite number of seconds > 0, got {literal(repr(time_limit))}")
+
+
 def _check_arguments(ranks: int, microbatches: int, placement: str, objective: str, time_limit: float) -> None:
     for ok, param, message in ((ranks >= 1, "ranks", f"{{param}} must be >= 1, got {ranks}"),
                                (microbatches >= 1, "microbatches", f"{{param}} must be >= 1, got {microbatches}"),
@@ -117,6 +130,7 @@ class PlanRequest:
               placement: str, objective: str, time_limit: float, source: str) -> "PlanRequest":
         """The request, or a SchedcError naming the first bad input (the cap, then the counts and
         names, then the units) and what works; `source` names the profile in the errors."""
+        check_types(profile, ranks, microbatches, time_limit)
         limit = parse_cap(memory)
         cap = math.inf if limit.kind == "none" else limit.value
         _check_arguments(ranks, microbatches, placement, objective, time_limit)

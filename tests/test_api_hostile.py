@@ -1,0 +1,32 @@
+"""The Python front door under wrong types and bad values, as a notebook user passes them: each is
+a SchedcError (or a ValueError/TypeError) that names the argument, never an AttributeError,
+KeyError or IndexError from deep inside."""
+
+import pytest
+
+import schedc
+from schedc.errors import SchedcError
+from schedc.model_costs import unit_profile
+
+SHAPE = dict(layers=4, hidden=64, vocab=100, heads=4)
+
+
+@pytest.fixture(scope="module")
+def units():
+    return unit_profile(seq=16, **SHAPE)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(profile="units.json"), "^profile: expected a schedc.Profile .*got str"),
+    (dict(profile=None), "^profile: expected a schedc.Profile .*got NoneType"),
+    (dict(profile=SHAPE), "^profile: .*got dict"),
+    (dict(ranks="2"), "^ranks: must be an integer >= 1, got '2'"),
+    (dict(ranks=2.0), "^ranks: must be an integer >= 1, got 2.0"),
+    (dict(microbatches=None), "^microbatches: must be an integer >= 1, got None"),
+    (dict(time_limit="4"), "^time_limit: must be a finite number of seconds > 0, got '4'"),
+    (dict(time_limit="4", budget="work"), "^time_limit: "),
+])
+def test_plan_names_a_wrongly_typed_argument(units, kwargs, named):
+    args = dict(profile=units, ranks=2, microbatches=4, memory="none", time_limit=4) | kwargs
+    with pytest.raises(SchedcError, match=named):
+        schedc.plan(**args)
