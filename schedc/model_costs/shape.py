@@ -165,25 +165,29 @@ def read_hf_config(path: Union[str, Path]) -> dict:
     Raises SchedcError (one line, naming the file and the field).
     """
     path = Path(path)
-    data = _load(path)
-    field = "model_type"
+    top = data = _load(path)
+    field, nested = "model_type", ""
     if not any(k in data for k in _FIELDS["layers"]) and isinstance(data.get("text_config"), dict):
-        data, field = data["text_config"], "text_config.model_type"
+        data, field, nested = data["text_config"], "text_config.model_type", "text_config."
     kind = _model_type(path, data, field)
     family = FAMILIES[kind]
+    # transformers saves a nested config without the values equal to its class's defaults
+    unsaved = (f" (transformers leaves out of a nested config the values equal to {kind}'s defaults: "
+               f"write it in)" if nested else "")
 
     def integer(names, default=None, required=True) -> Optional[int]:
         names = (names,) if isinstance(names, str) else names
         found = next((n for n in names if data.get(n) is not None), None)
         if found is None:
             if required:
-                raise SchedcError(f"{path}: field {names[0]!r} is missing; schedc needs it to count the model's costs")
+                raise SchedcError(f"{path}: field '{nested}{names[0]}' is missing; schedc needs it to count the "
+                                  f"model's costs{unsaved}")
             return default
         value = data[found]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SchedcError(f"{path}: field {found!r} must be an integer >= 1, got {_short(value)}")
+            raise SchedcError(f"{path}: field '{nested}{found}' must be an integer >= 1, got {_short(value)}")
         if value > (MAX_LAYERS if names == _FIELDS["layers"] else MAX_WIDTH):
-            raise SchedcError(f"{path}: field {found!r}: {_short(value)} is more than schedc counts "
+            raise SchedcError(f"{path}: field '{nested}{found}': {_short(value)} is more than schedc counts "
                               f"(at most {MAX_LAYERS if names == _FIELDS['layers'] else MAX_WIDTH})")
         return value
 
@@ -205,7 +209,9 @@ def read_hf_config(path: Union[str, Path]) -> dict:
     if not isinstance(tied, bool):
         raise SchedcError(f"{path}: field 'tie_word_embeddings' must be true or false, got {_short(tied)}")
     out["tied_embeddings"] = tied
-    dtype = data.get("torch_dtype") or data.get("dtype") or "bfloat16"
+    # a multimodal config may give the dtype once, for the whole model, outside its text_config
+    dtype = (data.get("torch_dtype") or data.get("dtype") or top.get("torch_dtype") or top.get("dtype")
+             or "bfloat16")
     out["dtype"] = dtype_name(dtype, f"{path}: field 'torch_dtype'")
     out["mlp"] = "gelu" if gpt2 else "swiglu"
     out["family"] = family
@@ -250,6 +256,9 @@ def _experts(path: Path, data: dict, family: str, integer) -> dict:
         raise SchedcError(f"{path}: field 'decoder_sparse_step': expert layers every "
                           f"{data['decoder_sparse_step']} layers are not modelled; measure the model instead")
     out = {"experts": routed, "experts_per_token": integer("num_experts_per_tok")}
+    if out["experts_per_token"] > routed:
+        raise SchedcError(f"{path}: field 'num_experts_per_tok' ({out['experts_per_token']}) is more than the "
+                          f"{routed} experts")
     if family == "mixtral":
         out["moe_ffn_hidden"] = integer("intermediate_size")
     else:
