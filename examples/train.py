@@ -257,11 +257,42 @@ def _check_launch(args: argparse.Namespace) -> None:
 
             check_split_backward(modes or [args.ac] * schedule.n_stages, schedule,
                                  f"--ac {args.ac} with {args.schedule}")
+    _check_stage_counts(args)
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:
         ranks = schedule.n_ranks if args.schedule else 2
         raise SchedcError(f"{missing[0]} is not set: start this script with torchrun, e.g. torchrun --nproc-per-node "
                           f"{ranks} examples/train.py ...")
+
+
+def _check_stage_counts(args: argparse.Namespace) -> None:
+    """--layers-per-stage against --layers and the CSV's stages, and --stages against the torch
+    class and the world size: on every rank after the group started, these would name
+    load_pipeline's parameters, or be ignored (a --stages torch's class cannot build)."""
+    if args.layers_per_stage is not None:
+        counts = [int(c) for c in args.layers_per_stage.split(",")]
+        blocks = args.layers or 8
+        if sum(counts) != blocks:
+            raise SchedcError(f"--layers-per-stage {args.layers_per_stage}: {sum(counts)} blocks but the model has "
+                              f"{blocks} (--layers); give counts that add up to it")
+        if args.schedule and len(counts) != _csv(args.schedule).n_stages:
+            raise SchedcError(f"--layers-per-stage {args.layers_per_stage}: {len(counts)} counts for the "
+                              f"{_csv(args.schedule).n_stages} stages of {args.schedule}; give one per stage")
+    world = int(os.environ.get("WORLD_SIZE", "0") or 0)
+    if not (args.torch_schedule and args.stages is not None and world):
+        return
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
+
+    try:
+        single = issubclass(get_schedule_class(args.torch_schedule), PipelineScheduleSingle)
+    except ValueError:  # an unknown name: load_torch_pipeline says which are known
+        return
+    if single and args.stages != world:
+        raise SchedcError(f"--stages {args.stages}: torch's {args.torch_schedule} runs one stage per rank ({world}); "
+                          f"drop --stages or use a multi-stage class such as Interleaved1F1B")
+    if args.stages % world:
+        raise SchedcError(f"--stages {args.stages}: torch's {args.torch_schedule} runs as many stages on every rank; "
+                          f"give a multiple of the {world} ranks")
 
 
 def _csv(path: str):

@@ -389,6 +389,12 @@ def load_torch_pipeline(
     cls = _torch_schedule_class(name)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     single = issubclass(cls, PipelineScheduleSingle)
+    if stages_per_rank is not None and (isinstance(stages_per_rank, bool) or not isinstance(stages_per_rank, int)
+                                        or stages_per_rank < 1 or (single and stages_per_rank != 1)):
+        # a single-stage class would silently build one stage per rank instead
+        raise ParameterError("stages_per_rank", f"{{param}}: {cls.__name__} runs "
+                             f"{'one stage' if single else 'an integer >= 1 of stages'} per rank, got "
+                             f"{literal(repr(stages_per_rank)[:40])}", python=True)
     per_rank = 1 if single else (stages_per_rank or 2)
     n_stages = world * per_rank
     placement_kind = "v" if issubclass(cls, (ScheduleZBVZeroBubble, ScheduleDualPipeV)) else "loop"
