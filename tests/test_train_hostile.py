@@ -39,17 +39,71 @@ def test_contradicting_stage_counts_are_one_line_before_the_group(train, capsys,
     assert err.count("\n") == 1 and err.startswith(f"error: {needle}"), err
 
 
-def test_load_torch_pipeline_refuses_stages_per_rank_a_single_stage_class_cannot_build():
+@pytest.fixture(scope="module")
+def group():
+    """A one-rank gloo group in this process: the runtime's checks run as on every rank."""
     import torch.distributed as dist
 
-    from schedc.errors import SchedcError
-    from schedc.runtime import GPT, GPTConfig, lm_loss, load_torch_pipeline
     from _dist import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    try:
-        model = GPT(GPTConfig(vocab_size=16, hidden=8, layers=2, heads=2, seq_len=4))
-        with pytest.raises(SchedcError, match=r"^stages_per_rank: ScheduleGPipe runs one stage per rank, got 2"):
-            load_torch_pipeline("GPipe", model, lm_loss, 2, stages_per_rank=2)
-    finally:
-        dist.destroy_process_group()
+    yield
+    dist.destroy_process_group()
+
+
+def _gpt(layers=2):
+    from schedc.runtime import GPT, GPTConfig
+
+    return GPT(GPTConfig(vocab_size=16, hidden=8, layers=layers, heads=2, seq_len=4))
+
+
+def test_load_torch_pipeline_refuses_stages_per_rank_a_single_stage_class_cannot_build(group):
+    from schedc.errors import SchedcError
+    from schedc.runtime import lm_loss, load_torch_pipeline
+
+    with pytest.raises(SchedcError, match=r"^stages_per_rank: ScheduleGPipe runs one stage per rank, got 2"):
+        load_torch_pipeline("GPipe", _gpt(), lm_loss, 2, stages_per_rank=2)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(csv=None), "^csv: expected the path of a CSV schedule or a schedc.Schedule, got NoneType"),
+    (dict(model=None), r"^model: expected an nn.Module \(embedding \+ blocks \+ head\), got NoneType"),
+    (dict(n_microbatches="4"), r"^n_microbatches: must be an integer \(the CSV's 4\) or None, got '4'"),
+    (dict(layers_per_stage="2"), "^layers_per_stage must be a list of block counts \\(integers\\), one per stage"),
+    (dict(layers_per_stage=[1.5]), "^layers_per_stage must be a list of block counts"),
+    (dict(device="tpu"), "^device: 'tpu' is not a torch device"),
+])
+def test_load_pipeline_names_a_wrong_argument(group, tmp_path, kwargs, message):
+    from schedc.errors import SchedcError
+    from schedc.runtime import lm_loss, load_pipeline
+
+    write_csv(make_baseline("1f1b", 1, 4), tmp_path / "one.csv")
+    args = dict(csv=tmp_path / "one.csv", model=_gpt(), loss_fn=lm_loss) | kwargs
+    with pytest.raises(SchedcError, match=message):
+        load_pipeline(**args)
+
+
+def test_a_middle_stage_without_blocks_is_refused_on_the_rank_that_does_not_hold_it():
+    # a V of 4 stages on 2 ranks: rank 0 holds stages 0 and 3, and must refuse too, or it waits in recv
+    from schedc.errors import SchedcError
+    from schedc.runtime.split import split_gpt
+
+    with pytest.raises(SchedcError, match=r"^stage 2 would hold no blocks \(2 blocks over 4 stages\)"):
+        split_gpt(_gpt(layers=2), [0, 3], 4)
+
+
+def test_a_batch_the_microbatches_do_not_divide_is_refused_before_the_step(group, tmp_path):
+    from schedc.errors import SchedcError
+    from schedc.runtime import lm_loss, load_pipeline, make_batch
+
+    write_csv(make_baseline("1f1b", 1, 4), tmp_path / "one.csv")
+    model = _gpt()
+    pipe = load_pipeline(tmp_path / "one.csv", model, lm_loss)
+    tokens, targets = make_batch(model.config, 6)
+    with pytest.raises(SchedcError, match=r"^step: inputs\[0\] has 6 rows \(dimension 0\) but the schedule runs 4 "
+                                          r"microbatches; give a batch that is a multiple of 4"):
+        pipe.step(tokens, target=targets, losses=[])
+    tokens, targets = make_batch(model.config, 8)
+    losses = []
+    pipe.step(tokens, target=targets, losses=losses)
+    assert len(losses) == 4

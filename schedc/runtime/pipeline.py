@@ -56,6 +56,8 @@ def read_schedule(csv_path: str | os.PathLike) -> Schedule:
 def _as_schedule(csv: str | os.PathLike | Schedule) -> tuple[Schedule, str]:
     if isinstance(csv, Schedule):
         return csv, str(csv.meta.get("source") or csv.name or "<schedule>")
+    if not isinstance(csv, (str, os.PathLike)):
+        raise SchedcError(f"csv: expected the path of a CSV schedule or a schedc.Schedule, got {type(csv).__name__}")
     return read_schedule(csv), str(csv)
 
 
@@ -255,12 +257,28 @@ class Pipeline:
         model, the logits of the whole batch), memory nobody asked for. Torch versions whose
         ``step`` has no such parameter keep them regardless."""
         args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        _check_batch(self.schedule, args if self.is_first else (), target if self.is_last else None)
         if _takes_return_outputs(self.schedule):
             kwargs["return_outputs"] = return_outputs
         return self.schedule.step(
             *(args if self.is_first else ()), target=target if self.is_last else None, losses=losses,
             **kwargs
         )
+
+
+def _check_batch(schedule: _PipelineSchedule, args: tuple, target: Any) -> None:
+    """A batch that the microbatches do not divide, refused before the step communicates: torch's
+    stages size their receive buffers by the first microbatch, so an uneven split fails on another
+    rank mid-step (or leaves this one waiting in recv). Only torch's default split (dim 0)."""
+    n = getattr(schedule, "_n_microbatches", None)
+    if not isinstance(n, int) or getattr(schedule, "_args_chunk_spec", None) is not None:
+        return
+    named = [(f"inputs[{i}]", a) for i, a in enumerate(args)] + [("target", target)]
+    for what, value in named:
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] % n:
+            raise SchedcError(f"step: {what} has {value.shape[0]} rows (dimension 0) but the schedule runs {n} "
+                              f"microbatches; give a batch that is a multiple of {n} (torch splits it into "
+                              f"equal microbatches)")
 
 
 def _takes_return_outputs(schedule: _PipelineSchedule) -> bool:
@@ -300,6 +318,9 @@ def load_pipeline(
     schedule, where = _as_schedule(csv)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     stage_ids = stages_for_rank(schedule, rank, n_ranks=world)
+    if n_microbatches is not None and (isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int)):
+        raise ParameterError("n_microbatches", f"must be an integer (the CSV's {schedule.n_microbatches}) or None, "
+                             f"got {literal(repr(n_microbatches)[:40])}", python=True)
     if n_microbatches is not None and n_microbatches != schedule.n_microbatches:
         raise SchedcError(
             f"{where}: the CSV runs {schedule.n_microbatches} microbatches but "
@@ -332,6 +353,11 @@ def _checkpoint_stages(modules: dict[int, nn.Module], modes: list[str], split_kw
 def _make_stages(model, stage_ids, n_stages, device, group, layers_per_stage, split_kwargs):
     from schedc.runtime.split import split_model
 
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ParameterError("device", f"{literal(shown(device))} is not a torch device; give e.g. 'cpu', 'cuda' or "
+                             f"'cuda:0'", python=True) from None
     modules = split_model(
         model, stage_ids, n_stages, layers_per_stage=layers_per_stage, **(split_kwargs or {})
     )

@@ -23,11 +23,12 @@ split (e.g. fewer blocks on the last stage, which also runs the LM head).
 from __future__ import annotations
 
 import copy
+import numbers
 from typing import Iterable, Sequence
 
 import torch.nn as nn
 
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, shown
 
 
 def layers_per_stage_even(n_layers: int, n_stages: int) -> list[int]:
@@ -45,7 +46,11 @@ def stage_layer_ranges(
     if layers_per_stage is None:
         sizes = layers_per_stage_even(n_layers, n_stages)
     else:
-        sizes = [int(n) for n in layers_per_stage]
+        if isinstance(layers_per_stage, (str, bytes)) or not all(
+                isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in layers_per_stage):
+            raise SchedcError(f"layers_per_stage must be a list of block counts (integers), one per stage, got "
+                              f"{shown(layers_per_stage)}")
+        sizes = list(layers_per_stage)
         if len(sizes) != n_stages:
             raise SchedcError(
                 f"layers_per_stage has {len(sizes)} entries but there are {n_stages} stages; "
@@ -79,6 +84,8 @@ def split_model(
     ``last`` the modules only stage ``n_stages - 1`` keeps. Attributes not named anywhere (and
     the model's own parameters and buffers) stay on every stage.
     """
+    if not isinstance(model, nn.Module):
+        raise SchedcError(f"model: expected an nn.Module (embedding + blocks + head), got {type(model).__name__}")
     container = getattr(model, blocks, None)
     if not isinstance(container, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
         raise SchedcError(
@@ -94,17 +101,19 @@ def split_model(
     keys = list(container.keys()) if isinstance(container, nn.ModuleDict) else None
     n_layers = len(container)
     ranges = stage_layer_ranges(n_layers, n_stages, layers_per_stage)
+    # every stage checked, not only this rank's: every rank refuses, none goes on to wait in recv
+    empty = next((s for s in range(1, n_stages - 1) if not ranges[s]), None)
+    if empty is not None:
+        raise SchedcError(
+            f"stage {empty} would hold no blocks ({n_layers} blocks over {n_stages} stages); "
+            "use fewer stages or a layers_per_stage list that gives every middle stage a block"
+        )
 
     out: dict[int, nn.Module] = {}
     for s in stage_indices:
         if not 0 <= s < n_stages:
             raise SchedcError(f"stage index {s} is outside 0..{n_stages - 1}")
         owned = ranges[s]
-        if not owned and s not in (0, n_stages - 1):
-            raise SchedcError(
-                f"stage {s} would hold no blocks ({n_layers} blocks over {n_stages} stages); "
-                "use fewer stages or a layers_per_stage list that gives every middle stage a block"
-            )
         stage = _shallow_copy(model)
         if keys is not None:
             part = nn.ModuleDict({keys[i]: container[keys[i]] for i in owned})
