@@ -30,3 +30,19 @@ def test_plan_names_a_wrongly_typed_argument(units, kwargs, named):
     args = dict(profile=units, ranks=2, microbatches=4, memory="none", time_limit=4) | kwargs
     with pytest.raises(SchedcError, match=named):
         schedc.plan(**args)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(n_stages="4"), "n_stages must be an integer >= 1, got '4'"),
+    (dict(hidden="4096"), "hidden must be an integer >= 1, got '4096'"),
+    (dict(seq=float("nan")), "seq must be an integer >= 1, got nan"),
+    (dict(layers=8.0), "layers must be an integer >= 1, got 8.0"),
+    (dict(ffn_hidden=0), "ffn_hidden must be an integer >= 1, got 0"),
+    (dict(flops_per_second=float("inf")), "flops_per_second must be a finite number > 0, got inf"),
+])
+def test_transformer_profile_names_a_wrongly_typed_argument(kwargs, named):
+    from schedc.library import transformer_profile
+
+    args = dict(n_stages=4, layers=8) | kwargs
+    with pytest.raises(SchedcError, match=f"^transformer_profile: {named}"):
+        transformer_profile(**args)

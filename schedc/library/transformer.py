@@ -90,16 +90,17 @@ def transformer_profile(
     about 40 % utilisation); the communication per stage boundary is one bf16 activation,
     ``2bsh`` bytes, over `bandwidth` bytes/s (default 40e9: a 400 Gb/s NIC at 80 %).
     """
-    if n_stages < 1:
-        raise SchedcError(f"transformer_profile: n_stages must be >= 1, got {n_stages}")
+    counted = (("n_stages", n_stages), ("layers", layers), ("hidden", hidden), ("vocab", vocab), ("seq", seq),
+               ("microbatch_size", microbatch_size), ("ffn_hidden", 1 if ffn_hidden is None else ffn_hidden))
+    for name, value in counted:  # checked before any comparison: a string or NaN must not reach one
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SchedcError(f"transformer_profile: {name} must be an integer >= 1, got {value!r:.40}")
     if layers < n_stages:
         raise SchedcError(f"transformer_profile: {layers} layers cannot fill {n_stages} stages (need >= 1 layer "
                           "per stage); use more layers or fewer stages")
-    for name, value in (("hidden", hidden), ("vocab", vocab), ("seq", seq), ("microbatch_size", microbatch_size)):
-        if value < 1:
-            raise SchedcError(f"transformer_profile: {name} must be >= 1, got {value}")
-    if not flops_per_second > 0 or not bandwidth > 0:
-        raise SchedcError("transformer_profile: flops_per_second and bandwidth must be > 0")
+    for name, value in (("flops_per_second", flops_per_second), ("bandwidth", bandwidth)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise SchedcError(f"transformer_profile: {name} must be a finite number > 0, got {value!r:.40}")
     if held not in ("torch", "paper"):
         raise SchedcError(f"transformer_profile: held must be 'torch' or 'paper', got {held!r}")
     h, s, b, V = float(hidden), float(seq), float(microbatch_size), float(vocab)
