@@ -132,6 +132,7 @@ def compile(
     check_choice("solver", solver, Solver)
     check_choice("budget", budget, Budget)
     _check_time_limit(time_limit)
+    _check_progress(progress)
     res = compile_schedule(
         stages, microbatches, n_ranks=ranks, placement=placement, profile=_profile(profile, stages),
         memory=_memory(memory), objective=objective, time_limit=float(time_limit),
@@ -424,6 +425,8 @@ def write_trace(
     _check_schedule("schedule", schedule)
     if execution is not None:
         check_choice("execution", execution, Execution)
+    if os.path.splitext(os.fspath(path))[1].lower() == ".csv":  # as `schedc trace -o` refuses it
+        raise SchedcError(f"path {path}: a Chrome trace is JSON, and a .csv name is a schedule's; give a .json name")
     prof = _profile(profile, schedule.n_stages).executed(execution)
     return write(schedule, prof, path, None if memory is None else _memory(memory))
 
@@ -735,6 +738,13 @@ def _check_time_limit(time_limit: Any) -> None:
     if time_limit < MIN_TIME_LIMIT:  # less than building the least problem takes: nothing is searched
         raise ParameterError("time_limit", f"{time_limit:g} s is shorter than any compile takes; give "
                                            f"{{name}}{MIN_TIME_LIMIT:g} or more (1 for a quick answer)")
+
+
+def _check_progress(progress: Any) -> None:
+    # called only once the search runs: a value that is not a function would fail there, mid-search
+    if progress is not None and not callable(progress):
+        raise ParameterError("progress", f"must be a function (called with each step's record) or None; got "
+                                         f"{type(progress).__name__}")
 
 
 def _check_schedule(parameter: str, value: Any) -> None:

@@ -46,3 +46,17 @@ def test_transformer_profile_names_a_wrongly_typed_argument(kwargs, named):
     args = dict(n_stages=4, layers=8) | kwargs
     with pytest.raises(SchedcError, match=f"^transformer_profile: {named}"):
         transformer_profile(**args)
+
+
+def test_a_progress_that_is_not_a_function_is_refused_before_the_search(units):
+    with pytest.raises(SchedcError, match="^progress: must be a function .*got int"):
+        schedc.compile(stages=2, microbatches=4, progress=3, time_limit=2)
+    with pytest.raises(SchedcError, match="^progress: must be a function .*got int"):
+        schedc.plan(profile=units, ranks=2, microbatches=4, memory="none", progress=3, time_limit=4)
+
+
+def test_write_trace_refuses_a_csv_name(tmp_path):
+    # a schedule's name: the trace's JSON would stand where `schedc.read_csv` looks for a schedule
+    with pytest.raises(SchedcError, match=r"^path .*s\.csv: a Chrome trace is JSON, and a \.csv name is a schedule's"):
+        schedc.write_trace(schedc.baseline("1f1b", stages=2, microbatches=2), tmp_path / "s.csv")
+    assert not (tmp_path / "s.csv").exists()

@@ -89,7 +89,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     """
     if budget not in ("time", "work"):
         raise ParameterError("budget", f"{{param}} must be time or work, got {literal(repr(budget))}")
-    check_types(profile, ranks, microbatches, time_limit)
+    check_types(profile, ranks, microbatches, time_limit, progress)
     if budget == "work" and not _counting_work():
         return _on_work_clock(plan, time_limit, profile=profile, ranks=ranks, microbatches=microbatches,
                               memory=memory, placement=placement, objective=objective, progress=progress, seed=seed,

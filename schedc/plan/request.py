@@ -37,7 +37,8 @@ def parse_cap(memory: Union[str, MemoryLimit]) -> MemoryLimit:
     return limit
 
 
-def check_types(profile: object, ranks: object, microbatches: object, time_limit: object) -> None:
+def check_types(profile: object, ranks: object, microbatches: object, time_limit: object,
+                progress: object = None) -> None:
     """The arguments' types, before anything compares or reads them (a TypeError or
     AttributeError from deep inside names none of them)."""
     if not isinstance(profile, Profile):
@@ -48,6 +49,9 @@ def check_types(profile: object, ranks: object, microbatches: object, time_limit
             raise ParameterError(param, f"must be an integer >= 1, got {literal(repr(value))}")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
         raise ParameterError("time_limit", f"must be a finite number of seconds > 0, got {literal(repr(time_limit))}")
+    if progress is not None and not callable(progress):
+        raise ParameterError("progress", f"must be a function (called with each line) or None, got "
+                                         f"{type(progress).__name__}")
 
 
 def _check_arguments(ranks: int, microbatches: int, placement: str, objective: str, time_limit: float) -> None:
