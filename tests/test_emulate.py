@@ -253,4 +253,4 @@ def test_each_csv_is_emulated_with_the_costs_beside_it(tmp_path):
     (tmp_path / "theirs.profile.json").unlink()
     out = subprocess.run([sys.executable, "-m", "schedc.cli", "emulate", "plan.csv", "theirs.csv"],
                          capture_output=True, text=True, cwd=tmp_path, env=worker_env(), timeout=60)
-    assert out.returncode == 2 and "theirs.csv: names no costs" in out.stderr
+    assert out.returncode == 2 and "theirs.csv has none" in out.stderr

@@ -990,7 +990,10 @@ def test_simulate_of_a_plan_without_costs_names_the_profile_beside_it(tmp_path):
     (tmp_path / "c.json").write_text(_SMALL_CONFIG)
     assert _schedc("plan", "--config", "c.json", "--seq", "64", "--ranks", "2", "--mb", "4", "--memory", "80GiB",
                    "--time-limit", "2", "--quiet", "-o", "p.csv", cwd=tmp_path).returncode == 0
-    out = _schedc("simulate", "p.csv", cwd=tmp_path)  # a newcomer's first try: the unit costs, another model's
+    out = _schedc("simulate", "p.csv", cwd=tmp_path)  # a newcomer's first try: the costs beside it, as plot's
+    assert out.returncode == 0 and "costs from p.profile.json beside it" in out.stdout
+    assert "other costs" not in out.stderr and "pass --memory 80.00GiB" in out.stderr
+    out = _schedc("simulate", "p.csv", "--costs", "1,1,1", cwd=tmp_path)  # another model's costs: said
     assert out.returncode == 0 and "pass the costs it was compiled with (--profile p.profile.json)" in out.stderr
     out = _schedc("simulate", "p.csv", "--profile", "p.profile.json", "--memory", "80GiB", cwd=tmp_path)
     assert out.returncode == 0 and out.stderr == "", out.stderr
@@ -1018,11 +1021,11 @@ def test_bytes_past_any_gpu_print_with_an_exponent_not_hundreds_of_digits(tmp_pa
 
 def test_emulate_ignores_a_broken_report_beside_its_csv_as_plot_and_trace_do(tmp_path):
     pytest.importorskip("torch")
-    from schedc.cli.emulate import named_costs
+    from schedc.cli.common import costs_beside
 
     (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
     (tmp_path / "a.json").write_text("{not json")  # the report beside: emulate stopped on it, naming only a.json
-    assert named_costs(str(tmp_path / "a.csv")) is None
+    assert costs_beside(str(tmp_path / "a.csv"), "emulate") is None
 
 
 def test_plot_draws_a_title_s_control_characters_escaped(tmp_path):

@@ -153,7 +153,9 @@ def test_simulate_check_fails_when_over_the_limit_and_warns_on_other_costs(tmp_p
     assert cli.main(["simulate", str(out), "--costs", "1,2,1", "--memory", "0.5p", "--check"]) == 1
     err = capsys.readouterr().err
     assert "exceeds the memory limit 0.5p on rank(s) 0" in err
-    assert cli.main(["simulate", str(out), "--json"]) == 0  # judged with --costs 1,1,1: warned
+    assert cli.main(["simulate", str(out), "--json"]) == 0  # judged by the costs its report records: no warning
+    assert capsys.readouterr().err == ""
+    assert cli.main(["simulate", str(out), "--costs", "1,1,1", "--json"]) == 0  # judged with other costs: warned
     captured = capsys.readouterr()
     assert "compiled for the costs of --costs 1,2,1" in captured.err and "--costs 1,1,1 judged here" in captured.err
     assert json.loads(captured.out)[0]["limiter"]["kind"] in ("rank", "critical-path")

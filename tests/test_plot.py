@@ -339,7 +339,7 @@ def test_cli_plot_draws_each_csv_with_the_costs_beside_it(tmp_path, capsys, monk
     drawn = []
     real = plot_module.plot_schedules
     monkeypatch.setattr(plot_module, "plot_schedules", lambda s, p, *a, **k: drawn.append(p) or real(s, p, *a, **k))
-    fast, slow = Profile.uniform(4, 1.0, 1.0, 1.0), Profile.uniform(4, 3.0, 3.0, 3.0)
+    fast, slow = Profile.uniform(4, 1.0, 1.5, 1.0), Profile.uniform(4, 3.0, 3.0, 3.0)  # neither the default costs
     a, b = tmp_path / "plan.csv", tmp_path / "other.csv"
     csvio.write_csv(one_f_one_b(4, 8), a)
     fast.save(tmp_path / "plan.profile.json")  # as `schedc plan` writes it

@@ -176,6 +176,100 @@ def read_checked(args):
     return schedules, profiles
 
 
+def costs_beside(csv, command: Optional[str] = None) -> Optional[tuple[Profile, str]]:
+    """(the costs a CSV brings, the file they came from): ``NAME.profile.json`` beside ``NAME.csv``
+    (``schedc plan`` writes one), else the costs its report ``NAME.json`` records (a plan's
+    ``profile``, a compile's ``inputs.costs``); None when it brings none. A report that cannot be
+    read or belongs to another version of the CSV brings none; `command` given, a warning says so
+    (simulate, plot and trace leave that warning to :func:`warn_mismatches`, which reads the report too)."""
+    from schedc.io import csvio
+
+    path = Path(csv)
+    profile_file = path.with_suffix(".profile.json")
+    if profile_file.is_file():
+        return Profile.load(profile_file), profile_file.name
+    report_file = csvio.report_path(path)
+    if not report_file.is_file():
+        return None
+    try:
+        report = csvio.read_report(path)
+    except SchedcError as e:  # e.g. a report of another version of the CSV: its costs are not this one's
+        if command:
+            warn(command, f"ignoring the report beside {path}: {e}")
+        return None
+    inputs = report.get("inputs")
+    recorded = report.get("profile") or (inputs.get("costs") if isinstance(inputs, dict) else None)
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        return Profile.model_validate(recorded), report_file.name
+    except ValidationError as e:
+        raise SchedcError(f"{report_file}: the costs it records are not a profile: {describe_validation_error(e)}; "
+                          "give --profile or --costs") from None
+
+
+def own_costs(paths, command: Optional[str] = None) -> Optional[list[tuple[Profile, str]]]:
+    """:func:`costs_beside` for every CSV when each brings costs; None when none does, or when those
+    that do bring only the default costs (a compile without --costs beside a hand-made baseline: the
+    defaults judge both alike); else an error naming the file without (one run judges every CSV by
+    its own costs or all by the same)."""
+    found = [costs_beside(p, command) for p in paths]
+    if not any(found):
+        return None
+    missing = [p for p, f in zip(paths, found) if f is None]
+    if missing and all(_is_default(f[0]) for f in found if f):
+        return None
+    if missing:
+        have = next(f"{p} ({f[1]})" for p, f in zip(paths, found) if f)
+        raise SchedcError(f"{have} brings its costs but {missing[0]} has none: put {Path(missing[0]).stem}"
+                          f".profile.json beside it, or give --profile or --costs for every file")
+    return found
+
+
+def _is_default(profile: Profile) -> bool:
+    """Whether `profile` is what a command uses when no costs are given (Profile.uniform)."""
+    return profile.executed() == Profile.uniform(profile.n_stages).executed()
+
+
+def read_own_costs(args):
+    """(schedules, profiles as --runtime executes them, the file each profile came from) of every
+    CSV in args.files with the costs it brings (:func:`own_costs`), or None when none brings any (then
+    :func:`read_checked` gives every CSV the same costs)."""
+    from schedc import api
+
+    schedules = []
+    for path in args.files:
+        schedule = api.read_csv(path)
+        api.validate(schedule)
+        schedule.name = schedule.name or Path(path).stem
+        schedules.append(schedule)
+    found = own_costs(args.files)
+    if found is None:
+        return None
+    for path, schedule, (profile, source) in zip(args.files, schedules, found):
+        if profile.n_stages != schedule.n_stages:
+            raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {source} beside it describes "
+                              f"{profile.n_stages}; give --profile")
+    return schedules, [p.executed(args.runtime) for p, _ in found], [s for _, s in found]
+
+
+def gives_costs(args) -> bool:
+    """Whether --profile, --costs or --comm set the costs of every CSV (else each brings its own)."""
+    return bool(args.profile) or args.costs is not None or args.comm is not None
+
+
+def read_with_costs(args):
+    """(schedules, profiles, memory limit, sources): every CSV with the costs it brings unless the
+    flags give them (:func:`read_own_costs`), else with the flags' (:func:`read_checked`); `sources`
+    names the file each CSV's costs came from, None when the flags gave them."""
+    own = None if gives_costs(args) else read_own_costs(args)
+    if own is None:
+        schedules, profiles = read_checked(args)
+        return schedules, profiles, judged_memory(args), None
+    schedules, profiles, sources = own
+    return schedules, profiles, judged_memory(args, bytes_need_profile=False), sources  # the costs beside are in bytes
+
+
 def add_gpt_args(p: argparse.ArgumentParser, with_stages: bool = True) -> None:
     # no defaults here: a flag not given is left out, so GPTConfig's (or the route's) default applies
     g = p.add_argument_group("model (schedc's built-in GPT)")

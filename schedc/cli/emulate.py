@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-
-from pathlib import Path
 from typing import Optional
 
 from schedc.cli import common
@@ -113,43 +111,12 @@ def _say_how_long(args, schedules: list, profiles, scale: float) -> None:
               f"{scale:g}); Ctrl-C stops it", file=sys.stderr, flush=True)
 
 
-def named_costs(csv_path: str) -> Optional[tuple[Profile, str]]:
-    """(the costs a CSV names, where): NAME.profile.json beside NAME.csv (plan), else its report's
-    ``profile`` (plan) or ``inputs.costs`` (compile); None when it names none."""
-    from schedc.io import csvio
-
-    beside = Path(csv_path).with_suffix(".profile.json")
-    if beside.is_file():
-        return Profile.load(beside), beside.name
-    if not csvio.report_path(csv_path).is_file():
-        return None
-    try:
-        report = csvio.read_report(csv_path)
-    except SchedcError as e:  # unreadable, or another version's: its costs are not this CSV's (as plot, trace)
-        common.warn("emulate", f"ignoring the report beside {csv_path}: {e}")
-        return None
-    recorded = report.get("profile") or (report.get("inputs") or {}).get("costs")
-    if not isinstance(recorded, dict):
-        return None
-    where = f"{csvio.report_path(csv_path).name}"
-    try:
-        return Profile.model_validate(recorded), where
-    except ValueError as e:
-        raise SchedcError(f"{where}: the costs it records are not a profile ({str(e).splitlines()[0]}); "
-                          f"give --profile or --costs") from None
-
-
 def own_profiles(paths) -> Optional[list[Profile]]:
-    """Each CSV's own costs (:func:`named_costs`) when every CSV names some, in seconds or all in
-    units; None when none does; an error naming the CSV when only some do or units are mixed."""
-    found = [named_costs(p) for p in paths]
-    if all(f is None for f in found):
+    """Each CSV's own costs (:func:`schedc.cli.common.own_costs`), in seconds or all in units; None
+    when none names any; an error when only some do or units are mixed."""
+    found = common.own_costs(paths, "emulate")
+    if found is None:
         return None
-    missing = [p for p, f in zip(paths, found) if f is None]
-    if missing:
-        named = next(p for p, f in zip(paths, found) if f is not None)
-        raise SchedcError(f"{missing[0]}: names no costs (no {Path(missing[0]).stem}.profile.json or report beside "
-                          f"it) while {named} does; give --profile or --costs for all, or emulate them apart")
     kinds = {f[0].model == "uniform" for f in found}
     if len(kinds) > 1:
         raise SchedcError("the CSVs name costs in seconds (profiles) and in units (--costs) at once; emulate them "

@@ -1,9 +1,13 @@
-"""`schedc simulate`: predicted step time, bubble and memory of CSV schedules (schedc.api.simulate)."""
+"""`schedc simulate`: predicted step time, bubble and memory of CSV schedules (schedc.api.simulate).
+
+Each CSV is judged by the costs it brings, as `schedc plot` draws it (:func:`schedc.cli.common.costs_beside`),
+unless ``--profile``, ``--costs`` or ``--comm`` give one set for every CSV."""
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Optional
 
 from schedc.cli import common
 from schedc.core.costs import MemoryLimit, Profile, format_duration, format_memory
@@ -13,7 +17,9 @@ from schedc.core.diagnose import limiter
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="predict step time, bubble and memory of CSV schedules")
     p.set_defaults(handler=run)
-    p.add_argument("files", nargs="+", metavar="FILE.csv")
+    p.add_argument("files", nargs="+", metavar="FILE.csv",
+                   help="each judged by its own costs when NAME.profile.json or a report NAME.json sits beside it "
+                        "(unless --profile/--costs give one for all)")
     common.add_cost_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--check", action="store_true",
@@ -23,16 +29,17 @@ def register(sub) -> None:
 def run(args) -> int:
     from schedc import api
 
-    memory = common.judged_memory(args)
-    schedules, profiles = common.read_checked(args)
+    schedules, profiles, memory, sources = common.read_with_costs(args)
+    sources = sources or [None] * len(schedules)
     common.warn_mismatches("simulate", args.files, schedules, memory, profiles)
     rows = [(path, schedule, api.simulate(schedule, profile=profile, memory=memory))
             for path, schedule, profile in zip(args.files, schedules, profiles)]
     if args.json:  # JSON escapes control characters itself
-        print(json.dumps([summary_dict(p, s, r, prof) for (p, s, r), prof in zip(rows, profiles)], indent=2))
+        print(json.dumps([summary_dict(p, s, r, prof, source)
+                          for (p, s, r), prof, source in zip(rows, profiles, sources)], indent=2))
     else:
-        for (path, schedule, res), profile in zip(rows, profiles):
-            common.echo(format_simulation(path, schedule, res, memory, profile))
+        for (path, schedule, res), profile, source in zip(rows, profiles, sources):
+            common.echo(format_simulation(path, schedule, res, memory, profile, source))
             print()
         if len(rows) > 1:
             common.echo(format_comparison(rows, profiles))
@@ -47,9 +54,11 @@ def run(args) -> int:
     return 0
 
 
-def summary_dict(path, schedule, res, profile: Profile) -> dict:
+def summary_dict(path, schedule, res, profile: Profile, costs_from: Optional[str] = None) -> dict:
+    """`costs_from`: the file beside the CSV its costs came from (None: --profile, --costs or the default)."""
     return {
         "file": str(path),
+        "costs_from": costs_from,
         "stages": schedule.n_stages,
         "ranks": schedule.n_ranks,
         "microbatches": schedule.n_microbatches,
@@ -66,9 +75,11 @@ def summary_dict(path, schedule, res, profile: Profile) -> dict:
     }
 
 
-def format_simulation(path, schedule, res, memory: MemoryLimit, profile: Profile) -> str:
+def format_simulation(path, schedule, res, memory: MemoryLimit, profile: Profile,
+                      costs_from: Optional[str] = None) -> str:
     lines = [
         f"{common.printable(path)}: {common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches)}",
+        *([f"  costs from {common.printable(costs_from)} beside it"] if costs_from else []),
         f"  makespan {format_duration(res.makespan, profile)}   span {format_duration(res.span, profile)}   bubble {100 * res.bubble:.1f}%   "
         f"memory limit {memory}: {'fits' if res.fits else 'EXCEEDED'}   ({res.execution} runtime)",
         f"  {'rank':>4}  {'busy (' + format_duration(0, profile).split()[-1] + ')':>12}  {'bubble':>7}  {'peak memory':>12}  {'limit':>10}",

@@ -18,20 +18,12 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from schedc import api
-    from schedc.cli.plot import read_own_costs
 
     common.check_outputs(args, (args.output, "-o"))
     common.check_json_output(args.output, "a Chrome trace")
     args.files = [args.file]
-    own = None if (args.profile or args.costs is not None or args.comm is not None) else read_own_costs(args)
-    if own is None:
-        (schedule,), (profile,) = common.read_checked(args)
-        memory = common.judged_memory(args)
-        costs = ""
-    else:
-        (schedule,), (profile,), (source,) = own
-        memory = common.judged_memory(args, bytes_need_profile=False)  # the costs beside the CSV are in bytes
-        costs = f" with the costs in {source}"
+    (schedule,), (profile,), memory, sources = common.read_with_costs(args)
+    costs = "" if sources is None else f" with the costs in {sources[0]}"
     common.warn_mismatches("trace", args.files, [schedule], memory, [profile])
     trace = api.write_trace(schedule, args.output, profile=profile, memory=memory)
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
