@@ -36,7 +36,7 @@ def test_a_counted_plan_fits_when_re_walked_with_the_gpus_bytes(bench, data, tmp
                                                                              tmp_path)
     assert top <= 80 * GiB and step > 0
     assert abs(worst) <= 0.05 and abs(worst_units) <= 0.05
-    assert there >= peak  # the measured reserve is above the counted one
+    assert there == pytest.approx(peak, rel=0.01)  # the count's reserve is the most the GPU held
 
 
 def test_the_textbook_counts_plan_does_not_fit_the_gpu(bench, data, tmp_path):

@@ -52,7 +52,7 @@ def register(sub) -> None:
                    help="CPU: measure in N processes at once, as N ranks sharing this host will run (default 1)")
     p.add_argument("--reserve", metavar="BYTES", default=None,
                    help="bytes a rank holds outside torch's allocator (CUDA context, workspaces, NCCL), e.g. 1.2GiB "
-                        "(default on CUDA: measured, at least 1.21 GiB; none on CPU)")
+                        "(default on CUDA: measured, at least 1.54 GiB; none on CPU)")
     p.add_argument("-o", "--output", metavar="P.json", required=True, help="profile file to write")
     g = p.add_argument_group("your own model (instead of the built-in GPT; schedc.runtime.user_model)")
     g.add_argument("--model", metavar="MODULE:FUNCTION",

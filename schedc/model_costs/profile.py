@@ -17,8 +17,9 @@ UNIT_NAMES = {
 Names = Literal["torchtitan", "hf"]
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "none": 0}
 # What a CUDA process holds outside torch's allocator: the CUDA context, cuBLAS/cuDNN workspaces
-# and one NCCL group, measured on an H200 (docs/design.md)
-CUDA_RESERVE_BYTES = 1.21 * 2**30
+# and one NCCL group. It varies from run to run (an H200 1.21 GiB, an H100 1.16-1.54 GiB in three
+# runs; docs/design.md); the most measured, since a plan that counts less stops on out-of-memory
+CUDA_RESERVE_BYTES = 1.54 * 2**30
 COUNTED_FOR_TORCH = "2.14"  # the kernels whose saved tensors the counts follow
 MAX_TOKENS = 2**40          # sequence x microbatch: far beyond any run, keeps every count finite
 # the flag of each keyword not spelt --KEYWORD on the command lines that count a profile (schedc profile
@@ -83,7 +84,7 @@ def unit_profile(
     :func:`fsdp_held`); ``fsdp``: whether FSDP2 wraps the blocks (default: when ``dp_shard`` > 1;
     True counts :func:`fsdp_held` at degree 1 too, as torchtitan 0.3.0 wraps them at every degree) and
     ``tp`` (divides weights and, with sequence parallelism, activations); ``reserve_bytes``
-    (default 1.21 GiB on CUDA, 0 on CPU); the device's speeds and the link's ``bandwidth`` (B/s)
+    (default on CUDA :data:`CUDA_RESERVE_BYTES`, 0 on CPU); the device's speeds and the link's ``bandwidth`` (B/s)
     and ``latency`` (s per transfer). ``assumes`` records every one of these.
 
     Raises SchedcError naming the first invalid argument. Cost: O(layers).

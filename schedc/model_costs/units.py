@@ -86,8 +86,11 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
         b = memory.layer_bytes(s, impl, device, ac, per_token)
         fw = (linear + attention) / flops
         again_i, again_w = _recompute_seconds(s, run, ac, b, tokens, fw, attention)
+        # under full checkpointing W's output gradients come from its own recomputes and die with them
+        # (the leak term), so a group's new gradients get no credit for those released before it (measured)
+        unit_groups = [(n, 0.0) for n, _ in groups] if ac == "full" else groups
         body.append(cost(fw, (linear + 2 * attention) / flops + again_i, linear / flops + again_w, b, params,
-                         names[1 + i], groups))
+                         names[1 + i], unit_groups))
     head_flops = 2 * tokens * h * V
     head_params = V * h + (0 if impl == "paper" else h * (2 if s.family == "gpt2" else 1))
     if impl == "torchtitan":  # its chunked loss runs the LM head's backward inside F

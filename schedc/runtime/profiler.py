@@ -82,6 +82,7 @@ from torch.distributed.pipelining._backward import (
 
 from schedc.core.costs import Profile, StageCost, format_bytes, format_seconds
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling
+from schedc.model_costs.profile import CUDA_RESERVE_BYTES
 
 OPTIMIZER_STATE_FACTOR = {
     # state tensors per parameter, each the parameter's size: Adam(W) keeps exp_avg and
@@ -95,10 +96,10 @@ OPTIMIZER_STATE_FACTOR = {
 
 ProgressFn = Callable[[str], None]
 
-# What a CUDA process holds outside torch's allocator that a single-process profile cannot see:
-# the context, cuBLAS/cuDNN workspaces and one NCCL group measured about 1.21 GiB on an H200
-# (torch 2.11, NCCL 2.28). A CUDA profile records the larger of this and what it measures.
-CUDA_RESERVE_DEFAULT = int(1.21 * 2**30)
+# What a CUDA process holds outside torch's allocator that a single-process profile cannot see
+# (the context, cuBLAS/cuDNN workspaces and one NCCL group): a CUDA profile records the larger of
+# the count's reserve and what it measures
+CUDA_RESERVE_DEFAULT = int(CUDA_RESERVE_BYTES)
 
 
 @dataclass
