@@ -48,9 +48,9 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schedc.core import limits
 from schedc.errors import ParameterError, SchedcError, literal
@@ -87,25 +87,48 @@ HELD_FRACTION = 1.0
 UNIT_SECONDS = 0.02
 
 
+def _not_a_number(value) -> str:
+    """What a JSON value that pydantic would coerce into a number is, when it is not one: '' for a number."""
+    if isinstance(value, bool):
+        return "true or false"
+    return "a string" if isinstance(value, str) else ""
+
+
+def _numbers_only(value):
+    """A profile's numbers are JSON numbers: pydantic's lax mode took `true` as 1 and `"1"` as 1.0,
+    which hides a hand edit's or another tool's mistake; a list (one per boundary) is checked per item."""
+    if _not_a_number(value):
+        raise ValueError(f"expected a number, not {_not_a_number(value)}")
+    for i, item in enumerate(value if isinstance(value, list) else []):
+        if _not_a_number(item):
+            raise ValueError(f"expected a number at [{i}], not {_not_a_number(item)} ({item!r})")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_numbers_only)]  # an int or a float, never a bool or a string
+WholeNumber = Annotated[int, BeforeValidator(_numbers_only)]
+NumberOrList = Annotated[Union[float, list[float]], BeforeValidator(_numbers_only)]  # per boundary or for all
+
+
 class StageCost(BaseModel):
     """What one stage (or, in a per-unit profile, one unit of the model) costs per microbatch."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    forward: float = Field(gt=0, description="seconds of F for one microbatch")
-    backward_input: float = Field(ge=0, description="seconds of I (backward for inputs); 0 for a unit with no input gradient (the embedding)")
-    backward_weight: float = Field(ge=0, description="seconds of W; 0 for a stage without parameters")
-    activation_bytes: float = Field(ge=0, description="bytes one microbatch holds after F")
-    weight_grad_bytes: Optional[float] = Field(
+    forward: Number = Field(gt=0, description="seconds of F for one microbatch")
+    backward_input: Number = Field(ge=0, description="seconds of I (backward for inputs); 0 for a unit with no input gradient (the embedding)")
+    backward_weight: Number = Field(ge=0, description="seconds of W; 0 for a stage without parameters")
+    activation_bytes: Number = Field(ge=0, description="bytes one microbatch holds after F")
+    weight_grad_bytes: Optional[Number] = Field(
         default=None, ge=0, description="bytes still held between I and W; default HELD_FRACTION x activation_bytes")
-    static_bytes: float = Field(default=0, ge=0, description="params + grads + optimizer state")
+    static_bytes: Number = Field(default=0, ge=0, description="params + grads + optimizer state")
     # in a per-unit profile (input of `schedc plan`): the module names this unit holds, in
     # torchtitan's / NeMo's module_fqns_per_model_part vocabulary, e.g. ["layers.0"]
     modules: Optional[list[str]] = None
 
     # bytes live only while one action of this stage runs, on top of what the rank holds (the
     # loss's fp32 logits on the last stage, attention and matmul workspaces); keys F, I, W, B
-    transient_bytes: Optional[dict[Literal["F", "I", "W", "B"], float]] = None
+    transient_bytes: Optional[dict[Literal["F", "I", "W", "B"], Number]] = None
 
     @model_validator(mode="after")
     def _defaults(self) -> "StageCost":
@@ -156,19 +179,19 @@ class Profile(BaseModel):
 
     format: Literal["schedc.profile/v1"] = PROFILE_FORMAT
     stages: list[StageCost] = Field(min_length=1)
-    comm: Union[float, list[float]] = 0.0
+    comm: NumberOrList = 0.0
     # bytes of one microbatch's activation sent across each stage boundary (its gradient comes
     # back the same size): what torch's receive buffers and held sends are made of
-    boundary_bytes: Optional[Union[float, list[float]]] = None
+    boundary_bytes: Optional[NumberOrList] = None
     # bytes a process holds outside torch's allocator (CUDA context, library workspaces, NCCL):
     # counted on every rank against a byte cap
-    reserve_bytes: Optional[float] = Field(default=None, ge=0)
+    reserve_bytes: Optional[Number] = Field(default=None, ge=0)
     # which runtime model the numbers already follow: "torch" when measured under torch's runtime
     # (stage 0's I is empty) or converted by executed(); absent: each stage's real I and W
     runtime: Optional[Literal["torch", "ideal"]] = None
     device: Optional[str] = None
     model: Optional[str] = None
-    microbatch_size: Optional[int] = None
+    microbatch_size: Optional[WholeNumber] = None
     dtype: Optional[str] = None
     torch_version: Optional[str] = None
     created: Optional[str] = None
