@@ -35,6 +35,16 @@ def plan_partition_of(csv: Union[str, Path]) -> Optional[tuple[list[list[str]], 
     return (found, report_file) if found else None
 
 
+def _is_report_of(partition_file: Union[str, Path], csv: Union[str, Path]) -> bool:
+    """Whether `partition_file` is the report written with this very CSV (it records the CSV's SHA-256)."""
+    from schedc.io import csvio
+    from schedc.io.fileio import read_json
+
+    data = read_json(partition_file, "a partition")
+    recorded = data.get(csvio.CSV_HASH_KEY) if isinstance(data, dict) else None
+    return isinstance(recorded, str) and recorded == csvio.csv_sha256(Path(csv).read_bytes())
+
+
 def _is_partition(value) -> bool:
     return isinstance(value, list) and bool(value) and all(
         isinstance(stage, list) and stage and all(isinstance(m, str) for m in stage) for stage in value)
@@ -63,6 +73,12 @@ def check_partition(csv: Union[str, Path], n_stages: int, partition_file: Union[
                              f"{literal(csv)} has {n_stages}; give the plan report written with this CSV",
                              flag="--partition")
     own = plan_partition_of(csv)
+    if own is None and not _is_report_of(partition_file, csv):
+        # a stage count alone matches many splits: passing here let a CSV of one plan launch on another's
+        raise ParameterError("partition_file", f"{{name}}{literal(partition_file)}: nothing says which partition "
+                             f"{literal(csv)} was made for; keep the plan report {literal(Path(csv).stem)}.json (or "
+                             f"{literal(Path(csv).stem)}.profile.json) that `schedc plan` wrote beside it, or give "
+                             "the plan report written with this CSV", flag="--partition")
     if own is not None and own[0] != partition:
         raise ParameterError("partition_file", f"{{name}}{literal(partition_file)}: {literal(csv)} was made for the "
                              f"partition in {literal(own[1])} ({sizes(own[0])}), not this one ({sizes(partition)}); "
