@@ -52,8 +52,8 @@ def test_the_cli_says_it_in_one_line_with_exit_2(tmp_path):
     out = subprocess.run([sys.executable, "-m", "schedc.cli", "simulate", "s.csv", "--profile", path.name],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
-    assert out.stderr.splitlines() == [f"schedc simulate: error: p.json: field stages[0].forward: expected a number, "
-                                       f"not true or false (got True)"]
+    assert out.stderr.splitlines() == ["schedc simulate: error: p.json: field stages[0].forward: expected a number, "
+                                       "not true or false (got True)"]
 
 
 def test_integers_and_floats_still_load(tmp_path):
