@@ -69,12 +69,27 @@ def compile_arguments(args) -> dict:
     # sizes first (schedc.core.limits, as the API checks them), before a profile of that many stages is built
     limits.check_schedule_size(args.stages, args.mb, args.ranks)
     profile = common.profile_from_args(args, args.stages)
+    if args.profile and profile.n_stages > args.stages and all(stage.modules for stage in profile.stages):
+        raise SchedcError(_per_unit_message(args, profile.n_stages))
     if args.profile and profile.n_stages != args.stages:
         raise SchedcError(f"--profile {args.profile} describes {profile.n_stages} stages but --stages is "
                           f"{args.stages}; give --stages {profile.n_stages}, or a profile of {args.stages} stages")
     return common.given(stages=args.stages, microbatches=args.mb, ranks=args.ranks, placement=args.placement,
                         profile=profile, memory=common.memory_from_args(args), objective=args.objective,
                         execution=args.runtime, time_limit=args.time_limit, solver=args.solver, budget=args.budget)
+
+
+def _per_unit_message(args, n_units: int) -> str:
+    """A per-unit profile (schedc profile --units) is schedc plan's input: said with the plan command
+    of these ranks and microbatches, rather than "give --stages N" (one stage per layer)."""
+    from schedc.core.costs import MemoryLimit
+
+    ranks = args.ranks or (args.stages // 2 if args.placement == "v" and args.stages > 1 else args.stages)
+    limit = MemoryLimit.parse(args.memory) if args.memory is not None else None
+    memory = args.memory if limit is not None and limit.kind in ("bytes", "none") else "SIZE"  # plan takes no Kp
+    return (f"--profile {args.profile} has {n_units} entries naming their modules (a per-unit profile), but --stages "
+            f"is {args.stages}: compile takes one entry per stage; `schedc plan --profile {args.profile} --ranks "
+            f"{ranks} --mb {args.mb} --memory {memory}` groups the units into stages and compiles their schedule")
 
 
 def _compile(args):
