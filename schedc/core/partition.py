@@ -37,8 +37,8 @@ crossings) is added as a partition-free term. Every term is monotone in those lo
 over partitions of the max over ranks, maxed with the chain, is a valid bound for all partitions;
 ``tests/test_plan.py`` checks it against exhaustive search on tiny instances.
 
-Cost: loop O(S U^2 M) (the cool-down knapsack tries every count of open microbatches), v
-O(R U^4) numpy work: 34 units, 8 ranks well under a second.
+Cost: loop O(S U^2 M) (the cool-down knapsack tries every count of open microbatches; given the
+caller's deadline it stops there, with a looser bound that says so), v O(R U^4) numpy work.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -290,16 +290,24 @@ def balanced(u: Units, placement: str, n_ranks: int, cap: float = INF, n_microba
     return minmax(u, placement, n_ranks, loop_term, v_term)
 
 
-def _knapsack(M: int, room, act, wg, i_, w_):
-    """Most I/W-seconds a one-stage rank can owe at its last F (bounds._backward_work_in_memory)."""
+STOP_EVERY = 32  # knapsack steps between looks at the caller's clock (a look costs far less than a step)
+
+
+def _knapsack(M: int, room, act, wg, i_, w_, stop: Optional[Callable[[], bool]] = None):
+    """Most I/W-seconds a one-stage rank can owe at its last F (bounds._backward_work_in_memory):
+    (that, whether `stop` cut the count short). One step per count of open microbatches, O(M);
+    cut short, the most the rank can owe at all (M x (I + W)) stands in: a larger owing only
+    weakens the bound, so it stays a bound."""
     best = np.zeros(np.broadcast(room, act, wg, i_, w_).shape)
     for n_open in range(1, M + 1):
+        if stop is not None and n_open % STOP_EVERY == 0 and stop():
+            return np.maximum(best, M * (i_ + w_)), True
         left = room - n_open * act
         ok = left >= -REL * act
         more = np.minimum(M - n_open, np.floor(np.maximum(left, 0.0) / np.where(wg > 0, wg, 1.0) + REL))
         more = np.where(wg > 0, more, M - n_open)
         best = np.where(ok, np.maximum(best, n_open * (i_ + w_) + more * w_), best)
-    return best
+    return best, False
 
 
 def _max_of(arrays):
@@ -325,6 +333,8 @@ class _Case:
     M: int
     cap: float
     makespan: bool
+    stop: Optional[Callable[[], bool]] = None  # the caller's deadline, looked at by the knapsack
+    cut: list = field(default_factory=list)  # True once the knapsack stopped at it
 
     @property
     def capped(self) -> bool:
@@ -423,7 +433,12 @@ def _loop_rank(case: _Case, k, i, j) -> _Rank:
     f_r, i_r, w_r = M * F, M * I, M * W
     x = np.minimum(f_r, np.floor(room / np.where(act > 0, act, 1.0) + REL) * F) if capped else f_r
     x = np.where(act > 0, x, f_r)
-    y = _knapsack(M, room, act, wg, I, W) if capped else i_r + w_r
+    if capped:
+        y, cut = _knapsack(M, room, act, wg, I, W, case.stop)
+        if cut:
+            case.cut.append(True)
+    else:
+        y = i_r + w_r
     y = np.where((act > 0) & (wg > 0), np.minimum(y, i_r + w_r), i_r + w_r)
     cycle = F + after + I
     slots = np.maximum(_slot(case, head, cycle, act, room, 0.0 if k == 0 else tail_i),
@@ -477,7 +492,8 @@ def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
                  x=x, y=y, slots=slots, area=area)
 
 
-def step_bound_terms(u: Units, n_ranks: int, n_microbatches: int, cap: float, objective: str = "makespan"):
+def step_bound_terms(u: Units, n_ranks: int, n_microbatches: int, cap: float, objective: str = "makespan",
+                     stop: Optional[Callable[[], bool]] = None, cut: Optional[list] = None):
     """(loop_term, v_term): per-rank lower bounds on the step time, for the min-max programs.
 
     Problem: a term per rank, from that rank's units and the prefix and suffix sums around them
@@ -489,8 +505,9 @@ def step_bound_terms(u: Units, n_ranks: int, n_microbatches: int, cap: float, ob
     room and the memory cycles; inf where one microbatch of each of its stages does not fit.
 
     Cost: O(1) numpy operations per call over the boundary arrays given, O(M) for a loop rank
-    under a cap (the cool-down knapsack)."""
-    case = _Case(u, n_ranks, n_microbatches, cap, objective == "makespan")
+    under a cap (the cool-down knapsack), which stops once `stop()` says so (a looser term, still a
+    bound) and then appends True to `cut`."""
+    case = _Case(u, n_ranks, n_microbatches, cap, objective == "makespan", stop, cut if cut is not None else [])
 
     def loop_term(k, i, j):
         return _rank_term(case, _loop_rank(case, k, i, j))
@@ -518,22 +535,27 @@ class PartitionBound:
     per_rank: float  # the min-max over partitions of the per-rank terms
     chain: float
     counts: Optional[list[int]]
+    cut: bool = False  # the knapsack stopped at the caller's deadline: a looser bound than in full
 
 
 def partition_bound(profile: Profile, n_ranks: int, n_microbatches: int, cap: float = INF,
-                    placement: str = "loop", objective: str = "makespan") -> PartitionBound:
+                    placement: str = "loop", objective: str = "makespan",
+                    stop: Optional[Callable[[], bool]] = None) -> PartitionBound:
     """A value no partition of `profile`'s units into stages placed by `placement` on `n_ranks`
     ranks, with any schedule of `n_microbatches` microbatches under the per-rank byte cap `cap`
     (static bytes included), beats under `objective` (module docstring). inf when no partition
-    fits the cap."""
+    fits the cap. `stop` (the caller's deadline) cuts the loop's O(M) knapsack short: the result
+    is then still a bound, a looser one, and says so (``cut``)."""
     if placement not in PLACEMENTS:
         raise SchedcError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     u = Units.of(profile)
-    loop_term, v_term = step_bound_terms(u, n_ranks, n_microbatches, cap, objective)
+    cut: list = []
+    loop_term, v_term = step_bound_terms(u, n_ranks, n_microbatches, cap, objective, stop, cut)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         value, counts = minmax(u, placement, n_ranks, loop_term, v_term)
     chain = chain_bound(u, placement, n_ranks) if objective == "makespan" else 0.0
-    return PartitionBound(placement, max(value, chain) if math.isfinite(value) else INF, value, chain, counts)
+    return PartitionBound(placement, max(value, chain) if math.isfinite(value) else INF, value, chain, counts,
+                          cut=bool(cut))
 
 
 def partitions_below(profile: Profile, n_ranks: int, n_microbatches: int, cap: float, placement: str,

@@ -101,7 +101,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     units, limit, cap, placements, notes = req.units, req.limit, req.cap, req.placements, req.notes
 
     searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
-                                               placements, notes, say, t0)
+                                               placements, notes, say, t0, time_limit)
     pools, forced, memo = {}, {}, {}
     for pl, pb in searches:
         pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,

@@ -28,13 +28,20 @@ SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partit
 SEARCH_EVALUATIONS = 1000  # partitions scored by their lower bound, at most, per placement
 SCREEN = 12  # partitions per placement (the best by lower bound) screened by their hand-made schedules
 SEARCH_END = 0.4  # of the time limit: the search over partitions never runs past it
+BOUND_SHARE = SEARCH_SHARE  # of the time limit, for step 1's bounds (their O(M) knapsack stops at it)
 
 
-def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective, placements, notes, say, t0):
+def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective, placements, notes, say, t0,
+                            time_limit=math.inf):
     """Step 1, per placement: the smallest cap any partition fits (a placement none fits is noted,
-    or the error when none fits at all) and the bound over partitions. Returns ([(placement,
+    or the error when none fits at all) and the bound over partitions, whose knapsack stops at
+    ``BOUND_SHARE`` of `time_limit` (or Ctrl-C) with a looser bound, noted. Returns ([(placement,
     PartitionBound)], {placement: bound})."""
     searches, bounds = [], {}
+    deadline = t0 + BOUND_SHARE * time_limit
+
+    def stop() -> bool:
+        return _now() >= deadline or stop_requested()
     for pl in placements:
         need, _ = min_cap(units, pl, ranks)
         if not fits(need, cap):
@@ -46,8 +53,12 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
                                                f"that does is {{name}}{_round_up_bytes(caps[best])} ({best})")
             notes.append(f"placement {pl}: no partition fits under {limit} (needs {format_bytes(need)})")
             continue
-        pb = partition_bound(profile, ranks, microbatches, cap, pl, objective)
+        pb = partition_bound(profile, ranks, microbatches, cap, pl, objective, stop=stop)
         bounds[pl] = pb.value
+        if pb.cut:
+            notes.append(f"placement {pl}: the bound over partitions stopped counting the cool-down of "
+                         f"{microbatches} microbatches at {BOUND_SHARE:.0%} of the time limit; it is looser "
+                         "than in full (a larger --time-limit gives the full one)")
         say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
             f"{pb.counts}")
         searches.append((pl, pb))
