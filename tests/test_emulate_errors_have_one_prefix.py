@@ -44,3 +44,9 @@ def test_a_failing_rank_is_one_line_with_one_prefix(csv, monkeypatch, capsys):
     assert capsys.readouterr().err == "schedc emulate: error: rank 1: RuntimeError: boom\n"
     with pytest.raises(launcher.LaunchError, match=r"^emulate: rank 1: RuntimeError: boom$"):
         emulate([csv], Profile.uniform(2), scale=0.001, steps=1)
+
+
+def test_calibrate_s_errors_have_one_prefix_too(csv, tmp_path, capsys):
+    Profile.uniform(2, 0.01, 0.01, 0.01).save(tmp_path / "p.json")
+    assert cli.main(["calibrate", csv, "--profile", "p.json", "--mbs", "2", "--steps", "0"]) == 2
+    assert capsys.readouterr().err.endswith("schedc calibrate: error: need --steps >= 1, got 0\n")

@@ -89,10 +89,13 @@ def run(args) -> int:
         load_function(args.model)  # a wrong name is one line before the progress line
         if args.sample:
             load_function(args.sample, "--sample")
-    with _ticking(what):
-        cal = calibrate(args.file, profile, cfg, mbs, threads=args.threads, n_ranks=args.nproc,
-                        in_situ=args.in_situ, model=args.model, sample=args.sample, model_args=model_args,
-                        **run_flags)
+    try:
+        with _ticking(what):
+            cal = calibrate(args.file, profile, cfg, mbs, threads=args.threads, n_ranks=args.nproc,
+                            in_situ=args.in_situ, model=args.model, sample=args.sample, model_args=model_args,
+                            **run_flags)
+    except SchedcError as e:
+        raise common.said_once(e, "calibrate") from None
     if args.output:
         cal.refined.save(args.output)
     if args.json:

@@ -270,6 +270,23 @@ def read_with_costs(args):
     return schedules, profiles, judged_memory(args, bytes_need_profile=False), sources  # the costs beside are in bytes
 
 
+def said_once(e: SchedcError, command: str) -> SchedcError:
+    """`e` without the ``COMMAND: `` head a runtime function (schedc.runtime.emulate, calibrate) puts
+    before its message, which the command's own ``schedc COMMAND: error:`` already says; a program
+    calling the function keeps the head, which names where the message comes from."""
+    from schedc.errors import ParameterError
+    from schedc.runtime.launch import LaunchError
+
+    head = f"{command}: "
+    if isinstance(e, ParameterError):
+        return ParameterError(e.param, e.detail.removeprefix(head), flag=e.flag, python=e.python)
+    if not str(e).startswith(head):
+        return e
+    if isinstance(e, LaunchError):
+        return LaunchError(str(e).removeprefix(head), e.rank, e.log_tail)
+    return SchedcError(str(e).removeprefix(head))
+
+
 def add_gpt_args(p: argparse.ArgumentParser, with_stages: bool = True) -> None:
     # no defaults here: a flag not given is left out, so GPTConfig's (or the route's) default applies
     g = p.add_argument_group("model (schedc's built-in GPT)")

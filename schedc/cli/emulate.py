@@ -66,7 +66,7 @@ def run(args) -> int:
                        **common.given(steps=args.steps, warmup=args.warmup),
                        **({} if args.comm is None else {"comm": comm}))
     except SchedcError as e:
-        raise _said_once(e) from None
+        raise common.said_once(e, "emulate") from None
     if args.json:
         print(json.dumps([r.to_dict() for r in runs], indent=2))
         return 0
@@ -79,22 +79,6 @@ def run(args) -> int:
     print(format_emulations(runs, note))
     sys.stdout.flush()
     return 0
-
-
-def _said_once(e: SchedcError) -> SchedcError:
-    """The API's error without its own ``emulate: `` head, which the command's ``schedc emulate: error:``
-    already says (a program calling schedc.runtime.emulate keeps it: its message names its source)."""
-    from schedc.errors import ParameterError
-    from schedc.runtime.launch import LaunchError
-
-    head = "emulate: "
-    if isinstance(e, ParameterError):
-        return ParameterError(e.param, e.detail.removeprefix(head), flag=e.flag, python=e.python)
-    if not str(e).startswith(head):
-        return e
-    if isinstance(e, LaunchError):
-        return LaunchError(str(e).removeprefix(head), e.rank, e.log_tail)
-    return SchedcError(str(e).removeprefix(head))
 
 
 LONG_SECONDS = 60.0  # a run past this says how long it will sleep before it starts
