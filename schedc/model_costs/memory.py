@@ -250,8 +250,10 @@ def layer_bytes(s: ModelShape, impl: Impl, device: str, ac: AC, forward_flops: f
     if ac == "full":
         kept = e * h
         # W: one recompute per parameter group, whose recomputed tensors outlive it until the graph
-        # nodes of later groups are released (measured; benchmarks/memory_fidelity.py)
-        leak = groups - (4 / 3 if gpt2 else 4 if impl == "torchtitan" else 3)
+        # nodes of later groups are released (measured; benchmarks/memory_fidelity.py). torchtitan's
+        # block leaves less at the end but peaks in its MLP's middle group, with the gradients
+        # added in beside; its leftovers are taken as HF's, which is over there, never under
+        leak = groups - (4 / 3 if gpt2 else 3)
         return UnitBytes(kept, kept + wgrads + dx + (e * h if gpt2 else 0),
                          {"F": peak_f, "I": recomputed_i, "W": leak * activation, "B": activation - kept + b_after},
                          recompute_i=forward_flops, recompute_w=groups * forward_flops, wgrads=wgrads)
