@@ -57,7 +57,7 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
         bounds[pl] = pb.value
         if pb.cut:
             notes.append(f"placement {pl}: the bound over partitions stopped counting the cool-down of "
-                         f"{microbatches} microbatches at {BOUND_SHARE:.0%} of the time limit; it is looser "
+                         f"{microbatches} microbatches at {BOUND_SHARE:.0%} of the time limit; it may be looser "
                          "than in full (a larger --time-limit gives the full one)")
         say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
             f"{pb.counts}")
