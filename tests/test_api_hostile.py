@@ -60,3 +60,9 @@ def test_write_trace_refuses_a_csv_name(tmp_path):
     with pytest.raises(SchedcError, match=r"^path .*s\.csv: a Chrome trace is JSON, and a \.csv name is a schedule's"):
         schedc.write_trace(schedc.baseline("1f1b", stages=2, microbatches=2), tmp_path / "s.csv")
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_a_plot_path_that_is_a_directory_is_named_as_one(tmp_path):
+    # not "unknown picture format '(none)'": the user gave a directory where a file name belongs
+    with pytest.raises(SchedcError, match=rf"^{tmp_path}: is a directory; give a file name such as "):
+        schedc.plot(schedc.baseline("1f1b", stages=2, microbatches=2), path=tmp_path)

@@ -80,6 +80,8 @@ def kind_color(kind: str, slot: int = 0, n_slots: int = 1, alternate: bool = Fal
 def output_format(path: Union[str, Path]) -> str:
     """'png', 'svg' or 'pdf' from the file name; anything else is a user error."""
     ext = Path(path).suffix.lower().lstrip(".")
+    if Path(path).is_dir():  # said before its extension: 'out' names a directory, not a format
+        raise SchedcError(f"{path}: is a directory; give a file name such as {Path(path) / 'plot.png'}")
     if ext not in FORMATS:
         raise SchedcError(f"{path}: unknown picture format {ext or '(none)'!r}; use a .png, .svg or .pdf file name")
     return ext
