@@ -38,3 +38,12 @@ def test_more_experts_per_token_than_experts_names_the_field(tmp_path):
     path = _write(tmp_path, LLAMA | {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 8})
     with pytest.raises(SchedcError, match=rf"^{path}: field 'num_experts_per_tok' \(8\) is more than the 4 experts"):
         read_hf_config(path)
+
+
+@pytest.mark.parametrize("field", ["tied_embeddings", "dropout"])
+def test_a_yes_no_shape_field_given_as_text_is_refused(field):
+    # "no" is truthy: it was counted as tied embeddings / dropout
+    from schedc.model_costs import unit_profile
+
+    with pytest.raises(SchedcError, match=f"{field} must be True or False, got 'no'"):
+        unit_profile(layers=2, hidden=64, vocab=100, heads=4, seq=16, **{field: "no"})

@@ -102,6 +102,9 @@ class ModelShape:
             raise ParameterError("family", f"{literal(_short(self.family))} is not a layer schedc counts; give one "
                                            f"of {', '.join(LAYER_FAMILIES)}, or a model_type among "
                                            f"{', '.join(COUNTED_MODEL_TYPES)}")
+        for name in ("tied_embeddings", "dropout"):  # "no" would count as true
+            if not isinstance(getattr(self, name), bool):
+                raise SchedcError(f"{name} must be True or False, got {_short(getattr(self, name))}")
         if self.mlp not in ("swiglu", "gelu"):
             raise SchedcError(f"mlp must be 'swiglu' or 'gelu', got {self.mlp!r}")
         if self.heads is None and (self.kv_heads is not None or self.head_dim is not None):
