@@ -107,3 +107,18 @@ def test_a_batch_the_microbatches_do_not_divide_is_refused_before_the_step(group
     losses = []
     pipe.step(tokens, target=targets, losses=losses)
     assert len(losses) == 4
+
+
+@pytest.mark.parametrize("rank, n_ranks, message", [
+    ("0", None, r"^rank: must be an integer \(e.g. int\(os.environ\['RANK'\]\)\), got '0'"),
+    (0, "2", r"^n_ranks: must be an integer .*got '2'"),
+    (0.0, None, r"^rank: must be an integer .*got 0.0"),
+])
+def test_stages_for_rank_names_a_rank_given_as_text(tmp_path, rank, n_ranks, message):
+    # os.environ gives text: '0' was a TypeError, n_ranks='2' read "2 rows but the group has 2 ranks"
+    from schedc.errors import SchedcError
+    from schedc.runtime import stages_for_rank
+
+    write_csv(make_baseline("1f1b", 2, 4), tmp_path / "s.csv")
+    with pytest.raises(SchedcError, match=message):
+        stages_for_rank(tmp_path / "s.csv", rank, n_ranks=n_ranks)

@@ -69,6 +69,11 @@ def stages_for_rank(
     With ``n_ranks`` (the pipeline group size) the CSV's rank count is checked too.
     """
     schedule, where = _as_schedule(csv)
+    # os.environ["RANK"] is text: said here, not as a comparison's TypeError or "2 ranks but 2 ranks"
+    for param, value in (("rank", rank), ("n_ranks", n_ranks)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ParameterError(param, f"must be an integer (e.g. int(os.environ['RANK'])), got "
+                                        f"{literal(repr(value)[:40])}", python=True)
     if n_ranks is not None and n_ranks != schedule.n_ranks:
         raise SchedcError(_world_size_message(where, schedule, n_ranks))
     if not 0 <= rank < schedule.n_ranks:
