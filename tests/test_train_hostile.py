@@ -122,3 +122,17 @@ def test_stages_for_rank_names_a_rank_given_as_text(tmp_path, rank, n_ranks, mes
     write_csv(make_baseline("1f1b", 2, 4), tmp_path / "s.csv")
     with pytest.raises(SchedcError, match=message):
         stages_for_rank(tmp_path / "s.csv", rank, n_ranks=n_ranks)
+
+
+def test_build_schedule_names_a_microbatch_count_given_as_text(group, tmp_path):
+    # it read "the CSV runs 4 microbatches but the schedule was asked for 4"
+    from torch.distributed.pipelining import PipelineStage
+
+    from schedc.errors import SchedcError
+    from schedc.runtime import build_schedule, lm_loss
+    from schedc.runtime.split import split_gpt
+
+    write_csv(make_baseline("1f1b", 1, 4), tmp_path / "one.csv")
+    stage = PipelineStage(split_gpt(_gpt(), [0], 1)[0], 0, 1, "cpu")
+    with pytest.raises(SchedcError, match=r"^n_microbatches: must be an integer \(the CSV's 4\) or None, got '4'"):
+        build_schedule(tmp_path / "one.csv", [stage], "4", lm_loss)

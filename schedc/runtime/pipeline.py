@@ -107,6 +107,9 @@ def check_stages(
                 f"{where}: expected torch.distributed.pipelining PipelineStage objects, got "
                 f"{type(stage).__name__}"
             )
+    if isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int):
+        raise ParameterError("n_microbatches", f"must be an integer (the CSV's {schedule.n_microbatches}) or None, "
+                             f"got {literal(repr(n_microbatches)[:40])}", python=True)
     world = stages[0].group_size
     rank = stages[0].group_rank
     if world != schedule.n_ranks:
