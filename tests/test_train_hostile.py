@@ -136,3 +136,18 @@ def test_build_schedule_names_a_microbatch_count_given_as_text(group, tmp_path):
     stage = PipelineStage(split_gpt(_gpt(), [0], 1)[0], 0, 1, "cpu")
     with pytest.raises(SchedcError, match=r"^n_microbatches: must be an integer \(the CSV's 4\) or None, got '4'"):
         build_schedule(tmp_path / "one.csv", [stage], "4", lm_loss)
+
+
+@pytest.mark.parametrize("spec, settings, message", [
+    (None, {}, "^spec: expected torchtitan:NAME or nemo:NAME, got NoneType"),
+    ("torchtitan:ZBVZeroBubble", dict(ranks="2"), "^ranks: must be an integer, got '2'"),
+    ("torchtitan:ZBVZeroBubble", dict(local_batch_size="4"), "^local_batch_size: must be an integer, got '4'"),
+])
+def test_check_csv_for_names_a_setting_read_as_text(tmp_path, spec, settings, message):
+    # ranks="2" read "the CSV has 2 ranks, the framework runs 2"; the others were TypeError/AttributeError
+    from schedc.errors import SchedcError
+    from schedc.frameworks import check_csv_for
+
+    write_csv(make_baseline("zb-v", 4, 4), tmp_path / "v.csv")
+    with pytest.raises(SchedcError, match=message):
+        check_csv_for(tmp_path / "v.csv", spec, **settings)

@@ -65,6 +65,7 @@ def check_csv_for(csv: Union[str, Path, Schedule], spec: str, ranks: Optional[in
         check_csv_for(cfg.parallelism.pipeline_parallel_schedule_csv, "torchtitan:ZBVZeroBubble",
                       local_batch_size=8, microbatch_size=1).raise_unless_ok()
     """
+    _check_types(spec, ranks, settings)
     framework, name = parse_spec(spec)
     try:
         schedule, source = _read(csv)
@@ -88,6 +89,19 @@ def check_csv_for(csv: Union[str, Path, Schedule], spec: str, ranks: Optional[in
         return FitReport(True, f"{where}fits {label}: {build.describe()}{hint}", build)
     fix = _suggest(schedule, framework, name, n_ranks, settings, mismatch)
     return FitReport(False, f"{where}does not fit {label}: {mismatch}{'; ' + fix if fix else ''}", build)
+
+
+_COUNTS = ("layers", "layers_per_stage", "first_less", "last_less", "local_batch_size", "microbatch_size")
+
+
+def _check_types(spec: object, ranks: object, settings: dict) -> None:
+    """The spec and the counting settings' types: a value read from a config as text ('4') was a
+    comparison's TypeError, or read "the CSV has 2 ranks, the framework runs 2"."""
+    if not isinstance(spec, str):
+        raise ParameterError("spec", f"expected torchtitan:NAME or nemo:NAME, got {type(spec).__name__}", python=True)
+    for key, value in {"ranks": ranks, **{k: settings.get(k) for k in _COUNTS}}.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ParameterError(key, f"must be an integer, got {literal(repr(value)[:40])}", python=True)
 
 
 def _not_started(head: str, e: SchedcError, tail: str) -> FitReport:
