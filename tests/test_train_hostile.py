@@ -151,3 +151,22 @@ def test_check_csv_for_names_a_setting_read_as_text(tmp_path, spec, settings, me
     write_csv(make_baseline("zb-v", 4, 4), tmp_path / "v.csv")
     with pytest.raises(SchedcError, match=message):
         check_csv_for(tmp_path / "v.csv", spec, **settings)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(scale="0.01"), "^emulate: scale must be > 0, got '0.01'"),
+    (dict(steps="2"), "^emulate: need steps >= 1, got '2'"),
+    (dict(profile="prof.json"), r"^emulate: profile must be a schedc.Profile \(schedc.Profile.load\(PATH\)\) or one per CSV"),
+])
+def test_emulate_names_a_setting_of_the_wrong_type_before_any_rank(tmp_path, monkeypatch, kwargs, message):
+    # profile="prof.json" read "1 CSVs but 9 profiles"; the others were a comparison's TypeError
+    from schedc.core.costs import Profile
+    from schedc.errors import SchedcError
+    from schedc.runtime import launch as launcher
+    from schedc.runtime.emulate import emulate
+
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("ranks were started"))
+    write_csv(make_baseline("1f1b", 2, 4), tmp_path / "s.csv")
+    args = dict(csv_paths=[tmp_path / "s.csv"], profile=Profile.uniform(2)) | kwargs
+    with pytest.raises(SchedcError, match=message):
+        emulate(**args)

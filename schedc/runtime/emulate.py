@@ -270,13 +270,19 @@ def emulate(
     that many processes instead of the CSV's rows (a mismatch then fails in the ranks' own
     pre-collective check). ``timeout`` (seconds per launch) defaults to start-up plus three
     times the predicted work."""
+    if isinstance(csv_paths, (str, os.PathLike)):  # one path, not its characters
+        csv_paths = [csv_paths]
     if not csv_paths:
         raise SchedcError("emulate: give at least one CSV schedule")
-    if not scale > 0:
-        raise ParameterError("scale", f"emulate: {{param}} must be > 0, got {literal(scale)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ParameterError("scale", f"emulate: {{param}} must be > 0, got {literal(repr(scale)[:40])}")
     for param, value, least in (("steps", steps, 1), ("warmup", warmup, 0), ("overhead_steps", overhead_steps, 1)):
-        if value < least:
-            raise ParameterError(param, f"emulate: need {{param}} >= {least}, got {literal(value)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ParameterError(param, f"emulate: need {{param}} >= {least}, got {literal(repr(value)[:40])}")
+    if not isinstance(profile, Profile) and (isinstance(profile, (str, os.PathLike)) or not all(
+            isinstance(p, Profile) for p in profile)):
+        raise ParameterError("profile", "emulate: {param} must be a schedc.Profile (schedc.Profile.load(PATH)) or "
+                                        f"one per CSV, got {literal(type(profile).__name__)}")
     profiles = [profile] * len(csv_paths) if isinstance(profile, Profile) else list(profile)
     if len(profiles) != len(csv_paths):
         raise SchedcError(f"emulate: {len(csv_paths)} CSVs but {len(profiles)} profiles")
