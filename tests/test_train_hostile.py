@@ -170,3 +170,20 @@ def test_emulate_names_a_setting_of_the_wrong_type_before_any_rank(tmp_path, mon
     args = dict(csv_paths=[tmp_path / "s.csv"], profile=Profile.uniform(2)) | kwargs
     with pytest.raises(SchedcError, match=message):
         emulate(**args)
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((None, 2, 2), {}, "^config must be a schedc.runtime.GPTConfig, got NoneType"),
+    (("cfg", "2", 2), {}, "^n_stages must be an integer, got '2'"),
+    (("cfg", 2, "2"), {}, "^microbatch_size must be an integer, got '2'"),
+    (("cfg", 2, 2), dict(repeats="3"), r"^profile: need warmup >= 0 and repeats >= 1 \(integers\), got 2 and '3'"),
+])
+def test_profile_gpt_names_an_argument_of_the_wrong_type(args, kwargs, message):
+    # they were a comparison's TypeError, or None's AttributeError
+    from schedc.errors import SchedcError
+    from schedc.runtime import GPTConfig
+    from schedc.runtime.profiler import profile_gpt
+
+    cfg = GPTConfig(vocab_size=16, hidden=8, layers=2, heads=2, seq_len=4)
+    with pytest.raises(SchedcError, match=message):
+        profile_gpt(*[cfg if a == "cfg" else a for a in args], **kwargs)

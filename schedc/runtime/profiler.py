@@ -692,8 +692,8 @@ def measure_stages(
     forward to produce the sample inputs); the result then holds only those stages."""
     if not stage_modules:
         raise SchedcError("profile: give at least one stage module")
-    if warmup < 0 or repeats < 1:
-        raise SchedcError(f"profile: need warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (warmup, repeats)) or warmup < 0 or repeats < 1:
+        raise SchedcError(f"profile: need warmup >= 0 and repeats >= 1 (integers), got {warmup!r:.40} and {repeats!r:.40}")
     _optimizer_factor(optimizer)  # fail before measuring, not after
     dev = resolve_device(device)
     for i, m in enumerate(stage_modules):
@@ -1474,8 +1474,14 @@ def profile_gpt(
     :func:`measure_units`; ``reuse_layers`` as there)."""
     import dataclasses
 
-    from schedc.runtime.models import lm_loss, make_batch, parse_dtype
+    from schedc.runtime.models import GPTConfig, lm_loss, make_batch, parse_dtype
 
+    if not isinstance(config, GPTConfig):
+        raise ParameterError("config", f"{{param}} must be a schedc.runtime.GPTConfig, got {type(config).__name__}")
+    for param, value, flag in (("n_stages", n_stages, "--stages"), ("microbatch_size", microbatch_size, "--mbs"),
+                               ("concurrent", concurrent, "")):
+        if isinstance(value, bool) or not isinstance(value, int):  # before a comparison's TypeError
+            raise ParameterError(param, f"{{param}} must be an integer, got {literal(repr(value)[:40])}", flag=flag)
     if microbatch_size < 1:
         raise ParameterError("microbatch_size", f"{{param}} must be >= 1, got {literal(microbatch_size)}", flag="--mbs")
     try:
