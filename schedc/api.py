@@ -425,6 +425,7 @@ def write_trace(
     _check_schedule("schedule", schedule)
     if execution is not None:
         check_choice("execution", execution, Execution)
+    _check_path("path", path)
     if os.path.splitext(os.fspath(path))[1].lower() == ".csv":  # as `schedc trace -o` refuses it
         raise SchedcError(f"path {path}: a Chrome trace is JSON, and a .csv name is a schedule's; give a .json name")
     prof = _profile(profile, schedule.n_stages).executed(execution)
@@ -627,6 +628,7 @@ def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:
     """
     from schedc.io.csvio import read_csv as read_schedule
 
+    _check_path("path", path)
     if microbatches is not None:
         _check_count("microbatches", microbatches, flag="--mb")
     return read_schedule(path, n_microbatches=microbatches)
@@ -672,6 +674,7 @@ def write_csv(schedule: Schedule, path: PathLike, *, report: Union[Report, Mappi
     from schedc.io.fileio import write_all
 
     _check_schedule("schedule", schedule)
+    _check_path("path", path)
     if report is None:
         write_all({path: csvio.to_csv_text(schedule).encode()})
     else:  # the report records the CSV's hash, so it is never read as another CSV's
@@ -703,6 +706,7 @@ def read_report(csv_path: PathLike) -> Report:
     """
     from schedc.io.csvio import CSV_HASH_KEY, read_report as read_json, report_path
 
+    _check_path("csv_path", csv_path)
     data = read_json(csv_path)  # checks the CSV's hash the report records, then drops it:
     data.pop(CSV_HASH_KEY, None)  # it pairs the files, it is not part of the compile's report
     return Report.from_dict(data, source=str(report_path(csv_path)))
@@ -738,6 +742,11 @@ def _check_time_limit(time_limit: Any) -> None:
     if time_limit < MIN_TIME_LIMIT:  # less than building the least problem takes: nothing is searched
         raise ParameterError("time_limit", f"{time_limit:g} s is shorter than any compile takes; give "
                                            f"{{name}}{MIN_TIME_LIMIT:g} or more (1 for a quick answer)")
+
+
+def _check_path(parameter: str, value: Any) -> None:
+    if not isinstance(value, (str, os.PathLike)):
+        raise SchedcError(f"{parameter}: expected a file name (str or pathlib.Path); got {type(value).__name__}")
 
 
 def _check_progress(progress: Any) -> None:

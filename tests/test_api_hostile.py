@@ -66,3 +66,15 @@ def test_a_plot_path_that_is_a_directory_is_named_as_one(tmp_path):
     # not "unknown picture format '(none)'": the user gave a directory where a file name belongs
     with pytest.raises(SchedcError, match=rf"^{tmp_path}: is a directory; give a file name such as "):
         schedc.plot(schedc.baseline("1f1b", stages=2, microbatches=2), path=tmp_path)
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda: schedc.read_csv(None), "^path: expected a file name .*got NoneType"),
+    (lambda: schedc.read_report(3), "^csv_path: expected a file name .*got int"),
+    (lambda: schedc.write_csv(schedc.baseline("1f1b", stages=2, microbatches=2), None), "^path: .*got NoneType"),
+    (lambda: schedc.write_trace(schedc.baseline("1f1b", stages=2, microbatches=2), 5), "^path: .*got int"),
+])
+def test_a_path_that_is_not_one_is_named(call, named):
+    # was Python's "expected str, bytes or os.PathLike object", naming no argument
+    with pytest.raises(SchedcError, match=named):
+        call()
