@@ -202,6 +202,17 @@ def minmax_loop(u: Units, n_stages: int, term: Callable[[int, np.ndarray, np.nda
     return value, counts[::-1]
 
 
+# The planner's bounds and caps over V partitions run minmax_v some tens of times, each O(R U^4)
+# in numpy: about this many (rank x unit^4) per second in all (docs/design.md, "Deep models")
+V_BOUND_TERMS_PER_SECOND = 2e7
+
+
+def v_bound_seconds(n_units: int, n_ranks: int) -> float:
+    """About how long the planner's bounds over V partitions take for `n_units` units on
+    `n_ranks` ranks (their dynamic programs grow as R U^4 and check no deadline)."""
+    return n_ranks * float(n_units) ** 4 / V_BOUND_TERMS_PER_SECOND
+
+
 def minmax_v(u: Units, n_ranks: int, term: Callable[[int, int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]):
     """(value, units per stage) minimizing max over ranks r of term(r, i, a, b, j) over
     contiguous partitions into 2R stages placed in a V: rank r's stages are units [i, a) (stage r)

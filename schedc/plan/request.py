@@ -20,7 +20,7 @@ from schedc.core import limits
 from schedc.core.cost_model import fits, least_need, one_microbatch_need
 from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import ParameterError, SchedcError, literal
-from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for
+from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for, v_bound_seconds
 from schedc.core.tolerances import REL
 from schedc.solver.deadline import check_size, check_time_limit, n_actions
 
@@ -75,13 +75,27 @@ def _check_arguments(ranks: int, microbatches: int, placement: str, objective: s
     check_time_limit(n_actions(ranks, microbatches), time_limit)  # the least plan: one stage per rank
 
 
-def _placements(placement: str, ranks: int, n_units: int, source: str) -> list[str]:
+V_SHARE = 0.5  # of the time limit the V's bounds may take before auto leaves the V out
+
+
+def _placements(placement: str, ranks: int, n_units: int, source: str, time_limit: float,
+                notes: list[str]) -> list[str]:
     wanted = list(PLACEMENTS) if placement == "auto" else [placement]
     ok = [pl for pl in wanted if n_stages_for(pl, ranks) <= n_units]
     if not ok:
         pl = wanted[0]
         raise SchedcError(f"{source}: {n_units} units cannot fill {n_stages_for(pl, ranks)} stages ({pl} on {ranks} "
                           f"ranks); every stage needs at least one unit: use fewer ranks or split the model finer")
+    # the V's partition bounds check no deadline and grow as R U^4: on a deep model they alone
+    # would outlast the time limit, so auto leaves the V out and says so; asked for, it is planned
+    seconds = v_bound_seconds(n_units, ranks)
+    bounding = f"bounding the V's partitions of {n_units} units on {ranks} ranks takes about {seconds:.0f} s"
+    if "v" in ok and len(ok) > 1 and seconds > V_SHARE * time_limit:
+        ok.remove("v")
+        notes.append(f"placement auto planned the loop only: {bounding}, over half of the time limit; "
+                     f"give --placement v to plan the V (it takes that long whatever the limit)")
+    elif ok == ["v"] and seconds > time_limit:
+        notes.append(f"{bounding}, beyond the time limit")
     return ok
 
 
@@ -140,7 +154,7 @@ class PlanRequest:
         _check_arguments(ranks, microbatches, placement, objective, time_limit)
         notes = check_units(profile, source)
         units = Units.of(profile, microbatches)
-        placements = _placements(placement, ranks, profile.n_stages, source)
+        placements = _placements(placement, ranks, profile.n_stages, source, time_limit, notes)
         _check_units_fit(profile, cap, limit, source)
         return cls(profile=profile, units=units, ranks=ranks, microbatches=microbatches, limit=limit, cap=cap,
                    placements=placements, objective=objective, time_limit=time_limit, notes=notes)
