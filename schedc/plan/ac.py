@@ -21,7 +21,7 @@ import numpy as np
 
 from schedc.core.cost_model import fits
 from schedc.core.costs import AC_MODES, FRAMEWORK_AC, PER_OP_AC, Profile, block_modes
-from schedc.core.partition import (INF, PLACEMENTS, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
+from schedc.core.partition import (INF, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
                                    partition_bound, v_buffers)
 from schedc.core.tolerances import REL
 from schedc.errors import SchedcError, printable, python_spelling
@@ -31,7 +31,7 @@ from schedc.plan.limiter import plan_limiter
 from schedc.plan.planner import _on_work_clock, plan
 from schedc.plan.problem import problem_for
 from schedc.plan.report import build_plan_report
-from schedc.plan.request import parse_cap
+from schedc.plan.request import parse_cap, placements_tried
 from schedc.plan.result import PlanResult
 
 CHECKPOINTING = AC_MODES[1:]  # fastest first: each keeps less and recomputes more
@@ -292,7 +292,7 @@ def _global_plans(forms, modes, time_limit, progress, say, t0, kwargs):
     results, errors, floors = {}, {}, {}
     for k, mode in enumerate(modes):
         share = (t0 + AC_SHARE * time_limit - _now()) / (len(modes) - k)
-        floors[mode] = _mode_floor(forms[mode], kwargs)
+        floors[mode] = _mode_floor(forms[mode], kwargs, max(share, 0.5))
         best_so_far = min((r.value for r in results.values()), default=math.inf)
         if results and floors[mode] >= best_so_far * (1 - REL):  # no plan in this mode can be shorter
             errors[mode] = f"cannot beat {best_so_far:.6g} s (its bound over partitions is {floors[mode]:.6g} s)"
@@ -309,7 +309,7 @@ def _global_plans(forms, modes, time_limit, progress, say, t0, kwargs):
     return results, errors, floors
 
 
-def _mode_floor(profile: Profile, kwargs: dict) -> float:
+def _mode_floor(profile: Profile, kwargs: dict, time_limit: float) -> float:
     """The least step any plan with this mode's profile can reach (schedc.core.partition's bound over
     partitions, per placement tried); inf when no partition fits, 0 when it cannot be told."""
     try:
@@ -317,13 +317,15 @@ def _mode_floor(profile: Profile, kwargs: dict) -> float:
         cap = math.inf if limit.kind == "none" else limit.value
         ranks, M = kwargs["ranks"], kwargs["microbatches"]
         return min(partition_bound(profile, ranks, M, cap, pl, kwargs.get("objective", "makespan")).value
-                   for pl in _placements(kwargs) if n_stages_for(pl, ranks) <= profile.n_stages)
+                   for pl in _placements(kwargs, ranks, profile.n_stages, time_limit)
+                   if n_stages_for(pl, ranks) <= profile.n_stages)
     except (SchedcError, KeyError, ValueError):
         return 0.0  # plan itself says what is wrong
 
 
-def _placements(kwargs: dict) -> list[str]:
-    return list(PLACEMENTS) if kwargs.get("placement", "auto") == "auto" else [kwargs["placement"]]
+def _placements(kwargs: dict, ranks: int, n_units: int, time_limit: float) -> list[str]:
+    """The placements plan itself tries in `time_limit` (schedc.plan.request.placements_tried)."""
+    return placements_tried(kwargs.get("placement", "auto"), ranks, n_units, time_limit)
 
 
 # ---------------------------------------------------------------- the per-stage choice
@@ -418,7 +420,7 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     all_layers = forms["none"].n_stages
     # the best global plan's partition first: scored even when the candidates run out of time
     cands = [(best.placement, None, tuple(best.counts), ((best_mode, all_layers),) * len(best.counts))]
-    cands += [(pl, d, c, sp) for pl in _placements(kwargs) if n_stages_for(pl, ranks) <= forms["none"].n_stages
+    cands += [(pl, d, c, sp) for pl in _placements(kwargs, ranks, all_layers, end - start) if n_stages_for(pl, ranks) <= all_layers
               for d, c, sp in stage_candidates(forms, pl, ranks, M, cap)]
     for pl, depth, counts, specs in cands:
         if (pl, counts, specs) in seen or _now() > start + (end - start) * 0.4 or stop_requested():

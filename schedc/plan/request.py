@@ -78,6 +78,16 @@ def _check_arguments(ranks: int, microbatches: int, placement: str, objective: s
 V_SHARE = 0.5  # of the time limit the V's bounds may take before auto leaves the V out
 
 
+def placements_tried(placement: str, ranks: int, n_units: int, time_limit: float) -> list[str]:
+    """The placements `placement` tries: both for auto, but the V only while its partition bounds
+    (R U^4, no deadline: :func:`schedc.core.partition.v_bound_seconds`) take at most V_SHARE of
+    the time limit."""
+    if placement != "auto":
+        return [placement]
+    deep = v_bound_seconds(n_units, ranks) > V_SHARE * time_limit
+    return ["loop"] if deep else list(PLACEMENTS)
+
+
 def _placements(placement: str, ranks: int, n_units: int, source: str, time_limit: float,
                 notes: list[str]) -> list[str]:
     wanted = list(PLACEMENTS) if placement == "auto" else [placement]
@@ -90,7 +100,7 @@ def _placements(placement: str, ranks: int, n_units: int, source: str, time_limi
     # would outlast the time limit, so auto leaves the V out and says so; asked for, it is planned
     seconds = v_bound_seconds(n_units, ranks)
     bounding = f"bounding the V's partitions of {n_units} units on {ranks} ranks takes about {seconds:.0f} s"
-    if "v" in ok and len(ok) > 1 and seconds > V_SHARE * time_limit:
+    if "v" in ok and "v" not in placements_tried(placement, ranks, n_units, time_limit):
         ok.remove("v")
         notes.append(f"placement auto planned the loop only: {bounding}, over half of the time limit; "
                      f"give --placement v to plan the V (it takes that long whatever the limit)")
