@@ -5,6 +5,7 @@ KeyError or IndexError from deep inside."""
 import pytest
 
 import schedc
+from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 from schedc.model_costs import unit_profile
 
@@ -78,3 +79,23 @@ def test_a_path_that_is_not_one_is_named(call, named):
     # was Python's "expected str, bytes or os.PathLike object", naming no argument
     with pytest.raises(SchedcError, match=named):
         call()
+
+
+@pytest.mark.parametrize("call, names", [
+    (lambda: Profile.uniform("4"), "n_stages"),
+    (lambda: Profile.uniform(True), "n_stages"),
+    (lambda: Profile.uniform(4).merge("2,2"), "units_per_stage"),
+    (lambda: Profile.uniform(4).merge([2.5, 1.5]), "units_per_stage"),
+])
+def test_profile_counts_of_the_wrong_type_are_named(call, names):
+    with pytest.raises(SchedcError, match=names):
+        call()
+
+
+@pytest.mark.parametrize("kwargs, names", [
+    (dict(shape=[4096]), "shape"),
+    (dict(layers=2, hidden=64, vocab=100, seq=8, master_weights="no"), "master_weights"),
+])
+def test_unit_profile_refuses_a_shape_or_flag_of_the_wrong_type(kwargs, names):
+    with pytest.raises(SchedcError, match=names):
+        unit_profile(**kwargs)

@@ -46,6 +46,7 @@ such a profile is an error (its stage 0 never had a separate I to recover).
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Sequence, Union
@@ -303,6 +304,10 @@ class Profile(BaseModel):
         torch's runtime (its unit 0 has no I) stays in that form: the merged stage 0's whole
         backward is in W.
         """
+        if isinstance(units_per_stage, (str, bytes)) or not all(
+                isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in units_per_stage):
+            raise SchedcError(f"units_per_stage must be a list of unit counts (integers), one per stage, got "
+                              f"{literal(repr(units_per_stage)[:60])}")
         counts = [int(n) for n in units_per_stage]
         if any(n < 1 for n in counts) or sum(counts) != self.n_stages:
             raise SchedcError(
@@ -381,6 +386,8 @@ class Profile(BaseModel):
     ) -> "Profile":
         """Identical stages: 1 unit of activation per microbatch, `held_fraction` of it held
         between I and W."""
+        if isinstance(n_stages, bool) or not isinstance(n_stages, numbers.Integral) or n_stages < 1:
+            raise SchedcError(f"n_stages must be a positive integer, got {literal(repr(n_stages)[:40])}")
         stage = StageCost(
             forward=forward,
             backward_input=backward_input,

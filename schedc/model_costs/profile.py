@@ -137,6 +137,9 @@ def _shape(shape, model: dict) -> ModelShape:
         raise SchedcError(f"unit_profile: unknown argument {unknown[0]!r}")
     if "dtype" in model:  # given as a keyword, not read from a config.json (which names its own field)
         _dtype(model["dtype"], "dtype")
+    if shape is not None and not isinstance(shape, (str, Path, dict, ModelShape)):
+        raise SchedcError(f"unit_profile: shape must be a ModelShape, its dict or a config.json path, got "
+                          f"{type(shape).__name__}")
     if isinstance(shape, (str, Path)):
         shape = read_hf_config(shape)
     if isinstance(shape, dict):
@@ -194,8 +197,9 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                         ("optimizer_bytes_per_param", opt_bpp), ("reserve_bytes", reserve)):
         if value is not None and (not finite(value) or value < 0 or value > 2.0**60):
             raise _bad(name, f"{{param}} must be a finite number >= 0, got {_shown(value)}")
-    if fsdp is not None and not isinstance(fsdp, bool):
-        raise SchedcError(f"unit_profile: fsdp must be True, False or None, got {_short(fsdp)}")
+    for name, flag in (("fsdp", fsdp), ("master_weights", master_weights)):
+        if flag is not None and not isinstance(flag, bool):
+            raise SchedcError(f"unit_profile: {name} must be True, False or None, got {_short(flag)}")
     if fsdp is False and dp_shard > 1:
         raise SchedcError(f"unit_profile: fsdp False with dp_shard {dp_shard}: FSDP2 is what shards; give dp_shard 1")
     if held not in ("torch", "paper"):
