@@ -101,6 +101,18 @@ def test_cli_trace(tmp_path, capsys):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_a_gz_name_gets_a_gzipped_trace(tmp_path):
+    # Perfetto opens a .json.gz as is; an uncompressed file under that name it cannot read
+    import gzip
+
+    csv = tmp_path / "s.csv"
+    csvio.write_csv(gpipe(v_placement(4, 2), 2), csv)
+    assert cli.main(["trace", str(csv), "--costs", "1,2,1", "-o", str(tmp_path / "t.json.gz")]) == 0
+    assert cli.main(["trace", str(csv), "--costs", "1,2,1", "-o", str(tmp_path / "t.json")]) == 0
+    assert json.loads(gzip.decompress((tmp_path / "t.json.gz").read_bytes())) == json.loads(
+        (tmp_path / "t.json").read_text())
+
+
 def test_cli_trace_uses_the_costs_beside_the_csv(tmp_path, capsys):
     from schedc.core.baselines import make_baseline
 

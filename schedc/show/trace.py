@@ -16,13 +16,14 @@ Cost: one simulation plus O(actions) events.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
 from typing import Optional, Union
 
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.io.fileio import atomic_write_text
+from schedc.io.fileio import atomic_write_bytes
 from schedc.core.ir import Schedule
 from schedc.core.simulate import simulate
 
@@ -74,9 +75,12 @@ def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLi
 
 def write_trace(schedule: Schedule, profile: Profile, path: Union[str, Path],
                 memory: Optional[MemoryLimit] = None) -> dict:
-    """Write the trace JSON to ``path`` atomically; returns what was written."""
+    """Write the trace JSON to ``path`` atomically (gzipped when the name ends in ``.gz``, which
+    Perfetto opens as is); returns what was written."""
     trace = trace_events(schedule, profile, memory)
-    atomic_write_text(path, json.dumps(trace, separators=(",", ":")) + "\n")
+    data = (json.dumps(trace, separators=(",", ":")) + "\n").encode()
+    # mtime 0: the same trace gives the same bytes
+    atomic_write_bytes(path, gzip.compress(data, mtime=0) if str(path).endswith(".gz") else data)
     return trace
 
 
