@@ -93,3 +93,16 @@ def test_more_microbatches_under_the_same_cap_can_beat_the_uncapped_step_per_mic
     assert tight.limiter.kind == "memory"
     more = _plan(units, 4, 32, "11GiB")
     assert more.value / 32 < tight.limiter.uncapped_step / 8 and more.value > tight.value
+
+
+def test_with_no_cap_memory_is_never_the_limit_and_nothing_is_simulated_again(monkeypatch):
+    # at thousands of microbatches simulating every hand-made schedule again took longer than the
+    # search: with no cap the plan's problem is the uncapped one
+    import schedc.plan.limiter as limiter_module
+
+    free = _plan(tiny_units(n_layers=6, head=1.0), 2, 6, "none")
+    monkeypatch.setattr(limiter_module, "uncapped_schedules",
+                        lambda *a, **k: pytest.fail("simulated the uncapped problem under no cap"))
+    again = plan_limiter(free)
+    assert again == free.limiter and again.kind in ("rank", "critical-path")
+    assert again.uncapped_step is None and again.message

@@ -125,7 +125,7 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
     room: a rank with room for one more microbatch can still be one the next shorter order does not
     fit. Other microbatch counts are not tried: more microbatches spread the fill and drain, and
     their step per microbatch can fall below the uncapped one's, so the message claims nothing
-    about them beyond the count compared. Otherwise what
+    about them beyond the count compared. Otherwise, and always with no cap, what
     ``schedc.core.diagnose.limiter`` says of the chosen schedule. Cost: one simulation per
     hand-made schedule and split and two list constructions (milliseconds each)."""
     from schedc.core.diagnose import limiter
@@ -133,6 +133,12 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
     units = Units.of(result.units)
     problem = result.compiled.problem
     ranks, M = problem.n_ranks, problem.n_microbatches
+    why = _why_partition(result, units, ranks)
+    if problem.memory.kind == "none":
+        # the plan's problem is the uncapped one: no schedule can be shorter for want of memory, and
+        # simulating them all again would take longer than the search at thousands of microbatches
+        diag = limiter(result.compiled.sim, problem.profile)
+        return PlanLimiter(diag.kind, diag.message, why)
     splits = [("the chosen", result.placement, result.counts)]
     for pl in result.bounds:
         S = n_stages_for(pl, ranks)
@@ -143,7 +149,6 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
     found = uncapped_schedules(result.units, splits, ranks, M, problem.memory, problem.objective)
     # a shorter schedule that fits the cap is the search's miss, not the memory's
     shorter = [u for u in found if u.value < result.value * SHORTER and not u.fits]
-    why = _why_partition(result, units, ranks)
     if shorter:
         best = min(shorter, key=lambda u: u.value)
         least = min(shorter, key=lambda u: u.peak)
