@@ -133,12 +133,6 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
     units = Units.of(result.units)
     problem = result.compiled.problem
     ranks, M = problem.n_ranks, problem.n_microbatches
-    why = _why_partition(result, units, ranks)
-    if problem.memory.kind == "none":
-        # the plan's problem is the uncapped one: no schedule can be shorter for want of memory, and
-        # simulating them all again would take longer than the search at thousands of microbatches
-        diag = limiter(result.compiled.sim, problem.profile)
-        return PlanLimiter(diag.kind, diag.message, why)
     splits = [("the chosen", result.placement, result.counts)]
     for pl in result.bounds:
         S = n_stages_for(pl, ranks)
@@ -146,9 +140,13 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
                                                       and c.split == "compute-balanced"), None)),
                    ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
     splits = [x for x in splits if x[2] is not None]
-    found = uncapped_schedules(result.units, splits, ranks, M, problem.memory, problem.objective)
+    # with no cap the plan's problem is the uncapped one: nothing is shorter for want of memory, and
+    # simulating every schedule again would take longer than the search at thousands of microbatches
+    found = [] if problem.memory.kind == "none" else \
+        uncapped_schedules(result.units, splits, ranks, M, problem.memory, problem.objective)
     # a shorter schedule that fits the cap is the search's miss, not the memory's
     shorter = [u for u in found if u.value < result.value * SHORTER and not u.fits]
+    why = _why_partition(result, units, ranks)
     if shorter:
         best = min(shorter, key=lambda u: u.value)
         least = min(shorter, key=lambda u: u.peak)
