@@ -26,6 +26,8 @@ from schedc.frameworks import REGISTRY, Handoff, nemo_yaml  # noqa: E402
 TT = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2"], ["layers.3"], ["layers.4", "norm", "lm_head"]]
 HF = [["model.embed_tokens", "model.layers.0", "model.layers.1"], ["model.layers.2"], ["model.layers.3"],
       ["model.layers.4", "model.norm", "lm_head"]]
+# what NeMo is given: every stage keeps the rotary embedding (tests/test_nemo_yaml_builds_stages.py runs them)
+HF_STAGES = [stage + ["model.rotary_emb"] for stage in HF]
 ASSUMES = {"seq_len": 4096, "microbatch_size": 2, "activation_checkpoint": "none", "dp_shard": 1, "tp": 1,
            "activation_dtype": "bfloat16", "param_dtype": "bfloat16", "master_weights": True,
            # what torchtitan's FSDP2 holds unsharded at every shard degree, counted (unit_profile(fsdp=True))
@@ -105,7 +107,7 @@ def test_nemo_loads_the_yaml_into_what_the_plan_assumed(tmp_path, mode, parsed):
     cfg = load_yaml_config(path)
     d = parse_distributed_section(cfg.distributed.to_dict())
     pc = d["pipeline_config"]
-    assert pc.module_fqns_per_model_part == HF
+    assert pc.module_fqns_per_model_part == HF_STAGES
     assert (pc.pp_schedule, pc.pp_schedule_csv, pc.pp_microbatch_size, pc.pp_seq_len) == \
         ("ZBVZeroBubble", "plan.csv", 2, 4096)
     assert (d["pp_size"], d["tp_size"], d["dp_size"]) == (2, 1, 2)
@@ -118,7 +120,7 @@ def test_each_framework_gets_its_own_module_names_with_a_warning_when_translated
     assert tt["config"]["parallelism.module_fqns_per_model_part"] == TT
     assert any("translated to torchtitan's" in w for w in tt["warnings"])
     nemo = REGISTRY["nemo"].settings(handoff(partition=TT))
-    assert nemo["distributed"]["pipeline"]["module_fqns_per_model_part"] == HF
+    assert nemo["distributed"]["pipeline"]["module_fqns_per_model_part"] == HF_STAGES
     assert any("translated to Hugging Face's" in w for w in nemo["warnings"])
     own = REGISTRY["torchtitan"].settings(handoff(partition=TT))
     assert own["warnings"] == []

@@ -48,7 +48,7 @@ FIELDS = {
     "partition": "distributed.pipeline.module_fqns_per_model_part",
 }
 V_NAMES = ("ZBVZeroBubble",)
-PLAN_NAMES = {"loop": "1F1B", "v": "ZBVZeroBubble"}
+PLAN_NAMES = {"loop": "1F1B", "v": "ZBVZeroBubble", "interleaved": "Interleaved1F1B"}  # a plan's placement -> its class
 _AC = {"none": False, "full": True, "selective": "selective"}  # what parse_distributed_section reads
 # Hugging Face MoE models NeMo AutoModel 0.7.0 trains with transformers' own modules (it has its own
 # Qwen3-MoE) whose router divides top-k's output in place
@@ -109,7 +109,7 @@ def settings(h: Handoff) -> dict:
     partition, warnings = in_own_names(h.partition, "hf", "NeMo AutoModel")
     a, mbs = h.assumes, h.microbatch_size
     pipeline = {"pp_schedule": PLAN_NAMES[h.placement], "pp_schedule_csv": h.csv, "pp_microbatch_size": mbs,
-                "module_fqns_per_model_part": partition}
+                "module_fqns_per_model_part": with_shared_modules(partition, a.get("model_type"))}
     if a.get("seq_len"):
         pipeline["pp_seq_len"] = int(a["seq_len"])
     else:
@@ -146,6 +146,25 @@ def settings(h: Handoff) -> dict:
     if optimizer:
         out["optimizer"] = optimizer
     return {**out, "warnings": warnings}
+
+
+# What every stage keeps beside its units. split_model_into_stages (functional.py L730-796) sets each
+# module not listed to None, and patch_hf_model_for_pp's forward (hf_utils.py L176-179) then passes
+# position_embeddings=None to every layer, which Hugging Face's rotary attention unpacks ("cannot unpack
+# non-iterable NoneType object"). NeMo's own split lists the inner model's rotary_emb on every stage
+# (generate_hf_model_fqn_per_model_part, L173-175); in transformers 5 every family schedc counts but
+# GPT-2 (learned positions, transformer.wpe) has one at model.rotary_emb.
+SHARED_MODULES = ("model.rotary_emb",)
+_NO_ROTARY = ("gpt2",)
+
+
+def with_shared_modules(partition: list[list[str]], model_type: Optional[str]) -> list[list[str]]:
+    """The partition with :data:`SHARED_MODULES` on every stage, where the model has them and the
+    partition is in Hugging Face's names (a stage that already lists one keeps its list).
+    Cost: linear in the number of names."""
+    if model_type in _NO_ROTARY or not any(name.startswith("model.") for stage in partition for name in stage):
+        return partition
+    return [stage + [m for m in SHARED_MODULES if m not in stage] for stage in partition]
 
 
 _NEMO_DTYPES = ("bfloat16", "float16", "float32")  # what dtype_from_str reads and FSDP2 computes in
@@ -228,10 +247,6 @@ def yaml_text(s: dict) -> str:
                          + ("  # and your dataset's length (dataset.seq_len or packed_sequence.packed_sequence_size)"
                             if key == "pp_seq_len" else ""))
     lines.append("    module_fqns_per_model_part:")
-    if any(name.startswith("model.") for stage in p["module_fqns_per_model_part"] for name in stage):
-        # per-unit profiles leave out modules every stage keeps (a merge would repeat them)
-        lines.append("      # NeMo's own split also puts model.rotary_emb on every stage: add it to each list "
-                     "if your model has one")
     lines += [f"      - {json.dumps(stage)}" for stage in p["module_fqns_per_model_part"]]
     lines.append("step_scheduler:")
     lines += [f"  {k}: {json.dumps(v)}" for k, v in s["step_scheduler"].items()]
