@@ -145,10 +145,12 @@ def test_hf_config_text_config_and_defaults(tmp_path):
     no_kv = {k: v for k, v in LLAMA3_8B.items() if k not in ("num_key_value_heads", "tie_word_embeddings", "torch_dtype")}
     shape = read_hf_config(_write(tmp_path, no_kv, "mha.json"))
     assert shape["kv_heads"] == 32 and shape["tied_embeddings"] is False and shape["dtype"] == "bfloat16"
+    # a field transformers' LlamaConfig defaults is its default (11008), named in the label
+    no_ffn = read_hf_config(_write(tmp_path, {k: v for k, v in LLAMA3_8B.items() if k != "intermediate_size"}))
+    assert no_ffn["ffn_hidden"] == 11008 and no_ffn["model"].endswith("config defaults: intermediate_size 11008")
 
 
 @pytest.mark.parametrize("data, needle", [
-    ({k: v for k, v in LLAMA3_8B.items() if k != "intermediate_size"}, "field 'intermediate_size' is missing"),
     ({**LLAMA3_8B, "hidden_size": "4096"}, "field 'hidden_size' must be an integer >= 1, got '4096'"),
     ({**LLAMA3_8B, "num_key_value_heads": 5}, "not a multiple of num_key_value_heads 5"),
     ({**LLAMA3_8B, "torch_dtype": "int4"}, "field 'torch_dtype': 'int4' is not a dtype"),

@@ -153,6 +153,74 @@ _FIELDS = {
 }
 
 
+# The config-class defaults of transformers 5.18 (models/<type>/configuration_<type>.py) for the
+# fields read_hf_config reads: what transformers builds where a config.json leaves a field out.
+# Used when transformers is not importable (it is optional for schedc); with it, its own classes
+# are read (hf_defaults), and tests/test_config_edges.py checks this table against them. A field
+# whose default is None is absent here: transformers derives it (kv heads = heads, head_dim =
+# hidden / heads, GPT-2's n_inner = 4 x n_embd), and so does read_hf_config.
+HF_DEFAULTS = {
+    "llama": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000,
+              "intermediate_size": 11008, "tie_word_embeddings": False},
+    "mistral": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000,
+                "intermediate_size": 14336, "num_key_value_heads": 8, "tie_word_embeddings": False},
+    "qwen2": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 151936,
+              "intermediate_size": 22016, "num_key_value_heads": 32, "tie_word_embeddings": False},
+    "qwen3": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 151936,
+              "intermediate_size": 22016, "num_key_value_heads": 32, "head_dim": 128, "tie_word_embeddings": False},
+    "gpt2": {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "tie_word_embeddings": True,
+             "n_positions": 1024, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
+    "mixtral": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000,
+                "intermediate_size": 14336, "num_key_value_heads": 8, "tie_word_embeddings": False,
+                "num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2_moe": {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 151936,
+                  "intermediate_size": 5632, "num_key_value_heads": 16, "tie_word_embeddings": False,
+                  "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                  "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1},
+    "qwen3_moe": {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 32, "vocab_size": 151936,
+                  "intermediate_size": 6144, "num_key_value_heads": 4, "tie_word_embeddings": False,
+                  "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                  "decoder_sparse_step": 1},
+}
+HF_DEFAULTS_FROM = "transformers 5.18"
+# every field read_hf_config reads (under any alias): the ones whose class defaults matter
+_READ = ("num_hidden_layers", "n_layer", "hidden_size", "n_embd", "num_attention_heads", "n_head", "vocab_size",
+         "intermediate_size", "n_inner", "num_key_value_heads", "head_dim", "tie_word_embeddings", "n_positions",
+         "resid_pdrop", "embd_pdrop", "num_local_experts", "num_experts", "num_experts_per_tok",
+         "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step")
+
+
+def hf_defaults(model_type: str) -> tuple[dict, str]:
+    """The defaults transformers' config class for `model_type` gives the fields schedc reads
+    (those that are not None), and where they come from.
+
+    Method: :data:`HF_DEFAULTS` where transformers is not installed or is the release the table
+    was written from (tests/test_config_edges.py checks it against that release's classes);
+    the installed classes' dataclass field defaults (before ``__post_init__`` derives the None
+    ones) for any other release. Cost: O(1) from the table; importing transformers' configuration
+    module otherwise (it imports torch: seconds), once per config that leaves a field out.
+    """
+    import dataclasses
+    import importlib
+    from importlib import metadata
+
+    try:
+        version = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        version = None
+    if version is None or version.split(".")[:2] == HF_DEFAULTS_FROM.split()[1].split("."):
+        return dict(HF_DEFAULTS[model_type]), f"{HF_DEFAULTS_FROM}'s config defaults"
+    try:
+        module = importlib.import_module(f"transformers.models.{model_type}.configuration_{model_type}")
+        cls = next(c for c in vars(module).values()
+                   if isinstance(c, type) and getattr(c, "model_type", None) == model_type)
+        found = {f.name: f.default for f in dataclasses.fields(cls)}
+    except (ImportError, StopIteration, TypeError):  # a release whose configs are not dataclasses
+        return dict(HF_DEFAULTS[model_type]), f"{HF_DEFAULTS_FROM}'s config defaults"
+    return ({k: v for k, v in found.items() if k in _READ and v is not None and v is not dataclasses.MISSING},
+            f"transformers {version}'s {cls.__name__} defaults")
+
+
 def read_hf_config(path: Union[str, Path]) -> dict:
     """The model keywords of :func:`~schedc.model_costs.unit_profile` from a Hugging Face
     ``config.json`` file (a :class:`ModelShape` as a dict).
@@ -161,7 +229,10 @@ def read_hf_config(path: Union[str, Path]) -> dict:
     ``tie_word_embeddings`` and ``torch_dtype``/``dtype`` under their own names or the aliases
     transformers' ``attribute_map`` gives them (GPT-2's ``n_layer``, ``n_embd``, ``n_head``,
     ``n_inner``, ``n_positions``), the experts of Mixtral and Qwen2/3-MoE, and a multimodal
-    config's ``text_config``. A ``model_type`` not in :data:`COUNTED_MODEL_TYPES` (DeepSeek-V3,
+    config's ``text_config``. A field left out is what transformers' config class for that
+    ``model_type`` builds (:func:`hf_defaults`; a Qwen2-MoE config without
+    ``shared_expert_intermediate_size`` has a shared expert of 5632), and the model's label names
+    the fields so taken. A ``model_type`` not in :data:`COUNTED_MODEL_TYPES` (DeepSeek-V3,
     Gemma, Phi, ...), or none, is refused by name: never counted as another layout. Nothing is
     downloaded.
 
@@ -174,17 +245,29 @@ def read_hf_config(path: Union[str, Path]) -> dict:
         data, field, nested = data["text_config"], "text_config.model_type", "text_config."
     kind = _model_type(path, data, field)
     family = FAMILIES[kind]
-    # transformers saves a nested config without the values equal to its class's defaults
-    unsaved = (f" (transformers leaves out of a nested config the values equal to {kind}'s defaults: "
-               f"write it in)" if nested else "")
+    # a field left out is the config class's default (transformers also saves a nested config
+    # without the values equal to them); looked up only when one is left out
+    defaults: dict = {}
+    taken: dict = {}
 
-    def integer(names, default=None, required=True) -> Optional[int]:
+    def default_of(names) -> Optional[str]:
+        if any(n in data for n in names):
+            return None  # given, as null: transformers derives it, as the callers here do
+        if not defaults:
+            defaults.update(zip(("values", "source"), hf_defaults(kind)))
+        return next((n for n in names if n in defaults["values"]), None)
+
+    def integer(names, default=None, required=True, fill=True) -> Optional[int]:
         names = (names,) if isinstance(names, str) else names
         found = next((n for n in names if data.get(n) is not None), None)
         if found is None:
+            fill = default_of(names) if fill else None
+            if fill is not None:
+                taken[fill] = defaults["values"][fill]
+                return taken[fill]
             if required:
-                raise SchedcError(f"{path}: field '{nested}{names[0]}' is missing; schedc needs it to count the "
-                                  f"model's costs{unsaved}")
+                raise SchedcError(f"{path}: field '{nested}{names[0]}' is missing and transformers' {kind} config "
+                                  f"has no default for it; write it in")
             return default
         value = data[found]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -208,7 +291,11 @@ def read_hf_config(path: Union[str, Path]) -> dict:
     if out["heads"] % out["kv_heads"]:
         raise SchedcError(f"{path}: num_attention_heads {out['heads']} is not a multiple of "
                           f"num_key_value_heads {out['kv_heads']}")
-    tied = data.get("tie_word_embeddings", gpt2)  # GPT-2 ties them unless it says otherwise
+    if "tie_word_embeddings" in data:
+        tied = data["tie_word_embeddings"]
+    else:
+        tie = default_of(("tie_word_embeddings",))
+        tied = defaults["values"][tie] if tie else gpt2  # GPT-2 ties them unless it says otherwise
     if not isinstance(tied, bool):
         raise SchedcError(f"{path}: field 'tie_word_embeddings' must be true or false, got {_short(tied)}")
     out["tied_embeddings"] = tied
@@ -223,7 +310,9 @@ def read_hf_config(path: Union[str, Path]) -> dict:
         out["dropout"] = any(isinstance(data.get(k, 0.1), (int, float)) and data.get(k, 0.1) > 0
                              for k in ("resid_pdrop", "embd_pdrop"))
     out.update(_experts(path, data, family, integer))
-    out["model"] = _label(kind, path.name, out)
+    out["model"] = _label(kind, path.name, out) + (
+        f"; left out, taken from {defaults['source']}: " + ", ".join(f"{k} {v}" for k, v in taken.items())
+        if taken else "")
     return out
 
 
@@ -243,7 +332,8 @@ def _model_type(path: Path, data: dict, field: str) -> str:
 
 
 def _experts(path: Path, data: dict, family: str, integer) -> dict:
-    routed = integer(("num_local_experts", "num_experts", "n_routed_experts"), 0, required=False)
+    moe = family in ("mixtral", "qwen2_moe", "qwen3_moe")
+    routed = integer(("num_local_experts", "num_experts", "n_routed_experts"), 0, required=False, fill=moe)
     if not routed:
         if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
             raise SchedcError(f"{path}: a {family} config needs 'num_local_experts' or 'num_experts'")
@@ -255,7 +345,7 @@ def _experts(path: Path, data: dict, family: str, integer) -> dict:
         if data.get(field):
             raise SchedcError(f"{path}: field {field!r}: dense layers among expert layers are not modelled; "
                               f"measure the model instead")
-    if data.get("decoder_sparse_step", 1) not in (1, None):
+    if data.get("decoder_sparse_step", 1) not in (1, None):  # 1 is Qwen2/3-MoE's default
         raise SchedcError(f"{path}: field 'decoder_sparse_step': expert layers every "
                           f"{data['decoder_sparse_step']} layers are not modelled; measure the model instead")
     out = {"experts": routed, "experts_per_token": integer("num_experts_per_tok")}
