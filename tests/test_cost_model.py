@@ -8,7 +8,7 @@ import pytest
 
 from schedc.core import cost_model
 from schedc.core.costs import MemoryLimit, Profile, StageCost
-from schedc.core.ir import Action, Overlap, Schedule
+from schedc.core.ir import TORCH_KINDS, Action, Overlap, Schedule
 from schedc.core.simulate import simulate
 from schedc.solver.engines.heuristic import check_memory_feasible, heuristic_schedule
 from schedc.solver.problem import Problem
@@ -283,7 +283,7 @@ def test_segments_are_the_stages_profile_merge_makes():
             assert view.activation_bytes == pytest.approx(stage.activation_bytes)
             assert view.weight_grad_bytes == pytest.approx(stage.weight_grad_bytes)
             assert view.backward_weight == pytest.approx(stage.backward_weight)
-            for k in cost_model.KINDS:
+            for k in TORCH_KINDS:
                 assert view.transient(k) == pytest.approx(stage.transient(k)), (i, j, k)
             assert cost_model.microbatch_need([view]) == pytest.approx(cost_model.one_microbatch_need(
                 prof.merge(counts).executed("torch"), [1 if i else 0]))

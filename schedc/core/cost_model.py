@@ -47,12 +47,12 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
+from schedc.core.ir import KIND_TABLE, Kind, kinds
 from schedc.core.tolerances import REL
 
 if TYPE_CHECKING:
     from schedc.core.costs import MemoryLimit, Profile, StageCost
 
-KINDS = ("F", "I", "W", "B")
 # the newest torch whose pipelining schedc models: receive buffers allocated just in time
 NEWEST_TORCH = "2.15"
 
@@ -69,14 +69,23 @@ def fits_room(held: float, room: float) -> bool:
 
 
 def held_delta(c: "StageCost", kind: str) -> float:
-    """Change of a rank's held bytes when it runs this action (F +act, I wg - act, W -wg, B -act)."""
-    if kind == "F":
-        return c.activation_bytes
-    if kind == "I":
-        return -(c.activation_bytes - c.weight_grad_bytes)
-    if kind == "W":
-        return -c.weight_grad_bytes
-    return -c.activation_bytes
+    """Change of a rank's held bytes when it runs this action, the kind's ``held`` rule in
+    schedc.core.ir.KIND_TABLE (F +act, I wg - act, W -wg, B -act)."""
+    return KIND_TABLE[kind].held(c)
+
+
+def torch_first_stage(first: "StageCost") -> "StageCost":
+    """Stage 0 as torch's ``_PipelineScheduleRuntime`` runs it: it skips stage 0's input
+    backward (no stage before it needs the gradient), so I takes no time and frees nothing, W
+    runs the whole backward and frees the whole activation, and W and B carry the backward's
+    transient (``StageCost.transient("B")``). The one place this rewrite is coded
+    (``Profile.merge`` and ``Profile.executed`` and :class:`Segments` call it); idempotent."""
+    whole = first.transient(Kind.B)
+    transients = None if not first.transient_bytes else {
+        Kind.F: first.transient(Kind.F), Kind.I: 0.0, Kind.W: whole, Kind.B: whole}
+    return first.model_copy(update={
+        "backward_input": 0.0, "backward_weight": first.backward_input + first.backward_weight,
+        "weight_grad_bytes": first.activation_bytes, "transient_bytes": transients})
 
 
 def _max(a, b):
@@ -178,7 +187,7 @@ def one_f_one_b_peaks(profile: "Profile", placement: Sequence[int]) -> list[floa
     for s, r in enumerate(placement):
         c = profile.stages[s]
         act[r] += c.activation_bytes
-        top[r] = max(top[r], c.transient("F"), c.transient("B"))
+        top[r] = max(top[r], c.transient(Kind.F), c.transient(Kind.B))
     return [(n_ranks - position[r]) * act[r] + top[r] for r in range(n_ranks)]
 
 
@@ -223,14 +232,14 @@ def microbatch_need(stages: Sequence) -> float:
     them (:meth:`Segments.stage`) the answer is elementwise."""
     held = peak = 0.0
     for c in stages:
-        peak = _max(peak, held + over(c, "F"))
-        held = held + held_delta(c, "F")
+        peak = _max(peak, held + over(c, Kind.F))
+        held = held + held_delta(c, Kind.F)
     for c in reversed(stages):
-        after_i = held + held_delta(c, "I")
-        split_peak = _max(held + over(c, "I"), after_i + over(c, "W"))
+        after_i = held + held_delta(c, Kind.I)
+        split_peak = _max(held + over(c, Kind.I), after_i + over(c, Kind.W))
         split = c.backward_weight > 0
-        peak = _max(peak, _where(split, split_peak, held + over(c, "B")))
-        held = _where(split, after_i + held_delta(c, "W"), held + held_delta(c, "B"))
+        peak = _max(peak, _where(split, split_peak, held + over(c, Kind.B)))
+        held = _where(split, after_i + held_delta(c, Kind.W), held + held_delta(c, Kind.B))
     return peak
 
 
@@ -315,16 +324,16 @@ class Segments:
         bw = table([c.backward_weight for c in units])
         measured = table([1.0 if c.transient_bytes else 0.0 for c in units]) > 0
         top = {}
-        for k in KINDS:
+        for k in kinds():
             values = np.array([c.transient(k) for c in units], dtype=float)
             t = np.zeros((n + 1, n + 1))
             for i in range(n):  # row i: the running maximum over units i, i+1, ...
                 t[i, i + 1:] = np.maximum.accumulate(values[i:])
-            top[k] = np.where(measured, t, np.maximum(wg - act, 0.0) if k == "B" else 0.0)
+            top[k] = np.where(measured, t, np.maximum(wg - act, 0.0) if k == Kind.B else 0.0)
         for j in range(1, n + 1):  # runs from unit 0: the merged stage itself
-            first = profile.merge([j] + ([n - j] if j < n else [])).executed("torch").stages[0]
+            first = torch_first_stage(profile.merge([j] + ([n - j] if j < n else [])).stages[0])
             act[0, j], wg[0, j], bw[0, j] = first.activation_bytes, first.weight_grad_bytes, first.backward_weight
-            for k in KINDS:
+            for k in kinds():
                 top[k][0, j] = first.transient(k)
         cut = np.zeros(n + 1)
         if profile.boundary_bytes is not None:
@@ -414,12 +423,12 @@ class CostModel:
 
     def activation(self, stage: int) -> float:
         """Bytes one microbatch of `stage` holds from its F's start until its backward frees them."""
-        return held_delta(self.profile.stages[stage], "F")
+        return held_delta(self.profile.stages[stage], Kind.F)
 
     def weight_grad(self, stage: int) -> float:
         """Bytes one microbatch of `stage` holds between the end of its I and the end of its W
         (what the W frees)."""
-        return -held_delta(self.profile.stages[stage], "W")
+        return -held_delta(self.profile.stages[stage], Kind.W)
 
     def held(self, stage: int, kind: str) -> float:
         return held_delta(self.profile.stages[stage], kind)

@@ -54,6 +54,8 @@ from typing import Annotated, Any, Literal, Optional, Sequence, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schedc.core import limits
+from schedc.core.cost_model import torch_first_stage
+from schedc.core.ir import KIND_TABLE, TORCH_KINDS
 from schedc.errors import ParameterError, SchedcError, literal
 
 PROFILE_FORMAT = "schedc.profile/v1"
@@ -161,15 +163,7 @@ class StageCost(BaseModel):
 def _merged_transients(units: Sequence[StageCost]) -> Optional[dict[str, float]]:
     if not any(u.transient_bytes for u in units):
         return None
-    return {k: max(u.transient(k) for u in units) for k in ("F", "I", "W", "B")}
-
-
-def _first_stage_transients(first: StageCost) -> Optional[dict[str, float]]:
-    """Under torch's runtime stage 0's I runs nothing and its W runs the whole backward."""
-    if not first.transient_bytes:
-        return None
-    whole = first.transient("B")
-    return {"F": first.transient("F"), "I": 0.0, "W": whole, "B": whole}
+    return {k: max(u.transient(k) for u in units) for k in TORCH_KINDS}
 
 
 class Profile(BaseModel):
@@ -332,10 +326,7 @@ class Profile(BaseModel):
             start += n
             ends.append(start - 1)
         if self.runtime == "torch":
-            first = stages[0]
-            stages[0] = first.model_copy(update={
-                "backward_input": 0.0, "backward_weight": first.backward,
-                "weight_grad_bytes": first.activation_bytes, "transient_bytes": _first_stage_transients(first)})
+            stages[0] = torch_first_stage(stages[0])
         comm = [self.comm_after(u) for u in ends[:-1]] if isinstance(self.comm, list) else self.comm
         boundary = ([self.boundary_after(u) for u in ends[:-1]] if isinstance(self.boundary_bytes, list)
                     else self.boundary_bytes)
@@ -355,18 +346,12 @@ class Profile(BaseModel):
             return self if self.runtime == "ideal" else self.model_copy(update={"runtime": "ideal"})
         if self.runtime == "torch":
             return self
-        first = self.stages[0]
-        stage0 = first.model_copy(update={
-            "backward_input": 0.0,
-            "backward_weight": first.backward_input + first.backward_weight,
-            "weight_grad_bytes": first.activation_bytes,
-            "transient_bytes": _first_stage_transients(first),
-        })
-        return self.model_copy(update={"stages": [stage0] + list(self.stages[1:]), "runtime": "torch"})
+        return self.model_copy(update={"stages": [torch_first_stage(self.stages[0])] + list(self.stages[1:]),
+                                       "runtime": "torch"})
 
     def duration(self, stage: int, kind: str) -> float:
-        c = self.stages[stage]
-        return {"F": c.forward, "I": c.backward_input, "W": c.backward_weight, "B": c.backward}[kind]
+        """Seconds of `kind` on `stage` (the kind's ``seconds`` rule in schedc.core.ir.KIND_TABLE)."""
+        return KIND_TABLE[kind].seconds(self.stages[stage])
 
     def memory_delta(self, stage: int, kind: str) -> float:
         """Change of a rank's held bytes when it runs this action (schedc.core.cost_model.held_delta)."""

@@ -9,14 +9,143 @@ A :class:`Schedule` is, for every rank, the ordered list of cells that rank exec
 an idle slot, kept so that a CSV round-trips cell for cell), plus the stage-to-rank placement and
 the microbatch count. Placement conventions (``loop``, ``v``) are the ones torchtitan and NeMo
 AutoModel use to build stages; any explicit mapping is legal.
+
+Action kinds are one table (:data:`KIND_TABLE`, torch's ``_ComputationType`` as the model): a
+:class:`Kind` is a CSV letter, and its :class:`KindInfo` row says everything the other parts ask
+of a kind (what it waits for and sends, its seconds and its change of held bytes, split or merged
+backward, plot and trace names). The simulator, the cost model, the problem graph, csvio and
+``show/`` read the row; a new kind is :func:`register_kind` plus the engines that emit it.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence, Union
+from typing import Any, Callable, ClassVar, Iterator, Literal, Optional, Sequence, Union
 
-KINDS = ("F", "I", "W", "B")
+
+class Kind(str):
+    """An action kind: its CSV letter (``Kind.F == "F"``, so it hashes, sorts and serialises as
+    the letter). A str whose values are the rows of :data:`KIND_TABLE` rather than an ``Enum``,
+    because an Enum is closed and a kind registered later must be a value of this type too.
+    ``Kind("F")`` is the registered instance; an unknown letter is a ValueError."""
+
+    __slots__ = ()
+    F: ClassVar["Kind"]
+    I: ClassVar["Kind"]  # noqa: E741 - torch's letter for the backward for inputs
+    W: ClassVar["Kind"]
+    B: ClassVar["Kind"]
+
+    def __new__(cls, letter: str) -> "Kind":
+        info = KIND_TABLE.get(letter)
+        if info is None:
+            raise ValueError(f"action kind must be one of {'/'.join(KIND_TABLE)}, got {letter!r}")
+        return info.kind
+
+    def __reduce__(self):
+        return (Kind, (str(self),))
+
+    @property
+    def info(self) -> "KindInfo":
+        return KIND_TABLE[self]
+
+
+# what an action hands to a neighbouring stage: a forward's output activation to the next stage,
+# a backward's input gradient to the previous one
+Payload = Literal["activation", "gradient"]
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """Everything schedc knows about one action kind.
+
+    ``after``: kinds of the same stage and microbatch it waits for; ``receives``: what it waits
+    for from the neighbouring stage (an activation from stage s-1, a gradient from stage s+1, of
+    the same microbatch); ``sends``: what it produces for a neighbour. ``seconds(c)`` and
+    ``held(c)`` read a StageCost (or the array form of schedc.core.cost_model.Segments): its
+    duration and the change of the rank's held bytes (``memory`` names the sign: allocates at its
+    start, moves bytes from one form to another, frees at its end, or none). ``backward``: part of
+    the split backward (I, W), the merged one (B), or neither."""
+
+    letter: str
+    name: str  # torch's _ComputationType name
+    seconds: Callable[[Any], float]
+    held: Callable[[Any], float]
+    memory: Literal["allocates", "moves", "frees", "none"]
+    after: tuple[str, ...] = ()
+    receives: Optional[Payload] = None
+    sends: Optional[Payload] = None
+    backward: Optional[Literal["split", "merged"]] = None
+    plot_label: str = ""
+    plot_colormap: str = "Greys"  # a matplotlib colormap: the box's hue, shaded per stage slot
+    trace_category: str = ""
+    kind: Kind = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.letter) != 1 or not self.letter.isupper():
+            raise ValueError(f"an action kind is one upper-case letter, got {self.letter!r}")
+        object.__setattr__(self, "kind", str.__new__(Kind, self.letter))
+
+
+KIND_TABLE: dict[str, KindInfo] = {}
+
+
+def kinds() -> tuple[Kind, ...]:
+    """Every registered kind, in table order (F, I, W, B, then registered ones)."""
+    return tuple(info.kind for info in KIND_TABLE.values())
+
+
+def senders(payload: Payload) -> tuple[Kind, ...]:
+    """The kinds that send `payload` to a neighbour (F the activation; I and B the gradient)."""
+    return tuple(info.kind for info in KIND_TABLE.values() if info.sends == payload)
+
+
+def register_kind(info: KindInfo) -> Kind:
+    """Add a kind to the table (its letter must be new) and return it; the simulator, the cost
+    model, csvio and the plots read it from there. :func:`unregister_kind` takes it out."""
+    if info.letter in KIND_TABLE:
+        raise ValueError(f"action kind {info.letter!r} is already registered")
+    KIND_TABLE[info.letter] = info
+    return info.kind
+
+
+def unregister_kind(letter: str) -> None:
+    """Remove a kind :func:`register_kind` added (the four torch kinds stay)."""
+    if letter in TORCH_KINDS:
+        raise ValueError(f"action kind {letter!r} is one of torch's and cannot be removed")
+    KIND_TABLE.pop(letter, None)
+
+
+@contextmanager
+def registered_kind(info: KindInfo) -> Iterator[Kind]:
+    """:func:`register_kind` for the duration of a with-block."""
+    kind = register_kind(info)
+    try:
+        yield kind
+    finally:
+        unregister_kind(info.letter)
+
+
+for _info in (
+    KindInfo("F", "FORWARD", seconds=lambda c: c.forward, held=lambda c: c.activation_bytes,
+             memory="allocates", receives="activation", sends="activation",
+             plot_label="forward", plot_colormap="Blues", trace_category="forward"),
+    # I keeps the weight-gradient inputs and frees the rest of the activation
+    KindInfo("I", "BACKWARD_INPUT", seconds=lambda c: c.backward_input,
+             held=lambda c: -(c.activation_bytes - c.weight_grad_bytes), memory="moves",
+             after=("F",), receives="gradient", sends="gradient", backward="split",
+             plot_label="backward (inputs)", plot_colormap="Oranges", trace_category="backward_input"),
+    KindInfo("W", "BACKWARD_WEIGHT", seconds=lambda c: c.backward_weight, held=lambda c: -c.weight_grad_bytes,
+             memory="frees", after=("I",), backward="split",
+             plot_label="backward (weights)", plot_colormap="Greens", trace_category="backward_weight"),
+    KindInfo("B", "FULL_BACKWARD", seconds=lambda c: c.backward, held=lambda c: -c.activation_bytes,
+             memory="frees", after=("F",), receives="gradient", sends="gradient", backward="merged",
+             plot_label="full backward", plot_colormap="Purples", trace_category="backward"),
+):
+    register_kind(_info)
+    setattr(Kind, _info.letter, _info.kind)
+# the four kinds torch's runtime executes (its _ComputationType F, I, W, B), always in the table
+TORCH_KINDS = kinds()
 
 
 # slots: a million actions take 56 MB instead of 340 MB, and hash faster
@@ -27,12 +156,12 @@ class Action:
     cell, e.g. ``3F0``."""
 
     stage: int
-    kind: str  # one of KINDS
+    kind: Kind  # a letter is accepted and turned into its Kind
     microbatch: int
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"action kind must be one of {'/'.join(KINDS)}, got {self.kind!r}")
+        if self.kind.__class__ is not Kind:
+            object.__setattr__(self, "kind", Kind(self.kind))
         if self.stage < 0 or self.microbatch < 0:
             raise ValueError(f"stage and microbatch must be >= 0, got {self.stage}, {self.microbatch}")
 

@@ -32,7 +32,7 @@ from typing import Optional
 from schedc.core.cost_model import CostModel, fits
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
-from schedc.core.ir import KINDS, Action, Schedule
+from schedc.core.ir import KIND_TABLE, Action, Kind, Schedule, kinds, senders
 
 
 def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int], str]) -> list[tuple[Action, int]]:
@@ -47,14 +47,34 @@ def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int]
 
 def producer_keys(s: int, kind: str, m: int, n_stages: int,
                    backward_kind: dict[tuple[int, int], str]) -> list[tuple[tuple[int, str, int], int]]:
-    """:func:`producers` as (stage, kind, microbatch) tuples, which hash far faster than Actions."""
-    if kind == "F":
-        return [((s - 1, "F", m), s - 1)] if s > 0 else []
-    if kind == "I" or kind == "B":
-        if s + 1 < n_stages:
-            return [((s, "F", m), -1), ((s + 1, backward_kind.get((s + 1, m), "I"), m), s)]
-        return [((s, "F", m), -1)]
-    return [((s, "I", m), -1)]  # W
+    """:func:`producers` as (stage, kind, microbatch) tuples, which hash far faster than Actions.
+    The rules are the kind's row of schedc.core.ir.KIND_TABLE: the kinds of its own stage and
+    microbatch it comes after, then what it receives from a neighbour (an activation from the
+    previous stage's F, a gradient from the next stage's I or B, whichever that stage runs)."""
+    info = KIND_TABLE[kind]
+    found = [((s, k, m), -1) for k in info.after]
+    if info.receives == "activation":
+        if s > 0:
+            found.append(((s - 1, _ACTIVATION_SENDER, m), s - 1))
+    elif info.receives == "gradient" and s + 1 < n_stages:
+        found.append(((s + 1, backward_kind.get((s + 1, m), _GRADIENT_SENDER), m), s))
+    return found
+
+
+def backward_kinds(keys) -> dict[tuple[int, int], str]:
+    """(stage, microbatch) -> the kind that sends its input gradient (I or B), from
+    (stage, kind, microbatch) keys; the first one wins."""
+    sending = set(senders("gradient"))
+    out: dict[tuple[int, int], str] = {}
+    for s, k, m in keys:
+        if k in sending:
+            out.setdefault((s, m), k)
+    return out
+
+
+# the kinds a receiver waits for when the sender's stage does not say: a forward, a split backward
+_ACTIVATION_SENDER = Kind.F
+_GRADIENT_SENDER = Kind.I
 
 
 @dataclass(slots=True)
@@ -142,7 +162,7 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
     profile.check_step_total(schedule.n_microbatches)
     w = walk(schedule)
     order, actions, rank_of, deps = w.order, w.actions, w.rank_of, w.deps
-    dur = {(s, k): profile.duration(s, k) for s in range(profile.n_stages) for k in KINDS}
+    dur = {(s, k): profile.duration(s, k) for s in range(profile.n_stages) for k in kinds()}
     comm = [profile.comm_after(b) for b in range(profile.n_stages - 1)]
     start, end = [0.0] * len(actions), [0.0] * len(actions)
     rank_free = [0.0] * schedule.n_ranks
@@ -173,8 +193,8 @@ def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
     end times (numbered rank by rank, as :func:`walk` numbers them), by schedc.core.cost_model's rule:
     the bytes held all step, then each cell's allocations from its start with its transient on
     top while it runs, its frees at its end."""
-    delta = {(s, k): model.held(s, k) for s in range(len(model.placement)) for k in KINDS}
-    over_of = {(s, k): model.over(s, k) for s in range(len(model.placement)) for k in KINDS}
+    delta = {(s, k): model.held(s, k) for s in range(len(model.placement)) for k in kinds()}
+    over_of = {(s, k): model.over(s, k) for s in range(len(model.placement)) for k in kinds()}
     curves, peaks = [], []
     i = 0
     for r, row in enumerate(schedule.rows):
@@ -244,7 +264,7 @@ def walk(schedule: Schedule) -> Walk:
     number: dict[tuple[int, str, int], int] = {}
     for i, key in enumerate(keys):
         number.setdefault(key, i)
-    backward_kind = {(s, m): k for s, k, m in keys if k == "I" or k == "B"}
+    backward_kind = backward_kinds(keys)
     n_stages = schedule.n_stages
 
     deps: list[list[tuple[int, int]]] = []

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Optional, Sequence, Union
 from schedc.core.costs import MemoryLimit, Profile, format_duration, format_memory
 from schedc.errors import SchedcError
 from schedc.io.fileio import atomic_write_bytes
-from schedc.core.ir import KINDS, Schedule
+from schedc.core.ir import KIND_TABLE, Schedule, kinds
 from schedc.core.simulate import SimResult, simulate
 from schedc.core.tolerances import REL
 from schedc.show.trace import merge_instants
@@ -49,8 +49,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("png", "svg", "pdf")
 
-KIND_NAMES = {"F": "forward", "I": "backward (inputs)", "W": "backward (weights)", "B": "full backward"}
-_KIND_CMAP = {"F": "Blues", "I": "Oranges", "W": "Greens", "B": "Purples"}
 
 # Figure geometry, in inches: chosen by looking at 4x8, 8x16 (V) and 32x128 renderings.
 _MIN_WIDTH, _MAX_WIDTH = 8.0, 30.0
@@ -60,18 +58,23 @@ _LEFT_MARGIN_INCH = 1.2
 _BYTE_UNITS = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10))
 
 
-@functools.lru_cache(maxsize=None)  # colormap lookups copy the map: far too slow per box
 def kind_color(kind: str, slot: int = 0, n_slots: int = 1, alternate: bool = False) -> tuple:
-    """RGBA of a box: the kind's hue, shaded by the stage slot on its rank (darker = later).
-    ``alternate``: a box that directly follows one of the same colour on its rank takes a lighter
-    tint of it (every other one), so a run of such boxes still reads as separate actions."""
+    """RGBA of a box: the kind's hue (its ``plot_colormap`` in schedc.core.ir.KIND_TABLE), shaded
+    by the stage slot on its rank (darker = later). ``alternate``: a box that directly follows
+    one of the same colour on its rank takes a lighter tint of it (every other one), so a run of
+    such boxes still reads as separate actions."""
+    return _shade(KIND_TABLE[kind].plot_colormap, slot, n_slots, alternate)
+
+
+@functools.lru_cache(maxsize=None)  # colormap lookups copy the map: far too slow per box
+def _shade(colormap: str, slot: int, n_slots: int, alternate: bool) -> tuple:
     from matplotlib import colormaps
 
     if n_slots <= 1:
         x = 0.62
     else:
         x = 0.4 + 0.5 * slot / (n_slots - 1)
-    rgba = colormaps[_KIND_CMAP[kind]](x)
+    rgba = colormaps[colormap](x)
     if not alternate:
         return rgba
     return tuple(c + 0.22 * (1.0 - c) for c in rgba[:3]) + (rgba[3],)
@@ -394,8 +397,9 @@ def _add_legend(fig: Figure, keys) -> None:
 
     handles = []
     ordinal = {0: "1st", 1: "2nd", 2: "3rd"}
-    for kind, slot, n_slots in sorted(keys, key=lambda k: (KINDS.index(k[0]), k[2], k[1])):
-        label = f"{kind} {KIND_NAMES[kind]}"
+    order = kinds()
+    for kind, slot, n_slots in sorted(keys, key=lambda k: (order.index(k[0]), k[2], k[1])):
+        label = f"{kind} {KIND_TABLE[kind].plot_label}"
         if n_slots > 1:
             label += f", rank's {ordinal.get(slot, f'{slot + 1}th')} stage"
         handles.append(Patch(facecolor=kind_color(kind, slot, n_slots), label=label))

@@ -28,7 +28,6 @@ from schedc.core.ir import Schedule
 from schedc.core.simulate import simulate
 
 US_PER_SECOND = 1e6
-KIND_CATEGORY = {"F": "forward", "I": "backward_input", "W": "backward_weight", "B": "backward"}
 
 
 def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None) -> dict:
@@ -46,7 +45,7 @@ def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLi
         for index, a in enumerate(row):
             t = res.timings[a]
             events.append({
-                "name": str(a), "cat": KIND_CATEGORY[a.kind], "ph": "X", "pid": r, "tid": 0,
+                "name": str(a), "cat": a.kind.info.trace_category, "ph": "X", "pid": r, "tid": 0,
                 "ts": _us(t.start), "dur": _us(t.end - t.start),
                 "args": {"stage": a.stage, "microbatch": a.microbatch, "kind": a.kind, "index": index},
             })
