@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -52,7 +53,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from schedc.core.cost_model import CostModel, Segments, fits, microbatch_need, segments_need
-from schedc.core.costs import Profile
+from schedc.core.costs import Profile, format_bytes
 from schedc.errors import SchedcError
 from schedc.core.tolerances import REL, TIE
 
@@ -754,3 +755,68 @@ def check_units(profile: Profile, source: str = "profile") -> list[str]:
         return [f"{len(missing)} of {profile.n_stages} units have no 'modules'; they are named unit<index> "
                 f"(e.g. unit{missing[0]}): add module names to hand the partition to torchtitan or NeMo"]
     return []
+
+
+# ---------------------------------------------------------------- why nothing fits
+
+WHY_RANKS_SECONDS = 2.0  # the most the search for a pipeline degree that fits may take
+
+
+def why_nothing_fits(profile: Profile, u: Units, placement: str, n_ranks: int, cap: float,
+                     n_microbatches: Optional[int] = None) -> str:
+    """Why no partition onto `n_ranks` fits `cap`, and what would: text for a
+    :class:`~schedc.errors.ParameterError`'s detail (placeholders ``{name:P}`` name flags).
+
+    Problem: "the smallest cap is 159.65GiB" tells a user that the plan failed, not whether
+    checkpointing, tensor parallelism or more ranks would rescue it. Method: the split of
+    :func:`min_cap` (the one that needs least) and its fullest rank's static bytes plus reserve,
+    the part no schedule and no checkpointing changes, with the share FSDP2 holds unsharded under
+    torch's pipelining where the profile's ``assumes`` counts it
+    (:func:`schedc.model_costs.fsdp_held`); then the remedies with numbers: checkpointing only
+    when the static part fits, the tensor-parallel degree whose counted bytes (everything but the
+    reserve is divided by the degree in a counted profile) fit, and the least pipeline degree up
+    to the unit count whose own least split fits. Cost: one :func:`min_cap` per degree tried,
+    within ``WHY_RANKS_SECONDS``.
+    """
+    need, counts = min_cap(u, placement, n_ranks, n_microbatches)
+    edges = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    stage_static = [u.seg(u.static, edges[k], edges[k + 1]) for k in range(len(counts))]
+    if placement == "v":
+        per_rank = [stage_static[r] + stage_static[len(counts) - 1 - r] for r in range(n_ranks)]
+    else:
+        per_rank = stage_static
+    static = float(max(per_rank)) + u.reserve
+    assumes = profile.assumes or {}
+    unsharded = assumes.get("fsdp_unsharded_bytes_per_param") or 0.0
+    sharded = (assumes.get("static_bytes_per_param") or 0.0) / (assumes.get("dp_shard") or 1)
+    held = ""
+    if unsharded and sharded + unsharded:
+        share = unsharded / (sharded + unsharded) * (static - u.reserve)
+        held = (f" ({format_bytes(share)} of it the weights and gradients each rank holds unsharded under "
+                f"torch's pipelining with FSDP2 at dp_shard {assumes.get('dp_shard')}: a larger {{param:dp_shard}} "
+                f"divides only the other {format_bytes(static - u.reserve - share)})")
+    text = (f"; its least split ({'/'.join(str(int(c)) for c in counts)} units per stage) holds "
+            f"{format_bytes(static)} on its fullest rank before any activation: weights, gradients, optimizer "
+            f"states" + (" and the reserve" if u.reserve else "") + held)
+    would = []
+    if fits(static, cap):
+        would.append("activation checkpointing ({name:ac}full, or {name:ac}auto) for the "
+                     f"{format_bytes(need - static)} of activations and buffers")
+    else:
+        text += "; activation checkpointing cannot help: this part alone is over the cap"
+    tp = assumes.get("tp")
+    if isinstance(tp, int) and not isinstance(tp, bool):
+        for more in (2, 4, 8):
+            tp_need = u.reserve + (need - u.reserve) / more
+            if fits(tp_need, cap):
+                would.append(f"{{name:tp}}{tp * more} (about {format_bytes(tp_need)})")
+                break
+    deadline = time.monotonic() + WHY_RANKS_SECONDS
+    for ranks in range(n_ranks + 1, u.n // (2 if placement == "v" else 1) + 1):
+        if time.monotonic() > deadline:
+            break
+        more_need = min_cap(u, placement, ranks, n_microbatches)[0]
+        if fits(more_need, cap):
+            would.append(f"{{name:ranks}}{ranks} (needs {format_bytes(more_need)})")
+            break
+    return text + ("; would fit: " + ", ".join(would) if would else "; no remedy tried fits")

@@ -17,10 +17,11 @@ import math
 from schedc.core.costs import format_bytes
 from schedc.core.cost_model import fits
 from schedc.errors import ParameterError
-from schedc.core.partition import even_counts, min_cap, n_stages_for, partition_bound, torchtitan_default_counts
+from schedc.core.partition import (even_counts, min_cap, partition_bound, torchtitan_default_counts,
+                                   why_nothing_fits)
 from schedc.plan.clock import _now, stop_requested
 from schedc.plan.handmade import _balanced, _hand_made_shapes, best_hand_made
-from schedc.plan.problem import _tight_problem, holds_one_microbatch, own_bound, problem_for
+from schedc.plan.problem import _tight_problem, holds_one_microbatch, own_bound, problem_for, stages_for
 from schedc.plan.request import _round_up_bytes
 
 
@@ -50,7 +51,8 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
                 best = min(caps, key=caps.get)
                 raise ParameterError("memory", f"{{name}}{limit}: no partition of the {profile.n_stages} units onto "
                                                f"{ranks} ranks ({' or '.join(placements)}) fits; the smallest cap "
-                                               f"that does is {{name}}{_round_up_bytes(caps[best])} ({best})")
+                                               f"that does is {{name}}{_round_up_bytes(caps[best])} ({best})"
+                                     + why_nothing_fits(profile, units, best, ranks, cap))
             notes.append(f"placement {pl}: no partition fits under {limit} (needs {format_bytes(need)})")
             continue
         pb = partition_bound(profile, ranks, microbatches, cap, pl, objective, stop=stop)
@@ -67,18 +69,31 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
     return searches, bounds
 
 
-def _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap, objective, seconds, say, t0,
+def interleaved_bound(profile, units, ranks, microbatches, cap, objective, stop=None) -> float:
+    """A bound over every partition into 2R stages interleaved on R ranks (stage s on rank s mod R)
+    and every schedule under the cap: the larger of two relaxations. The busiest rank computes at
+    least the mean rank's work (M times every unit's F + I + W, over R); and each stage on a rank of
+    its own is a loop of 2R ranks (schedc.core.partition.partition_bound), where any interleaved
+    schedule runs unchanged: every boundary crosses ranks in both, and a rank holds one stage's
+    bytes instead of two. inf when no stage alone fits. Cost: the loop's dynamic program."""
+    mean = microbatches * float(units.F[units.n] + units.I[units.n] + units.W[units.n]) / ranks
+    own_ranks = partition_bound(profile, 2 * ranks, microbatches, cap, "loop", objective, stop=stop).value
+    return max(mean, own_ranks) if math.isfinite(own_ranks) else math.inf
+
+
+def _screened_candidates(profile, units, pl, start, ranks, microbatches, limit, cap, objective, seconds, say, t0,
                          hard=math.inf, memo=None):
     """Step 2 for one placement: the partitions best by their own lower bound and the comparison
     splits, each screened by its best hand-made schedule that fits (an upper bound, milliseconds to
-    simulate). Returns (pool of (lower bound, hand-made step, counts), [the balanced split's entry])."""
-    S = n_stages_for(pl, ranks)
-    splits = [pb.counts, _balanced(units, pl, ranks, cap), torchtitan_default_counts(profile.n_stages, S),
+    simulate); `start`: the dynamic program's partition (None for the interleaved loop, which has
+    no program). Returns (pool of (lower bound, hand-made step, counts), [the balanced split's entry])."""
+    S = stages_for(pl, ranks)
+    splits = [start, _balanced(units, pl, ranks, cap), torchtitan_default_counts(profile.n_stages, S),
               even_counts(profile.n_stages, S)]
     # under a tight cap the own bound ranks partitions poorly (step 4's block relaxation ranks them),
     # and a search that follows it far from the dynamic program's partition finds partitions that
     # compile worse (docs/design.md, "The plan", step 2)
-    tight = bool(pb.counts) and _tight_problem(problem_for(profile, pb.counts, pl, ranks, microbatches, limit, objective))
+    tight = bool(start) and _tight_problem(problem_for(profile, start, pl, ranks, microbatches, limit, objective))
     scores = _best_first(profile, pl, ranks, microbatches, limit, objective,
                          [s for s in splits if s], _now() + seconds, far=not tight, hard=hard)
     by_lb = sorted(scores, key=scores.get)[:SCREEN]
