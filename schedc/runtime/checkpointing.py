@@ -234,9 +234,10 @@ def plan_settings(plan: Union[str, os.PathLike, dict]) -> dict:
     ``activation_checkpoint`` (one mode per stage, from its ``"assumes"``, which records the
     per-stage choice of ``--ac auto``) and ``layers_per_stage`` (the blocks of each stage of its
     ``"partition"``: module names that end in an index, e.g. ``layers.3``; the embedding and the
-    head are the split's first and last modules). SchedcError naming the file and field when one
-    is missing or malformed (a per-block list must have one mode per block of its stage). Cost:
-    reading the file.
+    head are the split's first and last modules), and ``memory_actions`` when the plan has them
+    (its ``"memory_actions"``, :mod:`schedc.core.memory_actions`; ``load_pipeline`` checks them
+    against the CSV). SchedcError naming the file and field when one is missing or malformed (a
+    per-block list must have one mode per block of its stage). Cost: reading the file.
 
         pipe = load_pipeline("plan.csv", model, loss_fn, device, **plan_settings("plan.json"))
     """
@@ -250,7 +251,12 @@ def plan_settings(plan: Union[str, os.PathLike, dict]) -> dict:
     if empty:
         raise SchedcError(f"{where}: \"partition\": stage {empty[0]} holds no block (module names ending in an "
                           f"index); every stage but the first and the last holds one; {_REDO}")
-    return {"activation_checkpoint": _assumed_modes(where, report, blocks), "layers_per_stage": blocks}
+    settings = {"activation_checkpoint": _assumed_modes(where, report, blocks), "layers_per_stage": blocks}
+    if "memory_actions" in report:
+        from schedc.core.memory_actions import parse_memory_actions
+
+        settings["memory_actions"] = parse_memory_actions(report["memory_actions"], where)
+    return settings
 
 
 def planned_modes(plan: Union[str, os.PathLike, dict]) -> list:

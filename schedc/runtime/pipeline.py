@@ -43,6 +43,7 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 from schedc.errors import ParameterError, SchedcError, literal, shown
 from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, check_split_stages, stage_modes
 from schedc.core.ir import Schedule
+from schedc.core.memory_actions import MemoryAction, check_memory_actions
 from schedc.runtime.torch_check import to_torch_order
 
 
@@ -140,11 +141,24 @@ class CsvSchedule(_PipelineScheduleRuntime):
     """torch's ``_PipelineScheduleRuntime`` loaded from a checked CSV.
 
     ``.schedule`` is the parsed :class:`~schedc.core.ir.Schedule`; ``.csv_path`` where it came from.
-    ``step()`` is torch's, unchanged.
+    ``step()`` is torch's, unchanged; with memory actions, ``.memory`` is the
+    :class:`~schedc.runtime.offload.MemoryRunner` that runs them (``.memory.stats`` counts the
+    last step's, ``.memory.live()`` what it holds now), and every step starts and ends with
+    nothing held.
     """
 
     schedule: Schedule
     csv_path: str
+    memory = None
+
+    def _step_microbatches(self, *args, **kwargs):
+        if self.memory is None:
+            return super()._step_microbatches(*args, **kwargs)
+        self.memory.begin_step()
+        try:
+            return super()._step_microbatches(*args, **kwargs)
+        finally:
+            self.memory.end_step()
 
 
 def build_schedule(
@@ -153,17 +167,29 @@ def build_schedule(
     n_microbatches: int | None = None,
     loss_fn: Callable[..., torch.Tensor] | None = None,
     scale_grads: bool = True,
+    *,
+    memory_actions: Sequence[MemoryAction | dict] | None = None,
     **kwargs: Any,
 ) -> CsvSchedule:
     """A ready ``_PipelineScheduleRuntime`` running the CSV on this rank's ``stages``.
 
-    ``n_microbatches=None`` takes the CSV's count. Extra keyword arguments go to torch's
-    constructor (``args_chunk_spec``, ``output_merge_spec``, ...). Raises SchedcError, before
-    any communication, when the group size, microbatch count, local stage indices or total
-    stage count disagree with the CSV, or when the CSV has backward actions and no ``loss_fn``.
+    ``n_microbatches=None`` takes the CSV's count. ``memory_actions``: offloads and per-microbatch
+    recomputes to run (:mod:`schedc.core.memory_actions`, the JSON list or parsed entries). Extra
+    keyword arguments go to torch's constructor (``args_chunk_spec``, ``output_merge_spec``,
+    ...). Raises SchedcError, before any communication, when the group size, microbatch count,
+    local stage indices or total stage count disagree with the CSV, when the CSV has backward
+    actions and no ``loss_fn``, or when a memory action does not fit the CSV.
     """
     schedule, where = _as_schedule(csv)
-    return _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, **kwargs)
+    checked = _memory_actions(memory_actions, schedule, where)
+    return _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, memory=checked, **kwargs)
+
+
+def _memory_actions(memory_actions, schedule: Schedule, where: str) -> dict | None:
+    """The memory actions checked against the CSV (None for none), before anything is built."""
+    if memory_actions is None:
+        return None
+    return check_memory_actions(memory_actions, schedule, where) or None
 
 
 def _build(
@@ -173,6 +199,7 @@ def _build(
     n_microbatches: int | None,
     loss_fn: Callable[..., torch.Tensor] | None,
     scale_grads: bool,
+    memory: dict | None = None,
     **kwargs: Any,
 ) -> CsvSchedule:
     stage_list = [stages] if isinstance(stages, _PipelineStageBase) else list(stages)
@@ -195,6 +222,10 @@ def _build(
     )
     runtime.schedule = schedule
     runtime.csv_path = where
+    if memory:
+        from schedc.runtime.offload import MemoryRunner
+
+        runtime.memory = MemoryRunner(memory, stage_list).install()
     # Our cells print in torch's notation (that is the CSV format), so torch's own parser turns
     # each checked cell into its _Action, OVERLAP_F_B cells included.
     actions = to_torch_order(schedule)
@@ -310,6 +341,7 @@ def load_pipeline(
     scale_grads: bool = True,
     split_kwargs: dict | None = None,
     activation_checkpoint: str | Sequence[str] = "none",
+    memory_actions: Sequence[MemoryAction | dict] | None = None,
     **kwargs: Any,
 ) -> Pipeline:
     """Split ``model`` for this rank's CSV stages, wrap them as ``PipelineStage``s, build the
@@ -321,6 +353,9 @@ def load_pipeline(
     to each stage's blocks; a wrong type, mode or count is a ParameterError naming it, and
     "light" or "selective" on a stage other than 0 that the CSV runs as I and W is a SchedcError
     naming the stage (torch's split backward cannot go twice through a per-op checkpoint).
+    ``memory_actions``: per (stage, microbatch) offloads to host memory and recomputes
+    (:mod:`schedc.core.memory_actions`; a plan's come with ``plan_settings``), run by
+    :mod:`schedc.runtime.offload`; one that does not fit the CSV is a SchedcError naming the entry.
     The process group must be initialized; the checks run before any communication.
     """
     schedule, where = _as_schedule(csv)
@@ -336,11 +371,12 @@ def load_pipeline(
         )
     modes = stage_modes(activation_checkpoint, schedule.n_stages, _blocks_given(layers_per_stage, schedule.n_stages))
     check_split_backward(modes, schedule, where)
+    memory = _memory_actions(memory_actions, schedule, where)
     modules, stages = _make_stages(
         model, stage_ids, schedule.n_stages, device, group, layers_per_stage, split_kwargs
     )
     _checkpoint_stages(modules, modes, split_kwargs)
-    runtime = _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, **kwargs)
+    runtime = _build(schedule, where, stages, n_microbatches, loss_fn, scale_grads, memory=memory, **kwargs)
     return Pipeline(runtime, stages, modules)
 
 

@@ -1,0 +1,300 @@
+"""Run memory actions (offload, per-microbatch recompute) on torch's ``_PipelineScheduleRuntime``.
+
+Problem: a plan may send the activations a stage saves for one microbatch to host memory after
+its F and fetch them back at a compiled point before its I (or B), or recompute that microbatch's
+forward in its backward (:mod:`schedc.core.memory_actions`). torch's pipelining has neither, and
+its runtime runs each action inside one closure (``_step_microbatches``' ``_perform_action``)
+that a subclass cannot extend; ``register_custom_function`` replaces an action kind's whole body,
+which would mean copying torch's forward and backward bookkeeping.
+
+Method: the three stage methods torch's runtime calls once per compute action are wrapped on the
+stage instances, and the stage module's ``forward`` on the module instance, so torch's code runs
+unchanged between them:
+
+- ``forward_one_chunk(mb)`` (an F): fetches what is due at this F, then marks (stage, mb) as the
+  forward in progress. The module's ``forward`` reads that mark: for an offloaded microbatch it
+  runs under ``torch.autograd.graph.saved_tensors_hooks`` whose pack hook copies each saved
+  tensor to a host buffer and hands autograd a small holder instead, so the device tensor is
+  freed once the forward no longer uses it; for a recomputed one it runs under
+  ``torch.utils.checkpoint.checkpoint`` (non-reentrant), which keeps only the inputs and runs
+  the forward again when the backward unpacks.
+- ``backward_one_chunk(mb, full_backward=...)`` (an I or B) and ``backward_weight_one_chunk(mb)``
+  (a W): fetch what is due when the rank starts them (``fetch_at`` may name any compute action
+  of the rank), and after the B or the W, the last use of the graph, drop every buffer of that
+  (stage, mb). Torch's split backward unpacks in I and again in W (I keeps the graph), so the
+  fetched device copies stay until W.
+
+Granularity: every tensor the stage's forward saves for that microbatch, except those the stage
+holds on the device anyway: its parameters and buffers and the stage's own inputs (torch keeps
+them in ``fwd_cache`` until the backward), matched by storage; a tensor saved twice (two ops
+saving one activation) is copied once. Not a subset by tensor class: the stage's saved bytes are
+the quantity the cost model counts per (stage, microbatch) (``activation_bytes``), so moving all
+of them keeps the runtime's bytes equal to the plan's, and one transfer per microbatch and
+direction is what the copy streams of the model schedule (first in, first out).
+
+On CUDA the copies run on two side streams per rank (device to host, host to device) into pinned
+host memory; the copy out waits for the compute that produced the tensor, the fetch waits for
+the copy out, and the first unpack makes the compute stream wait for the fetch (and records the
+fetched tensor on it, so the caching allocator does not reuse it early). On CPU the "host
+buffer" is a second CPU tensor (a clone), which exercises the same bookkeeping. A holder
+unpacked before its fetch point (a CSV run differently from the plan) is fetched then, counted
+in ``late_fetches``.
+
+Every step starts and ends with nothing held (:meth:`MemoryRunner.live` is zero); buffers a
+failed step left behind are dropped when the next step starts. Cost: one copy out and one copy in
+per saved tensor of an offloaded microbatch; one extra forward per recomputed microbatch.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import wraps
+from typing import Any, Optional, Sequence
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+from torch.utils.checkpoint import checkpoint
+
+from schedc.core.ir import Action
+from schedc.core.memory_actions import MemoryAction
+from schedc.errors import SchedcError
+
+
+class _Saved:
+    """One saved tensor of an offloaded microbatch: its host copy until the fetch, then its device
+    copy until the backward that last needs it. Autograd holds this object in place of the tensor."""
+
+    __slots__ = ("host", "device", "copied_out", "fetched", "nbytes", "key")
+
+    def __init__(self, key: tuple[int, int], host: torch.Tensor, copied_out: Any, nbytes: int):
+        self.key, self.host, self.copied_out, self.nbytes = key, host, copied_out, nbytes
+        self.device: Optional[torch.Tensor] = None
+        self.fetched: Any = None
+
+
+@dataclass
+class StepStats:
+    """What one step's memory actions did on this rank."""
+
+    offloaded_tensors: int = 0
+    offloaded_bytes: int = 0
+    fetches: list[tuple[str, tuple[int, int]]] = field(default_factory=list)  # (action started, (stage, mb))
+    late_fetches: int = 0
+    forward_runs: Counter = field(default_factory=Counter)  # (stage, mb) -> times its forward ran
+    peak_host_bytes: int = 0
+    left_at_end: int = 0  # microbatches whose buffers no backward released (dropped at the step's end)
+
+
+class MemoryRunner:
+    """The memory actions of one rank's stages, hooked into their stage objects by :meth:`install`.
+
+    ``actions``: (stage, microbatch) -> :class:`MemoryAction`, checked against the CSV with every
+    offload's ``fetch_at`` filled in (:func:`schedc.core.memory_actions.check_memory_actions`);
+    entries of stages other ranks hold are ignored.
+    """
+
+    def __init__(self, actions: dict[tuple[int, int], MemoryAction], stages: Sequence[Any]):
+        self.stages = {s.stage_index: s for s in stages}
+        self.actions = {k: a for k, a in actions.items() if k[0] in self.stages}
+        self.due: dict[Action, list[tuple[int, int]]] = defaultdict(list)  # fetch point -> offloads
+        for key, a in sorted(self.actions.items()):
+            if a.action == "offload":
+                if a.fetch_at is None:
+                    raise SchedcError(f"memory action of stage {key[0]}, microbatch {key[1]}: no fetch point; check "
+                                      f"the actions against the CSV first (check_memory_actions)")
+                self.due[a.fetch_at].append(key)
+        self.saved: dict[tuple[int, int], list[_Saved]] = {}
+        self.stats = StepStats()
+        self._current: Optional[tuple[int, int]] = None
+        self._host_bytes = 0
+        self._streams: dict[torch.device, tuple[Any, Any]] = {}
+        self._installed = False
+
+    # ---------------------------------------------------------------- hooks into torch's stages
+    def install(self) -> "MemoryRunner":
+        """Wrap each local stage's per-action methods and its module's forward (once)."""
+        if self._installed:
+            return self
+        for index, stage in self.stages.items():
+            if getattr(stage, "_schedc_memory", None) is not None:
+                raise SchedcError(f"stage {index}: memory actions are already installed on this PipelineStage; "
+                                  f"build new stages for another schedule")
+            stage._schedc_memory = self
+            self._wrap_stage(index, stage)
+        self._installed = True
+        return self
+
+    def _wrap_stage(self, index: int, stage: Any) -> None:
+        forward_one_chunk = stage.forward_one_chunk
+        backward_one_chunk = stage.backward_one_chunk
+        backward_weight_one_chunk = stage.backward_weight_one_chunk
+        module = stage.submod
+        module_forward = module.forward
+
+        @wraps(forward_one_chunk)
+        def forward(fwd_chunk_id, *args, **kwargs):
+            self._start(Action(index, "F", fwd_chunk_id))
+            self._current = (index, fwd_chunk_id)
+            try:
+                return forward_one_chunk(fwd_chunk_id, *args, **kwargs)
+            finally:
+                self._current = None
+
+        @wraps(backward_one_chunk)
+        def backward(bwd_chunk_id, loss=None, full_backward=True, last_backward=False):
+            self._start(Action(index, "B" if full_backward else "I", bwd_chunk_id))
+            backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward, last_backward=last_backward)
+            if full_backward:
+                self._release((index, bwd_chunk_id))
+
+        @wraps(backward_weight_one_chunk)
+        def backward_weight(bwd_chunk_id, last_backward=False):
+            self._start(Action(index, "W", bwd_chunk_id))
+            backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
+            self._release((index, bwd_chunk_id))
+
+        @wraps(module_forward)
+        def module_call(*args, **kwargs):
+            key = self._current
+            action = self.actions.get(key) if key is not None and key[0] == index else None
+            if action is None:
+                return module_forward(*args, **kwargs)
+
+            def run(*a, **kw):
+                self.stats.forward_runs[key] += 1
+                return module_forward(*a, **kw)
+
+            if action.action == "recompute":
+                return checkpoint(run, *args, use_reentrant=False, **kwargs)
+            skip = _storages(list(args) + list(kwargs.values()) + list(module.parameters()) + list(module.buffers()))
+            pack, unpack = self._hooks(key, skip, stage.device)
+            with saved_tensors_hooks(pack, unpack):
+                return run(*args, **kwargs)
+
+        stage.forward_one_chunk = forward
+        stage.backward_one_chunk = backward
+        stage.backward_weight_one_chunk = backward_weight
+        module.forward = module_call
+
+    # ---------------------------------------------------------------- per step
+    def begin_step(self) -> None:
+        """Forget what a failed step left behind and start this step's counts."""
+        for key in list(self.saved):
+            self._release(key)
+        self.stats = StepStats()
+
+    def end_step(self) -> None:
+        """Every offloaded microbatch's buffers were dropped by its backward; a CSV whose backward
+        never ran leaves some, dropped here so no step leaks."""
+        self.stats.left_at_end = len(self.saved)
+        for key in list(self.saved):
+            self._release(key)
+
+    def live(self) -> dict:
+        """What the runner holds now: host buffers, fetched device buffers and their bytes."""
+        held = [s for entries in self.saved.values() for s in entries]
+        return {"host_buffers": sum(s.host is not None for s in held),
+                "device_buffers": sum(s.device is not None for s in held),
+                "host_bytes": sum(s.nbytes for s in held if s.host is not None),
+                "device_bytes": sum(s.nbytes for s in held if s.device is not None),
+                "microbatches": len(self.saved)}
+
+    # ---------------------------------------------------------------- copies
+    def _copy_streams(self, device: torch.device) -> tuple[Any, Any]:
+        if device not in self._streams:
+            self._streams[device] = (torch.cuda.Stream(device), torch.cuda.Stream(device))
+        return self._streams[device]
+
+    def _hooks(self, key: tuple[int, int], skip: set, device: torch.device):
+        entries = self.saved.setdefault(key, [])
+        seen: dict[tuple, tuple[weakref.ref, _Saved]] = {}
+        cuda = device.type == "cuda"
+
+        def pack(t: torch.Tensor):
+            if t.layout != torch.strided or t.device != device or t.numel() == 0 or _storage(t) in skip:
+                return t  # held on the device anyway, or not a plain device tensor
+            ident = (_storage(t), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+            hit = seen.get(ident)
+            if hit is not None and hit[0]() is t:
+                return hit[1]
+            nbytes = t.numel() * t.element_size()
+            with torch.no_grad():
+                if cuda:
+                    out_stream, _ = self._copy_streams(device)
+                    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                    out_stream.wait_stream(torch.cuda.current_stream(device))
+                    with torch.cuda.stream(out_stream):
+                        host.copy_(t, non_blocking=True)
+                    t.record_stream(out_stream)  # its memory is reused only after the copy out
+                    copied = torch.cuda.Event()
+                    copied.record(out_stream)
+                else:
+                    host, copied = t.detach().clone(), None
+            saved = _Saved(key, host, copied, nbytes)
+            entries.append(saved)
+            seen[ident] = (weakref.ref(t), saved)
+            self.stats.offloaded_tensors += 1
+            self.stats.offloaded_bytes += nbytes
+            self._host_bytes += nbytes
+            self.stats.peak_host_bytes = max(self.stats.peak_host_bytes, self._host_bytes)
+            return saved
+
+        def unpack(packed):
+            if not isinstance(packed, _Saved):
+                return packed
+            if packed.device is None:
+                if packed.host is None:
+                    raise RuntimeError(f"schedc offload: stage {packed.key[0]} microbatch {packed.key[1]}: a saved "
+                                       f"tensor was used after its backward released it")
+                self.stats.late_fetches += 1
+                self._fetch_one(packed, device)
+            if packed.fetched is not None:
+                current = torch.cuda.current_stream(device)
+                current.wait_event(packed.fetched)
+                packed.device.record_stream(current)
+                packed.fetched = None
+            return packed.device
+
+        return pack, unpack
+
+    def _fetch_one(self, saved: _Saved, device: torch.device) -> None:
+        with torch.no_grad():
+            if device.type == "cuda":
+                _, in_stream = self._copy_streams(device)
+                in_stream.wait_event(saved.copied_out)
+                with torch.cuda.stream(in_stream):
+                    saved.device = torch.empty(saved.host.shape, dtype=saved.host.dtype, device=device)
+                    saved.device.copy_(saved.host, non_blocking=True)
+                saved.fetched = torch.cuda.Event()
+                saved.fetched.record(in_stream)
+            else:
+                saved.device = saved.host.clone()
+        # a pinned buffer freed with its copy in flight is held by torch's host allocator until then
+        saved.host = None
+        self._host_bytes -= saved.nbytes
+
+    def _start(self, action: Action) -> None:
+        for key in self.due.get(action, ()):
+            entries = self.saved.get(key)
+            if entries is None:
+                continue  # its F has not run (a failed step) or its backward already ran
+            for saved in entries:
+                if saved.device is None and saved.host is not None:
+                    self._fetch_one(saved, self.stages[key[0]].device)
+            self.stats.fetches.append((str(action), key))
+
+    def _release(self, key: tuple[int, int]) -> None:
+        for saved in self.saved.pop(key, ()):
+            if saved.host is not None:
+                self._host_bytes -= saved.nbytes
+            saved.host = saved.device = saved.fetched = saved.copied_out = None
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _storages(values) -> set:
+    return {_storage(v) for v in values if isinstance(v, torch.Tensor) and v.layout == torch.strided}

@@ -1,0 +1,219 @@
+"""Memory actions run by schedc's runtime on 2 gloo ranks: offloaded and recomputed microbatches
+train exactly like the unsplit model (float64, 1e-10), every fetch happens at its compiled point,
+nothing is held after a step, and memory actions that do not fit the CSV are one line on every
+rank before any communication.
+
+One spawned group runs every case (spawning dominates the cost); the tests assert on its report.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _dist import run_ranks  # noqa: E402
+from schedc.core.baselines import make_baseline  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
+from schedc.runtime import GPT, GPTConfig, lm_loss, make_batch  # noqa: E402
+
+M = 4
+STEPS = 5
+CFG = dict(vocab_size=32, hidden=16, layers=4, heads=2, seq_len=8, dtype="float64")
+
+# (case, schedule, memory actions). 1F1B rank 0 runs 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3; ZB-V's rank
+# 0 runs 0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 ... and rank 1 holds stages 1 and 2.
+CASES = {
+    "1f1b": (lambda: make_baseline("1f1b", 2, M), [
+        {"stage": 0, "microbatch": 0, "action": "offload"},                      # fetched at 0F1
+        {"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0F2"},
+        {"stage": 0, "microbatch": 2, "action": "recompute"},
+        {"stage": 1, "microbatch": 1, "action": "recompute"},
+        {"stage": 1, "microbatch": 3, "action": "keep"},
+    ]),
+    "zb-h1": (lambda: make_baseline("zb-h1", 2, M), [
+        {"stage": 0, "microbatch": 1, "action": "offload"},
+        {"stage": 0, "microbatch": 3, "action": "recompute"},                    # stage 0: I runs nothing
+    ]),
+    "zb-v": (lambda: make_baseline("zb-v", 4, M, n_ranks=2), [
+        {"stage": 0, "microbatch": 0, "action": "offload", "fetch_at": "3F1"},
+        {"stage": 0, "microbatch": 1, "action": "offload"},
+        {"stage": 0, "microbatch": 2, "action": "recompute"},
+        {"stage": 1, "microbatch": 0, "action": "offload"},
+        {"stage": 2, "microbatch": 1, "action": "offload"},
+    ]),
+}
+
+# (case, CSV case, memory actions, what the one-line error says)
+HOSTILE = {
+    "fetch-after-backward": ("1f1b", [{"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0B2"}],
+                             "memory_actions[0] (stage 0, microbatch 1): \"fetch_at\" '0B2' runs at or after 0B1 on "
+                             "rank 0"),
+    "fetch-on-another-rank": ("1f1b", [{"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "1F2"}],
+                              "runs on rank 1, not on rank 0 that holds stage 0"),
+    "unknown-stage": ("1f1b", [{"stage": 2, "microbatch": 0, "action": "offload"}], "the CSV has stages 0..1"),
+    "unknown-microbatch": ("1f1b", [{"stage": 0, "microbatch": 4, "action": "recompute"}],
+                           "the CSV runs microbatches 0..3"),
+    "duplicate": ("1f1b", [{"stage": 0, "microbatch": 0, "action": "keep"},
+                           {"stage": 0, "microbatch": 0, "action": "offload"}], "already has an entry"),
+    "recompute-split": ("zb-v", [{"stage": 2, "microbatch": 0, "action": "recompute"}],
+                        "runs this backward as I and W (2I0)"),
+}
+
+
+# ------------------------------------------------------------------------------- rank side
+def rank_main(rank: int, world: int, csvs: dict, cases: dict, hostile: dict):
+    import torch.distributed as dist
+
+    from _dist import capture
+    from schedc.runtime import load_pipeline
+
+    cfg = GPTConfig(**CFG)
+    out = {"cases": {}, "hostile": {}}
+    for name, (csv, bad, _) in hostile.items():
+        out["hostile"][name] = capture(lambda: load_pipeline(csvs[csv], GPT(cfg, seed=1), lm_loss,
+                                                             memory_actions=bad) and "built")
+    for name, actions in cases.items():
+        dist.barrier()
+
+        def run(name=name, actions=actions):
+            model, ref = GPT(cfg, seed=1), GPT(cfg, seed=1)
+            pipe = load_pipeline(csvs[name], model, lm_loss, memory_actions=actions)
+            memory = pipe.schedule.memory
+            mine = {id(p) for p in pipe.parameters()}
+            steps = []
+            for k in range(STEPS):
+                x, y = make_batch(cfg, 2 * M, seed=10 + k)
+                for p in list(model.parameters()) + list(ref.parameters()):
+                    p.grad = None
+                losses: list = []
+                pipe.step(x, target=y, losses=losses)
+                ref_loss = lm_loss(ref(x), y)
+                ref_loss.backward()
+                err = max((p.grad - q.grad).abs().max().item() / (q.grad.abs().max().item() + 1e-30)
+                          for p, q in zip(model.parameters(), ref.parameters()) if id(p) in mine)
+                stats = memory.stats
+                steps.append({
+                    "rel_err": err, "ref_loss": ref_loss.item(),
+                    "loss": (sum(losses) / len(losses)).item() if losses else None,
+                    "live": memory.live(), "fetches": stats.fetches, "late_fetches": stats.late_fetches,
+                    "left_at_end": stats.left_at_end, "offloaded_tensors": stats.offloaded_tensors,
+                    "offloaded_bytes": stats.offloaded_bytes, "peak_host_bytes": stats.peak_host_bytes,
+                    "forward_runs": {f"{s},{m}": n for (s, m), n in stats.forward_runs.items()},
+                })
+            return {"stages": [s.stage_index for s in pipe.stages], "steps": steps}
+        out["cases"][name] = capture(run)
+    return out
+
+
+# ------------------------------------------------------------------------------- parent side
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("offload")
+    csvs = {}
+    for name, (make, _) in CASES.items():
+        csvs[name] = str(tmp / f"{name}.csv")
+        write_csv(make(), csvs[name])
+    results = run_ranks(rank_main, 2, timeout=120, csvs=csvs, cases={n: a for n, (_, a) in CASES.items()},
+                        hostile=HOSTILE)
+    for r in results:
+        assert "ok" in r, f"rank failed outside the cases: {r}"
+    return [r["ok"] for r in results]
+
+
+def _case(ranks, name):
+    per_rank = [out["cases"][name] for out in ranks]
+    for rank, got in enumerate(per_rank):
+        assert "ok" in got, f"rank {rank}: {got.get('error')}\n{got.get('traceback', '')}"
+    return [got["ok"] for got in per_rank]
+
+
+def _expected(name):
+    """(stage, mb) -> action, and offload -> fetch point, as check_memory_actions resolves them."""
+    from schedc.core.memory_actions import check_memory_actions
+
+    make, actions = CASES[name]
+    return check_memory_actions(actions, make())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_offload_and_recompute_give_the_unsplit_models_loss_and_gradients(ranks, case):
+    oks = _case(ranks, case)
+    for ok in oks:
+        for k, step in enumerate(ok["steps"]):
+            assert step["rel_err"] < 1e-10, (k, step["rel_err"])
+    last = [ok for ok in oks if ok["steps"][0]["loss"] is not None]
+    assert len(last) == 1
+    for step in last[0]["steps"]:
+        assert step["loss"] == pytest.approx(step["ref_loss"], rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_fetch_happens_when_its_rank_starts_the_compiled_action(ranks, case):
+    expected = _expected(case)
+    for ok in _case(ranks, case):
+        mine = {key: a for key, a in expected.items() if key[0] in ok["stages"] and a.action == "offload"}
+        want = sorted((str(a.fetch_at), list(key)) for key, a in mine.items())
+        for step in ok["steps"]:
+            assert sorted((at, list(key)) for at, key in step["fetches"]) == want
+            assert step["late_fetches"] == 0, "a saved tensor was needed before its fetch point"
+            assert (step["offloaded_tensors"] > 0) == bool(mine)
+            assert (step["offloaded_bytes"] > 0) == bool(mine)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_recomputed_microbatch_runs_its_forward_twice_and_the_others_once(ranks, case):
+    expected = _expected(case)
+    for ok in _case(ranks, case):
+        for step in ok["steps"]:
+            runs = {tuple(int(v) for v in key.split(",")): n for key, n in step["forward_runs"].items()}
+            want = {key: 2 if a.action == "recompute" else 1 for key, a in expected.items() if key[0] in ok["stages"]}
+            assert runs == want
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_nothing_is_held_after_any_of_five_steps(ranks, case):
+    for ok in _case(ranks, case):
+        assert len(ok["steps"]) == STEPS
+        for step in ok["steps"]:
+            assert step["live"] == {"host_buffers": 0, "device_buffers": 0, "host_bytes": 0, "device_bytes": 0,
+                                    "microbatches": 0}
+            assert step["left_at_end"] == 0, "every offloaded microbatch is released by its own backward"
+        peaks = {step["peak_host_bytes"] for step in ok["steps"]}
+        assert len(peaks) == 1, f"the host bytes differ from step to step (a leak?): {peaks}"
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_memory_actions_that_do_not_fit_the_csv_are_one_line_on_every_rank(ranks, case):
+    for rank, out in enumerate(ranks):
+        got = out["hostile"][case]
+        assert got.get("type") == "SchedcError", f"rank {rank}: {got}"
+        assert HOSTILE[case][2] in got["error"], got["error"]
+        assert "\n" not in got["error"] and ".csv: memory_actions[" in got["error"], got["error"]
+
+
+# ------------------------------------------------------------------------------- one process
+def test_plan_settings_returns_a_plans_memory_actions_and_names_a_bad_entry(tmp_path):
+    from schedc.core.ir import Action
+    from schedc.core.memory_actions import MemoryAction
+    from schedc.errors import SchedcError
+    from schedc.runtime.checkpointing import plan_settings
+
+    plan = {"partition": [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3", "norm", "output"]],
+            "assumes": {"activation_checkpoint": "none"},
+            "memory_actions": [{"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0F2"},
+                               {"stage": 1, "microbatch": 0, "action": "recompute"}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    got = plan_settings(path)
+    assert got["memory_actions"] == [MemoryAction(0, 1, "offload", Action(0, "F", 2)),
+                                     MemoryAction(1, 0, "recompute")]
+    del plan["memory_actions"]
+    path.write_text(json.dumps(plan))
+    assert "memory_actions" not in plan_settings(path)
+    plan["memory_actions"] = [{"stage": 0, "microbatch": "1", "action": "offload"}]
+    path.write_text(json.dumps(plan))
+    with pytest.raises(SchedcError, match=r"plan.json: memory_actions\[0\]: \"microbatch\" must be an integer"):
+        plan_settings(path)
