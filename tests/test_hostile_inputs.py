@@ -1034,3 +1034,92 @@ def test_plot_draws_a_title_s_control_characters_escaped(tmp_path):
     # matplotlib warned on stderr of every control glyph missing from its font
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert "a\\x1b]0;owned\\x07" in out.stdout and "\x1b" not in out.stdout
+
+
+# ---------------------------------------------------------------- the probe's final pass (issue 52)
+
+@pytest.mark.parametrize("files, argv, command, needle", [
+    # a scale whose sleeps cannot add up, and a deadline past what torch's process group keeps
+    # (OverflowError from every rank): named by flag before any rank starts
+    ({"a.csv": _ONE_F_ONE_B}, ["emulate", "a.csv", "--scale", "inf"], "emulate", "--scale must be a finite number > 0"),
+    ({"a.csv": _ONE_F_ONE_B}, ["emulate", "a.csv", "--scale", "1e308"], "emulate",
+     "--scale 1e+308 times the costs of"),
+    ({"a.csv": _ONE_F_ONE_B}, ["emulate", "a.csv", "--timeout", "1e308"], "emulate",
+     "--timeout must be a number of seconds > 0 and at most 604800 (a week), got 1e+308"),
+    # counts past schedc's bounds: the flag and the range, before a profile is read or a partition tried
+    ({"c.json": _SMALL_CONFIG}, ["plan", "--config", "c.json", "--seq", "64", "--ranks", "4097", "--mb", "4",
+                                 "--memory", "none", "-o", "p.csv"], "plan",
+     "argument --ranks: 4097 is more ranks than schedc handles (at most 4,096); give 1 to 4096"),
+    ({}, ["plan", "--config", "c.json", "--seq", "64", "--ranks", "2", "--mb", "0", "--memory", "none"], "plan",
+     "argument --mb: must be at least 1, got 0"),
+    ({}, ["compile", "--stages", "2", "--mb", "x", "-o", "s.csv"], "compile",
+     "argument --mb: 'x' is not a whole number of microbatches; give 1 to 1048576"),
+    ({}, ["baseline", "1f1b", "--stages", "2", "--mb", "2", "--ranks", "99999"], "baseline",
+     "argument --ranks: 99999 is more ranks than schedc handles"),
+    # a V of an odd stage count: the flags, not "V placement ... on 1 ranks"
+    ({}, ["compile", "--stages", "3", "--placement", "v", "--mb", "4", "-o", "s.csv"], "compile",
+     "--placement v needs an even number of stages on each rank; --stages 3 on 1 rank is not"),
+])
+def test_the_final_pass_s_inputs_name_their_flag(tmp_path, files, argv, command, needle):
+    if command == "emulate":
+        pytest.importorskip("torch")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    _one_line_error(_schedc(*argv, cwd=tmp_path), command, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("value", ["[" * 100000, "1+" * 50000, "9" * 100000])
+def test_a_huge_model_arg_is_refused_naming_the_flag(value):
+    from schedc.cli.common import model_args
+
+    with pytest.raises(SchedcError, match=r"^--model-arg 'layers=.*100,007 characters, more than a model argument"):
+        model_args(["layers=" + value])
+    with pytest.raises(SchedcError, match=r"^--model-arg layers=\.\.\.: the value is nested too deeply"):
+        model_args(["layers=" + "-" * 4000 + "1"])  # within the bound, past the parser: a RecursionError
+    assert model_args(["layers=8", "name=gpt"]) == {"layers": 8, "name": "gpt"}
+
+
+def test_compile_with_stdout_closed_writes_nothing(tmp_path):
+    (tmp_path / "s.csv").write_text("kept\n")
+    out = subprocess.run(["bash", "-c", f"exec >&-; exec {sys.executable} -m schedc.cli compile --stages 2 --mb 2 "
+                                        "--time-limit 2 -o s.csv"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=TIMEOUT)
+    _one_line_error(out, "compile", "standard output: closed when schedc started", ">/dev/null")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"] and (tmp_path / "s.csv").read_text() == "kept\n"
+
+
+_WRITER = """
+import sys, time
+from schedc.io.fileio import write_all
+path, mark, until = sys.argv[1], sys.argv[2], float(sys.argv[3])
+while time.time() < until:
+    write_all({path: (mark * 2**18 + "\\n").encode()})
+"""
+
+
+def test_concurrent_writers_of_one_path_never_leave_a_partial_file(tmp_path):
+    """Two processes (``baseline -o s.csv`` twice) write one path over and over while it is read:
+    every read sees one writer's whole file, and no temporary file stays behind."""
+    import time
+
+    target = tmp_path / "s.csv"
+    until = time.time() + 3.0
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(target), mark, str(until)]) for mark in "ab"]
+    whole = {(mark * 2**18 + "\n").encode() for mark in "ab"}
+    reads = 0
+    try:
+        while any(w.poll() is None for w in writers):
+            try:
+                data = target.read_bytes()
+            except FileNotFoundError:  # before the first rename
+                continue
+            assert data in whole, (len(data), data[:1], data[-2:])
+            reads += 1
+    finally:
+        for w in writers:
+            w.wait(timeout=TIMEOUT)
+    assert all(w.returncode == 0 for w in writers)
+    assert reads > 0 and target.read_bytes() in whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"]

@@ -14,9 +14,9 @@ def register(sub) -> None:
     p.add_argument("name", nargs="?", help="gpipe, 1f1b, zb-h1, zb-h2, interleaved-1f1b, zb-v, looped-bfs, "
                    "interleaved-zb, dualpipev (case/dashes ignored; torch class names accepted)")
     p.add_argument("--list", action="store_true", help="list the hand-made schedules")
-    p.add_argument("--stages", type=int, help="number of pipeline stages N")
-    p.add_argument("--mb", type=int, help="number of microbatches M")
-    p.add_argument("--ranks", type=int, help="number of ranks R (default: N for one-stage-per-rank schedules, else N/2)")
+    p.add_argument("--stages", type=common.stages_count(), help="number of pipeline stages N")
+    p.add_argument("--mb", type=common.microbatches_count(), help="number of microbatches M")
+    p.add_argument("--ranks", type=common.ranks_count(), help="number of ranks R (default: N for one-stage-per-rank schedules, else N/2)")
     p.add_argument("--placement", choices=["loop", "v"], help="stage placement (default: the schedule's own)")
     p.add_argument("-o", "--output", metavar="FILE.csv", help="write the CSV here (default: print it)")
 

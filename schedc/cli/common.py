@@ -36,6 +36,47 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
                         "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
 
 
+def count(what: str, limit: int):
+    """An argparse ``type`` for a count flag (``--ranks``, ``--stages``, ``--mb``): a whole number
+    1..`limit` (a bound of schedc.core.limits), else argparse's one-line error naming the flag and
+    the range, before any work (``plan --ranks 4097`` failed later, naming units and stages)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {what}; give 1 to {limit}") from None
+        if not 1 <= value <= limit:
+            raise argparse.ArgumentTypeError(
+                f"must be at least 1, got {value}" if value < 1 else
+                f"{value} is more {what} than schedc handles (at most {limit:,}); give 1 to {limit}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in its own messages
+    return parse
+
+
+def ranks_count():
+    """:func:`count` for ``--ranks`` (at most ``limits.MAX_RANKS``)."""
+    from schedc.core import limits
+
+    return count("ranks", limits.MAX_RANKS)
+
+
+def stages_count():
+    """:func:`count` for ``--stages`` (at most ``limits.MAX_STAGES``)."""
+    from schedc.core import limits
+
+    return count("stages", limits.MAX_STAGES)
+
+
+def microbatches_count():
+    """:func:`count` for ``--mb`` (at most ``limits.MAX_MICROBATCHES``)."""
+    from schedc.core import limits
+
+    return count("microbatches", limits.MAX_MICROBATCHES)
+
+
 def given(**kwargs) -> dict:
     """The keyword arguments whose flag was given (not None): a flag left out is left out of the
     call, so that the Python API's default is the one default (schedc.api)."""
@@ -437,13 +478,22 @@ def model_args(pairs: list[str]) -> dict:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        if len(pair) > MAX_MODEL_ARG:
+            raise SchedcError(f"--model-arg {pair[:40]!r}...: {len(pair):,} characters, more than a model argument "
+                              f"takes (at most {MAX_MODEL_ARG:,}); pass large data to the model in a file")
         if not sep or not key.isidentifier():
-            raise SchedcError(f"--model-arg {pair!r}: expected KEY=VALUE, e.g. layers=8")
+            raise SchedcError(f"--model-arg {pair[:80]!r}: expected KEY=VALUE, e.g. layers=8")
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             out[key] = value
+        except (RecursionError, MemoryError):  # a literal nested or chained past Python's parser
+            raise SchedcError(f"--model-arg {key}=...: the value is nested too deeply to read as a Python "
+                              "literal; give a simpler value") from None
     return out
+
+
+MAX_MODEL_ARG = 4096  # characters of one --model-arg KEY=VALUE: a model's keyword, not its data
 
 
 def stopped_by(signum) -> tuple[str, int]:

@@ -22,9 +22,9 @@ from schedc.io.fileio import write_all
 def register(sub) -> None:
     p = sub.add_parser("compile", help="find the fastest schedule under a memory limit (integer program)")
     p.set_defaults(handler=run)
-    p.add_argument("--stages", type=int, required=True, help="number of pipeline stages N")
-    p.add_argument("--mb", type=int, required=True, help="number of microbatches M")
-    p.add_argument("--ranks", type=int, help="number of ranks R (default: N for loop, N/2 for v)")
+    p.add_argument("--stages", type=common.stages_count(), required=True, help="number of pipeline stages N")
+    p.add_argument("--mb", type=common.microbatches_count(), required=True, help="number of microbatches M")
+    p.add_argument("--ranks", type=common.ranks_count(), help="number of ranks R (default: N for loop, N/2 for v)")
     p.add_argument("--placement", choices=["loop", "v"], help="stage placement (default loop)")
     common.add_cost_args(p)
     p.add_argument("--objective", choices=get_args(Objective),

@@ -47,8 +47,8 @@ def register(sub) -> None:
                         "selective, full, or auto (the plan chooses, globally and per stage, the one with the shortest "
                         "step under the cap; with --for torchtitan or nemo one of their modes for every layer); "
                         "default: what the profile assumes")
-    p.add_argument("--ranks", type=int, required=True, help="pipeline ranks R")
-    p.add_argument("--mb", type=int, required=True, help="microbatches M")
+    p.add_argument("--ranks", type=common.ranks_count(), required=True, help="pipeline ranks R")
+    p.add_argument("--mb", type=common.microbatches_count(), required=True, help="microbatches M")
     p.add_argument("--memory", metavar="SIZE", required=True,
                    help="per-rank cap in bytes, static bytes included (e.g. 80GiB), or none")
     p.add_argument("--placement", choices=["loop", "v", "auto"], default="auto",

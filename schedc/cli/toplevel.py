@@ -153,6 +153,9 @@ def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
     return [a for i, a in enumerate(argv) if not (i < end and a == "--debug")], debug
 
 
+CLOSED_WHY = "closed when schedc started (it was run with >&-); redirect it (>/dev/null) instead of closing it"
+
+
 class _ClosedStream:
     """Stands for stdout or stderr when the command was started with it closed (``>&-``): a
     write is an OSError the CLI reports (or, for stderr, is dropped), not an AttributeError."""
@@ -161,8 +164,7 @@ class _ClosedStream:
         self.name = name
 
     def write(self, text: str) -> int:
-        raise OSError(9, "closed when schedc started (it was run with >&-); give -o FILE or open it",
-                      f"standard {self.name}")
+        raise OSError(9, CLOSED_WHY, f"standard {self.name}")
 
     def flush(self) -> None:
         pass
@@ -239,6 +241,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         print(f"schedc: {word}", file=sys.stderr)
         return code
     args.debug = debug
+    if isinstance(getattr(sys.stdout, "_stream", sys.stdout), _ClosedStream):
+        # refused before any work: a command that wrote its files and then failed to say so
+        # would leave outputs behind an exit code that says it failed
+        print(f"schedc {args.command}: error: standard output: {CLOSED_WHY}", file=sys.stderr)
+        return 2
     try:
         return args.handler(args)
     except SchedcError as e:

@@ -58,6 +58,7 @@ WIDTH = 4  # elements per microbatch row: transfers stay tiny, so they cost no m
 # core away and pays a wake-up (more on a loaded host), which belongs to the overhead
 TOKEN_SLEEP = 1e-6
 STARTUP_SECONDS = 120.0  # deadline allowance for starting the ranks and importing torch
+MAX_TIMEOUT_SECONDS = 7 * 86400.0  # a longer deadline is a unit mistake; torch's process-group timeout stays in range
 
 
 # ---------------------------------------------------------------- inside each rank
@@ -169,7 +170,7 @@ def _emulate_one(run: dict, spec: dict, rank: int, world: int) -> dict:
 
 
 def _timed_step(runtime, modules, stages, inputs, target, dist) -> dict:
-    from schedc.runtime.calibrate import timed_actions
+    from schedc.runtime.profiling.spans import timed_actions
 
     for module in modules.values():
         for p in module.parameters():
@@ -274,8 +275,12 @@ def emulate(
         csv_paths = [csv_paths]
     if not csv_paths:
         raise SchedcError("emulate: give at least one CSV schedule")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise ParameterError("scale", f"emulate: {{param}} must be > 0, got {literal(repr(scale)[:40])}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise ParameterError("scale", f"emulate: {{param}} must be a finite number > 0, got {literal(repr(scale)[:40])}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout <= MAX_TIMEOUT_SECONDS):
+        raise ParameterError("timeout", f"emulate: {{param}} must be a number of seconds > 0 and at most "
+                                        f"{MAX_TIMEOUT_SECONDS:.0f} (a week), got {literal(repr(timeout)[:40])}")
     for param, value, least in (("steps", steps, 1), ("warmup", warmup, 0), ("overhead_steps", overhead_steps, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ParameterError(param, f"emulate: need {{param}} >= {least}, got {literal(repr(value)[:40])}")
@@ -287,7 +292,8 @@ def emulate(
     if len(profiles) != len(csv_paths):
         raise SchedcError(f"emulate: {len(csv_paths)} CSVs but {len(profiles)} profiles")
     runs = [_prepare(str(path), prof, scale) for path, prof in zip(csv_paths, profiles)]
-    for path, schedule, _, _ in runs:
+    for path, schedule, prof, _ in runs:
+        _check_scaled(path, schedule, prof, scale)
         if isinstance(comm, (list, tuple)) and len(comm) != schedule.n_stages - 1:
             raise ParameterError("comm", f"{len(comm)} values given but {literal(path)} has {schedule.n_stages - 1} "
                                  f"stage boundaries; give one number or one per boundary")
@@ -314,6 +320,17 @@ def _prepare(path: str, profile: Profile, scale: float) -> tuple[str, Schedule, 
                           f"{profile.n_stages}; give a profile with {schedule.n_stages} stages")
     seconds = [[scale * c.forward, scale * c.backward_input, scale * c.backward_weight] for c in profile.stages]
     return str(Path(path).resolve()), schedule, profile, seconds
+
+
+def _check_scaled(path: str, schedule: Schedule, profile: Profile, scale: float) -> None:
+    """Refuse a `scale` whose sleeps do not add up to a finite step (``--scale 1e308``), naming
+    the scale rather than the costs when the costs alone add up."""
+    try:
+        simulate(schedule, scaled_costs(profile, scale, [0.0] * (profile.n_stages - 1)))
+    except SchedcError:
+        simulate(schedule, profile.executed())  # the costs' own error, when they are the cause
+        raise ParameterError("scale", f"emulate: {{param}} {scale:g} times the costs of {literal(path)} makes "
+                                      "sleeps too long to add up; give a smaller {param}") from None
 
 
 def _launch(runs, n_ranks, scale, steps, warmup, overhead_steps, timeout) -> list[list[dict]]:

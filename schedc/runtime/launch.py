@@ -62,6 +62,9 @@ from schedc.errors import SchedcError, Terminated, printable, raise_terminated, 
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the schedc package
 POLL_SECONDS = 0.05
+# torch keeps a process group's timeout in milliseconds of a C int in places (about 24.8 days): a
+# longer launch deadline gets a group timeout of three weeks, not an OverflowError in every rank
+MAX_GROUP_TIMEOUT = 21 * 86400.0
 DIR_PREFIX = "schedc-launch-"
 LOCK_NAME = "leader.lock"
 # peers of a failed rank typically fail with a connection error of their own: say those last
@@ -115,6 +118,8 @@ def launch(
     a rank fails, exits without a result or is still running at ``timeout`` seconds."""
     if n_ranks < 1:
         raise SchedcError(f"{label}: need at least one rank, got {n_ranks}")
+    if not 0 < timeout < float("inf"):  # nan or inf: a deadline that never fires
+        raise SchedcError(f"{label}: the timeout must be a finite number of seconds > 0, got {timeout!r}")
     remove_stale_dirs()
     with _sigterm_cleans_up(), _launch_dir() as tmpdir:
         (tmpdir / "spec.json").write_text(json.dumps(spec))
@@ -228,7 +233,7 @@ def _start(cmd, n_ranks, tmpdir: Path, timeout, threads, env, procs: list[subpro
             RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n_ranks),
             LOCAL_WORLD_SIZE=str(n_ranks), MASTER_PORT=port,
             SCHEDC_SPEC=str(tmpdir / "spec.json"), SCHEDC_RESULT=str(tmpdir / f"rank{rank}.json"),
-            SCHEDC_PG_TIMEOUT=str(max(5.0, timeout - 10.0)), SCHEDC_LEADER_PID=str(os.getpid()),
+            SCHEDC_PG_TIMEOUT=str(min(MAX_GROUP_TIMEOUT, max(5.0, timeout - 10.0))), SCHEDC_LEADER_PID=str(os.getpid()),
         )
         log = open(tmpdir / f"rank{rank}.log", "w+")
         logs.append(log)

@@ -113,7 +113,9 @@ class Problem:
             if n_ranks < 1 or n_stages % n_ranks:
                 raise ParameterError("ranks", f"{{name:stages}}{n_stages} must be a multiple of {{name}}{n_ranks}")
             if placement == "v" and n_stages % (2 * n_ranks):
-                raise SchedcError(f"V placement needs an even number of stages per rank; got {n_stages} stages on {n_ranks} ranks")
+                raise ParameterError("placement", f"{{name}}v needs an even number of stages on each rank; "
+                                     f"{{name:stages}}{n_stages} on {n_ranks} rank{'s' if n_ranks > 1 else ''} "
+                                     f"is not: make {{param:stages}} a multiple of twice {{param:ranks}}, or give {{name}}loop")
             try:
                 placement = make_placement(placement, n_stages, n_ranks)
             except ValueError as e:
