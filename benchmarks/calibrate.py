@@ -51,7 +51,8 @@ def main(argv=None) -> int:
     from schedc.io import csvio
     from schedc.runtime.calibrate import calibrate
     from schedc.runtime.models import GPTConfig
-    from schedc.runtime.profiler import StderrProgress, profile_gpt
+    from schedc.cli.progress import StderrProgress
+    from schedc.runtime.profiling.gpt import profile_gpt
     from schedc.solver.compile import compile_schedule
 
     out = Path(args.out or tempfile.mkdtemp(prefix="schedc-closed-loop-"))

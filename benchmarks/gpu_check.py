@@ -90,7 +90,8 @@ def check_profiles(device: str, size: dict) -> tuple[list[Row], object]:
     import llama
 
     from schedc.runtime.models import GPTConfig
-    from schedc.runtime.profiler import profile_gpt, profile_stages
+    from schedc.runtime.profiling.assemble import profile_stages
+    from schedc.runtime.profiling.gpt import profile_gpt
 
     judged = device == "cuda"
     cfg = GPTConfig(**size["gpt"], dtype=size["dtype"])
@@ -108,7 +109,7 @@ def check_calibrate(device: str, size: dict, cfg) -> list[Row]:
     from schedc.core import baselines
     from schedc.io import csvio
     from schedc.runtime.calibrate import calibrate
-    from schedc.runtime.profiler import profile_gpt
+    from schedc.runtime.profiling.gpt import profile_gpt
 
     two = profile_gpt(cfg, 2, size["mbs"], device=device, warmup=2, repeats=size["repeats"])
     with tempfile.TemporaryDirectory() as d:
@@ -204,7 +205,7 @@ def _v_peaks(label: str, parts: dict, device: str, vocab: int, counted=None, mb:
     from schedc.io import csvio
     from schedc.runtime.one_rank import one_rank_group
     from schedc.runtime.pipeline import Pipeline, build_schedule
-    from schedc.runtime.profiler import profile_stages
+    from schedc.runtime.profiling.assemble import profile_stages
     from schedc.runtime.user_model import split_by_fqns
 
     judged = device.startswith("cuda")
@@ -283,7 +284,7 @@ def counted_llama(model, sz: dict, dtype: str, mbs: int, device: str):
 def check_counted(device: str, size: dict) -> list[Row]:
     import llama
 
-    from schedc.runtime.profiler import profile_units
+    from schedc.runtime.profiling.assemble import profile_units
     from schedc.runtime.user_model import split_by_fqns
 
     sz = size["llama"]

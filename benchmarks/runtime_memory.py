@@ -96,7 +96,7 @@ def run(cfg, n_ranks: int, mbs: int, mb: int, time_limit: float, label: str) -> 
 
     from schedc.io import csvio
     from schedc.runtime import launch as L
-    from schedc.runtime.profiler import profile_gpt
+    from schedc.runtime.profiling.gpt import profile_gpt
 
     profile = profile_gpt(cfg, n_ranks, mbs, warmup=1, repeats=3, optimizer="none")
     profile_v = profile_gpt(cfg, 2 * n_ranks, mbs, warmup=1, repeats=3, optimizer="none")

@@ -27,7 +27,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from schedc.runtime.models import GPT, GPTConfig, lm_loss, make_batch  # noqa: E402
-from schedc.runtime.profiler import measure_stages  # noqa: E402
+from schedc.runtime.profiling.stages import measure_stages  # noqa: E402
 from schedc.runtime.split import split_gpt  # noqa: E402
 from schedc.runtime.split_memory import measure_split_backward  # noqa: E402
 

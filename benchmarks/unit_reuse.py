@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from schedc.runtime.models import GPTConfig, lm_loss, make_batch  # noqa: E402
-from schedc.runtime.profiler import gpt_units, measure_units, profile_gpt  # noqa: E402
+from schedc.runtime.profiling.gpt import gpt_units, profile_gpt  # noqa: E402
+from schedc.runtime.profiling.units import measure_units  # noqa: E402
 from schedc.runtime.split import layers_per_stage_even  # noqa: E402
 
 

@@ -11,7 +11,8 @@ from schedc.core import baselines
 from schedc.io import csvio  # noqa: E402
 from schedc.core.costs import Profile, StageCost  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
-from schedc.runtime.calibrate import calibrate, compare, format_calibration, timed_actions  # noqa: E402
+from schedc.runtime.calibrate import calibrate, compare, format_calibration  # noqa: E402
+from schedc.runtime.profiling.spans import timed_actions  # noqa: E402
 from schedc.runtime.models import GPTConfig  # noqa: E402
 from schedc.core.simulate import simulate  # noqa: E402
 
@@ -105,7 +106,7 @@ def test_two_ranks_gloo_closed_loop(tmp_path):
     """A real run: 2 ranks on gloo, 1F1B; numbers are finite (no timing assertions)."""
     csv = tmp_path / "1f1b.csv"
     csvio.write_csv(baselines.make_baseline("1f1b", 2, 4), csv)
-    from schedc.runtime.profiler import profile_gpt
+    from schedc.runtime.profiling.gpt import profile_gpt
 
     profile = profile_gpt(TINY, 2, 2, warmup=0, repeats=1)
     cal = calibrate(csv, profile, TINY, 2, steps=1, warmup_steps=1, threads=1, timeout=240, in_situ=True)
@@ -130,7 +131,7 @@ def test_cli_calibrate_checks_before_launching(tmp_path, capsys):
     Profile.uniform(2, 1, 1, 1).save(prof)
     assert cli.main(["calibrate", str(csv), "--profile", str(prof)]) == 2
     assert "give --mbs" in capsys.readouterr().err
-    from schedc.runtime.profiler import gpt_label
+    from schedc.runtime.profiling.gpt import gpt_label
 
     Profile.uniform(2, 1, 1, 1).model_copy(update={"microbatch_size": 2, "model": gpt_label(TINY, 2)}).save(prof)
     assert cli.main(["calibrate", str(csv), "--profile", str(prof), "--hidden", "64"]) == 2

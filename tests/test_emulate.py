@@ -168,7 +168,7 @@ def real_two_stages(rank: int, world: int, csv: str) -> dict:
     import torch.nn as nn
     from torch.distributed.pipelining import PipelineStage
 
-    from schedc.runtime.calibrate import timed_actions
+    from schedc.runtime.profiling.spans import timed_actions
     from schedc.runtime.pipeline import build_schedule
 
     torch.manual_seed(rank)

@@ -347,7 +347,7 @@ def test_a_report_from_another_run_is_never_paired_with_the_csv(tmp_path, capsys
 # ---------------------------------------------------------------- the environment around a command
 
 def test_progress_lines_off_a_terminal_are_plain(capsys):
-    from schedc.runtime.profiler import StderrProgress
+    from schedc.cli.progress import StderrProgress
 
     p = StderrProgress("schedc profile")
     p("stage 1/2")

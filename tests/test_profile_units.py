@@ -11,7 +11,9 @@ from schedc import cli  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime.models import GPTConfig  # noqa: E402
-from schedc.runtime.profiler import cpu_contention, measure_units, profile_gpt, timing_warning  # noqa: E402
+from schedc.runtime.profiling.gpt import profile_gpt  # noqa: E402
+from schedc.runtime.profiling.noise import cpu_contention, timing_warning  # noqa: E402
+from schedc.runtime.profiling.units import measure_units  # noqa: E402
 from schedc.runtime.user_model import units_from_split  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "examples"))
@@ -41,7 +43,7 @@ def test_gpt_units_one_entry_per_unit_with_module_names():
 
 def test_measuring_every_unit_gives_the_same_bytes_as_reuse():
     from schedc.runtime.models import lm_loss, make_batch
-    from schedc.runtime.profiler import gpt_units
+    from schedc.runtime.profiling.gpt import gpt_units
 
     modules, _ = gpt_units(CFG)
     tokens, targets = make_batch(CFG, 2)
@@ -166,7 +168,8 @@ def test_oversubscription_is_said():
 
 
 def test_noise_warning_names_the_repeats_it_had():
-    from schedc.runtime.profiler import Stat, StageMeasurement
+    from schedc.runtime.profiling.stages import StageMeasurement
+    from schedc.runtime.profiling.timing import Stat
 
     noisy = StageMeasurement(index=1, forward=Stat([1.0, 3.0] * 10), backward_input=Stat([1.0] * 20),
                              backward_weight=Stat([0.5] * 20), backward_full=Stat([1.0]), activation_bytes=10,
@@ -176,7 +179,7 @@ def test_noise_warning_names_the_repeats_it_had():
 
 
 def test_profile_units_checks_its_names():
-    from schedc.runtime.profiler import profile_units
+    from schedc.runtime.profiling.assemble import profile_units
 
     with pytest.raises(SchedcError, match="2 unit modules but 1 name lists"):
         profile_units([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)], [["a"]], torch.randn(1, 2))
@@ -194,7 +197,7 @@ def test_layers_with_another_attention_kind_are_measured_apart():
     pytest.importorskip("transformers")
     import hf_causal_lm
 
-    from schedc.runtime.profiler import unit_signature
+    from schedc.runtime.profiling.units import unit_signature
     from schedc.runtime.user_model import split_by_fqns
 
     model = hf_causal_lm.PipelineCausalLM(hf_causal_lm.hf_model(

@@ -15,7 +15,9 @@ from schedc.core.costs import AC_MODES, Profile  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime.checkpointing import planned_modes  # noqa: E402
 from schedc.runtime.models import GPTConfig  # noqa: E402
-from schedc.runtime.profiler import RunSettings, measure_units_ac, profile_gpt  # noqa: E402
+from schedc.runtime.profiling.gpt import profile_gpt  # noqa: E402
+from schedc.runtime.profiling.settings import RunSettings  # noqa: E402
+from schedc.runtime.profiling.units import measure_units_ac  # noqa: E402
 from schedc.runtime.user_model import split_by_fqns, units_from_split  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "examples"))

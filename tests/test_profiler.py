@@ -12,14 +12,12 @@ from schedc import cli  # noqa: E402
 from schedc.core.costs import MemoryLimit, Profile  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime.models import GPTConfig  # noqa: E402
-from schedc.runtime.profiler import (  # noqa: E402
-    comm_seconds,
-    measure_stages,
-    profile_gpt,
-    profile_stages,
-    resolve_device,
-    static_bytes_of,
-)
+from schedc.runtime.profiling.assemble import profile_stages  # noqa: E402
+from schedc.runtime.profiling.comm import comm_seconds  # noqa: E402
+from schedc.runtime.profiling.device import resolve_device  # noqa: E402
+from schedc.runtime.profiling.gpt import profile_gpt  # noqa: E402
+from schedc.runtime.profiling.memory import static_bytes_of  # noqa: E402
+from schedc.runtime.profiling.stages import measure_stages  # noqa: E402
 
 CFG = GPTConfig(vocab_size=64, hidden=32, layers=4, heads=2, seq_len=16)
 
@@ -85,7 +83,7 @@ def test_split_backward_adds_up_to_full_backward():
 
 def measure_stages_gpt(cfg, n_stages, mbs, repeats=1, warmup=0):
     from schedc.runtime.models import lm_loss, make_batch
-    from schedc.runtime.profiler import gpt_stages
+    from schedc.runtime.profiling.gpt import gpt_stages
 
     tokens, targets = make_batch(cfg, mbs)
     return measure_stages(gpt_stages(cfg, n_stages), tokens, lm_loss, targets, warmup=warmup, repeats=repeats)
@@ -225,7 +223,7 @@ def test_bad_counts_are_clear_errors():
 
 
 def p2p_rank(rank, world, sizes):
-    from schedc.runtime.profiler import measure_p2p_seconds
+    from schedc.runtime.profiling.comm import measure_p2p_seconds
 
     return measure_p2p_seconds(sizes, repeats=3, warmup=1)
 
@@ -240,7 +238,7 @@ def test_comm_measured_between_two_ranks():
 
 
 def test_comm_measure_needs_a_process_group():
-    from schedc.runtime.profiler import measure_p2p_seconds
+    from schedc.runtime.profiling.comm import measure_p2p_seconds
 
     with pytest.raises(SchedcError, match="torchrun"):
         measure_p2p_seconds([16])
@@ -258,7 +256,8 @@ def test_concurrent_profile_pools_processes():
 
 
 def _measurement(index, forward, backward_input, backward_weight):
-    from schedc.runtime.profiler import Stat, StageMeasurement
+    from schedc.runtime.profiling.stages import StageMeasurement
+    from schedc.runtime.profiling.timing import Stat
 
     return StageMeasurement(index=index, forward=Stat(forward), backward_input=Stat(backward_input),
                             backward_weight=Stat(backward_weight), backward_full=Stat([1.0]),
@@ -267,7 +266,8 @@ def _measurement(index, forward, backward_input, backward_weight):
 
 
 def test_large_timing_spreads_warn_and_say_what_to_do():
-    from schedc.runtime.profiler import profile_warnings, timing_warning, to_profile
+    from schedc.runtime.profiling.assemble import to_profile
+    from schedc.runtime.profiling.noise import profile_warnings, timing_warning
 
     steady = _measurement(0, [1.0, 1.1, 1.05], [1.0, 1.0, 1.0], [0.5, 0.52, 0.5])
     # stage 0's I is skipped by torch's runtime (near zero): its relative spread does not matter
@@ -315,7 +315,7 @@ def _profile_against_runtime() -> list:
     from schedc.core.baselines import make_baseline
     from schedc.runtime.models import lm_loss, make_batch
     from schedc.runtime.one_rank import one_rank_group, run_steps
-    from schedc.runtime.profiler import gpt_stages
+    from schedc.runtime.profiling.gpt import gpt_stages
 
     cfg = _cfg(hidden=64, seq_len=32)
     profile = profile_gpt(cfg, 2, microbatch_size=2, warmup=1, repeats=6)
@@ -338,7 +338,7 @@ def _profile_against_runtime() -> list:
 def test_full_activation_checkpointing_is_measured_as_the_run_holds_it():
     # a checkpointed block keeps its input after F; I recomputes the forward, so what I leaves
     # for W is far above what F left (the graph rebuilt for W)
-    from schedc.runtime.profiler import RunSettings
+    from schedc.runtime.profiling.settings import RunSettings
 
     cfg = _cfg(hidden=64, seq_len=32)
     plain = profile_gpt(cfg, 2, microbatch_size=2, warmup=0, repeats=1)
@@ -358,7 +358,7 @@ def test_full_activation_checkpointing_is_measured_as_the_run_holds_it():
 def test_per_op_checkpointing_is_refused_under_the_split_backward_in_one_line(choice, mode):
     # the profile times I and W apart, which torch cannot run through a per-op checkpoint: refused
     # before anything is measured, whether the mode is a stage's or one of its blocks'
-    from schedc.runtime.profiler import RunSettings
+    from schedc.runtime.profiling.settings import RunSettings
 
     with pytest.raises(SchedcError) as e:
         profile_gpt(CFG, 2, microbatch_size=2, warmup=0, repeats=1, settings=RunSettings(activation_checkpoint=choice))

@@ -182,7 +182,7 @@ def test_profile_gpt_names_an_argument_of_the_wrong_type(args, kwargs, message):
     # they were a comparison's TypeError, or None's AttributeError
     from schedc.errors import SchedcError
     from schedc.runtime import GPTConfig
-    from schedc.runtime.profiler import profile_gpt
+    from schedc.runtime.profiling.gpt import profile_gpt
 
     cfg = GPTConfig(vocab_size=16, hidden=8, layers=2, heads=2, seq_len=4)
     with pytest.raises(SchedcError, match=message):

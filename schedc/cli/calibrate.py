@@ -61,7 +61,7 @@ def run(args) -> int:
         raise SchedcError(f"--mbs {mbs} differs from the profile's microbatch size {profile.microbatch_size}; "
                           f"profile with --mbs {mbs} or drop --mbs")
     cfg = common.gpt_config_from_args(args)
-    from schedc.runtime.profiler import gpt_label
+    from schedc.runtime.profiling.gpt import gpt_label
 
     expected = gpt_label(cfg, profile.n_stages)
     if args.model:
@@ -112,7 +112,7 @@ def run(args) -> int:
 def _ticking(what: str):
     """Say on stderr what runs while the ranks work, with the seconds elapsed on a terminal (the
     run is silent otherwise: ranks start, build, warm up and time their steps for minutes)."""
-    from schedc.runtime.profiler import StderrProgress
+    from schedc.cli.progress import StderrProgress
 
     progress = StderrProgress("schedc calibrate")
     stop = threading.Event()

@@ -149,7 +149,9 @@ def run(args) -> int:
     common.check_json_output(args.output, "a profile")
     import torch
 
-    from schedc.runtime.profiler import StderrProgress, profile_gpt, profile_stages, profile_units
+    from schedc.cli.progress import StderrProgress
+    from schedc.runtime.profiling.assemble import profile_stages, profile_units
+    from schedc.runtime.profiling.gpt import profile_gpt
 
     args.device = args.device or common.defaults_of(profile_gpt)["device"]  # the profiler's (profile_stages' too)
 
@@ -208,7 +210,7 @@ def run(args) -> int:
 def _run_settings(args):
     """What the measured run holds per parameter (as the counted route takes --optimizer-bytes:
     fp32 gradients beside it) and outside the allocator (--reserve)."""
-    from schedc.runtime.profiler import RunSettings
+    from schedc.runtime.profiling.settings import RunSettings
 
     reserve = _reserve_bytes(args)
     given = args.optimizer_bytes is not None
@@ -283,7 +285,7 @@ def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> P
 def _checkpoint_stages(user, mode: str) -> None:
     """--ac on a --model's stages: each stage's blocks (modules named like layers.N), as load_pipeline
     checkpoints them; the stages of a split only (a list of modules names no blocks)."""
-    from schedc.runtime.profiler import checkpoint_blocks
+    from schedc.runtime.profiling.units import checkpoint_blocks
 
     if mode == "none":
         return
@@ -387,7 +389,7 @@ def _write(profile: Profile, output: str) -> int:
 
     profile.save(output)
     for note in profile.notes or []:
-        if note.startswith("warning: "):  # schedc.runtime.profiler.profile_warnings, without importing torch
+        if note.startswith("warning: "):  # schedc.runtime.profiling.noise.profile_warnings, without importing torch
             common.echo(f"schedc profile: {note}", file=sys.stderr)
     per_unit = all(c.modules for c in profile.stages)
     kind = "units" if per_unit else "stages"

@@ -42,15 +42,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 from schedc.core.costs import Profile, StageCost, format_ms
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import producers, simulate
+from schedc.runtime.profiling.spans import COMPUTE_LABEL, timed_actions
 
-# a compute action's span: "PP:<stage><kind><microbatch>" (schedc.runtime.one_rank reads it too)
-COMPUTE_LABEL = re.compile(r"^PP:(\d+)([FIWB])(\d+)$")
 _COMM_LABEL = re.compile(r"^PP:(\d+)(SEND|RECV)_([FB])(\d+)$")
 # torch labels an OVERLAP_F_B cell once, "PP:(0F7;7B3)OVERLAP_F_B", and runs its parts one after another
 _OVERLAP_LABEL = re.compile(r"^PP:\((.+)\)OVERLAP_F_B$")
@@ -61,103 +60,6 @@ _WAIT_LABEL = re.compile(r"^PP:(\d*)(WAIT_SEND_F|WAIT_SEND_B|WAIT_REDUCE_GRAD)(\
 
 
 # ---------------------------------------------------------------- inside each rank
-
-
-class _ActionRecorder:
-    """Stands in for ``torch.profiler.record_function`` in torch's pipelining schedules module.
-
-    On CPU it notes perf_counter at enter/exit. With ``cuda=True`` the work is asynchronous, so
-    it records CUDA events on the current stream instead (one at enter, one after each wait for
-    a receive, one at exit); :meth:`resolve` turns them into times after the step synchronized.
-    """
-
-    def __init__(self, original, cuda: bool = False):
-        self.original = original
-        self.cuda = cuda
-        self.events: list[tuple[str, float, float, float]] = []  # label, enter, wait, exit
-        self._raw: list[tuple[str, Any, Any, Any]] = []  # CUDA: label, enter, after-wait, exit events
-        self._open: Optional[list] = None
-
-    def __call__(self, name: str, *args, **kwargs):
-        if not str(name).startswith("PP:"):
-            return self.original(name, *args, **kwargs)
-        return _Span(self, str(name))
-
-    def _event(self):
-        import torch
-
-        e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
-    def waited(self, seconds: float) -> None:
-        if self._open is not None:
-            self._open[1] += seconds
-            if self.cuda:  # the stream passes this point once the received tensor is there
-                self._open[2] = self._event()
-
-    def resolve(self, t0: float, start_event) -> None:
-        """CUDA: convert the recorded events (after a synchronize) into perf_counter-based times,
-        ``start_event`` having been recorded at perf_counter ``t0`` on an idle device."""
-        for name, enter, after_wait, exit_ in self._raw:
-            t_enter = t0 + start_event.elapsed_time(enter) / 1e3
-            t_compute = t0 + start_event.elapsed_time(after_wait or enter) / 1e3
-            t_exit = t0 + start_event.elapsed_time(exit_) / 1e3
-            self.events.append((name, t_enter, max(0.0, t_compute - t_enter), max(t_exit, t_compute)))
-        self._raw.clear()
-
-
-class _Span:
-    def __init__(self, rec: _ActionRecorder, name: str):
-        self.rec, self.name = rec, name
-
-    def __enter__(self):
-        self.state = [time.perf_counter(), 0.0, None, self.rec._event() if self.rec.cuda else None]
-        self.rec._open = self.state
-        return self
-
-    def __exit__(self, *exc):
-        self.rec._open = None
-        if self.rec.cuda:
-            self.rec._raw.append((self.name, self.state[3], self.state[2], self.rec._event()))
-        else:
-            self.rec.events.append((self.name, self.state[0], self.state[1], time.perf_counter()))
-        return False
-
-
-class timed_actions:
-    """Context manager: while active, every ``PP:`` action of torch's pipeline runtime is timed.
-
-    ``.events`` lists ``(label, enter, seconds waiting for receives, exit)`` in perf_counter time.
-    """
-
-    def __init__(self, cuda: bool = False):
-        self.cuda = cuda
-
-    def __enter__(self) -> _ActionRecorder:
-        from torch.distributed.pipelining import schedules
-
-        self._mod = schedules
-        self._orig_rf = schedules.record_function
-        self._orig_wait = schedules._wait_batch_p2p
-        rec = _ActionRecorder(self._orig_rf, cuda=self.cuda)
-        orig_wait = self._orig_wait
-
-        def wait(work):
-            t0 = time.perf_counter()
-            out = orig_wait(work)
-            rec.waited(time.perf_counter() - t0)
-            return out
-
-        schedules.record_function = rec
-        schedules._wait_batch_p2p = wait
-        self.rec = rec
-        return rec
-
-    def __exit__(self, *exc):
-        self._mod.record_function = self._orig_rf
-        self._mod._wait_batch_p2p = self._orig_wait
-        return False
 
 
 def rank_main(spec: dict) -> dict:
@@ -186,7 +88,7 @@ def rank_main(spec: dict) -> dict:
         sync = (lambda: torch.cuda.synchronize()) if backend == "nccl" else (lambda: None)
         in_situ = []
         if spec.get("in_situ"):
-            from schedc.runtime.profiler import measure_stages
+            from schedc.runtime.profiling.stages import measure_stages
 
             mine = pipe.schedule.schedule.stages_of(rank)
             twin_stages, sample, loss_fn, sample_target = twin()
@@ -206,7 +108,7 @@ def rank_main(spec: dict) -> dict:
             dist.barrier()
             sync()
             with timed_actions(cuda=backend == "nccl") as rec:
-                start_event = rec._event() if rec.cuda else None
+                start_event = rec.event() if rec.cuda else None
                 t0 = time.perf_counter()
                 pipe.step(inputs, target=targets, losses=[] if pipe.is_last else None)
                 sync()
@@ -583,7 +485,8 @@ def compare(csv_label: str, schedule: Schedule, profile: Profile, results: list[
 def _in_situ_profile(profile: Profile, results: list[dict], rounds: Optional[list[int]] = None) -> Optional[Profile]:
     """The stages the ranks measured between steps (all rounds, or those in `rounds`), as one
     profile; communication is taken from `profile`."""
-    from schedc.runtime.profiler import StageMeasurement, to_profile
+    from schedc.runtime.profiling.assemble import to_profile
+    from schedc.runtime.profiling.stages import StageMeasurement
 
     pooled: dict[int, StageMeasurement] = {}
     for r in results:
@@ -644,7 +547,7 @@ def calibrate(
     if microbatch_size < 1:
         raise ParameterError("microbatch_size", f"calibrate: {{param}} must be >= 1, got {literal(microbatch_size)}",
                              flag="--mbs")
-    from schedc.runtime.profiler import resolve_device
+    from schedc.runtime.profiling.device import resolve_device
 
     dev = resolve_device(device)
     if dev.type == "cuda":

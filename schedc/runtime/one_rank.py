@@ -9,7 +9,7 @@ stage; a one-rank schedule (every stage on rank 0: a V or a loop on one rank) pa
 between stages locally, with no communication. :func:`run_steps` builds the stages with
 :func:`schedc.runtime.pipeline.build_schedule`, runs ``steps`` steps and returns the losses, the
 gradients and, per (stage, kind), the seconds torch's runtime spent in each action
-(:class:`schedc.runtime.calibrate.timed_actions`: the ``PP:`` spans it wraps every action in).
+(:class:`schedc.runtime.profiling.spans.timed_actions`: the ``PP:`` spans it wraps every action in).
 
 Cost: ``steps`` training steps of the whole model on one process.
 """
@@ -26,6 +26,9 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from schedc.core.ir import Schedule
+from schedc.runtime.allocator import live_bytes_peak
+from schedc.runtime.profiling.spans import COMPUTE_LABEL, timed_actions
+
 
 @contextmanager
 def one_rank_group(device: torch.device) -> Iterator[None]:
@@ -64,8 +67,6 @@ def run_steps(schedule: Schedule, stage_modules: Sequence[nn.Module], inputs: tu
     The process group must be one rank (:func:`one_rank_group`)."""
     from torch.distributed.pipelining import PipelineStage
 
-    from schedc.runtime.allocator import live_bytes_peak
-    from schedc.runtime.calibrate import COMPUTE_LABEL, timed_actions
     from schedc.runtime.pipeline import Pipeline, build_schedule
 
     dev = torch.device(device)
@@ -79,7 +80,7 @@ def run_steps(schedule: Schedule, stage_modules: Sequence[nn.Module], inputs: tu
             p.grad = None
         losses: list = []
         with timed_actions(cuda=dev.type == "cuda") as rec:
-            start = rec._event() if rec.cuda else None
+            start = rec.event() if rec.cuda else None
             t0 = time.perf_counter()
             if trace_memory:
                 _, peak = live_bytes_peak(dev, lambda: pipe.step(inputs, target=target, losses=losses))

@@ -11,7 +11,7 @@ grad-requiring input, plus ``loss_fn`` on a last stage; I and W as the two funct
 output gradient, or with the loss on a last stage) and count bytes after F, after I and after W
 two independent ways:
 
-- saved-tensor accounting (the profiler's own ``_SavedTensorTracker``): the storages autograd
+- saved-tensor accounting (the profiler's own ``SavedTensorTracker``): the storages autograd
   still holds, plus the stage's inputs and outputs, which the runtime keeps until W
   (``backward_state``); gradients that I computes and leaves for W (``param_groups[..]["grads"]``)
   and the input gradients it stores in ``input.grad`` are reported separately;
@@ -35,15 +35,8 @@ from torch.distributed.pipelining._backward import stage_backward_input, stage_b
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from schedc.runtime.profiler import (
-    _SavedTensorTracker,
-    _add_storages,
-    _as_tuple,
-    _check_outputs,
-    _fresh_inputs,
-    _storage_key,
-    _unique_bytes,
-)
+from schedc.runtime.profiling.memory import SavedTensorTracker, add_storages, storage_key, unique_bytes
+from schedc.runtime.profiling.runner import as_tuple, check_outputs, fresh_inputs
 
 
 class LiveStorages(TorchDispatchMode):
@@ -56,7 +49,7 @@ class LiveStorages(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and _storage_key(t):
+            if isinstance(t, torch.Tensor) and storage_key(t):
                 st = t.untyped_storage()
                 old = self.refs.get(st.data_ptr())
                 if old is None or torch.UntypedStorage._expired(old[0]):
@@ -125,21 +118,21 @@ def measure_split_backward(
     static = {p.untyped_storage().data_ptr() for p in module.parameters()}
     dev = next(module.parameters()).device
     cuda = dev.type == "cuda"
-    tracker, live = _SavedTensorTracker(), LiveStorages()
-    inputs = _fresh_inputs(_as_tuple(sample), needs_grad=True)
-    in_bytes = _unique_bytes(inputs, static)
+    tracker, live = SavedTensorTracker(), LiveStorages()
+    inputs = fresh_inputs(as_tuple(sample), needs_grad=True)
+    in_bytes = unique_bytes(inputs, static)
     # torch's I makes views of the inputs and the tracker detaches what it saves: storages made
     # before F would show up as new; inputs are added once, the caller's target not at all
-    in_ptrs = set(_add_storages({}, [*inputs, *tree_leaves(target)], set()))
+    in_ptrs = set(add_storages({}, [*inputs, *tree_leaves(target)], set()))
     base = _cuda_allocated(dev) if cuda else 0
     try:
         with tracker.hooks(), live:
-            outs = _check_outputs(0, module(*inputs))
+            outs = check_outputs(0, module(*inputs))
             roots = [loss_fn(outs[0] if len(outs) == 1 else outs, target)] if is_last else list(outs)
 
             def held() -> int:
                 kept = [*outs, *roots, *inputs]  # the runtime's backward_state (and fwd_cache)
-                return sum(_add_storages(tracker.alive_storages(static), kept, static).values())
+                return sum(add_storages(tracker.alive_storages(static), kept, static).values())
 
             after_f, live_f = held(), live.bytes(static | in_ptrs) + in_bytes
             cuda_f = _cuda_allocated(dev) - base + in_bytes if cuda else None
@@ -154,15 +147,15 @@ def measure_split_backward(
             after_i, live_i = held(), live.bytes(static | in_ptrs) + in_bytes
             cuda_i = _cuda_allocated(dev) - base + in_bytes if cuda else None
             for_w = [g for pg in param_groups for gs in pg.get("grads") or () for g in gs or () if g is not None]
-            w_bytes = _unique_bytes(for_w, static | set(_add_storages({}, [*outs, *inputs], set())))
-            in_grads = _unique_bytes([x.grad for x in inputs if isinstance(x, torch.Tensor)], static)
+            w_bytes = unique_bytes(for_w, static | set(add_storages({}, [*outs, *inputs], set())))
+            in_grads = unique_bytes([x.grad for x in inputs if isinstance(x, torch.Tensor)], static)
 
             stage_backward_weight(iter(params), param_groups)
             del param_groups, for_w
             p_grads = [p.grad for p in params if p.grad is not None]
-            static |= set(_add_storages({}, p_grads, set()))
+            static |= set(add_storages({}, p_grads, set()))
             after_w, live_w = held(), live.bytes(static | in_ptrs) + in_bytes
-            cuda_w = _cuda_allocated(dev) - base + in_bytes - _unique_bytes(p_grads, set()) if cuda else None
+            cuda_w = _cuda_allocated(dev) - base + in_bytes - unique_bytes(p_grads, set()) if cuda else None
     finally:
         live.close()
         for p in params:

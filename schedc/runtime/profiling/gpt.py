@@ -1,0 +1,161 @@
+"""Profiling schedc's built-in GPT (:mod:`schedc.runtime.models`) as stages or units.
+
+Problem: ``schedc profile`` and the benchmarks need a model that runs anywhere torch does.
+Method: the GPT split with :func:`schedc.runtime.split.split_gpt` into stages
+(:func:`gpt_stages`) or units (:func:`gpt_units`), checkpointed as the run settings say and
+measured here (:func:`profile_gpt`) or, ``concurrent=N`` on a CPU host, in N processes at once
+(:mod:`.concurrent`). Cost: the measurement's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+
+from schedc.core.costs import PER_OP_AC, Profile, block_modes
+from schedc.errors import ParameterError, literal, python_spelling
+from schedc.runtime.checkpointing import apply_to_stage, stage_modes
+from schedc.runtime.models import GPT, GPTConfig, lm_loss, make_batch, parse_dtype
+from schedc.runtime.profiling.assemble import assemble, profile_stages, profile_units, with_modules
+from schedc.runtime.profiling.concurrent import measure_concurrently
+from schedc.runtime.profiling.device import resolve_device
+from schedc.runtime.profiling.noise import contention_note
+from schedc.runtime.profiling.settings import RunSettings
+from schedc.runtime.profiling.stages import ProgressFn
+from schedc.runtime.split import split_gpt
+
+
+def gpt_stages(config, n_stages: int) -> list[nn.Module]:
+    """The built-in GPT (schedc.runtime.models) split into `n_stages` contiguous stages."""
+
+    if n_stages < 1:
+        raise ParameterError("n_stages", f"{{param}} must be >= 1, got {literal(n_stages)}", flag="--stages")
+    stages = split_gpt(GPT(config), range(n_stages), n_stages)
+    return [stages[s] for s in range(n_stages)]
+
+
+def gpt_units(config) -> tuple[list[nn.Module], list[list[str]]]:
+    """The built-in GPT as units (its ``embed``, each of its ``blocks``, ``norm`` + ``head``): one
+    stage module per unit and the module names each holds."""
+
+    n = config.layers + 2
+    stages = split_gpt(GPT(config), range(n), n, layers_per_stage=[0] + [1] * config.layers + [0])
+    names = [["embed"]] + [[f"blocks.{i}"] for i in range(config.layers)] + [["norm", "head"]]
+    return [stages[s] for s in range(n)], names
+
+
+def gpt_label(config, n_stages: int, parts: str = "stages") -> str:
+    """The profile's ``model`` field for the built-in GPT, e.g. 'gpt(layers=4, ...)/2 stages'."""
+    return (
+        f"gpt(layers={config.layers}, hidden={config.hidden}, heads={config.heads}, seq={config.seq_len}, "
+        f"vocab={config.vocab_size})/{n_stages} {parts}"
+    )
+
+
+@python_spelling
+def profile_gpt(
+    config,
+    n_stages: int,
+    microbatch_size: int,
+    device: Union[str, torch.device, None] = "cpu",
+    dtype: Optional[str] = None,
+    warmup: int = 2,
+    repeats: int = 5,
+    optimizer: Optional[str] = "adamw",
+    comm: Union[None, float, Sequence[float], str] = None,
+    comm_bandwidth: Optional[float] = None,
+    comm_latency: float = 0.0,
+    progress: Optional[ProgressFn] = None,
+    concurrent: int = 1,
+    timeout: float = 1800.0,
+    units: bool = False,
+    reuse_layers: bool = True,
+    settings: Optional[RunSettings] = None,
+) -> Profile:
+    """Profile schedc's built-in GPT (``GPTConfig``) split into `n_stages`, one microbatch of
+    `microbatch_size` sequences; `dtype` overrides ``config.dtype``.
+
+    ``concurrent=N`` (CPU only) measures in N processes at once, each timing every stage, and
+    pools their samples: N ranks on one host share its cores and memory bandwidth, so this is
+    what each of them will see when they run the pipeline together.
+
+    ``units=True`` ignores `n_stages` and writes a per-unit profile (:func:`gpt_units`,
+    :func:`measure_units`; ``reuse_layers`` as there)."""
+
+
+    if not isinstance(config, GPTConfig):
+        raise ParameterError("config", f"{{param}} must be a schedc.runtime.GPTConfig, got {type(config).__name__}")
+    for param, value, flag in (("n_stages", n_stages, "--stages"), ("microbatch_size", microbatch_size, "--mbs"),
+                               ("concurrent", concurrent, "")):
+        if isinstance(value, bool) or not isinstance(value, int):  # before a comparison's TypeError
+            raise ParameterError(param, f"{{param}} must be an integer, got {literal(repr(value)[:40])}", flag=flag)
+    if microbatch_size < 1:
+        raise ParameterError("microbatch_size", f"{{param}} must be >= 1, got {literal(microbatch_size)}", flag="--mbs")
+    try:
+        if dtype is not None:
+            config = dataclasses.replace(config, dtype=dtype)
+        parse_dtype(config.dtype)
+    except ValueError as e:
+        raise ParameterError("dtype", literal(e)) from None
+    dev = resolve_device(device)
+    settings = dataclasses.replace(settings or RunSettings(), seq_len=config.seq_len)
+    try:
+        stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
+    except ValueError as e:
+        raise ParameterError("n_stages", f"{{name}}{literal(n_stages)}: {literal(e)}", flag="--stages") from None
+    if units:  # the layer units, as measure_units_ac checkpoints them
+        if concurrent > 1 and settings.activation_checkpoint != "none":
+            raise ParameterError("concurrent", "{param} measures without activation checkpointing; drop one of them")
+    else:
+        _checkpoint(stages, settings.activation_checkpoint, concurrent)
+    tokens, targets = make_batch(config, microbatch_size, seed=0)
+    model = gpt_label(config, len(stages), "units" if units else "stages")
+    if concurrent < 1:
+        raise ParameterError("concurrent", f"{{param}} must be >= 1, got {literal(concurrent)}")
+    if concurrent > 1:
+        if dev.type != "cpu":
+            raise ParameterError("concurrent", "{param} is for CPU hosts whose ranks share cores; a GPU rank has its "
+                                               "own device")
+        if isinstance(comm, str):
+            raise ParameterError("concurrent", "{param} and measuring comm do not mix; measure comm separately under "
+                                               "torchrun")
+        if progress:
+            progress(f"profiling {len(stages)} {'units' if units else 'stages'} in {concurrent} processes at once "
+                     f"({warmup} warm-up + {repeats} runs each)")
+        busy = contention_note(dev, concurrent)
+        measured = measure_concurrently(config, n_stages, microbatch_size, concurrent, warmup, repeats,
+                                         optimizer, timeout, units, reuse_layers)
+        profile = assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, config.dtype,
+                            notes=busy + [f"measured in {concurrent} concurrent processes (ranks sharing this "
+                                          f"host), samples pooled"], optimizer=optimizer, settings=settings)
+        return with_modules(profile, names) if units else profile
+    common = dict(loss_fn=lm_loss, target=targets, device=dev, warmup=warmup, repeats=repeats, optimizer=optimizer,
+                  comm=comm, comm_bandwidth=comm_bandwidth, comm_latency=comm_latency, model=model,
+                  microbatch_size=microbatch_size, dtype=config.dtype, progress=progress, settings=settings)
+    if units:
+        return profile_units(stages, names, tokens, reuse_layers=reuse_layers, **common)
+    return profile_stages(stages, tokens, **common)
+
+
+def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
+    """Apply ``RunSettings.activation_checkpoint`` (one mode, or one per stage) to the GPT's
+    stages' blocks. The per-op modes (light, selective) cannot run under the split backward the
+    stage route times, in a stage's own mode or in any of its blocks' (the unit route measures
+    them: :func:`measure_units_ac`)."""
+
+    modes = stage_modes(choice, len(stages))
+    if all(m == "none" for m in modes):
+        return
+    per_op = next((b for b in block_modes(modes) if b in PER_OP_AC), None)
+    if per_op is not None:
+        raise ParameterError("activation_checkpoint", f"{{param}} {literal(repr(per_op))}: torch's split backward (I, "
+                             "then W) cannot go twice through a region checkpointed per op, so a stage cannot be "
+                             "profiled as I and W; measure per-unit profiles (units=True, --units), which time such "
+                             "layers' whole backward, or use full", flag="--ac", python=True)
+    if concurrent > 1:
+        raise ParameterError("concurrent", "{param} measures without activation checkpointing; drop one of them")
+    for stage, mode in zip(stages, modes):
+        apply_to_stage(stage, mode)
