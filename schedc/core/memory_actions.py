@@ -20,10 +20,10 @@ Method: one :class:`MemoryAction` per (stage, microbatch) that does not keep:
 - ``"recompute"``: that microbatch's forward on that stage runs under checkpointing, so it keeps
   only the stage's input, and its backward runs the forward again. The CSV must run that
   backward as B: torch's split backward keeps the graph from I to W and, on a checkpointed
-  graph, recomputes the forward in I and again for each weight group W differentiates (measured
-  on torch 2.14: 1 + 4 forwards for a 5-layer stage), which no cost model would count. Stage 0
-  is the exception torch makes: its I runs nothing and its W the whole backward, so it
-  recomputes once and may run I and W.
+  graph, recomputes the forward in I and again for each weight group W differentiates
+  (measured on torch 2.14: 1 + 4 forwards for a stage of four weighted layers), which no cost
+  model would count. Stage 0 is the exception torch makes: its I runs nothing and its W the
+  whole backward, so it recomputes once and may run I and W.
 
 The JSON form is a list of small objects (docs/formats.md, "Memory actions")::
 
