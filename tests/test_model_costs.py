@@ -441,9 +441,31 @@ def test_the_default_link_bandwidth_says_what_it_stands_for(capsys):
 
 def test_tensor_parallelism_splits_time_and_bytes():
     base = dict(layers=2, hidden=64, vocab=100, seq=8, heads=4)
-    one, two = unit_profile(**base).stages[1], unit_profile(**base, tp=2).stages[1]
-    assert two.forward == pytest.approx(one.forward / 2) and two.backward_weight == pytest.approx(one.backward_weight / 2)
+    one, two = unit_profile(**base).stages[1], unit_profile(**base, tp=2, tp_latency=0.0).stages[1]
+    # W's weight gradients stay local: no collective; F's and I's add theirs (the next test)
+    assert two.backward_weight == pytest.approx(one.backward_weight / 2) and two.forward > one.forward / 2
     assert two.weight_grad_bytes == one.weight_grad_bytes / 2
+
+
+def test_a_tp4_layers_f_and_i_are_a_quarter_of_tp1s_plus_the_counted_collectives():
+    # torchtitan's sequence parallelism: 2 all-gathers + 2 reduce-scatters of b s h elements per layer
+    # in F and in I, each a ring over 4 ranks ((4-1)/4 of the tensor) at tp_bandwidth plus tp_latency
+    shape = dict(layers=2, hidden=8192, ffn_hidden=28672, heads=64, kv_heads=8, vocab=128256, seq=8192)
+    one = unit_profile(**shape).stages[1]
+    four = unit_profile(**shape, tp=4)
+    layer = four.stages[1]
+    ring = 3 / 4 * 2 * 8192 * 8192 / 450e9 + 10e-6
+    assert layer.forward == pytest.approx(one.forward / 4 + 4 * ring)
+    assert layer.backward_input == pytest.approx(one.backward_input / 4 + 4 * ring)
+    assert layer.forward > 1.05 * one.forward / 4  # a 70B-sized layer at seq 8192: about 9% more
+    assert four.assumes["tp_bandwidth"] == 450e9 and "reduce-scatters" in four.assumes["tp_collectives"]
+    assert "tp_collectives" not in unit_profile(**shape).assumes
+    # a slower link costs more; a full recompute reruns the forward's collectives in I
+    slow = unit_profile(**shape, tp=4, tp_bandwidth=100e9).stages[1]
+    assert slow.forward > layer.forward
+    full = unit_profile(**shape, tp=4, activation_checkpoint="full").stages[1]
+    plain_full = unit_profile(**shape, activation_checkpoint="full").stages[1]
+    assert full.backward_input == pytest.approx(plain_full.backward_input / 4 + 8 * ring)
 
 
 def test_torchtitans_chunked_loss_runs_the_heads_backward_in_f(tmp_path):

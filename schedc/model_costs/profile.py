@@ -60,6 +60,8 @@ def unit_profile(
     memory_bandwidth: float = 2e12,
     bandwidth: float = 40e9,
     latency: float = 0.0,
+    tp_bandwidth: float = 450e9,
+    tp_latency: float = 10e-6,
     held: Literal["torch", "paper"] = "torch",
     names: Names = "torchtitan",
     fsdp: Optional[bool] = None,
@@ -83,7 +85,10 @@ def unit_profile(
     those static bytes and adds what FSDP2 holds unsharded under torch's pipelining,
     :func:`fsdp_held`); ``fsdp``: whether FSDP2 wraps the blocks (default: when ``dp_shard`` > 1;
     True counts :func:`fsdp_held` at degree 1 too, as torchtitan 0.3.0 wraps them at every degree) and
-    ``tp`` (divides weights and, with sequence parallelism, activations); ``reserve_bytes``
+    ``tp`` (divides weights, FLOPs and, with sequence parallelism, activations, and adds its
+    collectives to F and I: ``TP_ASSUMES``, at ``tp_bandwidth`` B/s, default 450e9, NVLink 4's
+    per-direction bandwidth on an H100 SXM, an upper bound for NCCL's ring, and ``tp_latency`` s
+    per collective, default 10e-6, an assumed NCCL launch-and-sync cost); ``reserve_bytes``
     (default on CUDA :data:`CUDA_RESERVE_BYTES`, 0 on CPU); the device's speeds and the link's ``bandwidth`` (B/s)
     and ``latency`` (s per transfer). ``assumes`` records every one of these.
 
@@ -101,7 +106,7 @@ def unit_profile(
         run = _settings(s, seq, microbatch_size, activation_checkpoint, impl, device, optimizer, param_dtype,
                         grad_dtype, optimizer_dtype, master_weights, grad_bytes_per_param, optimizer_bytes_per_param,
                         dp_shard, tp, reserve_bytes, flops_per_second, memory_bandwidth, bandwidth, latency, held,
-                        names, fsdp)
+                        names, fsdp, tp_bandwidth, tp_latency)
     except ParameterError as e:  # the keyword here; a command line that called this names its flag
         raise e.for_python() from None
     from schedc.model_costs.units import build_units  # after the checks: it only multiplies
@@ -183,17 +188,18 @@ def _dtype(value, param: str) -> str:
 
 def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype, grad_dtype, optimizer_dtype,
               master_weights, grad_bpp, opt_bpp, dp_shard, tp, reserve, flops, mem_bw, bw, latency, held,
-              names, fsdp=None) -> dict:
+              names, fsdp=None, tp_bw=450e9, tp_latency=10e-6) -> dict:
     for name, value in (("seq", seq), ("microbatch_size", mbs), ("dp_shard", dp_shard), ("tp", tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _bad(name, f"must be an integer >= 1, got {_shown(value)}")
     if seq * mbs > MAX_TOKENS:
         raise _bad("microbatch_size", f"{{param:seq}} x {{param}} = {_shown(seq * mbs)} tokens is more than schedc "
                                       f"counts ({MAX_TOKENS})")
-    for name, value in (("flops_per_second", flops), ("memory_bandwidth", mem_bw), ("bandwidth", bw)):
+    for name, value in (("flops_per_second", flops), ("memory_bandwidth", mem_bw), ("bandwidth", bw),
+                        ("tp_bandwidth", tp_bw)):
         if not finite(value) or value <= 0:
             raise _bad(name, f"{{param}} must be a finite number > 0, got {_shown(value)}")
-    for name, value in (("latency", latency), ("grad_bytes_per_param", grad_bpp),
+    for name, value in (("latency", latency), ("tp_latency", tp_latency), ("grad_bytes_per_param", grad_bpp),
                         ("optimizer_bytes_per_param", opt_bpp), ("reserve_bytes", reserve)):
         if value is not None and (not finite(value) or value < 0 or value > 2.0**60):
             raise _bad(name, f"{{param}} must be a finite number >= 0, got {_shown(value)}")
@@ -240,7 +246,9 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
                "grad_dtype": grad_dtype, "optimizer": optimizer, "optimizer_dtype": optimizer_dtype,
                "master_weights": bool(master_weights), "static_bytes_per_param": p_bytes + grad + opt,
-               "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1, "reserve_bytes": reserve,
+               "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1,
+               **({"tp_collectives": TP_ASSUMES, "tp_bandwidth": tp_bw, "tp_latency": tp_latency} if tp > 1 else {}),
+               "reserve_bytes": reserve,
                **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": unsharded} if fsdp else {}),
                "torch": COUNTED_FOR_TORCH, "held": held,
                # torch refuses a second backward through a region checkpointed per op (light,
@@ -249,7 +257,8 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
     return {"seq": seq, "mbs": mbs, "ac": per_layer, "impl": impl, "device": device, "param_bytes": p_bytes,
             "static_per_param": p_bytes + grad + opt, "fsdp_held_per_param": unsharded, "dp_shard": dp_shard, "tp": tp,
             "reserve_bytes": reserve,
-            "flops": flops, "memory_bandwidth": mem_bw, "held": held, "names": names, "assumes": assumes}
+            "flops": flops, "memory_bandwidth": mem_bw, "tp_bandwidth": tp_bw, "tp_latency": tp_latency,
+            "held": held, "names": names, "assumes": assumes}
 
 
 def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
@@ -274,6 +283,11 @@ def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
     return e + grad_bytes + (e if grad_dtype != act_dtype else 0.0)
 
 
+# how tensor parallelism's communication is counted (schedc.model_costs.units.TP_COLLECTIVES)
+TP_ASSUMES = ("torchtitan's sequence-parallel TP within one node: per layer 2 all-gathers + 2 reduce-scatters of "
+              "the b x s x h activation in F and as many in I (plain TP's 2 all-reduces move the same bytes), "
+              "1 each for the embedding and the LM head, rerun by a full recompute; each a ring collective of "
+              "(tp-1)/tp of the tensor at tp_bandwidth plus tp_latency, not overlapped with compute")
 # what `fsdp_held` takes about the run, recorded in a profile's "assumes" when FSDP2 wraps the blocks
 FSDP_ASSUMES = ("FSDP2 fully_shard per block under torch's pipelining (reshard_after_forward off in torchtitan; "
                 "NeMo AutoModel reshards all blocks but the last after each forward, so this is its most): each "

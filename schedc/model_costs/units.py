@@ -43,11 +43,35 @@ def layer_flops(s: ModelShape, tokens: float, seq: float) -> tuple[float, float,
     return linear, attention, (linear + attention) / tokens
 
 
+# Tensor parallelism's collectives per unit and pass, as torchtitan 0.3.0 shards a decoder
+# (models/common/decoder_sharding.py, enable_sequence_parallel on by default in config/configs.py):
+# a layer's F all-gathers the sequence-sharded input of attention and of the MLP and
+# reduce-scatters wo's and w2's outputs; its I runs the transposes (a reduce-scatter per
+# all-gather and back). Plain TP's two all-reduces move the same bytes (an all-reduce is a
+# reduce-scatter then an all-gather). The embedding reduce-scatters its output in F and gathers
+# its output gradient in its W (its whole backward); the LM head gathers its input in F and
+# reduce-scatters that input's gradient in its backward. W's weight gradients stay local; the
+# norms' replicated weights' all-reduce (h numbers) is not counted.
+TP_COLLECTIVES = {"layer": (4, 4, 0), "embedding": (1, 0, 1), "head": (1, 1, 0)}  # (F, I, W)
+
+
+def tp_collective_seconds(nbytes: float, tp: int, bandwidth: float, latency: float) -> float:
+    """One ring all-gather or reduce-scatter of a tensor of `nbytes` (whole, not per rank) over
+    `tp` ranks of one node: each rank sends and receives (tp - 1) / tp of it at `bandwidth`,
+    plus `latency` (NCCL's ring; the standard alpha-beta count). 0 with no tensor parallelism."""
+    return 0.0 if tp == 1 else (tp - 1) / tp * nbytes / bandwidth + latency
+
+
 def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     """The units in model order and the bytes sent across each unit boundary."""
     e = DTYPE_BYTES[s.dtype]
     tokens, seq, tp = float(run["seq"] * run["mbs"]), float(run["seq"]), run["tp"]
-    flops = run["flops"] * tp  # tensor parallelism splits every matmul (its collectives are not counted)
+    flops = run["flops"] * tp  # tensor parallelism splits every matmul; its collectives are added (TP_COLLECTIVES)
+    # one collective of the unit boundary's tensor (b s h elements), whole
+    collective = tp_collective_seconds(e * tokens * s.hidden, tp, run["tp_bandwidth"], run["tp_latency"])
+
+    def tp_comm(unit: str) -> tuple[float, float, float]:
+        return tuple(n * collective for n in TP_COLLECTIVES[unit])
     # sharded states, plus what FSDP2 under torch's pipelining holds unsharded all step (profile.fsdp_held)
     impl, device = run["impl"], run["device"]
     per_param = run["static_per_param"] / run["dp_shard"] + run["fsdp_held_per_param"]
@@ -78,26 +102,34 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     emb_b = memory.embedding_bytes(s, device)
     emb_params = (0.0 if s.tied_embeddings else V * h) + s.positions * h
     # the embedding's W is its whole backward: one parameter's new gradient at a time
-    embed = cost(2 * e * tokens * h / run["memory_bandwidth"], 0.0,
-                 (2 * e * tokens * h + 3 * e * V * h) / run["memory_bandwidth"], emb_b, emb_params, names[0],
+    c_f, _, c_w = tp_comm("embedding")
+    embed = cost(2 * e * tokens * h / run["memory_bandwidth"] + c_f, 0.0,
+                 (2 * e * tokens * h + 3 * e * V * h) / run["memory_bandwidth"] + c_w, emb_b, emb_params, names[0],
                  [(max(0.0 if s.tied_embeddings else V * h, s.positions * h), 0.0)])
+    c_f, c_i, _ = tp_comm("layer")
     body = []
     for i, ac in enumerate(run["ac"]):
         b = memory.layer_bytes(s, impl, device, ac, per_token)
         fw = (linear + attention) / flops
         again_i, again_w = _recompute_seconds(s, run, ac, b, tokens, fw, attention)
+        # a recomputed forward's collectives run again (full: in I, and in W in proportion to the
+        # forward FLOPs its groups recompute); the per-op modes save the collectives' outputs
+        if c_f and ac == "full":
+            again_i += c_f
+            again_w += c_f * (again_w / fw if fw else 0.0)
         # under full checkpointing W's output gradients come from its own recomputes and die with them
         # (the leak term), so a group's new gradients get no credit for those released before it (measured)
         unit_groups = [(n, 0.0) for n, _ in groups] if ac == "full" else groups
-        body.append(cost(fw, (linear + 2 * attention) / flops + again_i, linear / flops + again_w, b, params,
-                         names[1 + i], unit_groups))
+        body.append(cost(fw + c_f, (linear + 2 * attention) / flops + again_i + c_i, linear / flops + again_w, b,
+                         params, names[1 + i], unit_groups))
     head_flops = 2 * tokens * h * V
     head_params = V * h + (0 if impl == "paper" else h * (2 if s.family == "gpt2" else 1))
+    c_f, c_i, _ = tp_comm("head")
     if impl == "torchtitan":  # its chunked loss runs the LM head's backward inside F
-        head = cost(3 * head_flops / flops, 0.0, 0.0, memory.head_bytes(s, impl, device, V), head_params,
+        head = cost(3 * head_flops / flops + c_f + c_i, 0.0, 0.0, memory.head_bytes(s, impl, device, V), head_params,
                     names[-1])
     else:  # two groups: the final norm's (an RMSNorm releases two h-wide gradients after it), the LM head's
-        head = cost(head_flops / flops, head_flops / flops, head_flops / flops,
+        head = cost(head_flops / flops + c_f, head_flops / flops + c_i, head_flops / flops,
                     memory.head_bytes(s, impl, device, V), head_params, names[-1],
                     [(head_params - V * h, h if s.family == "gpt2" else 2 * h), (V * h, V)])
     return [embed, *body, head], e * tokens * h / tp
