@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Optional, Sequence, Union, get_args
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
 from schedc.core.baselines import BASELINE_NAMES, make_baseline
 from schedc.choices import (Budget, CountedDevice, Execution, Implementation, Objective, Placement, PlacementName, Solver,
@@ -519,20 +519,24 @@ def count_profile(
     >>> [unit.modules for unit in p.stages]
     [['tok_embeddings'], ['layers.0'], ['layers.1'], ['norm', 'lm_head']]
     """
-    from schedc.model_costs import unit_profile
+    from schedc.model_costs import UNIT_NAMES, unit_profile
 
+    # names: every vocabulary a registered framework speaks (schedc.frameworks.register adds its own)
     for parameter, value, choices in (("impl", impl, Implementation), ("device", device, CountedDevice),
-                                      ("names", names, UnitNames)):
+                                      ("names", names, tuple(UNIT_NAMES))):
         if value is not None:
             check_choice(parameter, value, choices)
-    fsdp, framework_names = FRAMEWORK_COUNTS[_check_framework(framework)]
-    for parameter, value in (("names", names), ("impl", impl)):
-        if framework_names is not None and value is not None and value != framework_names:
+    target = _check_framework(framework)
+    fsdp, framework_names = FRAMEWORK_COUNTS[target]
+    framework_impl = _framework_code(target)
+    for parameter, value, runs in (("names", names, framework_names), ("impl", impl, framework_impl)):
+        if runs is not None and value is not None and value != runs:
             raise ParameterError(parameter, f"{{param}} {literal(ascii(value))} contradicts {{param:framework}} "
-                                            f"{framework!r}, which runs {framework_names!r} model code; leave "
+                                            f"{framework!r}, which runs {runs!r} model code; leave "
                                             f"{{param}} out")
     settings = {k: v for k, v in dict(
-        microbatch_size=microbatch_size, activation_checkpoint=activation_checkpoint, impl=impl, device=device,
+        microbatch_size=microbatch_size, activation_checkpoint=activation_checkpoint,
+        impl=impl if impl is not None else framework_impl, device=device,
         optimizer=optimizer, optimizer_bytes_per_param=optimizer_bytes_per_param, param_dtype=param_dtype,
         dp_shard=dp_shard, tp=tp, reserve_bytes=reserve_bytes, flops_per_second=flops_per_second,
         memory_bandwidth=memory_bandwidth, bandwidth=bandwidth, latency=latency,
@@ -551,44 +555,73 @@ def count_profile(
     return with_framework(counted, framework)
 
 
-TargetFramework = Literal["schedc", "torchtitan", "nemo"]
-"""The frameworks a plan is counted for and launched with (``schedc plan --for``)."""
+TargetFramework = str
+"""What a plan is counted for and launched with (``schedc plan --for``): ``"schedc"`` (its own
+runtime) or the name of a registered framework (:data:`schedc.frameworks.REGISTRY`: ``"torchtitan"``,
+``"nemo"``), optionally with ``==VERSION`` where its flags depend on its release (``"torchtitan==main"``)."""
 
-FRAMEWORK_COUNTS: Mapping[str, tuple[Optional[bool], Optional[str]]] = MappingProxyType({
-    # schedc's runtime: plain torch modules; FSDP2 only where dp_shard > 1 (unit_profile's default)
-    "schedc": (None, None),
-    # torchtitan 0.3.0: models/llama3/parallelize.py parallelize_llama always calls
-    # apply_fsdp_to_decoder (for its MixedPrecisionPolicy), ParallelDims keeps a size-1 fsdp mesh
-    "torchtitan": (True, "torchtitan"),
-    # NeMo AutoModel 0.7.0: components/distributed/fsdp2.py fsdp2_sharding_enabled asks the whole
-    # (pp, dp_replicate, dp_shard, cp, tp) mesh, whose size is pp_size > 1 under pipelining, so
-    # model_parallelizer.py _parallelize_fsdp2 calls fully_shard on every block over the size-1
-    # dp_shard mesh; it trains Hugging Face transformers' modules
-    "nemo": (True, "hf"),
-})
+
+class _FrameworkCounts(Mapping):
+    """:data:`FRAMEWORK_COUNTS`: read from the registry each time, so that a framework registered
+    later is counted too."""
+
+    def _table(self) -> dict:
+        from schedc.frameworks import REGISTRY, SCHEDC
+
+        # schedc's runtime: plain torch modules; FSDP2 only where dp_shard > 1 (unit_profile's default)
+        return {SCHEDC: (None, None), **{name: (f.fsdp, f.vocabulary) for name, f in REGISTRY.items()}}
+
+    def __getitem__(self, key):
+        return self._table()[key]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+FRAMEWORK_COUNTS: Mapping[str, tuple[Optional[bool], Optional[str]]] = _FrameworkCounts()
 """Per framework: ``fsdp`` for :func:`schedc.model_costs.unit_profile` (whether FSDP2 wraps every
 block at data-parallel shard degree 1; None: only when sharding) and the module names, so the model
-code, it runs (None: unit_profile's default)."""
+code, it runs (None: unit_profile's default); each framework's record says both
+(``Framework.fsdp``, ``Framework.vocabulary``)."""
+
+
+def _framework_code(name: str) -> Optional[str]:
+    """Whose model code framework `name` runs (``Framework.implementation``; None: schedc's runtime,
+    unit_profile's default)."""
+    from schedc.frameworks import REGISTRY
+
+    f = REGISTRY.get(name)
+    return None if f is None else f.implementation or f.vocabulary
 
 
 def _check_framework(framework: Any) -> str:
-    """`framework` when schedc counts for it (:data:`TargetFramework`); else one line naming it."""
-    allowed = get_args(TargetFramework)
-    if not isinstance(framework, str) or framework not in allowed:
-        raise ParameterError("framework", f"{literal(ascii(framework)[:40])} is not a framework schedc counts for; "
-                                          f"give one of {', '.join(allowed)}", flag="--for")
-    return framework
+    """The name of `framework` (:data:`TargetFramework`, a version after ``==`` dropped) when schedc
+    counts for it; else one line naming it."""
+    from schedc.frameworks import parse_target
+
+    return parse_target(framework)[0]
 
 
 @_python_spelling
 def with_framework(profile: Profile, framework: TargetFramework) -> Profile:
-    """`profile` with ``assumes["framework"]`` set: the framework a plan of it is for. For a
+    """`profile` with ``assumes["framework"]`` set: the framework a plan of it is for (and
+    ``assumes["framework_version"]`` for ``"NAME==VERSION"``, whose flags the hand-off prints). For a
     measured profile this only names the target (it holds what it measured); the framework's
     hand-off then warns about what the profile did not count (FSDP2's unsharded bytes: its
     ``"fsdp"`` assumption). Cost: a copy of the profile's header."""
+    from schedc.frameworks import parse_target
+
     if not isinstance(profile, Profile):
         raise SchedcError(f"profile: expected a Profile, got {type(profile).__name__}")
-    return profile.model_copy(update={"assumes": {**(profile.assumes or {}), "framework": _check_framework(framework)}})
+    name, version = parse_target(framework)
+    assumes = {k: v for k, v in (profile.assumes or {}).items() if k != "framework_version"}
+    assumes["framework"] = name
+    if version is not None:
+        assumes["framework_version"] = version
+    return profile.model_copy(update={"assumes": assumes})
 
 
 def read_csv(path: PathLike, *, microbatches: Optional[int] = None) -> Schedule:

@@ -14,6 +14,8 @@ from schedc.io.fileio import write_all
 
 
 def register(sub) -> None:
+    from schedc.frameworks import targets
+
     from schedc import api
 
     p = sub.add_parser("plan", help="choose the layer partition, placement and schedule under a memory cap in bytes")
@@ -38,7 +40,8 @@ def register(sub) -> None:
     run_.add_argument("--reserve", metavar="SIZE",
                       help="memory a CUDA process holds outside torch's allocator (default: the counted route's)")
     p.add_argument("--for", dest="framework", metavar="FRAMEWORK", default=None,
-                   help="the framework that will run the plan: torchtitan, nemo, or schedc (its own runtime); with "
+                   help=f"the framework that will run the plan: {', '.join(targets())} (schedc: its own runtime; "
+                        "NAME==VERSION prints the flags of that release, e.g. torchtitan==main); with "
                         "--config the count holds what that framework holds (torchtitan and NeMo wrap every block in "
                         "FSDP2 at shard degree 1 too), with --profile it only names the target; recorded in the "
                         f"report's \"assumes\" (default {common.defaults_of(api.count_profile)['framework']})")
@@ -263,6 +266,7 @@ def _plot_bytes(res, path) -> bytes:
 
 def format_plan_summary(res, csv, report_file, profile_file) -> str:
     from schedc.core.costs import format_bytes
+    from schedc.core.devices import margin_warning
     from schedc.plan import plan_status
 
     p = res.compiled.problem
@@ -287,6 +291,8 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
                      + (f" (the search's schedule peaked at {format_bytes(lm['found_peak'])})"
                         if lm["peak"] < lm["found_peak"] else "")
                      + ("" if margin is None else f"; margin to the cap {format_bytes(margin)}"))
+    if (thin := margin_warning(res.compiled.sim.peak_memory, res.compiled.sim.memory_limit)) is not None:
+        lines.append(f"  warning: {thin}")
     if res.limiter is not None:
         lines.append(f"  limits the step: {res.limiter.message}")
         lines.append(f"  why this partition: {res.limiter.why_partition}")
@@ -319,7 +325,7 @@ def _ac_lines(res, t) -> list[str]:
                    f"{mix['units_per_stage']} ({mix['placement']}; backward {' '.join(mix['backward'])}): "
                    f"{t(mix['step'])}{gain}")
     elif len(ac.global_steps) > 1:
-        out.append("  per stage (schedc's runtime): no per-stage choice fits")
+        out.append(f"  per stage (schedc's runtime): {ac.per_stage_missing or 'no per-stage choice fits'}")
     out.append(f"  chosen: {ac.chosen if isinstance(ac.chosen, str) else _short_modes(ac.chosen)}")
     return out
 

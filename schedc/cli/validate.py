@@ -24,10 +24,14 @@ def register(sub) -> None:
 
 
 def _add_framework_args(p: argparse.ArgumentParser) -> None:
+    from schedc.frameworks import REGISTRY
+
     g = p.add_argument_group("framework fit (schedc.frameworks): does the CSV match what the framework builds")
+    offered = [f.spec_help or f"{f.name}:NAME ({f.label})" for f in REGISTRY.values()]
     g.add_argument("--for", dest="for_", metavar="FRAMEWORK:NAME",
-                   help="torchtitan:NAME (0.3.0) or nemo:NAME (NeMo AutoModel 0.7.0); NAME is the schedule name "
-                        "the framework is given, e.g. ZBVZeroBubble, Interleaved1F1B, 1F1B (case ignored)")
+                   help=" or ".join([", ".join(offered[:-1]), offered[-1]] if len(offered) > 1 else offered) +
+                        "; NAME is the schedule name the framework is given, e.g. ZBVZeroBubble, Interleaved1F1B, "
+                        "1F1B (case ignored)")
     g.add_argument("--layers", type=int, help="transformer layers of the model")
     g.add_argument("--layers-per-stage", type=int, help="pipeline_parallel_layers_per_stage / layers_per_stage")
     g.add_argument("--first-less", type=int, help="torchtitan: pipeline_parallel_first_stage_less_layers (default 1)")

@@ -17,14 +17,15 @@ from schedc.frameworks._base import AC_MODES, SCHEDULE_NAMES, Build, FitReport, 
 from schedc.frameworks._fit import check_csv_for, framework_build, parse_spec, read_partition
 from schedc.frameworks._names import VOCABULARIES, check_module_names
 from schedc.frameworks._partition import check_partition, is_default_split, plan_partition_of
-from schedc.frameworks._registry import REGISTRY
+from schedc.frameworks._registry import REGISTRY, SCHEDC, parse_target, register, targets, unregister
 from schedc.frameworks.nemo import build as nemo_build, yaml_text as _nemo_yaml_text
 from schedc.frameworks.torchtitan import build as torchtitan_build
 
 __all__ = ["AC_MODES", "Build", "FitReport", "Framework", "Handoff", "REGISTRY", "SCHEDULE_NAMES", "VOCABULARIES",
            "check_csv_for", "check_module_names", "check_partition", "framework_build", "framework_settings",
            "handoff_of", "is_default_split", "nemo_build", "nemo_yaml", "parse_spec", "plan_partition_of",
-           "read_partition", "render_handoff", "schedule_name", "torchtitan_build"]
+           "parse_target", "read_partition", "register", "render_handoff", "SCHEDC", "schedule_name", "targets",
+           "torchtitan_build", "unregister"]
 
 # the framework name and release, e.g. for messages
 FRAMEWORKS = {name: f.label for name, f in REGISTRY.items()}

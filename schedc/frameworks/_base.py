@@ -150,26 +150,51 @@ class Handoff:
 
 @dataclass(frozen=True)
 class Framework:
-    """One framework as schedc knows it (a module of this package registers one).
+    """One framework as schedc knows it: everything framework-specific, in one record that its
+    module builds and :func:`schedc.frameworks.register` adds.
 
     ``build(schedule, n_ranks, **settings)`` says what it builds from its settings; ``settings(handoff)``
     turns a plan into its settings (a dict, with ``"warnings"``); ``render(settings)`` prints them in
-    the form its users paste; ``unit_names`` are (embedding, layer pattern, head modules) in its own
-    module names; ``fields`` name each setting the way its users write it; ``default_split`` the
-    partition it builds when given none."""
+    the form its users paste; ``vocabulary`` names its module names (a key of
+    ``schedc.model_costs.UNIT_NAMES``: embedding, layer pattern, head modules), which a counted
+    profile for it is written in and whose model code it runs; ``fsdp`` whether it wraps every block
+    in FSDP2 at shard degree 1 too (``unit_profile(fsdp=...)``; None: only when sharding);
+    ``implementation`` whose model code it runs (``unit_profile(impl=...)``); ``ac_modes``
+    the activation-checkpointing modes it applies (one for every layer) and ``ac_default`` what it
+    runs when told none; ``fields`` name each setting the way its users write it; ``default_split``
+    the partition it builds when given none; ``release(version)`` the flag set of a version
+    (``--for NAME==VERSION``; None: one set); ``spec_help`` how ``validate --for`` offers it."""
 
     name: str
     label: str  # name and the release whose sources the rules were read from
     v_names: tuple[str, ...]  # schedule names that place stages in a V
     plan_names: dict[str, str]  # the schedule name that builds a plan's placement
     fields: dict[str, str]
-    unit_names: tuple[str, str, tuple[str, ...]]
+    vocabulary: str
     build: Callable[..., Build]
     settings: Callable[[Handoff], dict]
     render: Callable[[dict], str]
+    fsdp: Optional[bool] = None
+    ac_modes: tuple[str, ...] = FRAMEWORK_AC
+    ac_default: str = "none"
     # the module names per stage it builds by itself for a model of `layers` layers (None: schedc
     # does not restate that framework's default split)
     default_split: Callable[..., Optional[list[list[str]]]] = lambda n_stages, layers, **settings: None
+    release: Optional[Callable[[Optional[str]], str]] = None
+    spec_help: str = ""
+    # (embedding, layer pattern, head modules) of a vocabulary schedc does not know yet: register
+    # adds it to schedc.model_costs.UNIT_NAMES under `vocabulary`
+    names: Optional[tuple[str, str, tuple[str, ...]]] = None
+    # whose model code it runs, which decides what a layer keeps for the backward
+    # (schedc.choices.Implementation; None: the one its vocabulary is named after)
+    implementation: Optional[str] = None
+
+    @property
+    def unit_names(self) -> tuple[str, str, tuple[str, ...]]:
+        """(embedding, layer pattern, head modules) in its own module names."""
+        from schedc.model_costs import UNIT_NAMES
+
+        return UNIT_NAMES[self.vocabulary]
 
 
 def schedule_name(name: str) -> str:

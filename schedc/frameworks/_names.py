@@ -59,13 +59,13 @@ def check_module_names(partition: list[list[str]], where: str = "partition") -> 
 
 # (embedding, layer pattern, head modules) of a Llama-style model in each vocabulary: the names
 # per-unit profiles are written in (one table, model_costs'), which a framework module picks from
-VOCABULARIES: dict[str, tuple[str, str, tuple[str, ...]]] = dict(UNIT_NAMES)
+VOCABULARIES: dict[str, tuple[str, str, tuple[str, ...]]] = UNIT_NAMES  # a framework's own lands there (register)
 _LABELS = {"torchtitan": "torchtitan's", "hf": "Hugging Face's (NeMo AutoModel's)"}
 
 
 def describe(vocabulary: str) -> str:
     embed, layer, head = VOCABULARIES[vocabulary]
-    return f"{_LABELS[vocabulary]} ({embed}, {layer.format('N')}, {', '.join(head)})"
+    return f"{_LABELS.get(vocabulary, vocabulary)} ({embed}, {layer.format('N')}, {', '.join(head)})"
 
 
 def in_own_names(partition: list[list[str]], own: str, framework: str) -> tuple[list[list[str]], list[str]]:

@@ -89,12 +89,11 @@ def check_partition(csv: Union[str, Path], n_stages: int, partition_file: Union[
 def is_default_split(framework: str, partition: list[list[str]], **settings) -> bool:
     """Does ``framework`` build this partition by itself (without ``module_fqns_per_model_part``)
     under ``settings`` (layers_per_stage, first_less, last_less)? Compared in its own module names."""
-    from schedc.frameworks._names import VOCABULARIES, in_own_names
+    from schedc.frameworks._names import in_own_names
     from schedc.frameworks._registry import REGISTRY
 
     f = REGISTRY[framework]
-    vocabulary = next(key for key, names in VOCABULARIES.items() if names == f.unit_names)
-    own = in_own_names(partition, vocabulary, f.label)[0]
+    own = in_own_names(partition, f.vocabulary, f.label)[0]
     prefix = f.unit_names[1].split("{}")[0]
     layers = sum(name.startswith(prefix) for stage in own for name in stage)
     return own == f.default_split(len(own), layers, **settings)

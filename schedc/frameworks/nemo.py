@@ -35,7 +35,7 @@ from typing import Optional
 from schedc.errors import ParameterError, SchedcError, python_spelling
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
                                      check_positive, check_v, fsdp_shortfall, microbatches, schedule_name)
-from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
+from schedc.frameworks._names import check_module_names, in_own_names
 
 NAME = "nemo"
 FIELDS = {
@@ -266,5 +266,12 @@ def render(s: dict) -> str:
     return "\n".join(lines + [f"  warning: {w}" for w in s.get("warnings", [])])
 
 
-FRAMEWORK = Framework(name=NAME, label="NeMo AutoModel 0.7.0", v_names=V_NAMES, plan_names=PLAN_NAMES, fields=FIELDS,
-                      unit_names=VOCABULARIES["hf"], build=build, settings=settings, render=render)
+FRAMEWORK = Framework(
+    name=NAME, label="NeMo AutoModel 0.7.0", v_names=V_NAMES, plan_names=PLAN_NAMES, fields=FIELDS, vocabulary="hf",
+    build=build, settings=settings, render=render,
+    # components/distributed/fsdp2.py fsdp2_sharding_enabled asks the whole (pp, dp_replicate, dp_shard,
+    # cp, tp) mesh, whose size is pp_size > 1 under pipelining, so model_parallelizer.py
+    # _parallelize_fsdp2 calls fully_shard on every block over the size-1 dp_shard mesh
+    fsdp=True,
+    ac_default="none (parse_distributed_section's default, activation_checkpointing false)",
+    spec_help="nemo:NAME (NeMo AutoModel 0.7.0)")

@@ -19,16 +19,28 @@ configs choose their own activation checkpointing (``llama3_8b``: selective), a 
 ``models/llama3/parallelize.py``: FSDP2 wraps every block at any shard degree, 1 included (:func:`_fsdp`);
 ``distributed/parallel_dims.py`` ``_validate``: the degrees' product must be the world size.
 
+Releases after 0.3.0 count a batch in tokens: pytorch/torchtitan#4121 ("fold batch dim", merged on
+main 2026-08-17) renames ``parallelism.pipeline_parallel_microbatch_size`` (sequences per microbatch)
+to ``parallelism.num_pp_microbatches`` (how many microbatches), ``training.local_batch_size``
+(sequences per data-parallel rank and accumulation step) to
+``training.num_tokens_per_microbatch_per_dp_rank`` (token slots of one microbatch's forward) and
+``training.seq_len`` to ``training.max_context_length`` (main's ``torchtitan/config/configs.py`` at
+1a618d1d, ``config/parallelism.py`` at b3508e23). :func:`flag_release` picks the names of the
+installed release, or of the one ``--for torchtitan==VERSION`` names; the stage rules above are
+unchanged there.
+
 Cost: constant per name; rendering is linear in the number of module names.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
+import re
 import shlex
 from typing import Optional
 
-from schedc.errors import ParameterError, SchedcError, printable, python_spelling
+from schedc.errors import ParameterError, SchedcError, literal, printable, python_spelling
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
                                      check_positive, check_v, fsdp_shortfall, microbatches, schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
@@ -112,28 +124,84 @@ def default_partition(n_stages: int, layers: int, first_less: int = 1, last_less
     return out
 
 
+RELEASE = "0.3.0"  # the release whose sources the rules above were read from
+TOKEN_RELEASE = "main"  # what the names of pytorch/torchtitan#4121 are called in `--for torchtitan==main`
+
+
+def installed_version() -> Optional[str]:
+    """The installed torchtitan's version (its package metadata; nothing imported), or None."""
+    try:
+        return importlib.metadata.version("torchtitan")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def flag_release(version: Optional[str]) -> str:
+    """``"0.3.0"`` for 0.3.x and earlier (and when torchtitan is not installed), ``"main"`` for a
+    release past 0.3 or ``main``, whose flags count a microbatch in tokens (pytorch/torchtitan#4121).
+    A version that is not a release number is a SchedcError naming ``--for``."""
+    if version is None:
+        return RELEASE
+    if version.strip().lower() == TOKEN_RELEASE:
+        return TOKEN_RELEASE
+    m = re.fullmatch(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?([.+\-]?[0-9A-Za-z.+\-]*)", version.strip())
+    if not m:
+        raise ParameterError("framework", f"torchtitan=={literal(printable(version)[:40])}: expected a release number "
+                                          f"(e.g. 0.3.0) or {TOKEN_RELEASE}", flag="--for")
+    release = tuple(int(g or 0) for g in m.groups()[:3])
+    return TOKEN_RELEASE if release > (0, 3, 99) else RELEASE
+
+
+_SEQ_FIELDS = ("training.seq_len", "training.max_context_length")
+
+
+def _batch_fields(h: Handoff, release: str, warnings: list[str]) -> dict:
+    """The batch settings in the names of `release`: 0.3.0 counts sequences (microbatch size,
+    local batch), PR 4121 counts microbatches and tokens (a microbatch is mbs x seq token slots)."""
+    a, mbs = h.assumes, h.microbatch_size
+    seq = int(a["seq_len"]) if a.get("seq_len") else None
+    if release == RELEASE:
+        out = {"parallelism.pipeline_parallel_microbatch_size": mbs,
+               "training.local_batch_size": h.n_microbatches * mbs}
+        seq_field = "training.seq_len"
+    else:
+        out = {"parallelism.num_pp_microbatches": h.n_microbatches}
+        if seq is not None:
+            out["training.num_tokens_per_microbatch_per_dp_rank"] = mbs * seq
+        seq_field = "training.max_context_length"
+    if seq is not None:
+        out[seq_field] = seq
+    else:
+        tokens = "" if release == RELEASE else (f" and --training.num_tokens_per_microbatch_per_dp_rank to {mbs} x "
+                                                "that length")
+        warnings.append(f"the profile does not record its sequence length: set --{seq_field} to the one it was "
+                        f"profiled at{tokens} (torchtitan's configs default to theirs, e.g. 8192 for llama3_8b)")
+    return out
+
+
 def settings(h: Handoff) -> dict:
     """The config fields (``section.field``) and the command-line flags that build the plan's stages,
-    run its CSV and set what the plan assumed; ``warnings`` lists what the flags cannot set."""
+    run its CSV and set what the plan assumed, in the names of the installed release (or of the
+    ``framework_version`` the plan's ``assumes`` names for torchtitan); ``warnings`` lists what the
+    flags cannot set."""
     check_module_names(h.partition)
     partition, warnings = in_own_names(h.partition, "torchtitan", "torchtitan")
-    a, mbs = h.assumes, h.microbatch_size
+    a = h.assumes
+    asked = a.get("framework_version") if a.get("framework") == NAME else None
+    release = flag_release(asked if asked is not None else installed_version())
+    batch = _batch_fields(h, release, warnings)
     config = {
         "parallelism.module_fqns_per_model_part": partition,
         "parallelism.pipeline_parallel_degree": h.n_ranks,
         "parallelism.pipeline_parallel_schedule": PLAN_NAMES[h.placement],
         "parallelism.pipeline_parallel_schedule_csv": h.csv,
-        "parallelism.pipeline_parallel_microbatch_size": mbs,
+        **{k: v for k, v in batch.items() if k.startswith("parallelism.")},
         "parallelism.data_parallel_shard_degree": int(a.get("dp_shard") or 1),
         "parallelism.tensor_parallel_degree": int(a.get("tp") or 1),
-        "training.local_batch_size": h.n_microbatches * mbs,
+        **{k: v for k, v in batch.items() if k.startswith("training.") and k not in _SEQ_FIELDS},
         "training.disable_cuda_graphs": True,  # torchtitan refuses PP with CUDA graphs
+        **{k: v for k, v in batch.items() if k in _SEQ_FIELDS},
     }
-    if a.get("seq_len"):
-        config["training.seq_len"] = int(a["seq_len"])
-    else:
-        warnings.append("the profile does not record its sequence length: set --training.seq_len to the one "
-                        "it was profiled at (torchtitan's configs default to theirs, e.g. 8192 for llama3_8b)")
     warnings += _dtypes(a, config) + _fsdp(a)
     mode = h.ac_mode()
     if mode is not None:
@@ -142,7 +210,8 @@ def settings(h: Handoff) -> dict:
         warnings.append(h.ac_warning("torchtitan"))
     warnings += h.common_warnings(NAME, "torchtitan", "torchtitan")
     world = h.n_ranks * config["parallelism.tensor_parallel_degree"] * config["parallelism.data_parallel_shard_degree"]
-    return {"config": config, "command_line": command_line(config), "world_size": world, "warnings": warnings}
+    return {"release": release, "config": config, "command_line": command_line(config), "world_size": world,
+            "warnings": warnings}
 
 
 _TITAN_DTYPES = ("bfloat16", "float32")  # what training.dtype / mixed_precision_param accept
@@ -232,7 +301,9 @@ def render(s: dict) -> str:
         if arg.startswith("--") or arg.startswith("activation_checkpoint:") or not groups:
             groups.append([])
         groups[-1].append(_shell_quote(arg))
-    lines = [f"{FRAMEWORK.label} (after --module and --config of your registered model; these override them):"]
+    label = FRAMEWORK.label if s.get("release", RELEASE) == RELEASE else \
+        "torchtitan main (the token-counted flags of pytorch/torchtitan#4121)"
+    lines = [f"{label} (after --module and --config of your registered model; these override them):"]
     lines += ["  " + " ".join(g) + (" \\" if k < len(groups) - 1 else "") for k, g in enumerate(groups)]
     if s.get("world_size"):  # ParallelDims._validate asserts dp_replicate * dp_shard * cp * tp * pp == WORLD_SIZE
         lines.append(f"  launch on exactly {s['world_size']} GPUs (pipeline x tensor x data-parallel shard degrees): "
@@ -240,7 +311,7 @@ def render(s: dict) -> str:
     return "\n".join(lines + [f"  warning: {w}" for w in s.get("warnings", [])])
 
 
-PLAN_NAMES = {"loop": "1F1B", "v": "ZBVZeroBubble"}
+PLAN_NAMES = {"loop": "1F1B", "v": "ZBVZeroBubble", "interleaved": "Interleaved1F1B"}  # a plan's placement -> its class
 def default_split(n_stages: int, layers: int, layers_per_stage: Optional[int] = None, first_less: Optional[int] = None,
                   last_less: Optional[int] = None, **_) -> Optional[list[list[str]]]:
     """:func:`default_partition` under the settings validate takes; None where it does not apply
@@ -254,6 +325,12 @@ def default_split(n_stages: int, layers: int, layers_per_stage: Optional[int] = 
     return default_partition(n_stages, layers, first, last)
 
 
-FRAMEWORK = Framework(name=NAME, label="torchtitan 0.3.0", v_names=V_NAMES, plan_names=PLAN_NAMES, fields=FIELDS,
-                      unit_names=VOCABULARIES["torchtitan"], build=build, settings=settings, render=render,
-                      default_split=default_split)
+FRAMEWORK = Framework(
+    name=NAME, label="torchtitan 0.3.0", v_names=V_NAMES, plan_names=PLAN_NAMES, fields=FIELDS, vocabulary="torchtitan",
+    build=build, settings=settings, render=render, default_split=default_split, release=flag_release,
+    # models/llama3/parallelize.py parallelize_llama always calls apply_fsdp_to_decoder (for its
+    # MixedPrecisionPolicy), ParallelDims keeps a size-1 fsdp mesh
+    fsdp=True,
+    # without an activation_checkpoint: subcommand the registered config's own (config_registry.py)
+    ac_default="its registered config's own (llama3_8b: selective, llama3_70b and llama3_405b: full)",
+    spec_help="torchtitan:NAME (0.3.0)")
