@@ -265,3 +265,24 @@ def test_cbc_leaves_no_files_in_the_temp_directory(tmp_path, monkeypatch):
     out = model.solve_model(inst, inc, sim.makespan, "makespan", 20.0, "cbc")
     assert out.orders is None and "Error while trying to execute" in out.message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_solver_child_started_after_the_stop_request_is_stopped_at_once():
+    """A signal that lands while the compile builds its model (after the warm start, before CBC
+    starts) found no child to forward to; the CBC started next searched on for its whole phase
+    (12-17 s). The watcher stops a child that appears once a stop is requested."""
+    from schedc.solver import interrupt
+
+    with interrupt.stop_on_sigint():
+        os.kill(os.getpid(), signal.SIGINT)  # the stop request (not taken: a KeyboardInterrupt fails the test)
+        deadline = time.monotonic() + 10
+        while not interrupt.requested() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert interrupt.requested()
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                                  "signal.signal(signal.SIGINT, signal.SIG_IGN)  # CBC deep in its cuts\n"
+                                  "time.sleep(60)"])
+        started = time.monotonic()
+        child.wait(timeout=30)
+        # SIGINT at once, SIGKILL half a second later: well under the 60 s it would sleep
+        assert time.monotonic() - started < 15 and child.returncode == -signal.SIGKILL

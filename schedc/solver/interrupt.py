@@ -11,6 +11,9 @@ A solver that runs as a child process (CBC, through PuLP, which waits for it) ge
 signal forwarded as SIGINT, and SIGKILL a second later if it has not stopped (CBC may not look at
 SIGINT for many seconds); the compile keeps the best schedule it had. A child still running when
 the block is left by an exception (the second Ctrl-C) is killed, never left behind.
+A solver child that starts after the signal (the driver was building the model when it came)
+would never see it: while a stop is requested, a watcher thread stops every child that appears,
+within :data:`WATCH_SECONDS`, so the compile ends within about a second whenever the signal lands.
 SIGTERM (what SLURM and other batch schedulers send at a time limit) stops the search the same
 way when nobody but the CLI handles it (the CLI then exits 143), independently of SIGINT (which a
 shell's background job ignores). A repeated SIGTERM changes nothing: the stop is under way, and a
@@ -78,12 +81,13 @@ def _signal_children(signum: int, pids: Optional[list[int]] = None) -> None:
             pass
 
 
-def _stop_children(grace: float = 1.0) -> None:
-    """SIGINT to the solver children now, SIGKILL to those still ours after `grace` seconds: CBC
-    takes SIGINT as "stop and report" but may not look at it for many seconds (in its cuts, or
-    past its own time limit on a busy machine); PuLP then reports no solution and the compile keeps
-    the best schedule it had."""
-    pids = _children()
+def _stop_children(grace: Optional[float] = None, pids: Optional[list[int]] = None) -> None:
+    """SIGINT to the solver children (`pids`, else all) now, SIGKILL to those still ours after
+    `grace` seconds (:data:`GRACE_SECONDS`): CBC takes SIGINT as "stop and report" but may not look
+    at it for many seconds (in its cuts, or past its own time limit on a busy machine); PuLP then
+    reports no solution and the compile keeps the best schedule it had."""
+    grace = GRACE_SECONDS if grace is None else grace
+    pids = _children() if pids is None else pids
     if not pids:
         return
     _signal_children(signal.SIGINT, pids)
@@ -95,6 +99,23 @@ def _stop_children(grace: float = 1.0) -> None:
     timer = threading.Timer(grace, kill_the_rest)
     timer.daemon = True
     timer.start()
+
+
+WATCH_SECONDS = 0.05  # how often the watcher looks for solver children once a stop is requested
+GRACE_SECONDS = 0.5  # from SIGINT to SIGKILL for a solver child that has not stopped
+
+
+def _watch_children(done: threading.Event) -> None:
+    """Until `done`: once a stop is requested, stop each solver child as it appears (a CBC solve
+    the driver started after the signal; :func:`_on_sigint` stopped those already running)."""
+    seen: set[int] = set()
+    while not done.wait(WATCH_SECONDS):
+        if not _requested:
+            continue
+        new = [pid for pid in _children() if pid not in seen]
+        if new:
+            seen.update(new)
+            _stop_children(pids=new)
 
 
 def _on_sigint(signum, frame) -> None:
@@ -122,6 +143,9 @@ def stop_on_sigint() -> Iterator[None]:
         return
 
     _requested, _received = False, None
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_children, args=(done,), name="schedc-child-watcher", daemon=True)
+    watcher.start()
     if take_int:
         signal.signal(signal.SIGINT, _on_sigint)
     if take_term:
@@ -134,6 +158,8 @@ def stop_on_sigint() -> Iterator[None]:
         _signal_children(signal.SIGKILL)
         raise
     finally:
+        done.set()
+        watcher.join()
         if take_int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         if take_term:
