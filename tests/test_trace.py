@@ -124,3 +124,19 @@ def test_cli_trace_uses_the_costs_beside_the_csv(tmp_path, capsys):
     assert "with the costs in plan.profile.json" in capsys.readouterr().out
     durations = {e["dur"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"}
     assert durations == {0.5e6, 1e6}  # F 0.5 s; stage 0's B runs I and W (torch's runtime), the last stage's too
+
+
+def test_a_trace_past_the_size_limit_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    from schedc.core import limits
+
+    csv = tmp_path / "s.csv"
+    csvio.write_csv(gpipe(v_placement(4, 2), 2), csv)  # 24 actions
+    monkeypatch.setattr(limits, "MAX_TRACE_ACTIONS", 23)
+    monkeypatch.setattr("schedc.show.trace.simulate", lambda *a, **k: pytest.fail("simulated a refused trace"))
+    out = tmp_path / "trace.json"
+    assert cli.main(["trace", str(csv), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "24 actions; a trace holds at most 23" in err
+    assert not out.exists()
+    monkeypatch.undo()  # at the real bound the same schedule is traced
+    assert cli.main(["trace", str(csv), "-o", str(out)]) == 0

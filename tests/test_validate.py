@@ -164,6 +164,32 @@ def test_cli_validate_ok(tmp_path, capsys):
     assert main(["validate", str(p), "--stages", "2", "--mb", "3", "--ranks", "2", "--placement", "loop"]) == 0
 
 
+def test_cli_validate_past_the_torch_check_bound_runs_torchs_validation_only(tmp_path, capsys, monkeypatch):
+    # torch's comms simulation is quadratic in the actions (minutes at 10**6): past the bound only
+    # its _validate_schedule runs, and the output says so
+    pytest.importorskip("torch")
+    from torch.distributed.pipelining import schedules as ts
+
+    from schedc.core import limits
+
+    p = tmp_path / "ok.csv"
+    p.write_text(ONE_F_ONE_B)  # 12 actions
+    monkeypatch.setattr(limits, "MAX_TORCH_CHECK_ACTIONS", 11)
+    monkeypatch.setattr(ts, "_simulate_comms_compute", lambda *a, **k: pytest.fail("simulated past the bound"))
+    assert main(["validate", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "torch's _validate_schedule accepts it; its lowering and comms simulation were not run: 12 actions, " \
+           "more than 11" in out
+    monkeypatch.setattr(limits, "MAX_TORCH_CHECK_ACTIONS", 12)
+    with pytest.raises(pytest.fail.Exception, match="simulated past the bound"):
+        main(["validate", str(p)])
+    # torch's own validation still runs past the bound: a stage on the wrong rank is torch's error
+    monkeypatch.setattr(limits, "MAX_TORCH_CHECK_ACTIONS", 1)
+    monkeypatch.setattr(ts, "_validate_schedule", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no")))
+    assert main(["validate", str(p)]) == 2
+    assert "torch's _validate_schedule rejects the schedule: no" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("text, args, fragment", [
     ("0F0,0F1,0B0\n,1F0,1B0,1F1,1B1\n", [], "stage 0 microbatch 1 has no backward"),
     ("0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n", [], "the schedule deadlocks"),

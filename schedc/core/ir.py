@@ -173,12 +173,16 @@ class Action:
         return (self,)
 
 
+# torch's labels for a cell of several actions issued as one (its _ComputationType OVERLAP_F_B)
+OVERLAP_LABELS = ("OVERLAP_F_B",)
+
+
 @dataclass(frozen=True, slots=True)
 class Overlap:
     """Several actions in one cell (torch's ``(0F7;7B3)OVERLAP_F_B``), run back to back."""
 
     actions: tuple[Action, ...]
-    label: str = "OVERLAP_F_B"
+    label: str = OVERLAP_LABELS[0]
 
     def __str__(self) -> str:
         return "(" + ";".join(str(a) for a in self.actions) + ")" + self.label

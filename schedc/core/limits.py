@@ -17,6 +17,14 @@ MIN_TIME_LIMIT = 0.1
 MAX_INPUT_BYTES = 32 * 2**20
 # actions (F, I, W, B) in one schedule; validating and simulating one takes seconds per million
 MAX_ACTIONS = 2**20
+# actions up to which `validate` also runs torch's send/recv lowering and its comms simulation
+# (_simulate_comms_compute): the simulation pops each rank's list from its front, so its time
+# grows with the square of the actions (4 minutes at 960,000, 2 s at 96,000); above this only
+# torch's _validate_schedule runs, and schedc's own dependency and deadlock checks (linear) decide
+MAX_TORCH_CHECK_ACTIONS = 2**17
+# actions in one `schedc trace`: a trace has an event per action and memory step (200 MB of JSON
+# and a minute of work at 960,000 actions, which Perfetto and chrome://tracing then load slowly)
+MAX_TRACE_ACTIONS = 2**18
 # cells of one CSV, idle ones included
 MAX_CELLS = 4 * MAX_ACTIONS
 # --memory: a factor K of Kp, a byte size per rank (past these a value is a typo: 400 digits once

@@ -25,27 +25,46 @@ Cost: linear in the number of cells. This module never imports torch.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from schedc.core import limits
 from schedc.errors import SchedcError
 from schedc.io.fileio import atomic_write_text, read_input, read_json, write_all
-from schedc.core.ir import Action, Cell, Overlap, Schedule
+from schedc.core.ir import KIND_TABLE, OVERLAP_LABELS, Action, Cell, Kind, Overlap, Schedule
 
 PathLike = Union[str, Path]
 
-_ACTION = re.compile(r"(\d+)([FIWB])(\d+)")
 _OVERLAP = re.compile(r"\((.*)\)([A-Za-z_]*)")
 _COMM = re.compile(r"\d*(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*")
-_NO_MB = re.compile(r"(\d+)([FIWB])")
-_NO_STAGE = re.compile(r"([FIWB])(\d+)")
-_TRAILING = re.compile(r"(\d+[FIWB]\d+)(.+)")
-_OVERLAP_LABELS = ("OVERLAP_F_B",)
+
+
+@dataclass(frozen=True)
+class _Grammar:
+    """The cell patterns for one set of action-kind letters (schedc.core.ir.KIND_TABLE)."""
+
+    action: re.Pattern
+    no_microbatch: re.Pattern
+    no_stage: re.Pattern
+    trailing: re.Pattern
+
+
+@functools.lru_cache(maxsize=8)
+def _grammar_of(letters: str) -> _Grammar:
+    k = "[" + "".join(re.escape(c) for c in letters) + "]"
+    return _Grammar(action=re.compile(rf"(\d+)({k})(\d+)"), no_microbatch=re.compile(rf"(\d+)({k})"),
+                    no_stage=re.compile(rf"({k})(\d+)"), trailing=re.compile(rf"(\d+{k}\d+)(.+)"))
+
+
+def _grammar() -> _Grammar:
+    """The patterns for the kinds registered now (cached per set of letters)."""
+    return _grammar_of("".join(KIND_TABLE))
 # a cell longer than this is no action (the longest real one, an OVERLAP_F_B of two actions, is ~40)
 _MAX_CELL_CHARS = 200
 _FORMS = "cells look like 3F0, 0I7, 5W2, 2B1, (0F7;7B3)OVERLAP_F_B, or empty for idle"
@@ -79,9 +98,9 @@ def parse_cell(text: str, where: str = "") -> Cell:
     m = _OVERLAP.fullmatch(cell)
     if m:
         inner, label = m.groups()
-        if label not in _OVERLAP_LABELS:
+        if label not in OVERLAP_LABELS:
             raise _fail(where, f"unknown combined action {_show(cell)}: the label after ')' must be "
-                               f"{' or '.join(_OVERLAP_LABELS)}")
+                               f"{' or '.join(OVERLAP_LABELS)}")
         parts = [p.strip() for p in inner.split(";")]
         if not inner.strip() or any(not p for p in parts):
             raise _fail(where, f"{_show(cell)} has an empty action inside the parentheses; "
@@ -96,32 +115,34 @@ def parse_cell(text: str, where: str = "") -> Cell:
         if len(set(actions)) != len(actions):
             raise _fail(where, f"{_show(cell)} lists the same action twice")
         return Overlap(tuple(actions), label)
-    m = _ACTION.fullmatch(cell)
+    grammar = _grammar()
+    m = grammar.action.fullmatch(cell)
     if m:
-        return Action(_number(m.group(1), limits.MAX_STAGES, "stage", cell, where), m.group(2),
+        return Action(_number(m.group(1), limits.MAX_STAGES, "stage", cell, where), Kind(m.group(2)),
                       _number(m.group(3), limits.MAX_MICROBATCHES, "microbatch", cell, where))
     if _COMM.fullmatch(cell):
         raise _fail(where, f"{_show(cell)} is a communication/FSDP action; schedc reads compute-only "
                            "schedules (F, I, W, B; torch adds sends, receives and FSDP actions itself)")
-    if _NO_MB.fullmatch(cell):
+    if grammar.no_microbatch.fullmatch(cell):
         raise _fail(where, f"{_show(cell)} has no microbatch number; write e.g. {cell}0")
-    if _NO_STAGE.fullmatch(cell):
+    if grammar.no_stage.fullmatch(cell):
         raise _fail(where, f"{_show(cell)} has no stage number; write e.g. 0{cell}")
-    m = _TRAILING.fullmatch(cell)
+    m = grammar.trailing.fullmatch(cell)
     if m:
         raise _fail(where, f"{_show(cell)} has trailing text {m.group(2)!r} after {m.group(1)} "
                            "(torch would silently ignore it); remove it")
-    if cell.upper() != cell and _ACTION.fullmatch(cell.upper()):
+    if cell.upper() != cell and grammar.action.fullmatch(cell.upper()):
         raise _fail(where, f"unknown action {_show(cell)}: action kinds are upper case ({cell.upper()})")
     raise _fail(where, f"unknown action {_show(cell)}; {_FORMS}")
 
 
-def _parse_plain(cell: str) -> Optional[Action]:
-    """The common cell (one action, numbers far below the limits) without building its position
-    text; None for anything else, which :func:`parse_cell` then reads or explains."""
-    m = _ACTION.fullmatch(cell)
+def _parse_plain(cell: str, action: re.Pattern) -> Optional[Action]:
+    """The common cell (one action, numbers far below the limits; `action` is the grammar's
+    pattern) without building its position text; None for anything else, which
+    :func:`parse_cell` then reads or explains."""
+    m = action.fullmatch(cell)
     if m and len(m.group(1)) < 4 and len(m.group(3)) < 6:
-        return Action(int(m.group(1)), m.group(2), int(m.group(3)))
+        return Action(int(m.group(1)), Kind(m.group(2)), int(m.group(3)))
     return None
 
 
@@ -196,6 +217,7 @@ def parse_csv_text(
     rows: list[list[Cell]] = []
     n_cells = n_actions = 0
     any_cell = False
+    action = _grammar().action
     try:
         for r, row in enumerate(reader):
             if r >= limits.MAX_RANKS:
@@ -206,7 +228,7 @@ def parse_csv_text(
             if n_cells > limits.MAX_CELLS:
                 raise SchedcError(f"{prefix}{_position(r, len(row) - 1)}: more than {limits.MAX_CELLS:,} cells; "
                                   f"schedc handles schedules of at most {limits.MAX_ACTIONS:,} actions")
-            cells = [_parse_plain(cell) or parse_cell(cell, f"{source or '<csv>'}: {_position(r, c)}")
+            cells = [_parse_plain(cell, action) or parse_cell(cell, f"{source or '<csv>'}: {_position(r, c)}")
                      for c, cell in enumerate(row)]
             for cell in cells:
                 if cell is not None:

@@ -26,6 +26,7 @@ import contextlib
 import io
 from typing import Optional
 
+from schedc.core import limits
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.core.ir import Schedule
 
@@ -44,10 +45,11 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def check_with_torch(schedule: Schedule, source: Optional[str] = None) -> dict:
+def check_with_torch(schedule: Schedule, source: Optional[str] = None, lower: bool = True) -> dict:
     """Raise SchedcError unless torch's validation, send/recv lowering and comms simulation all
-    accept `schedule`. Returns the lowered order (``{rank: [_Action, ...]}``, with sends and
-    receives) for callers that want to inspect it."""
+    accept `schedule` (`lower` False: its validation only). Returns the lowered order
+    (``{rank: [_Action, ...]}``, with sends and receives; {} without lowering) for callers that
+    want to inspect it."""
     from torch.distributed.pipelining import schedules as ts
 
     prefix = f"{source}: " if source else ""
@@ -62,6 +64,8 @@ def check_with_torch(schedule: Schedule, source: Optional[str] = None) -> dict:
     torch_placement = tuple(mapping.get(s) for s in range(n_stages))
     if torch_placement != placement:
         raise SchedcError(f"{prefix}torch places stages on ranks {torch_placement}, the schedule says {placement}")
+    if not lower:
+        return {}
 
     def stage_to_rank(s: int) -> int:
         return placement[s]
@@ -196,12 +200,20 @@ def check_for_launch(schedule: Schedule, source: Optional[str] = None, framework
     """What ``schedc validate`` asks torch before a launch: for ``framework == "torchtitan"`` that
     the installed torch can run its training step (:func:`torchtitan_ready`), then torch's own
     validation and lowering (:func:`check_with_torch`) and, on a torch with the analysis, that
-    its liveness slots equal schedc's. Raises SchedcError (one line); returns a note for the
-    report ("" when torch has no liveness analysis)."""
+    its liveness slots equal schedc's; above ``limits.MAX_TORCH_CHECK_ACTIONS`` actions torch's
+    validation only (its comms simulation is quadratic in the actions), and the note says so.
+    Raises SchedcError (one line); returns a note for the report ("" when torch has no liveness
+    analysis)."""
     if framework == "torchtitan":
         why = torchtitan_ready()
         if why is not None:
             raise ParameterError("framework", f"{{name}}torchtitan: {literal(why)}", flag="--for")
+    n_actions = sum(len(cell.parts) for row in schedule.rows for cell in row if cell is not None)
+    if n_actions > limits.MAX_TORCH_CHECK_ACTIONS:
+        check_with_torch(schedule, source, lower=False)
+        return (f"torch's _validate_schedule accepts it; its lowering and comms simulation were not run: "
+                f"{n_actions:,} actions, more than {limits.MAX_TORCH_CHECK_ACTIONS:,} (schedc's dependency "
+                "and deadlock checks cover them)")
     lowered = check_with_torch(schedule, source)
     slots = check_liveness_with_torch(schedule, source, lowered)
     return "" if slots is None else f"torch's liveness analysis agrees (activation slots per rank {slots})"

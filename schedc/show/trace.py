@@ -22,7 +22,9 @@ import math
 from pathlib import Path
 from typing import Optional, Union
 
+from schedc.core import limits
 from schedc.core.costs import MemoryLimit, Profile
+from schedc.errors import SchedcError
 from schedc.io.fileio import atomic_write_bytes
 from schedc.core.ir import Schedule
 from schedc.core.simulate import simulate
@@ -31,7 +33,13 @@ US_PER_SECOND = 1e6
 
 
 def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None) -> dict:
-    """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms", ...}``."""
+    """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms", ...}``;
+    a schedule of more than ``limits.MAX_TRACE_ACTIONS`` actions is refused before any work."""
+    n_actions = sum(len(cell.parts) for row in schedule.rows for cell in row if cell is not None)
+    if n_actions > limits.MAX_TRACE_ACTIONS:
+        raise SchedcError(f"{schedule.name or 'the schedule'}: {n_actions:,} actions; a trace holds at most "
+                          f"{limits.MAX_TRACE_ACTIONS:,} (one event per action and memory step, hundreds of MB "
+                          "past that); trace a schedule with fewer microbatches, or use `schedc simulate`")
     res = simulate(schedule, profile, memory)
     events: list[dict] = []
     for r in range(schedule.n_ranks):
@@ -52,7 +60,7 @@ def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLi
     for r, curve in enumerate(res.memory_curve):
         for t, held in merge_instants(curve):
             events.append({"name": "memory", "ph": "C", "pid": r, "tid": 0, "ts": _us(t), "args": {"held": held}})
-    limits = [None if math.isinf(x) else x for x in res.memory_limit]
+    caps = [None if math.isinf(x) else x for x in res.memory_limit]
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -67,7 +75,7 @@ def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLi
             "bubble": res.bubble,
             "peak_memory": res.peak_memory,
             "memory_limit": str(memory) if memory is not None else "none",
-            "memory_limit_per_rank": limits,
+            "memory_limit_per_rank": caps,
         },
     }
 

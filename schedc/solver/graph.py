@@ -60,13 +60,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional, Sequence, Union
 
-from schedc.core.ir import Action, Schedule
+from schedc.core.ir import TORCH_KINDS, Action, Kind, Schedule
 from schedc.core.simulate import producer_keys
 from schedc.solver.problem import Problem
 from schedc.core.tolerances import REL
 
-SPLIT = ("F", "I", "W")  # a stage's kinds when its backward is split
-MERGED = ("F", "B")  # ... when its W costs nothing (no parameters)
+# a stage's kinds when its backward is split, and when its W costs nothing (no parameters)
+SPLIT = (Kind.F,) + tuple(k for k in TORCH_KINDS if k.info.backward == "split")
+MERGED = (Kind.F,) + tuple(k for k in TORCH_KINDS if k.info.backward == "merged")
 
 
 class _StageBackward:
@@ -78,7 +79,7 @@ class _StageBackward:
     def __init__(self, backward: list[str]):
         self.backward = backward
 
-    def get(self, key: tuple[int, int], default: str = "I") -> str:
+    def get(self, key: tuple[int, int], default: str = Kind.I) -> str:
         return self.backward[key[0]]
 
 
@@ -118,15 +119,15 @@ class Graph:
         for s, r in enumerate(stage_rank):
             stages[r].append(s)
         costs = problem.costs
-        d = {k: [costs.duration(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
-        mem = {k: [costs.held(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
-        over = {k: [costs.over(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
-        trans = {k: [costs.transient(s, k) for s in range(S)] for k in ("F", "I", "W", "B")}
-        backward = ["B" if d["W"][s] <= 0 else "I" for s in range(S)]
+        d = {k: [costs.duration(s, k) for s in range(S)] for k in TORCH_KINDS}
+        mem = {k: [costs.held(s, k) for s in range(S)] for k in TORCH_KINDS}
+        over = {k: [costs.over(s, k) for s in range(S)] for k in TORCH_KINDS}
+        trans = {k: [costs.transient(s, k) for s in range(S)] for k in TORCH_KINDS}
+        backward = [Kind.B if d[Kind.W][s] <= 0 else Kind.I for s in range(S)]
         base, n = [], 0
         for s in range(S):
             base.append(n)
-            n += (len(MERGED) if backward[s] == "B" else len(SPLIT)) * M
+            n += (len(MERGED) if backward[s] == Kind.B else len(SPLIT)) * M
         return cls(
             problem=problem, S=S, M=M, R=R, stage_rank=stage_rank, stages=stages,
             multi=any(len(x) > 1 for x in stages), d=d, mem=mem,
@@ -149,8 +150,8 @@ class Graph:
         if "safe" not in self.memo:
             act = [max(a, w) for a, w in zip(self.act, self.wg)]
             costs = self.problem.costs
-            head = [max([costs.transient(s, k) for s in own for k in ("F", "I", "W", "B")]
-                        + [self.over["I"][s] for s in own], default=0.0) for own in self.stages]
+            head = [max([costs.transient(s, k) for s in own for k in TORCH_KINDS]
+                        + [self.over[Kind.I][s] for s in own], default=0.0) for own in self.stages]
             self.memo["safe"] = self._view(act, list(self.wg), [rm - h for rm, h in zip(self.room, head)])
         return self.memo["safe"]
 
@@ -169,31 +170,31 @@ class Graph:
 
     def _view(self, act: list[float], wg: list[float], room: list[float]) -> "Graph":
         """This graph with the plain accounting of `act` and `wg` (no rise, no transient) and `room`."""
-        mem = {"F": act, "I": [-(a - w) for a, w in zip(act, wg)], "W": [-w for w in wg], "B": [-a for a in act]}
+        mem = {Kind.F: act, Kind.I: [-(a - w) for a, w in zip(act, wg)], Kind.W: [-w for w in wg], Kind.B: [-a for a in act]}
         zero = [0.0] * self.S
         return Graph(
             problem=self.problem, S=self.S, M=self.M, R=self.R, stage_rank=self.stage_rank, stages=self.stages,
             multi=self.multi, d=self.d, mem=mem, act=act, wg=wg, comm=self.comm,
             static=list(self.static), caps=self.caps, room=room,
-            backward=self.backward, base=self.base, over={"F": act, "I": zero, "W": zero, "B": zero},
-            trans={"F": zero, "I": zero, "W": zero, "B": zero})
+            backward=self.backward, base=self.base, over={Kind.F: act, Kind.I: zero, Kind.W: zero, Kind.B: zero},
+            trans={Kind.F: zero, Kind.I: zero, Kind.W: zero, Kind.B: zero})
 
     # ------------------------------------------------------------ stage level
 
     @property
     def dF(self) -> list[float]:
-        return self.d["F"]
+        return self.d[Kind.F]
 
     @property
     def dI(self) -> list[float]:
-        return self.d["I"]
+        return self.d[Kind.I]
 
     @property
     def dW(self) -> list[float]:
-        return self.d["W"]
+        return self.d[Kind.W]
 
     def kinds(self, s: int) -> tuple[str, ...]:
-        return MERGED if self.backward[s] == "B" else SPLIT
+        return MERGED if self.backward[s] == Kind.B else SPLIT
 
     def busiest_work(self) -> float:
         """Seconds of work one microbatch brings the busiest rank: every kind of every stage it holds."""
@@ -202,16 +203,16 @@ class Graph:
     def held(self, s: int) -> list[tuple[str, float]]:
         """(kind, bytes): a microbatch of stage s holds these bytes from its F's start until that
         kind ends (the I's or B's share, then the W's); kinds that free nothing are left out."""
-        return [(k, -self.mem[k][s]) for k in self.kinds(s) if k != "F" and -self.mem[k][s] > 0]
+        return [(k, -self.mem[k][s]) for k in self.kinds(s) if k != Kind.F and -self.mem[k][s] > 0]
 
     def input_time(self, kind: str, s: int, m: int, end_f, end_i) -> float:
         """When every input of (s, kind, m) is there, from the ends of the F's and of the I's (or
         B's) run so far, ``end_f[s][m]`` and ``end_i[s][m]``: the dependency rule at stage level,
         for the engines that build a schedule event by event (an end not known yet reads as inf,
         or the caller checks it first)."""
-        if kind == "F":
+        if kind == Kind.F:
             return 0.0 if s == 0 else end_f[s - 1][m] + self.comm[s - 1]
-        if kind == "W":
+        if kind == Kind.W:
             return end_i[s][m]
         if s == self.S - 1:
             return end_f[s][m]
@@ -367,18 +368,18 @@ def memory_arcs(g: Graph) -> Optional[list[tuple[str, int, int, int]]]:
             left = max(room - held, 0.0)
             if room < held * (1 - REL):
                 return None
-            arcs.append(("B", s, s, int(math.floor(room / held + REL))))
+            arcs.append((Kind.B, s, s, int(math.floor(room / held + REL))))
             for t in own:
                 if t > s:
                     break
                 # a microbatch that owes W(t) holds act(t) before its I, wg(t) after: at least the less
                 held_w = min(g.wg[t], g.act[t])
-                if g.backward[t] == "I" and held_w > 0:
-                    arcs.append(("W", t, s, int(math.floor(left / held_w + REL)) + 1))
+                if g.backward[t] == Kind.I and held_w > 0:
+                    arcs.append((Kind.W, t, s, int(math.floor(left / held_w + REL)) + 1))
                 if t < s and g.act[t] > 0:
                     n = int(math.floor(left / g.act[t] + REL)) + 1
-                    arcs.append(("B", t, s, n))
-                    arcs.append(("F", s, t, n))  # F(s, j) before F(t, j + n)
+                    arcs.append((Kind.B, t, s, n))
+                    arcs.append((Kind.F, s, t, n))  # F(s, j) before F(t, j + n)
     if any(k < 1 for *_, k in arcs):
         return None
     return arcs
@@ -391,7 +392,7 @@ def memory_precedences(g: Graph) -> list[tuple[int, int]]:
         raise ValueError("a rank cannot hold one microbatch of its stages under the memory cap")
     out = []
     for kind, t, s, k in arcs:
-        src = g.id(t, g.backward[t] if kind == "B" else kind, 0)
+        src = g.id(t, g.backward[t] if kind == Kind.B else kind, 0)
         for j in range(k, g.M):
             out.append((g.base[s] + j, src + j - k))
     return out
@@ -450,11 +451,11 @@ def orders_from_schedule(g: Graph, schedule: Schedule) -> list[list[int]]:
         row = []
         for a in schedule.actions(r):
             s, m = a.stage, a.microbatch
-            if g.backward[s] == "I" and a.kind == "B":
-                row += [g.id(s, "I", m), g.id(s, "W", m)]
-            elif g.backward[s] == "B" and a.kind in ("I", "W"):
-                if a.kind == "I":
-                    row.append(g.id(s, "B", m))
+            if g.backward[s] == Kind.I and a.kind == Kind.B:
+                row += [g.id(s, Kind.I, m), g.id(s, Kind.W, m)]
+            elif g.backward[s] == Kind.B and a.kind in (Kind.I, Kind.W):
+                if a.kind == Kind.I:
+                    row.append(g.id(s, Kind.B, m))
             else:
                 row.append(g.id_of(a))
         orders.append(row)
