@@ -486,17 +486,23 @@ class MemoryLimit(BaseModel):
         """``Kp``, a size or ``none``. Sizes: ``KB``/``MB``/``GB``/``TB`` are decimal (10^9 bytes
         a GB, as disk and cloud vendors count); ``K``/``M``/``G``/``T`` alone, ``Ki``... and
         ``KiB``... are binary (2^30 bytes a G, as ``torch.cuda.memory_summary``, ``free -g`` and
-        ``docker --memory 80g`` count), so ``80G`` = ``80GiB`` and ``80GB`` is 7% less. A bad value
+        ``docker --memory 80g`` count), so ``80G`` = ``80GiB`` and ``80GB`` is 7% less. A GPU's name
+        (``h100``, ``h200``, ``a100-40gb``, ...: :data:`schedc.core.devices.DEVICES`) is its total as
+        CUDA reports it to a process (an H100 80GB: 79.19 GiB). A bad value
         is a :class:`~schedc.errors.ParameterError` about ``memory``."""
+        from schedc.core.devices import DEVICES, device_bytes
         from schedc.errors import ParameterError, shown
 
         t = str(text).strip().lower().replace(" ", "")
         if t in ("none", "inf", "unlimited"):
             return cls(kind="none")
+        card = device_bytes(t) if len(t) <= 40 else None  # a GPU's name: its total as CUDA reports it
+        if card is not None:
+            return cls(kind="bytes", value=card)
         m = re.fullmatch(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)(p|[kmgt]?i?b?)", t) if len(t) <= 10000 else None
         if m is None:
-            raise ParameterError("memory", f"expected Kp (e.g. 1p, 1.5p), a size (e.g. 80GiB, 80G, 80GB) or "
-                                           f"'none', got {literal(shown(text))}")
+            raise ParameterError("memory", f"expected Kp (e.g. 1p, 1.5p), a size (e.g. 80GiB, 80G, 80GB), a GPU "
+                                           f"({', '.join(DEVICES)}) or 'none', got {literal(shown(text))}")
         number, unit = float(m.group(1)), m.group(2)
         if unit in ("", "i") and 2**20 <= number <= 2**50:  # a count of bytes ('80e9'), not a Kp or a GiB
             raise ParameterError("memory", f"{shown(text)} has no unit: for {format_bytes(number)} give "
