@@ -211,6 +211,16 @@ def test_plan_settings_returns_a_plans_memory_actions_and_names_a_bad_entry(tmp_
     got = plan_settings(path)
     assert got["memory_actions"] == [MemoryAction(0, 1, "offload", Action(0, "F", 2)),
                                      MemoryAction(1, 0, "recompute")]
+    # checked against the CSV by load_pipeline, before anything communicates, naming both files
+    from schedc.runtime import load_pipeline
+    from schedc.runtime.one_rank import one_rank_group
+
+    csv = tmp_path / "other.csv"  # not the plan's CSV: one rank, two microbatches, no 0F2
+    csv.write_text("0F0,1F0,0F1,1F1,1B1,0B1,1B0,0B0\n")
+    with one_rank_group("cpu"):
+        with pytest.raises(SchedcError, match=r"plan.json \(against .*other.csv\): memory_actions\[0\] \(stage 0, "
+                                              r"microbatch 1\): \"fetch_at\" '0F2' is not an action of the CSV"):
+            load_pipeline(str(csv), GPT(GPTConfig(**CFG), seed=1), lm_loss, **plan_settings(path))
     del plan["memory_actions"]
     path.write_text(json.dumps(plan))
     assert "memory_actions" not in plan_settings(path)
@@ -220,13 +230,14 @@ def test_plan_settings_returns_a_plans_memory_actions_and_names_a_bad_entry(tmp_
         plan_settings(path)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
-def test_one_rank_offload_moves_the_bytes_off_the_device_and_returns_to_baseline(device):
+@pytest.mark.parametrize("device,ac", [("cpu", "none"), ("cpu", "full"), pytest.param("cuda", "none", marks=pytest.mark.cuda)])
+def test_one_rank_offload_moves_the_bytes_off_the_device_and_returns_to_baseline(device, ac):
     # both stages on one rank (no communication), every forward before any backward: stage 0 of
     # microbatches 0..2 offloaded (each fetched at 1B_m, the action before its 0B_m), stage 1 of
     # microbatch 3 recomputed. On CUDA the peak drops by most of the offloaded bytes and every
     # step ends at the same allocated level; on CPU the host copy is a CPU tensor too, so only
-    # the gradients and the bookkeeping are checked.
+    # the gradients and the bookkeeping are checked. Under full checkpointing of the blocks the
+    # offload moves what stays saved (the blocks' inputs), and the recompute nests around theirs.
     from schedc.io.csvio import parse_csv_text
     from schedc.runtime import load_pipeline
     from schedc.runtime.one_rank import one_rank_group
@@ -242,7 +253,8 @@ def test_one_rank_offload_moves_the_bytes_off_the_device_and_returns_to_baseline
 
     def run(memory_actions):
         model = GPT(cfg, seed=1)
-        pipe = load_pipeline(schedule, model, lm_loss, device, memory_actions=memory_actions)
+        pipe = load_pipeline(schedule, model, lm_loss, device, memory_actions=memory_actions,
+                             activation_checkpoint=ac)
         levels, peaks = [], []
         for _ in range(3):
             for p in pipe.parameters():

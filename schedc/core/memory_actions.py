@@ -69,6 +69,15 @@ class MemoryAction:
         return out
 
 
+class PlannedActions(list):
+    """Parsed memory actions that remember the file they came from (a plan's), so that a check
+    against a CSV names both: ``plan.json (against s.csv): memory_actions[0] ...``."""
+
+    def __init__(self, actions: Iterable[MemoryAction], source: str):
+        super().__init__(actions)
+        self.source = source
+
+
 def to_json(actions: Iterable[MemoryAction]) -> list[dict]:
     """The ``"memory_actions"`` list of a report or plan, sorted by (stage, microbatch)."""
     return [a.to_json() for a in sorted(actions, key=lambda a: (a.stage, a.microbatch))]
@@ -154,7 +163,11 @@ def check_memory_actions(
     SchedcError naming the entry: a stage or microbatch the CSV does not have, a fetch point the
     CSV does not run, runs on another rank, or runs before the offloaded F or at or after its
     I/B (or an offload with no action between them to fetch at), and a recompute of a
-    microbatch the CSV runs as I and W on a stage other than 0."""
+    microbatch the CSV runs as I and W on a stage other than 0. Actions read from a plan
+    (:class:`PlannedActions`) are named by their file, `where` (the CSV) beside it."""
+    source = getattr(actions, "source", None)
+    if source:
+        where = f"{source} (against {where})" if where else source
     parsed = _parse(actions, where)
     pos: dict[Action, tuple[int, int]] = {}  # action -> (rank, index in the rank's actions)
     for rank in range(schedule.n_ranks):

@@ -253,9 +253,9 @@ def plan_settings(plan: Union[str, os.PathLike, dict]) -> dict:
                           f"index); every stage but the first and the last holds one; {_REDO}")
     settings = {"activation_checkpoint": _assumed_modes(where, report, blocks), "layers_per_stage": blocks}
     if "memory_actions" in report:
-        from schedc.core.memory_actions import parse_memory_actions
+        from schedc.core.memory_actions import PlannedActions, parse_memory_actions
 
-        settings["memory_actions"] = parse_memory_actions(report["memory_actions"], where)
+        settings["memory_actions"] = PlannedActions(parse_memory_actions(report["memory_actions"], where), where)
     return settings
 
 
