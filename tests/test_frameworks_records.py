@@ -143,3 +143,28 @@ def test_for_names_a_release_through_the_api():
         api.count_profile(SHAPE, seq=16, framework="nemo==0.7.0")
     with pytest.raises(SchedcError, match="expected a release number"):
         api.count_profile(SHAPE, seq=16, framework="torchtitan==latest!")
+
+
+# ---------------------------------------------------------------- what the warnings tell a user to do
+
+def _fsdp_warnings(framework: str, target: str, **assumes) -> list[str]:
+    h = Handoff(partition=[["model.embed_tokens", "model.layers.0"], ["model.layers.1", "model.norm", "lm_head"]],
+                placement="loop", n_ranks=2, n_microbatches=4,
+                assumes={"seq_len": 64, "activation_dtype": "bfloat16", "param_dtype": "bfloat16", "framework": target,
+                         **assumes})
+    return [w for w in REGISTRY[framework].settings(h)["warnings"] if "wraps every block in FSDP2" in w]
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "nemo"])
+def test_the_fsdp2_warning_does_not_ask_for_the_flag_the_user_gave(framework):
+    other = "nemo" if framework == "torchtitan" else "torchtitan"
+    (elsewhere,) = _fsdp_warnings(framework, other)  # planned for another target: plan for this one
+    assert f"schedc plan --for {framework};" in elsewhere
+    (measured,) = _fsdp_warnings(framework, framework)  # --for given, on a measured profile
+    assert f"schedc plan --for {framework};" not in measured
+    assert f"--for {framework} only names the target of a measured profile" in measured
+    assert f"--config config.json --for {framework}" in measured
+    # counted for it, with a gradient dtype it does not reduce in (torchtitan: float32 only)
+    if framework == "torchtitan":
+        (dtypes,) = _fsdp_warnings(framework, framework, fsdp="counted", fsdp_unsharded_bytes_per_param=4)
+        assert "counted for torchtitan with other dtypes" in dtypes and "--grad-dtype" in dtypes

@@ -58,3 +58,17 @@ def test_the_plan_report_of_this_very_csv_matches_it_wherever_it_lies(tmp_path, 
     csvio.write_csv(make_baseline("zb-h1", 2, 4), copy)
     code, _, err = _run(capsys, copy, "--partition", plan.with_suffix(".json"))
     assert code == 2 and "nothing says which partition" in err
+
+
+def test_a_fit_without_the_plan_beside_the_csv_says_the_partition_was_not_checked(tmp_path, capsys):
+    # a plan's CSV copied away from its plan.json fits the framework's stage count, and nothing more is known
+    plan = tmp_path / "plan.csv"
+    csvio.write_schedule(make_baseline("1f1b", 2, 4), {"partition": PLANNED}, plan)
+    (tmp_path / "deploy").mkdir()
+    copy = tmp_path / "deploy" / "plan.csv"
+    shutil.copy(plan, copy)
+    code, out, _ = _run(capsys, copy, "--for", "torchtitan:1F1B")
+    assert code == 0 and "fits torchtitan:1F1B" in out
+    assert "the partition was not checked" in out and "--partition PLAN.json" in out
+    code, out, _ = _run(capsys, copy, "--for", "torchtitan:1F1B", "--partition", plan.with_suffix(".json"))
+    assert code == 0 and "not checked" not in out and "launched on the partition of" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from schedc.cli import common
 from schedc.core.costs import FRAMEWORK_AC, block_modes
@@ -118,9 +119,13 @@ def _check_split(args, schedule) -> str:
         line = check_partition(args.file, schedule.n_stages, args.partition)
         note = _check_plan_checkpointing(args, schedule)
         return line + (f"; {note}" if note else "")
-    own = plan_partition_of(args.file) if args.for_ else None
-    if own is None:
+    if not args.for_:
         return ""
+    own = plan_partition_of(args.file)
+    if own is None:  # a CSV copied away from its plan report: its fit says nothing of its partition
+        stem = Path(args.file).stem
+        return (f"the partition was not checked: nothing beside {args.file} says which one it was planned for "
+                f"(keep {stem}.json, the plan report, beside it, or give --partition PLAN.json)")
     from schedc.frameworks import REGISTRY
 
     framework = REGISTRY[parse_spec(args.for_)[0]]

@@ -38,6 +38,23 @@ def fsdp_shortfall(assumes: dict, dtypes: Optional[tuple[str, str]]) -> Optional
     return None if held <= counted else f"{held:g} bytes per parameter where the plan counted {counted:g}"
 
 
+def count_advice(framework: str, label: str, assumes: dict, dtypes: Optional[tuple[str, str]] = None) -> str:
+    """What to do about bytes a plan did not count for `framework`, for whoever reads it: a plan
+    made for another target is told to plan for this one; one already made for it (``--for
+    FRAMEWORK``) from a measured profile, which that flag only names, to count the profile from its
+    config or measure it as the framework runs; one counted for it with other dtypes, to count with
+    the framework's (`dtypes`: compute, reduce). Cost: O(1)."""
+    if assumes.get("framework") != framework:
+        return (f"count the profile for {framework} (schedc plan --for {framework}; "
+                f"count_profile(..., framework={framework!r})) before launching")
+    if assumes.get("fsdp") and dtypes is not None:
+        return (f"the plan was counted for {framework} with other dtypes: count it with those {label} runs "
+                f"(compute {dtypes[0]}, gradients reduced in {dtypes[1]}: --dtype, --grad-dtype) before launching")
+    return (f"--for {framework} only names the target of a measured profile, which holds what it measured: "
+            f"count the profile from the model's config (schedc plan --config config.json --for {framework}) or "
+            f"measure it as {label} runs it before launching")
+
+
 @dataclass(frozen=True)
 class Build:
     """What a framework builds: ``n_stages`` stages, ``placement`` 'loop' or 'v', and (when the
@@ -100,8 +117,7 @@ class Handoff:
         if counted in ("hf", "torchtitan") and counted != implementation:
             names = {"hf": "Hugging Face transformers' modules", "torchtitan": "torchtitan's model code"}
             out.append(f"the profile counts memory as {names[counted]} keep it; {label} runs {names[implementation]}, "
-                       f"which keep other bytes: count the profile for {framework} before launching "
-                       f"(schedc plan --for {framework}; count_profile(..., framework={framework!r}))")
+                       f"which keep other bytes: {count_advice(framework, label, self.assumes)}")
         return out
 
     def ac_summary(self) -> str:

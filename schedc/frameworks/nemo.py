@@ -34,7 +34,8 @@ from typing import Optional
 
 from schedc.errors import ParameterError, SchedcError, python_spelling
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
-                                     check_positive, check_v, fsdp_shortfall, microbatches, schedule_name)
+                                     check_positive, check_v, count_advice, fsdp_shortfall, microbatches,
+                                     schedule_name)
 from schedc.frameworks._names import check_module_names, in_own_names
 
 NAME = "nemo"
@@ -211,14 +212,14 @@ def _fsdp(a: dict, mp_policy: dict, world: int) -> list[str]:
     parameter in ``mp_policy``'s dtypes. A warning where the plan counted fewer. Cost: O(1)."""
     if world < 2:
         return []
-    amount = fsdp_shortfall(a, (mp_policy["param_dtype"], mp_policy["reduce_dtype"]) if mp_policy else None)
+    dtypes = (mp_policy["param_dtype"], mp_policy["reduce_dtype"]) if mp_policy else None
+    amount = fsdp_shortfall(a, dtypes)
     if amount is None:
         return []
     return [f"NeMo AutoModel wraps every block in FSDP2 on any world of more than one GPU, dp_size 1 included "
             f"(distributed/fsdp2.py: fsdp2_sharding_enabled asks the whole mesh, pp included): under pipeline "
             f"parallelism each rank holds its stages' gradients unsharded all step and their weights again in the "
-            f"compute dtype, {amount}: count them (schedc plan --for nemo; count_profile(..., framework='nemo')) "
-            f"before launching"]
+            f"compute dtype, {amount}: {count_advice(NAME, 'NeMo AutoModel', a, dtypes)}"]
 
 
 def _optimizer(name, warnings: list[str]) -> dict:

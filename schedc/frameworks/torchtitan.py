@@ -42,7 +42,8 @@ from typing import Optional
 
 from schedc.errors import ParameterError, SchedcError, literal, printable, python_spelling
 from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
-                                     check_positive, check_v, fsdp_shortfall, microbatches, schedule_name)
+                                     check_positive, check_v, count_advice, fsdp_shortfall, microbatches,
+                                     schedule_name)
 from schedc.frameworks._names import VOCABULARIES, check_module_names, in_own_names
 
 NAME = "torchtitan"
@@ -258,14 +259,14 @@ def _fsdp(assumes: dict) -> list[str]:
     parameter, with float32 gradients (``training.mixed_precision_reduce`` takes nothing else). A
     warning where the plan counted fewer. Cost: O(1)."""
     act = assumes.get("activation_dtype")
-    amount = fsdp_shortfall(assumes, (act, "float32") if act in _TITAN_DTYPES else None)
+    dtypes = (act, "float32") if act in _TITAN_DTYPES else None
+    amount = fsdp_shortfall(assumes, dtypes)
     if amount is None:
         return []
     return [f"torchtitan wraps every block in FSDP2 at any data_parallel_shard_degree, 1 included "
             f"(models/llama3/parallelize.py: apply_fsdp_to_decoder always runs), and reduces in float32: under "
             f"pipeline parallelism each rank holds its stages' weights again in the compute dtype and their "
-            f"gradients unsharded all step, {amount}: count them (schedc plan --for torchtitan; "
-            f"count_profile(..., framework='torchtitan')) before launching"]
+            f"gradients unsharded all step, {amount}: {count_advice(NAME, 'torchtitan', assumes, dtypes)}"]
 
 
 def command_line(config: dict) -> list[str]:
