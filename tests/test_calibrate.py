@@ -197,3 +197,15 @@ def test_torch_215_wait_actions_count_as_waiting_not_compute():
     assert [r.measured_waiting for r in cal.ranks] == [2.5, 0.25]
     assert [r.measured_busy for r in cal.ranks] == [3.0, 3.0]
     assert "WAIT_REDUCE_GRAD actions (not compute): rank 0 2500.0ms, rank 1 250.0ms" in format_calibration(cal)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 1e308, 0, -1.0, "60", True])
+def test_calibrate_names_a_timeout_that_is_no_deadline_before_any_rank(tmp_path, monkeypatch, timeout):
+    # 1e308 overflowed the ranks' timers ("Python int too large to convert to C int")
+    from schedc.runtime import calibrate as runtime_calibrate
+
+    monkeypatch.setattr(runtime_calibrate, "launch", lambda *a, **k: pytest.fail("ranks were started"))
+    csvio.write_csv(baselines.make_baseline("1f1b", 2, 4), tmp_path / "s.csv")
+    with pytest.raises(SchedcError, match=r"^calibrate: timeout must be a finite number of seconds > 0 and at most "
+                                          r"604800 \(a week\), got "):
+        calibrate(tmp_path / "s.csv", Profile.uniform(2), GPTConfig(), 2, timeout=timeout)

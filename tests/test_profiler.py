@@ -364,3 +364,70 @@ def test_per_op_checkpointing_is_refused_under_the_split_backward_in_one_line(ch
         profile_gpt(CFG, 2, microbatch_size=2, warmup=0, repeats=1, settings=RunSettings(activation_checkpoint=choice))
     assert str(e.value).startswith(f"activation_checkpoint '{mode}': torch's split backward (I, then W) cannot")
     assert "\n" not in str(e.value) and str(e.value).endswith("use full")
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--stages", "0"], "--stages must be between 1 and 4096 for a measured profile, got 0"),
+    (["--mbs", "0"], "--mbs must be between 1 and"),
+    (["--heads", "0"], "--heads must be between 1 and"),
+    (["--hidden", "99999999999999999999"], "--hidden must be between 1 and 65536 for a measured profile, got a "
+                                            "20-digit number"),
+    (["--layers", "100000"], "--layers must be between 1 and 8190"),
+    (["--repeats", "1000000000"], "--repeats must be between 1 and 10000"),
+    (["--warmup", "-1"], "--warmup must be between 0 and 10000"),
+    (["--concurrent", "0"], "--concurrent must be between 1 and 256"),
+    (["--threads", "0"], "--threads must be between 1 and 4096"),
+    (["--comm-latency", "nan"], "--comm-latency must be a finite number >= 0 and at most 3600, got nan"),
+    (["--comm-latency", "inf"], "--comm-latency must be a finite number >= 0"),
+    (["--comm-latency", "-1e-6"], "--comm-latency must be a finite number >= 0"),
+    (["--comm-bandwidth", "nan"], "--comm-bandwidth must be a finite number of bytes per second > 0, got 'nan'"),
+    (["--comm-bandwidth", "inf"], "--comm-bandwidth must be a finite number of bytes per second > 0"),
+    (["--comm-bandwidth", "-5GB/s"], "--comm-bandwidth"),
+    (["--reserve", "nan"], "--reserve: expected a byte size"),
+    (["--reserve", "inf"], "--reserve: expected a byte size"),
+    (["--optimizer-bytes", "nan"], "--optimizer-bytes must be a finite number >= 0 and at most 1024, got nan"),
+    (["--optimizer-bytes", "1e9"], "--optimizer-bytes must be a finite number >= 0 and at most 1024"),
+])
+def test_a_measured_profile_refuses_a_number_in_one_line_before_measuring(tmp_path, capsys, monkeypatch, flags,
+                                                                         needle):
+    # --stages 0 was read as the default 2 and measured over the file; --comm-latency nan was
+    # pydantic's traceback after the measurement
+    from schedc.runtime.profiling import gpt
+
+    monkeypatch.setattr(gpt, "profile_gpt", lambda *a, **k: pytest.fail("measured"))
+    out = tmp_path / "p.json"
+    out.write_text('{"kept": true}')
+    assert cli.main(["profile", *flags, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert out.read_text() == '{"kept": true}'
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--steps", "0"], "--steps must be between 1 and 10000, got 0"),
+    (["--warmup-steps", "-1"], "--warmup-steps must be between 0 and 10000"),
+    (["--nproc", "0"], "--nproc must be between 1 and 4096"),
+    (["--threads", "0"], "--threads must be between 1 and 4096"),
+    (["--mbs", "99999999999999999999"], "--mbs must be between 1 and 65536, got a 20-digit number"),
+    (["--heads", "0"], "--heads must be between 1 and 4096"),
+    (["--timeout", "nan"], "--timeout must be a finite number of seconds > 0"),
+    (["--timeout", "1e308"], "--timeout must be a finite number of seconds > 0 and at most 604800 (a week)"),
+    (["--timeout", "0"], "--timeout must be a finite number of seconds > 0"),
+    (["--timeout=-inf"], "--timeout must be a finite number of seconds > 0"),
+])
+def test_calibrate_refuses_a_number_in_one_line_before_any_rank(tmp_path, capsys, flags, needle):
+    out = tmp_path / "refined.json"
+    out.write_text('{"kept": true}')
+    assert cli.main(["calibrate", "s.csv", "--profile", "p.json", *flags, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert out.read_text() == '{"kept": true}'
+
+
+def test_a_gpt_whose_weights_exceed_the_host_is_refused_before_it_is_built():
+    # torch's allocator raised a traceback; with overcommit the kernel would kill the process
+    # once the weights were written
+    cfg = GPTConfig(vocab_size=2**22, hidden=2**14, layers=1, heads=4, seq_len=16)
+    with pytest.raises(SchedcError, match=r"^model: the GPT's [\d,]+ parameters hold .* with their gradients and "
+                                          r"optimizer state, more than this host's .*; give a smaller hidden"):
+        profile_gpt(cfg, 1, 1, warmup=0, repeats=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 import time
@@ -11,6 +12,12 @@ from contextlib import contextmanager
 from schedc.cli import common
 from schedc.core.costs import Profile
 from schedc.errors import SchedcError
+
+
+# integer flags: (least, most); the most keeps a run finite and is beyond any calibration worth taking
+INTS = {"layers": (1, 8190), "hidden": (1, 2**16), "heads": (1, 2**12), "seq": (1, 2**20), "vocab": (1, 2**22),
+        "mbs": (1, 2**16), "threads": (1, 4096), "nproc": (1, 4096), "steps": (1, 10_000),
+        "warmup_steps": (0, 10_000)}
 
 
 def register(sub) -> None:
@@ -41,8 +48,24 @@ def register(sub) -> None:
                    help="extra keyword argument for the --model/--sample functions (repeatable)")
 
 
+def check_numbers(args) -> None:
+    """One line naming the flag for a count out of :data:`INTS`' range or a --timeout that is not a
+    finite number of seconds in (0, MAX_TIMEOUT], before a file is read or a rank starts."""
+    from schedc.runtime.calibrate import MAX_TIMEOUT
+
+    for name, (least, most) in INTS.items():
+        value = getattr(args, name, None)
+        if value is not None and not least <= value <= most:
+            said = str(value) if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
+            raise SchedcError(f"--{name.replace('_', '-')} must be between {least} and {most}, got {said}")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT):
+        raise SchedcError(f"--timeout must be a finite number of seconds > 0 and at most {MAX_TIMEOUT:g} (a week), "
+                          f"got {args.timeout!r}")
+
+
 def run(args) -> int:
     common.require_torch("schedc calibrate")
+    check_numbers(args)
     if args.output:
         common.check_outputs(args, (args.output, "-o"))  # before the ranks run
         common.check_json_output(args.output, "the refined profile")

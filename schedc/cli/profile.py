@@ -10,7 +10,7 @@ from typing import Optional
 
 from schedc.cli import common
 from schedc.core.costs import MemoryLimit, Profile, format_bytes, format_seconds
-from schedc.errors import SchedcError
+from schedc.errors import SchedcError, shown
 
 # What a measured profile splits the model into and runs per microbatch when not told (no function
 # under the command has a default for them); the model's own shape defaults are GPTConfig's.
@@ -23,6 +23,13 @@ ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwi
 # the counted route's integer flags and the most each may be (beyond any model; keeps counts finite and fast)
 COUNTED_INTS = {"layers": 8190, "hidden": 2**24, "heads": 2**24, "kv_heads": 2**24, "head_dim": 2**24,
                 "ffn": 2**24, "vocab": 2**24, "seq": 2**24, "mbs": 2**16, "dp_shard": 2**20, "tp": 2**16}
+# the measured route's integer flags: (least, most); the most keeps a measurement finite (a
+# model that fits a host, a run that ends) and is beyond any profile worth taking
+MEASURED_INTS = {"stages": (1, 4096), "mbs": (1, 2**16), "layers": (1, 8190), "hidden": (1, 2**16),
+                 "heads": (1, 2**12), "seq": (1, 2**20), "vocab": (1, 2**22), "warmup": (0, 10_000),
+                 "repeats": (1, 10_000), "concurrent": (1, 256), "threads": (1, 4096)}
+# the measured route's number flags: the most each may be
+MEASURED_FLOATS = {"comm_latency": 3600.0, "optimizer_bytes": 1024.0}
 # what the default --comm-bandwidth stands for
 COMM_BANDWIDTH_HELP = ("40GB/s for a counted profile: about one 400 Gb/s InfiniBand or RoCE NIC per GPU, a pipeline "
                        "link across nodes; within a node NVLink gives about 450GB/s per direction (H100/H200 NVLink 4), "
@@ -143,6 +150,7 @@ def run(args) -> int:
     if args.framework is not None:  # a measurement holds what it measured, whoever runs the plan
         raise SchedcError("--for counts memory as a framework holds it: add --config config.json or --flops FLOP/s; "
                           "for a measured profile give --for to schedc plan, which names the target")
+    _check_measured_numbers(args)  # before torch is imported, a file is touched or anything measured
     _measured_ac(args)  # before torch is imported or any group is made
     common.require_torch("schedc profile")
     common.check_outputs(args, (args.output, "-o"))  # before minutes of measuring
@@ -156,8 +164,6 @@ def run(args) -> int:
     args.device = args.device or common.defaults_of(profile_gpt)["device"]  # the profiler's (profile_stages' too)
 
     device_is_cpu = args.device == "cpu"
-    if args.threads is not None and args.threads < 1:
-        raise SchedcError(f"--threads must be >= 1, got {args.threads}")
     if args.threads is not None or device_is_cpu:
         # one thread per rank by default: the ranks schedc runs on a CPU host (emulate, calibrate)
         # each use one, and torch's default (every core) oversubscribes a host its ranks share
@@ -192,8 +198,8 @@ def run(args) -> int:
         if args.model:
             profile = _measure_user_model(args, measure, profile_stages, profile_units)
         else:
-            profile = profile_gpt(common.gpt_config_from_args(args), args.stages or MEASURED_DEFAULTS["stages"],
-                                  args.mbs or MEASURED_DEFAULTS["mbs"], units=args.units,
+            profile = profile_gpt(common.gpt_config_from_args(args), _or_default(args, "stages"),
+                                  _or_default(args, "mbs"), units=args.units,
                                   reuse_layers=not args.all_units, **common.given(concurrent=args.concurrent), **measure)
     finally:
         progress.done()
@@ -205,6 +211,30 @@ def run(args) -> int:
     if rank != 0:
         return 0
     return _write(profile, args.output)
+
+
+def _or_default(args, name: str) -> int:
+    """--stages / --mbs as given (0 is refused before), else the measured route's default."""
+    value = getattr(args, name)
+    return MEASURED_DEFAULTS[name] if value is None else value
+
+
+def _check_measured_numbers(args) -> None:
+    """One line naming the flag for a number the measured route cannot use: out of its range
+    (:data:`MEASURED_INTS`), not finite, negative or beyond :data:`MEASURED_FLOATS`; --comm-bandwidth
+    and --reserve as their parsers read them."""
+    for name, (least, most) in MEASURED_INTS.items():
+        value = getattr(args, name, None)
+        if value is not None and not least <= value <= most:
+            said = str(value) if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
+            raise SchedcError(f"--{name} must be between {least} and {most} for a measured profile, got {said}")
+    for name, most in MEASURED_FLOATS.items():
+        value = getattr(args, name, None)
+        if value is not None and not (math.isfinite(value) and 0 <= value <= most):
+            raise SchedcError(f"--{name.replace('_', '-')} must be a finite number >= 0 and at most {most:g}, "
+                              f"got {value!r}")
+    _parse_bandwidth(args.comm_bandwidth)
+    _reserve_bytes(args)
 
 
 def _run_settings(args):
@@ -267,8 +297,8 @@ def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> P
                      if getattr(args, a) is not None})
     from schedc.runtime.models import GPTConfig
 
-    offered = {"n_stages": args.stages or MEASURED_DEFAULTS["stages"],
-               "microbatch_size": args.mbs or MEASURED_DEFAULTS["mbs"], "dtype": args.dtype or GPTConfig.dtype,
+    offered = {"n_stages": _or_default(args, "stages"),
+               "microbatch_size": _or_default(args, "mbs"), "dtype": args.dtype or GPTConfig.dtype,
                **{MODEL_PARAMS[k]: getattr(args, k) for k in MODEL_PARAMS if getattr(args, k) is not None},
                **extra}
     user = build_user_model(args.model, args.sample, offered, explicit)
@@ -336,8 +366,8 @@ def _check_counted_numbers(args) -> None:
     for name, most in COUNTED_INTS.items():
         value = getattr(args, name, None)
         if value is not None and not 1 <= value <= most:
-            shown = str(value) if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
-            raise SchedcError(f"--{name.replace('_', '-')} must be between 1 and {most}, got {shown}")
+            said = str(value) if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
+            raise SchedcError(f"--{name.replace('_', '-')} must be between 1 and {most}, got {said}")
     for flag, value, most in (("--flops", args.flops, 1e21), ("--optimizer-bytes", args.optimizer_bytes, 1024.0),
                               ("--comm-latency", args.comm_latency, 3600.0)):
         if value is not None and not (math.isfinite(value) and 0 <= value <= most and (flag != "--flops" or value > 0)):
@@ -432,6 +462,6 @@ def _parse_bandwidth(text: Optional[str], flag: str = "--comm-bandwidth") -> Opt
         if limit is None or limit.kind != "bytes":
             raise SchedcError(f"{flag}: expected bytes per second (e.g. 25e9 or 25GB/s), got {text!r}")
         value = limit.value
-    if value <= 0:
-        raise SchedcError(f"{flag} must be > 0, got {text!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise SchedcError(f"{flag} must be a finite number of bytes per second > 0, got {shown(text)}")
     return value

@@ -50,6 +50,7 @@ from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import producers, simulate
 from schedc.runtime.profiling.spans import COMPUTE_LABEL, timed_actions
 
+MAX_TIMEOUT = 7 * 86400.0  # a week: beyond it a deadline is no deadline (and overflows the ranks' timers)
 _COMM_LABEL = re.compile(r"^PP:(\d+)(SEND|RECV)_([FB])(\d+)$")
 # torch labels an OVERLAP_F_B cell once, "PP:(0F7;7B3)OVERLAP_F_B", and runs its parts one after another
 _OVERLAP_LABEL = re.compile(r"^PP:\((.+)\)OVERLAP_F_B$")
@@ -541,6 +542,10 @@ def calibrate(
     if n_ranks is not None and n_ranks != schedule.n_ranks:
         raise ParameterError("n_ranks", f"{literal(csv)}: the CSV has {schedule.n_ranks} rows (ranks); {{param}} is "
                              f"{n_ranks}", flag="--nproc")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+            math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT):
+        raise ParameterError("timeout", f"calibrate: {{param}} must be a finite number of seconds > 0 and at most "
+                             f"{MAX_TIMEOUT:g} (a week), got {literal(repr(timeout)[:40])}")
     for param, value, least in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
         if value < least:
             raise ParameterError(param, f"calibrate: need {{param}} >= {least}, got {literal(value)}")

@@ -55,11 +55,11 @@ class GPTConfig:
     mlp_ratio: int = 4
 
     def __post_init__(self) -> None:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         for name in ("vocab_size", "hidden", "layers", "heads", "seq_len", "mlp_ratio"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden % self.heads:  # after the check above: heads 0 would divide by zero
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
 
     @property
     def torch_dtype(self) -> torch.dtype:

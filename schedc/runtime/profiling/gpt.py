@@ -10,18 +10,20 @@ measured here (:func:`profile_gpt`) or, ``concurrent=N`` on a CPU host, in N pro
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
 
-from schedc.core.costs import PER_OP_AC, Profile, block_modes
-from schedc.errors import ParameterError, literal, python_spelling
+from schedc.core.costs import PER_OP_AC, Profile, block_modes, format_bytes
+from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.runtime.checkpointing import apply_to_stage, stage_modes
 from schedc.runtime.models import GPT, GPTConfig, lm_loss, make_batch, parse_dtype
 from schedc.runtime.profiling.assemble import assemble, profile_stages, profile_units, with_modules
 from schedc.runtime.profiling.concurrent import measure_concurrently
 from schedc.runtime.profiling.device import resolve_device
+from schedc.runtime.profiling.memory import optimizer_factor
 from schedc.runtime.profiling.noise import contention_note
 from schedc.runtime.profiling.settings import RunSettings
 from schedc.runtime.profiling.stages import ProgressFn
@@ -101,6 +103,7 @@ def profile_gpt(
     except ValueError as e:
         raise ParameterError("dtype", literal(e)) from None
     dev = resolve_device(device)
+    check_fits(config, dev, optimizer, max(1, concurrent))
     settings = dataclasses.replace(settings or RunSettings(), seq_len=config.seq_len)
     try:
         stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
@@ -138,6 +141,27 @@ def profile_gpt(
     if units:
         return profile_units(stages, names, tokens, reuse_layers=reuse_layers, **common)
     return profile_stages(stages, tokens, **common)
+
+
+def check_fits(config: GPTConfig, dev: torch.device, optimizer: Optional[str], processes: int = 1) -> None:
+    """A SchedcError naming the shape when the GPT's parameters, gradients and optimizer state
+    alone exceed the device's memory (this host's, on a CPU, for `processes` copies): torch would
+    fail to allocate with a traceback, or the kernel kill the process once the weights are
+    written. Method: the model built on the meta device (no storage), its parameters counted.
+    Cost: building the modules without memory, milliseconds for a model that fits."""
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in GPT(config, seed=None).parameters())
+    per_param = config.torch_dtype.itemsize * (2 + optimizer_factor(optimizer))
+    need = n_params * per_param * processes
+    if dev.type == "cuda":
+        have, where = torch.cuda.get_device_properties(dev).total_memory, f"{dev}'s"
+    else:
+        have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host's"
+    if need > have:
+        copies = f" in {processes} processes" if processes > 1 else ""
+        raise SchedcError(f"model: the GPT's {n_params:,} parameters hold {format_bytes(need)} with their gradients "
+                          f"and optimizer state{copies}, more than {where} {format_bytes(have)}; give a smaller hidden, "
+                          f"layers or vocab size (--hidden, --layers, --vocab)")
 
 
 def _checkpoint(stages: Sequence[nn.Module], choice, concurrent: int) -> None:
