@@ -45,6 +45,16 @@ CASES = {
         {"stage": 1, "microbatch": 0, "action": "offload"},
         {"stage": 2, "microbatch": 1, "action": "offload"},
     ]),
+    # torch's OVERLAP_F_B cells: rank 0 runs ... 3F1 (0F3;3B1) (3F2;0B0) 3B2 (3F3;0B1) ..., rank 1
+    # 1F0 2F0 1F1 2F1 1F2 2B0 (2F2;1B0) (1F3;2B1) (2F3;1B1) 2B2 1B2 ...
+    "dualpipev": (lambda: make_baseline("dualpipev", 4, M, n_ranks=2), [
+        {"stage": 0, "microbatch": 1, "action": "offload"},                      # fetched at 3F3
+        {"stage": 3, "microbatch": 1, "action": "offload"},                      # at 0F3, in its cell
+        {"stage": 3, "microbatch": 2, "action": "recompute"},
+        {"stage": 1, "microbatch": 1, "action": "offload", "fetch_at": "1F3"},
+        {"stage": 1, "microbatch": 0, "action": "recompute"},
+        {"stage": 2, "microbatch": 1, "action": "recompute"},
+    ]),
 }
 
 # (case, CSV case, memory actions, what the one-line error says)
