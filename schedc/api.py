@@ -520,6 +520,7 @@ def count_profile(
     [['tok_embeddings'], ['layers.0'], ['layers.1'], ['norm', 'lm_head']]
     """
     from schedc.model_costs import UNIT_NAMES, unit_profile
+    from schedc.model_costs.shape import OWN_CODE
 
     # names: every vocabulary a registered framework speaks (schedc.frameworks.register adds its own)
     for parameter, value, choices in (("impl", impl, Implementation), ("device", device, CountedDevice),
@@ -552,6 +553,10 @@ def count_profile(
                           f"vocab, ...); got {type(model).__name__}")
     else:
         counted = unit_profile(seq=seq, **{**model, **settings})
+    refused = OWN_CODE.get((target, (counted.assumes or {}).get("model_type")))
+    if refused:
+        raise ParameterError("framework", f"{refused}; measure the model (schedc profile --units --model "
+                                          f"MODULE:FUNCTION) or count it for another {{param}}")
     return with_framework(counted, framework)
 
 

@@ -661,3 +661,20 @@ def test_selective_recomputes_the_matmuls_its_save_list_skips_in_each_implementa
     # an MoE layer's experts are grouped matmuls, not on the save list: all three recomputed per routed slot
     moe = shape(family="qwen3_moe", experts=8, experts_per_token=2, moe_ffn_hidden=32)
     assert selective_recompute_flops(moe, "hf") == 2 * (h * k + q * h) + 2 * 2 * 3 * h * 32
+
+
+def test_nemo_qwen3_moe_is_refused_since_nemo_runs_its_own_code_and_moe_says_ep_is_not_modelled(tmp_path):
+    # NeMo AutoModel 0.7.0 maps Qwen3MoeForCausalLM to nemo_automodel/components/models/qwen3_moe
+    import schedc
+
+    path = _write(tmp_path, {**QWEN3_MOE, "num_hidden_layers": 2})
+    with pytest.raises(SchedcError, match=r"^NeMo AutoModel 0.7.0 trains Qwen3MoeForCausalLM with its own "
+                                          r"nemo_automodel/components/models/qwen3_moe .*framework=nemo; measure the model"):
+        schedc.count_profile(path, seq=16, framework="nemo")
+    counted = schedc.count_profile(path, seq=16, framework="torchtitan")
+    assert counted.assumes["expert_parallel"].startswith("not modelled: each rank holds every expert")
+    assert any(n.startswith("note: expert parallelism is not modelled") for n in counted.notes)
+    # Mixtral under NeMo is Hugging Face's MixtralForCausalLM, counted; a dense model says nothing of experts
+    assert schedc.count_profile(_write(tmp_path, {**MIXTRAL, "num_hidden_layers": 2}, "m.json"), seq=16,
+                                framework="nemo").assumes["expert_parallel"]
+    assert "expert_parallel" not in schedc.count_profile(_write(tmp_path, LLAMA3_8B, "l.json"), seq=16).assumes

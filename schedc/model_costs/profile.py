@@ -8,7 +8,7 @@ from typing import Literal, Optional, Sequence, Union
 
 from schedc.core.costs import AC_MODES, PER_OP_AC, Profile
 from schedc.errors import ParameterError, SchedcError, literal
-from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, dtype_name, finite, read_hf_config
+from schedc.model_costs.shape import DTYPE_BYTES, EXPERT_PARALLEL, ModelShape, dtype_name, finite, read_hf_config
 
 UNIT_NAMES = {
     "torchtitan": ("tok_embeddings", "layers.{}", ("norm", "lm_head")),
@@ -250,6 +250,7 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                **({"tp_collectives": TP_ASSUMES, "tp_bandwidth": tp_bw, "tp_latency": tp_latency} if tp > 1 else {}),
                "reserve_bytes": reserve,
                **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": unsharded} if fsdp else {}),
+               **({"expert_parallel": EXPERT_PARALLEL} if s.experts else {}),
                "torch": COUNTED_FOR_TORCH, "held": held,
                # torch refuses a second backward through a region checkpointed per op (light,
                # selective), which stage_backward_weight is: such layers run their backward whole (B)
@@ -318,6 +319,8 @@ def _notes(run: dict, e: int) -> list[str]:
         warnings.append(f"note: the {' and '.join(per_op)} times count the recomputed FLOPs and bytes, not the host's "
                         "per-op dispatch of torch's selective checkpointing, which on a GPU can set an eager layer's F "
                         "time at short sequences (docs/design.md, 'On a GPU'): check with benchmarks/gpu_layers.py")
+    if "expert_parallel" in run["assumes"]:
+        warnings.append(f"note: expert parallelism is {run['assumes']['expert_parallel']}")
     if "full" in run["ac"]:
         warnings.append("warning: with full activation checkpointing torch's split backward recomputes a layer's "
                         "forward once in I and once per parameter group in W (counted in W's time and memory); "

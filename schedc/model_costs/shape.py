@@ -40,6 +40,18 @@ REFUSED = {
     "jamba": "Mamba layers",
     "mamba": "state-space layers",
 }
+# model_types a framework trains with code of its own, not the modules schedc counts for it:
+# counting them would be counting another layout. NeMo AutoModel 0.7.0's _transformers/registry.py
+# maps Qwen3MoeForCausalLM to its own components/models/qwen3_moe (its MoE layer with grouped
+# experts and token dispatch, its backend's linears and norms), used unless force_hf is set
+OWN_CODE = {
+    ("nemo", "qwen3_moe"): "NeMo AutoModel 0.7.0 trains Qwen3MoeForCausalLM with its own "
+                           "nemo_automodel/components/models/qwen3_moe (grouped experts, its own token dispatch), "
+                           "not Hugging Face's modules, which are what schedc counts for {name}nemo",
+}
+# expert parallelism is not modelled: every rank holds all experts of its layers (assumes, notes)
+EXPERT_PARALLEL = ("not modelled: each rank holds every expert of its layers (static bytes) and runs its tokens' "
+                   "top-k experts itself; no all-to-all is counted")
 MAX_LAYERS = limits.MAX_STAGES - 2  # a unit profile has layers + 2 units; more cannot be planned anyway
 MAX_WIDTH = 2**24                   # hidden, FFN, vocabulary, heads: beyond any model, and keeps every count finite
 
