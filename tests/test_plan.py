@@ -327,7 +327,7 @@ def test_the_least_bound_partition_is_not_compiled_where_a_partition_as_low_lost
 def test_auto_keeps_the_better_placement():
     units = tiny_units(n_layers=6, head=1.5)
     auto = plan(profile=units, ranks=2, microbatches=4, memory="none", placement="auto", time_limit=8)
-    assert set(auto.bounds) == {"loop", "v"}
+    assert set(auto.bounds) == {"loop", "v", "interleaved"}  # two stages per rank interleaved too
     assert auto.bound == pytest.approx(min(auto.bounds.values()))
     for pl in ("loop", "v"):
         one = plan(profile=units, ranks=2, microbatches=4, memory="none", placement=pl, time_limit=4)
@@ -622,7 +622,7 @@ def test_torchtitan_rows_are_its_own_classes_on_its_default_split():
     units = tiny_units(n_layers=6)
     rows = torchtitan_rows(units, 2, 4, parse_cap("80GiB"), "makespan")
     assert [(r.schedule, r.placement, len(r.counts)) for r in rows] == [
-        ("1F1B", "loop", 2), ("Interleaved1F1B", "loop", 4), ("ZBVZeroBubble", "v", 4)]
+        ("1F1B", "loop", 2), ("Interleaved1F1B", "interleaved", 4), ("ZBVZeroBubble", "v", 4)]
     for row, name in zip(rows, ("1f1b", "interleaved-1f1b", "zb-v")):
         assert row.counts == torchtitan_default_counts(units.n_stages, len(row.counts))
         sim = simulate(make_baseline(name, len(row.counts), 4, 2), units.merge(row.counts))
@@ -633,8 +633,7 @@ def test_torchtitan_rows_are_its_own_classes_on_its_default_split():
 
 def test_a_plan_is_never_slower_than_a_comparison_it_prints():
     res = plan(profile=tiny_units(n_layers=5, head=3.0), ranks=2, microbatches=4, memory="20GiB", time_limit=3)
-    assert all(c.value is None or c.value >= res.value * (1 - 1e-9) for c in res.comparisons
-               if len(c.counts) == len(res.counts) or c.peak is None)
+    assert all(c.value is None or c.value >= res.value * (1 - 1e-9) for c in res.comparisons)
 
 
 def test_a_work_budget_gives_the_same_plan_twice_and_says_so():

@@ -24,7 +24,7 @@ from schedc.core.costs import AC_MODES, FRAMEWORK_AC, PER_OP_AC, Profile, block_
 from schedc.core.partition import (INF, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
                                    partition_bound, v_buffers)
 from schedc.core.tolerances import REL
-from schedc.errors import SchedcError, printable, python_spelling
+from schedc.errors import ParameterError, SchedcError, printable, python_spelling
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.comparisons import torchtitan_rows
 from schedc.plan.limiter import plan_limiter
@@ -61,10 +61,11 @@ class ACChoice:
     global_steps: dict
     per_stage: Optional[dict] = None
     memory_binds: Optional[dict] = None  # per global mode planned: whether memory binds its step (plan_limiter)
+    per_stage_missing: Optional[str] = None  # why there is no per-stage choice: none fits, or the time ran out
 
     def as_dict(self) -> dict:
         return {"chosen": self.chosen, "global": self.global_steps, "per_stage": self.per_stage,
-                "memory_binds": self.memory_binds,
+                "memory_binds": self.memory_binds, "per_stage_missing": self.per_stage_missing,
                 "checkpointed_stages_run": "B (one full backward: one recompute)"}
 
 
@@ -202,9 +203,12 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
     notes += [f"activation checkpointing {m}: not planned for the whole model, {framework} has no such mode (only "
               f"schedc's runtime)" for m in AC_MODES if m in profiles and m not in modes]
-    mix = None
+    mix, missing = None, []
     if len(modes) > 1 and "none" in forms and not stop_requested():
-        mix = _per_stage_choice(forms, best, best_mode, kwargs, t0 + time_limit, say, t0)
+        mix = _per_stage_choice(forms, best, best_mode, kwargs, t0 + time_limit, say, t0, missing)
+    elif len(modes) > 1:
+        missing.append("stopped before the per-stage search" if stop_requested() else
+                       "not searched: the per-stage search starts from the none profile")
     global_bound = min([results[m].bound for m in results] + [floors[m] for m in errors if m in floors])
     shorter = mix is not None and mix["compiled"].value < best.value * (1 - REL)
     launchable = not one_mode or shorter and len(set(map(str, mix["modes"]))) == 1 and mix["modes"][0] in FRAMEWORK_AC
@@ -214,7 +218,8 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     if shorter and launchable:
         out, choice = _adopt_mix(best, mix, forms, steps, binds, notes, global_bound)
     else:
-        choice = ACChoice(best_mode, steps, None if mix is None else _mix_dict(mix), binds)
+        choice = ACChoice(best_mode, steps, None if mix is None else _mix_dict(mix), binds,
+                          per_stage_missing=missing[0] if mix is None and missing else None)
         out = replace(best, bound=min(global_bound, best.value), notes=notes + (
             ["bound: over every partition with one mode for the whole model; per-stage choices are searched, "
              "not bounded"] if len(modes) > 1 else []))
@@ -302,10 +307,13 @@ def _global_plans(forms, modes, time_limit, progress, say, t0, kwargs):
         try:
             results[mode] = plan(profile=forms[mode], time_limit=max(share, 0.5), progress=progress, **kwargs)
         except SchedcError as e:
-            errors[mode] = str(e)
+            last = e
+            # plan spells a ParameterError as Python's keyword; the note reads as the flag (str's
+            # default), and the error raised below keeps its type so each front door spells it
+            errors[mode] = str(ParameterError(e.param, e.detail, flag=e.flag) if isinstance(e, ParameterError) else e)
             floors.pop(mode)  # nothing fits: no bound to report
     if not results:
-        raise SchedcError(next(reversed(errors.values())))
+        raise last
     return results, errors, floors
 
 
@@ -405,10 +413,11 @@ def _mix_dict(mix: dict) -> dict:
 
 
 def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dict, end: float, say,
-                      t0) -> Optional[dict]:
+                      t0, missing: Optional[list] = None) -> Optional[dict]:
     """The best per-stage choice found: candidates from :func:`stage_candidates` (and the best
     global plan's partition with its mode), scored by the heuristic warm start, the best polished
-    by :func:`_local_moves` and compiled; None when no candidate fits or no time is left."""
+    by :func:`_local_moves` and compiled; None when no candidate fits or no time is left, and
+    then `missing` gets which, in words."""
     from schedc.solver.compile import compile_problem
 
     p = best.compiled.problem
@@ -422,14 +431,23 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     cands = [(best.placement, None, tuple(best.counts), ((best_mode, all_layers),) * len(best.counts))]
     cands += [(pl, d, c, sp) for pl in _placements(kwargs, ranks, all_layers, end - start) if n_stages_for(pl, ranks) <= all_layers
               for d, c, sp in stage_candidates(forms, pl, ranks, M, cap)]
+    cut = False  # a candidate left unscored for want of time
     for pl, depth, counts, specs in cands:
-        if (pl, counts, specs) in seen or _now() > start + (end - start) * 0.4 or stop_requested():
+        if (pl, counts, specs) in seen:
+            continue
+        if _now() > start + (end - start) * 0.4 or stop_requested():
+            cut = True
             continue
         seen.add((pl, counts, specs))
         found = heuristic_step(forms, counts, specs, pl, ranks, M, limit, objective)
         if found is not None:
             scored.append((found[0], pl, depth, counts, specs, found[1]))
     if not scored:
+        if missing is not None:
+            missing.append("stopped before a per-stage candidate was scored" if stop_requested() else
+                           f"the time limit ran out after {len(seen)} of {len({(c[0], c[2], c[3]) for c in cands})} candidates, "
+                           "none of which fits; raise the time limit (--time-limit) to score the rest" if cut else
+                           f"none of the {len(seen)} candidates fits the cap")
         return None
     # local moves from the best candidate and from the best global plan's partition (where the
     # heuristic misjudges a mode, the global plan's own neighbourhood is the safer start)

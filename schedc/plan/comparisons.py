@@ -12,9 +12,9 @@ from typing import Optional
 
 from schedc.core.costs import AC_MODES, FRAMEWORK_AC, MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
-from schedc.core.partition import even_counts, n_stages_for, torchtitan_default_counts
+from schedc.core.partition import even_counts, torchtitan_default_counts
 from schedc.plan.handmade import _balanced, best_hand_made
-from schedc.plan.problem import holds_one_microbatch, problem_for
+from schedc.plan.problem import INTERLEAVED, holds_one_microbatch, problem_for, stages_for
 from schedc.plan.report import plan_status
 from schedc.plan.result import Comparison, PlanResult
 
@@ -25,7 +25,7 @@ def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, p
     schedule that fits, per placement."""
     rows = []
     for pl in placements:
-        S = n_stages_for(pl, ranks)
+        S = stages_for(pl, ranks)
         splits = [("torchtitan default", torchtitan_default_counts(profile.n_stages, S)),
                   ("even", even_counts(profile.n_stages, S)),
                   ("compute-balanced", _balanced(units, pl, ranks, cap))]
@@ -57,7 +57,7 @@ def torchtitan_rows(profile: Profile, ranks: int, microbatches: int, limit: Memo
     rows = []
     for cls, name, per_rank in TORCHTITAN_CLASSES:
         n = per_rank * ranks
-        pl = "v" if name == "zb-v" else "loop"
+        pl = "v" if name == "zb-v" else "loop" if per_rank == 1 else INTERLEAVED
         if n > profile.n_stages:
             rows.append(Comparison("torchtitan default", pl, [], cls, None, f"{n} stages need {n} units"))
             continue

@@ -16,7 +16,8 @@ import math
 
 from schedc.errors import SchedcError
 from schedc.plan.clock import _counting_work, _now, stop_requested
-from schedc.plan.handmade import _hand_made_shapes, _hand_made_warm
+from schedc.plan.handmade import _hand_made_warm
+from schedc.plan.comparisons import TORCHTITAN_CLASSES
 from schedc.plan.problem import _tight, problem_for
 from schedc.core.tolerances import REL
 
@@ -198,22 +199,35 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
     return res, pl, counts
 
 
-def _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective, seed):
-    """A plan never loses to a comparison it prints: where a hand-made schedule on a comparison
-    split is shorter than the search's answer (a time limit too short for a tight cap), that
-    partition and schedule become the plan (one short compile warm-started from it)."""
+def _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective, seed,
+                      placements=("loop", "v", "interleaved")):
+    """A plan never loses to a comparison it prints: where a comparison row (a hand-made schedule on
+    a comparison split, or torchtitan's class on its default split) that fits the cap is shorter
+    than the search's answer (a time limit too short, or a placement the search did not reach),
+    that partition, placement and schedule become the plan (one short compile warm-started from
+    it, kept only where it is no longer than the row). Rows of `placements` only: a placement
+    asked for (``--placement loop``) is kept, and a faster row of another stays a printed row."""
+    from schedc.core.baselines import make_baseline
     from schedc.solver.compile import compile_problem
     from schedc.core.simulate import simulate
 
-    rows = [c for c in comparisons if c.value is not None and c.value < res.value * (1 - REL)]
-    if not rows:
-        return res, pl, counts
-    row = min(rows, key=lambda c: c.value)
-    problem = problem_for(profile, row.counts, row.placement, ranks, microbatches, limit, objective)
-    sched = _hand_made_shapes(problem)[row.schedule]
-    sim = simulate(sched, problem.profile, problem.memory)
-    better = compile_problem(problem, time_limit=0.5, seed=seed, warm=(sched, sim, f"plan: {row.split} split"))
-    return better, row.placement, list(row.counts)
+    baseline = {cls: name for cls, name, _ in TORCHTITAN_CLASSES}
+    rows = [c for c in comparisons if c.value is not None and c.counts and c.value < res.value * (1 - REL)
+            and c.placement in placements]
+    for row in sorted(rows, key=lambda c: c.value):
+        problem = problem_for(profile, row.counts, row.placement, ranks, microbatches, limit, objective)
+        try:
+            sched = make_baseline(baseline.get(row.schedule, row.schedule), problem.n_stages, microbatches, ranks,
+                                  placement=problem.placement_name)
+            sim = simulate(sched, problem.profile, problem.memory)
+        except SchedcError:
+            continue
+        if not sim.fits or sim.objective(objective) >= res.value * (1 - REL):
+            continue
+        better = compile_problem(problem, time_limit=0.5, seed=seed, warm=(sched, sim, f"plan: {row.split} split"))
+        if better.value <= sim.objective(objective) * (1 + REL):
+            return better, row.placement, list(row.counts)
+    return res, pl, counts
 
 
 def _interleave(lists: list[list]) -> list:

@@ -51,7 +51,13 @@ def _balanced(units: Units, placement: str, ranks: int, cap: float):
     if key not in _BALANCED:
         if len(_BALANCED) > 64:
             _BALANCED.clear()
-        _BALANCED[key] = (units, balanced(units, placement, ranks, cap)[1])  # units kept: its id stays its own
+        if placement == "interleaved":
+            # each of the 2R stages balanced as if on its own rank, each alone under the cap: a
+            # start for the search (which checks what a rank of two stages holds), not a bound
+            found = balanced(units, "loop", 2 * ranks, cap)[1]
+        else:
+            found = balanced(units, placement, ranks, cap)[1]
+        _BALANCED[key] = (units, found)  # units kept: its id stays its own
     return _BALANCED[key][1]
 
 

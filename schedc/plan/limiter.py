@@ -17,9 +17,9 @@ from typing import Optional, Sequence
 
 from schedc.core.costs import MemoryLimit, format_bytes
 from schedc.errors import SchedcError
-from schedc.core.partition import Units, n_stages_for, torchtitan_default_counts
+from schedc.core.partition import Units, torchtitan_default_counts
 from schedc.plan.handmade import _hand_made_shapes
-from schedc.plan.problem import problem_for
+from schedc.plan.problem import INTERLEAVED, problem_for, stages_for
 from schedc.plan.result import PlanResult
 
 HEURISTIC = "schedc's heuristic"
@@ -110,7 +110,7 @@ def rank_work(units: Units, counts: Sequence[int], placement: str, ranks: int) -
     """Per rank: F + I + W of one microbatch of its stages (its busy time per microbatch)."""
     work, start = [0.0] * ranks, 0
     for k, n in enumerate(counts):
-        r = k % ranks if placement == "loop" else (k if k < ranks else 2 * ranks - 1 - k)
+        r = k % ranks if placement in ("loop", INTERLEAVED) else (k if k < ranks else 2 * ranks - 1 - k)
         work[r] += float(units.F[start + n] - units.F[start] + units.I[start + n] - units.I[start]
                          + units.W[start + n] - units.W[start])
         start += n
@@ -135,7 +135,7 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
     ranks, M = problem.n_ranks, problem.n_microbatches
     splits = [("the chosen", result.placement, result.counts)]
     for pl in result.bounds:
-        S = n_stages_for(pl, ranks)
+        S = stages_for(pl, ranks)
         splits += [("the compute-balanced", pl, next((c.counts for c in result.comparisons if c.placement == pl
                                                       and c.split == "compute-balanced"), None)),
                    ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
@@ -180,7 +180,7 @@ def _why_partition(result: "PlanResult", units: Units, ranks: int) -> str:
     if not rows:
         return text + "; no comparison split fits the cap"
     c = min(rows, key=lambda row: row.value)
-    pl = c.placement if len(c.counts) == n_stages_for(c.placement, ranks) else "loop"
+    pl = c.placement if len(c.counts) == stages_for(c.placement, ranks) else "loop"
     theirs = max(rank_work(units, c.counts, pl, ranks))
     if c.value < result.value:
         return (f"{c.split} split {c.counts} ({c.placement}) with {c.schedule} is "

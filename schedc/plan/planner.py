@@ -14,16 +14,17 @@ from typing import Callable, Optional, Union
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import ParameterError, literal, python_spelling
 from schedc.plan.certificate import _certified_bounds
-from schedc.plan.clock import _counting_work, _now, stop_requested
+from schedc.plan.clock import Phases, _counting_work, _now, stop_requested
 from schedc.plan.comparisons import compare_splits, torchtitan_rows
 from schedc.plan.compiles import _adopt_faster_row, _compile_bound_setter, _final_compile, _short_compiles
 from schedc.plan.least_memory import MEMORY_TRY_SHARE, _with_schedule, least_memory_at_step
 from schedc.plan.limiter import plan_limiter
-from schedc.plan.problem import _tight, no_partition_holds
+from schedc.plan.problem import INTERLEAVED, _tight, no_partition_holds
 from schedc.plan.report import build_plan_report
 from schedc.plan.request import PlanRequest, check_types
 from schedc.plan.result import PlanResult
-from schedc.plan.search import SEARCH_END, SEARCH_SHARE, _bounds_over_partitions, _screened_candidates
+from schedc.plan.search import (SEARCH_END, SEARCH_SHARE, _bounds_over_partitions, _screened_candidates,
+                                interleaved_bound)
 
 
 FINAL_END = 0.9  # of the time limit: the final compile ends here when the least-memory pass follows it
@@ -96,49 +97,72 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                               source=source, least_memory=least_memory, budget="work")
     t0 = _now()
     say = progress or (lambda line: None)
-    req = PlanRequest.build(profile=profile, ranks=ranks, microbatches=microbatches, memory=memory,
-                            placement=placement, objective=objective, time_limit=time_limit, source=source)
+    phase = Phases()
+    with phase("request"):
+        req = PlanRequest.build(profile=profile, ranks=ranks, microbatches=microbatches, memory=memory,
+                                placement=placement, objective=objective, time_limit=time_limit, source=source)
     units, limit, cap, placements, notes = req.units, req.limit, req.cap, req.placements, req.notes
 
-    searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
-                                               placements, notes, say, t0, time_limit)
+    with phase("bounds"):
+        searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
+                                                   placements, notes, say, t0, time_limit)
+        starts = [(pl, pb.counts) for pl, pb in searches]
+        interleaved = math.inf
+        if placement == "auto" and ranks > 1 and 2 * ranks <= profile.n_stages and not stop_requested():
+            interleaved = interleaved_bound(profile, units, ranks, microbatches, cap, objective)
+            if math.isfinite(interleaved):
+                bounds[INTERLEAVED] = interleaved
+                starts.append((INTERLEAVED, None))
+                say(f"[{_now() - t0:6.1f}s] {INTERLEAVED}: bound over partitions {interleaved:.6g}")
     pools, forced, memo = {}, {}, {}
-    for pl, pb in searches:
-        pools[pl], forced[pl] = _screened_candidates(profile, units, pl, pb, ranks, microbatches, limit, cap,
-                                                     objective, SEARCH_SHARE * time_limit / len(searches), say, t0,
-                                                     hard=t0 + SEARCH_END * time_limit, memo=memo)
+    with phase("search"):
+        for pl, start in starts:
+            pools[pl], forced[pl] = _screened_candidates(profile, units, pl, start, ranks, microbatches, limit, cap,
+                                                         objective, SEARCH_SHARE * time_limit / len(starts), say, t0,
+                                                         hard=t0 + SEARCH_END * time_limit, memo=memo)
     if not any(pools.values()):
         raise no_partition_holds(profile, searches, ranks, microbatches, limit, objective)
     paired: dict = {}  # (placement, counts) -> a two-rank bound at least the best step when it was found
-    best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
-                                                time_limit, seed, paired, say, t0)
+    with phase("short compiles"):
+        best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
+                                                    time_limit, seed, paired, say, t0)
     theta = best[0] if best[1] is not None else math.inf
     proven = best[1] is not None and best[1].status == "optimal"  # for its partition: the final compile is done
     scored = {pl: min(c[0] for c in pool) for pl, pool in pools.items() if pool}  # the least own bound seen
-    bounds, certified, setters, reached = _certified_bounds(profile, searches, ranks, microbatches, limit, cap,
-                                                            objective, theta, proven, time_limit, paired,
-                                                            _tight(best), say, t0, scored,
-                                                            end=FINAL_END if least_memory else 0.9)
+    with phase("certificate"):
+        bounds, certified, setters, reached = _certified_bounds(profile, searches, ranks, microbatches, limit, cap,
+                                                                objective, theta, proven, time_limit, paired,
+                                                                _tight(best), say, t0, scored,
+                                                                end=FINAL_END if least_memory else 0.9)
+    if math.isfinite(interleaved):  # no dynamic program lists its partitions: its bound stays the relaxations'
+        bounds[INTERLEAVED] = interleaved
     final_share = FINAL_END if least_memory else 1.0
-    best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
-                                 final_share * time_limit, seed, say, t0, reached)
-    res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective, final_share * time_limit,
-                                     seed, say, t0)
-    comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements, memo)
-    res, pl, counts = _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective,
-                                        seed)
+    with phase("final compiles"):
+        best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit,
+                                     objective, final_share * time_limit, seed, say, t0, reached)
+        res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective,
+                                         final_share * time_limit, seed, say, t0)
+    with phase("comparisons"):
+        compared = placements + ([INTERLEAVED] if INTERLEAVED in pools else [])
+        comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, compared, memo)
+        comparisons += torchtitan_rows(profile, ranks, microbatches, limit, objective)
+        res, pl, counts = _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit,
+                                            objective, seed, **({} if placement == "auto" else {"placements": compared}))
     lowered = None
-    if least_memory and not stop_requested():
-        lowered = least_memory_at_step(res, t0 + (1 - TAIL_SHARE) * time_limit, seed, say, t0,
-                                       per_try=max(0.5, MEMORY_TRY_SHARE * time_limit))
-        res = _with_schedule(res, lowered.compiled)
-    comparisons += torchtitan_rows(profile, ranks, microbatches, limit, objective)
+    with phase("least memory"):
+        if least_memory and not stop_requested():
+            lowered = least_memory_at_step(res, t0 + (1 - TAIL_SHARE) * time_limit, seed, say, t0,
+                                           per_try=max(0.5, MEMORY_TRY_SHARE * time_limit))
+            res = _with_schedule(res, lowered.compiled)
     out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl,
                      bound=min(min(bounds.values()), res.value), bounds=bounds, certified=certified,
                      comparisons=comparisons, candidates=candidates, notes=notes, solve_time=_now() - t0,
                      interrupted=stop_requested(), least_memory=lowered)
-    out = replace(out, limiter=plan_limiter(out))
-    return replace(out, report=build_plan_report(out))
+    with phase("limiter, report"):
+        out = replace(out, limiter=plan_limiter(out))
+        out = replace(out, report=build_plan_report(out))
+    say(phase.line(_counting_work()))
+    return out
 
 
 def _on_work_clock(fn, time_limit: float, **kwargs) -> PlanResult:

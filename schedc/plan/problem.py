@@ -22,6 +22,20 @@ from schedc.plan.clock import _charge
 
 OWN_BOUND_WORK = 2e-3  # work units (schedc.solver.deadline) charged per partition's own bound
 
+# a loop of two stages per rank: stage s on rank s mod R, what torchtitan's Interleaved1F1B and
+# InterleavedZeroBubble build (torch's schedule classes and schedc's interleaved baselines run it)
+INTERLEAVED = "interleaved"
+
+
+def stages_for(placement: str, ranks: int) -> int:
+    """The stages a plan's placement has on `ranks` ranks: R for loop, 2R for v and interleaved."""
+    return ranks * (1 if placement == "loop" else 2)
+
+
+def problem_placement(placement: str) -> str:
+    """The compile request's placement of a plan's placement (interleaved is a loop of 2R stages)."""
+    return "loop" if placement == INTERLEAVED else placement
+
 
 def _tight(best) -> bool:
     """Whether the best partition's cap leaves some rank room for fewer than two microbatches of
@@ -44,7 +58,8 @@ def problem_for(profile: Profile, counts, placement: str, ranks: int, microbatch
     from schedc.solver.problem import Problem
 
     merged = profile.merge(counts)
-    return Problem.build(merged.n_stages, microbatches, n_ranks=ranks, placement=placement, profile=merged,
+    return Problem.build(merged.n_stages, microbatches, n_ranks=ranks, placement=problem_placement(placement),
+                         profile=merged,
                          memory=limit, objective=objective)
 
 
@@ -80,13 +95,13 @@ def no_partition_holds(profile: Profile, searches, ranks: int, microbatches: int
     so its start partition fits whenever min_cap does: a safeguard). It names the start split
     (the program's, torchtitan's default or the even one) with the least cap under the cost
     model, a cap that works."""
-    from schedc.core.partition import even_counts, n_stages_for, torchtitan_default_counts
+    from schedc.core.partition import even_counts, torchtitan_default_counts
     from schedc.plan.request import _round_up_bytes
 
     none = MemoryLimit(kind="none")
     tried = []
     for pl, pb in searches:
-        S = n_stages_for(pl, ranks)
+        S = stages_for(pl, ranks)
         for counts in (pb.counts, torchtitan_default_counts(profile.n_stages, S), even_counts(profile.n_stages, S)):
             if counts and min(counts) >= 1:
                 need = max(problem_for(profile, counts, pl, ranks, microbatches, none, objective).costs.least_caps)

@@ -102,7 +102,7 @@ def _placements(placement: str, ranks: int, n_units: int, source: str, time_limi
     bounding = f"bounding the V's partitions of {n_units} units on {ranks} ranks takes about {seconds:.0f} s"
     if "v" in ok and "v" not in placements_tried(placement, ranks, n_units, time_limit):
         ok.remove("v")
-        notes.append(f"placement auto planned the loop only: {bounding}, over half of the time limit; "
+        notes.append(f"placement auto left the V out: {bounding}, over half of the time limit; "
                      f"give --placement v to plan the V (it takes that long whatever the limit)")
     elif ok == ["v"] and seconds > time_limit:
         notes.append(f"{bounding}, beyond the time limit")
