@@ -15,6 +15,7 @@ from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from conftest import gpipe_order
 from schedc.core.ir import Action, Schedule, loop_placement, v_placement
+from schedc.core.simulate import simulate
 from schedc.show.plot import kind_color, plot_schedules
 
 # ----------------------------------------------------------------- hand-made schedules
@@ -171,7 +172,7 @@ def test_bad_requests_are_one_line_errors_and_write_nothing(tmp_path):
 
 
 def test_plot_module_is_headless_and_never_imports_pyplot_or_torch():
-    code = ("import sys; import schedc.plot, schedc.show.trace; "
+    code = ("import sys; import schedc.show.plot, schedc.show.trace; "
             "print('matplotlib.pyplot' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "", "PYTHONPATH": ":".join(sys.path)})
@@ -317,16 +318,38 @@ def test_at_8_ranks_32_microbatches_every_rank_shows_numbers_and_same_coloured_n
         assert runs > 0
 
 
-def test_eight_memory_lines_differ_in_colour_and_dash_and_are_labelled():
-    fig = plot_schedules([one_f_one_b(8, 32)], Profile.uniform(8))
+def test_four_memory_lines_differ_in_colour_and_dash_and_are_labelled():
+    fig = plot_schedules([one_f_one_b(4, 16)], Profile.uniform(4))
     (mem,) = memory_axes(fig)
     curves = [line for line in mem.lines if (line.get_gid() or "").startswith("memory-rank-")]
-    assert len(curves) == 8
-    assert len({line.get_color() for line in curves}) == 8
-    assert len({line.get_marker() for line in curves}) == 8 and len({line.get_linestyle() for line in curves}) >= 4
-    assert sorted(line.get_label() for line in mem.get_legend().get_lines()) == [f"rank {r}" for r in range(8)]
+    assert len(curves) == 4
+    assert len({line.get_color() for line in curves}) == 4
+    assert len({line.get_marker() for line in curves}) == 4 and len({line.get_linestyle() for line in curves}) == 4
+    assert sorted(line.get_label() for line in mem.get_legend().get_lines()) == [f"rank {r}" for r in range(4)]
     labels = [t.get_text() for t in mem.texts if t.get_gid() == "memory-rank-label"]
-    assert len(labels) == 8  # 1F1B's ranks peak at 8 different levels: each line named where it is
+    assert len(labels) == 4  # 1F1B's ranks peak at 4 different levels: each line named where it is
+
+
+def test_at_8_ranks_each_rank_has_its_own_memory_strip_on_one_scale():
+    # eight lines in one axes sat on top of each other near the limit (issue 52): one strip a rank
+    schedule = one_f_one_b(8, 32)
+    fig = plot_schedules([schedule], Profile.uniform(8), MemoryLimit.parse("1p"))
+    strips = memory_axes(fig)
+    assert len(strips) == 8
+    assert [[line.get_gid() for line in ax.lines if (line.get_gid() or "").startswith("memory-rank-")]
+            for ax in strips] == [[f"memory-rank-{r}"] for r in range(8)]
+    assert [ax.get_ylabel() for ax in strips] == [f"rank {r}" for r in range(8)]
+    assert len({ax.get_ylim() for ax in strips}) == 1 and strips[0].get_ylim()[1] >= 8  # 1p: rank 0 holds 8
+    # top to bottom as the Gantt rows, each with its limit; the value is written once
+    assert [ax.get_position().y0 for ax in strips] == sorted((ax.get_position().y0 for ax in strips), reverse=True)
+    assert all([line.get_gid() for line in ax.lines].count("memory-limit") == 1 for ax in strips)
+    assert [t.get_text() for ax in strips for t in ax.texts if t.get_gid() == "memory-limit-label"] == ["limit 8 (1p)"]
+    peaks = [t.get_text() for ax in strips for t in ax.texts if t.get_gid() == "memory-rank-label"]
+    assert peaks == [f"peak {8 - r}" for r in range(8)]
+    # the curve is the simulator's, in the rank's own strip
+    res = simulate(schedule, Profile.uniform(8))
+    (rank3,) = [line for line in strips[3].lines if line.get_gid() == "memory-rank-3"]
+    assert max(rank3.get_ydata()) == pytest.approx(res.peak_memory[3])
 
 
 # ----------------------------------------------------------------- a profile per CSV

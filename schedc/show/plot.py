@@ -9,11 +9,13 @@ headless.
 Method: :func:`schedc.core.simulate.simulate` gives the start and end of every action and each rank's
 memory curve. Each schedule becomes one panel: a Gantt axes (one row per rank, rank 0 on top; a
 pale band marks the step, so idle time shows as grey inside it) drawn as ONE PolyCollection of
-boxes, and beneath it a memory axes with one step line per rank (up to 10 ranks each in its own
-colour, marker and dash, named in a legend and, where there is room, beside the line where it leaves
-its peak; more as a pale band with the rank closest to its limit in bold) and one labelled dashed
-line per distinct memory limit (ranks of equal limits share it). Colour: one hue per kind (F blue, I
-orange, W green, B purple); on ranks holding several stages, each stage slot of the rank (1st, 2nd,
+boxes, and beneath it the memory: up to 4 ranks, one axes with a step line per rank (each in its
+own colour, marker and dash, named in a legend and, where there is room, beside the line where it
+leaves its peak) and one labelled dashed line per distinct memory limit (ranks of equal limits share
+it); 5 to 10 ranks, one strip per rank on one scale, each with its limit and peak (eight lines in one
+axes hid each other near the limit); more, one axes where the lines form a pale band with the rank
+closest to its limit in bold. Colour: one hue per kind (its row of schedc.core.ir.KIND_TABLE: F blue,
+I orange, W green, B purple); on ranks holding several stages, each stage slot of the rank (1st, 2nd,
 ...) takes its own shade of that hue, so V and interleaved schedules stay readable; in a run of
 touching boxes of one colour every other box is tinted lighter. The microbatch number is written in
 a box only when it fits at the figure's scale with room to spare on both sides (so neighbouring
@@ -123,7 +125,8 @@ def plot_schedules(
     density = max(max((len(row) for row in r.order), default=0) * r.makespan / t_max for r in results)
     width = min(_MAX_WIDTH, max(_MIN_WIDTH, 3.0 + _INCH_PER_ACTION * density))
     gantt_h = [min(_MAX_GANTT, max(_MIN_GANTT, _ROW_INCH * s.n_ranks)) for s in schedules]
-    mem_h = [min(2.4, max(1.3, 0.6 * g)) for g in gantt_h]
+    mem_h = [_STRIP_INCH * s.n_ranks if _strips(s.n_ranks) else min(2.4, max(1.3, 0.6 * g))
+             for s, g in zip(schedules, gantt_h)]
     height = sum(gantt_h) + sum(mem_h) + 0.75 * len(schedules) + 0.9
 
     fig = Figure(figsize=(width, height), layout="constrained")
@@ -138,13 +141,20 @@ def plot_schedules(
     for i, (schedule, prof, res, name) in enumerate(zip(schedules, profiles, results, names)):
         ax = fig.add_subplot(grid[2 * i], sharex=first)
         first = first or ax
-        mem_ax = fig.add_subplot(grid[2 * i + 1], sharex=first)
         row_pt = gantt_h[i] * 72 / schedule.n_ranks
         _draw_gantt(ax, schedule, res, pt_per_time, row_pt, legend_keys)
-        _draw_memory(mem_ax, schedule, res, prof, memory, pt_per_time)
+        if _strips(schedule.n_ranks):
+            cells = grid[2 * i + 1].subgridspec(schedule.n_ranks, 1, hspace=0.0)
+            strips = [fig.add_subplot(cells[0], sharex=first)]
+            strips += [fig.add_subplot(cells[r], sharex=first, sharey=strips[0]) for r in range(1, schedule.n_ranks)]
+            _draw_memory_strips(strips, schedule, res, prof, memory)
+        else:
+            strips = [fig.add_subplot(grid[2 * i + 1], sharex=first)]
+            _draw_memory(strips[0], schedule, res, prof, memory, pt_per_time)
         ax.set_title(_title_line(name, schedule, res, memory, prof), loc="left", fontsize=9)
         ax.tick_params(labelbottom=False)
-        mem_ax.tick_params(labelbottom=(i == len(schedules) - 1))
+        for k, mem_ax in enumerate(strips):
+            mem_ax.tick_params(labelbottom=(i == len(schedules) - 1 and k == len(strips) - 1))
     first.set_xlim(0, t_max * 1.005)
     unitless = all(p.model == "uniform" for p in profiles)
     fig.axes[-1].set_xlabel("time (cost units)" if unitless else "time (s)", fontsize=8)
@@ -260,6 +270,15 @@ def _label_font(row_height_pt: float, width_pt: float, digits: int) -> float:
 
 
 _MARKERS = "osD^vP<X>*"  # one per rank up to 10, with tab10's colours
+# From 5 ranks up to one per marker, each rank's memory gets its own strip: at 8 ranks x 32
+# microbatches eight lines in one axes sat on top of each other near the limit. Past that the
+# lines are drawn as one band (a strip each would be too thin to read).
+_STRIPS_FROM = 5
+_STRIP_INCH = 0.34
+
+
+def _strips(n_ranks: int) -> bool:
+    return _STRIPS_FROM <= n_ranks <= len(_MARKERS)
 _DASHES = ("-", "--", "-.", ":")  # cycled with the markers, so lines differ in three ways
 
 
@@ -276,14 +295,8 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memor
     tightest = max(range(n_ranks), key=lambda r: (res.peak_memory[r] / res.memory_limit[r]
                                                   if math.isfinite(res.memory_limit[r]) and res.memory_limit[r] > 0
                                                   else res.peak_memory[r], -r))
-    curves = [merge_instants(curve) for curve in res.memory_curve]
-    limits = sorted({lim for lim in res.memory_limit if math.isfinite(lim)})
-    top = max([m for curve in curves for _, m in curve] + limits + [0.0])
-    # Bytes are drawn in the largest binary unit below the top so the ticks are round numbers.
-    unit_name, unit = next(((n, size) for n, size in _BYTE_UNITS if top >= size), ("", 1.0))
+    curves, limits, top, unit_name, unit = _memory_unit(res, profile)
     for r, curve in enumerate(curves):
-        # merge_instants: a release and an allocation at one instant would draw a zero-width
-        # notch; one value per instant (the last) is what the rank holds from then on.
         xs = [t for t, _ in curve] + [res.makespan]
         ys = [m / unit for _, m in curve] + [curve[-1][1] / unit]
         bold = many and r == tightest
@@ -297,9 +310,7 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memor
     ax.set_ylim(0, top / unit * 1.12 if top > 0 else 1)
     ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    if not unit_name:
-        unit_name = "stage\nactivations" if profile.model == "uniform" else "bytes"
-    ax.set_ylabel(f"memory ({unit_name})", fontsize=7)
+    ax.set_ylabel(f"memory ({unit_name.replace(' ', chr(10))})", fontsize=7)
     ax.tick_params(labelsize=7)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -318,6 +329,54 @@ def _draw_memory(ax, schedule: Schedule, res: SimResult, profile: Profile, memor
             handles.append(lines["memory-limit"])
         ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False,
                   handlelength=1.2)
+
+
+def _memory_unit(res: SimResult, profile: Profile) -> tuple[list, list[float], float, str, float]:
+    """(curves, finite limits, top, unit name, unit size) of a panel's memory: bytes are drawn in
+    the largest binary unit below the top, so the ticks are round numbers."""
+    # merge_instants: a release and an allocation at one instant would draw a zero-width notch;
+    # one value per instant (the last) is what the rank holds from then on
+    curves = [merge_instants(curve) for curve in res.memory_curve]
+    limits = sorted({lim for lim in res.memory_limit if math.isfinite(lim)})
+    top = max([m for curve in curves for _, m in curve] + limits + [0.0])
+    unit_name, unit = next(((n, size) for n, size in _BYTE_UNITS if top >= size), ("", 1.0))
+    if not unit_name:
+        unit_name = "stage activations" if profile.model == "uniform" else "bytes"
+    return curves, limits, top, unit_name, unit
+
+
+def _draw_memory_strips(axes, schedule: Schedule, res: SimResult, profile: Profile,
+                        memory: Optional[MemoryLimit]) -> None:
+    """One strip per rank (rank 0 on top, as in the Gantt chart), all on one y scale from 0 to the
+    highest peak or limit, each with its rank's curve and its limit; the top strip names the unit
+    and carries the limit's label. Cost: O(memory steps)."""
+    from matplotlib import colormaps
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    cmap = colormaps["tab10"]
+    curves, _, top, unit_name, unit = _memory_unit(res, profile)
+    for r, (ax, curve) in enumerate(zip(axes, curves)):
+        xs = [t for t, _ in curve] + [res.makespan]
+        ys = [m / unit for _, m in curve] + [curve[-1][1] / unit]
+        ax.step(xs, ys, where="post", lw=1.0, color=cmap(r), zorder=3, label=f"rank {r}", gid=f"memory-rank-{r}")
+        ax.fill_between(xs, ys, step="post", color=cmap(r), alpha=0.15, lw=0, zorder=2)
+        cap = res.memory_limit[r]
+        if math.isfinite(cap):
+            ax.axhline(cap / unit, color="#c0392b", ls="--", lw=0.8, gid="memory-limit")
+        peak = res.peak_memory[r]
+        ax.text(1.002, 0.5, f"peak {format_memory(peak)}" if unit_name != "stage activations" else f"peak {peak:.4g}",
+                transform=ax.transAxes, ha="left", va="center", fontsize=5.5, color=cmap(r), gid="memory-rank-label")
+        ax.set_ylabel(f"rank {r}", fontsize=6, rotation=0, ha="right", va="center")
+        ax.tick_params(labelsize=5.5, length=2)
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=2, steps=[1, 2, 2.5, 5, 10]))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        if r < len(axes) - 1:
+            ax.tick_params(labelbottom=False)
+    axes[0].set_ylim(0, top / unit * 1.12 if top > 0 else 1)
+    _draw_limit_labels(axes[0], res.memory_limit, unit, top, memory)
+    axes[0].set_title(f"memory ({unit_name}), one strip per rank", loc="left", fontsize=7, pad=2)
 
 
 def _label_peaks(ax, curves, unit: float, top: float, pt_per_time: float, cmap) -> None:
@@ -341,6 +400,17 @@ def _draw_limits(ax, caps: Sequence[float], unit: float, top: float, memory: Opt
     given per rank; ``--memory`` gives every rank the same), which ranks it caps. Limits closer
     than a label's height share one label ('limits 136.00MiB-148.00MiB, ranks 0-3'), so labels
     never overlap."""
+    groups, clusters, spec = _limit_groups(caps, top, memory)
+    shown = sorted(groups.items())
+    for k, (cap, _) in enumerate(shown):
+        ax.axhline(cap / unit, color="#c0392b", ls="--", lw=1.0, gid="memory-limit",
+                   label="memory limit" if k == 0 else None)
+    _label_clusters(ax, clusters, len(groups), unit, spec)
+
+
+def _limit_groups(caps: Sequence[float], top: float, memory: Optional[MemoryLimit]):
+    """(limit -> the ranks it caps, limits clustered closer than a label's height, the spec shown
+    after a relative limit's value)."""
     groups: dict[float, list[int]] = {}
     for r, cap in enumerate(caps):
         if math.isfinite(cap):
@@ -354,13 +424,20 @@ def _draw_limits(ax, caps: Sequence[float], unit: float, top: float, memory: Opt
             clusters[-1].append((cap, ranks))
         else:
             clusters.append([(cap, ranks)])
-    for k, (cap, _) in enumerate(shown):
-        ax.axhline(cap / unit, color="#c0392b", ls="--", lw=1.0, gid="memory-limit",
-                   label="memory limit" if k == 0 else None)
+    return groups, clusters, spec
+
+
+def _draw_limit_labels(ax, caps: Sequence[float], unit: float, top: float, memory: Optional[MemoryLimit]) -> None:
+    """:func:`_draw_limits`' labels without its lines (the strips draw each rank's own line)."""
+    groups, clusters, spec = _limit_groups(caps, top, memory)
+    _label_clusters(ax, clusters, len(groups), unit, spec)
+
+
+def _label_clusters(ax, clusters, n_groups: int, unit: float, spec: str) -> None:
     for cluster in clusters:
         lo, hi = cluster[0][0], cluster[-1][0]
         ranks = sorted(r for _, rs in cluster for r in rs)
-        who = "" if len(groups) == 1 else f", {_rank_list(ranks)}"
+        who = "" if n_groups == 1 else f", {_rank_list(ranks)}"
         value = f" {format_memory(lo)}" if len(cluster) == 1 else f"s {format_memory(lo)}-{format_memory(hi)}"
         ax.text(0.995, hi / unit, f"limit{value}{spec}{who}",
                 transform=ax.get_yaxis_transform(), ha="right", va="bottom",
