@@ -169,7 +169,7 @@ class MemoryRunner:
             if action.action == "recompute":
                 return checkpoint(run, *args, use_reentrant=False, **kwargs)
             skip = _storages(list(args) + list(kwargs.values()) + list(module.parameters()) + list(module.buffers()))
-            pack, unpack = self._hooks(key, skip, stage.device)
+            pack, unpack = self._hooks(key, skip, _device(stage.device))
             with saved_tensors_hooks(pack, unpack):
                 return run(*args, **kwargs)
 
@@ -282,7 +282,7 @@ class MemoryRunner:
                 continue  # its F has not run (a failed step) or its backward already ran
             for saved in entries:
                 if saved.device is None and saved.host is not None:
-                    self._fetch_one(saved, self.stages[key[0]].device)
+                    self._fetch_one(saved, _device(self.stages[key[0]].device))
             self.stats.fetches.append((str(action), key))
 
     def _release(self, key: tuple[int, int]) -> None:
@@ -290,6 +290,15 @@ class MemoryRunner:
             if saved.host is not None:
                 self._host_bytes -= saved.nbytes
             saved.host = saved.device = saved.fetched = saved.copied_out = None
+
+
+def _device(device) -> torch.device:
+    """The device with its index: a stage built on "cuda" computes on the current GPU, and its
+    saved tensors say "cuda:N"."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _storage(t: torch.Tensor) -> int:
