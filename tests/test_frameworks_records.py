@@ -168,3 +168,24 @@ def test_the_fsdp2_warning_does_not_ask_for_the_flag_the_user_gave(framework):
     if framework == "torchtitan":
         (dtypes,) = _fsdp_warnings(framework, framework, fsdp="counted", fsdp_unsharded_bytes_per_param=4)
         assert "counted for torchtitan with other dtypes" in dtypes and "--grad-dtype" in dtypes
+
+
+# ---------------------------------------------------------------- a plan a framework cannot launch as planned
+
+def test_a_per_stage_plan_names_the_mode_each_framework_runs_and_the_best_it_can_launch():
+    from test_plan import _modes, tiny_units
+
+    from schedc.plan import plan_ac
+
+    res = plan_ac(_modes(tiny_units(n_layers=6, head=1.0)), ranks=2, microbatches=4, memory="11GiB",
+                  placement="loop", time_limit=4, budget="work")
+    assert isinstance(res.ac.chosen, list)  # per stage: neither framework applies it
+    for name, runs in (("torchtitan", "its registered config's own (llama3_8b: selective"), ("nemo", "runs none")):
+        f = REGISTRY[name]
+        steps = {m: v for m, v in res.ac.global_steps.items() if m in f.ac_modes and v is not None}
+        best = min(steps, key=steps.get)
+        (warning,) = [w for w in res.report["frameworks"][name]["warnings"] if "differently per stage" in w]
+        assert runs in warning, warning
+        assert f"the best plan {f.label.split(' 0.')[0]} can launch checkpoints every layer with {best}, step " \
+               f"{steps[best]:.6g} s, +{100 * (steps[best] - res.value) / res.value:.1f}% against this plan's" in warning
+        assert f"(schedc plan --ac {best})" in warning

@@ -40,8 +40,10 @@ def handoff_of(result, csv: str = "plan.csv", assumes: Optional[dict[str, Any]] 
                    **((result.report or {}).get("assumes") or {})}
     assumes = dict(assumes)
     assumes.setdefault("microbatch_size", result.units.microbatch_size or 1)
+    ac = getattr(result, "ac", None)  # --ac auto: the steps of the modes it planned for every layer
     return Handoff(partition=result.partition, placement=result.placement, n_ranks=problem.n_ranks,
-                   n_microbatches=problem.n_microbatches, csv=csv, assumes=assumes)
+                   n_microbatches=problem.n_microbatches, csv=csv, assumes=assumes, step=result.value,
+                   ac_steps=dict(ac.global_steps) if ac is not None else {})
 
 
 def framework_settings(result, csv: str = "plan.csv", assumes: Optional[dict[str, Any]] = None) -> dict:

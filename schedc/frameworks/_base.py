@@ -104,6 +104,10 @@ class Handoff:
     n_microbatches: int
     csv: str = "plan.csv"
     assumes: dict[str, Any] = field(default_factory=dict)
+    # the plan's step, and the step of each mode for every layer that it planned (its
+    # activation_checkpoint "global"; None: not planned), so that a block can say what it launches
+    step: Optional[float] = None
+    ac_steps: dict[str, Optional[float]] = field(default_factory=dict)
 
     @property
     def microbatch_size(self) -> int:
@@ -139,12 +143,12 @@ class Handoff:
 
         return tally(modes)
 
-    def ac_mode(self) -> Optional[str]:
+    def ac_mode(self, modes: tuple[str, ...] = AC_MODES) -> Optional[str]:
         """The one activation-checkpointing mode of the run (default none: what schedc counts
-        without one) when a framework can apply it; None when it differs between stages or layers,
-        or is a mode only schedc's runtime has."""
+        without one) when a framework can apply it (one of `modes`); None when it differs between
+        stages or layers, or is a mode only schedc's runtime has."""
         mode = self._one_ac_mode()
-        return mode if mode in AC_MODES else None
+        return mode if mode in modes else None
 
     def _one_ac_mode(self) -> Optional[str]:
         mode = self.assumes.get("activation_checkpoint") or "none"
@@ -153,15 +157,26 @@ class Handoff:
             mode = flat[0] if flat and all(b == flat[0] for b in flat) else None
         return mode if isinstance(mode, str) else None
 
-    def ac_warning(self, label: str) -> str:
-        """Why `label` cannot apply the plan's activation checkpointing (when :meth:`ac_mode` is None)."""
+    def ac_warning(self, label: str, modes: tuple[str, ...] = AC_MODES, default: str = "none") -> str:
+        """Why `label` cannot apply the plan's activation checkpointing (when :meth:`ac_mode` is None),
+        the mode it runs instead (`default`: what it runs when its settings name none) and the best
+        plan it can launch: the shortest of the plan's steps with one of `modes` for every layer."""
         mode = self._one_ac_mode()
         if mode is not None:
-            return (f"the plan checkpoints every layer with {shown(mode)}, a mode only schedc's runtime applies; "
-                    f"{label} has {', '.join(AC_MODES)}: run the plan under schedc's runtime or plan with one of them")
-        return (f"the plan checkpoints activations differently per stage or layer ({self.ac_summary()}); {label} "
-                "applies one mode to every layer: run the plan under schedc's runtime or plan with one "
-                "activation-checkpointing mode")
+            why = (f"the plan checkpoints every layer with {shown(mode)}, a mode only schedc's runtime applies; "
+                   f"{label} has {', '.join(modes)}")
+        else:
+            why = (f"the plan checkpoints activations differently per stage or layer ({self.ac_summary()}); {label} "
+                   "applies one mode to every layer")
+        why += f"; these settings name no mode, so {label} runs {default}, not what the plan's step assumes"
+        steps = {m: v for m, v in self.ac_steps.items() if m in modes and v is not None}
+        if not steps:
+            return (f"{why}: run the plan under schedc's runtime, or plan with one mode for every layer "
+                    f"({'/'.join(modes)}) for a plan {label} launches")
+        best = min(steps, key=steps.get)
+        longer = "" if not self.step else f", {100 * (steps[best] - self.step) / self.step:+.1f}% against this plan's"
+        return (f"{why}: run the plan under schedc's runtime; the best plan {label} can launch checkpoints every layer "
+                f"with {best}, step {steps[best]:.6g} s{longer} (schedc plan --ac {best})")
 
 
 @dataclass(frozen=True)

@@ -126,11 +126,11 @@ def settings(h: Handoff) -> dict:
     if mp_policy:
         distributed["mp_policy"] = mp_policy
     optimizer = _optimizer(a.get("optimizer"), precision_warnings)
-    mode = h.ac_mode()
+    mode = h.ac_mode(FRAMEWORK.ac_modes)
     if mode is not None:
         distributed["activation_checkpointing"] = _AC[mode]
     else:
-        warnings.append(h.ac_warning("NeMo AutoModel"))
+        warnings.append(h.ac_warning("NeMo AutoModel", FRAMEWORK.ac_modes, FRAMEWORK.ac_default))
     if mode == "selective" and a.get("model_type") in _TOPK_IN_PLACE:
         warnings.append(f"NeMo AutoModel's selective checkpointing saves top-k, which transformers' "
                         f"{a['model_type']} router then normalizes in place: torch refuses it in the first backward "

@@ -204,11 +204,11 @@ def settings(h: Handoff) -> dict:
         **{k: v for k, v in batch.items() if k in _SEQ_FIELDS},
     }
     warnings += _dtypes(a, config) + _fsdp(a)
-    mode = h.ac_mode()
+    mode = h.ac_mode(FRAMEWORK.ac_modes)
     if mode is not None:
         config["activation_checkpoint"] = mode
     else:
-        warnings.append(h.ac_warning("torchtitan"))
+        warnings.append(h.ac_warning("torchtitan", FRAMEWORK.ac_modes, FRAMEWORK.ac_default))
     warnings += h.common_warnings(NAME, "torchtitan", "torchtitan")
     world = h.n_ranks * config["parallelism.tensor_parallel_degree"] * config["parallelism.data_parallel_shard_degree"]
     return {"release": release, "config": config, "command_line": command_line(config), "world_size": world,
