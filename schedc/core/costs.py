@@ -56,6 +56,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from schedc.core import limits
 from schedc.core.cost_model import torch_first_stage
 from schedc.core.ir import KIND_TABLE, TORCH_KINDS
+from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError, literal
 
 PROFILE_FORMAT = "schedc.profile/v1"
@@ -569,15 +570,18 @@ def p_needed(peak: float, profile: Profile, placement: Sequence[int], n_microbat
 
 
 def format_bytes(n: float, round_up: bool = False) -> str:
-    """`n` bytes in the largest binary unit it reaches, two decimals; `round_up`: the two decimals
-    rounded up, so that a cap written so holds `n` (the limiter's suggested --memory)."""
+    """`n` bytes in the largest binary unit it reaches, two decimals; `round_up`: never below `n`
+    (the two decimals rounded up, whole bytes below a KiB), so that a cap a message suggests
+    (``--memory 4.89KiB`` for 5000 bytes, not 4.88) holds `n`. The one byte formatter."""
     if math.isinf(n):
         return "inf"
     if abs(n) >= 1e6 * 2**40:  # a profile of 1e300 bytes printed 290 digits per cell
         return f"{n / 2**40:.3g}TiB"
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
-            return f"{math.ceil(n / size * 100) / 100 if round_up else n / size:.2f}{unit}"
+            return f"{math.ceil(n / size * 100 - REL) / 100 if round_up else n / size:.2f}{unit}"
+    if round_up:
+        return f"{math.ceil(n)}B"
     return f"{n:g}B" if n != int(n) else f"{int(n)}B"
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from schedc.core.cost_model import fits
-from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import ParameterError, SchedcError
 from schedc.plan.clock import _charge
 
@@ -96,7 +96,6 @@ def no_partition_holds(profile: Profile, searches, ranks: int, microbatches: int
     (the program's, torchtitan's default or the even one) with the least cap under the cost
     model, a cap that works."""
     from schedc.core.partition import even_counts, torchtitan_default_counts
-    from schedc.plan.request import _round_up_bytes
 
     none = MemoryLimit(kind="none")
     tried = []
@@ -110,5 +109,5 @@ def no_partition_holds(profile: Profile, searches, ranks: int, microbatches: int
                "receive buffers, the reserve and transients are counted")
     if tried:
         need, pl, counts = min(tried, key=lambda t: t[0])
-        message += f"; {{name}}{_round_up_bytes(need)} fits the split {counts} ({pl})"
+        message += f"; {{name}}{format_bytes(need, round_up=True)} fits the split {counts} ({pl})"
     return ParameterError("memory", message)

@@ -21,7 +21,6 @@ from schedc.core.cost_model import fits, least_need, one_microbatch_need
 from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for, v_bound_seconds
-from schedc.core.tolerances import REL
 from schedc.solver.deadline import check_size, check_time_limit, n_actions
 
 
@@ -124,15 +123,7 @@ def _check_units_fit(profile: Profile, cap: float, limit: MemoryLimit, source: s
             raise ParameterError("memory", f"{literal(source)}: unit {k} ({literal(names)}) alone needs {format_bytes(need)} (static "
                                            f"{format_bytes(static)}{reserve} + one microbatch "
                                            f"{format_bytes(one_microbatch_need(executed, [k]))}) but {{param}} is "
-                                           f"{limit}; the smallest cap it fits is {{name}}{_round_up_bytes(need)}")
-
-
-def _round_up_bytes(n: float) -> str:
-    """A byte size a user can type back that is >= n: GiB with two decimals, rounded up."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{math.ceil(n / size * 100 - REL) / 100:.2f}{unit}"
-    return f"{math.ceil(n)}B"
+                                           f"{limit}; the smallest cap it fits is {{name}}{format_bytes(need, round_up=True)}")
 
 
 @dataclass(frozen=True)

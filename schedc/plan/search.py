@@ -22,7 +22,6 @@ from schedc.core.partition import (even_counts, min_cap, partition_bound, torcht
 from schedc.plan.clock import _now, stop_requested
 from schedc.plan.handmade import _balanced, _hand_made_shapes, best_hand_made
 from schedc.plan.problem import _tight_problem, holds_one_microbatch, own_bound, problem_for, stages_for
-from schedc.plan.request import _round_up_bytes
 
 
 SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
@@ -51,7 +50,7 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
                 best = min(caps, key=caps.get)
                 raise ParameterError("memory", f"{{name}}{limit}: no partition of the {profile.n_stages} units onto "
                                                f"{ranks} ranks ({' or '.join(placements)}) fits; the smallest cap "
-                                               f"that does is {{name}}{_round_up_bytes(caps[best])} ({best})"
+                                               f"that does is {{name}}{format_bytes(caps[best], round_up=True)} ({best})"
                                      + why_nothing_fits(profile, units, best, ranks, cap))
             notes.append(f"placement {pl}: no partition fits under {limit} (needs {format_bytes(need)})")
             continue

@@ -81,17 +81,9 @@ def min_memory_limit(problem: Problem) -> str:
     if kind == "none":
         return "none"
     if kind == "bytes":
-        return _bytes_rounded_up(max(min_memory_need(problem)))
+        return format_bytes(max(min_memory_need(problem)), round_up=True)
     # Kp is one cap for every rank (MemoryLimit.per_rank); the largest one-microbatch need must fit
     return f"{_round_up(p_needed(max(min_memory_need(problem)), problem.profile, problem.placement, problem.n_microbatches))}p"
-
-
-def _bytes_rounded_up(n: float) -> str:
-    """A byte size as --memory takes it, never below `n` (format_bytes rounds 5000 to 4.88KiB)."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{math.ceil(n / size * 100 - 1e-9) / 100:.2f}{unit}"
-    return f"{math.ceil(n)}B"
 
 
 def _round_up(k: float) -> str:
