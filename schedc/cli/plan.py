@@ -7,8 +7,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from schedc.core.costs import AC_MODES, FRAMEWORK_AC, Profile, format_duration
+from schedc.core.costs import AC_MODES, Profile, format_duration
 from schedc.errors import SchedcError
+from schedc.frameworks import launchable_modes
 from schedc.cli import common
 from schedc.io.fileio import write_all
 
@@ -313,7 +314,7 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
 def _ac_lines(res, t) -> list[str]:
     ac = res.ac
     steps = ", ".join(f"{m} {t(v) if v is not None else 'not planned'}" for m, v in ac.global_steps.items())
-    only_ours = [m for m in ac.global_steps if m not in FRAMEWORK_AC]  # light: they have no such mode
+    only_ours = [m for m in ac.global_steps if m not in launchable_modes()]  # light: they have no such mode
     steps += f" ({', '.join(only_ours)}: schedc's runtime only)" if only_ours else ""
     out = [f"  activation checkpointing for the whole model (what torchtitan and NeMo launch): {steps}"]
     mix = ac.per_stage
@@ -344,7 +345,7 @@ def format_runtime_launch(res, report_file) -> str:
     mode = res.report["assumes"].get("activation_checkpoint") if res.report else None
     if isinstance(mode, list):
         why = "per-stage activation checkpointing; torchtitan and NeMo take one mode per run"
-    elif mode is not None and mode not in FRAMEWORK_AC:
+    elif mode is not None and mode not in launchable_modes():
         why = f"{mode} activation checkpointing, a mode torchtitan and NeMo do not have"
     else:
         return ""

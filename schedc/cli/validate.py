@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from schedc.cli import common
-from schedc.core.costs import FRAMEWORK_AC, block_modes
+from schedc.core.costs import block_modes
 from schedc.errors import SchedcError
 
 
@@ -159,14 +159,17 @@ def _check_plan_checkpointing(args, schedule) -> str:
         raise SchedcError(f"--partition {e}") from None
     check_split_backward(modes, schedule, str(args.file))
     flat = set(block_modes(modes))
-    if not args.for_ or len(flat) < 2 and flat <= set(FRAMEWORK_AC):
+    if not args.for_:
         return ""
     from schedc.frameworks import REGISTRY, parse_spec
 
-    label = REGISTRY[parse_spec(args.for_)[0]].label
+    framework = REGISTRY[parse_spec(args.for_)[0]]
+    if len(flat) < 2 and flat <= set(framework.ac_modes):
+        return ""
+    label = framework.label
     if len(flat) < 2:  # light: a mode the frameworks do not have
         return (f"but the plan checkpoints every layer with {', '.join(flat)!r}, a mode {label} does not have "
-                f"({', '.join(FRAMEWORK_AC)}): its step assumes schedc's runtime")
+                f"({', '.join(framework.ac_modes)}): its step assumes schedc's runtime")
     return (f"but the plan checkpoints activations per stage or block ({', '.join(sorted(flat))}), which "
             f"{label} cannot apply (one mode per run): its step assumes schedc's runtime")
 

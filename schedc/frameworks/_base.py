@@ -206,7 +206,7 @@ class Framework:
     settings: Callable[[Handoff], dict]
     render: Callable[[dict], str]
     fsdp: Optional[bool] = None
-    ac_modes: tuple[str, ...] = FRAMEWORK_AC
+    ac_modes: tuple[str, ...] = ("none",)
     ac_default: str = "none"
     # the module names per stage it builds by itself for a model of `layers` layers (None: schedc
     # does not restate that framework's default split)

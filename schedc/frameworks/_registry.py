@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from schedc.core.costs import AC_MODES
 from schedc.errors import ParameterError, literal
 from schedc.frameworks import nemo, torchtitan
 from schedc.frameworks._base import Framework
@@ -52,6 +53,16 @@ def unregister(name: str) -> None:
 def targets() -> tuple[str, ...]:
     """What a plan can be made for: schedc's runtime and every registered framework."""
     return (SCHEDC, *REGISTRY)
+
+
+def launchable_modes(framework: Optional[str] = None) -> tuple[str, ...]:
+    """The activation-checkpointing modes `framework` applies to every layer (its record's
+    ``ac_modes``); for schedc's runtime, None or a name not registered, those any registered
+    framework applies (a mode outside them runs under schedc's runtime only), in
+    :data:`schedc.core.costs.AC_MODES`' order."""
+    if framework in REGISTRY:
+        return REGISTRY[framework].ac_modes
+    return tuple(m for m in AC_MODES if any(m in f.ac_modes for f in REGISTRY.values()))
 
 
 def parse_target(value: Any) -> tuple[str, Optional[str]]:

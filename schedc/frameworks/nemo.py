@@ -274,5 +274,6 @@ FRAMEWORK = Framework(
     # cp, tp) mesh, whose size is pp_size > 1 under pipelining, so model_parallelizer.py
     # _parallelize_fsdp2 calls fully_shard on every block over the size-1 dp_shard mesh
     fsdp=True,
+    ac_modes=("none", "selective", "full"),  # distributed.activation_checkpointing: false, selective, true
     ac_default="none (parse_distributed_section's default, activation_checkpointing false)",
     spec_help="nemo:NAME (NeMo AutoModel 0.7.0)")

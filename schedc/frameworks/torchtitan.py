@@ -332,6 +332,8 @@ FRAMEWORK = Framework(
     # models/llama3/parallelize.py parallelize_llama always calls apply_fsdp_to_decoder (for its
     # MixedPrecisionPolicy), ParallelDims keeps a size-1 fsdp mesh
     fsdp=True,
+    # the activation_checkpoint:{none,selective,full} subcommand (distributed/activation_checkpoint.py)
+    ac_modes=("none", "selective", "full"),
     # without an activation_checkpoint: subcommand the registered config's own (config_registry.py)
     ac_default="its registered config's own (llama3_8b: selective, llama3_70b and llama3_405b: full)",
     spec_help="torchtitan:NAME (0.3.0)")

@@ -20,11 +20,12 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from schedc.core.cost_model import fits
-from schedc.core.costs import AC_MODES, FRAMEWORK_AC, PER_OP_AC, Profile, block_modes
+from schedc.core.costs import AC_MODES, PER_OP_AC, Profile, block_modes
 from schedc.core.partition import (INF, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
                                    partition_bound, v_buffers)
 from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError, printable, python_spelling
+from schedc.frameworks import launchable_modes
 from schedc.plan.clock import _counting_work, _now, stop_requested
 from schedc.plan.comparisons import torchtitan_rows
 from schedc.plan.limiter import plan_limiter
@@ -105,7 +106,7 @@ def plan_mode(profile: Profile, mode: Optional[str], none: Optional[Profile] = N
 
 def _label_rows(rows: list, mode: str) -> list:
     """torchtitan's classes compared under a mode it does not have (light) say so in their split."""
-    if mode in FRAMEWORK_AC:
+    if mode in launchable_modes("torchtitan"):
         return list(rows)
     return [replace(r, split=f"torchtitan default, {mode} AC") if r.peak is not None and r.split == "torchtitan default"
             else r for r in rows]
@@ -179,7 +180,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     the heuristic warm start, the best improved by one-move local search (a layer more or fewer
     checkpointed, a stage's form, a boundary by one unit) and compiled with the time left; kept
     when shorter than the best global mode. torchtitan and NeMo launch one mode for the whole
-    model, one of ``FRAMEWORK_AC``: for profiles counted for one of them (``assumes["framework"]``)
+    model, one of its ``Framework.ac_modes``: for profiles counted for one of them (``assumes["framework"]``)
     only those global modes are planned and the per-stage choice is reported, not adopted.
     schedc's runtime (``load_pipeline(activation_checkpoint=[...])``) applies every mode, one per
     stage, or one per block of a stage. Cost: the time limit."""
@@ -189,7 +190,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     say = progress or (lambda line: None)
     framework = next((p.assumes or {} for p in profiles.values()), {}).get("framework")
     one_mode = framework not in (None, "schedc")  # torchtitan, NeMo: one mode of theirs for the whole model
-    modes = [m for m in AC_MODES if m in profiles and (m in FRAMEWORK_AC or not one_mode)]
+    modes = [m for m in AC_MODES if m in profiles and (m in launchable_modes(framework) or not one_mode)]
     if not modes:
         raise SchedcError(f"activation checkpointing 'auto' needs a profile per mode ({', '.join(AC_MODES)}); "
                           f"got {', '.join(profiles)}")
@@ -211,7 +212,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
                        "not searched: the per-stage search starts from the none profile")
     global_bound = min([results[m].bound for m in results] + [floors[m] for m in errors if m in floors])
     shorter = mix is not None and mix["compiled"].value < best.value * (1 - REL)
-    launchable = not one_mode or shorter and len(set(map(str, mix["modes"]))) == 1 and mix["modes"][0] in FRAMEWORK_AC
+    launchable = not one_mode or shorter and len(set(map(str, mix["modes"]))) == 1 and mix["modes"][0] in launchable_modes(framework)
     if shorter and not launchable:
         notes.append(f"per-stage checkpointing under schedc's runtime: step {mix['compiled'].value:.6g} s "
                      f"({mix['modes']}); {framework} applies one mode to every layer, so the plan keeps {best_mode}")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from schedc.core.costs import AC_MODES, FRAMEWORK_AC, MemoryLimit, Profile, format_bytes
+from schedc.core.costs import AC_MODES, MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
+from schedc.frameworks import launchable_modes
 from schedc.core.partition import even_counts, torchtitan_default_counts
 from schedc.plan.handmade import _balanced, best_hand_made
 from schedc.plan.problem import INTERLEAVED, holds_one_microbatch, problem_for, stages_for
@@ -81,7 +82,7 @@ def comparison_pictures(result: PlanResult) -> list[tuple[str, object, Profile]]
 
     out = [(f"plan {result.placement} {result.counts} ({plan_status(result)})", result.schedule, result.profile)]
     rows = [c for c in result.comparisons if c.peak is not None and c.split in ("torchtitan default", *(
-        f"torchtitan default, {m} AC" for m in AC_MODES if m not in FRAMEWORK_AC))]  # light: its plan's mode
+        f"torchtitan default, {m} AC" for m in AC_MODES if m not in launchable_modes("torchtitan")))]  # light
     row = min(rows, key=lambda c: (c.value is None, c.value or 0.0), default=None)
     if row is not None:
         name = {cls: base for cls, base, _ in TORCHTITAN_CLASSES}[row.schedule]
