@@ -67,7 +67,9 @@ Face transformers' modules, as NeMo AutoModel trains them), ``torchtitan`` (its 
 
 UnitNames = Literal["torchtitan", "hf"]
 """The module names of a per-unit profile's units: torchtitan's (``tok_embeddings``, ``layers.N``,
-``norm``, ``lm_head``) or Hugging Face / NeMo AutoModel's (``model.embed_tokens``, ...)."""
+``norm``, ``lm_head``) or Hugging Face / NeMo AutoModel's (``model.embed_tokens``, ...). These two
+are built in; a framework registered with a vocabulary of its own (``Framework.names``) adds its
+name to ``schedc.model_costs.UNIT_NAMES``, which the front doors check at run time."""
 
 CountedDevice = Literal["cuda", "cpu"]
 """Whose kernels a counted profile follows: CUDA's, or the CPU's (to compare with CPU measurements)."""

@@ -74,7 +74,7 @@ def test_validate_for_and_the_cli_help_offer_a_registered_framework(toy, tmp_pat
     write_csv(make_baseline("1f1b", 2, 4), csv)
     assert main(["validate", str(csv), "--for", "toy:1F1B", "--local-batch-size", "4"]) == 0
     assert "fits toy:1F1B" in capsys.readouterr().out
-    for command in (["plan", "--help"], ["validate", "--help"]):
+    for command in (["plan", "--help"], ["validate", "--help"], ["profile", "--help"]):
         with pytest.raises(SystemExit):
             main(command)
         assert "toy" in " ".join(capsys.readouterr().out.split())

@@ -97,20 +97,25 @@ def register(sub) -> None:
     u.add_argument("--tied-embeddings", action="store_true", default=None,
                    help="arithmetic: the LM head shares the embedding's matrix")
     _add_run_settings(u)
-    u.add_argument("--names", choices=("torchtitan", "hf"), default=None,
+    from schedc.model_costs import UNIT_NAMES  # with the vocabulary of each registered framework
+
+    others = [k for k in UNIT_NAMES if k not in ("torchtitan", "hf")]
+    u.add_argument("--names", choices=tuple(UNIT_NAMES), default=None,
                    help="arithmetic: module names of the units: torchtitan's (tok_embeddings, layers.N, norm, "
                         "lm_head; default) or Hugging Face / NeMo AutoModel's (model.embed_tokens, model.layers.N, "
-                        "model.norm, lm_head)")
+                        "model.norm, lm_head)" + "".join(f", or {k}'s" for k in others))
 
 
 def _add_run_settings(u) -> None:
     """The counted route's flags for the run the profile is for."""
     from schedc import api
+    from schedc.frameworks import targets
 
     u.add_argument("--for", dest="framework", metavar="FRAMEWORK", default=None,
-                   help="counted: the framework that will run the plan, whose memory the count follows: torchtitan, "
-                        "nemo (each wraps every block in FSDP2 at shard degree 1 too; nemo runs Hugging Face's "
-                        "modules and names) or schedc (its own runtime); recorded in the profile's \"assumes\" "
+                   help="counted: the framework that will run the plan, whose memory the count follows: "
+                        f"{', '.join(targets())} (torchtitan and nemo wrap every block in FSDP2 at shard degree 1 "
+                        "too; nemo runs Hugging Face's modules and names; schedc: its own runtime; NAME==VERSION: "
+                        "that release's flags, e.g. torchtitan==main); recorded in the profile's \"assumes\" "
                         f"(default {common.defaults_of(api.count_profile)['framework']})")
     u.add_argument("--impl", choices=("hf", "torchtitan", "paper"), default=None,
                    help="counted: whose code runs the model, which decides what it keeps: hf (Hugging Face "

@@ -1,12 +1,20 @@
 """The training frameworks schedc hands schedules to: torchtitan 0.3.0 and NeMo AutoModel 0.7.0.
 
 One module per framework (:mod:`schedc.frameworks.torchtitan`, :mod:`schedc.frameworks.nemo`), each
-registering a :class:`Framework`: what it builds from its settings (``build``), how a plan becomes its
-settings (``settings``), how they print (``render``) and its module names (``unit_names``).
-:data:`REGISTRY` holds them by name; :func:`check_csv_for` says whether a CSV fits what one builds,
-:func:`check_partition` whether a CSV is launched on its plan's partition, :func:`framework_settings`
-what to give each framework to launch a plan. Adding a framework is one module plus one line in
-``_registry.py``. Nothing here imports torch.
+building a :class:`Framework` record that carries everything framework-specific: what it builds from
+its settings (``build``), how a plan becomes its settings (``settings``) and how they print
+(``render``), its module names (``vocabulary``, and ``names`` for a vocabulary schedc does not
+know), whose model code it runs, whether FSDP2 wraps every block at shard degree 1, the
+activation-checkpointing modes it applies and the one it runs when told none, its schedule names
+for a loop and a V, the flag set of a release (torchtitan 0.3.0's or main's), how ``validate --for``
+offers it. :func:`register` adds one to :data:`REGISTRY`; ``schedc.api.count_profile`` /
+``with_framework`` (``FRAMEWORK_COUNTS``), ``plan``'s hand-off (:func:`framework_settings`), ``schedc
+plan --for``, ``schedc profile --for`` / ``--names`` and ``schedc validate --for`` read the registry
+when they run, and :func:`launchable_modes` answers which checkpointing a plan for it may choose.
+Adding a framework is one module plus one :func:`register` call (tests/test_frameworks_records.py
+registers a toy one). :func:`check_csv_for` says whether a CSV fits what one builds,
+:func:`check_partition` whether a CSV is launched on its plan's partition. Nothing here imports
+torch.
 """
 
 from __future__ import annotations
@@ -27,10 +35,6 @@ __all__ = ["AC_MODES", "Build", "FitReport", "Framework", "Handoff", "REGISTRY",
            "handoff_of", "is_default_split", "launchable_modes", "nemo_build", "nemo_yaml", "parse_spec", "plan_partition_of",
            "parse_target", "read_partition", "register", "render_handoff", "SCHEDC", "schedule_name", "targets",
            "torchtitan_build", "unregister"]
-
-# the framework name and release, e.g. for messages
-FRAMEWORKS = {name: f.label for name, f in REGISTRY.items()}
-
 
 def handoff_of(result, csv: str = "plan.csv", assumes: Optional[dict[str, Any]] = None) -> Handoff:
     """The facts a framework needs from a :class:`schedc.plan.PlanResult`. ``assumes``: what the plan
