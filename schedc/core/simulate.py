@@ -29,10 +29,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
+from schedc.core import cost_model
 from schedc.core.cost_model import CostModel, fits
-from schedc.core.costs import MemoryLimit, Profile
-from schedc.errors import SchedcError
+from schedc.core.costs import MemoryLimit, Profile, StageCost
+from schedc.core.host_link import HostLink, offload_bytes
 from schedc.core.ir import KIND_TABLE, Action, Kind, Schedule, kinds, senders
+from schedc.core.memory_actions import MemoryAction, check_memory_actions
+from schedc.errors import SchedcError
 
 
 def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int], str]) -> list[tuple[Action, int]]:
@@ -94,6 +97,11 @@ class SimResult:
     memory_curve: list[list[tuple[float, float]]]  # per rank: (time, bytes held) steps
     memory_limit: list[float] = field(default_factory=list)  # per rank; inf when uncapped
     runtime: str = "torch"  # the runtime model the costs were executed with
+    # with memory actions: every transfer on the copy streams, and per node the pinned host
+    # memory they held at most against its cap
+    copies: list["Copy"] = field(default_factory=list)
+    host_peak: list[float] = field(default_factory=list)
+    host_memory: float = math.inf
 
     @property
     def n_ranks(self) -> int:
@@ -142,7 +150,17 @@ class SimResult:
 
     @property
     def fits(self) -> bool:
-        return not self.ranks_over
+        return not self.ranks_over and not self.nodes_over
+
+    @property
+    def nodes_over(self) -> list[int]:
+        """The nodes whose offloaded microbatches held more pinned host memory than its cap."""
+        return [n for n, p in enumerate(self.host_peak) if not fits(p, self.host_memory)]
+
+    def link_busy(self, rank: int, direction: str) -> float:
+        """The fraction of the step `rank`'s copy stream in `direction` ("out" or "in") moved data."""
+        busy = sum(c.end - c.start for c in self.copies if c.rank == rank and c.direction == direction)
+        return busy / self.makespan if self.makespan else 0.0
 
     @property
     def ranks_over(self) -> list[int]:
@@ -151,9 +169,17 @@ class SimResult:
 
 
 def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None,
-             runtime: Optional[str] = None) -> SimResult:
+             runtime: Optional[str] = None, *, memory_actions=None, link: Optional[HostLink] = None,
+             recompute: Optional[Profile] = None) -> SimResult:
     """Simulate `schedule` with `profile`'s costs as `runtime` executes them (None: the runtime the
-    profile already follows, else torch's); `memory` (default none) sets the caps reported."""
+    profile already follows, else torch's); `memory` (default none) sets the caps reported.
+
+    ``memory_actions`` (schedc.core.memory_actions: parsed, or their JSON list) offload or
+    recompute chosen microbatches: an offload's copies run on the rank's copy streams over `link`
+    (default :class:`~schedc.core.host_link.HostLink`), its backward waits for its fetch, and its
+    bytes are off the device from the end of its copy out to the start of its fetch; a recompute
+    runs with `recompute`'s costs for that stage (the profile as the stages run checkpointed,
+    e.g. ``--ac full``'s), which it then needs."""
     profile = profile.executed(runtime)
     if profile.n_stages != schedule.n_stages:
         raise SchedcError(
@@ -164,6 +190,7 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
     order, actions, rank_of, deps = w.order, w.actions, w.rank_of, w.deps
     dur = {(s, k): profile.duration(s, k) for s in range(profile.n_stages) for k in kinds()}
     comm = [profile.comm_after(b) for b in range(profile.n_stages - 1)]
+    moves = _MemoryActionTimes.of(schedule, profile, memory_actions, link, recompute) if memory_actions else None
     start, end = [0.0] * len(actions), [0.0] * len(actions)
     rank_free = [0.0] * schedule.n_ranks
     for i in w.topo:
@@ -174,28 +201,182 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
             if t > ready:
                 ready = t
         a = actions[i]
-        start[i], end[i] = ready, ready + dur[a.stage, a.kind]
+        if moves is None:
+            start[i], end[i] = ready, ready + dur[a.stage, a.kind]
+        else:
+            ready = moves.ready(a, ready)
+            start[i], end[i] = ready, ready + moves.duration(a, dur[a.stage, a.kind])
+            moves.placed(i, a, r, start[i], end[i])
         rank_free[r] = end[i]
     timings = {a: Timing(rank_of[i], start[i], end[i]) for i, a in enumerate(actions)}
     model = CostModel.build(profile, schedule.placement, schedule.n_microbatches, memory)
-    curves, peaks = memory_curves(schedule, model, start, end)
+    if moves is None:
+        curves, peaks = memory_curves(schedule, model, start, end)
+    else:
+        curves, peaks = memory_curves(schedule, model, start, end, moves.recomputed, moves.device_events())
     busy, i = [], 0
     for row in order:
         busy.append(sum(end[j] - start[j] for j in range(i, i + len(row))))
         i += len(row)
     makespan = max(end, default=0.0)
-    return SimResult(timings, order, makespan, busy, peaks, curves, list(model.caps), profile.runtime)
+    result = SimResult(timings, order, makespan, busy, peaks, curves, list(model.caps), profile.runtime)
+    if moves is not None:
+        result.copies = moves.copies
+        result.host_peak = moves.host_peaks()
+        result.host_memory = moves.link.host_memory
+    return result
 
 
-def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
-                  end: list[float]) -> tuple[list[list[tuple[float, float]]], list[float]]:
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """One transfer on a rank's copy stream: an offloaded microbatch's activations going to host
+    memory after its F (``"out"``) or coming back from its fetch point (``"in"``)."""
+
+    rank: int
+    stage: int
+    microbatch: int
+    direction: str  # "out" (device to host) or "in" (host to device)
+    start: float
+    end: float
+    nbytes: float
+
+
+class _MemoryActionTimes:
+    """The copy streams of :func:`simulate` with memory actions (schedc.core.host_link's rules).
+
+    The walk places actions in an order that runs each after its producers and its rank's earlier
+    actions; the copies follow from what is placed: an offloaded F's end issues its copy out (the
+    rank's device-to-host stream, first in first out), the start of a fetch point issues its
+    fetches (host-to-device, first in first out, each after its own copy out; several at one
+    point in the order their backwards run), and the backward waits for its fetch. Linear in the
+    actions plus the copies."""
+
+    def __init__(self, schedule: Schedule, profile: Profile, chosen: dict[tuple[int, int], MemoryAction],
+                 link: HostLink, recomputed: dict[tuple[int, int], StageCost]):
+        self.link = link
+        self.placement = schedule.placement
+        self.recomputed = recomputed
+        self.offloaded = {key: ma for key, ma in chosen.items() if ma.action == "offload"}
+        self.nbytes = {key: offload_bytes(profile, key[0]) for key in self.offloaded}
+        self.fetches_at: dict[Action, list[tuple[int, int]]] = {}
+        backward_index = {}
+        for rank in range(schedule.n_ranks):
+            for k, a in enumerate(schedule.actions(rank)):
+                if a.kind in (Kind.I, Kind.B):
+                    backward_index.setdefault((a.stage, a.microbatch), k)
+        for key, ma in self.offloaded.items():
+            self.fetches_at.setdefault(ma.fetch_at, []).append(key)
+        for keys in self.fetches_at.values():
+            keys.sort(key=lambda key: backward_index[key])
+        self.out_free = [0.0] * schedule.n_ranks
+        self.in_free = [0.0] * schedule.n_ranks
+        self.out_end: dict[tuple[int, int], float] = {}
+        self.in_end: dict[tuple[int, int], float] = {}
+        self.copies: list[Copy] = []
+        # a fetch that starts with its fetch point: copy's index -> the action's walk number
+        self.issued_with: dict[int, int] = {}
+
+    @classmethod
+    def of(cls, schedule: Schedule, profile: Profile, memory_actions, link: Optional[HostLink],
+           recompute: Optional[Profile]) -> "_MemoryActionTimes":
+        chosen = check_memory_actions(memory_actions, schedule)
+        recomputed: dict[tuple[int, int], StageCost] = {}
+        keys = [key for key, ma in chosen.items() if ma.action == "recompute"]
+        if keys:
+            if recompute is None:
+                raise SchedcError("memory actions recompute some microbatches, but no costs of the stages "
+                                  "checkpointed were given; pass the profile as the stages run checkpointed "
+                                  "(recompute=, e.g. the --ac full profile)")
+            recompute = recompute.executed(profile.runtime)
+            if recompute.n_stages != profile.n_stages:
+                raise SchedcError(f"the recompute profile describes {recompute.n_stages} stages but the schedule "
+                                  f"has {profile.n_stages}")
+            recomputed = {key: recompute.stages[key[0]] for key in keys}
+        return cls(schedule, profile, chosen, link or HostLink(), recomputed)
+
+    def duration(self, a: Action, default: float) -> float:
+        c = self.recomputed.get((a.stage, a.microbatch))
+        return default if c is None else KIND_TABLE[a.kind].seconds(c)
+
+    def ready(self, a: Action, ready: float) -> float:
+        if a.kind in (Kind.I, Kind.B):
+            fetched = self.in_end.get((a.stage, a.microbatch))
+            if fetched is not None and fetched > ready:
+                return fetched
+        return ready
+
+    def placed(self, number: int, a: Action, rank: int, start: float, end: float) -> None:
+        for key in self.fetches_at.get(a, ()):
+            begin = max(start, self.in_free[rank], self.out_end[key])
+            self._copy(rank, key, "in", begin)
+            self.in_end[key] = self.in_free[rank]
+            if begin == start:
+                self.issued_with[len(self.copies) - 1] = number
+        key = (a.stage, a.microbatch)
+        if a.kind == Kind.F and key in self.offloaded:
+            self._copy(rank, key, "out", max(end, self.out_free[rank]))
+            self.out_end[key] = self.out_free[rank]
+
+    def _copy(self, rank: int, key: tuple[int, int], direction: str, begin: float) -> None:
+        n = self.nbytes[key]
+        finish = begin + self.link.seconds(n)
+        self.copies.append(Copy(rank, key[0], key[1], direction, begin, finish, n))
+        if direction == "out":
+            self.out_free[rank] = finish
+        else:
+            self.in_free[rank] = finish
+
+    def device_events(self) -> list[list[tuple[float, float, Optional[int]]]]:
+        """Per rank, (time, change of held bytes, the walk number of the action it starts with
+        or None) of the copies: the bytes leave the device when the copy out ends, and are back
+        when the fetch starts."""
+        out: list[list[tuple[float, float, Optional[int]]]] = [[] for _ in self.out_free]
+        for k, c in enumerate(self.copies):
+            if c.direction == "out":
+                out[c.rank].append((c.end, -c.nbytes, None))
+            else:
+                out[c.rank].append((c.start, c.nbytes, self.issued_with.get(k)))
+        return out
+
+    def host_peaks(self) -> list[float]:
+        """Per node, the most pinned host memory the copies held: each from its copy out's start
+        to its fetch's end."""
+        n_nodes = self.link.node_of(len(self.out_free) - 1) + 1
+        events: list[list[tuple[float, int, float]]] = [[] for _ in range(n_nodes)]
+        for c in self.copies:
+            node = self.link.node_of(c.rank)
+            if c.direction == "out":
+                events[node].append((c.start, 0, c.nbytes))
+            else:
+                events[node].append((c.end, 1, -c.nbytes))
+        peaks = []
+        for node_events in events:
+            held = peak = 0.0
+            for _, _, change in sorted(node_events):
+                held += change
+                peak = max(peak, held)
+            peaks.append(peak)
+        return peaks
+
+
+def memory_curves(schedule: Schedule, model: CostModel, start: list[float], end: list[float],
+                  recomputed: Optional[dict[tuple[int, int], StageCost]] = None,
+                  copy_events: Optional[list[list[tuple[float, float, Optional[int]]]]] = None,
+                  ) -> tuple[list[list[tuple[float, float]]], list[float]]:
     """Per rank, the (time, bytes) steps of its memory and its peak, from the actions' start and
     end times (numbered rank by rank, as :func:`walk` numbers them), by schedc.core.cost_model's rule:
     the bytes held all step, then each cell's allocations from its start with its transient on
-    top while it runs, its frees at its end."""
+    top while it runs, its frees at its end. ``recomputed`` gives the costs of the (stage,
+    microbatch) pairs that run checkpointed; ``copy_events`` per rank the (time, change, walk
+    number of the action a fetch starts with) of the copy streams, merged in on the safe side: a
+    fetch's bytes count before what the actions do at the same moment (a fetch issued with its
+    fetch point: just before that action's step, after what ended before it), a copy out's leave
+    after it."""
     delta = {(s, k): model.held(s, k) for s in range(len(model.placement)) for k in kinds()}
     over_of = {(s, k): model.over(s, k) for s in range(len(model.placement)) for k in kinds()}
+    recomputed = recomputed or {}
     curves, peaks = [], []
+    entry: dict[int, int] = {}  # with copies: a cell's first action's number -> its first step's index
     i = 0
     for r, row in enumerate(schedule.rows):
         held = model.fixed[r]
@@ -207,7 +388,16 @@ def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
             parts = cell.parts
             first, last = i, i + len(parts) - 1
             i += len(parts)
-            if len(parts) == 1:
+            if copy_events:
+                for k in range(first, last + 1):
+                    entry[k] = len(curve)
+            if recomputed and any((a.stage, a.microbatch) in recomputed for a in parts):
+                costs = [(recomputed.get((a.stage, a.microbatch), model.profile.stages[a.stage]), a.kind)
+                         for a in parts]
+                d = sum(cost_model.held_delta(c, k) for c, k in costs)
+                top = held + (cost_model.over(*costs[0]) if len(costs) == 1 else cost_model.cell_over(costs))
+                plain = top == held + max(0.0, d) if len(costs) == 1 else top <= max(held, held + d)
+            elif len(parts) == 1:
                 key = (parts[0].stage, parts[0].kind)
                 d, top = delta[key], held + over_of[key]
                 plain = top == held + max(0.0, d)  # no transient: one step, as the ZB accounting draws it
@@ -226,9 +416,33 @@ def memory_curves(schedule: Schedule, model: CostModel, start: list[float],
                 peak = top
             if held > peak:
                 peak = held
+        if copy_events and copy_events[r]:
+            curve, peak = _merge_copies(curve, copy_events[r], entry)
         curves.append(curve)
         peaks.append(peak)
     return curves, peaks
+
+
+def _merge_copies(curve: list[tuple[float, float]], events: list[tuple[float, float, Optional[int]]],
+                  entry: dict[int, int]) -> tuple[list[tuple[float, float]], float]:
+    """A rank's curve with the copy streams' changes merged in by time (:func:`memory_curves`):
+    steps sort by (time, group, position); the actions' steps are group 0 in their order, a fetch
+    issued with its fetch point sits just before that action's first step, another fetch before
+    every step at its time (group -1), a copy out's end after them (group 1)."""
+    steps = [(t, 0, float(k), level - curve[k - 1][1] if k else level) for k, (t, level) in enumerate(curve)]
+    for t, change, number in events:
+        if change < 0:
+            steps.append((t, 1, 0.0, change))
+        elif number is not None:
+            steps.append((t, 0, entry[number] - 0.5, change))
+        else:
+            steps.append((t, -1, 0.0, change))
+    steps.sort(key=lambda step: step[:3])
+    held, merged = 0.0, []
+    for t, _, _, change in steps:
+        held += change
+        merged.append((t, held))
+    return merged, max(level for _, level in merged)
 
 
 class Deadlock(SchedcError):
