@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from schedc.errors import ParameterError, SchedcError, literal
-from schedc.core.ir import Action, Cell, Overlap, Schedule, loop_placement, v_placement
+from schedc.core.ir import Action, Cell, Kind, Overlap, Schedule, loop_placement, v_placement
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ def _ranks_for(info: BaselineInfo, n: int, n_ranks: Optional[int]) -> int:
 
 
 def _gpipe(p: int, v: int, m: int) -> list[list[Cell]]:
-    return [[Action(r, "F", k) for k in range(m)] + [Action(r, "B", k) for k in range(m)] for r in range(p)]
+    return [[Action(r, Kind.F, k) for k in range(m)] + [Action(r, Kind.B, k) for k in range(m)] for r in range(p)]
 
 
 def _1f1b(p: int, v: int, m: int) -> list[list[Cell]]:
@@ -216,10 +216,10 @@ def _1f1b(p: int, v: int, m: int) -> list[list[Cell]]:
     rows = []
     for r in range(p):
         warm = min(p - 1 - r, m)
-        row: list[Cell] = [Action(r, "F", k) for k in range(warm)]
+        row: list[Cell] = [Action(r, Kind.F, k) for k in range(warm)]
         for k in range(m - warm):
-            row += [Action(r, "F", warm + k), Action(r, "B", k)]
-        row += [Action(r, "B", k) for k in range(m - warm, m)]
+            row += [Action(r, Kind.F, warm + k), Action(r, Kind.B, k)]
+        row += [Action(r, Kind.B, k) for k in range(m - warm, m)]
         rows.append(row)
     return rows
 
@@ -233,16 +233,16 @@ def _zb_h1(p: int, v: int, m: int) -> list[list[Cell]]:
     rows = []
     for r in range(p):
         warm = min(p - 1 - r, m)
-        row: list[Cell] = [Action(r, "F", k) for k in range(warm)]
+        row: list[Cell] = [Action(r, Kind.F, k) for k in range(warm)]
         next_w = 0
         for k in range(m):
             if k < m - warm:
-                row.append(Action(r, "F", warm + k))
-            row.append(Action(r, "I", k))
+                row.append(Action(r, Kind.F, warm + k))
+            row.append(Action(r, Kind.I, k))
             if k >= r:
-                row.append(Action(r, "W", next_w))
+                row.append(Action(r, Kind.W, next_w))
                 next_w += 1
-        row += [Action(r, "W", j) for j in range(next_w, m)]
+        row += [Action(r, Kind.W, j) for j in range(next_w, m)]
         rows.append(row)
     return rows
 
@@ -269,17 +269,17 @@ def _zb_h2(p: int, v: int, m: int) -> list[list[Cell]]:
         for r in range(p):
             i, f = ni[r], nf[r]
             if i < m and done_f[r][i] <= t and (r == p - 1 or done_i[r + 1][i] <= t):
-                order[r].append(Action(r, "I", i))
+                order[r].append(Action(r, Kind.I, i))
                 finished.append((done_i[r], i))
                 ni[r] += 1
                 held[r] -= 0.5
             elif f < m and (r == 0 or done_f[r - 1][f] <= t) and held[r] + 1 <= cap:
-                order[r].append(Action(r, "F", f))
+                order[r].append(Action(r, Kind.F, f))
                 finished.append((done_f[r], f))
                 nf[r] += 1
                 held[r] += 1
             elif nw[r] < ni[r]:
-                order[r].append(Action(r, "W", nw[r]))
+                order[r].append(Action(r, Kind.W, nw[r]))
                 nw[r] += 1
                 held[r] -= 0.5
         for table, k in finished:  # visible to the others from the next step on
@@ -318,7 +318,7 @@ def _interleaved(p: int, v: int, m: int, zero_bubble: bool) -> list[list[Cell]]:
     name = "interleaved-zb" if zero_bubble else "interleaved-1f1b"
     per_round = _rounds(name, p, m)
     total = v * m
-    bwd_kind = "I" if zero_bubble else "B"
+    bwd_kind = Kind.I if zero_bubble else Kind.B
     rows = []
     for r in range(p):
         warm = min((v - 1) * per_round + (1 if zero_bubble else 2) * (p - 1 - r), total)
@@ -341,15 +341,15 @@ def _interleaved(p: int, v: int, m: int, zero_bubble: bool) -> list[list[Cell]]:
 
         def add_w() -> None:
             s = b_stages[sum(w_count.values())]
-            row.append(Action(s, "W", take(w_count, s)))
+            row.append(Action(s, Kind.W, take(w_count, s)))
 
         for op in range(warm):
             s = f_stage(op)
-            row.append(Action(s, "F", take(f_count, s)))
+            row.append(Action(s, Kind.F, take(f_count, s)))
         for j in range(total):
             if warm + j < total:
                 s = f_stage(warm + j)
-                row.append(Action(s, "F", take(f_count, s)))
+                row.append(Action(s, Kind.F, take(f_count, s)))
             s = b_stage(j)
             row.append(Action(s, bwd_kind, take(b_count, s)))
             b_stages.append(s)
@@ -375,8 +375,8 @@ def _looped_bfs(p: int, v: int, m: int) -> list[list[Cell]]:
     rows = []
     for r in range(p):
         stages = [c * p + r for c in range(v)]
-        row: list[Cell] = [Action(s, "F", k) for s in stages for k in range(m)]
-        row += [Action(s, "B", k) for s in reversed(stages) for k in reversed(range(m))]
+        row: list[Cell] = [Action(s, Kind.F, k) for s in stages for k in range(m)]
+        row += [Action(s, Kind.B, k) for s in reversed(stages) for k in reversed(range(m))]
         rows.append(row)
     return rows
 
@@ -405,23 +405,23 @@ def _zb_v(p: int, v: int, m: int) -> list[list[Cell]]:
                 cnt[(s, kind)] += 1
 
         for _ in range(2 * (p - r) - 1):
-            add((s0, "F"))
+            add((s0, Kind.F))
         for _ in range(r):
-            add((s1, "F"), (s0, "F"))
+            add((s1, Kind.F), (s0, Kind.F))
         for _ in range(p - r):
-            add((s1, "F"), (s1, "I"), (s1, "W"))
-        while cnt[(s1, "F")] < cnt[(s0, "F")] or cnt[(s0, "F")] < mm:
-            if cnt[(s0, "F")] < mm:
-                add((s0, "F"))
-            add((s0, "I"), (s0, "W"), (s1, "F"), (s1, "I"), (s1, "W"))
+            add((s1, Kind.F), (s1, Kind.I), (s1, Kind.W))
+        while cnt[(s1, Kind.F)] < cnt[(s0, Kind.F)] or cnt[(s0, Kind.F)] < mm:
+            if cnt[(s0, Kind.F)] < mm:
+                add((s0, Kind.F))
+            add((s0, Kind.I), (s0, Kind.W), (s1, Kind.F), (s1, Kind.I), (s1, Kind.W))
         for _ in range(r):
-            add((s0, "I"), (s1, "I"))
+            add((s0, Kind.I), (s1, Kind.I))
         for _ in range(p - r):
-            add((s0, "I"), (s0, "W"))
-        while cnt[(s1, "W")] < cnt[(s1, "I")]:
-            add((s1, "W"))
-        while cnt[(s0, "W")] < cnt[(s0, "I")]:
-            add((s0, "W"))
+            add((s0, Kind.I), (s0, Kind.W))
+        while cnt[(s1, Kind.W)] < cnt[(s1, Kind.I)]:
+            add((s1, Kind.W))
+        while cnt[(s0, Kind.W)] < cnt[(s0, Kind.I)]:
+            add((s0, Kind.W))
         rows.append([a for a in row if a.microbatch < m])
     return rows
 
@@ -448,13 +448,13 @@ def _dualpipev(p: int, v: int, m: int) -> list[list[Cell]]:
 
         def fwd(s: int) -> Action:
             f[s] += 1
-            return Action(s, "F", f[s] - 1)
+            return Action(s, Kind.F, f[s] - 1)
 
         def bwd(s: int, kind: str) -> Action:
             b[s] += 1
             a = Action(s, kind, b[s] - 1)
-            if kind == "I":
-                pending_w.append(Action(s, "W", a.microbatch))
+            if kind == Kind.I:
+                pending_w.append(Action(s, Kind.W, a.microbatch))
             return a
 
         def w() -> None:
@@ -465,30 +465,30 @@ def _dualpipev(p: int, v: int, m: int) -> list[list[Cell]]:
         for _ in range(r + 1):
             row += [fwd(s0), fwd(s1)]
         for _ in range(p - 1 - r):
-            row.append(bwd(s1, "I"))
+            row.append(bwd(s1, Kind.I))
             w()
             row.append(fwd(s1))
         for i in range(m - 2 * p + r + 1):
             if i == 0 and r == p - 1:
-                row += [fwd(s0), bwd(s1, "B")]
+                row += [fwd(s0), bwd(s1, Kind.B)]
             else:
-                row.append(Overlap((fwd(s0), bwd(s1, "B"))))
-            row.append(Overlap((fwd(s1), bwd(s0, "B"))))
+                row.append(Overlap((fwd(s0), bwd(s1, Kind.B))))
+            row.append(Overlap((fwd(s1), bwd(s0, Kind.B))))
         for _ in range(p - 1 - r):
-            row.append(bwd(s1, "B"))
-            row.append(Overlap((fwd(s1), bwd(s0, "B"))))
+            row.append(bwd(s1, Kind.B))
+            row.append(Overlap((fwd(s1), bwd(s0, Kind.B))))
         split = False
         half = (r + 1) // 2
         for i in range(r + 1):
             if i == half and r % 2 == 1:
                 split = True
-            row.append(bwd(s1, "I" if split else "B"))
+            row.append(bwd(s1, Kind.I if split else Kind.B))
             if i == half and r % 2 == 0:
                 split = True
-            row.append(bwd(s0, "I" if split else "B"))
+            row.append(bwd(s0, Kind.I if split else Kind.B))
         for _ in range(p - 1 - r):
             w()
-            row.append(bwd(s0, "I" if split else "B"))
+            row.append(bwd(s0, Kind.I if split else Kind.B))
         for _ in range(r + 1):
             w()
         rows.append(row)
@@ -650,7 +650,7 @@ def _v_controllable(p: int, m: int, memory: str) -> list[list[Cell]]:
     rows: list[list[Cell]] = []
     for r, lists in enumerate(ranks):
         up = 2 * p - 1 - r
-        kind_of = [(r, "F"), (up, "F"), (up, "I"), (r, "I"), (up, "W"), (r, "W")]
+        kind_of = [(r, Kind.F), (up, Kind.F), (up, Kind.I), (r, Kind.I), (up, Kind.W), (r, Kind.W)]
         timed = sorted((t, k, i) for k, lst in enumerate(_v_with_w(lists, split=True)) for i, t in enumerate(lst))
         rows.append([Action(kind_of[k][0], kind_of[k][1], i) for _, k, i in timed])
     return rows

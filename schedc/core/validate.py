@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Collection, Optional, Sequence, Union
 
 from schedc.io.csvio import _position as _pos  # positions read as in csvio's parse errors
 from schedc.errors import SchedcError
-from schedc.core.ir import Action, Schedule, make_placement, placement_name
+from schedc.core.ir import Action, Kind, Schedule, make_placement, placement_name
 from schedc.core.simulate import Deadlock, producer_keys, producers, walk
 
 if TYPE_CHECKING:  # networkx loads on the first graph built, not with `import schedc`
@@ -52,7 +52,7 @@ def _locate(schedule: Schedule) -> dict[Action, tuple[int, int, int]]:
 def _backward_kind(schedule: Schedule) -> dict[tuple[int, int], str]:
     kinds: dict[tuple[int, int], str] = {}
     for _, a in schedule.all_actions():
-        if a.kind in ("I", "B"):
+        if a.kind in (Kind.I, Kind.B):
             kinds.setdefault((a.stage, a.microbatch), a.kind)
     return kinds
 

@@ -62,6 +62,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Sequence, Union
 
+from schedc.core.ir import Kind
 from schedc.solver.bounds.chains import chains
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, graph_of
@@ -85,9 +86,9 @@ def windows(g: Graph, ranks: Optional[Sequence[int]] = None) -> tuple[float, tup
     ch = chains(g)
     a = g.S - 1
     # Z(s): from the start of F(S-1, m) to the earliest end of I(s, m)
-    reach = {s: ch["head_i"][s] + ch["I"][s] - ch["head"][a] for s in range(g.S)}
+    reach = {s: ch["head_i"][s] + ch[Kind.I][s] - ch["head"][a] for s in range(g.S)}
     # per rank with a cap: (A(s), Z(s) or Z(s) + W(s), bytes) of each window
-    spans = {r: [(ch["head"][a] - ch["head"][s], reach[s] + (g.dW[s] if k == "W" else 0.0), held)
+    spans = {r: [(ch["head"][a] - ch["head"][s], reach[s] + (g.dW[s] if k == Kind.W else 0.0), held)
                  for s in g.stages[r] for k, held in g.held(s)]
              for r in (range(g.R) if ranks is None else ranks) if math.isfinite(g.room[r])}
     if not any(spans.values()):
@@ -182,7 +183,7 @@ def makespan_bound(g: Graph, spread: int, unit: float) -> float:
         return 0.0
     ch = chains(g)
     a = g.S - 1
-    return ch["head"][a] + (spread - 1) * unit + ch["F"][a] + ch["tail_f"][a]
+    return ch["head"][a] + (spread - 1) * unit + ch[Kind.F][a] + ch["tail_f"][a]
 
 
 def anchored_bound(problem: Union[Problem, Graph], deadline: Deadline, ranks: Optional[Sequence[int]] = None,

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from typing import Sequence, Union
 
+from schedc.core.ir import Kind
 from schedc.solver.bounds.anchored import makespan_bound, tiled_spread
 from schedc.solver.bounds.chains import chains
 from schedc.solver.deadline import Deadline
@@ -94,18 +95,18 @@ def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, bool]:
     def end(s: int, k: str, i: int):
         return start[s, k, i] + floor(g.d[k][s])
 
-    tau = [start[S - 1, "F", i] for i in range(n)]
+    tau = [start[S - 1, Kind.F, i] for i in range(n)]
     m.add(tau[0] == 0)
     for i in range(n):
         for s in range(S):
             back = g.kinds(s)[1]  # I, or B on a stage without weights
             if s > 0:
-                m.add(start[s, "F", i] >= end(s - 1, "F", i) + lag[s - 1])
-            m.add(start[s, back, i] >= end(s, "F", i))
+                m.add(start[s, Kind.F, i] >= end(s - 1, Kind.F, i) + lag[s - 1])
+            m.add(start[s, back, i] >= end(s, Kind.F, i))
             if s < S - 1:
                 m.add(start[s, back, i] >= end(s + 1, g.kinds(s + 1)[1], i) + lag[s])
-            if "W" in g.kinds(s):
-                m.add(start[s, "W", i] >= end(s, "I", i))
+            if Kind.W in g.kinds(s):
+                m.add(start[s, Kind.W, i] >= end(s, Kind.I, i))
             for k in g.kinds(s):  # each (stage, kind) in microbatch order, on one rank
                 if i > 0:
                     m.add(start[s, k, i] >= end(s, k, i - 1))
@@ -115,7 +116,7 @@ def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, bool]:
     for s in range(S - 1):
         back = g.kinds(s)[1]
         for i in range(n):
-            m.add(start[s, "F", i] <= tau[i] - floor(ch["head"][S - 1] - ch["head"][s]))
+            m.add(start[s, Kind.F, i] <= tau[i] - floor(ch["head"][S - 1] - ch["head"][s]))
             m.add(start[s, back, i] >= tau[i] + floor(ch["head_i"][s] - ch["head"][S - 1]))
     for r in range(g.R):
         actions, held, demands = [], [], []
@@ -128,7 +129,7 @@ def block_spread(g: Graph, n: int, seconds: float) -> tuple[int, bool]:
                     amount = math.floor(b / byte_unit + REL)
                     if amount > 0:
                         length = m.new_int_var(0, 2 * horizon, "")
-                        held.append(m.new_interval_var(start[s, "F", i], length, end(s, k, i), ""))
+                        held.append(m.new_interval_var(start[s, Kind.F, i], length, end(s, k, i), ""))
                         demands.append(amount)
         m.add_no_overlap(actions)
         if held and math.isfinite(g.room[r]):

@@ -116,6 +116,7 @@ from __future__ import annotations
 import math
 from typing import Union
 
+from schedc.core.ir import Kind
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
 from schedc.core.tolerances import REL
@@ -229,7 +230,7 @@ FIRST_RANK_TERMS = ("first_rank_last_backward", "first_rank_last_forward")
 
 def _rank_terms(g: Graph, ch: dict, r: int) -> dict[str, float]:
     """Every per-rank term of the module docstring for rank r (0 where a term does not apply)."""
-    F, I, W = ch["F"], ch["I"], ch["W"]
+    F, I, W = ch[Kind.F], ch[Kind.I], ch[Kind.W]
     M = g.M
     own = g.stages[r]
     Fr = M * sum(F[s] for s in own)

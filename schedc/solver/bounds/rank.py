@@ -46,6 +46,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from schedc.core.ir import Kind
 from schedc.solver.graph import Graph, graph_of, memory_arcs
 from schedc.solver.problem import Problem
 
@@ -72,7 +73,7 @@ def heads_and_tails(problem: Union[Problem, Graph]) -> Optional[HeadsTails]:
     microbatch of its stages under the cap (no schedule exists)."""
     g = graph_of(problem).relaxed()  # valid whatever rises or is transient (Graph.relaxed)
     S, M = g.S, g.M
-    split = np.array([b == "I" for b in g.backward])
+    split = np.array([b == Kind.I for b in g.backward])
     F = np.array(g.dF, dtype=float)
     Bk = np.array([g.d[g.backward[s]][s] for s in range(S)], dtype=float)  # the backward: I, or B
     W = np.where(split, g.dW, 0.0)
@@ -86,8 +87,8 @@ def heads_and_tails(problem: Union[Problem, Graph]) -> Optional[HeadsTails]:
     bwd = np.concatenate([[0.0], np.cumsum(c + Bk[:-1])])  # backward chain from s down to 0
     fwd_tail = np.concatenate([np.cumsum((c + F[1:])[::-1])[::-1], [0.0]])  # forward chain s -> S-1
     hF, hB, hW = np.zeros((S, M)), np.zeros((S, M)), np.zeros((S, M))
-    head_of = {"F": hF, "B": hB, "W": hW}
-    dur_of = {"F": F, "B": Bk, "W": W}
+    head_of = {Kind.F: hF, Kind.B: hB, Kind.W: hW}
+    dur_of = {Kind.F: F, Kind.B: Bk, Kind.W: W}
     for m in range(M):
         x = np.zeros(S)
         if m > 0:
@@ -105,19 +106,19 @@ def heads_and_tails(problem: Union[Problem, Graph]) -> Optional[HeadsTails]:
             hW[:, m] = np.maximum(hW[:, m], hW[:, m - 1] + W)
     tF, tB, tW = np.zeros((S, M)), np.zeros((S, M)), np.zeros((S, M))
     for m in range(M - 1, -1, -1):
-        out = {"F": np.zeros(S), "B": np.zeros(S), "W": np.zeros(S)}  # via the memory orders out of (., m)
+        out = {Kind.F: np.zeros(S), Kind.B: np.zeros(S), Kind.W: np.zeros(S)}  # via the memory orders out of (., m)
         for kind, t, s, k in arcs:
             if m + k < M:
                 out[kind][t] = max(out[kind][t], F[s] + tF[s, m + k])
-        w = out["W"]
+        w = out[Kind.W]
         if m + 1 < M:
             w = np.maximum(w, W + tW[:, m + 1])
         tW[:, m] = np.where(split, w, 0.0)
-        v = np.maximum(out["B"], np.where(split, W + tW[:, m], 0.0))
+        v = np.maximum(out[Kind.B], np.where(split, W + tW[:, m], 0.0))
         if m + 1 < M:
             v = np.maximum(v, Bk + tB[:, m + 1])
         tB[:, m] = bwd + np.maximum.accumulate(v - bwd)
-        z = np.maximum(out["F"], Bk + tB[:, m])
+        z = np.maximum(out[Kind.F], Bk + tB[:, m])
         if m + 1 < M:
             z = np.maximum(z, F + tF[:, m + 1])
         tF[:, m] = fwd_tail + np.maximum.accumulate((z - fwd_tail)[::-1])[::-1]

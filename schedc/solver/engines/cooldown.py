@@ -58,7 +58,7 @@ from typing import Callable, Optional, Union
 
 from schedc.core.cost_model import fits_room
 from schedc.errors import SchedcError
-from schedc.core.ir import Action, Schedule
+from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import SimResult, simulate
 from schedc.solver.bounds.chains import lower_bound
 from schedc.solver.graph import Graph, graph_of
@@ -119,12 +119,12 @@ class _Relisting:
         """Each rank's given order cut after its last F (of its lowest stage: `from_lowest`)."""
         rows = [list(sched.actions(r)) for r in range(g.R)]
         lowest = [min((a.stage for a in row), default=-1) for row in rows]
-        last_f = [max((i for i, a in enumerate(row) if a.kind == "F" and (a.stage == lo or not from_lowest)),
+        last_f = [max((i for i, a in enumerate(row) if a.kind == Kind.F and (a.stage == lo or not from_lowest)),
                       default=-1) for row, lo in zip(rows, lowest)]
         d = g.problem.duration
         return cls(g=g, prefix=[row[: lf + 1] for row, lf in zip(rows, last_f)],
-                   back=[[a for a in row[lf + 1:] if a.kind != "W"] for row, lf in zip(rows, last_f)],
-                   wq=[[a for a in row[lf + 1:] if a.kind == "W"] for row, lf in zip(rows, last_f)],
+                   back=[[a for a in row[lf + 1:] if a.kind != Kind.W] for row, lf in zip(rows, last_f)],
+                   wq=[[a for a in row[lf + 1:] if a.kind == Kind.W] for row, lf in zip(rows, last_f)],
                    first_last=g.M - last, target=target,
                    left_work=[sum(d(a.stage, a.kind) for a in row) for row in rows],
                    left=sum(len(row) for row in rows))
@@ -148,8 +148,8 @@ class _Relisting:
         took = self.d[s, k]
         e = t + took
         self.first_start[r] = min(self.first_start[r], t)
-        if k != "W":
-            (self.end_f if k == "F" else self.end_i)[s][a.microbatch] = e
+        if k != Kind.W:
+            (self.end_f if k == Kind.F else self.end_i)[s][a.microbatch] = e
         self.free_at[r] = e
         self.held[r] += self.delta[s, k]
         self.left_work[r] -= took
@@ -202,7 +202,7 @@ class _Relisting:
             self.run(r, self.wq[r].pop(w), t)
         elif pick is not None:
             self.run(r, self.back[r].pop(pick), t)
-        elif w is not None and nxt_last - t < self.d[self.wq[r][w].stage, "W"] - EPS and \
+        elif w is not None and nxt_last - t < self.d[self.wq[r][w].stage, Kind.W] - EPS and \
                 nxt_last - t <= self.target - t - self.left_work[r] + EPS * max(1.0, self.target):
             heapq.heappush(self.heap, (nxt_last, r))  # the W would delay an I of the last microbatches
         elif w is not None:

@@ -77,7 +77,7 @@ from typing import Optional, Sequence
 
 from schedc.choices import Status
 from schedc.errors import ParameterError, SchedcError
-from schedc.core.ir import Schedule
+from schedc.core.ir import Kind, Schedule
 from schedc.core.simulate import SimResult, simulate
 from schedc.solver import interrupt
 from schedc.solver.bounds.chains import lower_bound
@@ -354,11 +354,11 @@ def _add_memory(m, inst: Graph, bs: Scale, starts, ends, horizon: int, fixed: Op
 
         for f in acts:
             a = inst.actions[f]
-            if a.kind != "F":
+            if a.kind != Kind.F:
                 continue
-            i = inst.id(a.stage, "I", a.microbatch)
+            i = inst.id(a.stage, Kind.I, a.microbatch)
             rise = i is not None and deltas[i] > 0  # I allocates: act held to W's end, the rise from I
-            for kind in ("I", "W", "B"):
+            for kind in (Kind.I, Kind.W, Kind.B):
                 j = inst.id(a.stage, kind, a.microbatch)
                 if j is None or deltas[j] >= 0:
                     continue

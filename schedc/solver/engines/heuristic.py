@@ -50,7 +50,7 @@ from typing import Optional, Union
 from schedc.core.cost_model import fits, fits_room
 from schedc.core.costs import format_amount, format_bytes, p_needed
 from schedc.errors import ParameterError, SchedcError
-from schedc.core.ir import Action, Schedule
+from schedc.core.ir import Action, Kind, Schedule
 from schedc.solver.bounds.chains import lower_bound
 from schedc.core.simulate import simulate
 from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, charge_passes, now
@@ -200,9 +200,9 @@ class _ListScheduler:
             s, kind, m = choice
             if kind == "wait":
                 heapq.heappush(heap, (s, r))  # protect_i: back when the I is ready
-            elif kind == "F":
+            elif kind == Kind.F:
                 self.run_F(r, s, m, t)
-            elif kind == "I":
+            elif kind == Kind.I:
                 self.run_I(r, s, m, t)
             else:
                 self.wpos[r] += 1
@@ -221,27 +221,27 @@ class _ListScheduler:
             return self.next_W(r)
         if rule.depth_first and best_I is not None and cand_F is not None:
             # deeper stage first, as ZB-V does
-            return (cand_F[0], "F", cand_F[1]) if cand_F[0] > best_I[0] else (best_I[0], "I", best_I[1])
+            return (cand_F[0], Kind.F, cand_F[1]) if cand_F[0] > best_I[0] else (best_I[0], Kind.I, best_I[1])
         if best_I is not None and not (rule.f_first and cand_F is not None):
-            return best_I[0], "I", best_I[1]
+            return best_I[0], Kind.I, best_I[1]
         if cand_F is not None:
             if rule.protect_f and soon_deep_F < t + self.a.dF[cand_F[0]] - EPS:
                 return soon_deep_F, "wait", None
-            return cand_F[0], "F", cand_F[1]
+            return cand_F[0], Kind.F, cand_F[1]
         if best_I is not None:
-            return best_I[0], "I", best_I[1]
+            return best_I[0], Kind.I, best_I[1]
         if have_W:
             s, _, m = self.next_W(r)
             if rule.protect_i and not f_blocked_by_memory and soon_I < t + self.a.dW[s] - EPS:
                 return soon_I, "wait", None
             if rule.protect_f and soon_deep_F < t + self.a.dW[s] - EPS:
                 return soon_deep_F, "wait", None
-            return s, "W", m
+            return s, Kind.W, m
         return None
 
     def next_W(self, r: int) -> tuple[int, str, int]:
         s, m = self.pendW[r][self.wpos[r]]
-        return s, "W", m
+        return s, Kind.W, m
 
     def ready_backward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], float]:
         """The I rank r should run at t (deepest stage first; by microbatch group under
@@ -253,7 +253,7 @@ class _ListScheduler:
             m = nextI[s]
             if m >= M or endF[s][m] < 0 or (s + 1 < S and endI[s + 1][m] < 0):
                 continue
-            rt = input_time("I", s, m, endF, endI)
+            rt = input_time(Kind.I, s, m, endF, endI)
             if rt <= t + EPS:
                 key = (m // group, -s, m) if group else (-s, m)
                 if best_I is None or key < best_key:
@@ -345,7 +345,7 @@ class _ListScheduler:
         # wake the rank of F(s+1, m); same-rank consumers are woken by the rank's own end event
         if s + 1 < a.S and a.stage_rank[s + 1] != r:
             heapq.heappush(self.heap, (end + a.comm[s], a.stage_rank[s + 1]))
-        self._done(r, s, "F", m, end)
+        self._done(r, s, Kind.F, m, end)
 
     def run_I(self, r: int, s: int, m: int, start: float) -> None:
         a = self.a
@@ -361,7 +361,7 @@ class _ListScheduler:
         self.pendW[r].append((s, m))
         if s > 0 and a.stage_rank[s - 1] != r:
             heapq.heappush(self.heap, (end + a.comm[s - 1], a.stage_rank[s - 1]))
-        self._done(r, s, "I", m, end)
+        self._done(r, s, Kind.I, m, end)
 
     def run_W(self, r: int, s: int, m: int, start: float) -> None:
         a = self.a
@@ -373,7 +373,7 @@ class _ListScheduler:
                 self.started[m] = False
                 if len(self.live) > 2 * a.R + 8:
                     self.live[:] = [x for x in self.live if self.started[x]]
-        self._done(r, s, "W", m, end)
+        self._done(r, s, Kind.W, m, end)
 
     def _done(self, r: int, s: int, kind: str, m: int, end: float) -> None:
         self.rank_free[r] = end
@@ -417,9 +417,9 @@ def serial_orders(a: Graph) -> list[list[tuple[int, str, int]]]:
     orders: list[list[tuple[int, str, int]]] = [[] for _ in range(a.R)]
     for m in range(a.M):
         for s in range(a.S):
-            orders[a.stage_rank[s]].append((s, "F", m))
+            orders[a.stage_rank[s]].append((s, Kind.F, m))
         for s in reversed(range(a.S)):  # the heuristic's orders are all split (_to_schedule merges)
-            orders[a.stage_rank[s]] += [(s, "I", m), (s, "W", m)]
+            orders[a.stage_rank[s]] += [(s, Kind.I, m), (s, Kind.W, m)]
     return orders
 
 
@@ -439,7 +439,7 @@ def _earliest_times(a: Graph, orders) -> Optional[tuple[list[float], list[float]
             row, i, t = orders[r], idx[r], free[r]
             while i < len(row):
                 s, k, m = row[i]
-                if k == "F":
+                if k == Kind.F:
                     rt = 0.0
                     if s > 0:
                         e = endF[s - 1][m]
@@ -448,7 +448,7 @@ def _earliest_times(a: Graph, orders) -> Optional[tuple[list[float], list[float]
                         rt = e + a.comm[s - 1]
                     st = t if t > rt else rt
                     t = endF[s][m] = st + a.dF[s]
-                elif k == "I":
+                elif k == Kind.I:
                     e = endF[s][m]
                     if e < 0:
                         break
@@ -640,10 +640,10 @@ def _to_schedule(a: Graph, orders, name: str, meta: dict) -> Schedule:
     for r in range(a.R):
         row = []
         for s, k, m in orders[r]:
-            if a.dW[s] == 0 and a.wg[s] == 0 and k in ("I", "W"):
+            if a.dW[s] == 0 and a.wg[s] == 0 and k in (Kind.I, Kind.W):
                 # A stage without weights: its backward is one B (W would be an empty call).
-                if k == "I":
-                    row.append(Action(s, "B", m))
+                if k == Kind.I:
+                    row.append(Action(s, Kind.B, m))
                 continue
             row.append(Action(s, k, m))
         rows.append(row)
@@ -708,7 +708,7 @@ def polish(g: Graph, schedule: Schedule, source: str, end: float, deadline: Dead
     its backwards split into I + W: (schedule named ``schedc-<source>+ls``, its value), or None
     when `deadline` has passed or the split schedule does not re-time within the caps."""
     obj = g.problem.objective
-    orders = [[(x.stage, k, x.microbatch) for x in schedule.actions(r) for k in (("I", "W") if x.kind == "B" else (x.kind,))]
+    orders = [[(x.stage, k, x.microbatch) for x in schedule.actions(r) for k in ((Kind.I, Kind.W) if x.kind == Kind.B else (x.kind,))]
               for r in range(g.R)]
     if deadline.expired():
         return None
@@ -818,7 +818,7 @@ def _local_search(a: Graph, orders, val: float, objective: str, deadline: float,
             continue
         i = rng.randrange(len(row))
         # W's are the flexible fillers; other kinds move too but less often.
-        if row[i][1] != "W" and rng.random() < 0.5:
+        if row[i][1] != Kind.W and rng.random() < 0.5:
             stale += 1
             continue
         j = max(0, min(len(row) - 1, i + rng.choice((-6, -3, -2, -1, 1, 2, 3, 6))))

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from schedc.errors import SchedcError
-from schedc.core.ir import Action, Schedule
+from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import simulate
 from schedc.solver import interrupt
 from schedc.solver.deadline import Deadline, n_actions
@@ -164,16 +164,16 @@ def _add_hint(mod: _PeriodModel, hint: Timetable) -> None:
 def _add_dependencies(mod: _PeriodModel, g: Graph) -> None:
     """The dependency rule of schedc.simulate on one microbatch, the boundary's comm as the lag."""
     m, start, end, lag = mod.m, mod.start, mod.end, mod.lag
-    m.add(start[0, "F"] == 0)
+    m.add(start[0, Kind.F] == 0)
     for s in range(g.S):
         back = g.kinds(s)[1]  # I, or B on a stage without weights
         if s > 0:
-            m.add(start[s, "F"] >= end(s - 1, "F") + lag[s - 1])
-        m.add(start[s, back] >= end(s, "F"))
+            m.add(start[s, Kind.F] >= end(s - 1, Kind.F) + lag[s - 1])
+        m.add(start[s, back] >= end(s, Kind.F))
         if s < g.S - 1:
             m.add(start[s, back] >= end(s + 1, g.kinds(s + 1)[1]) + lag[s])
-        if "W" in g.kinds(s):
-            m.add(start[s, "W"] >= end(s, "I"))
+        if Kind.W in g.kinds(s):
+            m.add(start[s, Kind.W] >= end(s, Kind.I))
 
 
 def _add_one_at_a_time(mod: _PeriodModel, g: Graph) -> dict:
@@ -183,11 +183,11 @@ def _add_one_at_a_time(mod: _PeriodModel, g: Graph) -> dict:
     for r in range(g.R):
         busy = []
         for s in g.stages[r]:
-            f_phase[s] = mod.phase_of(s, "F")
+            f_phase[s] = mod.phase_of(s, Kind.F)
             for k in g.kinds(s):
                 if mod.dur[s, k] == 0:
                     continue  # stage 0's I under torch's runtime: it takes no time
-                busy += mod.two_laps(f_phase[s] if k == "F" else mod.phase_of(s, k), mod.dur[s, k])
+                busy += mod.two_laps(f_phase[s] if k == Kind.F else mod.phase_of(s, k), mod.dur[s, k])
         mod.m.add_no_overlap(busy)
     return f_phase
 
@@ -206,7 +206,7 @@ def _add_rank_memory(mod: _PeriodModel, g: Graph, r: int, f_phase: dict) -> None
         for k, held in g.held(s):
             amount = math.ceil(held / byte_unit - 1e-9)
             lifetime = m.new_int_var(0, mod.horizon + P, "")
-            m.add(lifetime == mod.end(s, k) - mod.start[s, "F"])
+            m.add(lifetime == mod.end(s, k) - mod.start[s, Kind.F])
             full_laps = m.new_int_var(0, mod.horizon // P + 1, "")
             rest = m.new_int_var(0, P - 1, "")
             m.add_division_equality(full_laps, lifetime, P)
@@ -286,7 +286,7 @@ def serial_timetable(g: Graph, unit: float) -> Timetable:
     first (schedc.solver.engines.heuristic.check_memory_feasible)."""
     dur, lag = _costs(g, unit)
     start, t = {}, 0
-    sequence = [(s, "F") for s in range(g.S)] + [(s, k) for s in reversed(range(g.S)) for k in g.kinds(s)[1:]]
+    sequence = [(s, Kind.F) for s in range(g.S)] + [(s, k) for s in reversed(range(g.S)) for k in g.kinds(s)[1:]]
     for s, k in sequence:
         start[s, k] = t
         t += dur[s, k] + max(lag)

@@ -21,7 +21,7 @@ Cost: O((6M + R) x R) steps of at most 6 candidates each.
 from __future__ import annotations
 
 from schedc.errors import SchedcError
-from schedc.core.ir import Action, Cell, Schedule, v_placement
+from schedc.core.ir import Action, Cell, Kind, Schedule, v_placement
 
 NAME = "v-list"
 
@@ -46,14 +46,14 @@ def _rows(p: int, m: int) -> list[list[Cell]]:
             raise SchedcError(f"{NAME}: no order found for {p} ranks and {m} microbatches")
         for r in range(p):
             ready = [a for a in _candidates(r, n, m, done) if _ready(a, n, ends, t)]
-            ready = [a for a in ready if a.kind != "F" or _fits(a, r, held[r], cap)]
+            ready = [a for a in ready if a.kind != Kind.F or _fits(a, r, held[r], cap)]
             if not ready:
                 continue
             a = min(ready, key=lambda a: ("IFW".index(a.kind), a.microbatch, a.stage != r))
             rows[r].append(a)
             ends[a] = t + 1
             done[(a.kind, a.stage)] = a.microbatch + 1
-            held[r][a.stage != r] += {"F": 1, "I": 0, "W": -1}[a.kind]
+            held[r][a.stage != r] += {Kind.F: 1, Kind.I: 0, Kind.W: -1}[a.kind]
         t += 1
     return rows
 
@@ -71,12 +71,12 @@ def _candidates(r: int, n: int, m: int, done: dict[tuple[str, int], int]) -> lis
 
 def _ready(a: Action, n: int, ends: dict[Action, int], t: int) -> bool:
     s, k = a.stage, a.microbatch
-    if a.kind == "F":
-        deps = [Action(s - 1, "F", k)] if s else []
-    elif a.kind == "I":
-        deps = [Action(s, "F", k)] + ([Action(s + 1, "I", k)] if s < n - 1 else [])
+    if a.kind == Kind.F:
+        deps = [Action(s - 1, Kind.F, k)] if s else []
+    elif a.kind == Kind.I:
+        deps = [Action(s, Kind.F, k)] + ([Action(s + 1, Kind.I, k)] if s < n - 1 else [])
     else:
-        deps = [Action(s, "I", k)]
+        deps = [Action(s, Kind.I, k)]
     return all(ends.get(d, t + 1) <= t for d in deps)
 
 

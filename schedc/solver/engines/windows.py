@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
+from schedc.core.ir import Kind
 from schedc.choices import Status
 from schedc.solver.deadline import Deadline, now
 from schedc.solver.engine import Incumbent, Result, close, materialize
@@ -173,7 +174,7 @@ def _sweep(end: float, length: float, n_sweeps: int, reach: float = 0.0,
 def _forward_hop(problem: Problem) -> float:
     """A microbatch's forward time per rank: all its F's and comms but the last stage's,
     spread over the ranks (with one stage per rank, the mean of F + the comm after it)."""
-    hops = [problem.duration(s, "F") + problem.comm(s) for s in range(problem.n_stages - 1)]
+    hops = [problem.duration(s, Kind.F) + problem.comm(s) for s in range(problem.n_stages - 1)]
     return sum(hops) / max(1, problem.n_ranks - 1)
 
 

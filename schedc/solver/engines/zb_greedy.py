@@ -45,7 +45,7 @@ from typing import Callable, Iterator, Optional, Union
 
 from schedc.core.cost_model import fits_room
 from schedc.errors import SchedcError
-from schedc.core.ir import Action, Schedule
+from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import SimResult, simulate
 from schedc.solver.deadline import CHECK_EVERY, Deadline
 from schedc.solver.engine import Incumbent, Result, found
@@ -99,54 +99,54 @@ class _State:
         m = self.n[kind][s]
         if m >= self.M:
             return math.inf
-        return self.g.input_time(kind, s, m, self.end["F"], self.end["I"])
+        return self.g.input_time(kind, s, m, self.end[Kind.F], self.end[Kind.I])
 
     def first_i_estimate(self, s: int) -> float:
         """Earliest stage s's first I can start: known if stage s+1's first I started, else the
         dependency chain from stage s's first F through the later stages and back."""
-        known = self.arrival("I", s)
-        if known < math.inf or self.end["F"][s][0] == math.inf:
+        known = self.arrival(Kind.I, s)
+        if known < math.inf or self.end[Kind.F][s][0] == math.inf:
             return known
-        t = self.end["F"][s][0]
+        t = self.end[Kind.F][s][0]
         for j in range(s + 1, self.S):
-            t = max(t + self.comm[j - 1], self.end["F"][j][0]) + (self.d["F"][j] if self.end["F"][j][0] == math.inf else 0)
+            t = max(t + self.comm[j - 1], self.end[Kind.F][j][0]) + (self.d[Kind.F][j] if self.end[Kind.F][j][0] == math.inf else 0)
         for j in range(self.S - 1, s, -1):
-            t += self.d["I"][j] + self.comm[j - 1]
+            t += self.d[Kind.I][j] + self.comm[j - 1]
         return t
 
     def f_fits(self, s: int) -> bool:
-        return fits_room(self.held[s] + self.mem["F"][s], self.room[s])
+        return fits_room(self.held[s] + self.mem[Kind.F][s], self.room[s])
 
 
 def _decide(st: _State, s: int, t: float, flags: Flags) -> tuple[Optional[str], float]:
     """(kind to run now, or None and the time to look again)."""
-    tf, ti = st.arrival("F", s), st.arrival("I", s)
+    tf, ti = st.arrival(Kind.F, s), st.arrival(Kind.I, s)
     f_ready, i_ready = tf <= t + EPS and st.f_fits(s), ti <= t + EPS
-    w_pending = st.n["W"][s] < st.n["I"][s]
-    if st.n["I"][s] == 0 and st.n["F"][s] < st.M and st.f_fits(s):
+    w_pending = st.n[Kind.W][s] < st.n[Kind.I][s]
+    if st.n[Kind.I][s] == 0 and st.n[Kind.F][s] < st.M and st.f_fits(s):
         # warm-up: F's until the first I; the last F before it may cost a bubble (flag)
         est = st.first_i_estimate(s) if not i_ready else t
         if not i_ready and tf <= t + EPS:
-            if t + st.d["F"][s] <= est + EPS or est <= t + EPS or not flags.allow_bubble_before_first_b:
-                return "F", t
+            if t + st.d[Kind.F][s] <= est + EPS or est <= t + EPS or not flags.allow_bubble_before_first_b:
+                return Kind.F, t
             return None, est
     if i_ready and f_ready:
-        ahead = s + 1 < st.S and st.n["F"][s] - st.n["F"][s + 1] > 1
+        ahead = s + 1 < st.S and st.n[Kind.F][s] - st.n[Kind.F][s + 1] > 1
         if flags.prioritize_b and ahead:
-            return "I", t
-        return ("F" if st.last_fi[s] == "I" else "I"), t
+            return Kind.I, t
+        return (Kind.F if st.last_fi[s] == Kind.I else Kind.I), t
     if i_ready:
-        return "I", t
+        return Kind.I, t
     if f_ready:
-        return "F", t
+        return Kind.F, t
     nxt = min(ti, tf if st.f_fits(s) else math.inf)
     if w_pending:
         blocked = tf < math.inf and not st.f_fits(s)
         gap = nxt - t
-        if blocked or gap == math.inf or gap >= st.d["W"][s] - EPS:
-            return "W", t
+        if blocked or gap == math.inf or gap >= st.d[Kind.W][s] - EPS:
+            return Kind.W, t
         if flags.no_bubble_greedy and st.idle[s] + gap > max(st.idle) + EPS:
-            return "W", t
+            return Kind.W, t
     return None, nxt
 
 
@@ -166,7 +166,7 @@ def _construct(g: Graph, flags: Flags, expired: Callable[[], bool] = lambda: Fal
                 heapq.heappush(heap, (again, s))
             continue  # otherwise woken when a neighbour finishes something it needs
         st.idle[s] += max(0.0, t - waiting_since[s])
-        m = st.n[kind][s] if kind != "W" else st.n["W"][s]
+        m = st.n[kind][s] if kind != Kind.W else st.n[Kind.W][s]
         end = t + st.d[kind][s]
         if kind in "FI":
             st.end[kind][s][m] = end
@@ -195,9 +195,9 @@ def to_schedule(problem: Problem, rows: list[list[Action]], flags: Flags, name: 
         new = []
         for a in row:
             # one B holds what I + W hold only when the I leaves nothing held for the W
-            if costs.duration(a.stage, "W") == 0 and costs.weight_grad(a.stage) == 0 and a.kind in "IW":
-                if a.kind == "I":  # a stage without weights: its backward is one B
-                    new.append(Action(a.stage, "B", a.microbatch))
+            if costs.duration(a.stage, Kind.W) == 0 and costs.weight_grad(a.stage) == 0 and a.kind in "IW":
+                if a.kind == Kind.I:  # a stage without weights: its backward is one B
+                    new.append(Action(a.stage, Kind.B, a.microbatch))
                 continue
             new.append(a)
         out.append(new)

@@ -47,7 +47,7 @@ from typing import Callable, Iterator, Optional, Union
 
 from schedc.core.cost_model import fits_room
 from schedc.errors import SchedcError
-from schedc.core.ir import Action, Schedule
+from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import SimResult, simulate
 from schedc.solver.deadline import Deadline
 from schedc.solver.engine import Incumbent, Result, found
@@ -90,19 +90,19 @@ class _Rounds:
         if not self.fits(s, kind):
             raise _Stuck
         start = self.free_at[s]
-        if kind == "F" and s > 0:
+        if kind == Kind.F and s > 0:
             start = max(start, self.end_f[s - 1][m] + self.comm[s - 1])
-        elif kind == "I" and s + 1 < self.S:
+        elif kind == Kind.I and s + 1 < self.S:
             start = max(start, self.end_i[s + 1][m] + self.comm[s])
         if math.isnan(start):
             raise _Stuck  # an input not produced yet: this combination's order cannot run
-        if self.n["F"][s] > 0:
+        if self.n[Kind.F][s] > 0:
             self.idle[s] += start - self.free_at[s]
             self.max_idle = max(self.max_idle, self.idle[s])
         end = start + self.d[kind][s]
-        if kind == "F":
+        if kind == Kind.F:
             self.end_f[s][m] = end
-        elif kind == "I":
+        elif kind == Kind.I:
             self.end_i[s][m] = end
         self.free_at[s] = end
         self.held[s] += self.mem[kind][s]
@@ -110,7 +110,7 @@ class _Rounds:
         self.rows[s].append(Action(s, kind, m))
 
     def owes_w(self, s: int) -> bool:
-        return self.n["W"][s] < self.n["I"][s]
+        return self.n[Kind.W][s] < self.n[Kind.I][s]
 
     def fill_before(self, s: int, kind: str, arrival: Optional[float]) -> None:
         """W's in front of stage s's next `kind`: those memory forces, those that end before its
@@ -119,57 +119,57 @@ class _Rounds:
         while not self.fits(s, kind):
             if not self.owes_w(s):
                 raise _Stuck
-            self.put(s, "W")
+            self.put(s, Kind.W)
         if arrival is None:
             return
-        while self.owes_w(s) and self.free_at[s] + self.d["W"][s] <= arrival + EPS:
-            self.put(s, "W")
+        while self.owes_w(s) and self.free_at[s] + self.d[Kind.W][s] <= arrival + EPS:
+            self.put(s, Kind.W)
         if self.owes_w(s) and self.free_at[s] < arrival - EPS:
             affordable = arrival - self.free_at[s] <= self.max_idle - self.idle[s] + EPS
             if self.flags.no_bubble_greedy or not affordable:
-                self.put(s, "W")
+                self.put(s, Kind.W)
 
     def warmup_counts(self) -> list[int]:
         """Round 0: extra F's per stage before the first I (see the module docstring)."""
         S, d, comm = self.S, self.d, self.comm
         extra = [0] * S
-        last = self.end_f[S - 1][0] + d["I"][S - 1]
+        last = self.end_f[S - 1][0] + d[Kind.I][S - 1]
         for j in range(S - 2, -1, -1):
             held, t = self.held[j], self.free_at[j]
             arrival = last + comm[j]
-            while self.n["F"][j] + extra[j] < self.M and \
-                    fits_room(held + self.mem["F"][j], self.room[j]):
+            while self.n[Kind.F][j] + extra[j] < self.M and \
+                    fits_room(held + self.mem[Kind.F][j], self.room[j]):
                 if self.flags.allow_bubble_before_first_b:
-                    if t + d["F"][j] > arrival + EPS:
+                    if t + d[Kind.F][j] > arrival + EPS:
                         break
                 elif t >= arrival - EPS:
                     break
-                held += self.mem["F"][j]
-                t += d["F"][j]
+                held += self.mem[Kind.F][j]
+                t += d[Kind.F][j]
                 extra[j] += 1
-            last = max(t, arrival) + d["I"][j]
+            last = max(t, arrival) + d[Kind.I][j]
         for j in range(1, S):  # strictly fewer than the stage before (1F1B's shape)
-            while extra[j] > 0 and extra[j] >= extra[j - 1] and self.n["F"][j] + extra[j] < self.M:
+            while extra[j] > 0 and extra[j] >= extra[j - 1] and self.n[Kind.F][j] + extra[j] < self.M:
                 extra[j] -= 1
         return extra
 
     def wants_f(self, j: int) -> bool:
         """Round i > 0: whether stage j runs one more F this round."""
-        if self.n["F"][j] >= self.M:
+        if self.n[Kind.F][j] >= self.M:
             return False
-        if not (self.flags.prioritize_b and j + 1 < self.S and self.n["F"][j] >= self.n["F"][j + 1] + 2):
+        if not (self.flags.prioritize_b and j + 1 < self.S and self.n[Kind.F][j] >= self.n[Kind.F][j + 1] + 2):
             return True
         d, nxt = self.d, j + 1
-        back = self.free_at[nxt] + d["F"][nxt] + d["I"][nxt] + self.comm[j]  # when the next I could come back
+        back = self.free_at[nxt] + d[Kind.F][nxt] + d[Kind.I][nxt] + self.comm[j]  # when the next I could come back
         if self.free_at[j] >= back:
             return False
-        w_cost, owed, freed = 0.0, self.n["I"][j] - self.n["W"][j], 0.0
+        w_cost, owed, freed = 0.0, self.n[Kind.I][j] - self.n[Kind.W][j], 0.0
         k = 0
-        while not self.fits(j, "F", freed) and k < owed:  # W's the F would need first
-            w_cost += d["W"][j]
-            freed += self.mem["W"][j]
+        while not self.fits(j, Kind.F, freed) and k < owed:  # W's the F would need first
+            w_cost += d[Kind.W][j]
+            freed += self.mem[Kind.W][j]
             k += 1
-        if self.free_at[j] + d["F"][j] + w_cost <= back + EPS:
+        if self.free_at[j] + d[Kind.F][j] + w_cost <= back + EPS:
             return True
         return not back - self.free_at[j] <= self.max_idle - self.idle[j] + EPS
 
@@ -181,29 +181,29 @@ class _Rounds:
                     return None
                 if i == 0:
                     for j in range(S):
-                        self.put(j, "F")
+                        self.put(j, Kind.F)
                     extra = self.warmup_counts()
                     for j in range(S):
                         for _ in range(extra[j]):
-                            self.put(j, "F")
+                            self.put(j, Kind.F)
                 else:
                     want = [self.wants_f(j) for j in range(S)]
                     for j in range(S - 2, -1, -1):
                         want[j] = want[j] and want[j + 1]
                     for j in range(S):
                         if want[j]:
-                            self.fill_before(j, "F", None if j == 0 else
-                                             self.end_f[j - 1][self.n["F"][j]] + self.comm[j - 1])
-                            self.put(j, "F")
+                            self.fill_before(j, Kind.F, None if j == 0 else
+                                             self.end_f[j - 1][self.n[Kind.F][j]] + self.comm[j - 1])
+                            self.put(j, Kind.F)
                 for j in range(S - 1, -1, -1):
-                    self.fill_before(j, "I", None if j == S - 1 else self.end_i[j + 1][i] + self.comm[j])
-                    if j == 0 and self.n["F"][0] == M:
+                    self.fill_before(j, Kind.I, None if j == S - 1 else self.end_i[j + 1][i] + self.comm[j])
+                    if j == 0 and self.n[Kind.F][0] == M:
                         while self.owes_w(0):
-                            self.put(0, "W")
-                    self.put(j, "I")
+                            self.put(0, Kind.W)
+                    self.put(j, Kind.I)
             for j in range(S):
-                while self.n["W"][j] < M:
-                    self.put(j, "W")
+                while self.n[Kind.W][j] < M:
+                    self.put(j, Kind.W)
         except _Stuck:
             return None
         return self.rows
