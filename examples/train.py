@@ -15,9 +15,13 @@ optimizer step sees). `--backend` defaults to nccl when CUDA is available, gloo 
 `--plan plan.json` runs what `schedc plan` chose: the CSV beside it, its blocks per stage and its
 activation checkpointing, one mode per stage where `--ac auto` chose per stage
 (schedc.runtime.checkpointing.plan_settings); the model gets as many blocks as the plan's
-partition holds (so --layers-per-stage is refused with it, and --layers unless it agrees). A
-malformed plan, a CSV beside it that the plan did not write, or a flag that contradicts the CSV
-is one line before any process group starts. `--ac` checkpoints the blocks (none, light,
+partition holds (so --layers-per-stage is refused with it, and --layers unless it agrees), and
+the shape the plan was made for (--hidden, --heads, --seq-len, --vocab, --microbatch-size and
+--dtype, read from the profile's model and "assumes"; a flag that contradicts them is refused,
+and a plan that does not record one of them, or was counted for another model than this GPT,
+needs the flag or is refused). A malformed plan, a CSV beside it that the plan did not write (or
+a plan without the CSV's hash), checkpointing the CSV cannot run, or a flag that contradicts the
+CSV is one line naming --plan or the flag before any process group starts. `--ac` checkpoints the blocks (none, light,
 selective, full, or one per stage, comma-separated) for the other sources, and overrides the
 plan's; light or selective on a stage the CSV runs as I and W (stage 0 aside) is refused then too.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -57,20 +62,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="stages for --baseline / --torch-schedule (default: 1 or 2 per rank, as the schedule needs)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2, help="steps left out of the step-time summary")
-    p.add_argument("--microbatch-size", type=int, default=2, help="sequences per microbatch")
+    p.add_argument("--microbatch-size", type=int, default=None, help="sequences per microbatch (default: the plan's, "
+                   "else 2)")
     p.add_argument("--layers", type=int, default=None, help="blocks (default: the plan's, else 8)")
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--vocab", type=int, default=512)
+    for flag, default in (("--hidden", 128), ("--heads", 4), ("--seq-len", 64), ("--vocab", 512)):
+        p.add_argument(flag, type=int, default=None, help=f"default: the plan's, else {default}")
     p.add_argument("--layers-per-stage", default=None, help="comma-separated block counts, one per stage")
-    p.add_argument("--dtype", default="float32", help="float32, bfloat16, float64, ...")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16, float64, ... (default: the plan's, else float32)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=["gloo", "nccl"], default=None)
     p.add_argument("--timeout", type=float, default=300, help="process-group timeout, seconds")
     return p.parse_args(argv)
 
+
+# the model's shape when neither a flag nor --plan gives it (argparse dest -> value)
+SHAPE_DEFAULTS = {"hidden": 128, "heads": 4, "seq_len": 64, "vocab": 512, "microbatch_size": 2, "dtype": "float32"}
+# a profile of this GPT names its shape (schedc.runtime.profiling.gpt.gpt_label)
+GPT_LABEL = re.compile(r"^gpt\(layers=(\d+), hidden=(\d+), heads=(\d+), seq=(\d+), vocab=(\d+)\)")
 
 # load_pipeline's parameters that this script sets from a flag: its errors name the parameter,
 # the user typed the flag
@@ -89,7 +98,10 @@ def main(argv=None) -> int:
     try:  # before any process group: a bad flag or --plan is one line, not a hang
         check_args(args)
         planned = _plan_settings(args)
-        _check_launch(args)
+        for name, value in SHAPE_DEFAULTS.items():  # what neither a flag nor the plan set
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+        _check_launch(args, planned)
     except SchedcError as e:
         print(f"error: {printable(e)}", file=sys.stderr)
         return 2
@@ -150,7 +162,8 @@ def train(args: argparse.Namespace, device: torch.device, planned: dict) -> int:
         n_params = sum(p.numel() for p in pipe.parameters())
         print(f"{label}: {world} ranks, {n_stages} stages, {mb} microbatches x {args.microbatch_size} "
               f"sequences, {dist.get_backend()} on {device}; rank {rank} holds stages {mine} "
-              f"({n_params / 1e6:.2f}M parameters); activation checkpointing {ac}", flush=True)
+              f"({n_params / 1e6:.2f}M parameters); GPT of {cfg.layers} blocks, hidden {cfg.hidden}, heads {cfg.heads}, "
+              f"seq {cfg.seq_len}, vocab {cfg.vocab_size}, {cfg.dtype}; activation checkpointing {ac}", flush=True)
 
     opt = torch.optim.AdamW(pipe.parameters(), lr=args.lr)
     times = []
@@ -196,8 +209,13 @@ def _plan_settings(args: argparse.Namespace) -> dict:
         planned = plan_settings(args.plan)
     except SchedcError as e:
         raise SchedcError(f"--plan {e}") from None
-    recorded = read_json(args.plan, "a plan report").get(csvio.CSV_HASH_KEY)  # a dict: plan_settings read it
-    if isinstance(recorded, str) and csvio.csv_sha256(read_input(csv, "a CSV schedule")) != recorded:
+    report = read_json(args.plan, "a plan report")  # a dict: plan_settings read it
+    recorded = report.get(csvio.CSV_HASH_KEY)
+    if not isinstance(recorded, str):  # without it any CSV named plan.csv would run as planned
+        raise SchedcError(f"--plan {args.plan}: " + ("no" if recorded is None else "a non-text")
+                          + f" \"{csvio.CSV_HASH_KEY}\" (the hash of the CSV the plan wrote), so {csv} cannot be "
+                          f"checked; give the plan.json `schedc plan` wrote, or plan again")
+    if csvio.csv_sha256(read_input(csv, "a CSV schedule")) != recorded:
         raise SchedcError(f"--plan {args.plan}: {csv} is not the schedule this plan wrote; plan again")
     stages = _csv(csv).n_stages
     if len(planned["layers_per_stage"]) != stages:
@@ -205,11 +223,91 @@ def _plan_settings(args: argparse.Namespace) -> dict:
                           f"has {stages}; plan again")
     if args.layers_per_stage is not None:
         raise SchedcError("--layers-per-stage: --plan sets the blocks per stage (its partition); drop one of them")
+    args.layers_of_plan = sum(planned["layers_per_stage"])
     if args.layers is not None and args.layers != sum(planned["layers_per_stage"]):
         raise SchedcError(f"--layers {args.layers}: the plan's partition holds {sum(planned['layers_per_stage'])} "
                           f"blocks; drop --layers (the model gets the plan's)")
+    _take_plan_shape(args, report)
     args.schedule = str(csv)
     return planned
+
+
+def _plan_shape(report: dict) -> tuple[str, dict]:
+    """(the model the plan's profile names, the shape it records, as this script's argparse
+    dests): a profile of this GPT names all of it; any profile's "assumes" gives its sequence
+    length, microbatch size and dtype."""
+    profile = report.get("profile")
+    model = profile.get("model") if isinstance(profile, dict) else None
+    label = model if isinstance(model, str) else ""
+    assumes = report.get("assumes") if isinstance(report.get("assumes"), dict) else {}
+    shape = {name: assumes.get(key) for name, key in (("seq_len", "seq_len"), ("microbatch_size", "microbatch_size"),
+                                                      ("dtype", "dtype"))}
+    for name, value in shape.items():
+        good = isinstance(value, str) if name == "dtype" else (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+        if value is not None and not good:
+            raise SchedcError(f"\"assumes\".{name}: {shown(value)} is not " + ("a dtype" if name == "dtype" else
+                              "an integer >= 1") + "; give the plan.json `schedc plan` wrote, or plan again")
+    gpt = GPT_LABEL.match(label)
+    if gpt:
+        shape.update(zip(("layers", "hidden", "heads", "seq_len", "vocab"), map(int, gpt.groups())))
+    return label, {k: v for k, v in shape.items() if v is not None}
+
+
+def _counted_for_another_model(label: str) -> str:
+    """What in a counted profile's model (schedc.model_costs' label: '... N layers, hidden H, ffn
+    F (mlp), heads A/K x D ...') this GPT cannot be: its MLP is 4 x hidden with GELU and its
+    attention has as many key/value heads as heads; '' where the label says nothing of it."""
+    hidden = re.search(r"\bhidden (\d+)", label)
+    ffn = re.search(r"\bffn (\d+)(?: \((\w+)\))?", label)
+    heads = re.search(r"\bheads (\d+)/(\d+)", label)
+    if ffn and hidden and int(ffn.group(1)) != 4 * int(hidden.group(1)):
+        return f"an MLP of {ffn.group(1)} (this GPT's is 4 x hidden = {4 * int(hidden.group(1))})"
+    if ffn and ffn.group(2) and ffn.group(2) != "gelu":
+        return f"a {ffn.group(2)} MLP (this GPT's is GELU)"
+    if heads and heads.group(1) != heads.group(2):
+        return f"{heads.group(2)} key/value heads for {heads.group(1)} heads (this GPT has as many as heads)"
+    return ""
+
+
+def _take_plan_shape(args: argparse.Namespace, report: dict) -> None:
+    """The model's shape from the plan: a flag that contradicts it is refused, one it does not
+    record must be given (this script's defaults are not the plan's model), and a plan counted for
+    a model this GPT is not is refused."""
+    try:
+        label, shape = _plan_shape(report)
+    except SchedcError as e:
+        raise SchedcError(f"--plan {args.plan}: {e}") from None
+    counted = {"hidden": r"\bhidden (\d+)", "heads": r"\bheads (\d+)", "vocab": r"\bvocab (\d+)",
+               "layers": r"\b(\d+) layers"}
+    if not GPT_LABEL.match(label):
+        other = _counted_for_another_model(label)
+        if other:
+            raise SchedcError(f"--plan {args.plan}: it was counted for {shown(label, 120)}, with {other}; this script "
+                              f"trains schedc's GPT: plan from a profile of it (schedc profile --units ...)")
+        for name, pattern in counted.items():
+            found = re.search(pattern, label)
+            if found:
+                shape.setdefault(name, int(found.group(1)))
+    for name, value in shape.items():
+        given = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if name == "layers":  # the partition's blocks, checked against --layers above
+            if value != args.layers_of_plan:
+                raise SchedcError(f"--plan {args.plan}: its model has {value} layers but its partition holds "
+                                  f"{args.layers_of_plan} blocks; plan again")
+            continue
+        if given is not None and given != value:
+            said = (lambda v: shown(v)) if name == "dtype" else str
+            raise SchedcError(f"{flag} {said(given)}: the plan was made for {name.replace('_', ' ')} {said(value)}; "
+                              f"drop {flag} (the model gets the plan's)")
+        setattr(args, name, value)
+    missing = ["--" + n.replace("_", "-") for n in ("hidden", "heads", "seq_len", "vocab") if getattr(args, n) is None]
+    if missing:
+        raise SchedcError(f"--plan {args.plan}: the plan does not record its model's "
+                          f"{', '.join(m[2:] for m in missing)} (its profile's model is "
+                          f"{shown(label, 120) if label else 'not named'}); pass {', '.join(missing)} of the model it was "
+                          f"made for, or plan from a profile of this GPT (schedc profile --units ...)")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -226,7 +324,7 @@ def check_args(args: argparse.Namespace) -> None:
     if not 0 < args.timeout < float("inf"):
         raise SchedcError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
     try:
-        parse_dtype(args.dtype)
+        parse_dtype(args.dtype or SHAPE_DEFAULTS["dtype"])
     except ValueError as e:
         raise SchedcError(f"--dtype: {e}") from None
     if args.layers_per_stage is not None:
@@ -240,9 +338,9 @@ def check_args(args: argparse.Namespace) -> None:
                               f"separated by commas")
 
 
-def _check_launch(args: argparse.Namespace) -> None:
-    """--mb and --ac against the CSV, and torchrun's environment, without which the process group
-    cannot start (torch raises deep inside)."""
+def _check_launch(args: argparse.Namespace, planned: dict) -> None:
+    """--mb and --ac (or the plan's checkpointing) against the CSV, and torchrun's environment,
+    without which the process group cannot start (torch raises deep inside)."""
     if args.schedule:
         schedule = _csv(args.schedule)
         if args.mb is not None and args.mb != schedule.n_microbatches:
@@ -257,6 +355,11 @@ def _check_launch(args: argparse.Namespace) -> None:
 
             check_split_backward(modes or [args.ac] * schedule.n_stages, schedule,
                                  f"--ac {args.ac} with {args.schedule}")
+        elif planned.get("activation_checkpoint") is not None:  # as load_pipeline would, on every rank
+            from schedc.runtime.checkpointing import check_split_backward, stage_modes
+
+            check_split_backward(stage_modes(planned["activation_checkpoint"], schedule.n_stages), schedule,
+                                 f"--plan {args.plan}: its activation checkpointing with {args.schedule}")
     _check_stage_counts(args)
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:

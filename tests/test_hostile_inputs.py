@@ -710,7 +710,9 @@ def _plan_files(folder, assumes=None, partition=None, schedule=None):
     from schedc.core.baselines import make_baseline
 
     report = {"partition": _PARTITION if partition is None else partition,
-              "assumes": {"activation_checkpoint": _PER_BLOCK} if assumes is None else assumes}
+              "assumes": {"activation_checkpoint": _PER_BLOCK} if assumes is None else assumes,
+              # the model examples/train.py builds (its shape is the plan's)
+              "profile": {"model": "gpt(layers=4, hidden=32, heads=2, seq=16, vocab=64)/6 units"}}
     csvio.write_schedule(schedule or make_baseline("1f1b", 2, 4), report, folder / "plan.csv")
     return folder / "plan.json"
 

@@ -154,7 +154,7 @@ def test_check_csv_for_names_a_setting_read_as_text(tmp_path, spec, settings, me
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(scale="0.01"), "^emulate: scale must be > 0, got '0.01'"),
+    (dict(scale="0.01"), "^emulate: scale must be a finite number > 0, got '0.01'"),
     (dict(steps="2"), "^emulate: need steps >= 1, got '2'"),
     (dict(profile="prof.json"), r"^emulate: profile must be a schedc.Profile \(schedc.Profile.load\(PATH\)\) or one per CSV"),
 ])
@@ -187,3 +187,133 @@ def test_profile_gpt_names_an_argument_of_the_wrong_type(args, kwargs, message):
     cfg = GPTConfig(vocab_size=16, hidden=8, layers=2, heads=2, seq_len=4)
     with pytest.raises(SchedcError, match=message):
         profile_gpt(*[cfg if a == "cfg" else a for a in args], **kwargs)
+
+
+# ----------------------------------------------------------------- --plan: checked first, in full
+
+PARTITION = [["embed", "blocks.0", "blocks.1"], ["blocks.2", "blocks.3", "norm", "head"]]
+GPT_MODEL = "gpt(layers=4, hidden=32, heads=2, seq=16, vocab=64)/6 units"
+GPT_ASSUMES = {"activation_checkpoint": "none", "seq_len": 16, "microbatch_size": 2, "dtype": "float32"}
+
+
+def _plan(folder, schedule="1f1b", model=GPT_MODEL, assumes=GPT_ASSUMES, **report):
+    """plan.csv and plan.json (with the CSV's hash) as `schedc plan` writes them; 2 ranks x 4."""
+    from schedc.io.csvio import write_schedule
+
+    report = {"partition": PARTITION, "assumes": dict(assumes), "profile": {"model": model}} | report
+    write_schedule(make_baseline(schedule, 2, 4), report, folder / "plan.csv")
+    return folder / "plan.json"
+
+
+def _hash_edited(path, value):
+    import json
+
+    report = json.loads(path.read_text())
+    if value is None:
+        del report["csv_sha256"]
+    else:
+        report["csv_sha256"] = value
+    path.write_text(json.dumps(report))
+
+
+def _one_line(capsys, code, needle):
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"error: {needle}"), err
+
+
+@pytest.mark.parametrize("value, needle", [
+    (None, "--plan plan.json: no \"csv_sha256\" (the hash of the CSV the plan wrote), so plan.csv cannot be checked"),
+    (123, "--plan plan.json: a non-text \"csv_sha256\""),
+    (["abc"], "--plan plan.json: a non-text \"csv_sha256\""),
+])
+def test_a_plan_without_its_csv_hash_is_refused(train, tmp_path, capsys, value, needle):
+    # without the hash any CSV named plan.csv ran as planned
+    _hash_edited(_plan(tmp_path), value)
+    _one_line(capsys, train.main(["--plan", "plan.json"]), needle)
+
+
+def test_the_plan_gives_the_model_its_shape(train, tmp_path):
+    # it trained at the script's defaults (hidden 128, seq 64) whatever the plan was made for
+    _plan(tmp_path)
+    args = train.parse_args(["--plan", "plan.json"])
+    train._plan_settings(args)
+    shape = {k: getattr(args, k) for k in ("hidden", "heads", "seq_len", "vocab", "microbatch_size", "dtype")}
+    assert shape == {"hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64, "microbatch_size": 2, "dtype": "float32"}
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--hidden", "64"], "--hidden 64: the plan was made for hidden 32; drop --hidden"),
+    (["--seq-len", "64"], "--seq-len 64: the plan was made for seq len 16; drop --seq-len"),
+    (["--vocab", "512"], "--vocab 512: the plan was made for vocab 64"),
+    (["--microbatch-size", "4"], "--microbatch-size 4: the plan was made for microbatch size 2"),
+    (["--dtype", "bfloat16"], "--dtype 'bfloat16': the plan was made for dtype 'float32'"),
+])
+def test_a_flag_that_contradicts_the_plans_model_is_refused(train, tmp_path, capsys, argv, needle):
+    _plan(tmp_path)
+    _one_line(capsys, train.main(["--plan", "plan.json", *argv]), needle)
+
+
+@pytest.mark.parametrize("model, assumes, needle", [
+    # the same block count, another model: a GPT of another width, a counted Llama-like decoder
+    ("gpt(layers=6, hidden=32, heads=2, seq=16, vocab=64)/8 units", GPT_ASSUMES,
+     "--plan plan.json: its model has 6 layers but its partition holds 4 blocks"),
+    ("decoder: 4 layers, hidden 32, ffn 88 (swiglu), heads 2/2 x 16, vocab 64; seq 16; per unit", {"seq_len": 16},
+     "--plan plan.json: it was counted for 'decoder: 4 layers, hidden 32, ffn 88 (swiglu), heads 2/2 x 16, vocab 64; "
+     "seq 16; per unit', with an MLP of 88 (this GPT's is 4 x hidden = 128); this script trains schedc's GPT"),
+    ("llama (c.json): 4 layers, hidden 32, ffn 128, heads 4/2 x 8, vocab 64", {"seq_len": 16},
+     "--plan plan.json: it was counted for 'llama (c.json): 4 layers, hidden 32, ffn 128, heads 4/2 x 8, vocab 64', "
+     "with 2 key/value heads for 4 heads (this GPT has as many as heads)"),
+    ("decoder: 4 layers, hidden 32, ffn 128 (swiglu), heads 2/2 x 16, vocab 64", {"seq_len": 16},
+     "--plan plan.json: it was counted for 'decoder: 4 layers, hidden 32, ffn 128 (swiglu), heads 2/2 x 16, vocab "
+     "64', with a swiglu MLP (this GPT's is GELU)"),
+])
+def test_a_plan_counted_for_another_model_is_refused(train, tmp_path, capsys, model, assumes, needle):
+    _plan(tmp_path, model=model, assumes=assumes)
+    _one_line(capsys, train.main(["--plan", "plan.json", "--hidden", "32", "--heads", "2", "--vocab", "64"]), needle)
+
+
+def test_a_counted_plan_of_this_gpts_shape_takes_its_shape(train, tmp_path):
+    _plan(tmp_path, model="decoder: 4 layers, hidden 48, ffn 192 (gelu), heads 3/3 x 16, vocab 96",
+          assumes={"seq_len": 24, "microbatch_size": 1})
+    args = train.parse_args(["--plan", "plan.json"])
+    train._plan_settings(args)
+    assert (args.hidden, args.heads, args.vocab, args.seq_len, args.microbatch_size) == (48, 3, 96, 24, 1)
+
+
+def test_a_plan_that_records_no_shape_needs_the_flags(train, tmp_path, capsys):
+    _plan(tmp_path, model="mymodel/6 units", assumes={"activation_checkpoint": "none", "seq_len": 16})
+    _one_line(capsys, train.main(["--plan", "plan.json", "--heads", "2"]),
+              "--plan plan.json: the plan does not record its model's hidden, vocab (its profile's model is "
+              "'mymodel/6 units'); pass --hidden, --vocab of the model it was made for")
+    # given, they are the model (no default stands in for the plan's)
+    assert train.main(["--plan", "plan.json", "--heads", "2", "--hidden", "32", "--vocab", "64"]) == 2
+    assert "RANK is not set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("assumes, needle", [
+    ({**GPT_ASSUMES, "seq_len": "16"}, "--plan plan.json: \"assumes\".seq_len: '16' is not an integer >= 1"),
+    ({**GPT_ASSUMES, "microbatch_size": 0}, "--plan plan.json: \"assumes\".microbatch_size: '0' is not an integer"),
+    ({**GPT_ASSUMES, "dtype": 32}, "--plan plan.json: \"assumes\".dtype: '32' is not a dtype"),
+])
+def test_a_plan_with_a_shape_of_the_wrong_type_is_refused(train, tmp_path, capsys, assumes, needle):
+    _plan(tmp_path, assumes=assumes)
+    _one_line(capsys, train.main(["--plan", "plan.json"]), needle)
+
+
+def test_a_plans_checkpointing_the_csv_cannot_run_is_refused_before_the_group(train, tmp_path, capsys):
+    # zb-h1 runs stage 1 as I and W: a per-op mode there was refused by load_pipeline on every rank
+    _plan(tmp_path, schedule="zb-h1", assumes={**GPT_ASSUMES, "activation_checkpoint": ["none", "selective"]})
+    _one_line(capsys, train.main(["--plan", "plan.json"]),
+              "--plan plan.json: its activation checkpointing with plan.csv: stage 1 runs I and W apart")
+
+
+def test_a_bad_plan_is_refused_under_torchrun_before_the_group_starts(train, tmp_path, capsys, monkeypatch):
+    # under torchrun (RANK and the rendezvous set) the plan is still checked first, in one line
+    for var, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")):
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(train, "init_group", lambda *a, **k: pytest.fail("the process group started"))
+    _hash_edited(_plan(tmp_path), None)
+    _one_line(capsys, train.main(["--plan", "plan.json"]), "--plan plan.json: no \"csv_sha256\"")
+    _plan(tmp_path, model="gpt(layers=4, hidden=64, heads=2, seq=16, vocab=64)/6 units")
+    _one_line(capsys, train.main(["--plan", "plan.json", "--hidden", "32"]), "--hidden 32: the plan was made for hidden 64")
