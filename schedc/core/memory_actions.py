@@ -44,12 +44,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from schedc.core.ir import Action, Schedule
+from schedc.core.ir import KIND_TABLE, Action, Schedule
 from schedc.errors import SchedcError, shown
 
 MEMORY_ACTIONS = ("keep", "offload", "recompute")
 _FIELDS = ("stage", "microbatch", "action", "fetch_at")
-_CELL = re.compile(r"(\d+)([FIWB])(\d+)")
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,8 @@ def _integer(where: str, name: str, value: Any) -> int:
 
 def parse_fetch_at(text: Any, where: str = "fetch_at") -> Action:
     """A CSV cell in torch's notation (``"1F5"``: stage 1, F, microbatch 5) as an Action."""
-    m = _CELL.fullmatch(text) if isinstance(text, str) else None
+    letters = "".join(re.escape(k) for k in KIND_TABLE)  # the kinds registered now (schedc.core.ir)
+    m = re.fullmatch(rf"(\d+)([{letters}])(\d+)", text) if isinstance(text, str) else None
     if m is None:
         raise SchedcError(f"{where}: \"fetch_at\" must be one action of the CSV in torch's notation (e.g. \"1F5\": "
                           f"stage 1, forward, microbatch 5), got {shown(text)}")
