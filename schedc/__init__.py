@@ -20,19 +20,10 @@ torch nor the solvers nor matplotlib; those load on the first call that needs th
 
 from schedc._version import __version__
 
-from schedc.cli._loading import exit_on_ctrl_c_while_loading
-
-exit_on_ctrl_c_while_loading()  # the schedc command: Ctrl-C until cli.main holds it exits 130, no traceback
-
 # schedc.plan is a package and a front-door function: imported first, so that the attribute its
 # import sets on the package is replaced below once and for all (a later import finds it in
-# sys.modules and sets nothing); its submodules then hang on the function (_reach_submodules). The
-# modules behind the old names schedc.simulate, .validate and .plot stay reachable for one release
-# (schedc.deprecation).
+# sys.modules and sets nothing); its submodules then hang on the function (_reach_submodules).
 from schedc import plan as _plan_module
-from schedc.core import simulate as _simulate_module
-from schedc.core import validate as _validate_module
-from schedc.show import plot as _plot_module
 
 from schedc.api import (
     BASELINES,
@@ -49,7 +40,6 @@ from schedc.api import (
 )
 from schedc.choices import Execution, Objective, Placement, Solver, Status
 from schedc.core.costs import MemoryLimit, Profile, StageCost
-from schedc.deprecation import attach_module_aliases, install_moved_modules
 from schedc.errors import SchedcError
 from schedc.core.ir import Action, Schedule
 from schedc.plan import PlanResult, plan
@@ -92,17 +82,6 @@ __all__ = [
     "SchedcError",
 ]
 
-# before the front door, the README reached these through the package's modules; one release more
-attach_module_aliases(simulate, _simulate_module, {"simulate": "schedc.simulate(schedule, profile=...)"})
-attach_module_aliases(validate, _validate_module, {
-    "validate": "schedc.validate(schedule, ...)",
-    "problems": "'from schedc.validate import problems'"})
-attach_module_aliases(plot, _plot_module, {
-    "plot_schedules": "schedc.plot(schedules, profile=..., titles=...)",
-    "plot_schedule": "schedc.plot(schedule, profile=...)"})
-install_moved_modules({"schedc.simulate": _simulate_module, "schedc.validate": _validate_module,
-                       "schedc.plot": _plot_module})
-
 
 def _reach_submodules(front, package) -> None:
     """Hang each submodule of `package` on `front`, the function that took the package's name.
@@ -118,5 +97,4 @@ def _reach_submodules(front, package) -> None:
 
 
 _reach_submodules(plan, _plan_module)
-del _plan_module, _plot_module, _simulate_module, _validate_module, attach_module_aliases, install_moved_modules
-del exit_on_ctrl_c_while_loading, _reach_submodules
+del _plan_module, _reach_submodules

@@ -14,7 +14,6 @@ import inspect
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pydantic
@@ -213,27 +212,6 @@ def test_simulate_plot_and_profile_paths(tmp_path):
     assert by_object.timings[i0].end == by_object.timings[i0].start
     fig = schedc.plot([s, s], profile=prof, memory="1p", titles=["a", "b"], path=tmp_path / "two.png")
     assert len(fig.axes) == 4 and (tmp_path / "two.png").stat().st_size > 0
-
-
-def test_old_spellings_through_the_package_warn_and_still_work():
-    s = schedc.baseline("zb-h1", stages=2, microbatches=4)
-    prof = schedc.Profile.uniform(2)
-    from schedc import plot, simulate, validate  # the README's import before the front door
-
-    with pytest.warns(DeprecationWarning, match=r"use schedc.simulate\(schedule"):
-        assert simulate.simulate(s, prof).makespan == schedc.simulate(s, profile=prof).makespan
-    with pytest.warns(DeprecationWarning, match=r"use schedc.validate"):
-        validate.validate(s, n_stages=2)
-    with pytest.warns(DeprecationWarning):
-        assert validate.problems(s) == []
-    with pytest.warns(DeprecationWarning, match=r"use schedc.plot"):
-        assert len(plot.plot_schedules([s], prof).axes) == 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the engine modules by their dotted names do not warn
-        from schedc.core.simulate import simulate as engine_simulate
-        from schedc.solver import compile_schedule  # noqa: F401
-
-        assert engine_simulate(s, prof).makespan == schedc.simulate(s, profile=prof).makespan
 
 
 def test_import_schedc_stays_light():

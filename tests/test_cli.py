@@ -182,29 +182,66 @@ def test_comparing_unlike_schedules_warns(tmp_path, monkeypatch, capsys):
     assert "warning" not in capsys.readouterr().err  # like for like: no warning (plot names where costs came from)
 
 
-def test_ctrl_c_between_loading_and_main_exits_130_without_a_traceback(tmp_path):
-    # `python -m schedc.cli` loads the package, then reads and runs cli.py, then main() holds
-    # Ctrl-C: a SIGINT anywhere in between (here: right after `import schedc` in the command's
-    # process) is the command's one line and exit 130, not a KeyboardInterrupt traceback
-    command = ("import os, signal, sys, time; sys.argv[0] = 'schedc'; import schedc; "
-               "os.kill(os.getpid(), signal.SIGINT); time.sleep(30); print('not stopped')")
+@pytest.mark.parametrize("signum, line, code", [(signal.SIGINT, "schedc: interrupted\n", 130),
+                                                (signal.SIGTERM, "schedc: terminated\n", 143)])
+def test_a_signal_while_the_command_loads_is_one_line_and_its_exit_code(tmp_path, signum, line, code):
+    # the console script's entry point (schedc_entry, outside the package) answers Ctrl-C and SIGTERM
+    # before `import schedc`: a signal while the package loads is the command's line and code, not a
+    # KeyboardInterrupt traceback or a death by signal 15 with no word
+    command = ("import os, signal, time, schedc_entry; schedc_entry.hold_while_loading(); import schedc; "
+               f"os.kill(os.getpid(), {int(signum)}); time.sleep(30); print('not stopped')")
     proc = _python(command, tmp_path)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "schedc: interrupted\n")
-    # once main() holds it, a Ctrl-C is the usual KeyboardInterrupt again (the compile's clean-up runs)
-    command = ("import signal, sys; sys.argv[0] = 'schedc'; import schedc.cli; "
-               "from schedc.cli._loading import hand_over_ctrl_c; hand_over_ctrl_c(); "
-               "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (code, "", line)
+    # once main() holds them, Ctrl-C is the usual KeyboardInterrupt and SIGTERM raises Terminated
+    # (the compile's clean-up runs), each taken over in one swap
+    command = ("import signal, schedc_entry; schedc_entry.hold_while_loading(); import schedc.cli.toplevel as t\n"
+               "from schedc.errors import raise_terminated\n"
+               "t._take_from_entry(signal.SIGINT); t._take_from_entry(signal.SIGTERM, raise_terminated)\n"
+               "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+               "signal.getsignal(signal.SIGTERM) is raise_terminated)")
     proc = _python(command, tmp_path)
-    assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
-    # a program that imports schedc keeps Python's own Ctrl-C
-    command = "import signal, schedc; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    assert (proc.returncode, proc.stdout) == (0, "True True\n"), proc.stderr
+
+
+def test_a_program_that_imports_schedc_keeps_python_s_signal_handling(tmp_path):
+    command = ("import signal, schedc, schedc.cli; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+               "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)")
     proc = _python(command, tmp_path)
-    assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+    assert (proc.returncode, proc.stdout) == (0, "True True\n"), proc.stderr
     # a command started with Ctrl-C ignored (nohup, `&` in a script) keeps ignoring it
-    command = ("import os, signal, sys; sys.argv[0] = 'schedc'; import schedc; os.kill(os.getpid(), signal.SIGINT); "
-               "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
+    command = ("import os, signal, schedc_entry; schedc_entry.hold_while_loading(); import schedc; "
+               "os.kill(os.getpid(), signal.SIGINT); print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
     proc = _python(command, tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (Linux's /proc/PID/status SigCgt mask)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(mask >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+def test_sigterm_as_soon_as_the_command_runs_exits_143_with_a_line(tmp_path):
+    # the moment the entry point has run its first line, through the package's loading and the
+    # commands' parsing: SIGTERM is "terminated" and 143, never -15
+    for wait in (0.0, 0.2, 0.6):
+        proc = subprocess.Popen([sys.executable, "-m", "schedc_entry", "compile", "--stages", "16", "--mb", "48",
+                                 "--comm", "0.25", "--memory", "1.25p", "--time-limit", "60", "--quiet", "-o", "s.csv"],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not _catches(proc.pid, signal.SIGTERM) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(wait)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143 and "Traceback" not in err, (wait, proc.returncode, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "terminated" in lines[0], err
 
 
 def test_ctrl_c_while_the_command_loads_its_modules_is_raised_after_them(tmp_path):
@@ -234,7 +271,7 @@ def test_ctrl_c_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solve
     # a compile that would search for 60 s (slow links at 1.25p: no proof comes early); SIGINT at
     # a few moments: while Python loads, during the warm start, during CP-SAT (native code that
     # holds the main thread: interrupt.stop_native_solver) and the integer program
-    argv = [sys.executable, "-m", "schedc.cli", "compile", "--stages", "16", "--mb", "48", "--comm", "0.25",
+    argv = [sys.executable, "-m", "schedc_entry", "compile", "--stages", "16", "--mb", "48", "--comm", "0.25",
             "--memory", "1.25p", "--time-limit", "60", "--quiet", "-o", "s.csv", *solver]
     for delay in delays:
         for f in tmp_path.iterdir():

@@ -13,7 +13,7 @@ import importlib
 
 import pytest
 
-PUBLIC_MODULES = ("schedc", "schedc.api", "schedc.results", "schedc.choices", "schedc.deprecation", "schedc.plan",
+PUBLIC_MODULES = ("schedc", "schedc.api", "schedc.results", "schedc.choices", "schedc.plan",
                   "schedc.plan.planner")
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

@@ -123,7 +123,7 @@ def test_a_bad_setting_is_named_as_each_door_takes_it(tmp_path, monkeypatch, cap
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("ranks were started"))
     for kwargs, argv, python, command in (
-            ({"scale": 0}, ["--scale", "0"], "emulate: scale must be > 0", "--scale must be > 0"),
+            ({"scale": 0}, ["--scale", "0"], "emulate: scale must be a finite number > 0", "--scale must be a finite number > 0"),
             ({"steps": 0}, ["--steps", "0"], "emulate: need steps >= 1, got 0", "need --steps >= 1, got 0"),
             ({"comm": [0.1, 0.2]}, ["--comm", "0.1,0.2"], "comm: 2 values given but ", "--comm: 2 values given but ")):
         with pytest.raises(SchedcError) as e:

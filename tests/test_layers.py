@@ -2,7 +2,6 @@
 framework lands in its layer without pulling the ones above it into the ones below."""
 
 import ast
-import warnings
 from pathlib import Path
 
 import pytest
@@ -64,28 +63,6 @@ def test_layers_import_downward_only():
         for target in _imported_layers(path) - ALLOWED[layer] - {layer}:
             wrong.append(f"{path.relative_to(PACKAGE)} imports schedc.{target.replace('/', '.')}")
     assert not wrong, wrong
-
-
-@pytest.mark.parametrize("old, new", [("schedc.costs", "schedc.core.costs"),
-                                      ("schedc.solver.model", "schedc.solver.engines.mip"),
-                                      ("schedc.commands.compile", "schedc.cli.compile")])
-def test_old_module_names_still_import_for_one_release(old, new):
-    import importlib
-    import sys
-
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
-    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
-
-
-def test_old_names_of_front_door_modules_keep_the_functions():
-    from schedc.simulate import simulate as engine_simulate  # the module's function, as before the move
-
-    assert callable(schedc.simulate) and schedc.simulate is not engine_simulate
-    assert engine_simulate is schedc.core.simulate.simulate
 
 
 def _module_name(path: Path) -> str:

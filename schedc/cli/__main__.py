@@ -1,7 +1,7 @@
-"""``python -m schedc.cli``: the same as the ``schedc`` command."""
+"""``python -m schedc.cli``: the same as the ``schedc`` command (whose entry point is :mod:`schedc_entry`)."""
 
 import sys
 
-from schedc.cli.toplevel import main
+from schedc_entry import main
 
 sys.exit(main())

@@ -5,8 +5,8 @@ A user-facing failure is a :class:`SchedcError` (or an OSError on a path) and be
 stderr and exit code 2; ``--debug`` (before or after the subcommand) shows the traceback instead.
 Ctrl-C exits 130 and SIGTERM (a batch scheduler's time limit) 143, both after the same clean-up
 (SIGTERM raises :class:`~schedc.errors.Terminated`, a KeyboardInterrupt), also while the commands
-load (Ctrl-C is held until they have loaded: an interrupt inside an import can surface as another
-error); a reader that closes the pipe (``| head``) is not an error. An option a command does not
+load (both are held until they have loaded: an interrupt inside an import can surface as another
+error; before that the console script's entry point, :mod:`schedc_entry`, answers them); a reader that closes the pipe (``| head``) is not an error. An option a command does not
 have is named with the nearest one it does have (``--mbs`` -> ``--mb``), before argparse would
 complain about something else.
 """
@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence
 
 from schedc import __version__
-from schedc.cli._loading import hand_over_ctrl_c
 from schedc.errors import EscapingStream, ParameterError, SchedcError, Terminated, cut_long, printable, raise_terminated, signals_held
 
 
@@ -136,13 +135,23 @@ def build_parser():
     return parser
 
 
+def _take_from_entry(signum: int, handler=None) -> bool:
+    """Take `signum` over from the console script's loading handler (:mod:`schedc_entry`), in one
+    swap; False when the entry point does not hold it (``cli.main`` called from Python)."""
+    entry = sys.modules.get("schedc_entry")
+    if entry is None or not entry.holds(signum):
+        return False
+    entry.hand_over(signum, handler)
+    return True
+
+
 @contextmanager
 def _sigint_held() -> Iterator[None]:
-    """Take Ctrl-C over from the loading handler (schedc.cli._loading) and hold it while the body runs
-    (schedc.errors.signals_held): a Ctrl-C meanwhile is raised as KeyboardInterrupt when the body
-    is done, not inside an import."""
-    hand_over_ctrl_c()
-    with signals_held(signal.SIGINT):
+    """Take Ctrl-C over from the entry point's loading handler and hold it, and SIGTERM, while the
+    body runs (schedc.errors.signals_held): a signal meanwhile is raised (KeyboardInterrupt,
+    Terminated) when the body is done, not inside an import."""
+    _take_from_entry(signal.SIGINT)
+    with signals_held(signal.SIGINT, signal.SIGTERM):
         yield
 
 
@@ -202,9 +211,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main_with_signals(argv: Optional[Sequence[str]]) -> int:
+    # SIGTERM cleans up as Ctrl-C does (temp files, ranks) instead of killing at once; taken from
+    # the entry point's loading handler in one swap, so that no moment has the default action
     ours = threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    if ours:  # SIGTERM cleans up as Ctrl-C does (temp files, ranks) instead of killing at once
+        (_take_from_entry(signal.SIGTERM, raise_terminated) or signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if ours:
         signal.signal(signal.SIGTERM, raise_terminated)
     try:
         return _main(argv)
