@@ -29,6 +29,7 @@ from schedc.core.baselines import BASELINE_NAMES, make_baseline
 from schedc.choices import (Budget, CountedDevice, Execution, Implementation, Objective, Placement, PlacementName, Solver,
                             Status, UnitNames, check_choice)
 from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.settings import RunSettings
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling as _python_spelling
 from schedc.core.ir import Schedule
 from schedc.results import Compiled, Report, Simulation, _BaselineSchedules
@@ -436,7 +437,7 @@ def write_trace(
 def count_profile(
     model: Union[PathLike, Mapping[str, Any]],
     *,
-    seq: int,
+    seq: Optional[int] = None,
     microbatch_size: Optional[int] = None,
     dtype: Optional[str] = None,
     activation_checkpoint: Union[str, Sequence[str], None] = None,
@@ -455,7 +456,10 @@ def count_profile(
     names: Optional[UnitNames] = None,
     grad_dtype: Optional[str] = None,
     optimizer_dtype: Optional[str] = None,
-    framework: TargetFramework = "schedc",
+    framework: Optional[TargetFramework] = None,
+    tp_bandwidth: Optional[float] = None,
+    tp_latency: Optional[float] = None,
+    settings: Optional[RunSettings] = None,
 ) -> Profile:
     """The per-unit profile of a decoder counted from arithmetic: no GPU, nothing downloaded.
 
@@ -491,6 +495,13 @@ def count_profile(
         torchtitan's module names (:data:`~schedc.choices.UnitNames`).
     grad_dtype, optimizer_dtype : optional
         The gradients' and optimizer states' dtypes (default float32).
+    tp_bandwidth, tp_latency : optional
+        A tensor-parallel collective's bandwidth within a node (B/s, default 450e9) and its
+        latency (s, default 10e-6).
+    settings : RunSettings, optional
+        The run as one :class:`schedc.core.settings.RunSettings` (every setting above, `seq` and
+        `framework` included); a keyword given beside it replaces its field. The profile's
+        ``assumes`` is recorded from the one object so built.
     framework : {"schedc", "torchtitan", "nemo"}
         The framework that will run the plan, whose memory the count follows
         (:data:`FRAMEWORK_COUNTS`): torchtitan 0.3.0 and NeMo AutoModel 0.7.0 wrap every block in
@@ -519,9 +530,24 @@ def count_profile(
     >>> [unit.modules for unit in p.stages]
     [['tok_embeddings'], ['layers.0'], ['layers.1'], ['norm', 'lm_head']]
     """
-    from schedc.model_costs import UNIT_NAMES, unit_profile
+    from schedc.model_costs import UNIT_NAMES
+    from schedc.model_costs.profile import count_units
     from schedc.model_costs.shape import OWN_CODE
 
+    if settings is not None and not isinstance(settings, RunSettings):
+        raise SchedcError(f"settings: expected a schedc.core.settings.RunSettings, got {type(settings).__name__}")
+    # the keywords over the object (None: the object's, else RunSettings' defaults)
+    run = (settings or RunSettings()).but(
+        seq=seq, microbatch_size=microbatch_size, dtype=dtype, activation_checkpoint=activation_checkpoint, impl=impl,
+        device=device, optimizer=optimizer, optimizer_bytes_per_param=optimizer_bytes_per_param,
+        param_dtype=param_dtype, dp_shard=dp_shard, tp=tp, reserve_bytes=reserve_bytes,
+        flops_per_second=flops_per_second, memory_bandwidth=memory_bandwidth, bandwidth=bandwidth, latency=latency,
+        names=names, grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype, framework=framework,
+        tp_bandwidth=tp_bandwidth, tp_latency=tp_latency)
+    given = settings.given() if settings is not None else {}
+    impl = impl if impl is not None else given.get("impl")
+    names = names if names is not None else given.get("names")
+    framework = run.framework
     # names: every vocabulary a registered framework speaks (schedc.frameworks.register adds its own)
     for parameter, value, choices in (("impl", impl, Implementation), ("device", device, CountedDevice),
                                       ("names", names, tuple(UNIT_NAMES))):
@@ -535,24 +561,16 @@ def count_profile(
             raise ParameterError(parameter, f"{{param}} {literal(ascii(value))} contradicts {{param:framework}} "
                                             f"{framework!r}, which runs {runs!r} model code; leave "
                                             f"{{param}} out")
-    settings = {k: v for k, v in dict(
-        microbatch_size=microbatch_size, activation_checkpoint=activation_checkpoint,
-        impl=impl if impl is not None else framework_impl, device=device,
-        optimizer=optimizer, optimizer_bytes_per_param=optimizer_bytes_per_param, param_dtype=param_dtype,
-        dp_shard=dp_shard, tp=tp, reserve_bytes=reserve_bytes, flops_per_second=flops_per_second,
-        memory_bandwidth=memory_bandwidth, bandwidth=bandwidth, latency=latency,
-        names=names if names is not None else framework_names, grad_dtype=grad_dtype,
-        optimizer_dtype=optimizer_dtype, fsdp=fsdp).items()
-        if v is not None}  # the defaults are unit_profile's
-    if dtype is not None:
-        settings["dtype"] = dtype
+    # what the framework runs, where the caller left it to the framework
+    run = run.but(impl=framework_impl if impl is None else None, names=framework_names if names is None else None,
+                  fsdp=fsdp if run.fsdp is None else None)
     if isinstance(model, (str, os.PathLike)):
-        counted = unit_profile(model, seq=seq, **settings)
+        counted = count_units(model, run)
     elif not isinstance(model, Mapping):
         raise SchedcError(f"model: expected the path of a config.json or the shape as a dict (layers, hidden, "
                           f"vocab, ...); got {type(model).__name__}")
     else:
-        counted = unit_profile(seq=seq, **{**model, **settings})
+        counted = count_units(None, run, **model)
     refused = OWN_CODE.get((target, (counted.assumes or {}).get("model_type")))
     if refused:
         raise ParameterError("framework", f"{refused}; measure the model (schedc profile --units --model "

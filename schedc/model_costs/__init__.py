@@ -6,7 +6,9 @@ GPU runs it, as the run will hold and spend it: in the implementation that runs 
 transformers' modules, which NeMo AutoModel trains, or torchtitan's own), with its activation
 checkpointing, dtypes, optimizer, data- and tensor-parallel degrees, sequence and microbatch.
 
-Method: :func:`unit_profile` returns a ``schedc.profile/v1`` :class:`~schedc.core.costs.Profile`
+Method: :func:`unit_profile` (its keywords) or :func:`count_units` (one
+:class:`~schedc.core.settings.RunSettings`, resolved once by :func:`~schedc.model_costs.profile.resolve`,
+whose ``assumes`` the profile records) returns a ``schedc.profile/v1`` :class:`~schedc.core.costs.Profile`
 whose stages are the units in model order, each with ``modules`` (:data:`UNIT_NAMES`);
 ``Profile.merge(counts)`` turns it into the profile of any contiguous partition. With b =
 microbatch size, s = sequence, h = hidden, q = heads x head_dim, k = kv_heads x head_dim, f = FFN
@@ -29,7 +31,8 @@ width, e = bytes per element of the activation dtype, V = vocabulary:
   ``held="paper"``).
 - static bytes per parameter: the weight in ``param_dtype`` + gradient (fp32 by default) + an
   fp32 master copy and the optimizer's states (AdamW: two; the K = 12 of Rajbhandari et al.
-  2020, "ZeRO", sec. 3.1), divided by ``dp_shard`` and ``tp``; with ``dp_shard`` > 1, plus what
+  2020, "ZeRO", sec. 3.1), divided by ``dp_shard`` and ``tp``; ``tp`` > 1 adds its collectives to F and I
+  (:data:`schedc.model_costs.units.TP_COLLECTIVES`); with ``dp_shard`` > 1, plus what
   FSDP2 holds unsharded all step under torch's pipelining (:func:`fsdp_held`: the stage's weights
   in the compute dtype, its gradients unreduced). MoE layers hold all experts.
 
@@ -40,10 +43,10 @@ Cost: O(layers).
 """
 
 from schedc.model_costs.profile import (AC_MODES, COUNTED_FOR_TORCH, CUDA_RESERVE_BYTES, OPTIMIZER_STATES,
-                                        UNIT_NAMES, fsdp_held, unit_names, unit_profile)
+                                        UNIT_NAMES, count_units, fsdp_held, unit_names, unit_profile)
 from schedc.model_costs.shape import (COUNTED_MODEL_TYPES, DTYPE_BYTES, FAMILIES, REFUSED, ModelShape, dtype_name,
                                       read_hf_config)
 
-__all__ = ["AC_MODES", "COUNTED_FOR_TORCH", "COUNTED_MODEL_TYPES", "CUDA_RESERVE_BYTES", "DTYPE_BYTES", "FAMILIES",
+__all__ = ["AC_MODES", "COUNTED_FOR_TORCH", "count_units", "COUNTED_MODEL_TYPES", "CUDA_RESERVE_BYTES", "DTYPE_BYTES", "FAMILIES",
            "ModelShape", "OPTIMIZER_STATES", "REFUSED", "UNIT_NAMES", "dtype_name", "fsdp_held", "read_hf_config",
            "unit_names", "unit_profile"]

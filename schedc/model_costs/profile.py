@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
 
 from schedc.core.costs import AC_MODES, PER_OP_AC, Profile
+from schedc.core.settings import COUNTED_FOR_TORCH, RunSettings
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.model_costs.shape import DTYPE_BYTES, EXPERT_PARALLEL, ModelShape, dtype_name, finite, read_hf_config
 
@@ -20,7 +21,6 @@ OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "none": 
 # and one NCCL group. It varies from run to run (an H200 1.21 GiB, an H100 1.16-1.54 GiB in three
 # runs; docs/design.md); the most measured, since a plan that counts less stops on out-of-memory
 CUDA_RESERVE_BYTES = 1.54 * 2**30
-COUNTED_FOR_TORCH = "2.14"  # the kernels whose saved tensors the counts follow
 MAX_TOKENS = 2**40          # sequence x microbatch: far beyond any run, keeps every count finite
 # the flag of each keyword not spelt --KEYWORD on the command lines that count a profile (schedc profile
 # --config/--flops, schedc plan --config): an error names the flag there and the keyword in Python
@@ -100,13 +100,29 @@ def unit_profile(
     >>> p.assumes["activation_checkpoint"], p.assumes["implementation"]
     ('none', 'torchtitan')
     """
+    settings = RunSettings(
+        seq=_seq(seq, seq_len), microbatch_size=microbatch_size, activation_checkpoint=activation_checkpoint,
+        impl=impl, device=device, optimizer=optimizer, param_dtype=param_dtype, grad_dtype=grad_dtype,
+        optimizer_dtype=optimizer_dtype, master_weights=master_weights, grad_bytes_per_param=grad_bytes_per_param,
+        optimizer_bytes_per_param=optimizer_bytes_per_param, dp_shard=dp_shard, tp=tp, fsdp=fsdp,
+        reserve_bytes=reserve_bytes, flops_per_second=flops_per_second, memory_bandwidth=memory_bandwidth,
+        bandwidth=bandwidth, latency=latency, tp_bandwidth=tp_bandwidth, tp_latency=tp_latency, held=held,
+        names=names)
+    return count_units(shape, settings, **model)
+
+
+def count_units(shape: Union[ModelShape, dict, str, Path, None], settings: RunSettings, **model) -> Profile:
+    """:func:`unit_profile` of a shape (or ``config.json``; `model`: shape keywords over it) and
+    one :class:`~schedc.core.settings.RunSettings`: checked and filled once (:func:`resolve`), counted
+    by :func:`schedc.model_costs.units.build_units`, its ``assumes`` taken from the resolved settings.
+    Raises SchedcError naming the first invalid setting (its keyword). Cost: O(layers)."""
+    if not isinstance(settings, RunSettings):
+        raise SchedcError(f"settings: expected a schedc.core.settings.RunSettings, got {type(settings).__name__}")
+    if settings.dtype is not None:
+        model = {**model, "dtype": settings.dtype}
     try:
         s = _shape(shape, model)
-        seq = _seq(seq, seq_len)
-        run = _settings(s, seq, microbatch_size, activation_checkpoint, impl, device, optimizer, param_dtype,
-                        grad_dtype, optimizer_dtype, master_weights, grad_bytes_per_param, optimizer_bytes_per_param,
-                        dp_shard, tp, reserve_bytes, flops_per_second, memory_bandwidth, bandwidth, latency, held,
-                        names, fsdp, tp_bandwidth, tp_latency)
+        run = resolve(s, settings)
     except ParameterError as e:  # the keyword here; a command line that called this names its flag
         raise e.for_python() from None
     from schedc.model_costs.units import build_units  # after the checks: it only multiplies
@@ -115,17 +131,17 @@ def unit_profile(
     e = DTYPE_BYTES[s.dtype]
     return Profile(
         stages=stages,
-        comm=boundary / bandwidth + latency,
+        comm=boundary / run.bandwidth + run.latency,
         boundary_bytes=boundary,
-        reserve_bytes=run["reserve_bytes"],
-        device=(f"arithmetic model: {flops_per_second / 1e12:g} TFLOP/s effective, memory "
-                f"{memory_bandwidth / 1e12:g} TB/s, {bandwidth / 1e9:g} GB/s per link"
-                + (f" + {latency:g} s per transfer" if latency else "")),
-        model=f"{_label(s)}; seq {seq}; per unit",
-        microbatch_size=microbatch_size,
+        reserve_bytes=run.reserve_bytes,
+        device=(f"arithmetic model: {run.flops / 1e12:g} TFLOP/s effective, memory "
+                f"{run.memory_bandwidth / 1e12:g} TB/s, {run.bandwidth / 1e9:g} GB/s per link"
+                + (f" + {run.latency:g} s per transfer" if run.latency else "")),
+        model=f"{_label(s)}; seq {run.seq}; per unit",
+        microbatch_size=run.mbs,
         dtype=s.dtype,
         notes=_notes(run, e),
-        assumes=run["assumes"],
+        assumes=run.assumes,
     )
 
 
@@ -164,13 +180,10 @@ def _shape(shape, model: dict) -> ModelShape:
         raise SchedcError(f"unit_profile: {err}") from None
 
 
-def _seq(seq, seq_len) -> int:
+def _seq(seq, seq_len) -> Optional[int]:
     if seq is not None and seq_len is not None and seq != seq_len:
         raise SchedcError("unit_profile: give seq or seq_len, not both")
-    value = seq if seq is not None else seq_len
-    if value is None:
-        raise _bad("seq", "give the tokens per sequence (e.g. {name}4096)")
-    return value
+    return seq if seq is not None else seq_len  # None: resolve names it
 
 
 def _bad(param: str, detail: str) -> ParameterError:
@@ -186,21 +199,54 @@ def _dtype(value, param: str) -> str:
         raise _bad(param, literal(str(e).removeprefix(f"{param}: "))) from None
 
 
-def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype, grad_dtype, optimizer_dtype,
-              master_weights, grad_bpp, opt_bpp, dp_shard, tp, reserve, flops, mem_bw, bw, latency, held,
-              names, fsdp=None, tp_bw=450e9, tp_latency=10e-6) -> dict:
+@dataclass(frozen=True)
+class Run:
+    """:class:`~schedc.core.settings.RunSettings` checked against a shape, with the derived values
+    the counts multiply by (bytes per parameter, the per-layer checkpointing) and the ``assumes``
+    a profile records of them."""
+
+    seq: int
+    mbs: int
+    ac: tuple[str, ...]  # one mode per layer
+    impl: str
+    device: str
+    param_bytes: float
+    static_per_param: float  # weight + gradient + optimizer bytes, before sharding
+    fsdp_held_per_param: float  # what FSDP2 holds unsharded under torch's pipelining (fsdp_held)
+    dp_shard: int
+    tp: int
+    reserve_bytes: float
+    flops: float
+    memory_bandwidth: float
+    bandwidth: float
+    latency: float
+    tp_bandwidth: float
+    tp_latency: float
+    held: str
+    names: str
+    assumes: dict
+
+
+def resolve(s: ModelShape, settings: RunSettings) -> Run:
+    """`settings` checked (a ParameterError naming the first bad one) and filled for shape `s`."""
+    r = settings
+    seq, mbs, ac, impl, device, names, held = (r.seq, r.microbatch_size, r.activation_checkpoint, r.impl, r.device,
+                                                r.names, r.held)
+    dp_shard, tp, fsdp, master_weights = r.dp_shard, r.tp, r.fsdp, r.master_weights
+    if seq is None:
+        raise _bad("seq", "give the tokens per sequence (e.g. {name}4096)")
     for name, value in (("seq", seq), ("microbatch_size", mbs), ("dp_shard", dp_shard), ("tp", tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _bad(name, f"must be an integer >= 1, got {_shown(value)}")
     if seq * mbs > MAX_TOKENS:
         raise _bad("microbatch_size", f"{{param:seq}} x {{param}} = {_shown(seq * mbs)} tokens is more than schedc "
                                       f"counts ({MAX_TOKENS})")
-    for name, value in (("flops_per_second", flops), ("memory_bandwidth", mem_bw), ("bandwidth", bw),
-                        ("tp_bandwidth", tp_bw)):
+    for name in ("flops_per_second", "memory_bandwidth", "bandwidth", "tp_bandwidth"):
+        value = getattr(r, name)
         if not finite(value) or value <= 0:
             raise _bad(name, f"{{param}} must be a finite number > 0, got {_shown(value)}")
-    for name, value in (("latency", latency), ("tp_latency", tp_latency), ("grad_bytes_per_param", grad_bpp),
-                        ("optimizer_bytes_per_param", opt_bpp), ("reserve_bytes", reserve)):
+    for name in ("latency", "tp_latency", "grad_bytes_per_param", "optimizer_bytes_per_param", "reserve_bytes"):
+        value = getattr(r, name)
         if value is not None and (not finite(value) or value < 0 or value > 2.0**60):
             raise _bad(name, f"{{param}} must be a finite number >= 0, got {_shown(value)}")
     for name, flag in (("fsdp", fsdp), ("master_weights", master_weights)):
@@ -217,8 +263,8 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
         raise _bad("impl", f"{{param}} must be 'hf', 'torchtitan' or 'paper', got {_shown(impl)}")
     if device not in ("cuda", "cpu"):
         raise _bad("device", f"{{param}} must be 'cuda' or 'cpu', got {_shown(device)}")
-    if optimizer not in OPTIMIZER_STATES:
-        raise _bad("optimizer", f"{{param}} must be one of {', '.join(OPTIMIZER_STATES)}, got {_shown(optimizer)}")
+    if r.optimizer not in OPTIMIZER_STATES:
+        raise _bad("optimizer", f"{{param}} must be one of {', '.join(OPTIMIZER_STATES)}, got {_shown(r.optimizer)}")
     per_layer = [ac] * s.layers if isinstance(ac, str) or not isinstance(ac, (list, tuple)) else list(ac)
     if len(per_layer) != s.layers or any(not isinstance(a, str) or a not in AC_MODES for a in per_layer):
         raise _bad("activation_checkpoint", f"{{param}} must be one of {', '.join(AC_MODES)} or a list of them, one "
@@ -228,38 +274,39 @@ def _settings(s: ModelShape, seq, mbs, ac, impl, device, optimizer, param_dtype,
                                             "{name}none, or {name:impl}hf or torchtitan")
     if tp > 1 and s.heads and (s.kv_heads % tp and tp % s.kv_heads or s.heads % tp):
         raise _bad("tp", f"{{param}} {tp} does not divide the {s.heads} heads ({s.kv_heads} kv heads)")
-    param_dtype = _dtype(param_dtype or s.dtype, "param_dtype")
-    grad_dtype = _dtype(grad_dtype, "grad_dtype")
-    optimizer_dtype = _dtype(optimizer_dtype, "optimizer_dtype")
+    param_dtype = _dtype(r.param_dtype or s.dtype, "param_dtype")
+    grad_dtype = _dtype(r.grad_dtype, "grad_dtype")
+    optimizer_dtype = _dtype(r.optimizer_dtype, "optimizer_dtype")
     p_bytes = DTYPE_BYTES[param_dtype]
     if master_weights is None:
-        master_weights = optimizer != "none" and p_bytes < 4
-    states = OPTIMIZER_STATES[optimizer]
-    opt = opt_bpp if opt_bpp is not None else (4 * bool(master_weights)
-                                               + states * DTYPE_BYTES[optimizer_dtype])
-    grad = grad_bpp if grad_bpp is not None else DTYPE_BYTES[grad_dtype]
-    reserve = reserve if reserve is not None else (CUDA_RESERVE_BYTES if device == "cuda" else 0.0)
+        master_weights = r.optimizer != "none" and p_bytes < 4
+    states = OPTIMIZER_STATES[r.optimizer]
+    opt = (r.optimizer_bytes_per_param if r.optimizer_bytes_per_param is not None
+           else 4 * bool(master_weights) + states * DTYPE_BYTES[optimizer_dtype])
+    grad = r.grad_bytes_per_param if r.grad_bytes_per_param is not None else DTYPE_BYTES[grad_dtype]
+    reserve = r.reserve_bytes if r.reserve_bytes is not None else (CUDA_RESERVE_BYTES if device == "cuda" else 0.0)
     fsdp = dp_shard > 1 if fsdp is None else fsdp
     unsharded = fsdp_held(s.dtype, grad_dtype, grad) if fsdp else 0.0
     summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
     assumes = {"model_type": s.family, "seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
-               "grad_dtype": grad_dtype, "optimizer": optimizer, "optimizer_dtype": optimizer_dtype,
+               "grad_dtype": grad_dtype, "optimizer": r.optimizer, "optimizer_dtype": optimizer_dtype,
                "master_weights": bool(master_weights), "static_bytes_per_param": p_bytes + grad + opt,
                "dp_shard": dp_shard, "tp": tp, "sequence_parallel": tp > 1,
-               **({"tp_collectives": TP_ASSUMES, "tp_bandwidth": tp_bw, "tp_latency": tp_latency} if tp > 1 else {}),
+               **({"tp_collectives": TP_ASSUMES, "tp_bandwidth": r.tp_bandwidth, "tp_latency": r.tp_latency}
+                  if tp > 1 else {}),
                "reserve_bytes": reserve,
                **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": unsharded} if fsdp else {}),
                **({"expert_parallel": EXPERT_PARALLEL} if s.experts else {}),
-               "torch": COUNTED_FOR_TORCH, "held": held,
+               "torch": r.torch, "held": held,
                # torch refuses a second backward through a region checkpointed per op (light,
                # selective), which stage_backward_weight is: such layers run their backward whole (B)
                "split_backward": not any(a in PER_OP_AC for a in per_layer)}
-    return {"seq": seq, "mbs": mbs, "ac": per_layer, "impl": impl, "device": device, "param_bytes": p_bytes,
-            "static_per_param": p_bytes + grad + opt, "fsdp_held_per_param": unsharded, "dp_shard": dp_shard, "tp": tp,
-            "reserve_bytes": reserve,
-            "flops": flops, "memory_bandwidth": mem_bw, "tp_bandwidth": tp_bw, "tp_latency": tp_latency,
-            "held": held, "names": names, "assumes": assumes}
+    return Run(seq=seq, mbs=mbs, ac=tuple(per_layer), impl=impl, device=device, param_bytes=p_bytes,
+               static_per_param=p_bytes + grad + opt, fsdp_held_per_param=unsharded, dp_shard=dp_shard, tp=tp,
+               reserve_bytes=reserve, flops=r.flops_per_second, memory_bandwidth=r.memory_bandwidth,
+               bandwidth=r.bandwidth, latency=r.latency, tp_bandwidth=r.tp_bandwidth, tp_latency=r.tp_latency,
+               held=held, names=names, assumes=assumes)
 
 
 def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
@@ -309,9 +356,9 @@ def _shown(value) -> str:
     return literal(_short(value))
 
 
-def _notes(run: dict, e: int) -> list[str]:
+def _notes(run: Run, e: int) -> list[str]:
     warnings = []
-    per_op = [m for m in PER_OP_AC if m in run["ac"]]
+    per_op = [m for m in PER_OP_AC if m in run.ac]
     if per_op:
         warnings.append(f"warning: {' and '.join(per_op)} activation checkpointing (per op) cannot run torch's split "
                         "backward (I, then W): torch raises 'Trying to backward an extra time'; give these stages a "
@@ -319,16 +366,16 @@ def _notes(run: dict, e: int) -> list[str]:
         warnings.append(f"note: the {' and '.join(per_op)} times count the recomputed FLOPs and bytes, not the host's "
                         "per-op dispatch of torch's selective checkpointing, which on a GPU can set an eager layer's F "
                         "time at short sequences (docs/design.md, 'On a GPU'): check with benchmarks/gpu_layers.py")
-    if "expert_parallel" in run["assumes"]:
-        warnings.append(f"note: expert parallelism is {run['assumes']['expert_parallel']}")
-    if "full" in run["ac"]:
+    if "expert_parallel" in run.assumes:
+        warnings.append(f"note: expert parallelism is {run.assumes['expert_parallel']}")
+    if "full" in run.ac:
         warnings.append("warning: with full activation checkpointing torch's split backward recomputes a layer's "
                         "forward once in I and once per parameter group in W (counted in W's time and memory); "
                         "a full backward (B) recomputes it once")
     return warnings + [
         "arithmetic per-unit profile (schedc.model_costs.unit_profile): units are the embedding, each layer, "
         "and the final norm + LM head + loss, in model order",
-        f"memory counted as {run['impl']}'s code keeps it on {run['device']} (torch {COUNTED_FOR_TORCH} kernels): "
+        f"memory counted as {run.impl}'s code keeps it on {run.device} (torch {COUNTED_FOR_TORCH} kernels): "
         "saved tensors after F; from I until W the retained graph plus the output gradients W consumes and the "
         "input gradient I returns; transients of the loss's fp32 logits, of the new gradients W and B add into "
         "those earlier microbatches left, and B's peak; checked by benchmarks/memory_fidelity.py",
@@ -337,5 +384,5 @@ def _notes(run: dict, e: int) -> list[str]:
         "benchmarks/flop_counts.py",
         "static bytes: weight + gradient + optimizer bytes per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), "
         "divided by the data-parallel shard degree and the tensor-parallel degree",
-    ] + ([f"dp_shard {run['dp_shard']}: + {run['fsdp_held_per_param']:g} bytes per parameter held unsharded all step: "
-          + FSDP_ASSUMES.split(': ', 1)[1]] if run["fsdp_held_per_param"] else [])
+    ] + ([f"dp_shard {run.dp_shard}: + {run.fsdp_held_per_param:g} bytes per parameter held unsharded all step: "
+          + FSDP_ASSUMES.split(': ', 1)[1]] if run.fsdp_held_per_param else [])

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from schedc.core.costs import PER_OP_AC, StageCost
 from schedc.model_costs import memory
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape
+
+if TYPE_CHECKING:
+    from schedc.model_costs.profile import Run
 from schedc.model_costs.traffic import recompute_traffic
 
 
@@ -62,21 +67,21 @@ def tp_collective_seconds(nbytes: float, tp: int, bandwidth: float, latency: flo
     return 0.0 if tp == 1 else (tp - 1) / tp * nbytes / bandwidth + latency
 
 
-def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
+def build_units(s: ModelShape, run: Run) -> tuple[list[StageCost], float]:
     """The units in model order and the bytes sent across each unit boundary."""
     e = DTYPE_BYTES[s.dtype]
-    tokens, seq, tp = float(run["seq"] * run["mbs"]), float(run["seq"]), run["tp"]
-    flops = run["flops"] * tp  # tensor parallelism splits every matmul; its collectives are added (TP_COLLECTIVES)
+    tokens, seq, tp = float(run.seq * run.mbs), float(run.seq), run.tp
+    flops = run.flops * tp  # tensor parallelism splits every matmul; its collectives are added (TP_COLLECTIVES)
     # one collective of the unit boundary's tensor (b s h elements), whole
-    collective = tp_collective_seconds(e * tokens * s.hidden, tp, run["tp_bandwidth"], run["tp_latency"])
+    collective = tp_collective_seconds(e * tokens * s.hidden, tp, run.tp_bandwidth, run.tp_latency)
 
     def tp_comm(unit: str) -> tuple[float, float, float]:
         return tuple(n * collective for n in TP_COLLECTIVES[unit])
     # sharded states, plus what FSDP2 under torch's pipelining holds unsharded all step (profile.fsdp_held)
-    impl, device = run["impl"], run["device"]
-    per_param = run["static_per_param"] / run["dp_shard"] + run["fsdp_held_per_param"]
+    impl, device = run.impl, run.device
+    per_param = run.static_per_param / run.dp_shard + run.fsdp_held_per_param
     h, V = float(s.hidden), float(s.vocab)
-    names = _names(s.layers, run["names"])
+    names = _names(s.layers, run.names)
     linear, attention, per_token = layer_flops(s, tokens, seq)
     params = layer_params(s, impl)
     groups = memory.weight_groups(s, impl)
@@ -84,16 +89,16 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     # a W adds its new gradients into those earlier microbatches left: they are live until added
     # (memory.accumulated_grads). FSDP2 moves the gradient out of .grad at each backward's hook
     # (profile.fsdp_held counts that copy all step), and the textbook count has no transients
-    accumulates = not run["fsdp_held_per_param"] and impl != "paper"
+    accumulates = not run.fsdp_held_per_param and impl != "paper"
 
     def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules, unit_groups=()) -> StageCost:
-        held = b.held if run["held"] == "torch" or impl != "paper" else b.wgrads
+        held = b.held if run.held == "torch" or impl != "paper" else b.wgrads
         transient = {k: v * tokens / tp for k, v in b.transient.items()}
         if accumulates and unit_groups:  # tensor parallelism splits the weights and the gradients alike
-            added = memory.accumulated_grads(unit_groups, run["param_bytes"], e, tokens) / tp
+            added = memory.accumulated_grads(unit_groups, run.param_bytes, e, tokens) / tp
             transient["W"] = transient.get("W", 0.0) + added
             if "B" in transient:  # a whole backward adds each new gradient as it comes: the largest
-                transient["B"] += max(n for n, _ in unit_groups) * run["param_bytes"] / tp
+                transient["B"] += max(n for n, _ in unit_groups) * run.param_bytes / tp
         return StageCost(forward=fw, backward_input=inp, backward_weight=wt,
                          activation_bytes=b.activation * tokens / tp, weight_grad_bytes=held * tokens / tp,
                          transient_bytes={k: v for k, v in transient.items() if v} or None,
@@ -103,12 +108,12 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     emb_params = (0.0 if s.tied_embeddings else V * h) + s.positions * h
     # the embedding's W is its whole backward: one parameter's new gradient at a time
     c_f, _, c_w = tp_comm("embedding")
-    embed = cost(2 * e * tokens * h / run["memory_bandwidth"] + c_f, 0.0,
-                 (2 * e * tokens * h + 3 * e * V * h) / run["memory_bandwidth"] + c_w, emb_b, emb_params, names[0],
+    embed = cost(2 * e * tokens * h / run.memory_bandwidth + c_f, 0.0,
+                 (2 * e * tokens * h + 3 * e * V * h) / run.memory_bandwidth + c_w, emb_b, emb_params, names[0],
                  [(max(0.0 if s.tied_embeddings else V * h, s.positions * h), 0.0)])
     c_f, c_i, _ = tp_comm("layer")
     body = []
-    for i, ac in enumerate(run["ac"]):
+    for i, ac in enumerate(run.ac):
         b = memory.layer_bytes(s, impl, device, ac, per_token)
         fw = (linear + attention) / flops
         again_i, again_w = _recompute_seconds(s, run, ac, b, tokens, fw, attention)
@@ -135,22 +140,22 @@ def build_units(s: ModelShape, run: dict) -> tuple[list[StageCost], float]:
     return [embed, *body, head], e * tokens * h / tp
 
 
-def _recompute_seconds(s: ModelShape, run: dict, ac: str, b: memory.UnitBytes, tokens: float,
+def _recompute_seconds(s: ModelShape, run: Run, ac: str, b: memory.UnitBytes, tokens: float,
                        forward: float, attention: float) -> tuple[float, float]:
     """Seconds a checkpointed layer's recompute adds to I and to W: its recomputed FLOPs at the
     effective FLOP rate and, for the per-op modes (light, selective), the bytes their recomputed
     memory-bound ops move (:func:`schedc.model_costs.traffic.recompute_traffic`) at the memory
     bandwidth, in I only (a per-op mode runs B = I + W, which recomputes once). `attention`: the
     layer's attention-core FLOPs for its tokens."""
-    flops = run["flops"] * run["tp"]
+    flops = run.flops * run.tp
     again_i, again_w = b.recompute_i * tokens / flops, b.recompute_w * tokens / flops
-    if ac == "selective" and not memory.selective_saves_attention(run["device"]):
+    if ac == "selective" and not memory.selective_saves_attention(run.device):
         again_i += attention / flops  # its recompute runs attention again
     if ac not in PER_OP_AC:
         return again_i, again_w  # full: the forward's time, which the effective rate gives all its work
     # tensor parallelism with sequence parallelism splits the norms' and activations' tokens and
     # the rotary embeddings' heads over the ranks
-    moved = recompute_traffic(s, run["impl"], run["device"], ac) * tokens / run["tp"] / run["memory_bandwidth"]
+    moved = recompute_traffic(s, run.impl, run.device, ac) * tokens / run.tp / run.memory_bandwidth
     # a part of the forward never costs more than the whole, which full's recompute is charged:
     # the effective FLOP rate stands for all of a forward's work, memory-bound ops included
     return min(again_i + moved, forward), again_w
