@@ -4,7 +4,7 @@
     python benchmarks/runtime_step.py --reps 9 --layers 8 --hidden 256   # a larger model
 
 Method: two ranks (torch.multiprocessing, gloo, one CPU thread each); rank 0 profiles schedc's
-GPT split into 2 stages (schedc.runtime.profiler) and both ranks time the stage boundary's
+GPT split into 2 stages (schedc.runtime.profiling) and both ranks time the stage boundary's
 send/recv by ping-pong; rank 0 compiles a schedule for that profile (schedc.solver.compile_schedule,
 memory limit 1p, the default) and writes it and the 1F1B and ZB-H1 baselines as CSVs. Every rank
 then builds all four pipelines over one shared copy of the model: the three CSVs through
