@@ -37,6 +37,8 @@ from schedc.results import Compiled, Report, Simulation, _BaselineSchedules
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from schedc.core.host_link import HostLink
+
 __all__ = ["compile", "simulate", "validate", "baseline", "plot", "write_trace", "read_csv", "write_csv", "read_report",
            "count_profile", "with_framework", "BASELINES", "DEFAULT_MEMORY", "FRAMEWORK_COUNTS"]
 
@@ -67,6 +69,8 @@ def compile(
     seed: int = 0,
     progress: Optional[Callable[[dict], None]] = None,
     budget: Budget = "time",
+    offload: str = "none",
+    host_link: Optional["HostLink"] = None,
 ) -> Compiled:
     """Compile the shortest schedule that fits the memory limit, with a lower bound and gap.
 
@@ -104,6 +108,14 @@ def compile(
         What `time_limit` counts: wall-clock seconds, or work units that make the result the
         same on any machine however loaded (:data:`~schedc.choices.Budget`; the CLI's
         ``--budget``). The report's ``budget`` says which ran.
+    offload : {"none", "auto"}
+        ``auto``: the compiler may also send microbatches' activations to host memory and fetch
+        them back (schedc.solver.offload; the CLI's ``--offload``), and returns the shortest
+        schedule that then fits, never one slower than ``none``'s; the report adds
+        ``memory_actions``, ``offload`` and ``assumes``, and its bound is the uncapped one.
+    host_link : HostLink, optional
+        The link offload uses (:class:`schedc.core.host_link.HostLink`; default 50 GB/s per
+        direction, 10 us per copy, no host memory cap).
 
     Returns
     -------
@@ -134,10 +146,12 @@ def compile(
     check_choice("budget", budget, Budget)
     _check_time_limit(time_limit)
     _check_progress(progress)
+    _check_host_link(offload, host_link)
     res = compile_schedule(
         stages, microbatches, n_ranks=ranks, placement=placement, profile=_profile(profile, stages),
         memory=_memory(memory), objective=objective, time_limit=float(time_limit),
-        solver=None if solver == "auto" else solver, progress=progress, seed=seed, runtime=execution, budget=budget)
+        solver=None if solver == "auto" else solver, progress=progress, seed=seed, runtime=execution, budget=budget,
+        offload=offload, link=host_link)
     report = Report.from_dict(res.report)
     return Compiled(
         schedule=res.schedule, simulation=Simulation.from_sim(res.sim), status=Status(res.status),
@@ -146,7 +160,17 @@ def compile(
         baselines=MappingProxyType(dict(report.baselines)), warm_start=res.warm_start_source,
         interrupted=res.interrupted, report=report,
         baseline_schedules=_BaselineSchedules(tuple(report.baselines), _baselines_of(res.problem)),
-        budget=res.budget)
+        budget=res.budget, memory_actions=tuple(res.report.get("memory_actions", ())))
+
+
+def _check_host_link(offload: Any, host_link: Any) -> None:
+    from schedc.core.host_link import HostLink
+    from schedc.solver.offload import check_offload
+
+    check_offload(offload)
+    if host_link is not None and not isinstance(host_link, HostLink):
+        raise ParameterError("host_link", f"{{param}} must be a schedc.core.host_link.HostLink, got "
+                                          f"{type(host_link).__name__}")
 
 
 def _baselines_of(problem) -> Callable[[], Mapping[str, Schedule]]:
@@ -168,6 +192,8 @@ def simulate(
     profile: Union[Profile, PathLike, None] = None,
     memory: Union[str, MemoryLimit, None] = None,
     execution: Optional[Execution] = None,
+    memory_actions: Optional[Sequence[Any]] = None,
+    host_link: Optional["HostLink"] = None,
 ) -> Simulation:
     """Time every action of `schedule` and track each rank's memory.
 
@@ -184,6 +210,9 @@ def simulate(
         The limit to judge ``fits`` against; default none.
     execution : {"torch", "ideal"}, optional
         The execution model; default the one `profile` follows, else torch's.
+    memory_actions : list, optional
+        Offloads to run with it (a report's ``"memory_actions"``, schedc.core.memory_actions),
+        on the copy streams of `host_link` (default :class:`~schedc.core.host_link.HostLink`).
 
     Returns
     -------
@@ -210,7 +239,9 @@ def simulate(
         check_choice("execution", execution, Execution)
     prof = _profile(profile, schedule.n_stages)
     mem = None if memory is None else _memory(memory)
-    return Simulation.from_sim(simulate_schedule(schedule, prof, mem, runtime=execution))
+    _check_host_link("none", host_link)
+    return Simulation.from_sim(simulate_schedule(schedule, prof, mem, runtime=execution,
+                                                 memory_actions=memory_actions or None, link=host_link))
 
 
 @_python_spelling

@@ -93,6 +93,10 @@ class Simulation:
     timings: Mapping[Action, ActionTime]
     order: tuple[tuple[Action, ...], ...]  # per rank, in execution order
     memory_curve: tuple[tuple[tuple[float, float], ...], ...]  # per rank: (time, bytes held) steps
+    # with memory actions: per rank the fraction of the step its copy streams moved data (out to
+    # host, in from it), and per node the most pinned host memory they held
+    link_busy: tuple[tuple[float, float], ...] = ()
+    host_peak: tuple[float, ...] = ()
 
     @property
     def n_ranks(self) -> int:
@@ -120,6 +124,9 @@ class Simulation:
             timings=_ActionTimes(sim.timings),
             order=tuple(tuple(row) for row in sim.order),
             memory_curve=tuple(tuple(curve) for curve in sim.memory_curve),
+            link_busy=tuple((sim.link_busy(r, "out"), sim.link_busy(r, "in")) for r in range(sim.n_ranks))
+            if sim.copies else (),
+            host_peak=tuple(sim.host_peak),
         )
 
 
@@ -266,7 +273,8 @@ class Compiled:
     ``report`` is the JSON report that :func:`schedc.write_csv` writes beside the CSV.
     ``baseline_schedules``: the schedules behind ``baselines``, by the same names (built on first
     access), e.g. to draw the compiled schedule next to the best one that fits. ``budget``: what
-    the time limit counted (``time`` or ``work``).
+    the time limit counted (``time`` or ``work``). ``memory_actions``: the offloads the schedule
+    runs with (``offload="auto"``; empty otherwise), to pass to :func:`schedc.simulate`.
     """
 
     schedule: Schedule
@@ -285,6 +293,8 @@ class Compiled:
     report: Report
     baseline_schedules: Mapping[str, Schedule] = field(default_factory=lambda: MappingProxyType({}))
     budget: Budget = "time"
+    # with offload="auto": the report's "memory_actions" (schedc.core.memory_actions' JSON form)
+    memory_actions: tuple[dict, ...] = ()
 
     def best_baseline(self) -> Optional[str]:
         """The name of the hand-made schedule that fits and is shortest by this compile's

@@ -12,7 +12,7 @@ from typing import get_args
 
 from schedc import api
 from schedc.choices import Budget, Objective, Solver
-from schedc.cli import common
+from schedc.cli import common, offload_flags
 from schedc.core import limits
 from schedc.core.costs import format_duration, format_memory
 from schedc.errors import SchedcError
@@ -39,6 +39,11 @@ def register(sub) -> None:
                    help="one engine only: the integer program with HiGHS or CBC, or OR-Tools' CP-SAT (default: "
                         "CP-SAT for 40%% of the time when installed, then the integer program with HiGHS, else CBC, and "
                         "on instances too large for it, CP-SAT windows)")
+    p.add_argument("--offload", choices=["none", "auto"],
+                   help="auto: also offload microbatches' activations to host memory where that makes a shorter "
+                        "schedule fit (schedc.solver.offload); the report gets \"memory_actions\" and the bound "
+                        "becomes the uncapped one (default none)")
+    offload_flags.add_link_args(p)
     p.add_argument("-o", "--output", metavar="FILE.csv", default="schedule.csv",
                    help="where to write the CSV; the report goes to FILE.json (default schedule.csv)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the compiled schedule next to the best baseline")
@@ -74,9 +79,16 @@ def compile_arguments(args) -> dict:
     if args.profile and profile.n_stages != args.stages:
         raise SchedcError(f"--profile {args.profile} describes {profile.n_stages} stages but --stages is "
                           f"{args.stages}; give --stages {profile.n_stages}, or a profile of {args.stages} stages")
+    link = None
+    if offload_flags.link_given(args):
+        link = offload_flags.link_from_args(args)
+        if args.offload != "auto":
+            raise SchedcError("--host-bandwidth, --host-latency, --host-memory and --link-shared-by describe the link "
+                              "offload uses; give --offload auto with them")
     return common.given(stages=args.stages, microbatches=args.mb, ranks=args.ranks, placement=args.placement,
                         profile=profile, memory=common.memory_from_args(args), objective=args.objective,
-                        execution=args.runtime, time_limit=args.time_limit, solver=args.solver, budget=args.budget)
+                        execution=args.runtime, time_limit=args.time_limit, solver=args.solver, budget=args.budget,
+                        offload=args.offload, host_link=link)
 
 
 def _per_unit_message(args, n_units: int) -> str:
@@ -182,8 +194,27 @@ def format_compile_summary(res, csv_path, report_file) -> str:
                      f"every rank){proof}")
     if rep.limiter is not None:
         lines.append("  limits the step: " + rep.limiter.message)
+    lines += ["  " + line for line in explain_offload(res, t)]
     lines += ["  " + line for line in explain_units(res)]
     return "\n".join(lines)
+
+
+def explain_offload(res, t) -> list[str]:
+    """With --offload auto: what moves, the step without it and how busy the links are."""
+    extra = res.report.model_extra or {}
+    summary = extra.get("offload")
+    if summary is None:
+        return []
+    without = summary["step_without_offload"]
+    before = "nothing fits without offload" if without is None else f"without offload {t(without)}"
+    if not res.memory_actions:
+        return [f"offload: none chosen (no schedule is shorter with it; {before}); the bound assumes no memory cap"]
+    moved = ", ".join(f"stage {e['stage']}: {len(e['microbatches'])} x {format_memory(e['bytes_each'])}"
+                      for e in summary["stages"])
+    busiest = max(summary["link_busy"], key=lambda e: max(e["out"], e["in"]))
+    return [f"offload: {len(res.memory_actions)} microbatches to host memory ({moved}); {before}; transfers "
+            f"{'hide' if summary['transfers_hide'] else 'do not all hide'}; busiest link rank {busiest['rank']} "
+            f"(out {100 * busiest['out']:.0f}%, in {100 * busiest['in']:.0f}%); the bound assumes no memory cap"]
 
 
 def explain_units(res) -> list[str]:

@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Optional
 
-from schedc.cli import common
+from schedc.cli import common, offload_flags
 from schedc.core.costs import MemoryLimit, Profile, format_duration, format_memory
 from schedc.core.diagnose import limiter
 
@@ -21,6 +21,8 @@ def register(sub) -> None:
                    help="each judged by its own costs when NAME.profile.json or a report NAME.json sits beside it "
                         "(unless --profile/--costs give one for all)")
     common.add_cost_args(p)
+    offload_flags.add_memory_actions_arg(p)
+    offload_flags.add_link_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--check", action="store_true",
                    help="exit 1 (after printing) when a schedule exceeds the memory limit, for scripts")
@@ -29,10 +31,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from schedc import api
 
+    actions, link = offload_flags.link_and_actions(args)
     schedules, profiles, memory, sources = common.read_with_costs(args)
     sources = sources or [None] * len(schedules)
     common.warn_mismatches("simulate", args.files, schedules, memory, profiles)
-    rows = [(path, schedule, api.simulate(schedule, profile=profile, memory=memory))
+    rows = [(path, schedule, api.simulate(schedule, profile=profile, memory=memory,
+                                          memory_actions=_against(actions, path), host_link=link))
             for path, schedule, profile in zip(args.files, schedules, profiles)]
     if args.json:  # JSON escapes control characters itself
         print(json.dumps([summary_dict(p, s, r, prof, source)
@@ -54,6 +58,15 @@ def run(args) -> int:
     return 0
 
 
+def _against(actions, path):
+    """The memory actions as checked against the CSV at `path` (their messages name both files)."""
+    if actions is None:
+        return None
+    from schedc.core.memory_actions import PlannedActions
+
+    return PlannedActions(actions, f"{actions.source} (against {path})")
+
+
 def summary_dict(path, schedule, res, profile: Profile, costs_from: Optional[str] = None) -> dict:
     """`costs_from`: the file beside the CSV its costs came from (None: --profile, --costs or the default)."""
     return {
@@ -72,6 +85,8 @@ def summary_dict(path, schedule, res, profile: Profile, costs_from: Optional[str
         "fits_memory": res.fits,
         "runtime": res.execution,
         "limiter": limiter(res, profile).as_dict(),
+        **({"link_busy": [{"rank": r, "out": out, "in": back} for r, (out, back) in enumerate(res.link_busy)],
+            "host_peak_per_node": list(res.host_peak)} if res.link_busy else {}),
     }
 
 
@@ -88,6 +103,10 @@ def format_simulation(path, schedule, res, memory: MemoryLimit, profile: Profile
         flag = "  over" if r in res.ranks_over else ""
         lines.append(f"  {r:>4}  {res.busy[r]:>12.4g}  {100 * res.bubble_per_rank[r]:>6.1f}%  "
                      f"{format_memory(res.peak_memory[r]):>12}  {format_memory(res.memory_limit[r]):>10}{flag}")
+    if res.link_busy:
+        lines.append("  offload: link busy per rank (out/in) " + ", ".join(
+            f"{100 * out:.0f}%/{100 * back:.0f}%" for out, back in res.link_busy) +
+            "; pinned host memory per node " + ", ".join(format_memory(h) for h in res.host_peak))
     lines.append(f"  limits the step: {limiter(res, profile).message}")
     return "\n".join(lines)
 

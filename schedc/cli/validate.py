@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from schedc.cli import common
+from schedc.cli import common, offload_flags
 from schedc.core.costs import block_modes
 from schedc.errors import SchedcError
 
@@ -21,6 +21,8 @@ def register(sub) -> None:
     p.add_argument("--partition", metavar="PLAN.json",
                    help="the module_fqns_per_model_part the CSV is launched on: a plan report (schedc plan) or a JSON "
                         "list of lists; fails when the CSV was made for another (with --for it sets the stage count)")
+    offload_flags.add_memory_actions_arg(p)
+    offload_flags.add_link_args(p)
     _add_framework_args(p)
 
 
@@ -180,6 +182,8 @@ def run(args) -> int:
         return _run_validate_for(args)
     schedule = _read(args.file, stages=args.stages, microbatches=args.mb, ranks=args.ranks, placement=args.placement)
     split = _check_split(args, schedule)
+    offload = offload_flags.validate_note(args, schedule)  # the memory actions against the CSV, and their fit
+    split = "; ".join(note for note in (split, offload) if note)
     torch_note = _torch_note(schedule, args.file)
     print(f"{common.printable(args.file)}: valid: "
           f"{common.shape(schedule.n_stages, schedule.n_ranks, schedule.n_microbatches, _placement_label(schedule))}"

@@ -1,0 +1,261 @@
+"""Offload chosen by the compiler: which microbatches a schedule sends to host memory, and where
+it fetches them back, so that every rank fits its cap.
+
+Problem: a schedule that is short but over the memory cap (the uncapped optimum, ZB-H1) may fit
+once some of the microbatches its ranks hold at their peaks wait in host memory
+(schedc.core.memory_actions, schedc.core.host_link). The choice is which (stage, microbatch)
+pairs to offload and at which action of the rank to fetch each back: too early and the bytes
+are back before the peak, too late and the backward waits for its fetch.
+
+Method (:func:`choose_offload`), one simulation per round (schedc.core.simulate with the
+memory actions chosen so far): on the rank furthest over its cap, take the moment of its peak;
+among the microbatches of its stages held then (their F's copy out, as estimated from the F's
+end, ends before the peak; their backward starts after it) offload the one held longest (the
+largest gap from F's end to the backward's start), fetched at the latest action of that rank
+whose fetch still ends before the backward's predicted start, or, if no fetch hides, the
+earliest action after the peak. An offload that pushes a node's pinned host memory over its cap,
+or raises the rank's peak, is undone and that pair is not tried again. It stops when every rank
+fits, or when no rank over its cap has a candidate left (then it says it cannot fit). Each
+(stage, microbatch) is added or refused at most once, so there are at most S x M rounds.
+
+:func:`compile_with_offload` is ``--offload auto``: it compiles under the cap and without one,
+applies the chooser to the uncapped answer, the capped answer and the hand-made schedules over
+the cap, and keeps the shortest that fits (the capped answer with no offload among them, so it
+is never worse than ``--offload none``). Offload only adds waits to a schedule, so the uncapped
+problem's certified bound bounds every schedule with offload; the capped bound does not (offload
+relaxes memory), and the report says which bound it states.
+
+Recompute per microbatch is not chosen here: it needs the checkpointed costs (a second
+profile) and a CSV that runs those backwards as B.
+
+Cost: at most S x M simulations of O(S x M) each per schedule tried, plus two compiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from schedc.choices import Status
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.host_link import HostLink, offload_bytes
+from schedc.core.ir import Action, Kind, Schedule
+from schedc.core.memory_actions import MemoryAction, to_json
+from schedc.core.simulate import SimResult, simulate
+from schedc.errors import ParameterError
+
+OFFLOAD_CHOICES = ("none", "auto")
+CAPPED_SHARE = 0.5  # of the time limit, for the compile under the cap (--offload none's answer)
+UNCAPPED_SHARE = 0.4  # for the compile without a cap; the chooser's rounds take what is left
+UNCAPPED_SOURCE = "uncapped problem (offload relaxes the memory cap)"
+
+
+@dataclass(frozen=True)
+class OffloadChoice:
+    """The chooser's answer for one schedule: its offloads, the simulation with them, whether it
+    fits, and, when it does not, why not."""
+
+    schedule: Schedule
+    actions: tuple[MemoryAction, ...]
+    sim: SimResult
+    fits: bool
+    why: str = ""
+
+    def to_json(self) -> list[dict]:
+        return to_json(self.actions)
+
+
+def _peak_moment(curve: Sequence[tuple[float, float]]) -> float:
+    """The first time a rank's memory curve reaches its peak."""
+    top = max(level for _, level in curve)
+    return next(t for t, level in curve if level == top)
+
+
+def _candidate(schedule: Schedule, sim: SimResult, profile: Profile, link: HostLink, rank: int,
+               chosen: dict, refused: set) -> Optional[MemoryAction]:
+    """The offload the module docstring's rule picks on `rank` at its peak, or None."""
+    t_peak = _peak_moment(sim.memory_curve[rank])
+    row = schedule.actions(rank)
+    index = {a: k for k, a in enumerate(row)}
+    best, best_held = None, -math.inf
+    for s in (s for s, r in enumerate(schedule.placement) if r == rank):
+        nbytes = offload_bytes(profile, s)
+        if nbytes <= 0:
+            continue
+        copy = link.seconds(nbytes)
+        for m in range(schedule.n_microbatches):
+            if (s, m) in chosen or (s, m) in refused:
+                continue
+            forward = Action(s, Kind.F, m)
+            backward = next((b for b in (Action(s, Kind.I, m), Action(s, Kind.B, m)) if b in index), None)
+            if forward not in index or backward is None:
+                continue
+            f_end, b_start = sim.timings[forward].end, sim.timings[backward].start
+            if not (f_end + copy < t_peak < b_start):
+                continue
+            # the fetch points after the peak and before the backward: the latest whose fetch
+            # ends before the backward's predicted start, else the earliest
+            points = [a for a in row[index[forward] + 1:index[backward]] if sim.timings[a].start > t_peak]
+            if not points:
+                continue
+            hidden = [a for a in points if sim.timings[a].start + copy <= b_start]
+            fetch = hidden[-1] if hidden else points[0]
+            held = b_start - f_end
+            if held > best_held:
+                best, best_held = MemoryAction(s, m, "offload", fetch), held
+    return best
+
+
+def choose_offload(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
+                   runtime: Optional[str] = None) -> OffloadChoice:
+    """Offloads that make `schedule` fit `memory` on `link` (module docstring); `profile` as
+    :func:`schedc.core.simulate.simulate` takes it, `runtime` the runtime it is timed as."""
+    chosen: dict[tuple[int, int], MemoryAction] = {}
+    refused: set[tuple[int, int]] = set()
+
+    def run() -> SimResult:
+        return simulate(schedule, profile, memory, runtime, memory_actions=list(chosen.values()) or None, link=link)
+
+    sim = run()
+    executed = profile.executed(runtime)
+    for _ in range(schedule.n_stages * schedule.n_microbatches + 1):
+        if sim.fits:
+            return OffloadChoice(schedule, tuple(chosen.values()), sim, True)
+        over = sorted(sim.ranks_over, key=lambda r: -(sim.peak_memory[r] - sim.memory_limit[r]))
+        pick = None
+        for rank in over:
+            pick = _candidate(schedule, sim, executed, link, rank, chosen, refused)
+            if pick is not None:
+                break
+        if pick is None:
+            why = (f"host memory over its cap on node(s) {', '.join(map(str, sim.nodes_over))}" if sim.nodes_over
+                   else f"rank(s) {', '.join(map(str, sim.ranks_over))} hold no microbatch at their peak that "
+                        f"offload can move out and back in time")
+            return OffloadChoice(schedule, tuple(chosen.values()), sim, False, why)
+        key = (pick.stage, pick.microbatch)
+        chosen[key] = pick
+        tried = run()
+        rank = schedule.placement[pick.stage]
+        if tried.nodes_over and not sim.nodes_over or tried.peak_memory[rank] > sim.peak_memory[rank]:
+            del chosen[key]
+            refused.add(key)
+            continue
+        sim = tried
+    return OffloadChoice(schedule, tuple(chosen.values()), sim, sim.fits,
+                         "" if sim.fits else "every (stage, microbatch) was tried")
+
+
+def check_offload(offload: object) -> str:
+    """``none`` or ``auto``; anything else is one ParameterError naming ``offload``."""
+    if offload not in OFFLOAD_CHOICES:
+        raise ParameterError("offload", f"{{param}} must be one of {', '.join(OFFLOAD_CHOICES)}, got {offload!r}")
+    return str(offload)
+
+
+def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: HostLink
+                 ) -> Optional[tuple[str, OffloadChoice]]:
+    """The shortest (by the problem's objective) of the chooser's fitting answers for the
+    candidate schedules, with its candidate's name; None when none fits."""
+    best = None
+    for name, schedule in candidates:
+        choice = choose_offload(schedule, problem.profile, problem.memory, link)
+        if choice.fits and (best is None or choice.sim.objective(problem.objective)
+                            < best[1].sim.objective(problem.objective)):
+            best = (name, choice)
+    return best
+
+
+def offload_summary(choice: OffloadChoice, profile: Profile, without: Optional[float], objective: str) -> dict:
+    """The report's ``"offload"``: per stage the microbatches moved and their bytes, each rank's
+    link busy fraction per direction, the step with and without offload (None: nothing fits
+    without), and whether every fetch ends before its backward is ready to start."""
+    sim = choice.sim
+    stages: dict[int, list[int]] = {}
+    for a in choice.actions:
+        stages.setdefault(a.stage, []).append(a.microbatch)
+    per_stage = [{"stage": s, "microbatches": sorted(ms), "bytes_each": offload_bytes(profile, s),
+                  "bytes": offload_bytes(profile, s) * len(ms)} for s, ms in sorted(stages.items())]
+    plain = simulate(choice.schedule, profile, None)
+    hides = math.isclose(plain.objective(objective), sim.objective(objective), rel_tol=1e-9, abs_tol=1e-12)
+    return {
+        "stages": per_stage,
+        "bytes_per_rank": [sum(c.nbytes for c in sim.copies if c.rank == r and c.direction == "out")
+                           for r in range(sim.n_ranks)],
+        "link_busy": [{"rank": r, "out": sim.link_busy(r, "out"), "in": sim.link_busy(r, "in")}
+                      for r in range(sim.n_ranks)],
+        "host_peak_per_node": list(sim.host_peak),
+        "step_with_offload": sim.objective(objective),
+        "step_without_offload": without,
+        "step_of_this_order_uncapped": plain.objective(objective),
+        "transfers_hide": hides,
+    }
+
+
+def compile_with_offload(problem, link: HostLink, time_limit: float, solver, progress: Optional[Callable],
+                         seed: int, budget: str):
+    """``--offload auto`` (module docstring): a CompileResult whose report also holds
+    ``memory_actions``, ``offload`` and ``assumes``."""
+    from dataclasses import replace
+
+    from schedc.solver.compile import _gap, all_baselines, build_report, compile_problem
+    from schedc.solver.deadline import Deadline
+    from schedc.solver.engine import close
+    from schedc.solver.engines.warm import matching_baselines
+    from schedc.solver.problem import Problem
+
+    relaxed_problem = Problem(given_profile=problem.given_profile, placement=problem.placement,
+                              n_microbatches=problem.n_microbatches, memory=MemoryLimit(kind="none"),
+                              objective=problem.objective, runtime=problem.runtime)
+
+    def tagged(tag: str):
+        if progress is None:
+            return None
+        return lambda e: progress(dict(e, phase=f"{tag}: {e['phase']}"))
+
+    capped, refusal = None, None
+    try:
+        capped = compile_problem(problem, time_limit * CAPPED_SHARE, solver, tagged("capped"), seed, budget=budget)
+    except ParameterError as e:  # a cap below one microbatch per stage: offload may still fit
+        if e.param != "memory":
+            raise
+        refusal = e
+    relaxed = compile_problem(relaxed_problem, time_limit * UNCAPPED_SHARE, solver, tagged("uncapped"), seed,
+                              budget=budget)
+    candidates = [("uncapped", relaxed.schedule)]
+    if capped is not None:
+        candidates.append(("capped", capped.schedule))
+    candidates += [(name, sched) for name, sched, sim in matching_baselines(problem, Deadline.after(time_limit))
+                   if not sim.fits]
+    found = best_offload(candidates, problem, link)
+    without = None if capped is None else capped.value
+    if found is None and capped is None:
+        raise refusal
+    if found is None or (capped is not None and found[1].sim.objective(problem.objective) >= without):
+        # offload does not help: the capped answer, with the offload fields saying so
+        choice = OffloadChoice(capped.schedule, (), capped.sim, True)
+        source = "capped"
+    else:
+        source, choice = found
+    value = choice.sim.objective(problem.objective)
+    bound = min(relaxed.lower_bound, value)
+    answered = any(r is not None and r.status != Status.HEURISTIC for r in (capped, relaxed))
+    status = Status.OPTIMAL if close(value, bound) else Status.FEASIBLE if answered else Status.HEURISTIC
+    base = capped if capped is not None else relaxed
+    result = replace(base, schedule=choice.schedule, sim=choice.sim, problem=problem, status=status,
+                     lower_bound=bound, gap=0.0 if status == Status.OPTIMAL else _gap(value, bound),
+                     solve_time=(capped.solve_time if capped is not None else 0.0) + relaxed.solve_time,
+                     baselines=capped.baselines if capped is not None else all_baselines(problem),
+                     warm_start_source=f"offload of the {source} answer" if choice.actions else base.warm_start_source,
+                     interrupted=relaxed.interrupted or bool(capped and capped.interrupted), graph=None)
+    log = (capped.report["progress"] if capped is not None else []) + \
+        [dict(e, phase=f"uncapped: {e['phase']}") for e in relaxed.report["progress"]]
+    report = build_report(result, lb_details=relaxed.report["lower_bound_details"], bound_source=UNCAPPED_SOURCE,
+                          solver=relaxed.report["inputs"]["solver"], time_limit=time_limit, log=log)
+    report["progress"] = log  # already JSON (each compile's report wrote it)
+    report["memory_actions"] = choice.to_json()
+    report["offload"] = dict(offload_summary(choice, problem.profile, without, problem.objective),
+                             from_schedule=source, lower_bound_assumes="no memory cap (offload relaxes it)")
+    report["assumes"] = dict(link.assumes(), offload="auto")
+    result.report = report
+    return result
