@@ -52,3 +52,11 @@ def test_a_bad_setting_in_the_object_is_named_as_the_keyword():
         schedc.count_profile(SHAPE, settings=RunSettings())
     with pytest.raises(SchedcError, match=r"^settings: expected a schedc.core.settings.RunSettings, got dict"):
         schedc.count_profile(SHAPE, settings={"seq": 64})
+
+
+def test_an_object_that_leaves_the_names_out_takes_the_frameworks():
+    # the command line builds the object without --names: NeMo's Hugging Face names, not a contradiction
+    counted = schedc.count_profile(SHAPE, settings=RunSettings.of(seq=64, framework="nemo", names=None))
+    assert counted.stages[0].modules == ["model.embed_tokens"] and counted.assumes["implementation"] == "hf"
+    with pytest.raises(SchedcError, match=r"^names 'torchtitan' contradicts framework 'nemo'"):
+        schedc.count_profile(SHAPE, settings=RunSettings(seq=64, framework="nemo", names="torchtitan"))

@@ -117,7 +117,7 @@ def _plan(args):
             print(line, file=sys.stderr, flush=True)
 
     kw = dict(ranks=args.ranks, microbatches=args.mb, memory=args.memory, placement=args.placement,
-              objective=args.objective, time_limit=args.time_limit, progress=progress, source=source,
+              objective=args.objective, time_limit=_time_left(args), progress=progress, source=source,
               budget=args.budget)
     if len(profiles) > 1:
         from schedc.plan import plan_ac
@@ -227,6 +227,7 @@ def _counted(args, mode):
     --for (schedc.api.count_profile, which records them in the profile's ``assumes``)."""
     from schedc import api
     from schedc.cli.profile import COUNTED_INTS
+    from schedc.core.settings import RunSettings
 
     for name, flag in (("seq", "--seq"), ("mbs", "--mbs"), ("dp_shard", "--dp-shard"), ("tp", "--tp")):
         value = getattr(args, name)
@@ -237,9 +238,24 @@ def _counted(args, mode):
                             reserve_bytes=None if args.reserve is None else _bytes(args.reserve, "--reserve"))
     if args.dtype is not None:
         settings.update(dtype=args.dtype, param_dtype=args.dtype)
+    run = RunSettings.of(seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
+                         activation_checkpoint=mode or "none", **settings)
     # a bad setting is a ParameterError, which schedc.cli.toplevel spells with its flag
-    return api.count_profile(args.config, seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
-                             activation_checkpoint=mode or "none", **settings)
+    return api.count_profile(args.config, settings=run)
+
+
+WRITE_SECONDS = 1.0  # kept from --time-limit for writing the outputs and printing the hand-offs
+
+
+def _time_left(args) -> float:
+    """--time-limit covers the whole command: what the start-up (the interpreter, the imports, a
+    counted profile) took comes off the plan's seconds, and so does WRITE_SECONDS. A work budget
+    counts work units, not seconds: it is passed as given (the same inputs, the same plan)."""
+    from schedc.solver.deadline import process_seconds
+
+    if args.budget == "work":
+        return args.time_limit
+    return max(min(args.time_limit, 1.0), args.time_limit - process_seconds() - WRITE_SECONDS)
 
 
 def _bytes(text: str, flag: str) -> float:

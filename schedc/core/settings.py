@@ -24,10 +24,11 @@ COUNTED_FOR_TORCH = "2.14"  # the torch release whose kernels' saved tensors the
 @dataclass(frozen=True)
 class RunSettings:
     """A training run as schedc counts it. ``None`` where the default is derived from other
-    settings or the model (``impl``: the framework of ``names``; ``param_dtype``: the activation
-    dtype; ``master_weights``: an fp32 copy when the parameters are narrower and there is an
-    optimizer; ``reserve_bytes``: CUDA's measured reserve on CUDA, 0 on CPU; ``fsdp``: when
-    ``dp_shard`` > 1; ``dtype``: the model's)."""
+    settings or the model (``impl``: the framework of ``names``; ``names``: the framework's
+    module names, else torchtitan's; ``param_dtype``: the activation dtype; ``master_weights``: an
+    fp32 copy when the parameters are narrower and there is an optimizer; ``reserve_bytes``:
+    CUDA's measured reserve on CUDA, 0 on CPU; ``fsdp``: when ``dp_shard`` > 1; ``dtype``: the
+    model's)."""
 
     seq: Optional[int] = None  # tokens per sequence
     microbatch_size: int = 1  # sequences per microbatch
@@ -53,7 +54,7 @@ class RunSettings:
     tp_bandwidth: float = 450e9  # B/s of a tensor-parallel collective within a node
     tp_latency: float = 10e-6  # s per tensor-parallel collective
     held: str = "torch"  # what is held from I to W: torch's runtime, or the paper's M_W
-    names: str = "torchtitan"  # the units' module names
+    names: Optional[str] = None  # the units' module names: the framework's, else torchtitan's
     framework: str = "schedc"  # the framework that runs the plan
     torch: str = COUNTED_FOR_TORCH
 

@@ -231,7 +231,7 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
     """`settings` checked (a ParameterError naming the first bad one) and filled for shape `s`."""
     r = settings
     seq, mbs, ac, impl, device, names, held = (r.seq, r.microbatch_size, r.activation_checkpoint, r.impl, r.device,
-                                                r.names, r.held)
+                                                r.names or "torchtitan", r.held)
     dp_shard, tp, fsdp, master_weights = r.dp_shard, r.tp, r.fsdp, r.master_weights
     if seq is None:
         raise _bad("seq", "give the tokens per sequence (e.g. {name}4096)")
