@@ -24,6 +24,7 @@ they wait for).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -446,11 +447,13 @@ def _merge_copies(curve: list[tuple[float, float]], events: list[tuple[float, fl
 
 
 class Deadlock(SchedcError):
-    """The schedule deadlocks; ``unplaced`` holds the actions that could never start."""
+    """The schedule deadlocks; ``unplaced`` holds the actions that could never start, ``stuck``
+    the part of them a cycle lies in (:func:`walk`)."""
 
-    def __init__(self, message: str, unplaced: set):
+    def __init__(self, message: str, unplaced: set, stuck: Optional[set] = None):
         super().__init__(message)
         self.unplaced = unplaced
+        self.stuck = unplaced if stuck is None else stuck
 
 
 @dataclass
@@ -528,8 +531,25 @@ def walk(schedule: Schedule) -> Walk:
     if len(topo) < len(actions):
         next_index = [position[r] - first[r] for r in range(len(order))]
         raise Deadlock("the schedule deadlocks: " + _describe_wait(order, next_index, n_stages, backward_kind),
-                       {a for i, a in enumerate(actions) if not done[i]})
+                       {a for i, a in enumerate(actions) if not done[i]}, _stuck(actions, first, position, deps, done))
     return Walk(order, actions, rank_of, deps, topo)
+
+
+def _stuck(actions, first, position, deps, done) -> set:
+    """Where a deadlock's cycle lies, far fewer actions than all that never start: on every rank
+    its next action up to the last one some rank's next action waits for. Every rank left waits
+    at its next action for a producer at or after another rank's next action; following those
+    waits from rank to rank must come back to a rank already seen, and each step of that circle
+    is a run of one rank's actions (all inside the set) ended by the data edge to the next.
+    Cost: O(ranks + the set)."""
+    n_ranks = len(first) - 1
+    last = [position[r] for r in range(n_ranks)]
+    for r in range(n_ranks):
+        if position[r] < first[r + 1]:
+            missing = next(d for d, _ in deps[position[r]] if not done[d])
+            q = bisect.bisect_right(first, missing) - 1  # the rank whose numbers hold it
+            last[q] = max(last[q], missing)
+    return {actions[i] for r in range(n_ranks) if position[r] < first[r + 1] for i in range(position[r], last[r] + 1)}
 
 
 def _describe_wait(order, next_index, n_stages, backward_kind) -> str:
