@@ -36,7 +36,7 @@ def test_the_error_names_the_static_part_the_fsdp_share_and_remedies_that_fit():
     assert "smallest cap that does is" in text and "before any activation" in text
     assert "a larger dp_shard divides only the other" in text and "holds unsharded under torch's pipelining with FSDP2 at dp_shard 4" in text
     tp = int(re.search(r"(?:--tp |tp=)(\d+) \(about [\d.]+[GM]iB\)", text).group(1))
-    ranks = int(re.search(r"(?:--ranks |ranks=)(\d+) \(needs", text).group(1))
+    ranks = int(re.search(r"(?:--ranks |ranks=)(\d+) \(loop, needs", text).group(1))
     # the suggested tensor-parallel degree, counted again, fits; so does the suggested pipeline degree
     assert fits(min_cap(Units.of(_profile(dp_shard=4, tp=tp), 8), "loop", 2)[0], cap)
     assert fits(min_cap(Units.of(p, 8), "loop", ranks)[0], cap)

@@ -763,7 +763,7 @@ WHY_RANKS_SECONDS = 2.0  # the most the search for a pipeline degree that fits m
 
 
 def why_nothing_fits(profile: Profile, u: Units, placement: str, n_ranks: int, cap: float,
-                     n_microbatches: Optional[int] = None) -> str:
+                     n_microbatches: Optional[int] = None, least=None) -> str:
     """Why no partition onto `n_ranks` fits `cap`, and what would: text for a
     :class:`~schedc.errors.ParameterError`'s detail (placeholders ``{name:P}`` name flags).
 
@@ -775,10 +775,12 @@ def why_nothing_fits(profile: Profile, u: Units, placement: str, n_ranks: int, c
     (:func:`schedc.model_costs.fsdp_held`); then the remedies with numbers: checkpointing only
     when the static part fits, the tensor-parallel degree whose counted bytes (everything but the
     reserve is divided by the degree in a counted profile) fit, and the least pipeline degree up
-    to the unit count whose own least split fits. Cost: one :func:`min_cap` per degree tried,
-    within ``WHY_RANKS_SECONDS``.
+    to the unit count whose own least split fits one stage per rank. `least`: :func:`min_cap`'s
+    (bytes, units per stage) for `placement`, where the caller has it. Cost: that
+    :func:`min_cap` when not given (a V's is O(R U^4): seconds at 80 layers), and one loop
+    :func:`min_cap` per degree tried, within ``WHY_RANKS_SECONDS``.
     """
-    need, counts = min_cap(u, placement, n_ranks, n_microbatches)
+    need, counts = least if least is not None else min_cap(u, placement, n_ranks, n_microbatches)
     edges = np.concatenate([[0], np.cumsum(counts)]).astype(int)
     stage_static = [u.seg(u.static, edges[k], edges[k + 1]) for k in range(len(counts))]
     if placement == "v":
@@ -811,12 +813,13 @@ def why_nothing_fits(profile: Profile, u: Units, placement: str, n_ranks: int, c
             if fits(tp_need, cap):
                 would.append(f"{{name:tp}}{tp * more} (about {format_bytes(tp_need)})")
                 break
+    # one stage per rank: the loop's program is O(S U^2), the V's O(R U^4) (tens of seconds at 80 layers)
     deadline = time.monotonic() + WHY_RANKS_SECONDS
-    for ranks in range(n_ranks + 1, u.n // (2 if placement == "v" else 1) + 1):
+    for ranks in range(n_ranks + 1, u.n + 1):
         if time.monotonic() > deadline:
             break
-        more_need = min_cap(u, placement, ranks, n_microbatches)[0]
+        more_need = min_cap(u, "loop", ranks, n_microbatches)[0]
         if fits(more_need, cap):
-            would.append(f"{{name:ranks}}{ranks} (needs {format_bytes(more_need)})")
+            would.append(f"{{name:ranks}}{ranks} (loop, needs {format_bytes(more_need)})")
             break
     return text + ("; would fit: " + ", ".join(would) if would else "; no remedy tried fits")
