@@ -26,13 +26,14 @@ from schedc.core.partition import (INF, Units, loop_buffers, minmax, n_stages_fo
 from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError, printable, python_spelling
 from schedc.frameworks import launchable_modes
-from schedc.plan.clock import _counting_work, _now, stop_requested
+from schedc.plan.clock import _bounded, _counting_work, _now, stop_requested
+from schedc.solver.interrupt import Cut
 from schedc.plan.comparisons import torchtitan_rows
 from schedc.plan.limiter import plan_limiter
 from schedc.plan.planner import _on_work_clock, plan
 from schedc.plan.problem import problem_for
 from schedc.plan.report import build_plan_report
-from schedc.plan.request import parse_cap, placements_tried
+from schedc.plan.request import V_SHARE, parse_cap, placements_tried
 from schedc.plan.result import PlanResult
 
 CHECKPOINTING = AC_MODES[1:]  # fastest first: each keeps less and recomputes more
@@ -325,11 +326,12 @@ def _mode_floor(profile: Profile, kwargs: dict, time_limit: float) -> float:
         limit = parse_cap(kwargs.get("memory", "80GiB"))
         cap = math.inf if limit.kind == "none" else limit.value
         ranks, M = kwargs["ranks"], kwargs["microbatches"]
-        return min(partition_bound(profile, ranks, M, cap, pl, kwargs.get("objective", "makespan")).value
-                   for pl in _placements(kwargs, ranks, profile.n_stages, time_limit)
-                   if n_stages_for(pl, ranks) <= profile.n_stages)
-    except (SchedcError, KeyError, ValueError):
-        return 0.0  # plan itself says what is wrong
+        with _bounded("v", profile.n_stages, ranks, _now() + V_SHARE * time_limit):  # the V's reads no clock
+            return min(partition_bound(profile, ranks, M, cap, pl, kwargs.get("objective", "makespan")).value
+                       for pl in _placements(kwargs, ranks, profile.n_stages, time_limit)
+                       if n_stages_for(pl, ranks) <= profile.n_stages)
+    except (SchedcError, KeyError, ValueError, Cut):
+        return 0.0  # plan itself says what is wrong; cut for time, it cannot be told
 
 
 def _placements(kwargs: dict, ranks: int, n_units: int, time_limit: float) -> list[str]:

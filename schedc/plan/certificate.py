@@ -17,9 +17,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from schedc.plan.clock import _charge, _counting_work, _now, stop_requested
+from schedc.plan.clock import _bounded, _charge, _counting_work, _now, stop_requested
 from schedc.plan.problem import own_bound, problem_for
 from schedc.core.partition import partitions_below
+from schedc.solver.interrupt import Cut
 from schedc.core.tolerances import REL
 
 
@@ -80,7 +81,13 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
             continue
         pairs_end = ends if proven else Deadline(min(ends.at, _now() + PAIR_SHARE * time_limit
                                                      / len(searches)))
-        threshold, found = partitions_below(profile, ranks, microbatches, cap, pl, objective, theta, CERTIFY_LIMIT)
+        try:
+            with _bounded(pl, profile.n_stages, ranks, ends.at):  # the V's listing reads no clock
+                threshold, found = partitions_below(profile, ranks, microbatches, cap, pl, objective, theta,
+                                                    CERTIFY_LIMIT)
+        except Cut:  # the dynamic program's bound stands
+            bounds[pl], certified[pl] = pb.value, 0
+            continue
         _charge(LISTING_WORK * max(1, len(found)))
 
         def problem_of(counts, pl=pl):

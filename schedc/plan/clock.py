@@ -14,13 +14,24 @@ from contextlib import contextmanager
 from typing import Iterator
 
 
+WALL_LEAD = 2.0  # seconds the wall clock may run ahead of the work charged before it sets the plan's clock
+
+
 def _now() -> float:
     """The clock every share of the time limit is read on: the wall clock, or under a work
     budget the work clock (schedc.solver.deadline.now), imported here so that ``import schedc``
-    does not load the solver."""
-    from schedc.solver.deadline import now
+    does not load the solver. Under a work budget the wall clock takes over where it runs more
+    than ``WALL_LEAD`` seconds ahead of the work charged (a machine slower than the charges'
+    nominal rate): the plan then ends near its budget in seconds too, and is marked as cut by the
+    wall clock (not reproducible); where the charges keep up, the work clock alone decides."""
+    from schedc.solver.deadline import now, wall_elapsed, work_clock
 
-    return now()
+    clock = work_clock()
+    work = now()
+    if clock is not None and wall_elapsed() > clock.spent + WALL_LEAD:
+        clock.cut_by_wall = True
+        return clock.origin + wall_elapsed()
+    return work
 
 
 def _counting_work() -> bool:
@@ -36,12 +47,64 @@ def _charge(units: float) -> None:
     charge(units)
 
 
+def compile_within(problem, time_limit: float, **kwargs):
+    """schedc.solver.compile.compile_problem for `time_limit` on the plan's clock, under a work
+    budget also capped at that many seconds of wall clock plus ``WALL_LEAD``
+    (schedc.solver.deadline.wall_cap): a compile whose charges run slower than the wall (CP-SAT
+    on a busy machine) cannot take the plan past its budget."""
+    from schedc.solver.compile import compile_problem
+    from schedc.solver.deadline import wall_cap
+
+    with wall_cap(time_limit + WALL_LEAD):
+        return compile_problem(problem, time_limit=time_limit, **kwargs)
+
+
 def stop_requested() -> bool:
     """Ctrl-C or SIGTERM inside ``schedc.solver.interrupt.stop_on_sigint`` (imported here, not at
     the top: ``import schedc`` must not load the solver)."""
     from schedc.solver.interrupt import requested
 
     return requested()
+
+
+@contextmanager
+def _bounded(placement: str, n_units: int, ranks: int, end: float) -> Iterator[None]:
+    """The V's dynamic programs (O(R U^4), no clock read inside) cut at `end` on the plan's clock
+    or at a stop (schedc.solver.interrupt.cut_after). Under a work budget their estimated seconds
+    are charged; they are cut on the wall clock only where they run past `end` in seconds (a
+    machine far slower than the estimate), and the plan is then marked cut by the wall clock. The
+    loop's programs (O(R U^2)) run as they are."""
+    from schedc.core.partition import v_bound_seconds
+    from schedc.solver.deadline import wall_left
+    from schedc.solver.interrupt import Cut, cut_after
+
+    if placement != "v":
+        yield
+        return
+    if not _counting_work():
+        with cut_after(end - _now()):
+            yield
+        return
+    from schedc.solver.deadline import work_clock
+
+    _charge(v_bound_seconds(n_units, ranks))
+    try:  # on the wall too (as _now() takes over): a cut one is marked not reproducible
+        with cut_after(min(wall_left(), end - _now())):
+            yield
+    except Cut:
+        work_clock().cut_by_wall = True
+        raise
+
+
+def raise_stopped() -> None:
+    """A stop that came before the plan had anything to return: the interrupt the CLI reports
+    (Terminated, exit 143, for SIGTERM; KeyboardInterrupt, 130, for Ctrl-C)."""
+    import signal
+
+    from schedc.errors import Terminated
+    from schedc.solver.interrupt import received
+
+    raise Terminated() if received() == signal.SIGTERM else KeyboardInterrupt()
 
 
 class Phases:

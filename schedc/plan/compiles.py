@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from schedc.errors import SchedcError
-from schedc.plan.clock import _counting_work, _now, stop_requested
+from schedc.plan.clock import _counting_work, _now, compile_within, stop_requested
 from schedc.plan.handmade import _hand_made_warm
 from schedc.plan.comparisons import TORCHTITAN_CLASSES
 from schedc.plan.problem import _tight, problem_for
@@ -37,7 +37,6 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
     in every placement; after the first, a partition whose two-rank bound is not below the best
     step is not compiled. Returns ((value, compile result or None, placement, counts), the
     candidates compiled). `paired` gets the two-rank bounds that showed a partition cannot win."""
-    from schedc.solver.compile import compile_problem
     from schedc.solver.deadline import Deadline
     from schedc.solver.bounds.pair import PairRelaxation
 
@@ -73,7 +72,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
                     f"more (its own bound {lb:.6g}): not compiled")
                 continue
         try:
-            res = compile_problem(problem_for(profile, counts, pl, ranks, microbatches, limit, objective),
+            res = compile_within(problem_for(profile, counts, pl, ranks, microbatches, limit, objective),
                                   time_limit=short, seed=seed)
         except SchedcError:  # nothing found that fits in a short compile: the next candidate
             say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: no schedule that fits found in {short:.1f}s")
@@ -98,7 +97,6 @@ def _second_round(compiled, time_limit, seed, say, t0):
     """The two best after the short compiles go on from their answers (warm starts) for a while
     more each before one is chosen: a few seconds rank V partitions poorly (a rival can lead after
     two seconds and trail after ten). Returns the best (value, compile result, placement, counts)."""
-    from schedc.solver.compile import compile_problem
 
     finalists = sorted(compiled, key=lambda c: c[0])[:FINALISTS]
     more = SECOND_SHARE * time_limit / FINALISTS
@@ -107,7 +105,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
     results = []  # the best is among the finalists, so the best of these is at least as good
     for value, res, pl, counts in finalists:
         if res.status != "optimal" and not stop_requested():
-            again = compile_problem(res.problem, time_limit=more, seed=seed,
+            again = compile_within(res.problem, time_limit=more, seed=seed,
                                     warm=(res.schedule, res.sim, "plan: short compile"))
             res = again if again.value <= res.value else res
             say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} after a second round "
@@ -128,7 +126,6 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
     far by (placement, counts); `reached`: the bounds step 4 took partitions to, by (placement,
     counts): a compiled partition whose bound the certificate raised above the setter's is no
     sign of a loose bound. Returns the best (value, compile result, placement, counts)."""
-    from schedc.solver.compile import compile_problem
 
     reached = reached or {}
 
@@ -151,7 +148,7 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
             # (tight memory in a V), not unreached, and the final compile makes better use of it
             continue
         warm = None if before is None else (before.schedule, before.sim, "plan: short compile")
-        res = compile_problem(problem_for(profile, counts, pl, ranks, microbatches, limit, objective),
+        res = compile_within(problem_for(profile, counts, pl, ranks, microbatches, limit, objective),
                               time_limit=seconds, seed=seed, warm=warm)
         if before is not None and before.value < res.value:
             res = before
@@ -171,7 +168,6 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
     V the rules it did not reach can be the better ones (docs/design.md, "The plan", step 5). A
     compile's own warm start stays at a tenth: there the engines after it have the time. Cost:
     the rest of `time_limit`. Returns (compile result, placement, counts)."""
-    from schedc.solver.compile import compile_problem
     from schedc.solver.deadline import Deadline
     from schedc.solver.engines.warm import warm_start
 
@@ -192,7 +188,7 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
             left = t0 + time_limit - _now()
         if warm is None:  # no short compile ran (a short time limit): a hand-made schedule that fits starts it
             warm = _hand_made_warm(problem)
-        final = compile_problem(problem, time_limit=max(0.1 if warm is not None else 1.0, left), seed=seed, warm=warm)
+        final = compile_within(problem, time_limit=max(0.1 if warm is not None else 1.0, left), seed=seed, warm=warm)
         if res is None or final.value <= res.value:
             res = final
         say(f"[{_now() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
@@ -208,7 +204,6 @@ def _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches
     it, kept only where it is no longer than the row). Rows of `placements` only: a placement
     asked for (``--placement loop``) is kept, and a faster row of another stays a printed row."""
     from schedc.core.baselines import make_baseline
-    from schedc.solver.compile import compile_problem
     from schedc.core.simulate import simulate
 
     baseline = {cls: name for cls, name, _ in TORCHTITAN_CLASSES}
@@ -224,7 +219,7 @@ def _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches
             continue
         if not sim.fits or sim.objective(objective) >= res.value * (1 - REL):
             continue
-        better = compile_problem(problem, time_limit=0.5, seed=seed, warm=(sched, sim, f"plan: {row.split} split"))
+        better = compile_within(problem, time_limit=0.5, seed=seed, warm=(sched, sim, f"plan: {row.split} split"))
         if better.value <= sim.objective(objective) * (1 + REL):
             return better, row.placement, list(row.counts)
     return res, pl, counts

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from schedc.core.costs import MemoryLimit, format_bytes
 from schedc.errors import SchedcError
-from schedc.plan.clock import _now, stop_requested
+from schedc.plan.clock import _now, compile_within, stop_requested
 from schedc.core.tolerances import REL
 
 
@@ -85,14 +85,13 @@ def _memory_floor(problem) -> tuple[float, float]:
 
 def _compile_under(problem, profile, cap: float, seconds: float, seed: int):
     """The compile of `problem` under a per-rank cap of `cap` bytes; None when nothing fits."""
-    from schedc.solver.compile import compile_problem
     from schedc.solver.problem import Problem
 
     lowered = Problem.build(problem.n_stages, problem.n_microbatches, n_ranks=problem.n_ranks,
                             placement=problem.placement_name, profile=profile,
                             memory=MemoryLimit(kind="bytes", value=cap), objective=problem.objective)
     try:
-        return compile_problem(lowered, time_limit=seconds, seed=seed)
+        return compile_within(lowered, time_limit=seconds, seed=seed)
     except SchedcError:
         return None
 

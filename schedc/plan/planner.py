@@ -24,7 +24,7 @@ from schedc.plan.report import build_plan_report
 from schedc.plan.request import PlanRequest, check_types
 from schedc.plan.result import PlanResult
 from schedc.plan.search import (SEARCH_END, SEARCH_SHARE, _bounds_over_partitions, _screened_candidates,
-                                interleaved_bound)
+                                interleaved_bound, mean_work_bound)
 
 
 FINAL_END = 0.9  # of the time limit: the final compile ends here when the least-memory pass follows it
@@ -143,11 +143,14 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective,
                                          final_share * time_limit, seed, say, t0)
     with phase("comparisons"):
-        compared = placements + ([INTERLEAVED] if INTERLEAVED in pools else [])
+        compared = list(pools)  # the placements searched: a V cut in step 1 gets no new program here
         comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, compared, memo)
         comparisons += torchtitan_rows(profile, ranks, microbatches, limit, objective)
         res, pl, counts = _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit,
                                             objective, seed, **({} if placement == "auto" else {"placements": compared}))
+        if pl not in bounds:  # a row of a placement the search left out (or was stopped in) won
+            bounds[pl] = mean_work_bound(units, ranks, microbatches)
+            notes.append(f"placement {pl}: not searched; a row of it won, bounded by the mean rank's work only")
     lowered = None
     with phase("least memory"):
         if least_memory and not stop_requested():

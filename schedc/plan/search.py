@@ -18,10 +18,12 @@ from schedc.core.costs import format_bytes
 from schedc.core.cost_model import fits
 from schedc.errors import ParameterError
 from schedc.core.partition import (even_counts, min_cap, partition_bound, torchtitan_default_counts,
-                                   why_nothing_fits)
-from schedc.plan.clock import _now, stop_requested
+                                   v_bound_seconds, why_nothing_fits)
+from schedc.plan.clock import _bounded, _now, raise_stopped, stop_requested
 from schedc.plan.handmade import _balanced, _hand_made_shapes, best_hand_made
 from schedc.plan.problem import _tight_problem, holds_one_microbatch, own_bound, problem_for, stages_for
+from schedc.plan.request import V_SHARE
+from schedc.solver.interrupt import Cut
 
 
 SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
@@ -39,11 +41,29 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
     PartitionBound)], {placement: bound})."""
     searches, bounds = [], {}
     deadline = t0 + BOUND_SHARE * time_limit
+    v_end = t0 + V_SHARE * time_limit  # the V's programs check no clock: cut there (or at a stop)
 
     def stop() -> bool:
         return _now() >= deadline or stop_requested()
     for pl in placements:
-        need, _ = min_cap(units, pl, ranks)
+        try:
+            with _bounded(pl, units.n, ranks, v_end):
+                need, _ = min_cap(units, pl, ranks)
+                pb = partition_bound(profile, ranks, microbatches, cap, pl, objective, stop=stop) \
+                    if fits(need, cap) else None
+        except Cut:
+            if len(placements) > 1 and not stop_requested():
+                notes.append(f"placement {pl}: bounding its partitions of {units.n} units on {ranks} ranks took over "
+                             f"{V_SHARE:.0%} of the time limit and was cut; the plan is without it (--placement "
+                             f"{pl} with a larger --time-limit plans it)")
+                continue
+            if stop_requested():
+                notes.append(f"placement {pl}: stopped while bounding its partitions")
+                continue
+            need = math.ceil(max(2 * time_limit, 4 * v_bound_seconds(units.n, ranks)))  # twice ~2x the estimate
+            raise ParameterError("time_limit", f"bounding the V's partitions of {units.n} units on {ranks} ranks did "
+                                               f"not end in {V_SHARE:.0%} of {{name}}{time_limit:g}; give {{name}}"
+                                               f"{need} or more, or --placement loop") from None
         if not fits(need, cap):
             if len(placements) == 1 or pl == placements[-1] and not searches:
                 caps = {p: min_cap(units, p, ranks)[0] for p in placements}
@@ -54,7 +74,6 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
                                      + why_nothing_fits(profile, units, best, ranks, cap))
             notes.append(f"placement {pl}: no partition fits under {limit} (needs {format_bytes(need)})")
             continue
-        pb = partition_bound(profile, ranks, microbatches, cap, pl, objective, stop=stop)
         bounds[pl] = pb.value
         if pb.cut:
             notes.append(f"placement {pl}: the bound over partitions stopped counting the cool-down of "
@@ -63,9 +82,17 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
         say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
             f"{pb.counts}")
         searches.append((pl, pb))
+    if not searches and stop_requested():
+        raise_stopped()
     if not searches:
         raise ParameterError("memory", f"{{name}}{limit}: no placement fits")
     return searches, bounds
+
+
+def mean_work_bound(units, ranks: int, microbatches: int) -> float:
+    """A bound over every partition, placement and schedule: the busiest of R ranks computes at
+    least the mean rank's work, M times every unit's F + I + W over R."""
+    return microbatches * float(units.F[units.n] + units.I[units.n] + units.W[units.n]) / ranks
 
 
 def interleaved_bound(profile, units, ranks, microbatches, cap, objective, stop=None) -> float:
@@ -75,7 +102,7 @@ def interleaved_bound(profile, units, ranks, microbatches, cap, objective, stop=
     its own is a loop of 2R ranks (schedc.core.partition.partition_bound), where any interleaved
     schedule runs unchanged: every boundary crosses ranks in both, and a rank holds one stage's
     bytes instead of two. inf when no stage alone fits. Cost: the loop's dynamic program."""
-    mean = microbatches * float(units.F[units.n] + units.I[units.n] + units.W[units.n]) / ranks
+    mean = mean_work_bound(units, ranks, microbatches)
     own_ranks = partition_bound(profile, 2 * ranks, microbatches, cap, "loop", objective, stop=stop).value
     return max(mean, own_ranks) if math.isfinite(own_ranks) else math.inf
 
@@ -87,7 +114,7 @@ def _screened_candidates(profile, units, pl, start, ranks, microbatches, limit, 
     simulate); `start`: the dynamic program's partition (None for the interleaved loop, which has
     no program). Returns (pool of (lower bound, hand-made step, counts), [the balanced split's entry])."""
     S = stages_for(pl, ranks)
-    splits = [start, _balanced(units, pl, ranks, cap), torchtitan_default_counts(profile.n_stages, S),
+    splits = [start, _balanced(units, pl, ranks, cap, end=hard), torchtitan_default_counts(profile.n_stages, S),
               even_counts(profile.n_stages, S)]
     # under a tight cap the own bound ranks partitions poorly (step 4's block relaxation ranks them),
     # and a search that follows it far from the dynamic program's partition finds partitions that

@@ -35,7 +35,7 @@ import contextvars
 import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 from schedc.core import limits
@@ -71,6 +71,7 @@ class WorkClock:
     wall_at: float
     spent: float = 0.0
     cut_by_wall: bool = False
+    started: float = field(default_factory=time.monotonic)  # on time.monotonic(): the wall's zero
 
 
 _work: contextvars.ContextVar[Optional[WorkClock]] = contextvars.ContextVar("schedc_work_clock", default=None)
@@ -128,6 +129,47 @@ def wall_cut() -> bool:
         return False
     clock.cut_by_wall = True
     return True
+
+
+def wall_elapsed() -> float:
+    """Wall-clock seconds since the work clock in force started (0 under wall-clock budgets)."""
+    clock = _work.get()
+    return 0.0 if clock is None else time.monotonic() - clock.started
+
+
+@contextmanager
+def wall_cap(seconds: float) -> Iterator[None]:
+    """Under a work budget, the safety net of the block at `seconds` of wall clock from now (or
+    the outer one, if earlier); nothing under a wall-clock budget. For a caller whose phases must
+    end near their shares on a machine where the charged work runs slower than its nominal rate
+    (CP-SAT's deterministic time can be a tenth of the wall clock it takes): a phase cut by it is
+    marked, as the safety net's cuts are, not reproducible."""
+    clock = _work.get()
+    if clock is None:
+        yield
+        return
+    saved = clock.wall_at
+    clock.wall_at = min(saved, time.monotonic() + max(0.0, seconds))
+    try:
+        yield
+    finally:
+        clock.wall_at = saved
+
+
+def process_seconds() -> float:
+    """Wall seconds since this process started (Linux's /proc/self/stat against /proc/uptime; 0
+    where they cannot be read): what a command's start-up (the interpreter, its imports) already
+    took of a time limit that covers the whole command."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, up - started)
 
 
 def charge_passes(n_actions: int, passes: float = 1.0) -> None:

@@ -30,6 +30,7 @@ call, and the handler's effect (the stop request, or a KeyboardInterrupt) is red
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import signal
@@ -127,6 +128,59 @@ def _on_sigint(signum, frame) -> None:
     _stop_children()
     if signum == signal.SIGINT:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
+    if _cutting:
+        raise Cut("stopped")
+
+
+class Cut(Exception):
+    """An untimed computation inside :func:`cut_after` stopped by its deadline or a stop request."""
+
+
+_cutting = 0  # how many cut_after blocks are open (the signal handlers raise Cut inside one)
+
+
+def _on_alarm(signum, frame) -> None:
+    if _cutting:
+        raise Cut("deadline")
+
+
+@contextmanager
+def cut_after(seconds: float) -> Iterator[None]:
+    """Raise :class:`Cut` inside the block when `seconds` of wall clock pass, or at once when a
+    stop is requested (Ctrl-C, SIGTERM inside :func:`stop_on_sigint`).
+
+    Problem: a computation that looks at no clock (the planner's dynamic programs over V
+    partitions, O(R U^4) in numpy, a minute on a busy machine for 80 layers on 8 ranks) would hold
+    a time limit and a Ctrl-C until it ends. Method: a real-time interval timer (SIGALRM) and the
+    stop handler raise between two Python bytecodes of the main thread, so only pure computations
+    whose partial state is dropped belong inside. Off the main thread, or where SIGALRM has
+    another handler, the block runs uncut. A nested block keeps the outer block's deadline.
+    Cost: a timer set and cleared."""
+    global _cutting
+    if _requested:
+        raise Cut("stopped")
+    if seconds <= 0:
+        raise Cut("deadline")
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGALRM)
+    nested = previous is _on_alarm and _cutting > 0
+    if not nested and previous not in (signal.SIG_DFL, None):  # someone else's alarm: leave it theirs
+        yield
+        return
+    if not nested:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        if math.isfinite(seconds):
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+    _cutting += 1
+    try:
+        yield
+    finally:
+        _cutting -= 1
+        if not nested:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 @contextmanager
