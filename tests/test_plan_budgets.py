@@ -89,3 +89,16 @@ def test_a_stop_ends_plan_within_seconds_at_any_phase(tmp_path, signum, code):
         pytest.fail("schedc plan did not stop within 30 s of the signal")
     assert proc.returncode == code
     assert time.monotonic() - sent < 15  # a few seconds; generous for a busy machine
+
+
+def test_ac_auto_names_the_flag_when_no_mode_fits(tmp_path):
+    # under --ac auto every mode's plan fails: the command line says --memory, not Python's memory=
+    config = tmp_path / "config.json"
+    config.write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, '
+                      '"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, '
+                      '"num_key_value_heads": 4, "vocab_size": 1000, "torch_dtype": "bfloat16"}')
+    proc = subprocess.run([sys.executable, "-m", "schedc.cli", "plan", "--config", str(config), "--seq", "256",
+                           "--ac", "auto", "--ranks", "2", "--mb", "4", "--memory", "1.56GiB", "--time-limit", "5",
+                           "-o", str(tmp_path / "p.csv"), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no partition" in proc.stderr, proc.stderr
+    assert "--memory 1.56GiB" in proc.stderr and "memory=" not in proc.stderr
