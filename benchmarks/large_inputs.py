@@ -1,8 +1,9 @@
 """What large and hostile inputs cost: seconds and peak memory of `schedc validate` and `schedc simulate`.
 
 For each case it writes one input file into a temporary directory (a ZB-H1 schedule of 8 stages
-with enough microbatches for the number of actions asked for; files of blank lines; a CSV larger
-than the input limit), runs the command in a fresh process and prints the wall time, the peak
+with enough microbatches for the number of actions asked for, validated, simulated and traced; a
+1F1B schedule of as many actions with a two-rank deadlock; files of blank lines; a CSV larger than
+the input limit), runs the command in a fresh process and prints the wall time, the peak
 resident memory of that process (``os.wait4``'s ``ru_maxrss``), the exit code and the first line
 of stderr. Inputs past schedc.core.limits' bounds must fail in about a second with one line.
 
@@ -57,6 +58,20 @@ def zbh1_csv(directory: Path, n_actions: int) -> Path:
     return path
 
 
+def deadlock_csv(directory: Path, n_actions: int) -> Path:
+    """1F1B on 8 stages whose rank 0 runs 0B0 right after 0F0: it waits for 1B0 while rank 1
+    waits for 0F1, a cycle of two ranks among ~n_actions that never start."""
+    from schedc.core.ir import Action
+
+    n_mb = max(2, n_actions // 16)  # 8 stages x F and B per microbatch
+    schedule = baselines.make_baseline("1f1b", 8, n_mb)
+    schedule.rows[0].remove(Action(0, "B", 0))
+    schedule.rows[0].insert(1, Action(0, "B", 0))
+    path = directory / f"deadlock_{n_mb}mb.csv"
+    path.write_text(csvio.to_csv_text(schedule))
+    return path
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100000,300000,1000000", help="actions per valid CSV (comma separated)")
@@ -71,6 +86,9 @@ def main() -> int:
             csv = zbh1_csv(d, n)
             cases.append((f"validate, {n} actions", csv, ["validate", str(csv)]))
             cases.append((f"simulate, {n} actions", csv, ["simulate", str(csv)]))
+            cases.append((f"trace, {n} actions", csv, ["trace", str(csv), "-o", str(d / "trace.json")]))
+            dead = deadlock_csv(d, n)
+            cases.append((f"validate, {n} actions, deadlocked", dead, ["validate", str(dead)]))
         blank = d / "blank_10M.csv"
         blank.write_bytes(b"0F0,0B0\n" + b"\n" * 10_000_000)
         cases.append(("validate, 10M blank lines", blank, ["validate", str(blank)]))

@@ -14,7 +14,12 @@ from schedc.core.costs import MemoryLimit, Profile, StageCost
 from conftest import gpipe_order
 from schedc.core.ir import Action, Overlap, Schedule, v_placement
 from schedc.core.simulate import simulate
+from schedc.errors import SchedcError
 from schedc.show.trace import trace_events, write_trace
+
+
+def n_actions_of(schedule: Schedule) -> int:
+    return sum(len(schedule.actions(r)) for r in range(schedule.n_ranks))
 
 
 def gpipe(placement, n_mb, split=True) -> Schedule:
@@ -136,7 +141,13 @@ def test_a_trace_past_the_size_limit_is_refused_in_one_line_before_any_work(tmp_
     out = tmp_path / "trace.json"
     assert cli.main(["trace", str(csv), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "24 actions; a trace holds at most 23" in err
+    assert len(err.splitlines()) == 1 and f"{csv}: 24 actions; a trace holds at most 23" in err
     assert not out.exists()
+    with pytest.raises(SchedcError, match="24 actions; a trace holds at most 23"):  # the Python API too
+        trace_events(csvio.read_csv(csv), Profile.uniform(4))
+    # the CLI counts the file's actions before reading the schedule; an overlap's parts count each
+    dual = tmp_path / "dual.csv"
+    dual.write_text("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n")
+    assert csvio.count_actions(dual) == 4 == n_actions_of(csvio.read_csv(dual))
     monkeypatch.undo()  # at the real bound the same schedule is traced
     assert cli.main(["trace", str(csv), "-o", str(out)]) == 0

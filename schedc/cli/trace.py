@@ -18,10 +18,14 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from schedc import api
+    from schedc.io import csvio
+    from schedc.show.trace import check_trace_size
 
     common.check_outputs(args, (args.output, "-o"))
     common.check_json_output(args.output, "a Chrome trace")
     args.files = [args.file]
+    # the trace's bound is far below what reading and checking a schedule allows: say so first
+    check_trace_size(csvio.count_actions(args.file), str(args.file))
     (schedule,), (profile,), memory, sources = common.read_with_costs(args)
     costs = "" if sources is None else f" with the costs in {sources[0]}"
     common.warn_mismatches("trace", args.files, [schedule], memory, [profile])

@@ -247,6 +247,14 @@ def parse_csv_text(
     return _build(rows, source, n_microbatches, placement, name=name)
 
 
+def count_actions(path: PathLike) -> int:
+    """The actions a CSV schedule names (overlap parts each), counted from its text without
+    building it: what a command with a tighter bound than schedc's (``schedc trace``) checks
+    before it reads the schedule. Cost: one regular-expression scan of the file."""
+    text = read_input(path, "a CSV schedule").decode("utf-8", errors="replace")
+    return sum(1 for _ in _grammar().action.finditer(text))
+
+
 def read_csv(
     path: PathLike,
     n_microbatches: Optional[int] = None,

@@ -35,11 +35,8 @@ US_PER_SECOND = 1e6
 def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit] = None) -> dict:
     """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms", ...}``;
     a schedule of more than ``limits.MAX_TRACE_ACTIONS`` actions is refused before any work."""
-    n_actions = sum(len(cell.parts) for row in schedule.rows for cell in row if cell is not None)
-    if n_actions > limits.MAX_TRACE_ACTIONS:
-        raise SchedcError(f"{schedule.name or 'the schedule'}: {n_actions:,} actions; a trace holds at most "
-                          f"{limits.MAX_TRACE_ACTIONS:,} (one event per action and memory step, hundreds of MB "
-                          "past that); trace a schedule with fewer microbatches, or use `schedc simulate`")
+    check_trace_size(sum(len(cell.parts) for row in schedule.rows for cell in row if cell is not None),
+                     schedule.name or "the schedule")
     res = simulate(schedule, profile, memory)
     events: list[dict] = []
     for r in range(schedule.n_ranks):
@@ -78,6 +75,15 @@ def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLi
             "memory_limit_per_rank": caps,
         },
     }
+
+
+def check_trace_size(n_actions: int, name: str) -> None:
+    """Refuse, in one line naming the bound, a schedule of more than ``limits.MAX_TRACE_ACTIONS``
+    actions (`name` says which)."""
+    if n_actions > limits.MAX_TRACE_ACTIONS:
+        raise SchedcError(f"{name}: {n_actions:,} actions; a trace holds at most {limits.MAX_TRACE_ACTIONS:,} "
+                          "(one event per action and memory step, hundreds of MB past that); trace a schedule "
+                          "with fewer microbatches, or use `schedc simulate`")
 
 
 def write_trace(schedule: Schedule, profile: Profile, path: Union[str, Path],
