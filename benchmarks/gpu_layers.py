@@ -52,7 +52,7 @@ import memory_fidelity as mf  # noqa: E402
 from schedc.core.costs import AC_MODES, PER_OP_AC  # noqa: E402
 from schedc.io.fileio import atomic_write_text  # noqa: E402
 from schedc.model_costs import unit_profile  # noqa: E402
-from schedc.plan.ac import checkpointed_form  # noqa: E402
+from schedc.planning.ac import checkpointed_form  # noqa: E402
 
 MODELS = ("Llama-3-8B", "Qwen2.5-7B", "Mistral-7B", "Qwen3-8B", "GPT-2", "Qwen3-30B-A3B", "Mixtral-8x7B",
           "Qwen1.5-MoE-A2.7B")

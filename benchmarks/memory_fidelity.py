@@ -236,9 +236,9 @@ def measure_b(unit: Unit) -> float:
 def b_rows(sizes: dict, seq: int, names=None, tt: Optional[dict] = None,
            modes=("none", "light", "selective", "full")) -> list[tuple]:
     """(model, unit, "B transient", counted, measured) for a layer run with a whole backward:
-    counted as the planner runs such a stage (``schedc.plan.ac.checkpointed_form``, which reads the
+    counted as the planner runs such a stage (``schedc.planning.ac.checkpointed_form``, which reads the
     unit's ``transient("B")``), measured by :func:`measure_b`."""
-    from schedc.plan.ac import checkpointed_form
+    from schedc.planning.ac import checkpointed_form
 
     out = []
     for name, impl in layer_cases(sizes, names, tt):

@@ -19,7 +19,7 @@ import argparse
 import time
 
 from plan_quality import MODELS, units_profile
-from schedc.plan import parse_cap, problem_for
+from schedc.planning import parse_cap, problem_for
 from schedc.solver.engines import periodic
 from schedc.solver.compile import compile_problem
 from schedc.solver.graph import graph_of

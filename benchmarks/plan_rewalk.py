@@ -50,7 +50,7 @@ from schedc.core.costs import Profile  # noqa: E402
 from schedc.core.simulate import simulate  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.model_costs import unit_profile  # noqa: E402
-from schedc.plan.ac import checkpointed_form, plan_mode  # noqa: E402
+from schedc.planning.ac import checkpointed_form, plan_mode  # noqa: E402
 
 MEASURED = Path(__file__).resolve().parent / "data" / "h100_hf_units.json"
 GiB = 2.0 ** 30

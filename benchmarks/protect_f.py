@@ -3,7 +3,7 @@
 For the Llama-3-8B-like model of benchmarks/plan_quality.py on its compute-balanced split, in a V,
 it prints the best list schedule over every deterministic rule of schedc.solver.engines.heuristic, once
 with the rules as they are without ``protect_f`` and once with it, and the partition's own lower
-bound (schedc.plan.own_bound). No time limit is involved: each rule is one construction.
+bound (schedc.planning.own_bound). No time limit is involved: each rule is one construction.
 
     python benchmarks/protect_f.py          # about a minute here
 """
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from plan_quality import MODELS, units_profile  # noqa: E402
 from schedc.core.partition import Units, balanced  # noqa: E402
-from schedc.plan import own_bound, parse_cap, problem_for  # noqa: E402
+from schedc.planning import own_bound, parse_cap, problem_for  # noqa: E402
 from schedc.solver.engines import heuristic  # noqa: E402
 from schedc.solver.graph import graph_of  # noqa: E402
 

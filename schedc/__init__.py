@@ -11,7 +11,7 @@ The README's workflow from one import::
 
 Functions (:mod:`schedc.api`): :func:`compile`, :func:`simulate`, :func:`validate`,
 :func:`baseline`, :func:`plot`, :func:`read_csv`, :func:`write_csv`, :func:`read_report`;
-:func:`plan` (:mod:`schedc.plan`) chooses the partition of a per-unit profile too.
+:func:`plan` (:mod:`schedc.planning`) chooses the partition of a per-unit profile too.
 Results (:mod:`schedc.results`) are frozen; choices (:mod:`schedc.choices`) are ``Literal`` types
 and the :class:`Status` enum. Running a CSV in torch and profiling a model live in
 :mod:`schedc.runtime` (needs ``pip install 'schedc[torch]'``). Importing schedc loads neither
@@ -19,11 +19,6 @@ torch nor the solvers nor matplotlib; those load on the first call that needs th
 """
 
 from schedc._version import __version__
-
-# schedc.plan is a package and a front-door function: imported first, so that the attribute its
-# import sets on the package is replaced below once and for all (a later import finds it in
-# sys.modules and sets nothing); its submodules then hang on the function (_reach_submodules).
-from schedc import plan as _plan_module
 
 from schedc.api import (
     BASELINES,
@@ -42,7 +37,7 @@ from schedc.choices import Execution, Objective, Placement, Solver, Status
 from schedc.core.costs import MemoryLimit, Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.core.ir import Action, Schedule
-from schedc.plan import PlanResult, plan
+from schedc.planning import PlanResult, plan
 from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
 
 __all__ = [
@@ -82,19 +77,3 @@ __all__ = [
     "SchedcError",
 ]
 
-
-def _reach_submodules(front, package) -> None:
-    """Hang each submodule of `package` on `front`, the function that took the package's name.
-
-    ``import schedc.plan.ac as a`` imports the module, then reads ``schedc.plan`` and ``.ac`` as
-    attributes: ``schedc.plan`` is the function, so without these it fails ("cannot import name
-    'ac' from 'plan'"). Every submodule is loaded by the package already (none needs torch)."""
-    import importlib
-    import pkgutil
-
-    for sub in pkgutil.iter_modules(package.__path__):
-        setattr(front, sub.name, importlib.import_module(f"{package.__name__}.{sub.name}"))
-
-
-_reach_submodules(plan, _plan_module)
-del _plan_module, _reach_submodules

@@ -221,21 +221,22 @@ def test_import_schedc_stays_light():
     assert out.stdout.strip() == "[]"
 
 
-def test_schedc_plan_is_the_function_and_its_submodules_import_by_dotted_name():
+def test_schedc_plan_is_the_function_and_the_planning_package_imports_by_dotted_name():
     import pkgutil
 
-    package = sys.modules["schedc.plan"]
     assert inspect.isfunction(schedc.plan) and "profile" in inspect.signature(schedc.plan).parameters
+    assert "schedc.plan" not in sys.modules  # one name, one thing: the function
     from schedc import plan
 
-    assert plan is schedc.plan  # the documented front door, not the package
+    assert plan is schedc.plan is sys.modules["schedc.planning"].plan
+    package = sys.modules["schedc.planning"]
     names = [m.name for m in pkgutil.iter_modules(package.__path__)]
     assert "ac" in names
     for name in names:  # `import a.b.c as x` reads a.b then .c as attributes
         namespace: dict = {}
-        exec(f"import schedc.plan.{name} as module", namespace)
-        assert namespace["module"] is sys.modules[f"schedc.plan.{name}"], name
+        exec(f"import schedc.planning.{name} as module", namespace)
+        assert namespace["module"] is sys.modules[f"schedc.planning.{name}"], name
     # and in a fresh interpreter, where nothing else imported the module first
-    code = "import schedc.plan.ac as a, schedc; print(a.__name__, schedc.plan.__name__)"
+    code = "import schedc.planning.ac as a, schedc; print(a.__name__, schedc.plan.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert (out.returncode, out.stdout.split()) == (0, ["schedc.plan.ac", "plan"]), out.stderr
+    assert (out.returncode, out.stdout.split()) == (0, ["schedc.planning.ac", "plan"]), out.stderr

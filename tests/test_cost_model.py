@@ -306,8 +306,8 @@ def test_partition_bound_with_receive_buffers_is_a_bound_and_starts_where_a_sche
     from exhaustive import exact_optimum
 
     from schedc.core.partition import partition_bound
-    from schedc.plan import parse_cap, problem_for
-    from schedc.plan.problem import holds_one_microbatch
+    from schedc.planning import parse_cap, problem_for
+    from schedc.planning.problem import holds_one_microbatch
 
     gib = 2.0 ** 30
     units = _units_with_new_terms().model_copy(update={"boundary_bytes": 0.25 * gib, "assumes": {"torch": torch}})

@@ -1,6 +1,6 @@
 """The examples in the public modules' docstrings run, and print what they show.
 
-Every ``>>>`` example of the front door (schedc.api, schedc.results, schedc.choices, schedc.plan) is one test,
+Every ``>>>`` example of the front door (schedc.api, schedc.results, schedc.choices, schedc.planning) is one test,
 collected with the standard library's doctest finder and run in a temporary directory; so
 ``python -m pytest tests`` (CI) checks the documentation as well as the code. The examples are
 small (2-4 stages, time limits of seconds, no torch), so the whole set runs in seconds.
@@ -13,8 +13,8 @@ import importlib
 
 import pytest
 
-PUBLIC_MODULES = ("schedc", "schedc.api", "schedc.results", "schedc.choices", "schedc.plan",
-                  "schedc.plan.planner")
+PUBLIC_MODULES = ("schedc", "schedc.api", "schedc.results", "schedc.choices", "schedc.planning",
+                  "schedc.planning.planner")
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 

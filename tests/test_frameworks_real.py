@@ -225,7 +225,7 @@ NAMES = {"torchtitan": (["tok_embeddings"], "layers.{}", ["norm", "lm_head"]),
 
 def _plan(framework: str, placement: str):
     from schedc.core.costs import Profile, StageCost
-    from schedc.plan import plan
+    from schedc.planning import plan
 
     first, layer, last = NAMES[framework]
     units = [StageCost(forward=0.05, backward_input=0.0, backward_weight=0.05, activation_bytes=0, modules=first)]
@@ -341,7 +341,7 @@ def test_plan_handoff_parses_as_the_frameworks_read_it(results):
     from torchtitan.config import ParallelismConfig, TrainingConfig
     from torchtitan.config.manager import ConfigManager, custom_registry
 
-    from schedc.plan import nemo_yaml
+    from schedc.planning import nemo_yaml
 
     ConfigManager()  # registers torchtitan's parsing rules (comma-separated list[str]) in custom_registry
 

@@ -175,7 +175,7 @@ def test_the_fsdp2_warning_does_not_ask_for_the_flag_the_user_gave(framework):
 def test_a_per_stage_plan_names_the_mode_each_framework_runs_and_the_best_it_can_launch():
     from test_plan import _modes, tiny_units
 
-    from schedc.plan import plan_ac
+    from schedc.planning import plan_ac
 
     res = plan_ac(_modes(tiny_units(n_layers=6, head=1.0)), ranks=2, microbatches=4, memory="11GiB",
                   placement="loop", time_limit=4, budget="work")

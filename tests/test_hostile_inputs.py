@@ -976,13 +976,13 @@ def test_plan_refuses_run_settings_beyond_any_model_before_printing_them(tmp_pat
 def test_plan_refuses_too_many_microbatches_before_bounding_any_partition(monkeypatch):
     import schedc
     from schedc.library import transformer_profile
-    from schedc.plan import search
+    from schedc.planning import search
 
     def bound(*args, **kwargs):
         raise AssertionError("the partition bounds ran on a plan too large to compile")
 
-    monkeypatch.setattr(search, "_bounds_over_partitions", bound)
-    monkeypatch.setattr("schedc.plan.planner._bounds_over_partitions", bound)
+    monkeypatch.setattr(search, "bounds_over_partitions", bound)
+    monkeypatch.setattr("schedc.planning.planner.bounds_over_partitions", bound)
     units = transformer_profile(6, layers=6, hidden=256, vocab=32000, seq=256)
     with pytest.raises(SchedcError, match=r"^microbatches: 2 stages x 1000000 microbatches is 6,000,000 actions"):
         schedc.plan(profile=units, ranks=2, microbatches=10**6, memory="none", placement="loop")

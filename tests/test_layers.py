@@ -24,7 +24,7 @@ ALLOWED = {  # layer -> the layers its modules may import (besides itself)
     "frameworks": BASE | {"core", "io", "model_costs"},
     "show": BASE | {"core", "io"},
     "results": BASE | {"core", "io"},
-    "plan": BASE | {"core", "io", "model_costs", "solver", "solver/engines", "solver/bounds", "frameworks"},
+    "planning": BASE | {"core", "io", "model_costs", "solver", "solver/engines", "solver/bounds", "frameworks"},
     "library": BASE | {"core", "io", "solver", "solver/engines", "solver/bounds", "runtime"},
     "runtime": BASE | {"core", "io", "model_costs"},
 }

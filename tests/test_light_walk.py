@@ -77,7 +77,7 @@ def test_a_light_plan_for_the_whole_model_says_how_schedc_runs_it_and_that_frame
 
 
 def test_auto_for_a_framework_says_the_light_profile_given_was_not_planned_for_the_whole_model(tmp_path):
-    from schedc.plan import plan_ac
+    from schedc.planning import plan_ac
 
     profiles = _profiles(tmp_path, framework="torchtitan")
     res = plan_ac({m: profiles[m] for m in ("none", "light")}, ranks=2, microbatches=M, memory="80GiB",

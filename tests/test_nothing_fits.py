@@ -25,7 +25,7 @@ def _bytes(text: str) -> float:
 
 
 def test_the_error_names_the_static_part_the_fsdp_share_and_remedies_that_fit():
-    from schedc.plan.planner import plan
+    from schedc.planning.planner import plan
 
     p = _profile(dp_shard=4)
     need = min_cap(Units.of(p, 8), "loop", 2)[0]

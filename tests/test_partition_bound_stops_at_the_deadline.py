@@ -6,7 +6,7 @@ before when time suffices."""
 import schedc
 from schedc.core.partition import Units, min_cap, partition_bound
 from schedc.library import transformer_profile
-from schedc.plan import search
+from schedc.planning import search
 
 UNITS = transformer_profile(6, layers=6, hidden=256, vocab=32000, seq=256)
 

@@ -17,8 +17,8 @@ from schedc.io import csvio
 from schedc.core.costs import Profile, StageCost
 from schedc.errors import SchedcError
 from schedc.core.partition import partition_bound, partitions_below, stage_modules, torchtitan_default_counts
-from schedc.plan import own_bound, parse_cap, plan, problem_for
-from schedc.plan.problem import holds_one_microbatch
+from schedc.planning import own_bound, parse_cap, plan, problem_for
+from schedc.planning.problem import holds_one_microbatch
 from schedc.core.simulate import simulate
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
@@ -160,7 +160,7 @@ def test_the_search_moves_a_unit_across_stages_and_finds_the_least_own_bound():
     # it on the way (where a maximum over ranks would rise); and it finds the least own bound
     import importlib
 
-    plan_module = importlib.import_module("schedc.plan.search")
+    plan_module = importlib.import_module("schedc.planning.search")
     units = tiny_units(n_layers=6, head=3.0)
     limit = parse_cap("16GiB")
     args = (units, "v", 2, 6, limit, "makespan")
@@ -184,7 +184,7 @@ def test_the_certificate_is_skipped_where_a_partition_meets_the_relaxed_bound(mo
     # to the compiles
     import importlib
 
-    plan_module = importlib.import_module("schedc.plan.certificate")
+    plan_module = importlib.import_module("schedc.planning.certificate")
     units = tiny_units(n_layers=3, seed=1)
     limit = parse_cap("none")
     pb = partition_bound(units, 2, 4, math.inf, "loop", "makespan")
@@ -194,7 +194,7 @@ def test_the_certificate_is_skipped_where_a_partition_meets_the_relaxed_bound(mo
 
     monkeypatch.setattr(plan_module, "partitions_below", listed)
     lines = []
-    bounds, certified, setters, reached = plan_module._certified_bounds(
+    bounds, certified, setters, reached = plan_module.certified_bounds(
         units, [("loop", pb)], 2, 4, limit, math.inf, "makespan", 2 * pb.value, False, 10.0, {}, False,
         lines.append, time.monotonic(), {"loop": pb.value})
     assert bounds == {"loop": pb.value} and certified == {"loop": 0}
@@ -205,19 +205,19 @@ def test_the_certificate_is_skipped_where_a_partition_meets_the_relaxed_bound(mo
 def test_among_equal_bounds_the_partition_to_compile_is_bounded_in_full_with_the_fewest_units_first():
     import importlib
 
-    plan_module = importlib.import_module("schedc.plan.certificate")
+    plan_module = importlib.import_module("schedc.planning.certificate")
     own_so_far, own = plan_module.OWN_SO_FAR, plan_module.OWN
     heap = [(1.0, own_so_far, (1, 1, 4)), (1.0, own, (2, 1, 3)), (1.0, own, (1, 2, 3)), (1.1, own, (1, 1, 4))]
     assert min(heap, key=plan_module._setter_key) == (1.0, own, (1, 2, 3))
 
 
 def test_the_request_checks_the_inputs_once_before_any_search():
-    # schedc.plan.request: the cap in bytes, the placements a profile can fill (auto drops the V
+    # schedc.planning.request: the cap in bytes, the placements a profile can fill (auto drops the V
     # where every stage would not get a unit), the units lowered once; frozen, and each bad input
     # refused with what works
     import dataclasses
 
-    from schedc.plan import PlanRequest
+    from schedc.planning import PlanRequest
 
     units = tiny_units(n_layers=3)  # 5 units
     common = {"profile": units, "microbatches": 4, "objective": "makespan", "time_limit": 5.0, "source": "u.json"}
@@ -286,8 +286,8 @@ def test_the_final_compile_starts_from_a_fresh_warm_start_when_it_is_better(monk
         return types.SimpleNamespace(schedule=warm[0], sim=warm[1], status="feasible", value=warm[1].makespan)
 
     monkeypatch.setattr(compile_module, "compile_problem", compile_as_given)
-    plan_module = importlib.import_module("schedc.plan.compiles")
-    res, pl, got = plan_module._final_compile(units, (short.value, short, "v", counts), 4, 4, limit, "makespan",
+    plan_module = importlib.import_module("schedc.planning.compiles")
+    res, pl, got = plan_module.final_compile(units, (short.value, short, "v", counts), 4, 4, limit, "makespan",
                                               time_limit=5.0, seed=0, say=lambda line: None, t0=time.monotonic())
     assert sim.makespan == pytest.approx(46.7)
     assert started[0][1].makespan == pytest.approx(40.5) and res.value == pytest.approx(40.5)
@@ -310,7 +310,7 @@ def test_the_least_bound_partition_is_not_compiled_where_a_partition_as_low_lost
         return types.SimpleNamespace(schedule=None, sim=None, status="feasible", value=9.0)
 
     monkeypatch.setattr(compile_module, "compile_problem", compile_counted)
-    plan_module = importlib.import_module("schedc.plan.compiles")
+    plan_module = importlib.import_module("schedc.planning.compiles")
     units = tiny_units(n_layers=4)
     best = (10.0, types.SimpleNamespace(status="feasible"), "loop", (3, 3))
     setter = [(5.0, "loop", (2, 4))]
@@ -318,7 +318,7 @@ def test_the_least_bound_partition_is_not_compiled_where_a_partition_as_low_lost
             "step": 12.0, "status": "feasible"}
     for candidates, compiled in (([], 1), ([lost], 0)):
         calls.clear()
-        out = plan_module._compile_bound_setter(units, best, setter, list(candidates), {}, 2, 4, parse_cap("none"),
+        out = plan_module.compile_bound_setter(units, best, setter, list(candidates), {}, 2, 4, parse_cap("none"),
                                                 "makespan", 20.0, 0, lambda line: None, time.monotonic())
         assert len(calls) == compiled
         assert out[0] == (9.0 if compiled else 10.0)
@@ -460,7 +460,7 @@ def test_under_a_tight_cap_the_block_relaxation_ranks_the_partition_to_compile(m
     import schedc.solver.bounds.blocks as blocks_module
     from schedc.core.partition import partition_bound
 
-    plan_module = importlib.import_module("schedc.plan.certificate")
+    plan_module = importlib.import_module("schedc.planning.certificate")
     units = tiny_units(n_layers=4)
     limit = parse_cap("none")
     firsts = {u.modules[0] for u in units.stages}  # a unit's first module: counts units per stage
@@ -484,7 +484,7 @@ def test_under_a_tight_cap_the_block_relaxation_ranks_the_partition_to_compile(m
 
     monkeypatch.setattr(blocks_module, "BlockRelaxation", Blocks)
     pb = partition_bound(units, 2, 4, math.inf, "loop", "makespan")
-    bounds, _, setters, reached = plan_module._certified_bounds(
+    bounds, _, setters, reached = plan_module.certified_bounds(
         units, [("loop", pb)], 2, 4, limit, math.inf, "makespan", 100.0, False, 10.0, {}, True,
         lambda line: None, time.monotonic())
     own = {c: plan_module.own_bound(problem_for(units, c, "loop", 2, 4, limit, "makespan")) for (_, c) in reached}
@@ -514,13 +514,13 @@ def test_under_a_tight_cap_two_short_compiles_and_no_second_round(monkeypatch):
                                      sim=None)
 
     monkeypatch.setattr(compile_module, "compile_problem", compile_recorded)
-    plan_module = importlib.import_module("schedc.plan.compiles")
+    plan_module = importlib.import_module("schedc.planning.compiles")
     units = unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32, kv_heads=8, impl="paper")
     pool = [(1.0, math.inf, c) for c in ((5, 1, 6, 1, 8, 3, 9, 1), (5, 1, 6, 2, 7, 3, 9, 1), (4, 1, 6, 1, 8, 3, 9, 2),
                                          (5, 1, 5, 1, 8, 4, 9, 1))]
     for memory, compiles, second in (("48GiB", 2, False), ("none", 3, True)):
         calls.clear()
-        best, candidates, _ = plan_module._short_compiles(
+        best, candidates, _ = plan_module.short_compiles(
             units, {"v": pool}, {"v": []}, 4, 16, parse_cap(memory), "makespan", 6.0, 0, {}, lambda line: None,
             time.monotonic())
         assert len(candidates) == compiles
@@ -546,7 +546,7 @@ def _modes(units: Profile) -> dict:
 def test_optimal_is_claimed_only_when_no_partition_can_be_shorter():
     from types import SimpleNamespace
 
-    from schedc.plan import plan_status
+    from schedc.planning import plan_status
 
     def result(gap, status, ac=None):
         return SimpleNamespace(gap=gap, compiled=SimpleNamespace(status=status), ac=ac)
@@ -583,7 +583,7 @@ def test_the_same_step_is_found_under_a_lower_peak():
     from types import SimpleNamespace
 
     from schedc.core.baselines import make_baseline
-    from schedc.plan import least_memory_at_step
+    from schedc.planning import least_memory_at_step
 
     units = tiny_units(n_layers=4)
     problem = problem_for(units, [2, 2, 2], "loop", 3, 6, parse_cap("60GiB"), "makespan")
@@ -617,7 +617,7 @@ def test_under_a_tight_cap_memory_is_named_as_the_limit_at_any_microbatch_count_
 
 def test_torchtitan_rows_are_its_own_classes_on_its_default_split():
     from schedc.core.baselines import make_baseline
-    from schedc.plan import torchtitan_rows
+    from schedc.planning import torchtitan_rows
 
     units = tiny_units(n_layers=6)
     rows = torchtitan_rows(units, 2, 4, parse_cap("80GiB"), "makespan")

@@ -19,14 +19,14 @@ STACKED_CAP = "8GiB"  # a stage must save more than selective checkpointing of a
 
 
 def _auto(memory: str, placement: str = "loop"):
-    from schedc.plan import plan_ac
+    from schedc.planning import plan_ac
 
     return plan_ac(_modes(tiny_units(n_layers=6, head=1.0)), ranks=2, microbatches=M, memory=memory,
                    placement=placement, time_limit=4, budget="work")
 
 
 def test_ac_auto_chooses_the_mode_that_fits_and_reports_each_global_mode():
-    from schedc.plan import mixed_units
+    from schedc.planning import mixed_units
 
     profiles = _modes(tiny_units(n_layers=6, head=1.0))
     res = _auto("9GiB")
@@ -47,7 +47,7 @@ def test_a_mode_whose_bound_cannot_beat_the_best_plan_is_not_planned():
 
 
 def test_a_checkpointed_unit_runs_one_full_backward_with_one_recompute():
-    from schedc.plan.ac import checkpointed_form
+    from schedc.planning.ac import checkpointed_form
 
     profiles = _modes(tiny_units(n_layers=3))
     b = checkpointed_form(profiles["full"], profiles["none"])
@@ -78,7 +78,7 @@ def test_per_stage_choice_beats_every_global_mode_where_memory_binds():
 
 
 def test_a_stage_saves_past_selective_by_upgrading_layers_to_full_one_at_a_time():
-    from schedc.plan.ac import STACKED, mode_forms, runtime_modes, spec_units
+    from schedc.planning.ac import STACKED, mode_forms, runtime_modes, spec_units
 
     res = _auto(STACKED_CAP)
     best_global = min(v for v in res.ac.global_steps.values() if v is not None)
@@ -106,7 +106,7 @@ def _with_light(profiles: dict) -> dict:
 
 
 def test_a_stage_may_take_any_two_modes_the_faster_on_every_layer_and_the_fewest_upgraded():
-    from schedc.plan.ac import _canonical, checkpointing_forms, mode_forms, runtime_modes, spec_units
+    from schedc.planning.ac import _canonical, checkpointing_forms, mode_forms, runtime_modes, spec_units
 
     forms = mode_forms(_with_light(_modes(tiny_units(n_layers=6, head=1.0))))
     assert checkpointing_forms(forms) == ["light", "selective", "full", "light+selective", "light+full",
@@ -121,7 +121,7 @@ def test_a_stage_may_take_any_two_modes_the_faster_on_every_layer_and_the_fewest
 
 @pytest.mark.parametrize("cap", ["9GiB", "14GiB"])
 def test_light_checkpointing_where_it_fits_shortens_the_step(cap):
-    from schedc.plan import plan_ac
+    from schedc.planning import plan_ac
 
     profiles = _modes(tiny_units(n_layers=6, head=1.0))
     kw = dict(ranks=2, microbatches=M, memory=cap, placement="loop", time_limit=4, budget="work")
@@ -135,7 +135,7 @@ def test_a_per_op_mode_chosen_from_counted_times_names_the_host_dispatch_they_le
     # on an H100 torch's per-op checkpoint dispatch set a layer's F (docs/results.md, "On a GPU"):
     # a plan that leans on counted light times says so and how to measure them; measured ones do not
     from schedc.model_costs import unit_profile
-    from schedc.plan import plan_ac
+    from schedc.planning import plan_ac
 
     shape = dict(layers=4, hidden=256, ffn_hidden=512, heads=4, kv_heads=2, vocab=512, family="llama")
     counted = {m: unit_profile(**shape, seq=512, activation_checkpoint=m, device="cpu") for m in ("none", "light")}
@@ -152,7 +152,7 @@ def test_a_per_op_mode_chosen_from_counted_times_names_the_host_dispatch_they_le
 
 def test_for_torchtitan_auto_plans_one_of_its_modes_and_reports_what_schedc_would_run():
     from schedc.core.costs import FRAMEWORK_AC
-    from schedc.plan import plan_ac
+    from schedc.planning import plan_ac
 
     profiles = {m: p.model_copy(update={"assumes": {"framework": "torchtitan"}})
                 for m, p in _with_light(_modes(tiny_units(n_layers=6, head=1.0))).items()}
@@ -165,8 +165,8 @@ def test_for_torchtitan_auto_plans_one_of_its_modes_and_reports_what_schedc_woul
 
 @pytest.mark.parametrize("placement", ["loop", "v"])
 def test_every_screened_candidate_fits_with_the_receive_buffers(placement):
-    from schedc.plan.ac import heuristic_step, mode_forms, stage_candidates
-    from schedc.plan.request import parse_cap
+    from schedc.planning.ac import heuristic_step, mode_forms, stage_candidates
+    from schedc.planning.request import parse_cap
 
     GiB = 2**30
     units = tiny_units(n_layers=6, head=1.0).model_copy(update={"boundary_bytes": 0.5 * GiB})

@@ -3,8 +3,8 @@ grow as ranks x units^4 and check no deadline, so auto leaves the V out when the
 over half the time limit, and says so; an ordinary depth keeps both placements."""
 
 from schedc.model_costs import unit_profile
-from schedc.plan import plan
-from schedc.plan.request import _placements
+from schedc.planning import plan
+from schedc.planning.request import _placements
 
 
 def test_auto_keeps_the_v_for_an_ordinary_depth():

@@ -15,8 +15,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from schedc.core.cost_model import fits  # noqa: E402
-from schedc.plan import parse_cap, plan  # noqa: E402
-from schedc.plan.limiter import HEURISTIC, plan_limiter  # noqa: E402
+from schedc.planning import parse_cap, plan  # noqa: E402
+from schedc.planning.limiter import HEURISTIC, plan_limiter  # noqa: E402
 from schedc.solver.deadline import counting_work  # noqa: E402
 import pytest  # noqa: E402
 from test_plan import tiny_units  # noqa: E402
@@ -98,7 +98,7 @@ def test_more_microbatches_under_the_same_cap_can_beat_the_uncapped_step_per_mic
 def test_with_no_cap_memory_is_never_the_limit_and_nothing_is_simulated_again(monkeypatch):
     # at thousands of microbatches simulating every hand-made schedule again took longer than the
     # search: with no cap the plan's problem is the uncapped one
-    import schedc.plan.limiter as limiter_module
+    import schedc.planning.limiter as limiter_module
 
     free = _plan(tiny_units(n_layers=6, head=1.0), 2, 6, "none")
     monkeypatch.setattr(limiter_module, "uncapped_schedules",

@@ -14,10 +14,10 @@ from schedc.core.costs import Profile, StageCost
 from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import simulate
 from schedc.errors import SchedcError
-from schedc.plan import parse_cap, plan, problem_for
-from schedc.plan.least_memory import _memory_floor
-from schedc.plan.problem import holds_one_microbatch
-from schedc.plan.request import PlanRequest
+from schedc.planning import parse_cap, plan, problem_for
+from schedc.planning.least_memory import _memory_floor
+from schedc.planning.problem import holds_one_microbatch
+from schedc.planning.request import PlanRequest
 
 GiB = 2**30
 

@@ -13,8 +13,8 @@ import pytest
 
 from schedc.core.costs import Profile, StageCost
 from schedc.core.partition import partition_bound
-from schedc.plan import plan, problem_for
-from schedc.plan.search import interleaved_bound
+from schedc.planning import plan, problem_for
+from schedc.planning.search import interleaved_bound
 from schedc.core.partition import Units
 
 GiB = 2**30
@@ -46,9 +46,9 @@ def test_a_faster_interleaved_row_becomes_the_plan_with_its_flags():
     # its default split, the V left out) becomes the plan, partition, placement and schedule
     from types import SimpleNamespace
 
-    from schedc.plan.comparisons import torchtitan_rows
-    from schedc.plan.compiles import _adopt_faster_row
-    from schedc.plan import parse_cap
+    from schedc.planning.comparisons import torchtitan_rows
+    from schedc.planning.compiles import adopt_faster_row
+    from schedc.planning import parse_cap
 
     units, limit = uniform_units(12), parse_cap("none")
     rows = [c for c in torchtitan_rows(units, 3, 6, limit, "makespan") if c.placement != "v"]
@@ -56,7 +56,7 @@ def test_a_faster_interleaved_row_becomes_the_plan_with_its_flags():
     assert by_class["Interleaved1F1B"].value < by_class["1F1B"].value  # what makes this case
     fastest = min((c for c in rows if c.value is not None), key=lambda c: c.value)
     slow = SimpleNamespace(value=10 * fastest.value)
-    res, pl, counts = _adopt_faster_row(units, slow, "loop", [4, 5, 5], rows, 3, 6, limit, "makespan", 0)
+    res, pl, counts = adopt_faster_row(units, slow, "loop", [4, 5, 5], rows, 3, 6, limit, "makespan", 0)
     assert (pl, counts) == ("interleaved", fastest.counts)
     assert res.value <= fastest.value * (1 + 1e-9)
     assert res.problem.n_stages == len(fastest.counts) and res.problem.n_ranks == 3
@@ -89,6 +89,6 @@ def test_the_interleaved_bound_holds_for_every_interleaved_partition():
 
 
 def parse(text):
-    from schedc.plan import parse_cap
+    from schedc.planning import parse_cap
 
     return parse_cap(text)

@@ -120,16 +120,16 @@ def _plan(args):
               objective=args.objective, time_limit=_time_left(args), progress=progress, source=source,
               budget=args.budget)
     if len(profiles) > 1:
-        from schedc.plan import plan_ac
+        from schedc.planning import plan_ac
 
         res = plan_ac(profiles, **kw)
     else:
-        from schedc.plan.ac import plan_mode
+        from schedc.planning.ac import plan_mode
 
         mode, units = next(iter(profiles.items()))
         none = _counted(args, "none") if args.config is not None and mode not in (None, "none") else None
         res = plan_mode(units, mode, none, **kw)
-    from schedc.plan import build_plan_report
+    from schedc.planning import build_plan_report
 
     res = replace(res, report=build_plan_report(res, csv=csv.name))
     files = {  # the report records the CSV's hash (csvio.schedule_files): never paired with another CSV
@@ -251,11 +251,17 @@ def _time_left(args) -> float:
     """--time-limit covers the whole command: what the start-up (the interpreter, the imports, a
     counted profile) took comes off the plan's seconds, and so does WRITE_SECONDS. A work budget
     counts work units, not seconds: it is passed as given (the same inputs, the same plan)."""
-    from schedc.solver.deadline import process_seconds
+    from schedc.core import limits
+    from schedc.solver.deadline import check_time_limit, n_actions, process_seconds
 
     if args.budget == "work":
         return args.time_limit
-    return max(min(args.time_limit, 1.0), args.time_limit - process_seconds() - WRITE_SECONDS)
+    left = args.time_limit - process_seconds() - WRITE_SECONDS
+    try:  # a limit the least plan cannot keep is refused by plan itself, naming the one given
+        check_time_limit(n_actions(args.ranks, args.mb), left)
+    except SchedcError:
+        return args.time_limit
+    return left if left >= limits.MIN_TIME_LIMIT else args.time_limit
 
 
 def _bytes(text: str, flag: str) -> float:
@@ -272,7 +278,7 @@ def _bytes(text: str, flag: str) -> float:
 
 def _plot_bytes(res, path) -> bytes:
     """The plan beside torchtitan's default split with its fastest class, each with its own costs."""
-    from schedc.plan import comparison_pictures
+    from schedc.planning import comparison_pictures
     from schedc.show.plot import output_format, plot_schedules, render_figure
 
     pictures = comparison_pictures(res)
@@ -284,7 +290,7 @@ def _plot_bytes(res, path) -> bytes:
 def format_plan_summary(res, csv, report_file, profile_file) -> str:
     from schedc.core.costs import format_bytes
     from schedc.core.devices import margin_warning
-    from schedc.plan import plan_status
+    from schedc.planning import plan_status
 
     p = res.compiled.problem
 

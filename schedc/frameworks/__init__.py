@@ -37,7 +37,7 @@ __all__ = ["AC_MODES", "Build", "FitReport", "Framework", "Handoff", "REGISTRY",
            "torchtitan_build", "unregister"]
 
 def handoff_of(result, csv: str = "plan.csv", assumes: Optional[dict[str, Any]] = None) -> Handoff:
-    """The facts a framework needs from a :class:`schedc.plan.PlanResult`. ``assumes``: what the plan
+    """The facts a framework needs from a :class:`schedc.planning.PlanResult`. ``assumes``: what the plan
     took about the run; by default its report's ``"assumes"``, else the unit profile's."""
     problem = result.compiled.problem
     if assumes is None:  # the profile's, then the plan's own choices (e.g. its activation checkpointing)

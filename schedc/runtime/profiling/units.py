@@ -238,7 +238,7 @@ def _per_op_measurement(none: StageMeasurement, memory: BMemory, times: dict, mo
     gradients W consumes + dx, and I's transient above that: here held = what F left + what the
     split backward adds at I to the same unit without checkpointing (`none`'s held less its
     activation: those gradients and dx), and I's transient = B's measured peak above that (0 when
-    below). ``checkpointed_form`` (schedc.plan.ac) adds the two back: B's peak is the measured one
+    below). ``checkpointed_form`` (schedc.planning.ac) adds the two back: B's peak is the measured one
     unless it lies below held (then held). W's time is `none`'s, I = B - W (:func:`_set_b`)."""
     rise = max(0, none.weight_grad_bytes - none.activation_bytes)
     i_transient = max(0, memory.peak_above - rise)

@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from schedc.plan.clock import _bounded, _charge, _counting_work, _now, stop_requested
-from schedc.plan.problem import own_bound, problem_for
+from schedc.planning.clock import bounded_program, charge_work, work_budget_on, clock_now, stop_requested
+from schedc.planning.problem import own_bound, problem_for
 from schedc.core.partition import partitions_below
 from schedc.solver.interrupt import Cut
 from schedc.core.tolerances import REL
@@ -36,7 +36,7 @@ LISTING_WORK = 2e-5  # ... per partition listed below a threshold (schedc.core.p
 OWN_SO_FAR, OWN, RELAXED, FINAL = 0, 1, 2, 3
 
 
-def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, proven, time_limit,
+def certified_bounds(profile, searches, ranks, microbatches, limit, cap, objective, theta, proven, time_limit,
                       paired, tight, say, t0, scored=None, end=0.9):
     """Step 4, per placement: the bound over partitions tightened partition by partition.
 
@@ -63,32 +63,32 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
 
     # with the best partition proven optimal the final compile has nothing to do: the bound gets its time
     deadline = t0 + end * time_limit if proven else min(t0 + 0.8 * time_limit,
-                                                           _now() + CERTIFY_SHARE * time_limit)
+                                                           clock_now() + CERTIFY_SHARE * time_limit)
     if tight:
         # the block relaxation ranks the partitions: its share comes from the compiles after it
         deadline = max(deadline, min(t0 + TIGHT_CERTIFY_END * time_limit,
-                                     _now() + TIGHT_CERTIFY_SHARE * time_limit))
+                                     clock_now() + TIGHT_CERTIFY_SHARE * time_limit))
     bounds, certified, setters, reached = {}, {}, [], {}
     for k, (pl, pb) in enumerate(searches):
         if scored is not None and scored.get(pl, math.inf) <= pb.value * (1 + REL):
             bounds[pl], certified[pl] = pb.value, 0
-            say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g} (a partition's own "
+            say(f"[{clock_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g} (a partition's own "
                 f"bound meets it: none can raise it)")
             continue
-        ends = Deadline(_now() + (deadline - _now()) / (len(searches) - k))  # a share each
+        ends = Deadline(clock_now() + (deadline - clock_now()) / (len(searches) - k))  # a share each
         if ends.expired():  # no time to list the partitions (a fraction of a second on a V of 8 ranks)
             bounds[pl], certified[pl] = pb.value, 0
             continue
-        pairs_end = ends if proven else Deadline(min(ends.at, _now() + PAIR_SHARE * time_limit
+        pairs_end = ends if proven else Deadline(min(ends.at, clock_now() + PAIR_SHARE * time_limit
                                                      / len(searches)))
         try:
-            with _bounded(pl, profile.n_stages, ranks, ends.at):  # the V's listing reads no clock
+            with bounded_program(pl, profile.n_stages, ranks, ends.at):  # the V's listing reads no clock
                 threshold, found = partitions_below(profile, ranks, microbatches, cap, pl, objective, theta,
                                                     CERTIFY_LIMIT)
         except Cut:  # the dynamic program's bound stands
             bounds[pl], certified[pl] = pb.value, 0
             continue
-        _charge(LISTING_WORK * max(1, len(found)))
+        charge_work(LISTING_WORK * max(1, len(found)))
 
         def problem_of(counts, pl=pl):
             return problem_for(profile, counts, pl, ranks, microbatches, limit, objective)
@@ -107,7 +107,7 @@ def _certified_bounds(profile, searches, ranks, microbatches, limit, cap, object
         if chosen is not None:
             setters.append((chosen[0], pl, chosen[2]))
         reached.update(((pl, counts), value) for value, _, counts in heap)
-        say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({state.done} of the "
+        say(f"[{clock_now() - t0:6.1f}s] {pl}: bound over partitions {bounds[pl]:.6g} ({state.done} of the "
             f"{len(found)} partitions whose relaxed bound is below {threshold:.6g} bounded one by one"
             + (f", {state.n_blocks} with blocks of microbatches" if state.n_blocks else "")
             + (f", {state.two_rank} with two ranks together)" if state.two_rank else ")"))
@@ -191,7 +191,7 @@ def _relax_least(state: _Tightening, problem_of, pl, paired, theta, tight, ends,
     if (pl, counts) in paired and paired[(pl, counts)] >= theta * (1 - REL):
         heapq.heappush(heap, (max(value, paired[(pl, counts)]), FINAL, counts))
         return
-    if how_far == OWN and tight and not _counting_work():
+    if how_far == OWN and tight and not work_budget_on():
         # the whole problem on a few microbatches: near the partition's optimum where the
         # cap is tight, so the least bound left is the partition to compile (step 4b)
         state.blocks[counts] = BlockRelaxation(problem_of(counts), theta, CERTIFY_BLOCKS)
@@ -205,7 +205,7 @@ def _relax_least(state: _Tightening, problem_of, pl, paired, theta, tight, ends,
             heapq.heappush(heap, (value, FINAL if value >= theta * (1 - REL) else RELAXED, counts))
             return
         del state.blocks[counts]
-    if value >= theta * (1 - REL) or pairs_end.expired() or _counting_work():
+    if value >= theta * (1 - REL) or pairs_end.expired() or work_budget_on():
         # no time for two ranks together: the bound so far is final
         heapq.heappush(heap, (value, FINAL, counts))
         return

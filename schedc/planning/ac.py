@@ -26,15 +26,15 @@ from schedc.core.partition import (INF, Units, loop_buffers, minmax, n_stages_fo
 from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError, printable, python_spelling
 from schedc.frameworks import launchable_modes
-from schedc.plan.clock import _bounded, _counting_work, _now, stop_requested
+from schedc.planning.clock import bounded_program, work_budget_on, clock_now, stop_requested
 from schedc.solver.interrupt import Cut
-from schedc.plan.comparisons import torchtitan_rows
-from schedc.plan.limiter import plan_limiter
-from schedc.plan.planner import _on_work_clock, plan
-from schedc.plan.problem import problem_for
-from schedc.plan.report import build_plan_report
-from schedc.plan.request import V_SHARE, parse_cap, placements_tried
-from schedc.plan.result import PlanResult
+from schedc.planning.comparisons import torchtitan_rows
+from schedc.planning.limiter import plan_limiter
+from schedc.planning.planner import on_work_clock, plan
+from schedc.planning.problem import problem_for
+from schedc.planning.report import build_plan_report
+from schedc.planning.request import V_SHARE, parse_cap, placements_tried
+from schedc.planning.result import PlanResult
 
 CHECKPOINTING = AC_MODES[1:]  # fastest first: each keeps less and recomputes more
 AC_SHARE = 0.6  # of the time limit, for one plan per global mode; the rest for the per-stage choice
@@ -186,8 +186,8 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     schedc's runtime (``load_pipeline(activation_checkpoint=[...])``) applies every mode, one per
     stage, or one per block of a stage. Cost: the time limit."""
     check_same_run(profiles)
-    if kwargs.get("budget") == "work" and not _counting_work():
-        return _on_work_clock(plan_ac, time_limit, profiles=profiles, progress=progress, **kwargs)
+    if kwargs.get("budget") == "work" and not work_budget_on():
+        return on_work_clock(plan_ac, time_limit, profiles=profiles, progress=progress, **kwargs)
     say = progress or (lambda line: None)
     framework = next((p.assumes or {} for p in profiles.values()), {}).get("framework")
     one_mode = framework not in (None, "schedc")  # torchtitan, NeMo: one mode of theirs for the whole model
@@ -196,7 +196,7 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
         raise SchedcError(f"activation checkpointing 'auto' needs a profile per mode ({', '.join(AC_MODES)}); "
                           f"got {', '.join(profiles)}")
     forms = mode_forms({m: p for m, p in profiles.items() if m in AC_MODES})  # the per-stage search reads every mode
-    t0 = _now()
+    t0 = clock_now()
     results, errors, floors = _global_plans(forms, modes, time_limit, progress, say, t0, kwargs)
     best_mode = min(results, key=lambda m: results[m].value)
     best = results[best_mode]
@@ -256,7 +256,7 @@ def _finish(out: PlanResult, choice: ACChoice, forms: dict, best_mode: str, t0: 
         p = out.compiled.problem
         for row in torchtitan_rows(forms[TORCHTITAN_AC], p.n_ranks, p.n_microbatches, p.memory, p.objective):
             rows.append(replace(row, split=f"torchtitan default, {TORCHTITAN_AC} AC"))
-    out = replace(out, comparisons=rows, ac=choice, solve_time=_now() - t0,
+    out = replace(out, comparisons=rows, ac=choice, solve_time=clock_now() - t0,
                   assumes={**out.assumes, "activation_checkpoint": choice.chosen}, notes=out.notes + _counted_per_op(
                       choice.chosen, forms))
     out = replace(out, limiter=plan_limiter(out))
@@ -282,7 +282,7 @@ def whole_backwards(compiled):
     step is the same and the bytes held until W are released at once. Cost: one simulation."""
     from types import SimpleNamespace
 
-    from schedc.plan.least_memory import _with_schedule
+    from schedc.planning.least_memory import with_schedule
     from schedc.solver.graph import graph_of, orders_from_schedule, schedule_from_orders
 
     g = graph_of(compiled.problem)
@@ -290,7 +290,7 @@ def whole_backwards(compiled):
     if not any(g.backward[a.stage] == "B" and a.kind in ("I", "W") for _, a in sched.all_actions()):
         return compiled
     merged = schedule_from_orders(g, orders_from_schedule(g, sched), name=sched.name)
-    return _with_schedule(compiled, SimpleNamespace(schedule=merged))
+    return with_schedule(compiled, SimpleNamespace(schedule=merged))
 
 
 def _global_plans(forms, modes, time_limit, progress, say, t0, kwargs):
@@ -298,14 +298,14 @@ def _global_plans(forms, modes, time_limit, progress, say, t0, kwargs):
     whole model, each in AC_SHARE of the time shared; SchedcError when none fits."""
     results, errors, floors = {}, {}, {}
     for k, mode in enumerate(modes):
-        share = (t0 + AC_SHARE * time_limit - _now()) / (len(modes) - k)
+        share = (t0 + AC_SHARE * time_limit - clock_now()) / (len(modes) - k)
         floors[mode] = _mode_floor(forms[mode], kwargs, max(share, 0.5))
         best_so_far = min((r.value for r in results.values()), default=math.inf)
         if results and floors[mode] >= best_so_far * (1 - REL):  # no plan in this mode can be shorter
             errors[mode] = f"cannot beat {best_so_far:.6g} s (its bound over partitions is {floors[mode]:.6g} s)"
-            say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {errors[mode]}")
+            say(f"[{clock_now() - t0:6.1f}s] activation checkpointing {mode}: {errors[mode]}")
             continue
-        say(f"[{_now() - t0:6.1f}s] activation checkpointing {mode}: {share:.1f}s")
+        say(f"[{clock_now() - t0:6.1f}s] activation checkpointing {mode}: {share:.1f}s")
         try:
             results[mode] = plan(profile=forms[mode], time_limit=max(share, 0.5), progress=progress, **kwargs)
         except SchedcError as e:
@@ -326,7 +326,7 @@ def _mode_floor(profile: Profile, kwargs: dict, time_limit: float) -> float:
         limit = parse_cap(kwargs.get("memory", "80GiB"))
         cap = math.inf if limit.kind == "none" else limit.value
         ranks, M = kwargs["ranks"], kwargs["microbatches"]
-        with _bounded("v", profile.n_stages, ranks, _now() + V_SHARE * time_limit):  # the V's reads no clock
+        with bounded_program("v", profile.n_stages, ranks, clock_now() + V_SHARE * time_limit):  # the V's reads no clock
             return min(partition_bound(profile, ranks, M, cap, pl, kwargs.get("objective", "makespan")).value
                        for pl in _placements(kwargs, ranks, profile.n_stages, time_limit)
                        if n_stages_for(pl, ranks) <= profile.n_stages)
@@ -335,7 +335,7 @@ def _mode_floor(profile: Profile, kwargs: dict, time_limit: float) -> float:
 
 
 def _placements(kwargs: dict, ranks: int, n_units: int, time_limit: float) -> list[str]:
-    """The placements plan itself tries in `time_limit` (schedc.plan.request.placements_tried)."""
+    """The placements plan itself tries in `time_limit` (schedc.planning.request.placements_tried)."""
     return placements_tried(kwargs.get("placement", "auto"), ranks, n_units, time_limit)
 
 
@@ -428,7 +428,7 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     ranks, M = p.n_ranks, p.n_microbatches
     cap = math.inf if limit.kind == "none" else limit.value
     scored, seen = [], set()
-    start = _now()  # the shares below are of the per-stage search's own time
+    start = clock_now()  # the shares below are of the per-stage search's own time
     all_layers = forms["none"].n_stages
     # the best global plan's partition first: scored even when the candidates run out of time
     cands = [(best.placement, None, tuple(best.counts), ((best_mode, all_layers),) * len(best.counts))]
@@ -438,7 +438,7 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     for pl, depth, counts, specs in cands:
         if (pl, counts, specs) in seen:
             continue
-        if _now() > start + (end - start) * 0.4 or stop_requested():
+        if clock_now() > start + (end - start) * 0.4 or stop_requested():
             cut = True
             continue
         seen.add((pl, counts, specs))
@@ -458,7 +458,7 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     starts = starts[:1] if starts[-1] is starts[0] else starts
     climbed = []
     for k, (step, pl, depth, counts, specs, warm) in enumerate(starts):
-        say(f"[{_now() - t0:6.1f}s] per-stage checkpointing: from {runtime_modes(forms, counts, specs)} on "
+        say(f"[{clock_now() - t0:6.1f}s] per-stage checkpointing: from {runtime_modes(forms, counts, specs)} on "
             f"{list(counts)} ({pl}), heuristic step {step:.6g}")
         until = start + (end - start) * (0.4 + 0.45 * (k + 1) / len(starts))
         climbed.append((*_local_moves(forms, (step, counts, specs, warm), pl, ranks, M, limit, objective, until,
@@ -466,11 +466,11 @@ def _per_stage_choice(forms: dict, best: PlanResult, best_mode: str, kwargs: dic
     done = []  # each start's climb compiled (the heuristic alone can misjudge one mode against another)
     for k, (step, counts, specs, warm, pl, depth) in enumerate(climbed):
         problem = problem_for(spec_units(forms, counts, specs), counts, pl, ranks, M, limit, objective)
-        share = max(0.5, (end - _now()) / (len(climbed) - k))
+        share = max(0.5, (end - clock_now()) / (len(climbed) - k))
         done.append((compile_problem(problem, time_limit=share, warm=warm), step, counts, specs, pl, depth))
     compiled, step, counts, specs, pl, depth = min(done, key=lambda c: c[0].value)
     modes = runtime_modes(forms, counts, specs)
-    say(f"[{_now() - t0:6.1f}s] per-stage checkpointing {modes} on {list(counts)}: {compiled.value:.6g}")
+    say(f"[{clock_now() - t0:6.1f}s] per-stage checkpointing {modes} on {list(counts)}: {compiled.value:.6g}")
     return {"compiled": compiled, "counts": counts, "specs": specs, "modes": modes, "placement": pl,
             "heuristic": step, "depth": depth, "tried": len(seen)}
 
@@ -481,7 +481,7 @@ def per_stage_search(forms: dict, best: PlanResult, best_mode: str, time_limit: 
     and global mode), for `time_limit` on the current clock (the work clock inside
     ``schedc.solver.deadline.counting_work``): {"compiled", "counts", "modes", "placement", ...}
     or None. For asking what other costs (`forms`) would buy on the same problem."""
-    t0 = _now()
+    t0 = clock_now()
     return _per_stage_choice(forms, best, best_mode, {"placement": placement}, t0 + time_limit, lambda line: None,
                              t0)
 
@@ -504,11 +504,11 @@ def _local_moves(forms, current, pl, ranks, M, limit, objective, end, seen):
     checkpointed in a stage, a stage to another form, one unit across one boundary; the first move
     that shortens the heuristic step is taken, until none does or `end` passes."""
     improved = True
-    while improved and _now() < end and not stop_requested():
+    while improved and clock_now() < end and not stop_requested():
         improved = False
         step, counts, specs, _ = current
         for c, sp in _neighbours(forms, counts, specs):
-            if (pl, c, sp) in seen or _now() >= end:
+            if (pl, c, sp) in seen or clock_now() >= end:
                 continue
             seen.add((pl, c, sp))
             found = heuristic_step(forms, c, sp, pl, ranks, M, limit, objective)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from schedc.plan.result import PlanResult
+from schedc.planning.result import PlanResult
 
 
 def framework_settings(result: PlanResult, csv: str = "plan.csv", assumes: Optional[dict] = None) -> dict:

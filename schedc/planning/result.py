@@ -9,9 +9,9 @@ from schedc.core.costs import Profile
 from schedc.core.partition import stage_modules
 
 if TYPE_CHECKING:
-    from schedc.plan.ac import ACChoice
-    from schedc.plan.least_memory import LeastMemory
-    from schedc.plan.limiter import PlanLimiter
+    from schedc.planning.ac import ACChoice
+    from schedc.planning.least_memory import LeastMemory
+    from schedc.planning.limiter import PlanLimiter
 
 
 @dataclass

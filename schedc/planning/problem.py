@@ -5,7 +5,7 @@ scheduling problem of its merged per-stage profile, and ranks partitions by a lo
 holds for every schedule of that problem. Method: :func:`problem_for` merges the units and builds
 ``schedc.solver.problem.Problem``; :func:`own_bound` takes the closed-form terms of
 schedc.solver.bounds.chains and the one-rank relaxation of schedc.solver.bounds.rank on one graph;
-:func:`holds_one_microbatch` asks the cost model whether some schedule fits the cap; ``_tight``
+:func:`holds_one_microbatch` asks the cost model whether some schedule fits the cap; ``is_tight``
 says whether the cap leaves some rank room for fewer than two microbatches of its stages. Cost:
 ``problem_for`` linear in the units; ``own_bound`` milliseconds (one graph, one relaxation).
 """
@@ -39,14 +39,14 @@ def problem_placement(placement: str) -> str:
     return "loop" if placement == INTERLEAVED else placement
 
 
-def _tight(best) -> bool:
+def is_tight(best) -> bool:
     """Whether the best partition's cap leaves some rank room for fewer than two microbatches of
-    each of its stages (``_tight_problem``): there the block relaxation ranks the partitions in
+    each of its stages (``tight_problem``): there the block relaxation ranks the partitions in
     step 4, and steps 3 and 4 make room for it."""
-    return best[1] is not None and _tight_problem(best[1].problem)
+    return best[1] is not None and tight_problem(best[1].problem)
 
 
-def _tight_problem(problem) -> bool:
+def tight_problem(problem) -> bool:
     """Whether the cap leaves some rank room for fewer than two microbatches of each of its
     stages (schedc.solver.engines.periodic.worth_trying)."""
     from schedc.solver.graph import graph_of

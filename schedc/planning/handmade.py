@@ -14,7 +14,7 @@ from typing import Optional
 
 from schedc.errors import SchedcError
 from schedc.core.partition import Units, balanced
-from schedc.plan.clock import _bounded
+from schedc.planning.clock import bounded_program
 from schedc.solver.interrupt import Cut
 
 
@@ -23,18 +23,18 @@ from schedc.solver.interrupt import Cut
 SIMULATION_PASSES = 1.5
 
 
-def _hand_made_warm(problem):
+def hand_made_warm(problem):
     """(schedule, simulation, name) of the shortest hand-made schedule that fits, else None."""
     from schedc.core.simulate import simulate
 
     name, _ = best_hand_made(problem)
     if name is None:
         return None
-    sched = _hand_made_shapes(problem)[name]
+    sched = hand_made_shapes(problem)[name]
     return sched, simulate(sched, problem.profile, problem.memory), name
 
 
-def _hand_made_shapes(problem) -> dict:
+def hand_made_shapes(problem) -> dict:
     """The hand-made schedules (schedc.core.baselines) of the problem's shape and placement: they do not
     depend on costs, so one set serves every partition."""
     from schedc.core.baselines import baselines_for
@@ -48,7 +48,7 @@ def _hand_made_shapes(problem) -> dict:
     return _SHAPES[key]
 
 
-def _balanced(units: Units, placement: str, ranks: int, cap: float, end: float = math.inf):
+def balanced_split(units: Units, placement: str, ranks: int, cap: float, end: float = math.inf):
     """``schedc.core.partition.balanced``'s partition (None when cut at `end`), computed once per plan (a dynamic program that
     takes a fraction of a second on a V of 8 ranks, asked for by the screening, the comparisons
     and the limiter)."""
@@ -62,7 +62,7 @@ def _balanced(units: Units, placement: str, ranks: int, cap: float, end: float =
             found = balanced(units, "loop", 2 * ranks, cap)[1]
         else:
             try:  # the V's program reads no clock: cut at `end`, and then no balanced split (kept so)
-                with _bounded(placement, units.n, ranks, end):
+                with bounded_program(placement, units.n, ranks, end):
                     found = balanced(units, placement, ranks, cap)[1]
             except Cut:
                 found = None
@@ -82,7 +82,7 @@ def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str
     from schedc.solver.deadline import charge_passes
 
     best = (None, None)
-    for name, sched in (shapes if shapes is not None else _hand_made_shapes(problem)).items():
+    for name, sched in (shapes if shapes is not None else hand_made_shapes(problem)).items():
         charge_passes(3 * problem.n_stages * problem.n_microbatches, SIMULATION_PASSES)
         try:
             sim = simulate(sched, problem.profile, problem.memory)

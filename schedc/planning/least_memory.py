@@ -2,7 +2,7 @@
 
 Problem: the search minimises the step only, so its schedule sits at whatever peak it found. Method
 and cost: :func:`least_memory_at_step` (a bisection on the cap, at most ``MEMORY_TRIES`` compiles);
-:func:`_with_schedule` reports the schedule found under the user's cap.
+:func:`with_schedule` reports the schedule found under the user's cap.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from schedc.core.costs import MemoryLimit, format_bytes
 from schedc.errors import SchedcError
-from schedc.plan.clock import _now, compile_within, stop_requested
+from schedc.planning.clock import clock_now, compile_within, stop_requested
 from schedc.core.tolerances import REL
 
 
@@ -54,7 +54,7 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
     lo, step_down = _memory_floor(problem)
     hi, tries = found, 0
     while tries < MEMORY_TRIES and not stop_requested():
-        left = end - _now()
+        left = end - clock_now()
         seconds = min(per_try, left / (MEMORY_TRIES - tries) if left / (MEMORY_TRIES - tries) >= 0.3 else left)
         probe = max(lo, hi - step_down)
         if seconds < 0.2 or hi - probe <= 0.001 * hi:
@@ -67,7 +67,7 @@ def least_memory_at_step(res, end: float, seed: int = 0, say=None, t0: float = 0
         else:
             lo, step_down = probe, step_down / 2
         if say:
-            say(f"[{_now() - t0:6.1f}s] least memory: under {format_bytes(probe)} "
+            say(f"[{clock_now() - t0:6.1f}s] least memory: under {format_bytes(probe)} "
                 + ("the same step" if best.compiled is again and again is not None else "a longer step or none"))
         if seconds >= left:
             break
@@ -96,7 +96,7 @@ def _compile_under(problem, profile, cap: float, seconds: float, seed: int):
         return None
 
 
-def _with_schedule(res, lowered):
+def with_schedule(res, lowered):
     """The chosen partition's compile result with the schedule of `lowered` (the same step under a
     lower cap), simulated and reported under the user's cap; `res` itself when `lowered` is None.
     The status, bound and gap stay: they are about the step, which is the same."""

@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 
 from schedc.errors import SchedcError
-from schedc.plan.clock import _counting_work, _now, compile_within, stop_requested
-from schedc.plan.handmade import _hand_made_warm
-from schedc.plan.comparisons import TORCHTITAN_CLASSES
-from schedc.plan.problem import _tight, problem_for
+from schedc.planning.clock import work_budget_on, clock_now, compile_within, stop_requested
+from schedc.planning.handmade import hand_made_warm
+from schedc.planning.comparisons import TORCHTITAN_CLASSES
+from schedc.planning.problem import is_tight, problem_for
 from schedc.core.tolerances import REL
 
 
@@ -31,7 +31,7 @@ SETTER_SHARE = 0.25  # of the time limit, for compiling the partition whose own 
 SETTER_MARGIN = 0.01  # ... when the best step found is more than this above that bound
 
 
-def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit, seed, paired, say,
+def short_compiles(profile, pools, forced, ranks, microbatches, limit, objective, time_limit, seed, paired, say,
                     t0):
     """Step 3: short compiles, alternating the best by lower bound and the best by hand-made step
     in every placement; after the first, a partition whose two-rank bound is not below the best
@@ -50,17 +50,17 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
     for pl, (lb, ub, counts) in order:
         if (pl, counts) in tried or per_placement[pl] >= CANDIDATES:
             continue
-        if per_placement[pl] >= TIGHT_CANDIDATES and _tight(min(compiled, key=lambda c: c[0])):
+        if per_placement[pl] >= TIGHT_CANDIDATES and is_tight(min(compiled, key=lambda c: c[0])):
             # under a tight cap the certificate's block relaxation ranks the partitions better
             # than more short compiles, and the one it ranks first is compiled (step 4b)
             continue
         tried.add((pl, counts))
         if compiled and lb >= min(c[0] for c in compiled) * (1 - REL):
             continue
-        if _now() + short > t0 + 0.8 * time_limit or stop_requested():
+        if clock_now() + short > t0 + 0.8 * time_limit or stop_requested():
             break
         per_placement[pl] += 1
-        if compiled and not _counting_work():
+        if compiled and not work_budget_on():
             # two ranks together often show that a partition with a low own bound cannot beat the
             # best step, in a fraction of a short compile (docs/design.md, "The plan")
             least = min(c[0] for c in compiled)
@@ -68,18 +68,18 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
             pair = relaxation.next(Deadline.after(short))  # its first pair: the one that settles it, or not worth it
             if pair >= least * (1 - REL):
                 paired[(pl, tuple(counts))] = pair
-                say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: two ranks together need {pair:.6g} or "
+                say(f"[{clock_now() - t0:6.1f}s] {pl} {list(counts)}: two ranks together need {pair:.6g} or "
                     f"more (its own bound {lb:.6g}): not compiled")
                 continue
         try:
             res = compile_within(problem_for(profile, counts, pl, ranks, microbatches, limit, objective),
                                   time_limit=short, seed=seed)
         except SchedcError:  # nothing found that fits in a short compile: the next candidate
-            say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: no schedule that fits found in {short:.1f}s")
+            say(f"[{clock_now() - t0:6.1f}s] {pl} {list(counts)}: no schedule that fits found in {short:.1f}s")
             continue
         candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": lb,
                            "best_hand_made": None if math.isinf(ub) else ub, "step": res.value, "status": res.status})
-        say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
+        say(f"[{clock_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (its bound {lb:.6g}, "
             f"hand-made {ub:.6g}, {res.status})")
         compiled.append((res.value, res, pl, counts))
     if not compiled:  # no time for a short compile: the best-scored partition gets what is left
@@ -87,7 +87,7 @@ def _short_compiles(profile, pools, forced, ranks, microbatches, limit, objectiv
         return (math.inf, None, pl, counts), candidates, {}
     results = {(pl, tuple(counts)): res for _, res, pl, counts in compiled}
     best = min(compiled, key=lambda c: c[0])
-    if not _tight(best):  # under a tight cap the time goes to the block relaxation and step 4b
+    if not is_tight(best):  # under a tight cap the time goes to the block relaxation and step 4b
         best = _second_round(compiled, time_limit, seed, say, t0)
     results[(best[2], tuple(best[3]))] = best[1]
     return best, candidates, results
@@ -100,7 +100,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
 
     finalists = sorted(compiled, key=lambda c: c[0])[:FINALISTS]
     more = SECOND_SHARE * time_limit / FINALISTS
-    if len(finalists) < 2 or _now() + len(finalists) * more > t0 + 0.8 * time_limit:
+    if len(finalists) < 2 or clock_now() + len(finalists) * more > t0 + 0.8 * time_limit:
         return finalists[0]
     results = []  # the best is among the finalists, so the best of these is at least as good
     for value, res, pl, counts in finalists:
@@ -108,13 +108,13 @@ def _second_round(compiled, time_limit, seed, say, t0):
             again = compile_within(res.problem, time_limit=more, seed=seed,
                                     warm=(res.schedule, res.sim, "plan: short compile"))
             res = again if again.value <= res.value else res
-            say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} after a second round "
+            say(f"[{clock_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} after a second round "
                 f"({res.status})")
         results.append((res.value, res, pl, counts))
     return min(results, key=lambda c: c[0])
 
 
-def _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
+def compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit, objective,
                           time_limit, seed, say, t0, reached=None):
     """Step 4b: the partition whose own bound is the least sets the bound over partitions; where
     the best step found is well above it (over ``SETTER_MARGIN``), it gets a compile of its own, or
@@ -137,7 +137,7 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
         done = best[1] is not None and best[1].status == "optimal"
         # the final compile keeps at least 5% of the time (it goes on from the better answer)
         end = t0 + (time_limit - min(0.05 * time_limit, 5.0) if done else 0.95 * time_limit)
-        seconds = end - _now() if done else min(SETTER_SHARE * time_limit, end - _now())
+        seconds = end - clock_now() if done else min(SETTER_SHARE * time_limit, end - clock_now())
         if (before is not None and before.status == "optimal") or own >= best[0] * (1 - SETTER_MARGIN) \
                 or stop_requested() or seconds < 0.05 * time_limit:
             continue
@@ -154,14 +154,14 @@ def _compile_bound_setter(profile, best, setters, candidates, results, ranks, mi
             res = before
         candidates.append({"placement": pl, "units_per_stage": list(counts), "lower_bound": own,
                            "best_hand_made": None, "step": res.value, "status": res.status})
-        say(f"[{_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (the least own bound, "
+        say(f"[{clock_now() - t0:6.1f}s] {pl} {list(counts)}: step {res.value:.6g} (the least own bound, "
             f"{own:.6g}; {res.status})")
         if res.value < best[0]:
             best = (res.value, res, pl, counts)
     return best
 
 
-def _final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
+def final_compile(profile, best, ranks, microbatches, limit, objective, time_limit, seed, say, t0):
     """Step 5: the best partition gets the rest of `time_limit`, warm-started from the better of
     its short compile and a fresh warm start (schedc.solver.engines.warm) with a fifth of that time, two
     seconds at most. A short compile gives its list heuristic a tenth of its few seconds, and on a
@@ -172,7 +172,7 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
     from schedc.solver.engines.warm import warm_start
 
     value, res, pl, counts = best
-    left = t0 + time_limit - _now()
+    left = t0 + time_limit - clock_now()
     if res is None or (res.status != "optimal" and left > min(1.0, 0.1 * time_limit) and not stop_requested()):
         problem = problem_for(profile, counts, pl, ranks, microbatches, limit, objective)
         warm = None
@@ -185,17 +185,17 @@ def _final_compile(profile, best, ranks, microbatches, limit, objective, time_li
                 fresh = None
             if fresh is not None and fresh[1].fits and fresh[1].objective(objective) < res.value * (1 - REL):
                 warm = fresh
-            left = t0 + time_limit - _now()
+            left = t0 + time_limit - clock_now()
         if warm is None:  # no short compile ran (a short time limit): a hand-made schedule that fits starts it
-            warm = _hand_made_warm(problem)
+            warm = hand_made_warm(problem)
         final = compile_within(problem, time_limit=max(0.1 if warm is not None else 1.0, left), seed=seed, warm=warm)
         if res is None or final.value <= res.value:
             res = final
-        say(f"[{_now() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
+        say(f"[{clock_now() - t0:6.1f}s] final {pl} {list(counts)}: step {res.value:.6g} ({res.status})")
     return res, pl, counts
 
 
-def _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective, seed,
+def adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit, objective, seed,
                       placements=("loop", "v", "interleaved")):
     """A plan never loses to a comparison it prints: where a comparison row (a hand-made schedule on
     a comparison split, or torchtitan's class on its default split) that fits the cap is shorter

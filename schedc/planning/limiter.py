@@ -18,9 +18,9 @@ from typing import Optional, Sequence
 from schedc.core.costs import MemoryLimit, format_bytes
 from schedc.errors import SchedcError
 from schedc.core.partition import Units, torchtitan_default_counts
-from schedc.plan.handmade import _hand_made_shapes
-from schedc.plan.problem import INTERLEAVED, problem_for, stages_for
-from schedc.plan.result import PlanResult
+from schedc.planning.handmade import hand_made_shapes
+from schedc.planning.problem import INTERLEAVED, problem_for, stages_for
+from schedc.planning.result import PlanResult
 
 HEURISTIC = "schedc's heuristic"
 SHORTER = 0.99  # an uncapped schedule counts when its step is under this fraction of the plan's
@@ -70,7 +70,7 @@ def uncapped_schedules(profile, splits, ranks: int, microbatches: int, limit: Me
     found = []
     for k, (split, pl, counts) in enumerate(splits):
         problem = problem_for(profile, counts, pl, ranks, microbatches, limit, objective)
-        shapes = dict(_hand_made_shapes(problem))
+        shapes = dict(hand_made_shapes(problem))
         if k == 0:
             shapes[HEURISTIC] = _uncapped_heuristic(profile, counts, pl, ranks, microbatches, objective)
         for name, sched in shapes.items():

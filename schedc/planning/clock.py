@@ -17,7 +17,7 @@ from typing import Iterator
 WALL_LEAD = 2.0  # seconds the wall clock may run ahead of the work charged before it sets the plan's clock
 
 
-def _now() -> float:
+def clock_now() -> float:
     """The clock every share of the time limit is read on: the wall clock, or under a work
     budget the work clock (schedc.solver.deadline.now), imported here so that ``import schedc``
     does not load the solver. Under a work budget the wall clock takes over where it runs more
@@ -34,13 +34,13 @@ def _now() -> float:
     return work
 
 
-def _counting_work() -> bool:
+def work_budget_on() -> bool:
     from schedc.solver.deadline import counting_work_on
 
     return counting_work_on()
 
 
-def _charge(units: float) -> None:
+def charge_work(units: float) -> None:
     """Charge the work clock (nothing under a wall-clock budget)."""
     from schedc.solver.deadline import charge
 
@@ -68,7 +68,7 @@ def stop_requested() -> bool:
 
 
 @contextmanager
-def _bounded(placement: str, n_units: int, ranks: int, end: float) -> Iterator[None]:
+def bounded_program(placement: str, n_units: int, ranks: int, end: float) -> Iterator[None]:
     """The V's dynamic programs (O(R U^4), no clock read inside) cut at `end` on the plan's clock
     or at a stop (schedc.solver.interrupt.cut_after). Under a work budget their estimated seconds
     are charged; they are cut on the wall clock only where they run past `end` in seconds (a
@@ -81,15 +81,15 @@ def _bounded(placement: str, n_units: int, ranks: int, end: float) -> Iterator[N
     if placement != "v":
         yield
         return
-    if not _counting_work():
-        with cut_after(end - _now()):
+    if not work_budget_on():
+        with cut_after(end - clock_now()):
             yield
         return
     from schedc.solver.deadline import work_clock
 
-    _charge(v_bound_seconds(n_units, ranks))
-    try:  # on the wall too (as _now() takes over): a cut one is marked not reproducible
-        with cut_after(min(wall_left(), end - _now())):
+    charge_work(v_bound_seconds(n_units, ranks))
+    try:  # on the wall too (as clock_now() takes over): a cut one is marked not reproducible
+        with cut_after(min(wall_left(), end - clock_now())):
             yield
     except Cut:
         work_clock().cut_by_wall = True
@@ -109,7 +109,7 @@ def raise_stopped() -> None:
 
 class Phases:
     """Where a plan's time went: per step, the wall seconds and the seconds (or work units) of the
-    plan's own clock (:func:`_now`). Under a work budget the two differ by what the charges miss;
+    plan's own clock (:func:`clock_now`). Under a work budget the two differ by what the charges miss;
     under a wall-clock budget a step's wall seconds past its share show which one overran.
     ``line()`` is the progress line ``plan`` ends with. Cost: two clock reads per step."""
 
@@ -118,11 +118,11 @@ class Phases:
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        wall, clock = time.monotonic(), _now()
+        wall, clock = time.monotonic(), clock_now()
         try:
             yield
         finally:
-            self.done.append((name, time.monotonic() - wall, _now() - clock))
+            self.done.append((name, time.monotonic() - wall, clock_now() - clock))
 
     def line(self, work: bool) -> str:
         unit = "work" if work else "clock s"

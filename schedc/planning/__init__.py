@@ -48,17 +48,17 @@ Cost: the time limit; the search before compiling is a fraction of it.
 
 from __future__ import annotations
 
-from schedc.plan.ac import AC_MODES, AC_SHARE, TORCHTITAN_AC, ACChoice, mixed_units, plan_ac
-from schedc.plan.clock import stop_requested
-from schedc.plan.comparisons import TORCHTITAN_CLASSES, compare_splits, comparison_pictures, torchtitan_rows
-from schedc.plan.handmade import best_hand_made
-from schedc.plan.least_memory import LeastMemory, least_memory_at_step
-from schedc.plan.limiter import PlanLimiter, plan_limiter, rank_work
-from schedc.plan.planner import plan
-from schedc.plan.problem import own_bound, problem_for
-from schedc.plan.report import build_plan_report, framework_settings, nemo_yaml, plan_assumes, plan_status
-from schedc.plan.request import PLAN_PLACEMENTS, PlanRequest, parse_cap
-from schedc.plan.result import Comparison, PlanResult
+from schedc.planning.ac import AC_MODES, AC_SHARE, TORCHTITAN_AC, ACChoice, mixed_units, plan_ac
+from schedc.planning.clock import stop_requested
+from schedc.planning.comparisons import TORCHTITAN_CLASSES, compare_splits, comparison_pictures, torchtitan_rows
+from schedc.planning.handmade import best_hand_made
+from schedc.planning.least_memory import LeastMemory, least_memory_at_step
+from schedc.planning.limiter import PlanLimiter, plan_limiter, rank_work
+from schedc.planning.planner import plan
+from schedc.planning.problem import own_bound, problem_for
+from schedc.planning.report import build_plan_report, framework_settings, nemo_yaml, plan_assumes, plan_status
+from schedc.planning.request import PLAN_PLACEMENTS, PlanRequest, parse_cap
+from schedc.planning.result import Comparison, PlanResult
 
 __all__ = [
     "plan", "plan_ac", "PlanResult", "PlanRequest", "Comparison", "LeastMemory", "PlanLimiter", "ACChoice",

@@ -14,10 +14,10 @@ from schedc.core.costs import AC_MODES, MemoryLimit, Profile, format_bytes
 from schedc.errors import SchedcError
 from schedc.frameworks import launchable_modes
 from schedc.core.partition import even_counts, torchtitan_default_counts
-from schedc.plan.handmade import _balanced, best_hand_made
-from schedc.plan.problem import INTERLEAVED, holds_one_microbatch, problem_for, stages_for
-from schedc.plan.report import plan_status
-from schedc.plan.result import Comparison, PlanResult
+from schedc.planning.handmade import balanced_split, best_hand_made
+from schedc.planning.problem import INTERLEAVED, holds_one_microbatch, problem_for, stages_for
+from schedc.planning.report import plan_status
+from schedc.planning.result import Comparison, PlanResult
 
 
 def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements,
@@ -29,7 +29,7 @@ def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, p
         S = stages_for(pl, ranks)
         splits = [("torchtitan default", torchtitan_default_counts(profile.n_stages, S)),
                   ("even", even_counts(profile.n_stages, S)),
-                  ("compute-balanced", _balanced(units, pl, ranks, cap))]
+                  ("compute-balanced", balanced_split(units, pl, ranks, cap))]
         for name, counts in splits:
             if counts is None:
                 continue

@@ -1,6 +1,6 @@
 """The plan's steps in order: :func:`plan` (the package's docstring says what each step does).
 
-Problem, method and cost: :func:`plan`. The steps live in their own modules (schedc.plan.search,
+Problem, method and cost: :func:`plan`. The steps live in their own modules (schedc.planning.search,
 .compiles, .certificate, .least_memory, .comparisons, .limiter, .report); this one passes the
 request and the best answer so far between them.
 """
@@ -13,17 +13,17 @@ from typing import Callable, Optional, Union
 
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import ParameterError, literal, python_spelling
-from schedc.plan.certificate import _certified_bounds
-from schedc.plan.clock import Phases, _counting_work, _now, stop_requested
-from schedc.plan.comparisons import compare_splits, torchtitan_rows
-from schedc.plan.compiles import _adopt_faster_row, _compile_bound_setter, _final_compile, _short_compiles
-from schedc.plan.least_memory import MEMORY_TRY_SHARE, _with_schedule, least_memory_at_step
-from schedc.plan.limiter import plan_limiter
-from schedc.plan.problem import INTERLEAVED, _tight, no_partition_holds
-from schedc.plan.report import build_plan_report
-from schedc.plan.request import PlanRequest, check_types
-from schedc.plan.result import PlanResult
-from schedc.plan.search import (SEARCH_END, SEARCH_SHARE, _bounds_over_partitions, _screened_candidates,
+from schedc.planning.certificate import certified_bounds
+from schedc.planning.clock import Phases, work_budget_on, clock_now, stop_requested
+from schedc.planning.comparisons import compare_splits, torchtitan_rows
+from schedc.planning.compiles import adopt_faster_row, compile_bound_setter, final_compile, short_compiles
+from schedc.planning.least_memory import MEMORY_TRY_SHARE, with_schedule, least_memory_at_step
+from schedc.planning.limiter import plan_limiter
+from schedc.planning.problem import INTERLEAVED, is_tight, no_partition_holds
+from schedc.planning.report import build_plan_report
+from schedc.planning.request import PlanRequest, check_types
+from schedc.planning.result import PlanResult
+from schedc.planning.search import (SEARCH_END, SEARCH_SHARE, bounds_over_partitions, screened_candidates,
                                 interleaved_bound, mean_work_bound)
 
 
@@ -91,11 +91,11 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     if budget not in ("time", "work"):
         raise ParameterError("budget", f"{{param}} must be time or work, got {literal(repr(budget))}")
     check_types(profile, ranks, microbatches, time_limit, progress)
-    if budget == "work" and not _counting_work():
-        return _on_work_clock(plan, time_limit, profile=profile, ranks=ranks, microbatches=microbatches,
+    if budget == "work" and not work_budget_on():
+        return on_work_clock(plan, time_limit, profile=profile, ranks=ranks, microbatches=microbatches,
                               memory=memory, placement=placement, objective=objective, progress=progress, seed=seed,
                               source=source, least_memory=least_memory, budget="work")
-    t0 = _now()
+    t0 = clock_now()
     say = progress or (lambda line: None)
     phase = Phases()
     with phase("request"):
@@ -104,7 +104,7 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
     units, limit, cap, placements, notes = req.units, req.limit, req.cap, req.placements, req.notes
 
     with phase("bounds"):
-        searches, bounds = _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
+        searches, bounds = bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective,
                                                    placements, notes, say, t0, time_limit)
         starts = [(pl, pb.counts) for pl, pb in searches]
         interleaved = math.inf
@@ -113,40 +113,40 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
             if math.isfinite(interleaved):
                 bounds[INTERLEAVED] = interleaved
                 starts.append((INTERLEAVED, None))
-                say(f"[{_now() - t0:6.1f}s] {INTERLEAVED}: bound over partitions {interleaved:.6g}")
+                say(f"[{clock_now() - t0:6.1f}s] {INTERLEAVED}: bound over partitions {interleaved:.6g}")
     pools, forced, memo = {}, {}, {}
     with phase("search"):
         for pl, start in starts:
-            pools[pl], forced[pl] = _screened_candidates(profile, units, pl, start, ranks, microbatches, limit, cap,
+            pools[pl], forced[pl] = screened_candidates(profile, units, pl, start, ranks, microbatches, limit, cap,
                                                          objective, SEARCH_SHARE * time_limit / len(starts), say, t0,
                                                          hard=t0 + SEARCH_END * time_limit, memo=memo)
     if not any(pools.values()):
         raise no_partition_holds(profile, searches, ranks, microbatches, limit, objective)
     paired: dict = {}  # (placement, counts) -> a two-rank bound at least the best step when it was found
     with phase("short compiles"):
-        best, candidates, results = _short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
+        best, candidates, results = short_compiles(profile, pools, forced, ranks, microbatches, limit, objective,
                                                     time_limit, seed, paired, say, t0)
     theta = best[0] if best[1] is not None else math.inf
     proven = best[1] is not None and best[1].status == "optimal"  # for its partition: the final compile is done
     scored = {pl: min(c[0] for c in pool) for pl, pool in pools.items() if pool}  # the least own bound seen
     with phase("certificate"):
-        bounds, certified, setters, reached = _certified_bounds(profile, searches, ranks, microbatches, limit, cap,
+        bounds, certified, setters, reached = certified_bounds(profile, searches, ranks, microbatches, limit, cap,
                                                                 objective, theta, proven, time_limit, paired,
-                                                                _tight(best), say, t0, scored,
+                                                                is_tight(best), say, t0, scored,
                                                                 end=FINAL_END if least_memory else 0.9)
     if math.isfinite(interleaved):  # no dynamic program lists its partitions: its bound stays the relaxations'
         bounds[INTERLEAVED] = interleaved
     final_share = FINAL_END if least_memory else 1.0
     with phase("final compiles"):
-        best = _compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit,
+        best = compile_bound_setter(profile, best, setters, candidates, results, ranks, microbatches, limit,
                                      objective, final_share * time_limit, seed, say, t0, reached)
-        res, pl, counts = _final_compile(profile, best, ranks, microbatches, limit, objective,
+        res, pl, counts = final_compile(profile, best, ranks, microbatches, limit, objective,
                                          final_share * time_limit, seed, say, t0)
     with phase("comparisons"):
         compared = list(pools)  # the placements searched: a V cut in step 1 gets no new program here
         comparisons = compare_splits(profile, units, ranks, microbatches, limit, cap, objective, compared, memo)
         comparisons += torchtitan_rows(profile, ranks, microbatches, limit, objective)
-        res, pl, counts = _adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit,
+        res, pl, counts = adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit,
                                             objective, seed, **({} if placement == "auto" else {"placements": compared}))
         if pl not in bounds:  # a row of a placement the search left out (or was stopped in) won
             bounds[pl] = mean_work_bound(units, ranks, microbatches)
@@ -156,19 +156,19 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         if least_memory and not stop_requested():
             lowered = least_memory_at_step(res, t0 + (1 - TAIL_SHARE) * time_limit, seed, say, t0,
                                            per_try=max(0.5, MEMORY_TRY_SHARE * time_limit))
-            res = _with_schedule(res, lowered.compiled)
+            res = with_schedule(res, lowered.compiled)
     out = PlanResult(compiled=res, units=profile, counts=list(counts), placement=pl,
                      bound=min(min(bounds.values()), res.value), bounds=bounds, certified=certified,
-                     comparisons=comparisons, candidates=candidates, notes=notes, solve_time=_now() - t0,
+                     comparisons=comparisons, candidates=candidates, notes=notes, solve_time=clock_now() - t0,
                      interrupted=stop_requested(), least_memory=lowered)
     with phase("limiter, report"):
         out = replace(out, limiter=plan_limiter(out))
         out = replace(out, report=build_plan_report(out))
-    say(phase.line(_counting_work()))
+    say(phase.line(work_budget_on()))
     return out
 
 
-def _on_work_clock(fn, time_limit: float, **kwargs) -> PlanResult:
+def on_work_clock(fn, time_limit: float, **kwargs) -> PlanResult:
     """`fn` (plan or plan_ac) run on one work clock for `time_limit` work units
     (schedc.solver.deadline.counting_work); the result says so, and whether the wall-clock
     safety net cut it."""

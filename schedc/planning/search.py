@@ -19,10 +19,10 @@ from schedc.core.cost_model import fits
 from schedc.errors import ParameterError
 from schedc.core.partition import (even_counts, min_cap, partition_bound, torchtitan_default_counts,
                                    v_bound_seconds, why_nothing_fits)
-from schedc.plan.clock import _bounded, _now, raise_stopped, stop_requested
-from schedc.plan.handmade import _balanced, _hand_made_shapes, best_hand_made
-from schedc.plan.problem import _tight_problem, holds_one_microbatch, own_bound, problem_for, stages_for
-from schedc.plan.request import V_SHARE
+from schedc.planning.clock import bounded_program, clock_now, raise_stopped, stop_requested
+from schedc.planning.handmade import balanced_split, hand_made_shapes, best_hand_made
+from schedc.planning.problem import tight_problem, holds_one_microbatch, own_bound, problem_for, stages_for
+from schedc.planning.request import V_SHARE
 from schedc.solver.interrupt import Cut
 
 
@@ -33,7 +33,7 @@ SEARCH_END = 0.4  # of the time limit: the search over partitions never runs pas
 BOUND_SHARE = SEARCH_SHARE  # of the time limit, for step 1's bounds (their O(M) knapsack stops at it)
 
 
-def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective, placements, notes, say, t0,
+def bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, objective, placements, notes, say, t0,
                             time_limit=math.inf):
     """Step 1, per placement: the smallest cap any partition fits (a placement none fits is noted,
     or the error when none fits at all) and the bound over partitions, whose knapsack stops at
@@ -44,10 +44,10 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
     v_end = t0 + V_SHARE * time_limit  # the V's programs check no clock: cut there (or at a stop)
 
     def stop() -> bool:
-        return _now() >= deadline or stop_requested()
+        return clock_now() >= deadline or stop_requested()
     for pl in placements:
         try:
-            with _bounded(pl, units.n, ranks, v_end):
+            with bounded_program(pl, units.n, ranks, v_end):
                 need, _ = min_cap(units, pl, ranks)
                 pb = partition_bound(profile, ranks, microbatches, cap, pl, objective, stop=stop) \
                     if fits(need, cap) else None
@@ -79,7 +79,7 @@ def _bounds_over_partitions(profile, units, ranks, microbatches, limit, cap, obj
             notes.append(f"placement {pl}: the bound over partitions stopped counting the cool-down of "
                          f"{microbatches} microbatches at {BOUND_SHARE:.0%} of the time limit; it may be looser "
                          "than in full (a larger --time-limit gives the full one)")
-        say(f"[{_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
+        say(f"[{clock_now() - t0:6.1f}s] {pl}: bound over partitions {pb.value:.6g}, search starts at "
             f"{pb.counts}")
         searches.append((pl, pb))
     if not searches and stop_requested():
@@ -107,30 +107,30 @@ def interleaved_bound(profile, units, ranks, microbatches, cap, objective, stop=
     return max(mean, own_ranks) if math.isfinite(own_ranks) else math.inf
 
 
-def _screened_candidates(profile, units, pl, start, ranks, microbatches, limit, cap, objective, seconds, say, t0,
+def screened_candidates(profile, units, pl, start, ranks, microbatches, limit, cap, objective, seconds, say, t0,
                          hard=math.inf, memo=None):
     """Step 2 for one placement: the partitions best by their own lower bound and the comparison
     splits, each screened by its best hand-made schedule that fits (an upper bound, milliseconds to
     simulate); `start`: the dynamic program's partition (None for the interleaved loop, which has
     no program). Returns (pool of (lower bound, hand-made step, counts), [the balanced split's entry])."""
     S = stages_for(pl, ranks)
-    splits = [start, _balanced(units, pl, ranks, cap, end=hard), torchtitan_default_counts(profile.n_stages, S),
+    splits = [start, balanced_split(units, pl, ranks, cap, end=hard), torchtitan_default_counts(profile.n_stages, S),
               even_counts(profile.n_stages, S)]
     # under a tight cap the own bound ranks partitions poorly (step 4's block relaxation ranks them),
     # and a search that follows it far from the dynamic program's partition finds partitions that
     # compile worse (docs/design.md, "The plan", step 2)
-    tight = bool(start) and _tight_problem(problem_for(profile, start, pl, ranks, microbatches, limit, objective))
+    tight = bool(start) and tight_problem(problem_for(profile, start, pl, ranks, microbatches, limit, objective))
     scores = _best_first(profile, pl, ranks, microbatches, limit, objective,
-                         [s for s in splits if s], _now() + seconds, far=not tight, hard=hard)
+                         [s for s in splits if s], clock_now() + seconds, far=not tight, hard=hard)
     by_lb = sorted(scores, key=scores.get)[:SCREEN]
     shapes = None
     pool = []
     kept = {tuple(s) for s in splits if s and tuple(s) in scores}
     for counts in dict.fromkeys(by_lb + [tuple(s) for s in splits if s and tuple(s) in scores]):
-        if counts not in kept and _now() >= hard:
+        if counts not in kept and clock_now() >= hard:
             continue  # the comparison splits are screened; the rest only while the search may run
         problem = problem_for(profile, counts, pl, ranks, microbatches, limit, objective)
-        shapes = shapes if shapes is not None else _hand_made_shapes(problem)
+        shapes = shapes if shapes is not None else hand_made_shapes(problem)
         found = best_hand_made(problem, shapes)
         if memo is not None:
             memo[(pl, tuple(counts))] = found
@@ -140,7 +140,7 @@ def _screened_candidates(profile, units, pl, start, ranks, microbatches, limit, 
     # neither the bound nor the hand-made step ranks partitions well, and a plan must not lose to
     # compiling the obvious split
     forced = [c for c in pool if list(c[2]) == list(splits[1] or [])][:1]
-    say(f"[{_now() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
+    say(f"[{clock_now() - t0:6.1f}s] {pl}: scored {len(scores)} partitions by their lower bound, screened "
         f"{len(pool)} by hand-made schedules")
     return pool, forced
 
@@ -178,7 +178,7 @@ def _best_first(profile, placement, ranks, microbatches, limit, objective, start
     least = min(SEARCH_EVALUATIONS, 6 * S)  # at least this many (the nearest moves first), however busy the machine
 
     def finished() -> bool:  # SEARCH_EVALUATIONS scored, or past the deadline with at least `least`
-        now = _now()
+        now = clock_now()
         return len(scores) >= SEARCH_EVALUATIONS or (now >= deadline and len(scores) >= least) or now >= hard \
             or stop_requested()
 
