@@ -18,17 +18,21 @@ or raises the rank's peak, is undone and that pair is not tried again. It stops 
 fits, or when no rank over its cap has a candidate left (then it says it cannot fit). Each
 (stage, microbatch) is added or refused at most once, so there are at most S x M rounds.
 
-:func:`compile_with_offload` is ``--offload auto``: it compiles under the cap and without one,
-applies the chooser to the uncapped answer, the capped answer and the hand-made schedules over
-the cap, and keeps the shortest that fits (the capped answer with no offload among them, so it
-is never worse than ``--offload none``). Offload only adds waits to a schedule, so the uncapped
+:func:`compile_with_offload` is ``--offload auto``: it compiles under the cap, without one, and
+under the cap with a quarter, half and three quarters of each offloadable microbatch's bytes
+counted as away (every stage but the last: a relaxed cap only where offload can act; the
+uncapped order makes activations faster than a 50 GB/s link moves them, these orders leave
+the link time), applies the chooser to their answers and to the hand-made schedules over the
+cap, and keeps the shortest that fits (the capped answer with no offload among them, so it is
+never worse than ``--offload none``). Offload only adds waits to a schedule, so the uncapped
 problem's certified bound bounds every schedule with offload; the capped bound does not (offload
 relaxes memory), and the report says which bound it states.
 
 Recompute per microbatch is not chosen here: it needs the checkpointed costs (a second
 profile) and a CSV that runs those backwards as B.
 
-Cost: at most S x M simulations of O(S x M) each per schedule tried, plus two compiles.
+Cost: at most S x M simulations of O(S x M) each per schedule tried, plus up to five compiles
+sharing the time limit.
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ from schedc.core.simulate import SimResult, simulate
 from schedc.errors import ParameterError
 
 OFFLOAD_CHOICES = ("none", "auto")
-CAPPED_SHARE = 0.5  # of the time limit, for the compile under the cap (--offload none's answer)
-UNCAPPED_SHARE = 0.4  # for the compile without a cap; the chooser's rounds take what is left
+CAPPED_SHARE = 0.4  # of the time limit, for the compile under the cap (--offload none's answer)
+UNCAPPED_SHARE = 0.2  # for the compile without a cap (its bound is the answer's)
+LOOSENED_SHARE = 0.35  # for the compiles of the discounted problems, shared; the chooser's rounds take the rest
+DISCOUNTS = (0.25, 0.5, 0.75)  # the discounted problems: this share of each offloadable microbatch away
 UNCAPPED_SOURCE = "uncapped problem (offload relaxes the memory cap)"
 
 
@@ -153,15 +159,22 @@ def check_offload(offload: object) -> str:
     return str(offload)
 
 
-def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: HostLink
+def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: HostLink, beat: float = math.inf
                  ) -> Optional[tuple[str, OffloadChoice]]:
     """The shortest (by the problem's objective) of the chooser's fitting answers for the
-    candidate schedules, with its candidate's name; None when none fits."""
+    candidate schedules, with its candidate's name, if shorter than `beat`; None when none is.
+    Offload only adds waits, so a candidate whose step without a cap is no shorter than the best
+    so far is skipped (candidates go shortest first)."""
+    obj = problem.objective
+    steps = [(simulate(schedule, problem.profile, None).objective(obj), k) for k, (_, schedule) in enumerate(candidates)]
     best = None
-    for name, schedule in candidates:
+    for step, k in sorted(steps):
+        limit = beat if best is None else best[1].sim.objective(obj)
+        if step >= limit:
+            break
+        name, schedule = candidates[k]
         choice = choose_offload(schedule, problem.profile, problem.memory, link)
-        if choice.fits and (best is None or choice.sim.objective(problem.objective)
-                            < best[1].sim.objective(problem.objective)):
+        if choice.fits and choice.sim.objective(obj) < limit:
             best = (name, choice)
     return best
 
@@ -196,41 +209,111 @@ def compile_with_offload(problem, link: HostLink, time_limit: float, solver, pro
                          seed: int, budget: str):
     """``--offload auto`` (module docstring): a CompileResult whose report also holds
     ``memory_actions``, ``offload`` and ``assumes``."""
-    from dataclasses import replace
+    compiles = offload_compiles(problem, time_limit, solver, progress, seed, budget)
+    return compiles.result(problem, link, time_limit)
 
-    from schedc.solver.compile import _gap, all_baselines, build_report, compile_problem
-    from schedc.solver.deadline import Deadline
-    from schedc.solver.engine import close
-    from schedc.solver.engines.warm import matching_baselines
-    from schedc.solver.problem import Problem
 
-    relaxed_problem = Problem(given_profile=problem.given_profile, placement=problem.placement,
-                              n_microbatches=problem.n_microbatches, memory=MemoryLimit(kind="none"),
-                              objective=problem.objective, runtime=problem.runtime)
+@dataclass
+class OffloadCompiles:
+    """The compiles ``--offload auto`` chooses among: under the cap (None where the cap holds less
+    than one microbatch per stage, `refusal` the error that said so), without a cap, and of the
+    discounted problems (name, result)."""
+
+    capped: Optional[object]
+    refusal: Optional[ParameterError]
+    relaxed: object
+    loosened: list
+
+    def result(self, problem, link: HostLink, time_limit: float):
+        """The chooser over these compiles for `link` (:func:`offload_result`); with nothing
+        fitting, the capped compile's refusal where there was one."""
+        try:
+            return offload_result(problem, link, self.capped, self.relaxed, time_limit, self.loosened)
+        except ParameterError:
+            if self.refusal is not None:
+                raise self.refusal from None
+            raise
+
+
+def offload_compiles(problem, time_limit: float, solver=None, progress: Optional[Callable] = None, seed: int = 0,
+                     budget: str = "time", relaxed=None) -> OffloadCompiles:
+    """The compiles of ``--offload auto``, sharing the time limit: the uncapped one
+    UNCAPPED_SHARE (or `relaxed`, already compiled), the capped one CAPPED_SHARE, the discounted
+    problems LOOSENED_SHARE among them; the chooser's rounds run after them."""
+    from schedc.solver.compile import compile_problem
 
     def tagged(tag: str):
         if progress is None:
             return None
         return lambda e: progress(dict(e, phase=f"{tag}: {e['phase']}"))
 
-    capped, refusal = None, None
-    try:
-        capped = compile_problem(problem, time_limit * CAPPED_SHARE, solver, tagged("capped"), seed, budget=budget)
-    except ParameterError as e:  # a cap below one microbatch per stage: offload may still fit
-        if e.param != "memory":
-            raise
-        refusal = e
-    relaxed = compile_problem(relaxed_problem, time_limit * UNCAPPED_SHARE, solver, tagged("uncapped"), seed,
-                              budget=budget)
-    candidates = [("uncapped", relaxed.schedule)]
+    def attempt(p, seconds: float, tag: str):
+        try:
+            return compile_problem(p, seconds, solver, tagged(tag), seed, budget=budget), None
+        except ParameterError as e:  # a cap below one microbatch per stage: offload may still fit
+            if e.param != "memory":
+                raise
+            return None, e
+
+    if relaxed is None:
+        relaxed, _ = attempt(_with_memory(problem, MemoryLimit(kind="none")), time_limit * UNCAPPED_SHARE, "uncapped")
+    capped, refusal = attempt(problem, time_limit * CAPPED_SHARE, "capped")
+    loosened = []
+    for share in DISCOUNTS:
+        name = f"{100 * share:g}% offloaded"
+        res, _ = attempt(discounted_problem(problem, share), time_limit * LOOSENED_SHARE / len(DISCOUNTS), name)
+        if res is not None:
+            loosened.append((name, res))
+    return OffloadCompiles(capped, refusal, relaxed, loosened)
+
+
+def _with_memory(problem, memory: MemoryLimit):
+    from schedc.solver.problem import Problem
+
+    return Problem(given_profile=problem.given_profile, placement=problem.placement,
+                   n_microbatches=problem.n_microbatches, memory=memory, objective=problem.objective,
+                   runtime=problem.runtime)
+
+
+def discounted_problem(problem, share: float):
+    """`problem` as if `share` of every offloadable microbatch's bytes (host_link.offload_bytes)
+    were away from its F to its backward, on every stage but the last (whose backward follows its
+    forward at once in any schedule worth running: the loss): the order a compile finds for it
+    leaves room for offload that the chooser then fills in under the true costs."""
+    from schedc.solver.problem import Problem
+
+    given = problem.given_profile
+    stages = [stage if s == given.n_stages - 1 else
+              stage.model_copy(update={"activation_bytes": stage.activation_bytes - share * offload_bytes(given, s)})
+              for s, stage in enumerate(given.stages)]
+    return Problem(given_profile=given.model_copy(update={"stages": stages}), placement=problem.placement,
+                   n_microbatches=problem.n_microbatches, memory=problem.memory, objective=problem.objective,
+                   runtime=problem.runtime)
+
+
+def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, loosened: Sequence = ()):
+    """The answer of ``--offload auto`` from the compile under the cap (`capped`, None where the
+    cap holds less than one microbatch per stage), the one without a cap (`relaxed`) and those
+    under `loosened` caps ((name, CompileResult) pairs): the chooser on their schedules and the
+    hand-made ones over the cap, the shortest that fits, with its report. ParameterError about
+    memory when nothing fits."""
+    from dataclasses import replace
+
+    from schedc.solver.compile import _gap, all_baselines, build_report
+    from schedc.solver.deadline import Deadline
+    from schedc.solver.engine import close
+    from schedc.solver.engines.warm import matching_baselines
+
+    candidates = [("uncapped", relaxed.schedule)] + [(name, res.schedule) for name, res in loosened]
     if capped is not None:
         candidates.append(("capped", capped.schedule))
     candidates += [(name, sched) for name, sched, sim in matching_baselines(problem, Deadline.after(time_limit))
                    if not sim.fits]
-    found = best_offload(candidates, problem, link)
     without = None if capped is None else capped.value
+    found = best_offload(candidates, problem, link, math.inf if without is None else without)
     if found is None and capped is None:
-        raise refusal
+        raise ParameterError("memory", f"{{name}}{problem.memory}: no schedule fits, with offload over this link "
+                                       f"or without")
     if found is None or (capped is not None and found[1].sim.objective(problem.objective) >= without):
         # offload does not help: the capped answer, with the offload fields saying so
         choice = OffloadChoice(capped.schedule, (), capped.sim, True)
@@ -244,7 +327,8 @@ def compile_with_offload(problem, link: HostLink, time_limit: float, solver, pro
     base = capped if capped is not None else relaxed
     result = replace(base, schedule=choice.schedule, sim=choice.sim, problem=problem, status=status,
                      lower_bound=bound, gap=0.0 if status == Status.OPTIMAL else _gap(value, bound),
-                     solve_time=(capped.solve_time if capped is not None else 0.0) + relaxed.solve_time,
+                     solve_time=sum(r.solve_time for r in (capped, relaxed, *(res for _, res in loosened))
+                                    if r is not None),
                      baselines=capped.baselines if capped is not None else all_baselines(problem),
                      warm_start_source=f"offload of the {source} answer" if choice.actions else base.warm_start_source,
                      interrupted=relaxed.interrupted or bool(capped and capped.interrupted), graph=None)
