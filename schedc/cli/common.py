@@ -194,17 +194,27 @@ def check_outputs(args, *outputs: tuple) -> None:
         check_not_input(path, option, inputs)
 
 
-def read_checked(args):
-    """Read and validate every CSV in args.files (schedc.api), with a profile for each, as
-    --runtime executes it (the profile's own runtime, else torch's, when not given)."""
+def read_schedules(args) -> list:
+    """Every CSV in args.files, read and validated (schedc.api), named by its file."""
     from schedc import api
 
-    schedules, profiles = [], []
-    by_stage_count: dict[int, Profile] = {}  # read a --profile file once, not once per CSV
+    schedules = []
     for path in args.files:
         schedule = api.read_csv(path)
         api.validate(schedule)
         schedule.name = schedule.name or Path(path).stem
+        schedules.append(schedule)
+    return schedules
+
+
+def read_checked(args, schedules=None):
+    """Read and validate every CSV in args.files (schedc.api; `schedules`: already read by
+    :func:`read_schedules`), with a profile for each, as --runtime executes it (the profile's own
+    runtime, else torch's, when not given)."""
+    profiles = []
+    by_stage_count: dict[int, Profile] = {}  # read a --profile file once, not once per CSV
+    schedules = read_schedules(args) if schedules is None else schedules
+    for path, schedule in zip(args.files, schedules):
         if schedule.n_stages not in by_stage_count:
             by_stage_count[schedule.n_stages] = profile_from_args(args, schedule.n_stages) or \
                 Profile.uniform(schedule.n_stages)  # what the API takes when given none
@@ -212,7 +222,6 @@ def read_checked(args):
         if profile.n_stages != schedule.n_stages:
             raise SchedcError(f"{path}: the schedule has {schedule.n_stages} stages but {args.profile} describes "
                               f"{profile.n_stages}; give a profile of this model's {schedule.n_stages} stages")
-        schedules.append(schedule)
         profiles.append(profile.executed(args.runtime))
     return schedules, profiles
 
@@ -272,18 +281,12 @@ def _is_default(profile: Profile) -> bool:
     return profile.executed() == Profile.uniform(profile.n_stages).executed()
 
 
-def read_own_costs(args):
+def read_own_costs(args, schedules=None):
     """(schedules, profiles as --runtime executes them, the file each profile came from) of every
     CSV in args.files with the costs it brings (:func:`own_costs`), or None when none brings any (then
-    :func:`read_checked` gives every CSV the same costs)."""
-    from schedc import api
-
-    schedules = []
-    for path in args.files:
-        schedule = api.read_csv(path)
-        api.validate(schedule)
-        schedule.name = schedule.name or Path(path).stem
-        schedules.append(schedule)
+    :func:`read_checked` gives every CSV the same costs); `schedules`: already read by
+    :func:`read_schedules`."""
+    schedules = read_schedules(args) if schedules is None else schedules
     found = own_costs(args.files)
     if found is None:
         return None
@@ -303,9 +306,10 @@ def read_with_costs(args):
     """(schedules, profiles, memory limit, sources): every CSV with the costs it brings unless the
     flags give them (:func:`read_own_costs`), else with the flags' (:func:`read_checked`); `sources`
     names the file each CSV's costs came from, None when the flags gave them."""
-    own = None if gives_costs(args) else read_own_costs(args)
+    schedules = read_schedules(args)  # once: validating 10**6 actions takes seconds
+    own = None if gives_costs(args) else read_own_costs(args, schedules)
     if own is None:
-        schedules, profiles = read_checked(args)
+        schedules, profiles = read_checked(args, schedules)
         return schedules, profiles, judged_memory(args), None
     schedules, profiles, sources = own
     return schedules, profiles, judged_memory(args, bytes_need_profile=False), sources  # the costs beside are in bytes
