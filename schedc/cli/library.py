@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
-from schedc.cli.common import check_json_output, echo
+from schedc.cli.common import check_json_output, echo, microbatches_count, ranks_count
 from schedc.core.costs import MemoryLimit, Profile, format_memory
 from schedc.errors import SchedcError, printable
 
@@ -27,8 +27,8 @@ def register(sub) -> None:
     ls = lsub.add_parser("list", help="list the library's schedules (filters combine)")
     ls.add_argument("--dir", metavar="DIR", help="library directory (default: $SCHEDC_LIBRARY, the checkout's "
                     "schedules/, or the installed copy)")
-    ls.add_argument("--ranks", type=int, help="only this many ranks")
-    ls.add_argument("--mb", type=int, help="only this many microbatches")
+    ls.add_argument("--ranks", type=ranks_count(), help="only this many ranks")
+    ls.add_argument("--mb", type=microbatches_count(), help="only this many microbatches")
     ls.add_argument("--memory", help="only this memory limit (1p or 2p)")
     ls.add_argument("--placement", choices=["loop", "v"], help="only this placement")
     ls.add_argument("--costs", choices=["uniform", "transformer"], help="only these costs")
