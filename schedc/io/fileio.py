@@ -15,7 +15,10 @@ target path decides how it is replaced:
   replaced by a regular file; a FIFO that no process reads is refused after a moment instead of
   blocking; a block device, socket or directory is refused.
 
-Temporary names cut the target's name so that any legal name (up to 255 bytes) can be written.
+Temporary names cut the target's name so that any legal name (up to 255 bytes) can be written;
+each is ``tempfile.mkstemp``'s (a random part, created with ``O_EXCL``), so two processes writing
+one path (``baseline -o s.csv`` twice at once) never share a temporary file: the path ends up as
+one writer's whole output, never a mix or a part.
 
 :func:`check_writable` runs before long work starts, :func:`check_not_input` refuses an output
 that is one of the command's inputs (``compile --profile p.json -o p.csv`` would write its report
