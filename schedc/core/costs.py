@@ -55,7 +55,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from schedc.core import limits
 from schedc.core.cost_model import torch_first_stage
-from schedc.core.ir import KIND_TABLE, TORCH_KINDS
+from schedc.core.ir import KIND_TABLE, TORCH_KINDS, Kind
 from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError, literal
 
@@ -150,9 +150,9 @@ class StageCost(BaseModel):
         profile measured runs I then W back to back: the larger of the two, I's counted on top of
         what I adds to the held bytes."""
         t = self.transient_bytes or {}
-        if kind == "B" and "B" not in t:
+        if kind == Kind.B and Kind.B not in t:
             rise = max(0.0, self.weight_grad_bytes - self.activation_bytes)
-            return max(t.get("I", 0.0) + rise, t.get("W", 0.0))
+            return max(t.get(Kind.I, 0.0) + rise, t.get(Kind.W, 0.0))
         return float(t.get(kind, 0.0))
 
     @property
