@@ -10,9 +10,10 @@ one 4096-token sequence, at per-rank caps of 28, 34 and 40 GiB, it prints per ro
 - the step under the cap with ``--offload none``,
 - the step with ``--offload auto`` at 25, 50 and 100 GB/s per direction (10 us a copy, the link
   not shared, no host memory cap), ``-`` where nothing fits,
-- at 50 GB/s: the most bytes one rank moves out per step, its busiest copy stream (percent of the
-  step), and whether every transfer hides (the step equals the same order's without offload)
-  at 25/50/100 GB/s (y/n).
+- the gain at 50 GB/s over ``--offload none``; at 50 GB/s the most bytes one rank moves out per
+  step and the busiest copy stream (percent of the step), ``-`` where nothing is offloaded; and
+  at 25/50/100 GB/s whether every transfer hides (``y``: the step equals the same order's
+  without a cap; ``n``: some backward waits for its fetch; ``-``: no offload chosen).
 
 The compiles of a row are shared by its three links (schedc.solver.offload.offload_compiles,
 then its result for each link), so each link's answer is what `schedc compile
@@ -94,7 +95,7 @@ def rows(name: str, profile, caps, time_limit: float) -> list[str]:
             summary = res.report["offload"]
             steps.append(res.value)
             hides.append("-" if not res.report["memory_actions"] else "y" if summary["transfers_hide"] else "n")
-            if bandwidth == 50e9:
+            if bandwidth == 50e9 and res.report["memory_actions"]:
                 moved = max(summary["bytes_per_rank"])
                 busy = max(max(e["out"], e["in"]) for e in summary["link_busy"])
         none = None if compiles.capped is None else compiles.capped.value
