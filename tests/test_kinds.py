@@ -40,6 +40,9 @@ def test_the_table_holds_torchs_four_kinds_whose_values_are_the_csv_letters():
     with pytest.raises(ValueError, match="already registered"):
         with registered_kind(KindInfo("F", "X", seconds=abs, held=abs, memory="none")):
             pass
+    with pytest.raises(ValueError, match="comes after 'Q', which is not registered"):
+        with registered_kind(KindInfo("X", "X", seconds=abs, held=abs, memory="none", after=("Q",))):
+            pass
     assert kinds() == TORCH_KINDS
 
 

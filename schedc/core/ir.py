@@ -87,7 +87,7 @@ class KindInfo:
         object.__setattr__(self, "kind", str.__new__(Kind, self.letter))
 
 
-KIND_TABLE: dict[str, KindInfo] = {}
+KIND_TABLE: dict[str, KindInfo] = {}  # letter -> row; the keys are the Kind instances
 
 
 def kinds() -> tuple[Kind, ...]:
@@ -105,7 +105,13 @@ def register_kind(info: KindInfo) -> Kind:
     model, csvio and the plots read it from there. :func:`unregister_kind` takes it out."""
     if info.letter in KIND_TABLE:
         raise ValueError(f"action kind {info.letter!r} is already registered")
-    KIND_TABLE[info.letter] = info
+    unknown = [k for k in info.after if k not in KIND_TABLE]
+    if unknown:
+        raise ValueError(f"action kind {info.letter!r} comes after {', '.join(map(repr, unknown))}, which "
+                         "is not registered; register that kind first")
+    # the registered instances, so the simulator's (stage, kind, microbatch) keys compare by identity
+    object.__setattr__(info, "after", tuple(KIND_TABLE[k].kind for k in info.after))
+    KIND_TABLE[info.kind] = info  # keyed by the instance: a lookup with it matches by identity
     return info.kind
 
 

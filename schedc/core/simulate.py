@@ -56,24 +56,22 @@ def producer_keys(s: int, kind: str, m: int, n_stages: int,
     microbatch it comes after, then what it receives from a neighbour (an activation from the
     previous stage's F, a gradient from the next stage's I or B, whichever that stage runs)."""
     info = KIND_TABLE[kind]
-    found = [((s, k, m), -1) for k in info.after]
-    if info.receives == "activation":
+    after, receives = info.after, info.receives
+    # called once per action of a walk: no comprehension for the usual zero or one local input
+    found = [] if not after else [((s, after[0], m), -1)] if len(after) == 1 else [((s, k, m), -1) for k in after]
+    if receives == "activation":
         if s > 0:
             found.append(((s - 1, _ACTIVATION_SENDER, m), s - 1))
-    elif info.receives == "gradient" and s + 1 < n_stages:
+    elif receives == "gradient" and s + 1 < n_stages:
         found.append(((s + 1, backward_kind.get((s + 1, m), _GRADIENT_SENDER), m), s))
     return found
 
 
 def backward_kinds(keys) -> dict[tuple[int, int], str]:
     """(stage, microbatch) -> the kind that sends its input gradient (I or B), from
-    (stage, kind, microbatch) keys; the first one wins."""
-    sending = set(senders("gradient"))
-    out: dict[tuple[int, int], str] = {}
-    for s, k, m in keys:
-        if k in sending:
-            out.setdefault((s, m), k)
-    return out
+    (stage, kind, microbatch) keys; where a schedule has both, the later one."""
+    sending = frozenset(senders("gradient"))
+    return {(s, m): k for s, k, m in keys if k in sending}
 
 
 # the kinds a receiver waits for when the sender's stage does not say: a forward, a split backward
