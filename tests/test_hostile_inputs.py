@@ -1125,3 +1125,32 @@ def test_concurrent_writers_of_one_path_never_leave_a_partial_file(tmp_path):
     assert all(w.returncode == 0 for w in writers)
     assert reads > 0 and target.read_bytes() in whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"]
+
+
+@pytest.mark.parametrize("argv, command, flag", [
+    # an unset shell variable (--profile "$P"): the default costs were used, the CSV printed, silently
+    (["baseline", "1f1b", "--stages", "2", "--mb", "4", "-o", ""], "baseline", "-o/--output"),
+    (["simulate", "a.csv", "--profile", ""], "simulate", "--profile"),
+    (["compile", "--stages", "2", "--mb", "2", "--profile", "", "-o", "s.csv"], "compile", "--profile"),
+    (["compile", "--stages", "2", "--mb", "2", "--plot", "", "-o", "s.csv"], "compile", "--plot"),
+    (["emulate", "a.csv", "--profile", ""], "emulate", "--profile"),
+    (["trace", "", "-o", "t.json"], "trace", "FILE.csv"),
+    (["plot", "a.csv", "-o", ""], "plot", "-o/--output"),
+    (["library", "list", "--ranks", "0"], "library list", "--ranks"),
+])
+def test_an_empty_path_or_a_zero_count_is_refused_naming_the_flag(tmp_path, argv, command, flag):
+    (tmp_path / "a.csv").write_text(_ONE_F_ONE_B)
+    out = _schedc(*argv, cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"schedc {command}: error: argument {flag}: "), out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_compile_says_its_files_were_written_when_stdout_fails_after_them(tmp_path):
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "schedc.cli", "compile", "--stages", "2", "--mb", "2", "--quiet",
+                              "--time-limit", "2", "-o", "s.csv"], stdout=full, stderr=subprocess.PIPE, text=True,
+                             cwd=tmp_path, timeout=TIMEOUT)
+    _one_line_error(out, "compile", "standard output: No space left on device; s.csv and s.json were written")
+    csvio.read_report(tmp_path / "s.csv")  # whole, and the report matches its CSV

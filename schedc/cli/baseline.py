@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--mb", type=common.microbatches_count(), help="number of microbatches M")
     p.add_argument("--ranks", type=common.ranks_count(), help="number of ranks R (default: N for one-stage-per-rank schedules, else N/2)")
     p.add_argument("--placement", choices=["loop", "v"], help="stage placement (default: the schedule's own)")
-    p.add_argument("-o", "--output", metavar="FILE.csv", help="write the CSV here (default: print it)")
+    p.add_argument("-o", "--output", metavar="FILE.csv", type=common.path, help="write the CSV here (default: print it)")
 
 
 def run(args) -> int:

@@ -22,7 +22,7 @@ from schedc.io.fileio import check_not_input, check_writable
 
 def add_cost_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("costs")
-    g.add_argument("--profile", metavar="P.json", help="measured per-stage costs (schedc profile)")
+    g.add_argument("--profile", metavar="P.json", type=path, help="measured per-stage costs (schedc profile)")
     g.add_argument("--costs", metavar="F,I,W", default=None,
                    help="identical stages: seconds (or units) of F, I, W (default 1,1,1)")
     g.add_argument("--comm", metavar="C", default=None,
@@ -34,6 +34,15 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--runtime", choices=get_args(Execution), default=None,
                    help="how the schedule is executed: torch (stage 0's backward all in W, as torch's "
                         "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
+
+
+def path(text: str) -> str:
+    """An argparse ``type`` for a file name: the empty string (an unset shell variable in
+    ``--profile "$P"``) is refused, naming the flag, where it passed as the flag left out (the
+    default costs were used, or the CSV printed instead of written)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty file name; give a path")
+    return text
 
 
 def count(what: str, limit: int):

@@ -44,9 +44,9 @@ def register(sub) -> None:
                         "schedule fit (schedc.solver.offload); the report gets \"memory_actions\" and the bound "
                         "becomes the uncapped one (default none)")
     offload_flags.add_link_args(p)
-    p.add_argument("-o", "--output", metavar="FILE.csv", default="schedule.csv",
+    p.add_argument("-o", "--output", metavar="FILE.csv", type=common.path, default="schedule.csv",
                    help="where to write the CSV; the report goes to FILE.json (default schedule.csv)")
-    p.add_argument("--plot", metavar="FILE.png", help="also draw the compiled schedule next to the best baseline")
+    p.add_argument("--plot", metavar="FILE.png", type=common.path, help="also draw the compiled schedule next to the best baseline")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -123,7 +123,13 @@ def _compile(args):
     if args.plot:
         files[args.plot] = _plot_bytes(res, args.plot)
     write_all(files)  # all or none: a failing plot leaves no CSV or report behind
-    common.echo(format_compile_summary(res, args.output, report))  # a profile's names, escaped
+    try:
+        common.echo(format_compile_summary(res, args.output, report))  # a profile's names, escaped
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # stdout failed after the files were in place (> /dev/full): say they are
+        raise SchedcError(f"standard output: {e.strerror or e}; {common.printable(args.output)} and "
+                          f"{common.printable(report)} were written, only the summary could not be printed") from None
     if args.plot:
         common.echo(f"plot: {args.plot}")
     return res

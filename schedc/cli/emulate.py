@@ -15,9 +15,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "emulate", help="run CSV schedules in torch's pipeline runtime on local ranks whose stages sleep "
                         "their costs; compare with the prediction")
-    p.add_argument("files", nargs="+", metavar="FILE.csv")
+    p.add_argument("files", nargs="+", metavar="FILE.csv", type=common.path)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--profile", metavar="P.json", help="per-stage costs in seconds (schedc profile), for every CSV "
+    g.add_argument("--profile", metavar="P.json", type=common.path, help="per-stage costs in seconds (schedc profile), for every CSV "
                    "(default: each CSV's own: NAME.profile.json beside NAME.csv, as plan writes it, else the "
                    "costs its report NAME.json names)")
     g.add_argument("--costs", metavar="F,I,W", help="identical stages, in units, for every CSV (default 1,1,1 "

@@ -16,13 +16,13 @@ from schedc.errors import SchedcError
 def register(sub) -> None:
     p = sub.add_parser("plot", help="draw Gantt charts and memory curves of CSV schedules (png, svg, pdf)")
     p.set_defaults(handler=run)
-    p.add_argument("files", nargs="+", metavar="FILE.csv",
+    p.add_argument("files", nargs="+", metavar="FILE.csv", type=common.path,
                    help="one panel per file, stacked on one time axis; each with its own costs when NAME.profile.json "
                         "or a report NAME.json sits beside it (unless --profile/--costs give one for all)")
     common.add_cost_args(p)
     p.add_argument("--title", action="append", metavar="TEXT",
                    help="panel title, once per file in order (default: the file name)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="picture to write: .png, .svg or .pdf")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", type=common.path, help="picture to write: .png, .svg or .pdf")
 
 
 def run(args) -> int:

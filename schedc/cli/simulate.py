@@ -17,7 +17,7 @@ from schedc.core.diagnose import limiter
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="predict step time, bubble and memory of CSV schedules")
     p.set_defaults(handler=run)
-    p.add_argument("files", nargs="+", metavar="FILE.csv",
+    p.add_argument("files", nargs="+", metavar="FILE.csv", type=common.path,
                    help="each judged by its own costs when NAME.profile.json or a report NAME.json sits beside it "
                         "(unless --profile/--costs give one for all)")
     common.add_cost_args(p)

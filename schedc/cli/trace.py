@@ -9,11 +9,11 @@ from schedc.cli import common
 def register(sub) -> None:
     p = sub.add_parser("trace", help="write a Chrome trace (Perfetto, chrome://tracing) of a CSV schedule")
     p.set_defaults(handler=run)
-    p.add_argument("file", metavar="FILE.csv",
+    p.add_argument("file", metavar="FILE.csv", type=common.path,
                    help="the schedule; drawn with the costs beside it (NAME.profile.json or its report NAME.json) "
                         "unless --profile/--costs give them")
     common.add_cost_args(p)
-    p.add_argument("-o", "--output", required=True, metavar="trace.json", help="trace file to write")
+    p.add_argument("-o", "--output", required=True, metavar="trace.json", type=common.path, help="trace file to write")
 
 
 def run(args) -> int:
