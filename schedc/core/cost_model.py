@@ -191,12 +191,12 @@ def one_f_one_b_peaks(profile: "Profile", placement: Sequence[int]) -> list[floa
     return [(n_ranks - position[r]) * act[r] + top[r] for r in range(n_ranks)]
 
 
-def caps(memory: "MemoryLimit", profile: "Profile", placement: Sequence[int],
+def caps(memory: Optional["MemoryLimit"], profile: "Profile", placement: Sequence[int],
          n_microbatches: Optional[int] = None) -> list[float]:
     """The cap in bytes for each rank, everything included (inf when none). A byte cap is the
     GPU's size; ``Kp`` is max over r of fixed_r + K x 1F1B's peak on r, one cap for every rank."""
     n_ranks = max(placement) + 1
-    if memory.kind == "none":
+    if memory is None or memory.kind == "none":
         return [math.inf] * n_ranks
     if memory.kind == "bytes":
         return [memory.value] * n_ranks
@@ -360,12 +360,12 @@ def has_new_terms(profile: "Profile") -> bool:
     return any(c.weight_grad_bytes > c.activation_bytes or c.transient_bytes for c in profile.stages)
 
 
-def _room(memory: "MemoryLimit", profile: "Profile", placement: Sequence[int], fixed: list[float],
+def _room(memory: Optional["MemoryLimit"], profile: "Profile", placement: Sequence[int], fixed: list[float],
           cap: list[float]) -> list[float]:
     """cap - fixed per rank, without cancelling: under ``Kp`` each rank's room is formed from the
     differences of fixed bytes and K x 1F1B's peaks, so huge static bytes cannot round a small
     activation part away (the cap itself is a sum where they can)."""
-    if memory.kind != "relative":
+    if memory is None or memory.kind != "relative":
         return [c - fx for c, fx in zip(cap, fixed)]
     peaks = one_f_one_b_peaks(profile, placement)
     return [max((fq - fx) + memory.value * pq for fq, pq in zip(fixed, peaks)) for fx in fixed]
@@ -387,10 +387,7 @@ class CostModel:
     @classmethod
     def build(cls, profile: "Profile", placement: Sequence[int], n_microbatches: int,
               memory: Optional["MemoryLimit"] = None) -> "CostModel":
-        from schedc.core.costs import MemoryLimit
-
         placement = tuple(placement)
-        memory = memory or MemoryLimit(kind="none")
         static = rank_static_bytes(profile, placement)
         buffers = buffer_bytes(profile, placement, n_microbatches)
         reserve = float(profile.reserve_bytes or 0.0)

@@ -17,6 +17,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from schedc.core.formatting import format_bytes
+from schedc.errors import ParameterError
+
 GiB = 2**30
 PRINTED = 0.005 * GiB  # half a unit of the last decimal torch prints
 
@@ -59,8 +62,6 @@ THIN_MARGIN_SHARE = 0.01
 def device(name: str) -> Optional[Device]:
     """The card named `name` (case and spaces ignored), None when it is not a card's name; a
     name that could be two cards (``a100``) is a ParameterError about ``memory``."""
-    from schedc.errors import ParameterError
-
     key = str(name).strip().lower().replace(" ", "").replace("_", "-")
     if key in AMBIGUOUS:
         raise ParameterError("memory", f"{key} is two cards; give {{name}}" + AMBIGUOUS[key].replace(" or ", " or {name}"))
@@ -81,8 +82,6 @@ def thin_margin(cap: float) -> float:
 def margin_warning(peaks, caps) -> Optional[str]:
     """One line when some rank's peak comes within :func:`thin_margin` of its cap, else None.
     `peaks`, `caps`: bytes per rank (a cap of inf: none)."""
-    from schedc.core.costs import format_bytes
-
     ranks = [(cap - peak, r, cap) for r, (peak, cap) in enumerate(zip(peaks, caps)) if cap != float("inf")]
     if not ranks:
         return None
