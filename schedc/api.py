@@ -351,6 +351,8 @@ def plot(
     titles: Optional[Sequence[str]] = None,
     execution: Optional[Execution] = None,
     path: Optional[PathLike] = None,
+    memory_actions: Optional[Sequence[Any]] = None,
+    host_link: Optional["HostLink"] = None,
 ) -> "Figure":
     """Gantt chart and memory curves of one or more schedules on a shared time axis.
 
@@ -368,6 +370,9 @@ def plot(
         The execution model; default the one each profile follows, else torch's.
     path : str or path, optional
         Also write the picture (``.png``, ``.svg`` or ``.pdf``), all-or-nothing.
+    memory_actions, host_link : optional
+        As :func:`simulate` takes them, for every schedule: each rank's copy streams are drawn
+        under its Gantt row, recomputed microbatches hatched.
 
     Returns
     -------
@@ -402,7 +407,9 @@ def plot(
                               f"per schedule")
         profiles = [_profile(p, s.n_stages) for p, s in zip(profiles, items)]
     profiles = [p.executed(execution) for p in profiles]
-    return plot_schedules(items, profiles, None if memory is None else _memory(memory), titles=titles, path=path)
+    _check_host_link("none", host_link)
+    return plot_schedules(items, profiles, None if memory is None else _memory(memory), titles=titles, path=path,
+                          memory_actions=memory_actions or None, link=host_link)
 
 
 @_python_spelling
@@ -413,6 +420,8 @@ def write_trace(
     profile: Union[Profile, PathLike, None] = None,
     memory: Union[str, MemoryLimit, None] = None,
     execution: Optional[Execution] = None,
+    memory_actions: Optional[Sequence[Any]] = None,
+    host_link: Optional["HostLink"] = None,
 ) -> dict[str, Any]:
     """Write a Chrome trace of `schedule` (Perfetto, ``chrome://tracing``) as JSON: one process
     per rank, one slice per action, and each rank's held memory as a counter, timed as
@@ -431,6 +440,8 @@ def write_trace(
         The limit the simulation judges against; default none.
     execution : {"torch", "ideal"}, optional
         The execution model; default the one `profile` follows, else torch's.
+    memory_actions, host_link : optional
+        As :func:`simulate` takes them: each rank's copy streams become two threads of their own.
 
     Returns
     -------
@@ -461,7 +472,9 @@ def write_trace(
     if os.path.splitext(os.fspath(path))[1].lower() == ".csv":  # as `schedc trace -o` refuses it
         raise SchedcError(f"path {path}: a Chrome trace is JSON, and a .csv name is a schedule's; give a .json name")
     prof = _profile(profile, schedule.n_stages).executed(execution)
-    return write(schedule, prof, path, None if memory is None else _memory(memory))
+    _check_host_link("none", host_link)
+    return write(schedule, prof, path, None if memory is None else _memory(memory),
+                 memory_actions=memory_actions or None, link=host_link)
 
 
 @_python_spelling

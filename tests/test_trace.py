@@ -151,3 +151,50 @@ def test_a_trace_past_the_size_limit_is_refused_in_one_line_before_any_work(tmp_
     assert csvio.count_actions(dual) == 4 == n_actions_of(csvio.read_csv(dual))
     monkeypatch.undo()  # at the real bound the same schedule is traced
     assert cli.main(["trace", str(csv), "-o", str(out)]) == 0
+
+
+def test_copy_streams_are_threads_of_their_own_with_bytes_in_args(tmp_path):
+    from schedc.core.baselines import make_baseline
+    from schedc.core.host_link import HostLink
+
+    schedule = make_baseline("1f1b", n_stages=4, n_microbatches=8)
+    profile = Profile.uniform(4)
+    actions = [{"stage": s, "microbatch": m, "action": "offload"} for s in (0, 1) for m in (0, 1)]
+    link = HostLink(bandwidth=1.5, latency=0.0)  # one byte of activation: 2/3 s a copy
+    trace = write_trace(schedule, profile, tmp_path / "t.json", memory_actions=actions, link=link)
+    res = simulate(schedule, profile, memory_actions=actions, link=link)
+    events = trace["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names[(0, 1)].startswith("copy out") and names[(3, 2)].startswith("copy in")
+    copies = [e for e in events if e["ph"] == "X" and e.get("cat") == "copy"]
+    assert len(copies) == len(res.copies) == 8
+    for e, c in zip(copies, res.copies):
+        assert (e["pid"], e["tid"]) == (c.rank, 1 if c.direction == "out" else 2)
+        assert e["name"] == f"{c.direction} {c.stage}:{c.microbatch}"
+        assert e["args"]["bytes"] == c.nbytes == 1.0
+        assert e["ts"] == pytest.approx(c.start * 1e6, abs=1e-3)
+        assert e["dur"] == pytest.approx((c.end - c.start) * 1e6, abs=1e-3)
+    # compute slices stay on thread 0, at the times the simulation with copies gives
+    compute = [e for e in events if e["ph"] == "X" and e["tid"] == 0]
+    assert len(compute) == len(res.timings)
+    host = [e["args"]["pinned"] for e in events if e["name"] == "host memory"]
+    assert max(host) == res.host_peak[0] and host[-1] == 0.0
+    assert trace["otherData"]["link_busy"][0]["out"] == pytest.approx(res.link_busy(0, "out"))
+
+
+def test_trace_cli_reads_memory_actions_and_the_link_flags(tmp_path, capsys):
+    from schedc.core.baselines import make_baseline
+
+    csv = tmp_path / "s.csv"
+    csvio.write_csv(make_baseline("1f1b", n_stages=2, n_microbatches=4), csv)
+    actions = tmp_path / "ma.json"
+    actions.write_text(json.dumps([{"stage": 0, "microbatch": 0, "action": "offload"}]))
+    out = tmp_path / "t.json"
+    assert cli.main(["trace", str(csv), "--memory-actions", str(actions), "--host-bandwidth", "2",
+                     "--host-latency", "0", "-o", str(out)]) == 0
+    assert "2 copies on the copy streams" in capsys.readouterr().out
+    copies = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "copy"]
+    assert [e["dur"] for e in copies] == [5e5, 5e5]  # 1 byte at 2 B/s
+    assert cli.main(["trace", str(csv), "--host-bandwidth", "2", "-o", str(tmp_path / "u.json")]) != 0
+    assert "give --memory-actions" in capsys.readouterr().err
+    assert not (tmp_path / "u.json").exists()

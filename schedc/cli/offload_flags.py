@@ -203,3 +203,12 @@ def validate_note(args, schedule) -> str:
                           f"with --offload auto for this link")
     return (f"{n} memory action(s) match the CSV and it fits --memory {memory} with them "
             f"(makespan {sim.makespan:g})")
+
+
+def against(actions, path):
+    """The memory actions as checked against the CSV at `path` (their messages name both files)."""
+    if actions is None:
+        return None
+    from schedc.core.memory_actions import PlannedActions
+
+    return PlannedActions(actions, f"{actions.source} (against {path})")
