@@ -5,6 +5,7 @@ unless ``--profile``, ``--costs`` or ``--comm`` give one set for every CSV."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Optional
@@ -22,6 +23,8 @@ def register(sub) -> None:
                         "(unless --profile/--costs give one for all)")
     common.add_cost_args(p)
     offload_flags.add_memory_actions_arg(p)
+    # --mem stays --memory's abbreviation, as it was before --memory-actions shared its prefix
+    p.add_argument("--mem", dest="memory", metavar="SPEC", help=argparse.SUPPRESS)
     offload_flags.add_link_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--check", action="store_true",
