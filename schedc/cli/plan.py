@@ -10,7 +10,7 @@ from pathlib import Path
 from schedc.core.costs import AC_MODES, Profile, format_duration
 from schedc.errors import SchedcError
 from schedc.frameworks import launchable_modes
-from schedc.cli import common
+from schedc.cli import common, offload_flags
 from schedc.io.fileio import write_all
 
 
@@ -51,6 +51,11 @@ def register(sub) -> None:
                         "selective, full, or auto (the plan chooses, globally and per stage, the one with the shortest "
                         "step under the cap; with --for torchtitan or nemo one of their modes for every layer); "
                         "default: what the profile assumes")
+    p.add_argument("--offload", choices=["none", "auto"], default="none",
+                   help="auto: also offload microbatches' activations to host memory where that makes a shorter plan "
+                        "fit, chosen with the partition, placement and --ac (schedc.planning.offload); plan.json gets "
+                        "\"memory_actions\" and the bound becomes the one without a cap (default none)")
+    offload_flags.add_link_args(p)
     p.add_argument("--ranks", type=common.ranks_count(), required=True, help="pipeline ranks R")
     p.add_argument("--mb", type=common.microbatches_count(), required=True, help="microbatches M")
     p.add_argument("--memory", metavar="SIZE", required=True,
@@ -110,6 +115,7 @@ def _plan(args):
         output_format(args.plot)
         outputs.append((Path(args.plot), "--plot"))
     common.check_outputs(args, *outputs)
+    link = _link(args)
     profiles, source = _unit_profiles(args)
 
     def progress(line: str) -> None:
@@ -119,7 +125,14 @@ def _plan(args):
     kw = dict(ranks=args.ranks, microbatches=args.mb, memory=args.memory, placement=args.placement,
               objective=args.objective, time_limit=_time_left(args), progress=progress, source=source,
               budget=args.budget)
-    if len(profiles) > 1:
+    if link is not None:
+        from schedc.planning.offload import plan_with_offload
+
+        mode = next(iter(profiles))
+        none = _counted(args, "none") if len(profiles) == 1 and args.config is not None and mode not in (None, "none") \
+            else None
+        res = plan_with_offload(profiles, link, none=none, **kw)
+    elif len(profiles) > 1:
         from schedc.planning import plan_ac
 
         res = plan_ac(profiles, **kw)
@@ -150,6 +163,17 @@ def _plan(args):
 
 
 AC_CHOICES = (*AC_MODES, "auto")
+
+
+def _link(args):
+    """The host link of --offload auto (the --host-* flags, else their defaults); None with
+    --offload none, where the link flags are refused in one line."""
+    if args.offload != "auto":
+        if offload_flags.link_given(args):
+            raise SchedcError("--host-bandwidth, --host-latency, --host-memory and --link-shared-by describe the link "
+                              "offload uses; give --offload auto with them")
+        return None
+    return offload_flags.link_from_args(args)
 SETTINGS = (("seq", "--seq"), ("mbs", "--mbs"), ("dtype", "--dtype"), ("grad_dtype", "--grad-dtype"),
             ("optimizer_dtype", "--optimizer-dtype"), ("dp_shard", "--dp-shard"), ("tp", "--tp"),
             ("reserve", "--reserve"))
@@ -304,6 +328,8 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
                 f"{res.solve_time:.1f} work units, reproducible)" if not res.cut_by_wall else
                 f"{res.solve_time:.1f} work units, cut by the wall clock: not reproducible)"),
              f"  units per stage {res.counts}",
+             f"  bound over every partition and schedule without a memory cap (offload relaxes it) {t(res.bound)}: "
+             f"gap {100 * res.gap:.2f}%" if res.offload is not None else
              f"  bound over every partition and schedule {t(res.bound)}: gap {100 * res.gap:.2f}%"
              if res.ac is None or isinstance(res.ac.chosen, str) else
              f"  bound for this partition and per-stage checkpointing {t(res.bound)}: gap {100 * res.gap:.2f}%"]
@@ -321,6 +347,8 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
         lines.append(f"  why this partition: {res.limiter.why_partition}")
     if res.ac is not None:
         lines += _ac_lines(res, t)
+    if res.offload is not None:
+        lines += _offload_lines(res, t)
     for c in res.comparisons:
         name = f"{c.split} split ({c.placement}) {c.counts}"
         if c.value is None:
@@ -353,6 +381,29 @@ def _ac_lines(res, t) -> list[str]:
     return out
 
 
+def _offload_lines(res, t) -> list[str]:
+    """--offload auto: what moves over which link, the step without it, and the four rows."""
+    from schedc.core.costs import format_bytes
+
+    o = res.offload
+    link = o["link"]
+    rate = f"{link['host_bandwidth'] / 1e9:g} GB/s per direction"
+    if not o["chosen"]:
+        out = [f"  offload ({rate}): none chosen; {o['why']}"]
+    else:
+        moved = ", ".join(f"stage {e['stage']}: {len(e['microbatches'])} x {format_bytes(e['bytes_each'])}"
+                          for e in o["stages"])
+        busiest = max(o["link_busy"], key=lambda e: max(e["out"], e["in"]))
+        out = [f"  offload ({rate}): {o['memory_actions']} microbatches to host memory ({moved}); without offload "
+               f"{t(o['step_without_offload'])}",
+               f"  transfers {'hide' if o.get('transfers_hide') else 'do not all hide'}; busiest link rank "
+               f"{busiest['rank']} (out {100 * busiest['out']:.1f}%, in {100 * busiest['in']:.1f}%)"]
+    out.append("  rows: " + "; ".join(f"{r['row']} {t(r['step']) if r['fits'] else 'does not fit'}"
+                                      + ("" if r["fits"] or r["what"].startswith("no ") else f" ({r['what']})")
+                                      for r in o["rows"]))
+    return out
+
+
 def _short_modes(modes) -> str:
     """Per stage: its mode, or a list with one per block (JSON, as plan.json writes it)."""
     import json
@@ -365,7 +416,9 @@ def format_runtime_launch(res, report_file) -> str:
     take one mode per run), or in a mode only schedc's runtime has (light, planned or chosen for
     the whole model): load_pipeline with plan_settings, or the example trainer."""
     mode = res.report["assumes"].get("activation_checkpoint") if res.report else None
-    if isinstance(mode, list):
+    if res.report and res.report.get("memory_actions"):
+        why = "offload to host memory, which torchtitan and NeMo do not run"
+    elif isinstance(mode, list):
         why = "per-stage activation checkpointing; torchtitan and NeMo take one mode per run"
     elif mode is not None and mode not in launchable_modes():
         why = f"{mode} activation checkpointing, a mode torchtitan and NeMo do not have"
@@ -386,4 +439,26 @@ def format_handoff(res) -> str:
     """Each framework's block (schedc.frameworks.REGISTRY), in its own module names."""
     from schedc.frameworks import render_handoff
 
-    return render_handoff(res.report["frameworks"])
+    return "\n".join(filter(None, [render_handoff(res.report["frameworks"]), _cannot_launch(res)]))
+
+
+def _cannot_launch(res) -> str:
+    """torchtitan and NeMo AutoModel run no memory actions and one checkpointing mode for every
+    layer: for a plan that offloads, one line saying so and the best row they can launch."""
+    from schedc.planning.offload import launchable_row
+
+    if res.offload is None or not res.offload["chosen"]:
+        return ""
+    p = res.compiled.problem
+
+    def t(x):
+        return format_duration(x, p.profile, digits=6)
+
+    row = launchable_row(res)
+    if row is None:
+        return ("torchtitan and NeMo AutoModel cannot launch this plan (it offloads to host memory) and nothing "
+                "they can launch fits the cap; run it with schedc's runtime")
+    return (f"torchtitan and NeMo AutoModel cannot launch this plan (it offloads to host memory): the best plan "
+            f"they can launch is \"{row['row']}\" ({row['what']}), step {t(row['step'])}, "
+            f"{t(row['step'] - res.value)} ({100 * (row['step'] - res.value) / res.value:.1f}%) longer; the same "
+            f"command with --offload none writes it")

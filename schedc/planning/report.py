@@ -52,6 +52,10 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
         "least_memory": _least_memory_dict(result),
         "activation_checkpoint": None if result.ac is None else result.ac.as_dict(),
     }
+    if result.offload is not None:  # --offload auto (schedc.planning.offload); absent otherwise
+        report["memory_actions"] = list(report.get("memory_actions", []))
+        report["offload"] = result.offload
+        report["plan"]["bound_assumes"] = result.offload["lower_bound_assumes"]
     report["assumes"] = plan_assumes(result)
     report["partition"] = result.partition
     report["profile"] = result.profile.model_dump(mode="json", exclude_none=True)

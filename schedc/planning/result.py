@@ -54,6 +54,7 @@ class PlanResult:
     limiter: Optional["PlanLimiter"] = None  # what limits the step (plan_limiter)
     assumes: dict = field(default_factory=dict)  # what the plan took about the run (the report's "assumes")
     ac: Optional["ACChoice"] = None  # the activation checkpointing chosen (plan_ac)
+    offload: Optional[dict] = None  # --offload auto: the rows and the summary (schedc.planning.offload)
     budget: str = "time"  # what the time limit counted: wall-clock seconds or work units
     cut_by_wall: bool = False  # work mode: the wall-clock safety net ended it (the plan may differ)
 

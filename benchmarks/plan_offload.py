@@ -1,0 +1,129 @@
+"""Offload against checkpointing: `schedc plan --offload auto` (with `--ac auto`) on the rows of
+issue 49, where memory costs the most.
+
+For Llama-3-8B- and Qwen2.5-7B-shaped decoders (benchmarks/ac_choice.py's configs, counted by
+``schedc.model_costs.unit_profile``; nothing is downloaded), 8 ranks x 32 microbatches of one
+sequence, per (model, seq, cap) it prints the step of
+
+- ``--ac auto`` (``plan_ac`` with --time-limit): today's best plan under the cap;
+- no cap: ``plan`` without checkpointing and without a cap (a fifth of the time);
+- ``--offload auto`` on top of that ``--ac auto`` plan at 25, 50 and 100 GB/s per direction
+  (schedc.planning.offload.plan_offload, half of --time-limit each, the same base plan for the
+  three links): the candidates offloaded without checkpointing and with the chosen one;
+- its margin over ``--ac auto``, its distance to the no-cap step, the gap to the bound that allows
+  offload (over every partition without a cap), which rows won (offload only, both), and
+  whether its transfers hide (every fetch ends before its backward: the step is the same order's
+  step without a cap).
+
+Step times are the simulator's (counted costs at 400 TFLOP/s effective), not measurements.
+
+    python benchmarks/plan_offload.py --budget work --time-limit 15   # the table, the same on any machine
+    python benchmarks/plan_offload.py --match qwen --match 28GiB      # some rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from ac_choice import UNCAPPED_SHARE, ms, profiles_of  # benchmarks/ac_choice.py: the configs, counted
+
+from schedc.core.host_link import HostLink, offload_bytes
+from schedc.errors import SchedcError
+from schedc.planning import plan, plan_ac
+from schedc.planning.offload import OFFLOAD_SHARE, plan_offload
+from schedc.solver.deadline import counting_work
+
+# issue 49's table: (model, seq, cap), memory costing the most first
+CASES = [("llama3-8b", 4096, "28GiB"), ("qwen2.5-7b", 4096, "28GiB"), ("qwen2.5-7b", 8192, "40GiB"),
+         ("llama3-8b", 8192, "40GiB"), ("qwen2.5-7b", 4096, "34GiB"), ("qwen2.5-7b", 4096, "40GiB"),
+         ("llama3-8b", 4096, "40GiB")]
+RANKS, MICROBATCHES = 8, 32
+BANDWIDTHS = (25e9, 50e9, 100e9)
+
+
+def with_offload(base, profiles: dict, bandwidth: float, time_limit: float, budget: str):
+    forms = {"offload only": profiles["none"]}
+    if base.ac is not None and base.ac.chosen != "none":
+        forms["both"] = base.units
+    with counting_work(time_limit) if budget == "work" else nullcontext():
+        return plan_offload(base, HostLink(bandwidth=bandwidth), time_limit, forms)
+
+
+def link_load(res, bandwidth: float) -> float:
+    """Over the ranks of `res`'s partition, the largest ratio of the seconds a rank's link needs to
+    move one microbatch of its stages out (the same again back in, on the other stream) to the
+    seconds the rank computes per microbatch: at or below 1 the link keeps up with what the
+    rank makes (the case where offload can hide), above it the bytes a stage must move do not fit
+    its link in the time it holds them (the last stage moves nothing: its backward follows its
+    forward)."""
+    profile = res.compiled.problem.profile
+    link = HostLink(bandwidth=bandwidth)
+    placement = res.compiled.problem.placement
+    load = 0.0
+    for r in range(res.compiled.problem.n_ranks):
+        stages = [s for s, q in enumerate(placement) if q == r]
+        work = sum(profile.stages[s].forward + profile.stages[s].backward for s in stages)
+        moved = sum(offload_bytes(profile, s) for s in stages if s < profile.n_stages - 1)
+        load = max(load, link.seconds(moved) / work if moved else 0.0)
+    return load
+
+
+def row(case: tuple, profiles: dict, time_limit: float, budget: str) -> str:
+    name, seq, cap = case
+    head = f"| {name} | seq {seq} | {cap} |"
+    t0 = time.monotonic()
+    try:
+        base = plan_ac(profiles, ranks=RANKS, microbatches=MICROBATCHES, memory=cap, time_limit=time_limit,
+                       budget=budget)
+    except SchedcError as e:
+        return f"{head} {str(e)[:100]} |"
+    free = plan(profile=profiles["none"], ranks=RANKS, microbatches=MICROBATCHES, memory="none",
+                time_limit=UNCAPPED_SHARE * time_limit, budget=budget)
+    uncapped = free.value
+    steps = {b: with_offload(base, profiles, b, OFFLOAD_SHARE * time_limit, budget) for b in BANDWIDTHS}
+    mid = steps[50e9]
+    summary = mid.offload
+    won = summary.get("row") if summary["chosen"] else "none helps"
+    hides = "—" if not summary["chosen"] else "yes" if summary.get("transfers_hide") else "no"
+    cells = [ms(base.value), ms(uncapped), f"{100 * (base.value - uncapped) / uncapped:.1f}%",
+             f"**{ms(mid.value)}**", f"{100 * (base.value - mid.value) / base.value:.1f}%",
+             f"{100 * (mid.value - uncapped) / uncapped:.1f}%", f"{100 * mid.gap:.1f}%", won,
+             str(summary["memory_actions"]), f"{link_load(free, 50e9):.2f}", hides, ms(steps[25e9].value), ms(steps[100e9].value),
+             f"{time.monotonic() - t0:.0f}"]
+    return f"{head} {' | '.join(cells)} |"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=15.0,
+                    help="seconds per --ac auto plan; each offload gets half of it (default 15)")
+    ap.add_argument("--budget", choices=["time", "work"], default="time",
+                    help="work: --time-limit in work units, the same table on any machine (schedc plan --budget)")
+    ap.add_argument("--match", action="append", default=[], metavar="TEXT",
+                    help="keep the rows whose model, seq and cap contain every TEXT")
+    args = ap.parse_args(argv)
+    print(f"step in ms (simulated); {RANKS} ranks x {MICROBATCHES} microbatches of one sequence; offload at 50 GB/s "
+          f"per direction unless the column says otherwise")
+    print("| model | seq | cap | --ac auto | no cap | memory costs | **--offload auto + --ac auto** | vs --ac auto | "
+          "vs no cap | gap to the bound with offload | row chosen | microbatches moved | link load (no-cap partition) | "
+          "transfers hide | 25 GB/s | 100 GB/s | s |")
+    print("|---" * 17 + "|")
+    cache: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in CASES:
+            name, seq, cap = case
+            if not all(text in f"| {name} | seq {seq} | {cap} |" for text in args.match):
+                continue
+            if (name, seq) not in cache:
+                cache[(name, seq)] = profiles_of(name, Path(tmp), seq)
+            print(row(case, cache[(name, seq)], args.time_limit, args.budget), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Offload to host memory as a choice of the plan (``schedc plan --offload auto``).
+
+Problem: under a cap that binds, the plan's step is longer than the same model's step without a
+cap; offloading microbatches' activations to host memory (schedc.core.memory_actions over a
+schedc.core.host_link.HostLink) may make a shorter schedule fit, and the partition worth offloading
+is not the one worth planning under the cap (offload relaxes memory, so the partition balanced
+for compute gains most), nor need checkpointing stay what the plan chose without offload.
+
+Method (:func:`plan_offload`): the plan without offload runs first (``plan``, or ``plan_ac`` with
+``--ac auto``) in ``1 - OFFLOAD_SHARE`` of the time. Its candidates are then offloaded, each
+profile form apart: the plan's own units (with ``--ac auto`` the checkpointing it chose) and,
+under ``--ac auto``, the units without checkpointing. For each form the partitions are the plan's
+(where its units are the form), the comparison rows' and, per placement tried, the partition that
+reaches the bound over partitions without a cap. Each (form, partition), shortest uncapped own
+bound first, gets the compiles of ``--offload auto`` (schedc.solver.offload: without a cap and the
+discounted problems; the plan's own compile is the capped one of its partition) and the chooser
+on their answers and the hand-made schedules over the cap (``offload_result``); a candidate whose
+uncapped own bound cannot beat the shortest step so far is skipped. The plan keeps the shortest
+that fits, and the plan without offload where nothing is shorter: never worse than
+``--offload none``. The rows "nothing", "checkpointing only", "offload only" and "both" are the
+best of each kind found on the way. Bound: the bound over partitions without a cap of the units
+without checkpointing (checkpointing only adds work, offload only adds waits), so the gap with
+offload is to the uncapped step, and the report says so.
+
+Cost: the plan's, then up to four compiles per candidate in ``OFFLOAD_SHARE`` of the time and
+the chooser's simulations (schedc.solver.offload); one uncapped dynamic program per placement
+and form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Optional
+
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.host_link import HostLink
+from schedc.core.partition import partition_bound
+from schedc.core.tolerances import REL
+from schedc.errors import ParameterError, SchedcError
+from schedc.planning.clock import clock_now, compile_within, stop_requested
+from schedc.planning.problem import own_bound, problem_for
+from schedc.planning.result import PlanResult
+
+OFFLOAD_SHARE = 0.5  # of the time limit, for offloading the plan's candidates
+ROWS = ("nothing", "checkpointing only", "offload only", "both")
+BOUND_SOURCE = ("over every partition and schedule without a memory cap (offload relaxes the cap; "
+                "checkpointing only adds work)")
+
+
+def _uncapped(problem):
+    from schedc.solver.problem import Problem
+
+    return Problem(given_profile=problem.given_profile, placement=problem.placement,
+                   n_microbatches=problem.n_microbatches, memory=MemoryLimit(kind="none"),
+                   objective=problem.objective, runtime=problem.runtime)
+
+
+def _splits_backward(compiled) -> bool:
+    """Whether the schedule runs I and W on a stage the compiler merges into B (a checkpointed
+    stage): torch refuses that, and the memory actions name those I's, so such a candidate is
+    dropped rather than merged."""
+    from schedc.solver.graph import graph_of
+
+    g = graph_of(compiled.problem)
+    return any(g.backward[a.stage] == "B" and a.kind in ("I", "W") for _, a in compiled.schedule.all_actions())
+
+
+def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, capped=None):
+    """``--offload auto`` on one partition's problem (schedc.solver.offload) in `seconds`:
+    the compile without a cap and those of the discounted problems, then the chooser on their
+    answers, the hand-made schedules and `capped` (the plan's compile of this partition, if any).
+    The CompileResult with ``memory_actions`` and ``offload`` in its report; None when nothing
+    fits, with offload or without."""
+    from schedc.solver.offload import DISCOUNTS, LOOSENED_SHARE, UNCAPPED_SHARE, discounted_problem, offload_result
+
+    share = seconds / (UNCAPPED_SHARE + LOOSENED_SHARE)
+    try:
+        relaxed = compile_within(_uncapped(problem), time_limit=max(0.2, share * UNCAPPED_SHARE), seed=seed)
+    except SchedcError:
+        return None
+    loosened = []
+    for fraction in DISCOUNTS:
+        if stop_requested():
+            break
+        try:
+            res = compile_within(discounted_problem(problem, fraction), seed=seed,
+                                 time_limit=max(0.2, share * LOOSENED_SHARE / len(DISCOUNTS)))
+        except SchedcError:  # the cap holds less than one microbatch even so
+            continue
+        loosened.append((f"{100 * fraction:g}% offloaded", res))
+    try:
+        out = offload_result(problem, link, capped, relaxed, seconds, loosened)
+    except ParameterError as e:
+        if e.param != "memory":
+            raise
+        return None
+    return None if _splits_backward(out) else out
+
+
+def _candidates(form: Profile, plan: PlanResult, own: bool, placements, objective) -> list:
+    """(placement, counts) for `form`: the plan's own (when `own`: its units are this form), the
+    comparison rows' and per placement the uncapped bound's partition; only the plan's own where
+    its checkpointing is per stage (its units' modes belong to its stages)."""
+    p = plan.compiled.problem
+    out = [(plan.placement, tuple(plan.counts))] if own else []
+    if own and plan.ac is not None and not isinstance(plan.ac.chosen, str):
+        return out
+    out += [(c.placement, tuple(c.counts)) for c in plan.comparisons if c.counts and c.placement in placements]
+    for pl in placements:
+        pb = partition_bound(form, p.n_ranks, p.n_microbatches, math.inf, pl, objective)
+        if pb.counts is not None:
+            out.append((pl, tuple(int(c) for c in pb.counts)))
+    return list(dict.fromkeys(out))
+
+
+def uncapped_bound(form: Profile, plan: PlanResult, placements) -> float:
+    """The bound over every partition of `form` onto the plan's ranks in `placements`, and any
+    schedule, without a cap."""
+    p = plan.compiled.problem
+    return min(partition_bound(form, p.n_ranks, p.n_microbatches, math.inf, pl, p.objective).value
+               for pl in placements)
+
+
+def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dict, seed: int = 0,
+                 say=None) -> PlanResult:
+    """`plan` (the plan without offload) with offload chosen over its candidates (module
+    docstring) in `time_limit`; `forms` maps the rows' kinds ("offload only": the units without
+    checkpointing, "both": the plan's checkpointed units, when it checkpoints) to per-unit
+    profiles. The result's ``offload`` holds the rows and the summary; its compile report the
+    memory actions."""
+    say = say or (lambda line: None)
+    t0 = clock_now()
+    end = t0 + time_limit
+    p = plan.compiled.problem
+    placements = [pl for pl in plan.bounds if pl in ("loop", "v")] or [plan.placement]
+    limit, ranks, M, objective = p.memory, p.n_ranks, p.n_microbatches, p.objective
+    queue = []
+    for kind, form in forms.items():
+        own = form is plan.units
+        for pl, counts in _candidates(form, plan, own, placements, objective):
+            problem = plan.compiled.problem if own and (pl, counts) == (plan.placement, tuple(plan.counts)) \
+                else problem_for(form, counts, pl, ranks, M, limit, objective)
+            queue.append((own_bound(_uncapped(problem)), kind, form, pl, counts, problem))
+    queue.sort(key=lambda q: q[0])
+    best: dict = {}  # kind -> (compiled, form, placement, counts)
+    shortest = plan.value
+    for k, (lb, kind, form, pl, counts, problem) in enumerate(queue):
+        left = end - clock_now()
+        if stop_requested() or left <= 0:
+            break
+        if lb >= shortest * (1 - REL) and kind in best:
+            continue
+        capped = plan.compiled if problem is plan.compiled.problem else None
+        res = offload_partition(problem, link, left / (len(queue) - k), seed, capped)
+        if res is None:
+            continue
+        say(f"[{clock_now() - t0:6.1f}s] offload, {kind}: {pl} {list(counts)}: {res.value:.6g} "
+            f"({len(res.report['memory_actions'])} microbatches moved)")
+        if kind not in best or res.value < best[kind][0].value:
+            best[kind] = (res, form, pl, counts)
+        shortest = min(shortest, res.value)
+    from schedc.planning.limiter import plan_limiter
+    from schedc.planning.report import build_plan_report
+
+    out = replace(_adopt(plan, best, link, forms, placements), solve_time=plan.solve_time + clock_now() - t0)
+    out = replace(out, limiter=plan_limiter(out))
+    return replace(out, report=build_plan_report(out))
+
+
+def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements) -> PlanResult:
+    """The plan with the shortest offload that beats it, or the plan itself; either with the
+    rows, the summary and the uncapped bound (its limiter and report still to be rebuilt)."""
+    # a candidate that fits with no memory action is a shorter order that the compiles of
+    # --offload auto found: kept too (never worse than --offload none)
+    found = [(res.value, kind) for kind, (res, *_) in best.items()]
+    win = min(found)[1] if found and min(found)[0] < plan.value * (1 - REL) else None
+    rows = offload_rows(plan, best)
+    none_units = forms.get("offload only", plan.units)
+    bound = min(uncapped_bound(none_units, plan, placements), plan.value)
+    if win is None:
+        out = plan
+        summary = {"chosen": False, "why": "no plan with offload is shorter than the plan without it",
+                   "step_with_offload": None, "step_without_offload": plan.value, "stages": [], "link_busy": []}
+        actions: list = []
+    else:
+        res, form, pl, counts = best[win]
+        out = replace(plan, compiled=res, units=form, counts=list(counts), placement=pl, least_memory=None,
+                      candidates=plan.candidates + [{"placement": pl, "units_per_stage": list(counts),
+                                                     "offload": win, "step": res.value}])
+        actions = res.report["memory_actions"]
+        summary = dict(res.report["offload"], chosen=bool(actions), row=win, step_without_offload=plan.value)
+        if not actions:
+            summary["why"] = "an order found without a cap fits as it is: no microbatch moves"
+    bound = min(bound, out.value)
+    summary.update(rows=rows, lower_bound_assumes=BOUND_SOURCE, link=link.assumes())
+    summary["memory_actions"] = len(actions)
+    out = replace(out, bound=bound, bounds={pl: bound for pl in placements}, offload=summary,
+                  assumes={**out.assumes, **link.assumes(), "offload": "auto"})
+    return out
+
+
+def offload_rows(plan: PlanResult, best: dict) -> list[dict]:
+    """The side-by-side rows: nothing, checkpointing only, offload only, both; each its step
+    (None: nothing of that kind fits or it was not planned), whether it fits and what it is."""
+    ac = plan.ac
+    mode = plan.assumes.get("activation_checkpoint", (plan.units.assumes or {}).get("activation_checkpoint"))
+    checkpoints = mode not in (None, "none")
+    rows = []
+    if ac is not None:
+        none_step = ac.global_steps.get("none")
+        rows.append(_row("nothing", none_step, "no checkpointing, no offload"))
+        others = [v for m, v in ac.global_steps.items() if m != "none" and v is not None]
+        others += [plan.value] if ac.chosen != "none" else []
+        if ac.per_stage is not None and any(m != "none" for m in map(str, ac.per_stage.get("modes", []))):
+            others.append(ac.per_stage["step"])
+        rows.append(_row("checkpointing only", min(others, default=None), f"--ac auto chose {ac.chosen}"))
+    elif checkpoints:
+        rows.append(_row("nothing", None, "not planned: the profile checkpoints (--ac auto plans both)"))
+        rows.append(_row("checkpointing only", plan.value, f"activation checkpointing {mode}"))
+    else:
+        rows.append(_row("nothing", plan.value, "no checkpointing, no offload"))
+        rows.append(_row("checkpointing only", None, "not planned: give --ac auto"))
+    for kind in ("offload only", "both"):
+        if kind not in best:
+            rows.append(_row(kind, None, "nothing fits with offload" if kind == "offload only" or checkpoints
+                             or ac is not None else "not planned: give --ac auto"))
+            continue
+        res, _, pl, counts = best[kind]
+        rows.append(dict(_row(kind, res.value, f"{len(res.report['memory_actions'])} microbatches moved"),
+                         placement=pl, units_per_stage=list(counts)))
+    return rows
+
+
+def _row(kind: str, step: Optional[float], what: str) -> dict:
+    return {"row": kind, "step": step, "fits": step is not None, "what": what}
+
+
+def launchable_row(res: PlanResult) -> Optional[dict]:
+    """The best row torchtitan and NeMo can launch (no memory actions, one checkpointing mode):
+    "nothing" or "checkpointing only" of the rows, or the plan itself when it needs neither."""
+    summary = res.offload or {}
+    rows = [r for r in summary.get("rows", []) if r["row"] in ("nothing", "checkpointing only") and r["fits"]]
+    return min(rows, key=lambda r: r["step"], default=None)
+
+
+def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budget: str = "time",
+                      none: Optional[Profile] = None, seed: int = 0, progress=None, **kwargs) -> PlanResult:
+    """``schedc plan --offload auto``: the plan without offload (``plan_ac`` for several
+    `profiles`, one per checkpointing mode; else ``plan_mode`` of the one, `none` its
+    no-checkpointing counterpart) in ``1 - OFFLOAD_SHARE`` of `time_limit`, then
+    :func:`plan_offload` in the rest, on one clock (a work clock under ``budget="work"``)."""
+    from schedc.planning.clock import work_budget_on
+    from schedc.planning.report import build_plan_report
+    from schedc.solver.deadline import counting_work
+
+    if budget == "work" and not work_budget_on():
+        with counting_work(time_limit) as clock:
+            out = plan_with_offload(profiles, link, time_limit=time_limit, budget=budget, none=none, seed=seed,
+                                    progress=progress, **kwargs)
+        out = replace(out, budget="work", cut_by_wall=clock.cut_by_wall)
+        return replace(out, report=build_plan_report(out))
+    t0 = clock_now()
+    first = (1 - OFFLOAD_SHARE) * time_limit
+    if len(profiles) > 1:
+        from schedc.planning.ac import plan_ac
+
+        res = plan_ac(profiles, time_limit=first, budget=budget, seed=seed, progress=progress, **kwargs)
+        forms = {"offload only": profiles["none"]} if "none" in profiles else {}
+        if res.ac is not None and res.ac.chosen != "none":
+            forms["both"] = res.units
+    else:
+        from schedc.planning.ac import plan_mode
+
+        mode, units = next(iter(profiles.items()))
+        res = plan_mode(units, mode, none, time_limit=first, budget=budget, seed=seed, progress=progress, **kwargs)
+        forms = {"offload only" if mode in (None, "none") else "both": res.units}
+    return plan_offload(res, link, time_limit - (clock_now() - t0), forms, seed, progress)

@@ -1,0 +1,145 @@
+"""`schedc plan --offload auto`: offload to host memory chosen with the partition, the placement
+and --ac (schedc.planning.offload), never worse than --offload none, its memory actions valid
+for the plan's CSV, its four rows, and the hand-off line for the frameworks that cannot run it.
+
+The model is tiny and per-unit: an embedding, eight layers of F = I = W = 1 s holding 1 GiB per
+microbatch (and 0.05 GiB from I to W), a head; 4 ranks, 8 microbatches. Under 9 GiB per rank the
+first stages hold fewer microbatches than the zero-bubble order wants, and a 50 GB/s link moves a
+stage's 2 GiB in 0.04 s, far inside the seconds each microbatch waits for its backward.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from schedc.core.costs import MemoryLimit, Profile, StageCost
+from schedc.core.host_link import HostLink
+
+GiB = 2**30
+RANKS, M = 4, 8
+BINDS = "9GiB"  # the cap where offload shortens the plan
+
+
+def units(n_layers: int = 8) -> Profile:
+    stages = [StageCost(forward=0.05, backward_input=0.0, backward_weight=0.05, activation_bytes=0.1 * GiB,
+                        weight_grad_bytes=0.01 * GiB, static_bytes=1 * GiB, modules=["tok_embeddings"])]
+    stages += [StageCost(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=1 * GiB,
+                         weight_grad_bytes=0.05 * GiB, static_bytes=0.5 * GiB, modules=[f"layers.{k}"])
+               for k in range(n_layers)]
+    stages.append(StageCost(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=0.5 * GiB,
+                            weight_grad_bytes=0.05 * GiB, static_bytes=1 * GiB, modules=["norm", "lm_head"]))
+    return Profile(stages=stages, comm=0.05, model="tiny per-unit")
+
+
+def _schedc(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "schedc.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def _plan(tmp_path, *extra, memory=BINDS):
+    units().save(tmp_path / "units.json")
+    return _schedc("plan", "--profile", "units.json", "--ranks", str(RANKS), "--mb", str(M), "--memory", memory,
+                   "--placement", "loop", "--time-limit", "6", "--budget", "work", "--quiet", "-o", "plan.csv",
+                   *extra, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("memory", ["7GiB", BINDS, "none"])
+def test_offload_auto_is_never_worse_than_the_plan_without_it(memory):
+    from schedc.planning.ac import plan_mode
+    from schedc.planning.offload import OFFLOAD_SHARE, plan_with_offload
+
+    kw = dict(ranks=RANKS, microbatches=M, memory=memory, placement="loop", budget="work")
+    with_offload = plan_with_offload({None: units()}, HostLink(), time_limit=6, **kw)
+    # the same plan without offload, on its own work clock for the share --offload auto gives it
+    without = plan_mode(units(), None, None, time_limit=(1 - OFFLOAD_SHARE) * 6, **kw)
+    assert with_offload.value <= without.value * (1 + 1e-9)
+    assert with_offload.offload["step_without_offload"] == pytest.approx(without.value)
+    rows = {r["row"]: r for r in with_offload.offload["rows"]}
+    assert list(rows) == ["nothing", "checkpointing only", "offload only", "both"]
+    assert rows["nothing"]["step"] == pytest.approx(without.value)
+    # the bound allows offload: it is the uncapped one, never above the plan's step
+    assert with_offload.bound <= with_offload.value and with_offload.report["plan"]["bound_assumes"].startswith(
+        "over every partition and schedule without a memory cap")
+
+
+def test_where_the_cap_binds_offload_shortens_the_plan_and_its_actions_fit_the_csv(tmp_path):
+    from schedc.core.memory_actions import check_memory_actions
+    from schedc.core.simulate import simulate
+    from schedc.io.csvio import read_csv
+
+    out = _plan(tmp_path, "--offload", "auto")
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "plan.json").read_text())
+    summary, actions = report["offload"], report["memory_actions"]
+    assert summary["chosen"] and actions and summary["memory_actions"] == len(actions)
+    assert report["plan"]["step"] < summary["step_without_offload"]
+    assert report["assumes"]["host_bandwidth"] == 50e9 and report["assumes"]["offload"] == "auto"
+    schedule = read_csv(tmp_path / "plan.csv")
+    checked = check_memory_actions(actions, schedule, "plan.json")
+    assert len(checked) == len(actions)
+    # what plan.json promises is what the simulator gives with those actions on that link
+    profile = Profile.load(tmp_path / "plan.profile.json")
+    sim = simulate(schedule, profile, MemoryLimit.parse(BINDS), memory_actions=list(checked.values()),
+                   link=HostLink())
+    assert sim.fits and sim.makespan == pytest.approx(report["plan"]["step"])
+    assert not simulate(schedule, profile, MemoryLimit.parse(BINDS)).fits  # without them the CSV is over the cap
+    # the printout: two or three lines of offload, the rows side by side, the frameworks' line
+    assert "offload (50 GB/s per direction): " in out.stdout and "rows: nothing " in out.stdout
+    assert "without a memory cap (offload relaxes it)" in out.stdout
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("torchtitan and NeMo AutoModel cannot launch"))
+    assert 'the best plan they can launch is "nothing"' in line and "longer" in line
+    assert "plan_settings('plan.json')" in out.stdout
+    # schedc validate takes the plan's actions with its CSV
+    valid = _schedc("validate", "plan.csv", "--memory-actions", "plan.json", cwd=tmp_path)
+    assert valid.returncode == 0 and "memory action(s) match the CSV and it fits" in valid.stdout
+
+
+def test_offload_none_is_the_plan_without_offload_fields(tmp_path):
+    out = _plan(tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "plan.json").read_text())
+    assert "offload" not in report and "memory_actions" not in report and "host_bandwidth" not in report["assumes"]
+    assert "cannot launch" not in out.stdout
+
+
+@pytest.mark.parametrize("value", ["0", "nan", "fast", "-5GB/s", "inf"])
+def test_a_bad_host_bandwidth_is_one_line_naming_the_flag(tmp_path, value):
+    out = _plan(tmp_path, "--offload", "auto", f"--host-bandwidth={value}")
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--host-bandwidth" in lines[0], out.stderr
+    assert not (tmp_path / "plan.csv").exists()
+
+
+def test_link_flags_without_offload_auto_are_refused(tmp_path):
+    out = _plan(tmp_path, "--host-bandwidth", "100GB/s")
+    assert out.returncode != 0 and "give --offload auto" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_slower_link_never_plans_a_shorter_step():
+    from schedc.planning.offload import plan_with_offload
+
+    kw = dict(ranks=RANKS, microbatches=M, memory=BINDS, placement="loop", budget="work", time_limit=6)
+    fast = plan_with_offload({None: units()}, HostLink(bandwidth=100e9), **kw)
+    # 0.5 GB/s: a stage's 2 GiB take 4 s each way, longer than a microbatch waits for its backward
+    slow = plan_with_offload({None: units()}, HostLink(bandwidth=0.5e9), **kw)
+    assert fast.value <= slow.value * (1 + 1e-9)
+    assert slow.value <= slow.offload["step_without_offload"] * (1 + 1e-9)
+
+
+def test_with_ac_auto_the_rows_hold_checkpointing_and_the_plan_is_the_shortest_that_fits():
+    from test_plan import _modes  # noqa: E402  (per-mode profiles of the same units)
+
+    from schedc.planning.offload import plan_with_offload
+
+    res = plan_with_offload(_modes(units()), HostLink(), ranks=RANKS, microbatches=M, memory="7GiB",
+                            placement="loop", budget="work", time_limit=8)
+    rows = {r["row"]: r for r in res.offload["rows"]}
+    assert rows["checkpointing only"]["fits"] and res.ac is not None
+    fitting = [r["step"] for r in rows.values() if r["fits"]]
+    assert res.value == pytest.approx(min(fitting))
+    assert res.value <= res.offload["step_without_offload"] * (1 + 1e-9)
