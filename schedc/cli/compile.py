@@ -194,7 +194,11 @@ def format_compile_summary(res, csv_path, report_file) -> str:
             for k, v in sorted(fitting.items(), key=lambda kv: getattr(kv[1], res.objective))))
     else:
         lines.append("  baselines that fit: none")
-    if rep.same_as_baseline:
+    if rep.same_as_baseline and res.memory_actions:
+        proof = "; the lower bound proves nothing shorter exists" if res.status == "optimal" else ""
+        lines.append(f"  the compiled schedule is {rep.same_as_baseline}'s order with offload (it does not fit "
+                     f"without){proof}")
+    elif rep.same_as_baseline:
         proof = "; the lower bound proves nothing shorter fits" if res.status == "optimal" else ""
         lines.append(f"  the compiled schedule is {rep.same_as_baseline} itself (a baseline above, same order on "
                      f"every rank){proof}")
