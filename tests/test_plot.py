@@ -4,6 +4,7 @@ plus the limit, panels on a shared time axis)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import SchedcError
 from conftest import gpipe_order
 from schedc.core.ir import Action, Schedule, loop_placement, v_placement
+from schedc.core.baselines import make_baseline
 from schedc.core.simulate import simulate
 from schedc.show.plot import kind_color, plot_schedules
 
@@ -395,3 +397,52 @@ def test_cli_plot_ignores_a_stale_report_and_says_so(tmp_path, capsys):
     assert cli.main(["plot", str(path), "-o", str(tmp_path / "s.png")]) == 0
     captured = capsys.readouterr()
     assert "ignoring the report beside" in captured.err and "costs from" not in captured.out
+
+
+def test_memory_actions_draw_two_copy_rows_per_rank_and_hatch_recomputed_microbatches(tmp_path):
+    from schedc.core.host_link import HostLink
+
+    schedule = make_baseline("1f1b", n_stages=4, n_microbatches=8)
+    profile = Profile.uniform(4)
+    offloads = [{"stage": s, "microbatch": m, "action": "offload"} for s in (0, 1) for m in (0, 1)]
+    actions = offloads + [{"stage": 0, "microbatch": 5, "action": "recompute"}]
+    link = HostLink(bandwidth=0.5, latency=0.0)  # one byte of activation: 2 s a copy, wide enough to label
+    fig = plot_schedules([schedule], profile, memory_actions=actions, link=link, recompute=profile,
+                         path=tmp_path / "o.png")
+    (ax,) = gantt_axes(fig)
+    res = simulate(schedule, profile, memory_actions=actions, link=link, recompute=profile)
+    for direction in ("out", "in"):
+        (coll,) = [c for c in ax.collections if c.get_gid() == f"copies-{direction}"]
+        assert len(coll.get_paths()) == 4
+        (idle,) = [c for c in ax.collections if c.get_gid() == f"stream-{direction}-idle"]
+        assert len(idle.get_paths()) == schedule.n_ranks  # a thin row per rank, copies or not
+        starts = sorted(float(p.vertices[:, 0].min()) for p in coll.get_paths())
+        assert starts == sorted(c.start for c in res.copies if c.direction == direction)
+    texts = {t.get_text() for t in ax.texts if t.get_gid() == "label"}
+    assert {"0:0", "0:1", "1:0", "1:1"} <= texts
+    (hatched,) = [c for c in ax.collections if c.get_gid() == "recomputed"]
+    assert len(hatched.get_paths()) == 2  # 0F5 and 0B5
+    assert [t.get_text() for t in ax.get_yticklabels(minor=True)] == ["out", "in"] * 4
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {"copy out (device to host)", "copy in (host to device)", "recomputed microbatch"} <= legend
+    # the memory curves are the simulator's with the copies
+    (mem_ax,) = memory_axes(fig)
+    from schedc.show.trace import merge_instants
+
+    line = next(ln for ln in mem_ax.lines if ln.get_gid() == "memory-rank-0")
+    with_copies = [m for _, m in merge_instants(res.memory_curve[0])]
+    assert list(line.get_ydata()[:-1]) == with_copies
+    assert with_copies != [m for _, m in merge_instants(simulate(schedule, profile).memory_curve[0])]
+
+
+def test_cli_plot_reads_memory_actions_and_refuses_link_flags_alone(tmp_path, capsys):
+    csv = tmp_path / "s.csv"
+    csvio.write_csv(make_baseline("1f1b", n_stages=2, n_microbatches=4), csv)
+    actions = tmp_path / "ma.json"
+    actions.write_text(json.dumps({"memory_actions": [{"stage": 0, "microbatch": 0, "action": "offload"}]}))
+    out = tmp_path / "o.svg"
+    assert cli.main(["plot", str(csv), "--memory-actions", str(actions), "--host-bandwidth", "2", "-o", str(out)]) == 0
+    assert 'id="copies-out"' in out.read_text()
+    assert cli.main(["plot", str(csv), "--host-latency", "1us", "-o", str(tmp_path / "u.png")]) != 0
+    assert "give --memory-actions" in capsys.readouterr().err
+    assert not (tmp_path / "u.png").exists()

@@ -21,7 +21,11 @@ touching boxes of one colour every other box is tinted lighter. The microbatch n
 a box only when it fits at the figure's scale with room to spare on both sides (so neighbouring
 numbers never read as one): the font shrinks from 7 to 4.5 pt to fit each box, so labels drop
 out on their own only for large schedules, and the figure grows with the number of actions per
-rank (up to a cap). We use
+rank (up to a cap). With memory actions (schedc.core.memory_actions) each rank's row holds its
+compute boxes on top and, beneath them, its two copy streams as thin rows (device to host, host
+to device; one box per copy, labelled ``stage:microbatch`` where it fits), recomputed
+microbatches' compute boxes are hatched, and the memory curves are the simulator's with the
+copies (bytes off the device from a copy out's end to its fetch's start). We use
 ``matplotlib.figure.Figure`` with the Agg canvas directly, never pyplot, so rendering is headless
 and does not touch a notebook's backend.
 
@@ -38,6 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from schedc.core.costs import MemoryLimit, Profile, format_duration, format_memory
+from schedc.core.host_link import HostLink
+from schedc.core.memory_actions import check_memory_actions
 from schedc.errors import SchedcError
 from schedc.io.fileio import atomic_write_bytes
 from schedc.core.ir import KIND_TABLE, Schedule, kinds
@@ -98,12 +104,19 @@ def plot_schedules(
     memory: Optional[MemoryLimit] = None,
     titles: Optional[Sequence[str]] = None,
     path: Union[str, Path, None] = None,
+    *,
+    memory_actions=None,
+    link: Optional[HostLink] = None,
+    recompute: Optional[Profile] = None,
 ) -> Figure:
     """One panel per schedule (Gantt + memory curves), stacked on a shared time axis.
 
     ``profile`` is one profile for all schedules or one per schedule; ``memory`` (default: no
-    limit) is drawn as a dashed line and judged in the title. Saves to ``path`` (png/svg/pdf by
-    extension, written atomically) when given, and returns the Figure either way.
+    limit) is drawn as a dashed line and judged in the title. ``memory_actions``, ``link`` and
+    ``recompute`` (as :func:`schedc.core.simulate.simulate` takes them, the same for every
+    schedule) add each rank's copy streams under its row and hatch recomputed microbatches.
+    Saves to ``path`` (png/svg/pdf by extension, written atomically) when given, and returns the
+    Figure either way.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -117,14 +130,19 @@ def plot_schedules(
         raise SchedcError(f"plot: {len(schedules)} schedules but {len(profiles)} profiles; give one, or one per schedule")
     if titles is not None and len(titles) != len(schedules):
         raise SchedcError(f"plot: {len(schedules)} schedules but {len(titles)} titles")
-    results = [simulate(s, p, memory) for s, p in zip(schedules, profiles)]
+    results = [simulate(s, p, memory, memory_actions=memory_actions or None, link=link, recompute=recompute)
+               for s, p in zip(schedules, profiles)]
+    recomputed = [{key for key, ma in check_memory_actions(memory_actions, s).items() if ma.action == "recompute"}
+                  if memory_actions else set() for s in schedules]
+    streams = bool(memory_actions)
     names = list(titles) if titles is not None else [s.name or f"schedule {i + 1}" for i, s in enumerate(schedules)]
 
     t_max = max(r.makespan for r in results) or 1.0
     # Width follows the densest rank of the longest schedule; shorter ones are drawn to scale.
     density = max(max((len(row) for row in r.order), default=0) * r.makespan / t_max for r in results)
     width = min(_MAX_WIDTH, max(_MIN_WIDTH, 3.0 + _INCH_PER_ACTION * density))
-    gantt_h = [min(_MAX_GANTT, max(_MIN_GANTT, _ROW_INCH * s.n_ranks)) for s in schedules]
+    row_inch = _ROW_INCH * (_STREAM_ROW_SCALE if streams else 1.0)
+    gantt_h = [min(_MAX_GANTT, max(_MIN_GANTT, row_inch * s.n_ranks)) for s in schedules]
     mem_h = [_STRIP_INCH * s.n_ranks if _strips(s.n_ranks) else min(2.4, max(1.3, 0.6 * g))
              for s, g in zip(schedules, gantt_h)]
     height = sum(gantt_h) + sum(mem_h) + 0.75 * len(schedules) + 0.9
@@ -142,7 +160,7 @@ def plot_schedules(
         ax = fig.add_subplot(grid[2 * i], sharex=first)
         first = first or ax
         row_pt = gantt_h[i] * 72 / schedule.n_ranks
-        _draw_gantt(ax, schedule, res, pt_per_time, row_pt, legend_keys)
+        _draw_gantt(ax, schedule, res, pt_per_time, row_pt, legend_keys, streams, recomputed[i])
         if _strips(schedule.n_ranks):
             cells = grid[2 * i + 1].subgridspec(schedule.n_ranks, 1, hspace=0.0)
             strips = [fig.add_subplot(cells[0], sharex=first)]
@@ -158,7 +176,7 @@ def plot_schedules(
     first.set_xlim(0, t_max * 1.005)
     unitless = all(p.model == "uniform" for p in profiles)
     fig.axes[-1].set_xlabel("time (cost units)" if unitless else "time (s)", fontsize=8)
-    _add_legend(fig, legend_keys)
+    _add_legend(fig, legend_keys, streams, any(recomputed))
     if path is not None:
         save_figure(fig, path, fmt)
     return fig
@@ -199,11 +217,22 @@ def render_figure(fig: Figure, fmt: str) -> bytes:
 # ---------------------------------------------------------------------------- drawing
 
 
-def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_pt: float, legend_keys) -> None:
+# With copy streams a rank's row is split: compute on top, then the two streams as thin rows.
+_STREAM_ROW_SCALE = 1.7  # the row grows so the compute boxes keep most of their height
+_COMPUTE_BAND = (-0.45, 0.06)  # offsets from the rank's y of its compute boxes
+_STREAM_BANDS = {"out": (0.09, 0.27), "in": (0.28, 0.46)}
+# greys, so no copy reads as one of the kinds' hues: device to host dark, host to device light
+_STREAM_COLORS = {"out": "#4f4f4f", "in": "#a3a3a3"}
+_STREAM_NAMES = {"out": "copy out (device to host)", "in": "copy in (host to device)"}
+
+
+def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_pt: float, legend_keys,
+                streams: bool = False, recomputed: frozenset = frozenset()) -> None:
     from matplotlib.collections import PolyCollection
 
     n_ranks = schedule.n_ranks
     box_h = 0.8
+    top, bottom = _COMPUTE_BAND if streams else (-box_h / 2, box_h / 2)
     slots = {}
     for r in range(n_ranks):
         stages = schedule.stages_of(r)
@@ -211,11 +240,11 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
             slots[s] = (k, len(stages))
 
     # The step on each rank: a pale band from 0 to the makespan, so idle time reads as grey.
-    band = [[(0, r - box_h / 2), (res.makespan, r - box_h / 2), (res.makespan, r + box_h / 2), (0, r + box_h / 2)]
+    band = [[(0, r + top), (res.makespan, r + top), (res.makespan, r + bottom), (0, r + bottom)]
             for r in range(n_ranks)]
     ax.add_collection(PolyCollection(band, facecolors="#e6e6e6", edgecolors="none", gid="idle", zorder=1))
 
-    verts, colors, labels = [], [], []
+    verts, colors, labels, hatched = [], [], [], []
     widths = sorted((res.timings[a].end - res.timings[a].start) * pt_per_time for row in res.order for a in row)
     typical = widths[len(widths) // 2] if widths else 0.0
     digits = len(str(max(schedule.n_microbatches - 1, 0)))
@@ -223,8 +252,10 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
         previous = None
         for a in row:
             t = res.timings[a]
-            y0, y1 = r - box_h / 2, r + box_h / 2
+            y0, y1 = r + top, r + bottom
             verts.append([(t.start, y0), (t.end, y0), (t.end, y1), (t.start, y1)])
+            if (a.stage, a.microbatch) in recomputed:
+                hatched.append(verts[-1])
             slot, n_slots = slots[a.stage]
             key = (a.kind, slot, n_slots)
             # the second, fourth, ... of a run of same-coloured neighbours is tinted
@@ -234,15 +265,20 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
             colors.append(kind_color(a.kind, slot, n_slots, alternate))
             legend_keys[key] = None
             # Judged against the widest number, so boxes of one size are all labelled or none.
-            font = _label_font(row_pt * box_h, (t.end - t.start) * pt_per_time, digits)
+            font = _label_font(row_pt * (bottom - top), (t.end - t.start) * pt_per_time, digits)
             if font:
-                labels.append(((t.start + t.end) / 2, r, str(a.microbatch), colors[-1], font))
+                labels.append(((t.start + t.end) / 2, r + (top + bottom) / 2, str(a.microbatch), colors[-1], font))
     # Thin white edges separate neighbouring boxes, but only where boxes are wide enough that
     # the edges do not eat them.
     edge = 0.5 if typical >= 7 else 0.3 if typical >= 3 else 0.0
     boxes = PolyCollection(verts, facecolors=colors, edgecolors="white" if edge else "none",
                            linewidths=edge, gid="actions", zorder=2)
     ax.add_collection(boxes)
+    if hatched:  # the forward runs again in the backward: its boxes, F and backward, hatched
+        ax.add_collection(PolyCollection(hatched, facecolors="none", edgecolors=(0, 0, 0, 0.55), hatch="////",
+                                         linewidths=0.0, gid="recomputed", zorder=2.5))
+    if streams:
+        labels += _draw_streams(ax, res, n_ranks, pt_per_time, row_pt)
     if len(labels) <= 4000:  # past that the text is unreadable anyway and slows rendering
         for x, y, text, color, font in labels:
             ax.text(x, y, text, ha="center", va="center", fontsize=font, color=_ink(color),
@@ -250,23 +286,56 @@ def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_
     ax.axvline(res.makespan, color="#555555", lw=0.8, ls=":", zorder=4)
 
     ax.set_ylim(n_ranks - 0.5, -0.5)  # rank 0 on top
-    ax.set_yticks(range(n_ranks))
-    ax.set_yticklabels([f"rank {r}" for r in range(n_ranks)], fontsize=min(8.0, max(4.0, row_pt * 0.7)))
+    ax.set_yticks([r + (top + bottom) / 2 for r in range(n_ranks)])
+    ax.set_yticklabels([f"rank {r}" for r in range(n_ranks)], fontsize=min(8.0, max(4.0, row_pt * 0.4 if streams
+                                                                                   else row_pt * 0.7)))
+    if streams:
+        ax.set_yticks([r + sum(_STREAM_BANDS[d]) / 2 for r in range(n_ranks) for d in ("out", "in")], minor=True)
+        ax.set_yticklabels(["out", "in"] * n_ranks, minor=True, fontsize=min(5.0, max(3.5, row_pt * 0.12)),
+                           color="#666666")
+        ax.tick_params(axis="y", which="minor", length=0, pad=2)
     ax.tick_params(axis="y", length=0)
     ax.tick_params(axis="x", labelsize=7)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
 
 
+def _draw_streams(ax, res: SimResult, n_ranks: int, pt_per_time: float, row_pt: float) -> list:
+    """Each rank's copy streams as thin rows under its compute boxes (one PolyCollection per
+    direction, a pale band for the step so an idle stream shows); returns the labels
+    ``stage:microbatch`` of the copies wide enough for one, for :func:`_draw_gantt` to write."""
+    from matplotlib.collections import PolyCollection
+
+    labels = []
+    for direction, (y0, y1) in _STREAM_BANDS.items():
+        band = [[(0, r + y0), (res.makespan, r + y0), (res.makespan, r + y1), (0, r + y1)] for r in range(n_ranks)]
+        ax.add_collection(PolyCollection(band, facecolors="#f2f2f2", edgecolors="none", gid=f"stream-{direction}-idle",
+                                         zorder=1))
+        copies = [c for c in res.copies if c.direction == direction]
+        verts = [[(c.start, c.rank + y0), (c.end, c.rank + y0), (c.end, c.rank + y1), (c.start, c.rank + y1)]
+                 for c in copies]
+        color = _STREAM_COLORS[direction]
+        ax.add_collection(PolyCollection(verts, facecolors=color, edgecolors="white", linewidths=0.3,
+                                         gid=f"copies-{direction}", zorder=2))
+        from matplotlib.colors import to_rgba
+
+        for c in copies:
+            text = f"{c.stage}:{c.microbatch}"
+            font = _label_font(row_pt * (y1 - y0), (c.end - c.start) * pt_per_time, len(text), low=4.0)
+            if font:
+                labels.append(((c.start + c.end) / 2, c.rank + (y0 + y1) / 2, text, to_rgba(color), font))
+    return labels
+
+
 _MIN_FONT, _MAX_FONT = 4.5, 7.0
 
 
-def _label_font(row_height_pt: float, width_pt: float, digits: int) -> float:
-    """The largest font (4.5 to 7 pt) under which a box's number fits the row's height and the box's
-    width; 0 when none does."""
+def _label_font(row_height_pt: float, width_pt: float, digits: int, low: float = _MIN_FONT) -> float:
+    """The largest font (`low`, 4.5 by default, to 7 pt) under which a box's number fits the row's
+    height and the box's width; 0 when none does."""
     # DejaVu Sans digits are 0.64 em wide; 1.25 pt a side keep neighbouring numbers apart
     font = min(_MAX_FONT, row_height_pt * 0.62, (width_pt - 2.5) / (0.64 * max(digits, 1)))
-    return font if font >= _MIN_FONT else 0.0
+    return font if font >= low else 0.0
 
 
 _MARKERS = "osD^vP<X>*"  # one per rank up to 10, with tab10's colours
@@ -466,10 +535,16 @@ def _title_line(name: str, schedule: Schedule, res: SimResult, memory: Optional[
                f" on rank {r}: {'fits' if res.fits else 'EXCEEDED'}")
     else:
         mem = f"peak memory {format_memory(peak)}, no limit"
-    return f"{name}   ({shape})\nmakespan {format_duration(res.makespan, profile)}   bubble {100 * res.bubble:.1f}%   {mem}"
+    moved = ""
+    if res.copies:
+        busiest = max(range(res.n_ranks), key=lambda r: res.link_busy(r, "out") + res.link_busy(r, "in"))
+        moved = (f"   {len(res.copies) // 2} offloaded, link busy up to {100 * res.link_busy(busiest, 'out'):.0f}% out / "
+                 f"{100 * res.link_busy(busiest, 'in'):.0f}% in (rank {busiest})")
+    return (f"{name}   ({shape})\nmakespan {format_duration(res.makespan, profile)}   bubble {100 * res.bubble:.1f}%   "
+            f"{mem}{moved}")
 
 
-def _add_legend(fig: Figure, keys) -> None:
+def _add_legend(fig: Figure, keys, streams: bool = False, recomputed: bool = False) -> None:
     from matplotlib.patches import Patch
 
     handles = []
@@ -481,6 +556,10 @@ def _add_legend(fig: Figure, keys) -> None:
             label += f", rank's {ordinal.get(slot, f'{slot + 1}th')} stage"
         handles.append(Patch(facecolor=kind_color(kind, slot, n_slots), label=label))
     handles.append(Patch(facecolor="#e6e6e6", label="idle"))
+    if streams:
+        handles += [Patch(facecolor=_STREAM_COLORS[d], label=_STREAM_NAMES[d]) for d in ("out", "in")]
+    if recomputed:
+        handles.append(Patch(facecolor="white", edgecolor="#555555", hatch="////", label="recomputed microbatch"))
     ncol = min(len(handles), 5)
     try:
         fig.legend(handles=handles, loc="outside upper center", ncol=ncol, fontsize=7, frameon=False)
