@@ -147,7 +147,7 @@ def test_a_bad_run_setting_is_named_as_each_door_takes_it(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("ranks were started"))
     for kwargs, argv, python, command in (
-            ({"steps": 0}, ["--steps", "0"], "calibrate: need steps >= 1, got 0", "error: need --steps >= 1"),
+            ({"steps": 0}, ["--steps", "0"], "calibrate: need steps >= 1, got 0", "error: --steps must be between 1 and"),
             ({"n_ranks": 3}, ["--nproc", "3"], "s.csv: the CSV has 2 rows (ranks); n_ranks is 3", "; --nproc is 3"),
             ({"device": "tpu9"}, ["--device", "tpu9"], "device: 'tpu9' is not a device torch knows",
              "--device: 'tpu9' is not a device torch knows")):

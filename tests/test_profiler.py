@@ -338,7 +338,7 @@ def _profile_against_runtime() -> list:
 def test_full_activation_checkpointing_is_measured_as_the_run_holds_it():
     # a checkpointed block keeps its input after F; I recomputes the forward, so what I leaves
     # for W is far above what F left (the graph rebuilt for W)
-    from schedc.runtime.profiling.settings import RunSettings
+    from schedc.core.settings import RunSettings
 
     cfg = _cfg(hidden=64, seq_len=32)
     plain = profile_gpt(cfg, 2, microbatch_size=2, warmup=0, repeats=1)
@@ -358,7 +358,7 @@ def test_full_activation_checkpointing_is_measured_as_the_run_holds_it():
 def test_per_op_checkpointing_is_refused_under_the_split_backward_in_one_line(choice, mode):
     # the profile times I and W apart, which torch cannot run through a per-op checkpoint: refused
     # before anything is measured, whether the mode is a stage's or one of its blocks'
-    from schedc.runtime.profiling.settings import RunSettings
+    from schedc.core.settings import RunSettings
 
     with pytest.raises(SchedcError) as e:
         profile_gpt(CFG, 2, microbatch_size=2, warmup=0, repeats=1, settings=RunSettings(activation_checkpoint=choice))

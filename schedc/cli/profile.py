@@ -165,8 +165,9 @@ def run(args) -> int:
     from schedc.cli.progress import StderrProgress
     from schedc.runtime.profiling.assemble import profile_stages, profile_units
     from schedc.runtime.profiling.gpt import profile_gpt
+    from schedc.runtime.profiling.measurement import Measurement
 
-    args.device = args.device or common.defaults_of(profile_gpt)["device"]  # the profiler's (profile_stages' too)
+    args.device = args.device or Measurement().device  # the profiler's
 
     device_is_cpu = args.device == "cpu"
     if args.threads is not None or device_is_cpu:
@@ -195,17 +196,17 @@ def run(args) -> int:
         rank = dist.get_rank()
         if dev.type == "cuda":
             args.device = str(dev)  # each rank measures on its own GPU
-    measure = dict(device=args.device, comm="measure" if args.comm_measure else None, comm_bandwidth=bandwidth,
-                   progress=progress if rank == 0 else None, settings=_run_settings(args),
-                   **common.given(warmup=args.warmup, repeats=args.repeats, optimizer=args.optimizer,
-                                  comm_latency=args.comm_latency))
+    measure = dict(settings=_run_settings(args), progress=progress if rank == 0 else None,
+                   measurement=Measurement().but(device=args.device, comm="measure" if args.comm_measure else None,
+                                                 comm_bandwidth=bandwidth, comm_latency=args.comm_latency,
+                                                 warmup=args.warmup, repeats=args.repeats, concurrent=args.concurrent))
     try:
         if args.model:
             profile = _measure_user_model(args, measure, profile_stages, profile_units)
         else:
             profile = profile_gpt(common.gpt_config_from_args(args), _or_default(args, "stages"),
-                                  _or_default(args, "mbs"), units=args.units,
-                                  reuse_layers=not args.all_units, **common.given(concurrent=args.concurrent), **measure)
+                                  measure["settings"].microbatch_size, units=args.units,
+                                  reuse_layers=not args.all_units, **measure)
     finally:
         progress.done()
         if args.comm_measure:
@@ -242,16 +243,26 @@ def _check_measured_numbers(args) -> None:
     _reserve_bytes(args)
 
 
-def _run_settings(args):
-    """What the measured run holds per parameter (as the counted route takes --optimizer-bytes:
-    fp32 gradients beside it) and outside the allocator (--reserve)."""
-    from schedc.runtime.profiling.settings import RunSettings
+def _run_settings(args, layers: Optional[int] = None):
+    """The run the profile is for, from the flags: the one ``RunSettings`` each route hands down
+    and records as ``assumes``. ``layers``: the counted route's model (its --ac may give one mode
+    per layer); None: the measured route, whose modules hold what they hold (their dtype, the
+    optimizer's state in it) unless --optimizer-bytes says otherwise (fp32 gradients beside it, as
+    the counted route takes it), and whose sequence is the built-in GPT's config's or --seq."""
+    from schedc.core.settings import RunSettings
 
-    reserve = _reserve_bytes(args)
-    given = args.optimizer_bytes is not None
-    return RunSettings(optimizer_bytes_per_param=args.optimizer_bytes, grad_bytes_per_param=4.0 if given else None,
-                       reserve_bytes=reserve, activation_checkpoint=_measured_ac(args),
-                       seq_len=args.seq if args.model else None)  # the built-in GPT's is its config's
+    run = dict(optimizer=args.optimizer, optimizer_bytes_per_param=args.optimizer_bytes,
+               reserve_bytes=_reserve_bytes(args))
+    if layers is None:
+        return RunSettings.of(**run, seq=args.seq if args.model else None, microbatch_size=_or_default(args, "mbs"),
+                              grad_bytes_per_param=4.0 if args.optimizer_bytes is not None else None,
+                              activation_checkpoint=_measured_ac(args))
+    return RunSettings.of(**run, seq=args.seq, microbatch_size=args.mbs, dtype=args.dtype, flops_per_second=args.flops,
+                          bandwidth=_parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth"),
+                          memory_bandwidth=_parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth"),
+                          latency=args.comm_latency, activation_checkpoint=_ac(args, layers), impl=args.impl,
+                          device=_counted_device(args.device), dp_shard=args.dp_shard, tp=args.tp,
+                          param_dtype=args.param_dtype, names=args.names, framework=args.framework)
 
 
 def _measured_ac(args) -> str:
@@ -307,14 +318,13 @@ def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> P
                **{MODEL_PARAMS[k]: getattr(args, k) for k in MODEL_PARAMS if getattr(args, k) is not None},
                **extra}
     user = build_user_model(args.model, args.sample, offered, explicit)
-    mbs = offered["microbatch_size"]
     if not args.units:
         _checkpoint_stages(user, measure["settings"].activation_checkpoint)
         return profile_stages(user.stages, user.sample, user.loss_fn, user.target,
-                              model=f"{user.name}/{len(user.stages)} stages", microbatch_size=mbs, **measure)
+                              model=f"{user.name}/{len(user.stages)} stages", **measure)
     modules, names, shared = unit_modules(user, args.model)
     return profile_units(modules, names, user.sample, user.loss_fn, user.target, reuse_layers=not args.all_units,
-                         shared=shared, model=f"{user.name}/{len(names)} units", microbatch_size=mbs, **measure)
+                         shared=shared, model=f"{user.name}/{len(names)} units", **measure)
 
 
 def _checkpoint_stages(user, mode: str) -> None:
@@ -338,20 +348,13 @@ def _run_arithmetic(args) -> int:
         if given:
             raise SchedcError(f"{flag} measures a model; --config/--flops count one from arithmetic: give one or the other")
     _check_counted_numbers(args)
-    device = _counted_device(args.device)
+    _counted_device(args.device)  # before a file is touched
     common.check_outputs(args, (args.output, "-o"))
     common.check_json_output(args.output, "a profile")
     shape = _counted_shape(args)
     if args.seq is None:
         raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
-    profile = api.count_profile(shape, seq=args.seq, **common.given(
-        microbatch_size=args.mbs, dtype=args.dtype, flops_per_second=args.flops,
-        bandwidth=_parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth"),
-        memory_bandwidth=_parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth"), latency=args.comm_latency,
-        optimizer=args.optimizer, optimizer_bytes_per_param=args.optimizer_bytes,
-        activation_checkpoint=_ac(args, shape["layers"]), impl=args.impl, device=device, dp_shard=args.dp_shard,
-        tp=args.tp, param_dtype=args.param_dtype, reserve_bytes=_reserve_bytes(args), names=args.names,
-        framework=args.framework))
+    profile = api.count_profile(shape, settings=_run_settings(args, shape["layers"]))
     return _write(profile, args.output)
 
 

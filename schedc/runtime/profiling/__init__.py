@@ -20,9 +20,10 @@ boundary's (``boundary_bytes``); parameter gradients are static bytes (:mod:`.me
 are timed inside torch's runtime itself, a one-rank schedule of all stages whose ``PP:`` spans
 (:mod:`.spans`) are the samples (:mod:`.stages`); where that cannot run (under torchrun) each
 round runs F, I, W back to back on the device's stream (:mod:`.timing`). Times are medians over
-``repeats`` runs after ``warmup`` runs: the ranks will run under the same conditions as the
-profile, and a minimum would hide that interference rather than measure it; a spread that makes
-the numbers untrustworthy, or cores oversubscribed, is a ``warning:`` note (:mod:`.noise`).
+``repeats`` runs after ``warmup`` runs (:class:`.measurement.Measurement`; the run itself is one
+:class:`schedc.core.settings.RunSettings`, recorded as ``assumes``): the ranks will run under the
+same conditions as the profile, and a minimum would hide that interference rather than measure
+it; a spread that makes the numbers untrustworthy, or cores oversubscribed, is a ``warning:`` note (:mod:`.noise`).
 Communication is ``latency + bytes / bandwidth`` of each boundary, or a measured ping-pong
 (:mod:`.comm`). Per-unit profiles (the input of ``schedc plan``) measure each unit of a model as
 its own stage (:mod:`.units`). :mod:`.assemble` turns measurements into a profile
@@ -31,7 +32,7 @@ profiles the built-in GPT, in N processes at once on a CPU host with :mod:`.conc
 :mod:`.worker`, run as ``python -m schedc.runtime.profiling.worker``).
 
 The modules import downward in this order, so none imports the package's public entry points:
-settings, device, spans, memory, runner, timing, stage_memory, noise, comm, stages, units,
+measurement, device, spans, memory, runner, timing, stage_memory, noise, comm, stages, units,
 assemble, gpt, concurrent, worker (``tests/test_layers.py`` keeps the graph acyclic).
 
 Cost: (1 + warmup + repeats) x (2 forwards + 1 split backward + 1 full backward) per stage, plus

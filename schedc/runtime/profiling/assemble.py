@@ -10,19 +10,21 @@ reserve and ``assumes``; :func:`to_profile` writes the fields. Cost: the measure
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
 
+from schedc.core.settings import RunSettings
 from schedc.core.costs import PER_OP_AC, Profile, StageCost, block_modes, format_bytes
 from schedc.errors import SchedcError, python_spelling
 from schedc.runtime.profiling.comm import comm_seconds, measure_p2p_seconds
 from schedc.runtime.profiling.device import device_label, dtype_of, resolve_device
 from schedc.runtime.profiling.memory import reserve_bytes_of
 from schedc.runtime.profiling.noise import contention_note, timing_warning
-from schedc.runtime.profiling.settings import RunSettings
+from schedc.runtime.profiling.measurement import Measurement, split_options
 from schedc.runtime.profiling.stages import ProgressFn, StageMeasurement, measure_stages
 from schedc.runtime.profiling.units import measure_units, unit_mode
 
@@ -101,55 +103,29 @@ def profile_stages(
     sample_input,
     loss_fn: Optional[Callable] = None,
     target=None,
-    device: Union[str, torch.device, None] = "cpu",
-    warmup: int = 2,
-    repeats: int = 5,
-    optimizer: Optional[str] = "adamw",
-    comm: Union[None, float, Sequence[float], str] = None,
-    comm_bandwidth: Optional[float] = None,
-    comm_latency: float = 0.0,
-    model: Optional[str] = None,
-    microbatch_size: Optional[int] = None,
-    dtype: Optional[str] = None,
-    progress: Optional[ProgressFn] = None,
     *,
-    unit_names: Optional[Sequence[Sequence[str]]] = None,
-    reuse_layers: bool = True,
-    shared: Sequence[str] = (),
     settings: Optional[RunSettings] = None,
+    measurement: Optional[Measurement] = None,
+    model: Optional[str] = None,
+    progress: Optional[ProgressFn] = None,
+    **options,
 ) -> Profile:
     """Profile a pipeline given as its stage modules, in order; returns a ``schedc.profile/v1`` Profile.
 
     ``sample_input`` is one microbatch for stage 0 (a tensor or tuple); ``loss_fn(output, target)``
     turns the last stage's output into the loss (without it the last output must be a scalar).
-    ``comm``: seconds per boundary (a number or one per boundary), ``"measure"`` for a ping-pong
-    between ranks 0 and 1 (every rank must call, under torchrun), or None to compute
-    ``comm_latency + bytes / comm_bandwidth`` from each boundary's activation (0 without either).
-    With ``unit_names`` (one list of module names per module) the modules are a model's units
-    and the result a per-unit profile (:func:`profile_units`). ``settings`` (:class:`RunSettings`)
-    states what the run holds per parameter and outside the allocator; ``assumes`` records it. Its
-    ``activation_checkpoint`` is applied to a per-unit profile's layers (:func:`measure_units_ac`);
-    stage modules are measured as given, so checkpoint them first (:func:`checkpoint_blocks`).
+    ``settings`` (:class:`schedc.core.settings.RunSettings`) is the run the numbers are for: its
+    ``optimizer`` (whose state counts in static bytes; ``"none"`` for none), ``dtype`` (default: the
+    modules'), ``microbatch_size`` (recorded; the sample decides what runs, so it is left out when
+    neither it nor ``settings`` is given), the bytes per parameter and ``reserve_bytes``;
+    ``assumes`` records it. Stage modules are measured as given, so checkpoint them first
+    (:func:`checkpoint_blocks`). ``measurement`` (:class:`Measurement`) is where and how: device,
+    warm-up and timed runs, communication. ``options``: fields of either object, over it
+    (``device="cuda", repeats=7, optimizer="sgd"``).
     """
-    dev = resolve_device(device)
-    notes = contention_note(dev, 1)
-    if unit_names is None:
-        measured = measure_stages(stage_modules, sample_input, loss_fn, target, dev, warmup, repeats, optimizer,
-                                  progress)
-    else:
-        if len(unit_names) != len(stage_modules):
-            raise SchedcError(f"profile_units: {len(stage_modules)} unit modules but {len(unit_names)} name lists")
-        measured = measure_units(stage_modules, sample_input, loss_fn, target, reuse_layers=reuse_layers, device=dev,
-                                 warmup=warmup, repeats=repeats, optimizer=optimizer, progress=progress,
-                                 activation_checkpoint=unit_mode(settings), unit_names=unit_names)
-        if shared:
-            notes.append(f"every unit also kept {', '.join(shared)} (modules every stage needs; not listed in "
-                         f"'modules')")
-        notes.append(f"per-unit profile: {len(stage_modules)} units, each measured as its own pipeline stage"
-                     + ("; identical layers measured once" if reuse_layers else "; every unit measured"))
-    profile = assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size,
-                        dtype or dtype_of(stage_modules), notes=notes, optimizer=optimizer, settings=settings)
-    return profile if unit_names is None else with_modules(profile, unit_names)
+    run, how = split_options("profile_stages", settings, measurement, options)
+    labelled = settings is not None or options.get("microbatch_size") is not None
+    return _profile(stage_modules, sample_input, loss_fn, target, run, how, model, progress, labelled)
 
 
 @python_spelling
@@ -168,10 +144,49 @@ def profile_units(
     order) measured as its own stage (:func:`measure_units`), with ``modules`` = ``unit_names[i]``,
     so that ``Profile.merge(counts)`` gives the profile of any contiguous partition. ``shared``
     names modules every unit kept besides its own (e.g. a Hugging Face model's ``rotary_emb``);
-    a note records them, since a framework's split must give them to every stage. ``options``
-    are :func:`profile_stages`'s (device, warmup, repeats, comm, ...)."""
-    return profile_stages(unit_modules, sample_input, loss_fn, target, unit_names=unit_names,
-                          reuse_layers=reuse_layers, shared=shared, **options)
+    a note records them, since a framework's split must give them to every stage. The settings'
+    ``activation_checkpoint`` (one mode) is applied to the layer units (:func:`measure_units_ac`).
+    ``options`` are :func:`profile_stages`'s (settings, measurement, model, progress and their
+    fields)."""
+    settings, measurement = options.pop("settings", None), options.pop("measurement", None)
+    model, progress = options.pop("model", None), options.pop("progress", None)
+    run, how = split_options("profile_units", settings, measurement, options)
+    labelled = settings is not None or options.get("microbatch_size") is not None
+    units = Units(unit_names, reuse_layers, tuple(shared))
+    return _profile(unit_modules, sample_input, loss_fn, target, run, how, model, progress, labelled, units)
+
+
+@dataclass(frozen=True)
+class Units:
+    """What makes a measurement per unit: each module's names, whether identical layers are
+    measured once, the modules every unit also kept."""
+
+    names: Sequence[Sequence[str]]
+    reuse_layers: bool = True
+    shared: tuple[str, ...] = ()
+
+
+def _profile(modules, sample_input, loss_fn, target, run: RunSettings, how: Measurement, model, progress,
+             labelled: bool, units: Optional[Units] = None) -> Profile:
+    dev = resolve_device(how.device)
+    notes = contention_note(dev, 1)
+    if units is None:
+        measured = measure_stages(modules, sample_input, loss_fn, target, dev, how.warmup, how.repeats, run.optimizer,
+                                  progress)
+    else:
+        if len(units.names) != len(modules):
+            raise SchedcError(f"profile_units: {len(modules)} unit modules but {len(units.names)} name lists")
+        measured = measure_units(modules, sample_input, loss_fn, target, reuse_layers=units.reuse_layers, device=dev,
+                                 warmup=how.warmup, repeats=how.repeats, optimizer=run.optimizer, progress=progress,
+                                 activation_checkpoint=unit_mode(run), unit_names=units.names)
+        if units.shared:
+            notes.append(f"every unit also kept {', '.join(units.shared)} (modules every stage needs; not listed in "
+                         f"'modules')")
+        notes.append(f"per-unit profile: {len(modules)} units, each measured as its own pipeline stage"
+                     + ("; identical layers measured once" if units.reuse_layers else "; every unit measured"))
+    run = run.but(dtype=run.dtype or dtype_of(modules))
+    profile = assemble(measured, dev, model, run, how, notes=notes, labelled=labelled)
+    return profile if units is None else with_modules(profile, units.names)
 
 
 def with_modules(profile: Profile, unit_names: Sequence[Sequence[str]]) -> Profile:
@@ -180,13 +195,15 @@ def with_modules(profile: Profile, unit_names: Sequence[Sequence[str]]) -> Profi
     return profile.model_copy(update={"stages": stages})
 
 
-def assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, dtype,
-              notes: Sequence[str] = (), optimizer: Optional[str] = "adamw",
-              settings: Optional[RunSettings] = None) -> Profile:
-    settings = settings or RunSettings()
-    measured = [_with_param_cost(m, settings) for m in measured]
+def assemble(measured, dev, model, run: RunSettings, how: Measurement, notes: Sequence[str] = (),
+             labelled: bool = True) -> Profile:
+    """The profile of `measured` for the run `run`, measured on `dev` as `how` says: communication,
+    static bytes per parameter, the reserve, ``assumes``; ``labelled``: whether the run's
+    microbatch size is recorded (it is not where only the sample said it)."""
+    measured = [_with_param_cost(m, run) for m in measured]
     boundary_bytes = [m.output_bytes for m in measured[:-1]]
     notes = list(notes)
+    comm, bandwidth, latency = how.comm, how.comm_bandwidth, how.comm_latency
     if isinstance(comm, str):
         if comm != "measure":
             raise SchedcError(f"comm must be seconds, a list of seconds or 'measure', got {comm!r}")
@@ -195,28 +212,29 @@ def assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatc
     elif comm is not None:
         comm_value = list(comm) if isinstance(comm, (list, tuple)) else float(comm)
     else:
-        comm_value = comm_seconds(boundary_bytes, comm_bandwidth, comm_latency)
-        if comm_bandwidth is None and comm_latency == 0:
+        comm_value = comm_seconds(boundary_bytes, bandwidth, latency)
+        if bandwidth is None and latency == 0:
             notes.append("comm: no bandwidth or latency given; communication is taken as free (0 s)")
         else:
             notes.append(
-                f"comm: latency {comm_latency:g}s + activation bytes / "
-                f"{'inf' if comm_bandwidth is None else f'{comm_bandwidth:g}'} B/s"
+                f"comm: latency {latency:g}s + activation bytes / "
+                f"{'inf' if bandwidth is None else f'{bandwidth:g}'} B/s"
             )
     if dev.type == "cpu":
         notes.append(f"cpu threads: {torch.get_num_threads()}")
-    reserve, reserve_note = reserve_bytes_of(dev, settings.reserve_bytes)
+    reserve, reserve_note = reserve_bytes_of(dev, run.reserve_bytes)
     if reserve_note:
         notes.append(reserve_note)
+    mbs = run.microbatch_size if labelled else None
     return to_profile(
         measured,
         comm=comm_value,
         device=device_label(dev),
         model=model,
-        microbatch_size=microbatch_size,
-        dtype=dtype,
+        microbatch_size=mbs,
+        dtype=run.dtype,
         extra_notes=notes,
-        assumes=_assumes(measured, dtype, optimizer, microbatch_size, settings, reserve),
+        assumes=_assumes(measured, mbs, run, reserve),
         reserve_bytes=reserve,
     )
 
@@ -243,9 +261,9 @@ def _static_per_param(measured: Sequence[StageMeasurement]) -> Optional[float]:
     return round(sum(m.static_bytes for m in measured) / n, 3) if n else None
 
 
-def _assumes(measured, dtype, optimizer, microbatch_size, settings: RunSettings, reserve) -> dict:
-    """What the numbers took about the run (the plan report's ``assumes``)."""
-    out = {"dtype": dtype, "optimizer": optimizer or "none", "microbatch_size": microbatch_size,
+def _assumes(measured, microbatch_size, settings: RunSettings, reserve) -> dict:
+    """What the numbers took about the run (the plan report's ``assumes``), from the one settings object."""
+    out = {"dtype": settings.dtype, "optimizer": settings.optimizer, "microbatch_size": microbatch_size,
            "static_bytes_per_param": _static_per_param(measured),
            "grad_bytes_per_param": settings.grad_bytes_per_param,
            "optimizer_bytes_per_param": settings.optimizer_bytes_per_param,
@@ -254,8 +272,8 @@ def _assumes(measured, dtype, optimizer, microbatch_size, settings: RunSettings,
            # checkpoint, so such layers run (and were measured as) one whole backward B
            "split_backward": not _per_op(settings.activation_checkpoint), "dp_shard": 1, "tp": 1,
            "torch": torch.__version__.split("+")[0], "reserve_bytes": reserve}
-    if settings.seq_len is not None:
-        out["seq_len"] = settings.seq_len
+    if settings.seq is not None:
+        out["seq_len"] = settings.seq
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -14,18 +14,20 @@ from typing import Optional
 import torch
 
 from schedc.runtime import launch as launcher
+from schedc.core.settings import RunSettings
+from schedc.runtime.profiling.measurement import Measurement
 from schedc.runtime.profiling.stages import StageMeasurement
 
 
-def measure_concurrently(config, n_stages, mbs, n_procs, warmup, repeats, optimizer, timeout,
-                          units=False, reuse_layers=True) -> list[StageMeasurement]:
-
-
-    spec = {"config": dataclasses.asdict(config), "n_stages": n_stages, "mbs": mbs, "warmup": warmup,
-            "repeats": repeats, "optimizer": optimizer, "threads": torch.get_num_threads(),
-            "units": units, "reuse_layers": reuse_layers}
-    results = launcher.launch(launcher.python_module("schedc.runtime.profiling.worker"), n_procs, timeout=timeout,
-                              spec=spec, label="profile --concurrent", threads=spec["threads"])
+def measure_concurrently(config, n_stages: int, run: RunSettings, how: Measurement, units: bool = False,
+                         reuse_layers: bool = True) -> list[StageMeasurement]:
+    """The GPT's stages (or units) measured by ``how.concurrent`` processes at once, within
+    ``how.timeout`` s, for the run's microbatch and optimizer; each stage's samples pooled."""
+    spec = {"config": dataclasses.asdict(config), "n_stages": n_stages, "mbs": run.microbatch_size,
+            "warmup": how.warmup, "repeats": how.repeats, "optimizer": run.optimizer,
+            "threads": torch.get_num_threads(), "units": units, "reuse_layers": reuse_layers}
+    results = launcher.launch(launcher.python_module("schedc.runtime.profiling.worker"), how.concurrent,
+                              timeout=how.timeout, spec=spec, label="profile --concurrent", threads=spec["threads"])
     pooled: Optional[list[StageMeasurement]] = None
     for got in results:
         got = [StageMeasurement.from_dict(d) for d in got]

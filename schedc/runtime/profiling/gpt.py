@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import torch
 import torch.nn as nn
 
+from schedc.core.settings import RunSettings
 from schedc.core.costs import PER_OP_AC, Profile, block_modes, format_bytes
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.runtime.checkpointing import apply_to_stage, stage_modes
@@ -25,7 +26,7 @@ from schedc.runtime.profiling.concurrent import measure_concurrently
 from schedc.runtime.profiling.device import resolve_device
 from schedc.runtime.profiling.memory import optimizer_factor
 from schedc.runtime.profiling.noise import contention_note
-from schedc.runtime.profiling.settings import RunSettings
+from schedc.runtime.profiling.measurement import Measurement, split_options
 from schedc.runtime.profiling.stages import ProgressFn
 from schedc.runtime.split import split_gpt
 
@@ -62,23 +63,18 @@ def profile_gpt(
     config,
     n_stages: int,
     microbatch_size: int,
-    device: Union[str, torch.device, None] = "cpu",
-    dtype: Optional[str] = None,
-    warmup: int = 2,
-    repeats: int = 5,
-    optimizer: Optional[str] = "adamw",
-    comm: Union[None, float, Sequence[float], str] = None,
-    comm_bandwidth: Optional[float] = None,
-    comm_latency: float = 0.0,
+    *,
+    settings: Optional[RunSettings] = None,
+    measurement: Optional[Measurement] = None,
     progress: Optional[ProgressFn] = None,
-    concurrent: int = 1,
-    timeout: float = 1800.0,
     units: bool = False,
     reuse_layers: bool = True,
-    settings: Optional[RunSettings] = None,
+    **options,
 ) -> Profile:
     """Profile schedc's built-in GPT (``GPTConfig``) split into `n_stages`, one microbatch of
-    `microbatch_size` sequences; `dtype` overrides ``config.dtype``.
+    `microbatch_size` sequences, for the run `settings` (:class:`schedc.core.settings.RunSettings`:
+    its ``dtype`` overrides ``config.dtype``, its ``seq`` is the config's ``seq_len``), measured as
+    `measurement` says (:class:`Measurement`); ``options`` are fields of either, over it.
 
     ``concurrent=N`` (CPU only) measures in N processes at once, each timing every stage, and
     pools their samples: N ranks on one host share its cores and memory bandwidth, so this is
@@ -86,10 +82,10 @@ def profile_gpt(
 
     ``units=True`` ignores `n_stages` and writes a per-unit profile (:func:`gpt_units`,
     :func:`measure_units`; ``reuse_layers`` as there)."""
-
-
     if not isinstance(config, GPTConfig):
         raise ParameterError("config", f"{{param}} must be a schedc.runtime.GPTConfig, got {type(config).__name__}")
+    run, how = split_options("profile_gpt", settings, measurement, options)
+    concurrent = how.concurrent
     for param, value, flag in (("n_stages", n_stages, "--stages"), ("microbatch_size", microbatch_size, "--mbs"),
                                ("concurrent", concurrent, "")):
         if isinstance(value, bool) or not isinstance(value, int):  # before a comparison's TypeError
@@ -97,23 +93,23 @@ def profile_gpt(
     if microbatch_size < 1:
         raise ParameterError("microbatch_size", f"{{param}} must be >= 1, got {literal(microbatch_size)}", flag="--mbs")
     try:
-        if dtype is not None:
-            config = dataclasses.replace(config, dtype=dtype)
+        if run.dtype is not None:
+            config = dataclasses.replace(config, dtype=run.dtype)
         parse_dtype(config.dtype)
     except ValueError as e:
         raise ParameterError("dtype", literal(e)) from None
-    dev = resolve_device(device)
-    check_fits(config, dev, optimizer, max(1, concurrent))
-    settings = dataclasses.replace(settings or RunSettings(), seq_len=config.seq_len)
+    dev = resolve_device(how.device)
+    check_fits(config, dev, run.optimizer, max(1, concurrent))
+    run = run.but(seq=config.seq_len, microbatch_size=microbatch_size, dtype=config.dtype)
     try:
         stages, names = gpt_units(config) if units else (gpt_stages(config, n_stages), None)
     except ValueError as e:
         raise ParameterError("n_stages", f"{{name}}{literal(n_stages)}: {literal(e)}", flag="--stages") from None
     if units:  # the layer units, as measure_units_ac checkpoints them
-        if concurrent > 1 and settings.activation_checkpoint != "none":
+        if concurrent > 1 and run.activation_checkpoint != "none":
             raise ParameterError("concurrent", "{param} measures without activation checkpointing; drop one of them")
     else:
-        _checkpoint(stages, settings.activation_checkpoint, concurrent)
+        _checkpoint(stages, run.activation_checkpoint, concurrent)
     tokens, targets = make_batch(config, microbatch_size, seed=0)
     model = gpt_label(config, len(stages), "units" if units else "stages")
     if concurrent < 1:
@@ -122,22 +118,20 @@ def profile_gpt(
         if dev.type != "cpu":
             raise ParameterError("concurrent", "{param} is for CPU hosts whose ranks share cores; a GPU rank has its "
                                                "own device")
-        if isinstance(comm, str):
+        if isinstance(how.comm, str):
             raise ParameterError("concurrent", "{param} and measuring comm do not mix; measure comm separately under "
                                                "torchrun")
         if progress:
             progress(f"profiling {len(stages)} {'units' if units else 'stages'} in {concurrent} processes at once "
-                     f"({warmup} warm-up + {repeats} runs each)")
+                     f"({how.warmup} warm-up + {how.repeats} runs each)")
         busy = contention_note(dev, concurrent)
-        measured = measure_concurrently(config, n_stages, microbatch_size, concurrent, warmup, repeats,
-                                         optimizer, timeout, units, reuse_layers)
-        profile = assemble(measured, dev, comm, comm_bandwidth, comm_latency, model, microbatch_size, config.dtype,
-                            notes=busy + [f"measured in {concurrent} concurrent processes (ranks sharing this "
-                                          f"host), samples pooled"], optimizer=optimizer, settings=settings)
+        measured = measure_concurrently(config, n_stages, run, how, units, reuse_layers)
+        profile = assemble(measured, dev, model, run, how,
+                           notes=busy + [f"measured in {concurrent} concurrent processes (ranks sharing this "
+                                         f"host), samples pooled"])
         return with_modules(profile, names) if units else profile
-    common = dict(loss_fn=lm_loss, target=targets, device=dev, warmup=warmup, repeats=repeats, optimizer=optimizer,
-                  comm=comm, comm_bandwidth=comm_bandwidth, comm_latency=comm_latency, model=model,
-                  microbatch_size=microbatch_size, dtype=config.dtype, progress=progress, settings=settings)
+    common = dict(loss_fn=lm_loss, target=targets, settings=run, measurement=how.but(device=dev), model=model,
+                  progress=progress)
     if units:
         return profile_units(stages, names, tokens, reuse_layers=reuse_layers, **common)
     return profile_stages(stages, tokens, **common)

@@ -20,17 +20,11 @@ import torch.nn as nn
 from schedc.core.costs import format_bytes
 from schedc.errors import SchedcError
 from schedc.runtime.allocator import cuda_reserve_bytes
-from schedc.model_costs.profile import CUDA_RESERVE_BYTES
+from schedc.model_costs.profile import CUDA_RESERVE_BYTES, OPTIMIZER_STATES
 
-OPTIMIZER_STATE_FACTOR = {
-    # state tensors per parameter, each the parameter's size: Adam(W) keeps exp_avg and
-    # exp_avg_sq; plain SGD keeps nothing, SGD with momentum one buffer.
-    "adamw": 2,
-    "adam": 2,
-    "sgd": 0,
-    "sgd-momentum": 1,
-    "none": 0,
-}
+# state tensors per parameter, each the parameter's size: the counted route's table, so that a
+# measured and a counted profile hold the same optimizer state
+OPTIMIZER_STATE_FACTOR = OPTIMIZER_STATES
 
 # What a CUDA process holds outside torch's allocator that a single-process profile cannot see
 # (the context, cuBLAS/cuDNN workspaces and one NCCL group): a CUDA profile records the larger of

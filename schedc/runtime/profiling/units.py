@@ -19,12 +19,12 @@ from typing import Callable, Optional, Sequence
 import torch.nn as nn
 
 from schedc.core.costs import PER_OP_AC, format_bytes
+from schedc.core.settings import RunSettings
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.runtime.checkpointing import check_mode, checkpoint_block
 from schedc.runtime.one_rank import runtime_action_times
 from schedc.runtime.profiling.device import resolve_device
 from schedc.runtime.profiling.runner import StageRunner, stage_samples
-from schedc.runtime.profiling.settings import RunSettings
 from schedc.runtime.profiling.stage_memory import BMemory, memory_b
 from schedc.runtime.profiling.stages import ProgressFn, StageMeasurement, measure_stages
 from schedc.runtime.profiling.timing import Stat, time_b
