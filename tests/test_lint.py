@@ -20,7 +20,8 @@ def _ruff() -> list[str]:
 
 
 def test_ruff_check_passes():
-    out = subprocess.run(_ruff() + ["check", "--no-cache", "schedc", "schedc_entry", "tests", "benchmarks"], cwd=ROOT, capture_output=True,
+    out = subprocess.run(_ruff() + ["check", "--no-cache", "schedc", "schedc_entry", "tests", "benchmarks", "examples",
+                                    "scripts"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
 

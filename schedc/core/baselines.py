@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from schedc.errors import ParameterError, SchedcError, literal
 from schedc.core.ir import Action, Cell, Kind, Overlap, Schedule, loop_placement, v_placement
+from schedc.errors import ParameterError, SchedcError, literal
 
 
 @dataclass(frozen=True)
@@ -324,10 +324,10 @@ def _interleaved(p: int, v: int, m: int, zero_bubble: bool) -> list[list[Cell]]:
         warm = min((v - 1) * per_round + (1 if zero_bubble else 2) * (p - 1 - r), total)
 
         def f_stage(op: int) -> int:
-            return ((op // per_round) % v) * p + r
+            return ((op // per_round) % v) * p + r  # noqa: B023 (called within this iteration)
 
         def b_stage(j: int) -> int:
-            return (v - 1 - (j // per_round) % v) * p + r
+            return (v - 1 - (j // per_round) % v) * p + r  # noqa: B023 (called within this iteration)
 
         f_count: dict[int, int] = {}
         b_count: dict[int, int] = {}
@@ -340,8 +340,8 @@ def _interleaved(p: int, v: int, m: int, zero_bubble: bool) -> list[list[Cell]]:
             return counter[stage] - 1
 
         def add_w() -> None:
-            s = b_stages[sum(w_count.values())]
-            row.append(Action(s, Kind.W, take(w_count, s)))
+            s = b_stages[sum(w_count.values())]  # noqa: B023 (called within this iteration)
+            row.append(Action(s, Kind.W, take(w_count, s)))  # noqa: B023 (called within this iteration)
 
         for op in range(warm):
             s = f_stage(op)
@@ -401,8 +401,8 @@ def _zb_v(p: int, v: int, m: int) -> list[list[Cell]]:
 
         def add(*steps: tuple[int, str]) -> None:
             for s, kind in steps:
-                row.append(Action(s, kind, cnt[(s, kind)]))
-                cnt[(s, kind)] += 1
+                row.append(Action(s, kind, cnt[(s, kind)]))  # noqa: B023 (called within this iteration)
+                cnt[(s, kind)] += 1  # noqa: B023 (called within this iteration)
 
         for _ in range(2 * (p - r) - 1):
             add((s0, Kind.F))
@@ -447,19 +447,19 @@ def _dualpipev(p: int, v: int, m: int) -> list[list[Cell]]:
         row: list[Cell] = []
 
         def fwd(s: int) -> Action:
-            f[s] += 1
-            return Action(s, Kind.F, f[s] - 1)
+            f[s] += 1  # noqa: B023 (called within this iteration)
+            return Action(s, Kind.F, f[s] - 1)  # noqa: B023 (called within this iteration)
 
         def bwd(s: int, kind: str) -> Action:
-            b[s] += 1
-            a = Action(s, kind, b[s] - 1)
+            b[s] += 1  # noqa: B023 (called within this iteration)
+            a = Action(s, kind, b[s] - 1)  # noqa: B023 (called within this iteration)
             if kind == Kind.I:
-                pending_w.append(Action(s, Kind.W, a.microbatch))
+                pending_w.append(Action(s, Kind.W, a.microbatch))  # noqa: B023 (called within this iteration)
             return a
 
         def w() -> None:
-            if pending_w:
-                row.append(pending_w.pop(0))
+            if pending_w:  # noqa: B023 (called within this iteration)
+                row.append(pending_w.pop(0))  # noqa: B023 (called within this iteration)
 
         row += [fwd(s0) for _ in range(2 * (p - 1 - r))]
         for _ in range(r + 1):

@@ -55,8 +55,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from schedc.core import limits
 from schedc.core.cost_model import held_delta, torch_first_stage
-from schedc.core.ir import KIND_TABLE, TORCH_KINDS, Kind
 from schedc.core.formatting import format_bytes, format_memory, format_ms, format_seconds  # noqa: F401 TODO-END
+from schedc.core.ir import KIND_TABLE, TORCH_KINDS, Kind
 from schedc.errors import ParameterError, SchedcError, literal
 
 PROFILE_FORMAT = "schedc.profile/v1"
@@ -413,7 +413,7 @@ class Profile(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            raise SchedcError(f"{path}: {describe_validation_error(e)}")
+            raise SchedcError(f"{path}: {describe_validation_error(e)}") from None
 
     def save(self, path: Union[str, Path]) -> None:
         from schedc.io.fileio import atomic_write_text
@@ -459,7 +459,7 @@ def parse_comm(text: str) -> Union[float, list[float]]:
     try:
         values = [float(p) for p in text.split(",")]
     except ValueError:
-        raise ParameterError("comm", f"expected seconds per boundary (e.g. 0.1 or 0.1,0.2), got {literal(repr(text))}")
+        raise ParameterError("comm", f"expected seconds per boundary (e.g. 0.1 or 0.1,0.2), got {literal(repr(text))}") from None
     if any(v < 0 or not math.isfinite(v) for v in values):
         raise ParameterError("comm", f"communication times must be finite and >= 0, got {text!r}")
     return values[0] if len(values) == 1 else values

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Literal, Optional, Sequence, Union
 
 
 class Kind(str):
@@ -164,6 +164,10 @@ class Action:
     stage: int
     kind: Kind  # a letter is accepted and turned into its Kind
     microbatch: int
+
+    if TYPE_CHECKING:
+        # the generated __init__ with the letter that __post_init__ accepts (not defined at run time)
+        def __init__(self, stage: int, kind: str, microbatch: int) -> None: ...
 
     def __post_init__(self) -> None:
         if self.kind.__class__ is not Kind:

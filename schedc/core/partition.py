@@ -54,8 +54,8 @@ import numpy as np
 
 from schedc.core.cost_model import CostModel, Segments, fits, microbatch_need, segments_need
 from schedc.core.costs import Profile, format_bytes
-from schedc.errors import SchedcError
 from schedc.core.tolerances import REL, TIE
+from schedc.errors import SchedcError
 
 _CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")  # no module path holds one
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Collection, Optional, Sequence, Union
 
-from schedc.io.csvio import _position as _pos  # positions read as in csvio's parse errors
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Kind, Schedule, make_placement, placement_name
 from schedc.core.simulate import Deadlock, producer_keys, producers, walk
+from schedc.errors import SchedcError
+from schedc.io.csvio import _position as _pos  # positions read as in csvio's parse errors
 
 if TYPE_CHECKING:  # networkx loads on the first graph built, not with `import schedc`
     import networkx as nx

@@ -25,9 +25,9 @@ from schedc.frameworks._base import AC_MODES, SCHEDULE_NAMES, Build, FitReport, 
 from schedc.frameworks._fit import check_csv_for, framework_build, parse_spec, read_partition
 from schedc.frameworks._names import VOCABULARIES, check_module_names
 from schedc.frameworks._partition import check_partition, is_default_split, plan_partition_of
-from schedc.frameworks._registry import (REGISTRY, SCHEDC, launchable_modes, parse_target, register, targets,
-                                        unregister)
-from schedc.frameworks.nemo import build as nemo_build, yaml_text as _nemo_yaml_text
+from schedc.frameworks._registry import REGISTRY, SCHEDC, launchable_modes, parse_target, register, targets, unregister
+from schedc.frameworks.nemo import build as nemo_build
+from schedc.frameworks.nemo import yaml_text as _nemo_yaml_text
 from schedc.frameworks.torchtitan import build as torchtitan_build
 
 __all__ = ["AC_MODES", "Build", "FitReport", "Framework", "Handoff", "REGISTRY", "SCHEDULE_NAMES", "VOCABULARIES",

@@ -21,10 +21,10 @@ import inspect
 from pathlib import Path
 from typing import Optional, Union
 
+from schedc.core.ir import Schedule, placement_name
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.frameworks._base import SCHEDULE_NAMES, Build, FitReport, schedule_name
 from schedc.frameworks._registry import REGISTRY
-from schedc.core.ir import Schedule, placement_name
 
 
 @python_spelling
@@ -114,8 +114,8 @@ def _not_started(head: str, e: SchedcError, tail: str) -> FitReport:
 
 
 def _read(csv) -> tuple[Schedule, str]:
-    from schedc.io import csvio
     from schedc.core.validate import validate
+    from schedc.io import csvio
 
     if isinstance(csv, Schedule):
         schedule, source = csv, csv.meta.get("source", "")

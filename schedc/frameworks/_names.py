@@ -15,7 +15,6 @@ from schedc.errors import SchedcError
 from schedc.model_costs import UNIT_NAMES
 
 
-
 def _roles(unit_names: tuple[str, str, tuple[str, ...]]) -> dict[str, str]:
     """name -> role ('embed', 'head0', ...) for the fixed names; layers are matched by pattern."""
     embed, _, head = unit_names

@@ -33,9 +33,19 @@ import math
 from typing import Optional
 
 from schedc.errors import ParameterError, SchedcError, python_spelling
-from schedc.frameworks._base import (SCHEDULE_NAMES, Build, Framework, Handoff, check_per_rank,
-                                     check_positive, check_v, count_advice, fsdp_shortfall, microbatches,
-                                     schedule_name)
+from schedc.frameworks._base import (
+    SCHEDULE_NAMES,
+    Build,
+    Framework,
+    Handoff,
+    check_per_rank,
+    check_positive,
+    check_v,
+    count_advice,
+    fsdp_shortfall,
+    microbatches,
+    schedule_name,
+)
 from schedc.frameworks._names import check_module_names, in_own_names
 
 NAME = "nemo"

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from schedc.core import limits
+from schedc.core.ir import KIND_TABLE, OVERLAP_LABELS, Action, Cell, Kind, Overlap, Schedule
 from schedc.errors import SchedcError
 from schedc.io.fileio import atomic_write_text, read_input, read_json, write_all
-from schedc.core.ir import KIND_TABLE, OVERLAP_LABELS, Action, Cell, Kind, Overlap, Schedule
 
 PathLike = Union[str, Path]
 

@@ -64,7 +64,14 @@ from schedc.library.catalog import (
     time_limit_for,
 )
 from schedc.library.check import _torch_available, check_entry, check_index, check_library
-from schedc.library.index import format_makespan, format_rank_makespan, index_markdown, index_row, peak_in_p, write_index
+from schedc.library.index import (
+    format_makespan,
+    format_rank_makespan,
+    index_markdown,
+    index_row,
+    peak_in_p,
+    write_index,
+)
 from schedc.library.transformer import transformer_profile
 
 __all__ = [

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from schedc.core.costs import MemoryLimit
+from schedc.core.tolerances import REL, TIE
 from schedc.errors import SchedcError
 from schedc.library.catalog import (
     BUILD_COMMAND,
@@ -26,7 +27,7 @@ from schedc.library.catalog import (
     time_limit_for,
 )
 from schedc.library.index import check_index_is_ours, write_index
-from schedc.core.tolerances import REL, TIE
+
 
 def setup_problem(setup: Setup):
     """The compile request a set-up stands for (schedc.solver.Problem)."""
@@ -52,8 +53,8 @@ def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[st
 
     `problem` may be its Graph (schedc.solver.graph), which keeps the baselines built here."""
     from schedc.core.simulate import simulate
-    from schedc.solver.graph import graph_of
     from schedc.solver.engines.warm import feasible_baselines, warm_start
+    from schedc.solver.graph import graph_of
 
     graph = graph_of(problem)
     problem = graph.problem

@@ -11,11 +11,20 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
+from schedc.core.tolerances import REL, TIE
 from schedc.errors import SchedcError
 from schedc.library.build import setup_problem
-from schedc.library.catalog import BUILD_COMMAND, INDEX_NAME, LIBRARY_OBJECTIVE, Entry, PathLike, Setup, find_library, load_entries
+from schedc.library.catalog import (
+    BUILD_COMMAND,
+    INDEX_NAME,
+    LIBRARY_OBJECTIVE,
+    Entry,
+    PathLike,
+    Setup,
+    find_library,
+    load_entries,
+)
 from schedc.library.index import index_markdown
-from schedc.core.tolerances import REL, TIE
 
 
 def _close(a, b) -> bool:
@@ -34,9 +43,9 @@ def _torch_available() -> bool:
 
 def check_entry(entry: Entry, torch: bool = True) -> list[str]:
     """Problems of one library file pair (see :func:`check_library`)."""
-    from schedc.io import csvio
     from schedc.core.simulate import simulate
     from schedc.core.validate import validate
+    from schedc.io import csvio
 
     setup, rep, csv_path = entry.setup, entry.report, entry.csv
     json_path = csvio.report_path(csv_path)

@@ -13,6 +13,7 @@ from schedc.core.costs import Profile, format_bytes, p_needed
 from schedc.errors import SchedcError
 from schedc.library.catalog import BUILD_COMMAND, INDEX_NAME, Entry, PathLike, load_entries
 
+
 def _get(report: dict, *keys, default=None):
     cur = report
     for k in keys:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 from schedc.core import limits
-from schedc.io.fileio import read_json
 from schedc.errors import ParameterError, SchedcError, literal
+from schedc.io.fileio import read_json
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Callable, Optional, Union
 
 from schedc.core.costs import Profile, StageCost, format_ms
-from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import producers, simulate
+from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.runtime.profiling.spans import COMPUTE_LABEL, timed_actions
 
 MAX_TIMEOUT = 7 * 86400.0  # a week: beyond it a deadline is no deadline (and overflows the ranks' timers)
@@ -531,8 +531,8 @@ def calibrate(
     ``model`` function (``MODULE:FUNCTION``, with ``sample`` and ``model_args`` as ``schedc
     profile --model`` takes them) returns, with one process per rank and compare with the
     prediction from `profile`. ``n_ranks`` (default: the CSV's rows) must match."""
-    from schedc.io.csvio import read_csv
     from schedc.core.validate import validate
+    from schedc.io.csvio import read_csv
 
     schedule = read_csv(csv)
     validate(schedule, source=str(csv))

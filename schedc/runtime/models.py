@@ -20,7 +20,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
 _DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,

@@ -83,7 +83,7 @@ def run_steps(schedule: Schedule, stage_modules: Sequence[nn.Module], inputs: tu
             start = rec.event() if rec.cuda else None
             t0 = time.perf_counter()
             if trace_memory:
-                _, peak = live_bytes_peak(dev, lambda: pipe.step(inputs, target=target, losses=losses))
+                _, peak = live_bytes_peak(dev, lambda: pipe.step(inputs, target=target, losses=losses))  # noqa: B023 (called at once)
                 result.peak_bytes = max(result.peak_bytes or 0, peak)
             else:
                 pipe.step(inputs, target=target, losses=losses)

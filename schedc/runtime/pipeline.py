@@ -40,10 +40,10 @@ from torch.distributed.pipelining.schedules import (
 )
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
-from schedc.errors import ParameterError, SchedcError, literal, shown
-from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, check_split_stages, stage_modes
 from schedc.core.ir import Schedule
 from schedc.core.memory_actions import MemoryAction, check_memory_actions
+from schedc.errors import ParameterError, SchedcError, literal, shown
+from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, check_split_stages, stage_modes
 from schedc.runtime.torch_check import to_torch_order
 
 

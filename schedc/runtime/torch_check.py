@@ -27,8 +27,8 @@ import io
 from typing import Optional
 
 from schedc.core import limits
-from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.core.ir import Schedule
+from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 
 _TORCH_FAILURES = (AssertionError, KeyError, ValueError, RuntimeError, IndexError)
 

@@ -62,8 +62,8 @@ from typing import Optional, Sequence, Union
 
 from schedc.core.ir import TORCH_KINDS, Action, Kind, Schedule
 from schedc.core.simulate import producer_keys
-from schedc.solver.problem import Problem
 from schedc.core.tolerances import REL
+from schedc.solver.problem import Problem
 
 # a stage's kinds when its backward is split, and when its W costs nothing (no parameters)
 SPLIT = (Kind.F,) + tuple(k for k in TORCH_KINDS if k.info.backward == "split")

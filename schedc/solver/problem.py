@@ -14,8 +14,8 @@ from typing import Optional, Sequence, Union
 
 from schedc.core.cost_model import CostModel
 from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
-from schedc.errors import ParameterError, SchedcError, literal
 from schedc.core.ir import make_placement, placement_name
+from schedc.errors import ParameterError, SchedcError, literal
 from schedc.solver.deadline import check_size
 
 OBJECTIVES = ("makespan", "span")
@@ -119,7 +119,7 @@ class Problem:
             try:
                 placement = make_placement(placement, n_stages, n_ranks)
             except ValueError as e:
-                raise ParameterError("placement", literal(e))
+                raise ParameterError("placement", literal(e)) from e
         placement = tuple(int(r) for r in placement)
         if len(placement) != n_stages:
             raise ParameterError("placement", f"{{param}} names {len(placement)} stages but {{param:stages}} is {n_stages}")
@@ -136,5 +136,5 @@ class Problem:
             memory = MemoryLimit.parse(memory)
         problem = cls(given_profile=profile, placement=placement, n_microbatches=n_microbatches, memory=memory,
                       objective=objective, runtime=runtime)
-        problem.profile  # an impossible runtime conversion fails here, before any solving
+        _ = problem.profile  # an impossible runtime conversion fails here, before any solving
         return problem

@@ -63,11 +63,11 @@ import math
 from typing import Callable, Optional, Sequence, Union
 
 from schedc.core.ir import Kind
+from schedc.core.tolerances import REL
 from schedc.solver.bounds.chains import chains
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL
 
 # block sizes, smallest first: a block of 8 points solves in hundredths of a second and bounds
 # any count; 16 points take up to a few seconds and lose less at the seams (module docstring)

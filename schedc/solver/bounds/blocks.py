@@ -47,12 +47,12 @@ import math
 from typing import Sequence, Union
 
 from schedc.core.ir import Kind
+from schedc.core.tolerances import REL
 from schedc.solver.bounds.anchored import makespan_bound, tiled_spread
 from schedc.solver.bounds.chains import chains
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL
 
 SIZES = (4, 6, 8)  # block sizes, smallest (cheapest) first: one step each (BlockRelaxation)
 UNITS_PER_MICROBATCH = 2000  # time resolution: the busiest rank's work per microbatch in this many units

@@ -117,9 +117,9 @@ import math
 from typing import Union
 
 from schedc.core.ir import Kind
+from schedc.core.tolerances import REL
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL
 
 
 def chains(g: Graph) -> dict:

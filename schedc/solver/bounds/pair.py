@@ -34,12 +34,12 @@ import itertools
 import math
 from typing import Union
 
+from schedc.core.tolerances import REL
 from schedc.solver import interrupt
+from schedc.solver.bounds.rank import rank_relaxation_values
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.solver.bounds.rank import rank_relaxation_values
-from schedc.core.tolerances import REL
 
 CANDIDATE_RANKS = 3  # pairs among the ranks with the largest one-rank bounds
 # the pairs that settle a partition solve in well under a second; others can search for long

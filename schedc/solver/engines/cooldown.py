@@ -57,14 +57,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
 from schedc.core.cost_model import fits_room
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import SimResult, simulate
-from schedc.solver.bounds.chains import lower_bound
-from schedc.solver.graph import Graph, graph_of
-from schedc.solver.engines.zb_greedy import Moments
-from schedc.solver.problem import Problem
 from schedc.core.tolerances import REL
+from schedc.errors import SchedcError
+from schedc.solver.bounds.chains import lower_bound
+from schedc.solver.engines.zb_greedy import Moments
+from schedc.solver.graph import Graph, graph_of
+from schedc.solver.problem import Problem
 
 EPS = REL
 NAME = "cooldown"

@@ -76,16 +76,16 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from schedc.choices import Status
-from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Kind, Schedule
 from schedc.core.simulate import SimResult, simulate
+from schedc.core.tolerances import REL, TIE
+from schedc.errors import ParameterError, SchedcError
 from schedc.solver import interrupt
 from schedc.solver.bounds.chains import lower_bound
 from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_cut, wall_left
 from schedc.solver.engine import Incumbent, Result
 from schedc.solver.graph import Graph, canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL, TIE
 
 _REL = REL
 WORKERS = 2  # what the compiler runs: CP-SAT's parallel search is its strength; one worker finds much less
@@ -349,8 +349,8 @@ def _add_memory(m, inst: Graph, bs: Scale, starts, ends, horizon: int, fixed: Op
             if amount <= 0 or (first in fixed and last in fixed):
                 return
             size = m.new_int_var(0, horizon, f"held_{name}")
-            intervals.append(m.new_interval_var(starts[first], size, ends[last], f"hold_{name}"))
-            demands.append(amount)
+            intervals.append(m.new_interval_var(starts[first], size, ends[last], f"hold_{name}"))  # noqa: B023 (called within this iteration)
+            demands.append(amount)  # noqa: B023 (called within this iteration)
 
         for f in acts:
             a = inst.actions[f]

@@ -49,15 +49,15 @@ from typing import Optional, Union
 
 from schedc.core.cost_model import fits, fits_room
 from schedc.core.costs import format_amount, format_bytes, p_needed
-from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Action, Kind, Schedule
-from schedc.solver.bounds.chains import lower_bound
 from schedc.core.simulate import simulate
+from schedc.core.tolerances import REL
+from schedc.errors import ParameterError, SchedcError
+from schedc.solver.bounds.chains import lower_bound
 from schedc.solver.deadline import CHECK_EVERY, NEVER, Deadline, charge_passes, now
 from schedc.solver.engine import Incumbent, Result, found
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL
 
 EPS = REL
 INF = math.inf
@@ -403,7 +403,7 @@ def _fits_memory(a: Graph, orders) -> bool:
     over, mem = a.over, a.mem
     for r in range(a.R):
         held, cap = 0.0, a.room[r] + EPS * max(1.0, abs(a.room[r]) if a.room[r] < INF else 1.0)
-        for s, k, m in orders[r]:
+        for s, k, _m in orders[r]:
             if held + over[k][s] > cap:
                 return False
             held += mem[k][s]

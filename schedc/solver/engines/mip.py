@@ -116,12 +116,12 @@ import pulp
 
 from schedc.choices import Status
 from schedc.core.simulate import simulate
+from schedc.core.tolerances import MODEL, PROVEN, REL
 from schedc.solver.deadline import Deadline, charge, counting_work_on, now, wall_cut, wall_left
 from schedc.solver.engine import Incumbent, Result, materialize
 from schedc.solver.graph import Graph, ancestors, canonical_orders, schedule_from_orders, successors, topological
 from schedc.solver.interrupt import requested as stop_requested
 from schedc.solver.pulp_compat import cbc_executable, cbc_solver, highs_available, solve_status, solver_columns
-from schedc.core.tolerances import MODEL, PROVEN, REL
 
 FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to windows
 # under a work budget: branch-and-bound nodes per work unit, and the least a solve gets (the root
@@ -443,7 +443,7 @@ def add_machine_order(m: OrderModel) -> str:
     every other pair gets a binary before_ab and two big-M rows (order), each M as small as the
     windows allow. Returns a failure message when some pair fits in neither order."""
     inst, win, new_var = m.inst, m.win, getattr(m.prob, "add_variable", None) or pulp.LpVariable
-    for r, acts in enumerate(inst.by_rank):
+    for acts in inst.by_rank:
         cand = sorted(a for a in acts if m.is_free(a))
         for x, a in enumerate(cand):
             for b in cand[x + 1:]:

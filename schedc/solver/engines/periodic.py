@@ -74,9 +74,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import simulate
+from schedc.errors import SchedcError
 from schedc.solver import interrupt
 from schedc.solver.deadline import Deadline, n_actions
 from schedc.solver.engine import Incumbent, Result, found

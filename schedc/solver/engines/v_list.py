@@ -20,8 +20,8 @@ Cost: O((6M + R) x R) steps of at most 6 candidates each.
 
 from __future__ import annotations
 
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Cell, Kind, Schedule, v_placement
+from schedc.errors import SchedcError
 
 NAME = "v-list"
 

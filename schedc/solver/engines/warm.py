@@ -27,17 +27,17 @@ from typing import Callable, Optional, Union
 
 from schedc.choices import Status
 from schedc.core import baselines
-from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Schedule, v_placement
 from schedc.core.simulate import SimResult, simulate
+from schedc.core.tolerances import REL
+from schedc.errors import ParameterError, SchedcError
 from schedc.solver import interrupt
-from schedc.solver.engines import cooldown, heuristic, v_list, zb_greedy, zb_rounds
 from schedc.solver.bounds.chains import lower_bound
 from schedc.solver.deadline import NEVER, Deadline, n_actions, now, observe
 from schedc.solver.engine import Incumbent, Result
+from schedc.solver.engines import cooldown, heuristic, v_list, zb_greedy, zb_rounds
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL
 
 EPS = REL
 

@@ -22,13 +22,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from schedc.core.ir import Kind
 from schedc.choices import Status
+from schedc.core.ir import Kind
+from schedc.core.tolerances import REL, TIE
 from schedc.solver.deadline import Deadline, now
 from schedc.solver.engine import Incumbent, Result, close, materialize
 from schedc.solver.graph import Graph, canonical_orders
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL, TIE
 
 WINDOW_SOLVE_LIMIT = 6.0  # seconds per window model
 # a CP-SAT window that has found nothing new for this long rarely finds more (measured:

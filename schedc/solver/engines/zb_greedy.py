@@ -44,14 +44,14 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Union
 
 from schedc.core.cost_model import fits_room
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import SimResult, simulate
+from schedc.core.tolerances import REL
+from schedc.errors import SchedcError
 from schedc.solver.deadline import CHECK_EVERY, Deadline
 from schedc.solver.engine import Incumbent, Result, found
 from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL
 
 EPS = REL
 NAME = "zb-greedy"

@@ -46,15 +46,15 @@ import math
 from typing import Callable, Iterator, Optional, Union
 
 from schedc.core.cost_model import fits_room
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import SimResult, simulate
+from schedc.core.tolerances import REL
+from schedc.errors import SchedcError
 from schedc.solver.deadline import Deadline
 from schedc.solver.engine import Incumbent, Result, found
-from schedc.solver.graph import Graph, graph_of
 from schedc.solver.engines.zb_greedy import Flags, supports, to_schedule
+from schedc.solver.graph import Graph, graph_of
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL
 
 NAME = "zb-rounds"
 EPS = REL
