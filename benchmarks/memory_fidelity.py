@@ -679,7 +679,7 @@ def fsdp_measure(csv: str = "zb-h1", layers: int = 4, seq: int = 16, timeout: fl
                        spec={"csv": csv, "layers": layers, "seq": seq, "vocab": shape["vocab"]},
                        label="memory_fidelity --fsdp")
     counted = unit_profile(**shape, seq=seq, impl="torchtitan", device="cpu", dtype="bfloat16",
-                           param_dtype="float32", grad_dtype="float32", dp_shard=2)
+                           param_dtype="float32", grad_dtype="float32", dp_shard=2, torch=torch.__version__)
     units = counted.stages
     per_stage = [sum(u.static_bytes for u in units[:1 + layers // 2]),
                  sum(u.static_bytes for u in units[1 + layers // 2:])]

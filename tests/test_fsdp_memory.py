@@ -13,6 +13,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchtitan")
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_fidelity.py"
+# torch 2.15 produces a split W's gradient in the fp32 reduce dtype at once (fsdp_held): no bf16 copy
+SPLIT_W_BF16_COPY = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 15)
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +36,20 @@ def test_each_rank_holds_its_stage_weights_unsharded_all_step(split_run):
 
 def test_unsharded_gradients_accumulate_until_the_reduce_scatter(split_run):
     first, last = [next(r for r in split_run if r["pp"] == pp) for pp in (0, 1)]
-    # a split W leaves its bf16 gradient beside the fp32 accumulator until the next I's post-backward hook
-    assert last["unsharded grads"] == (4 + 2) * last["params"]
+    # before 2.15 a split W leaves its bf16 gradient beside the fp32 accumulator until the next
+    # I's post-backward hook; from 2.15 on it comes in fp32 and is added to the one gradient
+    assert last["unsharded grads"] == (4 + 2 * SPLIT_W_BF16_COPY) * last["params"]
     # torch's runtime runs the first stage's backward whole in W, whose hooks upcast at once
     assert first["unsharded grads"] == 4 * first["params"]
 
 
 def test_the_count_is_what_a_split_stage_holds_and_bounds_the_first(split_run):
     for r in split_run:
-        assert r["per_param"] == 2 + 4 + 2
+        assert r["per_param"] == 2 + 4 + 2 * SPLIT_W_BF16_COPY
         assert r["measured"] <= r["counted"]  # the reduce-scatter's copy-in instants included
     last = [r for r in split_run if r["pp"] == 1]
     assert all(r["measured"] == pytest.approx(r["counted"], rel=1e-9) for r in last)
     first = [r for r in split_run if r["pp"] == 0]
-    assert all(r["counted"] - r["measured"] <= 2 * r["params"] for r in first)  # the bf16 slot it never fills
+    # the bf16 slot the first stage never fills (counted before 2.15 only)
+    assert all(r["counted"] - r["measured"] <= 2 * SPLIT_W_BF16_COPY * r["params"] + 1e-9 * r["counted"]
+               for r in first)

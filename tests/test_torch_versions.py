@@ -112,3 +112,31 @@ def test_validate_refuses_a_torchtitan_handoff_on_a_torch_without_arg_mbs(tmp_pa
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1 and "pip install 'torch>=2.14.1'" in out.err
     assert cli.main(["validate", str(csv), "--for", "nemo:1F1B", "--local-batch-size", "4"]) == 0
+
+
+@pytest.mark.parametrize("release,held", [("2.14", 2 + 4 + 2), ("2.14.1", 2 + 4 + 2), ("2.15", 2 + 4),
+                                          ("2.15.0+cu132", 2 + 4), ("3.0", 2 + 4)])
+def test_fsdp_count_follows_the_torch_release_the_run_uses(release, held):
+    """Before 2.15 a split W's bf16 gradient is held beside the fp32 accumulator; from 2.15 on the
+    unsharded parameter's grad_dtype makes W produce it in fp32 at once (fsdp_held's sources)."""
+    from schedc.model_costs import fsdp_held, unit_profile
+
+    p = unit_profile(layers=2, hidden=64, vocab=100, seq=8, dtype="bfloat16", dp_shard=2, torch=release)
+    assert p.assumes["fsdp_unsharded_bytes_per_param"] == held and p.assumes["torch"] == release
+    assert ("a split W leaves" in p.assumes["fsdp"]) == (held == 8)
+    assert fsdp_held("bfloat16", "float32", 4, release) == held
+    # a reduce dtype equal to the compute dtype has no second copy on either release
+    assert fsdp_held("bfloat16", "bfloat16", 2, release) == 2 + 2
+    plain = unit_profile(layers=2, hidden=64, vocab=100, seq=8, dtype="bfloat16", dp_shard=1, torch=release)
+    params = plain.stages[1].static_bytes / (2 + 4 + 4 + 8)  # bf16 weight, fp32 grad, master, two moments
+    assert p.stages[1].static_bytes == pytest.approx(params * ((2 + 4 + 4 + 8) / 2 + held))
+
+
+def test_fsdp_count_defaults_to_the_release_the_counts_follow():
+    from schedc.core.settings import COUNTED_FOR_TORCH
+    from schedc.model_costs import unit_profile
+
+    given = unit_profile(layers=2, hidden=64, vocab=100, seq=8, dtype="bfloat16", dp_shard=2, torch=COUNTED_FOR_TORCH)
+    default = unit_profile(layers=2, hidden=64, vocab=100, seq=8, dtype="bfloat16", dp_shard=2)
+    assert default.assumes == given.assumes and [u.static_bytes for u in default.stages] == \
+        [u.static_bytes for u in given.stages]

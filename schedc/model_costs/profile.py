@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
@@ -65,6 +66,7 @@ def unit_profile(
     held: Literal["torch", "paper"] = "torch",
     names: Names = "torchtitan",
     fsdp: Optional[bool] = None,
+    torch: str = COUNTED_FOR_TORCH,
     **model,
 ) -> Profile:
     """Per-unit costs (embedding, each layer, final norm + head + loss) of a decoder as the run
@@ -84,7 +86,8 @@ def unit_profile(
     there is an optimizer), or the per-parameter overrides; ``dp_shard`` (FSDP2 degree: divides
     those static bytes and adds what FSDP2 holds unsharded under torch's pipelining,
     :func:`fsdp_held`); ``fsdp``: whether FSDP2 wraps the blocks (default: when ``dp_shard`` > 1;
-    True counts :func:`fsdp_held` at degree 1 too, as torchtitan 0.3.0 wraps them at every degree) and
+    True counts :func:`fsdp_held` at degree 1 too, as torchtitan 0.3.0 wraps them at every degree;
+    ``torch``: the release the run uses, ``"2.14"`` or ``"2.15.0"``, which sets what it holds) and
     ``tp`` (divides weights, FLOPs and, with sequence parallelism, activations, and adds its
     collectives to F and I: ``TP_ASSUMES``, at ``tp_bandwidth`` B/s, default 450e9, NVLink 4's
     per-direction bandwidth on an H100 SXM, an upper bound for NCCL's ring, and ``tp_latency`` s
@@ -107,7 +110,7 @@ def unit_profile(
         optimizer_bytes_per_param=optimizer_bytes_per_param, dp_shard=dp_shard, tp=tp, fsdp=fsdp,
         reserve_bytes=reserve_bytes, flops_per_second=flops_per_second, memory_bandwidth=memory_bandwidth,
         bandwidth=bandwidth, latency=latency, tp_bandwidth=tp_bandwidth, tp_latency=tp_latency, held=held,
-        names=names)
+        names=names, torch=torch)
     return count_units(shape, settings, **model)
 
 
@@ -286,7 +289,7 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
     grad = r.grad_bytes_per_param if r.grad_bytes_per_param is not None else DTYPE_BYTES[grad_dtype]
     reserve = r.reserve_bytes if r.reserve_bytes is not None else (CUDA_RESERVE_BYTES if device == "cuda" else 0.0)
     fsdp = dp_shard > 1 if fsdp is None else fsdp
-    unsharded = fsdp_held(s.dtype, grad_dtype, grad) if fsdp else 0.0
+    unsharded = fsdp_held(s.dtype, grad_dtype, grad, r.torch) if fsdp else 0.0
     summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
     assumes = {"model_type": s.family, "seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
@@ -296,7 +299,8 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
                **({"tp_collectives": TP_ASSUMES, "tp_bandwidth": r.tp_bandwidth, "tp_latency": r.tp_latency}
                   if tp > 1 else {}),
                "reserve_bytes": reserve,
-               **({"fsdp": FSDP_ASSUMES, "fsdp_unsharded_bytes_per_param": unsharded} if fsdp else {}),
+               **({"fsdp": FSDP_ASSUMES if _split_w_keeps_compute_grad(r.torch) else FSDP_ASSUMES_215,
+                   "fsdp_unsharded_bytes_per_param": unsharded} if fsdp else {}),
                **({"expert_parallel": EXPERT_PARALLEL} if s.experts else {}),
                "torch": r.torch, "held": held,
                # torch refuses a second backward through a region checkpointed per op (light,
@@ -309,7 +313,7 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
                held=held, names=names, assumes=assumes)
 
 
-def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
+def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float, torch: str = COUNTED_FOR_TORCH) -> float:
     """Bytes per parameter that FSDP2 (``fully_shard`` per block, as torchtitan and NeMo AutoModel
     apply it) holds unsharded on each rank under torch's pipelining, besides the sharded states.
 
@@ -318,17 +322,41 @@ def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float) -> float:
     ``reshard_after_forward`` off under pipeline parallelism, so they stay until the last
     backward's ``post_backward`` (NeMo AutoModel 0.7.0 reshards every block but the last after each
     forward, its pipeline test reading the dp_shard mesh: there each backward gathers them again
-    and they stay until the stage's next forward). Its gradients, unsharded: every backward but the last runs with
-    gradient sync off (``stage.py``), so they accumulate unreduced from the first backward until
-    REDUCE_GRAD's reduce-scatter: in ``grad_dtype`` (the reduce dtype) where it differs from the
-    compute dtype (``to_accumulated_grad_if_needed`` upcasts at each post-backward hook), plus the
-    compute-dtype gradient a split W leaves in ``.grad`` until the next I's hook accumulates it;
-    in the compute dtype alone otherwise. Counted as held all step (static bytes): exact from the
-    stage's first backward on, an over-count before it. The reduce-scatter's input (one FSDP
-    group's gradients in the reduce dtype) never rises above it: each group reshards its weights
-    first. Cost: O(1)."""
+    and they stay until the stage's next forward). Its gradients, unsharded: every backward runs
+    with gradient sync off (``stage.py``), so they accumulate unreduced from the first backward
+    until REDUCE_GRAD's reduce-scatter, in ``grad_dtype`` (the reduce dtype). Where that differs
+    from the compute dtype, `torch` (the release the run uses, ``RunSettings.torch``) decides
+    whether a split W's compute-dtype gradient is held beside them (:func:`_split_w_keeps_compute_grad`).
+    Counted as held all step (static bytes): exact from the stage's first backward on, an
+    over-count before it. The reduce-scatter's input (one FSDP group's gradients in the reduce
+    dtype) never rises above it: each group reshards its weights first. Cost: O(1)."""
     e = DTYPE_BYTES[act_dtype]
-    return e + grad_bytes + (e if grad_dtype != act_dtype else 0.0)
+    upcast = grad_dtype != act_dtype
+    return e + grad_bytes + (e if upcast and _split_w_keeps_compute_grad(torch) else 0.0)
+
+
+def _split_w_keeps_compute_grad(torch: str) -> bool:
+    """Whether, under FSDP2 with a reduce dtype wider than the compute dtype, a split W's gradient
+    stays in ``.grad`` in the compute dtype beside the reduce-dtype accumulator (torch before 2.15)
+    rather than being produced in the reduce dtype at once (2.15 on). A release schedc cannot read
+    counts as 2.15 on, the newest behaviour.
+
+    torch 2.14.1: the post-backward hook, which runs at the end of each I (the autograd pass through
+    the stage's inputs) and never in W, moves ``.grad`` into ``unsharded_accumulated_grad``
+    (``fsdp/_fully_shard/_fsdp_param_group.py`` 623-631, ``accumulate_unsharded_grad_if_needed``
+    then ``to_accumulated_grad_if_needed``; ``_fsdp_param.py`` 1019-1038, ``.to(reduce_dtype)``);
+    the W after it finds ``.grad`` None and sets its compute-dtype gradient there
+    (``pipelining/_backward.py`` 337, ``weight.grad = dw``), so it is held until the next I's hook:
+    a compute-dtype copy beside the accumulator.
+
+    torch 2.15.0: the unsharded parameter carries ``grad_dtype`` = the reduce dtype
+    (``_fsdp_param.py`` 949, ``unsharded_grad_dtype`` 1163-1169), restored by every post-backward
+    with sync off (``_fsdp_param_group.py`` 712-714 -> ``_set_unsharded_grad_dtypes`` 934-951), so
+    the ``autograd.grad`` of ``stage_backward_weight`` returns W's gradient in the reduce dtype and
+    it goes into, or is added to, the one ``.grad`` (``pipelining/_backward.py`` 344-358): no
+    compute-dtype copy is held."""
+    m = re.match(r"\s*(\d+)\.(\d+)", str(torch))
+    return bool(m) and (int(m.group(1)), int(m.group(2))) < (2, 15)
 
 
 # how tensor parallelism's communication is counted (schedc.model_costs.units.TP_COLLECTIVES)
@@ -342,6 +370,9 @@ FSDP_ASSUMES = ("FSDP2 fully_shard per block under torch's pipelining (reshard_a
                 "rank holds its stages' weights unsharded in the activation dtype and their gradients unsharded "
                 "(grad_dtype accumulator + the activation-dtype gradient a split W leaves) from the first "
                 "backward to the reduce-scatter, counted in static bytes")
+# the same from torch 2.15 on, where a split W's gradient comes in grad_dtype at once (fsdp_held)
+FSDP_ASSUMES_215 = FSDP_ASSUMES.replace("(grad_dtype accumulator + the activation-dtype gradient a split W leaves)",
+                                        "(in grad_dtype: torch 2.15 produces a split W's gradient in it at once)")
 
 
 def _short(value) -> str:
@@ -385,4 +416,4 @@ def _notes(run: Run, e: int) -> list[str]:
         "static bytes: weight + gradient + optimizer bytes per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), "
         "divided by the data-parallel shard degree and the tensor-parallel degree",
     ] + ([f"dp_shard {run.dp_shard}: + {run.fsdp_held_per_param:g} bytes per parameter held unsharded all step: "
-          + FSDP_ASSUMES.split(': ', 1)[1]] if run.fsdp_held_per_param else [])
+          + run.assumes["fsdp"].split(': ', 1)[1]] if run.fsdp_held_per_param else [])
