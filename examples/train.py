@@ -12,16 +12,17 @@ dozen steps. The rank holding the last stage prints loss and step time per step;
 is measured between two barriers, so it is the time of the slowest rank (what a synchronizing
 optimizer step sees). `--backend` defaults to nccl when CUDA is available, gloo otherwise.
 
-`--plan plan.json` runs what `schedc plan` chose: the CSV beside it, its blocks per stage and its
-activation checkpointing, one mode per stage where `--ac auto` chose per stage
-(schedc.runtime.checkpointing.plan_settings); the model gets as many blocks as the plan's
+`--plan plan.json` runs what `schedc plan` chose: the CSV beside it, its blocks per stage, its
+activation checkpointing, one mode per stage where `--ac auto` chose per stage, and its memory
+actions (offloads and recomputes per microbatch, its "memory_actions", run by
+schedc.runtime.offload) (schedc.runtime.checkpointing.plan_settings); the model gets as many blocks as the plan's
 partition holds (so --layers-per-stage is refused with it, and --layers unless it agrees), and
 the shape the plan was made for (--hidden, --heads, --seq-len, --vocab, --microbatch-size and
 --dtype, read from the profile's model and "assumes"; a flag that contradicts them is refused,
 and a plan that does not record one of them, or was counted for another model than this GPT,
 needs the flag or is refused). A malformed plan, a CSV beside it that the plan did not write (or
-a plan without the CSV's hash), checkpointing the CSV cannot run, or a flag that contradicts the
-CSV is one line naming --plan or the flag before any process group starts. `--ac` checkpoints the blocks (none, light,
+a plan without the CSV's hash), checkpointing or a memory action the CSV cannot run, or a flag
+that contradicts the CSV is one line naming --plan or the flag before any process group starts. `--ac` checkpoints the blocks (none, light,
 selective, full, or one per stage, comma-separated) for the other sources, and overrides the
 plan's; light or selective on a stage the CSV runs as I and W (stage 0 aside) is refused then too.
 """
@@ -151,7 +152,8 @@ def train(args: argparse.Namespace, device: torch.device, planned: dict) -> int:
             schedule = read_csv(args.schedule)
             label = f"CSV {args.schedule}"
         pipe = load_pipeline(schedule, model, lm_loss, device, n_microbatches=args.mb,
-                             layers_per_stage=per_stage, activation_checkpoint=ac)
+                             layers_per_stage=per_stage, activation_checkpoint=ac,
+                             memory_actions=planned.get("memory_actions"))
         mb = schedule.n_microbatches
     del model  # the stages hold what this rank needs
 
@@ -193,7 +195,8 @@ def train(args: argparse.Namespace, device: torch.device, planned: dict) -> int:
 
 
 def _plan_settings(args: argparse.Namespace) -> dict:
-    """With --plan: its CSV becomes --schedule, and its blocks per stage and checkpointing are returned."""
+    """With --plan: its CSV becomes --schedule, and its blocks per stage, checkpointing and memory
+    actions are returned (plan_settings' keywords of load_pipeline)."""
     if not args.plan:
         return {}
     from schedc.io import csvio
@@ -360,6 +363,13 @@ def _check_launch(args: argparse.Namespace, planned: dict) -> None:
 
             check_split_backward(stage_modes(planned["activation_checkpoint"], schedule.n_stages), schedule,
                                  f"--plan {args.plan}: its activation checkpointing with {args.schedule}")
+        if planned.get("memory_actions"):  # as load_pipeline would, on every rank, after the group started
+            from schedc.core.memory_actions import check_memory_actions
+
+            try:
+                check_memory_actions(planned["memory_actions"], schedule, args.schedule)
+            except SchedcError as e:
+                raise SchedcError(f"--plan {e}") from None
     _check_stage_counts(args)
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:

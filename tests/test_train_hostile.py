@@ -317,3 +317,57 @@ def test_a_bad_plan_is_refused_under_torchrun_before_the_group_starts(train, tmp
     _one_line(capsys, train.main(["--plan", "plan.json"]), "--plan plan.json: no \"csv_sha256\"")
     _plan(tmp_path, model="gpt(layers=4, hidden=64, heads=2, seq=16, vocab=64)/6 units")
     _one_line(capsys, train.main(["--plan", "plan.json", "--hidden", "32"]), "--hidden 32: the plan was made for hidden 64")
+
+
+# ----------------------------------------------------------------- --plan: its memory actions
+
+OFFLOAD_1 = {"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0F2"}  # 1F1B rank 0: 0F1 0B0 0F2 0B1
+RECOMPUTE_0 = {"stage": 1, "microbatch": 0, "action": "recompute"}  # 1B0: a whole backward
+
+
+class _Reached(Exception):
+    pass
+
+
+def test_a_plans_memory_actions_reach_the_pipeline(train, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from schedc.core.memory_actions import MemoryAction
+
+    _plan(tmp_path, memory_actions=[OFFLOAD_1, RECOMPUTE_0])
+    args = train.parse_args(["--plan", "plan.json"])
+    planned = train._plan_settings(args)
+    for var, value in (("RANK", "0"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")):
+        monkeypatch.setenv(var, value)
+    train._check_launch(args, planned)  # a fetch and a recompute the CSV can run pass the launch check
+    got = {}
+
+    def load_pipeline(schedule, model, loss_fn, device, **kwargs):
+        got.update(kwargs)
+        raise _Reached
+
+    monkeypatch.setattr(train, "load_pipeline", load_pipeline)
+    monkeypatch.setattr(train, "dist", SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2))
+    with pytest.raises(_Reached):
+        train.train(args, "cpu", planned)
+    from schedc.core.ir import Action
+
+    assert list(got["memory_actions"]) == [MemoryAction(0, 1, "offload", Action(0, "F", 2)),
+                                           MemoryAction(1, 0, "recompute")]
+    assert got["memory_actions"].source == "plan.json"  # load_pipeline's refusals name the plan
+
+
+@pytest.mark.parametrize("entry, needle", [
+    ({"stage": 0, "microbatch": 0, "action": "offload", "fetch_at": "0F2"},
+     "--plan plan.json (against plan.csv): memory_actions[0] (stage 0, microbatch 0): \"fetch_at\" '0F2' runs at "
+     "or after 0B0 on rank 0; name an action between 0F0 and 0B0"),
+    ({"stage": 0, "microbatch": 4, "action": "recompute"},
+     "--plan plan.json (against plan.csv): memory_actions[0] (stage 0, microbatch 4): the CSV runs microbatches 0..3"),
+    ({"stage": 0, "microbatch": 0, "action": "move"},
+     "--plan plan.json: memory_actions[0] (stage 0, microbatch 0): \"action\" 'move' is not one of keep, offload"),
+])
+def test_a_memory_action_the_plans_csv_cannot_run_is_one_line_before_torchrun(train, tmp_path, capsys, entry,
+                                                                               needle):
+    # torchrun's environment is unset (the fixture): the plan is refused before it is read
+    _plan(tmp_path, memory_actions=[entry])
+    _one_line(capsys, train.main(["--plan", "plan.json"]), needle)
