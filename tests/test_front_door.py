@@ -65,8 +65,10 @@ def test_the_parser_restates_no_default_of_the_api():
         assert {d: actions[d].default for d in dests} == dict.fromkeys(dests), command
 
 
-def test_a_counted_profile_default_lives_in_unit_profile(tmp_path, monkeypatch, capsys):
-    from schedc.model_costs import profile as counted
+def test_a_counted_profile_default_lives_in_the_run_settings(tmp_path, monkeypatch, capsys):
+    import dataclasses
+
+    from schedc.core.settings import RunSettings
 
     shape = {"layers": 2, "hidden": 64, "vocab": 100, "heads": 4}
     argv = ["profile", "--flops", "1e12", "--layers", "2", "--hidden", "64", "--vocab", "100", "--heads", "4",
@@ -74,7 +76,10 @@ def test_a_counted_profile_default_lives_in_unit_profile(tmp_path, monkeypatch, 
     assert cli.main([*argv, "-o", str(tmp_path / "cli.json")]) == 0
     api_profile = schedc.count_profile(shape, seq=8, flops_per_second=1e12, activation_checkpoint="full", names="hf")
     assert schedc.Profile.load(tmp_path / "cli.json") == api_profile
-    monkeypatch.setitem(counted.unit_profile.__kwdefaults__, "bandwidth", 10e9)
+    # every field has a default, so the dataclass's __init__ holds them in field order
+    defaults = list(RunSettings.__init__.__defaults__)
+    defaults[[f.name for f in dataclasses.fields(RunSettings)].index("bandwidth")] = 10e9
+    monkeypatch.setattr(RunSettings.__init__, "__defaults__", tuple(defaults))
     assert cli.main([*argv, "-o", str(tmp_path / "slow.json")]) == 0
     assert "10 GB/s per link" in schedc.Profile.load(tmp_path / "slow.json").device
     assert schedc.count_profile(shape, seq=8).comm > api_profile.comm  # the same default at the front door
