@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Optional
 
-from schedc.cli import common
+from schedc.cli import common, offload_flags
 from schedc.core.costs import UNIT_SECONDS, Profile, parse_comm
 from schedc.errors import SchedcError
 
@@ -33,6 +33,8 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="kill the ranks after this many seconds (default: start-up + 3x the predicted work)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    offload_flags.add_memory_actions_arg(p)
+    offload_flags.add_link_args(p)
     p.set_defaults(handler=run)
 
 
@@ -43,6 +45,7 @@ def run(args) -> int:
 
     if args.timeout is not None and not 0 < args.timeout < float("inf"):  # nan: a deadline that never fires
         raise SchedcError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    actions, link = offload_flags.link_and_actions(args)
     own = None if (args.profile or args.costs is not None) else own_profiles(args.files)
     schedules = [api.read_csv(path) for path in args.files]
     if args.profile:
@@ -63,7 +66,7 @@ def run(args) -> int:
     _say_how_long(args, schedules, profiles, scale)
     try:
         runs = emulate(args.files, profiles, scale=scale, timeout=args.timeout,
-                       **common.given(steps=args.steps, warmup=args.warmup),
+                       **common.given(steps=args.steps, warmup=args.warmup, memory_actions=actions, link=link),
                        **({} if args.comm is None else {"comm": comm}))
     except SchedcError as e:
         raise common.said_once(e, "emulate") from None

@@ -32,6 +32,17 @@ what is emulated; ``comm=None`` puts the profile's comm into the prediction to s
 Steps start together after a barrier; the measured step is the median over the timed steps
 (after ``warmup`` untimed ones) of the slowest rank's ``step()``, on the common monotonic clock.
 
+With memory actions (offloads, schedc.core.memory_actions) each rank also runs its two copy
+streams (:class:`CopyStreams`): one thread per direction, each first in first out, sleeping
+scale x the link's time of each copy (schedc.core.host_link), as the simulator's rule has them:
+a copy out starts when its F has run (``forward_one_chunk`` returned) and its stream is free; a
+fetch is issued when the rank starts its ``fetch_at`` action and starts once its copy out has
+ended and its stream is free; the I or B of an offloaded microbatch waits for its fetch. The
+hooks wrap the three per-action methods of the rank's ``PipelineStage`` instances, so torch's
+runtime runs unchanged between them. The prediction simulates the same actions over the link
+with every copy's time scaled. Nothing is copied (the tensors are tiny): the emulation times
+the streams, the CPU run of schedc.runtime.offload checks the bookkeeping.
+
 Cost: per launch, process start-up (importing torch) on every rank; then per CSV
 (1 + overhead_steps) overhead-run steps and (warmup + steps) emulated steps of about the
 predicted step time each. CSVs with the same rank count share one launch.
@@ -39,10 +50,13 @@ predicted step time each. CSVs with the same rank count share one launch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import queue
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +64,7 @@ from typing import Optional, Sequence, Union
 
 from schedc.core.costs import UNIT_SECONDS, Profile, format_ms  # noqa: F401 (UNIT_SECONDS: read from here too)
 from schedc.errors import ParameterError, SchedcError, literal, printable, python_spelling
+from schedc.core.host_link import HostLink
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult, simulate
 
@@ -125,6 +140,103 @@ def _loss(output, target):
     return (output * target).mean()
 
 
+class CopyStreams:
+    """One rank's two copy streams in the emulation (module docstring): threads that sleep each
+    copy's time in the order the copies are issued, hooked into the rank's stages by
+    :meth:`install`. ``copies``: per offloaded (stage, microbatch) of this rank, its ``fetch_at``
+    action and the seconds one copy takes, listed in the order their backwards run (the order the
+    fetches at one point are issued). ``deadline``: seconds any wait may take before the step is
+    refused (a hook that waits forever would hang the rank). Cost: two threads per rank, one
+    queue item and one event per copy."""
+
+    def __init__(self, copies: list[dict], deadline: float):
+        from schedc.core.ir import Action
+        from schedc.core.memory_actions import parse_fetch_at
+
+        self.deadline = deadline
+        self.seconds = {(c["stage"], c["microbatch"]): float(c["seconds"]) for c in copies}
+        self.token: Optional[float] = None  # the overhead run: every copy sleeps this instead
+        self.due: dict[Action, list[tuple[int, int]]] = {}
+        for c in copies:
+            self.due.setdefault(parse_fetch_at(c["fetch_at"]), []).append((c["stage"], c["microbatch"]))
+        self.queues = {"out": queue.Queue(), "in": queue.Queue()}
+        self.out_done: dict[tuple[int, int], threading.Event] = {}
+        self.in_done: dict[tuple[int, int], threading.Event] = {}
+        self.failed: list[str] = []
+        self.threads = [threading.Thread(target=self._serve, args=(d,), name=f"copy-{d}", daemon=True)
+                        for d in self.queues]
+        for t in self.threads:
+            t.start()
+
+    def install(self, stages) -> None:
+        """Wrap each stage's ``forward_one_chunk``, ``backward_one_chunk`` and
+        ``backward_weight_one_chunk`` on the instance (torch's runtime calls them once per F, I or
+        B, and W)."""
+        from schedc.core.ir import Action
+
+        for stage in stages:
+            index = stage.stage_index
+            forward_one_chunk = stage.forward_one_chunk
+            backward_one_chunk = stage.backward_one_chunk
+            backward_weight_one_chunk = stage.backward_weight_one_chunk
+
+            def forward(mb, *args, _index=index, _run=forward_one_chunk, **kwargs):
+                self._start(Action(_index, "F", mb))
+                out = _run(mb, *args, **kwargs)
+                if (_index, mb) in self.seconds:
+                    self.queues["out"].put((_index, mb))
+                return out
+
+            def backward(mb, loss=None, full_backward=True, last_backward=False, _index=index,
+                         _run=backward_one_chunk):
+                self._start(Action(_index, "B" if full_backward else "I", mb))
+                if (_index, mb) in self.seconds:
+                    self._wait(self.in_done[_index, mb], f"the fetch of stage {_index}, microbatch {mb}")
+                return _run(mb, loss=loss, full_backward=full_backward, last_backward=last_backward)
+
+            def backward_weight(mb, last_backward=False, _index=index, _run=backward_weight_one_chunk):
+                self._start(Action(_index, "W", mb))
+                return _run(mb, last_backward=last_backward)
+
+            stage.forward_one_chunk = forward
+            stage.backward_one_chunk = backward
+            stage.backward_weight_one_chunk = backward_weight
+
+    def begin_step(self) -> None:
+        if self.failed:
+            raise SchedcError(f"emulate: {self.failed[0]}")
+        self.out_done = {key: threading.Event() for key in self.seconds}
+        self.in_done = {key: threading.Event() for key in self.seconds}
+
+    def close(self) -> None:
+        for q in self.queues.values():
+            q.put(None)
+        for t in self.threads:
+            t.join(timeout=self.deadline)
+
+    def _start(self, action) -> None:
+        for key in self.due.get(action, ()):
+            self.queues["in"].put(key)
+
+    def _wait(self, event: threading.Event, what: str) -> None:
+        if not event.wait(self.deadline):
+            raise SchedcError(f"emulate: {what} did not end within {self.deadline:g} s; the copy streams are stuck")
+
+    def _serve(self, direction: str) -> None:
+        q = self.queues[direction]
+        while True:
+            key = q.get()
+            if key is None:
+                return
+            try:
+                if direction == "in":  # first in first out: a fetch waiting for its copy out holds the stream
+                    self._wait(self.out_done[key], f"the copy out of stage {key[0]}, microbatch {key[1]}")
+                time.sleep(self.seconds[key] if self.token is None else self.token)
+            except SchedcError as e:
+                self.failed.append(str(e).removeprefix("emulate: "))
+            (self.out_done if direction == "out" else self.in_done)[key].set()
+
+
 def rank_main(spec: dict) -> list[dict]:
     """Run every CSV of ``spec["runs"]`` on this rank; per run the timed overhead-run and emulated steps."""
     import torch
@@ -152,26 +264,39 @@ def _emulate_one(run: dict, spec: dict, rank: int, world: int) -> dict:
     modules = {s: sleep_stage(TOKEN_SLEEP, TOKEN_SLEEP, TOKEN_SLEEP) for s in mine}
     stages = [PipelineStage(modules[s], s, schedule.n_stages, torch.device("cpu")) for s in mine]
     runtime = build_schedule(run["csv"], stages, loss_fn=_loss)
+    copies = [c for c in run.get("copies", ()) if c["stage"] in mine]
+    streams = CopyStreams(copies, float(spec.get("deadline", STARTUP_SECONDS))) if copies else None
+    if streams is not None:
+        streams.install(stages)
+        streams.token = TOKEN_SLEEP
     n_mb = schedule.n_microbatches
     inputs = torch.ones(n_mb, WIDTH)
     target = torch.ones(n_mb, WIDTH)
 
     def steps(count: int) -> list[dict]:
-        return [_timed_step(runtime, modules, stages, inputs, target, dist) for _ in range(count)]
+        return [_timed_step(runtime, modules, stages, inputs, target, dist, streams) for _ in range(count)]
 
-    steps(1)  # shape inference and the first transfers happen in the first step
-    zero = steps(int(spec["overhead_steps"]))
-    for s, module in modules.items():
-        module.set_seconds(*run["seconds"][s])
-    steps(int(spec["warmup"]))
-    OVERSHOOT.clear()
-    timed = steps(int(spec["steps"]))
+    try:
+        steps(1)  # shape inference and the first transfers happen in the first step
+        zero = steps(int(spec["overhead_steps"]))
+        for s, module in modules.items():
+            module.set_seconds(*run["seconds"][s])
+        if streams is not None:
+            streams.token = None
+        steps(int(spec["warmup"]))
+        OVERSHOOT.clear()
+        timed = steps(int(spec["steps"]))
+    finally:
+        if streams is not None:
+            streams.close()
     return {"rank": rank, "zero": zero, "sleep": timed, "overshoot": list(OVERSHOOT)}
 
 
-def _timed_step(runtime, modules, stages, inputs, target, dist) -> dict:
+def _timed_step(runtime, modules, stages, inputs, target, dist, streams: Optional[CopyStreams] = None) -> dict:
     from schedc.runtime.profiling.spans import timed_actions
 
+    if streams is not None:
+        streams.begin_step()
     for module in modules.values():
         for p in module.parameters():
             p.grad = None
@@ -245,6 +370,7 @@ class Emulation:
             "step_spread": self.step_spread,
             "measured_finish": self.measured_finish, "predicted_finish": self.predicted_finish,
             "overhead_per_action": self.overhead, "transfer_delay": self.transfer,
+            "copies_per_step": len(self.prediction.copies),
         }
 
 
@@ -263,6 +389,8 @@ def emulate(
     comm: Union[None, float, Sequence[float]] = 0.0,
     ranks: Optional[int] = None,
     timeout: Optional[float] = None,
+    memory_actions=None,
+    link: Optional[HostLink] = None,
 ) -> list[Emulation]:
     """Emulate each CSV (one profile for all, or one per CSV) and compare with the prediction.
 
@@ -270,7 +398,9 @@ def emulate(
     communication per boundary in profile units (0: what is emulated; None: the profile's). ``ranks`` launches
     that many processes instead of the CSV's rows (a mismatch then fails in the ranks' own
     pre-collective check). ``timeout`` (seconds per launch) defaults to start-up plus three
-    times the predicted work."""
+    times the predicted work. ``memory_actions`` (offloads, checked against every CSV) run on
+    each rank's copy streams over ``link`` (default :class:`~schedc.core.host_link.HostLink`),
+    every copy sleeping scale x its time on the link, and the prediction simulates them."""
     if isinstance(csv_paths, (str, os.PathLike)):  # one path, not its characters
         csv_paths = [csv_paths]
     if not csv_paths:
@@ -292,6 +422,12 @@ def emulate(
     if len(profiles) != len(csv_paths):
         raise SchedcError(f"emulate: {len(csv_paths)} CSVs but {len(profiles)} profiles")
     runs = [_prepare(str(path), prof, scale) for path, prof in zip(csv_paths, profiles)]
+    if link is not None and not isinstance(link, HostLink):
+        raise ParameterError("link", f"emulate: {{param}} must be a schedc.core.host_link.HostLink, got "
+                                     f"{literal(type(link).__name__)}")
+    link = link or HostLink()
+    moves = [_offloads(path, schedule, prof, scale, memory_actions, link) if memory_actions else ([], [])
+             for path, schedule, prof, _ in runs]
     for path, schedule, prof, _ in runs:
         _check_scaled(path, schedule, prof, scale)
         if isinstance(comm, (list, tuple)) and len(comm) != schedule.n_stages - 1:
@@ -302,10 +438,12 @@ def emulate(
         groups.setdefault(ranks or schedule.n_ranks, []).append(k)
     out: list[Optional[Emulation]] = [None] * len(runs)
     for n, members in groups.items():
-        results = _launch([runs[k] for k in members], n, scale, steps, warmup, overhead_steps, timeout)
+        results = _launch([runs[k] for k in members], n, scale, steps, warmup, overhead_steps, timeout,
+                          [moves[k][1] for k in members])
         for j, k in enumerate(members):
             path, schedule, prof, _ = runs[k]
-            out[k] = _compare(path, schedule, prof, scale, comm, [r[j] for r in results])
+            out[k] = _compare(path, schedule, prof, scale, comm, [r[j] for r in results], moves[k][0],
+                              _scaled_link(link, scale))
     return out  # type: ignore[return-value]
 
 
@@ -322,6 +460,41 @@ def _prepare(path: str, profile: Profile, scale: float) -> tuple[str, Schedule, 
     return str(Path(path).resolve()), schedule, profile, seconds
 
 
+def _scaled_link(link: HostLink, scale: float) -> HostLink:
+    """`link` with every copy taking `scale` times as long: what the emulation sleeps."""
+    return dataclasses.replace(link, bandwidth=link.bandwidth / scale, latency=link.latency * scale)
+
+
+def _offloads(path: str, schedule: Schedule, profile: Profile, scale: float, memory_actions,
+              link: HostLink) -> tuple[list, list[dict]]:
+    """(the actions checked against the CSV at `path`, what the ranks' copy streams run: per
+    offload its fetch point and the seconds one copy sleeps, in the order the backwards run on
+    the rank, the order the simulator issues fetches at one point). A recompute is refused: its
+    checkpointed stage costs are not in the profile the stages sleep."""
+    from schedc.core.host_link import offload_bytes
+    from schedc.core.memory_actions import PlannedActions, check_memory_actions
+
+    source = getattr(memory_actions, "source", None)
+    named = PlannedActions(memory_actions, f"{source} (against {path})") if source else memory_actions
+    chosen = check_memory_actions(named, schedule, where="" if source else path)
+    recomputed = sorted(key for key, ma in chosen.items() if ma.action == "recompute")
+    if recomputed:
+        s, m = recomputed[0]
+        raise SchedcError(f"emulate: {source or path}: stage {s}, microbatch {m} is recomputed; the emulation "
+                          f"sleeps the profile's stage times and runs offloads only; emulate the plan's offloads "
+                          f"(drop its recompute entries) or emulate the stages checkpointed")
+    order = {}
+    for rank in range(schedule.n_ranks):
+        for k, a in enumerate(schedule.actions(rank)):
+            if a.kind in ("I", "B"):
+                order.setdefault((a.stage, a.microbatch), (rank, k))
+    scaled = _scaled_link(link, scale)
+    copies = [{"stage": key[0], "microbatch": key[1], "fetch_at": str(ma.fetch_at),
+               "seconds": scaled.seconds(offload_bytes(profile, key[0]))}
+              for key, ma in sorted(chosen.items(), key=lambda item: order[item[0]])]
+    return list(chosen.values()), copies
+
+
 def _check_scaled(path: str, schedule: Schedule, profile: Profile, scale: float) -> None:
     """Refuse a `scale` whose sleeps do not add up to a finite step (``--scale 1e308``), naming
     the scale rather than the costs when the costs alone add up."""
@@ -333,20 +506,22 @@ def _check_scaled(path: str, schedule: Schedule, profile: Profile, scale: float)
                                       "sleeps too long to add up; give a smaller {param}") from None
 
 
-def _launch(runs, n_ranks, scale, steps, warmup, overhead_steps, timeout) -> list[list[dict]]:
+def _launch(runs, n_ranks, scale, steps, warmup, overhead_steps, timeout, copies) -> list[list[dict]]:
     from schedc.runtime import launch as launcher
 
     if timeout is None:
         work = sum(simulate(s, scaled_costs(p, scale, [0.0] * (p.n_stages - 1))).makespan
                    for _, s, p, _ in runs)
+        work += sum(2 * c["seconds"] for run in copies for c in run)  # copies that hide nothing, at worst
         timeout = STARTUP_SECONDS + 3.0 * (warmup + steps) * work + 5.0 * len(runs) * (1 + overhead_steps)
-    spec = {"runs": [{"csv": path, "seconds": sec} for path, _, _, sec in runs],
-            "steps": steps, "warmup": warmup, "overhead_steps": overhead_steps}
+    spec = {"runs": [{"csv": path, "seconds": sec, "copies": cp} for (path, _, _, sec), cp in zip(runs, copies)],
+            "steps": steps, "warmup": warmup, "overhead_steps": overhead_steps, "deadline": timeout}
     return launcher.launch(launcher.python_module("schedc.runtime.emulate"), n_ranks, timeout=timeout,
                            spec=spec, label="emulate", threads=1)
 
 
-def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: list[dict]) -> Emulation:
+def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: list[dict], memory_actions=(),
+             link: Optional[HostLink] = None) -> Emulation:
     from schedc.runtime.calibrate import _parse_steps, refine_profile
 
     by_rank = sorted(results, key=lambda r: r["rank"])
@@ -376,8 +551,8 @@ def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: l
         csv=path, schedule=schedule, scale=scale,
         measured_steps=[max(m.rank_end) for m in slept],
         zero_steps=[max(m.rank_end) for m in zero],
-        prediction=simulate(schedule, predicted),
-        plain_prediction=simulate(schedule, plain),
+        prediction=simulate(schedule, predicted, memory_actions=list(memory_actions) or None, link=link),
+        plain_prediction=simulate(schedule, plain, memory_actions=list(memory_actions) or None, link=link),
         measured_finish=[statistics.median(max(m.actions[a][2] for a in schedule.actions(r)) for m in slept)
                          for r in range(schedule.n_ranks)],
         overhead={k: statistics.median(v) for k, v in sorted(kinds.items())},
@@ -425,6 +600,9 @@ def format_emulations(runs: Sequence[Emulation], comm_note: str) -> str:
         "action + the median time that stage's "
         "actions of that kind took in the overhead run (every sleep 1 us), each boundary + its overhead-run "
         "transfer delay; plain = without the overhead",
+        *([f"copy streams: each rank sleeps its offloads' copies (scale x the link's time) on two threads, one "
+           f"per direction, first in first out; {', '.join(f'{len(r.prediction.copies)}' for r in runs)} copies "
+           f"per step, simulated with them"] if any(r.prediction.copies for r in runs) else []),
         "",
         f"{'schedule':<{width}}  {'measured':>9}  {'predicted':>9}  {'ratio':>6}  {'plain':>9}  "
         f"{'overhead run':>12}  {'overhead per action F/I/W/B':>28}  {'transfer':>8}  {'sleep over':>10}",
