@@ -7,13 +7,16 @@ sequence, per (model, seq, cap) it prints the step of
 
 - ``--ac auto`` (``plan_ac`` with --time-limit): today's best plan under the cap;
 - no cap: ``plan`` without checkpointing and without a cap (a fifth of the time);
-- ``--offload auto`` on top of that ``--ac auto`` plan at 25, 50 and 100 GB/s per direction
-  (schedc.planning.offload.plan_offload, half of --time-limit each, the same base plan for the
-  three links): the candidates offloaded without checkpointing and with the chosen one;
+- ``--ac auto --offload auto`` at 25, 50 and 100 GB/s per direction, each with the same
+  --time-limit (schedc.planning.offload.plan_with_offload: ``--ac auto`` in half of it, the
+  offload of its candidates, without checkpointing and with the chosen one, in the rest);
 - its margin over ``--ac auto``, its distance to the no-cap step, the gap to the bound that allows
-  offload (over every partition without a cap), which rows won (offload only, both), and
-  whether its transfers hide (every fetch ends before its backward: the step is the same order's
-  step without a cap).
+  offload (over every partition without a cap), which row won (offload only, both; "none helps":
+  the plan is its own ``--ac auto`` answer), the microbatches moved, the link load (over the ranks
+  of the no-cap plan's partition, the seconds one microbatch's bytes take on the link over the
+  seconds the rank computes per microbatch: at most 1, the bytes a stage moves fit its link in the
+  time it holds them) and whether the chosen transfers hide (every fetch ends before its
+  backward).
 
 Step times are the simulator's (counted costs at 400 TFLOP/s effective), not measurements.
 
@@ -27,7 +30,6 @@ import argparse
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 from ac_choice import UNCAPPED_SHARE, ms, profiles_of  # benchmarks/ac_choice.py: the configs, counted
@@ -35,8 +37,7 @@ from ac_choice import UNCAPPED_SHARE, ms, profiles_of  # benchmarks/ac_choice.py
 from schedc.core.host_link import HostLink, offload_bytes
 from schedc.errors import SchedcError
 from schedc.planning import plan, plan_ac
-from schedc.planning.offload import OFFLOAD_SHARE, plan_offload
-from schedc.solver.deadline import counting_work
+from schedc.planning.offload import plan_with_offload
 
 # issue 49's table: (model, seq, cap), memory costing the most first
 CASES = [("llama3-8b", 4096, "28GiB"), ("qwen2.5-7b", 4096, "28GiB"), ("qwen2.5-7b", 8192, "40GiB"),
@@ -46,12 +47,10 @@ RANKS, MICROBATCHES = 8, 32
 BANDWIDTHS = (25e9, 50e9, 100e9)
 
 
-def with_offload(base, profiles: dict, bandwidth: float, time_limit: float, budget: str):
-    forms = {"offload only": profiles["none"]}
-    if base.ac is not None and base.ac.chosen != "none":
-        forms["both"] = base.units
-    with counting_work(time_limit) if budget == "work" else nullcontext():
-        return plan_offload(base, HostLink(bandwidth=bandwidth), time_limit, forms)
+def with_offload(profiles: dict, bandwidth: float, cap: str, time_limit: float, budget: str):
+    """``schedc plan --ac auto --offload auto --host-bandwidth B`` with the same --time-limit."""
+    return plan_with_offload(profiles, HostLink(bandwidth=bandwidth), ranks=RANKS, microbatches=MICROBATCHES,
+                             memory=cap, time_limit=time_limit, budget=budget)
 
 
 def link_load(res, bandwidth: float) -> float:
@@ -85,10 +84,10 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str) -> str:
     free = plan(profile=profiles["none"], ranks=RANKS, microbatches=MICROBATCHES, memory="none",
                 time_limit=UNCAPPED_SHARE * time_limit, budget=budget)
     uncapped = free.value
-    steps = {b: with_offload(base, profiles, b, OFFLOAD_SHARE * time_limit, budget) for b in BANDWIDTHS}
+    steps = {b: with_offload(profiles, b, cap, time_limit, budget) for b in BANDWIDTHS}
     mid = steps[50e9]
     summary = mid.offload
-    won = summary.get("row") if summary["chosen"] else "none helps"
+    won = summary.get("row", "none helps") + ("" if summary["chosen"] or "row" not in summary else " (nothing moves)")
     hides = "—" if not summary["chosen"] else "yes" if summary.get("transfers_hide") else "no"
     cells = [ms(base.value), ms(uncapped), f"{100 * (base.value - uncapped) / uncapped:.1f}%",
              f"**{ms(mid.value)}**", f"{100 * (base.value - mid.value) / base.value:.1f}%",

@@ -48,22 +48,26 @@ def _plan(tmp_path, *extra, memory=BINDS):
 
 
 @pytest.mark.parametrize("memory", ["7GiB", BINDS, "none"])
-def test_offload_auto_is_never_worse_than_the_plan_without_it(memory):
+@pytest.mark.parametrize("bandwidth", [0.5e9, 50e9])
+def test_offload_auto_is_never_worse_than_the_plan_without_it(memory, bandwidth):
     from schedc.planning.ac import plan_mode
-    from schedc.planning.offload import OFFLOAD_SHARE, plan_with_offload
+    from schedc.planning.offload import plan_offload
+    from schedc.solver.deadline import counting_work
 
-    kw = dict(ranks=RANKS, microbatches=M, memory=memory, placement="loop", budget="work")
-    with_offload = plan_with_offload({None: units()}, HostLink(), time_limit=6, **kw)
-    # the same plan without offload, on its own work clock for the share --offload auto gives it
-    without = plan_mode(units(), None, None, time_limit=(1 - OFFLOAD_SHARE) * 6, **kw)
-    assert with_offload.value <= without.value * (1 + 1e-9)
-    assert with_offload.offload["step_without_offload"] == pytest.approx(without.value)
-    rows = {r["row"]: r for r in with_offload.offload["rows"]}
+    without = plan_mode(units(), None, None, ranks=RANKS, microbatches=M, memory=memory, placement="loop",
+                        time_limit=3, budget="work")
+    with counting_work(3):
+        res = plan_offload(without, HostLink(bandwidth=bandwidth), 3, {"offload only": without.units})
+    assert res.value <= without.value * (1 + 1e-9)
+    assert res.offload["step_without_offload"] == without.value
+    rows = {r["row"]: r for r in res.offload["rows"]}
     assert list(rows) == ["nothing", "checkpointing only", "offload only", "both"]
-    assert rows["nothing"]["step"] == pytest.approx(without.value)
-    # the bound allows offload: it is the uncapped one, never above the plan's step
-    assert with_offload.bound <= with_offload.value and with_offload.report["plan"]["bound_assumes"].startswith(
-        "over every partition and schedule without a memory cap")
+    assert rows["nothing"]["step"] == without.value and not rows["checkpointing only"]["fits"]
+    if not res.offload["chosen"] and "row" not in res.offload:  # nothing shorter: the plan itself
+        assert res.schedule == without.schedule and res.report["memory_actions"] == []
+    # the bound allows offload: the uncapped one, never above the plan's step
+    assert res.bound <= res.value
+    assert res.report["plan"]["bound_assumes"].startswith("over every partition and schedule without a memory cap")
 
 
 def test_where_the_cap_binds_offload_shortens_the_plan_and_its_actions_fit_the_csv(tmp_path):

@@ -39,7 +39,7 @@ from schedc.core.partition import partition_bound
 from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError
 from schedc.planning.clock import clock_now, compile_within, stop_requested
-from schedc.planning.problem import own_bound, problem_for
+from schedc.planning.problem import holds_one_microbatch, own_bound, problem_for
 from schedc.planning.result import PlanResult
 
 OFFLOAD_SHARE = 0.5  # of the time limit, for offloading the plan's candidates
@@ -58,8 +58,7 @@ def _uncapped(problem):
 
 def _splits_backward(compiled) -> bool:
     """Whether the schedule runs I and W on a stage the compiler merges into B (a checkpointed
-    stage): torch refuses that, and the memory actions name those I's, so such a candidate is
-    dropped rather than merged."""
+    stage), which torch refuses under checkpointing."""
     from schedc.solver.graph import graph_of
 
     g = graph_of(compiled.problem)
@@ -95,7 +94,34 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
         if e.param != "memory":
             raise
         return None
-    return None if _splits_backward(out) else out
+    return _whole_backwards(out, problem, link)
+
+
+def _whole_backwards(out, problem, link: HostLink):
+    """`out` with every checkpointed stage's backward whole (B at I's place, as torch runs it;
+    schedc.planning.ac.whole_backwards), where its order, a hand-made one, splits them; its
+    offloads chosen again on the merged order (their fetch points may name the merged I's and
+    W's). None when they no longer make it fit. Cost: the chooser's, once."""
+    from schedc.planning.ac import whole_backwards
+    from schedc.solver.offload import choose_offload, offload_summary
+
+    if not _splits_backward(out):
+        return out
+    merged = whole_backwards(out)
+    if not out.report["memory_actions"]:
+        return merged if merged.sim.fits else None
+    choice = choose_offload(merged.schedule, problem.profile, problem.memory, link, problem.runtime)
+    if not choice.fits:
+        return None
+    report = dict(merged.report)
+    before = out.report["offload"]
+    report["memory_actions"] = choice.to_json()
+    report["offload"] = dict(before, **offload_summary(choice, problem.profile, before["step_without_offload"],
+                                                       problem.objective))
+    report["predicted"] = dict(report.get("predicted", {}), makespan=choice.sim.makespan, span=choice.sim.span,
+                               peak_memory_per_rank=list(choice.sim.peak_memory), fits_memory=True)
+    value = choice.sim.objective(problem.objective)
+    return replace(merged, sim=choice.sim, report=report, gap=max(0.0, (value - merged.lower_bound) / value))
 
 
 def _candidates(form: Profile, plan: PlanResult, own: bool, placements, objective) -> list:
@@ -141,8 +167,12 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
         for pl, counts in _candidates(form, plan, own, placements, objective):
             problem = plan.compiled.problem if own and (pl, counts) == (plan.placement, tuple(plan.counts)) \
                 else problem_for(form, counts, pl, ranks, M, limit, objective)
+            if not holds_one_microbatch(problem):  # offload moves what F made: the cap must hold one
+                continue
             queue.append((own_bound(_uncapped(problem)), kind, form, pl, counts, problem))
-    queue.sort(key=lambda q: q[0])
+    # the plan's own partition first (its compile is the capped one already), then by bound:
+    # the chooser takes no deadline, so the first candidates are the ones sure to be tried
+    queue.sort(key=lambda q: (q[5] is not plan.compiled.problem, q[0]))
     best: dict = {}  # kind -> (compiled, form, placement, counts)
     shortest = plan.value
     for k, (lb, kind, form, pl, counts, problem) in enumerate(queue):
@@ -154,6 +184,7 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
         capped = plan.compiled if problem is plan.compiled.problem else None
         res = offload_partition(problem, link, left / (len(queue) - k), seed, capped)
         if res is None:
+            say(f"[{clock_now() - t0:6.1f}s] offload, {kind}: {pl} {list(counts)}: nothing fits")
             continue
         say(f"[{clock_now() - t0:6.1f}s] offload, {kind}: {pl} {list(counts)}: {res.value:.6g} "
             f"({len(res.report['memory_actions'])} microbatches moved)")
