@@ -681,13 +681,16 @@ def fsdp_measure(csv: str = "zb-h1", layers: int = 4, seq: int = 16, timeout: fl
     counted = unit_profile(**shape, seq=seq, impl="torchtitan", device="cpu", dtype="bfloat16",
                            param_dtype="float32", grad_dtype="float32", dp_shard=2, torch=torch.__version__)
     units = counted.stages
-    per_stage = [sum(u.static_bytes for u in units[:1 + layers // 2]),
-                 sum(u.static_bytes for u in units[1 + layers // 2:])]
+    stages = [units[:1 + layers // 2], units[1 + layers // 2:]]
+    per_stage = [sum(u.static_bytes for u in stage) for stage in stages]
+    # a stage's last W or B bounds the reduce-scatter's rise above the static bytes (fsdp_transients)
+    rise = [max(max(u.transient("W"), u.transient("B")) for u in stage) for stage in stages]
     out = []
     for r in results:
         samples = r["samples"]
         total = max(sum(s[k] for k in FSDP_KINDS) for s in samples)
         out.append({"pp": r["pp"], "dp": r["dp"], "params": r["params"], "counted": per_stage[r["pp"]],
+                    "transient": rise[r["pp"]],
                     "measured": total, **{k: max(s[k] for s in samples) for k in FSDP_KINDS},
                     "first_unsharded": next(s for s in samples if s["at"] == "F start")["unsharded params"],
                     "per_param": counted.assumes["fsdp_unsharded_bytes_per_param"]})

@@ -140,3 +140,22 @@ def test_fsdp_count_defaults_to_the_release_the_counts_follow():
     default = unit_profile(layers=2, hidden=64, vocab=100, seq=8, dtype="bfloat16", dp_shard=2)
     assert default.assumes == given.assumes and [u.static_bytes for u in default.stages] == \
         [u.static_bytes for u in given.stages]
+
+
+def test_fsdp_reduce_scatter_and_added_gradients_follow_the_torch_release():
+    """From 2.15 a later W adds its fp32 gradient into the held one, and a group's reduce-scatter
+    (its fp32 input, its bf16 weights resharded) rises above the static bytes: both are the
+    transients of the unit's W and B; before 2.15 the held bf16 slot covers the reduce-scatter."""
+    from schedc.model_costs import unit_profile
+    from schedc.model_costs.profile import fsdp_transients
+
+    assert fsdp_transients("bfloat16", "float32", 4, "2.14.1") == (0.0, 0.0)
+    assert fsdp_transients("bfloat16", "float32", 4, "2.15.0") == (4.0, 2.0)
+    assert fsdp_transients("bfloat16", "bfloat16", 2, "2.15.0") == (2.0, 0.0)
+    shape = dict(layers=2, hidden=64, vocab=100, seq=8, dtype="bfloat16", impl="torchtitan", dp_shard=2)
+    old, new = unit_profile(**shape, torch="2.14"), unit_profile(**shape, torch="2.15")
+    params = new.stages[1].static_bytes / ((2 + 4 + 4 + 8) / 2 + 2 + 4)
+    layer_old, layer_new = old.stages[1], new.stages[1]
+    assert layer_old.transient("W") == 0.0
+    assert layer_new.transient("W") >= 2 * params and layer_new.transient("B") >= 2 * params
+    assert layer_new.transient("I") == layer_old.transient("I")  # I adds no gradient to a parameter

@@ -228,6 +228,10 @@ class Run:
     held: str
     names: str
     assumes: dict
+    # FSDP2 from torch 2.15 on (fsdp_transients): bytes per parameter of the gradient a W adds into
+    # the held one (0: it adds none) and the reduce-scatter's rise above the static bytes
+    fsdp_w_grad_bytes: float = 0.0
+    fsdp_reduce_excess_per_param: float = 0.0
 
 
 def resolve(s: ModelShape, settings: RunSettings) -> Run:
@@ -290,6 +294,7 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
     reserve = r.reserve_bytes if r.reserve_bytes is not None else (CUDA_RESERVE_BYTES if device == "cuda" else 0.0)
     fsdp = dp_shard > 1 if fsdp is None else fsdp
     unsharded = fsdp_held(s.dtype, grad_dtype, grad, r.torch) if fsdp else 0.0
+    w_grad, excess = fsdp_transients(s.dtype, grad_dtype, grad, r.torch) if fsdp else (0.0, 0.0)
     summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
     assumes = {"model_type": s.family, "seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
@@ -310,7 +315,8 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
                static_per_param=p_bytes + grad + opt, fsdp_held_per_param=unsharded, dp_shard=dp_shard, tp=tp,
                reserve_bytes=reserve, flops=r.flops_per_second, memory_bandwidth=r.memory_bandwidth,
                bandwidth=r.bandwidth, latency=r.latency, tp_bandwidth=r.tp_bandwidth, tp_latency=r.tp_latency,
-               held=held, names=names, assumes=assumes)
+               held=held, names=names, assumes=assumes, fsdp_w_grad_bytes=w_grad,
+               fsdp_reduce_excess_per_param=excess)
 
 
 def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float, torch: str = COUNTED_FOR_TORCH) -> float:
@@ -333,6 +339,32 @@ def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float, torch: str = C
     e = DTYPE_BYTES[act_dtype]
     upcast = grad_dtype != act_dtype
     return e + grad_bytes + (e if upcast and _split_w_keeps_compute_grad(torch) else 0.0)
+
+
+def fsdp_transients(act_dtype: str, grad_dtype: str, grad_bytes: float,
+                    torch: str = COUNTED_FOR_TORCH) -> tuple[float, float]:
+    """(bytes per parameter of the gradient a W adds into the held one, bytes per parameter the
+    reduce-scatter rises above the static bytes) under FSDP2 and torch's pipelining; (0, 0) before
+    torch 2.15.
+
+    From 2.15 a W after the step's first finds the reduce-dtype ``.grad`` there and adds its own,
+    produced in the reduce dtype (``pipelining/_backward.py`` 344-358, ``weight.grad += dw``), as a
+    W without FSDP2 adds its gradient (``memory.accumulated_grads``). Before 2.15 the post-backward
+    hook has moved ``.grad`` away, so W only sets it (:func:`fsdp_held`). At REDUCE_GRAD each FSDP
+    group (one unit: a block, the embedding, the norm and head) reshards its compute-dtype weights,
+    then copies its reduce-dtype gradients into the reduce-scatter's input while they are still
+    held (``_fsdp_param_group.py`` 2.15.0: ``post_backward`` 720-725, then ``foreach_reduce``):
+    ``grad_bytes - e`` per parameter of the group above the static bytes. The groups go last to
+    first (``_fsdp_state.py`` 2.15.0 470-471, ``finalize_backward``), each freeing its
+    gradients once copied in, so a stage rises most at its first; counted as its largest unit's, a
+    bound. Before 2.15 the split W's compute-dtype slot :func:`fsdp_held` counts is empty by then
+    and covers it. Cost: O(1)."""
+    e = DTYPE_BYTES[act_dtype]
+    copy = fsdp_held(act_dtype, grad_dtype, grad_bytes, torch) - e - grad_bytes
+    excess = max(0.0, grad_bytes - e - copy)
+    if _split_w_keeps_compute_grad(torch):
+        return 0.0, excess
+    return float(grad_bytes), excess
 
 
 def _split_w_keeps_compute_grad(torch: str) -> bool:

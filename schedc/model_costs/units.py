@@ -87,18 +87,27 @@ def build_units(s: ModelShape, run: Run) -> tuple[list[StageCost], float]:
     groups = memory.weight_groups(s, impl)
 
     # a W adds its new gradients into those earlier microbatches left: they are live until added
-    # (memory.accumulated_grads). FSDP2 moves the gradient out of .grad at each backward's hook
-    # (profile.fsdp_held counts that copy all step), and the textbook count has no transients
-    accumulates = not run.fsdp_held_per_param and impl != "paper"
+    # (memory.accumulated_grads). FSDP2 before torch 2.15 moves the gradient out of .grad at each
+    # backward's hook (profile.fsdp_held counts that copy all step); from 2.15 a W adds its
+    # reduce-dtype gradient and a B its compute-dtype one (profile.fsdp_transients). The textbook
+    # count has no transients
+    accumulates = impl != "paper" and (not run.fsdp_held_per_param or run.fsdp_w_grad_bytes > 0)
+    w_grad, b_grad = (run.fsdp_w_grad_bytes, e) if run.fsdp_w_grad_bytes else (run.param_bytes, run.param_bytes)
 
     def cost(fw, inp, wt, b: memory.UnitBytes, n_params, modules, unit_groups=()) -> StageCost:
         held = b.held if run.held == "torch" or impl != "paper" else b.wgrads
         transient = {k: v * tokens / tp for k, v in b.transient.items()}
         if accumulates and unit_groups:  # tensor parallelism splits the weights and the gradients alike
-            added = memory.accumulated_grads(unit_groups, run.param_bytes, e, tokens) / tp
+            added = memory.accumulated_grads(unit_groups, w_grad, e, tokens) / tp
             transient["W"] = transient.get("W", 0.0) + added
             if "B" in transient:  # a whole backward adds each new gradient as it comes: the largest
-                transient["B"] += max(n for n, _ in unit_groups) * run.param_bytes / tp
+                transient["B"] += max(n for n, _ in unit_groups) * b_grad / tp
+        if run.fsdp_reduce_excess_per_param:
+            # the unit's FSDP group's reduce-scatter at REDUCE_GRAD, after the step's last W or B,
+            # with nothing else above the static bytes: that action's transient bounds it
+            excess = run.fsdp_reduce_excess_per_param * n_params / tp
+            for kind in ("W", "B"):
+                transient[kind] = max(transient.get(kind, 0.0), excess)
         return StageCost(forward=fw, backward_input=inp, backward_weight=wt,
                          activation_bytes=b.activation * tokens / tp, weight_grad_bytes=held * tokens / tp,
                          transient_bytes={k: v for k, v in transient.items() if v} or None,
