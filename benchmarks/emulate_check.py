@@ -20,8 +20,16 @@ warm-up), prediction with the overhead, ratio, and per case the compiled schedul
 the best fitting hand-made schedule, measured, predicted and predicted without the overhead
 (positive = compiled faster).
 
+Offload (``--offload R,...``, issue 49's emulation check): per rank count R, identical stages
+compiled with ``--offload auto`` under ``--offload-memory`` (default 0.5p, where 1F1B's order
+does not fit without moving activations) over a link on which one microbatch's copy takes one
+mean F; the compiled CSV is emulated with its memory actions (each rank's copy streams sleeping
+on threads of their own) and without them (the same order, copies left out), each against its
+own prediction.
+
 Usage: python benchmarks/emulate_check.py [--quick] [--placement loop,v] [--profiles identical,
 transformer,edge] [--memory 1p,2p] [--ranks 4,8] [--time-limit S] [--unit S] [--steps N]
+[--offload 8 [--offload-only] [--offload-memory 0.5p]]
 --quick: loop and V, edge-heavy, 1p, 4 ranks, 5 s compiles. Timings depend on how loaded the host
 is (a sleeping rank wakes late on a busy host); say so when quoting them.
 """
@@ -39,12 +47,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schedc.core.baselines import make_baseline  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
+from schedc.core.host_link import HostLink  # noqa: E402
 from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.library import transformer_profile  # noqa: E402
 from schedc.runtime.emulate import emulate, scaled_costs  # noqa: E402
 from schedc.solver import Problem  # noqa: E402
 from schedc.solver.compile import compile_problem  # noqa: E402
 from schedc.solver.engines.warm import feasible_baselines  # noqa: E402
+from schedc.solver.offload import compile_with_offload  # noqa: E402
 
 PROFILES = {
     "identical": lambda n: Profile.uniform(n),
@@ -99,6 +109,27 @@ def run_case(placement, profile_name, memory, ranks, args, tmp: Path, overhead, 
     return [{"name": name, "run": run} for (name, _), run in zip(schedules, runs)]
 
 
+def run_offload_case(ranks: int, args, tmp: Path, overhead, transfer) -> list[dict]:
+    """The compiled schedule with offload on `ranks` ranks, emulated with its memory actions and
+    without (module docstring). The compiler plans with the runtime's costs (seconds) over the
+    link in seconds; the emulation takes the unit profile, the link in units, and the scale."""
+    profile = Profile.uniform(ranks).model_copy(update={"comm": 0.0})
+    scale = args.unit  # the mean F is one unit
+    units_link = HostLink(bandwidth=1.0, latency=0.0)  # one byte of activation per microbatch: one unit a copy
+    seconds_link = HostLink(bandwidth=1.0 / scale, latency=0.0)
+    measured = Problem.build(ranks, 2 * ranks, n_ranks=ranks, placement="loop", memory=args.offload_memory,
+                             profile=runtime_costs(profile, scale, overhead, transfer))
+    compiled = compile_with_offload(measured, seconds_link, args.time_limit, None, None, 0, "time")
+    actions = compiled.report.get("memory_actions", [])
+    path = tmp / f"offload-{args.offload_memory}-r{ranks}.csv"
+    write_csv(compiled.schedule, path)
+    with_copies, = emulate([path], profile, scale=scale, steps=args.steps, warmup=1, memory_actions=actions,
+                           link=units_link)
+    without, = emulate([path], profile, scale=scale, steps=args.steps, warmup=1)
+    return [{"name": f"compiled, {len(actions)} offloads", "run": with_copies},
+            {"name": "same order, no copies", "run": without}]
+
+
 def margin(rows: list[dict], key) -> tuple[str, float]:
     """(best hand-made name, (best hand-made - compiled) / best hand-made) under `key`."""
     hand = [r for r in rows if r["name"] != "compiled"]
@@ -119,11 +150,16 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per compile (default 30)")
     ap.add_argument("--unit", type=float, default=0.02, help="seconds the mean F sleeps (default 0.02)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per schedule (default 5)")
+    ap.add_argument("--offload", default="", metavar="R,...",
+                    help="also the offload case on these rank counts (e.g. 8)")
+    ap.add_argument("--offload-only", action="store_true", help="only the offload case")
+    ap.add_argument("--offload-memory", default="0.5p", help="the offload case's memory limit (default 0.5p)")
     args = ap.parse_args(argv)
     if args.quick:
         args.profiles, args.memory, args.ranks, args.time_limit = "edge", "1p", "4", 5.0
-    cases = [(pl, pr, mem, int(r)) for r in args.ranks.split(",") for pl in args.placement.split(",")
-             for pr in args.profiles.split(",") for mem in args.memory.split(",")]
+    cases = [] if args.offload_only else [
+        (pl, pr, mem, int(r)) for r in args.ranks.split(",") for pl in args.placement.split(",")
+        for pr in args.profiles.split(",") for mem in args.memory.split(",")]
     print("| case | schedule | measured | predicted | ratio |")
     print("|---|---|---:|---:|---:|")
     summary, ratios = [], []
@@ -145,6 +181,15 @@ def main(argv=None) -> int:
             _, plain = margin(rows, lambda r: r.plain_prediction.makespan)
             summary.append(f"| {label} | {best} | {100 * measured:+.1f}% | {100 * predicted:+.1f}% "
                            f"| {100 * plain:+.1f}% |")
+        for ranks in [int(r) for r in args.offload.split(",") if r]:
+            if ("loop", ranks) not in overheads:
+                overheads["loop", ranks] = measure_overhead("loop", ranks, args, Path(tmp))
+            label = f"loop identical {args.offload_memory} {ranks} ranks, offload"
+            for row in run_offload_case(ranks, args, Path(tmp), *overheads["loop", ranks]):
+                r = row["run"]
+                ratios.append(r.ratio)
+                print(f"| {label} | {row['name']} | {1e3 * r.measured_step:.1f} ms | {1e3 * r.predicted_step:.1f} ms "
+                      f"| {r.ratio:.3f} |", flush=True)
     print()
     print("| case | best fitting hand-made | compiled's margin, measured | predicted | without overhead |")
     print("|---|---|---:|---:|---:|")
