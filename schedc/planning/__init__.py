@@ -37,7 +37,7 @@ Method (:func:`plan`, one module per step):
    ``least_memory`` looks for a schedule with the plan's step and a lower peak, ``limiter`` says
    what limits the step, ``comparisons`` adds torchtitan's default split with its own classes and
    ``report`` writes ``plan.json``'s fields. ``ac.plan_ac`` makes activation checkpointing a choice
-   of the plan. docs/design.md ("The plan") gives the measurements behind these rules.
+   of the plan, ``offload.plan_with_offload`` offload to host memory. docs/design.md ("The plan") gives the measurements behind these rules.
 Under ``budget="work"`` every share of the time is read on the work clock of
 schedc.solver.deadline (``clock``; the search charges a fixed cost per partition bounded, listed or
 screened) and the two-rank and block relaxations, which run on the wall clock, are left out: the

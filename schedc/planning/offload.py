@@ -11,11 +11,13 @@ Method (:func:`plan_offload`): the plan without offload runs first (``plan``, or
 profile form apart: the plan's own units (with ``--ac auto`` the checkpointing it chose) and,
 under ``--ac auto``, the units without checkpointing. For each form the partitions are the plan's
 (where its units are the form), the comparison rows' and, per placement tried, the partition that
-reaches the bound over partitions without a cap. Each (form, partition), shortest uncapped own
-bound first, gets the compiles of ``--offload auto`` (schedc.solver.offload: without a cap and the
-discounted problems; the plan's own compile is the capped one of its partition) and the chooser
-on their answers and the hand-made schedules over the cap (``offload_result``); a candidate whose
-uncapped own bound cannot beat the shortest step so far is skipped. The plan keeps the shortest
+reaches the bound over partitions without a cap. Each (form, partition), the plan's own first
+(its compile is the capped one of its partition) and then by uncapped own bound, gets the
+compiles of ``--offload auto`` (schedc.solver.offload: without a cap and the discounted problems)
+and the chooser on their answers and the hand-made schedules over the cap (``offload_result``);
+an order that splits a checkpointed stage's backward is merged into B and offloaded again. A
+candidate that cannot hold one microbatch (offload moves only what F made), or whose uncapped
+own bound cannot beat the shortest step so far, is skipped. The plan keeps the shortest
 that fits, and the plan without offload where nothing is shorter: never worse than
 ``--offload none``. The rows "nothing", "checkpointing only", "offload only" and "both" are the
 best of each kind found on the way. Bound: the bound over partitions without a cap of the units
@@ -23,8 +25,9 @@ without checkpointing (checkpointing only adds work, offload only adds waits), s
 offload is to the uncapped step, and the report says so.
 
 Cost: the plan's, then up to four compiles per candidate in ``OFFLOAD_SHARE`` of the time and
-the chooser's simulations (schedc.solver.offload); one uncapped dynamic program per placement
-and form.
+the chooser's simulations (schedc.solver.offload: up to S x M per schedule tried, with no
+deadline of their own, so a candidate may run past its share); one uncapped dynamic program per
+placement and form.
 """
 
 from __future__ import annotations
