@@ -22,14 +22,14 @@ the best fitting hand-made schedule, measured, predicted and predicted without t
 
 Offload (``--offload R,...``, issue 49's emulation check): per rank count R, identical stages
 compiled with ``--offload auto`` under ``--offload-memory`` (default 0.5p, where 1F1B's order
-does not fit without moving activations) over a link on which one microbatch's copy takes one
-mean F; the compiled CSV is emulated with its memory actions (each rank's copy streams sleeping
+does not fit without moving activations) over a link on which one microbatch's copy takes
+``--offload-copy`` mean Fs (default 1); the compiled CSV is emulated with its memory actions (each rank's copy streams sleeping
 on threads of their own) and without them (the same order, copies left out), each against its
 own prediction.
 
 Usage: python benchmarks/emulate_check.py [--quick] [--placement loop,v] [--profiles identical,
 transformer,edge] [--memory 1p,2p] [--ranks 4,8] [--time-limit S] [--unit S] [--steps N]
-[--offload 8 [--offload-only] [--offload-memory 0.5p]]
+[--offload 8 [--offload-only] [--offload-memory 0.5p] [--offload-copy F]]
 --quick: loop and V, edge-heavy, 1p, 4 ranks, 5 s compiles. Timings depend on how loaded the host
 is (a sleeping rank wakes late on a busy host); say so when quoting them.
 """
@@ -115,8 +115,9 @@ def run_offload_case(ranks: int, args, tmp: Path, overhead, transfer) -> list[di
     link in seconds; the emulation takes the unit profile, the link in units, and the scale."""
     profile = Profile.uniform(ranks).model_copy(update={"comm": 0.0})
     scale = args.unit  # the mean F is one unit
-    units_link = HostLink(bandwidth=1.0, latency=0.0)  # one byte of activation per microbatch: one unit a copy
-    seconds_link = HostLink(bandwidth=1.0 / scale, latency=0.0)
+    # one byte of activation per microbatch: --offload-copy units a copy
+    units_link = HostLink(bandwidth=1.0 / args.offload_copy, latency=0.0)
+    seconds_link = HostLink(bandwidth=1.0 / (args.offload_copy * scale), latency=0.0)
     measured = Problem.build(ranks, 2 * ranks, n_ranks=ranks, placement="loop", memory=args.offload_memory,
                              profile=runtime_costs(profile, scale, overhead, transfer))
     compiled = compile_with_offload(measured, seconds_link, args.time_limit, None, None, 0, "time")
@@ -154,6 +155,8 @@ def main(argv=None) -> int:
                     help="also the offload case on these rank counts (e.g. 8)")
     ap.add_argument("--offload-only", action="store_true", help="only the offload case")
     ap.add_argument("--offload-memory", default="0.5p", help="the offload case's memory limit (default 0.5p)")
+    ap.add_argument("--offload-copy", type=float, default=1.0, metavar="F",
+                    help="the offload case's copy time, in mean Fs (default 1)")
     args = ap.parse_args(argv)
     if args.quick:
         args.profiles, args.memory, args.ranks, args.time_limit = "edge", "1p", "4", 5.0
@@ -184,7 +187,7 @@ def main(argv=None) -> int:
         for ranks in [int(r) for r in args.offload.split(",") if r]:
             if ("loop", ranks) not in overheads:
                 overheads["loop", ranks] = measure_overhead("loop", ranks, args, Path(tmp))
-            label = f"loop identical {args.offload_memory} {ranks} ranks, offload"
+            label = f"loop identical {args.offload_memory} {ranks} ranks, offload, {args.offload_copy:g} F a copy"
             for row in run_offload_case(ranks, args, Path(tmp), *overheads["loop", ranks]):
                 r = row["run"]
                 ratios.append(r.ratio)

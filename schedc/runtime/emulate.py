@@ -286,6 +286,8 @@ def _emulate_one(run: dict, spec: dict, rank: int, world: int) -> dict:
         steps(int(spec["warmup"]))
         OVERSHOOT.clear()
         timed = steps(int(spec["steps"]))
+        if streams is not None:
+            streams.begin_step()  # a copy stream that failed in the last step says so here
     finally:
         if streams is not None:
             streams.close()

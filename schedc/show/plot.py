@@ -305,6 +305,7 @@ def _draw_streams(ax, res: SimResult, n_ranks: int, pt_per_time: float, row_pt: 
     direction, a pale band for the step so an idle stream shows); returns the labels
     ``stage:microbatch`` of the copies wide enough for one, for :func:`_draw_gantt` to write."""
     from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgba
 
     labels = []
     for direction, (y0, y1) in _STREAM_BANDS.items():
@@ -317,8 +318,6 @@ def _draw_streams(ax, res: SimResult, n_ranks: int, pt_per_time: float, row_pt: 
         color = _STREAM_COLORS[direction]
         ax.add_collection(PolyCollection(verts, facecolors=color, edgecolors="white", linewidths=0.3,
                                          gid=f"copies-{direction}", zorder=2))
-        from matplotlib.colors import to_rgba
-
         for c in copies:
             text = f"{c.stage}:{c.microbatch}"
             font = _label_font(row_pt * (y1 - y0), (c.end - c.start) * pt_per_time, len(text), low=4.0)
