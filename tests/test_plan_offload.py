@@ -95,7 +95,10 @@ def test_where_the_cap_binds_offload_shortens_the_plan_and_its_actions_fit_the_c
     assert "offload (50 GB/s per direction): " in out.stdout and "rows: nothing " in out.stdout
     assert "without a memory cap (offload relaxes it)" in out.stdout
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("torchtitan and NeMo AutoModel cannot launch"))
-    assert 'the best plan they can launch is "nothing"' in line and "longer" in line
+    assert 'the best plan they can launch is "nothing"' in line and "--ac none --offload none writes it" in line
+    launch = summary["frameworks_launch"]
+    assert launch["row"] == "nothing" and launch["longer_by"] == pytest.approx(launch["step"] - report["plan"]["step"])
+    assert launch["longer_by"] > 0
     assert "plan_settings('plan.json')" in out.stdout
     # schedc validate takes the plan's actions with its CSV
     valid = _schedc("validate", "plan.csv", "--memory-actions", "plan.json", cwd=tmp_path)
@@ -147,3 +150,24 @@ def test_with_ac_auto_the_rows_hold_checkpointing_and_the_plan_is_the_shortest_t
     fitting = [r["step"] for r in rows.values() if r["fits"]]
     assert res.value == pytest.approx(min(fitting))
     assert res.value <= res.offload["step_without_offload"] * (1 + 1e-9)
+
+
+def test_cli_ac_auto_with_offload_prints_the_four_rows_and_records_them(tmp_path):
+    from test_plan import _modes  # noqa: E402
+
+    for mode, profile in _modes(units()).items():
+        profile.save(tmp_path / f"{mode}.json")
+    out = _schedc("plan", "--profile", "none=none.json", "--profile", "selective=selective.json", "--profile",
+                  "full=full.json", "--ac", "auto", "--offload", "auto", "--host-bandwidth", "25GB/s", "--ranks",
+                  str(RANKS), "--mb", str(M), "--memory", "7GiB", "--placement", "loop", "--time-limit", "8",
+                  "--budget", "work", "--quiet", "-o", "plan.csv", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "plan.json").read_text())
+    rows = {r["row"]: r for r in report["offload"]["rows"]}
+    assert list(rows) == ["nothing", "checkpointing only", "offload only", "both"]
+    # 7 GiB: checkpointing fits a shorter step than none; the plan is the shortest row that fits
+    assert rows["checkpointing only"]["fits"] and rows["checkpointing only"]["step"] < rows["nothing"]["step"]
+    assert report["plan"]["step"] == pytest.approx(min(r["step"] for r in rows.values() if r["fits"]))
+    assert report["assumes"]["host_bandwidth"] == 25e9
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("  rows: "))
+    assert all(name in line for name in rows) and "offload (25 GB/s per direction)" in out.stdout

@@ -445,8 +445,6 @@ def format_handoff(res) -> str:
 def _cannot_launch(res) -> str:
     """torchtitan and NeMo AutoModel run no memory actions and one checkpointing mode for every
     layer: for a plan that offloads, one line saying so and the best row they can launch."""
-    from schedc.planning.offload import launchable_row
-
     if res.offload is None or not res.offload["chosen"]:
         return ""
     p = res.compiled.problem
@@ -454,11 +452,11 @@ def _cannot_launch(res) -> str:
     def t(x):
         return format_duration(x, p.profile, digits=6)
 
-    row = launchable_row(res)
-    if row is None:
+    launch = res.offload["frameworks_launch"]
+    if launch["row"] is None:
         return ("torchtitan and NeMo AutoModel cannot launch this plan (it offloads to host memory) and nothing "
                 "they can launch fits the cap; run it with schedc's runtime")
     return (f"torchtitan and NeMo AutoModel cannot launch this plan (it offloads to host memory): the best plan "
-            f"they can launch is \"{row['row']}\" ({row['what']}), step {t(row['step'])}, "
-            f"{t(row['step'] - res.value)} ({100 * (row['step'] - res.value) / res.value:.1f}%) longer; the same "
-            f"command with --offload none writes it")
+            f"they can launch is \"{launch['row']}\", step {t(launch['step'])}, {t(launch['longer_by'])} "
+            f"({100 * launch['longer_by'] / res.value:.1f}%) longer; the same command with --ac "
+            f"{launch['activation_checkpoint']} --offload none writes it")

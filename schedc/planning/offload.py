@@ -41,6 +41,7 @@ from schedc.core.host_link import HostLink
 from schedc.core.partition import partition_bound
 from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError
+from schedc.frameworks import launchable_modes
 from schedc.planning.clock import clock_now, compile_within, stop_requested
 from schedc.planning.problem import holds_one_microbatch, own_bound, problem_for
 from schedc.planning.result import PlanResult
@@ -209,7 +210,7 @@ def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements
     # --offload auto found: kept too (never worse than --offload none)
     found = [(res.value, kind) for kind, (res, *_) in best.items()]
     win = min(found)[1] if found and min(found)[0] < plan.value * (1 - REL) else None
-    rows = offload_rows(plan, best)
+    rows = offload_rows(plan, best, forms)
     none_units = forms.get("offload only", plan.units)
     bound = min(uncapped_bound(none_units, plan, placements), plan.value)
     if win is None:
@@ -222,21 +223,35 @@ def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements
         out = replace(plan, compiled=res, units=form, counts=list(counts), placement=pl, least_memory=None,
                       candidates=plan.candidates + [{"placement": pl, "units_per_stage": list(counts),
                                                      "offload": win, "step": res.value}])
+        if win == "offload only" and plan.ac is not None and plan.ac.chosen != "none":
+            # offloading the units without checkpointing won: the plan checkpoints nothing
+            out = replace(out, ac=replace(plan.ac, chosen="none"),
+                          assumes={**plan.assumes, "activation_checkpoint": "none"})
         actions = res.report["memory_actions"]
         summary = dict(res.report["offload"], chosen=bool(actions), row=win, step_without_offload=plan.value)
         if not actions:
             summary["why"] = "an order found without a cap fits as it is: no microbatch moves"
     bound = min(bound, out.value)
     summary.update(rows=rows, lower_bound_assumes=BOUND_SOURCE, link=link.assumes())
+    launch = launchable_row(summary)
+    mode = plan.assumes.get("activation_checkpoint", (plan.units.assumes or {}).get("activation_checkpoint"))
+    mode = mode if isinstance(mode, str) else None
+    # torchtitan and NeMo run no memory actions: what they can launch, where the plan offloads
+    summary["frameworks_launch"] = None if not summary["chosen"] else {
+        "row": None if launch is None else launch["row"],
+        "activation_checkpoint": None if launch is None else launch.get("launchable_mode", mode or "none"),
+        "step": None if launch is None else launch["launchable_step"],
+        "longer_by": None if launch is None else launch["launchable_step"] - out.value}
     summary["memory_actions"] = len(actions)
     out = replace(out, bound=bound, bounds={pl: bound for pl in placements}, offload=summary,
                   assumes={**out.assumes, **link.assumes(), "offload": "auto"})
     return out
 
 
-def offload_rows(plan: PlanResult, best: dict) -> list[dict]:
+def offload_rows(plan: PlanResult, best: dict, forms: dict) -> list[dict]:
     """The side-by-side rows: nothing, checkpointing only, offload only, both; each its step
-    (None: nothing of that kind fits or it was not planned), whether it fits and what it is."""
+    (None: nothing of that kind fits or it was not planned), whether it fits and what it is;
+    `forms` the kinds offloaded (plan_offload's)."""
     ac = plan.ac
     mode = plan.assumes.get("activation_checkpoint", (plan.units.assumes or {}).get("activation_checkpoint"))
     checkpoints = mode not in (None, "none")
@@ -245,10 +260,17 @@ def offload_rows(plan: PlanResult, best: dict) -> list[dict]:
         none_step = ac.global_steps.get("none")
         rows.append(_row("nothing", none_step, "no checkpointing, no offload"))
         others = [v for m, v in ac.global_steps.items() if m != "none" and v is not None]
-        others += [plan.value] if ac.chosen != "none" else []
-        if ac.per_stage is not None and any(m != "none" for m in map(str, ac.per_stage.get("modes", []))):
+        others += [plan.value] if _checkpoints([ac.chosen]) else []
+        if ac.per_stage is not None and _checkpoints(ac.per_stage.get("modes", [])):
             others.append(ac.per_stage["step"])
-        rows.append(_row("checkpointing only", min(others, default=None), f"--ac auto chose {ac.chosen}"))
+        ckpt = _row("checkpointing only", min(others, default=None),
+                    f"--ac auto chose {ac.chosen}" if others else
+                    "no checkpointing mode planned beats no checkpointing (--ac auto)")
+        # torchtitan and NeMo launch one of their modes for every layer: this row's best of those
+        ckpt["launchable_step"], ckpt["launchable_mode"] = min(
+            ((v, m) for m, v in ac.global_steps.items() if m != "none" and v is not None and m in launchable_modes()),
+            default=(None, None))
+        rows.append(ckpt)
     elif checkpoints:
         rows.append(_row("nothing", None, "not planned: the profile checkpoints (--ac auto plans both)"))
         rows.append(_row("checkpointing only", plan.value, f"activation checkpointing {mode}"))
@@ -257,8 +279,9 @@ def offload_rows(plan: PlanResult, best: dict) -> list[dict]:
         rows.append(_row("checkpointing only", None, "not planned: give --ac auto"))
     for kind in ("offload only", "both"):
         if kind not in best:
-            rows.append(_row(kind, None, "nothing fits with offload" if kind == "offload only" or checkpoints
-                             or ac is not None else "not planned: give --ac auto"))
+            rows.append(_row(kind, None, "nothing fits with offload" if kind in forms else
+                             "not planned: --ac auto chose no checkpointing" if ac is not None else
+                             "not planned: give --ac auto"))
             continue
         res, _, pl, counts = best[kind]
         rows.append(dict(_row(kind, res.value, f"{len(res.report['memory_actions'])} microbatches moved"),
@@ -266,16 +289,24 @@ def offload_rows(plan: PlanResult, best: dict) -> list[dict]:
     return rows
 
 
+def _checkpoints(modes) -> bool:
+    """Whether a list of modes (per stage, an entry per block where it is a list) checkpoints."""
+    flat = [m for entry in modes for m in (entry if isinstance(entry, (list, tuple)) else [entry])]
+    return any(m not in ("none", "none-b", None) for m in flat)
+
+
 def _row(kind: str, step: Optional[float], what: str) -> dict:
-    return {"row": kind, "step": step, "fits": step is not None, "what": what}
+    """One row; ``launchable_step``: the step of the row that torchtitan and NeMo can launch (no
+    memory actions, one of their checkpointing modes for every layer), None where they cannot."""
+    launchable = step if kind in ("nothing", "checkpointing only") else None
+    return {"row": kind, "step": step, "fits": step is not None, "what": what, "launchable_step": launchable}
 
 
-def launchable_row(res: PlanResult) -> Optional[dict]:
-    """The best row torchtitan and NeMo can launch (no memory actions, one checkpointing mode):
-    "nothing" or "checkpointing only" of the rows, or the plan itself when it needs neither."""
-    summary = res.offload or {}
-    rows = [r for r in summary.get("rows", []) if r["row"] in ("nothing", "checkpointing only") and r["fits"]]
-    return min(rows, key=lambda r: r["step"], default=None)
+def launchable_row(summary: Optional[dict]) -> Optional[dict]:
+    """Of a plan's offload summary's rows, the one whose ``launchable_step`` (what torchtitan and
+    NeMo can launch of it) is the least; None when they can launch none."""
+    rows = [r for r in (summary or {}).get("rows", []) if r.get("launchable_step") is not None]
+    return min(rows, key=lambda r: r["launchable_step"], default=None)
 
 
 def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budget: str = "time",
