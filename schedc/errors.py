@@ -7,7 +7,7 @@ import re
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 class SchedcError(Exception):
@@ -180,7 +180,11 @@ def signals_held(*signals: int) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.getsignal(s) for s in signals if callable(signal.getsignal(s))}
+    previous: dict[int, Callable[[int, Any], Any]] = {}
+    for s in signals:
+        handler = signal.getsignal(s)
+        if callable(handler):
+            previous[s] = handler
     came: list[int] = []
     for s in previous:
         signal.signal(s, lambda signum, frame: came.append(signum))

@@ -67,6 +67,9 @@ def test_bad_factories_are_one_line_errors(tmp_path, capsys):
         build_user_model("examples/llama.py", None, {})
     with pytest.raises(SchedcError, match="has no function nope"):
         build_user_model(f"{ROOT / 'examples' / 'llama.py'}:nope", None, {})
+    (tmp_path / "model.txt").write_text("def stages(): pass\n")  # a file path no importer reads
+    with pytest.raises(SchedcError, match="model.txt is not a Python file: give a .py file"):
+        build_user_model(f"{tmp_path / 'model.txt'}:stages", None, {})
     with pytest.raises(SchedcError, match="does not have"):
         split_by_fqns(torch.nn.Linear(2, 2), [["weightless"]])
     assert cli.main(["profile", "--model", LLAMA, "--model-arg", "layers=1", "-o", str(tmp_path / "x.json")]) == 2

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from schedc.core.ir import Action, Cell, Kind, Overlap, Schedule, loop_placement, v_placement
 from schedc.errors import ParameterError, SchedcError, literal
@@ -205,11 +205,11 @@ def _ranks_for(info: BaselineInfo, n: int, n_ranks: Optional[int]) -> int:
 # ---------------------------------------------------------------- one stage per rank
 
 
-def _gpipe(p: int, v: int, m: int) -> list[list[Cell]]:
+def _gpipe(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     return [[Action(r, Kind.F, k) for k in range(m)] + [Action(r, Kind.B, k) for k in range(m)] for r in range(p)]
 
 
-def _1f1b(p: int, v: int, m: int) -> list[list[Cell]]:
+def _1f1b(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     if m < p:
         raise ParameterError("microbatches", f"1f1b needs {{param}} >= {{param:stages}} ({p}) like torch's "
                                              f"Schedule1F1B; got {m} (use gpipe, or more microbatches)")
@@ -224,7 +224,7 @@ def _1f1b(p: int, v: int, m: int) -> list[list[Cell]]:
     return rows
 
 
-def _zb_h1(p: int, v: int, m: int) -> list[list[Cell]]:
+def _zb_h1(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     """1F1B with B split into I and W. Rank r keeps 1F1B's R-1-r warm-up forwards and runs I
     where 1F1B runs B; the W of its first r backwards is postponed (W of microbatch j follows
     I of microbatch j + r), so every rank keeps R microbatches in flight at most, and the
@@ -247,7 +247,7 @@ def _zb_h1(p: int, v: int, m: int) -> list[list[Cell]]:
     return rows
 
 
-def _zb_h2(p: int, v: int, m: int) -> list[list[Cell]]:
+def _zb_h2(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     """ZB-H2, built as the unit-time list schedule the paper draws (Figure 3, bottom): all
     passes take one time unit; at every step each rank runs, in priority, the next I if its
     inputs are there, else the next F if its inputs are there and the rank holds fewer than
@@ -306,7 +306,7 @@ def _rounds(name: str, p: int, m: int) -> int:
     return m // rounds
 
 
-def _interleaved(p: int, v: int, m: int, zero_bubble: bool) -> list[list[Cell]]:
+def _interleaved(p: int, v: int, m: int, zero_bubble: bool) -> Sequence[Sequence[Cell]]:
     """Megatron's interleaved 1F1B as torch runs it (ScheduleInterleaved1F1B), and its
     zero-bubble variant (ScheduleInterleavedZeroBubble, the paper's ZB1P).
 
@@ -361,15 +361,15 @@ def _interleaved(p: int, v: int, m: int, zero_bubble: bool) -> list[list[Cell]]:
     return rows
 
 
-def _interleaved_1f1b(p: int, v: int, m: int) -> list[list[Cell]]:
+def _interleaved_1f1b(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     return _interleaved(p, v, m, zero_bubble=False)
 
 
-def _interleaved_zb(p: int, v: int, m: int) -> list[list[Cell]]:
+def _interleaved_zb(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     return _interleaved(p, v, m, zero_bubble=True)
 
 
-def _looped_bfs(p: int, v: int, m: int) -> list[list[Cell]]:
+def _looped_bfs(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     """Breadth-first: every microbatch through local stage 0, then local stage 1, ...; then the
     backwards from the last local stage down, newest microbatch first (as torch orders them)."""
     rows = []
@@ -384,7 +384,7 @@ def _looped_bfs(p: int, v: int, m: int) -> list[list[Cell]]:
 # ---------------------------------------------------------------- two stages per rank, V placement
 
 
-def _zb_v(p: int, v: int, m: int) -> list[list[Cell]]:
+def _zb_v(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     """ZB-V (zero-bubble paper, section 6; torch's ScheduleZBVZeroBubble). Rank r holds stage
     r (chunk 0, going down the V) and 2R-1-r (chunk 1, coming back up). Warm-up: 2(R-r)-1
     chunk-0 forwards, then r pairs (chunk-1 F, chunk-0 F), then R-r triples (chunk-1 F I W).
@@ -397,7 +397,7 @@ def _zb_v(p: int, v: int, m: int) -> list[list[Cell]]:
     for r in range(p):
         s0, s1 = r, n - 1 - r
         cnt = {(s, k): 0 for s in (s0, s1) for k in "FIW"}
-        row: list[Cell] = []
+        row: list[Action] = []
 
         def add(*steps: tuple[int, str]) -> None:
             for s, kind in steps:
@@ -426,7 +426,7 @@ def _zb_v(p: int, v: int, m: int) -> list[list[Cell]]:
     return rows
 
 
-def _dualpipev(p: int, v: int, m: int) -> list[list[Cell]]:
+def _dualpipev(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     """DeepSeek's DualPipeV as torch orders it (ScheduleDualPipeV). Rank r holds stages r and
     2R-1-r. Phases: 2(R-1-r) chunk-0 F's; r+1 pairs (F0, F1); R-1-r triples (I1, W, F1); the
     main phase of M-2R+r+1 pairs of overlapped cells (F0 with B1, F1 with B0; the last rank
@@ -524,7 +524,8 @@ def _v_with_w(kinds: _Slots, split: bool) -> _Slots:
     """Kinds 0-3 plus their W's: walking the slots, each I leaves a W pending (of its own stage
     when `split`, the second stage's first) and each empty slot takes a pending one; W's still
     pending at the last pass follow it back to back."""
-    heads, pending, w = [0] * 4, [0, 0], [[], []]
+    heads, pending = [0] * 4, [0, 0]
+    w: _Slots = [[], []]
     t = last = max(lst[-1] for lst in kinds)
     for t in range(last + 1):
         when, k = min((kinds[k][heads[k]], k) for k in range(4) if heads[k] < len(kinds[k]))
@@ -639,7 +640,7 @@ def _v_reorder(ranks: list[_Slots], explicit_w: bool) -> list[_Slots]:
     return _v_squeeze(ranks)
 
 
-def _v_controllable(p: int, m: int, memory: str) -> list[list[Cell]]:
+def _v_controllable(p: int, m: int, memory: str) -> Sequence[Sequence[Cell]]:
     """The building block repeated for every microbatch, reordered with explicit W's, reordered
     again with the W's left to fill gaps, the W's split back to their stages; each rank runs its
     passes in slot order."""
@@ -656,17 +657,17 @@ def _v_controllable(p: int, m: int, memory: str) -> list[list[Cell]]:
     return rows
 
 
-def _v_half(p: int, v: int, m: int) -> list[list[Cell]]:
+def _v_half(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     """V-Half: forwards 2 slots apart, about half of 1F1B's activation memory."""
     return _v_controllable(p, m, "half")
 
 
-def _v_min(p: int, v: int, m: int) -> list[list[Cell]]:
+def _v_min(p: int, v: int, m: int) -> Sequence[Sequence[Cell]]:
     """V-Min: forwards 1 slot apart, about a third of 1F1B's activation memory."""
     return _v_controllable(p, m, "min")
 
 
-_GENERATORS: dict[str, Callable[[int, int, int], list[list[Cell]]]] = {
+_GENERATORS: dict[str, Callable[[int, int, int], Sequence[Sequence[Cell]]]] = {
     "gpipe": _gpipe,
     "1f1b": _1f1b,
     "zb-h1": _zb_h1,

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
 
@@ -266,8 +266,8 @@ class SegmentStage:
     StageCost."""
 
     segs: "Segments"
-    i: object
-    j: object
+    i: Union[int, np.ndarray]
+    j: Union[int, np.ndarray]
 
     def _at(self, table: np.ndarray):
         return table[self.i, self.j]
@@ -357,7 +357,7 @@ class Segments:
 def has_new_terms(profile: "Profile") -> bool:
     """True when some action allocates at I (weight_grad_bytes > activation_bytes) or has
     transient bytes: the relaxations that assume neither use their fallback."""
-    return any(c.weight_grad_bytes > c.activation_bytes or c.transient_bytes for c in profile.stages)
+    return any((c.weight_grad_bytes or 0.0) > c.activation_bytes or c.transient_bytes for c in profile.stages)
 
 
 def _room(memory: Optional["MemoryLimit"], profile: "Profile", placement: Sequence[int], fixed: list[float],

@@ -49,7 +49,7 @@ import math
 import numbers
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Sequence, Union
+from typing import Annotated, Any, Final, Literal, Optional, Sequence, Union, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -59,7 +59,7 @@ from schedc.core.formatting import format_bytes, format_memory, format_ms, forma
 from schedc.core.ir import KIND_TABLE, TORCH_KINDS, Kind
 from schedc.errors import ParameterError, SchedcError, literal
 
-PROFILE_FORMAT = "schedc.profile/v1"
+PROFILE_FORMAT: Final = "schedc.profile/v1"
 RUNTIMES = ("torch", "ideal")
 # Activation checkpointing of a layer, fastest first: each keeps fewer bytes after F and recomputes
 # more inside the backward. "light" saves every matmul's and attention's output and recomputes the
@@ -149,9 +149,9 @@ class StageCost(BaseModel):
         """Bytes live only while this stage's `kind` action runs. A full backward B that no
         profile measured runs I then W back to back: the larger of the two, I's counted on top of
         what I adds to the held bytes."""
-        t = self.transient_bytes or {}
+        t = cast("dict[str, float]", self.transient_bytes or {})
         if kind == Kind.B and Kind.B not in t:
-            rise = max(0.0, self.weight_grad_bytes - self.activation_bytes)
+            rise = max(0.0, _held(self) - self.activation_bytes)
             return max(t.get(Kind.I, 0.0) + rise, t.get(Kind.W, 0.0))
         return float(t.get(kind, 0.0))
 
@@ -161,10 +161,17 @@ class StageCost(BaseModel):
         return self.backward_input + self.backward_weight
 
 
-def _merged_transients(units: Sequence[StageCost]) -> Optional[dict[str, float]]:
+def _held(cost: StageCost) -> float:
+    """weight_grad_bytes, which StageCost's validator fills when a profile leaves it out."""
+    assert cost.weight_grad_bytes is not None, "StageCost._defaults fills weight_grad_bytes"
+    return cost.weight_grad_bytes
+
+
+def _merged_transients(units: Sequence[StageCost]) -> Optional[dict[Literal["F", "I", "W", "B"], float]]:
     if not any(u.transient_bytes for u in units):
         return None
-    return {k: max(u.transient(k) for u in units) for k in TORCH_KINDS}
+    merged = {k: max(u.transient(k) for u in units) for k in TORCH_KINDS}
+    return cast("dict[Literal['F', 'I', 'W', 'B'], float]", merged)  # TORCH_KINDS are those letters
 
 
 class Profile(BaseModel):
@@ -317,7 +324,7 @@ class Profile(BaseModel):
                 backward_input=sum(u.backward_input for u in part),
                 backward_weight=sum(u.backward_weight for u in part),
                 activation_bytes=sum(u.activation_bytes for u in part),
-                weight_grad_bytes=sum(u.weight_grad_bytes for u in part),
+                weight_grad_bytes=sum(_held(u) for u in part),
                 static_bytes=sum(u.static_bytes for u in part),
                 # a unit's transient is live while that unit runs, on top of bytes the stage
                 # already counts from its action's start: the largest one bounds the stage's

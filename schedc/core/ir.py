@@ -252,7 +252,7 @@ def _check_divisible(n_stages: int, n_ranks: int) -> None:
 class Schedule:
     """Ordered cells per rank plus placement. ``rows[r]`` is what rank r runs, in order."""
 
-    rows: list[list[Cell]]
+    rows: Sequence[Sequence[Cell]]  # per rank; a list of lists is one
     placement: tuple[int, ...]  # placement[stage] = rank
     n_microbatches: int
     name: str = ""

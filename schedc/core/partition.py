@@ -48,7 +48,7 @@ import re
 import time
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -133,23 +133,30 @@ class Units:
         return m if m is not None else 1
 
 
-def one_microbatch_need(u: Units, segments) -> np.ndarray:
+def _segments(u: Units) -> Segments:
+    """The unit runs' byte fields, which Units.of builds where the cost model needs more than
+    act and wg (new terms, a reserve, boundary bytes): the callers below check ``u.extra``."""
+    assert u.extra is not None, "Units.of built no Segments for this profile"
+    return u.extra
+
+
+def one_microbatch_need(u: Units, segments):
     """The least running-sum peak of a rank holding the stages made of `segments` ((i, j)
     boundary arrays, in stage order): schedc.core.cost_model.microbatch_need, elementwise."""
-    return microbatch_need([u.extra.stage(i, j) for i, j in segments])
+    return microbatch_need([_segments(u).stage(i, j) for i, j in segments])
 
 
 def loop_least_need(u: Units, M: int, i, j):
     """The least cap of a loop rank holding units [i, j) as its one stage, M microbatches
     (schedc.core.cost_model.least_need with the buffers of its two boundaries; the pipeline's
     ends have none)."""
-    return segments_need(u.extra, [(i, j)], loop_buffers(u, M, i, j))
+    return segments_need(_segments(u), [(i, j)], loop_buffers(u, M, i, j))
 
 
 def v_least_need(u: Units, M: int, n_ranks: int, r: int, i, a, b, j):
     """The same for rank r of a V holding units [i, a) and [b, j): the middle rank's two stages
     meet on it (a == b), the other ranks' four boundaries cross to their neighbours."""
-    return segments_need(u.extra, [(i, a), (b, j)], v_buffers(u, M, n_ranks, r, i, a, b, j))
+    return segments_need(_segments(u), [(i, a), (b, j)], v_buffers(u, M, n_ranks, r, i, a, b, j))
 
 
 def loop_buffers(u: Units, M: int, i, j):
@@ -195,11 +202,11 @@ def minmax_loop(u: Units, n_stages: int, term: Callable[[int, np.ndarray, np.nda
     value = float(prev[U])
     if not math.isfinite(value):
         return value, None
-    counts, j = [], U
+    counts, end = [], U
     for k in range(S - 1, -1, -1):
-        i0 = int(choice[k][j])
-        counts.append(j - i0)
-        j = i0
+        i0 = int(choice[k][end])
+        counts.append(end - i0)
+        end = i0
     return value, counts[::-1]
 
 
@@ -245,13 +252,13 @@ def minmax_v(u: Units, n_ranks: int, term: Callable[[int, int, np.ndarray, np.nd
     value = float(nxt[0, U])
     if not math.isfinite(value):
         return value, None
-    front, back, i, j = [], [], 0, U
+    front, back, lo, hi = [], [], 0, U
     for arg in reversed(choices):  # r = 0 first
-        flat = int(arg[i, j])
+        flat = int(arg[lo, hi])
         a0, b0 = divmod(flat, U + 1)
-        front.append(a0 - i)
-        back.append(j - b0)
-        i, j = a0, b0
+        front.append(a0 - lo)
+        back.append(hi - b0)
+        lo, hi = a0, b0
     return value, front + back[::-1]
 
 
@@ -372,13 +379,13 @@ class _Rank:
     tail_f_hi: np.ndarray  # after its highest stage's last F
     w_lo: np.ndarray  # one W of its lowest stage
     room: np.ndarray  # bytes for microbatches: the cap less static bytes, receive buffers and the reserve
-    holds: np.ndarray  # whether some schedule fits the cap (the cost model's least cap)
+    holds: Union[np.ndarray, bool]  # whether some schedule fits the cap (the cost model's least cap)
     # read under a finite cap only: the most F-seconds it can run before its first backward, the
     # most I/W-seconds it can owe at its last F, the memory orders' and slots' cycle terms, and
     # the byte-seconds it holds over the step
     x: np.ndarray
     y: np.ndarray
-    slots: np.ndarray
+    slots: Union[np.ndarray, float]
     area: np.ndarray
 
 
@@ -631,7 +638,7 @@ def _loop_transitions(u: Units, S: int, term, theta: float):
 def _v_transitions(u: Units, R: int, term, theta: float):
     U = u.n
     idx = np.arange(U + 1)
-    steps = [dict() for _ in range(R)]
+    steps: list[dict] = [dict() for _ in range(R)]
     live = idx[:, None] == idx[None, :]  # states the inner ranks can finish from (with terms < theta)
     for r in range(R - 1, -1, -1):
         now = np.zeros((U + 1, U + 1), dtype=bool)

@@ -28,7 +28,7 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Protocol
 
 from schedc.core import cost_model
 from schedc.core.cost_model import CostModel, fits
@@ -49,8 +49,14 @@ def producers(action: Action, n_stages: int, backward_kind: dict[tuple[int, int]
                                                            n_stages, backward_kind)]
 
 
+class BackwardKinds(Protocol):
+    """(stage, microbatch) -> "I" or "B": a dict, or schedc.solver.graph's one entry per stage."""
+
+    def get(self, key: tuple[int, int], default: str, /) -> str: ...
+
+
 def producer_keys(s: int, kind: str, m: int, n_stages: int,
-                   backward_kind: dict[tuple[int, int], str]) -> list[tuple[tuple[int, str, int], int]]:
+                   backward_kind: BackwardKinds) -> list[tuple[tuple[int, str, int], int]]:
     """:func:`producers` as (stage, kind, microbatch) tuples, which hash far faster than Actions.
     The rules are the kind's row of schedc.core.ir.KIND_TABLE: the kinds of its own stage and
     microbatch it comes after, then what it receives from a neighbour (an activation from the
@@ -95,7 +101,7 @@ class SimResult:
     peak_memory: list[float]  # per rank, static bytes included
     memory_curve: list[list[tuple[float, float]]]  # per rank: (time, bytes held) steps
     memory_limit: list[float] = field(default_factory=list)  # per rank; inf when uncapped
-    runtime: str = "torch"  # the runtime model the costs were executed with
+    runtime: Optional[str] = "torch"  # the runtime model the costs were executed with (None: the profile names none)
     # with memory actions: every transfer on the copy streams, and per node the pinned host
     # memory they held at most against its cap
     copies: list["Copy"] = field(default_factory=list)
@@ -258,12 +264,13 @@ class _MemoryActionTimes:
         self.offloaded = {key: ma for key, ma in chosen.items() if ma.action == "offload"}
         self.nbytes = {key: offload_bytes(profile, key[0]) for key in self.offloaded}
         self.fetches_at: dict[Action, list[tuple[int, int]]] = {}
-        backward_index = {}
+        backward_index: dict[tuple[int, int], int] = {}
         for rank in range(schedule.n_ranks):
             for k, a in enumerate(schedule.actions(rank)):
                 if a.kind in (Kind.I, Kind.B):
                     backward_index.setdefault((a.stage, a.microbatch), k)
         for key, ma in self.offloaded.items():
+            assert ma.fetch_at is not None, "check_memory_actions fills every offload's fetch_at"
             self.fetches_at.setdefault(ma.fetch_at, []).append(key)
         for keys in self.fetches_at.values():
             keys.sort(key=lambda key: backward_index[key])
@@ -475,7 +482,7 @@ def walk(schedule: Schedule) -> Walk:
     order = [schedule.actions(r) for r in range(schedule.n_ranks)]
     actions = [a for row in order for a in row]
     rank_of = [r for r, row in enumerate(order) for _ in row]
-    keys = [(a.stage, a.kind, a.microbatch) for a in actions]
+    keys: list[tuple[int, str, int]] = [(a.stage, a.kind, a.microbatch) for a in actions]
     number: dict[tuple[int, str, int], int] = {}
     for i, key in enumerate(keys):
         number.setdefault(key, i)
@@ -504,8 +511,8 @@ def walk(schedule: Schedule) -> Walk:
                 deps.append(ids)
 
     first = [0]
-    for row in order:
-        first.append(first[-1] + len(row))
+    for acts in order:
+        first.append(first[-1] + len(acts))
     done = bytearray(len(actions))
     topo: list[int] = []
     position = first[:-1]  # per rank, the number of its next action

@@ -173,7 +173,7 @@ class Handoff:
         if not steps:
             return (f"{why}: run the plan under schedc's runtime, or plan with one mode for every layer "
                     f"({'/'.join(modes)}) for a plan {label} launches")
-        best = min(steps, key=steps.get)
+        best = min(steps, key=lambda m: steps[m])
         longer = "" if not self.step else f", {100 * (steps[best] - self.step) / self.step:+.1f}% against this plan's"
         return (f"{why}: run the plan under schedc's runtime; the best plan {label} can launch checkpoints every layer "
                 f"with {best}, step {steps[best]:.6g} s{longer} (schedc plan --ac {best})")

@@ -8,7 +8,7 @@ unchanged, with a warning. Cost: linear in the number of names.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, cast
 
 from schedc.core.partition import module_name_problem
 from schedc.errors import SchedcError
@@ -58,7 +58,8 @@ def check_module_names(partition: list[list[str]], where: str = "partition") -> 
 
 # (embedding, layer pattern, head modules) of a Llama-style model in each vocabulary: the names
 # per-unit profiles are written in (one table, model_costs'), which a framework module picks from
-VOCABULARIES: dict[str, tuple[str, str, tuple[str, ...]]] = UNIT_NAMES  # a framework's own lands there (register)
+# (a framework's own lands there: register); model_costs spells its entries with two head modules
+VOCABULARIES = cast("dict[str, tuple[str, str, tuple[str, ...]]]", UNIT_NAMES)
 _LABELS = {"torchtitan": "torchtitan's", "hf": "Hugging Face's (NeMo AutoModel's)"}
 
 

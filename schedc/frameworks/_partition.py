@@ -8,7 +8,7 @@ Cost: reading the CSV and one or two small JSON files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, TypeGuard, Union
 
 from schedc.errors import ParameterError, literal, python_spelling
 from schedc.frameworks._fit import partition_in
@@ -45,7 +45,7 @@ def _is_report_of(partition_file: Union[str, Path], csv: Union[str, Path]) -> bo
     return isinstance(recorded, str) and recorded == csvio.csv_sha256(Path(csv).read_bytes())
 
 
-def _is_partition(value) -> bool:
+def _is_partition(value) -> TypeGuard[list[list[str]]]:
     return isinstance(value, list) and bool(value) and all(
         isinstance(stage, list) and stage and all(isinstance(m, str) for m in stage) for stage in value)
 

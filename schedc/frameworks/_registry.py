@@ -16,6 +16,7 @@ from schedc.core.costs import AC_MODES
 from schedc.errors import ParameterError, literal
 from schedc.frameworks import nemo, torchtitan
 from schedc.frameworks._base import Framework
+from schedc.frameworks._names import VOCABULARIES
 from schedc.model_costs import UNIT_NAMES
 
 REGISTRY: dict[str, Framework] = {}
@@ -35,7 +36,7 @@ def register(framework: Framework) -> Framework:
             raise ParameterError("framework", f"{literal(framework.name)}: vocabulary "
                                               f"{literal(framework.vocabulary)} is none of {', '.join(UNIT_NAMES)}; "
                                               "give its names (embedding, layer pattern, head modules)", python=True)
-        UNIT_NAMES[framework.vocabulary] = framework.names
+        VOCABULARIES[framework.vocabulary] = framework.names
         _ADDED[framework.name] = framework.vocabulary
     REGISTRY[framework.name] = framework
     return framework

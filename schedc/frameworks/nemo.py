@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Optional
+from typing import Any, Optional
 
 from schedc.errors import ParameterError, SchedcError, python_spelling
 from schedc.frameworks._base import (
@@ -128,8 +128,8 @@ def settings(h: Handoff) -> dict:
                         "and the dataset's length to the one it was profiled at")
     dp = int(a.get("dp_shard") or 1)
     # strategy fsdp2 with no replication: every data-parallel rank shards, as the plan's dp_shard divides
-    distributed = {"strategy": "fsdp2", "pp_size": h.n_ranks, "tp_size": int(a.get("tp") or 1), "dp_size": dp,
-                   "dp_replicate_size": 1}
+    distributed: dict[str, Any] = {"strategy": "fsdp2", "pp_size": h.n_ranks, "tp_size": int(a.get("tp") or 1),
+                                   "dp_size": dp, "dp_replicate_size": 1}
     if a.get("sequence_parallel") and distributed["tp_size"] > 1:
         distributed["sequence_parallel"] = True
     mp_policy, model, precision_warnings = _precision(a)
@@ -179,9 +179,10 @@ def with_shared_modules(partition: list[list[str]], model_type: Optional[str]) -
 
 
 _NEMO_DTYPES = ("bfloat16", "float16", "float32")  # what dtype_from_str reads and FSDP2 computes in
-_OPTIMIZERS = {"adamw": {"_target_": "torch.optim.AdamW"}, "adam": {"_target_": "torch.optim.Adam"},
-               "sgd": {"_target_": "torch.optim.SGD", "momentum": 0.0},
-               "sgd-momentum": {"_target_": "torch.optim.SGD", "momentum": 0.9}}
+_OPTIMIZERS: dict[str, dict[str, Any]] = {
+    "adamw": {"_target_": "torch.optim.AdamW"}, "adam": {"_target_": "torch.optim.Adam"},
+    "sgd": {"_target_": "torch.optim.SGD", "momentum": 0.0},
+    "sgd-momentum": {"_target_": "torch.optim.SGD", "momentum": 0.9}}
 
 
 def _precision(a: dict) -> tuple[dict, dict, list[str]]:
@@ -235,7 +236,7 @@ def _fsdp(a: dict, mp_policy: dict, world: int) -> list[str]:
 def _optimizer(name, warnings: list[str]) -> dict:
     """The ``optimizer`` section's class for the optimizer whose states the plan counted."""
     if name is None or isinstance(name, str) and name in _OPTIMIZERS:
-        return dict(_OPTIMIZERS.get(name) or {})
+        return dict(_OPTIMIZERS[name]) if name is not None else {}
     counted = "no optimizer states" if name == "none" else f"the states of optimizer {ascii(name)[:20]}"
     warnings.append(f"the plan counts {counted}; the LLM recipe builds the optimizer of your YAML's optimizer "
                     "section, whose states add to what the plan counted")

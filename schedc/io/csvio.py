@@ -29,6 +29,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from schedc.core.ir import KIND_TABLE, OVERLAP_LABELS, Action, Cell, Kind, Overl
 from schedc.errors import SchedcError
 from schedc.io.fileio import atomic_write_text, read_input, read_json, write_all
 
-PathLike = Union[str, Path]
+PathLike = Union[str, os.PathLike[str]]  # a Path is one
 
 _OVERLAP = re.compile(r"\((.*)\)([A-Za-z_]*)")
 _COMM = re.compile(r"\d*(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*")
@@ -185,7 +186,8 @@ def _build(
         n_stages = max(owner) + 1
         if len(owner) < n_stages:
             # the first few gaps only: a stray huge stage number must not make this slow
-            missing, s = [], 0
+            missing: list[int] = []
+            s = 0
             while len(missing) < 9:
                 if s not in owner:
                     missing.append(s)

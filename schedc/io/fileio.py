@@ -32,11 +32,13 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Iterable, Mapping, TypeVar, Union
 
 from schedc.core import limits
 
-PathLike = Union[str, Path]
+PathLike = Union[str, os.PathLike[str]]  # a Path is one
+# a mapping is invariant in its key: a dict of Paths or of strs is a Mapping[_P, bytes]
+_P = TypeVar("_P", bound=PathLike)
 
 
 def _error(message: str):
@@ -232,16 +234,16 @@ def _keep_mode_and_owner(tmp: str, target: Path) -> None:
             pass  # only root may give a file away; the file then belongs to whoever writes it
 
 
-def write_all(files: Mapping[PathLike, bytes]) -> None:
+def write_all(files: Mapping[_P, bytes]) -> None:
     """Write several files all-or-nothing (see the module docstring). Files are renamed into place
     in the order given, so a reader that sees the last one sees all of them (schedc.io.csvio writes
     a report after its CSV and records the CSV's hash in it)."""
     temps: list[tuple[str, Path]] = []
     through: list[tuple[Path, bytes]] = []
     try:
-        for path, data in files.items():
-            _not_a_directory_name(path)
-            path = Path(path)
+        for given, data in files.items():
+            _not_a_directory_name(given)
+            path = Path(given)
             target, write_through = _resolve(path)
             if write_through:
                 through.append((path, data))

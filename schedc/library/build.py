@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from schedc.core.costs import MemoryLimit
+from schedc.core.ir import Schedule
 from schedc.core.tolerances import REL, TIE
 from schedc.errors import SchedcError
 from schedc.library.catalog import (
@@ -37,7 +38,7 @@ def setup_problem(setup: Setup):
                          profile=setup.profile(), memory=setup.memory, objective=LIBRARY_OBJECTIVE)
 
 
-def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[str, object]] = ()):
+def library_warm_start(problem, time_limit: float, candidates: Sequence[tuple[str, Schedule]] = ()):
     """The compiler's warm start (schedc.solver.engines.warm.warm_start, same budget as
     compile_problem gives it), with two library rules:
 
@@ -79,7 +80,7 @@ def compile_setup(
     setup: Setup,
     time_limit: float,
     progress: Optional[Callable[[dict], None]] = None,
-    candidates: Sequence[tuple[str, object]] = (),
+    candidates: Sequence[tuple[str, Schedule]] = (),
 ):
     """Compile one set-up exactly as the library does; returns the CompileResult. `candidates`:
     see :func:`library_warm_start`."""
@@ -117,7 +118,7 @@ def build_library(
     entries = []
     # tighter memory limits first, so that their answers can seed the looser ones
     order = sorted(range(len(setups)), key=lambda i: (_group(setups[i]), MemoryLimit.parse(setups[i].memory).value, i))
-    solved: dict[tuple, list[tuple[str, object]]] = {}
+    solved: dict[tuple, list[tuple[str, Schedule]]] = {}
     for k, setup in enumerate([setups[i] for i in order], 1):
         limit = time_limit_for(setup, max_limit)
         t0 = time.monotonic()

@@ -98,9 +98,9 @@ def transformer_profile(
     if layers < n_stages:
         raise SchedcError(f"transformer_profile: {layers} layers cannot fill {n_stages} stages (need >= 1 layer "
                           "per stage); use more layers or fewer stages")
-    for name, value in (("flops_per_second", flops_per_second), ("bandwidth", bandwidth)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise SchedcError(f"transformer_profile: {name} must be a finite number > 0, got {value!r:.40}")
+    for name, rate in (("flops_per_second", flops_per_second), ("bandwidth", bandwidth)):
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < float("inf"):
+            raise SchedcError(f"transformer_profile: {name} must be a finite number > 0, got {rate!r:.40}")
     if held not in ("torch", "paper"):
         raise SchedcError(f"transformer_profile: held must be 'torch' or 'paper', got {held!r}")
     h, s, b, V = float(hidden), float(seq), float(microbatch_size), float(vocab)

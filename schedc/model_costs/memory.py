@@ -72,12 +72,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from schedc.core.costs import AC_MODES
-from schedc.model_costs.shape import ModelShape
+from schedc.model_costs.shape import ModelShape, need
 
 Impl = Literal["hf", "torchtitan", "paper"]
-# the modes, fastest first (schedc.core.costs.AC_MODES is the one list)
-AC = Literal[AC_MODES]
+# one of the modes, fastest first (schedc.core.costs.AC_MODES is the one list, so no Literal here)
+AC = str
 
 
 @dataclass
@@ -95,9 +94,9 @@ class UnitBytes:
 def widths(s: ModelShape) -> tuple[float, float, float, float]:
     """(h, q, k, f): hidden, query width, key/value width, FFN width of a resolved shape."""
     h = float(s.hidden)
-    q = float(s.heads * s.head_dim) if s.heads else h
-    k = float(s.kv_heads * s.head_dim) if s.heads else h
-    return h, q, k, float(s.ffn_hidden)
+    q = float(s.heads * need(s.head_dim)) if s.heads else h
+    k = float(need(s.kv_heads) * need(s.head_dim)) if s.heads else h
+    return h, q, k, float(need(s.ffn_hidden))
 
 
 def _norm(width: float, rows: float, e: int, impl: Impl, device: str, layer_norm: bool) -> float:
@@ -116,7 +115,7 @@ def _mlp(s: ModelShape, e: int) -> tuple[float, float]:
         if s.mlp == "gelu":
             return 5 * e * f, e * f + e * h
         return 4 * e * f, 2 * e * f + e * h
-    E, k, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+    E, k, fe = float(s.experts), float(s.experts_per_token), float(need(s.moe_ffn_hidden))
     saved = 4 * E + e * E + k * (e * h + 4 * e * fe + e * h) + 16 * k
     grads = e * E + k * 2 * e * fe
     if s.shared_ffn_hidden:
@@ -143,9 +142,9 @@ def weight_groups(s: ModelShape, impl: Impl) -> list[tuple[float, float]]:
         bias = 1.0 if s.family in ("qwen2", "qwen2_moe") else 0.0
         attention = [(h * q + bias * q, q), (h * k + bias * k, k), (h * k + bias * k, k + h), (q * h, h)]
     if s.family in ("qwen3", "qwen3_moe"):  # q and k norms, registered after W_o
-        attention += [(float(s.head_dim), 2 * q), (float(s.head_dim), 2 * k)]
+        attention += [(float(need(s.head_dim)), 2 * q), (float(need(s.head_dim)), 2 * k)]
     if s.experts:
-        E, fe, slots = float(s.experts), float(s.moe_ffn_hidden), float(s.experts_per_token)
+        E, fe, slots = float(s.experts), float(need(s.moe_ffn_hidden)), float(s.experts_per_token)
         mlp = [(h * E, E), (2 * E * fe * h, slots * 2 * fe), (E * fe * h, slots * h)]
         if s.shared_ffn_hidden:
             fs = float(s.shared_ffn_hidden)
@@ -288,7 +287,7 @@ def _moe_peak_i(s: ModelShape, e: int) -> float:
     either the gradients of the routed outputs' gather back to token order (2 k w h, w the routing
     weights' bytes) or, with wide experts, the experts' SwiGLU backward (two FFN-wide gradients per
     slot, the experts' gathered input gone by then), or a wide shared expert's SwiGLU backward."""
-    h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+    h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(need(s.moe_ffn_hidden))
     w = 4 if s.family == "mixtral" else e
     gather = 2 * k * w * h + 2 * (w - 3) * h - 2 * E + 18 * k
     experts = 2 * k * e * fe - k * e * h - 2 * h
@@ -308,7 +307,7 @@ def _moe_checkpointed_f(s: ModelShape, e: int, selective: bool) -> float:
     (k e h). Selective saves the router's logits and top-k's output (its indices; in Mixtral also
     the weights, top-k's own fp32 values), so those are kept bytes, not transient. A shared expert
     (Qwen2-MoE) adds its output, or peaks in its own SwiGLU."""
-    h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+    h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(need(s.moe_ffn_hidden))
     w = 4 if s.family == "mixtral" else e
     base = e * h + e * E + (28 + 2 * w) * k + k * e * h
     if selective:
@@ -345,7 +344,7 @@ def _light_saved(s: ModelShape, e: int) -> float:
         return attention + e * (3 * h + h + f + h)
     mlp = e * (2 * f + h)
     if s.experts:  # the router's logits; per routed slot gate and up (one grouped matmul), down
-        E, k_slots, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+        E, k_slots, fe = float(s.experts), float(s.experts_per_token), float(need(s.moe_ffn_hidden))
         mlp = e * E + k_slots * e * (2 * fe + h)
         if s.shared_ffn_hidden:  # its gate, up and down linears and its sigmoid gate's linear
             mlp += e * (2 * float(s.shared_ffn_hidden) + h) + e
@@ -364,7 +363,7 @@ def _light_peak_f(s: ModelShape, e: int, device: str) -> float:
         return 3 * e * f + e * h
     if not s.experts:
         return 2 * e * f
-    k, fe = float(s.experts_per_token), float(s.moe_ffn_hidden)
+    k, fe = float(s.experts_per_token), float(need(s.moe_ffn_hidden))
     w = 4 if s.family == "mixtral" else e
     if device == "cuda":
         # measured on an H100 (benchmarks/gpu_layers.py: Qwen3-30B-A3B, Mixtral-8x7B, Qwen1.5-MoE at
@@ -386,7 +385,7 @@ def _selective_matmuls(s: ModelShape, impl: Impl) -> list[tuple[float, float, bo
         qkv = [(h, q + 2 * k, "mm")] if impl == "torchtitan" else [(h, q, bias), (h, k, bias), (h, k, bias)]
         mlp = [(h, f, "mm"), (h, f, "mm"), (f, h, "mm")]  # gate, up, down (torchtitan: w1, w3, w2)
         if s.experts:  # the router, then per routed slot gate and up (one grouped matmul) and down
-            E, slots, fe = float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+            E, slots, fe = float(s.experts), float(s.experts_per_token), float(need(s.moe_ffn_hidden))
             mlp = [(h, E, "mm"), (slots * h, 2 * fe, "grouped"), (slots * fe, h, "grouped")]
             if s.shared_ffn_hidden:  # Qwen2-MoE: the shared expert before the router, its gate after
                 fs = float(s.shared_ffn_hidden)

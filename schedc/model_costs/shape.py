@@ -65,6 +65,13 @@ def dtype_name(dtype: str, where: str = "dtype") -> str:
     return name
 
 
+def need(value: Optional[int]) -> int:
+    """A field that :meth:`ModelShape.resolved` fills (the widths; ``moe_ffn_hidden`` of an MoE
+    shape): the counts read resolved shapes only."""
+    assert value is not None, "the counts read a ModelShape.resolved() shape"
+    return value
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """A decoder-only transformer as the counts see it.
@@ -171,7 +178,7 @@ _FIELDS = {
 # are read (hf_defaults), and tests/test_config_edges.py checks this table against them. A field
 # whose default is None is absent here: transformers derives it (kv heads = heads, head_dim =
 # hidden / heads, GPT-2's n_inner = 4 x n_embd), and so does read_hf_config.
-HF_DEFAULTS = {
+HF_DEFAULTS: dict[str, dict[str, object]] = {
     "llama": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000,
               "intermediate_size": 11008, "tie_word_embeddings": False},
     "mistral": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000,

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from schedc.core.costs import PER_OP_AC
 from schedc.model_costs.memory import widths
-from schedc.model_costs.shape import DTYPE_BYTES, ModelShape
+from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, need
 
 
 def recompute_traffic(s: ModelShape, impl: str, device: str, ac: str) -> float:
@@ -73,7 +73,7 @@ def recompute_traffic(s: ModelShape, impl: str, device: str, ac: str) -> float:
     if impl == "torchtitan":
         attention += 2 * e * (q + 2 * k)
     if s.family in ("qwen3", "qwen3_moe"):
-        attention += _rms_norm(q, float(s.heads), e, impl, device) + _rms_norm(k, float(s.kv_heads), e, impl, device)
+        attention += _rms_norm(q, float(need(s.heads)), e, impl, device) + _rms_norm(k, float(need(s.kv_heads)), e, impl, device)
     if s.experts:
         mlp = _moe(s, e)
     else:
@@ -113,7 +113,7 @@ def _rotary(w: float, d: float, e: int, impl: str, family: str) -> float:
 
 def _moe(s: ModelShape, e: int) -> float:
     """Routing, gathers and the experts' SwiGLU of transformers' grouped experts, per token."""
-    h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(s.moe_ffn_hidden)
+    h, E, k, fe = float(s.hidden), float(s.experts), float(s.experts_per_token), float(need(s.moe_ffn_hidden))
     mixtral = s.family == "mixtral"
     w = 4 if mixtral else e  # the routing weights' bytes: Mixtral keeps its top-k values in fp32
     router = (e + 4) * E + 8 * E + 4 * E + 12 * k + (20 * k + 8 if mixtral else (4 + e) * k)

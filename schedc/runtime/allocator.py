@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Any, Iterator, Literal, Optional
 
 import torch
 
@@ -56,7 +56,7 @@ class AllocatorTrace:
         self.cuda = self.device.type == "cuda"
         self.levels: dict[str, Levels] = {}
         self.peak = 0
-        self._prof = None
+        self._prof: Any = None  # torch.profiler.profile, on CPU only
         self._base = 0
         self._names: list[str] = []
 
@@ -73,7 +73,7 @@ class AllocatorTrace:
                 self._prof.__enter__()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         if self.cuda:
             torch.cuda.synchronize(self.device)
             self.peak = max([torch.cuda.max_memory_allocated(self.device) - self._base]

@@ -169,7 +169,7 @@ def _try_lock(f) -> bool:
 def remove_stale_dirs(where: Optional[str] = None) -> list[Path]:
     """Remove launch directories (in ``where``, default the temp directory) whose leader died
     without cleaning up: their ``leader.lock`` is not held. Returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     root = Path(where or tempfile.gettempdir())
     try:
         candidates = [d for d in root.glob(DIR_PREFIX + "*") if d.is_dir() and not d.is_symlink()]

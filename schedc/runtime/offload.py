@@ -69,7 +69,8 @@ class _Saved:
     __slots__ = ("host", "device", "copied_out", "fetched", "nbytes", "key")
 
     def __init__(self, key: tuple[int, int], host: torch.Tensor, copied_out: Any, nbytes: int):
-        self.key, self.host, self.copied_out, self.nbytes = key, host, copied_out, nbytes
+        self.key, self.copied_out, self.nbytes = key, copied_out, nbytes
+        self.host: Optional[torch.Tensor] = host
         self.device: Optional[torch.Tensor] = None
         self.fetched: Any = None
 
@@ -260,17 +261,19 @@ class MemoryRunner:
         return pack, unpack
 
     def _fetch_one(self, saved: _Saved, device: torch.device) -> None:
+        host = saved.host
+        assert host is not None, "both callers fetch only a tensor that still has its host copy"
         with torch.no_grad():
             if device.type == "cuda":
                 _, in_stream = self._copy_streams(device)
                 in_stream.wait_event(saved.copied_out)
                 with torch.cuda.stream(in_stream):
-                    saved.device = torch.empty(saved.host.shape, dtype=saved.host.dtype, device=device)
-                    saved.device.copy_(saved.host, non_blocking=True)
+                    saved.device = torch.empty(host.shape, dtype=host.dtype, device=device)
+                    saved.device.copy_(host, non_blocking=True)
                 saved.fetched = torch.cuda.Event()
                 saved.fetched.record(in_stream)
             else:
-                saved.device = saved.host.clone()
+                saved.device = host.clone()
         # a pinned buffer freed with its copy in flight is held by torch's host allocator until then
         saved.host = None
         self._host_bytes -= saved.nbytes

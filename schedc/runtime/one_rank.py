@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterator, Optional, Sequence
+from typing import Any, Callable, Collection, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -37,7 +37,7 @@ def one_rank_group(device: torch.device) -> Iterator[None]:
 
     device = torch.device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if backend == "nccl":  # NCCL binds the group to one GPU: name it, with its index
         index = device.index if device.index is not None else torch.cuda.current_device()
         torch.cuda.set_device(index)

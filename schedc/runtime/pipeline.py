@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -45,6 +45,9 @@ from schedc.core.memory_actions import MemoryAction, check_memory_actions
 from schedc.errors import ParameterError, SchedcError, literal, shown
 from schedc.runtime.checkpointing import apply_to_stage, check_split_backward, check_split_stages, stage_modes
 from schedc.runtime.torch_check import to_torch_order
+
+if TYPE_CHECKING:
+    from schedc.runtime.offload import MemoryRunner
 
 
 def read_schedule(csv_path: str | os.PathLike) -> Schedule:
@@ -149,7 +152,7 @@ class CsvSchedule(_PipelineScheduleRuntime):
 
     schedule: Schedule
     csv_path: str
-    memory = None
+    memory: Optional[MemoryRunner] = None
 
     def _step_microbatches(self, *args, **kwargs):
         if self.memory is None:

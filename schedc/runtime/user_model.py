@@ -76,6 +76,8 @@ def load_function(spec: str, flag: str = "--model") -> Callable:
             if not path.is_file():
                 raise bad(f"{path} is not a file")
             loader_spec = importlib.util.spec_from_file_location(f"_schedc_user_{path.stem}", path)
+            if loader_spec is None or loader_spec.loader is None:  # a suffix no importer reads (not .py)
+                raise bad(f"{path} is not a Python file: give a .py file")
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[loader_spec.name] = module  # dataclasses and pickling look modules up here
             loader_spec.loader.exec_module(module)

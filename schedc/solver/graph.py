@@ -70,6 +70,12 @@ SPLIT = (Kind.F,) + tuple(k for k in TORCH_KINDS if k.info.backward == "split")
 MERGED = (Kind.F,) + tuple(k for k in TORCH_KINDS if k.info.backward == "merged")
 
 
+def _present(i: Optional[int]) -> int:
+    """An id of a kind that the caller checked the stage runs (split stages run I and W, merged B)."""
+    assert i is not None, "the stage runs this kind"
+    return i
+
+
 class _StageBackward:
     """producer_keys' ``backward_kind`` lookup, (stage, microbatch) -> "I" or "B", from one
     entry per stage."""
@@ -119,11 +125,11 @@ class Graph:
         for s, r in enumerate(stage_rank):
             stages[r].append(s)
         costs = problem.costs
-        d = {k: [costs.duration(s, k) for s in range(S)] for k in TORCH_KINDS}
-        mem = {k: [costs.held(s, k) for s in range(S)] for k in TORCH_KINDS}
-        over = {k: [costs.over(s, k) for s in range(S)] for k in TORCH_KINDS}
-        trans = {k: [costs.transient(s, k) for s in range(S)] for k in TORCH_KINDS}
-        backward = [Kind.B if d[Kind.W][s] <= 0 else Kind.I for s in range(S)]
+        d: dict[str, list[float]] = {k: [costs.duration(s, k) for s in range(S)] for k in TORCH_KINDS}
+        mem: dict[str, list[float]] = {k: [costs.held(s, k) for s in range(S)] for k in TORCH_KINDS}
+        over: dict[str, list[float]] = {k: [costs.over(s, k) for s in range(S)] for k in TORCH_KINDS}
+        trans: dict[str, list[float]] = {k: [costs.transient(s, k) for s in range(S)] for k in TORCH_KINDS}
+        backward: list[str] = [Kind.B if d[Kind.W][s] <= 0 else Kind.I for s in range(S)]
         base, n = [], 0
         for s in range(S):
             base.append(n)
@@ -170,7 +176,7 @@ class Graph:
 
     def _view(self, act: list[float], wg: list[float], room: list[float]) -> "Graph":
         """This graph with the plain accounting of `act` and `wg` (no rise, no transient) and `room`."""
-        mem = {Kind.F: act, Kind.I: [-(a - w) for a, w in zip(act, wg)], Kind.W: [-w for w in wg], Kind.B: [-a for a in act]}
+        mem: dict[str, list[float]] = {Kind.F: act, Kind.I: [-(a - w) for a, w in zip(act, wg)], Kind.W: [-w for w in wg], Kind.B: [-a for a in act]}
         zero = [0.0] * self.S
         return Graph(
             problem=self.problem, S=self.S, M=self.M, R=self.R, stage_rank=self.stage_rank, stages=self.stages,
@@ -355,7 +361,7 @@ def memory_arcs(g: Graph) -> Optional[list[tuple[str, int, int, int]]]:
     its early stage beside its late stage's, W(early, j-1) precedes F(late, j), which raises
     the one-rank bound a lot (measured: docs/design.md, "The compiler").
     """
-    arcs = []
+    arcs: list[tuple[str, int, int, int]] = []
     for r, own in enumerate(g.stages):
         if math.isinf(g.caps[r]):
             continue
@@ -392,7 +398,7 @@ def memory_precedences(g: Graph) -> list[tuple[int, int]]:
         raise ValueError("a rank cannot hold one microbatch of its stages under the memory cap")
     out = []
     for kind, t, s, k in arcs:
-        src = g.id(t, g.backward[t] if kind == Kind.B else kind, 0)
+        src = _present(g.id(t, g.backward[t] if kind == Kind.B else kind, 0))
         for j in range(k, g.M):
             out.append((g.base[s] + j, src + j - k))
     return out
@@ -452,10 +458,10 @@ def orders_from_schedule(g: Graph, schedule: Schedule) -> list[list[int]]:
         for a in schedule.actions(r):
             s, m = a.stage, a.microbatch
             if g.backward[s] == Kind.I and a.kind == Kind.B:
-                row += [g.id(s, Kind.I, m), g.id(s, Kind.W, m)]
+                row += [_present(g.id(s, Kind.I, m)), _present(g.id(s, Kind.W, m))]
             elif g.backward[s] == Kind.B and a.kind in (Kind.I, Kind.W):
                 if a.kind == Kind.I:
-                    row.append(g.id(s, Kind.B, m))
+                    row.append(_present(g.id(s, Kind.B, m)))
             else:
                 row.append(g.id_of(a))
         orders.append(row)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Union
+from typing import Any, Optional, Union
 
 from schedc.core.tolerances import REL
 from schedc.solver import interrupt
@@ -79,7 +79,7 @@ class PairRelaxation:
 
         self.g, self.target, self.best = _exact_or_relaxed(graph_of(problem)), target, 0.0
         self.pairs: list[tuple[int, int]] = []
-        self.model = None
+        self.model: Optional[Any] = None  # ortools' CpModel, built on the first solve
         if self.g.problem.objective != "makespan" or not math.isfinite(target) or self.g.R < 2 \
                 or not cpsat_available():
             return  # (an infinite target: nothing found yet to measure against)
@@ -133,6 +133,7 @@ class PairRelaxation:
 
         from schedc.solver.engines import cpsat
 
+        assert self.model is not None, "_solve runs after _build"
         g, m = self.g, self.model.clone()
         for r in ranks:
             m.add_no_overlap([m.get_interval_var_from_proto_index(self.interval_index[i]) for i in g.by_rank[r]])

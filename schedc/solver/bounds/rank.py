@@ -87,8 +87,8 @@ def heads_and_tails(problem: Union[Problem, Graph]) -> Optional[HeadsTails]:
     bwd = np.concatenate([[0.0], np.cumsum(c + Bk[:-1])])  # backward chain from s down to 0
     fwd_tail = np.concatenate([np.cumsum((c + F[1:])[::-1])[::-1], [0.0]])  # forward chain s -> S-1
     hF, hB, hW = np.zeros((S, M)), np.zeros((S, M)), np.zeros((S, M))
-    head_of = {Kind.F: hF, Kind.B: hB, Kind.W: hW}
-    dur_of = {Kind.F: F, Kind.B: Bk, Kind.W: W}
+    head_of: dict[str, np.ndarray] = {Kind.F: hF, Kind.B: hB, Kind.W: hW}
+    dur_of: dict[str, np.ndarray] = {Kind.F: F, Kind.B: Bk, Kind.W: W}
     for m in range(M):
         x = np.zeros(S)
         if m > 0:
@@ -106,7 +106,7 @@ def heads_and_tails(problem: Union[Problem, Graph]) -> Optional[HeadsTails]:
             hW[:, m] = np.maximum(hW[:, m], hW[:, m - 1] + W)
     tF, tB, tW = np.zeros((S, M)), np.zeros((S, M)), np.zeros((S, M))
     for m in range(M - 1, -1, -1):
-        out = {Kind.F: np.zeros(S), Kind.B: np.zeros(S), Kind.W: np.zeros(S)}  # via the memory orders out of (., m)
+        out: dict[str, np.ndarray] = {Kind.F: np.zeros(S), Kind.B: np.zeros(S), Kind.W: np.zeros(S)}  # via the memory orders out of (., m)
         for kind, t, s, k in arcs:
             if m + k < M:
                 out[kind][t] = max(out[kind][t], F[s] + tF[s, m + k])

@@ -244,7 +244,7 @@ def relist_cooldown(problem: Union[Problem, Graph], sched: Schedule, expired: Ca
     given); meta["family"] says which family the answer comes from (1-3)."""
     g = graph_of(problem)
     problem = g.problem
-    members = []
+    members: list[tuple[float, int, int, bool, list[list[Action]]]] = []
     bound = lower_bound(g) if bound is None else bound
     # the third family keeps a round trip to a neighbour in reserve before a rank waits
     round_trip = 2 * max((problem.comm(b) for b in range(problem.n_stages - 1)), default=0.0)

@@ -250,7 +250,9 @@ def _intervals(m, inst: Graph, dur: list[int], horizon: int, fixed: Optional[dic
     between fixed actions cost nothing to build; `earliest[i]` is the lowest start of action i
     (what its fixed predecessors already imply)."""
     fixed = fixed or {}
-    starts, ends, intervals = [], [], []
+    starts: list = []
+    ends: list = []
+    intervals: list = []
     for i, a in enumerate(inst.actions):
         if i in fixed:
             starts.append(fixed[i])
@@ -363,7 +365,7 @@ def _add_memory(m, inst: Graph, bs: Scale, starts, ends, horizon: int, fixed: Op
                 if j is None or deltas[j] >= 0:
                     continue
                 hold(f, j, deltas[f] if rise else -deltas[j], f"{a}_{kind}")
-                if rise:
+                if rise and i is not None:  # rise holds only with an I
                     hold(i, j, deltas[i], f"{a}_rise")
         for j in acts:  # transients: live while their action runs
             a = inst.actions[j]
@@ -476,6 +478,7 @@ class CpsatEngine:
         res = Result(bound=out.cp_bound, proven=out.proven and out.cp_sim is not None,
                      bound_source="cp-sat (proven optimal)" if out.proven else "cp-sat bound")
         if out.cp_sim is not None:
+            assert out.cp_schedule is not None, "cp_sim simulates cp_schedule"
             res.schedule, res.sim = out.cp_schedule, out.cp_sim
             res.orders = canonical_orders(graph, orders_from_schedule(graph, out.cp_schedule))
             res.status = Status.OPTIMAL if out.proven else Status.FEASIBLE

@@ -248,7 +248,8 @@ class _ListScheduler:
         rule.group), or None; and the earliest time an I not yet ready becomes ready."""
         group, M, S, input_time = self.rule.group, self.a.M, self.a.S, self.a.input_time
         endF, endI, nextI = self.endF, self.endI, self.nextI
-        best_I, best_key, soon_I = None, None, INF
+        best_I, soon_I = None, INF
+        best_key: tuple[int, ...] = ()  # read only once best_I is set
         for s in self.stages_desc[r]:
             m = nextI[s]
             if m >= M or endF[s][m] < 0 or (s + 1 < S and endI[s + 1][m] < 0):
@@ -708,8 +709,9 @@ def polish(g: Graph, schedule: Schedule, source: str, end: float, deadline: Dead
     its backwards split into I + W: (schedule named ``schedc-<source>+ls``, its value), or None
     when `deadline` has passed or the split schedule does not re-time within the caps."""
     obj = g.problem.objective
-    orders = [[(x.stage, k, x.microbatch) for x in schedule.actions(r) for k in ((Kind.I, Kind.W) if x.kind == Kind.B else (x.kind,))]
-              for r in range(g.R)]
+    orders: list[list[tuple[int, str, int]]] = [
+        [(x.stage, k, x.microbatch) for x in schedule.actions(r) for k in ((Kind.I, Kind.W) if x.kind == Kind.B else (x.kind,))]
+        for r in range(g.R)]
     if deadline.expired():
         return None
     res = _retime(g, orders)
@@ -757,6 +759,7 @@ def _safe_construction(a: Graph, objective: str, bound: float, deadline: float, 
         pass
     orders = serial_orders(a)
     res = _retime(a, orders)
+    assert res is not None, "a serial order neither deadlocks nor misses an action"
     return orders, _value(res, objective), None, 1
 
 
@@ -808,6 +811,7 @@ def _local_search(a: Graph, orders, val: float, objective: str, deadline: float,
     if now() >= deadline:
         return orders, val, moves
     res = _retime(a, orders)
+    assert res is not None, "the search starts from a construction that re-timed"
     key = _search_key(res, objective)
     stale = 0
     while now() < deadline and stale < 20000:

@@ -565,6 +565,7 @@ def mip_start(m: OrderModel, incumbent_value: float) -> dict[str, float]:
             values[m.start[i].name] = min(max(m.incumbent_start[i], m.win.est[i]), m.win.lst[i])
     for (a, b), v in m.before.items():
         values[v.name] = 1.0 if m.incumbent_pos[a] < m.incumbent_pos[b] else 0.0
+    assert m.step is not None, "the model is built before its incumbent is set"
     values[m.step.name] = incumbent_value
     for var in m.prob.variables():
         if var.name in values:
@@ -771,10 +772,17 @@ def _solution_orders(m: OrderModel) -> Optional[list[list[int]]]:
     def value(i: int) -> Optional[float]:
         return m.start[i] if m.pinned[i] else m.start[i].varValue
 
-    if m.step.varValue is None or any(value(i) is None for i in range(m.inst.n)):
+    assert m.step is not None, "a solved model has its step variable"
+    if m.step.varValue is None:
         return None
+    starts: list[float] = []
+    for i in range(m.inst.n):
+        v = value(i)
+        if v is None:
+            return None
+        starts.append(v)
     # by start, then end: a zero-length action (stage 0's I under torch's runtime) that starts
     # with another one ran first
     dur = m.inst.dur
-    return [sorted(acts, key=lambda i: (round(value(i), 6), round(value(i) + dur[i], 6), m.win.est[i], i))
+    return [sorted(acts, key=lambda i: (round(starts[i], 6), round(starts[i] + dur[i], 6), m.win.est[i], i))
             for acts in m.inst.by_rank]

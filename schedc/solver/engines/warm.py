@@ -189,12 +189,11 @@ def _best_of_families(g: Graph, hard: Deadline, time_budget: float, tell: Callab
         tell(v_list.NAME, listed[1].objective(obj))
         if listed[1].objective(obj) <= bound + EPS * max(1.0, bound):
             return (*listed, v_list.NAME), True  # proven optimal (a hand-made one there would have returned)
-    res = heuristic.ListHeuristic(time_budget=time_budget * 0.6).run(g, None, hard)
-    best = (res.schedule, res.sim, "heuristic") if res.answered else None
+    found = _found(heuristic.ListHeuristic(time_budget=time_budget * 0.6).run(g, None, hard))
+    best = (*found, "heuristic") if found is not None else None
     if best is not None:
         tell("heuristic", best[1].objective(obj))
-    res = zb_rounds.ZbRounds().run(g, None, hard)
-    rounds = (res.schedule, res.sim) if res.answered else None
+    rounds = _found(zb_rounds.ZbRounds().run(g, None, hard))
     if rounds is not None:
         tell(zb_rounds.NAME, rounds[1].objective(obj))
     greedy_best = [b for b in feasible_baselines(g, hard) if b[0] not in {f[0] for f in fitting}]
@@ -214,6 +213,14 @@ def _best_of_families(g: Graph, hard: Deadline, time_budget: float, tell: Callab
     return _or_last_resort(g, best), False
 
 
+def _found(res: Result) -> Optional[tuple[Schedule, SimResult]]:
+    """The schedule and its simulation of an engine that answered, else None."""
+    if not res.answered:
+        return None
+    assert res.schedule is not None and res.sim is not None, "an engine that answers gives both"
+    return res.schedule, res.sim
+
+
 def _or_last_resort(g: Graph, best: Optional[tuple[Schedule, SimResult, str]]) -> tuple[Schedule, SimResult, str]:
     """`best`; where nothing that fits finished: after Ctrl-C, one quick construction (or
     KeyboardInterrupt), else SchedcError in one line."""
@@ -222,6 +229,7 @@ def _or_last_resort(g: Graph, best: Optional[tuple[Schedule, SimResult, str]]) -
         # Ctrl-C before anything that fits was found: one construction takes well under a second
         # here, and a schedule to write beats none
         sched = heuristic.heuristic_schedule(g, time_budget=0.0)
+        assert sched is not None, "without a deadline the heuristic finishes its construction"
         best = (sched, simulate(sched, problem.profile, problem.memory), "heuristic")
     if best is None and interrupt.requested():
         raise KeyboardInterrupt
