@@ -239,7 +239,8 @@ def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements
     # torchtitan and NeMo run no memory actions: what they can launch, where the plan offloads
     summary["frameworks_launch"] = None if not summary["chosen"] else {
         "row": None if launch is None else launch["row"],
-        "activation_checkpoint": None if launch is None else launch.get("launchable_mode", mode or "none"),
+        "activation_checkpoint": None if launch is None else "none" if launch["row"] == "nothing" else
+        launch.get("launchable_mode", mode),
         "step": None if launch is None else launch["launchable_step"],
         "longer_by": None if launch is None else launch["launchable_step"] - out.value}
     summary["memory_actions"] = len(actions)
@@ -273,7 +274,10 @@ def offload_rows(plan: PlanResult, best: dict, forms: dict) -> list[dict]:
         rows.append(ckpt)
     elif checkpoints:
         rows.append(_row("nothing", None, "not planned: the profile checkpoints (--ac auto plans both)"))
-        rows.append(_row("checkpointing only", plan.value, f"activation checkpointing {mode}"))
+        ckpt = _row("checkpointing only", plan.value, f"activation checkpointing {mode}")
+        if mode not in launchable_modes():  # light: schedc's runtime only
+            ckpt["launchable_step"] = None
+        rows.append(ckpt)
     else:
         rows.append(_row("nothing", plan.value, "no checkpointing, no offload"))
         rows.append(_row("checkpointing only", None, "not planned: give --ac auto"))
