@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from schedc.core.costs import PER_OP_AC, StageCost
 from schedc.model_costs import memory
-from schedc.model_costs.shape import DTYPE_BYTES, ModelShape
+from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, need
 
 if TYPE_CHECKING:
     from schedc.model_costs.profile import Run
@@ -19,7 +19,7 @@ def layer_params(s: ModelShape, impl: str) -> float:
     h, q, k, f = memory.widths(s)
     attention = h * q + 2 * h * k + q * h
     if s.experts:
-        mlp = s.experts * 3 * h * s.moe_ffn_hidden + h * s.experts
+        mlp = s.experts * 3 * h * need(s.moe_ffn_hidden) + h * s.experts
         mlp += 3 * h * s.shared_ffn_hidden + (h if s.shared_ffn_hidden else 0)
     else:
         mlp = (3 if s.mlp == "swiglu" else 2) * h * f
@@ -29,7 +29,7 @@ def layer_params(s: ModelShape, impl: str) -> float:
     if s.family in ("qwen2", "qwen2_moe"):
         extra += q + 2 * k
     if s.family in ("qwen3", "qwen3_moe"):
-        extra += 2 * s.head_dim
+        extra += 2 * need(s.head_dim)
     if s.family == "gpt2":
         extra += 2 * h + 3 * h + h + f + h  # norm biases, c_attn, c_proj, c_fc, mlp c_proj biases
     return attention + mlp + extra
@@ -40,7 +40,7 @@ def layer_flops(s: ModelShape, tokens: float, seq: float) -> tuple[float, float,
     per-token forward FLOPs."""
     h, q, k, f = memory.widths(s)
     if s.experts:
-        routed = s.experts_per_token * 3 * h * s.moe_ffn_hidden + 3 * h * s.shared_ffn_hidden + h * s.experts
+        routed = s.experts_per_token * 3 * h * need(s.moe_ffn_hidden) + 3 * h * s.shared_ffn_hidden + h * s.experts
         linear = 2 * tokens * (h * q + 2 * h * k + q * h + routed)
     else:
         linear = 2 * tokens * (h * q + 2 * h * k + q * h + (3 if s.mlp == "swiglu" else 2) * h * f)
@@ -76,9 +76,11 @@ def build_units(s: ModelShape, run: Run) -> tuple[list[StageCost], float]:
     collective = tp_collective_seconds(e * tokens * s.hidden, tp, run.tp_bandwidth, run.tp_latency)
 
     def tp_comm(unit: str) -> tuple[float, float, float]:
-        return tuple(n * collective for n in TP_COLLECTIVES[unit])
+        f, i, w = (n * collective for n in TP_COLLECTIVES[unit])
+        return f, i, w
     # sharded states, plus what FSDP2 under torch's pipelining holds unsharded all step (profile.fsdp_held)
-    impl, device = run.impl, run.device
+    # resolve refuses an impl or names outside memory.Impl and profile.Names
+    impl, device = cast("memory.Impl", run.impl), run.device
     per_param = run.static_per_param / run.dp_shard + run.fsdp_held_per_param
     h, V = float(s.hidden), float(s.vocab)
     names = _names(s.layers, run.names)
@@ -171,6 +173,6 @@ def _recompute_seconds(s: ModelShape, run: Run, ac: str, b: memory.UnitBytes, to
 
 
 def _names(layers: int, names: str) -> list[list[str]]:
-    from schedc.model_costs.profile import unit_names
+    from schedc.model_costs.profile import Names, unit_names
 
-    return unit_names(layers, names)
+    return unit_names(layers, cast("Names", names))
