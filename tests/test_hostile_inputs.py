@@ -637,7 +637,7 @@ def _no_raw_input(out) -> None:
 
 @pytest.mark.parametrize("files, argv, command", [
     ({"a" + NL + ".csv": "0F0,0X1\n"}, ["validate", "a" + NL + ".csv"], "validate"),
-    ({"c" + NL + ".json": json.dumps({"model_type": "llama", "hidden_size": 64})},
+    ({"c" + NL + ".json": json.dumps({"model_type": "llama", "hidden_size": "big"})},
      ["profile", "--units", "--config", "c" + NL + ".json", "--seq", "64", "-o", "u.json"], "profile"),
     ({"u.json": json.dumps({"format": "schedc.profile/v1", "model": "m" + NL,
                             "stages": [{**_STAGE, "modules": [f"layers.{i}" + (NL if i == 1 else "")]}
