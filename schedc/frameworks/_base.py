@@ -34,7 +34,8 @@ def fsdp_shortfall(assumes: dict, dtypes: Optional[tuple[str, str]]) -> Optional
     counted = float(assumes.get("fsdp_unsharded_bytes_per_param") or 0.0) if assumes.get("fsdp") else 0.0
     if dtypes is None:
         return None if counted else "bytes the plan did not count"
-    held = fsdp_held(dtypes[0], dtypes[1], DTYPE_BYTES[dtypes[1]])
+    held = fsdp_held(dtypes[0], dtypes[1], DTYPE_BYTES[dtypes[1]], **({"torch": str(assumes["torch"])}
+                                                                     if assumes.get("torch") else {}))
     return None if held <= counted else f"{held:g} bytes per parameter where the plan counted {counted:g}"
 
 
