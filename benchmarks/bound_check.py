@@ -29,10 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the exhaustive oracle lives with its tests
 
-from schedc.core.costs import Profile, StageCost  # noqa: E402
-from schedc.errors import SchedcError  # noqa: E402
-from schedc.core.simulate import simulate  # noqa: E402
 import exhaustive  # noqa: E402
+
+from schedc.core.costs import Profile, StageCost  # noqa: E402
+from schedc.core.simulate import simulate  # noqa: E402
+from schedc.errors import SchedcError  # noqa: E402
 from schedc.solver.bounds.chains import lower_bound_details, rank_span_bounds  # noqa: E402
 from schedc.solver.problem import Problem  # noqa: E402
 

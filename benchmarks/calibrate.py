@@ -47,11 +47,11 @@ def main(argv=None) -> int:
 
     import torch
 
+    from schedc.cli.progress import StderrProgress
     from schedc.core import baselines
     from schedc.io import csvio
     from schedc.runtime.calibrate import calibrate
     from schedc.runtime.models import GPTConfig
-    from schedc.cli.progress import StderrProgress
     from schedc.runtime.profiling.gpt import profile_gpt
     from schedc.solver.compile import compile_schedule
 

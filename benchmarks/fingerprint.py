@@ -21,13 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schedc.core import baselines
-from schedc.io import csvio  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
 from schedc.core.simulate import simulate  # noqa: E402
+from schedc.io import csvio  # noqa: E402
 from schedc.solver import graph
 from schedc.solver.bounds import chains as bounds
-from schedc.solver.engines import zb_greedy as greedy
 from schedc.solver.engines import heuristic  # noqa: E402
+from schedc.solver.engines import zb_greedy as greedy
 from schedc.solver.problem import Problem  # noqa: E402
 
 N_RULES = 12  # list-heuristic rules fingerprinted per problem

@@ -50,6 +50,7 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop, sdpa_flo
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import memory_fidelity as mf  # noqa: E402
+
 from schedc.core.costs import PER_OP_AC  # noqa: E402
 from schedc.model_costs import unit_profile  # noqa: E402
 

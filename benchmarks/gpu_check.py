@@ -198,9 +198,9 @@ def check_step_peak(device: str, size: dict) -> list[Row]:
 
 def _v_peaks(label: str, parts: dict, device: str, vocab: int, counted=None, mb: int = 8) -> list[Row]:
     import torch
+    from runtime_memory import predicted_step_bytes
     from torch.distributed.pipelining import PipelineStage
 
-    from runtime_memory import predicted_step_bytes
     from schedc.core import baselines
     from schedc.io import csvio
     from schedc.runtime.one_rank import one_rank_group

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schedc.core import baselines as bl  # noqa: E402
 from schedc.core.costs import Profile, p_needed  # noqa: E402
+from schedc.core.simulate import simulate  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.library import transformer_profile  # noqa: E402
-from schedc.core.simulate import simulate  # noqa: E402
 
 PROFILES = {
     "identical": Profile.uniform,

@@ -19,9 +19,10 @@ import argparse
 import time
 
 from plan_quality import MODELS, units_profile
+
 from schedc.planning import parse_cap, problem_for
-from schedc.solver.engines import periodic
 from schedc.solver.compile import compile_problem
+from schedc.solver.engines import periodic
 from schedc.solver.graph import graph_of
 
 PARTITIONS = [(5, 1, 6, 1, 8, 3, 9, 1), (5, 1, 5, 6, 3, 4, 9, 1), (1, 1, 1, 1, 8, 8, 9, 5)]

@@ -30,8 +30,8 @@ import sys
 import time
 
 from schedc.core.costs import Profile, StageCost
-from schedc.library import transformer_profile
 from schedc.core.partition import Units, balanced, even_counts, n_stages_for, torchtitan_default_counts
+from schedc.library import transformer_profile
 from schedc.planning import best_hand_made, parse_cap, plan, problem_for
 
 # public decoder shapes; transformer_profile's MLP is GPT-style (2hf parameters) with f = ffn

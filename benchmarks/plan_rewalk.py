@@ -46,6 +46,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ac_choice  # noqa: E402
+
 from schedc.core.costs import Profile  # noqa: E402
 from schedc.core.simulate import simulate  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402

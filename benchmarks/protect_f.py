@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from plan_quality import MODELS, units_profile  # noqa: E402
+
 from schedc.core.partition import Units, balanced  # noqa: E402
 from schedc.planning import own_bound, parse_cap, problem_for  # noqa: E402
 from schedc.solver.engines import heuristic  # noqa: E402

@@ -45,12 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schedc.core import baselines as bl  # noqa: E402
 from schedc.core.costs import HELD_FRACTION, MemoryLimit, Profile, StageCost  # noqa: E402
-from schedc.io.csvio import write_csv  # noqa: E402
-from schedc.errors import SchedcError  # noqa: E402
-from schedc.library import transformer_profile  # noqa: E402
 from schedc.core.simulate import simulate  # noqa: E402
-from schedc.solver.compile import compile_schedule  # noqa: E402
 from schedc.core.validate import validate  # noqa: E402
+from schedc.errors import SchedcError  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
+from schedc.library import transformer_profile  # noqa: E402
+from schedc.solver.compile import compile_schedule  # noqa: E402
 
 HAND_MADE = [  # (column, baseline name, stages per rank)
     ("GPipe", "gpipe", 1),

@@ -70,11 +70,11 @@ def _rank(rank: int, args: argparse.Namespace, port: int, workdir: str) -> None:
 
 def _run(rank: int, args: argparse.Namespace, work: Path) -> None:
     from schedc.core.baselines import make_baseline
+    from schedc.core.simulate import simulate
     from schedc.io.csvio import write_csv
     from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, load_torch_pipeline, make_batch
     from schedc.runtime.profiling.comm import measure_p2p_seconds
     from schedc.runtime.profiling.gpt import profile_gpt
-    from schedc.core.simulate import simulate
     from schedc.solver import compile_schedule
 
     cfg = GPTConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,

@@ -43,8 +43,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
 from schedc.errors import ParameterError, SchedcError, printable, shown  # noqa: E402
-from schedc.runtime.launch import init_group  # noqa: E402
 from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, load_torch_pipeline, make_batch  # noqa: E402
+from schedc.runtime.launch import init_group  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -25,13 +25,25 @@ import os
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
+from schedc.choices import (
+    Budget,
+    CountedDevice,
+    Execution,
+    Implementation,
+    Objective,
+    Placement,
+    PlacementName,
+    Solver,
+    Status,
+    UnitNames,
+    check_choice,
+)
 from schedc.core.baselines import BASELINE_NAMES, make_baseline
-from schedc.choices import (Budget, CountedDevice, Execution, Implementation, Objective, Placement, PlacementName, Solver,
-                            Status, UnitNames, check_choice)
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.core.settings import RunSettings
-from schedc.errors import ParameterError, SchedcError, literal, python_spelling as _python_spelling
 from schedc.core.ir import Schedule
+from schedc.core.settings import RunSettings
+from schedc.errors import ParameterError, SchedcError, literal
+from schedc.errors import python_spelling as _python_spelling
 from schedc.results import Compiled, Report, Simulation, _BaselineSchedules
 
 if TYPE_CHECKING:
@@ -804,7 +816,8 @@ def read_report(csv_path: PathLike) -> Report:
     --------
     See :func:`write_csv`.
     """
-    from schedc.io.csvio import CSV_HASH_KEY, read_report as read_json, report_path
+    from schedc.io.csvio import CSV_HASH_KEY, report_path
+    from schedc.io.csvio import read_report as read_json
 
     _check_path("csv_path", csv_path)
     data = read_json(csv_path)  # checks the CSV's hash the report records, then drops it:

@@ -18,9 +18,9 @@ Cost: freezing a simulation takes time independent of its size (its timings are 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 from schedc.core.baselines import make_baseline  # noqa: E402
 from schedc.core.costs import MemoryLimit, Profile  # noqa: E402
-from schedc.show.plot import plot_schedules  # noqa: E402
 from schedc.core.simulate import simulate  # noqa: E402
+from schedc.show.plot import plot_schedules  # noqa: E402
 
 COSTS = dict(forward=1.0, backward_input=1.0, backward_weight=1.0, comm=0.1)
 

@@ -43,13 +43,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import simulate
+from schedc.core.tolerances import REL
+from schedc.errors import SchedcError
 from schedc.solver.bounds.chains import lower_bound, rank_span_bounds
 from schedc.solver.engines.heuristic import check_memory_feasible, heuristic_schedule
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import REL
 
 EPS = REL
 KINDS = ("F", "I", "W", "B")

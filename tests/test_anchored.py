@@ -6,15 +6,16 @@ import pytest
 
 # tests/exhaustive.py: the oracle these tests serve
 from exhaustive import exact_optimum  # noqa: E402
+
 from schedc.core.costs import Profile, StageCost
 from schedc.model_costs import unit_profile
 from schedc.solver.bounds.anchored import anchored_bound, least_spread, spread_bound, windows
 from schedc.solver.bounds.chains import lower_bound
+from schedc.solver.bounds.rank import rank_relaxation_bound
 from schedc.solver.compile import compile_problem
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import graph_of
 from schedc.solver.problem import Problem
-from schedc.solver.bounds.rank import rank_relaxation_bound
 
 pytest.importorskip("ortools")
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from schedc.io import csvio
-from schedc.core.baselines import BASELINE_NAMES, baselines_for, list_baselines, make_baseline, normalize_name
 from schedc.cli.toplevel import main
+from schedc.core.baselines import BASELINE_NAMES, baselines_for, list_baselines, make_baseline, normalize_name
 from schedc.core.costs import Profile
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Overlap, loop_placement, v_placement
 from schedc.core.simulate import simulate
 from schedc.core.validate import validate
+from schedc.errors import SchedcError
+from schedc.io import csvio
 
 INFO = {i.name: i for i in list_baselines()}
 

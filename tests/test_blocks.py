@@ -7,6 +7,7 @@ import pytest
 
 # tests/exhaustive.py: the oracle these tests serve
 from exhaustive import exact_optimum  # noqa: E402
+
 from schedc.core.costs import Profile, StageCost
 from schedc.model_costs import unit_profile
 from schedc.solver.bounds.anchored import anchored_bound

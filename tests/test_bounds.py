@@ -8,21 +8,21 @@ import itertools
 import math
 
 import pytest
+from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from schedc.core.costs import MemoryLimit, Profile, StageCost
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import simulate
-from schedc.solver.bounds.chains import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
-from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
+from schedc.errors import SchedcError
 from schedc.solver import graph
+from schedc.solver.bounds.chains import FIRST_RANK_TERMS, lower_bound, lower_bound_details, rank_span_bounds
+from schedc.solver.bounds.rank import rank_relaxation_bound
 from schedc.solver.engines import mip as model
 from schedc.solver.engines.heuristic import check_memory_feasible, heuristic_schedule
 from schedc.solver.engines.warm import feasible_baselines, matching_baselines
 from schedc.solver.problem import Problem
-from schedc.solver.bounds.rank import rank_relaxation_bound
 
 EPS = 1e-9
 
@@ -398,8 +398,8 @@ def test_bounds_hold_with_rises_at_i_and_transients(n, m, placement, ranks, memo
 def test_cpsat_relaxations_hold_with_rises_at_i_and_transients(memory, wg, transient):
     from schedc.solver.bounds.anchored import anchored_bound
     from schedc.solver.bounds.blocks import block_bound
-    from schedc.solver.deadline import Deadline
     from schedc.solver.bounds.pair import PairRelaxation
+    from schedc.solver.deadline import Deadline
 
     stages = [StageCost(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=1.0,
                         weight_grad_bytes=wg, transient_bytes=transient) for _ in range(4)]

@@ -8,13 +8,13 @@ torch = pytest.importorskip("torch")
 
 from schedc import cli
 from schedc.core import baselines
-from schedc.io import csvio  # noqa: E402
 from schedc.core.costs import Profile, StageCost  # noqa: E402
-from schedc.errors import SchedcError  # noqa: E402
-from schedc.runtime.calibrate import calibrate, compare, format_calibration  # noqa: E402
-from schedc.runtime.profiling.spans import timed_actions  # noqa: E402
-from schedc.runtime.models import GPTConfig  # noqa: E402
 from schedc.core.simulate import simulate  # noqa: E402
+from schedc.errors import SchedcError  # noqa: E402
+from schedc.io import csvio  # noqa: E402
+from schedc.runtime.calibrate import calibrate, compare, format_calibration  # noqa: E402
+from schedc.runtime.models import GPTConfig  # noqa: E402
+from schedc.runtime.profiling.spans import timed_actions  # noqa: E402
 
 TINY = GPTConfig(vocab_size=32, hidden=16, layers=2, heads=2, seq_len=8)
 
@@ -161,8 +161,8 @@ def test_a_bad_run_setting_is_named_as_each_door_takes_it(tmp_path, monkeypatch,
 def test_an_overlap_cell_is_timed_once_and_shared_among_its_parts():
     # torch's runtime labels an OVERLAP_F_B cell once ("PP:(1F1;0B0)OVERLAP_F_B") and runs its parts
     # back to back; each part gets its share of the cell's interval, in cell order
-    from schedc.io.csvio import parse_csv_text
     from schedc.core.ir import Action
+    from schedc.io.csvio import parse_csv_text
     from schedc.runtime.calibrate import _parse_steps
 
     schedule = parse_csv_text("0F0,0F1,0B1,0B0\n1F0,(1F1;1B0)OVERLAP_F_B,1B1\n", "overlap.csv")
@@ -180,8 +180,8 @@ def test_an_overlap_cell_is_timed_once_and_shared_among_its_parts():
 def test_torch_215_wait_actions_count_as_waiting_not_compute():
     # torch 2.15 lowers WAIT_SEND_F / WAIT_SEND_B / WAIT_REDUCE_GRAD into actions of their own:
     # their time is the rank waiting; the compute actions' work and the refined profile ignore it
-    from schedc.io.csvio import parse_csv_text
     from schedc.core.ir import Action
+    from schedc.io.csvio import parse_csv_text
     from schedc.runtime.calibrate import _parse_steps
 
     schedule = parse_csv_text("0F0,0B0\n1F0,1B0\n", "w.csv")

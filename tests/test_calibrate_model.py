@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _dist import ROOT  # noqa: E402
+
 from schedc import cli
 from schedc.core import baselines
 from schedc.io import csvio  # noqa: E402

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from schedc import cli
-from schedc.io import csvio
 from schedc.core.costs import Profile
 from schedc.core.validate import validate
+from schedc.io import csvio
 
 
 def _python(code: str, cwd, **popen):

@@ -10,20 +10,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedc import cli
-from schedc.io import csvio
 from schedc.core.costs import Profile
-from schedc.errors import SchedcError
 from schedc.core.simulate import simulate
-from schedc.solver import CompileResult, Problem, compile_schedule
-from schedc.solver.engines import mip as model
-from schedc.solver.compile import compile_problem
-from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
-from schedc.solver.engines.warm import matching_baselines, warm_start
 from schedc.core.validate import validate
+from schedc.errors import SchedcError
+from schedc.io import csvio
+from schedc.solver import CompileResult, Problem, compile_schedule
+from schedc.solver.compile import compile_problem
+from schedc.solver.engines import mip as model
+from schedc.solver.engines.warm import matching_baselines, warm_start
 
 try:
     import torch  # noqa: F401

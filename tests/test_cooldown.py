@@ -3,11 +3,11 @@
 import pytest
 
 from schedc.core.costs import Profile
-from schedc.solver.engines import cooldown
+from schedc.core.validate import validate
 from schedc.solver.bounds.chains import lower_bound
+from schedc.solver.engines import cooldown
 from schedc.solver.engines.warm import feasible_baselines, warm_start
 from schedc.solver.problem import Problem
-from schedc.core.validate import validate
 
 
 def _v(ranks: int, m: int, memory: str = "1p", objective: str = "makespan", runtime: str = "torch") -> Problem:

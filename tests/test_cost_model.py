@@ -182,9 +182,9 @@ def test_partition_bound_and_smallest_cap_with_rises_transients_and_reserve(plac
     sys.path.insert(0, str(Path(__file__).parent))
     from exhaustive import exact_optimum
 
-    from schedc.errors import SchedcError
     from schedc.core.ir import make_placement
     from schedc.core.partition import Units, min_cap, partition_bound
+    from schedc.errors import SchedcError
 
     units = _units_with_new_terms()
     cap = 9.5 * 2.0 ** 30

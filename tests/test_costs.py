@@ -3,8 +3,8 @@ import json
 import pytest
 
 from schedc.core.costs import HELD_FRACTION, MemoryLimit, Profile, StageCost, parse_comm, parse_costs
-from schedc.errors import SchedcError
 from schedc.core.ir import loop_placement, v_placement
+from schedc.errors import SchedcError
 
 
 def _write(tmp_path, data):

@@ -11,14 +11,13 @@ import sys
 import time
 
 import pytest
+from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
 from schedc.core.costs import Profile, StageCost
+from schedc.core.validate import problems
 from schedc.errors import SchedcError
 from schedc.solver.engines import cpsat
-from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 from schedc.solver.problem import Problem
-from schedc.core.validate import problems
-
 
 TINY = [
     # (stages, mb, ranks, placement, profile, memory, objective)
@@ -277,8 +276,8 @@ def test_window_search_focuses_where_it_gained_until_that_is_exhausted(monkeypat
     # sweeps all of the timeline again, and stops when that finds nothing either
     from schedc.core import baselines
     from schedc.solver import graph
-    from schedc.solver.engines import windows as driver
     from schedc.solver.engine import materialize
+    from schedc.solver.engines import windows as driver
 
     problem = Problem.build(4, 12, profile=Profile.uniform(4, comm=0.25), memory="1.25p")
     inst, orders, sched, sim = _weak_start(problem)

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from schedc.io import csvio
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Overlap, Schedule, loop_placement, v_placement
 from schedc.core.validate import validate
+from schedc.errors import SchedcError
+from schedc.io import csvio
 
 
 def write(tmp_path, text, name="sched.csv"):

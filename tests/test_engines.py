@@ -11,24 +11,24 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle)
+
 from schedc.core.costs import Profile, StageCost
-from schedc.errors import SchedcError
 from schedc.core.simulate import simulate
-from schedc.solver.engines import zb_greedy as greedy
-from schedc.solver.engines import heuristic
-from schedc.solver.engines import mip as model
-from schedc.solver.engines import zb_rounds as paper_greedy
+from schedc.core.validate import problems
+from schedc.errors import SchedcError
 from schedc.solver.compile import compile_problem
-from schedc.solver.engines.cpsat import CpsatEngine, cpsat_available
 from schedc.solver.deadline import Deadline
 from schedc.solver.engine import STATUSES, Incumbent
-from schedc.solver.graph import canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
-from schedc.solver.problem import Problem
+from schedc.solver.engines import heuristic
+from schedc.solver.engines import mip as model
+from schedc.solver.engines import zb_greedy as greedy
+from schedc.solver.engines import zb_rounds as paper_greedy
+from schedc.solver.engines.cpsat import CpsatEngine, cpsat_available
 from schedc.solver.engines.warm import feasible_baselines
 from schedc.solver.engines.windows import WindowSearch
-from schedc.core.validate import problems
+from schedc.solver.graph import canonical_orders, graph_of, orders_from_schedule, schedule_from_orders
+from schedc.solver.problem import Problem
 
 
 def _engines(objective: str):

@@ -8,10 +8,9 @@ import pytest
 
 from schedc import cli
 from schedc.core.baselines import make_baseline
-from schedc.io.csvio import write_csv
 from schedc.errors import SchedcError
-from schedc.frameworks import (SCHEDULE_NAMES, check_csv_for, nemo_build, parse_spec, schedule_name,
-                               torchtitan_build)
+from schedc.frameworks import SCHEDULE_NAMES, check_csv_for, nemo_build, parse_spec, schedule_name, torchtitan_build
+from schedc.io.csvio import write_csv
 
 
 @pytest.fixture
@@ -190,8 +189,8 @@ def test_validate_for_with_a_plan_beside_the_csv_says_to_pass_its_partition(plan
 
 
 def test_validate_for_accepts_a_plan_whose_partition_is_torchtitans_own_split(tmp_path, capsys):
-    from schedc.io.csvio import write_schedule
     from schedc.frameworks.torchtitan import default_partition
+    from schedc.io.csvio import write_schedule
 
     path = tmp_path / "p.csv"
     write_schedule(make_baseline("1f1b", 2, 4, n_ranks=2), {"partition": default_partition(2, 4)}, path)

@@ -20,9 +20,10 @@ pytest.importorskip("nemo_automodel.components.distributed.pipelining.autopipeli
 pytest.importorskip("transformers")  # NeMo's stage split imports it
 
 from _dist import ROOT, capture, run_ranks  # noqa: E402
-from schedc.io.csvio import write_csv  # noqa: E402
-from schedc.frameworks import SCHEDULE_NAMES, check_csv_for, framework_build  # noqa: E402
+
 from schedc.errors import SchedcError  # noqa: E402
+from schedc.frameworks import SCHEDULE_NAMES, check_csv_for, framework_build  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "examples"))
 import llama  # noqa: E402

@@ -8,12 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedc.core.costs import Profile, StageCost
+from schedc.core.validate import validate
 from schedc.errors import SchedcError
 from schedc.solver import compile_problem
-from schedc.solver.engines.zb_greedy import ALL_FLAGS, NAME, greedy_family, zb_greedy
 from schedc.solver.engines.warm import matching_baselines
+from schedc.solver.engines.zb_greedy import ALL_FLAGS, NAME, greedy_family, zb_greedy
 from schedc.solver.problem import Problem
-from schedc.core.validate import validate
 
 
 @st.composite

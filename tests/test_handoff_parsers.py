@@ -191,9 +191,10 @@ def test_without_a_sequence_length_the_handoff_says_what_to_set():
 def test_a_plans_report_launches_as_planned(tmp_path):
     """End to end: `schedc plan` on a profile that records its run; the flags in plan.json parse into
     the partition and settings the plan assumed, in torchtitan's names although the profile used HF's."""
+    import json
+
     from schedc import cli
     from schedc.core.costs import Profile, StageCost
-    import json
 
     unit = dict(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=2**20, weight_grad_bytes=2**19)
     names = [["model.embed_tokens"]] + [[f"model.layers.{i}"] for i in range(4)] + [["model.norm", "lm_head"]]
@@ -540,8 +541,9 @@ def test_nemo_wraps_in_fsdp2_at_dp_size_1_under_pipelining_and_a_plan_for_nemo_c
     holds the blocks' bf16 weights again and their fp32 gradients. count_profile(framework='nemo')
     counts them (the YAML's block has no warning); the default count does not, and the block says so."""
     pytest.importorskip("nemo_automodel.recipes._dist_utils")
-    import schedc
     from _dist import run_ranks
+
+    import schedc
 
     shape = {"layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "kv_heads": 2, "vocab": 100}
 

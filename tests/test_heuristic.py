@@ -6,14 +6,12 @@ from __future__ import annotations
 import pytest
 
 from schedc.core.costs import MemoryLimit, Profile, StageCost
-from schedc.errors import SchedcError
 from schedc.core.simulate import simulate
+from schedc.core.validate import validate
+from schedc.errors import SchedcError
 from schedc.solver.engines.heuristic import heuristic_schedule, min_memory_limit
 from schedc.solver.engines.warm import feasible_baselines, warm_start
 from schedc.solver.problem import Problem
-from schedc.core.validate import validate
-
-
 
 
 def check(problem: Problem, budget: float = 0.2):

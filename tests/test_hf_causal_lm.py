@@ -8,10 +8,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from _dist import ROOT, run_ranks  # noqa: E402
-from schedc.core.baselines import make_baseline  # noqa: E402
-from schedc.io.csvio import write_csv  # noqa: E402
+
 from schedc import cli  # noqa: E402
+from schedc.core.baselines import make_baseline  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.runtime.user_model import split_by_fqns  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "examples"))

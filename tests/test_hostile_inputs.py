@@ -12,10 +12,10 @@ import threading
 import pytest
 
 from schedc import cli
-from schedc.io import csvio, fileio
 from schedc.core import limits
 from schedc.core.costs import Profile
 from schedc.errors import SchedcError
+from schedc.io import csvio, fileio
 
 TIMEOUT = 120  # generous: the machine may be busy; a hang still fails
 
@@ -514,9 +514,8 @@ def test_a_config_is_never_its_own_output(tmp_path):
 
 
 def _library(tmp_path):
-    from pathlib import Path
-
     import shutil
+    from pathlib import Path
 
     lib = tmp_path / "lib"
     src = Path(__file__).resolve().parent.parent / "schedules"

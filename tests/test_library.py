@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from schedc.io import csvio
-from schedc.core.baselines import make_baseline
 from schedc.cli.toplevel import main
+from schedc.core.baselines import make_baseline
 from schedc.core.costs import Profile
 from schedc.errors import SchedcError
+from schedc.io import csvio
 from schedc.library import (
     DEFAULT_SETUPS,
     INDEX_NAME,

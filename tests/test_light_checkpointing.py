@@ -15,11 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _dist import ROOT, free_port, run_ranks, worker_env  # noqa: E402
+from test_runtime import CFG, M  # noqa: E402  (the gradient tests' tiny float64 GPT)
+
 from schedc.core.baselines import make_baseline  # noqa: E402
 from schedc.core.costs import AC_MODES  # noqa: E402
 from schedc.errors import ParameterError  # noqa: E402
 from schedc.io.csvio import write_csv  # noqa: E402
-from test_runtime import CFG, M  # noqa: E402  (the gradient tests' tiny float64 GPT)
 
 # (CSV, activation_checkpoint, layers_per_stage): stages checkpointed per op run B, except stage 0,
 # whose I runs nothing under torch's split backward
@@ -41,8 +42,8 @@ def rank_runs_light(rank: int, world: int, csvs: dict, runs: dict, refused: list
     Then the refused case, on one rank at a time: the other waits at a barrier, which any
     collective load_pipeline started before refusing would mismatch."""
     import torch.distributed as dist
-
     from _dist import capture
+
     from schedc.runtime import GPT, GPTConfig, lm_loss, load_pipeline, make_batch
 
     cfg = GPTConfig(**CFG)

@@ -8,7 +8,6 @@ import json
 import re
 
 import pytest
-
 from test_plan import _modes, _schedc, tiny_units  # noqa: E402  (the per-unit profiles the plan tests share)
 from test_plan_ac import TIGHT, _with_light, train_plan  # noqa: E402
 

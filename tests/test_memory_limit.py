@@ -9,13 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedc import cli
-from schedc.io import csvio
 from schedc.core.baselines import make_baseline
 from schedc.core.costs import MemoryLimit, Profile, StageCost, one_f_one_b_peaks, p_needed
 from schedc.core.diagnose import limiter
 from schedc.core.ir import make_placement
-from schedc.library import transformer_profile
 from schedc.core.simulate import simulate
+from schedc.io import csvio
+from schedc.library import transformer_profile
 from schedc.solver.compile import compile_schedule
 
 

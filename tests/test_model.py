@@ -10,17 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
 from schedc.core.costs import Profile, StageCost
 from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import simulate
 from schedc.solver import graph
 from schedc.solver.engines import mip as model
-from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 from schedc.solver.engines.warm import warm_start
 from schedc.solver.problem import Problem
-
-
 
 
 def solve_full(problem: Problem, solver: str = "highs", time_limit: float = 20.0):

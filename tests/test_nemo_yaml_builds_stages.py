@@ -17,6 +17,7 @@ pytest.importorskip("nemo_automodel.components.distributed.pipelining.functional
 pytest.importorskip("nemo_automodel.recipes._dist_utils")
 
 from _dist import run_ranks  # noqa: E402
+
 from schedc.frameworks import REGISTRY, Handoff, nemo_yaml  # noqa: E402
 
 LAYERS = 5

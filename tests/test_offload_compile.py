@@ -12,8 +12,8 @@ import json
 import math
 
 import pytest
-
 from exhaustive import exact_optimum  # tests/exhaustive.py: the exact search
+
 from schedc import cli
 from schedc.core.baselines import make_baseline
 from schedc.core.costs import MemoryLimit, Profile

@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _dist import run_ranks  # noqa: E402
+
 from schedc.core.baselines import make_baseline  # noqa: E402
 from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.runtime import GPT, GPTConfig, lm_loss, make_batch  # noqa: E402
@@ -77,8 +78,8 @@ HOSTILE = {
 # ------------------------------------------------------------------------------- rank side
 def rank_main(rank: int, world: int, csvs: dict, cases: dict, hostile: dict):
     import torch.distributed as dist
-
     from _dist import capture
+
     from schedc.runtime import load_pipeline
 
     cfg = GPTConfig(**CFG)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
+
 from schedc.core.costs import Profile, StageCost
 from schedc.solver.bounds.chains import lower_bound
-from schedc.solver.deadline import Deadline
 from schedc.solver.bounds.pair import PairRelaxation, pair_relaxation_bound
-from schedc.solver.problem import Problem
 from schedc.solver.bounds.rank import rank_relaxation_bound
+from schedc.solver.deadline import Deadline
+from schedc.solver.problem import Problem
 
 pytest.importorskip("ortools")
 

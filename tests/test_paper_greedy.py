@@ -3,14 +3,14 @@
 import pytest
 
 from schedc.core.costs import Profile
+from schedc.core.validate import validate
+from schedc.errors import SchedcError
+from schedc.solver.bounds.chains import lower_bound
 from schedc.solver.engines import zb_greedy as greedy
 from schedc.solver.engines import zb_rounds as paper_greedy
-from schedc.solver.bounds.chains import lower_bound
-from schedc.errors import SchedcError
 from schedc.solver.engines.heuristic import check_memory_feasible
 from schedc.solver.engines.warm import warm_start
 from schedc.solver.problem import Problem
-from schedc.core.validate import validate
 
 
 @pytest.mark.parametrize("n, m", [(1, 3), (2, 1), (4, 4), (4, 9), (8, 24)])

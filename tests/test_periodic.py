@@ -4,12 +4,12 @@ compile phase that runs them under a tight cap."""
 from __future__ import annotations
 
 import pytest
-
 from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
+
 from schedc.core.costs import Profile
 from schedc.core.simulate import simulate
-from schedc.solver.engines import periodic
 from schedc.solver.compile import compile_problem
+from schedc.solver.engines import periodic
 from schedc.solver.graph import graph_of
 from schedc.solver.problem import Problem
 

@@ -220,8 +220,8 @@ def test_sigterm_while_a_rank_starts_leaves_no_rank_behind(tmp_path):
 
 @pytest.mark.parametrize("solver", [[], ["--solver", "cbc"]])
 def test_sigterm_during_a_compile_writes_the_best_schedule_so_far(tmp_path, solver):
-    from schedc.io import csvio
     from schedc.core.validate import validate
+    from schedc.io import csvio
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()

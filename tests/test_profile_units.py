@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _dist import ROOT  # noqa: E402
+
 from schedc import cli  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402

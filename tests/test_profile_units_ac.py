@@ -10,13 +10,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from _dist import ROOT  # noqa: E402
+
 from schedc import cli  # noqa: E402
 from schedc.core.costs import AC_MODES, Profile  # noqa: E402
+from schedc.core.settings import RunSettings  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.runtime.checkpointing import planned_modes  # noqa: E402
 from schedc.runtime.models import GPTConfig  # noqa: E402
 from schedc.runtime.profiling.gpt import profile_gpt  # noqa: E402
-from schedc.core.settings import RunSettings  # noqa: E402
 from schedc.runtime.profiling.units import measure_units_ac  # noqa: E402
 from schedc.runtime.user_model import split_by_fqns, units_from_split  # noqa: E402
 

@@ -7,20 +7,21 @@ from __future__ import annotations
 import random
 
 import pytest
+from conftest import build_schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import build_schedule
-from schedc.io import csvio
 from schedc.core.costs import Profile
-from schedc.errors import SchedcError
 from schedc.core.ir import Schedule, loop_placement, v_placement
 from schedc.core.simulate import simulate
 from schedc.core.validate import problems, validate
+from schedc.errors import SchedcError
+from schedc.io import csvio
 
 try:
-    from schedc.runtime.torch_check import check_with_torch
     import torch  # noqa: F401
+
+    from schedc.runtime.torch_check import check_with_torch
 
     HAVE_TORCH = True
 except ImportError:  # the property still holds without torch; only the torch cross-check is skipped
@@ -150,6 +151,7 @@ def test_bounds_below_optimum_below_heuristic_with_rises_and_transients(problem)
     # every lower bound stays below the exact optimum, which no construction beats, and what the
     # constructions build fits the simulator's (exact) accounting
     from exhaustive import exact_optimum
+
     from schedc.solver.bounds.chains import lower_bound
     from schedc.solver.engines.heuristic import heuristic_schedule
 

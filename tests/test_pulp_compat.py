@@ -13,8 +13,8 @@ from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 from schedc.solver import graph, pulp_compat
 from schedc.solver.engines import mip as model
-from schedc.solver.problem import Problem
 from schedc.solver.engines.warm import warm_start
+from schedc.solver.problem import Problem
 
 
 def _small_mip():

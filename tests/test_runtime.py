@@ -16,9 +16,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _dist import ROOT, run_ranks, worker_env  # noqa: E402
+
 from schedc.core.baselines import make_baseline  # noqa: E402
-from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.runtime import GPT, GPTConfig, lm_loss, make_batch, split_model, stages_for_rank  # noqa: E402
 from schedc.runtime.split import stage_layer_ranges  # noqa: E402
 
@@ -107,7 +108,6 @@ def _build(csv: str, via: str, model, group_rank: int, n_microbatches=None, stag
 
 def rank_main(rank: int, world: int, gradient_cases, mismatch_cases):
     import torch.distributed as dist
-
     from _dist import capture
 
     cfg = GPTConfig(**CFG)

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 from _dist import ROOT, free_port, worker_env  # noqa: E402
+
 from schedc.core.baselines import make_baseline  # noqa: E402
 from schedc.io.csvio import write_csv  # noqa: E402
 

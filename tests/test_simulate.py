@@ -15,9 +15,9 @@ import pytest
 
 from schedc.core.baselines import make_baseline
 from schedc.core.costs import MemoryLimit, Profile, StageCost
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Overlap, Schedule
 from schedc.core.simulate import peak_activation_units, simulate
+from schedc.errors import SchedcError
 
 SIZES = [(2, 2), (2, 4), (3, 3), (3, 6), (3, 9), (4, 4), (4, 8), (4, 12), (5, 10), (6, 18)]
 

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 ts = pytest.importorskip("torch.distributed.pipelining.schedules")
 
 from schedc.core.baselines import make_baseline  # noqa: E402
-from schedc.io.csvio import read_csv  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
+from schedc.io.csvio import read_csv  # noqa: E402
 from schedc.library.catalog import find_library  # noqa: E402
 from schedc.runtime import torch_check  # noqa: E402
 

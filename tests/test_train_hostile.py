@@ -43,7 +43,6 @@ def test_contradicting_stage_counts_are_one_line_before_the_group(train, capsys,
 def group():
     """A one-rank gloo group in this process: the runtime's checks run as on every rank."""
     import torch.distributed as dist
-
     from _dist import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)

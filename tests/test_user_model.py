@@ -9,11 +9,17 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _dist import ROOT  # noqa: E402
+
 from schedc import cli  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
-from schedc.runtime.user_model import (UserModel, build_user_model, split_by_fqns, unit_modules,  # noqa: E402
-                                        units_from_split)  # noqa: E402
+from schedc.runtime.user_model import (  # noqa: E402
+    UserModel,
+    build_user_model,
+    split_by_fqns,
+    unit_modules,
+    units_from_split,  # noqa: E402
+)
 
 sys.path.insert(0, str(ROOT / "examples"))
 import llama  # noqa: E402

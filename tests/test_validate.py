@@ -5,11 +5,11 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from schedc.io import csvio
 from schedc.cli.toplevel import main
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Overlap, Schedule, loop_placement, v_placement
 from schedc.core.validate import dependency_graph, problems, validate
+from schedc.errors import SchedcError
+from schedc.io import csvio
 
 ONE_F_ONE_B = "0F0,0F1,0B0,0F2,0B1,0B2\n,1F0,1B0,1F1,1B1,1F2,1B2\n"
 

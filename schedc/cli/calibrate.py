@@ -13,7 +13,6 @@ from schedc.cli import common
 from schedc.core.costs import Profile
 from schedc.errors import SchedcError
 
-
 # integer flags: (least, most); the most keeps a run finite and is beyond any calibration worth taking
 INTS = {"layers": (1, 8190), "hidden": (1, 2**16), "heads": (1, 2**12), "seq": (1, 2**20), "vocab": (1, 2**22),
         "mbs": (1, 2**16), "threads": (1, 4096), "nproc": (1, 4096), "steps": (1, 10_000),

@@ -101,8 +101,8 @@ def _list(args) -> int:
 
 
 def _show(args) -> int:
-    from schedc.io import csvio
     from schedc import library as lib
+    from schedc.io import csvio
 
     entry = lib.find_entry(args.name, args.dir)
     if args.write_profile:  # before printing anything: never over the library's own files
@@ -140,8 +140,8 @@ def _check(args) -> int:
 
 
 def format_library_entry(entry) -> str:
-    from schedc.io import csvio
     from schedc import library as lib
+    from schedc.io import csvio
 
     rep, s = entry.report, entry.setup
     pred = rep.get("predicted") or {}

@@ -23,8 +23,16 @@ from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence
 
 from schedc import __version__
-from schedc.errors import EscapingStream, ParameterError, SchedcError, Terminated, cut_long, printable, raise_terminated, signals_held
-
+from schedc.errors import (
+    EscapingStream,
+    ParameterError,
+    SchedcError,
+    Terminated,
+    cut_long,
+    printable,
+    raise_terminated,
+    signals_held,
+)
 
 # what users of other tools type for an option schedc spells otherwise (difflib finds typos only)
 _SYNONYMS = {"--microbatches": "--mb", "--num-microbatches": "--mb", "--n-microbatches": "--mb",

@@ -105,21 +105,29 @@ from schedc.choices import Solver, Status
 from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.core.diagnose import limiter, same_hand_made
 from schedc.core.host_link import HostLink
-from schedc.errors import ParameterError, SchedcError
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult
+from schedc.core.tolerances import PROVEN, TIE
+from schedc.errors import ParameterError, SchedcError
 from schedc.solver import interrupt
-from schedc.solver.engines import heuristic
-from schedc.solver.engines import mip as integer_program
-from schedc.solver.engines import periodic
-from schedc.solver.deadline import (BUDGETS, Deadline, check_size, check_time_limit, counting_work, n_actions, now,
-                                    seconds_per_action, work_clock)
+from schedc.solver.deadline import (
+    BUDGETS,
+    Deadline,
+    check_size,
+    check_time_limit,
+    counting_work,
+    n_actions,
+    now,
+    seconds_per_action,
+    work_clock,
+)
 from schedc.solver.engine import Engine, Incumbent, Result, close, materialize
-from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule
-from schedc.solver.problem import Problem
+from schedc.solver.engines import heuristic, periodic
+from schedc.solver.engines import mip as integer_program
 from schedc.solver.engines.warm import WarmStart, matching_baselines
 from schedc.solver.engines.windows import WindowSearch
-from schedc.core.tolerances import PROVEN, TIE
+from schedc.solver.graph import Graph, canonical_orders, count_free_pairs, graph_of, orders_from_schedule
+from schedc.solver.problem import Problem
 
 _TOL = PROVEN  # relative: values this close count as equal (MIP gaps, float sums)
 # of the time limit, for the warm start's list heuristic and polish, at most WARM_MAX_SECONDS: the

@@ -31,14 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
-from schedc.errors import SchedcError
-from schedc.core.ir import Schedule
 from schedc.choices import Status
+from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult, simulate
+from schedc.core.tolerances import PROVEN
+from schedc.errors import SchedcError
 from schedc.solver.deadline import Deadline
 from schedc.solver.graph import Graph, schedule_from_orders
 from schedc.solver.problem import Problem
-from schedc.core.tolerances import PROVEN
 
 STATUSES = (Status.OPTIMAL, Status.FEASIBLE, Status.NONE)  # what an engine's Result may say
 

@@ -17,14 +17,14 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 import torch.nn as nn
 
-from schedc.core.settings import RunSettings
 from schedc.core.costs import PER_OP_AC, Profile, StageCost, block_modes, format_bytes
+from schedc.core.settings import RunSettings
 from schedc.errors import SchedcError, python_spelling
 from schedc.runtime.profiling.comm import comm_seconds, measure_p2p_seconds
 from schedc.runtime.profiling.device import device_label, dtype_of, resolve_device
+from schedc.runtime.profiling.measurement import Measurement, split_options
 from schedc.runtime.profiling.memory import reserve_bytes_of
 from schedc.runtime.profiling.noise import contention_note, timing_warning
-from schedc.runtime.profiling.measurement import Measurement, split_options
 from schedc.runtime.profiling.stages import ProgressFn, StageMeasurement, measure_stages
 from schedc.runtime.profiling.units import measure_units, unit_mode
 

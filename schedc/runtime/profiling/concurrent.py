@@ -13,8 +13,8 @@ from typing import Optional
 
 import torch
 
-from schedc.runtime import launch as launcher
 from schedc.core.settings import RunSettings
+from schedc.runtime import launch as launcher
 from schedc.runtime.profiling.measurement import Measurement
 from schedc.runtime.profiling.stages import StageMeasurement
 

@@ -16,17 +16,17 @@ from typing import Optional, Sequence
 import torch
 import torch.nn as nn
 
-from schedc.core.settings import RunSettings
 from schedc.core.costs import PER_OP_AC, Profile, block_modes, format_bytes
+from schedc.core.settings import RunSettings
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.runtime.checkpointing import apply_to_stage, stage_modes
 from schedc.runtime.models import GPT, GPTConfig, lm_loss, make_batch, parse_dtype
 from schedc.runtime.profiling.assemble import assemble, profile_stages, profile_units, with_modules
 from schedc.runtime.profiling.concurrent import measure_concurrently
 from schedc.runtime.profiling.device import resolve_device
+from schedc.runtime.profiling.measurement import Measurement, split_options
 from schedc.runtime.profiling.memory import optimizer_factor
 from schedc.runtime.profiling.noise import contention_note
-from schedc.runtime.profiling.measurement import Measurement, split_options
 from schedc.runtime.profiling.stages import ProgressFn
 from schedc.runtime.split import split_gpt
 

@@ -19,8 +19,8 @@ import torch.nn as nn
 
 from schedc.core.costs import format_bytes
 from schedc.errors import SchedcError
-from schedc.runtime.allocator import cuda_reserve_bytes
 from schedc.model_costs.profile import CUDA_RESERVE_BYTES, OPTIMIZER_STATES
+from schedc.runtime.allocator import cuda_reserve_bytes
 
 # state tensors per parameter, each the parameter's size: the counted route's table, so that a
 # measured and a counted profile hold the same optimizer state
