@@ -24,12 +24,13 @@ Offload (``--offload R,...``, issue 49's emulation check): per rank count R, ide
 compiled with ``--offload auto`` under ``--offload-memory`` (default 0.5p, where 1F1B's order
 does not fit without moving activations) over a link on which one microbatch's copy takes
 ``--offload-copy`` mean Fs (default 1); the compiled CSV is emulated with its memory actions (each rank's copy streams sleeping
-on threads of their own) and without them (the same order, copies left out), each against its
-own prediction.
+on threads of their own), with them over a link ``--offload-slow`` times slower (default 3: the
+copies no longer hide, so the step follows the copy streams), and without them (the same
+order, copies left out), each against its own prediction.
 
 Usage: python benchmarks/emulate_check.py [--quick] [--placement loop,v] [--profiles identical,
 transformer,edge] [--memory 1p,2p] [--ranks 4,8] [--time-limit S] [--unit S] [--steps N]
-[--offload 8 [--offload-only] [--offload-memory 0.5p] [--offload-copy F]]
+[--offload 8 [--offload-only] [--offload-memory 0.5p] [--offload-copy F] [--offload-slow K]]
 --quick: loop and V, edge-heavy, 1p, 4 ranks, 5 s compiles. Timings depend on how loaded the host
 is (a sleeping rank wakes late on a busy host); say so when quoting them.
 """
@@ -126,8 +127,12 @@ def run_offload_case(ranks: int, args, tmp: Path, overhead, transfer) -> list[di
     write_csv(compiled.schedule, path)
     with_copies, = emulate([path], profile, scale=scale, steps=args.steps, warmup=1, memory_actions=actions,
                            link=units_link)
+    slow_link = HostLink(bandwidth=units_link.bandwidth / args.offload_slow, latency=0.0)
+    slow, = emulate([path], profile, scale=scale, steps=args.steps, warmup=1, memory_actions=actions,
+                    link=slow_link)
     without, = emulate([path], profile, scale=scale, steps=args.steps, warmup=1)
     return [{"name": f"compiled, {len(actions)} offloads", "run": with_copies},
+            {"name": f"the same over a link {args.offload_slow:g}x slower", "run": slow},
             {"name": "same order, no copies", "run": without}]
 
 
@@ -157,6 +162,8 @@ def main(argv=None) -> int:
     ap.add_argument("--offload-memory", default="0.5p", help="the offload case's memory limit (default 0.5p)")
     ap.add_argument("--offload-copy", type=float, default=1.0, metavar="F",
                     help="the offload case's copy time, in mean Fs (default 1)")
+    ap.add_argument("--offload-slow", type=float, default=3.0, metavar="K",
+                    help="the offload case's second run: the link K times slower (default 3)")
     args = ap.parse_args(argv)
     if args.quick:
         args.profiles, args.memory, args.ranks, args.time_limit = "edge", "1p", "4", 5.0
