@@ -77,11 +77,12 @@ def cases(quick: bool):
     att = [(64, 4, 32, 2), (128, 4, 128, 4)] + ([] if quick else [(256, 8, 256, 4)])
     for last in (False, True):
         for h, L, s, v, b in gpt:
-            yield "gpt", last, lambda: gpt_case(h, L, s, v, b, last)
+            yield "gpt", last, lambda h=h, L=L, s=s, v=v, b=b, last=last: gpt_case(h, L, s, v, b, last)
         for h, L, n in mlp:
-            yield "mlp", last, lambda: plain_case(f"h={h} L={L} tokens={n}", mlp_stack(h, L), torch.randn(n, h), last)
+            yield "mlp", last, lambda h=h, L=L, n=n, last=last: plain_case(f"h={h} L={L} tokens={n}", mlp_stack(h, L),
+                                                                           torch.randn(n, h), last)
         for h, heads, s, b in att:
-            yield "attention", last, lambda: plain_case(f"h={h} heads={heads} s={s} b={b}", AttentionBlock(h, heads),
+            yield "attention", last, lambda h=h, heads=heads, s=s, b=b, last=last: plain_case(f"h={h} heads={heads} s={s} b={b}", AttentionBlock(h, heads),
                                                         torch.randn(b, s, h), last)
 
 

@@ -50,7 +50,7 @@ def test_keeps_every_action_and_the_caps(placement, memory, objective, runtime):
                       objective=objective, runtime=runtime)
     relisted = 0
     fitting = feasible_baselines(p, with_greedy=False)
-    for name, sched, _ in fitting:
+    for _name, sched, _ in fitting:
         out = cooldown.relist_cooldown(p, sched)
         if out is None:
             continue

@@ -48,7 +48,7 @@ def test_hf_units_count_the_flops_torch_runs(bench, model):
 def test_torchtitan_blocks_count_the_flops_torch_runs(bench, model):
     found = bench.rows({}, 32, [model], bench.mf.TT_SMALL, MODES)
     assert len(found) == 2 * 3 + 2 * 2  # none and full: F, I, W; light and selective: F, B
-    for label, unit, action, counted, executed, convention in found:
+    for label, _unit, action, counted, _executed, convention in found:
         assert counted == pytest.approx(convention, rel=1e-6), (label, action)
 
 

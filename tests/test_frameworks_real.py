@@ -355,7 +355,7 @@ def test_plan_handoff_parses_as_the_frameworks_read_it(results):
         ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig)),
         ("activation_checkpoint", ActivationCheckpointingConfig, dataclasses.field(default_factory=SelectiveAC.Config))])
 
-    for spec, placement in PLAN_CASES:
+    for spec, _placement in PLAN_CASES:
         res = results["plans"][f"plan {spec}"]
         settings = res.report["frameworks"]
         if spec.startswith("torchtitan"):

@@ -124,7 +124,7 @@ def test_warm_start_is_best_of_heuristic_and_baselines():
         assert sim.fits
         h = simulate(heuristic_schedule(p, time_budget=0.2), p.profile, p.memory).objective(objective)
         assert sim.objective(objective) <= h + 1e-9
-        for name, _, bsim in feasible_baselines(p):
+        for _name, _, bsim in feasible_baselines(p):
             assert sim.objective(objective) <= bsim.objective(objective) + 1e-9
         assert source == "heuristic" or source in {n for n, _, _ in feasible_baselines(p)}
 

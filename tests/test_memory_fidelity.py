@@ -170,7 +170,7 @@ def test_a_whole_backwards_peak_is_counted_as_torch_reaches_it(bench, model, tt)
     pytest.importorskip("torchtitan")
     rows = bench.b_rows({} if tt else bench.SMALL, 32, [model], bench.TT_SMALL if tt else {})
     assert len(rows) == 4
-    for name, _, quantity, counted, measured in rows:
+    for name, _, _quantity, counted, measured in rows:
         assert measured > 0
         if "Mixtral" in model or "A3B" in model:
             assert measured <= counted <= 1.35 * measured, name

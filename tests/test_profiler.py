@@ -98,7 +98,7 @@ def test_activation_bytes_are_deterministic_and_grow_with_seq_and_mbs():
     assert base == _bytes(CFG, 2)
     longer = _bytes(_cfg(seq_len=32), 2)
     bigger = _bytes(CFG, 4)
-    for (a0, w0, s0), (a1, w1, s1), (a2, w2, s2) in zip(base, longer, bigger):
+    for (a0, w0, s0), (a1, w1, _s1), (a2, w2, s2) in zip(base, longer, bigger):
         assert a1 > a0 and w1 >= w0
         assert a2 > a0 and w2 >= w0
         # activations are per sequence: twice the microbatch holds (almost exactly) twice the bytes

@@ -366,14 +366,14 @@ def gpt_config_from_args(args):
         return GPTConfig(**given(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
                                  seq_len=args.seq, dtype=args.dtype))
     except ValueError as e:
-        raise SchedcError(f"model: {e}")
+        raise SchedcError(f"model: {e}") from None
 
 
 def require_torch(command: str) -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise SchedcError(f"{command} runs the model and needs torch: pip install 'schedc[torch]'")
+        raise SchedcError(f"{command} runs the model and needs torch: pip install 'schedc[torch]'") from None
 
 
 def echo(text: object = "", file=None) -> None:

@@ -117,7 +117,7 @@ def _show(args) -> int:
         try:
             profile = Profile.model_validate(entry.report["inputs"]["costs"])
         except (KeyError, TypeError, ValueError):
-            raise SchedcError(f"{csvio.report_path(entry.csv)}: inputs.costs is missing or not a valid profile")
+            raise SchedcError(f"{csvio.report_path(entry.csv)}: inputs.costs is missing or not a valid profile") from None
         profile.save(args.write_profile)
         echo(f"wrote {args.write_profile}: the costs {entry.setup.name} was compiled for")
     return 0

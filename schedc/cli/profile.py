@@ -468,7 +468,7 @@ def _parse_bandwidth(text: Optional[str], flag: str = "--comm-bandwidth") -> Opt
         except SchedcError:
             limit = None
         if limit is None or limit.kind != "bytes":
-            raise SchedcError(f"{flag}: expected bytes per second (e.g. 25e9 or 25GB/s), got {text!r}")
+            raise SchedcError(f"{flag}: expected bytes per second (e.g. 25e9 or 25GB/s), got {text!r}") from None
         value = limit.value
     if not (math.isfinite(value) and value > 0):
         raise SchedcError(f"{flag} must be a finite number of bytes per second > 0, got {shown(text)}")

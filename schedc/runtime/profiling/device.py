@@ -21,7 +21,7 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise ParameterError("device", f"{literal(repr(device))} is not a device torch knows; use cpu, cuda or cuda:N")
+        raise ParameterError("device", f"{literal(repr(device))} is not a device torch knows; use cpu, cuda or cuda:N") from None
     if dev.type == "cpu":
         return dev
     if dev.type == "cuda":
