@@ -70,6 +70,18 @@ def test_offload_auto_is_never_worse_than_the_plan_without_it(memory, bandwidth)
     assert res.report["plan"]["bound_assumes"].startswith("over every partition and schedule without a memory cap")
 
 
+def test_offload_auto_starts_from_the_plan_offload_none_makes_with_the_same_time_limit():
+    from schedc.planning.ac import plan_mode
+    from schedc.planning.offload import plan_with_offload
+
+    kw = dict(ranks=RANKS, microbatches=M, memory="7GiB", placement="loop", budget="work", time_limit=3)
+    res = plan_with_offload({None: units()}, HostLink(), **kw)
+    without = plan_mode(units(), None, None, **kw)
+    if not (res.cut_by_wall or without.cut_by_wall):  # a busy machine's wall clock cut a work budget
+        assert res.offload["step_without_offload"] == without.value
+    assert res.value <= res.offload["step_without_offload"] and res.budget == "work"
+
+
 def test_where_the_cap_binds_offload_shortens_the_plan_and_its_actions_fit_the_csv(tmp_path):
     from schedc.core.memory_actions import check_memory_actions
     from schedc.core.simulate import simulate

@@ -53,8 +53,9 @@ def register(sub) -> None:
                         "default: what the profile assumes")
     p.add_argument("--offload", choices=["none", "auto"], default="none",
                    help="auto: also offload microbatches' activations to host memory where that makes a shorter plan "
-                        "fit, chosen with the partition, placement and --ac (schedc.planning.offload); plan.json gets "
-                        "\"memory_actions\" and the bound becomes the one without a cap (default none)")
+                        "fit, chosen with the partition, placement and --ac (schedc.planning.offload): the plan "
+                        "--offload none makes, then half of --time-limit more offloading its candidates; plan.json "
+                        "gets \"memory_actions\" and the bound becomes the one without a cap (default none)")
     offload_flags.add_link_args(p)
     p.add_argument("--ranks", type=common.ranks_count(), required=True, help="pipeline ranks R")
     p.add_argument("--mb", type=common.microbatches_count(), required=True, help="microbatches M")

@@ -7,7 +7,8 @@ is not the one worth planning under the cap (offload relaxes memory, so the part
 for compute gains most), nor need checkpointing stay what the plan chose without offload.
 
 Method (:func:`plan_offload`): the plan without offload runs first (``plan``, or ``plan_ac`` with
-``--ac auto``) in ``1 - OFFLOAD_SHARE`` of the time. Its candidates are then offloaded, each
+``--ac auto``) in the whole time limit, as ``--offload none`` runs it. Its candidates are then
+offloaded, in ``OFFLOAD_SHARE`` of the time limit more, each
 profile form apart: the plan's own units (with ``--ac auto`` the checkpointing it chose) and,
 under ``--ac auto``, the units without checkpointing. For each form the partitions are the plan's
 (where its units are the form), the comparison rows' and, per placement tried, the partition that
@@ -24,7 +25,7 @@ best of each kind found on the way. Bound: the bound over partitions without a c
 without checkpointing (checkpointing only adds work, offload only adds waits), so the gap with
 offload is to the uncapped step, and the report says so.
 
-Cost: the plan's, then up to four compiles per candidate in ``OFFLOAD_SHARE`` of the time and
+Cost: the plan's, then up to four compiles per candidate in ``OFFLOAD_SHARE`` of the time more and
 the chooser's simulations (schedc.solver.offload: up to S x M per schedule tried, with no
 deadline of their own, so a candidate may run past its share); one uncapped dynamic program per
 placement and form.
@@ -46,7 +47,7 @@ from schedc.planning.clock import clock_now, compile_within, stop_requested
 from schedc.planning.problem import holds_one_microbatch, own_bound, problem_for
 from schedc.planning.result import PlanResult
 
-OFFLOAD_SHARE = 0.5  # of the time limit, for offloading the plan's candidates
+OFFLOAD_SHARE = 0.5  # of the time limit, after it, for offloading the plan's candidates
 ROWS = ("nothing", "checkpointing only", "offload only", "both")
 BOUND_SOURCE = ("over every partition and schedule without a memory cap (offload relaxes the cap; "
                 "checkpointing only adds work)")
@@ -315,26 +316,21 @@ def launchable_row(summary: Optional[dict]) -> Optional[dict]:
 
 def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budget: str = "time",
                       none: Optional[Profile] = None, seed: int = 0, progress=None, **kwargs) -> PlanResult:
-    """``schedc plan --offload auto``: the plan without offload (``plan_ac`` for several
-    `profiles`, one per checkpointing mode; else ``plan_mode`` of the one, `none` its
-    no-checkpointing counterpart) in ``1 - OFFLOAD_SHARE`` of `time_limit`, then
-    :func:`plan_offload` in the rest, on one clock (a work clock under ``budget="work"``)."""
-    from schedc.planning.clock import work_budget_on
+    """``schedc plan --offload auto``: the plan ``--offload none`` makes with the same arguments
+    (``plan_ac`` for several `profiles`, one per checkpointing mode; else ``plan_mode`` of the one,
+    `none` its no-checkpointing counterpart), in the whole `time_limit`, then :func:`plan_offload`
+    in ``OFFLOAD_SHARE`` of `time_limit` more (on a work clock of its own under
+    ``budget="work"``). So it is never worse than ``--offload none`` with the same time limit, and
+    takes up to 1 + OFFLOAD_SHARE times as long."""
+    from contextlib import nullcontext
+
     from schedc.planning.report import build_plan_report
     from schedc.solver.deadline import counting_work
 
-    if budget == "work" and not work_budget_on():
-        with counting_work(time_limit) as clock:
-            out = plan_with_offload(profiles, link, time_limit=time_limit, budget=budget, none=none, seed=seed,
-                                    progress=progress, **kwargs)
-        out = replace(out, budget="work", cut_by_wall=clock.cut_by_wall)
-        return replace(out, report=build_plan_report(out))
-    t0 = clock_now()
-    first = (1 - OFFLOAD_SHARE) * time_limit
     if len(profiles) > 1:
         from schedc.planning.ac import plan_ac
 
-        res = plan_ac(profiles, time_limit=first, budget=budget, seed=seed, progress=progress, **kwargs)
+        res = plan_ac(profiles, time_limit=time_limit, budget=budget, seed=seed, progress=progress, **kwargs)
         forms = {"offload only": profiles["none"]} if "none" in profiles else {}
         if res.ac is not None and res.ac.chosen != "none":
             forms["both"] = res.units
@@ -342,6 +338,13 @@ def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budg
         from schedc.planning.ac import plan_mode
 
         mode, units = next(iter(profiles.items()))
-        res = plan_mode(units, mode, none, time_limit=first, budget=budget, seed=seed, progress=progress, **kwargs)
+        res = plan_mode(units, mode, none, time_limit=time_limit, budget=budget, seed=seed, progress=progress,
+                        **kwargs)
         forms = {"offload only" if mode in (None, "none") else "both": res.units}
-    return plan_offload(res, link, time_limit - (clock_now() - t0), forms, seed, progress)
+    seconds = OFFLOAD_SHARE * time_limit
+    with counting_work(seconds) if budget == "work" else nullcontext() as clock:
+        out = plan_offload(res, link, seconds, forms, seed, progress)
+    if clock is None:
+        return out
+    out = replace(out, budget="work", cut_by_wall=res.cut_by_wall or clock.cut_by_wall)
+    return replace(out, report=build_plan_report(out))
