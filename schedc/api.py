@@ -167,8 +167,8 @@ def compile(
     report = Report.from_dict(res.report)
     return Compiled(
         schedule=res.schedule, simulation=Simulation.from_sim(res.sim), status=Status(res.status),
-        lower_bound=res.lower_bound, gap=res.gap, solve_time=res.solve_time, objective=res.problem.objective,
-        execution=res.problem.runtime, memory=res.problem.memory, profile=res.problem.given_profile,
+        lower_bound=res.lower_bound, gap=res.gap, solve_time=res.solve_time, objective=objective,
+        execution=execution, memory=res.problem.memory, profile=res.problem.given_profile,
         baselines=MappingProxyType(dict(report.baselines)), warm_start=res.warm_start_source,
         interrupted=res.interrupted, report=report,
         baseline_schedules=_BaselineSchedules(tuple(report.baselines), _baselines_of(res.problem)),
@@ -420,7 +420,8 @@ def plot(
         profiles = [_profile(p, s.n_stages) for p, s in zip(profiles, items)]
     profiles = [p.executed(execution) for p in profiles]
     _check_host_link("none", host_link)
-    return plot_schedules(items, profiles, None if memory is None else _memory(memory), titles=titles, path=path,
+    return plot_schedules(items, profiles, None if memory is None else _memory(memory), titles=titles,
+                          path=None if path is None else os.fspath(path),
                           memory_actions=memory_actions or None, link=host_link)
 
 
@@ -485,7 +486,7 @@ def write_trace(
         raise SchedcError(f"path {path}: a Chrome trace is JSON, and a .csv name is a schedule's; give a .json name")
     prof = _profile(profile, schedule.n_stages).executed(execution)
     _check_host_link("none", host_link)
-    return write(schedule, prof, path, None if memory is None else _memory(memory),
+    return write(schedule, prof, os.fspath(path), None if memory is None else _memory(memory),
                  memory_actions=memory_actions or None, link=host_link)
 
 
@@ -621,7 +622,7 @@ def count_profile(
     run = run.but(impl=framework_impl if impl is None else None, names=framework_names if names is None else None,
                   fsdp=fsdp if run.fsdp is None else None)
     if isinstance(model, (str, os.PathLike)):
-        counted = count_units(model, run)
+        counted = count_units(os.fspath(model), run)
     elif not isinstance(model, Mapping):
         raise SchedcError(f"model: expected the path of a config.json or the shape as a dict (layers, hidden, "
                           f"vocab, ...); got {type(model).__name__}")
@@ -883,14 +884,14 @@ def _check_placement(placement: Any) -> Placement:
     return tuple(placement)
 
 
-def _profile(profile: Any, n_stages: Optional[int]) -> Profile:
+def _profile(profile: Any, n_stages: int) -> Profile:
     """The given profile, one read from a file, or identical stages (F = I = W = 1)."""
     if profile is None:
         return Profile.uniform(n_stages)
     if isinstance(profile, Profile):
         return profile
     if isinstance(profile, (str, os.PathLike)):
-        return Profile.load(profile)
+        return Profile.load(os.fspath(profile))
     raise SchedcError(f"profile: expected a schedc.Profile or the path of a profile file; "
                       f"got {type(profile).__name__}")
 

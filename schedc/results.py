@@ -120,7 +120,8 @@ class Simulation:
             makespan=sim.makespan, span=sim.span, bubble=sim.bubble, span_bubble=sim.span_bubble,
             busy=tuple(sim.busy), span_per_rank=tuple(sim.span_per_rank),
             bubble_per_rank=tuple(sim.bubble_per_rank), peak_memory=tuple(sim.peak_memory),
-            memory_limit=tuple(sim.memory_limit), fits=bool(sim.fits), execution=sim.runtime,
+            memory_limit=tuple(sim.memory_limit), fits=bool(sim.fits),
+            execution=check_choice("execution", sim.runtime, Execution),
             timings=_ActionTimes(sim.timings),
             order=tuple(tuple(row) for row in sim.order),
             memory_curve=tuple(tuple(curve) for curve in sim.memory_curve),
@@ -138,10 +139,13 @@ class _BaselineSchedules(Mapping):
     __slots__ = ("_names", "_build", "_built")
 
     def __init__(self, names: tuple[str, ...], build: Callable[[], Mapping[str, Schedule]]) -> None:
-        self._names, self._build, self._built = names, build, None
+        self._names = names
+        self._build: Optional[Callable[[], Mapping[str, Schedule]]] = build
+        self._built: Optional[Mapping[str, Schedule]] = None
 
     def _schedules(self) -> Mapping[str, Schedule]:
         if self._built is None:
+            assert self._build is not None  # dropped only once _built holds what it built
             self._built = self._build()
             self._build = None
         return self._built

@@ -44,7 +44,7 @@ REFUSED = {
 # counting them would be counting another layout. NeMo AutoModel 0.7.0's _transformers/registry.py
 # maps Qwen3MoeForCausalLM to its own components/models/qwen3_moe (its MoE layer with grouped
 # experts and token dispatch, its backend's linears and norms), used unless force_hf is set
-OWN_CODE = {
+OWN_CODE: dict[tuple[str, Optional[str]], str] = {
     ("nemo", "qwen3_moe"): "NeMo AutoModel 0.7.0 trains Qwen3MoeForCausalLM with its own "
                            "nemo_automodel/components/models/qwen3_moe (grouped experts, its own token dispatch), "
                            "not Hugging Face's modules, which are what schedc counts for {name}nemo",

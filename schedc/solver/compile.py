@@ -101,7 +101,7 @@ from functools import cached_property
 from typing import Callable, Optional, Sequence, Union, get_args
 
 from schedc._version import __version__
-from schedc.choices import Solver, Status
+from schedc.choices import Budget, Solver, Status
 from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.core.diagnose import limiter, same_hand_made
 from schedc.core.host_link import HostLink
@@ -163,7 +163,7 @@ class CompileResult:
     baselines: dict[str, dict] = field(default_factory=dict)
     warm_start_source: str = ""
     interrupted: bool = False  # Ctrl-C ended the search early (schedc.solver.interrupt)
-    budget: str = "time"  # what time_limit counted: wall-clock seconds or work units (compile_problem)
+    budget: Budget = "time"  # what time_limit counted: wall-clock seconds or work units (compile_problem)
     report: dict = field(default_factory=dict)
     # the problem's graph (schedc.solver.graph), with the baselines built during the compile
     graph: Optional[Graph] = field(default=None, repr=False, compare=False)
@@ -348,13 +348,21 @@ class _Compilation:
         return n_actions(self.problem.n_stages, self.problem.n_microbatches)
 
     @property
+    def action_graph(self) -> Graph:
+        """The action graph (``inst``): rows that read it are ``on_graph``, which :meth:`ready`
+        runs only once step 4 has built it."""
+        assert self.inst is not None, "the action graph is read before step 4 built it"
+        return self.inst
+
+    @property
     def best_val(self) -> float:
         return math.inf if self.best_sim is None else self.best_sim.objective(self.problem.objective)
 
     @cached_property
     def too_large_for_full_model(self) -> bool:
         """More free order pairs than the full integer program takes: windows instead (step 8)."""
-        return count_free_pairs(self.inst, limit=integer_program.FULL_MODEL_PAIRS) > integer_program.FULL_MODEL_PAIRS
+        return count_free_pairs(self.action_graph, limit=integer_program.FULL_MODEL_PAIRS) > \
+            integer_program.FULL_MODEL_PAIRS
 
     @cached_property
     def tight(self) -> bool:
@@ -436,24 +444,26 @@ class _Compilation:
         engine then searches from it); it replaces the best when faster by more than PROVEN."""
         self.inc_sched, self.inc_sim = out.schedule, out.sim
         self.inc_orders = out.orders if fits else None
-        best = self.best_val
-        if fits and out.sim.objective(self.problem.objective) <= best - _TOL * best:
-            self.best_sched, self.best_sim = out.schedule, out.sim
+        best, sim = self.best_val, out.sim
+        if fits and sim is not None and sim.objective(self.problem.objective) <= best - _TOL * best:
+            self.best_sched, self.best_sim = out.schedule, sim
 
     def _adopt_answer(self, out: Result, policy: str) -> None:
         """An engine's fitting answer: the best when it beats it, the incumbent as `policy` says."""
         sim, obj = out.sim, self.problem.objective
+        assert out.schedule is not None and sim is not None  # take adopts only a fitting answer
         self.consider(out.schedule, sim)
         if policy == IN_ORDER:
+            inst = self.action_graph
             orders = out.orders if out.orders is not None else \
-                canonical_orders(self.inst, orders_from_schedule(self.inst, out.schedule))
-            in_order, in_order_sim = materialize(self.inst, orders, self.problem)
+                canonical_orders(inst, orders_from_schedule(inst, out.schedule))
+            in_order, in_order_sim = materialize(inst, orders, self.problem)
             if in_order_sim is not None and in_order_sim.fits and \
-                    (self.inc_orders is None or in_order_sim.objective(obj) < self.inc_sim.objective(obj)):
+                    (self.inc_orders is None or in_order_sim.objective(obj) < self._incumbent_sim().objective(obj)):
                 self.inc_orders, self.inc_sched, self.inc_sim = orders, in_order, in_order_sim
                 self.consider(in_order, in_order_sim)
         elif out.orders is not None:
-            inc_val = self.inc_sim.objective(obj)
+            inc_val = self._incumbent_sim().objective(obj)
             if sim.objective(obj) <= inc_val + TIE * max(1.0, inc_val):
                 self.inc_orders, self.inc_sched, self.inc_sim = out.orders, out.schedule, sim
 
@@ -471,13 +481,25 @@ class _Compilation:
                 self.lb_details["lower_bound"] = max(self.lb_details.get("lower_bound", 0.0), value)
         return True
 
+    def _incumbent_sim(self) -> SimResult:
+        # read where the incumbent has orders, which step 4 (or an engine) gives only with a
+        # fitting simulation
+        assert self.inc_sim is not None, "the model's incumbent is read before step 4 made it"
+        return self.inc_sim
+
     def incumbent(self) -> Incumbent:
         """The model's incumbent, as engines take it."""
-        return Incumbent(self.inc_sched, self.inc_sim, "incumbent", self.inc_orders)
+        assert self.inc_sched is not None, "the model's incumbent is read before step 4 made it"
+        return Incumbent(self.inc_sched, self._incumbent_sim(), "incumbent", self.inc_orders)
+
+    def _best_schedule(self) -> tuple[Schedule, SimResult]:
+        # the warm start (step 2) is the first best so far: every later row finds one
+        assert self.best_sched is not None and self.best_sim is not None, "no best schedule before the warm start"
+        return self.best_sched, self.best_sim
 
     def best(self) -> Incumbent:
         """The best schedule so far, as engines take it."""
-        return Incumbent(self.best_sched, self.best_sim, "best so far")
+        return Incumbent(*self._best_schedule(), "best so far")
 
     def bound_chains(self, phase: "Phase") -> None:
         """Step 1: the combinatorial chains (schedc.solver.bounds.chains); their terms are the
@@ -495,7 +517,7 @@ class _Compilation:
         lines (not the report's: they come before its first)."""
         self.emit(f"start ({self.n:,} actions)", math.inf, self.bound, keep=False)
         if self.given_warm is None:
-            engine = WarmStart(min(WARM_MAX_SECONDS, phase.share(self) * self.time_limit),
+            engine = WarmStart(min(WARM_MAX_SECONDS, phase.time_share(self) * self.time_limit),
                                lambda name, v: self.emit(f"warm start: {name}", v, self.bound, keep=False))
             out = engine.run(self.graph, None, Deadline(self.deadline))
         else:
@@ -509,15 +531,15 @@ class _Compilation:
         from schedc.solver.bounds.rank import rank_relaxation_bound
 
         value = rank_relaxation_bound(self.graph)
-        if self.raise_bound(value, COMBINATORIAL, "one_rank_relaxation"):
+        if value is not None and self.raise_bound(value, COMBINATORIAL, "one_rank_relaxation"):
             self.lb = max(self.lb, value)
 
     def build_action_graph(self, phase: "Phase") -> None:
         """Step 4: the action graph, and the best so far relabelled so each kind runs in
         microbatch order, the model's incumbent."""
-        self.inst = self.graph.lower()
-        orders = canonical_orders(self.inst, orders_from_schedule(self.inst, self.best_sched))
-        sched, sim = materialize(self.inst, orders, self.problem)
+        self.inst = inst = self.graph.lower()
+        orders = canonical_orders(inst, orders_from_schedule(inst, self._best_schedule()[0]))
+        sched, sim = materialize(inst, orders, self.problem)
         self.take(Result(schedule=sched, sim=sim, orders=orders, status=Status.FEASIBLE), phase)
 
     def solve_full_model(self, phase: "Phase") -> None:
@@ -526,7 +548,7 @@ class _Compilation:
         start a variable), a relaxation of every schedule, so its dual bound certifies both
         objectives."""
         obj = self.problem.objective
-        remaining = phase.share(self) * (self.deadline - now())
+        remaining = phase.time_share(self) * (self.deadline - now())
 
         def on_progress(primal, dual):
             p = min(self.best_val, primal) if primal is not None and math.isfinite(primal) else self.best_val
@@ -534,9 +556,10 @@ class _Compilation:
             # the solver calls this on the wall clock: a work budget's report leaves it out
             self.emit("full model", p, d, keep=work_clock() is None)
 
+        assert self.mip is not None  # the row runs only with a MIP solver (its `when`)
         engine = integer_program.MipEngine(self.mip, lower_bound=self.lb, progress=on_progress, late_start=obj == "span",
                                  seed=self.seed)
-        self.take(engine.run(self.inst, self.incumbent(), Deadline.after(remaining)), phase)
+        self.take(engine.run(self.action_graph, self.incumbent(), Deadline.after(remaining)), phase)
         self.emit("full model done", self.best_val, self.bound)
 
     def polish_with_cpsat(self, phase: "Phase") -> None:
@@ -548,9 +571,9 @@ class _Compilation:
         For span, half of that time first goes to the makespan model: CP-SAT's span model (free
         first starts, a far horizon) propagates weakly and rarely leaves its hint, while a
         makespan optimum is a good span schedule (span <= makespan) and a better hint."""
-        seconds = phase.share(self) * (self.deadline - now())
+        seconds = phase.time_share(self) * (self.deadline - now())
         end = now() + seconds
-        if not Deadline(end).allows(self.inst.n, CPSAT_PASSES):
+        if not Deadline(end).allows(self.action_graph.n, CPSAT_PASSES):
             return  # the whole model would not even be built in its share: windows instead
         # too large for the full integer program: windows come next and do better there than a
         # whole model that has stopped improving
@@ -566,7 +589,7 @@ class _Compilation:
 
         stale = max(CPSAT_STALE_MIN, CPSAT_STALE_SHARE * seconds) if large else None
         engine = cpsat.CpsatEngine(workers=cpsat.WORKERS, seed=self.seed, stale_seconds=stale, objective=objective)
-        out = engine.run(self.inst, self.best(), Deadline.after(seconds))
+        out = engine.run(self.action_graph, self.best(), Deadline.after(seconds))
         self.take(out, phase, surrogate=objective != self.problem.objective)
 
     def raise_bound_tight(self, phase: "Phase") -> None:
@@ -577,7 +600,7 @@ class _Compilation:
         from schedc.solver.bounds.anchored import anchored_bound
         from schedc.solver.bounds.blocks import SIZES, block_bound
 
-        end = now() + phase.share(self) * (self.deadline - now())
+        end = now() + phase.time_share(self) * (self.deadline - now())
         if self.raise_bound(anchored_bound(self.graph, Deadline((now() + end) / 2)), "anchored relaxation",
                             "anchored_relaxation"):
             self.emit("anchored relaxation", self.best_val, self.bound)
@@ -591,7 +614,7 @@ class _Compilation:
         action do not. A better answer becomes the incumbent that CP-SAT polishes and windows
         search around."""
         left = self.deadline - now()
-        seconds = max(phase.share(self) * left, min(PERIODIC_MIN_SECONDS, 0.6 * left))
+        seconds = max(phase.time_share(self) * left, min(PERIODIC_MIN_SECONDS, 0.6 * left))
         self.take(periodic.PeriodicEngine(seed=self.seed).run(self.graph, None, Deadline.after(seconds)), phase)
         self.emit("periodic", self.best_val, self.bound)
 
@@ -601,6 +624,7 @@ class _Compilation:
         else with the MIP solver. For span, as in polish_with_cpsat, half of that time first goes
         to makespan windows (span <= makespan)."""
         engine = "cpsat" if self.use_cpsat else self.mip
+        assert engine is not None  # _engines gives CP-SAT or a MIP solver, never neither
         if self.problem.objective == "span":
             half = now() + (self.deadline - now()) / 2
             self._windows(phase, "makespan", engine, half)
@@ -610,7 +634,7 @@ class _Compilation:
     def _windows(self, phase: "Phase", objective: str, engine: str, deadline: float) -> None:
         search = WindowSearch(engine, self.lb, lambda b, what: self.emit(what, min(b, self.best_val), self.bound),
                               self.seed, objective)
-        self.take(search.run(self.inst, self.incumbent(), Deadline(deadline)), phase,
+        self.take(search.run(self.action_graph, self.incumbent(), Deadline(deadline)), phase,
                   surrogate=objective != self.problem.objective)
 
     def result(self) -> CompileResult:
@@ -624,8 +648,9 @@ class _Compilation:
         else:
             status = Status.HEURISTIC
         solve_time = now() - self.t0
+        best_sched, best_sim = self._best_schedule()
         result = CompileResult(
-            schedule=self.best_sched, sim=self.best_sim, problem=self.problem, status=status, lower_bound=bound,
+            schedule=best_sched, sim=best_sim, problem=self.problem, status=status, lower_bound=bound,
             gap=0.0 if status == Status.OPTIMAL else _gap(best_val, bound), solve_time=solve_time,
             baselines=all_baselines(self.graph, Deadline(self.deadline)), warm_start_source=self.warm_source,
             interrupted=interrupt.requested(), graph=self.graph, budget="time" if work_clock() is None else "work",
@@ -655,6 +680,11 @@ class Phase:
     passes: float = 0.0  # passes over the actions it costs first: not started where the deadline does not allow them
     on_graph: bool = True  # it reads the action graph: it runs only once step 4 has built it
     size_ok: Callable[["_Compilation"], bool] = lambda c: True
+
+    def time_share(self, c: "_Compilation") -> float:
+        """`share` for `c`; read only by the rows that are time-boxed (a share given)."""
+        assert self.share is not None, f"{self.name}: not time-boxed, it has no share of the time"
+        return self.share(c)
 
 
 def _always(c: _Compilation) -> bool:
@@ -700,7 +730,8 @@ def engine_phase(name: str, build: Callable[[_Compilation], Engine], share: Call
 
     def run(c: _Compilation, phase: Phase) -> None:
         start = c.best() if phase.incumbent == IN_ORDER else c.incumbent()
-        c.take(build(c).run(c.inst, start, Deadline.after(phase.share(c) * (c.deadline - now()))), phase)
+        c.take(build(c).run(c.action_graph, start, Deadline.after(phase.time_share(c) * (c.deadline - now()))),
+               phase)
         c.emit(phase.name, c.best_val, c.bound)
 
     return Phase(name, run, share, when, certifies, incumbent, **gates)

@@ -314,7 +314,7 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     if found is None and capped is None:
         raise ParameterError("memory", f"{{name}}{problem.memory}: no schedule fits, with offload over this link "
                                        f"or without")
-    if found is None or (capped is not None and found[1].sim.objective(problem.objective) >= without):
+    if found is None or (capped is not None and found[1].sim.objective(problem.objective) >= capped.value):
         # offload does not help: the capped answer, with the offload fields saying so
         choice = OffloadChoice(capped.schedule, (), capped.sim, True)
         source = "capped"
