@@ -35,14 +35,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import nullcontext
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
+from schedc.core.costs import FRAMEWORK_AC
 from schedc.errors import SchedcError
 from schedc.model_costs import unit_profile
-from schedc.core.costs import FRAMEWORK_AC
 from schedc.planning import AC_MODES, TORCHTITAN_AC, plan, plan_ac, torchtitan_rows
 from schedc.planning.ac import AC_SHARE, checkpointed_form, mode_forms, per_stage_search, plan_mode
 from schedc.solver.deadline import counting_work

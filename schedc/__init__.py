@@ -19,7 +19,6 @@ torch nor the solvers nor matplotlib; those load on the first call that needs th
 """
 
 from schedc._version import __version__
-
 from schedc.api import (
     BASELINES,
     baseline,
@@ -35,8 +34,8 @@ from schedc.api import (
 )
 from schedc.choices import Execution, Objective, Placement, Solver, Status
 from schedc.core.costs import MemoryLimit, Profile, StageCost
-from schedc.errors import SchedcError
 from schedc.core.ir import Action, Schedule
+from schedc.errors import SchedcError
 from schedc.planning import PlanResult, plan
 from schedc.results import ActionTime, BaselineResult, Compiled, Report, Simulation
 

@@ -22,11 +22,11 @@ nothing by then.
 
 from __future__ import annotations
 
-import os
-
-# the C module under `signal`: importing `signal` itself loads enum, and `typing` or `threading`
-# would add tens of milliseconds more, all of it time in which a signal kills the command unheard
+# `_signal`, the C module under `signal`: importing `signal` itself loads enum, and `typing` or
+# `threading` would add tens of milliseconds more, all of it time in which a signal kills the
+# command unheard
 import _signal
+import os
 
 _WORDS = {_signal.SIGINT: ("interrupted", 130), _signal.SIGTERM: ("terminated", 143)}
 _previous: dict = {}  # the handler before ours, per signal while ours is installed

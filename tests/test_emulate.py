@@ -13,10 +13,11 @@ import pytest
 pytest.importorskip("torch")
 
 from _dist import run_ranks, worker_env  # noqa: E402
+
 from schedc.core.baselines import make_baseline  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
-from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
+from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.runtime.emulate import emulate  # noqa: E402
 from schedc.runtime.launch import LaunchError  # noqa: E402
 from schedc.solver.compile import compile_schedule  # noqa: E402
@@ -168,8 +169,8 @@ def real_two_stages(rank: int, world: int, csv: str) -> dict:
     import torch.nn as nn
     from torch.distributed.pipelining import PipelineStage
 
-    from schedc.runtime.profiling.spans import timed_actions
     from schedc.runtime.pipeline import build_schedule
+    from schedc.runtime.profiling.spans import timed_actions
 
     torch.manual_seed(rank)
     width = 256
@@ -241,8 +242,8 @@ def test_each_csv_is_emulated_with_the_costs_beside_it(tmp_path):
     assert "theirs.csv: costs from theirs.profile.json (theirs)" in out.stderr
     import json
 
-    from schedc.io.csvio import read_csv
     from schedc.core.simulate import simulate
+    from schedc.io.csvio import read_csv
 
     runs = json.loads(out.stdout)
     # each prediction (seconds, scale 1) is its own profile's, plus the runtime's measured overhead

@@ -12,15 +12,15 @@ import sys
 import time
 
 import pytest
+from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
-from schedc.io import csvio
 from schedc.core.costs import Profile, StageCost
-from schedc.errors import SchedcError
 from schedc.core.partition import partition_bound, partitions_below, stage_modules, torchtitan_default_counts
+from schedc.core.simulate import simulate
+from schedc.errors import SchedcError
+from schedc.io import csvio
 from schedc.planning import own_bound, parse_cap, plan, problem_for
 from schedc.planning.problem import holds_one_microbatch
-from schedc.core.simulate import simulate
-from exhaustive import exact_optimum  # noqa: E402  (tests/exhaustive.py: the oracle these tests serve)
 
 GiB = 2**30
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_plan import _modes, _schedc, tiny_units  # noqa: E402  (the per-unit profiles these tests share)
 
 M = 4  # microbatches of the tiny plans

@@ -14,12 +14,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import pytest  # noqa: E402
+from test_plan import tiny_units  # noqa: E402
+
 from schedc.core.cost_model import fits  # noqa: E402
 from schedc.planning import parse_cap, plan  # noqa: E402
 from schedc.planning.limiter import HEURISTIC, plan_limiter  # noqa: E402
 from schedc.solver.deadline import counting_work  # noqa: E402
-import pytest  # noqa: E402
-from test_plan import tiny_units  # noqa: E402
 
 GiB = 2**30
 

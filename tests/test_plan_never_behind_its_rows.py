@@ -12,10 +12,9 @@ import math
 import pytest
 
 from schedc.core.costs import Profile, StageCost
-from schedc.core.partition import partition_bound
+from schedc.core.partition import Units, partition_bound
 from schedc.planning import plan, problem_for
 from schedc.planning.search import interleaved_bound
-from schedc.core.partition import Units
 
 GiB = 2**30
 
@@ -46,9 +45,9 @@ def test_a_faster_interleaved_row_becomes_the_plan_with_its_flags():
     # its default split, the V left out) becomes the plan, partition, placement and schedule
     from types import SimpleNamespace
 
+    from schedc.planning import parse_cap
     from schedc.planning.comparisons import torchtitan_rows
     from schedc.planning.compiles import adopt_faster_row
-    from schedc.planning import parse_cap
 
     units, limit = uniform_units(12), parse_cap("none")
     rows = [c for c in torchtitan_rows(units, 3, 6, limit, "makespan") if c.placement != "v"]
@@ -73,8 +72,9 @@ def test_auto_searches_the_interleaved_loop_and_bounds_it():
 def test_the_interleaved_bound_holds_for_every_interleaved_partition():
     # every composition of 6 units into 4 stages on 2 ranks, each compiled to its own bound or better:
     # none is below the bound over interleaved partitions
-    from schedc.solver.compile import compile_problem
     import itertools
+
+    from schedc.solver.compile import compile_problem
 
     units = uniform_units(4, head=1.2)
     u = Units.of(units, 3)

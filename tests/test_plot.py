@@ -9,15 +9,15 @@ import subprocess
 import sys
 
 import pytest
+from conftest import gpipe_order
 
 from schedc import cli
-from schedc.io import csvio
-from schedc.core.costs import MemoryLimit, Profile
-from schedc.errors import SchedcError
-from conftest import gpipe_order
-from schedc.core.ir import Action, Schedule, loop_placement, v_placement
 from schedc.core.baselines import make_baseline
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.ir import Action, Schedule, loop_placement, v_placement
 from schedc.core.simulate import simulate
+from schedc.errors import SchedcError
+from schedc.io import csvio
 from schedc.show.plot import kind_color, plot_schedules
 
 # ----------------------------------------------------------------- hand-made schedules

@@ -7,14 +7,14 @@ import json
 from collections import Counter
 
 import pytest
+from conftest import gpipe_order
 
 from schedc import cli
-from schedc.io import csvio
 from schedc.core.costs import MemoryLimit, Profile, StageCost
-from conftest import gpipe_order
 from schedc.core.ir import Action, Overlap, Schedule, v_placement
 from schedc.core.simulate import simulate
 from schedc.errors import SchedcError
+from schedc.io import csvio
 from schedc.show.trace import trace_events, write_trace
 
 

@@ -11,6 +11,7 @@ from schedc.cli import common, offload_flags
 from schedc.core.costs import UNIT_SECONDS, Profile, parse_comm
 from schedc.errors import SchedcError
 
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "emulate", help="run CSV schedules in torch's pipeline runtime on local ranks whose stages sleep "

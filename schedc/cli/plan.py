@@ -7,17 +7,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from schedc.cli import common, offload_flags
 from schedc.core.costs import AC_MODES, Profile, format_duration
 from schedc.errors import SchedcError
 from schedc.frameworks import launchable_modes
-from schedc.cli import common, offload_flags
 from schedc.io.fileio import write_all
 
 
 def register(sub) -> None:
-    from schedc.frameworks import targets
-
     from schedc import api
+    from schedc.frameworks import targets
 
     p = sub.add_parser("plan", help="choose the layer partition, placement and schedule under a memory cap in bytes")
     p.set_defaults(handler=run)

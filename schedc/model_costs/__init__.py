@@ -42,10 +42,26 @@ width, e = bytes per element of the activation dtype, V = vocabulary:
 Cost: O(layers).
 """
 
-from schedc.model_costs.profile import (AC_MODES, COUNTED_FOR_TORCH, CUDA_RESERVE_BYTES, OPTIMIZER_STATES,
-                                        UNIT_NAMES, count_units, fsdp_held, unit_names, unit_profile)
-from schedc.model_costs.shape import (COUNTED_MODEL_TYPES, DTYPE_BYTES, FAMILIES, REFUSED, ModelShape, dtype_name,
-                                      read_hf_config)
+from schedc.model_costs.profile import (
+    AC_MODES,
+    COUNTED_FOR_TORCH,
+    CUDA_RESERVE_BYTES,
+    OPTIMIZER_STATES,
+    UNIT_NAMES,
+    count_units,
+    fsdp_held,
+    unit_names,
+    unit_profile,
+)
+from schedc.model_costs.shape import (
+    COUNTED_MODEL_TYPES,
+    DTYPE_BYTES,
+    FAMILIES,
+    REFUSED,
+    ModelShape,
+    dtype_name,
+    read_hf_config,
+)
 
 __all__ = ["AC_MODES", "COUNTED_FOR_TORCH", "count_units", "COUNTED_MODEL_TYPES", "CUDA_RESERVE_BYTES", "DTYPE_BYTES", "FAMILIES",
            "ModelShape", "OPTIMIZER_STATES", "REFUSED", "UNIT_NAMES", "dtype_name", "fsdp_held", "read_hf_config",

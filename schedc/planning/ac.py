@@ -21,13 +21,20 @@ import numpy as np
 
 from schedc.core.cost_model import fits
 from schedc.core.costs import AC_MODES, PER_OP_AC, Profile, block_modes
-from schedc.core.partition import (INF, Units, loop_buffers, minmax, n_stages_for, one_microbatch_need,
-                                   partition_bound, v_buffers)
+from schedc.core.partition import (
+    INF,
+    Units,
+    loop_buffers,
+    minmax,
+    n_stages_for,
+    one_microbatch_need,
+    partition_bound,
+    v_buffers,
+)
 from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError, printable, python_spelling
 from schedc.frameworks import launchable_modes
-from schedc.planning.clock import bounded_program, work_budget_on, clock_now, stop_requested
-from schedc.solver.interrupt import Cut
+from schedc.planning.clock import bounded_program, clock_now, stop_requested, work_budget_on
 from schedc.planning.comparisons import torchtitan_rows
 from schedc.planning.limiter import plan_limiter
 from schedc.planning.planner import on_work_clock, plan
@@ -35,6 +42,7 @@ from schedc.planning.problem import problem_for
 from schedc.planning.report import build_plan_report
 from schedc.planning.request import V_SHARE, parse_cap, placements_tried
 from schedc.planning.result import PlanResult
+from schedc.solver.interrupt import Cut
 
 CHECKPOINTING = AC_MODES[1:]  # fastest first: each keeps less and recomputes more
 AC_SHARE = 0.6  # of the time limit, for one plan per global mode; the rest for the per-stage choice
@@ -577,13 +585,14 @@ def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int,
     for depth in DEPTHS:
         held = [min(microbatches, max(1, math.ceil(depth * ((ranks - s) if placement == "loop" else (S - s) / 2)
                                                      - REL))) for s in range(S)]
+        # minmax calls the cost functions before it returns, so they read this depth's tables
         if placement == "loop":
             opts = [_loop_options(tables, n_layers, held[s], loop_room) for s in range(S)]
-            value, counts = minmax(units, placement, ranks, lambda k, i, j: _least(w for w, _ in opts[k].values()),
-                                   None)
+            value, counts = minmax(units, placement, ranks,
+                                   lambda k, i, j: _least(w for w, _ in opts[k].values()), None)  # noqa: B023
         else:
             value, counts = minmax(units, placement, ranks, None, lambda r, i, a, b, j: _pair(
-                tables, i, a, b, j, held[r], held[S - 1 - r], v_room(r, i, a, b, j))[0])
+                tables, i, a, b, j, held[r], held[S - 1 - r], v_room(r, i, a, b, j))[0])  # noqa: B023
         if counts is None or not math.isfinite(value):
             continue
         out.append((depth, tuple(int(c) for c in counts), _specs_of(

@@ -17,12 +17,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from schedc.planning.clock import bounded_program, charge_work, work_budget_on, clock_now, stop_requested
-from schedc.planning.problem import own_bound, problem_for
 from schedc.core.partition import partitions_below
-from schedc.solver.interrupt import Cut
 from schedc.core.tolerances import REL
-
+from schedc.planning.clock import bounded_program, charge_work, clock_now, stop_requested, work_budget_on
+from schedc.planning.problem import own_bound, problem_for
+from schedc.solver.interrupt import Cut
 
 CERTIFY_SHARE = 0.3  # of the time limit, for bounding the partitions that could beat the answer one by one
 TIGHT_CERTIFY_SHARE = 0.4  # ... under a tight cap at least this (the block relaxation, one solve a partition)

@@ -13,7 +13,6 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-
 WALL_LEAD = 2.0  # seconds the wall clock may run ahead of the work charged before it sets the plan's clock
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Optional
 
 from schedc.core.costs import AC_MODES, MemoryLimit, Profile, format_bytes
+from schedc.core.partition import even_counts, torchtitan_default_counts
 from schedc.errors import SchedcError
 from schedc.frameworks import launchable_modes
-from schedc.core.partition import even_counts, torchtitan_default_counts
 from schedc.planning.handmade import balanced_split, best_hand_made
 from schedc.planning.problem import INTERLEAVED, holds_one_microbatch, problem_for, stages_for
 from schedc.planning.report import plan_status

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 
-from schedc.errors import SchedcError
-from schedc.planning.clock import work_budget_on, clock_now, compile_within, stop_requested
-from schedc.planning.handmade import hand_made_warm
-from schedc.planning.comparisons import TORCHTITAN_CLASSES
-from schedc.planning.problem import is_tight, problem_for
 from schedc.core.tolerances import REL
-
+from schedc.errors import SchedcError
+from schedc.planning.clock import clock_now, compile_within, stop_requested, work_budget_on
+from schedc.planning.comparisons import TORCHTITAN_CLASSES
+from schedc.planning.handmade import hand_made_warm
+from schedc.planning.problem import is_tight, problem_for
 
 CANDIDATES = 3  # partitions per placement compiled with a short time limit
 TIGHT_CANDIDATES = 2  # ... where the best so far leaves a rank room for fewer than two microbatches
@@ -37,8 +36,8 @@ def short_compiles(profile, pools, forced, ranks, microbatches, limit, objective
     in every placement; after the first, a partition whose two-rank bound is not below the best
     step is not compiled. Returns ((value, compile result or None, placement, counts), the
     candidates compiled). `paired` gets the two-rank bounds that showed a partition cannot win."""
-    from schedc.solver.deadline import Deadline
     from schedc.solver.bounds.pair import PairRelaxation
+    from schedc.solver.deadline import Deadline
 
     order = [(pl, c) for pl, cs in forced.items() for c in cs] + _interleave(
         [[(pl, c) for c in sorted(pool, key=key)] for key in (lambda c: (c[0], c[1]), lambda c: (c[1], c[0]))
@@ -103,7 +102,7 @@ def _second_round(compiled, time_limit, seed, say, t0):
     if len(finalists) < 2 or clock_now() + len(finalists) * more > t0 + 0.8 * time_limit:
         return finalists[0]
     results = []  # the best is among the finalists, so the best of these is at least as good
-    for value, res, pl, counts in finalists:
+    for _value, res, pl, counts in finalists:
         if res.status != "optimal" and not stop_requested():
             again = compile_within(res.problem, time_limit=more, seed=seed,
                                     warm=(res.schedule, res.sim, "plan: short compile"))

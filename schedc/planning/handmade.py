@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from schedc.errors import SchedcError
 from schedc.core.partition import Units, balanced
+from schedc.errors import SchedcError
 from schedc.planning.clock import bounded_program
 from schedc.solver.interrupt import Cut
-
 
 # passes over the actions charged per simulation of a hand-made schedule: 1.5e-5 to 4e-5 s per
 # action measured with two busy processes on the 2-core machine, where a pass is 2e-5
@@ -78,7 +77,6 @@ def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str
     """(name, step) of the hand-made schedule (schedc.core.baselines) with the shortest step that fits
     the problem's cap; (None, None) when none fits."""
     from schedc.core.simulate import simulate
-
     from schedc.solver.deadline import charge_passes
 
     best = (None, None)

@@ -11,10 +11,9 @@ import math
 from dataclasses import dataclass, field, replace
 
 from schedc.core.costs import MemoryLimit, format_bytes
+from schedc.core.tolerances import REL
 from schedc.errors import SchedcError
 from schedc.planning.clock import clock_now, compile_within, stop_requested
-from schedc.core.tolerances import REL
-
 
 MEMORY_TRIES = 3  # compiles under a lowered cap in the least-memory pass, at most
 MEMORY_TRY_SHARE = 0.025  # of the time limit, for each of them at most

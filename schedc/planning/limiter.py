@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from schedc.core.costs import MemoryLimit, format_bytes
-from schedc.errors import SchedcError
 from schedc.core.partition import Units, torchtitan_default_counts
+from schedc.errors import SchedcError
 from schedc.planning.handmade import hand_made_shapes
 from schedc.planning.problem import INTERLEAVED, problem_for, stages_for
 from schedc.planning.result import PlanResult

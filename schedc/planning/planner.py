@@ -14,18 +14,23 @@ from typing import Callable, Optional, Union
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.errors import ParameterError, literal, python_spelling
 from schedc.planning.certificate import certified_bounds
-from schedc.planning.clock import Phases, work_budget_on, clock_now, stop_requested
+from schedc.planning.clock import Phases, clock_now, stop_requested, work_budget_on
 from schedc.planning.comparisons import compare_splits, torchtitan_rows
 from schedc.planning.compiles import adopt_faster_row, compile_bound_setter, final_compile, short_compiles
-from schedc.planning.least_memory import MEMORY_TRY_SHARE, with_schedule, least_memory_at_step
+from schedc.planning.least_memory import MEMORY_TRY_SHARE, least_memory_at_step, with_schedule
 from schedc.planning.limiter import plan_limiter
 from schedc.planning.problem import INTERLEAVED, is_tight, no_partition_holds
 from schedc.planning.report import build_plan_report
 from schedc.planning.request import PlanRequest, check_types
 from schedc.planning.result import PlanResult
-from schedc.planning.search import (SEARCH_END, SEARCH_SHARE, bounds_over_partitions, screened_candidates,
-                                interleaved_bound, mean_work_bound)
-
+from schedc.planning.search import (
+    SEARCH_END,
+    SEARCH_SHARE,
+    bounds_over_partitions,
+    interleaved_bound,
+    mean_work_bound,
+    screened_candidates,
+)
 
 FINAL_END = 0.9  # of the time limit: the final compile ends here when the least-memory pass follows it
 TAIL_SHARE = 0.03  # of the time limit, kept for the comparisons and the report

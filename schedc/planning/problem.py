@@ -18,7 +18,6 @@ from schedc.core.cost_model import fits
 from schedc.core.costs import MemoryLimit, Profile, format_bytes
 from schedc.errors import ParameterError, SchedcError
 
-
 # passes over the actions (schedc.solver.deadline.charge_passes) charged per partition's own bound:
 # 2.3e-5 to 2.8e-5 s per action measured on the 2-core machine with two busy processes (loop and
 # V of 8 ranks, 8 to 128 microbatches), where a pass is 2e-5
@@ -49,8 +48,8 @@ def is_tight(best) -> bool:
 def tight_problem(problem) -> bool:
     """Whether the cap leaves some rank room for fewer than two microbatches of each of its
     stages (schedc.solver.engines.periodic.worth_trying)."""
-    from schedc.solver.graph import graph_of
     from schedc.solver.engines.periodic import worth_trying
+    from schedc.solver.graph import graph_of
 
     return worth_trying(graph_of(problem))
 
@@ -71,10 +70,9 @@ def own_bound(problem, enough: float = math.inf) -> float:
     `enough` it may stop early at a value >= enough (still a bound): for callers that only keep
     the least bound below it."""
     from schedc.solver.bounds.chains import lower_bound
-    from schedc.solver.graph import graph_of
     from schedc.solver.bounds.rank import rank_relaxation_bound
-
     from schedc.solver.deadline import charge_passes, n_actions
+    from schedc.solver.graph import graph_of
 
     charge_passes(n_actions(problem.n_stages, problem.n_microbatches), OWN_BOUND_PASSES)
     graph = graph_of(problem)  # both bounds read its stage level: built once

@@ -14,17 +14,22 @@ from __future__ import annotations
 import heapq
 import math
 
-from schedc.core.costs import format_bytes
 from schedc.core.cost_model import fits
+from schedc.core.costs import format_bytes
+from schedc.core.partition import (
+    even_counts,
+    min_cap,
+    partition_bound,
+    torchtitan_default_counts,
+    v_bound_seconds,
+    why_nothing_fits,
+)
 from schedc.errors import ParameterError
-from schedc.core.partition import (even_counts, min_cap, partition_bound, torchtitan_default_counts,
-                                   v_bound_seconds, why_nothing_fits)
 from schedc.planning.clock import bounded_program, clock_now, raise_stopped, stop_requested
-from schedc.planning.handmade import balanced_split, hand_made_shapes, best_hand_made
-from schedc.planning.problem import tight_problem, holds_one_microbatch, own_bound, problem_for, stages_for
+from schedc.planning.handmade import balanced_split, best_hand_made, hand_made_shapes
+from schedc.planning.problem import holds_one_microbatch, own_bound, problem_for, stages_for, tight_problem
 from schedc.planning.request import V_SHARE
 from schedc.solver.interrupt import Cut
-
 
 SEARCH_SHARE = 0.1  # of the time limit, for the bound-guided search over partitions
 SEARCH_EVALUATIONS = 1000  # partitions scored by their lower bound, at most, per placement

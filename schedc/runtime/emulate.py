@@ -63,10 +63,10 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from schedc.core.costs import UNIT_SECONDS, Profile, format_ms  # noqa: F401 (UNIT_SECONDS: read from here too)
-from schedc.errors import ParameterError, SchedcError, literal, printable, python_spelling
 from schedc.core.host_link import HostLink
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult, simulate
+from schedc.errors import ParameterError, SchedcError, literal, printable, python_spelling
 
 WIDTH = 4  # elements per microbatch row: transfers stay tiny, so they cost no more than latency
 # the overhead run sleeps this long wherever the emulation sleeps: a rank that sleeps gives its
@@ -450,8 +450,8 @@ def emulate(
 
 
 def _prepare(path: str, profile: Profile, scale: float) -> tuple[str, Schedule, Profile, list]:
-    from schedc.io.csvio import read_csv
     from schedc.core.validate import validate
+    from schedc.io.csvio import read_csv
 
     schedule = read_csv(path)
     validate(schedule, source=path)  # a deadlocking CSV is refused here, before any rank starts

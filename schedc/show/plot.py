@@ -43,12 +43,12 @@ from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from schedc.core.costs import MemoryLimit, Profile, format_duration, format_memory
 from schedc.core.host_link import HostLink
-from schedc.core.memory_actions import check_memory_actions
-from schedc.errors import SchedcError
-from schedc.io.fileio import atomic_write_bytes
 from schedc.core.ir import KIND_TABLE, Schedule, kinds
+from schedc.core.memory_actions import check_memory_actions
 from schedc.core.simulate import SimResult, simulate
 from schedc.core.tolerances import REL
+from schedc.errors import SchedcError
+from schedc.io.fileio import atomic_write_bytes
 from schedc.show.trace import merge_instants
 
 # matplotlib loads when a picture is drawn, not when schedc is imported (about a second)

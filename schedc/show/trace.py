@@ -28,11 +28,11 @@ from typing import Optional, Union
 
 from schedc.core import limits
 from schedc.core.costs import MemoryLimit, Profile
-from schedc.errors import SchedcError
-from schedc.io.fileio import atomic_write_bytes
 from schedc.core.host_link import HostLink
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult, simulate
+from schedc.errors import SchedcError
+from schedc.io.fileio import atomic_write_bytes
 
 US_PER_SECOND = 1e6
 
