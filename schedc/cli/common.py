@@ -282,7 +282,7 @@ def own_costs(paths, command: Optional[str] = None) -> Optional[list[tuple[Profi
         have = next(f"{p} ({f[1]})" for p, f in zip(paths, found) if f)
         raise SchedcError(f"{have} brings its costs but {missing[0]} has none: put {Path(missing[0]).stem}"
                           f".profile.json beside it, or give --profile or --costs for every file")
-    return found
+    return [f for f in found if f is not None]  # none is: every CSV brought its costs
 
 
 def _is_default(profile: Profile) -> bool:

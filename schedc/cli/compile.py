@@ -74,11 +74,14 @@ def compile_arguments(args) -> dict:
     # sizes first (schedc.core.limits, as the API checks them), before a profile of that many stages is built
     limits.check_schedule_size(args.stages, args.mb, args.ranks)
     profile = common.profile_from_args(args, args.stages)
-    if args.profile and profile.n_stages > args.stages and all(stage.modules for stage in profile.stages):
-        raise SchedcError(_per_unit_message(args, profile.n_stages))
-    if args.profile and profile.n_stages != args.stages:
-        raise SchedcError(f"--profile {args.profile} describes {profile.n_stages} stages but --stages is "
-                          f"{args.stages}; give --stages {profile.n_stages}, or a profile of {args.stages} stages")
+    if args.profile:
+        assert profile is not None  # profile_from_args reads --profile whenever it is given
+        if profile.n_stages > args.stages and all(stage.modules for stage in profile.stages):
+            raise SchedcError(_per_unit_message(args, profile.n_stages))
+        if profile.n_stages != args.stages:
+            raise SchedcError(f"--profile {args.profile} describes {profile.n_stages} stages but --stages is "
+                              f"{args.stages}; give --stages {profile.n_stages}, or a profile of {args.stages} "
+                              f"stages")
     link = None
     if offload_flags.link_given(args):
         link = offload_flags.link_from_args(args)

@@ -177,6 +177,7 @@ def validate_note(args, schedule) -> str:
     _, report = read_memory_actions(args.memory_actions)
     inputs = report.get("inputs") if isinstance(report, dict) else None
     inputs = inputs if isinstance(inputs, dict) else {}
+    profile: Optional[Profile]
     if isinstance(inputs.get("costs"), dict):
         try:
             profile = Profile.model_validate(inputs["costs"])

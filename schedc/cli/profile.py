@@ -234,10 +234,10 @@ def _check_measured_numbers(args) -> None:
         if value is not None and not least <= value <= most:
             said = str(value) if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
             raise SchedcError(f"--{name} must be between {least} and {most} for a measured profile, got {said}")
-    for name, most in MEASURED_FLOATS.items():
+    for name, ceiling in MEASURED_FLOATS.items():
         value = getattr(args, name, None)
-        if value is not None and not (math.isfinite(value) and 0 <= value <= most):
-            raise SchedcError(f"--{name.replace('_', '-')} must be a finite number >= 0 and at most {most:g}, "
+        if value is not None and not (math.isfinite(value) and 0 <= value <= ceiling):
+            raise SchedcError(f"--{name.replace('_', '-')} must be a finite number >= 0 and at most {ceiling:g}, "
                               f"got {value!r}")
     _parse_bandwidth(args.comm_bandwidth)
     _reserve_bytes(args)
@@ -290,13 +290,15 @@ def _reserve_bytes(args) -> Optional[float]:
     """--reserve as bytes (None when not given)."""
     if args.reserve is None:
         return None
+    if args.reserve.strip() == "0":
+        return 0.0
     try:
-        limit = MemoryLimit.parse(args.reserve) if args.reserve.strip() != "0" else None
+        limit: Optional[MemoryLimit] = MemoryLimit.parse(args.reserve)
     except SchedcError:
-        limit = False
-    if limit is False or (limit is not None and limit.kind != "bytes"):
+        limit = None
+    if limit is None or limit.kind != "bytes":
         raise SchedcError(f"--reserve: expected a byte size (e.g. 1.2GiB or 0), got {args.reserve[:40]!r}")
-    return limit.value if limit is not None else 0.0
+    return limit.value
 
 
 def _measure_user_model(args, measure: dict, profile_stages, profile_units) -> Profile:
@@ -376,11 +378,13 @@ def _check_counted_numbers(args) -> None:
         if value is not None and not 1 <= value <= most:
             said = str(value) if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
             raise SchedcError(f"--{name.replace('_', '-')} must be between 1 and {most}, got {said}")
-    for flag, value, most in (("--flops", args.flops, 1e21), ("--optimizer-bytes", args.optimizer_bytes, 1024.0),
-                              ("--comm-latency", args.comm_latency, 3600.0)):
-        if value is not None and not (math.isfinite(value) and 0 <= value <= most and (flag != "--flops" or value > 0)):
+    for flag, value, ceiling in (("--flops", args.flops, 1e21),
+                                 ("--optimizer-bytes", args.optimizer_bytes, 1024.0),
+                                 ("--comm-latency", args.comm_latency, 3600.0)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= ceiling
+                                      and (flag != "--flops" or value > 0)):
             raise SchedcError(f"{flag} must be a finite number {'> 0' if flag == '--flops' else '>= 0'} and at most "
-                              f"{most:g}, got {value!r}")
+                              f"{ceiling:g}, got {value!r}")
     from schedc.model_costs import OPTIMIZER_STATES
 
     if args.optimizer is not None and args.optimizer not in OPTIMIZER_STATES:
@@ -445,7 +449,7 @@ def _write(profile: Profile, output: str) -> int:
         common.echo(f"  {s:>5}  {format_seconds(costs.duration(s, 'F')):>9}  {format_seconds(costs.duration(s, 'I')):>9}  "
                     f"{format_seconds(costs.duration(s, 'W')):>9}  {format_bytes(costs.held(s, 'F')):>10}  "
                     f"{format_bytes(-costs.held(s, 'W')):>10}  {format_bytes(static[s]):>10}"
-                    + (f"  {', '.join(c.modules)}" if per_unit else ""))
+                    + (f"  {', '.join(c.modules or ())}" if per_unit else ""))
     comm = profile.comm if isinstance(profile.comm, list) else [profile.comm]
     print(f"  comm per boundary: {', '.join(format_seconds(c) for c in comm)}")
     if profile.assumes:  # what the framework must be told to run what was counted or measured

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 from schedc.core.costs import AC_MODES, PER_OP_AC, Profile
 from schedc.core.settings import COUNTED_FOR_TORCH, RunSettings
@@ -131,7 +131,7 @@ def count_units(shape: Union[ModelShape, dict, str, Path, None], settings: RunSe
     from schedc.model_costs.units import build_units  # after the checks: it only multiplies
 
     stages, boundary = build_units(s, run)
-    e = DTYPE_BYTES[s.dtype]
+    element_bytes = DTYPE_BYTES[s.dtype]
     return Profile(
         stages=stages,
         comm=boundary / run.bandwidth + run.latency,
@@ -143,7 +143,7 @@ def count_units(shape: Union[ModelShape, dict, str, Path, None], settings: RunSe
         model=f"{_label(s)}; seq {run.seq}; per unit",
         microbatch_size=run.mbs,
         dtype=s.dtype,
-        notes=_notes(run, e),
+        notes=_notes(run, element_bytes),
         assumes=run.assumes,
     )
 
@@ -272,15 +272,18 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
         raise _bad("device", f"{{param}} must be 'cuda' or 'cpu', got {_shown(device)}")
     if r.optimizer not in OPTIMIZER_STATES:
         raise _bad("optimizer", f"{{param}} must be one of {', '.join(OPTIMIZER_STATES)}, got {_shown(r.optimizer)}")
-    per_layer = [ac] * s.layers if isinstance(ac, str) or not isinstance(ac, (list, tuple)) else list(ac)
+    # the caller's value, each entry checked just below
+    per_layer: list[Any] = [ac] * s.layers if isinstance(ac, str) or not isinstance(ac, (list, tuple)) else list(ac)
     if len(per_layer) != s.layers or any(not isinstance(a, str) or a not in AC_MODES for a in per_layer):
         raise _bad("activation_checkpoint", f"{{param}} must be one of {', '.join(AC_MODES)} or a list of them, one "
                                             f"per layer ({s.layers}), got {_shown(ac)}")
     if impl == "paper" and any(a != "none" for a in per_layer):
         raise _bad("activation_checkpoint", "{param:impl} 'paper' counts no activation checkpointing; give "
                                             "{name}none, or {name:impl}hf or torchtitan")
-    if tp > 1 and s.heads and (s.kv_heads % tp and tp % s.kv_heads or s.heads % tp):
-        raise _bad("tp", f"{{param}} {tp} does not divide the {s.heads} heads ({s.kv_heads} kv heads)")
+    if tp > 1 and s.heads:
+        assert s.kv_heads is not None  # ModelShape.resolved gives kv_heads whenever heads is given
+        if s.kv_heads % tp and tp % s.kv_heads or s.heads % tp:
+            raise _bad("tp", f"{{param}} {tp} does not divide the {s.heads} heads ({s.kv_heads} kv heads)")
     param_dtype = _dtype(r.param_dtype or s.dtype, "param_dtype")
     grad_dtype = _dtype(r.grad_dtype, "grad_dtype")
     optimizer_dtype = _dtype(r.optimizer_dtype, "optimizer_dtype")
@@ -388,7 +391,7 @@ def _split_w_keeps_compute_grad(torch: str) -> bool:
     it goes into, or is added to, the one ``.grad`` (``pipelining/_backward.py`` 344-358): no
     compute-dtype copy is held."""
     m = re.match(r"\s*(\d+)\.(\d+)", str(torch))
-    return bool(m) and (int(m.group(1)), int(m.group(2))) < (2, 15)
+    return m is not None and (int(m.group(1)), int(m.group(2))) < (2, 15)
 
 
 # how tensor parallelism's communication is counted (schedc.model_costs.units.TP_COLLECTIVES)
