@@ -137,7 +137,7 @@ def main(argv=None) -> int:
         return L.run_rank(rank_body)
     import torch
 
-    from schedc.core.costs import format_bytes
+    from schedc.core.formatting import format_bytes
     from schedc.runtime.models import GPTConfig
 
     torch.set_num_threads(1)

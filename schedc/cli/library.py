@@ -6,7 +6,8 @@ import math
 import sys
 
 from schedc.cli.common import check_json_output, echo, microbatches_count, ranks_count
-from schedc.core.costs import MemoryLimit, Profile, format_memory
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.formatting import format_memory
 from schedc.errors import SchedcError, printable
 
 

@@ -312,8 +312,8 @@ def _plot_bytes(res, path) -> bytes:
 
 
 def format_plan_summary(res, csv, report_file, profile_file) -> str:
-    from schedc.core.costs import format_bytes
     from schedc.core.devices import margin_warning
+    from schedc.core.formatting import format_bytes
     from schedc.planning import plan_status
 
     p = res.compiled.problem
@@ -383,7 +383,7 @@ def _ac_lines(res, t) -> list[str]:
 
 def _offload_lines(res, t) -> list[str]:
     """--offload auto: what moves over which link, the step without it, and the four rows."""
-    from schedc.core.costs import format_bytes
+    from schedc.core.formatting import format_bytes
 
     o = res.offload
     link = o["link"]

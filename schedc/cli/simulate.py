@@ -11,8 +11,9 @@ import sys
 from typing import Optional
 
 from schedc.cli import common, offload_flags
-from schedc.core.costs import MemoryLimit, Profile, format_duration, format_memory
+from schedc.core.costs import MemoryLimit, Profile, format_duration
 from schedc.core.diagnose import limiter
+from schedc.core.formatting import format_memory
 
 
 def register(sub) -> None:

@@ -53,7 +53,8 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from schedc.core.cost_model import CostModel, Segments, fits, microbatch_need, segments_need
-from schedc.core.costs import Profile, format_bytes
+from schedc.core.costs import Profile
+from schedc.core.formatting import format_bytes
 from schedc.core.tolerances import REL, TIE
 from schedc.errors import SchedcError
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from schedc.core.costs import Profile, format_bytes, p_needed
+from schedc.core.costs import Profile, p_needed
+from schedc.core.formatting import format_bytes
 from schedc.errors import SchedcError
 from schedc.library.catalog import BUILD_COMMAND, INDEX_NAME, Entry, PathLike, load_entries
 

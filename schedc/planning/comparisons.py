@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from schedc.core.costs import AC_MODES, MemoryLimit, Profile, format_bytes
+from schedc.core.costs import AC_MODES, MemoryLimit, Profile
+from schedc.core.formatting import format_bytes
 from schedc.core.partition import even_counts, torchtitan_default_counts
 from schedc.errors import SchedcError
 from schedc.frameworks import launchable_modes

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from schedc.core.costs import MemoryLimit, format_bytes
+from schedc.core.costs import MemoryLimit
+from schedc.core.formatting import format_bytes
 from schedc.core.tolerances import REL
 from schedc.errors import SchedcError
 from schedc.planning.clock import clock_now, compile_within, stop_requested

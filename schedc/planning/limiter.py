@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from schedc.core.costs import MemoryLimit, format_bytes
+from schedc.core.costs import MemoryLimit
+from schedc.core.formatting import format_bytes
 from schedc.core.partition import Units, torchtitan_default_counts
 from schedc.errors import SchedcError
 from schedc.planning.handmade import hand_made_shapes

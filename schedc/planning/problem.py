@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 
 from schedc.core.cost_model import fits
-from schedc.core.costs import MemoryLimit, Profile, format_bytes
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.formatting import format_bytes
 from schedc.errors import ParameterError, SchedcError
 
 # passes over the actions (schedc.solver.deadline.charge_passes) charged per partition's own bound:

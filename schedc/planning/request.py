@@ -18,7 +18,8 @@ from typing import Union
 
 from schedc.core import limits
 from schedc.core.cost_model import fits, least_need, one_microbatch_need
-from schedc.core.costs import MemoryLimit, Profile, format_bytes
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.formatting import format_bytes
 from schedc.core.partition import PLACEMENTS, Units, check_units, n_stages_for, v_bound_seconds
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.solver.deadline import check_size, check_time_limit, n_actions

@@ -15,7 +15,7 @@ import heapq
 import math
 
 from schedc.core.cost_model import fits
-from schedc.core.costs import format_bytes
+from schedc.core.formatting import format_bytes
 from schedc.core.partition import (
     even_counts,
     min_cap,

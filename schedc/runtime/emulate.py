@@ -62,7 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from schedc.core.costs import UNIT_SECONDS, Profile, format_ms  # noqa: F401 (UNIT_SECONDS: read from here too)
+from schedc.core.costs import UNIT_SECONDS, Profile  # noqa: F401 (UNIT_SECONDS: read from here too)
+from schedc.core.formatting import format_ms  # noqa: F401 (UNIT_SECONDS: read from here too)
 from schedc.core.host_link import HostLink
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult, simulate

@@ -41,7 +41,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
-from schedc.core.costs import MemoryLimit, Profile, format_duration, format_memory
+from schedc.core.costs import MemoryLimit, Profile, format_duration
+from schedc.core.formatting import format_memory
 from schedc.core.host_link import HostLink
 from schedc.core.ir import KIND_TABLE, Schedule, kinds
 from schedc.core.memory_actions import check_memory_actions

@@ -48,7 +48,8 @@ from dataclasses import dataclass, replace
 from typing import Optional, Union
 
 from schedc.core.cost_model import fits, fits_room
-from schedc.core.costs import format_amount, format_bytes, p_needed
+from schedc.core.costs import format_amount, p_needed
+from schedc.core.formatting import format_bytes
 from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.simulate import simulate
 from schedc.core.tolerances import REL
