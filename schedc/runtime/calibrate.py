@@ -273,7 +273,8 @@ class Calibration:
 
     @property
     def in_situ_error(self) -> Optional[float]:
-        return _rel(self.in_situ_step, self.measured_step) if self.in_situ_steps else None
+        step = self.in_situ_step
+        return None if step is None else _rel(step, self.measured_step)
 
     @property
     def in_situ_paired_error(self) -> Optional[float]:
@@ -465,9 +466,12 @@ def compare(csv_label: str, schedule: Schedule, profile: Profile, results: list[
         for m in measured
     )
     n_rounds = min((len(r.get("in_situ") or []) for r in results), default=0)
-    in_situ_steps = [
-        simulate(schedule, _in_situ_profile(profile, results, rounds=[k])).makespan for k in range(n_rounds)
-    ]
+    in_situ_steps = []
+    for k in range(n_rounds):
+        round_profile = _in_situ_profile(profile, results, rounds=[k])
+        # every result holds round k (n_rounds is the fewest any holds), each a measurement per stage
+        assert round_profile is not None
+        in_situ_steps.append(simulate(schedule, round_profile).makespan)
     return Calibration(
         in_situ=_in_situ_profile(profile, results) if n_rounds else None,
         in_situ_steps=in_situ_steps,
@@ -568,7 +572,7 @@ def calibrate(
         from schedc.runtime.user_model import build_user_model
 
         # "path/file.py:fn" is read by the ranks from their own working directory: make it absolute
-        model, sample = _absolute_spec(model), _absolute_spec(sample)
+        model, sample = _absolute_spec(model), None if sample is None else _absolute_spec(sample)
         offered = {"n_stages": schedule.n_stages, "microbatch_size": microbatch_size, **(model_args or {})}
         # built once here so that a wrong function or stage count is one line before any rank starts
         check_user_stages(build_user_model(model, sample, offered), schedule, model)
@@ -589,9 +593,7 @@ def calibrate(
     return compare(str(csv), schedule, profile, results)
 
 
-def _absolute_spec(spec: Optional[str]) -> Optional[str]:
-    if spec is None:
-        return None
+def _absolute_spec(spec: str) -> str:
     module, sep, fn = spec.rpartition(":")
     if sep and (module.endswith(".py") or "/" in module):
         return f"{Path(module).resolve()}:{fn}"
@@ -604,15 +606,19 @@ def format_calibration(cal: Calibration) -> str:
                 f"{format_ms(cal.measured_step)}; step by step, each step's prediction against that step: "
                 f"median {100 * paired:+.1f}%)")
 
+    in_situ = []
+    step, error, paired = cal.in_situ_step, cal.in_situ_error, cal.in_situ_paired_error
+    if step is not None:
+        assert error is not None and paired is not None  # all three are None exactly when no in-situ step ran
+        in_situ.append(measured_profile("the in-situ profile (stages measured inside the ranks between steps)",
+                                        step, error, paired))
     lines = [
         f"{cal.csv}: {cal.steps} timed step(s); times are medians over them",
         f"  step time: predicted {format_ms(cal.predicted_step)}, measured {format_ms(cal.measured_step)} "
         f"(error {100 * cal.step_error:+.1f}%)",
         measured_profile("the refined profile (the measured action times)", cal.refined_step, cal.refined_error,
                          cal.refined_paired_error),
-        *([measured_profile("the in-situ profile (stages measured inside the ranks between steps)",
-                            cal.in_situ_step, cal.in_situ_error, cal.in_situ_paired_error)]
-          if cal.in_situ_step is not None else []),
+        *in_situ,
         f"  action starts: mean distance from prediction {100 * cal.start_error:.1f}% of the step",
         f"  {'rank':>4}  {'finish pred':>11}  {'measured':>9}  {'error':>7}  {'busy pred':>9}  {'measured':>9}  {'error':>7}",
     ]

@@ -123,7 +123,8 @@ def checkpoint_block(block: nn.Module, mode: str) -> nn.Module:
         raise SchedcError(f"{type(block).__name__}: activation checkpointing is already applied")
     if mode != "none":
         block.forward = partial(_checkpointed, block.forward, mode)
-    block._schedc_ac = mode
+    # torch annotates Module.__setattr__ for tensors and modules, yet a plain attribute is kept as one
+    block._schedc_ac = mode  # type: ignore[assignment]
     return block
 
 
@@ -163,7 +164,7 @@ def _modes(choice, n_stages: int, blocks: Optional[Sequence[int]]) -> list:
                         "or a list with one per stage")
     if len(choice) != n_stages:
         raise _BadModes("", f"{len(choice)} modes given for {n_stages} stages", "give one per stage or one for all")
-    out = []
+    out: list[Union[str, list[str]]] = []
     for s, entry in enumerate(choice):
         if isinstance(entry, str):
             out.append(_mode_at(entry, f"[{s}]"))

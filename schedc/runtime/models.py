@@ -147,12 +147,13 @@ class GPT(nn.Module):
 
     def _build(self, cfg: GPTConfig) -> None:
         self.embed = Embedding(cfg)
-        self.blocks = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.layers))
+        blocks = [TransformerBlock(cfg) for _ in range(cfg.layers)]
+        self.blocks = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(cfg.hidden)
         self.head = nn.Linear(cfg.hidden, cfg.vocab_size, bias=False)
         self.apply(_init_weights)
         # GPT-2's scaled init of residual projections keeps activations bounded with depth.
-        for block in self.blocks:
+        for block in blocks:
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / (2 * cfg.layers) ** 0.5)
 

@@ -98,7 +98,6 @@ def split_model(
                 f"{type(model).__name__} has no attribute {name!r}; pass first=/last= with the "
                 "names of the modules before and after the blocks"
             )
-    keys = list(container.keys()) if isinstance(container, nn.ModuleDict) else None
     n_layers = len(container)
     ranges = stage_layer_ranges(n_layers, n_stages, layers_per_stage)
     # every stage checked, not only this rank's: every rank refuses, none goes on to wait in recv
@@ -115,7 +114,9 @@ def split_model(
             raise SchedcError(f"stage index {s} is outside 0..{n_stages - 1}")
         owned = ranges[s]
         stage = _shallow_copy(model)
-        if keys is not None:
+        part: nn.Module
+        if isinstance(container, nn.ModuleDict):
+            keys = list(container.keys())
             part = nn.ModuleDict({keys[i]: container[keys[i]] for i in owned})
         elif isinstance(container, nn.Sequential):
             part = nn.Sequential(*[container[i] for i in owned])

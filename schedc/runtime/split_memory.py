@@ -128,7 +128,11 @@ def measure_split_backward(
     try:
         with tracker.hooks(), live:
             outs = check_outputs(0, module(*inputs))
-            roots = [loss_fn(outs[0] if len(outs) == 1 else outs, target)] if is_last else list(outs)
+            if is_last:
+                assert loss_fn is not None, "measure_split_backward: the last stage's I starts from loss_fn"
+                roots = [loss_fn(outs[0] if len(outs) == 1 else outs, target)]
+            else:
+                roots = list(outs)
 
             def held() -> int:
                 kept = [*outs, *roots, *inputs]  # the runtime's backward_state (and fwd_cache)

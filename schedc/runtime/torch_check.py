@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Optional
+from typing import Callable, Optional
 
 from schedc.core import limits
 from schedc.core.ir import Schedule
@@ -94,13 +94,15 @@ def lower_like_runtime(order: dict, stage_to_rank, n_stages: int, n_mb: int, pre
     UNSHARD / RESHARD pass is left out: it adds no dependency between ranks."""
     from torch.distributed.pipelining import schedules as ts
 
-    passes = [("_add_send_recv", lambda o: ts._add_send_recv(o, stage_to_rank=stage_to_rank, num_stages=n_stages))]
+    passes: list[tuple[str, Callable[[dict], dict]]] = [
+        ("_add_send_recv", lambda o: ts._add_send_recv(o, stage_to_rank=stage_to_rank, num_stages=n_stages))]
     if hasattr(ts, "_add_reduce_grad"):
         passes.insert(0, ("_add_reduce_grad", lambda o: {r: ts._add_reduce_grad(a, n_mb) for r, a in o.items()}))
     if hasattr(ts, "_add_wait_send"):
         passes.append(("_add_wait_send", ts._add_wait_send))
-    if hasattr(ts, "_validate_send_waits"):
-        passes.append(("_validate_send_waits", lambda o: ts._validate_send_waits(o) or o))
+    validate = getattr(ts, "_validate_send_waits", None)  # torch 2.15 on
+    if validate is not None:
+        passes.append(("_validate_send_waits", lambda o: validate(o) or o))
     lowered = {r: list(actions) for r, actions in order.items()}
     for name, run in passes:
         try:

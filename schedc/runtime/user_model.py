@@ -41,7 +41,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, cast
 
 import torch.nn as nn
 
@@ -191,7 +191,9 @@ def _copy_kept(module: nn.Module, names: set[str], prefix: str, memo: dict) -> n
     (``__getstate__``/``__setstate__``) but without its submodules; a ModuleList becomes a
     ModuleDict keyed by the original indices, so parameter names stay those of the whole model."""
     if isinstance(module, nn.ModuleList):
-        return nn.ModuleDict(_kept_children(module, names, prefix, memo))
+        # cast: torch annotates ModuleDict's argument Mapping[str, Module], yet each entry goes
+        # to add_module, which takes None (an entry the list holds as None)
+        return nn.ModuleDict(cast("dict[str, nn.Module]", _kept_children(module, names, prefix, memo)))
     cls = type(module)
     new = cls.__new__(cls)
     # registered before anything below is copied: a kept part that points back at this container
@@ -261,6 +263,7 @@ def build_user_model(model_spec: str, sample_spec: Optional[str], offered: dict,
                              "stages")
     sample, target = made.get("sample"), made.get("target")
     if sample_fn is not None:
+        assert sample_spec is not None  # sample_fn is loaded from it
         got = call_with(sample_fn, offered, sample_spec, "sample")
         sample, target = got if isinstance(got, tuple) and len(got) == 2 else (got, target)
     if sample is None:

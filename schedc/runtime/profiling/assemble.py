@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Literal, Optional, Sequence, SupportsFloat, Union, cast
 
 import torch
 import torch.nn as nn
@@ -50,7 +50,9 @@ def to_profile(
             activation_bytes=m.activation_bytes,
             weight_grad_bytes=m.weight_grad_bytes,
             static_bytes=m.static_bytes,
-            transient_bytes={k: float(v) for k, v in m.transient.items()} or None,
+            # keyed by action kind as the measurement names them; StageCost's validation checks each key
+            transient_bytes=cast("dict[Literal['F', 'I', 'W', 'B'], float]",
+                                 {k: float(v) for k, v in m.transient.items()}) or None,
         )
         for m in measured
     ]
@@ -77,7 +79,7 @@ def to_profile(
         notes.append(line)
         notes.extend(m.notes)
     comm_value: Union[float, list[float]]
-    comm_value = [float(c) for c in comm] if isinstance(comm, (list, tuple)) else float(comm)
+    comm_value = float(comm) if isinstance(comm, SupportsFloat) else [float(c) for c in comm]
     if isinstance(comm_value, list) and len(measured) == 1:
         comm_value = 0.0
     return Profile(
@@ -210,7 +212,7 @@ def assemble(measured, dev, model, run: RunSettings, how: Measurement, notes: Se
         comm_value: Union[float, list[float]] = measure_p2p_seconds(boundary_bytes, dev)
         notes.append("comm: measured send/recv between ranks 0 and 1 (half a ping-pong, median)")
     elif comm is not None:
-        comm_value = list(comm) if isinstance(comm, (list, tuple)) else float(comm)
+        comm_value = float(comm) if isinstance(comm, SupportsFloat) else list(comm)
     else:
         comm_value = comm_seconds(boundary_bytes, bandwidth, latency)
         if bandwidth is None and latency == 0:

@@ -23,11 +23,12 @@ def measure_concurrently(config, n_stages: int, run: RunSettings, how: Measureme
                          reuse_layers: bool = True) -> list[StageMeasurement]:
     """The GPT's stages (or units) measured by ``how.concurrent`` processes at once, within
     ``how.timeout`` s, for the run's microbatch and optimizer; each stage's samples pooled."""
+    threads = torch.get_num_threads()
     spec = {"config": dataclasses.asdict(config), "n_stages": n_stages, "mbs": run.microbatch_size,
             "warmup": how.warmup, "repeats": how.repeats, "optimizer": run.optimizer,
-            "threads": torch.get_num_threads(), "units": units, "reuse_layers": reuse_layers}
+            "threads": threads, "units": units, "reuse_layers": reuse_layers}
     results = launcher.launch(launcher.python_module("schedc.runtime.profiling.worker"), how.concurrent,
-                              timeout=how.timeout, spec=spec, label="profile --concurrent", threads=spec["threads"])
+                              timeout=how.timeout, spec=spec, label="profile --concurrent", threads=threads)
     pooled: Optional[list[StageMeasurement]] = None
     for got in results:
         got = [StageMeasurement.from_dict(d) for d in got]

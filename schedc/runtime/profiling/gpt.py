@@ -129,7 +129,10 @@ def profile_gpt(
         profile = assemble(measured, dev, model, run, how,
                            notes=busy + [f"measured in {concurrent} concurrent processes (ranks sharing this "
                                          f"host), samples pooled"])
-        return with_modules(profile, names) if units else profile
+        if not units:
+            return profile
+        assert names is not None  # gpt_units names what each unit holds
+        return with_modules(profile, names)
     common = dict(loss_fn=lm_loss, target=targets, settings=run, measurement=how.but(device=dev), model=model,
                   progress=progress)
     if units:

@@ -65,7 +65,7 @@ class StageRunner:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.has_params = bool(self.params)
         self.param_ptrs = {p.untyped_storage().data_ptr() for p in module.parameters()}
-        self.output_grads: Optional[list[torch.Tensor]] = None
+        self.output_grads: Optional[list[Optional[torch.Tensor]]] = None  # None: an output without a gradient
         self.gen = torch.Generator(device="cpu").manual_seed(1234 + index)
 
     def inputs(self, sample: tuple) -> list:
@@ -85,7 +85,7 @@ class StageRunner:
             )
         return outs, [loss]
 
-    def grads_for(self, outs) -> Optional[list[torch.Tensor]]:
+    def grads_for(self, outs) -> Optional[list[Optional[torch.Tensor]]]:
         if self.is_last:
             return None
         if self.output_grads is None:

@@ -180,8 +180,7 @@ def _timed_in_runtime(results: list[StageMeasurement], stage_modules, sample, lo
     for m in results:
         for p in stage_modules[m.index].parameters():
             p.grad = None
-        got = times and all(times.get((m.index, k)) for k in ("F", "I", "W"))
-        if not got:
+        if times is None or not all(times.get((m.index, k)) for k in ("F", "I", "W")):
             m.notes.append(f"stage {m.index}: F, I, W timed back to back outside torch's runtime ({reason})")
             continue
         m.forward = Stat(times[(m.index, "F")])
