@@ -14,7 +14,8 @@ from schedc import api
 from schedc.choices import Budget, Objective, Solver
 from schedc.cli import common, offload_flags
 from schedc.core import limits
-from schedc.core.costs import format_duration, format_memory
+from schedc.core.costs import format_duration
+from schedc.core.formatting import format_memory
 from schedc.errors import SchedcError
 from schedc.io.fileio import write_all
 

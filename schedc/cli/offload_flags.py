@@ -166,7 +166,8 @@ def validate_note(args, schedule) -> str:
     from schedc.cli.common import costs_beside, printable
     from pydantic import ValidationError
 
-    from schedc.core.costs import MemoryLimit, Profile, describe_validation_error, format_memory
+    from schedc.core.costs import MemoryLimit, Profile, describe_validation_error
+    from schedc.core.formatting import format_memory
     from schedc.core.memory_actions import PlannedActions, check_memory_actions
 
     actions, link = link_and_actions(args)

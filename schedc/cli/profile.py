@@ -9,7 +9,8 @@ import sys
 from typing import Optional
 
 from schedc.cli import common
-from schedc.core.costs import MemoryLimit, Profile, format_bytes, format_seconds
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.formatting import format_bytes, format_seconds
 from schedc.errors import SchedcError, shown
 
 # What a measured profile splits the model into and runs per microbatch when not told (no function

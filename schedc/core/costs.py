@@ -55,7 +55,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from schedc.core import limits
 from schedc.core.cost_model import held_delta, torch_first_stage
-from schedc.core.formatting import format_bytes, format_memory, format_ms, format_seconds  # noqa: F401 TODO-END
+from schedc.core.formatting import format_bytes
 from schedc.core.ir import KIND_TABLE, TORCH_KINDS, Kind
 from schedc.errors import ParameterError, SchedcError, literal
 

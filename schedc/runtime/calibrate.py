@@ -44,7 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from schedc.core.costs import Profile, StageCost, format_ms
+from schedc.core.costs import Profile, StageCost
+from schedc.core.formatting import format_ms
 from schedc.core.ir import Action, Schedule
 from schedc.core.simulate import producers, simulate
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling

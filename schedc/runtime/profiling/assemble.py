@@ -17,7 +17,8 @@ from typing import Callable, Literal, Optional, Sequence, SupportsFloat, Union, 
 import torch
 import torch.nn as nn
 
-from schedc.core.costs import PER_OP_AC, Profile, StageCost, block_modes, format_bytes
+from schedc.core.costs import PER_OP_AC, Profile, StageCost, block_modes
+from schedc.core.formatting import format_bytes
 from schedc.core.settings import RunSettings
 from schedc.errors import SchedcError, python_spelling
 from schedc.runtime.profiling.comm import comm_seconds, measure_p2p_seconds

@@ -16,7 +16,8 @@ from typing import Optional, Sequence
 import torch
 import torch.nn as nn
 
-from schedc.core.costs import PER_OP_AC, Profile, block_modes, format_bytes
+from schedc.core.costs import PER_OP_AC, Profile, block_modes
+from schedc.core.formatting import format_bytes
 from schedc.core.settings import RunSettings
 from schedc.errors import ParameterError, SchedcError, literal, python_spelling
 from schedc.runtime.checkpointing import apply_to_stage, stage_modes

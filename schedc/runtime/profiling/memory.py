@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from schedc.core.costs import format_bytes
+from schedc.core.formatting import format_bytes
 from schedc.errors import SchedcError
 from schedc.model_costs.profile import CUDA_RESERVE_BYTES, OPTIMIZER_STATES
 from schedc.runtime.allocator import cuda_reserve_bytes

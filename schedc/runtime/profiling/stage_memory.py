@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from schedc.core.costs import format_bytes
+from schedc.core.formatting import format_bytes
 from schedc.errors import SchedcError
 from schedc.runtime.allocator import AllocatorTrace, nbytes_of
 from schedc.runtime.profiling.memory import SavedTensorTracker, add_storages, unique_bytes

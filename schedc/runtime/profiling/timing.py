@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from schedc.core.costs import format_seconds
+from schedc.core.formatting import format_seconds
 from schedc.runtime.profiling.runner import StageRunner
 
 

@@ -18,7 +18,8 @@ from typing import Callable, Optional, Sequence
 
 import torch.nn as nn
 
-from schedc.core.costs import PER_OP_AC, format_bytes
+from schedc.core.costs import PER_OP_AC
+from schedc.core.formatting import format_bytes
 from schedc.core.settings import RunSettings
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.runtime.checkpointing import check_mode, checkpoint_block
