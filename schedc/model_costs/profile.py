@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Union, cast
 
 from schedc.core.costs import AC_MODES, PER_OP_AC, Profile
 from schedc.core.settings import COUNTED_FOR_TORCH, RunSettings
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.model_costs.shape import DTYPE_BYTES, EXPERT_PARALLEL, ModelShape, dtype_name, finite, read_hf_config
+from schedc.model_costs.units import build_units
 
 UNIT_NAMES = {
     "torchtitan": ("tok_embeddings", "layers.{}", ("norm", "lm_head")),
@@ -128,9 +129,8 @@ def count_units(shape: Union[ModelShape, dict, str, Path, None], settings: RunSe
         run = resolve(s, settings)
     except ParameterError as e:  # the keyword here; a command line that called this names its flag
         raise e.for_python() from None
-    from schedc.model_costs.units import build_units  # after the checks: it only multiplies
-
-    stages, boundary = build_units(s, run)
+    # after the checks, which refuse names outside Names: build_units only multiplies
+    stages, boundary = build_units(s, run, unit_names(s.layers, cast(Names, run.names)))
     element_bytes = DTYPE_BYTES[s.dtype]
     return Profile(
         stages=stages,

@@ -67,7 +67,7 @@ def tp_collective_seconds(nbytes: float, tp: int, bandwidth: float, latency: flo
     return 0.0 if tp == 1 else (tp - 1) / tp * nbytes / bandwidth + latency
 
 
-def build_units(s: ModelShape, run: Run) -> tuple[list[StageCost], float]:
+def build_units(s: ModelShape, run: Run, names: list[list[str]]) -> tuple[list[StageCost], float]:
     """The units in model order and the bytes sent across each unit boundary."""
     e = DTYPE_BYTES[s.dtype]
     tokens, seq, tp = float(run.seq * run.mbs), float(run.seq), run.tp
@@ -83,7 +83,6 @@ def build_units(s: ModelShape, run: Run) -> tuple[list[StageCost], float]:
     impl, device = cast("memory.Impl", run.impl), run.device
     per_param = run.static_per_param / run.dp_shard + run.fsdp_held_per_param
     h, V = float(s.hidden), float(s.vocab)
-    names = _names(s.layers, run.names)
     linear, attention, per_token = layer_flops(s, tokens, seq)
     params = layer_params(s, impl)
     groups = memory.weight_groups(s, impl)
@@ -170,9 +169,3 @@ def _recompute_seconds(s: ModelShape, run: Run, ac: str, b: memory.UnitBytes, to
     # a part of the forward never costs more than the whole, which full's recompute is charged:
     # the effective FLOP rate stands for all of a forward's work, memory-bound ops included
     return min(again_i + moved, forward), again_w
-
-
-def _names(layers: int, names: str) -> list[list[str]]:
-    from schedc.model_costs.profile import Names, unit_names
-
-    return unit_names(layers, cast("Names", names))
