@@ -149,6 +149,7 @@ def compile(
     (<Status.OPTIMAL: 'optimal'>, 27.0, 33.0)
     """
     from schedc.solver.compile import compile_schedule
+    from schedc.solver.offload import compile_schedule_offloading
 
     _check_sizes(stages, microbatches, ranks)  # before a profile of that many stages is built
     placement = _check_placement(placement)
@@ -159,11 +160,15 @@ def compile(
     _check_time_limit(time_limit)
     _check_progress(progress)
     _check_host_link(offload, host_link)
-    res = compile_schedule(
-        stages, microbatches, n_ranks=ranks, placement=placement, profile=_profile(profile, stages),
-        memory=_memory(memory), objective=objective, time_limit=float(time_limit),
-        solver=None if solver == "auto" else solver, progress=progress, seed=seed, runtime=execution, budget=budget,
-        offload=offload, link=host_link)
+    how: dict[str, Any] = dict(n_ranks=ranks, placement=placement, profile=_profile(profile, stages),
+                               memory=_memory(memory),
+                               objective=objective, time_limit=float(time_limit),
+                               solver=None if solver == "auto" else solver, progress=progress, seed=seed,
+                               runtime=execution, budget=budget)
+    if offload == "auto":
+        res = compile_schedule_offloading(stages, microbatches, host_link, **how)
+    else:
+        res = compile_schedule(stages, microbatches, **how)
     report = Report.from_dict(res.report)
     return Compiled(
         schedule=res.schedule, simulation=Simulation.from_sim(res.sim), status=Status(res.status),

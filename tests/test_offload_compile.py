@@ -14,6 +14,7 @@ import math
 import pytest
 from exhaustive import exact_optimum  # tests/exhaustive.py: the exact search
 
+import schedc
 from schedc import cli
 from schedc.core.baselines import make_baseline
 from schedc.core.costs import MemoryLimit, Profile
@@ -21,7 +22,7 @@ from schedc.core.host_link import HostLink
 from schedc.core.simulate import simulate
 from schedc.errors import SchedcError
 from schedc.solver.compile import compile_schedule
-from schedc.solver.offload import UNCAPPED_SOURCE, choose_offload
+from schedc.solver.offload import UNCAPPED_SOURCE, choose_offload, compile_schedule_offloading
 from schedc.solver.problem import Problem
 
 FAST = HostLink(bandwidth=100.0, latency=0.0)  # a copy of one microbatch: 0.01 s
@@ -72,7 +73,7 @@ def test_a_fast_link_gives_the_uncapped_step():
     profile = _flat(4)
     uncapped = compile_schedule(4, 8, profile=profile, memory="none", time_limit=3)
     none = compile_schedule(4, 8, profile=profile, memory="0.75p", time_limit=3)
-    auto = compile_schedule(4, 8, profile=profile, memory="0.75p", time_limit=4, offload="auto", link=FAST)
+    auto = compile_schedule_offloading(4, 8, profile=profile, memory="0.75p", time_limit=4, link=FAST)
     assert none.value > uncapped.value + 1  # the cap costs time without offload
     assert auto.value == pytest.approx(uncapped.value)
     assert auto.sim.fits and auto.status == "optimal"
@@ -83,7 +84,7 @@ def test_a_fast_link_gives_the_uncapped_step():
 def test_offload_auto_is_never_worse_than_none(memory, link):
     profile = _flat(4)
     none = compile_schedule(4, 8, profile=profile, memory=memory, time_limit=3)
-    auto = compile_schedule(4, 8, profile=profile, memory=memory, time_limit=4, offload="auto", link=link)
+    auto = compile_schedule_offloading(4, 8, profile=profile, memory=memory, time_limit=4, link=link)
     assert auto.sim.fits
     assert auto.value <= none.value + 1e-9
     summary = auto.report["offload"]
@@ -94,7 +95,7 @@ def test_offload_auto_is_never_worse_than_none(memory, link):
 
 def test_the_report_says_what_moves_and_what_the_bound_assumes():
     link = HostLink(bandwidth=100.0, latency=1e-3, shared_by=2, host_memory=64.0)
-    res = compile_schedule(4, 8, profile=_flat(4), memory="0.75p", time_limit=4, offload="auto", link=link)
+    res = compile_schedule_offloading(4, 8, profile=_flat(4), memory="0.75p", time_limit=4, link=link)
     rep = res.report
     actions = rep["memory_actions"]
     assert actions and all(a["action"] == "offload" and "fetch_at" in a for a in actions)
@@ -126,19 +127,19 @@ def test_the_uncapped_bound_never_exceeds_an_offload_step(n_stages, n_mb, memory
     profile = _flat(n_stages)
     uncapped = Problem.build(n_stages, n_mb, profile=profile, memory="none")
     optimum, _ = exact_optimum(uncapped, use_bounds=False)
-    res = compile_schedule(n_stages, n_mb, profile=profile, memory=memory, time_limit=3, offload="auto", link=FAST)
+    res = compile_schedule_offloading(n_stages, n_mb, profile=profile, memory=memory, time_limit=3, link=FAST)
     assert res.lower_bound <= optimum + 1e-9 <= res.value + 2e-9
     assert res.sim.fits
 
 
 def test_a_cap_below_one_microbatch_per_stage_is_still_refused_when_offload_cannot_help():
     with pytest.raises(SchedcError, match="smallest limit that works"):
-        compile_schedule(2, 4, profile=_flat(2), memory="0.1p", time_limit=2, offload="auto", link=FAST)
+        compile_schedule_offloading(2, 4, profile=_flat(2), memory="0.1p", time_limit=2, link=FAST)
 
 
 def test_offload_must_be_none_or_auto():
     with pytest.raises(SchedcError, match="offload"):
-        compile_schedule(2, 4, time_limit=2, offload="yes")
+        schedc.compile(stages=2, microbatches=4, time_limit=2, offload="yes")
 
 
 @pytest.mark.parametrize("value", ["0", "nan", "fast", "-5GB/s", "inf", "1e999"])

@@ -104,7 +104,6 @@ from schedc._version import __version__
 from schedc.choices import Budget, Solver, Status
 from schedc.core.costs import DEFAULT_RUNTIME, MemoryLimit, Profile
 from schedc.core.diagnose import limiter, same_hand_made
-from schedc.core.host_link import HostLink
 from schedc.core.ir import Schedule
 from schedc.core.simulate import SimResult
 from schedc.core.tolerances import PROVEN, TIE
@@ -187,20 +186,12 @@ def compile_schedule(
     seed: int = 0,
     runtime: str = DEFAULT_RUNTIME,
     budget: str = "time",
-    offload: str = "none",
-    link: Optional[HostLink] = None,
 ) -> CompileResult:
     """Compile the fastest schedule under the memory limit (see the module docstring), timed as
     `runtime` executes it (torch's runtime by default); `budget` as in :func:`compile_problem`.
-    ``offload="auto"``: the fastest with offload to host memory over `link` allowed
-    (schedc.solver.offload.compile_with_offload)."""
-    from schedc.solver import offload as offloading
-
-    offloading.check_offload(offload)
+    With offload to host memory allowed: schedc.solver.offload.compile_schedule_offloading."""
     problem = Problem.build(n_stages, n_microbatches, n_ranks=n_ranks, placement=placement, profile=profile,
                             memory=memory, objective=objective, runtime=runtime)
-    if offload == "auto":
-        return offloading.compile_with_offload(problem, link or HostLink(), time_limit, solver, progress, seed, budget)
     return compile_problem(problem, time_limit=time_limit, solver=solver, progress=progress, seed=seed, budget=budget)
 
 

@@ -213,6 +213,19 @@ def compile_with_offload(problem, link: HostLink, time_limit: float, solver, pro
     return compiles.result(problem, link, time_limit)
 
 
+def compile_schedule_offloading(n_stages: int, n_microbatches: int, link: Optional[HostLink] = None, *,
+                                time_limit: float = 60.0, solver: Optional[str] = None,
+                                progress: Optional[Callable] = None, seed: int = 0, budget: str = "time",
+                                **problem):
+    """schedc.solver.compile.compile_schedule with offload allowed over `link` (default
+    :class:`HostLink`): `problem` holds its problem's keywords (n_ranks, placement, profile,
+    memory, objective, runtime)."""
+    from schedc.solver.problem import Problem
+
+    built = Problem.build(n_stages, n_microbatches, **problem)
+    return compile_with_offload(built, link or HostLink(), time_limit, solver, progress, seed, budget)
+
+
 @dataclass
 class OffloadCompiles:
     """The compiles ``--offload auto`` chooses among: under the cap (None where the cap holds less
