@@ -213,20 +213,23 @@ def plan_ac(profiles: dict, *, time_limit: float = 60.0, progress: Optional[Call
     notes = list(best.notes) + [f"activation checkpointing {m}: {e}" for m, e in errors.items()]
     notes += [f"activation checkpointing {m}: not planned for the whole model, {framework} has no such mode (only "
               f"schedc's runtime)" for m in AC_MODES if m in profiles and m not in modes]
-    mix, missing = None, []
+    mix: Optional[dict] = None
+    missing: list[str] = []
     if len(modes) > 1 and "none" in forms and not stop_requested():
         mix = _per_stage_choice(forms, best, best_mode, kwargs, t0 + time_limit, say, t0, missing)
     elif len(modes) > 1:
         missing.append("stopped before the per-stage search" if stop_requested() else
                        "not searched: the per-stage search starts from the none profile")
     global_bound = min([results[m].bound for m in results] + [floors[m] for m in errors if m in floors])
-    shorter = mix is not None and mix["compiled"].value < best.value * (1 - REL)
-    launchable = not one_mode or shorter and len(set(map(str, mix["modes"]))) == 1 and mix["modes"][0] in launchable_modes(framework)
-    if shorter and not launchable:
-        notes.append(f"per-stage checkpointing under schedc's runtime: step {mix['compiled'].value:.6g} s "
-                     f"({mix['modes']}); {framework} applies one mode to every layer, so the plan keeps {best_mode}")
-    if shorter and launchable:
-        out, choice = _adopt_mix(best, mix, forms, steps, binds, notes, global_bound)
+    # the per-stage choice where it is shorter than the best global mode
+    shorter = mix if mix is not None and mix["compiled"].value < best.value * (1 - REL) else None
+    launchable = not one_mode or shorter is not None and len(set(map(str, shorter["modes"]))) == 1 \
+        and shorter["modes"][0] in launchable_modes(framework)
+    if shorter is not None and not launchable:
+        notes.append(f"per-stage checkpointing under schedc's runtime: step {shorter['compiled'].value:.6g} s "
+                     f"({shorter['modes']}); {framework} applies one mode to every layer, so the plan keeps {best_mode}")
+    if shorter is not None and launchable:
+        out, choice = _adopt_mix(best, shorter, forms, steps, binds, notes, global_bound)
     else:
         choice = ACChoice(best_mode, steps, None if mix is None else _mix_dict(mix), binds,
                           per_stage_missing=missing[0] if mix is None and missing else None)
@@ -635,7 +638,7 @@ def _fewest_layers(b: dict, t: dict, n_layers, n: int, cap, base) -> tuple:
 def _specs_of(tables, counts, placement, ranks, held, opts, v_room) -> tuple:
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
     S = len(counts)
-    specs = [None] * S
+    specs: list[Optional[tuple]] = [None] * S
     for r in range(ranks if placement == "v" else S):
         if placement == "loop":
             i, j = bounds[r], bounds[r + 1]
@@ -678,7 +681,8 @@ def _pair(tables: dict, i, a, b, j, n_front: int, n_back: int, cap):
     """(least work, (front mode, back mode)) of a V rank holding stages [i, a) and [b, j), each
     in its mode, whose bytes fit `cap` (less the rank's receive buffers) together (the larger of
     the two one-microbatch peaks)."""
-    best, pair = INF, None
+    best: Union[float, np.ndarray] = INF  # an array where the ends are arrays (a whole table)
+    pair: Optional[tuple[str, str]] = None
     for mf, tf in tables.items():
         for mb, tb in tables.items():
             need = (tf["static"][i, a] + tb["static"][b, j] + tf["reserve"] + n_front * tf["act"][i, a]

@@ -91,7 +91,9 @@ def bounded_program(placement: str, n_units: int, ranks: int, end: float) -> Ite
         with cut_after(min(wall_left(), end - clock_now())):
             yield
     except Cut:
-        work_clock().cut_by_wall = True
+        clock = work_clock()
+        assert clock is not None, "a work budget is on, so its clock is in force"
+        clock.cut_by_wall = True
         raise
 
 

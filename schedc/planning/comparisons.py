@@ -8,7 +8,7 @@ model (a row over the cap says by how much). Cost: one simulation per hand-made 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from schedc.core.costs import AC_MODES, MemoryLimit, Profile
 from schedc.core.formatting import format_bytes
@@ -19,6 +19,9 @@ from schedc.planning.handmade import balanced_split, best_hand_made
 from schedc.planning.problem import INTERLEAVED, holds_one_microbatch, problem_for, stages_for
 from schedc.planning.report import plan_status
 from schedc.planning.result import Comparison, PlanResult
+
+if TYPE_CHECKING:
+    from schedc.core.ir import Schedule
 
 
 def compare_splits(profile, units, ranks, microbatches, limit, cap, objective, placements,
@@ -76,7 +79,7 @@ def torchtitan_rows(profile: Profile, ranks: int, microbatches: int, limit: Memo
     return rows
 
 
-def comparison_pictures(result: PlanResult) -> list[tuple[str, object, Profile]]:
+def comparison_pictures(result: PlanResult) -> list[tuple[str, Schedule, Profile]]:
     """(title, schedule, merged profile) of the plan and of the fastest torchtitan class on its
     default split that fits (else the fastest that does not), for one picture."""
     from schedc.core.baselines import make_baseline
@@ -86,6 +89,7 @@ def comparison_pictures(result: PlanResult) -> list[tuple[str, object, Profile]]
         f"torchtitan default, {m} AC" for m in AC_MODES if m not in launchable_modes("torchtitan")))]  # light
     row = min(rows, key=lambda c: (c.value is None, c.value or 0.0), default=None)
     if row is not None:
+        assert row.schedule is not None, "a row with a peak was simulated, so it names its class"
         name = {cls: base for cls, base, _ in TORCHTITAN_CLASSES}[row.schedule]
         M, R = result.compiled.problem.n_microbatches, result.compiled.problem.n_ranks
         fits = "" if row.value is not None else ", over the cap"

@@ -79,7 +79,7 @@ def best_hand_made(problem, shapes: Optional[dict] = None) -> tuple[Optional[str
     from schedc.core.simulate import simulate
     from schedc.solver.deadline import charge_passes
 
-    best = (None, None)
+    best: tuple[Optional[str], Optional[float]] = (None, None)
     for name, sched in (shapes if shapes is not None else hand_made_shapes(problem)).items():
         charge_passes(3 * problem.n_stages * problem.n_microbatches, SIMULATION_PASSES)
         try:

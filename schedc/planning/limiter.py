@@ -12,6 +12,7 @@ constructions (milliseconds to a fraction of a second), none charged to a work c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -97,7 +98,7 @@ def _uncapped_heuristic(profile, counts, placement: str, ranks: int, microbatche
     if n_actions(problem.n_stages, microbatches) > HEURISTIC_ACTIONS:
         return None
     clock = work_clock()
-    spent = None if clock is None else clock.spent
+    spent = 0.0 if clock is None else clock.spent  # restored below only where a clock is in force
     try:
         return heuristic_schedule(problem, time_budget=0.0)
     except SchedcError:
@@ -134,13 +135,13 @@ def plan_limiter(result: "PlanResult") -> PlanLimiter:
     units = Units.of(result.units)
     problem = result.compiled.problem
     ranks, M = problem.n_ranks, problem.n_microbatches
-    splits = [("the chosen", result.placement, result.counts)]
+    named: list[tuple[str, str, Optional[list[int]]]] = [("the chosen", result.placement, result.counts)]
     for pl in result.bounds:
         S = stages_for(pl, ranks)
-        splits += [("the compute-balanced", pl, next((c.counts for c in result.comparisons if c.placement == pl
-                                                      and c.split == "compute-balanced"), None)),
-                   ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
-    splits = [x for x in splits if x[2] is not None]
+        named += [("the compute-balanced", pl, next((c.counts for c in result.comparisons if c.placement == pl
+                                                     and c.split == "compute-balanced"), None)),
+                  ("torchtitan's default", pl, torchtitan_default_counts(result.units.n_stages, S))]
+    splits = [(name, pl, counts) for name, pl, counts in named if counts is not None]
     # with no cap the plan's problem is the uncapped one: nothing is shorter for want of memory, and
     # simulating every schedule again would take longer than the search at thousands of microbatches
     found = [] if problem.memory.kind == "none" else \
@@ -180,15 +181,17 @@ def _why_partition(result: "PlanResult", units: Units, ranks: int) -> str:
     text = f"its busiest rank computes {max(mine):.4g} s per microbatch"
     if not rows:
         return text + "; no comparison split fits the cap"
-    c = min(rows, key=lambda row: row.value)
+    c = min(rows, key=lambda row: math.inf if row.value is None else row.value)
+    value = c.value
+    assert value is not None, "the rows kept have a step"
     pl = c.placement if len(c.counts) == stages_for(c.placement, ranks) else "loop"
     theirs = max(rank_work(units, c.counts, pl, ranks))
-    if c.value < result.value:
+    if value < result.value:
         return (f"{c.split} split {c.counts} ({c.placement}) with {c.schedule} is "
-                f"{100 * (1 - c.value / result.value):.1f}% shorter: the plan does not build {len(c.counts)} stages "
+                f"{100 * (1 - value / result.value):.1f}% shorter: the plan does not build {len(c.counts)} stages "
                 f"in a loop on {ranks} ranks, or its search needs a longer --time-limit")
     lead = (f"the fastest comparison, {c.split} split {c.counts} ({c.placement}) with {c.schedule}, takes "
-            f"{100 * (c.value / result.value - 1):.1f}% longer; ")
+            f"{100 * (value / result.value - 1):.1f}% longer; ")
     if max(mine) < theirs * (1 - 0.005):
         return lead + text + f", {theirs:.4g} s there: less work on the busiest rank"
     return lead + text + f", {theirs:.4g} s there: the plan wins on the order (fill, drain, memory), not the balance"

@@ -119,7 +119,10 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
                 bounds[INTERLEAVED] = interleaved
                 starts.append((INTERLEAVED, None))
                 say(f"[{clock_now() - t0:6.1f}s] {INTERLEAVED}: bound over partitions {interleaved:.6g}")
-    pools, forced, memo = {}, {}, {}
+    pools: dict = {}
+    forced: dict = {}
+    # (placement, counts) -> best_hand_made's (name, step) of that split, filled by the screening
+    memo: dict[tuple[str, tuple[int, ...]], tuple[Optional[str], Optional[float]]] = {}
     with phase("search"):
         for pl, start in starts:
             pools[pl], forced[pl] = screened_candidates(profile, units, pl, start, ranks, microbatches, limit, cap,

@@ -31,7 +31,8 @@ def nemo_yaml(settings: dict) -> str:
 def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
     """The compile report of the chosen partition plus the plan's own fields (docs/design.md, "The plan")."""
     report = dict(result.compiled.report)
-    best_row = min((c for c in result.comparisons if c.value is not None), key=lambda c: c.value, default=None)
+    steps = [c.value for c in result.comparisons if c.value is not None]
+    best = min(steps, default=None)  # the fastest comparison row's step
     report["plan"] = {
         "placement": result.placement,
         "units_per_stage": result.counts,
@@ -41,7 +42,7 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
         "partitions_bounded_one_by_one": result.certified,
         "gap_over_partitions": result.gap,
         "comparisons": [c.as_dict() for c in result.comparisons],
-        "margin_over_best_comparison": (None if best_row is None else (best_row.value - result.value) / best_row.value),
+        "margin_over_best_comparison": (None if best is None else (best - result.value) / best),
         "candidates": result.candidates,
         "notes": result.notes,
         "solve_time": result.solve_time,

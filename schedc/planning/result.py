@@ -9,9 +9,11 @@ from schedc.core.costs import Profile
 from schedc.core.partition import stage_modules
 
 if TYPE_CHECKING:
+    from schedc.core.ir import Schedule
     from schedc.planning.ac import ACChoice
     from schedc.planning.least_memory import LeastMemory
     from schedc.planning.limiter import PlanLimiter
+    from schedc.solver.compile import CompileResult
 
 
 @dataclass
@@ -37,7 +39,7 @@ class PlanResult:
     names per stage), the placement, the compiled schedule of that partition, the bound over
     every partition and its gap, and the comparison rows; ``report`` is what ``plan.json`` holds."""
 
-    compiled: object  # schedc.solver.compile.CompileResult of the chosen partition
+    compiled: "CompileResult"  # of the chosen partition
     units: Profile
     counts: list[int]  # units per stage
     placement: str
@@ -63,7 +65,7 @@ class PlanResult:
         return self.compiled.value
 
     @property
-    def schedule(self):
+    def schedule(self) -> "Schedule":
         return self.compiled.schedule
 
     @property
