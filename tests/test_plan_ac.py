@@ -363,3 +363,18 @@ def test_ac_auto_where_nothing_fits_names_the_least_cap_not_an_infinite_bound():
     with pytest.raises(SchedcError) as e:
         _auto("1GiB")
     assert "cannot beat" not in str(e.value) and "the smallest cap it fits is memory=" in str(e.value), str(e.value)
+
+
+def test_a_per_stage_search_out_of_time_says_so_and_names_the_time_limit(monkeypatch):
+    # the per-stage search given no time of its own (its end already past, on the work clock the
+    # tiny plans run on): it must not read as "no per-stage choice fits"
+    import schedc.planning.ac as ac
+    from schedc.planning.clock import clock_now
+
+    search = ac._per_stage_choice
+    monkeypatch.setattr(ac, "_per_stage_choice", lambda forms, best, mode, kwargs, end, *rest, **kw:
+                        search(forms, best, mode, kwargs, clock_now() - 1.0, *rest, **kw))
+    res = _auto(TIGHT)
+    assert res.ac.per_stage is None
+    assert "the time limit ran out" in res.ac.per_stage_missing and "--time-limit" in res.ac.per_stage_missing
+    assert "fits the cap" not in res.ac.per_stage_missing
