@@ -27,6 +27,9 @@ Rows, each against its target:
 Sections run in the order peak, counted, profiles, calibrate, gradients; each prints its rows when
 it ends (a cut-off run keeps them), and one that raises is a MISS row, not the end of the run.
 Cost: three profiles, one per-unit profile, one calibrate run (one rank), twelve pipeline steps.
+
+Offload (issue 49) has its own check, ``benchmarks/gpu_offload.py``: the host link's bandwidth under
+compute and a one-rank V offloading stage-0 microbatches against ``simulate``.
 """
 
 from __future__ import annotations
