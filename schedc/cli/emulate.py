@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from typing import Optional, Union
 
 from schedc.cli import common, offload_flags
 from schedc.core.costs import UNIT_SECONDS, Profile, parse_comm
@@ -49,6 +49,7 @@ def run(args) -> int:
     actions, link = offload_flags.link_and_actions(args)
     own = None if (args.profile or args.costs is not None) else own_profiles(args.files)
     schedules = [api.read_csv(path) for path in args.files]
+    profiles: Union[Profile, list[Profile]]  # one for every file, or each file's own
     if args.profile:
         profiles = Profile.load(args.profile)
         for path, schedule in zip(args.files, schedules):  # named here with the file: emulate knows no --profile

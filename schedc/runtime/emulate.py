@@ -160,7 +160,7 @@ class CopyStreams:
         self.due: dict[Action, list[tuple[int, int]]] = {}
         for c in copies:
             self.due.setdefault(parse_fetch_at(c["fetch_at"]), []).append((c["stage"], c["microbatch"]))
-        self.queues = {"out": queue.Queue(), "in": queue.Queue()}
+        self.queues: dict[str, queue.Queue] = {"out": queue.Queue(), "in": queue.Queue()}
         self.out_done: dict[tuple[int, int], threading.Event] = {}
         self.in_done: dict[tuple[int, int], threading.Event] = {}
         self.failed: list[str] = []
@@ -486,7 +486,7 @@ def _offloads(path: str, schedule: Schedule, profile: Profile, scale: float, mem
         raise SchedcError(f"emulate: {source or path}: stage {s}, microbatch {m} is recomputed; the emulation "
                           f"sleeps the profile's stage times and runs offloads only; emulate the plan's offloads "
                           f"(drop its recompute entries) or emulate the stages checkpointed")
-    order = {}
+    order: dict[tuple[int, int], tuple[int, int]] = {}  # (stage, microbatch) -> its I's (rank, index)
     for rank in range(schedule.n_ranks):
         for k, a in enumerate(schedule.actions(rank)):
             if a.kind in ("I", "B"):
@@ -565,7 +565,7 @@ def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: l
     )
 
 
-def _comm_at(comm: Union[float, Sequence[float]], boundary: int) -> float:
+def _comm_at(comm: Union[float, list[float], tuple[float, ...]], boundary: int) -> float:
     return float(comm[boundary]) if isinstance(comm, (list, tuple)) else float(comm)
 
 

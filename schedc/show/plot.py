@@ -39,7 +39,7 @@ import functools
 import io
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, AbstractSet, Optional, Sequence, Union
 
 from schedc.core.costs import MemoryLimit, Profile, format_duration
 from schedc.core.formatting import format_memory
@@ -126,7 +126,7 @@ def plot_schedules(
     if not schedules:
         raise SchedcError("plot: give at least one schedule")
     fmt = output_format(path) if path is not None else None
-    profiles = list(profile) if isinstance(profile, (list, tuple)) else [profile] * len(schedules)
+    profiles = [profile] * len(schedules) if isinstance(profile, Profile) else list(profile)
     if len(profiles) != len(schedules):
         raise SchedcError(f"plot: {len(schedules)} schedules but {len(profiles)} profiles; give one, or one per schedule")
     if titles is not None and len(titles) != len(schedules):
@@ -174,6 +174,7 @@ def plot_schedules(
         ax.tick_params(labelbottom=False)
         for k, mem_ax in enumerate(strips):
             mem_ax.tick_params(labelbottom=(i == len(schedules) - 1 and k == len(strips) - 1))
+    assert first is not None, "there is a schedule, so its panel was drawn"
     first.set_xlim(0, t_max * 1.005)
     unitless = all(p.model == "uniform" for p in profiles)
     fig.axes[-1].set_xlabel("time (cost units)" if unitless else "time (s)", fontsize=8)
@@ -228,7 +229,7 @@ _STREAM_NAMES = {"out": "copy out (device to host)", "in": "copy in (host to dev
 
 
 def _draw_gantt(ax, schedule: Schedule, res: SimResult, pt_per_time: float, row_pt: float, legend_keys,
-                streams: bool = False, recomputed: frozenset = frozenset()) -> None:
+                streams: bool = False, recomputed: AbstractSet[tuple[int, int]] = frozenset()) -> None:
     from matplotlib.collections import PolyCollection
 
     n_ranks = schedule.n_ranks

@@ -70,8 +70,8 @@ def trace_events(schedule: Schedule, profile: Profile, memory: Optional[MemoryLi
                 "args": {"stage": a.stage, "microbatch": a.microbatch, "kind": a.kind, "index": index},
             })
     for r, curve in enumerate(res.memory_curve):
-        for t, held in merge_instants(curve):
-            events.append({"name": "memory", "ph": "C", "pid": r, "tid": 0, "ts": _us(t), "args": {"held": held}})
+        for when, held in merge_instants(curve):
+            events.append({"name": "memory", "ph": "C", "pid": r, "tid": 0, "ts": _us(when), "args": {"held": held}})
     events += _copy_events(res, link or HostLink())
     caps = [None if math.isinf(x) else x for x in res.memory_limit]
     return {
