@@ -377,7 +377,9 @@ def test_ctrl_c_during_a_plan_writes_the_best_plan_so_far(tmp_path, delay):
 
     unit_profile(layers=32, hidden=4096, vocab=128256, seq=4096, ffn_hidden=14336, heads=32,
                  kv_heads=8, impl="paper").save(tmp_path / "units.json")
-    proc = subprocess.Popen([sys.executable, "-m", "schedc.cli", "plan", "--profile", "units.json", "--ranks", "8",
+    # the console script's entry (schedc_entry): it answers a signal before `import schedc` runs,
+    # where `python -m schedc.cli` imports the package first
+    proc = subprocess.Popen([sys.executable, "-m", "schedc_entry", "plan", "--profile", "units.json", "--ranks", "8",
                              "--mb", "16", "--memory", "40GiB", "--placement", "v", "--time-limit", "120", "--quiet",
                              "-o", "plan.csv"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
