@@ -162,10 +162,10 @@ def validate_note(args, schedule) -> str:
     """`schedc validate --memory-actions`: the actions checked against the CSV, and, where costs
     are known (the report the actions came from, else the files beside the CSV), whether the CSV
     fits with them under the report's memory limit: what validate prints, or one SchedcError."""
-    from schedc.api import simulate
-    from schedc.cli.common import costs_beside, printable
     from pydantic import ValidationError
 
+    from schedc.api import simulate
+    from schedc.cli.common import costs_beside, printable
     from schedc.core.costs import MemoryLimit, Profile, describe_validation_error
     from schedc.core.formatting import format_memory
     from schedc.core.memory_actions import PlannedActions, check_memory_actions
