@@ -41,21 +41,14 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-@dataclass
-class Row:
-    check: str
-    value: str
-    target: str
-    ok: Optional[bool]  # None: reported, not judged here
-
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu_check import Row  # noqa: E402  (the GPU checks' one row type)
 
 SIZES = {
     "cuda": dict(gpt=dict(vocab_size=32000, hidden=4096, layers=4, heads=32, seq_len=2048, dtype="bfloat16"),
