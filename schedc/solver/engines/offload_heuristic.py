@@ -1,0 +1,270 @@
+"""The list heuristic with offload: the order and the memory actions built together.
+
+Problem: the list heuristic (schedc.solver.engines.heuristic) admits a forward only while the
+rank's held activations leave room for it, so under a cap that binds it runs fewer microbatches
+ahead than the uncapped order; choosing offload afterwards (schedc.solver.offload's chooser) can
+only move what such an order already holds. Offload frees memory as the schedule is built: a
+rank that cannot start its next F may send a held microbatch to host memory, if the copy has left
+the device by the time the F starts, and fetch it back on time for its backward (issue 49: "send
+out the oldest microbatch a stage holds when the next F would not fit").
+
+Method: the list scheduler's events, with each rank's two copy streams
+(schedc.core.host_link.HostLink, first in first out) timed as schedc.core.simulate times them:
+
+- **Offload.** When rank r's next admissible F (stage s, microbatch m) would not fit, it looks
+  among the microbatches it holds (F ended, I not started, not offloaded, with bytes to move:
+  host_link.offload_bytes) for the one whose backward is furthest away (the most backwards of its
+  stage still before it; the lower stage of a V on a tie), whose F ended no earlier than the last
+  one the rank offloaded (so the copy joins the device-to-host stream's tail, where the simulator
+  puts it: it issues copies out at the F's end), whose backward is not due for its fetch, and
+  whose copy out ends by the F's earliest start (the rank free and the F's input there: the time
+  the simulator starts the F). It offloads such microbatches until the F fits, or none.
+- **Fetch.** At the start of every action a rank runs, it issues the fetch of at most one of its
+  offloaded microbatches (one, so the host-to-device stream's order is the order the fetches are
+  issued in) whose backward is due: fewer than ``lead`` backwards of its stage before it (a rule
+  parameter: about the copy's time over the rank's time per microbatch, plus 0 or 1), when the
+  bytes fit beside what the action allocates. That action is its ``fetch_at``; the fetch starts
+  when the action does (or when the stream is free) and the backward waits for its end. A rank
+  reserves room for the fetches that are due: an F is admitted only beside them.
+- **Rules.** The list heuristic's deterministic rules without its idle waits (a rank that waits
+  would start later than the simulator starts it, and the copies' timing would not hold), crossed
+  with two leads. Every construction becomes a schedule and memory actions
+  (schedc.core.memory_actions) and is simulated with them (``simulate(..., memory_actions=,
+  link=)``); only one that fits its caps, host memory included, is kept, the shortest by the
+  problem's objective. A rank's one microbatch need not fit its cap without offload: on a V a
+  rank's lower stage can wait in host memory while the microbatch climbs to its upper stage.
+
+Cost: per rule one construction (O(A log A) for A actions, times the microbatches a rank holds
+per F that does not fit) and one simulation; under a work budget each charges its passes
+(schedc.solver.deadline), and the deadline stops the rules.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from schedc.core.cost_model import fits_room
+from schedc.core.host_link import HostLink, offload_bytes
+from schedc.core.ir import Action, Kind, Schedule
+from schedc.core.memory_actions import MemoryAction
+from schedc.core.simulate import SimResult, simulate
+from schedc.errors import SchedcError
+from schedc.solver.deadline import NEVER, Deadline, charge_passes
+from schedc.solver.engines.heuristic import CONSTRUCTION_PASSES, EPS, INF, Rule, _ListScheduler, _rules, _to_schedule
+from schedc.solver.graph import Graph, graph_of
+
+LEADS = (0, 1)  # added to the copy's time over the rank's time per microbatch: backwards of lookahead
+MAX_RULES = 48  # deterministic rules tried (each with every lead), best first
+
+
+@dataclass(frozen=True)
+class OffloadSchedule:
+    """A schedule built with its offloads: the memory actions and the simulation with them."""
+
+    schedule: Schedule
+    actions: tuple[MemoryAction, ...]
+    sim: SimResult
+
+
+class _OffloadScheduler(_ListScheduler):
+    """One construction of the list scheduler whose ranks offload and fetch (module docstring)."""
+
+    def __init__(self, a: Graph, rule: Rule, moved: list[float], copy: list[float], lead: list[int]):
+        super().__init__(a, rule)
+        self.moved, self.copy, self.lead = moved, copy, lead
+        self.out_free = [0.0] * a.R
+        self.in_free = [0.0] * a.R
+        self.last_out_f = [-INF] * a.R  # per rank: the F end of the last microbatch it offloaded
+        self.away: dict[tuple[int, int], float] = {}  # offloaded, not fetched: (s, m) -> copy out's end
+        self.fetched: dict[tuple[int, int], float] = {}  # (s, m) -> fetch's end
+        self.fetch_at: dict[tuple[int, int], tuple[int, str, int]] = {}
+        self.may_offload = True  # whether the F being looked for would run (choose's order)
+
+    def choose(self, r: int, t: float) -> Optional[tuple]:
+        # offload only for an F that would run now: none when a W is forced, or when a ready I
+        # goes first under the rule
+        rule = self.rule
+        forced = len(self.pendW[r]) - self.wpos[r] > self.w_lim[r]
+        i_first = not (rule.f_first or rule.depth_first) and self.ready_backward(r, t)[0] is not None
+        self.may_offload = not forced and not i_first
+        return super().choose(r, t)
+
+    # ------------------------------------------------------------ offload
+
+    def _due(self, s: int, m: int) -> bool:
+        return m - self.nextI[s] < self.lead[s]
+
+    def _due_bytes(self, r: int) -> float:
+        return sum(self.moved[s] for (s, m) in self.away if self.a.stage_rank[s] == r and self._due(s, m))
+
+    def _fits_f(self, r: int, s: int) -> bool:
+        return fits_room(self.held[r] + self.a.act[s] + self._due_bytes(r), self.a.room[r])
+
+    def _make_room(self, r: int, s: int, m: int) -> bool:
+        """Offload held microbatches of rank r until F(s, m) fits at its earliest start; whether it
+        does (nothing is offloaded when it cannot be made to fit)."""
+        a = self.a
+        start = self.rank_free[r] if s == 0 else max(self.rank_free[r], self.endF[s - 1][m] + a.comm[s - 1])
+        need = self.held[r] + a.act[s] + self._due_bytes(r) - a.room[r]
+        pool = []
+        for q in a.stages[r]:
+            if self.moved[q] <= 0:
+                continue
+            for j in range(self.nextI[q], self.nextF[q]):
+                if (q, j) not in self.away and (q, j) not in self.fetched and not self._due(q, j):
+                    pool.append((j - self.nextI[q], -q, j, q))
+        pool.sort(reverse=True)  # furthest backward first
+        picks, out_free, last_f, freed = [], self.out_free[r], self.last_out_f[r], 0.0
+        for _, _, j, q in pool:
+            f_end = self.endF[q][j]
+            if f_end < last_f - EPS:
+                continue  # the copy would not join the stream's tail
+            end = max(f_end, out_free) + self.copy[q]
+            if end > start + EPS:
+                continue
+            picks.append((q, j, end))
+            out_free, last_f, freed = end, f_end, freed + self.moved[q]
+            if need <= freed + EPS * max(1.0, abs(need)):
+                break
+        if not picks or need > freed + EPS * max(1.0, abs(need)):
+            return False
+        for q, j, end in picks:
+            self.away[(q, j)] = end
+            self.held[r] -= self.moved[q]
+            if self.use_banker:
+                self.mb_held[j][r] -= self.moved[q]
+        self.out_free[r], self.last_out_f[r] = out_free, last_f
+        return True
+
+    def admissible_forward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], bool, float]:
+        a, rule, nextF, endF = self.a, self.rule, self.nextF, self.endF
+        order_f = self.stages_desc[r] if rule.deep_f else a.stages[r]
+        if rule.group and len(order_f) > 1:
+            order_f = sorted(order_f, key=lambda s: (nextF[s] // rule.group, s))
+        blocked = False
+        for s in order_f:
+            m = nextF[s]
+            if m >= a.M or (s > 0 and (endF[s - 1][m] < 0 or endF[s - 1][m] + a.comm[s - 1] > t + EPS)):
+                continue
+            if s == self.first[r] and self.admitted[r] >= rule.warmup[r]:
+                continue
+            if not self._fits_f(r, s) and not (self.may_offload and self._make_room(r, s, m)):
+                blocked = True
+                continue
+            if self.use_banker and not self.banker_ok(s, m):
+                blocked = True
+                continue
+            return (s, m), blocked, INF
+        return None, blocked, INF
+
+    # ------------------------------------------------------------ fetch
+
+    def ready_backward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], float]:
+        group, M, S, input_time = self.rule.group, self.a.M, self.a.S, self.a.input_time
+        endF, endI, nextI = self.endF, self.endI, self.nextI
+        best_I, soon_I = None, INF
+        best_key: tuple[int, ...] = ()
+        for s in self.stages_desc[r]:
+            m = nextI[s]
+            if m >= M or endF[s][m] < 0 or (s + 1 < S and endI[s + 1][m] < 0) or (s, m) in self.away:
+                continue
+            rt = max(input_time(Kind.I, s, m, endF, endI), self.fetched.get((s, m), 0.0))
+            if rt <= t + EPS:
+                key = (m // group, -s, m) if group else (-s, m)
+                if best_I is None or key < best_key:
+                    best_I, best_key = (s, m), key
+            else:
+                soon_I = min(soon_I, rt)
+        return best_I, soon_I
+
+    def _fetch(self, r: int, s: int, kind: str, m: int, start: float) -> None:
+        """Issue at most one due fetch at the start of action (s, kind, m) of rank r."""
+        a = self.a
+        if kind == Kind.W and a.dW[s] == 0 and a.wg[s] == 0:
+            return  # a W the schedule drops (a stage without weights): no point to fetch at
+        due = sorted((j - self.nextI[q], -q, q, j) for (q, j) in self.away
+                     if a.stage_rank[q] == r and self._due(q, j))
+        if not due:
+            return
+        _, _, q, j = due[0]
+        rise = a.act[s] if kind == Kind.F else 0.0
+        if not fits_room(self.held[r] + self.moved[q] + rise, a.room[r]):
+            return
+        begin = max(start, self.in_free[r], self.away.pop((q, j)))
+        end = self.in_free[r] = begin + self.copy[q]
+        self.fetched[(q, j)] = end
+        self.fetch_at[(q, j)] = (s, kind, m)
+        self.held[r] += self.moved[q]
+        if self.use_banker:
+            self.mb_held[j][r] += self.moved[q]
+        heapq.heappush(self.heap, (end, r))  # its backward may start then
+
+    def run_F(self, r: int, s: int, m: int, start: float) -> None:
+        self._fetch(r, s, Kind.F, m, start)
+        super().run_F(r, s, m, start)
+
+    def run_I(self, r: int, s: int, m: int, start: float) -> None:
+        self._fetch(r, s, Kind.I, m, start)
+        super().run_I(r, s, m, start)
+
+    def run_W(self, r: int, s: int, m: int, start: float) -> None:
+        self._fetch(r, s, Kind.W, m, start)
+        super().run_W(r, s, m, start)
+
+
+def _memory_actions(a: Graph, fetch_at: dict) -> tuple[MemoryAction, ...]:
+    """The offloads of a construction as memory actions on its schedule (_to_schedule's names: a
+    stage without weights runs B for I)."""
+    out = []
+    for (s, m), (q, kind, j) in sorted(fetch_at.items()):
+        if kind == Kind.I and a.dW[q] == 0 and a.wg[q] == 0:
+            kind = Kind.B
+        out.append(MemoryAction(s, m, "offload", Action(q, kind, j)))
+    return tuple(out)
+
+
+def offload_rules(a: Graph, objective: str) -> list[Rule]:
+    """The list heuristic's rules without idle waits, best first, at most MAX_RULES."""
+    rules = [replace(r, protect_i=False, protect_f=False) for r in _rules(a, objective)]
+    return list(dict.fromkeys(rules))[:MAX_RULES]
+
+
+def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
+                      beat: float = math.inf) -> Optional[OffloadSchedule]:
+    """The shortest schedule with offloads that the rules build (module docstring) and that fits
+    `problem`'s caps on `link`, if shorter than `beat`; None when none is, or the deadline passes
+    first."""
+    g = graph_of(problem)
+    problem = g.problem
+    safe = g.safe()
+    profile = problem.profile
+    moved = [min(offload_bytes(profile, s), safe.act[s]) for s in range(g.S)]
+    copy = [link.seconds(b) if b > 0 else 0.0 for b in moved]
+    per_mb = [sum(g.dF[s] + g.dI[s] + g.dW[s] for s in own) or 1.0 for own in g.stages]
+    base_lead = [max(1, math.ceil(copy[s] / per_mb[g.stage_rank[s]] - EPS)) for s in range(g.S)]
+    best: Optional[OffloadSchedule] = None
+    best_val = beat
+    for rule in offload_rules(safe, problem.objective):
+        for extra in LEADS:
+            if deadline.expired():
+                return best
+            sched = _OffloadScheduler(safe, rule, moved, copy, [b + extra for b in base_lead])
+            orders = sched.run(deadline)
+            charge_passes(g.n, CONSTRUCTION_PASSES)
+            if orders is None or not sched.fetch_at:
+                continue  # stuck, or nothing offloaded: the list heuristic's own answer
+            schedule = _to_schedule(safe, orders, "schedc-offload-heuristic", {"source": "offload-heuristic",
+                                                                              "rule": rule.describe(),
+                                                                              "lead": extra})
+            actions = _memory_actions(safe, sched.fetch_at)
+            try:
+                sim = simulate(schedule, profile, problem.memory, memory_actions=list(actions), link=link)
+            except SchedcError:
+                continue  # a fetch point the schedule does not run where the rule assumed it
+            value = sim.objective(problem.objective)
+            if sim.fits and value < best_val * (1 - EPS):
+                best, best_val = OffloadSchedule(schedule, actions, sim), value
+    return best
