@@ -522,6 +522,7 @@ def count_profile(
     tp_bandwidth: Optional[float] = None,
     tp_latency: Optional[float] = None,
     settings: Optional[RunSettings] = None,
+    calibrate: Union[Profile, PathLike, None] = None,
 ) -> Profile:
     """The per-unit profile of a decoder counted from arithmetic: no GPU, nothing downloaded.
 
@@ -564,6 +565,12 @@ def count_profile(
         The run as one :class:`schedc.core.settings.RunSettings` (every setting above, `seq` and
         `framework` included); a keyword given beside it replaces its field. The profile's
         ``assumes`` is recorded from the one object so built.
+    calibrate : Profile or path, optional
+        A measured per-unit profile (``schedc profile --units --model ...``) of this model truncated
+        to a few layers, at the same `seq`, `microbatch_size` and `dtype`: every unit's F, I and W
+        are scaled per unit kind (embedding, layer, head) and action by measured over counted
+        seconds of the measured model's own count; memory stays as counted; the factors and the
+        file's sha256 go into ``assumes["calibrated"]`` (:mod:`schedc.model_costs.calibration`).
     framework : {"schedc", "torchtitan", "nemo"}
         The framework that will run the plan, whose memory the count follows
         (:data:`FRAMEWORK_COUNTS`): torchtitan 0.3.0 and NeMo AutoModel 0.7.0 wrap every block in
@@ -637,6 +644,11 @@ def count_profile(
     if refused:
         raise ParameterError("framework", f"{refused}; measure the model (schedc profile --units --model "
                                           f"MODULE:FUNCTION) or count it for another {{param}}")
+    if calibrate is not None:
+        from schedc.model_costs.calibration import calibrate as calibrated
+
+        shape = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+        counted = calibrated(counted, calibrate, shape, run, **({} if shape is not None else dict(model)))
     return with_framework(counted, framework)
 
 

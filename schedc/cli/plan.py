@@ -39,6 +39,9 @@ def register(sub) -> None:
     run_.add_argument("--tp", type=int, metavar="N", help="tensor-parallel degree (default 1)")
     run_.add_argument("--reserve", metavar="SIZE",
                       help="memory a CUDA process holds outside torch's allocator (default: the counted route's)")
+    from schedc.cli.profile import CALIBRATE_HELP
+
+    run_.add_argument("--calibrate", metavar="MEASURED.json", help=CALIBRATE_HELP)
     p.add_argument("--for", dest="framework", metavar="FRAMEWORK", default=None,
                    help=f"the framework that will run the plan: {', '.join(targets())} (schedc: its own runtime; "
                         "NAME==VERSION prints the flags of that release, e.g. torchtitan==main); with "
@@ -176,7 +179,7 @@ def _link(args):
     return offload_flags.link_from_args(args)
 SETTINGS = (("seq", "--seq"), ("mbs", "--mbs"), ("dtype", "--dtype"), ("grad_dtype", "--grad-dtype"),
             ("optimizer_dtype", "--optimizer-dtype"), ("dp_shard", "--dp-shard"), ("tp", "--tp"),
-            ("reserve", "--reserve"))
+            ("reserve", "--reserve"), ("calibrate", "--calibrate"))
 
 
 
@@ -265,7 +268,7 @@ def _counted(args, mode):
     run = RunSettings.of(seq=args.seq, microbatch_size=1 if args.mbs is None else args.mbs,
                          activation_checkpoint=mode or "none", **settings)
     # a bad setting is a ParameterError, which schedc.cli.toplevel spells with its flag
-    return api.count_profile(args.config, settings=run)
+    return api.count_profile(args.config, settings=run, calibrate=args.calibrate)
 
 
 WRITE_SECONDS = 1.0  # kept from --time-limit for writing the outputs and printing the hand-offs

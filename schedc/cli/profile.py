@@ -13,6 +13,11 @@ from schedc.core.costs import MemoryLimit, Profile
 from schedc.core.formatting import format_bytes, format_seconds
 from schedc.errors import SchedcError, shown
 
+# --calibrate, here and on schedc plan --config
+CALIBRATE_HELP = ("counted: scale the count's F, I and W per unit kind (embedding, layer, head) and action by a "
+                  "per-unit profile measured on a GPU (schedc profile --units --model ...) of this model truncated to "
+                  "a few layers, at the same --seq, --mbs and --dtype; memory stays as counted; the factors and the "
+                  "file's sha256 are recorded in \"assumes\"")
 # What a measured profile splits the model into and runs per microbatch when not told (no function
 # under the command has a default for them); the model's own shape defaults are GPTConfig's.
 MEASURED_DEFAULTS = {"stages": 2, "mbs": 4}
@@ -20,7 +25,7 @@ MEASURED_DEFAULTS = {"stages": 2, "mbs": 4}
 MODEL_PARAMS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
                 "ffn": "ffn_hidden", "seq": "seq_len", "vocab": "vocab_size"}
 ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth", "impl", "dp_shard", "tp",
-                   "param_dtype")
+                   "param_dtype", "calibrate")
 # the counted route's integer flags and the most each may be (beyond any model; keeps counts finite and fast)
 COUNTED_INTS = {"layers": 8190, "hidden": 2**24, "heads": 2**24, "kv_heads": 2**24, "head_dim": 2**24,
                 "ffn": 2**24, "vocab": 2**24, "seq": 2**24, "mbs": 2**16, "dp_shard": 2**20, "tp": 2**16}
@@ -98,6 +103,7 @@ def register(sub) -> None:
     u.add_argument("--tied-embeddings", action="store_true", default=None,
                    help="arithmetic: the LM head shares the embedding's matrix")
     _add_run_settings(u)
+    u.add_argument("--calibrate", metavar="MEASURED.json", default=None, help=CALIBRATE_HELP)
     from schedc.model_costs import UNIT_NAMES  # with the vocabulary of each registered framework
 
     others = [k for k in UNIT_NAMES if k not in ("torchtitan", "hf")]
@@ -357,7 +363,7 @@ def _run_arithmetic(args) -> int:
     shape = _counted_shape(args)
     if args.seq is None:
         raise SchedcError("--seq: give the sequence length of a microbatch (e.g. --seq 4096)")
-    profile = api.count_profile(shape, settings=_run_settings(args, shape["layers"]))
+    profile = api.count_profile(shape, settings=_run_settings(args, shape["layers"]), calibrate=args.calibrate)
     return _write(profile, args.output)
 
 
