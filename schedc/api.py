@@ -647,8 +647,10 @@ def count_profile(
     if calibrate is not None:
         from schedc.model_costs.calibration import calibrate as calibrated
 
-        shape = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
-        counted = calibrated(counted, calibrate, shape, run, **({} if shape is not None else dict(model)))
+        if isinstance(model, (str, os.PathLike)):
+            counted = calibrated(counted, calibrate, os.fspath(model), run)
+        else:
+            counted = calibrated(counted, calibrate, None, run, **model)
     return with_framework(counted, framework)
 
 
