@@ -48,6 +48,7 @@ class RunSettings:
     fsdp: Optional[bool] = None  # whether FSDP2 wraps the blocks
     reserve_bytes: Optional[float] = None  # what a process holds outside torch's allocator
     flops_per_second: float = 400e12  # effective
+    gpu: Optional[str] = None  # a card of schedc.core.device_rates: per-op rates price time instead of one rate
     memory_bandwidth: float = 2e12  # B/s
     bandwidth: float = 40e9  # B/s of the link between stages
     latency: float = 0.0  # s per transfer between stages

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, Union, cast
 
 from schedc.core.costs import AC_MODES, PER_OP_AC, Profile
+from schedc.core.device_rates import DeviceRates, device_rates
 from schedc.core.settings import COUNTED_FOR_TORCH, RunSettings
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.model_costs.shape import DTYPE_BYTES, EXPERT_PARALLEL, ModelShape, dtype_name, finite, read_hf_config
+from schedc.model_costs.timing import check_rates
 from schedc.model_costs.units import build_units
 
 UNIT_NAMES = {
@@ -137,9 +139,10 @@ def count_units(shape: Union[ModelShape, dict, str, Path, None], settings: RunSe
         comm=boundary / run.bandwidth + run.latency,
         boundary_bytes=boundary,
         reserve_bytes=run.reserve_bytes,
-        device=(f"arithmetic model: {run.flops / 1e12:g} TFLOP/s effective, memory "
-                f"{run.memory_bandwidth / 1e12:g} TB/s, {run.bandwidth / 1e9:g} GB/s per link"
-                + (f" + {run.latency:g} s per transfer" if run.latency else "")),
+        device=((f"arithmetic model: {run.flops / 1e12:g} TFLOP/s effective, memory "
+                 f"{run.memory_bandwidth / 1e12:g} TB/s" if run.rates is None else
+                 f"arithmetic model: {run.rates.name}'s per-op rates (schedc.core.device_rates)")
+                + f", {run.bandwidth / 1e9:g} GB/s per link" + (f" + {run.latency:g} s per transfer" if run.latency else "")),
         model=f"{_label(s)}; seq {run.seq}; per unit",
         microbatch_size=run.mbs,
         dtype=s.dtype,
@@ -232,6 +235,7 @@ class Run:
     # the held one (0: it adds none) and the reduce-scatter's rise above the static bytes
     fsdp_w_grad_bytes: float = 0.0
     fsdp_reduce_excess_per_param: float = 0.0
+    rates: Optional[DeviceRates] = None  # a card's per-op rates (schedc.model_costs.timing); None: one rate
 
 
 def resolve(s: ModelShape, settings: RunSettings) -> Run:
@@ -299,6 +303,13 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
     unsharded = fsdp_held(s.dtype, grad_dtype, grad, r.torch) if fsdp else 0.0
     w_grad, excess = fsdp_transients(s.dtype, grad_dtype, grad, r.torch) if fsdp else (0.0, 0.0)
     summary = per_layer[0] if len(set(per_layer)) == 1 else per_layer
+    rates = None
+    if r.gpu is not None:
+        rates = device_rates(r.gpu)
+        check_rates(s, rates, device)
+    time_model = (f"{rates.name} per-op rates ({rates.source}); {rates.absent}" if rates is not None else
+                  f"one rate: {r.flops_per_second / 1e12:g} TFLOP/s for every action, the embedding at "
+                  f"{r.memory_bandwidth / 1e12:g} TB/s")
     assumes = {"model_type": s.family, "seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
                "implementation": impl, "device": device, "activation_dtype": s.dtype, "param_dtype": param_dtype,
                "grad_dtype": grad_dtype, "optimizer": r.optimizer, "optimizer_dtype": optimizer_dtype,
@@ -313,13 +324,13 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
                "torch": r.torch, "held": held,
                # torch refuses a second backward through a region checkpointed per op (light,
                # selective), which stage_backward_weight is: such layers run their backward whole (B)
-               "split_backward": not any(a in PER_OP_AC for a in per_layer)}
+               "split_backward": not any(a in PER_OP_AC for a in per_layer), "time_model": time_model}
     return Run(seq=seq, mbs=mbs, ac=tuple(per_layer), impl=impl, device=device, param_bytes=p_bytes,
                static_per_param=p_bytes + grad + opt, fsdp_held_per_param=unsharded, dp_shard=dp_shard, tp=tp,
                reserve_bytes=reserve, flops=r.flops_per_second, memory_bandwidth=r.memory_bandwidth,
                bandwidth=r.bandwidth, latency=r.latency, tp_bandwidth=r.tp_bandwidth, tp_latency=r.tp_latency,
                held=held, names=names, assumes=assumes, fsdp_w_grad_bytes=w_grad,
-               fsdp_reduce_excess_per_param=excess)
+               fsdp_reduce_excess_per_param=excess, rates=rates)
 
 
 def fsdp_held(act_dtype: str, grad_dtype: str, grad_bytes: float, torch: str = COUNTED_FOR_TORCH) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from schedc.core.costs import PER_OP_AC, StageCost
-from schedc.model_costs import memory
+from schedc.model_costs import memory, timing
 from schedc.model_costs.shape import DTYPE_BYTES, ModelShape, need
 
 if TYPE_CHECKING:
@@ -118,8 +118,10 @@ def build_units(s: ModelShape, run: Run, names: list[list[str]]) -> tuple[list[S
     emb_params = (0.0 if s.tied_embeddings else V * h) + s.positions * h
     # the embedding's W is its whole backward: one parameter's new gradient at a time
     c_f, _, c_w = tp_comm("embedding")
-    embed = cost(2 * e * tokens * h / run.memory_bandwidth + c_f, 0.0,
-                 (2 * e * tokens * h + 3 * e * V * h) / run.memory_bandwidth + c_w, emb_b, emb_params, names[0],
+    e_f, e_w = 2 * e * tokens * h / run.memory_bandwidth, (2 * e * tokens * h + 3 * e * V * h) / run.memory_bandwidth
+    if run.rates is not None:  # the card's per-op rates (timing), else the one-rate count
+        e_f, _, e_w = timing.unit_seconds(timing.embedding_ops(s, tokens, tp), run.rates)
+    embed = cost(e_f + c_f, 0.0, e_w + c_w, emb_b, emb_params, names[0],
                  [(max(0.0 if s.tied_embeddings else V * h, s.positions * h), 0.0)])
     c_f, c_i, _ = tp_comm("layer")
     body = []
@@ -135,16 +137,27 @@ def build_units(s: ModelShape, run: Run, names: list[list[str]]) -> tuple[list[S
         # under full checkpointing W's output gradients come from its own recomputes and die with them
         # (the leak term), so a group's new gradients get no credit for those released before it (measured)
         unit_groups = [(n, 0.0) for n, _ in groups] if ac == "full" else groups
-        body.append(cost(fw + c_f, (linear + 2 * attention) / flops + again_i + c_i, linear / flops + again_w, b,
-                         params, names[1 + i], unit_groups))
+        inp, wt = (linear + 2 * attention) / flops + again_i, linear / flops + again_w
+        if run.rates is not None:
+            moved = recompute_traffic(s, run.impl, run.device, ac) if ac in PER_OP_AC else 0.0
+            fw, inp, wt = timing.layer_seconds(s, run, ac, b.recompute_i, b.recompute_w, moved)
+            if c_f and ac == "full":  # the recomputed forward's collectives, as above
+                inp += c_f
+                wt += c_f * b.recompute_w / b.recompute_i if b.recompute_i else 0.0
+        body.append(cost(fw + c_f, inp + c_i, wt, b, params, names[1 + i], unit_groups))
     head_flops = 2 * tokens * h * V
     head_params = V * h + (0 if impl == "paper" else h * (2 if s.family == "gpt2" else 1))
     c_f, c_i, _ = tp_comm("head")
+    h_f, h_i, h_w = head_flops / flops, head_flops / flops, head_flops / flops
+    chunked = 3 * head_flops / flops
+    if run.rates is not None:
+        h_f, h_i, h_w = timing.unit_seconds(timing.head_ops(s, impl, device, tokens, tp), run.rates)
+        chunked = h_f + h_i + h_w
     if impl == "torchtitan":  # its chunked loss runs the LM head's backward inside F
-        head = cost(3 * head_flops / flops + c_f + c_i, 0.0, 0.0, memory.head_bytes(s, impl, device, V), head_params,
+        head = cost(chunked + c_f + c_i, 0.0, 0.0, memory.head_bytes(s, impl, device, V), head_params,
                     names[-1])
     else:  # two groups: the final norm's (an RMSNorm releases two h-wide gradients after it), the LM head's
-        head = cost(head_flops / flops + c_f, head_flops / flops + c_i, head_flops / flops,
+        head = cost(h_f + c_f, h_i + c_i, h_w,
                     memory.head_bytes(s, impl, device, V), head_params, names[-1],
                     [(head_params - V * h, h if s.family == "gpt2" else 2 * h), (V * h, V)])
     return [embed, *body, head], e * tokens * h / tp
