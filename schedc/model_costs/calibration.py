@@ -57,7 +57,8 @@ FIELDS = {"F": "forward", "I": "backward_input", "W": "backward_weight"}
 # the actions compared as one, by the name assumes["calibrated"]["factors"] gives them
 GROUPS = {"F": ("F",), "I": ("I",), "W": ("W",), "B": ("I", "W"), "F+B": ("F", "I", "W")}
 _BLOCK = re.compile(r"(^|\.)\w+\.\d+$")  # "layers.3", "model.layers.3", "blocks.0": one layer
-_COUNTED = "arithmetic model"  # how a counted profile's device begins (schedc.model_costs.count_units)
+# how a counted profile's device begins (count_units); a counted profile also records its "implementation"
+_COUNTED = "arithmetic model"
 
 
 @dataclass(frozen=True)
@@ -179,8 +180,8 @@ def _unit_kinds(p: Profile, head: str) -> list[str]:
     n = p.n_stages
     bare = next((i for i, u in enumerate(p.stages) if not u.modules), None)
     if n < 2 or bare is not None:
-        what = "one unit is not one" if n < 2 else f"unit {bare} names no modules: it is not"
-        raise ParameterError("calibrate", f"{head}: {what} per-unit profile (schedc profile --units --model ...: "
+        what = "one unit is not" if n < 2 else f"unit {bare} names no modules: it is not"
+        raise ParameterError("calibrate", f"{head}: {what} a per-unit profile (schedc profile --units --model ...: "
                                           f"one unit for the embedding, each layer and the head, each naming its "
                                           f"modules)")
     kinds = [_kind(i, n) for i in range(n)]
@@ -212,9 +213,10 @@ def _listed(p: Profile) -> str:
 def _check_run(p: Profile, counted: Profile, head: str) -> str:
     """The measured profile's activation-checkpointing mode, after checking that it was
     measured (not counted) at the count's sequence length, microbatch size and dtype."""
-    if (p.device or "").startswith(_COUNTED):
-        raise ParameterError("calibrate", f"{head}: is a counted profile ({literal(p.device)[:60]}); give one "
-                                          f"measured on a device (schedc profile --units --model ...)")
+    if "implementation" in (p.assumes or {}) or (p.device or "").startswith(_COUNTED):
+        raise ParameterError("calibrate", f"{head}: is a counted profile (it records the implementation it "
+                                          f"counted); give one measured on a device (schedc profile --units "
+                                          f"--model ...)")
     a, mine = p.assumes or {}, counted.assumes or {}
     for label, field, theirs, ours in (
             ("sequence length", "assumes.seq_len", a.get("seq_len"), mine.get("seq_len")),
