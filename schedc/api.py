@@ -523,6 +523,7 @@ def count_profile(
     tp_latency: Optional[float] = None,
     settings: Optional[RunSettings] = None,
     calibrate: Union[Profile, PathLike, None] = None,
+    gpu: Optional[str] = None,
 ) -> Profile:
     """The per-unit profile of a decoder counted from arithmetic: no GPU, nothing downloaded.
 
@@ -571,6 +572,12 @@ def count_profile(
         are scaled per unit kind (embedding, layer, head) and action by measured over counted
         seconds of the measured model's own count; memory stays as counted; the factors and the
         file's sha256 go into ``assumes["calibrated"]`` (:mod:`schedc.model_costs.calibration`).
+    gpu : str, optional
+        A card of :data:`schedc.core.device_rates.RATES` (``"h100"``, ``"h200"``): F, I and W are
+        priced from their operations at its per-op rates (:mod:`schedc.model_costs.timing`)
+        instead of at `flops_per_second`; ``assumes["time_model"]`` records which. An MoE model,
+        a dtype other than bfloat16/float16 or CPU kernels, for which the table has no measured
+        rate, are refused.
     framework : {"schedc", "torchtitan", "nemo"}
         The framework that will run the plan, whose memory the count follows
         (:data:`FRAMEWORK_COUNTS`): torchtitan 0.3.0 and NeMo AutoModel 0.7.0 wrap every block in
@@ -612,7 +619,7 @@ def count_profile(
         param_dtype=param_dtype, dp_shard=dp_shard, tp=tp, reserve_bytes=reserve_bytes,
         flops_per_second=flops_per_second, memory_bandwidth=memory_bandwidth, bandwidth=bandwidth, latency=latency,
         names=names, grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype, framework=framework,
-        tp_bandwidth=tp_bandwidth, tp_latency=tp_latency)
+        tp_bandwidth=tp_bandwidth, tp_latency=tp_latency, gpu=gpu)
     given = settings.given() if settings is not None else {}
     impl = impl if impl is not None else given.get("impl")
     names = names if names is not None else given.get("names")

@@ -39,9 +39,10 @@ def register(sub) -> None:
     run_.add_argument("--tp", type=int, metavar="N", help="tensor-parallel degree (default 1)")
     run_.add_argument("--reserve", metavar="SIZE",
                       help="memory a CUDA process holds outside torch's allocator (default: the counted route's)")
-    from schedc.cli.profile import CALIBRATE_HELP
+    from schedc.cli.profile import CALIBRATE_HELP, GPU_HELP
 
     run_.add_argument("--calibrate", metavar="MEASURED.json", help=CALIBRATE_HELP)
+    run_.add_argument("--gpu", metavar="NAME", help=GPU_HELP)
     p.add_argument("--for", dest="framework", metavar="FRAMEWORK", default=None,
                    help=f"the framework that will run the plan: {', '.join(targets())} (schedc: its own runtime; "
                         "NAME==VERSION prints the flags of that release, e.g. torchtitan==main); with "
@@ -179,7 +180,7 @@ def _link(args):
     return offload_flags.link_from_args(args)
 SETTINGS = (("seq", "--seq"), ("mbs", "--mbs"), ("dtype", "--dtype"), ("grad_dtype", "--grad-dtype"),
             ("optimizer_dtype", "--optimizer-dtype"), ("dp_shard", "--dp-shard"), ("tp", "--tp"),
-            ("reserve", "--reserve"), ("calibrate", "--calibrate"))
+            ("reserve", "--reserve"), ("calibrate", "--calibrate"), ("gpu", "--gpu"))
 
 
 
@@ -261,7 +262,7 @@ def _counted(args, mode):
         if value is not None and value > COUNTED_INTS[name]:
             raise SchedcError(f"{flag} {value} is beyond any run schedc counts (at most {COUNTED_INTS[name]})")
     settings = common.given(dp_shard=args.dp_shard, tp=args.tp, grad_dtype=args.grad_dtype,
-                            optimizer_dtype=args.optimizer_dtype, framework=args.framework,
+                            optimizer_dtype=args.optimizer_dtype, framework=args.framework, gpu=args.gpu,
                             reserve_bytes=None if args.reserve is None else _bytes(args.reserve, "--reserve"))
     if args.dtype is not None:
         settings.update(dtype=args.dtype, param_dtype=args.dtype)

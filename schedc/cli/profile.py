@@ -18,6 +18,10 @@ CALIBRATE_HELP = ("counted: scale the count's F, I and W per unit kind (embeddin
                   "per-unit profile measured on a GPU (schedc profile --units --model ...) of this model truncated to "
                   "a few layers, at the same --seq, --mbs and --dtype; memory stays as counted; the factors and the "
                   "file's sha256 are recorded in \"assumes\"")
+# --gpu, here and on schedc plan --config
+GPU_HELP = ("counted: price F, I and W from their operations at this card's per-op rates (schedc.core.device_rates: "
+            "h100, h200; a fit of the project's GPU measurements) instead of one FLOP rate (--flops); "
+            "\"assumes\" records the time model")
 # What a measured profile splits the model into and runs per microbatch when not told (no function
 # under the command has a default for them); the model's own shape defaults are GPTConfig's.
 MEASURED_DEFAULTS = {"stages": 2, "mbs": 4}
@@ -25,7 +29,7 @@ MEASURED_DEFAULTS = {"stages": 2, "mbs": 4}
 MODEL_PARAMS = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
                 "ffn": "ffn_hidden", "seq": "seq_len", "vocab": "vocab_size"}
 ARITHMETIC_ONLY = ("head_dim", "mlp", "tied_embeddings", "names", "memory_bandwidth", "impl", "dp_shard", "tp",
-                   "param_dtype", "calibrate")
+                   "param_dtype", "calibrate", "gpu")
 # the counted route's integer flags and the most each may be (beyond any model; keeps counts finite and fast)
 COUNTED_INTS = {"layers": 8190, "hidden": 2**24, "heads": 2**24, "kv_heads": 2**24, "head_dim": 2**24,
                 "ffn": 2**24, "vocab": 2**24, "seq": 2**24, "mbs": 2**16, "dp_shard": 2**20, "tp": 2**16}
@@ -104,6 +108,7 @@ def register(sub) -> None:
                    help="arithmetic: the LM head shares the embedding's matrix")
     _add_run_settings(u)
     u.add_argument("--calibrate", metavar="MEASURED.json", default=None, help=CALIBRATE_HELP)
+    u.add_argument("--gpu", metavar="NAME", default=None, help=GPU_HELP)
     from schedc.model_costs import UNIT_NAMES  # with the vocabulary of each registered framework
 
     others = [k for k in UNIT_NAMES if k not in ("torchtitan", "hf")]
@@ -264,7 +269,10 @@ def _run_settings(args, layers: Optional[int] = None):
         return RunSettings.of(**run, seq=args.seq if args.model else None, microbatch_size=_or_default(args, "mbs"),
                               grad_bytes_per_param=4.0 if args.optimizer_bytes is not None else None,
                               activation_checkpoint=_measured_ac(args))
+    if args.gpu is not None and args.flops is not None:
+        raise SchedcError("--gpu prices time at a card's per-op rates and --flops at one rate: give one or the other")
     return RunSettings.of(**run, seq=args.seq, microbatch_size=args.mbs, dtype=args.dtype, flops_per_second=args.flops,
+                          gpu=args.gpu,
                           bandwidth=_parse_bandwidth(args.comm_bandwidth, "--comm-bandwidth"),
                           memory_bandwidth=_parse_bandwidth(args.memory_bandwidth, "--memory-bandwidth"),
                           latency=args.comm_latency, activation_checkpoint=_ac(args, layers), impl=args.impl,

@@ -307,7 +307,8 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
     if r.gpu is not None:
         rates = device_rates(r.gpu)
         check_rates(s, rates, device)
-    time_model = (f"{rates.name} per-op rates ({rates.source}); {rates.absent}" if rates is not None else
+    time_model = (f"{rates.name} per-op rates ({rates.source.split(': ')[0]}; schedc.core.device_rates)"
+                  if rates is not None else
                   f"one rate: {r.flops_per_second / 1e12:g} TFLOP/s for every action, the embedding at "
                   f"{r.memory_bandwidth / 1e12:g} TB/s")
     assumes = {"model_type": s.family, "seq_len": seq, "microbatch_size": mbs, "activation_checkpoint": summary,
