@@ -163,7 +163,8 @@ def layer_ops(s: ModelShape, impl: str, device: str, tokens: float, seq: float,
                                                 if s.family in ("qwen3", "qwen3_moe") else 0.0)
     rotary = 0.0 if s.family == "gpt2" else 10.0
     mlp_elementwise = 2.0 + (2.0 if s.dropout else 0.0)
-    per_expert = 3 + 6  # its three GEMMs; gather, index, SiLU, product, weighting, scatter-add
+    # an MoE layer's router (softmax, top-k, casts, sort: 6) and per expert its gather, index, SiLU,
+    # product, weighting and scatter-add (6) beside its three GEMMs
     elementwise = norms + rotary + 1 + mlp_elementwise + 2 + (6.0 + s.experts * 6 if s.experts else 0.0)
     expert_gemms = 3.0 * s.experts if s.experts else 0.0
     moved = traffic.recompute_traffic(s, impl, device, "light") + 3 * e * h  # + the second residual add
