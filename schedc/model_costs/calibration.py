@@ -27,7 +27,7 @@ kind would stay uncalibrated), one measured at another sequence length, microbat
 or with no checkpointing mode recorded, layers of another size (their parameters), and factors
 outside :data:`FACTOR_RANGE` (a wrong file, or a count's rate far from the device's).
 
-Cost: two counts of the measured model's few layers (one more of the full model under tensor
+Cost: one count of the measured model's few layers (and one more of the full model under tensor
 parallelism) and O(units) arithmetic.
 """
 
