@@ -18,8 +18,10 @@ Table 2: plans (8 ranks x 32 microbatches, Llama-3-8B, seq 4096, 80 and 40 GiB, 
 by :func:`schedc.plan` from the one-rate count and from the per-op count (h200), each judged by
 simulating its own schedule and partition under "measured" times: the one-rate profile with every
 layer's and the head's F, I and W replaced by the H200's measured ms (the embedding, which
-nothing measured, keeps its count), the same bytes. The plan made from that measured profile is
-the reference. Work budgets (``budget="work"``): the same plans on any machine.
+nothing measured, keeps its count), the same bytes. Each row gives the plan's own predicted step,
+its step under the measured times, and how far that is from the best of the three plans there
+(the plan made from the measured times is not always that best: the search is a heuristic under a
+budget, and its spread at this budget is a few percent). Work budgets (``budget="work"``): the same plans on any machine.
 Cost: about 10 s for table 1 and ``--time-limit`` work units per plan (8 plans).
 
     python benchmarks/time_fidelity.py                  # both tables
@@ -117,7 +119,7 @@ def plan_table(time_limit: float) -> list[str]:
     per_op = counted("Llama-3-8B", 4096, "h200")
     truth = measured_profile(one)
     out = ["| cap | placement | planned from | its predicted step ms | step under measured times ms | "
-           "vs the plan from measured times |", "|---|---|---|---|---|---|"]
+           "its prediction's error | vs the best of the three under measured times |", "|---|---|---|---|---|---|---|"]
     for cap in ("80GiB", "40GiB"):
         for placement in ("loop", "v"):
             steps = {}
@@ -126,10 +128,10 @@ def plan_table(time_limit: float) -> list[str]:
                                   time_limit=time_limit, budget="work")
                 judged = simulate(res.schedule, truth.merge(res.counts)).makespan
                 steps[name] = (res.value, judged)
-            ref = steps["measured times"][1]
+            best = min(judged for _, judged in steps.values())
             for name, (predicted, judged) in steps.items():
                 out.append(f"| {cap} | {placement} | {name} | {1000 * predicted:.1f} | {1000 * judged:.1f} | "
-                           f"{100 * (judged / ref - 1):+.1f}% |")
+                           f"{100 * (predicted / judged - 1):+.1f}% | {100 * (judged / best - 1):+.1f}% |")
     return out
 
 

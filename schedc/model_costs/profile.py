@@ -462,5 +462,8 @@ def _notes(run: Run, e: int) -> list[str]:
         "benchmarks/flop_counts.py",
         "static bytes: weight + gradient + optimizer bytes per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), "
         "divided by the data-parallel shard degree and the tensor-parallel degree",
-    ] + ([f"dp_shard {run.dp_shard}: + {run.fsdp_held_per_param:g} bytes per parameter held unsharded all step: "
+    ] + ([f"time from operations at {run.rates.name}'s per-op rates (schedc.model_costs.timing): each pass's GEMMs "
+          "at its GEMM rate, causal flash attention, the memory-bound ops' bytes, or the host's launches where "
+          "longer; the rates are a fit of whole-layer GPU times (benchmarks/time_fit.py), not per-op measurements"]
+         if run.rates is not None else []) + ([f"dp_shard {run.dp_shard}: + {run.fsdp_held_per_param:g} bytes per parameter held unsharded all step: "
           + run.assumes["fsdp"].split(': ', 1)[1]] if run.fsdp_held_per_param else [])
