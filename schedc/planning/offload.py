@@ -61,6 +61,25 @@ def _uncapped(problem):
                    objective=problem.objective, runtime=problem.runtime)
 
 
+def may_fit_with_offload(problem) -> bool:
+    """Whether some schedule with offload may fit the partition's cap: on a rank of one stage,
+    one microbatch as it is (holds_one_microbatch's rule: the F holds all it makes while it
+    runs); on a rank of several stages (a V), one microbatch with, on every stage but the last,
+    the bytes offload moves away (schedc.solver.offload.discounted_problem with all of them:
+    the lower stage's can wait in host memory while the microbatch climbs to the upper one).
+    A necessary condition: the candidates it keeps are offloaded, and only those that then fit
+    count."""
+    from schedc.core.cost_model import fits
+    from schedc.solver.offload import discounted_problem
+
+    if holds_one_microbatch(problem):
+        return True
+    alone = problem.costs
+    away = discounted_problem(problem, 1.0).costs
+    several = [sum(1 for q in problem.placement if q == r) > 1 for r in range(problem.n_ranks)]
+    return all(fits((away if multi else alone).least_caps[r], alone.caps[r]) for r, multi in enumerate(several))
+
+
 def _splits_backward(compiled) -> bool:
     """Whether the schedule runs I and W on a stage the compiler merges into B (a checkpointed
     stage), which torch refuses under checkpointing."""
@@ -76,9 +95,12 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
     answers, the hand-made schedules and `capped` (the plan's compile of this partition, if any).
     The CompileResult with ``memory_actions`` and ``offload`` in its report; None when nothing
     fits, with offload or without."""
-    from schedc.solver.offload import DISCOUNTS, LOOSENED_SHARE, UNCAPPED_SHARE, discounted_problem, offload_result
+    from schedc.solver.deadline import Deadline
+    from schedc.solver.offload import (CHOOSER_SHARE, DISCOUNTS, LOOSENED_SHARE, UNCAPPED_SHARE, discounted_problem,
+                                       offload_result)
 
-    share = seconds / (UNCAPPED_SHARE + LOOSENED_SHARE)
+    end = Deadline(clock_now() + seconds)  # the chooser's simulations stop there too
+    share = seconds * (1 - CHOOSER_SHARE) / (UNCAPPED_SHARE + LOOSENED_SHARE)
     try:
         relaxed = compile_within(_uncapped(problem), time_limit=max(0.2, share * UNCAPPED_SHARE), seed=seed)
     except SchedcError:
@@ -94,15 +116,15 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
             continue
         loosened.append((f"{100 * fraction:g}% offloaded", res))
     try:
-        out = offload_result(problem, link, capped, relaxed, seconds, loosened)
+        out = offload_result(problem, link, capped, relaxed, seconds, loosened, end)
     except ParameterError as e:
         if e.param != "memory":
             raise
         return None
-    return _whole_backwards(out, problem, link)
+    return _whole_backwards(out, problem, link, end)
 
 
-def _whole_backwards(out, problem, link: HostLink):
+def _whole_backwards(out, problem, link: HostLink, deadline=None):
     """`out` with every checkpointed stage's backward whole (B at I's place, as torch runs it;
     schedc.planning.ac.whole_backwards), where its order, a hand-made one, splits them; its
     offloads chosen again on the merged order (their fetch points may name the merged I's and
@@ -115,7 +137,10 @@ def _whole_backwards(out, problem, link: HostLink):
     merged = whole_backwards(out)
     if not out.report["memory_actions"]:
         return merged if merged.sim.fits else None
-    choice = choose_offload(merged.schedule, problem.profile, problem.memory, link, problem.runtime)
+    from schedc.solver.deadline import NEVER
+
+    choice = choose_offload(merged.schedule, problem.profile, problem.memory, link, problem.runtime,
+                            deadline or NEVER)
     if not choice.fits:
         return None
     report = dict(merged.report)
@@ -154,32 +179,36 @@ def uncapped_bound(form: Profile, plan: PlanResult, placements) -> float:
 
 
 def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dict, seed: int = 0,
-                 say=None) -> PlanResult:
+                 say=None, refused: Optional[ParameterError] = None, memory: Optional[MemoryLimit] = None
+                 ) -> PlanResult:
     """`plan` (the plan without offload) with offload chosen over its candidates (module
     docstring) in `time_limit`; `forms` maps the rows' kinds ("offload only": the units without
     checkpointing, "both": the plan's checkpointed units, when it checkpoints) to per-unit
     profiles. The result's ``offload`` holds the rows and the summary; its compile report the
-    memory actions."""
+    memory actions. Where nothing fits `memory` without offload, `plan` is the plan without a
+    cap (its partitions, placements and bound), offloaded under `memory`, and `refused` the
+    error that said nothing fits: raised again when offload fits nothing either."""
     say = say or (lambda line: None)
     t0 = clock_now()
     end = t0 + time_limit
     p = plan.compiled.problem
+    fits = refused is None
     placements = [pl for pl in plan.bounds if pl in ("loop", "v")] or [plan.placement]
-    limit, ranks, M, objective = p.memory, p.n_ranks, p.n_microbatches, p.objective
+    limit, ranks, M, objective = memory or p.memory, p.n_ranks, p.n_microbatches, p.objective
     queue = []
     for kind, form in forms.items():
         own = form is plan.units
         for pl, counts in _candidates(form, plan, own, placements, objective):
-            problem = plan.compiled.problem if own and (pl, counts) == (plan.placement, tuple(plan.counts)) \
+            problem = plan.compiled.problem if fits and own and (pl, counts) == (plan.placement, tuple(plan.counts)) \
                 else problem_for(form, counts, pl, ranks, M, limit, objective)
-            if not holds_one_microbatch(problem):  # offload moves what F made: the cap must hold one
+            if not may_fit_with_offload(problem):
                 continue
             queue.append((own_bound(_uncapped(problem)), kind, form, pl, counts, problem))
     # the plan's own partition first (its compile is the capped one already), then by bound:
     # the chooser takes no deadline, so the first candidates are the ones sure to be tried
     queue.sort(key=lambda q: (q[5] is not plan.compiled.problem, q[0]))
     best: dict = {}  # kind -> (compiled, form, placement, counts)
-    shortest = plan.value
+    shortest = plan.value if fits else math.inf
     for k, (lb, kind, form, pl, counts, problem) in enumerate(queue):
         left = end - clock_now()
         if stop_requested() or left <= 0:
@@ -199,19 +228,32 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
     from schedc.planning.limiter import plan_limiter
     from schedc.planning.report import build_plan_report
 
-    out = replace(_adopt(plan, best, link, forms, placements), solve_time=plan.solve_time + clock_now() - t0)
+    if not fits and not best:
+        raise refused  # type: ignore[misc]  # nothing fits with offload either: the plan's own refusal
+    out = replace(_adopt(plan, best, link, forms, placements, fits), solve_time=plan.solve_time + clock_now() - t0)
     out = replace(out, limiter=plan_limiter(out))
     return replace(out, report=build_plan_report(out))
 
 
-def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements) -> PlanResult:
+def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements, fits: bool = True) -> PlanResult:
     """The plan with the shortest offload that beats it, or the plan itself; either with the
-    rows, the summary and the uncapped bound (its limiter and report still to be rebuilt)."""
+    rows, the summary and the uncapped bound (its limiter and report still to be rebuilt).
+    With `fits` false `plan` is the plan without a cap (nothing fits without offload) and the
+    shortest offload wins, its rows without offload empty."""
     # a candidate that fits with no memory action is a shorter order that the compiles of
     # --offload auto found: kept too (never worse than --offload none)
     found = [(res.value, kind) for kind, (res, *_) in best.items()]
-    win = min(found)[1] if found and min(found)[0] < plan.value * (1 - REL) else None
+    win = min(found)[1] if found and (not fits or min(found)[0] < plan.value * (1 - REL)) else None
     rows = offload_rows(plan, best, forms)
+    if not fits:
+        rows = [r if r["row"] not in ("nothing", "checkpointing only") else dict(r, step=None, fits=False, launchable_step=None,
+                                                what="nothing fits the cap without offload")
+                for r in rows]
+        plan = replace(plan, comparisons=[replace(c, schedule=None, value=None, peak=None,
+                                                  note="nothing fits the cap without offload")
+                                          for c in plan.comparisons],
+                       notes=plan.notes + ["nothing fits the cap without offload: every partition was offloaded "
+                                           "from the plan without a cap"])
     none_units = forms.get("offload only", plan.units)
     bound = min(uncapped_bound(none_units, plan, placements), plan.value)
     if win is None:
@@ -229,7 +271,8 @@ def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements
             out = replace(out, ac=replace(plan.ac, chosen="none"),
                           assumes={**plan.assumes, "activation_checkpoint": "none"})
         actions = res.report["memory_actions"]
-        summary = dict(res.report["offload"], chosen=bool(actions), row=win, step_without_offload=plan.value)
+        summary = dict(res.report["offload"], chosen=bool(actions), row=win,
+                       step_without_offload=plan.value if fits else None)
         if not actions:
             summary["why"] = "an order found without a cap fits as it is: no microbatch moves"
     bound = min(bound, out.value)
@@ -321,29 +364,54 @@ def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budg
     `none` its no-checkpointing counterpart), in the whole `time_limit`, then :func:`plan_offload`
     in ``OFFLOAD_SHARE`` of `time_limit` more (on a work clock of its own under
     ``budget="work"``). So it is never worse than ``--offload none`` with the same time limit, and
-    takes up to 1 + OFFLOAD_SHARE times as long."""
+    takes up to 1 + OFFLOAD_SHARE times as long. Where nothing fits without offload, the plan
+    without a cap (the profile without checkpointing, or the one given) takes the place of the
+    first, its partitions are offloaded under the cap (with ``--ac auto`` also those of the
+    most checkpointed mode), and the refusal stands when none of them fits either."""
     from contextlib import nullcontext
 
+    from schedc.planning.ac import checkpointed_form, plan_mode
     from schedc.planning.report import build_plan_report
     from schedc.solver.deadline import counting_work
 
-    if len(profiles) > 1:
-        from schedc.planning.ac import plan_ac
+    refused, cap, most = None, None, None
+    args = dict(time_limit=time_limit, budget=budget, seed=seed, progress=progress)
+    try:
+        if len(profiles) > 1:
+            from schedc.planning.ac import plan_ac
 
-        res = plan_ac(profiles, time_limit=time_limit, budget=budget, seed=seed, progress=progress, **kwargs)
-        forms = {"offload only": profiles["none"]} if "none" in profiles else {}
-        if res.ac is not None and res.ac.chosen != "none":
-            forms["both"] = res.units
-    else:
-        from schedc.planning.ac import plan_mode
-
-        mode, units = next(iter(profiles.items()))
-        res = plan_mode(units, mode, none, time_limit=time_limit, budget=budget, seed=seed, progress=progress,
-                        **kwargs)
-        forms = {"offload only" if mode in (None, "none") else "both": res.units}
+            res = plan_ac(profiles, **args, **kwargs)
+            forms = {"offload only": profiles["none"]} if "none" in profiles else {}
+            if res.ac is not None and res.ac.chosen != "none":
+                forms["both"] = res.units
+        else:
+            mode, units = next(iter(profiles.items()))
+            res = plan_mode(units, mode, none, **args, **kwargs)
+            forms = {"offload only" if mode in (None, "none") else "both": res.units}
+    except ParameterError as e:
+        if e.param != "memory":
+            raise
+        # nothing fits without offload: the plan without a cap gives the partitions to offload
+        refused, cap = e, kwargs["memory"]
+        cap = cap if isinstance(cap, MemoryLimit) else MemoryLimit.parse(cap)
+        uncapped = dict(kwargs, memory="none")
+        if len(profiles) > 1:
+            res = plan_mode(profiles["none"], "none", None, **args, **uncapped)
+            forms = {"offload only": res.units}
+            most = next((m for m in ("full", "selective", "light") if m in profiles), None)
+            if most is not None:
+                forms["both"] = checkpointed_form(profiles[most], profiles["none"])
+        else:
+            mode, units = next(iter(profiles.items()))
+            res = plan_mode(units, mode, none, **args, **uncapped)
+            most = mode if mode not in (None, "none") else None
+            forms = {"offload only" if most is None else "both": res.units}
     seconds = OFFLOAD_SHARE * time_limit
     with counting_work(seconds) if budget == "work" else nullcontext() as clock:
-        out = plan_offload(res, link, seconds, forms, seed, progress)
+        out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap)
+    if refused is not None and (out.offload or {}).get("row") == "both" and most is not None:
+        out = replace(out, assumes={**out.assumes, "activation_checkpoint": most})
+        out = replace(out, report=build_plan_report(out))
     if clock is None:
         return out
     out = replace(out, budget="work", cut_by_wall=res.cut_by_wall or clock.cut_by_wall)

@@ -48,13 +48,17 @@ from schedc.core.ir import Action, Kind, Schedule
 from schedc.core.memory_actions import MemoryAction, to_json
 from schedc.core.simulate import SimResult, simulate
 from schedc.errors import ParameterError
+from schedc.solver.deadline import NEVER, Deadline, charge_passes, counting_work, n_actions, now
 
 OFFLOAD_CHOICES = ("none", "auto")
-CAPPED_SHARE = 0.4  # of the time limit, for the compile under the cap (--offload none's answer)
-UNCAPPED_SHARE = 0.2  # for the compile without a cap (its bound is the answer's)
-LOOSENED_SHARE = 0.35  # for the compiles of the discounted problems, shared; the chooser's rounds take the rest
+CAPPED_SHARE = 0.35  # of the time limit, for the compile under the cap (--offload none's answer)
+UNCAPPED_SHARE = 0.15  # for the compile without a cap (its bound is the answer's)
+LOOSENED_SHARE = 0.25  # for the compiles of the discounted problems, shared
+CHOOSER_SHARE = 0.25  # for the offload heuristic and the chooser's rounds (at least; what the compiles leave)
+HEURISTIC_SHARE = 0.5  # of the chooser's time, for the offload heuristic
 DISCOUNTS = (0.25, 0.5, 0.75)  # the discounted problems: this share of each offloadable microbatch away
 UNCAPPED_SOURCE = "uncapped problem (offload relaxes the memory cap)"
+HEURISTIC_SOURCE = "the offload heuristic (the order and its offloads built together)"
 
 
 @dataclass(frozen=True)
@@ -114,13 +118,17 @@ def _candidate(schedule: Schedule, sim: SimResult, profile: Profile, link: HostL
 
 
 def choose_offload(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
-                   runtime: Optional[str] = None) -> OffloadChoice:
+                   runtime: Optional[str] = None, deadline: Deadline = NEVER) -> OffloadChoice:
     """Offloads that make `schedule` fit `memory` on `link` (module docstring); `profile` as
-    :func:`schedc.core.simulate.simulate` takes it, `runtime` the runtime it is timed as."""
+    :func:`schedc.core.simulate.simulate` takes it, `runtime` the runtime it is timed as. It
+    stops at `deadline` (each simulation charged as one pass under a work budget), with what it
+    chose so far: then it fits only if that is enough."""
     chosen: dict[tuple[int, int], MemoryAction] = {}
     refused: set[tuple[int, int]] = set()
+    size = sum(len(schedule.actions(r)) for r in range(schedule.n_ranks))
 
     def run() -> SimResult:
+        charge_passes(size)
         return simulate(schedule, profile, memory, runtime, memory_actions=list(chosen.values()) or None, link=link)
 
     sim = run()
@@ -128,6 +136,8 @@ def choose_offload(schedule: Schedule, profile: Profile, memory: Optional[Memory
     for _ in range(schedule.n_stages * schedule.n_microbatches + 1):
         if sim.fits:
             return OffloadChoice(schedule, tuple(chosen.values()), sim, True)
+        if deadline.expired():
+            return OffloadChoice(schedule, tuple(chosen.values()), sim, False, "the time limit ended the search")
         over = sorted(sim.ranks_over, key=lambda r: -(sim.peak_memory[r] - sim.memory_limit[r]))
         pick = None
         for rank in over:
@@ -159,21 +169,27 @@ def check_offload(offload: object) -> str:
     return str(offload)
 
 
-def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: HostLink, beat: float = math.inf
-                 ) -> Optional[tuple[str, OffloadChoice]]:
+def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: HostLink, beat: float = math.inf,
+                 deadline: Deadline = NEVER) -> Optional[tuple[str, OffloadChoice]]:
     """The shortest (by the problem's objective) of the chooser's fitting answers for the
     candidate schedules, with its candidate's name, if shorter than `beat`; None when none is.
     Offload only adds waits, so a candidate whose step without a cap is no shorter than the best
-    so far is skipped (candidates go shortest first)."""
+    so far is skipped (candidates go shortest first). Stops at `deadline`."""
     obj = problem.objective
-    steps = [(simulate(schedule, problem.profile, None).objective(obj), k) for k, (_, schedule) in enumerate(candidates)]
+    n = n_actions(problem.n_stages, problem.n_microbatches)
+    steps = []
+    for k, (_, schedule) in enumerate(candidates):
+        if deadline.expired():
+            break
+        charge_passes(n)
+        steps.append((simulate(schedule, problem.profile, None).objective(obj), k))
     best = None
     for step, k in sorted(steps):
         limit = beat if best is None else best[1].sim.objective(obj)
-        if step >= limit:
+        if step >= limit or deadline.expired():
             break
         name, schedule = candidates[k]
-        choice = choose_offload(schedule, problem.profile, problem.memory, link)
+        choice = choose_offload(schedule, problem.profile, problem.memory, link, deadline=deadline)
         if choice.fits and choice.sim.objective(obj) < limit:
             best = (name, choice)
     return best
@@ -209,8 +225,14 @@ def compile_with_offload(problem, link: HostLink, time_limit: float, solver, pro
                          seed: int, budget: str):
     """``--offload auto`` (module docstring): a CompileResult whose report also holds
     ``memory_actions``, ``offload`` and ``assumes``."""
-    compiles = offload_compiles(problem, time_limit, solver, progress, seed, budget)
-    return compiles.result(problem, link, time_limit)
+    from contextlib import nullcontext
+
+    # under a work budget one clock for the compiles and the chooser's simulations (nested
+    # compiles keep it), so the whole command ends within its budget
+    with counting_work(time_limit) if budget == "work" else nullcontext():
+        end = now() + time_limit - min(0.05 * time_limit, 5.0)  # a reserve for the report, as a compile keeps
+        compiles = offload_compiles(problem, time_limit, solver, progress, seed, budget)
+        return compiles.result(problem, link, time_limit, Deadline(end))
 
 
 def compile_schedule_offloading(n_stages: int, n_microbatches: int, link: Optional[HostLink] = None, *,
@@ -237,11 +259,12 @@ class OffloadCompiles:
     relaxed: object
     loosened: list
 
-    def result(self, problem, link: HostLink, time_limit: float):
-        """The chooser over these compiles for `link` (:func:`offload_result`); with nothing
-        fitting, the capped compile's refusal where there was one."""
+    def result(self, problem, link: HostLink, time_limit: float, deadline: Optional[Deadline] = None):
+        """The chooser over these compiles for `link` (:func:`offload_result`, until `deadline`:
+        by default CHOOSER_SHARE of `time_limit` from now); with nothing fitting, the capped
+        compile's refusal where there was one."""
         try:
-            return offload_result(problem, link, self.capped, self.relaxed, time_limit, self.loosened)
+            return offload_result(problem, link, self.capped, self.relaxed, time_limit, self.loosened, deadline)
         except ParameterError:
             if self.refusal is not None:
                 raise self.refusal from None
@@ -252,7 +275,8 @@ def offload_compiles(problem, time_limit: float, solver=None, progress: Optional
                      budget: str = "time", relaxed=None) -> OffloadCompiles:
     """The compiles of ``--offload auto``, sharing the time limit: the uncapped one
     UNCAPPED_SHARE (or `relaxed`, already compiled), the capped one CAPPED_SHARE, the discounted
-    problems LOOSENED_SHARE among them; the chooser's rounds run after them."""
+    problems LOOSENED_SHARE among them; the offload heuristic and the chooser's rounds run after
+    them (:meth:`OffloadCompiles.result`)."""
     from schedc.solver.compile import compile_problem
 
     def tagged(tag: str):
@@ -304,26 +328,35 @@ def discounted_problem(problem, share: float):
                    runtime=problem.runtime)
 
 
-def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, loosened: Sequence = ()):
+def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, loosened: Sequence = (),
+                   deadline: Optional[Deadline] = None):
     """The answer of ``--offload auto`` from the compile under the cap (`capped`, None where the
     cap holds less than one microbatch per stage), the one without a cap (`relaxed`) and those
-    under `loosened` caps ((name, CompileResult) pairs): the chooser on their schedules and the
-    hand-made ones over the cap, the shortest that fits, with its report. ParameterError about
-    memory when nothing fits."""
+    under `loosened` caps ((name, CompileResult) pairs): the offload heuristic
+    (schedc.solver.engines.offload_heuristic, HEURISTIC_SHARE of the time to `deadline`), then
+    the chooser on their schedules and the hand-made ones over the cap until `deadline` (default:
+    CHOOSER_SHARE of `time_limit` from now); the shortest that fits, with its report.
+    ParameterError about memory when nothing fits."""
     from dataclasses import replace
 
     from schedc.solver.compile import _gap, all_baselines, build_report
-    from schedc.solver.deadline import Deadline
     from schedc.solver.engine import close
+    from schedc.solver.engines.offload_heuristic import offload_heuristic
     from schedc.solver.engines.warm import matching_baselines
 
+    deadline = deadline or Deadline.after(CHOOSER_SHARE * time_limit)
+    without = None if capped is None else capped.value
+    beat = math.inf if without is None else without
+    built = offload_heuristic(problem, link, Deadline(now() + HEURISTIC_SHARE * max(0.0, deadline.left())), beat)
+    if built is not None:
+        beat = built.sim.objective(problem.objective)
     candidates = [("uncapped", relaxed.schedule)] + [(name, res.schedule) for name, res in loosened]
     if capped is not None:
         candidates.append(("capped", capped.schedule))
-    candidates += [(name, sched) for name, sched, sim in matching_baselines(problem, Deadline.after(time_limit))
-                   if not sim.fits]
-    without = None if capped is None else capped.value
-    found = best_offload(candidates, problem, link, math.inf if without is None else without)
+    candidates += [(name, sched) for name, sched, sim in matching_baselines(problem, deadline) if not sim.fits]
+    found = best_offload(candidates, problem, link, beat, deadline)
+    if found is None and built is not None:
+        found = ("offload heuristic", OffloadChoice(built.schedule, built.actions, built.sim, True))
     if found is None and capped is None:
         raise ParameterError("memory", f"{{name}}{problem.memory}: no schedule fits, with offload over this link "
                                        f"or without")
@@ -343,7 +376,8 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
                      solve_time=sum(r.solve_time for r in (capped, relaxed, *(res for _, res in loosened))
                                     if r is not None),
                      baselines=capped.baselines if capped is not None else all_baselines(problem),
-                     warm_start_source=f"offload of the {source} answer" if choice.actions else base.warm_start_source,
+                     warm_start_source=(HEURISTIC_SOURCE if source == "offload heuristic" else f"offload of the {source} answer")
+                     if choice.actions else base.warm_start_source,
                      interrupted=relaxed.interrupted or bool(capped and capped.interrupted), graph=None)
     log = (capped.report["progress"] if capped is not None else []) + \
         [dict(e, phase=f"uncapped: {e['phase']}") for e in relaxed.report["progress"]]

@@ -56,8 +56,8 @@ from schedc.solver.deadline import NEVER, Deadline, charge_passes
 from schedc.solver.engines.heuristic import CONSTRUCTION_PASSES, EPS, INF, Rule, _ListScheduler, _rules, _to_schedule
 from schedc.solver.graph import Graph, graph_of
 
-LEADS = (0, 1)  # added to the copy's time over the rank's time per microbatch: backwards of lookahead
-MAX_RULES = 48  # deterministic rules tried (each with every lead), best first
+LEADS = (0, 1)  # stages of lookahead added to the fetch's: how early a fetch is due
+MAX_RULES = 24  # deterministic rules tried (each with every lead, careful or not), best first
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,10 @@ class OffloadSchedule:
 class _OffloadScheduler(_ListScheduler):
     """One construction of the list scheduler whose ranks offload and fetch (module docstring)."""
 
-    def __init__(self, a: Graph, rule: Rule, moved: list[float], copy: list[float], lead: list[int]):
+    def __init__(self, a: Graph, rule: Rule, moved: list[float], copy: list[float], front: list[int],
+                 ahead: list[int], careful: bool = True):
         super().__init__(a, rule)
-        self.moved, self.copy, self.lead = moved, copy, lead
+        self.moved, self.copy, self.front, self.ahead, self.careful = moved, copy, front, ahead, careful
         self.out_free = [0.0] * a.R
         self.in_free = [0.0] * a.R
         self.last_out_f = [-INF] * a.R  # per rank: the F end of the last microbatch it offloaded
@@ -82,6 +83,9 @@ class _OffloadScheduler(_ListScheduler):
         self.fetched: dict[tuple[int, int], float] = {}  # (s, m) -> fetch's end
         self.fetch_at: dict[tuple[int, int], tuple[int, str, int]] = {}
         self.may_offload = True  # whether the F being looked for would run (choose's order)
+        # per rank, its last action: (start, (stage, kind, microbatch), a fetch issued at it,
+        # the most it held while it ran)
+        self.last: list[Optional[tuple[float, tuple[int, str, int], bool, float]]] = [None] * a.R
 
     def choose(self, r: int, t: float) -> Optional[tuple]:
         # offload only for an F that would run now: none when a W is forced, or when a ready I
@@ -90,25 +94,68 @@ class _OffloadScheduler(_ListScheduler):
         forced = len(self.pendW[r]) - self.wpos[r] > self.w_lim[r]
         i_first = not (rule.f_first or rule.depth_first) and self.ready_backward(r, t)[0] is not None
         self.may_offload = not forced and not i_first
-        return super().choose(r, t)
+        picked = super().choose(r, t)
+        if picked is None:
+            self._fetch_late(r, t)
+        return picked
+
+    def _fetch_late(self, r: int, t: float) -> None:
+        """A rank with nothing to run whose next backward of a stage waits in host memory (its
+        fetch was not due when the rank last started an action) fetches it at that last action:
+        it idles until the fetch ends, rather than for ever."""
+        last = self.last[r]
+        if last is None or last[2]:
+            return  # nothing to fetch at, or a fetch there already (one per point: the stream's order)
+        start, action, _, peak = last
+        a = self.a
+        for q in self.stages_desc[r]:
+            j = self.nextI[q]
+            if (q, j) in self.away and self.endF[q][j] <= start + EPS and \
+                    (q + 1 == a.S or self.endI[q + 1][j] >= 0) and fits_room(peak + self.moved[q], a.room[r]):
+                self._issue(r, q, j, action, start, t)
+                self.last[r] = (start, action, True, peak + self.moved[q])
+                return
 
     # ------------------------------------------------------------ offload
 
     def _due(self, s: int, m: int) -> bool:
-        return m - self.nextI[s] < self.lead[s]
+        """Whether (s, m)'s fetch is due: its backward has started on stage ``front[s]``, or
+        fewer than ``ahead[s]`` backwards of its stage come before it."""
+        return self.endI[self.front[s]][m] >= 0 or m - self.nextI[s] < self.ahead[s]
 
-    def _due_bytes(self, r: int) -> float:
-        return sum(self.moved[s] for (s, m) in self.away if self.a.stage_rank[s] == r and self._due(s, m))
+    def _reserve(self, r: int, leaving: tuple = (), admitting: Optional[tuple[int, int]] = None) -> float:
+        """The room rank r keeps for its fetches (with `leaving` away too): the fetches due, and
+        for each microbatch away its bytes less what the backwards before it on its stage free
+        (those it holds on the device whose backwards come first, but the largest: their I and W),
+        so that every one can come back in its turn:
+        an F that left less could fill the rank with microbatches whose backwards wait behind
+        one that cannot return. `admitting`: the F about to run, held too."""
+        a = self.a
+        away = {(s, m) for (s, m) in self.away if a.stage_rank[s] == r} | set(leaving)
+        due = sum(self.moved[s] for (s, m) in away if self._due(s, m))
+        worst = 0.0
+        for s, m in away if self.careful else ():
+            # what the rank holds on the device whose backward comes first: older microbatches of
+            # the stage, and those up to m of its stages above (a V: the way down passes them
+            # first). The fetch starts with an action, at the latest the last W before the
+            # backward, whose own free comes after it: the largest W's does not count
+            held = [q for q in a.stages[r] if q >= s
+                    for j in range(self.nextI[q], min(self.nextF[q], m + (q > s))) if (q, j) not in away]
+            if admitting is not None and admitting[0] >= s and admitting[1] < m + (admitting[0] > s):
+                held.append(admitting[0])
+            frees = sum(a.act[q] for q in held) - max((a.wg[q] for q in held), default=0.0)
+            worst = max(worst, self.moved[s] - frees)
+        return max(due, worst)
 
-    def _fits_f(self, r: int, s: int) -> bool:
-        return fits_room(self.held[r] + self.a.act[s] + self._due_bytes(r), self.a.room[r])
+    def _fits_f(self, r: int, s: int, m: int) -> bool:
+        return fits_room(self.held[r] + self.a.act[s] + self._reserve(r, admitting=(s, m)), self.a.room[r])
 
     def _make_room(self, r: int, s: int, m: int) -> bool:
         """Offload held microbatches of rank r until F(s, m) fits at its earliest start; whether it
         does (nothing is offloaded when it cannot be made to fit)."""
         a = self.a
         start = self.rank_free[r] if s == 0 else max(self.rank_free[r], self.endF[s - 1][m] + a.comm[s - 1])
-        need = self.held[r] + a.act[s] + self._due_bytes(r) - a.room[r]
+        room = a.room[r] - a.act[s]  # what the held bytes and the reserve must come down to
         pool = []
         for q in a.stages[r]:
             if self.moved[q] <= 0:
@@ -117,7 +164,8 @@ class _OffloadScheduler(_ListScheduler):
                 if (q, j) not in self.away and (q, j) not in self.fetched and not self._due(q, j):
                     pool.append((j - self.nextI[q], -q, j, q))
         pool.sort(reverse=True)  # furthest backward first
-        picks, out_free, last_f, freed = [], self.out_free[r], self.last_out_f[r], 0.0
+        picks: list[tuple[int, int, float]] = []
+        out_free, last_f, freed = self.out_free[r], self.last_out_f[r], 0.0
         for _, _, j, q in pool:
             f_end = self.endF[q][j]
             if f_end < last_f - EPS:
@@ -127,9 +175,10 @@ class _OffloadScheduler(_ListScheduler):
                 continue
             picks.append((q, j, end))
             out_free, last_f, freed = end, f_end, freed + self.moved[q]
-            if need <= freed + EPS * max(1.0, abs(need)):
+            if fits_room(self.held[r] - freed + self._reserve(r, tuple((q, j) for q, j, _ in picks), (s, m)), room):
                 break
-        if not picks or need > freed + EPS * max(1.0, abs(need)):
+        if not picks or not fits_room(self.held[r] - freed + self._reserve(r, tuple((q, j) for q, j, _ in picks),
+                                                                           (s, m)), room):
             return False
         for q, j, end in picks:
             self.away[(q, j)] = end
@@ -151,7 +200,7 @@ class _OffloadScheduler(_ListScheduler):
                 continue
             if s == self.first[r] and self.admitted[r] >= rule.warmup[r]:
                 continue
-            if not self._fits_f(r, s) and not (self.may_offload and self._make_room(r, s, m)):
+            if not self._fits_f(r, s, m) and not (self.may_offload and self._make_room(r, s, m)):
                 blocked = True
                 continue
             if self.use_banker and not self.banker_ok(s, m):
@@ -193,26 +242,57 @@ class _OffloadScheduler(_ListScheduler):
         rise = a.act[s] if kind == Kind.F else 0.0
         if not fits_room(self.held[r] + self.moved[q] + rise, a.room[r]):
             return
+        self._issue(r, q, j, (s, kind, m), start, start)
+
+    def _issue(self, r: int, q: int, j: int, at: tuple[int, str, int], start: float, t: float) -> None:
+        """The fetch of (q, j) issued with the action `at` of rank r, which starts at `start`, as
+        the rank decides at `t` (later for a late fetch: it wakes no earlier)."""
         begin = max(start, self.in_free[r], self.away.pop((q, j)))
         end = self.in_free[r] = begin + self.copy[q]
         self.fetched[(q, j)] = end
-        self.fetch_at[(q, j)] = (s, kind, m)
+        self.fetch_at[(q, j)] = at
         self.held[r] += self.moved[q]
         if self.use_banker:
             self.mb_held[j][r] += self.moved[q]
-        heapq.heappush(self.heap, (end, r))  # its backward may start then
+        heapq.heappush(self.heap, (max(end, t), r))  # its backward may start then
+
+    def _ran(self, r: int, at: tuple[int, str, int], start: float, before: float, fetches: int) -> None:
+        self.last[r] = (start, at, len(self.fetch_at) > fetches, max(before, self.held[r]))
 
     def run_F(self, r: int, s: int, m: int, start: float) -> None:
+        n = len(self.fetch_at)
         self._fetch(r, s, Kind.F, m, start)
+        before = self.held[r]
         super().run_F(r, s, m, start)
+        self._ran(r, (s, Kind.F, m), start, before, n)
 
     def run_I(self, r: int, s: int, m: int, start: float) -> None:
+        n = len(self.fetch_at)
         self._fetch(r, s, Kind.I, m, start)
+        before = self.held[r]
         super().run_I(r, s, m, start)
+        self._ran(r, (s, Kind.I, m), start, before, n)
 
     def run_W(self, r: int, s: int, m: int, start: float) -> None:
+        n = len(self.fetch_at)
         self._fetch(r, s, Kind.W, m, start)
+        before = self.held[r]
         super().run_W(r, s, m, start)
+        if not (self.a.dW[s] == 0 and self.a.wg[s] == 0):  # a W the schedule drops is no fetch point
+            self._ran(r, (s, Kind.W, m), start, before, n)
+
+
+def _depth(g: Graph, s: int, copy: float) -> int:
+    """How many stages above s the backward of a microbatch must have reached for its fetch on
+    stage s to end in time: the least D >= 1 whose stages' I's and transfers take the copy's
+    time (the backward wave descends one stage per I and boundary)."""
+    total, d = 0.0, 0
+    while s + d < g.S - 1:
+        d += 1
+        total += g.dI[s + d] + g.comm[s + d - 1]
+        if total >= copy:
+            break
+    return max(1, d)
 
 
 def _memory_actions(a: Graph, fetch_at: dict) -> tuple[MemoryAction, ...]:
@@ -241,30 +321,38 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
     problem = g.problem
     safe = g.safe()
     profile = problem.profile
-    moved = [min(offload_bytes(profile, s), safe.act[s]) for s in range(g.S)]
+    # the last stage's backward follows its forward: nothing of it moves
+    moved = [min(offload_bytes(profile, s), safe.act[s]) if s < g.S - 1 else 0.0 for s in range(g.S)]
     copy = [link.seconds(b) if b > 0 else 0.0 for b in moved]
-    per_mb = [sum(g.dF[s] + g.dI[s] + g.dW[s] for s in own) or 1.0 for own in g.stages]
-    base_lead = [max(1, math.ceil(copy[s] / per_mb[g.stage_rank[s]] - EPS)) for s in range(g.S)]
+    depth = [_depth(g, s, copy[s]) for s in range(g.S)]
+    per_mb = [sum(g.dF[q] + g.dI[q] + g.dW[q] for q in own) or 1.0 for own in g.stages]
     best: Optional[OffloadSchedule] = None
     best_val = beat
-    for rule in offload_rules(safe, problem.objective):
-        for extra in LEADS:
-            if deadline.expired():
-                return best
-            sched = _OffloadScheduler(safe, rule, moved, copy, [b + extra for b in base_lead])
-            orders = sched.run(deadline)
-            charge_passes(g.n, CONSTRUCTION_PASSES)
-            if orders is None or not sched.fetch_at:
-                continue  # stuck, or nothing offloaded: the list heuristic's own answer
-            schedule = _to_schedule(safe, orders, "schedc-offload-heuristic", {"source": "offload-heuristic",
-                                                                              "rule": rule.describe(),
-                                                                              "lead": extra})
-            actions = _memory_actions(safe, sched.fetch_at)
-            try:
-                sim = simulate(schedule, profile, problem.memory, memory_actions=list(actions), link=link)
-            except SchedcError:
-                continue  # a fetch point the schedule does not run where the rule assumed it
-            value = sim.objective(problem.objective)
-            if sim.fits and value < best_val * (1 - EPS):
-                best, best_val = OffloadSchedule(schedule, actions, sim), value
+    variants = [(rule, extra, careful) for rule in offload_rules(safe, problem.objective)
+                for careful in (False, True) for extra in LEADS]
+    for rule, extra, careful in variants:
+        if deadline.expired():
+            return best
+        front = [min(g.S - 1, s + d + extra) for s, d in enumerate(depth)]
+        # without the reserve of `careful`, the next backwards the copy's time covers stay (the
+        # rank would wait for them); with it, a rank of one microbatch (a V) may move its next
+        ahead = [0 if careful else max(1, math.ceil(copy[s] / per_mb[g.stage_rank[s]] - EPS)) + extra
+                 for s in range(g.S)]
+        sched = _OffloadScheduler(safe, rule, moved, copy, front, ahead, careful)
+        orders = sched.run(deadline)
+        charge_passes(g.n, CONSTRUCTION_PASSES)
+        if orders is None or not sched.fetch_at:
+            continue  # stuck, or nothing offloaded: the list heuristic's own answer
+        schedule = _to_schedule(safe, orders, "schedc-offload-heuristic", {"source": "offload-heuristic",
+                                                                          "rule": rule.describe(),
+                                                                          "lead": extra,
+                                                                          "careful": careful})
+        actions = _memory_actions(safe, sched.fetch_at)
+        try:
+            sim = simulate(schedule, profile, problem.memory, memory_actions=list(actions), link=link)
+        except SchedcError:
+            continue  # a fetch point the schedule does not run where the rule assumed it
+        value = sim.objective(problem.objective)
+        if sim.fits and value < best_val * (1 - EPS):
+            best, best_val = OffloadSchedule(schedule, actions, sim), value
     return best
