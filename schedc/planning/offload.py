@@ -15,20 +15,27 @@ under ``--ac auto``, the units without checkpointing. For each form the partitio
 reaches the bound over partitions without a cap. Each (form, partition), the plan's own first
 (its compile is the capped one of its partition) and then by uncapped own bound, gets the
 compiles of ``--offload auto`` (schedc.solver.offload: without a cap and the discounted problems)
-and the chooser on their answers and the hand-made schedules over the cap (``offload_result``);
-an order that splits a checkpointed stage's backward is merged into B and offloaded again. A
-candidate that cannot hold one microbatch (offload moves only what F made), or whose uncapped
-own bound cannot beat the shortest step so far, is skipped. The plan keeps the shortest
-that fits, and the plan without offload where nothing is shorter: never worse than
-``--offload none``. The rows "nothing", "checkpointing only", "offload only" and "both" are the
+in its share of the time less CHOOSER_SHARE, then the offload heuristic and the chooser on their
+answers and the hand-made schedules over the cap (``offload_result``) until the candidate's
+share ends; an order that splits a checkpointed stage's backward is merged into B and offloaded
+again. A candidate that cannot hold one microbatch even with its offloadable bytes away
+(:func:`may_fit_with_offload`: offload moves only what F made, and on one stage per rank the F
+holds it all while it runs), or whose uncapped own bound cannot beat the shortest step so far,
+is skipped. The plan keeps the shortest that fits, and the plan without offload where nothing is
+shorter: never worse than ``--offload none``. Where nothing fits without offload (the plan
+refuses the cap), the plan without a cap stands in for it: its partitions and placements are
+offloaded under the cap (the units without checkpointing and, with ``--ac auto`` or a
+checkpointed profile, the most checkpointed form), the rows without offload say that nothing
+fits, and the refusal stands when no offload fits either (on one stage per rank offload cannot
+lower the one microbatch a rank needs; on a V it can). The rows "nothing", "checkpointing only", "offload only" and "both" are the
 best of each kind found on the way. Bound: the bound over partitions without a cap of the units
 without checkpointing (checkpointing only adds work, offload only adds waits), so the gap with
 offload is to the uncapped step, and the report says so.
 
-Cost: the plan's, then up to four compiles per candidate in ``OFFLOAD_SHARE`` of the time more and
-the chooser's simulations (schedc.solver.offload: up to S x M per schedule tried, with no
-deadline of their own, so a candidate may run past its share); one uncapped dynamic program per
-placement and form.
+Cost: the plan's, then up to four compiles per candidate in ``OFFLOAD_SHARE`` of the time more,
+the offload heuristic and the chooser's simulations inside each candidate's share (they stop at
+its end and charge their work under a work budget); one uncapped dynamic program per placement
+and form.
 """
 
 from __future__ import annotations
@@ -96,8 +103,14 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
     The CompileResult with ``memory_actions`` and ``offload`` in its report; None when nothing
     fits, with offload or without."""
     from schedc.solver.deadline import Deadline
-    from schedc.solver.offload import (CHOOSER_SHARE, DISCOUNTS, LOOSENED_SHARE, UNCAPPED_SHARE, discounted_problem,
-                                       offload_result)
+    from schedc.solver.offload import (
+        CHOOSER_SHARE,
+        DISCOUNTS,
+        LOOSENED_SHARE,
+        UNCAPPED_SHARE,
+        discounted_problem,
+        offload_result,
+    )
 
     end = Deadline(clock_now() + seconds)  # the chooser's simulations stop there too
     share = seconds * (1 - CHOOSER_SHARE) / (UNCAPPED_SHARE + LOOSENED_SHARE)

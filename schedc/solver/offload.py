@@ -22,17 +22,22 @@ fits, or when no rank over its cap has a candidate left (then it says it cannot 
 under the cap with a quarter, half and three quarters of each offloadable microbatch's bytes
 counted as away (every stage but the last: a relaxed cap only where offload can act; the
 uncapped order makes activations faster than a 50 GB/s link moves them, these orders leave
-the link time), applies the chooser to their answers and to the hand-made schedules over the
-cap, and keeps the shortest that fits (the capped answer with no offload among them, so it is
-never worse than ``--offload none``). Offload only adds waits to a schedule, so the uncapped
-problem's certified bound bounds every schedule with offload; the capped bound does not (offload
-relaxes memory), and the report says which bound it states.
+the link time), then, in CHOOSER_SHARE of the time limit (what the compiles leave, at least),
+runs the offload heuristic (schedc.solver.engines.offload_heuristic: the order and the offloads
+built together, in HEURISTIC_SHARE of that) and the chooser on the compiles' answers and on the
+hand-made schedules over the cap, and keeps the shortest that fits (the capped answer with no
+offload among them, so it is never worse than ``--offload none``). The chooser's simulations
+stop at the deadline and, under a work budget, charge a pass each (schedc.solver.deadline), on
+one work clock with the compiles: the command ends within its budget. Offload only adds waits to
+a schedule, so the uncapped problem's certified bound bounds every schedule with offload; the
+capped bound does not (offload relaxes memory), and the report says which bound it states.
 
 Recompute per microbatch is not chosen here: it needs the checkpointed costs (a second
 profile) and a CSV that runs those backwards as B.
 
-Cost: at most S x M simulations of O(S x M) each per schedule tried, plus up to five compiles
-sharing the time limit.
+Cost: at most S x M simulations of O(S x M) each per schedule tried and the offload
+heuristic's constructions, within CHOOSER_SHARE of the time limit, plus up to five compiles
+sharing the rest.
 """
 
 from __future__ import annotations
@@ -53,9 +58,9 @@ from schedc.solver.deadline import NEVER, Deadline, charge_passes, counting_work
 OFFLOAD_CHOICES = ("none", "auto")
 CAPPED_SHARE = 0.35  # of the time limit, for the compile under the cap (--offload none's answer)
 UNCAPPED_SHARE = 0.15  # for the compile without a cap (its bound is the answer's)
-LOOSENED_SHARE = 0.25  # for the compiles of the discounted problems, shared
-CHOOSER_SHARE = 0.25  # for the offload heuristic and the chooser's rounds (at least; what the compiles leave)
-HEURISTIC_SHARE = 0.5  # of the chooser's time, for the offload heuristic
+LOOSENED_SHARE = 0.2  # for the compiles of the discounted problems, shared
+CHOOSER_SHARE = 0.3  # for the offload heuristic and the chooser's rounds (at least; what the compiles leave)
+HEURISTIC_SHARE = 0.6  # of the chooser's time, for the offload heuristic
 DISCOUNTS = (0.25, 0.5, 0.75)  # the discounted problems: this share of each offloadable microbatch away
 UNCAPPED_SOURCE = "uncapped problem (offload relaxes the memory cap)"
 HEURISTIC_SOURCE = "the offload heuristic (the order and its offloads built together)"
@@ -287,8 +292,9 @@ def offload_compiles(problem, time_limit: float, solver=None, progress: Optional
     def attempt(p, seconds: float, tag: str):
         try:
             return compile_problem(p, seconds, solver, tagged(tag), seed, budget=budget), None
-        except ParameterError as e:  # a cap below one microbatch per stage: offload may still fit
-            if e.param != "memory":
+        except ParameterError as e:
+            # a cap below one microbatch per stage, or none found in its share: offload may still fit
+            if e.param not in ("memory", "time_limit"):
                 raise
             return None, e
 

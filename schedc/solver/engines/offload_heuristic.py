@@ -13,30 +13,42 @@ Method: the list scheduler's events, with each rank's two copy streams
 
 - **Offload.** When rank r's next admissible F (stage s, microbatch m) would not fit, it looks
   among the microbatches it holds (F ended, I not started, not offloaded, with bytes to move:
-  host_link.offload_bytes) for the one whose backward is furthest away (the most backwards of its
-  stage still before it; the lower stage of a V on a tie), whose F ended no earlier than the last
-  one the rank offloaded (so the copy joins the device-to-host stream's tail, where the simulator
-  puts it: it issues copies out at the F's end), whose backward is not due for its fetch, and
-  whose copy out ends by the F's earliest start (the rank free and the F's input there: the time
-  the simulator starts the F). It offloads such microbatches until the F fits, or none.
-- **Fetch.** At the start of every action a rank runs, it issues the fetch of at most one of its
-  offloaded microbatches (one, so the host-to-device stream's order is the order the fetches are
-  issued in) whose backward is due: fewer than ``lead`` backwards of its stage before it (a rule
-  parameter: about the copy's time over the rank's time per microbatch, plus 0 or 1), when the
-  bytes fit beside what the action allocates. That action is its ``fetch_at``; the fetch starts
-  when the action does (or when the stream is free) and the backward waits for its end. A rank
-  reserves room for the fetches that are due: an F is admitted only beside them.
+  host_link.offload_bytes; never the last stage's, whose backward follows its forward) for the
+  one whose backward is furthest away (the most backwards of its stage still before it; the
+  lower stage of a V on a tie), whose fetch is not due yet, whose F ended no earlier than the
+  last one the rank offloaded (so the copy joins the device-to-host stream's tail, where the
+  simulator puts it: it issues copies out at the F's end), and whose copy out ends by the F's
+  earliest start (the rank free and the F's input there: the time the simulator starts the F;
+  the heuristic never delays an F for a copy). It offloads such microbatches until the F fits
+  beside the rank's reserve, or none.
+- **Fetch.** A fetch is due once the microbatch's backward has started ``front`` stages above
+  (about the copy's time in I's and boundaries, plus a lead of 0 or 1 stage) or, without the
+  reserve, when fewer backwards of its stage than the copy's time covers come before it. At the
+  start of every action a rank runs it issues at most one due fetch (one: the host-to-device
+  stream's order is then the order they are issued in), when its bytes fit beside what the
+  action allocates; that action is its ``fetch_at``, and the backward waits for the fetch's end.
+  A rank left with nothing to run while its next backward of a stage is away fetches it at the
+  action it last started (where no fetch was issued), so that it waits rather than deadlocks.
+- **Reserve.** An F is admitted only beside the bytes of the fetches due and, in the careful
+  variant, for each microbatch away its bytes less what the backwards before it on the rank
+  free (those it holds on the device whose backwards come first: older ones of its stage and,
+  on a V, those of its upper stage up to it; the last W's free excluded, as the fetch starts
+  with an action): every microbatch away can then come back in its turn. The greedy variant
+  keeps only the due fetches' room and never offloads the next backwards the copy's time
+  covers; it offloads more and may get stuck (that construction is dropped).
 - **Rules.** The list heuristic's deterministic rules without its idle waits (a rank that waits
-  would start later than the simulator starts it, and the copies' timing would not hold), crossed
-  with two leads. Every construction becomes a schedule and memory actions
-  (schedc.core.memory_actions) and is simulated with them (``simulate(..., memory_actions=,
-  link=)``); only one that fits its caps, host memory included, is kept, the shortest by the
-  problem's objective. A rank's one microbatch need not fit its cap without offload: on a V a
-  rank's lower stage can wait in host memory while the microbatch climbs to its upper stage.
+  would start later than the simulator starts it, and the copies' timing would not hold), each
+  greedy and careful, with a lead of 0 then 1. Every construction becomes a schedule and memory
+  actions (schedc.core.memory_actions) and is simulated with them (``simulate(...,
+  memory_actions=, link=)``); only one that fits its caps, host memory included, is kept, the
+  shortest by the problem's objective. A rank's one microbatch need not fit its cap without
+  offload: on a V a rank's lower stage can wait in host memory while the microbatch climbs to
+  its upper stage (the careful variant).
 
-Cost: per rule one construction (O(A log A) for A actions, times the microbatches a rank holds
-per F that does not fit) and one simulation; under a work budget each charges its passes
-(schedc.solver.deadline), and the deadline stops the rules.
+Cost: per variant (four per rule, at most MAX_RULES rules) one construction (O(A log A) for A
+actions, times the microbatches a rank holds per F that does not fit and, for the reserve, per
+microbatch away) and one simulation; under a work budget each construction charges its passes
+(schedc.solver.deadline), and the deadline stops the variants.
 """
 
 from __future__ import annotations
@@ -328,8 +340,10 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
     per_mb = [sum(g.dF[q] + g.dI[q] + g.dW[q] for q in own) or 1.0 for own in g.stages]
     best: Optional[OffloadSchedule] = None
     best_val = beat
-    variants = [(rule, extra, careful) for rule in offload_rules(safe, problem.objective)
-                for careful in (False, True) for extra in LEADS]
+    # every rule once before any twice: without the reserve and with the shorter lead first (the
+    # better on the benchmarks' rows), then with the reserve (which a V's one microbatch needs)
+    rules = offload_rules(safe, problem.objective)
+    variants = [(rule, extra, careful) for extra in LEADS for careful in (False, True) for rule in rules]
     for rule, extra, careful in variants:
         if deadline.expired():
             return best
