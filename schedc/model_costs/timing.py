@@ -44,8 +44,11 @@ V vocabulary:
   ``moe_gemm`` rate, the router's GEMM with the dense ones, the routing and permutations' bytes
   (in the ledger), and per expert its 3 GEMMs and 6 gathers, scatters and elementwise kernels.
 
-Where the table has no measured rate for what a run needs (:func:`check_rates`) the run is
-refused with one line, never priced at a guess. Cost: O(1) per unit.
+The textbook count (``impl="paper"``) names no code: it is priced as Hugging Face's eager layer,
+the code the rates were fitted to (``benchmarks/time_fit.py``: whole-layer H100 and H200 times,
+within 3.5%; the split of a pass among its terms is the fit's, not measured op by op). Where the
+table has no measured rate for what a run needs (:func:`check_rates`) the run is refused with one
+line, never priced at a guess. Cost: O(1) per unit.
 """
 
 from __future__ import annotations
