@@ -70,7 +70,9 @@ def stage_profile(name: str, tmp: Path):
 
 
 def ms(x) -> str:
-    return "-" if x is None else f"{1000 * x:.1f}"
+    """Milliseconds; ``-`` where nothing fits, ``none in time`` where no compile found a fitting
+    schedule in its share of the time limit."""
+    return "-" if x is None else "none in time" if x == "time" else f"{1000 * x:.1f}"
 
 
 def rows(name: str, profile, caps, time_limit: float) -> list[str]:
@@ -86,10 +88,10 @@ def rows(name: str, profile, caps, time_limit: float) -> list[str]:
         for bandwidth in BANDWIDTHS:
             try:
                 res = compiles.result(problem, HostLink(bandwidth=bandwidth), time_limit)
-            except ParameterError as e:  # nothing fits, with offload or without
-                if e.param != "memory":
+            except ParameterError as e:  # nothing fits, with offload or without (or none found in time)
+                if e.param not in ("memory", "time_limit"):
                     raise
-                steps.append(None)
+                steps.append(None if e.param == "memory" else "time")
                 hides.append("-")
                 continue
             summary = res.report["offload"]
@@ -99,7 +101,10 @@ def rows(name: str, profile, caps, time_limit: float) -> list[str]:
                 moved = max(summary["bytes_per_rank"])
                 busy = max(max(e["out"], e["in"]) for e in summary["link_busy"])
         none = None if compiles.capped is None else compiles.capped.value
-        gain = "" if none is None or steps[1] is None else f"{100 * (1 - steps[1] / none):.1f}%"
+        if none is None and compiles.refusal is not None and compiles.refusal.param == "time_limit":
+            none = "time"
+        gain = "" if not isinstance(none, float) or not isinstance(steps[1], float) else \
+            f"{100 * (1 - steps[1] / none):.1f}%"
         link = "- | -" if moved is None else f"{moved / 2**30:.1f} GiB | {100 * busy:.0f}%"
         out.append(f"| {name} | {cap} | {ms(relaxed.value)} | {ms(none)} | " + " | ".join(ms(s) for s in steps) +
                    f" | {gain} | {link} | {'/'.join(hides)} |")

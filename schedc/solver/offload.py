@@ -8,7 +8,8 @@ pairs to offload and at which action of the rank to fetch each back: too early a
 are back before the peak, too late and the backward waits for its fetch.
 
 Method (:func:`choose_offload`), one simulation per round (schedc.core.simulate with the
-memory actions chosen so far): on the rank furthest over its cap, take the moment of its peak;
+memory actions chosen so far): on each rank over its cap (one offload per rank per round; one
+per round after several together put a node over its host memory), take the moment of its peak;
 among the microbatches of its stages held then (their F's copy out, as estimated from the F's
 end, ends before the peak; their backward starts after it) offload the one held longest (the
 largest gap from F's end to the backward's start), fetched at the latest action of that rank
@@ -16,7 +17,7 @@ whose fetch still ends before the backward's predicted start, or, if no fetch hi
 earliest action after the peak. An offload that pushes a node's pinned host memory over its cap,
 or raises the rank's peak, is undone and that pair is not tried again. It stops when every rank
 fits, or when no rank over its cap has a candidate left (then it says it cannot fit). Each
-(stage, microbatch) is added or refused at most once, so there are at most S x M rounds.
+(stage, microbatch) is added or refused at most once, so there are at most 2 S x M rounds.
 
 :func:`compile_with_offload` is ``--offload auto``: it compiles under the cap, without one, and
 under the cap with a quarter, half and three quarters of each offloadable microbatch's bytes
@@ -138,31 +139,44 @@ def choose_offload(schedule: Schedule, profile: Profile, memory: Optional[Memory
 
     sim = run()
     executed = profile.executed(runtime)
-    for _ in range(schedule.n_stages * schedule.n_microbatches + 1):
+    single = False  # one offload per round (after several together put a node over its host memory)
+    for _ in range(2 * schedule.n_stages * schedule.n_microbatches + 2):
         if sim.fits:
             return OffloadChoice(schedule, tuple(chosen.values()), sim, True)
         if deadline.expired():
             return OffloadChoice(schedule, tuple(chosen.values()), sim, False, "the time limit ended the search")
         over = sorted(sim.ranks_over, key=lambda r: -(sim.peak_memory[r] - sim.memory_limit[r]))
-        pick = None
+        picks = []
         for rank in over:
             pick = _candidate(schedule, sim, executed, link, rank, chosen, refused)
             if pick is not None:
-                break
-        if pick is None:
+                picks.append(pick)
+                if single:
+                    break
+        if not picks:
             why = (f"host memory over its cap on node(s) {', '.join(map(str, sim.nodes_over))}" if sim.nodes_over
                    else f"rank(s) {', '.join(map(str, sim.ranks_over))} hold no microbatch at their peak that "
                         f"offload can move out and back in time")
             return OffloadChoice(schedule, tuple(chosen.values()), sim, False, why)
-        key = (pick.stage, pick.microbatch)
-        chosen[key] = pick
+        for pick in picks:
+            chosen[(pick.stage, pick.microbatch)] = pick
         tried = run()
-        rank = schedule.placement[pick.stage]
-        if tried.nodes_over and not sim.nodes_over or tried.peak_memory[rank] > sim.peak_memory[rank]:
-            del chosen[key]
-            refused.add(key)
+        if tried.nodes_over and not sim.nodes_over and len(picks) > 1:
+            # which of them filled the host memory is not known: one at a time from here
+            for pick in picks:
+                del chosen[(pick.stage, pick.microbatch)]
+            single = True
             continue
-        sim = tried
+        undone = [pick for pick in picks
+                  if tried.nodes_over and not sim.nodes_over
+                  or tried.peak_memory[schedule.placement[pick.stage]] > sim.peak_memory[schedule.placement[pick.stage]]]
+        for pick in undone:
+            del chosen[(pick.stage, pick.microbatch)]
+            refused.add((pick.stage, pick.microbatch))
+        if undone and len(undone) < len(picks):
+            tried = run()  # the kept ones alone
+        if len(undone) < len(picks):
+            sim = tried
     return OffloadChoice(schedule, tuple(chosen.values()), sim, sim.fits,
                          "" if sim.fits else "every (stage, microbatch) was tried")
 

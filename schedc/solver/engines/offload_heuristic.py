@@ -95,6 +95,7 @@ class _OffloadScheduler(_ListScheduler):
         self.fetched: dict[tuple[int, int], float] = {}  # (s, m) -> fetch's end
         self.fetch_at: dict[tuple[int, int], tuple[int, str, int]] = {}
         self.may_offload = True  # whether the F being looked for would run (choose's order)
+        self.cached: Optional[tuple[int, float, tuple[Optional[tuple[int, int]], float]]] = None
         # per rank, its last action: (start, (stage, kind, microbatch), a fetch issued at it,
         # the most it held while it ran)
         self.last: list[Optional[tuple[float, tuple[int, str, int], bool, float]]] = [None] * a.R
@@ -104,9 +105,13 @@ class _OffloadScheduler(_ListScheduler):
         # goes first under the rule
         rule = self.rule
         forced = len(self.pendW[r]) - self.wpos[r] > self.w_lim[r]
-        i_first = not (rule.f_first or rule.depth_first) and self.ready_backward(r, t)[0] is not None
+        self.cached = None
+        ready = self.ready_backward(r, t)
+        self.cached = (r, t, ready)  # choose asks again first thing, before anything changes
+        i_first = not (rule.f_first or rule.depth_first) and ready[0] is not None
         self.may_offload = not forced and not i_first
         picked = super().choose(r, t)
+        self.cached = None
         if picked is None:
             self._fetch_late(r, t)
         return picked
@@ -224,6 +229,8 @@ class _OffloadScheduler(_ListScheduler):
     # ------------------------------------------------------------ fetch
 
     def ready_backward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], float]:
+        if self.cached is not None and self.cached[0] == r and self.cached[1] == t:
+            return self.cached[2]
         group, M, S, input_time = self.rule.group, self.a.M, self.a.S, self.a.input_time
         endF, endI, nextI = self.endF, self.endI, self.nextI
         best_I, soon_I = None, INF
