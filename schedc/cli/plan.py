@@ -344,6 +344,10 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
                      + (f" (the search's schedule peaked at {format_bytes(lm['found_peak'])})"
                         if lm["peak"] < lm["found_peak"] else "")
                      + ("" if margin is None else f"; margin to the cap {format_bytes(margin)}"))
+    outside = res.report["plan"].get("step_with_optimizer_and_collectives")
+    if outside is not None:  # counted, not simulated (schedc.model_costs.step)
+        lines.append(f"  step with the optimizer and collectives (counted: rank {outside['rank']}'s optimizer and "
+                     f"exposed FSDP2 collectives added) {t(outside['seconds'])}")
     if (thin := margin_warning(res.compiled.sim.peak_memory, res.compiled.sim.memory_limit)) is not None:
         lines.append(f"  warning: {thin}")
     if res.limiter is not None:

@@ -54,6 +54,10 @@ class RunSettings:
     latency: float = 0.0  # s per transfer between stages
     tp_bandwidth: float = 450e9  # B/s of a tensor-parallel collective within a node
     tp_latency: float = 10e-6  # s per tensor-parallel collective
+    # data-parallel collectives (FSDP2 with dp_shard > 1) across nodes: a 400 Gb/s NIC per GPU, and an
+    # assumed NCCL launch-and-sync cost per collective (schedc.model_costs.step)
+    dp_bandwidth: float = 50e9  # B/s per GPU
+    dp_latency: float = 10e-6  # s per collective
     held: str = "torch"  # what is held from I to W: torch's runtime, or the paper's M_W
     names: Optional[str] = None  # the units' module names: the framework's, else torchtitan's
     framework: str = "schedc"  # the framework that runs the plan

@@ -12,6 +12,7 @@ from schedc.core.device_rates import DeviceRates, device_rates
 from schedc.core.settings import COUNTED_FOR_TORCH, RunSettings
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.model_costs.shape import DTYPE_BYTES, EXPERT_PARALLEL, ModelShape, dtype_name, finite, read_hf_config
+from schedc.model_costs.step import outside_actions
 from schedc.model_costs.timing import check_rates
 from schedc.model_costs.units import build_units
 
@@ -66,6 +67,8 @@ def unit_profile(
     latency: float = 0.0,
     tp_bandwidth: float = 450e9,
     tp_latency: float = 10e-6,
+    dp_bandwidth: float = 50e9,
+    dp_latency: float = 10e-6,
     held: Literal["torch", "paper"] = "torch",
     names: Names = "torchtitan",
     fsdp: Optional[bool] = None,
@@ -96,7 +99,9 @@ def unit_profile(
     per-direction bandwidth on an H100 SXM, an upper bound for NCCL's ring, and ``tp_latency`` s
     per collective, default 10e-6, an assumed NCCL launch-and-sync cost); ``reserve_bytes``
     (default on CUDA :data:`CUDA_RESERVE_BYTES`, 0 on CPU); the device's speeds and the link's ``bandwidth`` (B/s)
-    and ``latency`` (s per transfer). ``assumes`` records every one of these.
+    and ``latency`` (s per transfer); ``dp_bandwidth`` (B/s, default 50e9) and ``dp_latency`` (s, default
+    10e-6) of FSDP2's collectives across nodes (:mod:`schedc.model_costs.step`). ``assumes`` records every one
+    of these, and the optimizer's and the collectives' seconds per unit (``step_outside_actions``).
 
     Raises SchedcError naming the first invalid argument. Cost: O(layers).
 
@@ -112,8 +117,8 @@ def unit_profile(
         optimizer_dtype=optimizer_dtype, master_weights=master_weights, grad_bytes_per_param=grad_bytes_per_param,
         optimizer_bytes_per_param=optimizer_bytes_per_param, dp_shard=dp_shard, tp=tp, fsdp=fsdp,
         reserve_bytes=reserve_bytes, flops_per_second=flops_per_second, memory_bandwidth=memory_bandwidth,
-        bandwidth=bandwidth, latency=latency, tp_bandwidth=tp_bandwidth, tp_latency=tp_latency, held=held,
-        names=names, torch=torch)
+        bandwidth=bandwidth, latency=latency, tp_bandwidth=tp_bandwidth, tp_latency=tp_latency, dp_bandwidth=dp_bandwidth,
+        dp_latency=dp_latency, held=held, names=names, torch=torch)
     return count_units(shape, settings, **model)
 
 
@@ -147,7 +152,8 @@ def count_units(shape: Union[ModelShape, dict, str, Path, None], settings: RunSe
         microbatch_size=run.mbs,
         dtype=s.dtype,
         notes=_notes(run, element_bytes),
-        assumes=run.assumes,
+        # the optimizer, FSDP2's collectives and the links, outside the actions (schedc.model_costs.step)
+        assumes={**run.assumes, "step_outside_actions": outside_actions(s, run, settings, stages, boundary)},
     )
 
 
@@ -252,11 +258,12 @@ def resolve(s: ModelShape, settings: RunSettings) -> Run:
     if seq * mbs > MAX_TOKENS:
         raise _bad("microbatch_size", f"{{param:seq}} x {{param}} = {_shown(seq * mbs)} tokens is more than schedc "
                                       f"counts ({MAX_TOKENS})")
-    for name in ("flops_per_second", "memory_bandwidth", "bandwidth", "tp_bandwidth"):
+    for name in ("flops_per_second", "memory_bandwidth", "bandwidth", "tp_bandwidth", "dp_bandwidth"):
         value = getattr(r, name)
         if not finite(value) or value <= 0:
             raise _bad(name, f"{{param}} must be a finite number > 0, got {_shown(value)}")
-    for name in ("latency", "tp_latency", "grad_bytes_per_param", "optimizer_bytes_per_param", "reserve_bytes"):
+    for name in ("latency", "tp_latency", "dp_latency", "grad_bytes_per_param", "optimizer_bytes_per_param",
+                 "reserve_bytes"):
         value = getattr(r, name)
         if value is not None and (not finite(value) or value < 0 or value > 2.0**60):
             raise _bad(name, f"{{param}} must be a finite number >= 0, got {_shown(value)}")

@@ -52,6 +52,7 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
         "limiter": None if result.limiter is None else result.limiter.as_dict(),
         "least_memory": _least_memory_dict(result),
         "activation_checkpoint": None if result.ac is None else result.ac.as_dict(),
+        "step_with_optimizer_and_collectives": step_outside(result),
     }
     if result.offload is not None:  # --offload auto (schedc.planning.offload); absent otherwise
         report["memory_actions"] = list(report.get("memory_actions", []))
@@ -62,6 +63,17 @@ def build_plan_report(result: PlanResult, csv: str = "plan.csv") -> dict:
     report["profile"] = result.profile.model_dump(mode="json", exclude_none=True)
     report["frameworks"] = framework_settings(result, csv)
     return report
+
+
+def step_outside(result: PlanResult) -> Optional[dict]:
+    """The plan's step plus the largest rank's optimizer and exposed FSDP2 collectives, counted
+    from the unit profile's ``assumes["step_outside_actions"]`` (:func:`schedc.model_costs.step.step_with_extras`);
+    None for a profile that has none (a measured one)."""
+    from schedc.model_costs.step import step_with_extras
+
+    schedule = result.schedule
+    order = [[a.stage for a in schedule.actions(r)] for r in range(schedule.n_ranks)]
+    return step_with_extras(result.value, result.units.assumes, result.counts, order)
 
 
 def plan_status(result: PlanResult) -> str:
