@@ -25,18 +25,29 @@ GEMMs and memory ops (s) and the launches (1), but not F's from I's and W's GEMM
 rate from the GEMM rate; the H200's split I and W and its three units separate those, at one
 sequence only. Prints the fit, each point counted against measured, and the largest residual;
 ``--table`` prints the DeviceRates lines schedc/core/device_rates.py carries.
-Cost: under a second.
+
+``--measured PATH ...`` adds the points of files ``benchmarks/gpu_times.py --json`` wrote (per unit,
+F, I and W; the embedding's F and W too, priced by :func:`schedc.model_costs.timing.embedding_ops`),
+keyed by the file's device name (:func:`card_of`): an H100 80GB HBM3 or H200 joins the GH100 fit
+above, any other card fits every rate of its own (no datasheet peak bounds them: a rate no point
+bounds is printed unbounded); a point with routed experts adds their GEMM rate (``moe_gemm``). It
+prints the refit, each point's residual, the largest residual per unit and action of the files'
+points, and the DeviceRates lines to paste where the fit differs from the table.
+Cost: under a second, and about 0.1 s per file point.
 
     python benchmarks/time_fit.py
+    python benchmarks/time_fit.py --measured gpu_times.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -45,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ac_choice  # noqa: E402
 
 from schedc.core.device_rates import RATES, DeviceRates  # noqa: E402
+from schedc.errors import SchedcError  # noqa: E402
 from schedc.model_costs import timing, unit_profile  # noqa: E402
 from schedc.model_costs.shape import ModelShape, read_hf_config  # noqa: E402
 
@@ -75,54 +87,135 @@ UNKNOWNS = SHARED + tuple(f"memory@{card}" for card in CARDS)
 # the most each card can do (NVIDIA's H100 and H200 SXM datasheets: 989.4 TFLOP/s dense BF16 tensor
 # cores, HBM3 3.35 TB/s, HBM3e 4.8 TB/s): the fit keeps every rate under them
 PEAK = {"gemm_f": 989.4e12, "gemm_i": 989.4e12, "gemm_w": 989.4e12, "attention_f": 989.4e12, "attention_b": 989.4e12,
-        "memory@h100-80gb": 3.35e12, "memory@h200": 4.8e12}
+        "moe_gemm": 989.4e12, "memory@h100-80gb": 3.35e12, "memory@h200": 4.8e12}
 SCALE = {"launch": 1e-5, "launch_backward": 1e-5, "memory@h100-80gb": 1e-12, "memory@h200": 1e-12}  # near 1
-UNIT = {"layer": 1, "head": -1}
+UNIT = {"embedding": 0, "layer": 1, "head": -1}
 KINDS = {"F": 0, "I": 1, "W": 2}
+# torch.cuda.get_device_name() of the cards the table has; any other device fits rates of its own
+CARD_OF_DEVICE = {"nvidia h100 80gb hbm3": "h100-80gb", "nvidia h200": "h200"}
 
 
-def shape(model: str) -> ModelShape:
+def card_of(device: str) -> str:
+    """The device_rates card a measured file's device name is: a card the table has, else the
+    name itself, lower case, spaces as dashes (``NVIDIA B200`` -> ``b200``)."""
+    key = " ".join(str(device).lower().split())
+    return CARD_OF_DEVICE.get(key) or "-".join(key.removeprefix("nvidia ").split()) or "unnamed"
+
+
+def rate_key(rate: str, card: str) -> str:
+    """The unknown that is `card`'s `rate`: the GH100 cards (:data:`CARDS`) share every rate but
+    memory; any other card has each of its own."""
+    if rate == "memory":
+        return f"memory@{card}"
+    return rate if card in CARDS else f"{rate}@{card}"
+
+
+def _scale(name: str) -> float:
+    return SCALE.get(name, 1e-5 if name.startswith("launch") else 1e-12 if name.startswith("memory") else 1e-15)
+
+
+def _write_config(config: dict, tmp: str) -> Path:
+    path = Path(tmp) / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def shape(model: str, config: Optional[dict] = None) -> ModelShape:
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "config.json"
-        path.write_text(json.dumps(CONFIGS[model]))
-        return ModelShape(**read_hf_config(path)).resolved()
+        return ModelShape(**read_hf_config(_write_config(config or CONFIGS[model], tmp))).resolved()
 
 
-def ops(model: str, unit: str, seq: int) -> tuple:
-    """F, I, W work of `unit` as the count prices it (Hugging Face's code, CUDA, one sequence)."""
-    s = shape(model)
+def ops(model: str, unit: str, seq: int, config: Optional[dict] = None) -> tuple:
+    """F, I, W work of `unit` as the count prices it (Hugging Face's code, CUDA, one sequence);
+    `config`: the model's Hugging Face config where :data:`CONFIGS` has none (a measured file's)."""
+    s = shape(model, config)
     if unit == "layer":
         return timing.layer_ops(s, "hf", "cuda", float(seq), float(seq))
+    if unit == "embedding":
+        return timing.embedding_ops(s, float(seq))
     return timing.head_ops(s, "hf", "cuda", float(seq))
 
 
-def one_rate_ms(model: str, unit: str, seq: int, kind: str) -> float:
+def one_rate_ms(model: str, unit: str, seq: int, kind: str, config: Optional[dict] = None) -> float:
     """Today's one-rate count of a unit's pass, ms (``schedc profile --units --config C --names hf``)."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "config.json"
-        path.write_text(json.dumps(CONFIGS[model]))
-        u = unit_profile(path, seq=seq, names="hf").stages[UNIT[unit]]
+        u = unit_profile(_write_config(config or CONFIGS[model], tmp), seq=seq, names="hf").stages[UNIT[unit]]
     return 1000 * (u.forward, u.backward_input, u.backward_weight)[KINDS[kind]]
 
 
-def points() -> list[dict]:
-    """Each measured point with its ms (H200: derived from the ratio) and, per pass, its GPU row
-    and its host row (what multiplies each unknown)."""
+def measured_rows(paths) -> list[dict]:
+    """The points of files benchmarks/gpu_times.py wrote (``--json``): per unit F, I and W (the
+    embedding has no I), keyed by the file's device -> :func:`card_of`. A file that is not one
+    is a SchedcError naming it."""
     out = []
-    for card, model, unit, seq, actions, ms, ratio, source in MEASURED:
+    for path in paths:
+        try:
+            report = json.loads(Path(path).read_text())
+            device, points = report["device"], report["points"]
+            rows = [(p["model"], p["unit"], int(p["seq"]), p["config"], {k: float(v) for k, v in p["ms"].items()})
+                    for p in points]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise SchedcError(f"--measured: {path} is not a file benchmarks/gpu_times.py --json wrote "
+                              f"({type(err).__name__}: {str(err)[:80]}); give one it wrote") from None
+        source = f"{path}: {device}, torch {report.get('torch', '?')}, transformers {report.get('transformers', '?')}"
+        for model, unit, seq, config, ms in rows:
+            if unit not in UNIT:
+                raise SchedcError(f"--measured: {path} has unit {unit!r}; give a file benchmarks/gpu_times.py wrote")
+            for kind in "FIW":
+                if (kind == "I" and unit == "embedding") or not ms[kind] > 0:
+                    continue  # the first stage runs no I; a time the clock did not resolve fits nothing
+                out.append({"card": card_of(device), "model": model, "unit": unit, "seq": seq, "actions": kind,
+                            "ms": ms[kind], "ratio": None, "source": source, "config": config})
+    return out
+
+
+def _builtin_rows() -> list[dict]:
+    return [{"card": card, "model": model, "unit": unit, "seq": seq, "actions": actions, "ms": ms, "ratio": ratio,
+             "source": source, "config": CONFIGS[model]}
+            for card, model, unit, seq, actions, ms, ratio, source in MEASURED]
+
+
+def unknowns(data: list[dict]) -> tuple:
+    """The rates `data` fit: :data:`UNKNOWNS` (the GH100 cards), routed experts' GEMM rate where a
+    point has them, and every rate of each other card."""
+    cards = list(dict.fromkeys(p["card"] for p in data))
+    moe = {p["card"] for p in data if p["moe"]}
+    names = list(SHARED) + (["moe_gemm"] if moe & set(CARDS) else []) + [f"memory@{c}" for c in CARDS]
+    for card in cards:
+        if card not in CARDS:
+            names += [rate_key(r, card) for r in SHARED + (("moe_gemm",) if card in moe else ())]
+            names.append(f"memory@{card}")
+    return tuple(names)
+
+
+def points(extra: Sequence[dict] = ()) -> list[dict]:
+    """Each measured point (:data:`MEASURED`, then `extra`, :func:`measured_rows`') with its ms
+    (H200: derived from the ratio) and, per pass, its GPU terms and its host term (what multiplies
+    each unknown), and as ``passes`` the rows of those over :func:`unknowns`. A point of `extra`
+    replaces the :data:`MEASURED` one of the same card, unit, sequence and action: a file's
+    time is measured, issue 50's H200 ones are derived from ratios."""
+    out = []
+    measured = {(r["card"], r["model"], r["unit"], r["seq"], r["actions"]) for r in extra}
+    builtin = [r for r in _builtin_rows() if (r["card"], r["model"], r["unit"], r["seq"], r["actions"]) not in measured]
+    for row in builtin + list(extra):
+        card, model, unit, seq, actions = row["card"], row["model"], row["unit"], row["seq"], row["actions"]
+        ms = row["ms"]
         if ms is None:
-            counted = sum(one_rate_ms(model, unit, seq, k) for k in actions)
-            ms = counted / ratio
-        work = ops(model, unit, seq)
-        passes = []
+            counted = sum(one_rate_ms(model, unit, seq, k, row["config"]) for k in actions)
+            ms = counted / row["ratio"]
+        work = ops(model, unit, seq, row["config"])
+        terms = []
         for kind in actions:
-            gpu, host = dict.fromkeys(UNKNOWNS, 0.0), dict.fromkeys(UNKNOWNS, 0.0)
+            gpu = {}
             for name, amount in timing.terms(work[KINDS[kind]], kind).items():
-                gpu[f"memory@{card}" if name == "memory" else name] += amount
-            host[timing.host_rate(kind)] = work[KINDS[kind]].kernels
-            passes.append((np.array([gpu[u] for u in UNKNOWNS]), np.array([host[u] for u in UNKNOWNS])))
-        out.append({"card": card, "model": model, "unit": unit, "seq": seq, "actions": actions, "ms": ms,
-                    "ratio": ratio, "source": source, "passes": passes})
+                if amount:
+                    gpu[rate_key(name, card)] = gpu.get(rate_key(name, card), 0.0) + amount
+            terms.append((gpu, {rate_key(timing.host_rate(kind), card): work[KINDS[kind]].kernels}))
+        out.append({**row, "ms": ms, "moe": any(w.experts for w in work), "terms": terms})
+    names = unknowns(out)
+    for p in out:
+        p["passes"] = [(np.array([gpu.get(u, 0.0) for u in names]), np.array([host.get(u, 0.0) for u in names]))
+                       for gpu, host in p["terms"]]
     return out
 
 
@@ -153,17 +246,20 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-def fit() -> tuple[dict, list[dict]]:
+def fit(extra: Sequence[dict] = ()) -> tuple[dict, list[dict]]:
     """The fitted rates (FLOP/s, B/s; the launches in s per kernel) and the points with their
     fitted ms. Each pass is the longer of the GPU's seconds and the host's, so the fit alternates:
     with each pass taken as GPU- or host-bound at the current rates, one bounded linear least
     squares of the relative residuals (the inverse rates at least those of :data:`PEAK`), until
-    no pass changes side. It starts host-bound at short sequences (30 us per kernel)."""
-    data = points()
-    scale = np.array([SCALE.get(u, 1e-15) for u in UNKNOWNS])
-    low = np.array([1 / PEAK[u] if u in PEAK else 0.0 for u in UNKNOWNS])
-    x = np.array([30e-6 if u.startswith("launch") else 1 / 600e12 if u.startswith(("gemm", "attention")) else
-                  1 / 3e12 for u in UNKNOWNS])
+    no pass changes side. It starts host-bound at short sequences (30 us per kernel). `extra`:
+    measured files' points (:func:`measured_rows`), fitted with :data:`MEASURED`'s. A rate no
+    point bounds is inf (a card without a datasheet peak here) or its peak."""
+    data = points(extra)
+    names = unknowns(data)
+    scale = np.array([_scale(u) for u in names])
+    low = np.array([1 / PEAK[u] if u in PEAK else 0.0 for u in names])
+    x = np.array([30e-6 if u.startswith("launch") else 1 / 600e12 if u.startswith(("gemm", "attention", "moe")) else
+                  1 / 3e12 for u in names])
     measured = np.array([p["ms"] / 1000 for p in data])
     for _ in range(50):
         rows = np.array([sum(gpu if gpu @ x >= host @ x else host for gpu, host in p["passes"]) for p in data])
@@ -175,59 +271,106 @@ def fit() -> tuple[dict, list[dict]]:
     for p in data:
         p["fit_ms"] = 1000 * predicted(p, x)
         p["residual"] = p["fit_ms"] / p["ms"] - 1
-    rates = {u: (v if u.startswith("launch") else 1 / v) for u, v in zip(UNKNOWNS, x)}
+    rates = {u: (v if u.startswith("launch") else 1 / v if v > 0 else math.inf) for u, v in zip(names, x)}
     return rates, data
 
 
-def table_lines(rates: dict) -> list[str]:
+def _card_rate(rates: dict, rate: str, card: str) -> float:
+    return rates[rate_key(rate, card)]
+
+
+def _number(v: float) -> str:
+    return f"{v:.4e}" if math.isfinite(v) else "None"  # None: no point bounds it (device_rates names it absent)
+
+
+def table_lines(rates: dict, cards: Sequence[str] = CARDS) -> list[str]:
+    """The DeviceRates lines of schedc/core/device_rates.py that carry `rates`, one entry per card."""
     out = []
-    for card in CARDS:
-        out.append(f'    DeviceRates("{card}", gemm_f={rates["gemm_f"]:.4e}, gemm_i={rates["gemm_i"]:.4e}, '
-                   f'gemm_w={rates["gemm_w"]:.4e}, attention_f={rates["attention_f"]:.4e},')
-        out.append(f'                attention_b={rates["attention_b"]:.4e}, memory={rates["memory@" + card]:.4e}, '
-                   f'launch={rates["launch"]:.4e},')
-        out.append(f'                launch_backward={rates["launch_backward"]:.4e}, source=_FIT, absent=_ABSENT),')
+    for card in cards:
+        r = {f: _number(rates[rate_key(f, card)]) for f in SHARED + ("memory",)}
+        moe = f", moe_gemm={_number(rates[rate_key('moe_gemm', card)])}" if rate_key("moe_gemm", card) in rates else ""
+        out.append(f'    DeviceRates("{card}", gemm_f={r["gemm_f"]}, gemm_i={r["gemm_i"]}, '
+                   f'gemm_w={r["gemm_w"]}, attention_f={r["attention_f"]},')
+        out.append(f'                attention_b={r["attention_b"]}, memory={r["memory"]}, '
+                   f'launch={r["launch"]},')
+        out.append(f'                launch_backward={r["launch_backward"]}{moe}, source=_FIT, absent=_ABSENT),')
     return out
 
 
 def table_rates(card: str, rates: dict) -> DeviceRates:
     """The fitted rates as the table's entry of `card`, rounded as :func:`table_lines` prints them."""
-    r = {k: float(f"{v:.4e}") for k, v in rates.items()}
+    r = {f: float(f"{_card_rate(rates, f, card):.4e}") for f in SHARED + ("memory",)}
+    moe = rates.get(rate_key("moe_gemm", card))
     return DeviceRates(card, gemm_f=r["gemm_f"], gemm_i=r["gemm_i"], gemm_w=r["gemm_w"], attention_f=r["attention_f"],
-                       attention_b=r["attention_b"], memory=r["memory@" + card], launch=r["launch"],
-                       launch_backward=r["launch_backward"], source="")
+                       attention_b=r["attention_b"], memory=r["memory"], launch=r["launch"],
+                       launch_backward=r["launch_backward"], source="",
+                       moe_gemm=None if moe is None else float(f"{moe:.4e}"))
+
+
+def _shown(k: str, v: float) -> str:
+    if not math.isfinite(v):
+        return "unbounded: no point bounds it"
+    if k.startswith("launch"):
+        return f"{v * 1e6:.2f} us per kernel (host)"
+    return f"{v / 1e12:.2f} TB/s" if k.startswith("memory") else f"{v / 1e12:.1f} TFLOP/s"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", action="store_true", help="print the DeviceRates lines of the fit")
+    parser.add_argument("--measured", nargs="+", type=Path, metavar="PATH",
+                        help="also fit the points of these benchmarks/gpu_times.py --json files (keyed by their device)")
     args = parser.parse_args(argv)
-    rates, data = fit()
-    print("Fit (least squares of relative residuals under the datasheet peaks; GH100 compute and host shared, HBM per card):")
-    for k in UNKNOWNS:
+    try:
+        extra = measured_rows(args.measured or ())
+    except SchedcError as err:
+        print(f"time_fit: {err}", file=sys.stderr)
+        return 2
+    rates, data = fit(extra)
+    names = unknowns(data)
+    print("Fit (least squares of relative residuals under the datasheet peaks; GH100 compute and host shared, HBM per card"
+          + ("; any other card's rates its own" if set(p["card"] for p in data) - set(CARDS) else "") + "):")
+    for k in names:
         v = rates[k]
         bound = " (at the card's peak: the data do not bound it)" if k in PEAK and v >= PEAK[k] * (1 - 1e-6) else ""
-        print(f"  {k:<18} " + (f"{v * 1e6:.2f} us per kernel (host)" if k.startswith("launch") else
-                                f"{v / 1e12:.2f} TB/s" if k.startswith("memory") else f"{v / 1e12:.1f} TFLOP/s")
-              + bound)
+        print(f"  {k:<18} " + _shown(k, v) + bound)
     print()
     print("| card | unit | seq | action | measured ms | one-rate count ms | per-op fit ms | residual |")
     print("|---|---|---|---|---|---|---|---|")
     for p in data:
-        counted = sum(one_rate_ms(p["model"], p["unit"], p["seq"], k) for k in p["actions"])
+        counted = sum(one_rate_ms(p["model"], p["unit"], p["seq"], k, p["config"]) for k in p["actions"])
         how = "" if p["ratio"] is None else f" (= {counted:.3f} / {p['ratio']:.2f})"
         name = "I+W" if p["actions"] == "IW" else p["actions"]
         print(f"| {p['card']} | {p['model']} {p['unit']} | {p['seq']} | {name} | {p['ms']:.3f}{how} | "
               f"{counted:.3f} | {p['fit_ms']:.3f} | {100 * p['residual']:+.1f}% |")
     worst = max(abs(p["residual"]) for p in data)
     print(f"\nlargest residual {100 * worst:.1f}%; rms {100 * float(np.sqrt(np.mean([p['residual'] ** 2 for p in data]))):.1f}%")
+    if extra:
+        print("largest |residual| of the files' points, per unit and action: "
+              + ", ".join(f"{k} {100 * v:.1f}%" for k, v in _worst_by_kind(data).items()))
     table = {card: table_rates(card, rates) for card in CARDS}
-    same = all(getattr(table[c], f) == getattr(RATES[c], f) for c in CARDS for f in SHARED + ("memory",))
+    same = all(getattr(table[c], f) == getattr(RATES[c], f) for c in CARDS for f in SHARED + ("memory", "moe_gemm"))
     print("schedc/core/device_rates.py carries this fit" if same else
           "schedc/core/device_rates.py differs from this fit: paste the lines of --table")
-    if args.table:
-        print("\n".join(table_lines(rates)))
+    cards = list(dict.fromkeys([*CARDS, *(p["card"] for p in data)]))
+    if args.table or (extra and not same):
+        if extra:
+            print("# the lines to paste into RATES (and name the new data in _FIT's text: "
+                  + ", ".join(str(m) for m in args.measured) + ")")
+        print("\n".join(table_lines(rates, cards)))
     return 0
+
+
+def _worst_by_kind(data: list[dict]) -> dict:
+    """The largest |residual| of the measured files' points per unit and action (the builtin ones
+    have ``source`` from :data:`MEASURED`)."""
+    builtin = {row[-1] for row in MEASURED}
+    out: dict = {}
+    for p in data:
+        if p["source"] not in builtin:
+            key = f"{p['unit']} {p['actions']}"
+            out[key] = max(out.get(key, 0.0), abs(p["residual"]))
+    return out
 
 
 if __name__ == "__main__":
