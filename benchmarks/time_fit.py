@@ -246,28 +246,45 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-def fit(extra: Sequence[dict] = ()) -> tuple[dict, list[dict]]:
-    """The fitted rates (FLOP/s, B/s; the launches in s per kernel) and the points with their
-    fitted ms. Each pass is the longer of the GPU's seconds and the host's, so the fit alternates:
-    with each pass taken as GPU- or host-bound at the current rates, one bounded linear least
-    squares of the relative residuals (the inverse rates at least those of :data:`PEAK`), until
-    no pass changes side. It starts host-bound at short sequences (30 us per kernel). `extra`:
-    measured files' points (:func:`measured_rows`), fitted with :data:`MEASURED`'s. A rate no
-    point bounds is inf (a card without a datasheet peak here) or its peak."""
-    data = points(extra)
-    names = unknowns(data)
-    scale = np.array([_scale(u) for u in names])
+def _solve(data: list[dict], names: tuple, x: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """The unknowns `x` with those `free` marks refitted to `data` (the rest held): with each pass
+    taken as GPU- or host-bound at the current rates, one bounded linear least squares of the
+    relative residuals (the inverse rates at least those of :data:`PEAK`), until no pass
+    changes side."""
+    scale = np.array([_scale(u) for u in names])[free]
     low = np.array([1 / PEAK[u] if u in PEAK else 0.0 for u in names])
-    x = np.array([30e-6 if u.startswith("launch") else 1 / 600e12 if u.startswith(("gemm", "attention", "moe")) else
-                  1 / 3e12 for u in names])
     measured = np.array([p["ms"] / 1000 for p in data])
+    x = x.copy()
     for _ in range(50):
         rows = np.array([sum(gpu if gpu @ x >= host @ x else host for gpu, host in p["passes"]) for p in data])
         a = rows / measured[:, None]
-        new = low + nnls(a * scale, np.ones(len(data)) - a @ low) * scale
+        held = a[:, ~free] @ x[~free]
+        new = x.copy()
+        new[free] = low[free] + nnls(a[:, free] * scale, np.ones(len(data)) - held - a[:, free] @ low[free]) * scale
         if np.allclose(new, x, rtol=1e-12, atol=0):
             break
         x = new
+    return x
+
+
+def fit(extra: Sequence[dict] = ()) -> tuple[dict, list[dict]]:
+    """The fitted rates (FLOP/s, B/s; the launches in s per kernel) and the points with their
+    fitted ms. Each pass is the longer of the GPU's seconds and the host's, so the fit alternates
+    (:func:`_solve`), starting host-bound at short sequences (30 us per kernel). `extra`: measured
+    files' points (:func:`measured_rows`), fitted with :data:`MEASURED`'s. Routed experts' GEMM
+    rate is fitted after the rest, to the MoE points alone with every other rate held: the dense
+    points decide the rates both kinds share, and an MoE layer's loop (its launches, its small
+    GEMMs) does not pull them. A rate no point bounds is inf (a card without a datasheet peak
+    here) or its peak."""
+    data = points(extra)
+    names = unknowns(data)
+    x = np.array([30e-6 if u.startswith("launch") else 1 / 600e12 if u.startswith(("gemm", "attention", "moe")) else
+                  1 / 3e12 for u in names])
+    moe = np.array([u.startswith("moe_gemm") for u in names])
+    dense = [p for p in data if not p["moe"]]
+    x = _solve(dense, names, x, ~moe)
+    if moe.any():
+        x = _solve([p for p in data if p["moe"]], names, x, moe)
     for p in data:
         p["fit_ms"] = 1000 * predicted(p, x)
         p["residual"] = p["fit_ms"] / p["ms"] - 1
@@ -288,7 +305,10 @@ def table_lines(rates: dict, cards: Sequence[str] = CARDS) -> list[str]:
     out = []
     for card in cards:
         r = {f: _number(rates[rate_key(f, card)]) for f in SHARED + ("memory",)}
-        moe = f", moe_gemm={_number(rates[rate_key('moe_gemm', card)])}" if rate_key("moe_gemm", card) in rates else ""
+        moe = ""
+        if rate_key("moe_gemm", card) in rates:  # at the peak no MoE point bounds it: absent, not a guess
+            v = rates[rate_key("moe_gemm", card)]
+            moe = f", moe_gemm={'None' if v >= PEAK['moe_gemm'] * (1 - 1e-6) else _number(v)}"
         out.append(f'    DeviceRates("{card}", gemm_f={r["gemm_f"]}, gemm_i={r["gemm_i"]}, '
                    f'gemm_w={r["gemm_w"]}, attention_f={r["attention_f"]},')
         out.append(f'                attention_b={r["attention_b"]}, memory={r["memory"]}, '
@@ -368,7 +388,7 @@ def _worst_by_kind(data: list[dict]) -> dict:
     out: dict = {}
     for p in data:
         if p["source"] not in builtin:
-            key = f"{p['unit']} {p['actions']}"
+            key = f"{'MoE ' if p['moe'] else ''}{p['unit']} {p['actions']}"
             out[key] = max(out.get(key, 0.0), abs(p["residual"]))
     return out
 
