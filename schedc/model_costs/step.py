@@ -26,7 +26,7 @@ Method, per unit (the embedding, each layer, the head), as torch 2.14.1 runs it:
   gradient's dtype per element.
 - FSDP2 (``dp_shard`` > 1, one FSDP group per unit): once per step per stage, not per
   microbatch. torch's runtime lowers a compute-only CSV with ``_add_unshard_reshard``
-  (``pipelining/schedules.py`` 1496-1575): a stage is UNSHARDed (an all-gather) when it enters
+  (``pipelining/schedules.py`` 1496-1576): a stage is UNSHARDed (an all-gather) when it enters
   the window of the next 3 stages the rank runs and RESHARDed when it leaves, so a rank with at
   most 3 stages gathers each once per step; ``_add_reduce_grad`` (1463-1493) adds one
   REDUCE_GRAD per stage after its last W or B, whose ``post_backward`` reduce-scatters the
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 # foreach ops), read off torch 2.14.1's foreach implementations (defaults: AdamW's weight decay
 # 1e-2 scales the parameter, adam.py 691; Adam's and SGD's 0 does not; no amsgrad, no nesterov):
 # adam.py 704-794 (lerp 2s+g, mul 2s, addcmul 2s+2g, sqrt 2s, div 2s, add 2s, addcdiv 2p+2s);
-# sgd.py 445-446 (mul 2s, add 2s+g) and 471 (add 2p+s, or 2p+g without momentum)
+# sgd.py 445-446 (mul 2s, add 2s+g) and 472 (add 2p+s, or 2p+g without momentum)
 FOREACH = {"adamw": (4, 3, 14, 8), "adam": (2, 3, 14, 7), "sgd-momentum": (2, 1, 5, 3), "sgd": (2, 1, 0, 1),
            "none": (0, 0, 0, 0)}
 ELEMENTS_PER_LAUNCH = 320 * 65536  # MultiTensorApply.cuh: depth_to_max_blocks x kChunkSize (CUDA 12)
@@ -153,18 +153,19 @@ def outside_actions(s: ModelShape, run: "Run", settings: RunSettings, stages: Se
 
 
 def unshard_counts(stages_in_order: Sequence[int], max_active: int = MAX_ACTIVE_STAGES) -> dict[int, int]:
-    """How many times torch's ``_add_unshard_reshard`` (``pipelining/schedules.py`` 1496-1575)
+    """How many times torch's ``_add_unshard_reshard`` (``pipelining/schedules.py`` 1496-1576)
     UNSHARDs (all-gathers) each stage of one rank whose actions run these stages in this order:
     before each action the next `max_active` distinct stages are fetched and the others evicted."""
+    # the first `max_active` distinct stages from each position on, built from the end: O(n x max_active)
+    windows: list[list[int]] = [[] for _ in stages_in_order]
+    after: list[int] = []
+    for i in range(len(stages_in_order) - 1, -1, -1):
+        st = stages_in_order[i]
+        after = ([st] + [x for x in after if x != st])[:max_active]
+        windows[i] = after
     counts: dict[int, int] = {}
     active: set[int] = set()
-    for i in range(len(stages_in_order)):
-        upcoming: list[int] = []
-        for st in stages_in_order[i:]:
-            if st not in upcoming:
-                upcoming.append(st)
-                if len(upcoming) == max_active:
-                    break
+    for upcoming in windows:
         active -= {st for st in active if st not in upcoming}
         for st in upcoming:
             if st not in active:
