@@ -56,6 +56,22 @@ def test_its_schedules_and_memory_actions_are_valid_and_fit_the_cap(n_stages, n_
     assert built.sim.makespan < simulate(plain, problem.profile, problem.memory).makespan - 1e-9
 
 
+def test_schedc_validate_takes_its_csv_and_memory_actions(tmp_path, capsys):
+    import json
+
+    from schedc import cli
+    from schedc.io.csvio import write_csv
+
+    problem = Problem.build(4, 8, profile=_flat(4), memory="0.75p")
+    built = offload_heuristic(problem, FAST)
+    assert built is not None
+    write_csv(built.schedule, tmp_path / "s.csv")
+    (tmp_path / "a.json").write_text(json.dumps([a.to_json() for a in built.actions]))
+    assert cli.main(["validate", str(tmp_path / "s.csv"), "--stages", "4", "--mb", "8", "--memory-actions",
+                     str(tmp_path / "a.json"), "--host-bandwidth", "100", "--host-latency", "0"]) == 0
+    assert f"{len(built.actions)} memory action(s) match the CSV" in capsys.readouterr().out
+
+
 def test_a_link_too_slow_for_any_copy_gives_nothing():
     problem = Problem.build(4, 8, profile=_flat(4), memory="0.75p")
     assert offload_heuristic(problem, HostLink(bandwidth=0.01, latency=0.0)) is None
