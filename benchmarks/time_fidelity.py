@@ -185,7 +185,9 @@ def file_table(path: Path) -> tuple[list[str], list[str]]:
                 cell2 = f"{c2:.2f} ({c2 / ms:.2f}x)" if ms > 0 else f"{c2:.2f}"
                 if ms > 0 and action != "B" and p["unit"] != "embedding":
                     k = (p["unit"], action)
-                    worst[k] = max(worst.get(k, (0.0, None)), (abs(c2 / ms - 1), (p["model"], p["seq"])))
+                    err = abs(c2 / ms - 1)
+                    if k not in worst or err > worst[k][0]:
+                        worst[k] = (err, (p["model"], p["seq"]))
             name = "B (count: I+W)" if action == "B" else action
             out.append(f"| {card} | {p['model']} {p['unit']} | {p['seq']} | {name} | {cell1} | {cell2} | {ms:.2f} |")
     return out, verdict(points, worst, refused, gpu)
