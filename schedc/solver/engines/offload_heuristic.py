@@ -41,7 +41,8 @@ Method: the list scheduler's events, with each rank's two copy streams
   greedy and careful, with a lead of 0 then 1. Every construction becomes a schedule and memory
   actions (schedc.core.memory_actions) and is simulated with them (``simulate(...,
   memory_actions=, link=)``); only one that fits its caps, host memory included, is kept, the
-  shortest by the problem's objective. A rank's one microbatch need not fit its cap without
+  shortest by the problem's objective (for the makespan, a construction whose own timing is no
+  shorter than the best so far is not simulated). A rank's one microbatch need not fit its cap without
   offload: on a V a rank's lower stage can wait in host memory while the microbatch climbs to
   its upper stage (the careful variant).
 
@@ -364,6 +365,8 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
         charge_passes(g.n, CONSTRUCTION_PASSES)
         if orders is None or not sched.fetch_at:
             continue  # stuck, or nothing offloaded: the list heuristic's own answer
+        if problem.objective == "makespan" and max(sched.rank_free) >= best_val * (1 + 1e-6):
+            continue  # its own timing (the simulator's, but for rounding) is no shorter: not simulated
         schedule = _to_schedule(safe, orders, "schedc-offload-heuristic", {"source": "offload-heuristic",
                                                                           "rule": rule.describe(),
                                                                           "lead": extra,
