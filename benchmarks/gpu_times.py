@@ -29,8 +29,8 @@ Hugging Face config (what the count reads) and per (model, seq, unit) the F, I, 
 ms and their repeats; ``benchmarks/time_fit.py --measured PATH`` refits the rates with them and
 ``benchmarks/time_fidelity.py --measured PATH`` judges the count against them.
 Cost: on a GPU one build per model and sequence and, per unit, (warm-up + repeats) x 2 rounds:
-estimated at two to three minutes on an H200 for the defaults (an estimate: no run has timed
-this script); ``--device cpu``: a few seconds.
+about two minutes for the defaults (an estimate: no GPU has run this script; the MoE layer's
+per-expert loop is most of it); ``--device cpu``: seconds after the imports.
 """
 
 from __future__ import annotations
