@@ -90,7 +90,7 @@ deterministic time on one worker, node and check limits for the integer program,
 heuristic passes), so the same inputs give the same result on any machine; the report's
 ``budget`` says which clock ran, and a wall-clock cap stays as a safety net.
 
-Cost: the time limit; memory linear in the actions (the full model's pair count no longer builds
+Cost: the time limit; memory linear in the actions (the full model's pair count does not build
 the transitive closure; the integer program's windows, which do, stop at MIP_WINDOW_MAX_ACTIONS).
 """
 

@@ -1,10 +1,10 @@
 """One deadline for every phase of a compile, and the largest problem a compile takes.
 
 Problem: ``--time-limit S`` must end the whole command within about S seconds at any size, and
-Ctrl-C must stop it at once, yet only the engines (CP-SAT, the integer program, windows) used to
-look at the clock: building the action graph, the hand-made schedules, the greedy families and
-the list heuristic ran to completion however long that took (many times the limit on large
-problems: docs/design.md, "Deadlines and sizes").
+Ctrl-C must stop it at once, and not only the engines (CP-SAT, the integer program, windows)
+can run long: building the action graph, the hand-made schedules, the greedy families and the
+list heuristic, run to completion, take many times the limit on large problems (docs/design.md,
+"Deadlines and sizes").
 
 Method: a :class:`Deadline` is passed down to every phase; loops that can run long ask
 ``deadline.expired()`` (the clock, or a Ctrl-C recorded by schedc.solver.interrupt) every few
