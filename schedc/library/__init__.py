@@ -63,7 +63,7 @@ from schedc.library.catalog import (
     select,
     time_limit_for,
 )
-from schedc.library.check import _torch_available, check_entry, check_index, check_library
+from schedc.library.check import check_entry, check_index, check_library, torch_available
 from schedc.library.index import (
     format_makespan,
     format_rank_makespan,
