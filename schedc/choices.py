@@ -1,8 +1,8 @@
 """The choices schedc's functions take, as types a checker sees, and their one-line check.
 
 Problem: every choice (what to minimize, how a runtime executes a CSV, which solver, where
-stages sit, how sure a result is) used to be a plain string checked, or not, deep inside. A typo
-then surfaced late, or as a message that named a CLI flag the caller never used.
+stages sit, how sure a result is) is a string a caller can mistype; checked deep inside, a typo
+surfaces late, or as a message that names a CLI flag the caller never used.
 
 Method: each choice is a ``Literal`` type (so IDEs complete it and type checkers catch a typo),
 or an ``Enum`` for what schedc returns (:class:`Status`). :func:`check_choice` checks a value

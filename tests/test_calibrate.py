@@ -163,17 +163,17 @@ def test_an_overlap_cell_is_timed_once_and_shared_among_its_parts():
     # back to back; each part gets its share of the cell's interval, in cell order
     from schedc.core.ir import Action
     from schedc.io.csvio import parse_csv_text
-    from schedc.runtime.calibrate import _parse_steps
+    from schedc.runtime.calibrate import parse_steps
 
     schedule = parse_csv_text("0F0,0F1,0B1,0B0\n1F0,(1F1;1B0)OVERLAP_F_B,1B1\n", "overlap.csv")
     events = {0: [("PP:0F0", 0.0, 0.0, 1.0), ("PP:0F1", 1.0, 0.0, 2.0), ("PP:0B1", 5.0, 0.0, 7.0),
                   ("PP:0B0", 7.0, 0.0, 9.0)],
               1: [("PP:1F0", 1.0, 0.0, 2.0), ("PP:(1F1;1B0)OVERLAP_F_B", 2.0, 0.5, 5.5), ("PP:1B1", 5.5, 0.0, 7.5)]}
     results = [{"rank": r, "steps": [{"start": 0.0, "end": 9.0, "events": ev}]} for r, ev in events.items()]
-    measured, = _parse_steps(results, schedule, weight=lambda a: 1.0 if a.kind == "F" else 2.0)
+    measured, = parse_steps(results, schedule, weight=lambda a: 1.0 if a.kind == "F" else 2.0)
     assert measured.actions[Action(1, "F", 1)] == (1, 2.5, 3.5, 0.5, 1.0)  # a third of the 3 s the cell ran
     assert measured.actions[Action(1, "B", 0)] == (1, 3.5, 5.5, 0.0, 2.0)
-    evenly, = _parse_steps(results, schedule)
+    evenly, = parse_steps(results, schedule)
     assert evenly.actions[Action(1, "F", 1)][4] == evenly.actions[Action(1, "B", 0)][4] == 1.5
 
 
@@ -182,14 +182,14 @@ def test_torch_215_wait_actions_count_as_waiting_not_compute():
     # their time is the rank waiting; the compute actions' work and the refined profile ignore it
     from schedc.core.ir import Action
     from schedc.io.csvio import parse_csv_text
-    from schedc.runtime.calibrate import _parse_steps
+    from schedc.runtime.calibrate import parse_steps
 
     schedule = parse_csv_text("0F0,0B0\n1F0,1B0\n", "w.csv")
     events = {0: [("PP:0F0", 0.0, 0.0, 1.0), ("PP:0SEND_F0", 1.0, 0.0, 1.0), ("PP:0WAIT_SEND_F0", 1.0, 0.0, 3.0),
                   ("PP:0B0", 4.0, 0.0, 6.0), ("PP:0WAIT_REDUCE_GRAD", 6.0, 0.0, 6.5)],
               1: [("PP:1F0", 1.0, 0.0, 2.0), ("PP:1B0", 2.0, 0.0, 4.0), ("PP:1WAIT_SEND_B0", 4.0, 0.0, 4.25)]}
     results = [{"rank": r, "steps": [{"start": 0.0, "end": 6.5, "events": ev}]} for r, ev in events.items()]
-    measured, = _parse_steps(results, schedule)
+    measured, = parse_steps(results, schedule)
     assert measured.waiting == [2.5, 0.25]
     assert measured.actions[Action(0, "F", 0)][4] == 1.0 and measured.actions[Action(0, "B", 0)][4] == 2.0
     profile = Profile.uniform(2, 1, 1, 1)

@@ -102,3 +102,21 @@ def test_ac_auto_names_the_flag_when_no_mode_fits(tmp_path):
                            "-o", str(tmp_path / "p.csv"), "--quiet"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "no partition" in proc.stderr, proc.stderr
     assert "--memory 1.56GiB" in proc.stderr and "memory=" not in proc.stderr
+
+
+def test_a_cp_sat_compile_under_a_work_budget_costs_about_its_units_of_cpu():
+    """A work unit is about 2/3 of a CPU second (schedc.solver.deadline): CP-SAT's charges cover
+    the work its deterministic time leaves out (its LP, off under a work budget; its presolve and
+    loading, charged by model size), so a compile CP-SAT dominates spends neither many times its
+    budget in CPU seconds nor a small part of it. CPU time, not wall: a busy machine slows both
+    the same way."""
+    from schedc.api import compile as compile_schedule
+
+    units = deep_units(30)
+    profile = units.merge([4] * 8)
+    start = time.process_time()
+    res = compile_schedule(stages=8, microbatches=16, profile=profile, memory="12GiB", placement="loop",
+                           time_limit=4, budget="work", solver="cpsat", seed=0)
+    spent = time.process_time() - start
+    assert res.value > 0
+    assert 0.15 * 4 <= spent <= 3 * 4, f"a 4-unit compile took {spent:.1f} CPU s"

@@ -135,7 +135,7 @@ def _check(args) -> int:
         echo(f"schedc library check: {len(problems)} problem(s) in {directory}", file=sys.stderr)
         return 1
     n = len(list(directory.glob("*.csv")))
-    echo(f"{directory}: {n} schedules ok (validated, {'' if lib._torch_available() and not args.no_torch else 'NOT '}"
+    echo(f"{directory}: {n} schedules ok (validated, {'' if lib.torch_available() and not args.no_torch else 'NOT '}"
           f"loaded in torch, re-simulated = reports, index current)")
     return 0
 

@@ -17,7 +17,7 @@ import math
 import re
 from typing import Optional
 
-from schedc.core.costs import _size_unit
+from schedc.core.costs import size_unit
 from schedc.core.host_link import DEFAULT_BANDWIDTH, DEFAULT_LATENCY, HostLink
 from schedc.errors import SchedcError, shown
 
@@ -53,7 +53,7 @@ def _rate(text: str) -> float:
     if m is None or m.group(2) == "i":
         raise SchedcError(f"--host-bandwidth: expected bytes per second, e.g. 50GB/s, 46.6GiB/s or 5e10, got "
                           f"{shown(text)}")
-    value = float(m.group(1)) * (_size_unit(m.group(2)) if m.group(2) else 1)
+    value = float(m.group(1)) * (size_unit(m.group(2)) if m.group(2) else 1)
     if not (value > 0 and math.isfinite(value)):
         raise SchedcError(f"--host-bandwidth: must be a positive, finite number of bytes per second (e.g. 50GB/s), "
                           f"got {shown(text)}")
@@ -75,7 +75,7 @@ def _size(text: str) -> float:
     if t in ("none", "inf", "unlimited"):
         return math.inf
     m = re.fullmatch(_NUMBER + r"([kmgt]i?b?|b)", t) if len(t) <= 100 else None
-    value = float(m.group(1)) * _size_unit(m.group(2)) if m and m.group(2) != "i" else math.nan
+    value = float(m.group(1)) * size_unit(m.group(2)) if m and m.group(2) != "i" else math.nan
     if not (value >= 0 and math.isfinite(value)):
         raise SchedcError(f"--host-memory: expected a size of pinned memory per node, e.g. 1TiB or 512GB, or none, "
                           f"got {shown(text)}")

@@ -24,7 +24,7 @@ def register(sub) -> None:
                         "(unless --profile/--costs give one for all)")
     common.add_cost_args(p)
     offload_flags.add_memory_actions_arg(p)
-    # --mem stays --memory's abbreviation, as it was before --memory-actions shared its prefix
+    # --mem is --memory's abbreviation, which argparse cannot infer once --memory-actions shares its prefix
     p.add_argument("--mem", dest="memory", metavar="SPEC", help=argparse.SUPPRESS)
     offload_flags.add_link_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -472,7 +472,7 @@ def parse_comm(text: str) -> Union[float, list[float]]:
     return values[0] if len(values) == 1 else values
 
 
-def _size_unit(unit: str) -> int:
+def size_unit(unit: str) -> int:
     """Bytes of one ``unit`` of MemoryLimit.parse: b, k/ki/kib (binary), kb (decimal), ..."""
     if unit == "b":
         return 1
@@ -523,7 +523,7 @@ class MemoryLimit(BaseModel):
                 raise ParameterError("memory", f"the factor in {shown(text)} is more than "
                                                f"{limits.MAX_MEMORY_FACTOR:g}; for no cap give {{name}}none")
             return cls(kind="relative", value=number)
-        value = number * _size_unit(unit)
+        value = number * size_unit(unit)
         if not math.isfinite(value) or value > limits.MAX_MEMORY_BYTES:
             raise ParameterError("memory", f"{shown(text)} is more than {format_bytes(limits.MAX_MEMORY_BYTES)} "
                                            "per rank; for no cap give {name}none")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Collection, Optional, Sequence, Union
 from schedc.core.ir import Action, Kind, Schedule, make_placement, placement_name
 from schedc.core.simulate import Deadlock, producer_keys, producers, walk
 from schedc.errors import SchedcError
-from schedc.io.csvio import _position as _pos  # positions read as in csvio's parse errors
+from schedc.io.csvio import cell_position as _pos  # positions read as in csvio's parse errors
 
 if TYPE_CHECKING:  # networkx loads on the first graph built, not with `import schedc`
     import networkx as nx

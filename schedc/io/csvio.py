@@ -147,7 +147,7 @@ def _parse_plain(cell: str, action: re.Pattern) -> Optional[Action]:
     return None
 
 
-def _position(rank: int, column: int) -> str:
+def cell_position(rank: int, column: int) -> str:
     """Human position of a cell: 0-based rank and column index in, 1-based row/column out."""
     return f"rank {rank} (row {rank + 1}), column {column + 1}"
 
@@ -171,14 +171,14 @@ def _build(
             for a in cell.parts:
                 if a in seen:
                     r0, c0 = seen[a]
-                    raise SchedcError(f"{prefix}{a} appears twice: at {_position(r0, c0)} and at "
-                                      f"{_position(r, c)}; each action runs exactly once")
+                    raise SchedcError(f"{prefix}{a} appears twice: at {cell_position(r0, c0)} and at "
+                                      f"{cell_position(r, c)}; each action runs exactly once")
                 seen[a] = (r, c)
                 if a.stage in owner and owner[a.stage][0] != r:
                     r0, c0, a0 = owner[a.stage]
                     raise SchedcError(
-                        f"{prefix}stage {a.stage} appears on two ranks: {a0} at {_position(r0, c0)} and "
-                        f"{a} at {_position(r, c)}; a stage runs on exactly one rank")
+                        f"{prefix}stage {a.stage} appears on two ranks: {a0} at {cell_position(r0, c0)} and "
+                        f"{a} at {cell_position(r, c)}; a stage runs on exactly one rank")
                 owner.setdefault(a.stage, (r, c, a))
     if not seen:
         raise SchedcError(f"{prefix}no actions: expected one row per rank with cells such as 0F0, 0B0")
@@ -228,9 +228,9 @@ def parse_csv_text(
                                   "(blank lines count as ranks without actions)")
             n_cells += len(row)
             if n_cells > limits.MAX_CELLS:
-                raise SchedcError(f"{prefix}{_position(r, len(row) - 1)}: more than {limits.MAX_CELLS:,} cells; "
+                raise SchedcError(f"{prefix}{cell_position(r, len(row) - 1)}: more than {limits.MAX_CELLS:,} cells; "
                                   f"schedc handles schedules of at most {limits.MAX_ACTIONS:,} actions")
-            cells = [_parse_plain(cell, action) or parse_cell(cell, f"{source or '<csv>'}: {_position(r, c)}")
+            cells = [_parse_plain(cell, action) or parse_cell(cell, f"{source or '<csv>'}: {cell_position(r, c)}")
                      for c, cell in enumerate(row)]
             for cell in cells:
                 if cell is not None:

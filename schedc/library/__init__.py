@@ -3,7 +3,7 @@
 One module per job: :mod:`~schedc.library.transformer` (the transformer cost model),
 :mod:`~schedc.library.catalog` (set-up names, where the library lives, reading it back),
 :mod:`~schedc.library.build`, :mod:`~schedc.library.index` (the Markdown index) and
-:mod:`~schedc.library.check`. Everything is importable from ``schedc.library`` as before.
+:mod:`~schedc.library.check`. Everything is importable from ``schedc.library``.
 
 Problem: a user with a standard set-up (R ranks, M microbatches, 1F1B's memory or twice it, one
 stage per rank or two in a V, identical stages or a transformer) should find a good schedule
@@ -63,7 +63,7 @@ from schedc.library.catalog import (
     select,
     time_limit_for,
 )
-from schedc.library.check import _torch_available, check_entry, check_index, check_library
+from schedc.library.check import check_entry, check_index, check_library, torch_available
 from schedc.library.index import (
     format_makespan,
     format_rank_makespan,

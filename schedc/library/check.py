@@ -33,7 +33,7 @@ def _close(a, b) -> bool:
     return math.isclose(float(a), float(b), rel_tol=REL, abs_tol=TIE)
 
 
-def _torch_available() -> bool:
+def torch_available() -> bool:
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -158,8 +158,8 @@ def check_library(
     makespan. Then: `setups` (if given) are all present, and the index is current. No solving."""
     directory = find_library(directory)
     if torch is None:
-        torch = _torch_available()
-    elif torch and not _torch_available():
+        torch = torch_available()
+    elif torch and not torch_available():
         return ["torch is not installed: cannot check that torch loads the schedules (pip install torch, or skip "
                 "the torch check)"]
     entries, problems = load_entries(directory)

@@ -17,9 +17,9 @@ from schedc.errors import SchedcError
 from schedc.planning.clock import bounded_program
 from schedc.solver.interrupt import Cut
 
-# passes over the actions charged per simulation of a hand-made schedule: 1.5e-5 to 4e-5 s per
-# action measured with two busy processes on the 2-core machine, where a pass is 2e-5
-SIMULATION_PASSES = 1.5
+# passes over the actions charged per simulation of a hand-made schedule: 0.36-0.58 CPU seconds
+# per unit charged at 1.5 passes (benchmarks/work_charges.py), times 1.5 for a work unit's wall clock
+SIMULATION_PASSES = 0.75
 
 
 def hand_made_warm(problem):

@@ -20,9 +20,9 @@ from schedc.core.formatting import format_bytes
 from schedc.errors import ParameterError, SchedcError
 
 # passes over the actions (schedc.solver.deadline.charge_passes) charged per partition's own bound:
-# 2.3e-5 to 2.8e-5 s per action measured on the 2-core machine with two busy processes (loop and
-# V of 8 ranks, 8 to 128 microbatches), where a pass is 2e-5
-OWN_BOUND_PASSES = 1.25
+# 0.30-0.47 CPU seconds per unit charged at 1.25 passes (Llama-3.1-70B and Mistral-NeMo-12B-like
+# plans, benchmarks/work_charges.py), times 1.5 for a work unit's wall clock
+OWN_BOUND_PASSES = 0.5
 
 # a loop of two stages per rank: stage s on rank s mod R, what torchtitan's Interleaved1F1B and
 # InterleavedZeroBubble build (torch's schedule classes and schedc's interleaved baselines run it)

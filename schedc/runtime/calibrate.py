@@ -329,7 +329,7 @@ def _backward_kinds(schedule: Schedule) -> dict[tuple[int, int], str]:
     return {(a.stage, a.microbatch): a.kind for _, a in schedule.all_actions() if a.kind in ("I", "B")}
 
 
-def _parse_steps(results: list[dict], schedule: Schedule,
+def parse_steps(results: list[dict], schedule: Schedule,
                  weight: Optional[Callable[[Action], float]] = None) -> list[_Measured]:
     """Per timed step, every action's (rank, start, end, wait, work). An OVERLAP_F_B cell is timed
     as one; its interval is shared among its parts in proportion to `weight` (their expected
@@ -440,7 +440,7 @@ def _median(values, default):
 
 def compare(csv_label: str, schedule: Schedule, profile: Profile, results: list[dict]) -> Calibration:
     """Predicted (simulate with `profile`) vs measured (per-rank results of :func:`rank_main`)."""
-    measured = _parse_steps(results, schedule)
+    measured = parse_steps(results, schedule)
     if not measured:
         raise ParameterError("steps", "calibrate: no timed steps came back; use {param} >= 1")
     pred = simulate(schedule, profile)

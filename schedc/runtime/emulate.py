@@ -525,13 +525,13 @@ def _launch(runs, n_ranks, scale, steps, warmup, overhead_steps, timeout, copies
 
 def _compare(path, schedule: Schedule, profile: Profile, scale, comm, results: list[dict], memory_actions=(),
              link: Optional[HostLink] = None) -> Emulation:
-    from schedc.runtime.calibrate import _parse_steps, refine_profile
+    from schedc.runtime.calibrate import parse_steps, refine_profile
 
     by_rank = sorted(results, key=lambda r: r["rank"])
     # an overlap cell's parts share its interval as their sleeps do (the overhead run: equally)
     as_run = profile.executed()  # converted once, not per overlapped part
-    zero = _parse_steps([{"rank": r["rank"], "steps": r["zero"]} for r in by_rank], schedule)
-    slept = _parse_steps([{"rank": r["rank"], "steps": r["sleep"]} for r in by_rank], schedule,
+    zero = parse_steps([{"rank": r["rank"], "steps": r["zero"]} for r in by_rank], schedule)
+    slept = parse_steps([{"rank": r["rank"], "steps": r["sleep"]} for r in by_rank], schedule,
                          lambda a: as_run.duration(a.stage, a.kind))
     base = profile.model_copy(update={"comm": 0.0})
     overhead = refine_profile(base, schedule, zero)  # each stage's F/I/W: median overhead-run work

@@ -17,9 +17,10 @@ it reads nothing not yet built (the action graph of step 4), the best so far is 
 building the action graph), and its time gate passes. Every answer enters through
 ``_Compilation.take`` and every bound through ``_Compilation.raise_bound``. The ``solver=``
 values are the rows of ``SOLVERS``. A new engine is its module and a row of PHASES
-(:func:`engine_phase` builds the row of an engine that needs nothing of its own) and, for a new
-``solver=`` value, a row of SOLVERS (and its name in schedc.choices.Solver, which type checkers
-read).
+(:func:`engine_phase` builds the row of an engine that needs nothing of its own, as periodic's
+is; CP-SAT, the integer program and windows have rows of their own for their extra steps) and,
+for a new ``solver=`` value, a row of SOLVERS (and its name in schedc.choices.Solver, which type
+checkers read).
 
 Before the tables, the inputs are checked: the size and the time limit (schedc.solver.deadline),
 the solver, and a cap that cannot hold one microbatch per stage fails with the smallest limit
@@ -89,7 +90,7 @@ deterministic time on one worker, node and check limits for the integer program,
 heuristic passes), so the same inputs give the same result on any machine; the report's
 ``budget`` says which clock ran, and a wall-clock cap stays as a safety net.
 
-Cost: the time limit; memory linear in the actions (the full model's pair count no longer builds
+Cost: the time limit; memory linear in the actions (the full model's pair count does not build
 the transitive closure; the integer program's windows, which do, stop at MIP_WINDOW_MAX_ACTIONS).
 """
 
@@ -598,17 +599,6 @@ class _Compilation:
         if self.raise_bound(block_bound(self.graph, Deadline(end), SIZES), "block relaxation", "block_relaxation"):
             self.emit("block relaxation", self.best_val, self.bound)
 
-    def try_periodic(self, phase: "Phase") -> None:
-        """Periodic schedules (schedc.solver.engines.periodic) for the phase's share of the time left (at
-        least PERIODIC_MIN_SECONDS where the time allows): under a tight cap the steady state
-        decides the step and a repeated timetable finds it where the engines that decide action by
-        action do not. A better answer becomes the incumbent that CP-SAT polishes and windows
-        search around."""
-        left = self.deadline - now()
-        seconds = max(phase.time_share(self) * left, min(PERIODIC_MIN_SECONDS, 0.6 * left))
-        self.take(periodic.PeriodicEngine(seed=self.seed).run(self.graph, None, Deadline.after(seconds)), phase)
-        self.emit("periodic", self.best_val, self.bound)
-
     def search_windows(self, phase: "Phase") -> None:
         """Windows over the model's incumbent (schedc.solver.engines.windows) until the deadline: with
         CP-SAT when it runs (it solves windows several times wider than the integer program can),
@@ -694,10 +684,38 @@ START: tuple[Phase, ...] = (
           margin=0.0, passes=GRAPH_PASSES, on_graph=False),
 )
 
+def engine_phase(name: str, build: Callable[[_Compilation], Engine], share: Callable[[_Compilation], float],
+                 when: Callable[[_Compilation], bool] = _always, certifies: bool = False, incumbent: str = IN_ORDER,
+                 hinted: bool = True, on_action_graph: bool = True,
+                 seconds: Optional[Callable[[_Compilation, float], float]] = None, **gates) -> Phase:
+    """The row of an engine (schedc.solver.engine) that needs nothing of its own: `build(c)` makes
+    it; it runs for its share of the time left (`seconds(c, share_seconds)` where it asks for
+    another amount), on the action graph (or, with ``on_action_graph=False``, the stage-level
+    graph), from the best so far (``IN_ORDER``) or the model's incumbent (``NO_WORSE``), or from
+    nothing (``hinted=False``); its Result enters through take, and a progress line with its name
+    follows. `gates`: the other fields of :class:`Phase` (margin, passes, size_ok)."""
+
+    def run(c: _Compilation, phase: Phase) -> None:
+        given = phase.time_share(c) * (c.deadline - now())
+        start = None if not hinted else c.best() if phase.incumbent == IN_ORDER else c.incumbent()
+        graph = c.action_graph if on_action_graph else c.graph
+        c.take(build(c).run(graph, start, Deadline.after(given if seconds is None else seconds(c, given))), phase)
+        c.emit(phase.name, c.best_val, c.bound)
+
+    return Phase(name, run, share, when, certifies, incumbent, **gates)
+
+
+def _periodic_seconds(c: _Compilation, given: float) -> float:
+    """At least PERIODIC_MIN_SECONDS where the time allows (0.6 of what is left): under a tight
+    cap the steady state decides the step, and a repeated timetable finds it where the engines
+    that decide action by action do not."""
+    return max(given, min(PERIODIC_MIN_SECONDS, 0.6 * (c.deadline - now())))
+
+
 # the phases on the action graph, in the order they run (module docstring, steps 5-9)
 PHASES: tuple[Phase, ...] = (
-    Phase("periodic", _Compilation.try_periodic, lambda c: PERIODIC_SHARE, lambda c: c.tight,
-          certifies=False, incumbent=IN_ORDER),
+    engine_phase("periodic", lambda c: periodic.PeriodicEngine(seed=c.seed), lambda c: PERIODIC_SHARE,
+                 lambda c: c.tight, incumbent=IN_ORDER, hinted=False, on_action_graph=False, seconds=_periodic_seconds),
     Phase("tight-cap relaxations", _Compilation.raise_bound_tight, lambda c: TIGHT_BOUND_SHARE, lambda c: c.tight,
           certifies=True),
     Phase("cp-sat", _Compilation.polish_with_cpsat, lambda c: CPSAT_SHARE if c.mip else 1.0,
@@ -708,24 +726,6 @@ PHASES: tuple[Phase, ...] = (
     Phase("windows", _Compilation.search_windows, lambda c: 1.0, lambda c: c.inc_orders is not None,
           certifies=False, incumbent=NO_WORSE),
 )
-
-
-def engine_phase(name: str, build: Callable[[_Compilation], Engine], share: Callable[[_Compilation], float],
-                 when: Callable[[_Compilation], bool] = _always, certifies: bool = False, incumbent: str = IN_ORDER,
-                 **gates) -> Phase:
-    """The row of an engine (schedc.solver.engine) that needs nothing of its own: `build(c)` makes
-    it; it runs on the action graph for its share of the time left, from the best so far
-    (``IN_ORDER``) or the model's incumbent (``NO_WORSE``); its Result enters through take, and a
-    progress line with its name follows. `gates`: the other fields of :class:`Phase` (margin,
-    passes, size_ok)."""
-
-    def run(c: _Compilation, phase: Phase) -> None:
-        start = c.best() if phase.incumbent == IN_ORDER else c.incumbent()
-        c.take(build(c).run(c.action_graph, start, Deadline.after(phase.time_share(c) * (c.deadline - now()))),
-               phase)
-        c.emit(phase.name, c.best_val, c.bound)
-
-    return Phase(name, run, share, when, certifies, incumbent, **gates)
 
 
 def _gap(value: float, bound: float) -> float:

@@ -1,10 +1,10 @@
 """One deadline for every phase of a compile, and the largest problem a compile takes.
 
 Problem: ``--time-limit S`` must end the whole command within about S seconds at any size, and
-Ctrl-C must stop it at once, yet only the engines (CP-SAT, the integer program, windows) used to
-look at the clock: building the action graph, the hand-made schedules, the greedy families and
-the list heuristic ran to completion however long that took (many times the limit on large
-problems: docs/design.md, "Deadlines and sizes").
+Ctrl-C must stop it at once, and not only the engines (CP-SAT, the integer program, windows)
+can run long: building the action graph, the hand-made schedules, the greedy families and the
+list heuristic, run to completion, take many times the limit on large problems (docs/design.md,
+"Deadlines and sizes").
 
 Method: a :class:`Deadline` is passed down to every phase; loops that can run long ask
 ``deadline.expired()`` (the clock, or a Ctrl-C recorded by schedc.solver.interrupt) every few
@@ -20,7 +20,12 @@ limits cut every phase short at a different point, so the same inputs give anoth
 Inside :func:`counting_work` the clock that deadlines read (:func:`now`) is a *work clock*: it
 starts at 0 and advances only when a phase charges the work it did
 (:func:`charge`): CP-SAT its deterministic time, the integer program its node limit's share,
-the list heuristic a fixed cost per construction and per local-search move. Every decision
+the list heuristic a fixed cost per construction and per local-search move. A work unit is
+about a second of wall clock on the reference machine (2 cores with two other busy processes:
+about 2/3 of a CPU second), each charge's rate measured there (benchmarks/work_charges.py prints
+CPU seconds per unit charged, per charge); so a work budget ends near its size in seconds on
+such a machine, sooner on an idle or faster one, and one far slower is cut by the wall clock
+(the plan's clock takes over: schedc.planning.clock). Every decision
 taken on time (phase shares, skips, stopping) is then a function of the inputs alone, and the
 solvers run with fixed seeds and worker counts, so the same inputs give the same schedule,
 value and bound on any machine. A wall-clock cap (:data:`WORK_WALL_FACTOR` x the budget + a

@@ -2,8 +2,8 @@
 
 Problem: the compiler runs several engines one after another -- the list heuristic, the two
 zero-bubble greedies, CP-SAT, the integer program, the window search -- each handing its best to
-the next, under one deadline. Each used to have its own signature, so the driver knew every
-engine's calling convention.
+the next, under one deadline. With a signature of its own for each, the driver would have to know
+every engine's calling convention.
 
 Method: an engine is an object with a ``name`` and ``run(graph, incumbent, deadline)``:
 

@@ -5,8 +5,8 @@ program, CP-SAT and the window search all need the same numbers -- per-stage cos
 deltas as the runtime executes them, which stages sit on which rank, the communication lag of
 each boundary, each rank's room for activations -- and the engines that reason on single
 actions need the action graph: every F, I, W (or B) numbered, its duration, rank and memory
-delta, its producers with their lags, a topological order. Each engine used to lower the
-problem itself (five copies of the dependency rule, six of "the stages of rank r").
+delta, its producers with their lags, a topological order. Lowered by each engine itself, the
+dependency rule and "the stages of rank r" would exist once per engine.
 
 Method: :func:`graph_of` builds a :class:`Graph` once per problem, and engines take it.
 

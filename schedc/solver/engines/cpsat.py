@@ -89,6 +89,15 @@ from schedc.solver.problem import Problem
 
 _REL = REL
 WORKERS = 2  # what the compiler runs: CP-SAT's parallel search is its strength; one worker finds much less
+# work units per unit of CP-SAT's deterministic time on one worker without its LP: 4.5-7 CPU
+# seconds on the window models of a Llama-3.1-70B plan, times 1.5 for the wall clock of a 2-core
+# machine with two busy processes (schedc.solver.deadline, "work unit"; benchmarks/work_charges.py
+# prints CPU seconds per unit charged, per charge)
+WORK_PER_DETERMINISTIC_UNIT = 10.0
+# and per solve for what its deterministic time leaves out (presolve, loading the cumulative
+# constraints): about 1.6e-6 to 2.3e-6 CPU seconds x (variables + constraints)^1.5 on the same
+# models, within a factor of two from 700 to 14,000 (times 1.5 as above)
+SETUP_WORK_PER_SIZE = 3.4e-6
 
 
 @dataclass
@@ -281,7 +290,11 @@ def _solver(time_limit: float, workers: int, seed: int):
     solver.parameters.random_seed = int(seed)
     solver.parameters.catch_sigint_signal = False  # its handler is never given back (interrupt.py)
     if counting_work_on():
-        solver.parameters.max_deterministic_time = max(0.1, time_limit)
+        # the LP relaxation's work is missing from CP-SAT's deterministic time (a 2,593-variable
+        # window model: 0.03 units after 11.6 CPU seconds; without it 2 units took 9), so a work
+        # budget runs CP-SAT without it and charges its deterministic time at a measured rate
+        solver.parameters.linearization_level = 0
+        solver.parameters.max_deterministic_time = max(0.1, time_limit) / WORK_PER_DETERMINISTIC_UNIT
         solver.parameters.max_time_in_seconds = max(0.1, wall_left())
         solver.parameters.num_workers = 1
     return solver
@@ -312,7 +325,9 @@ def _run(solver, m, stale_seconds: Optional[float]):
         stale_seconds = None
     with interrupt.stop_native_solver(solver.stop_search), _stop_when_stale(solver, stale_seconds) as on_solution:
         status = solver.solve(m, on_solution)
-    charge(solver.deterministic_time)
+    if counting_work_on():
+        size = len(m.proto.variables) + len(m.proto.constraints)
+        charge(WORK_PER_DETERMINISTIC_UNIT * solver.deterministic_time + SETUP_WORK_PER_SIZE * size ** 1.5)
     wall_cut()  # a solve stopped by the safety net is recorded as such
     return status
 

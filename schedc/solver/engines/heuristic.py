@@ -729,8 +729,10 @@ def polish(g: Graph, schedule: Schedule, source: str, end: float, deadline: Dead
 # one construction there can take longer than the warm-start budget (docs/design.md, "Warm start")
 MIN_RULES = 2
 # passes over the graph a list construction and its re-timing count for under a work budget
-# (schedc.solver.deadline); a local-search move counts one
-CONSTRUCTION_PASSES = 3
+# (schedc.solver.deadline), and a local-search move: 3.2-5.8 and 0.2-1.1 CPU seconds per unit
+# charged at 3 and 1 passes (benchmarks/work_charges.py), times 1.5 for a work unit's wall clock
+CONSTRUCTION_PASSES = 14
+MOVE_PASSES = 0.5
 
 
 def _safe_construction(a: Graph, objective: str, bound: float, deadline: float, seed: int,
@@ -833,7 +835,7 @@ def _local_search(a: Graph, orders, val: float, objective: str, deadline: float,
         item = row.pop(i)
         row.insert(j, item)
         res = _retime(a, orders)
-        charge_passes(a.n)
+        charge_passes(a.n, MOVE_PASSES)
         if res is not None and res[2]:
             new = _search_key(res, objective)
             if new[0] < key[0] - EPS or (new[0] <= key[0] + EPS and new[1] <= key[1] + EPS):

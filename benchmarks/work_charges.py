@@ -1,0 +1,134 @@
+"""What each work charge costs: CPU seconds per work unit charged, per place that charges.
+
+A work budget (schedc.solver.deadline, ``--budget work``) is reproducible because its clock
+advances only by charges that are functions of the inputs; it keeps its size in seconds only where
+those charges match the work done. A work unit is meant to be about a second of wall clock on a
+2-core machine with two other busy processes, about 2/3 of a CPU second (the plan's process gets
+two thirds of the cores). This script runs ``schedc.plan`` under a work budget on issue 52's two
+cases (plan_budgets.py's configs, counted; nothing downloaded) with the work clock instrumented:
+each charge is attributed the process CPU seconds since the previous charge, and the table gives,
+per charging function, the units charged, the CPU seconds and their ratio (0.67 is on target;
+above it the charge is too small, below it too large), then CP-SAT's solves alone (CPU seconds
+inside ``solve`` against its deterministic time). Use it to re-measure the rates in
+schedc/solver/engines/cpsat.py, heuristic.py, schedc/planning/problem.py and handmade.py.
+
+    python benchmarks/work_charges.py                  # both cases, 30 work units each
+    python benchmarks/work_charges.py --time-limit 15 --match mistral
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import schedc.solver.deadline as deadline
+from schedc.solver.engines import cpsat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plan_budgets import CONFIGS  # noqa: E402  (the issue's two configs, one definition)
+
+TARGET = 2 / 3  # CPU seconds per work unit
+
+
+class _Attributed:
+    """Per charging function: [units, CPU seconds, charges]."""
+
+    def __init__(self) -> None:
+        self.sites: dict[str, list] = collections.defaultdict(lambda: [0.0, 0.0, 0])
+        self.cpu = time.process_time()
+
+    def record(self, units: float) -> None:
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_name in ("charge", "charge_passes", "charge_work"):
+            frame = frame.f_back
+        site = "?" if frame is None else \
+            f"{frame.f_code.co_filename.split('schedc/')[-1]}:{frame.f_code.co_name}"
+        cpu = time.process_time()
+        row = self.sites[site]
+        row[0] += units
+        row[1] += cpu - self.cpu
+        row[2] += 1
+        self.cpu = cpu
+
+
+def _instrument(attributed: _Attributed, solves: list) -> None:
+    charge = deadline.charge
+
+    def counted(units: float) -> None:
+        if deadline.counting_work_on() and units > 0:
+            attributed.record(units)
+        charge(units)
+
+    for module in list(sys.modules.values()):  # every module that imported charge by name
+        if getattr(module, "__name__", "").startswith("schedc") and getattr(module, "charge", None) is charge:
+            module.charge = counted  # type: ignore[attr-defined]
+    deadline.charge = counted
+    run = cpsat._run
+
+    def timed(solver, m, stale):
+        cpu = time.process_time()
+        status = run(solver, m, stale)
+        solves.append((time.process_time() - cpu, solver.deterministic_time,
+                       len(m.proto.variables) + len(m.proto.constraints)))
+        return status
+
+    cpsat._run = timed
+
+
+def run_case(name: str, time_limit: float, attributed: _Attributed, solves: list) -> None:
+    import json
+
+    import schedc
+    from schedc.api import count_profile
+    from schedc.planning.ac import plan_mode
+
+    attributed.sites.clear()
+    solves.clear()
+    with tempfile.TemporaryDirectory() as d:
+        config = Path(d) / f"{name}.json"
+        config.write_text(json.dumps(CONFIGS[name]))
+        if name == "llama70b":
+            profile = count_profile(config, seq=8192, tp=4, framework="torchtitan", activation_checkpoint="full")
+            cpu, wall = time.process_time(), time.monotonic()
+            attributed.cpu = cpu
+            res = plan_mode(profile, "full", None, ranks=8, microbatches=32, memory="80GiB", budget="work",
+                            time_limit=time_limit)
+        else:
+            profile = count_profile(config, seq=4096)
+            cpu, wall = time.process_time(), time.monotonic()
+            attributed.cpu = cpu
+            res = schedc.plan(profile=profile, ranks=8, microbatches=32, placement="v", memory="64GiB",
+                              budget="work", time_limit=time_limit)
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    print(f"\n{name}: {time_limit:g} work units, {cpu:.1f} CPU s, {wall:.1f} wall s, cut by the wall clock: "
+          f"{'yes' if res.cut_by_wall else 'no'}, step {res.compiled.value:.6g}")
+    print("| charged by | charges | units | CPU s | CPU s per unit |")
+    print("|---|---|---|---|---|")
+    for site, (units, spent, n) in sorted(attributed.sites.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {site} | {n} | {units:.2f} | {spent:.2f} | {spent / units:.2f} |")
+    if solves:
+        spent, dtime = sum(s[0] for s in solves), sum(s[1] for s in solves)
+        print(f"CP-SAT: {len(solves)} solves, {spent:.2f} CPU s in solve, deterministic time {dtime:.3f}, "
+              f"largest model {max(s[2] for s in solves)} variables + constraints")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    ap.add_argument("--match", action="append", default=[], help="only cases whose name contains this")
+    args = ap.parse_args(argv)
+    print(f"target: {TARGET:.2f} CPU s per work unit")
+    attributed, solves = _Attributed(), []
+    _instrument(attributed, solves)
+    for name in CONFIGS:
+        if not args.match or any(m in name for m in args.match):
+            run_case(name, args.time_limit, attributed, solves)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
