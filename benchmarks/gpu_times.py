@@ -121,7 +121,7 @@ def time_unit(unit: mf.Unit, cuda: bool, warmup: int, repeats: int, left_s: floa
         one_round(unit, cuda)
     per_round = (time.monotonic() - start) / max(warmup, 1)
     fit = repeats if per_round * repeats <= left_s else max(3, int(left_s / max(per_round, 1e-9)))
-    runs = {k: [] for k in PASSES}
+    runs: dict[str, list[float]] = {k: [] for k in PASSES}
     for _ in range(min(fit, repeats)):
         for k, ms in one_round(unit, cuda).items():
             runs[k].append(ms)
@@ -139,12 +139,13 @@ def hf_config(sizes: dict, name: str, dtype: str) -> dict:
 def measure_case(name: str, seq: int, device: str, size: dict, left_s: float) -> tuple[list[dict], list[dict]]:
     """The points of one model at one sequence (per unit: medians and repeats), and what failed."""
     cuda = device.startswith("cuda")
-    units, _ = mf.hf_units(name, size["sizes"], seq, dtype=torch.bfloat16, device=device)
+    units: Optional[list[mf.Unit]] = mf.hf_units(name, size["sizes"], seq, dtype=torch.bfloat16, device=device)[0]
     points, failed = [], []
     config = hf_config(size["sizes"], name, "bfloat16")
     start = time.monotonic()
+    unit: Optional[mf.Unit] = None
     try:
-        for unit in units:
+        for unit in units or ():
             label = UNIT_NAMES[unit.name]
             try:
                 runs, repeats = time_unit(unit, cuda, size["warmup"], size["repeats"],
@@ -161,7 +162,7 @@ def measure_case(name: str, seq: int, device: str, size: dict, left_s: float) ->
             print(f"{name:<15} {seq:>6} {label:<10} " + " ".join(f"{med[k]:>9.3f}" for k in PASSES)
                   + f" {split:>7}{note}", flush=True)
     finally:
-        del units
+        units = unit = None  # the model's last references: freed before the next model is built
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
@@ -170,10 +171,10 @@ def measure_case(name: str, seq: int, device: str, size: dict, left_s: float) ->
 
 def run(models, seqs, device: str, budget_s: float, repeats: Optional[int] = None) -> dict:
     """Every (model, seq) that fits `budget_s`, in order; the report :func:`main` writes."""
-    size = dict(SIZES["cuda" if device.startswith("cuda") else "cpu"])
+    size: dict = dict(SIZES["cuda" if device.startswith("cuda") else "cpu"])
     if repeats is not None:
         size["repeats"] = repeats
-    seqs = list(seqs) if seqs else list(size["seqs"])
+    seqs = list(seqs or size["seqs"])
     start = time.monotonic()
     points, failed, skipped = [], [], []
     last: Optional[tuple[int, float]] = None  # (seq, wall s) of the last case measured

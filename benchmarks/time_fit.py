@@ -206,7 +206,7 @@ def points(extra: Sequence[dict] = ()) -> list[dict]:
         work = ops(model, unit, seq, row["config"])
         terms = []
         for kind in actions:
-            gpu = {}
+            gpu: dict[str, float] = {}
             for name, amount in timing.terms(work[KINDS[kind]], kind).items():
                 if amount:
                     gpu[rate_key(name, card)] = gpu.get(rate_key(name, card), 0.0) + amount
