@@ -82,7 +82,7 @@ def parts(problem: Problem) -> dict[str, str]:
         out["feasible"] = f"error {e}"
         return out
     a = graph.graph_of(problem)
-    rules = heuristic._dedupe_by_memory(a, heuristic._rules(a, problem.objective))[:N_RULES]
+    rules = heuristic._dedupe_by_memory(a, heuristic.list_rules(a, problem.objective))[:N_RULES]
     out["heuristic"] = repr([heuristic._list_schedule(a, rule) for rule in rules])
     inst = graph.graph_of(problem)
     out["graph"] = repr((inst.actions, inst.preds, inst.dur, inst.delta, inst.topo, inst.first, inst.backward))

@@ -30,7 +30,7 @@ ROWS = [("llama3-8b", 4, 16, "40GiB"), ("llama3-8b", 4, 32, "40GiB"), ("llama3-8
 
 
 def best_list_schedule(graph, protect_f: bool) -> float:
-    rules = heuristic._dedupe_by_memory(graph, heuristic._rules(graph, "makespan"))
+    rules = heuristic._dedupe_by_memory(graph, heuristic.list_rules(graph, "makespan"))
     rules = {replace(r, protect_f=protect_f) for r in rules}
     best = float("inf")
     for rule in rules:

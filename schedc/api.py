@@ -44,7 +44,7 @@ from schedc.core.ir import Schedule
 from schedc.core.settings import RunSettings
 from schedc.errors import ParameterError, SchedcError, literal
 from schedc.errors import python_spelling as _python_spelling
-from schedc.results import Compiled, Report, Simulation, _BaselineSchedules
+from schedc.results import BaselineSchedules, Compiled, Report, Simulation
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -176,7 +176,7 @@ def compile(
         execution=execution, memory=res.problem.memory, profile=res.problem.given_profile,
         baselines=MappingProxyType(dict(report.baselines)), warm_start=res.warm_start_source,
         interrupted=res.interrupted, report=report,
-        baseline_schedules=_BaselineSchedules(tuple(report.baselines), _baselines_of(res.problem)),
+        baseline_schedules=BaselineSchedules(tuple(report.baselines), _baselines_of(res.problem)),
         budget=res.budget, memory_actions=tuple(res.report.get("memory_actions", ())))
 
 

@@ -131,7 +131,7 @@ class Simulation:
         )
 
 
-class _BaselineSchedules(Mapping):
+class BaselineSchedules(Mapping):
     """A read-only view of the hand-made schedules a compile compared against, built again on
     first access (most callers never ask for them, and keeping the compile's own copies would keep
     its whole problem graph alive)."""

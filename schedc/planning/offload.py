@@ -46,7 +46,7 @@ from typing import Optional
 
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.core.host_link import HostLink
-from schedc.core.partition import partition_bound
+from schedc.core.partition import Units, min_cap, partition_bound
 from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError
 from schedc.frameworks import launchable_modes
@@ -128,6 +128,9 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
         except SchedcError:  # the cap holds less than one microbatch even so
             continue
         loosened.append((f"{100 * fraction:g}% offloaded", res))
+    # the compiles' untimed steps (bound, warm start, action graph) can run past their shares:
+    # the heuristic and the chooser keep theirs, or a longer limit could find less
+    end = Deadline(max(end.at, clock_now() + CHOOSER_SHARE * seconds))
     try:
         out = offload_result(problem, link, capped, relaxed, seconds, loosened, end)
     except ParameterError as e:
@@ -169,17 +172,23 @@ def _whole_backwards(out, problem, link: HostLink, deadline=None):
 
 def _candidates(form: Profile, plan: PlanResult, own: bool, placements, objective) -> list:
     """(placement, counts) for `form`: the plan's own (when `own`: its units are this form), the
-    comparison rows' and per placement the uncapped bound's partition; only the plan's own where
-    its checkpointing is per stage (its units' modes belong to its stages)."""
+    comparison rows' and per placement the uncapped bound's partition and the partition that needs
+    the least memory (where the cap binds hardest, the one whose stages offload can bring under
+    it); only the plan's own where its checkpointing is per stage (its units' modes belong to its
+    stages)."""
     p = plan.compiled.problem
     out = [(plan.placement, tuple(plan.counts))] if own else []
     if own and plan.ac is not None and not isinstance(plan.ac.chosen, str):
         return out
     out += [(c.placement, tuple(c.counts)) for c in plan.comparisons if c.counts and c.placement in placements]
+    units = Units.of(form, p.n_microbatches)
     for pl in placements:
         pb = partition_bound(form, p.n_ranks, p.n_microbatches, math.inf, pl, objective)
         if pb.counts is not None:
             out.append((pl, tuple(int(c) for c in pb.counts)))
+        _, least = min_cap(units, pl, p.n_ranks, p.n_microbatches)
+        if least is not None:
+            out.append((pl, tuple(int(c) for c in least)))
     return list(dict.fromkeys(out))
 
 

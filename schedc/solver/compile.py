@@ -393,7 +393,7 @@ class _Compilation:
     def emit(self, phase: str, best: float, bnd: float, keep: bool = True) -> None:
         """Tell the progress callback; `keep` also records it in the report's log."""
         entry = {"elapsed": now() - self.t0, "best": best, "bound": bnd,
-                 "gap": _gap(best, bnd) if math.isfinite(best) else 1.0, "phase": phase}
+                 "gap": relative_gap(best, bnd) if math.isfinite(best) else 1.0, "phase": phase}
         if keep:
             self.log.append(entry)
         if self.progress is not None:
@@ -632,7 +632,7 @@ class _Compilation:
         best_sched, best_sim = self._best_schedule()
         result = CompileResult(
             schedule=best_sched, sim=best_sim, problem=self.problem, status=status, lower_bound=bound,
-            gap=0.0 if status == Status.OPTIMAL else _gap(best_val, bound), solve_time=solve_time,
+            gap=0.0 if status == Status.OPTIMAL else relative_gap(best_val, bound), solve_time=solve_time,
             baselines=all_baselines(self.graph, Deadline(self.deadline)), warm_start_source=self.warm_source,
             interrupted=interrupt.requested(), graph=self.graph, budget="time" if work_clock() is None else "work",
         )
@@ -728,7 +728,7 @@ PHASES: tuple[Phase, ...] = (
 )
 
 
-def _gap(value: float, bound: float) -> float:
+def relative_gap(value: float, bound: float) -> float:
     if value <= 0:
         return 0.0
     return max(0.0, (value - bound) / value)

@@ -359,7 +359,7 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     ParameterError about memory when nothing fits."""
     from dataclasses import replace
 
-    from schedc.solver.compile import _gap, all_baselines, build_report
+    from schedc.solver.compile import all_baselines, build_report, relative_gap
     from schedc.solver.engine import close
     from schedc.solver.engines.offload_heuristic import offload_heuristic
     from schedc.solver.engines.warm import matching_baselines
@@ -392,7 +392,7 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     status = Status.OPTIMAL if close(value, bound) else Status.FEASIBLE if answered else Status.HEURISTIC
     base = capped if capped is not None else relaxed
     result = replace(base, schedule=choice.schedule, sim=choice.sim, problem=problem, status=status,
-                     lower_bound=bound, gap=0.0 if status == Status.OPTIMAL else _gap(value, bound),
+                     lower_bound=bound, gap=0.0 if status == Status.OPTIMAL else relative_gap(value, bound),
                      solve_time=sum(r.solve_time for r in (capped, relaxed, *(res for _, res in loosened))
                                     if r is not None),
                      baselines=capped.baselines if capped is not None else all_baselines(problem),

@@ -148,10 +148,10 @@ class Rule:
 def _list_schedule(a: Graph, rule: Rule, deadline: Deadline = NEVER) -> Optional[list[list[tuple[int, str, int]]]]:
     """Per-rank orders of (stage, kind, microbatch), or None if this rule gets stuck (or the
     deadline passes first)."""
-    return _ListScheduler(a, rule).run(deadline)
+    return ListScheduler(a, rule).run(deadline)
 
 
-class _ListScheduler:
+class ListScheduler:
     """One construction: events in time order; a rank that comes free picks an action by the
     rule (module docstring): a forced W, an I, an admissible F, or a W as filler."""
 
@@ -420,7 +420,7 @@ def serial_orders(a: Graph) -> list[list[tuple[int, str, int]]]:
     for m in range(a.M):
         for s in range(a.S):
             orders[a.stage_rank[s]].append((s, Kind.F, m))
-        for s in reversed(range(a.S)):  # the heuristic's orders are all split (_to_schedule merges)
+        for s in reversed(range(a.S)):  # the heuristic's orders are all split (to_schedule merges)
             orders[a.stage_rank[s]] += [(s, Kind.I, m), (s, Kind.W, m)]
     return orders
 
@@ -481,7 +481,7 @@ def _earliest_times(a: Graph, orders) -> Optional[tuple[list[float], list[float]
 
 # ---------------------------------------------------------------- rules and search
 
-def _rules(a: Graph, objective: str) -> list[Rule]:
+def list_rules(a: Graph, objective: str) -> list[Rule]:
     """Deterministic priority rules, most promising first for `objective` (so a tight time
     budget still tries the good ones); each rule once."""
     base = _one_f_one_b_warmup(a)
@@ -637,7 +637,7 @@ def _search_key(res: tuple, objective: str) -> tuple[float, float]:
     return (_value(res, objective), res[3] if objective == "makespan" else res[4])
 
 
-def _to_schedule(a: Graph, orders, name: str, meta: dict) -> Schedule:
+def to_schedule(a: Graph, orders, name: str, meta: dict) -> Schedule:
     rows = []
     for r in range(a.R):
         row = []
@@ -685,7 +685,7 @@ def heuristic_schedule(problem: Union[Problem, Graph], time_budget: float = 1.0,
     final = _retime(a, best)
     if final is None or not final[2]:  # every candidate was checked; this guards the guarantee
         raise SchedcError("internal error: the heuristic's schedule deadlocks or exceeds the memory cap; please report it")
-    return _to_schedule(a, best, "schedc-heuristic", meta)
+    return to_schedule(a, best, "schedc-heuristic", meta)
 
 
 @dataclass
@@ -719,7 +719,7 @@ def polish(g: Graph, schedule: Schedule, source: str, end: float, deadline: Dead
     if res is None or not res[2]:
         return None
     orders, val, moves = _local_search(g, orders, _value(res, obj), obj, end, 0)
-    sched = _to_schedule(g, orders, f"schedc-{source}+ls", {"source": "heuristic", "start": source,
+    sched = to_schedule(g, orders, f"schedc-{source}+ls", {"source": "heuristic", "start": source,
                                                             "local_search_moves": moves})
     return sched, val
 
@@ -773,7 +773,7 @@ def _best_construction(a: Graph, objective: str, bound: float, deadline: float, 
     lower bound is met; None when `hard` passes before any construction is done."""
     best, best_val, best_rule, tried = None, INF, None, 0
     rng = random.Random(seed)
-    rules = _dedupe_by_memory(a, _rules(a, objective))
+    rules = _dedupe_by_memory(a, list_rules(a, objective))
     while not tried or ((tried < MIN_RULES or now() <= deadline)
                         and best_val > bound + EPS * max(1.0, bound)):
         if hard.expired():

@@ -66,7 +66,7 @@ from schedc.core.memory_actions import MemoryAction
 from schedc.core.simulate import SimResult, simulate
 from schedc.errors import SchedcError
 from schedc.solver.deadline import NEVER, Deadline, charge_passes
-from schedc.solver.engines.heuristic import CONSTRUCTION_PASSES, EPS, INF, Rule, _ListScheduler, _rules, _to_schedule
+from schedc.solver.engines.heuristic import CONSTRUCTION_PASSES, EPS, INF, ListScheduler, Rule, list_rules, to_schedule
 from schedc.solver.graph import Graph, graph_of
 
 LEADS = (0, 1)  # stages of lookahead added to the fetch's: how early a fetch is due
@@ -82,7 +82,7 @@ class OffloadSchedule:
     sim: SimResult
 
 
-class _OffloadScheduler(_ListScheduler):
+class _OffloadScheduler(ListScheduler):
     """One construction of the list scheduler whose ranks offload and fetch (module docstring)."""
 
     def __init__(self, a: Graph, rule: Rule, moved: list[float], copy: list[float], front: list[int],
@@ -316,7 +316,7 @@ def _depth(g: Graph, s: int, copy: float) -> int:
 
 
 def _memory_actions(a: Graph, fetch_at: dict) -> tuple[MemoryAction, ...]:
-    """The offloads of a construction as memory actions on its schedule (_to_schedule's names: a
+    """The offloads of a construction as memory actions on its schedule (to_schedule's names: a
     stage without weights runs B for I)."""
     out = []
     for (s, m), (q, kind, j) in sorted(fetch_at.items()):
@@ -328,7 +328,7 @@ def _memory_actions(a: Graph, fetch_at: dict) -> tuple[MemoryAction, ...]:
 
 def offload_rules(a: Graph, objective: str) -> list[Rule]:
     """The list heuristic's rules without idle waits, best first, at most MAX_RULES."""
-    rules = [replace(r, protect_i=False, protect_f=False) for r in _rules(a, objective)]
+    rules = [replace(r, protect_i=False, protect_f=False) for r in list_rules(a, objective)]
     return list(dict.fromkeys(rules))[:MAX_RULES]
 
 
@@ -348,10 +348,11 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
     per_mb = [sum(g.dF[q] + g.dI[q] + g.dW[q] for q in own) or 1.0 for own in g.stages]
     best: Optional[OffloadSchedule] = None
     best_val = beat
-    # every rule once before any twice: without the reserve and with the shorter lead first (the
-    # better on the benchmarks' rows), then with the reserve (which a V's one microbatch needs)
+    # every rule once before any twice, the shorter lead first, each without the reserve (the
+    # better on the benchmarks' rows) and then with it (which a V's one microbatch needs): a short
+    # budget reaches both forms
     rules = offload_rules(safe, problem.objective)
-    variants = [(rule, extra, careful) for extra in LEADS for careful in (False, True) for rule in rules]
+    variants = [(rule, extra, careful) for extra in LEADS for rule in rules for careful in (False, True)]
     for rule, extra, careful in variants:
         if deadline.expired():
             return best
@@ -367,7 +368,7 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
             continue  # stuck, or nothing offloaded: the list heuristic's own answer
         if problem.objective == "makespan" and max(sched.rank_free) >= best_val * (1 + 1e-6):
             continue  # its own timing (the simulator's, but for rounding) is no shorter: not simulated
-        schedule = _to_schedule(safe, orders, "schedc-offload-heuristic", {"source": "offload-heuristic",
+        schedule = to_schedule(safe, orders, "schedc-offload-heuristic", {"source": "offload-heuristic",
                                                                           "rule": rule.describe(),
                                                                           "lead": extra,
                                                                           "careful": careful})
