@@ -129,23 +129,24 @@ def _plan(args):
     kw = dict(ranks=args.ranks, microbatches=args.mb, memory=args.memory, placement=args.placement,
               objective=args.objective, time_limit=_time_left(args), progress=progress, source=source,
               budget=args.budget)
-    if link is not None:
-        from schedc.planning.offload import plan_with_offload
+    with _command_wall_clock(args):
+        if link is not None:
+            from schedc.planning.offload import plan_with_offload
 
-        mode = next(iter(profiles))
-        none = _counted(args, "none") if len(profiles) == 1 and args.config is not None and mode not in (None, "none") \
-            else None
-        res = plan_with_offload(profiles, link, none=none, **kw)
-    elif len(profiles) > 1:
-        from schedc.planning import plan_ac
+            mode = next(iter(profiles))
+            none = _counted(args, "none") if len(profiles) == 1 and args.config is not None and mode not in (None, "none") \
+                else None
+            res = plan_with_offload(profiles, link, none=none, **kw)
+        elif len(profiles) > 1:
+            from schedc.planning import plan_ac
 
-        res = plan_ac(profiles, **kw)
-    else:
-        from schedc.planning.ac import plan_mode
+            res = plan_ac(profiles, **kw)
+        else:
+            from schedc.planning.ac import plan_mode
 
-        mode, units = next(iter(profiles.items()))
-        none = _counted(args, "none") if args.config is not None and mode not in (None, "none") else None
-        res = plan_mode(units, mode, none, **kw)
+            mode, units = next(iter(profiles.items()))
+            none = _counted(args, "none") if args.config is not None and mode not in (None, "none") else None
+            res = plan_mode(units, mode, none, **kw)
     from schedc.planning import build_plan_report
 
     res = replace(res, report=build_plan_report(res, csv=csv.name))
@@ -270,6 +271,22 @@ def _counted(args, mode):
                          activation_checkpoint=mode or "none", **settings)
     # a bad setting is a ParameterError, which schedc.cli.toplevel spells with its flag
     return api.count_profile(args.config, settings=run, calibrate=args.calibrate)
+
+
+def _command_wall_clock(args):
+    """Under --budget work, the safety net at --time-limit plus 10% and 2 s for the whole command
+    (its start-up and WRITE_SECONDS off; schedc.solver.deadline.command_wall_clock): a machine slower than the work charges' nominal rate ends
+    the plan near its budget in seconds too, marked as cut by the wall clock."""
+    from contextlib import nullcontext
+
+    from schedc.solver.deadline import command_wall_clock, process_seconds
+
+    if args.budget != "work":
+        return nullcontext()
+    # 1 s of the 2 kept for the steps after the searches (the comparisons, the report)
+    before = process_seconds() + WRITE_SECONDS
+    return command_wall_clock(1.1 * args.time_limit + 1.0 - before, before)
+
 
 
 WRITE_SECONDS = 1.0  # kept from --time-limit for writing the outputs and printing the hand-offs

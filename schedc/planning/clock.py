@@ -29,7 +29,8 @@ def clock_now() -> float:
     work = now()
     if clock is not None and wall_elapsed() > clock.spent + WALL_LEAD:
         clock.cut_by_wall = True
-        return clock.origin + wall_elapsed()
+        # the command's start-up too (schedc.solver.deadline.command_wall_clock), as a time budget counts it
+        return clock.origin + clock.before + wall_elapsed()
     return work
 
 

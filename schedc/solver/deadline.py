@@ -77,6 +77,7 @@ class WorkClock:
     spent: float = 0.0
     cut_by_wall: bool = False
     started: float = field(default_factory=time.monotonic)  # on time.monotonic(): the wall's zero
+    before: float = 0.0  # wall seconds the command spent before the clock started (command_wall_clock)
 
 
 _work: contextvars.ContextVar[Optional[WorkClock]] = contextvars.ContextVar("schedc_work_clock", default=None)
@@ -100,12 +101,33 @@ def counting_work(budget: float) -> Iterator[WorkClock]:
         yield outer
         return
     # the work clock starts at 0: elapsed work then sums the same floats on every run
-    clock = WorkClock(0.0, time.monotonic() + WORK_WALL_FACTOR * budget + WORK_WALL_MARGIN)
+    wall_at = time.monotonic() + WORK_WALL_FACTOR * budget + WORK_WALL_MARGIN
+    command_at, before = _command_wall.get()
+    clock = WorkClock(0.0, min(wall_at, command_at), before=before)
     token = _work.set(clock)
     try:
         yield clock
     finally:
         _work.reset(token)
+
+
+# (the wall-clock point a command's work clocks stop at, the seconds it spent before them)
+_command_wall: contextvars.ContextVar[tuple[float, float]] = contextvars.ContextVar(
+    "schedc_command_wall", default=(math.inf, 0.0))
+
+
+@contextmanager
+def command_wall_clock(seconds: float, before: float = 0.0) -> Iterator[None]:
+    """The work clocks started inside the block have their safety net at most `seconds` of wall
+    clock from now, and `before` (the command's start-up) on their wall: for a command whose work
+    budget must also end it in about that many seconds (``schedc plan --budget work``: its time
+    limit plus 10% and 2 s, less its start-up), where a machine slower than the charges' nominal
+    rate would otherwise run past it."""
+    token = _command_wall.set((time.monotonic() + max(0.0, seconds), max(0.0, before)))
+    try:
+        yield
+    finally:
+        _command_wall.reset(token)
 
 
 def now() -> float:
