@@ -280,7 +280,7 @@ class ListScheduler:
                 continue  # all done, or its input is not there yet
             if s == self.first[r] and self.admitted[r] >= rule.warmup[r]:
                 continue
-            if not fits_room(self.held[r] + a.act[s], a.room[r]):
+            if not self.forward_fits(r, s, m):
                 blocked = True
                 continue
             if self.use_banker and not self.banker_ok(s, m):
@@ -288,6 +288,10 @@ class ListScheduler:
                 continue
             return (s, m), blocked, self.deeper_input(r, s, t)
         return None, blocked, self.deeper_input(r, -1, t)
+
+    def forward_fits(self, r: int, s: int, m: int) -> bool:
+        """Whether F(s, m) fits rank r's room now (a subclass may make room first)."""
+        return fits_room(self.held[r] + self.a.act[s], self.a.room[r])
 
     def deeper_input(self, r: int, s: int, t: float) -> float:
         """Under rule.protect_f, the earliest arrival after t of the input of the next F of a stage

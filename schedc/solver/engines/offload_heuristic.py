@@ -206,26 +206,9 @@ class _OffloadScheduler(ListScheduler):
         self.out_free[r], self.last_out_f[r] = out_free, last_f
         return True
 
-    def admissible_forward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], bool, float]:
-        a, rule, nextF, endF = self.a, self.rule, self.nextF, self.endF
-        order_f = self.stages_desc[r] if rule.deep_f else a.stages[r]
-        if rule.group and len(order_f) > 1:
-            order_f = sorted(order_f, key=lambda s: (nextF[s] // rule.group, s))
-        blocked = False
-        for s in order_f:
-            m = nextF[s]
-            if m >= a.M or (s > 0 and (endF[s - 1][m] < 0 or endF[s - 1][m] + a.comm[s - 1] > t + EPS)):
-                continue
-            if s == self.first[r] and self.admitted[r] >= rule.warmup[r]:
-                continue
-            if not self._fits_f(r, s, m) and not (self.may_offload and self._make_room(r, s, m)):
-                blocked = True
-                continue
-            if self.use_banker and not self.banker_ok(s, m):
-                blocked = True
-                continue
-            return (s, m), blocked, INF
-        return None, blocked, INF
+    def forward_fits(self, r: int, s: int, m: int) -> bool:
+        """F(s, m) fits with the reserve, or after offloading held microbatches (:meth:`_make_room`)."""
+        return self._fits_f(r, s, m) or (self.may_offload and self._make_room(r, s, m))
 
     # ------------------------------------------------------------ fetch
 
