@@ -255,7 +255,9 @@ class ListScheduler:
             m = nextI[s]
             if m >= M or endF[s][m] < 0 or (s + 1 < S and endI[s + 1][m] < 0):
                 continue
-            rt = input_time(Kind.I, s, m, endF, endI)
+            rt = self.backward_ready_at(s, m, input_time(Kind.I, s, m, endF, endI))
+            if rt is None:
+                continue
             if rt <= t + EPS:
                 key = (m // group, -s, m) if group else (-s, m)
                 if best_I is None or key < best_key:
@@ -288,6 +290,11 @@ class ListScheduler:
                 continue
             return (s, m), blocked, self.deeper_input(r, s, t)
         return None, blocked, self.deeper_input(r, -1, t)
+
+    def backward_ready_at(self, s: int, m: int, inputs_at: float) -> Optional[float]:
+        """When I(s, m), whose inputs arrive at `inputs_at`, can start; None when it cannot be
+        chosen now (a subclass may hold its activations elsewhere)."""
+        return inputs_at
 
     def forward_fits(self, r: int, s: int, m: int) -> bool:
         """Whether F(s, m) fits rank r's room now (a subclass may make room first)."""

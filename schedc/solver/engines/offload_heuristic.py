@@ -215,22 +215,13 @@ class _OffloadScheduler(ListScheduler):
     def ready_backward(self, r: int, t: float) -> tuple[Optional[tuple[int, int]], float]:
         if self.cached is not None and self.cached[0] == r and self.cached[1] == t:
             return self.cached[2]
-        group, M, S, input_time = self.rule.group, self.a.M, self.a.S, self.a.input_time
-        endF, endI, nextI = self.endF, self.endI, self.nextI
-        best_I, soon_I = None, INF
-        best_key: tuple[int, ...] = ()
-        for s in self.stages_desc[r]:
-            m = nextI[s]
-            if m >= M or endF[s][m] < 0 or (s + 1 < S and endI[s + 1][m] < 0) or (s, m) in self.away:
-                continue
-            rt = max(input_time(Kind.I, s, m, endF, endI), self.fetched.get((s, m), 0.0))
-            if rt <= t + EPS:
-                key = (m // group, -s, m) if group else (-s, m)
-                if best_I is None or key < best_key:
-                    best_I, best_key = (s, m), key
-            else:
-                soon_I = min(soon_I, rt)
-        return best_I, soon_I
+        return super().ready_backward(r, t)
+
+    def backward_ready_at(self, s: int, m: int, inputs_at: float) -> Optional[float]:
+        """An offloaded microbatch's I waits for its fetch, and one still away is not chosen."""
+        if (s, m) in self.away:
+            return None
+        return max(inputs_at, self.fetched.get((s, m), 0.0))
 
     def _fetch(self, r: int, s: int, kind: str, m: int, start: float) -> None:
         """Issue at most one due fetch at the start of action (s, kind, m) of rank r."""
