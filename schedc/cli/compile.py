@@ -223,7 +223,7 @@ def explain_offload(res, t) -> list[str]:
     before = "nothing fits without offload" if without is None else f"without offload {t(without)}"
     if not res.memory_actions:
         return [f"offload: none chosen (no schedule is shorter with it; {before}); the bound assumes no memory cap"]
-    moved = ", ".join(f"stage {e['stage']}: {len(e['microbatches'])} x {format_memory(e['bytes_each'])}"
+    moved = ", ".join(f"stage {e['stage']}: {offload_flags.moved_bytes(e, format_memory)}"
                       for e in summary["stages"])
     busiest = max(summary["link_busy"], key=lambda e: max(e["out"], e["in"]))
     return [f"offload: {len(res.memory_actions)} microbatches to host memory ({moved}); {before}; transfers "

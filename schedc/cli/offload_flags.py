@@ -214,3 +214,13 @@ def against(actions, path):
     from schedc.core.memory_actions import PlannedActions
 
     return PlannedActions(actions, f"{actions.source} (against {path})")
+
+
+def moved_bytes(entry: dict, format_size) -> str:
+    """One stage of a report's ``offload.stages`` as a line says it: ``12 x 1.2 GiB`` (each moved
+    microbatch's bytes, a fraction of them where only part moves), or the total where the
+    fractions differ."""
+    n = len(entry["microbatches"])
+    if len(entry.get("fractions", [1.0])) > 1:
+        return f"{n} microbatches, {format_size(entry['bytes'])} in all"
+    return f"{n} x {format_size(entry['bytes'] / n if n else 0.0)}"

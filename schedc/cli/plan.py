@@ -416,7 +416,7 @@ def _offload_lines(res, t) -> list[str]:
     if not o["chosen"]:
         out = [f"  offload ({rate}): none chosen; {o['why']}"]
     else:
-        moved = ", ".join(f"stage {e['stage']}: {len(e['microbatches'])} x {format_bytes(e['bytes_each'])}"
+        moved = ", ".join(f"stage {e['stage']}: {offload_flags.moved_bytes(e, format_bytes)}"
                           for e in o["stages"])
         busiest = max(o["link_busy"], key=lambda e: max(e["out"], e["in"]))
         out = [f"  offload ({rate}): {o['memory_actions']} microbatches to host memory ({moved}); without offload "

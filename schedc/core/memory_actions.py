@@ -11,12 +11,16 @@ run by schedc's runtime (:mod:`schedc.runtime.offload`) exactly as written.
 Method: one :class:`MemoryAction` per (stage, microbatch) that does not keep:
 
 - ``"keep"`` (the default, also allowed explicitly): the activations stay on the device.
-- ``"offload"``: every tensor the stage's forward saves for backward for that microbatch goes to
-  host memory after its F, and comes back when the stage's rank *starts* the action named by
+- ``"offload"``: the tensors the stage's forward saves for backward for that microbatch go to
+  host memory after its F, and come back when the stage's rank *starts* the action named by
   ``fetch_at`` (a compute action of the CSV, torch's notation, e.g. ``"1F5"``). The fetch point
   must be on the same rank, after the offloaded F and before that microbatch's I (or B); the
   default is the action just before it on that rank. The bytes are off the device from the end
-  of the copy out to the start of the fetch.
+  of the copy out to the start of the fetch. ``fraction`` (default 1: all of them) is the share
+  of the microbatch's offloadable bytes that moves, the largest saved tensors first: a copy of
+  half the bytes takes half the link's time, so a link too slow to move every microbatch whole
+  in the time a stage holds it can still move part of each (Megatron's
+  ``activation_offload_fraction`` is the same lever, one value for a whole run).
 - ``"recompute"``: that microbatch's forward on that stage runs under checkpointing, so it keeps
   only the stage's input, and its backward runs the forward again. The CSV must run that
   backward as B: torch's split backward keeps the graph from I to W and, on a checkpointed
@@ -28,6 +32,7 @@ Method: one :class:`MemoryAction` per (stage, microbatch) that does not keep:
 The JSON form is a list of small objects (docs/formats.md, "Memory actions")::
 
     "memory_actions": [{"stage": 1, "microbatch": 3, "action": "offload", "fetch_at": "1F5"},
+                       {"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0W0", "fraction": 0.5},
                        {"stage": 0, "microbatch": 0, "action": "recompute"}]
 
 :func:`parse_memory_actions` checks its structure (types, names, duplicates) and
@@ -48,23 +53,27 @@ from schedc.core.ir import KIND_TABLE, Action, Schedule
 from schedc.errors import SchedcError, shown
 
 MEMORY_ACTIONS = ("keep", "offload", "recompute")
-_FIELDS = ("stage", "microbatch", "action", "fetch_at")
+_FIELDS = ("stage", "microbatch", "action", "fetch_at", "fraction")
 
 
 @dataclass(frozen=True)
 class MemoryAction:
-    """The memory action of one (stage, microbatch); ``fetch_at`` only for an offload (None: the
-    action just before its I or B on the stage's rank, filled in by :func:`check_memory_actions`)."""
+    """The memory action of one (stage, microbatch); ``fetch_at`` and ``fraction`` only for an
+    offload (``fetch_at`` None: the action just before its I or B on the stage's rank, filled in
+    by :func:`check_memory_actions`; ``fraction``: the share of its offloadable bytes that moves)."""
 
     stage: int
     microbatch: int
     action: str
     fetch_at: Optional[Action] = None
+    fraction: float = 1.0
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"stage": self.stage, "microbatch": self.microbatch, "action": self.action}
         if self.fetch_at is not None:
             out["fetch_at"] = str(self.fetch_at)
+        if self.fraction != 1.0:
+            out["fraction"] = self.fraction
         return out
 
 
@@ -110,9 +119,9 @@ def parse_fetch_at(text: Any, where: str = "fetch_at") -> Action:
 def parse_memory_actions(data: Any, where: str = "") -> list[MemoryAction]:
     """The entries of a ``"memory_actions"`` list, structure checked: each an object with
     ``stage`` and ``microbatch`` (integers >= 0), ``action`` (one of :data:`MEMORY_ACTIONS`) and,
-    for an offload only, ``fetch_at``; no other field, no (stage, microbatch) twice. ``"keep"``
-    entries are dropped (keeping is the default). Already parsed :class:`MemoryAction` objects
-    pass through the same checks. SchedcError naming `where` (the file), the entry and the field."""
+    for an offload only, ``fetch_at`` and ``fraction`` (a number in (0, 1]); no other field, no
+    (stage, microbatch) twice. ``"keep"`` entries are dropped (keeping is the default). Already
+    parsed :class:`MemoryAction` objects pass through the same checks. SchedcError naming `where` (the file), the entry and the field."""
     return [a for _, a in _parse(data, where)]
 
 
@@ -142,8 +151,15 @@ def _parse(data: Any, where: str) -> list[tuple[int, MemoryAction]]:
         if action not in MEMORY_ACTIONS:
             raise SchedcError(f"{at}: \"action\" {shown(action)} is not one of {', '.join(MEMORY_ACTIONS)}")
         fetch_at = entry.get("fetch_at")
-        if fetch_at is not None and action != "offload":
-            raise SchedcError(f"{at}: \"fetch_at\" is for an offload only; drop it from a {action}")
+        for name in ("fetch_at", "fraction"):
+            if entry.get(name) is not None and action != "offload":
+                raise SchedcError(f"{at}: \"{name}\" is for an offload only; drop it from a {action}")
+        fraction = entry.get("fraction", 1.0)
+        if fraction is None:
+            fraction = 1.0
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise SchedcError(f"{at}: \"fraction\" must be a number in (0, 1] (the share of the microbatch's "
+                              f"bytes that moves; 1 moves them all), got {shown(fraction)}")
         key = (stage, microbatch)
         if key in seen:
             raise SchedcError(f"{at}: stage {stage}, microbatch {microbatch} already has an entry "
@@ -151,7 +167,7 @@ def _parse(data: Any, where: str) -> list[tuple[int, MemoryAction]]:
         seen[key] = i
         if action != "keep":
             out.append((i, MemoryAction(stage, microbatch, action,
-                                        None if fetch_at is None else parse_fetch_at(fetch_at, at))))
+                                        None if fetch_at is None else parse_fetch_at(fetch_at, at), float(fraction))))
     return out
 
 
@@ -216,5 +232,5 @@ def check_memory_actions(
                 side = f"at or before {forward}" if fetch_index <= f_at else f"at or after {backward}"
                 raise SchedcError(f"{at}: \"fetch_at\" {str(fetch)!r} runs {side} on rank {rank}; name an action "
                                   f"between {forward} and {backward}")
-        out[(ma.stage, ma.microbatch)] = MemoryAction(ma.stage, ma.microbatch, "offload", fetch)
+        out[(ma.stage, ma.microbatch)] = MemoryAction(ma.stage, ma.microbatch, "offload", fetch, ma.fraction)
     return out

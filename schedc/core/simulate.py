@@ -262,7 +262,7 @@ class _MemoryActionTimes:
         self.placement = schedule.placement
         self.recomputed = recomputed
         self.offloaded = {key: ma for key, ma in chosen.items() if ma.action == "offload"}
-        self.nbytes = {key: offload_bytes(profile, key[0]) for key in self.offloaded}
+        self.nbytes = {key: ma.fraction * offload_bytes(profile, key[0]) for key, ma in self.offloaded.items()}
         self.fetches_at: dict[Action, list[tuple[int, int]]] = {}
         backward_index: dict[tuple[int, int], int] = {}
         for rank in range(schedule.n_ranks):

@@ -493,7 +493,7 @@ def _offloads(path: str, schedule: Schedule, profile: Profile, scale: float, mem
                 order.setdefault((a.stage, a.microbatch), (rank, k))
     scaled = _scaled_link(link, scale)
     copies = [{"stage": key[0], "microbatch": key[1], "fetch_at": str(ma.fetch_at),
-               "seconds": scaled.seconds(offload_bytes(profile, key[0]))}
+               "seconds": scaled.seconds(ma.fraction * offload_bytes(profile, key[0]))}
               for key, ma in sorted(chosen.items(), key=lambda item: order[item[0]])]
     return list(chosen.values()), copies
 

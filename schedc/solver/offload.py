@@ -219,11 +219,14 @@ def offload_summary(choice: OffloadChoice, profile: Profile, without: Optional[f
     link busy fraction per direction, the step with and without offload (None: nothing fits
     without), and whether every fetch ends before its backward is ready to start."""
     sim = choice.sim
-    stages: dict[int, list[int]] = {}
+    stages: dict[int, list[MemoryAction]] = {}
     for a in choice.actions:
-        stages.setdefault(a.stage, []).append(a.microbatch)
-    per_stage = [{"stage": s, "microbatches": sorted(ms), "bytes_each": offload_bytes(profile, s),
-                  "bytes": offload_bytes(profile, s) * len(ms)} for s, ms in sorted(stages.items())]
+        stages.setdefault(a.stage, []).append(a)
+    per_stage = [{"stage": s, "microbatches": sorted(a.microbatch for a in moved),
+                  "bytes_each": offload_bytes(profile, s),
+                  "fractions": sorted({a.fraction for a in moved}),
+                  "bytes": sum(a.fraction for a in moved) * offload_bytes(profile, s)}
+                 for s, moved in sorted(stages.items())]
     plain = simulate(choice.schedule, profile, None)
     hides = math.isclose(plain.objective(objective), sim.objective(objective), rel_tol=1e-9, abs_tol=1e-12)
     return {
