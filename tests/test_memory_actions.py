@@ -27,11 +27,17 @@ def test_default_fetch_point_is_the_action_before_the_backward_on_that_rank():
 
 
 def test_the_json_form_round_trips():
-    actions = [MemoryAction(1, 0, "offload", Action(1, "F", 2)), MemoryAction(0, 2, "recompute")]
+    actions = [MemoryAction(1, 0, "offload", Action(1, "F", 2)), MemoryAction(0, 2, "recompute"),
+               MemoryAction(0, 0, "offload", Action(0, "F", 2), 0.25, Action(0, "F", 1))]
     text = json.dumps(to_json(actions))
-    assert json.loads(text) == [{"stage": 0, "microbatch": 2, "action": "recompute"},
+    assert json.loads(text) == [{"stage": 0, "microbatch": 0, "action": "offload", "fetch_at": "0F2",
+                                 "fraction": 0.25, "room_for": "0F1"},
+                                {"stage": 0, "microbatch": 2, "action": "recompute"},
                                 {"stage": 1, "microbatch": 0, "action": "offload", "fetch_at": "1F2"}]
-    assert sorted(parse_memory_actions(json.loads(text)), key=lambda a: a.stage) == sorted(actions, key=lambda a: a.stage)
+    def key(a):
+        return a.stage, a.microbatch
+
+    assert sorted(parse_memory_actions(json.loads(text)), key=key) == sorted(actions, key=key)
 
 
 def test_recompute_on_stage_0_may_run_i_and_w_torch_runs_its_backward_in_w():
@@ -71,6 +77,24 @@ HOSTILE = [
      "\"fetch_at\" '0F1' runs at or before 0F2"),
     ("fetch-at-its-forward", [{"stage": 0, "microbatch": 2, "action": "offload", "fetch_at": "0F2"}],
      "runs at or before 0F2"),
+    ("fraction-zero", [{"stage": 0, "microbatch": 0, "action": "offload", "fraction": 0}],
+     "\"fraction\" must be a number in (0, 1]"),
+    ("fraction-above-one", [{"stage": 0, "microbatch": 0, "action": "offload", "fraction": 1.5}],
+     "\"fraction\" must be a number in (0, 1]"),
+    ("fraction-text", [{"stage": 0, "microbatch": 0, "action": "offload", "fraction": "0.5"}],
+     "\"fraction\" must be a number in (0, 1]"),
+    ("fraction-nan", [{"stage": 0, "microbatch": 0, "action": "offload", "fraction": float("nan")}],
+     "\"fraction\" must be a number in (0, 1]"),
+    ("fraction-on-recompute", [{"stage": 0, "microbatch": 0, "action": "recompute", "fraction": 0.5}],
+     "\"fraction\" is for an offload only"),
+    ("room-for-not-a-cell", [{"stage": 0, "microbatch": 0, "action": "offload", "room_for": "F1"}],
+     "\"room_for\" must be one action of the CSV in torch's notation"),
+    ("room-for-a-backward", [{"stage": 0, "microbatch": 0, "action": "offload", "room_for": "0B1"}],
+     "\"room_for\" '0B1' must be a forward of the CSV on rank 0, after 0F0"),
+    ("room-for-an-earlier-forward", [{"stage": 0, "microbatch": 1, "action": "offload", "room_for": "0F0"}],
+     "\"room_for\" '0F0' must be a forward of the CSV on rank 0, after 0F1"),
+    ("room-for-another-rank", [{"stage": 0, "microbatch": 0, "action": "offload", "room_for": "1F1"}],
+     "must be a forward of the CSV on rank 0"),
     ("nothing-between", [{"stage": 1, "microbatch": 0, "action": "offload"}],
      "1B0 follows 1F0 directly on rank 1, so there is no action to fetch at; keep this microbatch"),
 ]

@@ -78,6 +78,36 @@ def test_the_peak_drops_by_the_offloaded_bytes_when_the_fetch_comes_later():
     assert moved.makespan == kept.makespan
 
 
+def test_a_fraction_moves_that_share_of_the_bytes_in_that_share_of_the_time():
+    # as above, half of microbatch 0 moves: its copy out takes 0.25 s of the 0.5 a whole one takes,
+    # and the peak while 0F2 runs drops by half a byte
+    s = _one_rank("0F0 0F1 0F2 0I2 0W2 0I1 0W1 0I0 0W0")
+    actions = [{"stage": 0, "microbatch": 0, "action": "offload", "fetch_at": "0W1", "fraction": 0.5}]
+    moved = simulate(s, _profile(1), memory_actions=actions, link=_link(0.5))
+    out, back = moved.copies
+    assert (out.start, out.end, out.nbytes) == (1.0, 1.25, 0.5)
+    assert back.nbytes == 0.5 and back.end - back.start == 0.25
+    assert moved.peak_memory == [2.5]
+    assert moved.host_peak == [0.5]
+
+
+def test_an_f_named_room_for_waits_for_the_copy_out_and_runs_in_the_room_it_made():
+    # the copy out of microbatch 0 takes 1.5 s (1.0-2.5), longer than 0F1: 0F2 would start at 2.0
+    # with microbatch 0 still on the device (peak 3); waiting for the copy, it starts at 2.5 with
+    # it gone (peak 2, the bytes leave before 0F2's rise at the same moment) and the step is 0.5 s
+    # longer
+    s = _one_rank("0F0 0F1 0F2 0I2 0W2 0I1 0W1 0I0 0W0")
+    p = _profile(1)
+    kept = simulate(s, p)
+    offload = {"stage": 0, "microbatch": 0, "action": "offload", "fetch_at": "0W1"}
+    eager = simulate(s, p, memory_actions=[offload], link=_link(1.5))
+    waits = simulate(s, p, memory_actions=[dict(offload, room_for="0F2")], link=_link(1.5))
+    assert eager.peak_memory == [3.0] and eager.makespan == kept.makespan
+    assert waits.timings[Action(0, "F", 2)].start == 2.5
+    assert waits.peak_memory == [2.0]
+    assert waits.makespan == kept.makespan + 0.5
+
+
 def test_a_slow_fetch_delays_the_backward_that_waits_for_it():
     s = _one_rank("0F0 0F1 0I0 0W0 0I1 0W1")
     p = _profile(1)

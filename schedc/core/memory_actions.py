@@ -20,7 +20,10 @@ Method: one :class:`MemoryAction` per (stage, microbatch) that does not keep:
   of the microbatch's offloadable bytes that moves, the largest saved tensors first: a copy of
   half the bytes takes half the link's time, so a link too slow to move every microbatch whole
   in the time a stage holds it can still move part of each (Megatron's
-  ``activation_offload_fraction`` is the same lever, one value for a whole run).
+  ``activation_offload_fraction`` is the same lever, one value for a whole run). ``room_for``
+  (optional) names a later F of the same rank that starts only once this copy out has ended:
+  an F that needs the room the copy makes waits for it rather than run over the cap (a rank's
+  first forwards come faster than a link moves their bytes; the wait is what lets them fit).
 - ``"recompute"``: that microbatch's forward on that stage runs under checkpointing, so it keeps
   only the stage's input, and its backward runs the forward again. The CSV must run that
   backward as B: torch's split backward keeps the graph from I to W and, on a checkpointed
@@ -49,24 +52,26 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from schedc.core.ir import KIND_TABLE, Action, Schedule
+from schedc.core.ir import KIND_TABLE, Action, Kind, Schedule
 from schedc.errors import SchedcError, shown
 
 MEMORY_ACTIONS = ("keep", "offload", "recompute")
-_FIELDS = ("stage", "microbatch", "action", "fetch_at", "fraction")
+_FIELDS = ("stage", "microbatch", "action", "fetch_at", "fraction", "room_for")
 
 
 @dataclass(frozen=True)
 class MemoryAction:
-    """The memory action of one (stage, microbatch); ``fetch_at`` and ``fraction`` only for an
-    offload (``fetch_at`` None: the action just before its I or B on the stage's rank, filled in
-    by :func:`check_memory_actions`; ``fraction``: the share of its offloadable bytes that moves)."""
+    """The memory action of one (stage, microbatch); ``fetch_at``, ``fraction`` and ``room_for``
+    only for an offload (``fetch_at`` None: the action just before its I or B on the stage's
+    rank, filled in by :func:`check_memory_actions`; ``fraction``: the share of its offloadable
+    bytes that moves; ``room_for``: the F that waits for its copy out, if any)."""
 
     stage: int
     microbatch: int
     action: str
     fetch_at: Optional[Action] = None
     fraction: float = 1.0
+    room_for: Optional[Action] = None
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"stage": self.stage, "microbatch": self.microbatch, "action": self.action}
@@ -74,6 +79,8 @@ class MemoryAction:
             out["fetch_at"] = str(self.fetch_at)
         if self.fraction != 1.0:
             out["fraction"] = self.fraction
+        if self.room_for is not None:
+            out["room_for"] = str(self.room_for)
         return out
 
 
@@ -106,12 +113,13 @@ def _integer(where: str, name: str, value: Any) -> int:
     return value
 
 
-def parse_fetch_at(text: Any, where: str = "fetch_at") -> Action:
-    """A CSV cell in torch's notation (``"1F5"``: stage 1, F, microbatch 5) as an Action."""
+def parse_fetch_at(text: Any, where: str = "fetch_at", name: str = "fetch_at") -> Action:
+    """A CSV cell in torch's notation (``"1F5"``: stage 1, F, microbatch 5) as an Action; `name`
+    is the field it came from."""
     letters = "".join(re.escape(k) for k in KIND_TABLE)  # the kinds registered now (schedc.core.ir)
     m = re.fullmatch(rf"(\d+)([{letters}])(\d+)", text) if isinstance(text, str) else None
     if m is None:
-        raise SchedcError(f"{where}: \"fetch_at\" must be one action of the CSV in torch's notation (e.g. \"1F5\": "
+        raise SchedcError(f"{where}: \"{name}\" must be one action of the CSV in torch's notation (e.g. \"1F5\": "
                           f"stage 1, forward, microbatch 5), got {shown(text)}")
     return Action(int(m.group(1)), m.group(2), int(m.group(3)))
 
@@ -151,7 +159,7 @@ def _parse(data: Any, where: str) -> list[tuple[int, MemoryAction]]:
         if action not in MEMORY_ACTIONS:
             raise SchedcError(f"{at}: \"action\" {shown(action)} is not one of {', '.join(MEMORY_ACTIONS)}")
         fetch_at = entry.get("fetch_at")
-        for name in ("fetch_at", "fraction"):
+        for name in ("fetch_at", "fraction", "room_for"):
             if entry.get(name) is not None and action != "offload":
                 raise SchedcError(f"{at}: \"{name}\" is for an offload only; drop it from a {action}")
         fraction = entry.get("fraction", 1.0)
@@ -167,7 +175,9 @@ def _parse(data: Any, where: str) -> list[tuple[int, MemoryAction]]:
         seen[key] = i
         if action != "keep":
             out.append((i, MemoryAction(stage, microbatch, action,
-                                        None if fetch_at is None else parse_fetch_at(fetch_at, at), float(fraction))))
+                                        None if fetch_at is None else parse_fetch_at(fetch_at, at), float(fraction),
+                                        None if entry.get("room_for") is None
+                                        else parse_fetch_at(entry["room_for"], at, "room_for"))))
     return out
 
 
@@ -232,5 +242,11 @@ def check_memory_actions(
                 side = f"at or before {forward}" if fetch_index <= f_at else f"at or after {backward}"
                 raise SchedcError(f"{at}: \"fetch_at\" {str(fetch)!r} runs {side} on rank {rank}; name an action "
                                   f"between {forward} and {backward}")
-        out[(ma.stage, ma.microbatch)] = MemoryAction(ma.stage, ma.microbatch, "offload", fetch, ma.fraction)
+        if ma.room_for is not None:
+            waits = pos.get(ma.room_for)
+            if ma.room_for.kind != Kind.F or waits is None or waits[0] != rank or waits[1] <= f_at:
+                raise SchedcError(f"{at}: \"room_for\" {str(ma.room_for)!r} must be a forward of the CSV on rank "
+                                  f"{rank}, after {forward}; name a later F of rank {rank} or drop the field")
+        out[(ma.stage, ma.microbatch)] = MemoryAction(ma.stage, ma.microbatch, "offload", fetch, ma.fraction,
+                                                      ma.room_for)
     return out

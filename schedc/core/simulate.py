@@ -181,8 +181,8 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
 
     ``memory_actions`` (schedc.core.memory_actions: parsed, or their JSON list) offload or
     recompute chosen microbatches: an offload's copies run on the rank's copy streams over `link`
-    (default :class:`~schedc.core.host_link.HostLink`), its backward waits for its fetch, and its
-    bytes are off the device from the end of its copy out to the start of its fetch; a recompute
+    (default :class:`~schedc.core.host_link.HostLink`), its backward waits for its fetch, the F
+    its ``room_for`` names waits for its copy out, and its bytes are off the device from the end of its copy out to the start of its fetch; a recompute
     runs with `recompute`'s costs for that stage (the profile as the stages run checkpointed,
     e.g. ``--ac full``'s), which it then needs."""
     profile = profile.executed(runtime)
@@ -253,8 +253,8 @@ class _MemoryActionTimes:
     actions; the copies follow from what is placed: an offloaded F's end issues its copy out (the
     rank's device-to-host stream, first in first out), the start of a fetch point issues its
     fetches (host-to-device, first in first out, each after its own copy out; several at one
-    point in the order their backwards run), and the backward waits for its fetch. Linear in the
-    actions plus the copies."""
+    point in the order their backwards run), the backward waits for its fetch, and an F named as
+    an offload's ``room_for`` for that copy out. Linear in the actions plus the copies."""
 
     def __init__(self, schedule: Schedule, profile: Profile, chosen: dict[tuple[int, int], MemoryAction],
                  link: HostLink, recomputed: dict[tuple[int, int], StageCost]):
@@ -274,12 +274,18 @@ class _MemoryActionTimes:
             self.fetches_at.setdefault(ma.fetch_at, []).append(key)
         for keys in self.fetches_at.values():
             keys.sort(key=lambda key: backward_index[key])
+        self.waits: dict[Action, list[tuple[int, int]]] = {}  # an F -> the offloads whose copy out it waits for
+        for key, ma in self.offloaded.items():
+            if ma.room_for is not None:
+                self.waits.setdefault(ma.room_for, []).append(key)
+        self.out_index: dict[tuple[int, int], int] = {}  # an offload -> its copy out's index
         self.out_free = [0.0] * schedule.n_ranks
         self.in_free = [0.0] * schedule.n_ranks
         self.out_end: dict[tuple[int, int], float] = {}
         self.in_end: dict[tuple[int, int], float] = {}
         self.copies: list[Copy] = []
-        # a fetch that starts with its fetch point: copy's index -> the action's walk number
+        # a fetch that starts with its fetch point, or a copy out an F waited for: copy's index ->
+        # the action's walk number
         self.issued_with: dict[int, int] = {}
 
     @classmethod
@@ -305,6 +311,8 @@ class _MemoryActionTimes:
         return default if c is None else KIND_TABLE[a.kind].seconds(c)
 
     def ready(self, a: Action, ready: float) -> float:
+        if a.kind == Kind.F and a in self.waits:
+            return max([ready] + [self.out_end[key] for key in self.waits[a]])
         if a.kind in (Kind.I, Kind.B):
             fetched = self.in_end.get((a.stage, a.microbatch))
             if fetched is not None and fetched > ready:
@@ -318,10 +326,14 @@ class _MemoryActionTimes:
             self.in_end[key] = self.in_free[rank]
             if begin == start:
                 self.issued_with[len(self.copies) - 1] = number
+        for key in self.waits.get(a, ()):
+            if self.out_end[key] == start:  # it waited for this copy: its bytes leave before the F's rise
+                self.issued_with[self.out_index[key]] = number
         key = (a.stage, a.microbatch)
         if a.kind == Kind.F and key in self.offloaded:
             self._copy(rank, key, "out", max(end, self.out_free[rank]))
             self.out_end[key] = self.out_free[rank]
+            self.out_index[key] = len(self.copies) - 1
 
     def _copy(self, rank: int, key: tuple[int, int], direction: str, begin: float) -> None:
         n = self.nbytes[key]
@@ -334,12 +346,12 @@ class _MemoryActionTimes:
 
     def device_events(self) -> list[list[tuple[float, float, Optional[int]]]]:
         """Per rank, (time, change of held bytes, the walk number of the action it starts with
-        or None) of the copies: the bytes leave the device when the copy out ends, and are back
-        when the fetch starts."""
+        or None) of the copies: the bytes leave the device when the copy out ends (before the F
+        that waited for it), and are back when the fetch starts."""
         out: list[list[tuple[float, float, Optional[int]]]] = [[] for _ in self.out_free]
         for k, c in enumerate(self.copies):
             if c.direction == "out":
-                out[c.rank].append((c.end, -c.nbytes, None))
+                out[c.rank].append((c.end, -c.nbytes, self.issued_with.get(k)))
             else:
                 out[c.rank].append((c.start, c.nbytes, self.issued_with.get(k)))
         return out
@@ -434,10 +446,11 @@ def _merge_copies(curve: list[tuple[float, float]], events: list[tuple[float, fl
     """A rank's curve with the copy streams' changes merged in by time (:func:`memory_curves`):
     steps sort by (time, group, position); the actions' steps are group 0 in their order, a fetch
     issued with its fetch point sits just before that action's first step, another fetch before
-    every step at its time (group -1), a copy out's end after them (group 1)."""
+    every step at its time (group -1), a copy out's end after them (group 1), but one an F waited
+    for, which sits just before that F's first step."""
     steps = [(t, 0, float(k), level - curve[k - 1][1] if k else level) for k, (t, level) in enumerate(curve)]
     for t, change, number in events:
-        if change < 0:
+        if change < 0 and number is None:
             steps.append((t, 1, 0.0, change))
         elif number is not None:
             steps.append((t, 0, entry[number] - 0.5, change))

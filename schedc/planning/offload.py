@@ -146,7 +146,7 @@ def _whole_backwards(out, problem, link: HostLink, deadline=None):
     offloads chosen again on the merged order (their fetch points may name the merged I's and
     W's). None when they no longer make it fit. Cost: the chooser's, once."""
     from schedc.planning.ac import whole_backwards
-    from schedc.solver.offload import choose_offload, offload_summary
+    from schedc.solver.offload import offload_order, offload_summary
 
     if not _splits_backward(out):
         return out
@@ -155,8 +155,8 @@ def _whole_backwards(out, problem, link: HostLink, deadline=None):
         return merged if merged.sim.fits else None
     from schedc.solver.deadline import NEVER
 
-    choice = choose_offload(merged.schedule, problem.profile, problem.memory, link, problem.runtime,
-                            deadline or NEVER)
+    choice = offload_order(merged.schedule, problem.profile, problem.memory, link, problem.runtime,
+                           problem.objective, deadline or NEVER)
     if not choice.fits:
         return None
     report = dict(merged.report)

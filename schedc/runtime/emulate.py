@@ -37,7 +37,8 @@ streams (:class:`CopyStreams`): one thread per direction, each first in first ou
 scale x the link's time of each copy (schedc.core.host_link), as the simulator's rule has them:
 a copy out starts when its F has run (``forward_one_chunk`` returned) and its stream is free; a
 fetch is issued when the rank starts its ``fetch_at`` action and starts once its copy out has
-ended and its stream is free; the I or B of an offloaded microbatch waits for its fetch. The
+ended and its stream is free; the I or B of an offloaded microbatch waits for its fetch, and an
+F named as an offload's ``room_for`` for that copy out. The
 hooks wrap the three per-action methods of the rank's ``PipelineStage`` instances, so torch's
 runtime runs unchanged between them. The prediction simulates the same actions over the link
 with every copy's time scaled. Nothing is copied (the tensors are tiny): the emulation times
@@ -158,8 +159,11 @@ class CopyStreams:
         self.seconds = {(c["stage"], c["microbatch"]): float(c["seconds"]) for c in copies}
         self.token: Optional[float] = None  # the overhead run: every copy sleeps this instead
         self.due: dict[Action, list[tuple[int, int]]] = {}
+        self.waits: dict[Action, list[tuple[int, int]]] = {}  # an F -> the copies out it waits for (room_for)
         for c in copies:
             self.due.setdefault(parse_fetch_at(c["fetch_at"]), []).append((c["stage"], c["microbatch"]))
+            if c.get("room_for"):
+                self.waits.setdefault(parse_fetch_at(c["room_for"]), []).append((c["stage"], c["microbatch"]))
         self.queues: dict[str, queue.Queue] = {"out": queue.Queue(), "in": queue.Queue()}
         self.out_done: dict[tuple[int, int], threading.Event] = {}
         self.in_done: dict[tuple[int, int], threading.Event] = {}
@@ -183,6 +187,8 @@ class CopyStreams:
 
             def forward(mb, *args, _index=index, _run=forward_one_chunk, **kwargs):
                 self._start(Action(_index, "F", mb))
+                for key in self.waits.get(Action(_index, "F", mb), ()):
+                    self._wait(self.out_done[key], f"the copy out of stage {key[0]}, microbatch {key[1]}")
                 out = _run(mb, *args, **kwargs)
                 if (_index, mb) in self.seconds:
                     self.queues["out"].put((_index, mb))
@@ -493,6 +499,7 @@ def _offloads(path: str, schedule: Schedule, profile: Profile, scale: float, mem
                 order.setdefault((a.stage, a.microbatch), (rank, k))
     scaled = _scaled_link(link, scale)
     copies = [{"stage": key[0], "microbatch": key[1], "fetch_at": str(ma.fetch_at),
+               "room_for": None if ma.room_for is None else str(ma.room_for),
                "seconds": scaled.seconds(ma.fraction * offload_bytes(profile, key[0]))}
               for key, ma in sorted(chosen.items(), key=lambda item: order[item[0]])]
     return list(chosen.values()), copies

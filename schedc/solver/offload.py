@@ -25,8 +25,10 @@ counted as away (every stage but the last: a relaxed cap only where offload can 
 uncapped order makes activations faster than a 50 GB/s link moves them, these orders leave
 the link time), then, in CHOOSER_SHARE of the time limit (what the compiles leave, at least),
 runs the offload heuristic (schedc.solver.engines.offload_heuristic: the order and the offloads
-built together, in HEURISTIC_SHARE of that) and the chooser on the compiles' answers and on the
-hand-made schedules over the cap, and keeps the shortest that fits (the capped answer with no
+built together, in HEURISTIC_SHARE of that) and the choosers on the compiles' answers and on the
+hand-made schedules over the cap (:func:`offload_order`: a share of every microbatch per rank,
+with forwards that wait for copies out, schedc.solver.offload_fractions; then whole microbatches,
+the rule above), and keeps the shortest that fits (the capped answer with no
 offload among them, so it is never worse than ``--offload none``). The chooser's simulations
 stop at the deadline and, under a work budget, charge a pass each (schedc.solver.deadline), on
 one work clock with the compiles: the command ends within its budget. Offload only adds waits to
@@ -55,6 +57,8 @@ from schedc.core.memory_actions import MemoryAction, to_json
 from schedc.core.simulate import SimResult, simulate
 from schedc.errors import ParameterError
 from schedc.solver.deadline import NEVER, Deadline, charge_passes, counting_work, n_actions, now
+from schedc.solver.engine import close
+from schedc.solver.offload_fractions import choose_fractions
 
 OFFLOAD_CHOICES = ("none", "auto")
 CAPPED_SHARE = 0.35  # of the time limit, for the compile under the cap (--offload none's answer)
@@ -190,10 +194,10 @@ def check_offload(offload: object) -> str:
 
 def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: HostLink, beat: float = math.inf,
                  deadline: Deadline = NEVER) -> Optional[tuple[str, OffloadChoice]]:
-    """The shortest (by the problem's objective) of the chooser's fitting answers for the
-    candidate schedules, with its candidate's name, if shorter than `beat`; None when none is.
-    Offload only adds waits, so a candidate whose step without a cap is no shorter than the best
-    so far is skipped (candidates go shortest first). Stops at `deadline`."""
+    """The shortest (by the problem's objective) fitting answer for the candidate schedules, with
+    its candidate's name, if shorter than `beat`; None when none is. Each candidate gets the
+    offloads of :func:`offload_order`. Offload only adds waits, so a candidate whose step without a cap is no shorter than
+    the best so far is skipped (candidates go shortest first). Stops at `deadline`."""
     obj = problem.objective
     n = n_actions(problem.n_stages, problem.n_microbatches)
     steps = []
@@ -208,9 +212,27 @@ def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: Host
         if step >= limit or deadline.expired():
             break
         name, schedule = candidates[k]
-        choice = choose_offload(schedule, problem.profile, problem.memory, link, deadline=deadline)
+        choice = offload_order(schedule, problem.profile, problem.memory, link, objective=obj, deadline=deadline)
         if choice.fits and choice.sim.objective(obj) < limit:
             best = (name, choice)
+    return best
+
+
+def offload_order(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
+                  runtime: Optional[str] = None, objective: str = "makespan",
+                  deadline: Deadline = NEVER) -> OffloadChoice:
+    """The offloads that make `schedule` fit, the shorter of two choosers: a share of every
+    microbatch per rank (schedc.solver.offload_fractions, a few simulations) and, unless that
+    already hides every transfer, whole microbatches (:func:`choose_offload`). Where neither
+    fits, the whole-microbatch answer says why."""
+    shares = choose_fractions(schedule, profile, memory, link, runtime, deadline)
+    best = OffloadChoice(schedule, shares.actions, shares.sim, shares.sim.fits, shares.why) if shares.sim.fits else None
+    if best is not None and close(best.sim.objective(objective),
+                                  simulate(schedule, profile, None, runtime).objective(objective)):
+        return best  # every transfer hides: whole microbatches cannot do better
+    whole = choose_offload(schedule, profile, memory, link, runtime, deadline)
+    if best is None or (whole.fits and whole.sim.objective(objective) < best.sim.objective(objective)):
+        return whole
     return best
 
 
@@ -363,7 +385,6 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     from dataclasses import replace
 
     from schedc.solver.compile import all_baselines, build_report, relative_gap
-    from schedc.solver.engine import close
     from schedc.solver.engines.offload_heuristic import offload_heuristic
     from schedc.solver.engines.warm import matching_baselines
 

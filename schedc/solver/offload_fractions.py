@@ -1,0 +1,183 @@
+"""Offload a share of every microbatch: the fraction each rank sends to host memory, so that a
+fixed order fits its cap.
+
+Problem: a short order over the memory cap (the uncapped optimum, ZB-H2) holds many microbatches
+on its early ranks. Sending whole microbatches out (schedc.solver.offload's chooser) needs a link
+that moves a whole microbatch's bytes while the rank computes one microbatch: on 8-rank decoders
+of 7-8B parameters at 4096 tokens and 50 GB/s the copy of one microbatch takes about as long as
+its F, I and W together (docs/results.md, "Offload against checkpointing": link load 0.77 to
+0.98), so the copies queue, the bytes leave late and the fetches come back late. A share ``f``
+of every microbatch (the largest saved tensors first, schedc.core.memory_actions' ``fraction``)
+takes ``f`` of the link's time: the rank holds ``(1 - f)`` of each microbatch it keeps across
+the step, and the link keeps up.
+
+Method: the order's timing without a cap decides which microbatches can move. For rank r with
+fraction f, every microbatch of its stages (but the last stage, whose backward follows its
+forward) whose copy of f of its bytes (schedc.core.host_link.HostLink.seconds) ends before some
+action between its F and its backward starts, and whose fetch started there ends before the
+backward starts, is offloaded with the latest such action as its fetch point. Each rank over its
+cap then gets the least fraction of 1/LEVELS, 2/LEVELS, ..., 1 that brings it under. More is not
+always better (a larger copy leaves the device later, queues behind the one before, and can
+free less at the peak), so every level is simulated (schedc.core.simulate, with the memory
+actions and the link), all the ranks over their caps at once: a rank's memory depends on its own
+copies, the others reach it only through a late fetch's delay. Each rank then takes its least
+fitting level, one simulation checks them together, and a rank put back over its cap there
+takes its next fitting level. It fits or says why not (a rank over its cap at every level,
+pinned host memory over a node's cap).
+
+Cost: about LEVELS + 3 simulations of O(A + copies) for A actions, each charged a pass under a
+work budget (schedc.solver.deadline); it stops at the deadline with what it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.host_link import HostLink, offload_bytes
+from schedc.core.ir import Action, Kind, Schedule
+from schedc.core.memory_actions import MemoryAction
+from schedc.core.simulate import SimResult, simulate
+from schedc.solver.deadline import NEVER, Deadline, charge_passes
+
+LEVELS = 16  # fractions are k / LEVELS: fine enough that the least fitting one wastes little link time
+WAIT_LEVELS = (4, 8, 12, 16)  # the levels tried with forwards waiting for copies out
+MAX_WAITS = 64  # rounds of added waits per level (one per rank over its cap per round)
+
+
+@dataclass(frozen=True)
+class FractionChoice:
+    """Each rank's fraction (0: nothing moves), the memory actions and the simulation with them;
+    ``why`` says what did not fit when ``sim.fits`` is false."""
+
+    fractions: tuple[float, ...]
+    actions: tuple[MemoryAction, ...]
+    sim: SimResult
+    why: str = ""
+
+
+def offloads_at(schedule: Schedule, profile: Profile, link: HostLink, fractions: dict[int, float],
+                timing: SimResult, waits: Optional[dict[tuple[int, int], Action]] = None) -> list[MemoryAction]:
+    """The offloads of every rank at its fraction (module docstring), timed by `timing` (the
+    order's simulation without offload); `waits` gives the F that waits for an offload's copy
+    out (its ``room_for``)."""
+    out = []
+    last = schedule.n_stages - 1
+    waits = waits or {}
+    for s, rank in enumerate(schedule.placement):
+        f = fractions.get(rank, 0.0)
+        nbytes = f * offload_bytes(profile, s)
+        if s == last or nbytes <= 0:
+            continue
+        copy = link.seconds(nbytes)
+        row = schedule.actions(rank)
+        index = {a: k for k, a in enumerate(row)}
+        for m in range(schedule.n_microbatches):
+            forward = Action(s, Kind.F, m)
+            backward = next((b for b in (Action(s, Kind.I, m), Action(s, Kind.B, m)) if b in index), None)
+            if forward not in index or backward is None:
+                continue
+            away_from = timing.timings[forward].end + copy
+            back_by = timing.timings[backward].start - copy
+            fetch = next((a for a in reversed(row[index[forward] + 1:index[backward]])
+                          if timing.timings[a].start <= back_by), None)
+            if fetch is not None and timing.timings[fetch].start > away_from:
+                out.append(MemoryAction(s, m, "offload", fetch, f, waits.get((s, m))))
+    return out
+
+
+def _wait(schedule: Schedule, sim: SimResult, rank: int, actions: list[MemoryAction],
+          waits: dict[tuple[int, int], Action]) -> Optional[tuple[tuple[int, int], Action]]:
+    """The wait that lowers `rank`'s peak in `sim`, if its peak is an F's rise: that F waits for
+    the first copy out of the rank still running then (the head of its device-to-host stream)."""
+    curve = sim.memory_curve[rank]
+    top = max(level for _, level in curve)
+    t_peak = next(t for t, level in curve if level == top)
+    forward = next((a for a in schedule.actions(rank) if a.kind == Kind.F
+                    and abs(sim.timings[a].start - t_peak) <= 1e-12), None)
+    if forward is None:
+        return None
+    offloaded = {(a.stage, a.microbatch) for a in actions}
+    running = [c for c in sim.copies if c.rank == rank and c.direction == "out" and c.start <= t_peak < c.end
+               and (c.stage, c.microbatch) in offloaded and (c.stage, c.microbatch) not in waits]
+    if not running:
+        return None
+    head = min(running, key=lambda c: c.end)
+    return (head.stage, head.microbatch), forward
+
+
+def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
+                     runtime: Optional[str] = None, deadline: Deadline = NEVER) -> FractionChoice:
+    """The least fraction per rank that makes `schedule` fit `memory` on `link`, with the waits
+    that need (module docstring); `profile` and `runtime` as
+    :func:`schedc.core.simulate.simulate` takes them."""
+    size = sum(len(schedule.actions(r)) for r in range(schedule.n_ranks))
+    timing = simulate(schedule, profile, None, runtime)
+    charge_passes(size)
+
+    def run(levels: dict[int, int], waits=None) -> tuple[list[MemoryAction], SimResult]:
+        fractions = {r: k / LEVELS for r, k in levels.items()}
+        actions = offloads_at(schedule, profile, link, fractions, timing, waits)
+        charge_passes(size)
+        return actions, simulate(schedule, profile, memory, runtime, memory_actions=actions or None, link=link)
+
+    actions, sim = run({})
+    over = list(sim.ranks_over)
+    if not over:
+        return FractionChoice((0.0,) * schedule.n_ranks, (), sim)
+    # every level on every rank over its cap at once: the least fraction is not found by
+    # bisection, since more is not always better (a larger copy leaves later and may come back
+    # no sooner, so it frees less at the peak)
+    fitting: dict[int, list[int]] = {r: [] for r in over}
+    for k in range(1, LEVELS + 1):
+        if deadline.expired():
+            break
+        _, sim = run({r: k for r in over})
+        for r in over:
+            if r not in sim.ranks_over:
+                fitting[r].append(k)
+    found: list[tuple[float, dict, list[MemoryAction], SimResult]] = []
+    if all(fitting.values()):
+        # each rank at its least fitting level; a rank that the others' late fetches put back
+        # over its cap takes its next one
+        levels = {r: ks[0] for r, ks in fitting.items()}
+        for _ in range(LEVELS):
+            actions, sim = run(levels)
+            moved = False
+            for r in sim.ranks_over:
+                later = [k for k in fitting.get(r, ()) if k > levels[r]]
+                if later:
+                    levels[r], moved = later[0], True
+            if sim.fits or not moved or deadline.expired():
+                break
+        if sim.fits:
+            found.append((sim.makespan, dict(levels), actions, sim))
+    # where a rank fits at no level (its first forwards come faster than the link empties it),
+    # or to do better, forwards wait for copies out
+    for k in WAIT_LEVELS:
+        if deadline.expired():
+            break
+        levels = {r: fitting[r][0] if fitting[r] and fitting[r][0] <= k else k for r in over}
+        waits: dict[tuple[int, int], Action] = {}
+        for _ in range(MAX_WAITS):
+            actions, sim = run(levels, waits)
+            if sim.fits or deadline.expired():
+                break
+            added = [w for r in sim.ranks_over if (w := _wait(schedule, sim, r, actions, waits)) is not None]
+            if not added:
+                break
+            waits.update(added)
+        if sim.fits:
+            found.append((sim.makespan, dict(levels), actions, sim))
+    if found:
+        _, levels, actions, sim = min(found, key=lambda f: f[0])
+        return FractionChoice(_fractions(schedule, levels), tuple(actions), sim)
+    why = (f"host memory over its cap on node(s) {', '.join(map(str, sim.nodes_over))}" if sim.nodes_over else
+           f"rank(s) {', '.join(map(str, sim.ranks_over))} stay over the cap at every fraction, with forwards "
+           f"waiting for copies out")
+    return FractionChoice(_fractions(schedule, {}), (), sim, why)
+
+
+def _fractions(schedule: Schedule, levels: dict[int, int]) -> tuple[float, ...]:
+    return tuple(levels.get(r, 0) / LEVELS for r in range(schedule.n_ranks))
