@@ -14,6 +14,7 @@ from schedc import cli  # noqa: E402
 from schedc.core.baselines import make_baseline  # noqa: E402
 from schedc.core.costs import Profile  # noqa: E402
 from schedc.core.host_link import HostLink  # noqa: E402
+from schedc.core.ir import Action  # noqa: E402
 from schedc.errors import SchedcError  # noqa: E402
 from schedc.io.csvio import write_csv  # noqa: E402
 from schedc.runtime.emulate import emulate  # noqa: E402
@@ -75,3 +76,19 @@ def test_cli_refuses_link_flags_without_memory_actions_and_names_the_file(tmp_pa
     assert cli.main(["emulate", str(path), "--memory-actions", str(bad)]) != 0
     err = capsys.readouterr().err
     assert "plan.json (against" in err and "stages 0..1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_forward_waits_for_the_copy_its_room_for_names_and_a_fraction_copies_its_share(tmp_path):
+    # half of microbatch 0 moves at 1/3 B/s: 1.5 units; 0F1 waits for that copy out (from 1 to
+    # 2.5), which the emulated rank sleeps as the simulator predicts it
+    path = tmp_path / "1f1b.csv"
+    write_csv(make_baseline("1f1b", 2, 4), path)
+    actions = [{"stage": 0, "microbatch": 0, "action": "offload", "fraction": 0.5, "room_for": "0F1"}]
+    run, = emulate([path], Profile.uniform(2), scale=SCALE, steps=3, timeout=240, memory_actions=actions, link=SLOW)
+    out = next(c for c in run.prediction.copies if c.direction == "out")
+    assert out.nbytes == 0.5 and out.end - out.start == pytest.approx(1.5 * SCALE)
+    assert run.prediction.timings[Action(0, "F", 1)].start == pytest.approx(out.end)
+    assert run.predicted_step > run.plain_prediction.makespan
+    # the emulated rank sleeps the wait too: the step is no shorter than the prediction (a loaded
+    # host wakes sleepers late, so only an upper margin)
+    assert 0.97 * run.predicted_step <= run.measured_step <= 1.5 * run.predicted_step
