@@ -65,7 +65,7 @@ CAPPED_SHARE = 0.35  # of the time limit, for the compile under the cap (--offlo
 UNCAPPED_SHARE = 0.15  # for the compile without a cap (its bound is the answer's)
 LOOSENED_SHARE = 0.2  # for the compiles of the discounted problems, shared
 CHOOSER_SHARE = 0.3  # for the offload heuristic and the chooser's rounds (at least; what the compiles leave)
-HEURISTIC_SHARE = 0.6  # of the chooser's time, for the offload heuristic
+HEURISTIC_SHARE = 0.3  # of the chooser's time, for the offload heuristic (the choosers of offload_order find more)
 DISCOUNTS = (0.25, 0.5, 0.75)  # the discounted problems: this share of each offloadable microbatch away
 UNCAPPED_SOURCE = "uncapped problem (offload relaxes the memory cap)"
 HEURISTIC_SOURCE = "the offload heuristic (the order and its offloads built together)"
@@ -195,9 +195,12 @@ def check_offload(offload: object) -> str:
 def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: HostLink, beat: float = math.inf,
                  deadline: Deadline = NEVER) -> Optional[tuple[str, OffloadChoice]]:
     """The shortest (by the problem's objective) fitting answer for the candidate schedules, with
-    its candidate's name, if shorter than `beat`; None when none is. Each candidate gets the
-    offloads of :func:`offload_order`. Offload only adds waits, so a candidate whose step without a cap is no shorter than
-    the best so far is skipped (candidates go shortest first). Stops at `deadline`."""
+    its candidate's name, if shorter than `beat`; None when none is. The two choosers of
+    :func:`offload_order` in two passes: a share of every microbatch on every candidate first
+    (a few simulations each, at most half the time left each), then whole microbatches (up to S x M simulations each) in the time
+    left, so that one order no chooser can fit does not spend the time of the others. Offload
+    only adds waits, so a candidate whose step without a cap is no shorter than the best so far
+    is skipped (candidates go shortest first). Stops at `deadline`."""
     obj = problem.objective
     n = n_actions(problem.n_stages, problem.n_microbatches)
     steps = []
@@ -207,14 +210,26 @@ def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: Host
         charge_passes(n)
         steps.append((simulate(schedule, problem.profile, None).objective(obj), k))
     best = None
-    for step, k in sorted(steps):
-        limit = beat if best is None else best[1].sim.objective(obj)
-        if step >= limit or deadline.expired():
-            break
-        name, schedule = candidates[k]
-        choice = offload_order(schedule, problem.profile, problem.memory, link, objective=obj, deadline=deadline)
-        if choice.fits and choice.sim.objective(obj) < limit:
-            best = (name, choice)
+    hidden = set()  # candidates whose shares hide every transfer: whole microbatches cannot do better
+    for whole in (False, True):
+        for step, k in sorted(steps):
+            limit = beat if best is None else best[1].sim.objective(obj)
+            if step >= limit or deadline.expired():
+                break
+            if whole and k in hidden:
+                continue
+            name, schedule = candidates[k]
+            if whole:
+                choice = choose_offload(schedule, problem.profile, problem.memory, link, deadline=deadline)
+            else:
+                # at most half the time left: an order that holds too much fails slowly
+                own = Deadline(min(deadline.at, now() + 0.5 * deadline.left()))
+                shares = choose_fractions(schedule, problem.profile, problem.memory, link, deadline=own)
+                choice = OffloadChoice(schedule, shares.actions, shares.sim, shares.sim.fits, shares.why)
+                if choice.fits and close(choice.sim.objective(obj), step):
+                    hidden.add(k)
+            if choice.fits and choice.sim.objective(obj) < limit:
+                best = (name, choice)
     return best
 
 

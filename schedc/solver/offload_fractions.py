@@ -22,7 +22,11 @@ free less at the peak), so every level is simulated (schedc.core.simulate, with 
 actions and the link), all the ranks over their caps at once: a rank's memory depends on its own
 copies, the others reach it only through a late fetch's delay. Each rank then takes its least
 fitting level, one simulation checks them together, and a rank put back over its cap there
-takes its next fitting level. It fits or says why not (a rank over its cap at every level,
+takes its next fitting level. Where a rank fits at no level (its first forwards make bytes
+faster than the link moves them), forwards wait: at each of WAIT_LEVELS where the rank's excess
+over its cap is no more than the bytes on their way out at its peak, the F at the peak waits for
+the first copy out still running (``room_for``), one per rank over its cap per simulation, until
+the ranks fit or the excess stops falling. It fits or says why not (a rank over its cap at every level,
 pinned host memory over a node's cap).
 
 Cost: about LEVELS + 3 simulations of O(A + copies) for A actions, each charged a pass under a
@@ -31,6 +35,7 @@ work budget (schedc.solver.deadline); it stops at the deadline with what it has.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -44,6 +49,7 @@ from schedc.solver.deadline import NEVER, Deadline, charge_passes
 LEVELS = 16  # fractions are k / LEVELS: fine enough that the least fitting one wastes little link time
 WAIT_LEVELS = (4, 8, 12, 16)  # the levels tried with forwards waiting for copies out
 MAX_WAITS = 64  # rounds of added waits per level (one per rank over its cap per round)
+STALLED_ROUNDS = 3  # rounds without a lower excess over the caps before the waits stop
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,16 @@ def _wait(schedule: Schedule, sim: SimResult, rank: int, actions: list[MemoryAct
     return (head.stage, head.microbatch), forward
 
 
+def _in_flight(sim: SimResult, rank: int) -> float:
+    """The bytes of `rank` on its way out at its peak (their F ended, their copy not): the most
+    that forwards waiting for copies could take off that peak."""
+    curve = sim.memory_curve[rank]
+    top = max(level for _, level in curve)
+    t_peak = next(t for t, level in curve if level == top)
+    return sum(c.nbytes for c in sim.copies if c.rank == rank and c.direction == "out" and c.end > t_peak
+               and sim.timings[Action(c.stage, Kind.F, c.microbatch)].end <= t_peak)
+
+
 def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
                      runtime: Optional[str] = None, deadline: Deadline = NEVER) -> FractionChoice:
     """The least fraction per rank that makes `schedule` fit `memory` on `link`, with the waits
@@ -130,6 +146,7 @@ def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[Memo
     # bisection, since more is not always better (a larger copy leaves later and may come back
     # no sooner, so it frees less at the peak)
     fitting: dict[int, list[int]] = {r: [] for r in over}
+    hopeful: dict[int, set[int]] = {r: set() for r in over}  # levels where waits might bring r under
     for k in range(1, LEVELS + 1):
         if deadline.expired():
             break
@@ -137,6 +154,8 @@ def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[Memo
         for r in over:
             if r not in sim.ranks_over:
                 fitting[r].append(k)
+            elif sim.peak_memory[r] - sim.memory_limit[r] <= _in_flight(sim, r):
+                hopeful[r].add(k)
     found: list[tuple[float, dict, list[MemoryAction], SimResult]] = []
     if all(fitting.values()):
         # each rank at its least fitting level; a rank that the others' late fetches put back
@@ -159,11 +178,18 @@ def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[Memo
         if deadline.expired():
             break
         levels = {r: fitting[r][0] if fitting[r] and fitting[r][0] <= k else k for r in over}
+        if any(levels[r] == k and k not in fitting[r] and k not in hopeful[r] for r in over):
+            continue  # a rank over its cap by more than waits could free there
         waits: dict[tuple[int, int], Action] = {}
+        least, stalled = math.inf, 0
         for _ in range(MAX_WAITS):
             actions, sim = run(levels, waits)
             if sim.fits or deadline.expired():
                 break
+            excess = sum(sim.peak_memory[r] - sim.memory_limit[r] for r in sim.ranks_over)
+            least, stalled = (excess, 0) if excess < least * (1 - 1e-9) else (least, stalled + 1)
+            if stalled >= STALLED_ROUNDS:
+                break  # waits no longer bring the peaks down: the order holds too much to wait out
             added = [w for r in sim.ranks_over if (w := _wait(schedule, sim, r, actions, waits)) is not None]
             if not added:
                 break
