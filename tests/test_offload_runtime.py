@@ -1,7 +1,8 @@
 """Memory actions run by schedc's runtime on 2 gloo ranks: offloaded and recomputed microbatches
 train exactly like the unsplit model (float64, 1e-10), every fetch happens at its compiled point,
-nothing is held after a step, and memory actions that do not fit the CSV are one line on every
-rank before any communication.
+nothing is held after a step, an offload's fraction copies at least that share of the saved bytes
+(largest tensors first) and memory actions that do not fit the CSV are one line on every rank
+before any communication.
 
 One spawned group runs every case (spawning dominates the cost); the tests assert on its report.
 """
@@ -30,8 +31,9 @@ CFG = dict(vocab_size=32, hidden=16, layers=4, heads=2, seq_len=8, dtype="float6
 CASES = {
     "1f1b": (lambda: make_baseline("1f1b", 2, M), [
         {"stage": 0, "microbatch": 0, "action": "offload"},                      # fetched at 0F1
-        {"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0F2"},
+        {"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0F2", "fraction": 0.5},
         {"stage": 0, "microbatch": 2, "action": "recompute"},
+        {"stage": 0, "microbatch": 3, "action": "offload", "fraction": 0.2},      # fetched at 0B2
         {"stage": 1, "microbatch": 1, "action": "recompute"},
         {"stage": 1, "microbatch": 3, "action": "keep"},
     ]),
@@ -41,10 +43,10 @@ CASES = {
     ]),
     "zb-v": (lambda: make_baseline("zb-v", 4, M, n_ranks=2), [
         {"stage": 0, "microbatch": 0, "action": "offload", "fetch_at": "3F1"},
-        {"stage": 0, "microbatch": 1, "action": "offload"},
+        {"stage": 0, "microbatch": 1, "action": "offload", "fraction": 0.5},
         {"stage": 0, "microbatch": 2, "action": "recompute"},
         {"stage": 1, "microbatch": 0, "action": "offload"},
-        {"stage": 2, "microbatch": 1, "action": "offload"},
+        {"stage": 2, "microbatch": 1, "action": "offload", "fraction": 0.2},
     ]),
     # torch's OVERLAP_F_B cells: rank 0 runs ... 3F1 (0F3;3B1) (3F2;0B0) 3B2 (3F3;0B1) ..., rank 1
     # 1F0 2F0 1F1 2F1 1F2 2B0 (2F2;1B0) (1F3;2B1) (2F3;1B1) 2B2 1B2 ...
@@ -114,6 +116,7 @@ def rank_main(rank: int, world: int, csvs: dict, cases: dict, hostile: dict):
                     "left_at_end": stats.left_at_end, "offloaded_tensors": stats.offloaded_tensors,
                     "offloaded_bytes": stats.offloaded_bytes, "peak_host_bytes": stats.peak_host_bytes,
                     "forward_runs": {f"{s},{m}": n for (s, m), n in stats.forward_runs.items()},
+                    "moved": {f"{s},{m}": list(v) for (s, m), v in stats.moved.items()},
                 })
             return {"stages": [s.stage_index for s in pipe.stages], "steps": steps}
         out["cases"][name] = capture(run)
@@ -197,6 +200,39 @@ def test_nothing_is_held_after_any_of_five_steps(ranks, case):
         assert len(peaks) == 1, f"the host bytes differ from step to step (a leak?): {peaks}"
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_offload_copies_at_least_its_fraction_of_the_saved_bytes_and_fraction_1_all(ranks, case):
+    expected = _expected(case)
+    fractions = {a.fraction for a in expected.values() if a.action == "offload"}
+    for ok in _case(ranks, case):
+        mine = {key: a for key, a in expected.items() if key[0] in ok["stages"] and a.action == "offload"}
+        for step in ok["steps"]:
+            moved = {tuple(int(v) for v in key.split(",")): tuple(v) for key, v in step["moved"].items()}
+            assert set(moved) == set(mine)
+            for key, (copied, saved) in moved.items():
+                assert saved > 0 and copied >= mine[key].fraction * saved, (key, copied, saved)
+                if mine[key].fraction < 1:
+                    assert copied < saved, f"{key}: fraction {mine[key].fraction} copied every saved byte"
+                else:
+                    assert copied == saved, key
+            assert sum(c for c, _ in moved.values()) == step["offloaded_bytes"]
+            assert step["moved"] == ok["steps"][0]["moved"]
+    if case in ("1f1b", "zb-v"):
+        assert {0.2, 0.5, 1.0} <= fractions, "the cases cover fractions below 1 and whole offloads"
+
+
+def test_the_largest_saved_tensors_are_picked_first_ties_in_saved_order():
+    from schedc.runtime.offload import _pick, _Saved
+
+    sizes = [4, 16, 8, 16, 2]
+    holders = [_Saved((0, 0), torch.zeros(n, dtype=torch.uint8), n) for n in sizes]
+    assert _pick(holders, 1.0) == [holders[i] for i in (1, 3, 2, 0, 4)]
+    assert _pick(holders, 0.25) == [holders[1]]          # 16 of 46 >= 11.5
+    assert _pick(holders, 0.5) == [holders[1], holders[3]]  # 16 < 23 <= 32: at least, never less
+    assert _pick(holders, 0.75) == [holders[1], holders[3], holders[2]]  # 40 >= 34.5
+    assert _pick([], 0.5) == []
+
+
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_memory_actions_that_do_not_fit_the_csv_are_one_line_on_every_rank(ranks, case):
     for rank, out in enumerate(ranks):
@@ -241,14 +277,17 @@ def test_plan_settings_returns_a_plans_memory_actions_and_names_a_bad_entry(tmp_
         plan_settings(path)
 
 
-@pytest.mark.parametrize("device,ac", [("cpu", "none"), ("cpu", "full"), pytest.param("cuda", "none", marks=pytest.mark.cuda)])
-def test_one_rank_offload_moves_the_bytes_off_the_device_and_returns_to_baseline(device, ac):
+@pytest.mark.parametrize("device,ac,fraction", [("cpu", "none", 1.0), ("cpu", "full", 1.0), ("cpu", "none", 0.5),
+                                                 pytest.param("cuda", "none", 1.0, marks=pytest.mark.cuda),
+                                                 pytest.param("cuda", "none", 0.5, marks=pytest.mark.cuda)])
+def test_one_rank_offload_moves_the_bytes_off_the_device_and_returns_to_baseline(device, ac, fraction):
     # both stages on one rank (no communication), every forward before any backward: stage 0 of
     # microbatches 0..2 offloaded (each fetched at 1B_m, the action before its 0B_m), stage 1 of
     # microbatch 3 recomputed. On CUDA the peak drops by most of the offloaded bytes and every
     # step ends at the same allocated level; on CPU the host copy is a CPU tensor too, so only
     # the gradients and the bookkeeping are checked. Under full checkpointing of the blocks the
     # offload moves what stays saved (the blocks' inputs), and the recompute nests around theirs.
+    # With a fraction, microbatch 1 moves at least that share of its saved bytes, largest first.
     from schedc.io.csvio import parse_csv_text
     from schedc.runtime import load_pipeline
     from schedc.runtime.one_rank import one_rank_group
@@ -258,6 +297,7 @@ def test_one_rank_offload_moves_the_bytes_off_the_device_and_returns_to_baseline
     schedule = parse_csv_text(",".join(row) + "\n")
     actions = [{"stage": 0, "microbatch": m, "action": "offload"} for m in range(3)] + [
         {"stage": 1, "microbatch": 3, "action": "recompute"}]
+    actions[1]["fraction"] = fraction
     x, y = make_batch(cfg, 2 * M, seed=3, device=device)
     ref = GPT(cfg, seed=1).to(device)
     lm_loss(ref(x), y).backward()
@@ -296,6 +336,12 @@ def test_one_rank_offload_moves_the_bytes_off_the_device_and_returns_to_baseline
     assert memory.stats.late_fetches == 0 and memory.stats.left_at_end == 0
     assert sorted(memory.stats.fetches) == [(f"1B{m}", (0, m)) for m in range(3)]
     assert memory.stats.forward_runs == {(0, 0): 1, (0, 1): 1, (0, 2): 1, (1, 3): 2}
+    moved = memory.stats.moved
+    assert sorted(moved) == [(0, m) for m in range(3)]
+    assert moved[(0, 0)][0] == moved[(0, 0)][1] > 0 and moved[(0, 2)][0] == moved[(0, 2)][1]
+    copied, saved = moved[(0, 1)]
+    assert (copied == saved) if fraction == 1 else (fraction * saved <= copied < saved), (copied, saved)
+    assert memory.stats.offloaded_bytes == sum(c for c, _ in moved.values())
     if device == "cuda":
         assert levels == [levels[0]] * 3 == [plain_levels[0]] * 3, (levels, plain_levels)
         drop = plain_peaks[-1] - peaks[-1]

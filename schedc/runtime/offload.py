@@ -13,9 +13,10 @@ unchanged between them:
 
 - ``forward_one_chunk(mb)`` (an F): fetches what is due at this F, then marks (stage, mb) as the
   forward in progress. The module's ``forward`` reads that mark: for an offloaded microbatch it
-  runs under ``torch.autograd.graph.saved_tensors_hooks`` whose pack hook copies each saved
-  tensor to a host buffer and hands autograd a small holder instead, so the device tensor is
-  freed once the forward no longer uses it; for a recomputed one it runs under
+  runs under ``torch.autograd.graph.saved_tensors_hooks`` whose pack hook hands autograd a
+  small holder of each saved tensor; when the forward returns, the holders its ``fraction``
+  picks are copied to host buffers and drop their device tensor, so its memory is freed once
+  the copy out ends (the model starts that copy at F's end too); for a recomputed one it runs under
   ``torch.utils.checkpoint.checkpoint`` (non-reentrant), which keeps only the inputs and runs
   the forward again when the backward unpacks.
 - ``backward_one_chunk(mb, full_backward=...)`` (an I or B) and ``backward_weight_one_chunk(mb)``
@@ -27,22 +28,30 @@ unchanged between them:
 Granularity: every tensor the stage's forward saves for that microbatch, except those the stage
 holds on the device anyway: its parameters and buffers and the stage's own inputs (torch keeps
 them in ``fwd_cache`` until the backward), matched by storage; a tensor saved twice (two ops
-saving one activation) is copied once. Not a subset by tensor class: the stage's saved bytes are
+saving one activation) is held once. Not a subset by tensor class: the stage's saved bytes are
 the quantity the cost model counts per (stage, microbatch) (``activation_bytes``), so moving all
 of them keeps the runtime's bytes equal to the plan's, and one transfer per microbatch and
-direction is what the copy streams of the model schedule (first in, first out).
+direction is what the copy streams of the model schedule (first in, first out). An offload's
+``fraction`` below 1 moves the largest saved tensors first (ties in saved order) until the bytes
+picked reach at least that share of the microbatch's total; the rest stay on the device (unpack
+returns them, the fetch skips them, the release drops them). At least, not nearest: memory is
+the hard cap, so the runtime frees no less than the plan counts; the copy then takes a little
+longer than modeled (at most the bytes of one tensor more). The choice waits for the forward's
+end because only then are the sizes all known; ``StepStats.moved`` gives, per (stage, mb), the
+bytes copied and the bytes saved, to compare with the plan.
 
 On CUDA the copies run on two side streams per rank (device to host, host to device) into pinned
-host memory; the copy out waits for the compute that produced the tensor, the fetch waits for
-the copy out, and the first unpack makes the compute stream wait for the fetch (and records the
-fetched tensor on it, so the caching allocator does not reuse it early). On CPU the "host
-buffer" is a second CPU tensor (a clone), which exercises the same bookkeeping. A holder
+host memory; the copy out waits for the forward's compute (one event per microbatch), the fetch
+waits for the copy out, and the first unpack makes the compute stream wait for the fetch (and
+records the fetched tensor on it, so the caching allocator does not reuse it early). On CPU the
+"host buffer" is a second CPU tensor (a clone), which exercises the same bookkeeping. A holder
 unpacked before its fetch point (a CSV run differently from the plan) is fetched then, counted
 in ``late_fetches``.
 
 Every step starts and ends with nothing held (:meth:`MemoryRunner.live` is zero); buffers a
 failed step left behind are dropped when the next step starts. Cost: one copy out and one copy in
-per saved tensor of an offloaded microbatch; one extra forward per recomputed microbatch.
+per picked saved tensor of an offloaded microbatch (a sort of its holders to pick them); one
+extra forward per recomputed microbatch.
 """
 
 from __future__ import annotations
@@ -63,15 +72,18 @@ from schedc.errors import SchedcError
 
 
 class _Saved:
-    """One saved tensor of an offloaded microbatch: its host copy until the fetch, then its device
-    copy until the backward that last needs it. Autograd holds this object in place of the tensor."""
+    """One saved tensor of an offloaded microbatch: the device tensor until the forward's end;
+    then, if picked, its host copy until the fetch and its device copy until the backward that
+    last needs it; if not, still the device tensor until then. Autograd holds this object in
+    place of the tensor."""
 
     __slots__ = ("host", "device", "copied_out", "fetched", "nbytes", "key")
 
-    def __init__(self, key: tuple[int, int], host: torch.Tensor, copied_out: Any, nbytes: int):
-        self.key, self.copied_out, self.nbytes = key, copied_out, nbytes
-        self.host: Optional[torch.Tensor] = host
-        self.device: Optional[torch.Tensor] = None
+    def __init__(self, key: tuple[int, int], device: torch.Tensor, nbytes: int):
+        self.key, self.nbytes = key, nbytes
+        self.host: Optional[torch.Tensor] = None
+        self.device: Optional[torch.Tensor] = device
+        self.copied_out: Any = None
         self.fetched: Any = None
 
 
@@ -79,8 +91,9 @@ class _Saved:
 class StepStats:
     """What one step's memory actions did on this rank."""
 
-    offloaded_tensors: int = 0
+    offloaded_tensors: int = 0  # copied out to the host (a fraction below 1 copies some)
     offloaded_bytes: int = 0
+    moved: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (stage, mb) -> (copied, saved) bytes
     fetches: list[tuple[str, tuple[int, int]]] = field(default_factory=list)  # (action started, (stage, mb))
     late_fetches: int = 0
     forward_runs: Counter = field(default_factory=Counter)  # (stage, mb) -> times its forward ran
@@ -170,9 +183,13 @@ class MemoryRunner:
             if action.action == "recompute":
                 return checkpoint(run, *args, use_reentrant=False, **kwargs)
             skip = _storages(list(args) + list(kwargs.values()) + list(module.parameters()) + list(module.buffers()))
-            pack, unpack = self._hooks(key, skip, _device(stage.device))
+            device = _device(stage.device)
+            holders: list[_Saved] = []
+            pack, unpack = self._hooks(key, skip, device, holders)
             with saved_tensors_hooks(pack, unpack):
-                return run(*args, **kwargs)
+                out = run(*args, **kwargs)
+            self._copy_out(key, holders, action.fraction, device)
+            return out
 
         stage.forward_one_chunk = forward
         stage.backward_one_chunk = backward
@@ -194,7 +211,8 @@ class MemoryRunner:
             self._release(key)
 
     def live(self) -> dict:
-        """What the runner holds now: host buffers, fetched device buffers and their bytes."""
+        """What the runner holds now: host buffers, device buffers (fetched, or not picked by a
+        fraction) and their bytes."""
         held = [s for entries in self.saved.values() for s in entries]
         return {"host_buffers": sum(s.host is not None for s in held),
                 "device_buffers": sum(s.device is not None for s in held),
@@ -208,10 +226,8 @@ class MemoryRunner:
             self._streams[device] = (torch.cuda.Stream(device), torch.cuda.Stream(device))
         return self._streams[device]
 
-    def _hooks(self, key: tuple[int, int], skip: set, device: torch.device):
-        entries = self.saved.setdefault(key, [])
+    def _hooks(self, key: tuple[int, int], skip: set, device: torch.device, holders: list[_Saved]):
         seen: dict[tuple, tuple[weakref.ref, _Saved]] = {}
-        cuda = device.type == "cuda"
 
         def pack(t: torch.Tensor):
             if t.layout != torch.strided or t.device != device or t.numel() == 0 or _storage(t) in skip:
@@ -220,26 +236,10 @@ class MemoryRunner:
             hit = seen.get(ident)
             if hit is not None and hit[0]() is t:
                 return hit[1]
-            nbytes = t.numel() * t.element_size()
-            with torch.no_grad():
-                if cuda:
-                    out_stream, _ = self._copy_streams(device)
-                    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-                    out_stream.wait_stream(torch.cuda.current_stream(device))
-                    with torch.cuda.stream(out_stream):
-                        host.copy_(t, non_blocking=True)
-                    t.record_stream(out_stream)  # its memory is reused only after the copy out
-                    copied = torch.cuda.Event()
-                    copied.record(out_stream)
-                else:
-                    host, copied = t.detach().clone(), None
-            saved = _Saved(key, host, copied, nbytes)
-            entries.append(saved)
+            # detached: a holder that kept `t` itself would close a cycle through t's grad_fn
+            saved = _Saved(key, t.detach(), t.numel() * t.element_size())
+            holders.append(saved)
             seen[ident] = (weakref.ref(t), saved)
-            self.stats.offloaded_tensors += 1
-            self.stats.offloaded_bytes += nbytes
-            self._host_bytes += nbytes
-            self.stats.peak_host_bytes = max(self.stats.peak_host_bytes, self._host_bytes)
             return saved
 
         def unpack(packed):
@@ -259,6 +259,40 @@ class MemoryRunner:
             return packed.device
 
         return pack, unpack
+
+    def _copy_out(self, key: tuple[int, int], holders: list[_Saved], fraction: float, device: torch.device) -> None:
+        """At the forward's end: copy out the holders `fraction` picks and drop their device tensor."""
+        self.saved.setdefault(key, []).extend(holders)
+        picked = _pick(holders, fraction)
+        copied_bytes = sum(s.nbytes for s in picked)
+        before = self.stats.moved.get(key, (0, 0))
+        self.stats.moved[key] = (before[0] + copied_bytes, before[1] + sum(s.nbytes for s in holders))
+        if not picked:
+            return
+        with torch.no_grad():
+            if device.type == "cuda":
+                out_stream, _ = self._copy_streams(device)
+                out_stream.wait_stream(torch.cuda.current_stream(device))  # after the compute that made them
+                copied = torch.cuda.Event()
+                for saved in picked:
+                    t = saved.device
+                    assert t is not None, "a holder keeps its device tensor until the forward's end"
+                    saved.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                    with torch.cuda.stream(out_stream):
+                        saved.host.copy_(t, non_blocking=True)
+                    t.record_stream(out_stream)  # its memory is reused only after the copy out
+                    saved.copied_out = copied
+                copied.record(out_stream)
+            else:
+                for saved in picked:
+                    assert saved.device is not None, "a holder keeps its device tensor until the forward's end"
+                    saved.host = saved.device.clone()
+            for saved in picked:
+                saved.device = None
+        self.stats.offloaded_tensors += len(picked)
+        self.stats.offloaded_bytes += copied_bytes
+        self._host_bytes += copied_bytes
+        self.stats.peak_host_bytes = max(self.stats.peak_host_bytes, self._host_bytes)
 
     def _fetch_one(self, saved: _Saved, device: torch.device) -> None:
         host = saved.host
@@ -293,6 +327,20 @@ class MemoryRunner:
             if saved.host is not None:
                 self._host_bytes -= saved.nbytes
             saved.host = saved.device = saved.fetched = saved.copied_out = None
+
+
+def _pick(holders: list[_Saved], fraction: float) -> list[_Saved]:
+    """The largest holders first (ties in saved order) until their bytes reach at least
+    `fraction` of all of them: fraction 1 picks every one."""
+    want = fraction * sum(s.nbytes for s in holders)
+    picked: list[_Saved] = []
+    got = 0
+    for saved in sorted(holders, key=lambda s: -s.nbytes):  # sorted is stable
+        if got >= want:
+            break
+        picked.append(saved)
+        got += saved.nbytes
+    return picked
 
 
 def _device(device) -> torch.device:
