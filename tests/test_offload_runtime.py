@@ -31,7 +31,7 @@ CFG = dict(vocab_size=32, hidden=16, layers=4, heads=2, seq_len=8, dtype="float6
 CASES = {
     "1f1b": (lambda: make_baseline("1f1b", 2, M), [
         {"stage": 0, "microbatch": 0, "action": "offload"},                      # fetched at 0F1
-        {"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0F2", "fraction": 0.5},
+        {"stage": 0, "microbatch": 1, "action": "offload", "fetch_at": "0F2", "fraction": 0.5, "room_for": "0F2"},
         {"stage": 0, "microbatch": 2, "action": "recompute"},
         {"stage": 0, "microbatch": 3, "action": "offload", "fraction": 0.2},      # fetched at 0B2
         {"stage": 1, "microbatch": 1, "action": "recompute"},
@@ -112,7 +112,7 @@ def rank_main(rank: int, world: int, csvs: dict, cases: dict, hostile: dict):
                 steps.append({
                     "rel_err": err, "ref_loss": ref_loss.item(),
                     "loss": (sum(losses) / len(losses)).item() if losses else None,
-                    "live": memory.live(), "fetches": stats.fetches, "late_fetches": stats.late_fetches,
+                    "live": memory.live(), "fetches": stats.fetches, "room_waits": stats.room_waits, "late_fetches": stats.late_fetches,
                     "left_at_end": stats.left_at_end, "offloaded_tensors": stats.offloaded_tensors,
                     "offloaded_bytes": stats.offloaded_bytes, "peak_host_bytes": stats.peak_host_bytes,
                     "forward_runs": {f"{s},{m}": n for (s, m), n in stats.forward_runs.items()},
@@ -176,6 +176,9 @@ def test_every_fetch_happens_when_its_rank_starts_the_compiled_action(ranks, cas
             assert step["late_fetches"] == 0, "a saved tensor was needed before its fetch point"
             assert (step["offloaded_tensors"] > 0) == bool(mine)
             assert (step["offloaded_bytes"] > 0) == bool(mine)
+            # an F named as room_for waits at its start for that copy out, once a step
+            assert sorted((at, list(key)) for at, key in step["room_waits"]) == sorted(
+                (str(a.room_for), list(key)) for key, a in mine.items() if a.room_for is not None)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

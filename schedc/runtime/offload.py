@@ -11,7 +11,9 @@ Method: the three stage methods torch's runtime calls once per compute action ar
 stage instances, and the stage module's ``forward`` on the module instance, so torch's code runs
 unchanged between them:
 
-- ``forward_one_chunk(mb)`` (an F): fetches what is due at this F, then marks (stage, mb) as the
+- ``forward_one_chunk(mb)`` (an F): fetches what is due at this F, makes the compute stream wait
+  for the copies out of the offloads that name it as ``room_for`` (it runs in the room they
+  make), then marks (stage, mb) as the
   forward in progress. The module's ``forward`` reads that mark: for an offloaded microbatch it
   runs under ``torch.autograd.graph.saved_tensors_hooks`` whose pack hook hands autograd a
   small holder of each saved tensor; when the forward returns, the holders its ``fraction``
@@ -95,6 +97,7 @@ class StepStats:
     offloaded_bytes: int = 0
     moved: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (stage, mb) -> (copied, saved) bytes
     fetches: list[tuple[str, tuple[int, int]]] = field(default_factory=list)  # (action started, (stage, mb))
+    room_waits: list[tuple[str, tuple[int, int]]] = field(default_factory=list)  # (F, offload it waited for)
     late_fetches: int = 0
     forward_runs: Counter = field(default_factory=Counter)  # (stage, mb) -> times its forward ran
     peak_host_bytes: int = 0
@@ -113,12 +116,15 @@ class MemoryRunner:
         self.stages = {s.stage_index: s for s in stages}
         self.actions = {k: a for k, a in actions.items() if k[0] in self.stages}
         self.due: dict[Action, list[tuple[int, int]]] = defaultdict(list)  # fetch point -> offloads
+        self.room: dict[Action, list[tuple[int, int]]] = defaultdict(list)  # an F -> the copies out it waits for
         for key, a in sorted(self.actions.items()):
             if a.action == "offload":
                 if a.fetch_at is None:
                     raise SchedcError(f"memory action of stage {key[0]}, microbatch {key[1]}: no fetch point; check "
                                       f"the actions against the CSV first (check_memory_actions)")
                 self.due[a.fetch_at].append(key)
+                if a.room_for is not None:
+                    self.room[a.room_for].append(key)
         self.saved: dict[tuple[int, int], list[_Saved]] = {}
         self.stats = StepStats()
         self._current: Optional[tuple[int, int]] = None
@@ -313,6 +319,13 @@ class MemoryRunner:
         self._host_bytes -= saved.nbytes
 
     def _start(self, action: Action) -> None:
+        for key in self.room.get(action, ()):
+            # the F runs in the room the copy out makes: the compute stream waits for that copy (on
+            # CPU the copy ended with the forward that made it)
+            for saved in self.saved.get(key, ()):
+                if saved.copied_out is not None:
+                    torch.cuda.current_stream(_device(self.stages[key[0]].device)).wait_event(saved.copied_out)
+            self.stats.room_waits.append((str(action), key))
         for key in self.due.get(action, ()):
             entries = self.saved.get(key)
             if entries is None:
