@@ -26,11 +26,13 @@ takes its next fitting level. Where a rank fits at no level (its first forwards 
 faster than the link moves them), forwards wait: at each of WAIT_LEVELS where the rank's excess
 over its cap is no more than the bytes on their way out at its peak, the F at the peak waits for
 the first copy out still running (``room_for``), one per rank over its cap per simulation, until
-the ranks fit or the excess stops falling. It fits or says why not (a rank over its cap at every level,
-pinned host memory over a node's cap).
+the ranks fit or the excess stops falling. The shortest fitting answer is kept; where none fits
+it says why (a rank over its cap at every level, pinned host memory over a node's cap).
 
-Cost: about LEVELS + 3 simulations of O(A + copies) for A actions, each charged a pass under a
-work budget (schedc.solver.deadline); it stops at the deadline with what it has.
+Cost: LEVELS + 2 simulations of O(A + copies) for A actions, and with waits up to MAX_WAITS more
+per level of WAIT_LEVELS (a few where the waits help, STALLED_ROUNDS where they do not), each
+charged a pass under a work budget (schedc.solver.deadline); it stops at the deadline with what
+it has.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ STALLED_ROUNDS = 3  # rounds without a lower excess over the caps before the wai
 @dataclass(frozen=True)
 class FractionChoice:
     """Each rank's fraction (0: nothing moves), the memory actions and the simulation with them;
-    ``why`` says what did not fit when ``sim.fits`` is false."""
+    where nothing fits, no actions, ``sim`` the last simulation tried and ``why`` what did not
+    fit."""
 
     fractions: tuple[float, ...]
     actions: tuple[MemoryAction, ...]
