@@ -182,9 +182,10 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
     ``memory_actions`` (schedc.core.memory_actions: parsed, or their JSON list) offload or
     recompute chosen microbatches: an offload's copies run on the rank's copy streams over `link`
     (default :class:`~schedc.core.host_link.HostLink`), its backward waits for its fetch, the F
-    its ``room_for`` names waits for its copy out, and its bytes are off the device from the end of its copy out to the start of its fetch; a recompute
-    runs with `recompute`'s costs for that stage (the profile as the stages run checkpointed,
-    e.g. ``--ac full``'s), which it then needs."""
+    its ``room_for`` names waits for its copy out, and its bytes are off the device from the end
+    of its copy out to the start of its fetch; a recompute runs with `recompute`'s costs for that
+    stage (the profile as the stages run checkpointed, e.g. ``--ac full``'s), which it then
+    needs."""
     profile = profile.executed(runtime)
     if profile.n_stages != schedule.n_stages:
         raise SchedcError(

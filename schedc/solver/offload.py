@@ -28,8 +28,8 @@ runs the offload heuristic (schedc.solver.engines.offload_heuristic: the order a
 built together, in HEURISTIC_SHARE of that) and the choosers on the compiles' answers and on the
 hand-made schedules over the cap (:func:`offload_order`: a share of every microbatch per rank,
 with forwards that wait for copies out, schedc.solver.offload_fractions; then whole microbatches,
-the rule above), and keeps the shortest that fits (the capped answer with no
-offload among them, so it is never worse than ``--offload none``). The chooser's simulations
+the rule above), and keeps the shortest that fits (the capped answer with no offload among them,
+so it is never worse than ``--offload none``). The chooser's simulations
 stop at the deadline and, under a work budget, charge a pass each (schedc.solver.deadline), on
 one work clock with the compiles: the command ends within its budget. Offload only adds waits to
 a schedule, so the uncapped problem's certified bound bounds every schedule with offload; the
@@ -197,8 +197,9 @@ def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: Host
     """The shortest (by the problem's objective) fitting answer for the candidate schedules, with
     its candidate's name, if shorter than `beat`; None when none is. The two choosers of
     :func:`offload_order` in two passes: a share of every microbatch on every candidate first
-    (a few simulations each, at most half the time left each), then whole microbatches (up to S x M simulations each) in the time
-    left, so that one order no chooser can fit does not spend the time of the others. Offload
+    (a few simulations each, at most half the time left each), then whole microbatches (up to
+    S x M simulations each) in the time left, so that one order no chooser can fit does not
+    spend the time of the others. Offload
     only adds waits, so a candidate whose step without a cap is no shorter than the best so far
     is skipped (candidates go shortest first). Stops at `deadline`."""
     obj = problem.objective
