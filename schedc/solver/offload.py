@@ -24,12 +24,13 @@ under the cap with a quarter, half and three quarters of each offloadable microb
 counted as away (every stage but the last: a relaxed cap only where offload can act; the
 uncapped order makes activations faster than a 50 GB/s link moves them, these orders leave
 the link time), then, in CHOOSER_SHARE of the time limit (what the compiles leave, at least),
-runs the offload heuristic (schedc.solver.engines.offload_heuristic: the order and the offloads
-built together, in HEURISTIC_SHARE of that) and the choosers on the compiles' answers and on the
-hand-made schedules over the cap (:func:`offload_order`: a share of every microbatch per rank,
-with forwards that wait for copies out, schedc.solver.offload_fractions; then whole microbatches,
-the rule above), and keeps the shortest that fits (the capped answer with no offload among them,
-so it is never worse than ``--offload none``). The chooser's simulations
+runs the choosers on the compiles' answers and on the hand-made schedules over the cap
+(:func:`offload_order`: a share of every microbatch per rank, with forwards that wait for
+copies out, schedc.solver.offload_fractions; then whole microbatches, the rule above) in
+1 - HEURISTIC_SHARE of that, then the offload heuristic (schedc.solver.engines.offload_heuristic:
+the order and the offloads built together) in what is left, and keeps the shortest that fits
+(the capped answer with no offload among them, so it is never worse than ``--offload none``).
+The chooser's simulations
 stop at the deadline and, under a work budget, charge a pass each (schedc.solver.deadline), on
 one work clock with the compiles: the command ends within its budget. Offload only adds waits to
 a schedule, so the uncapped problem's certified bound bounds every schedule with offload; the
@@ -65,7 +66,7 @@ CAPPED_SHARE = 0.35  # of the time limit, for the compile under the cap (--offlo
 UNCAPPED_SHARE = 0.15  # for the compile without a cap (its bound is the answer's)
 LOOSENED_SHARE = 0.2  # for the compiles of the discounted problems, shared
 CHOOSER_SHARE = 0.3  # for the offload heuristic and the chooser's rounds (at least; what the compiles leave)
-HEURISTIC_SHARE = 0.3  # of the chooser's time, for the offload heuristic (the choosers of offload_order find more)
+HEURISTIC_SHARE = 0.3  # of the choosers' time, for the offload heuristic after them (the choosers find more)
 DISCOUNTS = (0.25, 0.5, 0.75)  # the discounted problems: this share of each offloadable microbatch away
 UNCAPPED_SOURCE = "uncapped problem (offload relaxes the memory cap)"
 HEURISTIC_SOURCE = "the offload heuristic (the order and its offloads built together)"
@@ -197,7 +198,7 @@ def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: Host
     """The shortest (by the problem's objective) fitting answer for the candidate schedules, with
     its candidate's name, if shorter than `beat`; None when none is. The two choosers of
     :func:`offload_order` in two passes: a share of every microbatch on every candidate first
-    (a few simulations each, at most half the time left each), then whole microbatches (up to
+    (a few simulations each; three for an order that holds too much), then whole microbatches (up to
     S x M simulations each) in the time left, so that one order no chooser can fit does not
     spend the time of the others. Offload
     only adds waits, so a candidate whose step without a cap is no shorter than the best so far
@@ -223,9 +224,7 @@ def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: Host
             if whole:
                 choice = choose_offload(schedule, problem.profile, problem.memory, link, deadline=deadline)
             else:
-                # at most half the time left: an order that holds too much fails slowly
-                own = Deadline(min(deadline.at, now() + 0.5 * deadline.left()))
-                shares = choose_fractions(schedule, problem.profile, problem.memory, link, deadline=own)
+                shares = choose_fractions(schedule, problem.profile, problem.memory, link, deadline=deadline)
                 choice = OffloadChoice(schedule, shares.actions, shares.sim, shares.sim.fits, shares.why)
                 if choice.fits and close(choice.sim.objective(obj), step):
                     hidden.add(k)
@@ -393,10 +392,10 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
                    deadline: Optional[Deadline] = None):
     """The answer of ``--offload auto`` from the compile under the cap (`capped`, None where the
     cap holds less than one microbatch per stage), the one without a cap (`relaxed`) and those
-    under `loosened` caps ((name, CompileResult) pairs): the offload heuristic
-    (schedc.solver.engines.offload_heuristic, HEURISTIC_SHARE of the time to `deadline`), then
-    the chooser on their schedules and the hand-made ones over the cap until `deadline` (default:
-    CHOOSER_SHARE of `time_limit` from now); the shortest that fits, with its report.
+    under `loosened` caps ((name, CompileResult) pairs): the choosers on their schedules and the
+    hand-made ones over the cap (1 - HEURISTIC_SHARE of the time to `deadline`), then the offload
+    heuristic (schedc.solver.engines.offload_heuristic) until `deadline` (default: CHOOSER_SHARE
+    of `time_limit` from now); the shortest that fits, with its report.
     ParameterError about memory when nothing fits."""
     from dataclasses import replace
 
@@ -407,15 +406,18 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     deadline = deadline or Deadline.after(CHOOSER_SHARE * time_limit)
     without = None if capped is None else capped.value
     beat = math.inf if without is None else without
-    built = offload_heuristic(problem, link, Deadline(now() + HEURISTIC_SHARE * max(0.0, deadline.left())), beat)
-    if built is not None:
-        beat = built.sim.objective(problem.objective)
     candidates = [("uncapped", relaxed.schedule)] + [(name, res.schedule) for name, res in loosened]
     if capped is not None:
         candidates.append(("capped", capped.schedule))
     candidates += [(name, sched) for name, sched, sim in matching_baselines(problem, deadline) if not sim.fits]
-    found = best_offload(candidates, problem, link, beat, deadline)
-    if found is None and built is not None:
+    # the choosers first (the shares chooser finds the most per simulation), the heuristic in
+    # HEURISTIC_SHARE of the time, and whatever they left
+    found = best_offload(candidates, problem, link, beat,
+                         Deadline(now() + (1 - HEURISTIC_SHARE) * max(0.0, deadline.left())))
+    if found is not None:
+        beat = found[1].sim.objective(problem.objective)
+    built = offload_heuristic(problem, link, deadline, beat)
+    if built is not None:  # shorter than what the choosers found
         found = ("offload heuristic", OffloadChoice(built.schedule, built.actions, built.sim, True))
     if found is None and capped is None:
         raise ParameterError("memory", f"{{name}}{problem.memory}: no schedule fits, with offload over this link "

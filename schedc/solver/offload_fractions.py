@@ -22,7 +22,9 @@ free less at the peak), so every level is simulated (schedc.core.simulate, with 
 actions and the link), all the ranks over their caps at once: a rank's memory depends on its own
 copies, the others reach it only through a late fetch's delay. Each rank then takes its least
 fitting level, one simulation checks them together, and a rank put back over its cap there
-takes its next fitting level. Where a rank fits at no level (its first forwards make bytes
+takes its next fitting level. Levels 16, 8 and 4 go first: where a rank fits at none of them
+and no wait could bring it under (below), the order is given up after three simulations. Where a
+rank fits at no level (its first forwards make bytes
 faster than the link moves them), forwards wait: at each of WAIT_LEVELS where the rank's excess
 over its cap is no more than the bytes on their way out at its peak, the F at the peak waits for
 the first copy out still running (``room_for``), one per rank over its cap per simulation, until
@@ -150,7 +152,8 @@ def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[Memo
     # no sooner, so it frees less at the peak)
     fitting: dict[int, list[int]] = {r: [] for r in over}
     hopeful: dict[int, set[int]] = {r: set() for r in over}  # levels where waits might bring r under
-    for k in range(1, LEVELS + 1):
+    probes = [LEVELS, LEVELS // 2, LEVELS // 4]  # first: an order that holds too much fails in three
+    for k in probes + [k for k in range(1, LEVELS + 1) if k not in probes]:
         if deadline.expired():
             break
         _, sim = run({r: k for r in over})
@@ -159,6 +162,10 @@ def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[Memo
                 fitting[r].append(k)
             elif sim.peak_memory[r] - sim.memory_limit[r] <= _in_flight(sim, r):
                 hopeful[r].add(k)
+        if k == probes[-1] and any(not fitting[r] and not hopeful[r] for r in over):
+            break  # a rank fits at none of the probes, and no wait could bring it under
+    for r in fitting:
+        fitting[r].sort()
     found: list[tuple[float, dict, list[MemoryAction], SimResult]] = []
     if all(fitting.values()):
         # each rank at its least fitting level; a rank that the others' late fetches put back
