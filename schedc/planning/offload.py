@@ -13,11 +13,12 @@ profile form apart: the plan's own units (with ``--ac auto`` the checkpointing i
 under ``--ac auto``, the units without checkpointing. For each form the partitions are the plan's
 (where its units are the form), the comparison rows' and, per placement tried, the partition that
 reaches the bound over partitions without a cap. Each (form, partition), the plan's own first
-(its compile is the capped one of its partition) and then by uncapped own bound, gets the
-compiles of ``--offload auto`` (schedc.solver.offload: without a cap and the discounted problems)
-in its share of the time less CHOOSER_SHARE, then the offload heuristic and the chooser on their
-answers and the hand-made schedules over the cap (``offload_result``) until the candidate's
-share ends; an order that splits a checkpointed stage's backward is merged into B and offloaded
+(its compile is the capped one of its partition) and then by uncapped own bound, the first
+MAX_CANDIDATES of them (a share split further leaves the choosers no time after the compiles),
+gets the compiles of ``--offload auto`` (schedc.solver.offload: without a cap and the discounted
+problems) in its share of the time less CHOOSER_SHARE, then the choosers on their answers and
+the hand-made schedules over the cap and the offload heuristic (``offload_result``) until the
+candidate's share ends; an order that splits a checkpointed stage's backward is merged into B and offloaded
 again. A candidate that cannot hold one microbatch even with its offloadable bytes away
 (:func:`may_fit_with_offload`: offload moves only what F made, and on one stage per rank the F
 holds it all while it runs), or whose uncapped own bound cannot beat the shortest step so far,
@@ -55,6 +56,7 @@ from schedc.planning.problem import holds_one_microbatch, own_bound, problem_for
 from schedc.planning.result import PlanResult
 
 OFFLOAD_SHARE = 0.5  # of the time limit, after it, for offloading the plan's candidates
+MAX_CANDIDATES = 4  # offloaded, the plan's own and the best bounds: more leaves the choosers no time
 ROWS = ("nothing", "checkpointing only", "offload only", "both")
 BOUND_SOURCE = ("over every partition and schedule without a memory cap (offload relaxes the cap; "
                 "checkpointing only adds work)")
@@ -229,6 +231,8 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
     # the plan's own partition first (its compile is the capped one already), then by bound:
     # the chooser takes no deadline, so the first candidates are the ones sure to be tried
     queue.sort(key=lambda q: (q[5] is not plan.compiled.problem, q[0]))
+    # a share too small for the choosers finds nothing: the first few, each with time to choose
+    queue = queue[:MAX_CANDIDATES]
     best: dict = {}  # kind -> (compiled, form, placement, counts)
     shortest = plan.value if fits else math.inf
     for k, (lb, kind, form, pl, counts, problem) in enumerate(queue):
