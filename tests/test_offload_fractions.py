@@ -69,3 +69,14 @@ def test_a_cap_no_share_reaches_says_why(memory):
     choice = choose_fractions(ONE_F_ONE_B, PROFILE, MemoryLimit.parse(memory), _link(2.0))
     assert not choice.sim.fits
     assert "stay over the cap at every fraction" in choice.why and "rank(s) 0" in choice.why
+
+
+def test_the_commands_say_a_share_per_microbatch_or_the_total_where_shares_differ():
+    from schedc.cli.offload_flags import moved_bytes
+
+    def fmt(n):
+        return f"{n:g} B"
+
+    assert moved_bytes({"microbatches": [1, 2], "fractions": [0.25], "bytes": 1.0}, fmt) == "2 x 0.5 B"
+    assert moved_bytes({"microbatches": [1, 2], "fractions": [0.25, 1.0], "bytes": 2.5}, fmt) == \
+        "2 microbatches, 2.5 B in all"
