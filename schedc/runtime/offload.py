@@ -320,11 +320,11 @@ class MemoryRunner:
 
     def _start(self, action: Action) -> None:
         for key in self.room.get(action, ()):
-            # the F runs in the room the copy out makes: the compute stream waits for that copy (on
-            # CPU the copy ended with the forward that made it)
-            for saved in self.saved.get(key, ()):
-                if saved.copied_out is not None:
-                    torch.cuda.current_stream(_device(self.stages[key[0]].device)).wait_event(saved.copied_out)
+            # the F runs in the room the copy out makes: the compute stream waits for that copy, one
+            # event per microbatch (on CPU the copy ended with the forward that made it)
+            copied = next((s.copied_out for s in self.saved.get(key, ()) if s.copied_out is not None), None)
+            if copied is not None:
+                torch.cuda.current_stream(_device(self.stages[key[0]].device)).wait_event(copied)
             self.stats.room_waits.append((str(action), key))
         for key in self.due.get(action, ()):
             entries = self.saved.get(key)
