@@ -172,3 +172,34 @@ def test_cli_ac_auto_with_offload_prints_the_four_rows_and_records_them(tmp_path
     assert report["assumes"]["host_bandwidth"] == 25e9
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("  rows: "))
     assert all(name in line for name in rows) and "offload (25 GB/s per direction)" in out.stdout
+
+
+def test_where_the_link_is_too_slow_the_plan_recomputes_single_microbatches():
+    # at 0.05 GB/s a stage's 2 GiB take 43 s to move: offload alone cannot make the short orders
+    # fit, recomputing some microbatches (at --ac full's costs: the forward again, 0.1 GiB kept) can
+    from schedc.core.memory_actions import check_memory_actions
+    from schedc.planning.ac import checkpointed_form, plan_mode
+    from schedc.planning.offload import plan_offload
+    from schedc.solver.deadline import counting_work
+
+    u = units()
+    full = u.model_copy(update={"stages": [s.model_copy(update={
+        "activation_bytes": min(s.activation_bytes, 0.1 * GiB), "backward_input": s.backward_input + s.forward})
+        for s in u.stages]})
+    without = plan_mode(u, None, None, ranks=RANKS, microbatches=M, memory="7GiB", placement="loop",
+                        time_limit=3, budget="work")
+    link = HostLink(bandwidth=0.05e9)
+    with counting_work(3):
+        alone = plan_offload(without, link, 3, {"offload only": without.units})
+    with counting_work(3):
+        res = plan_offload(without, link, 3, {"offload only": without.units},
+                           recompute_units=checkpointed_form(full, u))
+    assert res.value < min(without.value, alone.value) * (1 - 1e-9)
+    actions = res.report["memory_actions"]
+    redone = [a for a in actions if a["action"] == "recompute"]
+    assert redone and res.offload["row"] == "both"
+    assert sum(len(e["microbatches"]) for e in res.offload["recomputed"]) == len(redone)
+    rows = {r["row"]: r for r in res.offload["rows"]}
+    assert f"{len(redone)} recomputed" in rows["both"]["what"]
+    # the CSV runs every recomputed backward as B, as the runtime needs
+    check_memory_actions(actions, res.schedule)

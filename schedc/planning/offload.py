@@ -52,7 +52,7 @@ from schedc.core.tolerances import REL
 from schedc.errors import ParameterError, SchedcError
 from schedc.frameworks import launchable_modes
 from schedc.planning.clock import clock_now, compile_within, stop_requested
-from schedc.planning.problem import holds_one_microbatch, own_bound, problem_for
+from schedc.planning.problem import INTERLEAVED, holds_one_microbatch, own_bound, problem_for
 from schedc.planning.result import PlanResult
 
 OFFLOAD_SHARE = 0.5  # of the time limit, after it, for offloading the plan's candidates
@@ -98,10 +98,13 @@ def _splits_backward(compiled) -> bool:
     return any(g.backward[a.stage] == "B" and a.kind in ("I", "W") for _, a in compiled.schedule.all_actions())
 
 
-def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, capped=None):
+def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, capped=None,
+                      checkpointed: Optional[Profile] = None):
     """``--offload auto`` on one partition's problem (schedc.solver.offload) in `seconds`:
     the compile without a cap and those of the discounted problems, then the chooser on their
-    answers, the hand-made schedules and `capped` (the plan's compile of this partition, if any).
+    answers, the hand-made schedules and `capped` (the plan's compile of this partition, if any);
+    with `checkpointed` (the partition's stages checkpointed) the choosers may also recompute
+    microbatches (schedc.solver.recompute_choice).
     The CompileResult with ``memory_actions`` and ``offload`` in its report; None when nothing
     fits, with offload or without."""
     from schedc.solver.deadline import Deadline
@@ -134,7 +137,7 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
     # the heuristic and the chooser keep theirs, or a longer limit could find less
     end = Deadline(max(end.at, clock_now() + CHOOSER_SHARE * seconds))
     try:
-        out = offload_result(problem, link, capped, relaxed, seconds, loosened, end)
+        out = offload_result(problem, link, capped, relaxed, seconds, loosened, end, checkpointed)
     except ParameterError as e:
         if e.param != "memory":
             raise
@@ -173,18 +176,21 @@ def _whole_backwards(out, problem, link: HostLink, deadline=None):
 
 
 def _candidates(form: Profile, plan: PlanResult, own: bool, placements, objective) -> list:
-    """(placement, counts) for `form`: the plan's own (when `own`: its units are this form), the
-    comparison rows' and per placement the uncapped bound's partition and the partition that needs
-    the least memory (where the cap binds hardest, the one whose stages offload can bring under
-    it); only the plan's own where its checkpointing is per stage (its units' modes belong to its
-    stages)."""
+    """(placement, counts) for `form`: the plan's own partition (balanced under the cap: where
+    `form` is not the plan's units, the units without checkpointing, offload takes the place of
+    the checkpointing the plan chose on it), the comparison rows' and per placement the uncapped
+    bound's partition and the partition that needs the least memory (where the cap binds hardest,
+    the one whose stages offload can bring under it); only the plan's own where `own` and its
+    checkpointing is per stage (its units' modes belong to its stages)."""
     p = plan.compiled.problem
-    out = [(plan.placement, tuple(plan.counts))] if own else []
+    out = [(plan.placement, tuple(plan.counts))] if own or len(form.stages) == len(plan.units.stages) else []
     if own and plan.ac is not None and not isinstance(plan.ac.chosen, str):
         return out
     out += [(c.placement, tuple(c.counts)) for c in plan.comparisons if c.counts and c.placement in placements]
     units = Units.of(form, p.n_microbatches)
     for pl in placements:
+        if pl == INTERLEAVED:  # no dynamic program lists its partitions
+            continue
         pb = partition_bound(form, p.n_ranks, p.n_microbatches, math.inf, pl, objective)
         if pb.counts is not None:
             out.append((pl, tuple(int(c) for c in pb.counts)))
@@ -197,21 +203,28 @@ def _candidates(form: Profile, plan: PlanResult, own: bool, placements, objectiv
 def uncapped_bound(form: Profile, plan: PlanResult, placements) -> float:
     """The bound over every partition of `form` onto the plan's ranks in `placements`, and any
     schedule, without a cap."""
+    from schedc.planning.search import interleaved_bound
+
     p = plan.compiled.problem
-    return min(partition_bound(form, p.n_ranks, p.n_microbatches, math.inf, pl, p.objective).value
+    return min(interleaved_bound(form, Units.of(form, p.n_microbatches), p.n_ranks, p.n_microbatches, math.inf,
+                                 p.objective) if pl == INTERLEAVED else
+               partition_bound(form, p.n_ranks, p.n_microbatches, math.inf, pl, p.objective).value
                for pl in placements)
 
 
 def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dict, seed: int = 0,
-                 say=None, refused: Optional[ParameterError] = None, memory: Optional[MemoryLimit] = None
-                 ) -> PlanResult:
+                 say=None, refused: Optional[ParameterError] = None, memory: Optional[MemoryLimit] = None,
+                 recompute_units: Optional[Profile] = None) -> PlanResult:
     """`plan` (the plan without offload) with offload chosen over its candidates (module
     docstring) in `time_limit`; `forms` maps the rows' kinds ("offload only": the units without
     checkpointing, "both": the plan's checkpointed units, when it checkpoints) to per-unit
     profiles. The result's ``offload`` holds the rows and the summary; its compile report the
     memory actions. Where nothing fits `memory` without offload, `plan` is the plan without a
     cap (its partitions, placements and bound), offloaded under `memory`, and `refused` the
-    error that said nothing fits: raised again when offload fits nothing either."""
+    error that said nothing fits: raised again when offload fits nothing either. With
+    `recompute_units` (the units checkpointed, schedc.planning.ac.checkpointed_form) the choosers
+    on the units without checkpointing may also recompute chosen microbatches; such a candidate
+    is a "both" row (checkpointing per microbatch, the stages themselves not checkpointed)."""
     say = say or (lambda line: None)
     t0 = clock_now()
     end = t0 + time_limit
@@ -228,9 +241,10 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
             if not may_fit_with_offload(problem):
                 continue
             queue.append((own_bound(_uncapped(problem)), kind, form, pl, counts, problem))
-    # the plan's own partition first (its compile is the capped one already), then by bound:
-    # the chooser takes no deadline, so the first candidates are the ones sure to be tried
-    queue.sort(key=lambda q: (q[5] is not plan.compiled.problem, q[0]))
+    # the plan's own problem first (its compile is the capped one already), then its partition
+    # in the other forms, then by bound: the first candidates are the ones sure to be tried
+    queue.sort(key=lambda q: (q[5] is not plan.compiled.problem,
+                              (q[3], q[4]) != (plan.placement, tuple(plan.counts)), q[0]))
     # a share too small for the choosers finds nothing: the first few, each with time to choose
     queue = queue[:MAX_CANDIDATES]
     best: dict = {}  # kind -> (compiled, form, placement, counts)
@@ -242,12 +256,17 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
         if lb >= shortest * (1 - REL) and kind in best:
             continue
         capped = plan.compiled if problem is plan.compiled.problem else None
-        res = offload_partition(problem, link, left / (len(queue) - k), seed, capped)
+        checkpointed = None if recompute_units is None or form is not forms.get("offload only") else \
+            problem_for(recompute_units, counts, pl, ranks, M, limit, objective).profile
+        res = offload_partition(problem, link, left / (len(queue) - k), seed, capped, checkpointed)
         if res is None:
             say(f"[{clock_now() - t0:6.1f}s] offload, {kind}: {pl} {list(counts)}: nothing fits")
             continue
+        redone = sum(1 for a in res.report["memory_actions"] if a["action"] == "recompute")
+        if redone:
+            kind = "both"  # checkpointing (per microbatch) and offload
         say(f"[{clock_now() - t0:6.1f}s] offload, {kind}: {pl} {list(counts)}: {res.value:.6g} "
-            f"({len(res.report['memory_actions'])} microbatches moved)")
+            f"({len(res.report['memory_actions']) - redone} microbatches moved, {redone} recomputed)")
         if kind not in best or res.value < best[kind][0].value:
             best[kind] = (res, form, pl, counts)
         shortest = min(shortest, res.value)
@@ -292,8 +311,9 @@ def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements
         out = replace(plan, compiled=res, units=form, counts=list(counts), placement=pl, least_memory=None,
                       candidates=plan.candidates + [{"placement": pl, "units_per_stage": list(counts),
                                                      "offload": win, "step": res.value}])
-        if win == "offload only" and plan.ac is not None and plan.ac.chosen != "none":
-            # offloading the units without checkpointing won: the plan checkpoints nothing
+        if form is forms.get("offload only") and plan.ac is not None and plan.ac.chosen != "none":
+            # the units without checkpointing won (offloaded, some microbatches recomputed): the
+            # stages run without checkpointing, the memory actions recompute per microbatch
             out = replace(out, ac=replace(plan.ac, chosen="none"),
                           assumes={**plan.assumes, "activation_checkpoint": "none"})
         actions = res.report["memory_actions"]
@@ -358,7 +378,10 @@ def offload_rows(plan: PlanResult, best: dict, forms: dict) -> list[dict]:
                              "not planned: give --ac auto"))
             continue
         res, _, pl, counts = best[kind]
-        rows.append(dict(_row(kind, res.value, f"{len(res.report['memory_actions'])} microbatches moved"),
+        redone = sum(1 for a in res.report["memory_actions"] if a["action"] == "recompute")
+        what = f"{len(res.report['memory_actions']) - redone} microbatches moved" + \
+            (f", {redone} recomputed (the stages not checkpointed)" if redone else "")
+        rows.append(dict(_row(kind, res.value, what),
                          placement=pl, units_per_stage=list(counts)))
     return rows
 
@@ -402,6 +425,11 @@ def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budg
 
     refused, cap, most = None, None, None
     args = dict(time_limit=time_limit, budget=budget, seed=seed, progress=progress)
+    # with --ac auto the choosers may recompute single microbatches: the runtime checkpoints the
+    # whole stage module for one (schedc.runtime.offload), one forward again as --ac full does,
+    # keeping its input only, no more than full's block inputs
+    recompute_units = checkpointed_form(profiles["full"], profiles["none"]) \
+        if len(profiles) > 1 and "full" in profiles and "none" in profiles else None
     try:
         if len(profiles) > 1:
             from schedc.planning.ac import plan_ac
@@ -434,8 +462,9 @@ def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budg
             forms = {"offload only" if most is None else "both": res.units}
     seconds = OFFLOAD_SHARE * time_limit
     with counting_work(seconds) if budget == "work" else nullcontext() as clock:
-        out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap)
-    if refused is not None and (out.offload or {}).get("row") == "both" and most is not None:
+        out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap, recompute_units)
+    if refused is not None and (out.offload or {}).get("row") == "both" and most is not None \
+            and out.units is forms.get("both"):  # not the units without checkpointing, some microbatches recomputed
         out = replace(out, assumes={**out.assumes, "activation_checkpoint": most})
         out = replace(out, report=build_plan_report(out))
     if clock is None:

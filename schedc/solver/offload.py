@@ -36,8 +36,10 @@ one work clock with the compiles: the command ends within its budget. Offload on
 a schedule, so the uncapped problem's certified bound bounds every schedule with offload; the
 capped bound does not (offload relaxes memory), and the report says which bound it states.
 
-Recompute per microbatch is not chosen here: it needs the checkpointed costs (a second
-profile) and a CSV that runs those backwards as B.
+Recompute per microbatch is chosen only where the caller gives the stages' checkpointed costs
+(``checkpointed=``, as ``plan --ac auto --offload auto`` does): the choosers then also mix
+recomputed microbatches with shares (schedc.solver.recompute_choice), whose schedule runs those
+backwards as B. A recomputed B lasts at least I + W, so the uncapped bound still holds.
 
 Cost: at most S x M simulations of O(S x M) each per schedule tried and the offload
 heuristic's constructions, within CHOOSER_SHARE of the time limit, plus up to five compiles
@@ -194,15 +196,19 @@ def check_offload(offload: object) -> str:
 
 
 def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: HostLink, beat: float = math.inf,
-                 deadline: Deadline = NEVER) -> Optional[tuple[str, OffloadChoice]]:
+                 deadline: Deadline = NEVER, checkpointed: Optional[Profile] = None
+                 ) -> Optional[tuple[str, OffloadChoice]]:
     """The shortest (by the problem's objective) fitting answer for the candidate schedules, with
-    its candidate's name, if shorter than `beat`; None when none is. The two choosers of
-    :func:`offload_order` in two passes: a share of every microbatch on every candidate first
-    (a few simulations each; three for an order that holds too much), then whole microbatches (up to
-    S x M simulations each) in the time left, so that one order no chooser can fit does not
-    spend the time of the others. Offload
-    only adds waits, so a candidate whose step without a cap is no shorter than the best so far
-    is skipped (candidates go shortest first). Stops at `deadline`."""
+    its candidate's name, if shorter than `beat`; None when none is. The choosers in passes: a
+    share of every microbatch on every candidate first (:func:`offload_order`'s first; a few
+    simulations each, three for an order that holds too much); with `checkpointed` (the stages'
+    costs checkpointed) recompute per microbatch mixed with shares
+    (schedc.solver.recompute_choice: its answer's schedule runs the recomputed backwards as B);
+    then whole microbatches (up to S x M simulations each) in the time left, so that one order no
+    chooser can fit does not spend the time of the others. Offload only adds waits, so a
+    candidate whose step without a cap is no shorter than the best so far is skipped (candidates
+    go shortest first); recompute adds work, which the same rule, on the safe side, also skips.
+    Stops at `deadline`."""
     obj = problem.objective
     n = n_actions(problem.n_stages, problem.n_microbatches)
     steps = []
@@ -212,17 +218,28 @@ def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: Host
         charge_passes(n)
         steps.append((simulate(schedule, problem.profile, None).objective(obj), k))
     best = None
-    hidden = set()  # candidates whose shares hide every transfer: whole microbatches cannot do better
-    for whole in (False, True):
+    hidden = set()  # candidates whose shares hide every transfer: the other choosers cannot do better
+    passes = ("shares", "mixed", "whole") if checkpointed is not None else ("shares", "whole")
+    for chooser in passes:
         for step, k in sorted(steps):
             limit = beat if best is None else best[1].sim.objective(obj)
             if step >= limit or deadline.expired():
                 break
-            if whole and k in hidden:
+            if chooser != "shares" and k in hidden:
                 continue
             name, schedule = candidates[k]
-            if whole:
+            if chooser == "whole":
                 choice = choose_offload(schedule, problem.profile, problem.memory, link, deadline=deadline)
+            elif chooser == "mixed":
+                from schedc.solver.recompute_choice import recompute_then_offload
+
+                assert checkpointed is not None  # the pass runs only with them
+
+                mix = recompute_then_offload(schedule, problem.profile, checkpointed, problem.memory, link,
+                                             objective=obj, deadline=deadline)
+                if mix is None:
+                    continue
+                choice = OffloadChoice(mix.schedule, mix.actions, mix.sim, mix.fits, mix.why)
             else:
                 shares = choose_fractions(schedule, problem.profile, problem.memory, link, deadline=deadline)
                 choice = OffloadChoice(schedule, shares.actions, shares.sim, shares.sim.fits, shares.why)
@@ -251,20 +268,27 @@ def offload_order(schedule: Schedule, profile: Profile, memory: Optional[MemoryL
     return best
 
 
-def offload_summary(choice: OffloadChoice, profile: Profile, without: Optional[float], objective: str) -> dict:
+def offload_summary(choice: OffloadChoice, profile: Profile, without: Optional[float], objective: str,
+                    recompute: Optional[Profile] = None) -> dict:
     """The report's ``"offload"``: per stage the microbatches moved and their bytes, each rank's
     link busy fraction per direction, the step with and without offload (None: nothing fits
     without), and whether every fetch ends before its backward is ready to start."""
     sim = choice.sim
     stages: dict[int, list[MemoryAction]] = {}
+    recomputed: dict[int, list[int]] = {}
     for a in choice.actions:
-        stages.setdefault(a.stage, []).append(a)
+        if a.action == "offload":
+            stages.setdefault(a.stage, []).append(a)
+        elif a.action == "recompute":
+            recomputed.setdefault(a.stage, []).append(a.microbatch)
     per_stage = [{"stage": s, "microbatches": sorted(a.microbatch for a in moved),
                   "bytes_each": offload_bytes(profile, s),
                   "fractions": sorted({a.fraction for a in moved}),
                   "bytes": sum(a.fraction for a in moved) * offload_bytes(profile, s)}
                  for s, moved in sorted(stages.items())]
-    plain = simulate(choice.schedule, profile, None)
+    # the order with its recomputes (`recompute` their costs) and nothing moved: whether the copies hide
+    redone = [a for a in choice.actions if a.action == "recompute"]
+    plain = simulate(choice.schedule, profile, None, memory_actions=redone or None, recompute=recompute)
     hides = math.isclose(plain.objective(objective), sim.objective(objective), rel_tol=1e-9, abs_tol=1e-12)
     return {
         "stages": per_stage,
@@ -277,6 +301,7 @@ def offload_summary(choice: OffloadChoice, profile: Profile, without: Optional[f
         "step_without_offload": without,
         "step_of_this_order_uncapped": plain.objective(objective),
         "transfers_hide": hides,
+        "recomputed": [{"stage": st, "microbatches": sorted(ms)} for st, ms in sorted(recomputed.items())],
     }
 
 
@@ -389,13 +414,14 @@ def discounted_problem(problem, share: float):
 
 
 def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, loosened: Sequence = (),
-                   deadline: Optional[Deadline] = None):
+                   deadline: Optional[Deadline] = None, checkpointed: Optional[Profile] = None):
     """The answer of ``--offload auto`` from the compile under the cap (`capped`, None where the
     cap holds less than one microbatch per stage), the one without a cap (`relaxed`) and those
     under `loosened` caps ((name, CompileResult) pairs): the choosers on their schedules and the
     hand-made ones over the cap (1 - HEURISTIC_SHARE of the time to `deadline`), then the offload
     heuristic (schedc.solver.engines.offload_heuristic) until `deadline` (default: CHOOSER_SHARE
-    of `time_limit` from now); the shortest that fits, with its report.
+    of `time_limit` from now); the shortest that fits, with its report. With `checkpointed` (the
+    stages' costs checkpointed) the choosers may also recompute microbatches (best_offload).
     ParameterError about memory when nothing fits."""
     from dataclasses import replace
 
@@ -413,7 +439,7 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     # the choosers first (the shares chooser finds the most per simulation), the heuristic in
     # HEURISTIC_SHARE of the time, and whatever they left
     found = best_offload(candidates, problem, link, beat,
-                         Deadline(now() + (1 - HEURISTIC_SHARE) * max(0.0, deadline.left())))
+                         Deadline(now() + (1 - HEURISTIC_SHARE) * max(0.0, deadline.left())), checkpointed)
     if found is not None:
         beat = found[1].sim.objective(problem.objective)
     built = offload_heuristic(problem, link, deadline, beat)
@@ -447,7 +473,7 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
                           solver=relaxed.report["inputs"]["solver"], time_limit=time_limit, log=log)
     report["progress"] = log  # already JSON (each compile's report wrote it)
     report["memory_actions"] = choice.to_json()
-    report["offload"] = dict(offload_summary(choice, problem.profile, without, problem.objective),
+    report["offload"] = dict(offload_summary(choice, problem.profile, without, problem.objective, checkpointed),
                              from_schedule=source, lower_bound_assumes="no memory cap (offload relaxes it)")
     report["assumes"] = dict(link.assumes(), offload="auto")
     result.report = report

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.core.host_link import HostLink, offload_bytes
@@ -69,10 +69,11 @@ class FractionChoice:
 
 
 def offloads_at(schedule: Schedule, profile: Profile, link: HostLink, fractions: dict[int, float],
-                timing: SimResult, waits: Optional[dict[tuple[int, int], Action]] = None) -> list[MemoryAction]:
+                timing: SimResult, waits: Optional[dict[tuple[int, int], Action]] = None,
+                skip: frozenset = frozenset()) -> list[MemoryAction]:
     """The offloads of every rank at its fraction (module docstring), timed by `timing` (the
     order's simulation without offload); `waits` gives the F that waits for an offload's copy
-    out (its ``room_for``)."""
+    out (its ``room_for``); the (stage, microbatch) pairs in `skip` (recomputed) do not move."""
     out = []
     last = schedule.n_stages - 1
     waits = waits or {}
@@ -87,7 +88,7 @@ def offloads_at(schedule: Schedule, profile: Profile, link: HostLink, fractions:
         for m in range(schedule.n_microbatches):
             forward = Action(s, Kind.F, m)
             backward = next((b for b in (Action(s, Kind.I, m), Action(s, Kind.B, m)) if b in index), None)
-            if forward not in index or backward is None:
+            if forward not in index or backward is None or (s, m) in skip:
                 continue
             away_from = timing.timings[forward].end + copy
             back_by = timing.timings[backward].start - copy
@@ -132,19 +133,25 @@ def _in_flight(sim: SimResult, rank: int) -> float:
 
 
 def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
-                     runtime: Optional[str] = None, deadline: Deadline = NEVER) -> FractionChoice:
+                     runtime: Optional[str] = None, deadline: Deadline = NEVER,
+                     fixed: Sequence[MemoryAction] = (), recompute: Optional[Profile] = None) -> FractionChoice:
     """The least fraction per rank that makes `schedule` fit `memory` on `link`, with the waits
     that need (module docstring); `profile` and `runtime` as
-    :func:`schedc.core.simulate.simulate` takes them."""
+    :func:`schedc.core.simulate.simulate` takes them. `fixed` are memory actions kept as they are
+    (recomputes, schedc.solver.recompute_choice, with `recompute` their checkpointed costs): their
+    microbatches do not move, and the answer's actions are the offloads alone."""
     size = sum(len(schedule.actions(r)) for r in range(schedule.n_ranks))
-    timing = simulate(schedule, profile, None, runtime)
+    fixed = list(fixed)
+    skip = frozenset((a.stage, a.microbatch) for a in fixed)
+    timing = simulate(schedule, profile, None, runtime, memory_actions=fixed or None, recompute=recompute)
     charge_passes(size)
 
     def run(levels: dict[int, int], waits=None) -> tuple[list[MemoryAction], SimResult]:
         fractions = {r: k / LEVELS for r, k in levels.items()}
-        actions = offloads_at(schedule, profile, link, fractions, timing, waits)
+        actions = offloads_at(schedule, profile, link, fractions, timing, waits, skip)
         charge_passes(size)
-        return actions, simulate(schedule, profile, memory, runtime, memory_actions=actions or None, link=link)
+        return actions, simulate(schedule, profile, memory, runtime, memory_actions=fixed + actions or None,
+                                 link=link, recompute=recompute)
 
     actions, sim = run({})
     over = list(sim.ranks_over)
