@@ -174,10 +174,11 @@ def test_cli_ac_auto_with_offload_prints_the_four_rows_and_records_them(tmp_path
     assert all(name in line for name in rows) and "offload (25 GB/s per direction)" in out.stdout
 
 
-def test_where_the_link_is_too_slow_the_plan_recomputes_single_microbatches():
-    # at 0.05 GB/s a stage's 2 GiB take 43 s to move: offload alone cannot make the short orders
-    # fit, recomputing some microbatches (at --ac full's costs: the forward again, 0.1 GiB kept) can
-    from schedc.core.memory_actions import check_memory_actions
+def _recomputing_plans():
+    """(the plan without offload, with offload alone, with recompute per microbatch allowed) at
+    7 GiB over a 0.05 GB/s link: a stage's 2 GiB take 43 s to move, so offload alone cannot make
+    the short orders fit; recomputing some microbatches (at --ac full's costs: the forward again,
+    0.1 GiB kept) can."""
     from schedc.planning.ac import checkpointed_form, plan_mode
     from schedc.planning.offload import plan_offload
     from schedc.solver.deadline import counting_work
@@ -194,6 +195,13 @@ def test_where_the_link_is_too_slow_the_plan_recomputes_single_microbatches():
     with counting_work(3):
         res = plan_offload(without, link, 3, {"offload only": without.units},
                            recompute_units=checkpointed_form(full, u))
+    return without, alone, res
+
+
+def test_where_the_link_is_too_slow_the_plan_recomputes_single_microbatches():
+    from schedc.core.memory_actions import check_memory_actions
+
+    without, alone, res = _recomputing_plans()
     assert res.value < min(without.value, alone.value) * (1 - 1e-9)
     actions = res.report["memory_actions"]
     redone = [a for a in actions if a["action"] == "recompute"]
@@ -203,3 +211,30 @@ def test_where_the_link_is_too_slow_the_plan_recomputes_single_microbatches():
     assert f"{len(redone)} recomputed" in rows["both"]["what"]
     # the CSV runs every recomputed backward as B, as the runtime needs
     check_memory_actions(actions, res.schedule)
+
+
+def test_a_plan_that_recomputes_is_simulated_and_validated_from_its_files(tmp_path):
+    # plan.json records the checkpointed costs its recomputes run at: simulate and validate
+    # time them from the file alone, and get the plan's own step
+    from schedc.io import csvio
+    from schedc.planning import build_plan_report
+
+    _, _, res = _recomputing_plans()
+    csvio.write_schedule(res.schedule, build_plan_report(res, csv="plan.csv"), tmp_path / "plan.csv")
+    res.profile.save(tmp_path / "stages.json")
+    out = _schedc("simulate", "plan.csv", "--profile", "stages.json", "--memory", "7GiB",
+                  "--memory-actions", "plan.json", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)[0]
+    assert abs(got["makespan"] - res.value) <= 1e-9 * res.value and got["fits_memory"]
+    out = _schedc("validate", "plan.csv", "--memory-actions", "plan.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "match the CSV" in out.stdout
+    # without the recorded costs the recomputes cannot be timed: one line that says what to give
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    del plan["offload"]["recompute_profile"]
+    (tmp_path / "bare.json").write_text(json.dumps(plan))
+    out = _schedc("simulate", "plan.csv", "--profile", "stages.json", "--memory", "7GiB", "--memory-actions",
+                  "bare.json", cwd=tmp_path)
+    assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1
+    assert "no costs of the stages checkpointed" in out.stderr

@@ -137,7 +137,26 @@ def read_memory_actions(path: Optional[str]):
         report, data = data, data["memory_actions"]
     else:
         report = None
-    return PlannedActions(parse_memory_actions(data, where=str(path)), source=str(path)), report
+    return PlannedActions(parse_memory_actions(data, where=str(path)), source=str(path),
+                          recompute=_recompute_costs(path, report)), report
+
+
+def _recompute_costs(path: str, report: Optional[dict]):
+    """The stages' checkpointed costs a plan records for its recomputed microbatches
+    (``"offload"."recompute_profile"``), or None; a malformed one is one SchedcError."""
+    from pydantic import ValidationError
+
+    from schedc.core.costs import Profile, describe_validation_error
+
+    offload = report.get("offload") if isinstance(report, dict) else None
+    recorded = offload.get("recompute_profile") if isinstance(offload, dict) else None
+    if recorded is None:
+        return None
+    try:
+        return Profile.model_validate(recorded)
+    except ValidationError as e:
+        raise SchedcError(f"--memory-actions {path}: offload.recompute_profile is not a profile: "
+                          f"{describe_validation_error(e)}") from None
 
 
 def link_and_actions(args):
@@ -174,7 +193,7 @@ def validate_note(args, schedule) -> str:
     if actions is None:
         return ""
     where = f"{actions.source} (against {args.file})"
-    checked = check_memory_actions(PlannedActions(actions, where), schedule)
+    checked = check_memory_actions(PlannedActions(actions, where, actions.recompute), schedule)
     _, report = read_memory_actions(args.memory_actions)
     inputs = report.get("inputs") if isinstance(report, dict) else None
     inputs = inputs if isinstance(inputs, dict) else {}
@@ -194,7 +213,8 @@ def validate_note(args, schedule) -> str:
     if not isinstance(inputs.get("memory_limit"), str):
         return f"{n} memory action(s) match the CSV (no memory limit recorded with them: the fit was not checked)"
     memory = MemoryLimit.parse(inputs["memory_limit"])
-    sim = simulate(schedule, profile=profile, memory=memory, memory_actions=list(checked.values()), host_link=link)
+    sim = simulate(schedule, profile=profile, memory=memory, host_link=link,
+                   memory_actions=PlannedActions(checked.values(), where, actions.recompute))
     if not sim.fits:
         ranks = sim.ranks_over
         over = (f"--memory {memory} on rank(s) {', '.join(map(str, ranks))} (peak "
@@ -213,7 +233,7 @@ def against(actions, path):
         return None
     from schedc.core.memory_actions import PlannedActions
 
-    return PlannedActions(actions, f"{actions.source} (against {path})")
+    return PlannedActions(actions, f"{actions.source} (against {path})", getattr(actions, "recompute", None))
 
 
 def moved_bytes(entry: dict, format_size) -> str:

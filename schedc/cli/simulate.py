@@ -40,7 +40,7 @@ def run(args) -> int:
     sources = sources or [None] * len(schedules)
     common.warn_mismatches("simulate", args.files, schedules, memory, profiles)
     rows = [(path, schedule, api.simulate(schedule, profile=profile, memory=memory,
-                                          memory_actions=_against(actions, path), host_link=link))
+                                          memory_actions=offload_flags.against(actions, path), host_link=link))
             for path, schedule, profile in zip(args.files, schedules, profiles)]
     if args.json:  # JSON escapes control characters itself
         print(json.dumps([summary_dict(p, s, r, prof, source)
@@ -60,15 +60,6 @@ def run(args) -> int:
                         f"{format_memory(res.memory_limit[ranks[0]])})", file=sys.stderr)
         return 1
     return 0
-
-
-def _against(actions, path):
-    """The memory actions as checked against the CSV at `path` (their messages name both files)."""
-    if actions is None:
-        return None
-    from schedc.core.memory_actions import PlannedActions
-
-    return PlannedActions(actions, f"{actions.source} (against {path})")
 
 
 def summary_dict(path, schedule, res, profile: Profile, costs_from: Optional[str] = None) -> dict:

@@ -86,11 +86,14 @@ class MemoryAction:
 
 class PlannedActions(list):
     """Parsed memory actions that remember the file they came from (a plan's), so that a check
-    against a CSV names both: ``plan.json (against s.csv): memory_actions[0] ...``."""
+    against a CSV names both: ``plan.json (against s.csv): memory_actions[0] ...``; and, where
+    some recompute, the stages' checkpointed costs the file records (``recompute``, a
+    :class:`~schedc.core.costs.Profile`), which schedc.core.simulate then times them with."""
 
-    def __init__(self, actions: Iterable[MemoryAction], source: str):
+    def __init__(self, actions: Iterable[MemoryAction], source: str, recompute: Any = None):
         super().__init__(actions)
         self.source = source
+        self.recompute = recompute
 
 
 def to_json(actions: Iterable[MemoryAction]) -> list[dict]:

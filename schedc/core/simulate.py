@@ -185,7 +185,7 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
     its ``room_for`` names waits for its copy out, and its bytes are off the device from the end
     of its copy out to the start of its fetch; a recompute runs with `recompute`'s costs for that
     stage (the profile as the stages run checkpointed, e.g. ``--ac full``'s), which it then
-    needs."""
+    needs (default: the ``recompute`` of a PlannedActions read from a plan that records them)."""
     profile = profile.executed(runtime)
     if profile.n_stages != schedule.n_stages:
         raise SchedcError(
@@ -196,6 +196,8 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
     order, actions, rank_of, deps = w.order, w.actions, w.rank_of, w.deps
     dur = {(s, k): profile.duration(s, k) for s in range(profile.n_stages) for k in kinds()}
     comm = [profile.comm_after(b) for b in range(profile.n_stages - 1)]
+    if recompute is None:  # the checkpointed costs a plan file recorded with its actions
+        recompute = getattr(memory_actions, "recompute", None)
     moves = _MemoryActionTimes.of(schedule, profile, memory_actions, link, recompute) if memory_actions else None
     start, end = [0.0] * len(actions), [0.0] * len(actions)
     rank_free = [0.0] * schedule.n_ranks
@@ -298,8 +300,9 @@ class _MemoryActionTimes:
         if keys:
             if recompute is None:
                 raise SchedcError("memory actions recompute some microbatches, but no costs of the stages "
-                                  "checkpointed were given; pass the profile as the stages run checkpointed "
-                                  "(recompute=, e.g. the --ac full profile)")
+                                  "checkpointed were given: give the plan that chose them (it records them in "
+                                  "\"offload\".\"recompute_profile\"), or from Python recompute= the profile as "
+                                  "the stages run checkpointed (e.g. --ac full's)")
             recompute = recompute.executed(profile.runtime)
             if recompute.n_stages != profile.n_stages:
                 raise SchedcError(f"the recompute profile describes {recompute.n_stages} stages but the schedule "

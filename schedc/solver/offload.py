@@ -475,6 +475,9 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     report["memory_actions"] = choice.to_json()
     report["offload"] = dict(offload_summary(choice, problem.profile, without, problem.objective, checkpointed),
                              from_schedule=source, lower_bound_assumes="no memory cap (offload relaxes it)")
+    if checkpointed is not None and any(a.action == "recompute" for a in choice.actions):
+        # what `schedc simulate` and `validate --memory-actions` time the recomputes with
+        report["offload"]["recompute_profile"] = checkpointed.model_dump(mode="json", exclude_none=True)
     report["assumes"] = dict(link.assumes(), offload="auto")
     result.report = report
     return result
