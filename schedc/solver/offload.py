@@ -25,7 +25,7 @@ counted as away (every stage but the last: a relaxed cap only where offload can 
 uncapped order makes activations faster than a 50 GB/s link moves them, these orders leave
 the link time), then, in CHOOSER_SHARE of the time limit (what the compiles leave, at least),
 runs the choosers on the compiles' answers and on the hand-made schedules over the cap
-(:func:`offload_order`: a share of every microbatch per rank, with forwards that wait for
+(:func:`choose_among`: a share of every microbatch per rank, with forwards that wait for
 copies out, schedc.solver.offload_fractions; then whole microbatches, the rule above) in
 1 - HEURISTIC_SHARE of that, then the offload heuristic (schedc.solver.engines.offload_heuristic:
 the order and the offloads built together) in what is left, and keeps the shortest that fits
@@ -199,73 +199,79 @@ def best_offload(candidates: Sequence[tuple[str, Schedule]], problem, link: Host
                  deadline: Deadline = NEVER, checkpointed: Optional[Profile] = None
                  ) -> Optional[tuple[str, OffloadChoice]]:
     """The shortest (by the problem's objective) fitting answer for the candidate schedules, with
-    its candidate's name, if shorter than `beat`; None when none is. The choosers in passes: a
-    share of every microbatch on every candidate first (:func:`offload_order`'s first; a few
-    simulations each, three for an order that holds too much); with `checkpointed` (the stages'
-    costs checkpointed) recompute per microbatch mixed with shares
+    its candidate's name, if shorter than `beat`; None when none is (:func:`choose_among` on the
+    problem's costs, cap and objective)."""
+    found, _ = choose_among(candidates, problem.profile, problem.memory, link, None, problem.objective, beat,
+                            deadline, checkpointed)
+    return found
+
+
+def offload_order(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
+                  runtime: Optional[str] = None, objective: str = "makespan",
+                  deadline: Deadline = NEVER) -> OffloadChoice:
+    """The offloads that make one `schedule` fit (:func:`choose_among`); where none fits, the
+    last chooser's answer says why."""
+    found, last = choose_among([("", schedule)], profile, memory, link, runtime, objective, math.inf, deadline)
+    if found is not None:
+        return found[1]
+    assert last is not None, "the shares chooser runs on a schedule before any deadline check"
+    return last
+
+
+def choose_among(candidates: Sequence[tuple[str, Schedule]], profile: Profile, memory: Optional[MemoryLimit],
+                 link: HostLink, runtime: Optional[str], objective: str, beat: float = math.inf,
+                 deadline: Deadline = NEVER, checkpointed: Optional[Profile] = None
+                 ) -> tuple[Optional[tuple[str, OffloadChoice]], Optional[OffloadChoice]]:
+    """(the shortest fitting answer for the candidate schedules with its candidate's name, if
+    shorter than `beat`, else None; the last answer tried, for why nothing fits). The choosers in
+    passes: a share of every microbatch on every candidate first (schedc.solver.offload_fractions;
+    a few simulations each, three for an order that holds too much); with `checkpointed` (the
+    stages' costs checkpointed) recompute per microbatch mixed with shares
     (schedc.solver.recompute_choice: its answer's schedule runs the recomputed backwards as B);
-    then whole microbatches (up to S x M simulations each) in the time left, so that one order no
-    chooser can fit does not spend the time of the others. Offload only adds waits, so a
-    candidate whose step without a cap is no shorter than the best so far is skipped (candidates
-    go shortest first); recompute adds work, which the same rule, on the safe side, also skips.
-    Stops at `deadline`."""
-    obj = problem.objective
-    n = n_actions(problem.n_stages, problem.n_microbatches)
+    then whole microbatches (:func:`choose_offload`, up to S x M simulations each) in the time
+    left, so that one order no chooser can fit does not spend the time of the others. A candidate
+    whose shares hide every transfer is done: no other chooser can beat the order's uncapped step.
+    Offload only adds waits, so a candidate whose step without a cap is no shorter than the best
+    so far is skipped (candidates go shortest first); recompute adds work, which the same rule,
+    on the safe side, also skips. Stops at `deadline`."""
+    n = n_actions(candidates[0][1].n_stages, candidates[0][1].n_microbatches) if candidates else 0
     steps = []
     for k, (_, schedule) in enumerate(candidates):
         if deadline.expired():
             break
         charge_passes(n)
-        steps.append((simulate(schedule, problem.profile, None).objective(obj), k))
-    best = None
+        steps.append((simulate(schedule, profile, None, runtime).objective(objective), k))
+    best, last = None, None
     hidden = set()  # candidates whose shares hide every transfer: the other choosers cannot do better
     passes = ("shares", "mixed", "whole") if checkpointed is not None else ("shares", "whole")
     for chooser in passes:
         for step, k in sorted(steps):
-            limit = beat if best is None else best[1].sim.objective(obj)
+            limit = beat if best is None else best[1].sim.objective(objective)
             if step >= limit or deadline.expired():
                 break
             if chooser != "shares" and k in hidden:
                 continue
             name, schedule = candidates[k]
             if chooser == "whole":
-                choice = choose_offload(schedule, problem.profile, problem.memory, link, deadline=deadline)
+                choice = choose_offload(schedule, profile, memory, link, runtime, deadline)
             elif chooser == "mixed":
                 from schedc.solver.recompute_choice import recompute_then_offload
 
                 assert checkpointed is not None  # the pass runs only with them
-
-                mix = recompute_then_offload(schedule, problem.profile, checkpointed, problem.memory, link,
-                                             objective=obj, deadline=deadline)
+                mix = recompute_then_offload(schedule, profile, checkpointed, memory, link, runtime, objective,
+                                             deadline)
                 if mix is None:
                     continue
                 choice = OffloadChoice(mix.schedule, mix.actions, mix.sim, mix.fits, mix.why)
             else:
-                shares = choose_fractions(schedule, problem.profile, problem.memory, link, deadline=deadline)
+                shares = choose_fractions(schedule, profile, memory, link, runtime, deadline)
                 choice = OffloadChoice(schedule, shares.actions, shares.sim, shares.sim.fits, shares.why)
-                if choice.fits and close(choice.sim.objective(obj), step):
+                if choice.fits and close(choice.sim.objective(objective), step):
                     hidden.add(k)
-            if choice.fits and choice.sim.objective(obj) < limit:
+            last = choice
+            if choice.fits and choice.sim.objective(objective) < limit:
                 best = (name, choice)
-    return best
-
-
-def offload_order(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
-                  runtime: Optional[str] = None, objective: str = "makespan",
-                  deadline: Deadline = NEVER) -> OffloadChoice:
-    """The offloads that make `schedule` fit, the shorter of two choosers: a share of every
-    microbatch per rank (schedc.solver.offload_fractions, a few simulations) and, unless that
-    already hides every transfer, whole microbatches (:func:`choose_offload`). Where neither
-    fits, the whole-microbatch answer says why."""
-    shares = choose_fractions(schedule, profile, memory, link, runtime, deadline)
-    best = OffloadChoice(schedule, shares.actions, shares.sim, shares.sim.fits, shares.why) if shares.sim.fits else None
-    if best is not None and close(best.sim.objective(objective),
-                                  simulate(schedule, profile, None, runtime).objective(objective)):
-        return best  # every transfer hides: whole microbatches cannot do better
-    whole = choose_offload(schedule, profile, memory, link, runtime, deadline)
-    if best is None or (whole.fits and whole.sim.objective(objective) < best.sim.objective(objective)):
-        return whole
-    return best
+    return best, last
 
 
 def offload_summary(choice: OffloadChoice, profile: Profile, without: Optional[float], objective: str,
