@@ -28,7 +28,9 @@ runs the choosers on the compiles' answers and on the hand-made schedules over t
 (:func:`choose_among`: a share of every microbatch per rank, with forwards that wait for
 copies out, schedc.solver.offload_fractions; then whole microbatches, the rule above) in
 1 - HEURISTIC_SHARE of that, then the offload heuristic (schedc.solver.engines.offload_heuristic:
-the order and the offloads built together) in what is left, and keeps the shortest that fits
+the order and the offloads built together) in what is left (on a problem of at most CPSAT_ACTIONS
+actions, CPSAT_SHARE of it goes last to CP-SAT with the order and the offloads in one model,
+schedc.solver.engines.cpsat_offload, hinted with the best so far), and keeps the shortest that fits
 (the capped answer with no offload among them, so it is never worse than ``--offload none``).
 The chooser's simulations
 stop at the deadline and, under a work budget, charge a pass each (schedc.solver.deadline), on
@@ -69,6 +71,12 @@ UNCAPPED_SHARE = 0.15  # for the compile without a cap (its bound is the answer'
 LOOSENED_SHARE = 0.2  # for the compiles of the discounted problems, shared
 CHOOSER_SHARE = 0.3  # for the offload heuristic and the chooser's rounds (at least; what the compiles leave)
 HEURISTIC_SHARE = 0.3  # of the choosers' time, for the offload heuristic after them (the choosers find more)
+CPSAT_SHARE = 0.3  # of it, on a small problem, for CP-SAT with the order and the offloads in one model
+# the most actions for which that model improves on the choosers in seconds: on 8 identical stages
+# x 16 microbatches (384 actions) it did in 10 s, on 8 x 32 (768) it found nothing in 10 s, nor in
+# 30 s on an 8-rank Llama-3-8B (schedc.solver.engines.cpsat_offload)
+CPSAT_ACTIONS = 400
+CPSAT_SOURCE = "cp-sat (the order and the offloads in one model)"
 DISCOUNTS = (0.25, 0.5, 0.75)  # the discounted problems: this share of each offloadable microbatch away
 UNCAPPED_SOURCE = "uncapped problem (offload relaxes the memory cap)"
 HEURISTIC_SOURCE = "the offload heuristic (the order and its offloads built together)"
@@ -419,6 +427,14 @@ def discounted_problem(problem, share: float):
                    runtime=problem.runtime)
 
 
+def cpsat_offload_runs(problem) -> bool:
+    """Whether ``--offload auto`` gives CP-SAT's offload model a share: OR-Tools is installed and the
+    problem has at most CPSAT_ACTIONS actions."""
+    from schedc.solver.engines.cpsat import cpsat_available
+
+    return n_actions(problem.n_stages, problem.n_microbatches) <= CPSAT_ACTIONS and cpsat_available()
+
+
 def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, loosened: Sequence = (),
                    deadline: Optional[Deadline] = None, checkpointed: Optional[Profile] = None):
     """The answer of ``--offload auto`` from the compile under the cap (`capped`, None where the
@@ -443,14 +459,23 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
         candidates.append(("capped", capped.schedule))
     candidates += [(name, sched) for name, sched, sim in matching_baselines(problem, deadline) if not sim.fits]
     # the choosers first (the shares chooser finds the most per simulation), the heuristic in
-    # HEURISTIC_SHARE of the time, and whatever they left
-    found = best_offload(candidates, problem, link, beat,
-                         Deadline(now() + (1 - HEURISTIC_SHARE) * max(0.0, deadline.left())), checkpointed)
+    # HEURISTIC_SHARE of the time, and whatever they left; on a small problem CP-SAT with the
+    # order and the offloads in one model takes CPSAT_SHARE of it, hinted with the best so far
+    exact = cpsat_offload_runs(problem)
+    start, left = now(), max(0.0, deadline.left())
+    choosers = 1 - HEURISTIC_SHARE - (CPSAT_SHARE if exact else 0.0)
+    found = best_offload(candidates, problem, link, beat, Deadline(start + choosers * left), checkpointed)
     if found is not None:
         beat = found[1].sim.objective(problem.objective)
-    built = offload_heuristic(problem, link, deadline, beat)
+    built = offload_heuristic(problem, link, Deadline(deadline.at - CPSAT_SHARE * left) if exact else deadline, beat)
     if built is not None:  # shorter than what the choosers found
         found = ("offload heuristic", OffloadChoice(built.schedule, built.actions, built.sim, True))
+    if exact:
+        from schedc.solver.engines.cpsat_offload import offload_cpsat
+
+        solved = offload_cpsat(problem, link, None if found is None else found[1], deadline)
+        if solved is not None:
+            found = (CPSAT_SOURCE, solved)
     if found is None and capped is None:
         raise ParameterError("memory", f"{{name}}{problem.memory}: no schedule fits, with offload over this link "
                                        f"or without")
@@ -470,7 +495,8 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
                      solve_time=sum(r.solve_time for r in (capped, relaxed, *(res for _, res in loosened))
                                     if r is not None),
                      baselines=capped.baselines if capped is not None else all_baselines(problem),
-                     warm_start_source=(HEURISTIC_SOURCE if source == "offload heuristic" else f"offload of the {source} answer")
+                     warm_start_source=(HEURISTIC_SOURCE if source == "offload heuristic" else CPSAT_SOURCE
+                                        if source == CPSAT_SOURCE else f"offload of the {source} answer")
                      if choice.actions else base.warm_start_source,
                      interrupted=relaxed.interrupted or bool(capped and capped.interrupted), graph=None)
     log = (capped.report["progress"] if capped is not None else []) + \

@@ -1,0 +1,282 @@
+"""Offload inside CP-SAT: the order of every action and which microbatches go to host memory,
+with their copies on each rank's two copy streams, in one model.
+
+Problem: the choosers of schedc.solver.offload take an order as given and pick offloads for it;
+the order they are given was found without the link in view (without a cap, under the cap, or
+under a cap with a share of the bytes counted as away). Here the order and the offloads are
+chosen together under the true cap: an F may wait for a copy out to make room, a backward for
+its fetch, and a short order that holds too much may move enough of it in time.
+
+Formulation: the model of schedc.solver.engines.cpsat (one interval per action, precedences,
+NoOverlap per rank, the memory cumulative, the objective) on the problem *without* its cap's
+forced orders (schedc.solver.graph.memory_arcs assume nothing leaves the device) but with the
+cap's room per rank, and for every (stage, microbatch) of every stage but the last whose rank
+moves a share f (``fractions``, the incumbent's, else all) of its offloadable bytes
+(schedc.core.host_link.offload_bytes):
+
+* ``moved``, a Boolean;
+* a copy out, an optional interval (present iff moved) of the link's time for those bytes on the
+  rank's device-to-host stream (NoOverlap), starting no earlier than the F's end;
+* a fetch, an optional interval of the same length on the host-to-device stream (NoOverlap),
+  starting no earlier than the copy out's end and ending no later than the backward's start;
+* the moved bytes, carved out of what the F holds for its backward (first from the part its I
+  frees, then from the part W frees): held from the F's start to the backward's release when not
+  moved, from the F's start to the copy out's end and from the fetch's start to the release when
+  moved (optional intervals of the same cumulative); the fetched bytes count from the rank's
+  longest action before the fetch, since the runtime issues a fetch at an action's start, which
+  may come up to one action earlier than the model's instant.
+
+Times are in the engine's integer units (copy lengths rounded up), bytes moved rounded down
+(both on the safe side). Extraction: each rank's order by start; for each moved microbatch the
+first F of its rank starting at or after its copy out's end waits for that copy (``room_for``), so
+the simulator's earliest starts keep the model's room, and it is fetched at the first action
+between its F and its backward that starts at or after the model's fetch, or, a second try, at
+the last that starts at or before it; the choosers (schedc.solver.offload.choose_among) on the
+model's order are a third. Each is simulated (schedc.core.simulate with the memory actions) and
+the shortest that fits is kept when it is shorter than the incumbent: the model is freer than
+the simulator (copies in any order), so its answers are checked, not trusted. Its bound is not
+reported: it bounds only these fractions. Whole microbatches are solved first, then, where the
+incumbent moves a share, its shares, each in half the time.
+
+Measured (identical stages, F = I = W = 1 s, 0.8p, a copy of 2 s; 10 s): on 4 x 8 and 4 x 16 it
+finds 29 and 53 s where the choosers on the hand-made orders find 33 and 57, on 8 x 16 62 against
+69 (docs/results.md); on 8 x 32 (768 actions) and an 8-rank Llama-3-8B nothing in 10 s and 30 s, so ``--offload
+auto`` runs it on small problems only (schedc.solver.offload.CPSAT_ACTIONS).
+
+Cost: the base model's O(actions) intervals plus 2 + 3 optional intervals and one Boolean per
+offloadable (stage, microbatch); CP-SAT's search within the time given (its deterministic time
+charged under a work budget, as schedc.solver.engines.cpsat charges).
+"""
+
+from __future__ import annotations
+
+import math
+
+from schedc.core.host_link import HostLink, offload_bytes
+from schedc.core.ir import Kind
+from schedc.core.memory_actions import MemoryAction
+from schedc.core.simulate import simulate
+from schedc.solver.deadline import Deadline, now
+from schedc.solver.engines.cpsat import (
+    _add_objective,
+    _add_precedences,
+    _durations,
+    _hint,
+    _horizon,
+    _intervals,
+    _lags,
+    _memory_events,
+    _orders,
+    _scales,
+    _units,
+    import_cp_model,
+    new_solver,
+    run_solver,
+)
+from schedc.solver.graph import graph_of, schedule_from_orders
+
+
+def offload_cpsat(problem, link: HostLink, incumbent, deadline: Deadline, seed: int = 0):
+    """A shorter order with its offloads (module docstring) than `incumbent` (an OffloadChoice
+    that fits `problem`'s cap, or None), found by CP-SAT until `deadline`; an OffloadChoice, or
+    None when it finds nothing shorter that fits. Whole microbatches first, then, where the
+    incumbent moves a share, its shares, each in half the time."""
+    import_cp_model()
+    best = incumbent
+    mixes = [[1.0] * problem.n_ranks]
+    if incumbent is not None and _fractions(problem, incumbent) != mixes[0]:
+        mixes.append(_fractions(problem, incumbent))
+    for k, fractions in enumerate(mixes):
+        left = deadline.left() / (len(mixes) - k)
+        if left <= 0.2:
+            break
+        found = _solve(problem, link, fractions, best, Deadline(min(deadline.at, now() + left)),
+                       seed)
+        if found is not None:
+            best = found
+    return None if best is incumbent else best
+
+
+def _solve(problem, link: HostLink, fractions: list[float], incumbent, deadline: Deadline, seed: int):
+    """One model at `fractions` per rank, hinted with `incumbent`; the shortest fitting answer
+    found from it (the model's own fetch points, later or earlier, and the choosers on its order)
+    if shorter than `incumbent`, else None."""
+    from schedc.core.costs import MemoryLimit
+    from schedc.solver.offload import OffloadChoice, _with_memory, choose_among
+
+    cp_model = import_cp_model()
+    inst = graph_of(_with_memory(problem, MemoryLimit(kind="none")))
+    ts, bs = _scales(inst)
+    beat = math.inf if incumbent is None else incumbent.sim.objective(problem.objective)
+    dur = _durations(inst, ts)
+    lags = _lags(inst, ts)
+    # without an incumbent, every action one after another bounds an optimum's end
+    best_units = ts.ceil(beat) + 1 if math.isfinite(beat) else sum(dur) + sum(lags.values()) + 1
+    horizon = _horizon(inst, dur, lags, problem.objective, best_units)
+    m, starts, ends, moved, copies = _model(inst, problem, link, fractions, ts, bs, dur, lags, horizon,
+                                            graph_of(problem).room)
+    obj = _add_objective(m, inst, starts, ends, problem.objective, best_units, 0, inst.by_rank)
+    if incumbent is not None:
+        _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, problem.objective)
+    solver = new_solver(deadline.left(), 2, seed)
+    status = run_solver(solver, m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    start_vals = [solver.value(v) for v in starts]
+    end_vals = [solver.value(v) for v in ends]
+    schedule = schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat-offload")
+    # the model fetches at any instant, the runtime at an action's start: the fetch points at or
+    # after the model's fetch (later: the backward may wait) or at or before it (earlier: the
+    # bytes are back sooner), and the choosers on the model's order; the shortest that fits
+    tried = []
+    for late in (True, False):
+        actions = _memory_actions(inst, schedule, start_vals, solver, moved, copies, fractions, late)
+        sim = simulate(schedule, problem.profile, problem.memory, memory_actions=actions or None, link=link)
+        if sim.fits:
+            tried.append(OffloadChoice(schedule, tuple(actions), sim, True))
+    found, _ = choose_among([("cpsat", schedule)], problem.profile, problem.memory, link, None, problem.objective,
+                            beat, deadline)
+    if found is not None:
+        tried.append(found[1])
+    best = min(tried, key=lambda c: c.sim.objective(problem.objective), default=None)
+    if best is None or best.sim.objective(problem.objective) >= beat * (1 - 1e-12):
+        return None
+    return best
+
+
+def _fractions(problem, incumbent) -> list[float]:
+    """Per rank, the share of each moved microbatch's bytes: the incumbent's where it moves
+    some, else all of them."""
+    out = [1.0] * problem.n_ranks
+    if incumbent is not None:
+        for a in incumbent.actions:
+            if a.action == "offload":
+                out[problem.placement[a.stage]] = a.fraction
+    return out
+
+
+def _model(inst, problem, link: HostLink, fractions, ts, bs, dur, lags, horizon, room_of):
+    """The model (module docstring): (model, starts, ends, {(s, m): moved}, {(s, m): (out start,
+    in start, length)})."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    starts, ends, intervals = _intervals(m, inst, dur, horizon)
+    _add_precedences(m, inst, starts, ends, lags)
+    for acts in inst.by_rank:
+        m.add_no_overlap([intervals[i] for i in acts])
+    deltas, _ = _memory_events(inst, bs)
+    room = [math.inf if math.isinf(left) else bs.floor(left) for left in room_of]
+    last = inst.S - 1
+    moved: dict = {}
+    copies: dict = {}
+    for r, acts in enumerate(inst.by_rank):
+        held, demands = [], []
+        outs, ins = [], []
+        # the runtime fetches at an action's start, which may come up to one action before the
+        # model's fetch: the fetched bytes count from that long before it
+        early = max((dur[i] for i in acts), default=0)
+
+        def hold(start, end, amount: int, present=None) -> None:
+            if amount <= 0:
+                return
+            size = m.new_int_var(0, horizon, "")
+            iv = m.new_interval_var(start, size, end, "") if present is None else \
+                m.new_optional_interval_var(start, size, end, present, "")
+            held.append(iv)  # noqa: B023 (called within this iteration)
+            demands.append(amount)  # noqa: B023
+
+        for f in acts:
+            a = inst.actions[f]
+            if a.kind != Kind.F:
+                continue
+            s, mb = a.stage, a.microbatch
+            i = inst.id(s, Kind.I, mb)
+            rise = i is not None and deltas[i] > 0
+            parts = []  # (release action, bytes the F holds until it ends)
+            for kind in (Kind.I, Kind.W, Kind.B):
+                j = inst.id(s, kind, mb)
+                if j is None or deltas[j] >= 0:
+                    continue
+                parts.append((j, deltas[f] if rise else -deltas[j]))
+                if rise and i is not None:
+                    hold(starts[i], ends[j], deltas[i])
+            back = i if i is not None else inst.id(s, Kind.B, mb)
+            nbytes = fractions[r] * offload_bytes(problem.profile, s)
+            away = min(sum(amount for _, amount in parts), int(math.floor(nbytes / bs.unit))) \
+                if s != last and back is not None and not math.isinf(room[r]) else 0
+            if away <= 0:
+                for j, amount in parts:
+                    hold(starts[f], ends[j], amount)
+                continue
+            length = max(1, ts.ceil(link.seconds(nbytes)))
+            o = m.new_bool_var(f"moved_{a}")
+            out_start = m.new_int_var(0, horizon, "")
+            in_start = m.new_int_var(0, horizon, "")
+            outs.append(m.new_optional_fixed_size_interval_var(out_start, length, o, ""))
+            ins.append(m.new_optional_fixed_size_interval_var(in_start, length, o, ""))
+            m.add(out_start >= ends[f]).only_enforce_if(o)
+            m.add(in_start >= out_start + length).only_enforce_if(o)
+            m.add(in_start + length <= starts[back]).only_enforce_if(o)
+            moved[(s, mb)], copies[(s, mb)] = o, (out_start, in_start, length)
+            left = away
+            for j, amount in parts:  # the moved bytes come out of the part I frees first
+                carved = min(left, amount)
+                left -= carved
+                hold(starts[f], ends[j], amount - carved)
+                hold(starts[f], ends[j], carved, ~o)
+                hold(starts[f], out_start + length, carved, o)
+                hold(in_start - early, ends[j], carved, o)
+        for j in acts:
+            a = inst.actions[j]
+            t = inst.trans[a.kind][a.stage] if inst.trans else 0.0
+            if t > 0 and inst.dur[j] > 0:
+                hold(starts[j], ends[j], _units(t, bs))
+        if outs:
+            m.add_no_overlap(outs)
+            m.add_no_overlap(ins)
+        if held and not math.isinf(room[r]):
+            m.add_cumulative(held, demands, int(room[r]))
+    return m, starts, ends, moved, copies
+
+
+def _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, objective) -> None:
+    """The incumbent's times, offloads and copies as the solution hint, where it runs the graph's
+    actions (CP-SAT repairs a hint the rounding makes infeasible, or ignores it)."""
+    if any(a not in incumbent.sim.timings for a in inst.actions):
+        return  # another vocabulary (B where the graph splits I and W): its times name other actions
+    _hint(m, inst, ts, starts, obj, incumbent.sim, objective)
+    out = {(c.stage, c.microbatch): c for c in incumbent.sim.copies if c.direction == "out"}
+    back = {(c.stage, c.microbatch): c for c in incumbent.sim.copies if c.direction == "in"}
+    for key, o in moved.items():
+        m.add_hint(o, key in out and key in back)
+        if key in out and key in back:
+            m.add_hint(copies[key][0], ts.ceil(out[key].start))
+            m.add_hint(copies[key][1], ts.ceil(back[key].start))
+
+
+def _memory_actions(inst, schedule, start_vals, solver, moved, copies, fractions, late: bool) -> list[MemoryAction]:
+    """The model's offloads as memory actions on `schedule` (module docstring: waits), each fetched
+    at the first action between its F and its backward that starts at or after the model's fetch
+    (`late`; else the last one) or at the last that starts at or before it."""
+    out = []
+    for (s, mb), o in moved.items():
+        if not solver.value(o):
+            continue
+        rank = inst.stage_rank[s]
+        row = schedule.actions(rank)
+        times = {a: start_vals[inst.id(a.stage, a.kind, a.microbatch)] for a in row}
+        f_at = next(k for k, a in enumerate(row) if a.stage == s and a.microbatch == mb and a.kind == Kind.F)
+        b_at = next(k for k, a in enumerate(row) if a.stage == s and a.microbatch == mb and a.kind in (Kind.I, Kind.B))
+        if b_at <= f_at + 1:
+            continue  # nothing between F and its backward to fetch at
+        out_start, in_start = solver.value(copies[(s, mb)][0]), solver.value(copies[(s, mb)][1])
+        length = copies[(s, mb)][2]
+        between = row[f_at + 1:b_at]
+        if late:
+            fetch = next((a for a in between if times[a] >= in_start), between[-1])
+        else:
+            fetch = next((a for a in reversed(between) if times[a] <= in_start), between[0])
+        room = next((a for a in row[f_at + 1:] if a.kind == Kind.F and times[a] >= out_start + length), None)
+        out.append(MemoryAction(s, mb, "offload", fetch, fractions[rank], room))
+    return out
