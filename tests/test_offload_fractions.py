@@ -80,3 +80,13 @@ def test_the_commands_say_a_share_per_microbatch_or_the_total_where_shares_diffe
     assert moved_bytes({"microbatches": [1, 2], "fractions": [0.25], "bytes": 1.0}, fmt) == "2 x 0.5 B"
     assert moved_bytes({"microbatches": [1, 2], "fractions": [0.25, 1.0], "bytes": 2.5}, fmt) == \
         "2 microbatches, 2.5 B in all"
+
+
+def test_a_plans_order_offloaded_after_its_deadline_says_the_time_ran_out():
+    from schedc.solver.deadline import Deadline
+    from schedc.solver.offload import offload_order
+
+    memory = MemoryLimit.parse("0.9p")
+    choice = offload_order(ONE_F_ONE_B, PROFILE, memory, _link(2.0), deadline=Deadline(0.0))
+    assert not choice.fits and choice.actions == () and "time limit" in choice.why
+    assert offload_order(ONE_F_ONE_B, PROFILE, memory, _link(2.0)).fits

@@ -222,7 +222,9 @@ def offload_order(schedule: Schedule, profile: Profile, memory: Optional[MemoryL
     found, last = choose_among([("", schedule)], profile, memory, link, runtime, objective, math.inf, deadline)
     if found is not None:
         return found[1]
-    assert last is not None, "the shares chooser runs on a schedule before any deadline check"
+    if last is None:  # the deadline had passed: nothing was tried
+        sim = simulate(schedule, profile, memory, runtime)
+        return OffloadChoice(schedule, (), sim, sim.fits, "" if sim.fits else "the time limit ended the search")
     return last
 
 
