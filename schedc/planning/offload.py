@@ -11,13 +11,17 @@ Method (:func:`plan_offload`): the plan without offload runs first (``plan``, or
 offloaded, in ``OFFLOAD_SHARE`` of the time limit more, each
 profile form apart: the plan's own units (with ``--ac auto`` the checkpointing it chose) and,
 under ``--ac auto``, the units without checkpointing. For each form the partitions are the plan's
-(where its units are the form), the comparison rows' and, per placement tried, the partition that
-reaches the bound over partitions without a cap. Each (form, partition), the plan's own first
-(its compile is the capped one of its partition) and then by uncapped own bound, the first
+(in every form: offload may take the place of the checkpointing it chose there), the comparison
+rows' and, per placement tried, the partition that reaches the bound over partitions without a
+cap. Each (form, partition), the plan's own first
+(its compile is the capped one of its partition), its partition in the other form next, and then
+by uncapped own bound, the first
 MAX_CANDIDATES of them (a share split further leaves the choosers no time after the compiles),
 gets the compiles of ``--offload auto`` (schedc.solver.offload: without a cap and the discounted
 problems) in its share of the time less CHOOSER_SHARE, then the choosers on their answers and
-the hand-made schedules over the cap and the offload heuristic (``offload_result``) until the
+the hand-made schedules over the cap (with `recompute_units`, on the units without
+checkpointing, also recompute of single microbatches: schedc.solver.recompute_choice) and the
+offload heuristic (``offload_result``) until the
 candidate's share ends; an order that splits a checkpointed stage's backward is merged into B and offloaded
 again. A candidate that cannot hold one microbatch even with its offloadable bytes away
 (:func:`may_fit_with_offload`: offload moves only what F made, and on one stage per rank the F
