@@ -36,7 +36,7 @@ def _choosers():
 def test_the_order_and_the_offloads_together_beat_the_choosers_on_hand_made_orders():
     incumbent = _choosers()
     found = offload_cpsat(PROBLEM, LINK, incumbent, Deadline.after(30))
-    assert found is not None and found.fits
+    assert found is not None and found.sim.fits
     assert found.sim.makespan < incumbent.sim.makespan
     assert any(a.action == "offload" for a in found.actions)
     # what the CSV and its memory actions run is what was found

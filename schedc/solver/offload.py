@@ -475,9 +475,14 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     if exact:
         from schedc.solver.engines.cpsat_offload import offload_cpsat
 
-        solved = offload_cpsat(problem, link, None if found is None else found[1], deadline)
+        def choose(order: Schedule, step: float, until: Deadline) -> Optional[OffloadChoice]:
+            chosen, _ = choose_among([("cpsat", order)], problem.profile, problem.memory, link, None,
+                                     problem.objective, step, until)
+            return None if chosen is None else chosen[1]
+
+        solved = offload_cpsat(problem, link, None if found is None else found[1], deadline, choose)
         if solved is not None:
-            found = (CPSAT_SOURCE, solved)
+            found = (CPSAT_SOURCE, OffloadChoice(solved.schedule, solved.actions, solved.sim, True))
     if found is None and capped is None:
         raise ParameterError("memory", f"{{name}}{problem.memory}: no schedule fits, with offload over this link "
                                        f"or without")

@@ -31,7 +31,8 @@ Times are in the engine's integer units (copy lengths rounded up), bytes moved r
 first F of its rank starting at or after its copy out's end waits for that copy (``room_for``), so
 the simulator's earliest starts keep the model's room, and it is fetched at the first action
 between its F and its backward that starts at or after the model's fetch, or, a second try, at
-the last that starts at or before it; the choosers (schedc.solver.offload.choose_among) on the
+the last that starts at or before it; the choosers (schedc.solver.offload.choose_among, the
+caller's) on the
 model's order are a third. Each is simulated (schedc.core.simulate with the memory actions) and
 the shortest that fits is kept when it is shorter than the incumbent: the model is freer than
 the simulator (copies in any order), so its answers are checked, not trusted. Its bound is not
@@ -51,11 +52,13 @@ charged under a work budget, as schedc.solver.engines.cpsat charges).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from schedc.core.host_link import HostLink, offload_bytes
-from schedc.core.ir import Kind
+from schedc.core.ir import Kind, Schedule
 from schedc.core.memory_actions import MemoryAction
-from schedc.core.simulate import simulate
+from schedc.core.simulate import SimResult, simulate
 from schedc.solver.deadline import Deadline, now
 from schedc.solver.engines.cpsat import (
     _add_objective,
@@ -74,12 +77,29 @@ from schedc.solver.engines.cpsat import (
     run_solver,
 )
 from schedc.solver.graph import graph_of, schedule_from_orders
+from schedc.solver.problem import Problem
 
 
-def offload_cpsat(problem, link: HostLink, incumbent, deadline: Deadline, seed: int = 0):
-    """A shorter order with its offloads (module docstring) than `incumbent` (an OffloadChoice
-    that fits `problem`'s cap, or None), found by CP-SAT until `deadline`; an OffloadChoice, or
-    None when it finds nothing shorter that fits. Whole microbatches first, then, where the
+@dataclass(frozen=True)
+class Found:
+    """An order, its memory actions and the simulation with them (which fits)."""
+
+    schedule: Schedule
+    actions: tuple[MemoryAction, ...]
+    sim: SimResult
+
+
+# the choosers on an order (schedc.solver.offload.choose_among), given by the caller: (order, step
+# to beat, deadline) -> a fitting answer with .schedule, .actions and .sim, or None
+Chooser = Callable[[Schedule, float, Deadline], Optional[Any]]
+
+
+def offload_cpsat(problem, link: HostLink, incumbent, deadline: Deadline, choose: Optional[Chooser] = None,
+                  seed: int = 0) -> Optional[Any]:
+    """A shorter order with its offloads (module docstring) than `incumbent` (an answer with
+    .schedule, .actions and .sim that fits `problem`'s cap, or None), found by CP-SAT until
+    `deadline`, `choose` the choosers tried on its order; a :class:`Found` (or `choose`'s answer),
+    or None when it finds nothing shorter that fits. Whole microbatches first, then, where the
     incumbent moves a share, its shares, each in half the time."""
     import_cp_model()
     best = incumbent
@@ -90,22 +110,23 @@ def offload_cpsat(problem, link: HostLink, incumbent, deadline: Deadline, seed: 
         left = deadline.left() / (len(mixes) - k)
         if left <= 0.2:
             break
-        found = _solve(problem, link, fractions, best, Deadline(min(deadline.at, now() + left)),
+        found = _solve(problem, link, fractions, best, Deadline(min(deadline.at, now() + left)), choose,
                        seed)
         if found is not None:
             best = found
     return None if best is incumbent else best
 
 
-def _solve(problem, link: HostLink, fractions: list[float], incumbent, deadline: Deadline, seed: int):
+def _solve(problem, link: HostLink, fractions: list[float], incumbent, deadline: Deadline,
+           choose: Optional[Chooser], seed: int):
     """One model at `fractions` per rank, hinted with `incumbent`; the shortest fitting answer
     found from it (the model's own fetch points, later or earlier, and the choosers on its order)
     if shorter than `incumbent`, else None."""
     from schedc.core.costs import MemoryLimit
-    from schedc.solver.offload import OffloadChoice, _with_memory, choose_among
-
     cp_model = import_cp_model()
-    inst = graph_of(_with_memory(problem, MemoryLimit(kind="none")))
+    inst = graph_of(Problem(given_profile=problem.given_profile, placement=problem.placement,
+                            n_microbatches=problem.n_microbatches, memory=MemoryLimit(kind="none"),
+                            objective=problem.objective, runtime=problem.runtime))
     ts, bs = _scales(inst)
     beat = math.inf if incumbent is None else incumbent.sim.objective(problem.objective)
     dur = _durations(inst, ts)
@@ -133,11 +154,10 @@ def _solve(problem, link: HostLink, fractions: list[float], incumbent, deadline:
         actions = _memory_actions(inst, schedule, start_vals, solver, moved, copies, fractions, late)
         sim = simulate(schedule, problem.profile, problem.memory, memory_actions=actions or None, link=link)
         if sim.fits:
-            tried.append(OffloadChoice(schedule, tuple(actions), sim, True))
-    found, _ = choose_among([("cpsat", schedule)], problem.profile, problem.memory, link, None, problem.objective,
-                            beat, deadline)
-    if found is not None:
-        tried.append(found[1])
+            tried.append(Found(schedule, tuple(actions), sim))
+    chosen = None if choose is None else choose(schedule, beat, deadline)
+    if chosen is not None:
+        tried.append(chosen)
     best = min(tried, key=lambda c: c.sim.objective(problem.objective), default=None)
     if best is None or best.sim.objective(problem.objective) >= beat * (1 - 1e-12):
         return None
