@@ -28,21 +28,20 @@ moves a share f (``fractions``, the incumbent's, else all) of its offloadable by
 
 Times are in the engine's integer units (copy lengths rounded up), bytes moved rounded down
 (both on the safe side). Extraction: each rank's order by start; for each moved microbatch the
-first F of its rank starting at or after its copy out's end waits for that copy (``room_for``), so
-the simulator's earliest starts keep the model's room, and it is fetched at the first action
+first F of its rank starting at or after its copy out's end waits for that copy (``room_for``),
+so the simulator's earliest starts keep the model's room, and it is fetched at the first action
 between its F and its backward that starts at or after the model's fetch, or, a second try, at
-the last that starts at or before it; the choosers (schedc.solver.offload.choose_among, the
-caller's) on the
-model's order are a third. Each is simulated (schedc.core.simulate with the memory actions) and
-the shortest that fits is kept when it is shorter than the incumbent: the model is freer than
-the simulator (copies in any order), so its answers are checked, not trusted. Its bound is not
-reported: it bounds only these fractions. Whole microbatches are solved first, then, where the
-incumbent moves a share, its shares, each in half the time.
+the last that starts at or before it; the caller's choosers (schedc.solver.offload.choose_among)
+on the model's order are a third. Each is simulated (schedc.core.simulate with the memory
+actions) and the shortest that fits is kept when it is shorter than the incumbent: the model is
+freer than the simulator (copies in any order), so its answers are checked, not trusted. Its
+bound is not reported: it bounds only these fractions. Whole microbatches are solved first,
+then, where the incumbent moves a share, its shares, each in half the time.
 
-Measured (identical stages, F = I = W = 1 s, 0.8p, a copy of 2 s; 10 s): on 4 x 8 and 4 x 16 it
-finds 29 and 53 s where the choosers on the hand-made orders find 33 and 57, on 8 x 16 62 against
-69 (docs/results.md); on 8 x 32 (768 actions) and an 8-rank Llama-3-8B nothing in 10 s and 30 s, so ``--offload
-auto`` runs it on small problems only (schedc.solver.offload.CPSAT_ACTIONS).
+It improves on the choosers in seconds up to a few hundred actions and finds nothing in tens of
+seconds at 8 ranks x 32 microbatches (docs/results.md, "The order and the offloads in one CP-SAT
+model"), so ``--offload auto`` runs it on small problems only
+(schedc.solver.offload.CPSAT_ACTIONS).
 
 Cost: the base model's O(actions) intervals plus 2 + 3 optional intervals and one Boolean per
 offloadable (stage, microbatch); CP-SAT's search within the time given (its deterministic time
