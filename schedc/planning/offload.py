@@ -66,14 +66,6 @@ BOUND_SOURCE = ("over every partition and schedule without a memory cap (offload
                 "checkpointing only adds work)")
 
 
-def _uncapped(problem):
-    from schedc.solver.problem import Problem
-
-    return Problem(given_profile=problem.given_profile, placement=problem.placement,
-                   n_microbatches=problem.n_microbatches, memory=MemoryLimit(kind="none"),
-                   objective=problem.objective, runtime=problem.runtime)
-
-
 def may_fit_with_offload(problem) -> bool:
     """Whether some schedule with offload may fit the partition's cap: on a rank of one stage,
     one microbatch as it is (holds_one_microbatch's rule: the F holds all it makes while it
@@ -124,7 +116,7 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
     end = Deadline(clock_now() + seconds)  # the chooser's simulations stop there too
     share = seconds * (1 - CHOOSER_SHARE) / (UNCAPPED_SHARE + LOOSENED_SHARE)
     try:
-        relaxed = compile_within(_uncapped(problem), time_limit=max(0.2, share * UNCAPPED_SHARE), seed=seed)
+        relaxed = compile_within(problem.with_memory(MemoryLimit(kind="none")), time_limit=max(0.2, share * UNCAPPED_SHARE), seed=seed)
     except SchedcError:
         return None
     loosened = []
@@ -244,7 +236,7 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
                 else problem_for(form, counts, pl, ranks, M, limit, objective)
             if not may_fit_with_offload(problem):
                 continue
-            queue.append((own_bound(_uncapped(problem)), kind, form, pl, counts, problem))
+            queue.append((own_bound(problem.with_memory(MemoryLimit(kind="none"))), kind, form, pl, counts, problem))
     # the plan's own problem first (its compile is the capped one already), then its partition
     # in the other forms, then by bound: the first candidates are the ones sure to be tried
     queue.sort(key=lambda q: (q[5] is not plan.compiled.problem,

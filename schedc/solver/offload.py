@@ -63,7 +63,7 @@ from schedc.core.simulate import SimResult, simulate
 from schedc.errors import ParameterError
 from schedc.solver.deadline import NEVER, Deadline, charge_passes, counting_work, n_actions, now
 from schedc.solver.engine import close
-from schedc.solver.offload_fractions import choose_fractions
+from schedc.solver.offload_fractions import choose_fractions, peak_time
 
 OFFLOAD_CHOICES = ("none", "auto")
 CAPPED_SHARE = 0.35  # of the time limit, for the compile under the cap (--offload none's answer)
@@ -97,16 +97,10 @@ class OffloadChoice:
         return to_json(self.actions)
 
 
-def _peak_moment(curve: Sequence[tuple[float, float]]) -> float:
-    """The first time a rank's memory curve reaches its peak."""
-    top = max(level for _, level in curve)
-    return next(t for t, level in curve if level == top)
-
-
 def _candidate(schedule: Schedule, sim: SimResult, profile: Profile, link: HostLink, rank: int,
                chosen: dict, refused: set) -> Optional[MemoryAction]:
     """The offload the module docstring's rule picks on `rank` at its peak, or None."""
-    t_peak = _peak_moment(sim.memory_curve[rank])
+    t_peak = peak_time(sim, rank)
     row = schedule.actions(rank)
     index = {a: k for k, a in enumerate(row)}
     best, best_held = None, -math.inf
@@ -394,7 +388,7 @@ def offload_compiles(problem, time_limit: float, solver=None, progress: Optional
             return None, e
 
     if relaxed is None:
-        relaxed, _ = attempt(_with_memory(problem, MemoryLimit(kind="none")), time_limit * UNCAPPED_SHARE, "uncapped")
+        relaxed, _ = attempt(problem.with_memory(MemoryLimit(kind="none")), time_limit * UNCAPPED_SHARE, "uncapped")
     capped, refusal = attempt(problem, time_limit * CAPPED_SHARE, "capped")
     loosened = []
     for share in DISCOUNTS:
@@ -403,14 +397,6 @@ def offload_compiles(problem, time_limit: float, solver=None, progress: Optional
         if res is not None:
             loosened.append((name, res))
     return OffloadCompiles(capped, refusal, relaxed, loosened)
-
-
-def _with_memory(problem, memory: MemoryLimit):
-    from schedc.solver.problem import Problem
-
-    return Problem(given_profile=problem.given_profile, placement=problem.placement,
-                   n_microbatches=problem.n_microbatches, memory=memory, objective=problem.objective,
-                   runtime=problem.runtime)
 
 
 def discounted_problem(problem, share: float):

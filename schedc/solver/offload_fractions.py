@@ -99,7 +99,7 @@ def offloads_at(schedule: Schedule, profile: Profile, link: HostLink, fractions:
     return out
 
 
-def _peak_time(sim: SimResult, rank: int) -> float:
+def peak_time(sim: SimResult, rank: int) -> float:
     """The first moment `rank`'s memory reaches its peak."""
     curve = sim.memory_curve[rank]
     top = max(level for _, level in curve)
@@ -110,7 +110,7 @@ def _wait(schedule: Schedule, sim: SimResult, rank: int, actions: list[MemoryAct
           waits: dict[tuple[int, int], Action]) -> Optional[tuple[tuple[int, int], Action]]:
     """The wait that lowers `rank`'s peak in `sim`, if its peak is an F's rise: that F waits for
     the first copy out of the rank still running then (the head of its device-to-host stream)."""
-    t_peak = _peak_time(sim, rank)
+    t_peak = peak_time(sim, rank)
     forward = next((a for a in schedule.actions(rank) if a.kind == Kind.F
                     and abs(sim.timings[a].start - t_peak) <= 1e-12), None)
     if forward is None:
@@ -127,7 +127,7 @@ def _wait(schedule: Schedule, sim: SimResult, rank: int, actions: list[MemoryAct
 def _in_flight(sim: SimResult, rank: int) -> float:
     """The bytes of `rank` on its way out at its peak (their F ended, their copy not): the most
     that forwards waiting for copies could take off that peak."""
-    t_peak = _peak_time(sim, rank)
+    t_peak = peak_time(sim, rank)
     return sum(c.nbytes for c in sim.copies if c.rank == rank and c.direction == "out" and c.end > t_peak
                and sim.timings[Action(c.stage, Kind.F, c.microbatch)].end <= t_peak)
 

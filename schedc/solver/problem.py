@@ -8,7 +8,7 @@ which reports write down together with the runtime's name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Optional, Sequence, Union
 
@@ -49,6 +49,10 @@ class Problem:
 
     def stages_of(self, rank: int) -> list[int]:
         return [s for s, r in enumerate(self.placement) if r == rank]
+
+    def with_memory(self, memory: MemoryLimit) -> "Problem":
+        """The same problem under another cap (``MemoryLimit(kind="none")``: without one)."""
+        return replace(self, memory=memory)
 
     @cached_property
     def costs(self) -> CostModel:

@@ -50,6 +50,7 @@ from schedc.core.ir import Action, Cell, Kind, Overlap, Schedule
 from schedc.core.memory_actions import MemoryAction, to_json
 from schedc.core.simulate import SimResult, simulate
 from schedc.solver.deadline import NEVER, Deadline, charge_passes
+from schedc.solver.offload_fractions import choose_fractions, peak_time
 
 MIX_SHARES = (0.25, 0.5, 0.75)  # of the recomputes that alone fit, kept when offload takes the rest
 
@@ -109,9 +110,7 @@ def _held_longest(schedule: Schedule, sim: SimResult, rank: int, skip: set) -> O
     """Of `rank`'s microbatches whose bytes are held at its peak in `sim` (F ended, its last
     backward action, W where the backward is split, not started), the one held longest; None
     when none is."""
-    curve = sim.memory_curve[rank]
-    top = max(level for _, level in curve)
-    t_peak = next(t for t, level in curve if level == top)
+    t_peak = peak_time(sim, rank)
     row = schedule.actions(rank)
     released = {(a.stage, a.microbatch): a for a in row if a.kind in (Kind.I, Kind.B, Kind.W)}  # the last of them
     best, held = None, -math.inf
@@ -170,8 +169,6 @@ def recompute_then_offload(schedule: Schedule, profile: Profile, checkpointed: P
                            objective: str = "makespan", deadline: Deadline = NEVER) -> Optional[RecomputeChoice]:
     """The shortest fitting mix of recompute and offload for `schedule` (module docstring), or
     None when not even recomputing fits."""
-    from schedc.solver.offload_fractions import choose_fractions
-
     alone = choose_recompute(schedule, profile, checkpointed, memory, runtime, deadline)
     if not alone.fits:
         return None

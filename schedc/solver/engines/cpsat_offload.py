@@ -54,6 +54,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from schedc.core.costs import MemoryLimit
 from schedc.core.host_link import HostLink, offload_bytes
 from schedc.core.ir import Kind, Schedule
 from schedc.core.memory_actions import MemoryAction
@@ -76,7 +77,6 @@ from schedc.solver.engines.cpsat import (
     run_solver,
 )
 from schedc.solver.graph import graph_of, schedule_from_orders
-from schedc.solver.problem import Problem
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,10 @@ def offload_cpsat(problem, link: HostLink, incumbent, deadline: Deadline, choose
     or None when it finds nothing shorter that fits. Whole microbatches first, then, where the
     incumbent moves a share, its shares, each in half the time."""
     import_cp_model()
+    # the graph without the cap's forced orders (they assume nothing leaves the device), the
+    # cap's room per rank: built once for every mix
+    inst = graph_of(problem.with_memory(MemoryLimit(kind="none")))
+    room = graph_of(problem).room
     best = incumbent
     mixes = [[1.0] * problem.n_ranks]
     if incumbent is not None and _fractions(problem, incumbent) != mixes[0]:
@@ -109,23 +113,19 @@ def offload_cpsat(problem, link: HostLink, incumbent, deadline: Deadline, choose
         left = deadline.left() / (len(mixes) - k)
         if left <= 0.2:
             break
-        found = _solve(problem, link, fractions, best, Deadline(min(deadline.at, now() + left)), choose,
-                       seed)
+        found = _solve(problem, inst, room, link, fractions, best, Deadline(min(deadline.at, now() + left)),
+                       choose, seed)
         if found is not None:
             best = found
     return None if best is incumbent else best
 
 
-def _solve(problem, link: HostLink, fractions: list[float], incumbent, deadline: Deadline,
-           choose: Optional[Chooser], seed: int):
+def _solve(problem, inst, room_of: list[float], link: HostLink, fractions: list[float], incumbent,
+           deadline: Deadline, choose: Optional[Chooser], seed: int):
     """One model at `fractions` per rank, hinted with `incumbent`; the shortest fitting answer
     found from it (the model's own fetch points, later or earlier, and the choosers on its order)
     if shorter than `incumbent`, else None."""
-    from schedc.core.costs import MemoryLimit
     cp_model = import_cp_model()
-    inst = graph_of(Problem(given_profile=problem.given_profile, placement=problem.placement,
-                            n_microbatches=problem.n_microbatches, memory=MemoryLimit(kind="none"),
-                            objective=problem.objective, runtime=problem.runtime))
     ts, bs = _scales(inst)
     beat = math.inf if incumbent is None else incumbent.sim.objective(problem.objective)
     dur = _durations(inst, ts)
@@ -133,8 +133,7 @@ def _solve(problem, link: HostLink, fractions: list[float], incumbent, deadline:
     # without an incumbent, every action one after another bounds an optimum's end
     best_units = ts.ceil(beat) + 1 if math.isfinite(beat) else sum(dur) + sum(lags.values()) + 1
     horizon = _horizon(inst, dur, lags, problem.objective, best_units)
-    m, starts, ends, moved, copies = _model(inst, problem, link, fractions, ts, bs, dur, lags, horizon,
-                                            graph_of(problem).room)
+    m, starts, ends, moved, copies = _model(inst, problem, link, fractions, ts, bs, dur, lags, horizon, room_of)
     obj = _add_objective(m, inst, starts, ends, problem.objective, best_units, 0, inst.by_rank)
     if incumbent is not None:
         _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, problem.objective)
