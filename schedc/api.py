@@ -83,6 +83,7 @@ def compile(
     budget: Budget = "time",
     offload: str = "none",
     host_link: Optional["HostLink"] = None,
+    recompute_profile: Union[Profile, PathLike, None] = None,
 ) -> Compiled:
     """Compile the shortest schedule that fits the memory limit, with a lower bound and gap.
 
@@ -128,6 +129,11 @@ def compile(
     host_link : HostLink, optional
         The link offload uses (:class:`schedc.core.host_link.HostLink`; default 50 GB/s per
         direction, 10 us per copy, no host memory cap).
+    recompute_profile : Profile or path, optional
+        With ``offload="auto"``: the same stages' costs under full activation checkpointing (a
+        profile ``schedc profile --ac full`` measures, or a plan's ``offload.recompute_profile``),
+        so that the compiler may also recompute single microbatches (their backward then runs as
+        B; schedc.solver.recompute_choice). The CLI's ``--recompute-profile``.
 
     Returns
     -------
@@ -165,8 +171,9 @@ def compile(
                                objective=objective, time_limit=float(time_limit),
                                solver=None if solver == "auto" else solver, progress=progress, seed=seed,
                                runtime=execution, budget=budget)
+    checkpointed = _recompute_profile(recompute_profile, offload, how["profile"])
     if offload == "auto":
-        res = compile_schedule_offloading(stages, microbatches, host_link, **how)
+        res = compile_schedule_offloading(stages, microbatches, host_link, checkpointed=checkpointed, **how)
     else:
         res = compile_schedule(stages, microbatches, **how)
     report = Report.from_dict(res.report)
@@ -178,6 +185,26 @@ def compile(
         interrupted=res.interrupted, report=report,
         baseline_schedules=BaselineSchedules(tuple(report.baselines), _baselines_of(res.problem)),
         budget=res.budget, memory_actions=tuple(res.report.get("memory_actions", ())))
+
+
+def _recompute_profile(given: Any, offload: str, profile: Profile) -> Optional[Profile]:
+    """The checkpointed stages' costs as the compiler times a recomputed microbatch with them: B
+    whole (schedc.planning.ac.checkpointed_form against `profile`), or as given where a plan
+    already recorded them so (no split backward)."""
+    from schedc.planning.ac import checkpointed_form
+
+    if given is None:
+        return None
+    if offload != "auto":
+        raise ParameterError("recompute_profile", "{param} lets offload recompute single microbatches; give "
+                                                  "{name:offload}auto with it")
+    ck = _profile(given, profile.n_stages)
+    if ck.n_stages != profile.n_stages:
+        raise ParameterError("recompute_profile", f"{{param}} describes {ck.n_stages} stages but the profile "
+                                                  f"{profile.n_stages}; give the same stages checkpointed")
+    if (ck.assumes or {}).get("split_backward") is False:
+        return ck
+    return checkpointed_form(ck, profile)
 
 
 def _check_host_link(offload: Any, host_link: Any) -> None:

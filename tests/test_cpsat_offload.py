@@ -7,6 +7,8 @@ memory actions run as the CSV says, and ``--offload auto`` uses it on small prob
 takes 2 s.
 """
 
+import math
+
 import pytest
 
 pytest.importorskip("ortools")
@@ -63,3 +65,84 @@ def test_offload_auto_runs_it_on_small_problems_and_keeps_the_uncapped_bound():
     if res.report["offload"]["from_schedule"] == CPSAT_SOURCE:
         assert res.warm_start_source == CPSAT_SOURCE
         check_memory_actions(res.report["memory_actions"], res.schedule)
+
+
+# recompute: a link far too slow to move anything (a copy of one microbatch takes 20 s) and a
+# cap of half what 1F1B holds; checkpointed, a stage keeps a tenth of its bytes and its backward
+# runs the forward again as B (I + W + 0.25 s)
+SLOW = HostLink(bandwidth=1 / 20.0, latency=0.0)
+HALF = MemoryLimit.parse("0.5p")
+TIGHT = Problem.build(4, 8, profile=PROFILE, memory=HALF)
+
+
+def _checkpointed_raw() -> Profile:
+    return PROFILE.model_copy(update={"stages": [
+        s.model_copy(update={"backward_input": s.backward_input + 0.25, "activation_bytes": 0.1,
+                             "weight_grad_bytes": 0.1}) for s in PROFILE.stages]})
+
+
+def test_recompute_chosen_with_the_order_beats_offload_alone_and_the_choosers_mix():
+    from schedc.planning.ac import checkpointed_form
+    from schedc.solver.compile import compile_schedule
+
+    checkpointed = checkpointed_form(_checkpointed_raw(), PROFILE)
+    capped = compile_schedule(4, 8, profile=PROFILE, memory=HALF, time_limit=10, budget="work").value
+    mix = best_offload([(n, make_baseline(n, 4, 8)) for n in ("1f1b", "zb-h1", "zb-h2")], TIGHT, SLOW,
+                       checkpointed=checkpointed)
+    alone = offload_cpsat(TIGHT, SLOW, None, Deadline.after(10))  # the link moves nothing in time
+    found = offload_cpsat(TIGHT, SLOW, None, Deadline.after(30), checkpointed=checkpointed)
+    assert found is not None and found.sim.fits
+    assert found.sim.makespan < min(capped, mix[1].sim.makespan, math.inf if alone is None else alone.sim.makespan)
+    redone = {(a.stage, a.microbatch) for a in found.actions if a.action == "recompute"}
+    assert redone
+    # a recomputed backward runs whole: B where it was I, no W
+    runs = {(a.stage, a.kind, a.microbatch) for r in range(4) for a in found.schedule.actions(r)}
+    assert all((s, "B", m) in runs and (s, "W", m) not in runs for s, m in redone)
+    check_memory_actions(to_json(found.actions), found.schedule)
+    again = simulate(found.schedule, PROFILE, HALF, memory_actions=to_json(found.actions), link=SLOW,
+                     recompute=checkpointed)
+    assert again.fits and again.makespan == found.sim.makespan
+    # recompute adds work: never below the uncapped step
+    assert found.sim.makespan >= compile_schedule(4, 8, profile=PROFILE, memory="none", time_limit=5,
+                                                  budget="work").lower_bound
+
+
+def test_compile_takes_a_checkpointed_profile_and_reports_the_recomputes(tmp_path, capsys):
+    import json
+
+    import schedc
+    from schedc import cli
+    from schedc.errors import SchedcError
+
+    plain = schedc.compile(stages=4, microbatches=8, memory="0.5p", offload="auto", host_link=SLOW,
+                           time_limit=10, budget="work")
+    res = schedc.compile(stages=4, microbatches=8, memory="0.5p", offload="auto", host_link=SLOW,
+                         recompute_profile=_checkpointed_raw(), time_limit=10, budget="work")
+    assert res.simulation.fits and res.simulation.makespan < plain.simulation.makespan
+    offload = res.report.to_dict()["offload"]
+    assert offload["recomputed"] and offload["recompute_profile"]["stages"][1]["backward_weight"] == 0
+    with pytest.raises(SchedcError, match="recompute_profile.*give offload="):
+        schedc.compile(stages=4, microbatches=8, recompute_profile=_checkpointed_raw())
+    # the command line: the plan's recorded costs come back with the report, so simulate re-times it
+    ck = tmp_path / "full.json"
+    _checkpointed_raw().save(ck)
+    csv = tmp_path / "s.csv"
+    assert cli.main(["compile", "--stages", "4", "--mb", "8", "--memory", "0.5p", "--offload", "auto",
+                     "--host-bandwidth", "0.05", "--recompute-profile", str(ck), "--time-limit", "10",
+                     "--budget", "work", "--quiet", "-o", str(csv)]) == 0
+    out = capsys.readouterr().out
+    assert "recomputed (their backward runs as B)" in out
+    report = json.loads((tmp_path / "s.json").read_text())
+    # the work the summary states is all the command spent, the choosers' and CP-SAT's included
+    assert report["work_spent"] > 0 and f"work {report['work_spent']:.2f} units (reproducible)" in out
+    assert cli.main(["simulate", str(csv), "--memory", "0.5p", "--memory-actions", str(tmp_path / "s.json"),
+                     "--host-bandwidth", "0.05", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["makespan"] == report["predicted"]["makespan"] and row["fits_memory"]
+    three = tmp_path / "three.json"
+    Profile.uniform(3).save(three)
+    assert cli.main(["compile", "--stages", "4", "--mb", "8", "--offload", "auto", "--recompute-profile",
+                     str(three), "-o", str(tmp_path / "t.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--recompute-profile describes 3 stages" in err
+    assert not (tmp_path / "t.csv").exists()

@@ -44,6 +44,10 @@ def register(sub) -> None:
                    help="auto: also offload microbatches' activations to host memory where that makes a shorter "
                         "schedule fit (schedc.solver.offload); the report gets \"memory_actions\" and the bound "
                         "becomes the uncapped one (default none)")
+    p.add_argument("--recompute-profile", metavar="FILE.json", type=common.path,
+                   help="with --offload auto: the same stages profiled with --ac full (or a plan's "
+                        "\"offload\".\"recompute_profile\"), so that single microbatches may be recomputed too; "
+                        "their backward runs as B")
     offload_flags.add_link_args(p)
     p.add_argument("-o", "--output", metavar="FILE.csv", type=common.path, default="schedule.csv",
                    help="where to write the CSV; the report goes to FILE.json (default schedule.csv)")
@@ -92,7 +96,7 @@ def compile_arguments(args) -> dict:
     return common.given(stages=args.stages, microbatches=args.mb, ranks=args.ranks, placement=args.placement,
                         profile=profile, memory=common.memory_from_args(args), objective=args.objective,
                         execution=args.runtime, time_limit=args.time_limit, solver=args.solver, budget=args.budget,
-                        offload=args.offload, host_link=link)
+                        offload=args.offload, host_link=link, recompute_profile=args.recompute_profile)
 
 
 def _per_unit_message(args, n_units: int) -> str:
@@ -179,6 +183,8 @@ def format_compile_summary(res, csv_path, report_file) -> str:
         return format_duration(x, res.profile, digits=6)
 
     cut = (rep.model_extra or {}).get("cut_by_wall_clock")
+    # all the work the command spent: with --offload auto the choosers' too, not only the compiles'
+    work = (rep.model_extra or {}).get("work_spent", res.solve_time)
     lines = [
         f"wrote {common.printable(csv_path)} and {common.printable(report_file)}: "
         f"{common.shape(sched.n_stages, sched.n_ranks, sched.n_microbatches, placement_name(sched.placement))}, "
@@ -186,7 +192,7 @@ def format_compile_summary(res, csv_path, report_file) -> str:
         f"  makespan {t(sim.makespan)}   span {t(sim.span)}   bubble {100 * sim.bubble:.1f}%   "
         f"status {res.status}   lower bound {t(res.lower_bound)}   gap {100 * res.gap:.2f}%   "
         + (f"time {res.solve_time:.1f}s" if res.budget == "time" else
-           f"work {res.solve_time:.2f} units" + (" (cut by the wall clock: not reproducible)" if cut
+           f"work {work:.2f} units" + (" (cut by the wall clock: not reproducible)" if cut
                                                  else " (reproducible)")),
         "  peak memory / limit per rank: " + ", ".join(
             f"{format_memory(pk)}/{format_memory(lim)}" for pk, lim in zip(sim.peak_memory, sim.memory_limit)),
@@ -223,12 +229,16 @@ def explain_offload(res, t) -> list[str]:
     before = "nothing fits without offload" if without is None else f"without offload {t(without)}"
     if not res.memory_actions:
         return [f"offload: none chosen (no schedule is shorter with it; {before}); the bound assumes no memory cap"]
+    offloads = sum(a.get("action") == "offload" for a in res.memory_actions)
+    redone = sum(len(e["microbatches"]) for e in summary.get("recomputed", ()))
     moved = ", ".join(f"stage {e['stage']}: {offload_flags.moved_bytes(e, format_memory)}"
                       for e in summary["stages"])
+    what = [f"{offloads} microbatches to host memory ({moved})"] if offloads else []
+    what += [f"{redone} recomputed (their backward runs as B)"] if redone else []
     busiest = max(summary["link_busy"], key=lambda e: max(e["out"], e["in"]))
-    return [f"offload: {len(res.memory_actions)} microbatches to host memory ({moved}); {before}; transfers "
-            f"{'hide' if summary['transfers_hide'] else 'do not all hide'}; busiest link rank {busiest['rank']} "
-            f"(out {100 * busiest['out']:.0f}%, in {100 * busiest['in']:.0f}%); the bound assumes no memory cap"]
+    link = (f"; transfers {'hide' if summary['transfers_hide'] else 'do not all hide'}; busiest link rank "
+            f"{busiest['rank']} (out {100 * busiest['out']:.0f}%, in {100 * busiest['in']:.0f}%)") if offloads else ""
+    return [f"offload: {', '.join(what)}; {before}{link}; the bound assumes no memory cap"]
 
 
 def explain_units(res) -> list[str]:

@@ -39,9 +39,10 @@ a schedule, so the uncapped problem's certified bound bounds every schedule with
 capped bound does not (offload relaxes memory), and the report says which bound it states.
 
 Recompute per microbatch is chosen only where the caller gives the stages' checkpointed costs
-(``checkpointed=``, as ``plan --ac auto --offload auto`` does): the choosers then also mix
-recomputed microbatches with shares (schedc.solver.recompute_choice), whose schedule runs those
-backwards as B. A recomputed B lasts at least I + W, so the uncapped bound still holds.
+(``checkpointed=``, as ``plan --ac auto --offload auto`` does, and ``compile --offload auto
+--recompute-profile``): the choosers then also mix recomputed microbatches with shares
+(schedc.solver.recompute_choice), whose schedule runs those backwards as B, and CP-SAT chooses
+keep, offload or recompute per microbatch with the order. A recomputed B lasts at least I + W, so the uncapped bound still holds.
 
 Cost: at most S x M simulations of O(S x M) each per schedule tried and the offload
 heuristic's constructions, within CHOOSER_SHARE of the time limit, plus up to five compiles
@@ -316,9 +317,11 @@ def offload_summary(choice: OffloadChoice, profile: Profile, without: Optional[f
 
 
 def compile_with_offload(problem, link: HostLink, time_limit: float, solver, progress: Optional[Callable],
-                         seed: int, budget: str):
+                         seed: int, budget: str, checkpointed: Optional[Profile] = None):
     """``--offload auto`` (module docstring): a CompileResult whose report also holds
-    ``memory_actions``, ``offload`` and ``assumes``."""
+    ``memory_actions``, ``offload`` and ``assumes``; with `checkpointed` (the stages' costs
+    checkpointed, as schedc.planning.ac.checkpointed_form gives them) it may also recompute
+    single microbatches."""
     from contextlib import nullcontext
 
     # under a work budget one clock for the compiles and the chooser's simulations (nested
@@ -326,20 +329,23 @@ def compile_with_offload(problem, link: HostLink, time_limit: float, solver, pro
     with counting_work(time_limit) if budget == "work" else nullcontext():
         end = now() + time_limit - min(0.05 * time_limit, 5.0)  # a reserve for the report, as a compile keeps
         compiles = offload_compiles(problem, time_limit, solver, progress, seed, budget)
-        return compiles.result(problem, link, time_limit, Deadline(end))
+        return compiles.result(problem, link, time_limit, Deadline(end), checkpointed)
 
 
 def compile_schedule_offloading(n_stages: int, n_microbatches: int, link: Optional[HostLink] = None, *,
                                 time_limit: float = 60.0, solver: Optional[str] = None,
                                 progress: Optional[Callable] = None, seed: int = 0, budget: str = "time",
-                                **problem):
+                                checkpointed: Optional[Profile] = None, **problem):
     """schedc.solver.compile.compile_schedule with offload allowed over `link` (default
-    :class:`HostLink`): `problem` holds its problem's keywords (n_ranks, placement, profile,
-    memory, objective, runtime)."""
+    :class:`HostLink`), and with `checkpointed` recompute of single microbatches: `problem` holds
+    its problem's keywords (n_ranks, placement, profile, memory, objective, runtime)."""
     from schedc.solver.problem import Problem
 
     built = Problem.build(n_stages, n_microbatches, **problem)
-    return compile_with_offload(built, link or HostLink(), time_limit, solver, progress, seed, budget)
+    if checkpointed is not None and checkpointed.n_stages != built.n_stages:
+        raise ParameterError("recompute_profile", f"{{param}} describes {checkpointed.n_stages} stages but the "
+                                                  f"schedule has {built.n_stages}; give the same stages checkpointed")
+    return compile_with_offload(built, link or HostLink(), time_limit, solver, progress, seed, budget, checkpointed)
 
 
 @dataclass
@@ -353,12 +359,14 @@ class OffloadCompiles:
     relaxed: object
     loosened: list
 
-    def result(self, problem, link: HostLink, time_limit: float, deadline: Optional[Deadline] = None):
+    def result(self, problem, link: HostLink, time_limit: float, deadline: Optional[Deadline] = None,
+               checkpointed: Optional[Profile] = None):
         """The chooser over these compiles for `link` (:func:`offload_result`, until `deadline`:
-        by default CHOOSER_SHARE of `time_limit` from now); with nothing fitting, the capped
-        compile's refusal where there was one."""
+        by default CHOOSER_SHARE of `time_limit` from now; `checkpointed` as it takes them); with
+        nothing fitting, the capped compile's refusal where there was one."""
         try:
-            return offload_result(problem, link, self.capped, self.relaxed, time_limit, self.loosened, deadline)
+            return offload_result(problem, link, self.capped, self.relaxed, time_limit, self.loosened, deadline,
+                                  checkpointed)
         except ParameterError:
             if self.refusal is not None:
                 raise self.refusal from None
@@ -463,10 +471,11 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
 
         def choose(order: Schedule, step: float, until: Deadline) -> Optional[OffloadChoice]:
             chosen, _ = choose_among([("cpsat", order)], problem.profile, problem.memory, link, None,
-                                     problem.objective, step, until)
+                                     problem.objective, step, until, checkpointed)
             return None if chosen is None else chosen[1]
 
-        solved = offload_cpsat(problem, link, None if found is None else found[1], deadline, choose)
+        solved = offload_cpsat(problem, link, None if found is None else found[1], deadline, choose,
+                               checkpointed=checkpointed)
         if solved is not None:
             found = (CPSAT_SOURCE, OffloadChoice(solved.schedule, solved.actions, solved.sim, True))
     if found is None and capped is None:

@@ -193,11 +193,12 @@ class CpsatOutcome:
     cp_sim: Optional[SimResult] = None
 
 
-def _scales(inst: Graph) -> tuple[Scale, Scale]:
-    """The time unit (durations and lags) and the byte unit (memory deltas) of the instance."""
+def _scales(inst: Graph, times: Sequence[float] = (), nbytes: Sequence[float] = ()) -> tuple[Scale, Scale]:
+    """The time unit (durations and lags) and the byte unit (memory deltas) of the instance, with
+    `times` and `nbytes` of a model's own beside them."""
     transients = [t for k in inst.trans for t in inst.trans[k] if t > 0]
-    return choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p]), \
-        choose_byte_scale(list(inst.delta) + transients)
+    return choose_time_scale(list(inst.dur) + [lag for p in inst.preds for _, lag in p] + list(times)), \
+        choose_byte_scale(list(inst.delta) + transients + list(nbytes))
 
 
 def _durations(inst: Graph, ts: Scale) -> list[int]:

@@ -26,8 +26,18 @@ moves a share f (``fractions``, the incumbent's, else all) of its offloadable by
   longest action before the fetch, since the runtime issues a fetch at an action's start, which
   may come up to one action earlier than the model's instant.
 
+With the stages' checkpointed costs (``checkpointed``, schedc.planning.ac.checkpointed_form),
+every (stage, microbatch), the last stage's too, also gets ``recomputed``, a Boolean (exactly one
+of kept, moved, recomputed where it may move): its I then lasts the checkpointed stage's B and
+its W nothing (extraction runs that backward whole, as B at its I's place:
+schedc.solver.recompute_choice.run_as_b), and its F holds what the checkpointed stage keeps,
+from the F's start to the B's end, with the checkpointed F's and B's transients while they run,
+in place of the holds above (present only when not recomputed). A recomputed microbatch never
+moves.
+
 Times are in the engine's integer units (copy lengths rounded up), bytes moved rounded down
-(both on the safe side). Extraction: each rank's order by start; for each moved microbatch the
+(both on the safe side); the units are chosen over the checkpointed costs too. Extraction: each
+rank's order by start; for each moved microbatch the
 first F of its rank starting at or after its copy out's end waits for that copy (``room_for``),
 so the simulator's earliest starts keep the model's room, and it is fetched at the first action
 between its F and its backward that starts at or after the model's fetch, or, a second try, at
@@ -44,7 +54,8 @@ model"), so ``--offload auto`` runs it on small problems only
 (schedc.solver.offload.CPSAT_ACTIONS).
 
 Cost: the base model's O(actions) intervals plus 2 + 3 optional intervals and one Boolean per
-offloadable (stage, microbatch); CP-SAT's search within the time given (its deterministic time
+offloadable (stage, microbatch), with recompute two Booleans and three optional intervals more
+per (stage, microbatch); CP-SAT's search within the time given (its deterministic time
 charged under a work budget, as schedc.solver.engines.cpsat charges).
 """
 
@@ -54,17 +65,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from schedc.core.costs import MemoryLimit
+from schedc.core.costs import MemoryLimit, Profile
 from schedc.core.host_link import HostLink, offload_bytes
-from schedc.core.ir import Kind, Schedule
+from schedc.core.ir import KIND_TABLE, Action, Kind, Schedule
 from schedc.core.memory_actions import MemoryAction
-from schedc.core.simulate import SimResult, simulate
+from schedc.core.simulate import SimResult, Timing, simulate
 from schedc.solver.deadline import Deadline, now
 from schedc.solver.engines.cpsat import (
     _add_objective,
     _add_precedences,
     _durations,
-    _hint,
     _horizon,
     _intervals,
     _lags,
@@ -77,6 +87,7 @@ from schedc.solver.engines.cpsat import (
     run_solver,
 )
 from schedc.solver.graph import graph_of, schedule_from_orders
+from schedc.solver.recompute_choice import run_as_b
 
 
 @dataclass(frozen=True)
@@ -94,12 +105,14 @@ Chooser = Callable[[Schedule, float, Deadline], Optional[Any]]
 
 
 def offload_cpsat(problem, link: HostLink, incumbent, deadline: Deadline, choose: Optional[Chooser] = None,
-                  seed: int = 0) -> Optional[Any]:
+                  seed: int = 0, checkpointed: Optional[Profile] = None) -> Optional[Any]:
     """A shorter order with its offloads (module docstring) than `incumbent` (an answer with
     .schedule, .actions and .sim that fits `problem`'s cap, or None), found by CP-SAT until
     `deadline`, `choose` the choosers tried on its order; a :class:`Found` (or `choose`'s answer),
     or None when it finds nothing shorter that fits. Whole microbatches first, then, where the
-    incumbent moves a share, its shares, each in half the time."""
+    incumbent moves a share, its shares, each in half the time. With `checkpointed` (the stages'
+    costs checkpointed, schedc.planning.ac.checkpointed_form) any microbatch may instead be
+    recomputed."""
     import_cp_model()
     # the graph without the cap's forced orders (they assume nothing leaves the device), the
     # cap's room per rank: built once for every mix
@@ -114,46 +127,56 @@ def offload_cpsat(problem, link: HostLink, incumbent, deadline: Deadline, choose
         if left <= 0.2:
             break
         found = _solve(problem, inst, room, link, fractions, best, Deadline(min(deadline.at, now() + left)),
-                       choose, seed)
+                       choose, seed, checkpointed)
         if found is not None:
             best = found
     return None if best is incumbent else best
 
 
 def _solve(problem, inst, room_of: list[float], link: HostLink, fractions: list[float], incumbent,
-           deadline: Deadline, choose: Optional[Chooser], seed: int):
+           deadline: Deadline, choose: Optional[Chooser], seed: int, checkpointed: Optional[Profile] = None):
     """One model at `fractions` per rank, hinted with `incumbent`; the shortest fitting answer
     found from it (the model's own fetch points, later or earlier, and the choosers on its order)
     if shorter than `incumbent`, else None."""
     cp_model = import_cp_model()
-    ts, bs = _scales(inst)
+    ck = None if checkpointed is None else checkpointed.executed(problem.profile.runtime)
+    # a recomputed microbatch's B and what it holds count in the units the model chooses
+    ts, bs = _scales(inst, [] if ck is None else [KIND_TABLE[Kind.B].seconds(c) for c in ck.stages],
+                     [] if ck is None else [x for c in ck.stages for x in (c.activation_bytes, c.transient(Kind.F),
+                                                                         c.transient(Kind.B)) if x > 0])
     beat = math.inf if incumbent is None else incumbent.sim.objective(problem.objective)
     dur = _durations(inst, ts)
     lags = _lags(inst, ts)
     # without an incumbent, every action one after another bounds an optimum's end
     best_units = ts.ceil(beat) + 1 if math.isfinite(beat) else sum(dur) + sum(lags.values()) + 1
     horizon = _horizon(inst, dur, lags, problem.objective, best_units)
-    m, starts, ends, moved, copies = _model(inst, problem, link, fractions, ts, bs, dur, lags, horizon, room_of)
+    m, starts, ends, moved, copies, redone = _model(inst, problem, link, fractions, ts, bs, dur, lags, horizon,
+                                                    room_of, ck)
     obj = _add_objective(m, inst, starts, ends, problem.objective, best_units, 0, inst.by_rank)
     if incumbent is not None:
-        _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, problem.objective)
+        _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, redone, problem.objective)
     solver = new_solver(deadline.left(), 2, seed)
     status = run_solver(solver, m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     start_vals = [solver.value(v) for v in starts]
     end_vals = [solver.value(v) for v in ends]
-    schedule = schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat-offload")
+    order = schedule_from_orders(inst, _orders(inst, start_vals, end_vals), name="schedc-cpsat-offload")
+    # a recomputed microbatch's backward runs whole, as B at its I's place
+    keys = [key for key, rc in redone.items() if solver.value(rc)]
+    schedule = run_as_b(order, keys)
+    recomputes = [MemoryAction(s, mb, "recompute") for s, mb in keys]
     # the model fetches at any instant, the runtime at an action's start: the fetch points at or
     # after the model's fetch (later: the backward may wait) or at or before it (earlier: the
     # bytes are back sooner), and the choosers on the model's order; the shortest that fits
     tried = []
     for late in (True, False):
-        actions = _memory_actions(inst, schedule, start_vals, solver, moved, copies, fractions, late)
-        sim = simulate(schedule, problem.profile, problem.memory, memory_actions=actions or None, link=link)
+        actions = recomputes + _memory_actions(inst, schedule, start_vals, solver, moved, copies, fractions, late)
+        sim = simulate(schedule, problem.profile, problem.memory, memory_actions=actions or None, link=link,
+                       recompute=checkpointed if recomputes else None)
         if sim.fits:
             tried.append(Found(schedule, tuple(actions), sim))
-    chosen = None if choose is None else choose(schedule, beat, deadline)
+    chosen = None if choose is None else choose(order, beat, deadline)
     if chosen is not None:
         tried.append(chosen)
     best = min(tried, key=lambda c: c.sim.objective(problem.objective), default=None)
@@ -173,13 +196,15 @@ def _fractions(problem, incumbent) -> list[float]:
     return out
 
 
-def _model(inst, problem, link: HostLink, fractions, ts, bs, dur, lags, horizon, room_of):
+def _model(inst, problem, link: HostLink, fractions, ts, bs, dur, lags, horizon, room_of, ck=None):
     """The model (module docstring): (model, starts, ends, {(s, m): moved}, {(s, m): (out start,
-    in start, length)})."""
+    in start, length)}, {(s, m): recomputed}); `ck` the checkpointed stages' costs as executed,
+    None where nothing may be recomputed."""
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
     starts, ends, intervals = _intervals(m, inst, dur, horizon)
+    redone = _recompute_choices(m, inst, ts, dur, horizon, starts, ends, intervals, ck) if ck is not None else {}
     _add_precedences(m, inst, starts, ends, lags)
     for acts in inst.by_rank:
         m.add_no_overlap([intervals[i] for i in acts])
@@ -211,6 +236,14 @@ def _model(inst, problem, link: HostLink, fractions, ts, bs, dur, lags, horizon,
             s, mb = a.stage, a.microbatch
             i = inst.id(s, Kind.I, mb)
             rise = i is not None and deltas[i] > 0
+            back = i if i is not None else inst.id(s, Kind.B, mb)
+            rc = redone.get((s, mb))
+            plain = None if rc is None else ~rc  # the microbatch runs as the graph has it
+            if rc is not None:  # recomputed: F keeps what the checkpointed stage keeps until its B ends
+                c = ck.stages[s]
+                hold(starts[f], ends[back], _units(c.activation_bytes, bs), rc)
+                hold(starts[f], ends[f], _units(c.transient(Kind.F), bs), rc)
+                hold(starts[back], ends[back], _units(c.transient(Kind.B), bs), rc)
             parts = []  # (release action, bytes the F holds until it ends)
             for kind in (Kind.I, Kind.W, Kind.B):
                 j = inst.id(s, kind, mb)
@@ -218,17 +251,21 @@ def _model(inst, problem, link: HostLink, fractions, ts, bs, dur, lags, horizon,
                     continue
                 parts.append((j, deltas[f] if rise else -deltas[j]))
                 if rise and i is not None:
-                    hold(starts[i], ends[j], deltas[i])
-            back = i if i is not None else inst.id(s, Kind.B, mb)
+                    hold(starts[i], ends[j], deltas[i], plain)
             nbytes = fractions[r] * offload_bytes(problem.profile, s)
             away = min(sum(amount for _, amount in parts), int(math.floor(nbytes / bs.unit))) \
                 if s != last and back is not None and not math.isinf(room[r]) else 0
             if away <= 0:
                 for j, amount in parts:
-                    hold(starts[f], ends[j], amount)
+                    hold(starts[f], ends[j], amount, plain)
                 continue
             length = max(1, ts.ceil(link.seconds(nbytes)))
             o = m.new_bool_var(f"moved_{a}")
+            if rc is None:
+                kept = ~o
+            else:  # kept, moved or recomputed: one of the three
+                kept = m.new_bool_var(f"kept_{a}")
+                m.add_exactly_one(kept, o, rc)
             out_start = m.new_int_var(0, horizon, "")
             in_start = m.new_int_var(0, horizon, "")
             outs.append(m.new_optional_fixed_size_interval_var(out_start, length, o, ""))
@@ -241,29 +278,75 @@ def _model(inst, problem, link: HostLink, fractions, ts, bs, dur, lags, horizon,
             for j, amount in parts:  # the moved bytes come out of the part I frees first
                 carved = min(left, amount)
                 left -= carved
-                hold(starts[f], ends[j], amount - carved)
-                hold(starts[f], ends[j], carved, ~o)
+                hold(starts[f], ends[j], amount - carved, plain)
+                hold(starts[f], ends[j], carved, kept)
                 hold(starts[f], out_start + length, carved, o)
                 hold(in_start - early, ends[j], carved, o)
         for j in acts:
             a = inst.actions[j]
             t = inst.trans[a.kind][a.stage] if inst.trans else 0.0
             if t > 0 and inst.dur[j] > 0:
-                hold(starts[j], ends[j], _units(t, bs))
+                rc = redone.get((a.stage, a.microbatch))
+                hold(starts[j], ends[j], _units(t, bs), None if rc is None else ~rc)
         if outs:
             m.add_no_overlap(outs)
             m.add_no_overlap(ins)
         if held and not math.isinf(room[r]):
             m.add_cumulative(held, demands, int(room[r]))
-    return m, starts, ends, moved, copies
+    return m, starts, ends, moved, copies, redone
 
 
-def _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, objective) -> None:
-    """The incumbent's times, offloads and copies as the solution hint, where it runs the graph's
-    actions (CP-SAT repairs a hint the rounding makes infeasible, or ignores it)."""
-    if any(a not in incumbent.sim.timings for a in inst.actions):
-        return  # another vocabulary (B where the graph splits I and W): its times name other actions
-    _hint(m, inst, ts, starts, obj, incumbent.sim, objective)
+def _recompute_choices(m, inst, ts, dur, horizon, starts, ends, intervals, ck) -> dict:
+    """A Boolean per (stage, microbatch), recomputed: its backward then runs whole at its I's
+    place with the checkpointed stage's B (`ck`) and its W lasts nothing (dropped on extraction,
+    schedc.solver.recompute_choice.run_as_b). Rewrites those actions' ends and intervals in
+    place; returns {(s, m): Boolean}."""
+    redone = {}
+    for a in inst.actions:
+        if a.kind != Kind.F:
+            continue
+        s, mb = a.stage, a.microbatch
+        back = inst.id(s, Kind.I, mb)
+        back = back if back is not None else inst.id(s, Kind.B, mb)
+        if back is None:
+            continue
+        rc = m.new_bool_var(f"recomputed_{a}")
+        redone[(s, mb)] = rc
+        whole = ts.floor(KIND_TABLE[Kind.B].seconds(ck.stages[s]))
+        _resize(m, inst, starts, ends, intervals, horizon, back, dur[back], whole, rc)
+        w = inst.id(s, Kind.W, mb)
+        if w is not None and dur[w] > 0:
+            _resize(m, inst, starts, ends, intervals, horizon, w, dur[w], 0, rc)
+    return redone
+
+
+def _resize(m, inst, starts, ends, intervals, horizon: int, i: int, plain: int, redone: int, rc) -> None:
+    """Action `i` lasts `plain` units, or `redone` where `rc` holds: its end and interval become
+    variables (CP-SAT's intervals take one variable each for size and end)."""
+    size = m.new_int_var(min(plain, redone), max(plain, redone), "")
+    m.add(size == plain + (redone - plain) * rc)
+    end = m.new_int_var(0, horizon, "")
+    m.add(end == starts[i] + size)
+    ends[i] = end
+    intervals[i] = m.new_interval_var(starts[i], size, end, f"iv_{inst.actions[i]}")
+
+
+def _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, redone, objective) -> None:
+    """The incumbent's times, offloads, copies and recomputes as the solution hint (CP-SAT repairs
+    a hint the rounding makes infeasible, or ignores it); a recomputed microbatch's I starts at
+    its B, its W at its B's end."""
+    timings = incumbent.sim.timings
+    hinted = []
+    for a in inst.actions:
+        whole = timings.get(Action(a.stage, Kind.B, a.microbatch))
+        t = timings.get(a) or (None if whole is None or a.kind not in (Kind.I, Kind.W) else
+                               whole if a.kind == Kind.I else Timing(whole.rank, whole.end, whole.end))
+        if t is None:
+            return  # another vocabulary: its times name other actions
+        hinted.append(t.start)
+    for i, start in enumerate(hinted):
+        m.add_hint(starts[i], ts.floor(start))
+    m.add_hint(obj, ts.ceil(incumbent.sim.objective(objective)))
     out = {(c.stage, c.microbatch): c for c in incumbent.sim.copies if c.direction == "out"}
     back = {(c.stage, c.microbatch): c for c in incumbent.sim.copies if c.direction == "in"}
     for key, o in moved.items():
@@ -271,6 +354,15 @@ def _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, objective
         if key in out and key in back:
             m.add_hint(copies[key][0], ts.ceil(out[key].start))
             m.add_hint(copies[key][1], ts.ceil(back[key].start))
+    recomputed = {(a.stage, a.microbatch) for a in incumbent.actions if a.action == "recompute"}
+    for key, rc in redone.items():
+        m.add_hint(rc, key in recomputed)
+
+
+def _id(inst, a) -> int:
+    """`a`'s action in the graph: a B that a recompute made of an I is that I."""
+    i = inst.id(a.stage, a.kind, a.microbatch)
+    return inst.id(a.stage, Kind.I, a.microbatch) if i is None else i
 
 
 def _memory_actions(inst, schedule, start_vals, solver, moved, copies, fractions, late: bool) -> list[MemoryAction]:
@@ -283,7 +375,7 @@ def _memory_actions(inst, schedule, start_vals, solver, moved, copies, fractions
             continue
         rank = inst.stage_rank[s]
         row = schedule.actions(rank)
-        times = {a: start_vals[inst.id(a.stage, a.kind, a.microbatch)] for a in row}
+        times = {a: start_vals[_id(inst, a)] for a in row}
         f_at = next(k for k, a in enumerate(row) if a.stage == s and a.microbatch == mb and a.kind == Kind.F)
         b_at = next(k for k, a in enumerate(row) if a.stage == s and a.microbatch == mb and a.kind in (Kind.I, Kind.B))
         if b_at <= f_at + 1:
