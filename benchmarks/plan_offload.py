@@ -20,6 +20,10 @@ sequence, per (model, seq, cap) it prints the step of
   time it holds them) and whether the chosen transfers hide (every fetch ends before its
   backward).
 
+A second table says what the no-cap plan's order holds, under the cap, at its rank furthest
+over it: static bytes, the activations between F and I (what offload moves), the bytes held from
+I to W for a deferred W (which no memory action moves), and the rest (transients).
+
 Step times are the simulator's (counted costs at 400 TFLOP/s effective), not measurements.
 
     python benchmarks/plan_offload.py --budget work --time-limit 15   # the table, the same on any machine
@@ -91,7 +95,37 @@ def moved_and_recomputed(res) -> str:
     return f"{len(actions) - redone} / {redone}"
 
 
-def row(case: tuple, profiles: dict, time_limit: float, budget: str) -> str:
+def peak_parts(res, cap: str) -> str:
+    """Where the no-cap plan `res`'s order is furthest over `cap`: the rank, its peak and what the
+    peak holds (static bytes; activations between F and I, what offload moves, less each stage's
+    input; the bytes held from I to W, which nothing moves; the rest: transients and the action
+    running), in GiB, as table cells."""
+    from schedc.core.costs import MemoryLimit
+    from schedc.core.ir import Action, Kind
+    from schedc.core.simulate import simulate
+    from schedc.solver.offload_fractions import peak_time
+
+    schedule, profile = res.compiled.schedule, res.compiled.problem.profile
+    sim = simulate(schedule, profile, MemoryLimit.parse(cap))
+    r = max(range(sim.n_ranks), key=lambda q: sim.peak_memory[q] - sim.memory_limit[q])
+    t = peak_time(sim, r)
+    static = sim.memory_curve[r][0][1]
+    moves = waits = 0.0
+    for a in schedule.actions(r):
+        if a.kind != Kind.F:
+            continue
+        back, w = Action(a.stage, Kind.I, a.microbatch), Action(a.stage, Kind.W, a.microbatch)
+        back = back if back in sim.timings else Action(a.stage, Kind.B, a.microbatch)
+        if sim.timings[a].end <= t < sim.timings[back].start:
+            moves += offload_bytes(profile, a.stage) if a.stage < profile.n_stages - 1 else 0.0
+        elif w in sim.timings and sim.timings[back].end <= t < sim.timings[w].start:
+            waits += profile.stages[a.stage].weight_grad_bytes
+    peak, g = sim.peak_memory[r], 2 ** 30
+    return (f"{r} | {peak / g:.1f} | {(peak - sim.memory_limit[r]) / g:.1f} | {static / g:.1f} | {moves / g:.1f} | "
+            f"{waits / g:.1f} | {(peak - static - moves - waits) / g:.1f}")
+
+
+def row(case: tuple, profiles: dict, time_limit: float, budget: str, parts: list) -> str:
     name, seq, cap = case
     head = f"| {name} | seq {seq} | {cap} |"
     t0 = time.monotonic()
@@ -103,6 +137,7 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str) -> str:
     free = plan(profile=profiles["none"], ranks=RANKS, microbatches=MICROBATCHES, memory="none",
                 time_limit=UNCAPPED_SHARE * time_limit, budget=budget)
     uncapped = free.value
+    parts.append(f"{head} {peak_parts(free, cap)} |")
     steps = {b: with_offload(base, profiles, b, time_limit, budget) for b in BANDWIDTHS}
     mid = steps[50e9]
     summary = mid.offload
@@ -132,6 +167,7 @@ def main(argv=None) -> int:
           "transfers hide | 25 GB/s | 100 GB/s | s |")
     print("|---" * 17 + "|")
     cache: dict = {}
+    parts: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
             name, seq, cap = case
@@ -139,7 +175,14 @@ def main(argv=None) -> int:
                 continue
             if (name, seq) not in cache:
                 cache[(name, seq)] = profiles_of(name, Path(tmp), seq)
-            print(row(case, cache[(name, seq)], args.time_limit, args.budget), flush=True)
+            print(row(case, cache[(name, seq)], args.time_limit, args.budget, parts), flush=True)
+    print()
+    print("the no-cap plan's order under the cap, at its rank furthest over it: GiB at the peak")
+    print("| model | seq | cap | rank | peak | over the cap by | static | F to I (offload moves) | I to W (held for W) | "
+          "transients, running action |")
+    print("|---" * 10 + "|")
+    for line in parts:
+        print(line)
     return 0
 
 

@@ -131,7 +131,8 @@ def compile(
         direction, 10 us per copy, no host memory cap).
     recompute_profile : Profile or path, optional
         With ``offload="auto"``: the same stages' costs under full activation checkpointing (a
-        profile ``schedc profile --ac full`` measures, or a plan's ``offload.recompute_profile``),
+        profile ``schedc profile --ac full`` measures, or a plan or report whose
+        ``offload.recompute_profile`` records them),
         so that the compiler may also recompute single microbatches (their backward then runs as
         B; schedc.solver.recompute_choice). The CLI's ``--recompute-profile``.
 
@@ -198,13 +199,27 @@ def _recompute_profile(given: Any, offload: str, profile: Profile) -> Optional[P
     if offload != "auto":
         raise ParameterError("recompute_profile", "{param} lets offload recompute single microbatches; give "
                                                   "{name:offload}auto with it")
-    ck = _profile(given, profile.n_stages)
+    ck = _recorded_or_profile(given, profile.n_stages)
     if ck.n_stages != profile.n_stages:
         raise ParameterError("recompute_profile", f"{{param}} describes {ck.n_stages} stages but the profile "
                                                   f"{profile.n_stages}; give the same stages checkpointed")
     if (ck.assumes or {}).get("split_backward") is False:
         return ck
     return checkpointed_form(ck, profile)
+
+
+def _recorded_or_profile(given: Any, n_stages: int) -> Profile:
+    """`given` as a profile: a plan's or report's recorded checkpointed costs
+    (``"offload"."recompute_profile"``) where the file is one, else as :func:`_profile` reads it."""
+    from schedc.core.memory_actions import recorded_recompute
+    from schedc.io.fileio import read_json
+
+    if isinstance(given, (str, os.PathLike)):
+        data = read_json(os.fspath(given), "a profile, or a plan or report that records one")
+        recorded = recorded_recompute(data, os.fspath(given))
+        if recorded is not None:
+            return recorded
+    return _profile(given, n_stages)
 
 
 def _check_host_link(offload: Any, host_link: Any) -> None:

@@ -139,10 +139,22 @@ def test_compile_takes_a_checkpointed_profile_and_reports_the_recomputes(tmp_pat
                      "--host-bandwidth", "0.05", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["makespan"] == report["predicted"]["makespan"] and row["fits_memory"]
+    # the report itself gives the costs back: it records them
+    assert cli.main(["compile", "--stages", "4", "--mb", "8", "--memory", "0.5p", "--offload", "auto",
+                     "--host-bandwidth", "0.05", "--recompute-profile", str(tmp_path / "s.json"), "--time-limit",
+                     "10", "--budget", "work", "--quiet", "-o", str(tmp_path / "again.csv")]) == 0
+    capsys.readouterr()
+    again = json.loads((tmp_path / "again.json").read_text())["offload"]
+    assert again["recomputed"] and again["recompute_profile"] == report["offload"]["recompute_profile"]
     three = tmp_path / "three.json"
     Profile.uniform(3).save(three)
     assert cli.main(["compile", "--stages", "4", "--mb", "8", "--offload", "auto", "--recompute-profile",
                      str(three), "-o", str(tmp_path / "t.csv")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--recompute-profile describes 3 stages" in err
+    # a device node is refused, not read until memory runs out
+    assert cli.main(["compile", "--stages", "4", "--mb", "8", "--offload", "auto", "--recompute-profile",
+                     "/dev/zero", "-o", str(tmp_path / "t.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "/dev/zero" in err
     assert not (tmp_path / "t.csv").exists()

@@ -45,9 +45,9 @@ def register(sub) -> None:
                         "schedule fit (schedc.solver.offload); the report gets \"memory_actions\" and the bound "
                         "becomes the uncapped one (default none)")
     p.add_argument("--recompute-profile", metavar="FILE.json", type=common.path,
-                   help="with --offload auto: the same stages profiled with --ac full (or a plan's "
-                        "\"offload\".\"recompute_profile\"), so that single microbatches may be recomputed too; "
-                        "their backward runs as B")
+                   help="with --offload auto: the same stages profiled with --ac full (or a plan or report that "
+                        "records them in \"offload\".\"recompute_profile\"), so that single microbatches may be "
+                        "recomputed too; their backward runs as B")
     offload_flags.add_link_args(p)
     p.add_argument("-o", "--output", metavar="FILE.csv", type=common.path, default="schedule.csv",
                    help="where to write the CSV; the report goes to FILE.json (default schedule.csv)")

@@ -118,7 +118,7 @@ def read_memory_actions(path: Optional[str]):
     remembering their file, so that a check against a CSV names it
     (schedc.core.memory_actions.PlannedActions); the report or plan they came from (None for a
     bare list), whose ``assumes`` records the link."""
-    from schedc.core.memory_actions import PlannedActions, parse_memory_actions
+    from schedc.core.memory_actions import PlannedActions, parse_memory_actions, recorded_recompute
 
     if path is None:
         return None, None
@@ -138,25 +138,7 @@ def read_memory_actions(path: Optional[str]):
     else:
         report = None
     return PlannedActions(parse_memory_actions(data, where=str(path)), source=str(path),
-                          recompute=_recompute_costs(path, report)), report
-
-
-def _recompute_costs(path: str, report: Optional[dict]):
-    """The stages' checkpointed costs a plan records for its recomputed microbatches
-    (``"offload"."recompute_profile"``), or None; a malformed one is one SchedcError."""
-    from pydantic import ValidationError
-
-    from schedc.core.costs import Profile, describe_validation_error
-
-    offload = report.get("offload") if isinstance(report, dict) else None
-    recorded = offload.get("recompute_profile") if isinstance(offload, dict) else None
-    if recorded is None:
-        return None
-    try:
-        return Profile.model_validate(recorded)
-    except ValidationError as e:
-        raise SchedcError(f"--memory-actions {path}: offload.recompute_profile is not a profile: "
-                          f"{describe_validation_error(e)}") from None
+                          recompute=recorded_recompute(report, f"--memory-actions {path}")), report
 
 
 def link_and_actions(args):

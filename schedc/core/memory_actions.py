@@ -96,6 +96,25 @@ class PlannedActions(list):
         self.recompute = recompute
 
 
+def recorded_recompute(report: Any, where: str):
+    """The stages' checkpointed costs a plan or report records for its recomputed microbatches
+    (``"offload"."recompute_profile"``) as a :class:`~schedc.core.costs.Profile`, or None where it
+    records none; a malformed one is one SchedcError naming `where`."""
+    from pydantic import ValidationError
+
+    from schedc.core.costs import Profile, describe_validation_error
+
+    offload = report.get("offload") if isinstance(report, dict) else None
+    recorded = offload.get("recompute_profile") if isinstance(offload, dict) else None
+    if recorded is None:
+        return None
+    try:
+        return Profile.model_validate(recorded)
+    except ValidationError as e:
+        raise SchedcError(f"{where}: offload.recompute_profile is not a profile: "
+                          f"{describe_validation_error(e)}") from None
+
+
 def to_json(actions: Iterable[MemoryAction]) -> list[dict]:
     """The ``"memory_actions"`` list of a report or plan, sorted by (stage, microbatch)."""
     return [a.to_json() for a in sorted(actions, key=lambda a: (a.stage, a.microbatch))]
