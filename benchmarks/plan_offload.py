@@ -22,7 +22,7 @@ sequence, per (model, seq, cap) it prints the step of
 
 A second table says what the no-cap plan's order holds, under the cap, at its rank furthest
 over it: static bytes, the activations between F and I (what offload moves), the bytes held from
-I to W for a deferred W (which no memory action moves), and the rest (transients); then, over
+I to W for a deferred W (which only a move after I takes away), and the rest (transients); then, over
 all ranks, the most the same order is over the cap (GiB; negative: it fits) if a perfect link
 took what each F made (but the last stage's) away from F to I, from I to W, or both.
 

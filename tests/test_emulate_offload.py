@@ -92,3 +92,20 @@ def test_a_forward_waits_for_the_copy_its_room_for_names_and_a_fraction_copies_i
     # the emulated rank sleeps the wait too: the step is no shorter than the prediction (a loaded
     # host wakes sleepers late, so only an upper margin)
     assert 0.97 * run.predicted_step <= run.measured_step <= 1.5 * run.predicted_step
+
+
+def test_moves_after_i_sleep_between_the_i_and_the_w_that_waits_for_them(tmp_path):
+    # ZB-H1's rank 1 runs 1F0 1I0 1F1 1I1 1W0 1F2 1I2 1W1 ...: stage 1's microbatches 0 and 1 move
+    # out after their I and come back for their W, which waits for 3-unit fetches
+    path = tmp_path / "zb-h1.csv"
+    write_csv(make_baseline("zb-h1", 2, 4), path)
+    profile = Profile.uniform(2)
+    after_i = [{"stage": 1, "microbatch": m, "action": "offload", "after": "I"} for m in (0, 1)]
+    kept, = emulate([path], profile, scale=SCALE, steps=3, timeout=240)
+    moved, = emulate([path], profile, scale=SCALE, steps=3, timeout=240, memory_actions=after_i, link=SLOW)
+    copies = moved.prediction.copies
+    assert len(copies) == 4 and all(c.after == "I" for c in copies)
+    predicted = moved.predicted_step - kept.predicted_step
+    assert predicted > 2 * SCALE  # the W's wait for their fetches
+    measured = moved.measured_step - kept.measured_step
+    assert 0.6 * predicted <= measured <= 1.6 * predicted

@@ -19,6 +19,7 @@ from schedc import cli
 from schedc.core.baselines import make_baseline
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.core.host_link import HostLink
+from schedc.core.ir import Action
 from schedc.core.simulate import simulate
 from schedc.errors import SchedcError
 from schedc.solver.compile import compile_schedule
@@ -244,3 +245,57 @@ def test_the_api_returns_the_memory_actions_and_simulates_them():
     with pytest.raises(SchedcError, match="host_link"):
         schedc.compile(stages=2, microbatches=4, offload="auto", host_link=50e9, time_limit=2)
     assert math.isfinite(res.lower_bound)
+
+
+def test_moves_after_i_free_what_a_deferred_w_holds_at_the_same_step():
+    # ZB-H2 on 4 identical stages: rank 3 runs all its F and I first and every W last, holding
+    # what each I keeps for its W (8 at its peak); moved out after each I and back for the W
+    from schedc.core.memory_actions import MemoryAction
+
+    schedule, profile, memory = make_baseline("zb-h2", 4, 8), Profile.uniform(4), MemoryLimit.parse("1p")
+    row = schedule.actions(3)
+    moves = [MemoryAction(3, m, "offload", row[row.index(Action(3, "W", m)) - 1], 1.0, None, "I") for m in range(7)]
+    plain = simulate(schedule, profile, memory)
+    moved = simulate(schedule, profile, memory, memory_actions=moves, link=FAST)
+    assert plain.peak_memory[3] == 8 and moved.peak_memory[3] < 4
+    assert moved.makespan == plain.makespan and all(c.after == "I" for c in moved.copies)
+    # over a slow link each W waits for its fetch
+    slow = simulate(schedule, profile, None, memory_actions=moves, link=SLOW)
+    fetched = {c.microbatch: c.end for c in slow.copies if c.direction == "in"}
+    assert all(slow.timings[Action(3, "W", m)].start >= fetched[m] for m in range(7))
+    assert slow.makespan > plain.makespan
+
+
+def test_the_choosers_move_bytes_after_i_where_moves_after_f_alone_cannot_fit():
+    from schedc.core.memory_actions import check_memory_actions, to_json
+    from schedc.solver.offload import best_offload
+    from schedc.solver.offload_fractions import choose_fractions
+
+    profile, memory = Profile.uniform(4), MemoryLimit.parse("0.8p")
+    problem = Problem.build(4, 8, profile=profile, memory=memory)
+    link = HostLink(bandwidth=10.0, latency=0.0)
+    zb = make_baseline("zb-h1", 4, 8)
+    assert not choose_fractions(zb, profile, memory, link).sim.fits  # its late ranks hold bytes for W
+    name, found = best_offload([(n, make_baseline(n, 4, 8)) for n in ("1f1b", "zb-h1", "zb-h2")], problem, link)
+    assert found.sim.fits and found.sim.makespan == simulate(zb, profile, None).makespan == 27
+    assert any(a.after == "I" or a.refetch_at is not None for a in found.actions)
+    entries = to_json(found.actions)
+    check_memory_actions(entries, found.schedule)
+    again = simulate(found.schedule, profile, memory, memory_actions=entries, link=link)
+    assert again.fits and again.makespan == found.sim.makespan
+
+
+@pytest.mark.parametrize("entry,says", [
+    ({"after": "W"}, "\"after\" must be \"F\""),
+    ({"after": "I", "room_for": "3F5"}, "\"room_for\" is for an offload after F"),
+    ({"after": "I", "refetch_at": "3F5"}, "\"refetch_at\" is for an offload after F"),
+    ({"after": "I", "fetch_at": "3F0"}, "must be an action of rank 3 between 3I0 and 3W0"),
+    ({"stage": 1, "refetch_at": "1W1"}, "\"refetch_at\" '1W1' must be an action of rank 1 between 1I0 and 1W0"),
+])
+def test_a_bad_move_after_i_is_one_line_naming_the_entry(entry, says):
+    from schedc.core.memory_actions import check_memory_actions
+
+    with pytest.raises(SchedcError) as e:
+        check_memory_actions([dict({"stage": 3, "microbatch": 0, "action": "offload"}, **entry)],
+                             make_baseline("zb-h2", 4, 8), where="s.csv")
+    assert says in str(e.value) and "\n" not in str(e.value) and "memory_actions[0]" in str(e.value)

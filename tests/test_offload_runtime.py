@@ -1,5 +1,5 @@
-"""Memory actions run by schedc's runtime on 2 gloo ranks: offloaded and recomputed microbatches
-train exactly like the unsplit model (float64, 1e-10), every fetch happens at its compiled point,
+"""Memory actions run by schedc's runtime on 2 gloo ranks: offloaded (after F, after I, or both)
+and recomputed microbatches train exactly like the unsplit model (float64, 1e-10), every fetch happens at its compiled point,
 nothing is held after a step, an offload's fraction copies at least that share of the saved bytes
 (largest tensors first) and memory actions that do not fit the CSV are one line on every rank
 before any communication.
@@ -58,6 +58,20 @@ CASES = {
         {"stage": 1, "microbatch": 0, "action": "recompute"},
         {"stage": 2, "microbatch": 1, "action": "recompute"},
     ]),
+    # what the I keeps for W moves out after the I and comes back for the W: ZB-H1's rank 1 runs
+    # 1F0 1I0 1F1 1I1 1W0 1F2 1I2 1W1 ..., so 1W0's default fetch is 1I1
+    "after-i": (lambda: make_baseline("zb-h1", 2, M), [
+        {"stage": 1, "microbatch": 0, "action": "offload", "after": "I"},
+        {"stage": 1, "microbatch": 1, "action": "offload", "after": "I", "fetch_at": "1F2", "fraction": 0.5},
+        {"stage": 0, "microbatch": 1, "action": "offload"},
+    ]),
+    # ZB-V's rank 1 runs ... 1F2 ... 2W2 1I2 2I3 1I3 1W2 2W3 1W3: stage 1's microbatch 2 moves out
+    # after its F (fetched at 2W2) and again after its I (fetched at 1I3)
+    "refetch": (lambda: make_baseline("zb-v", 4, M, n_ranks=2), [
+        {"stage": 1, "microbatch": 2, "action": "offload", "refetch_at": "1I3"},
+        {"stage": 2, "microbatch": 3, "action": "offload", "after": "I", "fetch_at": "1W2"},
+        {"stage": 0, "microbatch": 1, "action": "offload", "fraction": 0.5},
+    ]),
 }
 
 # (case, CSV case, memory actions, what the one-line error says)
@@ -74,6 +88,10 @@ HOSTILE = {
                            {"stage": 0, "microbatch": 0, "action": "offload"}], "already has an entry"),
     "recompute-split": ("zb-v", [{"stage": 2, "microbatch": 0, "action": "recompute"}],
                         "runs this backward as I and W (2I0)"),
+    "after-i-of-a-whole-backward": ("1f1b", [{"stage": 0, "microbatch": 1, "action": "offload", "after": "I"}],
+                                    "an offload after I needs the CSV to run this backward split"),
+    "refetch-after-the-w": ("refetch", [{"stage": 1, "microbatch": 2, "action": "offload", "refetch_at": "2W3"}],
+                            "\"refetch_at\" '2W3' must be an action of rank 1 between 1I2 and 1W2"),
 }
 
 
@@ -170,7 +188,8 @@ def test_every_fetch_happens_when_its_rank_starts_the_compiled_action(ranks, cas
     expected = _expected(case)
     for ok in _case(ranks, case):
         mine = {key: a for key, a in expected.items() if key[0] in ok["stages"] and a.action == "offload"}
-        want = sorted((str(a.fetch_at), list(key)) for key, a in mine.items())
+        want = sorted([(str(a.fetch_at), list(key)) for key, a in mine.items()] +
+                      [(str(a.refetch_at), list(key)) for key, a in mine.items() if a.refetch_at is not None])
         for step in ok["steps"]:
             assert sorted((at, list(key)) for at, key in step["fetches"]) == want
             assert step["late_fetches"] == 0, "a saved tensor was needed before its fetch point"
@@ -213,11 +232,12 @@ def test_an_offload_copies_at_least_its_fraction_of_the_saved_bytes_and_fraction
             moved = {tuple(int(v) for v in key.split(",")): tuple(v) for key, v in step["moved"].items()}
             assert set(moved) == set(mine)
             for key, (copied, saved) in moved.items():
-                assert saved > 0 and copied >= mine[key].fraction * saved, (key, copied, saved)
+                times = 2 if mine[key].refetch_at is not None else 1  # moved after F, and again after I
+                assert saved > 0 and copied >= times * mine[key].fraction * saved, (key, copied, saved)
                 if mine[key].fraction < 1:
-                    assert copied < saved, f"{key}: fraction {mine[key].fraction} copied every saved byte"
+                    assert copied < times * saved, f"{key}: fraction {mine[key].fraction} copied every saved byte"
                 else:
-                    assert copied == saved, key
+                    assert copied == times * saved, key
             assert sum(c for c, _ in moved.values()) == step["offloaded_bytes"]
             assert step["moved"] == ok["steps"][0]["moved"]
     if case in ("1f1b", "zb-v"):

@@ -233,7 +233,9 @@ def explain_offload(res, t) -> list[str]:
     redone = sum(len(e["microbatches"]) for e in summary.get("recomputed", ()))
     moved = ", ".join(f"stage {e['stage']}: {offload_flags.moved_bytes(e, format_memory)}"
                       for e in summary["stages"])
-    what = [f"{offloads} microbatches to host memory ({moved})"] if offloads else []
+    after_i = sum(len(e.get("after_i", ())) for e in summary["stages"])
+    also = f", {after_i} of them moved after their I for a deferred W" if after_i else ""
+    what = [f"{offloads} microbatches to host memory ({moved}){also}"] if offloads else []
     what += [f"{redone} recomputed (their backward runs as B)"] if redone else []
     busiest = max(summary["link_busy"], key=lambda e: max(e["out"], e["in"]))
     link = (f"; transfers {'hide' if summary['transfers_hide'] else 'do not all hide'}; busiest link rank "

@@ -24,6 +24,12 @@ Method: one :class:`MemoryAction` per (stage, microbatch) that does not keep:
   (optional) names a later F of the same rank that starts only once this copy out has ended:
   an F that needs the room the copy makes waits for it rather than run over the cap (a rank's
   first forwards come faster than a link moves their bytes; the wait is what lets them fit).
+  ``after: "I"`` moves the same bytes between the split backward's I and its W instead: torch's
+  I keeps the whole graph for W (``retain_graph``), so a stage that defers W holds them there;
+  the copy out starts when the I ends, the fetch at ``fetch_at`` (an action after the I and
+  before the W; default the one just before the W), and the W waits for it. ``refetch_at``
+  beside an offload after F moves them both ways: out after the F and back at ``fetch_at`` for
+  the I, out again after the I and back at ``refetch_at`` for the W.
 - ``"recompute"``: that microbatch's forward on that stage runs under checkpointing, so it keeps
   only the stage's input, and its backward runs the forward again. The CSV must run that
   backward as B: torch's split backward keeps the graph from I to W and, on a checkpointed
@@ -56,15 +62,20 @@ from schedc.core.ir import KIND_TABLE, Action, Kind, Schedule
 from schedc.errors import SchedcError, shown
 
 MEMORY_ACTIONS = ("keep", "offload", "recompute")
-_FIELDS = ("stage", "microbatch", "action", "fetch_at", "fraction", "room_for")
+_FIELDS = ("stage", "microbatch", "action", "fetch_at", "fraction", "room_for", "after", "refetch_at")
+AFTER = ("F", "I")  # an offload's copy out follows its F (the default) or its I
 
 
 @dataclass(frozen=True)
 class MemoryAction:
-    """The memory action of one (stage, microbatch); ``fetch_at``, ``fraction`` and ``room_for``
-    only for an offload (``fetch_at`` None: the action just before its I or B on the stage's
-    rank, filled in by :func:`check_memory_actions`; ``fraction``: the share of its offloadable
-    bytes that moves; ``room_for``: the F that waits for its copy out, if any)."""
+    """The memory action of one (stage, microbatch); ``fetch_at``, ``fraction``, ``room_for`` and
+    ``after`` only for an offload (``fetch_at`` None: the action just before its I or B on the
+    stage's rank, or before its W after I, filled in by :func:`check_memory_actions`;
+    ``fraction``: the share of its offloadable bytes that moves; ``room_for``: the F that waits
+    for its copy out, if any; ``after``: "F", the copy out follows the forward and the bytes are
+    back for I, or "I", it follows the split backward's I and they are back for W;
+    ``refetch_at``: after F only, the bytes move out again after the I and come back at that
+    action, for the W)."""
 
     stage: int
     microbatch: int
@@ -72,6 +83,8 @@ class MemoryAction:
     fetch_at: Optional[Action] = None
     fraction: float = 1.0
     room_for: Optional[Action] = None
+    after: str = "F"
+    refetch_at: Optional[Action] = None
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"stage": self.stage, "microbatch": self.microbatch, "action": self.action}
@@ -81,6 +94,10 @@ class MemoryAction:
             out["fraction"] = self.fraction
         if self.room_for is not None:
             out["room_for"] = str(self.room_for)
+        if self.after != "F":
+            out["after"] = self.after
+        if self.refetch_at is not None:
+            out["refetch_at"] = str(self.refetch_at)
         return out
 
 
@@ -181,7 +198,7 @@ def _parse(data: Any, where: str) -> list[tuple[int, MemoryAction]]:
         if action not in MEMORY_ACTIONS:
             raise SchedcError(f"{at}: \"action\" {shown(action)} is not one of {', '.join(MEMORY_ACTIONS)}")
         fetch_at = entry.get("fetch_at")
-        for name in ("fetch_at", "fraction", "room_for"):
+        for name in ("fetch_at", "fraction", "room_for", "after", "refetch_at"):
             if entry.get(name) is not None and action != "offload":
                 raise SchedcError(f"{at}: \"{name}\" is for an offload only; drop it from a {action}")
         fraction = entry.get("fraction", 1.0)
@@ -190,6 +207,14 @@ def _parse(data: Any, where: str) -> list[tuple[int, MemoryAction]]:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
             raise SchedcError(f"{at}: \"fraction\" must be a number in (0, 1] (the share of the microbatch's "
                               f"bytes that moves; 1 moves them all), got {shown(fraction)}")
+        after = entry.get("after", "F")
+        after = "F" if after is None else after
+        if after not in AFTER:
+            raise SchedcError(f"{at}: \"after\" must be \"F\" (the copy out follows the forward, the bytes are "
+                              f"back for I) or \"I\" (it follows the I, they are back for W), got {shown(after)}")
+        for name in ("room_for", "refetch_at"):
+            if after == "I" and entry.get(name) is not None:
+                raise SchedcError(f"{at}: \"{name}\" is for an offload after F; drop it, or the \"after\"")
         key = (stage, microbatch)
         if key in seen:
             raise SchedcError(f"{at}: stage {stage}, microbatch {microbatch} already has an entry "
@@ -199,7 +224,9 @@ def _parse(data: Any, where: str) -> list[tuple[int, MemoryAction]]:
             out.append((i, MemoryAction(stage, microbatch, action,
                                         None if fetch_at is None else parse_fetch_at(fetch_at, at), float(fraction),
                                         None if entry.get("room_for") is None
-                                        else parse_fetch_at(entry["room_for"], at, "room_for"))))
+                                        else parse_fetch_at(entry["room_for"], at, "room_for"), after,
+                                        None if entry.get("refetch_at") is None
+                                        else parse_fetch_at(entry["refetch_at"], at, "refetch_at"))))
     return out
 
 
@@ -245,6 +272,9 @@ def check_memory_actions(
             out[(ma.stage, ma.microbatch)] = ma
             continue
         row = schedule.actions(rank)
+        if ma.after == "I":
+            out[(ma.stage, ma.microbatch)] = _after_i(at, ma, pos, backward, rank, row)
+            continue
         if ma.fetch_at is None:
             if b_at - f_at < 2:
                 raise SchedcError(f"{at}: {backward} follows {forward} directly on rank {rank}, so there is no "
@@ -269,6 +299,33 @@ def check_memory_actions(
             if ma.room_for.kind != Kind.F or waits is None or waits[0] != rank or waits[1] <= f_at:
                 raise SchedcError(f"{at}: \"room_for\" {str(ma.room_for)!r} must be a forward of the CSV on rank "
                                   f"{rank}, after {forward}; name a later F of rank {rank} or drop the field")
+        refetch = None if ma.refetch_at is None else _after_i(at, ma, pos, backward, rank, row, ma.refetch_at).fetch_at
         out[(ma.stage, ma.microbatch)] = MemoryAction(ma.stage, ma.microbatch, "offload", fetch, ma.fraction,
-                                                      ma.room_for)
+                                                      ma.room_for, "F", refetch)
     return out
+
+
+def _after_i(at: str, ma: MemoryAction, pos: dict, backward: Action, rank: int, row: list,
+             given: Optional[Action] = None) -> MemoryAction:
+    """An offload after I checked against the CSV, its fetch point filled in: the CSV runs the
+    backward split (I, then W on the same rank), and the fetch (`given`, else ``fetch_at``) is an
+    action of that rank after the I and before the W (default: the one just before the W)."""
+    name = "refetch_at" if given is not None else "fetch_at"
+    given = given if given is not None else ma.fetch_at
+    weight = Action(ma.stage, Kind.W, ma.microbatch)
+    if backward.kind != Kind.I or weight not in pos:
+        raise SchedcError(f"{at}: an offload after I needs the CSV to run this backward split, as "
+                          f"{ma.stage}I{ma.microbatch} then {weight}; give \"after\": \"F\", or a CSV that splits it")
+    i_at, w_at = pos[backward][1], pos[weight][1]
+    if given is None:
+        if w_at - i_at < 2:
+            raise SchedcError(f"{at}: {weight} follows {backward} directly on rank {rank}, so there is no action to "
+                              f"fetch at; keep this microbatch or offload it after F")
+        fetch = row[w_at - 1]
+    else:
+        fetch = given
+        where = pos.get(fetch)
+        if where is None or where[0] != rank or not i_at < where[1] < w_at:
+            raise SchedcError(f"{at}: \"{name}\" {str(fetch)!r} must be an action of rank {rank} between "
+                              f"{backward} and {weight} (what moves after I is fetched back for its W)")
+    return MemoryAction(ma.stage, ma.microbatch, "offload", fetch, ma.fraction, None, "I")

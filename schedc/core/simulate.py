@@ -238,7 +238,7 @@ def simulate(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit]
 @dataclass(frozen=True, slots=True)
 class Copy:
     """One transfer on a rank's copy stream: an offloaded microbatch's activations going to host
-    memory after its F (``"out"``) or coming back from its fetch point (``"in"``)."""
+    memory after its F or I (``"out"``) or coming back from its fetch point (``"in"``)."""
 
     rank: int
     stage: int
@@ -247,17 +247,19 @@ class Copy:
     start: float
     end: float
     nbytes: float
+    after: str = "F"  # the bytes between F and I (or B), or between I and W
 
 
 class _MemoryActionTimes:
     """The copy streams of :func:`simulate` with memory actions (schedc.core.host_link's rules).
 
     The walk places actions in an order that runs each after its producers and its rank's earlier
-    actions; the copies follow from what is placed: an offloaded F's end issues its copy out (the
-    rank's device-to-host stream, first in first out), the start of a fetch point issues its
-    fetches (host-to-device, first in first out, each after its own copy out; several at one
-    point in the order their backwards run), the backward waits for its fetch, and an F named as
-    an offload's ``room_for`` for that copy out. Linear in the actions plus the copies."""
+    actions; the copies follow from what is placed: an offloaded F's end (an I's, for an offload
+    after I) issues its copy out (the rank's device-to-host stream, first in first out), the start
+    of a fetch point issues its fetches (host-to-device, first in first out, each after its own
+    copy out; several at one point in the order their backwards run), the backward (the W, after
+    I) waits for its fetch, and an F named as an offload's ``room_for`` for that copy out. Linear
+    in the actions plus the copies."""
 
     def __init__(self, schedule: Schedule, profile: Profile, chosen: dict[tuple[int, int], MemoryAction],
                  link: HostLink, recomputed: dict[tuple[int, int], StageCost]):
@@ -265,27 +267,39 @@ class _MemoryActionTimes:
         self.placement = schedule.placement
         self.recomputed = recomputed
         self.offloaded = {key: ma for key, ma in chosen.items() if ma.action == "offload"}
-        self.nbytes = {key: ma.fraction * offload_bytes(profile, key[0]) for key, ma in self.offloaded.items()}
-        self.fetches_at: dict[Action, list[tuple[int, int]]] = {}
-        backward_index: dict[tuple[int, int], int] = {}
-        for rank in range(schedule.n_ranks):
-            for k, a in enumerate(schedule.actions(rank)):
-                if a.kind in (Kind.I, Kind.B):
-                    backward_index.setdefault((a.stage, a.microbatch), k)
-        for key, ma in self.offloaded.items():
+        # each move of an offload: (stage, microbatch, phase), phase "F" from F to I (or B), "I"
+        # from I to W (an offload after I, or the second move of one with a refetch) -> the action
+        # whose end issues the copy out, the fetch point, and the action that waits for the fetch
+        self.moves: dict[tuple[int, int, str], tuple[Action, Action, Action]] = {}
+        position = {a: k for rank in range(schedule.n_ranks) for k, a in enumerate(schedule.actions(rank))}
+        for (s, m), ma in self.offloaded.items():
             assert ma.fetch_at is not None, "check_memory_actions fills every offload's fetch_at"
-            self.fetches_at.setdefault(ma.fetch_at, []).append(key)
-        for keys in self.fetches_at.values():
-            keys.sort(key=lambda key: backward_index[key])
-        self.waits: dict[Action, list[tuple[int, int]]] = {}  # an F -> the offloads whose copy out it waits for
-        for key, ma in self.offloaded.items():
+            grads, weights = Action(s, Kind.I, m), Action(s, Kind.W, m)
+            if ma.after == "I":
+                self.moves[(s, m, "I")] = (grads, ma.fetch_at, weights)
+                continue
+            backward = grads if grads in position else Action(s, Kind.B, m)
+            self.moves[(s, m, "F")] = (Action(s, Kind.F, m), ma.fetch_at, backward)
+            if ma.refetch_at is not None:
+                self.moves[(s, m, "I")] = (grads, ma.refetch_at, weights)
+        self.nbytes = {move: self.offloaded[move[:2]].fraction * offload_bytes(profile, move[0])
+                       for move in self.moves}
+        self.issues = {after: move for move, (after, _, _) in self.moves.items()}  # an action -> the copy it issues
+        self.fetched_for = {waiter: move for move, (_, _, waiter) in self.moves.items()}
+        self.fetches_at: dict[Action, list[tuple[int, int, str]]] = {}
+        for move, (_, fetch, _) in self.moves.items():
+            self.fetches_at.setdefault(fetch, []).append(move)
+        for moves in self.fetches_at.values():
+            moves.sort(key=lambda move: position[self.moves[move][2]])  # in the order their waiters run
+        self.waits: dict[Action, list[tuple[int, int, str]]] = {}  # an F -> the copies out it waits for
+        for (s, m), ma in self.offloaded.items():
             if ma.room_for is not None:
-                self.waits.setdefault(ma.room_for, []).append(key)
-        self.out_index: dict[tuple[int, int], int] = {}  # an offload -> its copy out's index
+                self.waits.setdefault(ma.room_for, []).append((s, m, "F"))
+        self.out_index: dict[tuple[int, int, str], int] = {}  # a move -> its copy out's index
         self.out_free = [0.0] * schedule.n_ranks
         self.in_free = [0.0] * schedule.n_ranks
-        self.out_end: dict[tuple[int, int], float] = {}
-        self.in_end: dict[tuple[int, int], float] = {}
+        self.out_end: dict[tuple[int, int, str], float] = {}
+        self.in_end: dict[tuple[int, int, str], float] = {}
         self.copies: list[Copy] = []
         # a fetch that starts with its fetch point, or a copy out an F waited for: copy's index ->
         # the action's walk number
@@ -317,8 +331,9 @@ class _MemoryActionTimes:
     def ready(self, a: Action, ready: float) -> float:
         if a.kind == Kind.F and a in self.waits:
             return max([ready] + [self.out_end[key] for key in self.waits[a]])
-        if a.kind in (Kind.I, Kind.B):
-            fetched = self.in_end.get((a.stage, a.microbatch))
+        move = self.fetched_for.get(a)
+        if move is not None:
+            fetched = self.in_end.get(move)
             if fetched is not None and fetched > ready:
                 return fetched
         return ready
@@ -333,16 +348,16 @@ class _MemoryActionTimes:
         for key in self.waits.get(a, ()):
             if self.out_end[key] == start:  # it waited for this copy: its bytes leave before the F's rise
                 self.issued_with[self.out_index[key]] = number
-        key = (a.stage, a.microbatch)
-        if a.kind == Kind.F and key in self.offloaded:
-            self._copy(rank, key, "out", max(end, self.out_free[rank]))
-            self.out_end[key] = self.out_free[rank]
-            self.out_index[key] = len(self.copies) - 1
+        move = self.issues.get(a)
+        if move is not None:
+            self._copy(rank, move, "out", max(end, self.out_free[rank]))
+            self.out_end[move] = self.out_free[rank]
+            self.out_index[move] = len(self.copies) - 1
 
-    def _copy(self, rank: int, key: tuple[int, int], direction: str, begin: float) -> None:
-        n = self.nbytes[key]
+    def _copy(self, rank: int, move: tuple[int, int, str], direction: str, begin: float) -> None:
+        n = self.nbytes[move]
         finish = begin + self.link.seconds(n)
-        self.copies.append(Copy(rank, key[0], key[1], direction, begin, finish, n))
+        self.copies.append(Copy(rank, move[0], move[1], direction, begin, finish, n, move[2]))
         if direction == "out":
             self.out_free[rank] = finish
         else:

@@ -38,7 +38,9 @@ scale x the link's time of each copy (schedc.core.host_link), as the simulator's
 a copy out starts when its F has run (``forward_one_chunk`` returned) and its stream is free; a
 fetch is issued when the rank starts its ``fetch_at`` action and starts once its copy out has
 ended and its stream is free; the I or B of an offloaded microbatch waits for its fetch, and an
-F named as an offload's ``room_for`` for that copy out. The
+F named as an offload's ``room_for`` for that copy out; what moves after I (an offload after I,
+or the second move of one with ``refetch_at``) is copied out once the I has run and its W waits
+for its fetch. The
 hooks wrap the three per-action methods of the rank's ``PipelineStage`` instances, so torch's
 runtime runs unchanged between them. The prediction simulates the same actions over the link
 with every copy's time scaled. Nothing is copied (the tensors are tiny): the emulation times
@@ -156,17 +158,19 @@ class CopyStreams:
         from schedc.core.memory_actions import parse_fetch_at
 
         self.deadline = deadline
-        self.seconds = {(c["stage"], c["microbatch"]): float(c["seconds"]) for c in copies}
+        # a copy is (stage, microbatch, "F") for the bytes between F and I (or B), (.., "I") for
+        # those between I and W (an offload after I, or the second move of one with a refetch)
+        self.seconds = {_move(c): float(c["seconds"]) for c in copies}
         self.token: Optional[float] = None  # the overhead run: every copy sleeps this instead
-        self.due: dict[Action, list[tuple[int, int]]] = {}
-        self.waits: dict[Action, list[tuple[int, int]]] = {}  # an F -> the copies out it waits for (room_for)
+        self.due: dict[Action, list[tuple[int, int, str]]] = {}
+        self.waits: dict[Action, list[tuple[int, int, str]]] = {}  # an F -> the copies out it waits for (room_for)
         for c in copies:
-            self.due.setdefault(parse_fetch_at(c["fetch_at"]), []).append((c["stage"], c["microbatch"]))
+            self.due.setdefault(parse_fetch_at(c["fetch_at"]), []).append(_move(c))
             if c.get("room_for"):
-                self.waits.setdefault(parse_fetch_at(c["room_for"]), []).append((c["stage"], c["microbatch"]))
+                self.waits.setdefault(parse_fetch_at(c["room_for"]), []).append(_move(c))
         self.queues: dict[str, queue.Queue] = {"out": queue.Queue(), "in": queue.Queue()}
-        self.out_done: dict[tuple[int, int], threading.Event] = {}
-        self.in_done: dict[tuple[int, int], threading.Event] = {}
+        self.out_done: dict[tuple[int, int, str], threading.Event] = {}
+        self.in_done: dict[tuple[int, int, str], threading.Event] = {}
         self.failed: list[str] = []
         self.threads = [threading.Thread(target=self._serve, args=(d,), name=f"copy-{d}", daemon=True)
                         for d in self.queues]
@@ -190,19 +194,24 @@ class CopyStreams:
                 for key in self.waits.get(Action(_index, "F", mb), ()):
                     self._wait(self.out_done[key], f"the copy out of stage {key[0]}, microbatch {key[1]}")
                 out = _run(mb, *args, **kwargs)
-                if (_index, mb) in self.seconds:
-                    self.queues["out"].put((_index, mb))
+                if (_index, mb, "F") in self.seconds:
+                    self.queues["out"].put((_index, mb, "F"))
                 return out
 
             def backward(mb, loss=None, full_backward=True, last_backward=False, _index=index,
                          _run=backward_one_chunk):
                 self._start(Action(_index, "B" if full_backward else "I", mb))
-                if (_index, mb) in self.seconds:
-                    self._wait(self.in_done[_index, mb], f"the fetch of stage {_index}, microbatch {mb}")
-                return _run(mb, loss=loss, full_backward=full_backward, last_backward=last_backward)
+                if (_index, mb, "F") in self.seconds:
+                    self._wait(self.in_done[_index, mb, "F"], f"the fetch of stage {_index}, microbatch {mb}")
+                out = _run(mb, loss=loss, full_backward=full_backward, last_backward=last_backward)
+                if not full_backward and (_index, mb, "I") in self.seconds:
+                    self.queues["out"].put((_index, mb, "I"))
+                return out
 
             def backward_weight(mb, last_backward=False, _index=index, _run=backward_weight_one_chunk):
                 self._start(Action(_index, "W", mb))
+                if (_index, mb, "I") in self.seconds:
+                    self._wait(self.in_done[_index, mb, "I"], f"the fetch for W of stage {_index}, microbatch {mb}")
                 return _run(mb, last_backward=last_backward)
 
             stage.forward_one_chunk = forward
@@ -492,17 +501,30 @@ def _offloads(path: str, schedule: Schedule, profile: Profile, scale: float, mem
         raise SchedcError(f"emulate: {source or path}: stage {s}, microbatch {m} is recomputed; the emulation "
                           f"sleeps the profile's stage times and runs offloads only; emulate the plan's offloads "
                           f"(drop its recompute entries) or emulate the stages checkpointed")
-    order: dict[tuple[int, int], tuple[int, int]] = {}  # (stage, microbatch) -> its I's (rank, index)
+    order: dict[tuple[int, int, str], tuple[int, int]] = {}  # a copy -> its waiter's (rank, index)
     for rank in range(schedule.n_ranks):
         for k, a in enumerate(schedule.actions(rank)):
             if a.kind in ("I", "B"):
-                order.setdefault((a.stage, a.microbatch), (rank, k))
+                order.setdefault((a.stage, a.microbatch, "F"), (rank, k))
+            elif a.kind == "W":
+                order.setdefault((a.stage, a.microbatch, "I"), (rank, k))
     scaled = _scaled_link(link, scale)
-    copies = [{"stage": key[0], "microbatch": key[1], "fetch_at": str(ma.fetch_at),
-               "room_for": None if ma.room_for is None else str(ma.room_for),
-               "seconds": scaled.seconds(ma.fraction * offload_bytes(profile, key[0]))}
-              for key, ma in sorted(chosen.items(), key=lambda item: order[item[0]])]
+    copies = []
+    for key, ma in chosen.items():
+        seconds = scaled.seconds(ma.fraction * offload_bytes(profile, key[0]))
+        if ma.after == "F":
+            copies.append({"stage": key[0], "microbatch": key[1], "after": "F", "fetch_at": str(ma.fetch_at),
+                           "room_for": None if ma.room_for is None else str(ma.room_for), "seconds": seconds})
+        again = ma.fetch_at if ma.after == "I" else ma.refetch_at
+        if again is not None:
+            copies.append({"stage": key[0], "microbatch": key[1], "after": "I", "fetch_at": str(again),
+                           "room_for": None, "seconds": seconds})
+    copies.sort(key=lambda c: order[_move(c)])
     return list(chosen.values()), copies
+
+
+def _move(copy: dict) -> tuple[int, int, str]:
+    return copy["stage"], copy["microbatch"], copy.get("after", "F")
 
 
 def _check_scaled(path: str, schedule: Schedule, profile: Profile, scale: float) -> None:

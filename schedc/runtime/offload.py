@@ -1,7 +1,8 @@
 """Run memory actions (offload, per-microbatch recompute) on torch's ``_PipelineScheduleRuntime``.
 
 Problem: a plan may send the activations a stage saves for one microbatch to host memory after
-its F and fetch them back at a compiled point before its I (or B), or recompute that microbatch's
+its F and fetch them back at a compiled point before its I (or B), send them again (or only)
+after its I and fetch them back before its W, or recompute that microbatch's
 forward in its backward (:mod:`schedc.core.memory_actions`). torch's pipelining has neither, and
 its runtime runs each action inside one closure (``_step_microbatches``' ``_perform_action``)
 that a subclass cannot extend; ``register_custom_function`` replaces an action kind's whole body,
@@ -25,7 +26,10 @@ unchanged between them:
   (a W): fetch what is due when the rank starts them (``fetch_at`` may name any compute action
   of the rank), and after the B or the W, the last use of the graph, drop every buffer of that
   (stage, mb). Torch's split backward unpacks in I and again in W (I keeps the graph), so the
-  fetched device copies stay until W.
+  fetched device copies stay until W, unless the microbatch moves after I (an offload with
+  ``after: "I"``, whose forward keeps its holders on the device, or one with ``refetch_at``):
+  then, once the I returns, the holders its ``fraction`` picks are copied out again and drop
+  their device tensor, and the W's unpack finds them fetched at ``fetch_at`` (``refetch_at``).
 
 Granularity: every tensor the stage's forward saves for that microbatch, except those the stage
 holds on the device anyway: its parameters and buffers and the stage's own inputs (torch keeps
@@ -123,6 +127,8 @@ class MemoryRunner:
                     raise SchedcError(f"memory action of stage {key[0]}, microbatch {key[1]}: no fetch point; check "
                                       f"the actions against the CSV first (check_memory_actions)")
                 self.due[a.fetch_at].append(key)
+                if a.refetch_at is not None:
+                    self.due[a.refetch_at].append(key)
                 if a.room_for is not None:
                     self.room[a.room_for].append(key)
         self.saved: dict[tuple[int, int], list[_Saved]] = {}
@@ -164,10 +170,17 @@ class MemoryRunner:
 
         @wraps(backward_one_chunk)
         def backward(bwd_chunk_id, loss=None, full_backward=True, last_backward=False):
+            key = (index, bwd_chunk_id)
             self._start(Action(index, "B" if full_backward else "I", bwd_chunk_id))
             backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward, last_backward=last_backward)
             if full_backward:
-                self._release((index, bwd_chunk_id))
+                self._release(key)
+                return
+            action = self.actions.get(key)
+            if action is not None and action.action == "offload" and (action.after == "I" or action.refetch_at):
+                # what the I keeps for W moves out until its fetch for W (the same share again
+                # where the F's bytes moved before the I)
+                self._move_out(key, _pick(self.saved.get(key, []), action.fraction), _device(stage.device))
 
         @wraps(backward_weight_one_chunk)
         def backward_weight(bwd_chunk_id, last_backward=False):
@@ -194,7 +207,9 @@ class MemoryRunner:
             pack, unpack = self._hooks(key, skip, device, holders)
             with saved_tensors_hooks(pack, unpack):
                 out = run(*args, **kwargs)
-            self._copy_out(key, holders, action.fraction, device)
+            self._register(key, holders)
+            if action.after == "F":
+                self._move_out(key, _pick(holders, action.fraction), device)
             return out
 
         stage.forward_one_chunk = forward
@@ -266,13 +281,19 @@ class MemoryRunner:
 
         return pack, unpack
 
-    def _copy_out(self, key: tuple[int, int], holders: list[_Saved], fraction: float, device: torch.device) -> None:
-        """At the forward's end: copy out the holders `fraction` picks and drop their device tensor."""
+    def _register(self, key: tuple[int, int], holders: list[_Saved]) -> None:
+        """At the forward's end: the microbatch's holders, kept until its last backward."""
         self.saved.setdefault(key, []).extend(holders)
-        picked = _pick(holders, fraction)
+        before = self.stats.moved.get(key, (0, 0))
+        self.stats.moved[key] = (before[0], before[1] + sum(s.nbytes for s in holders))
+
+    def _move_out(self, key: tuple[int, int], picked: list[_Saved], device: torch.device) -> None:
+        """Copy out the `picked` holders (after the forward, or after the I) and drop their device
+        tensor."""
+        picked = [s for s in picked if s.device is not None]
         copied_bytes = sum(s.nbytes for s in picked)
         before = self.stats.moved.get(key, (0, 0))
-        self.stats.moved[key] = (before[0] + copied_bytes, before[1] + sum(s.nbytes for s in holders))
+        self.stats.moved[key] = (before[0] + copied_bytes, before[1])
         if not picked:
             return
         with torch.no_grad():
@@ -282,7 +303,10 @@ class MemoryRunner:
                 copied = torch.cuda.Event()
                 for saved in picked:
                     t = saved.device
-                    assert t is not None, "a holder keeps its device tensor until the forward's end"
+                    assert t is not None, "only holders with a device tensor are moved out"
+                    if saved.fetched is not None:  # fetched for I but not unpacked there: after its fetch
+                        out_stream.wait_event(saved.fetched)
+                        saved.fetched = None
                     saved.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
                     with torch.cuda.stream(out_stream):
                         saved.host.copy_(t, non_blocking=True)
@@ -291,7 +315,7 @@ class MemoryRunner:
                 copied.record(out_stream)
             else:
                 for saved in picked:
-                    assert saved.device is not None, "a holder keeps its device tensor until the forward's end"
+                    assert saved.device is not None, "only holders with a device tensor are moved out"
                     saved.host = saved.device.clone()
             for saved in picked:
                 saved.device = None

@@ -26,7 +26,8 @@ uncapped order makes activations faster than a 50 GB/s link moves them, these or
 the link time), then, in CHOOSER_SHARE of the time limit (what the compiles leave, at least),
 runs the choosers on the compiles' answers and on the hand-made schedules over the cap
 (:func:`choose_among`: a share of every microbatch per rank, with forwards that wait for
-copies out, schedc.solver.offload_fractions; then whole microbatches, the rule above) in
+copies out, schedc.solver.offload_fractions; shares moved after I as well, for the bytes a
+deferred W holds; then whole microbatches, the rule above) in
 1 - HEURISTIC_SHARE of that, then the offload heuristic (schedc.solver.engines.offload_heuristic:
 the order and the offloads built together) in what is left (on a problem of at most CPSAT_ACTIONS
 actions, CPSAT_SHARE of it goes last to CP-SAT with the order and the offloads in one model,
@@ -64,7 +65,7 @@ from schedc.core.simulate import SimResult, simulate
 from schedc.errors import ParameterError
 from schedc.solver.deadline import NEVER, Deadline, charge_passes, counting_work, n_actions, now
 from schedc.solver.engine import close
-from schedc.solver.offload_fractions import choose_fractions, peak_time
+from schedc.solver.offload_fractions import choose_after_i, choose_fractions, peak_time
 
 OFFLOAD_CHOICES = ("none", "auto")
 CAPPED_SHARE = 0.35  # of the time limit, for the compile under the cap (--offload none's answer)
@@ -233,7 +234,8 @@ def choose_among(candidates: Sequence[tuple[str, Schedule]], profile: Profile, m
     a few simulations each, three for an order that holds too much); with `checkpointed` (the
     stages' costs checkpointed) recompute per microbatch mixed with shares
     (schedc.solver.recompute_choice: its answer's schedule runs the recomputed backwards as B);
-    then whole microbatches (:func:`choose_offload`, up to S x M simulations each) in the time
+    shares moved after I too (choose_after_i, at most 16 simulations, none where no share fits
+    between an I and its W); then whole microbatches (:func:`choose_offload`, up to S x M simulations each) in the time
     left, so that one order no chooser can fit does not spend the time of the others. A candidate
     whose shares hide every transfer is done: no other chooser can beat the order's uncapped step.
     Offload only adds waits, so a candidate whose step without a cap is no shorter than the best
@@ -248,7 +250,7 @@ def choose_among(candidates: Sequence[tuple[str, Schedule]], profile: Profile, m
         steps.append((simulate(schedule, profile, None, runtime).objective(objective), k))
     best, last = None, None
     hidden = set()  # candidates whose shares hide every transfer: the other choosers cannot do better
-    passes = ("shares", "mixed", "whole") if checkpointed is not None else ("shares", "whole")
+    passes = ("shares", "after I", "mixed", "whole") if checkpointed is not None else ("shares", "after I", "whole")
     for chooser in passes:
         for step, k in sorted(steps):
             limit = beat if best is None else best[1].sim.objective(objective)
@@ -259,6 +261,11 @@ def choose_among(candidates: Sequence[tuple[str, Schedule]], profile: Profile, m
             name, schedule = candidates[k]
             if chooser == "whole":
                 choice = choose_offload(schedule, profile, memory, link, runtime, deadline)
+            elif chooser == "after I":
+                both = choose_after_i(schedule, profile, memory, link, runtime, objective, deadline)
+                if both is None:
+                    continue
+                choice = OffloadChoice(schedule, both.actions, both.sim, True)
             elif chooser == "mixed":
                 from schedc.solver.recompute_choice import recompute_then_offload
 
@@ -295,7 +302,9 @@ def offload_summary(choice: OffloadChoice, profile: Profile, without: Optional[f
     per_stage = [{"stage": s, "microbatches": sorted(a.microbatch for a in moved),
                   "bytes_each": offload_bytes(profile, s),
                   "fractions": sorted({a.fraction for a in moved}),
-                  "bytes": sum(a.fraction for a in moved) * offload_bytes(profile, s)}
+                  "bytes": sum(a.fraction for a in moved) * offload_bytes(profile, s),
+                  # those whose bytes also (refetch_at) or only (after I) move between I and W
+                  "after_i": sorted(a.microbatch for a in moved if a.after == "I" or a.refetch_at is not None)}
                  for s, moved in sorted(stages.items())]
     # the order with its recomputes (`recompute` their costs) and nothing moved: whether the copies hide
     redone = [a for a in choice.actions if a.action == "recompute"]

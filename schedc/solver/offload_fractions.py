@@ -31,6 +31,14 @@ the first copy out still running (``room_for``), one per rank over its cap per s
 the ranks fit or the excess stops falling. The shortest fitting answer is kept; where none fits
 it says why (a rank over its cap at every level, pinned host memory over a node's cap).
 
+Moves after I (:func:`choose_after_i`): a rank that defers W (the zero-bubble orders' late
+ranks) holds what each I keeps for its W, which the shares above, moved between F and I, do not
+touch. For every rank over its cap, a share after F (none or AFTER_F_LEVELS) and a share after I
+(AFTER_I_LEVELS) are simulated together (:func:`offloads_after_i`): a microbatch the order runs
+as I then W whose copy out after the I and fetch before the W fit between them moves after I,
+the same share again (``refetch_at``) where it moved after F, else at its rank's share after I;
+the shortest fitting pair wins.
+
 Cost: LEVELS + 2 simulations of O(A + copies) for A actions, and with waits up to MAX_WAITS more
 per level of WAIT_LEVELS (a few where the waits help, STALLED_ROUNDS where they do not), each
 charged a pass under a work budget (schedc.solver.deadline); it stops at the deadline with what
@@ -40,7 +48,7 @@ it has.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from schedc.core.costs import MemoryLimit, Profile
@@ -54,6 +62,8 @@ LEVELS = 16  # fractions are k / LEVELS: fine enough that the least fitting one 
 WAIT_LEVELS = (4, 8, 12, 16)  # the levels tried with forwards waiting for copies out
 MAX_WAITS = 64  # rounds of added waits per level (one per rank over its cap per round)
 STALLED_ROUNDS = 3  # rounds without a lower excess over the caps before the waits stop
+AFTER_F_LEVELS = (LEVELS // 4, LEVELS // 2, LEVELS)  # shares after F beside which moves after I are chosen
+AFTER_I_LEVELS = (LEVELS // 4, LEVELS // 2, 3 * LEVELS // 4, LEVELS)  # shares after I
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,39 @@ def offloads_at(schedule: Schedule, profile: Profile, link: HostLink, fractions:
     return out
 
 
+def offloads_after_i(schedule: Schedule, profile: Profile, link: HostLink, fractions: dict[int, float],
+                     timing: SimResult, skip: frozenset = frozenset(),
+                     before: Sequence[MemoryAction] = ()) -> list[MemoryAction]:
+    """`before` (offloads after F) with, and beside them, the moves after I of every rank at its
+    fraction, timed by `timing` (the order's simulation without them): every (stage, microbatch)
+    the order runs as I then W whose copy out after the I ends before some action between them
+    starts, and whose fetch started there ends before the W starts, is fetched at the latest such
+    action: an offload after F moves its own share again (``refetch_at``), any other pair not in
+    `skip` (recomputed) becomes an offload after I at its rank's fraction."""
+    given = {(a.stage, a.microbatch): a for a in before}
+    out = []
+    for s, rank in enumerate(schedule.placement):
+        row = schedule.actions(rank)
+        index = {a: k for k, a in enumerate(row)}
+        for m in range(schedule.n_microbatches):
+            first = given.pop((s, m), None)
+            f = first.fraction if first is not None else fractions.get(rank, 0.0)
+            grads, weights = Action(s, Kind.I, m), Action(s, Kind.W, m)
+            fetch = None
+            if f > 0 and grads in index and weights in index and (s, m) not in skip:
+                copy = link.seconds(f * offload_bytes(profile, s))
+                away_from = timing.timings[grads].end + copy
+                back_by = timing.timings[weights].start - copy
+                fetch = next((a for a in reversed(row[index[grads] + 1:index[weights]])
+                              if timing.timings[a].start <= back_by), None)
+                fetch = fetch if fetch is not None and timing.timings[fetch].start > away_from else None
+            if first is not None:
+                out.append(first if fetch is None else replace(first, refetch_at=fetch))
+            elif fetch is not None:
+                out.append(MemoryAction(s, m, "offload", fetch, f, None, "I"))
+    return out + list(given.values())
+
+
 def peak_time(sim: SimResult, rank: int) -> float:
     """The first moment `rank`'s memory reaches its peak."""
     curve = sim.memory_curve[rank]
@@ -138,12 +181,13 @@ def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[Memo
     """The least fraction per rank that makes `schedule` fit `memory` on `link`, with the waits
     that need (module docstring); `profile` and `runtime` as
     :func:`schedc.core.simulate.simulate` takes them. `fixed` are memory actions kept as they are
-    (recomputes, schedc.solver.recompute_choice, with `recompute` their checkpointed costs): their
-    microbatches do not move, and the answer's actions are the offloads alone."""
+    (recomputes, schedc.solver.recompute_choice, with `recompute` their checkpointed costs;
+    offloads): their microbatches do not move again, and the answer's actions are the new
+    offloads alone."""
     size = sum(len(schedule.actions(r)) for r in range(schedule.n_ranks))
     fixed = list(fixed)
     skip = frozenset((a.stage, a.microbatch) for a in fixed)
-    timing = simulate(schedule, profile, None, runtime, memory_actions=fixed or None, recompute=recompute)
+    timing = simulate(schedule, profile, None, runtime, memory_actions=fixed or None, recompute=recompute, link=link)
     charge_passes(size)
 
     def run(levels: dict[int, int], waits=None) -> tuple[list[MemoryAction], SimResult]:
@@ -227,3 +271,38 @@ def choose_fractions(schedule: Schedule, profile: Profile, memory: Optional[Memo
 
 def _fractions(schedule: Schedule, levels: dict[int, int]) -> tuple[float, ...]:
     return tuple(levels.get(r, 0) / LEVELS for r in range(schedule.n_ranks))
+
+
+def choose_after_i(schedule: Schedule, profile: Profile, memory: Optional[MemoryLimit], link: HostLink,
+                   runtime: Optional[str] = None, objective: str = "makespan",
+                   deadline: Deadline = NEVER) -> Optional[FractionChoice]:
+    """The shortest fitting mix of moves after F and after I for `schedule`, or None: on every
+    rank over its cap, a share after F of 0 or AFTER_F_LEVELS and a share after I of
+    AFTER_I_LEVELS (:func:`offloads_after_i`: an offload after F moves its share again after its
+    I), each pair simulated. A rank that defers W holds what its I keeps for W, which an offload
+    after F alone does not move. At most 16 simulations."""
+    size = sum(len(schedule.actions(r)) for r in range(schedule.n_ranks))
+    timing = simulate(schedule, profile, None, runtime)
+    plain = simulate(schedule, profile, memory, runtime)
+    charge_passes(2 * size)
+    over = list(plain.ranks_over)
+    # where not even the least share fits a round trip between any I and its W, nothing moves
+    # after I: no simulation spent (a link far too slow leaves the choosers after this their time)
+    if not over or not offloads_after_i(schedule, profile, link, {r: AFTER_I_LEVELS[0] / LEVELS for r in over},
+                                        timing):
+        return None
+    best: Optional[FractionChoice] = None
+    for k_f in (0,) + AFTER_F_LEVELS:
+        before = offloads_at(schedule, profile, link, {r: k_f / LEVELS for r in over}, timing) if k_f else []
+        for k_i in AFTER_I_LEVELS:
+            if deadline.expired():
+                return best
+            actions = offloads_after_i(schedule, profile, link, {r: k_i / LEVELS for r in over}, timing,
+                                       before=before)
+            charge_passes(size)
+            sim = simulate(schedule, profile, memory, runtime, memory_actions=actions or None, link=link)
+            if sim.fits and (best is None or sim.objective(objective) < best.sim.objective(objective)):
+                fractions = tuple(k_i / LEVELS if r in over else 0.0 for r in range(schedule.n_ranks))
+                best = FractionChoice(fractions, tuple(actions), sim)
+    return best
+

@@ -347,8 +347,8 @@ def _hint_offloads(m, inst, ts, starts, obj, incumbent, moved, copies, redone, o
     for i, start in enumerate(hinted):
         m.add_hint(starts[i], ts.floor(start))
     m.add_hint(obj, ts.ceil(incumbent.sim.objective(objective)))
-    out = {(c.stage, c.microbatch): c for c in incumbent.sim.copies if c.direction == "out"}
-    back = {(c.stage, c.microbatch): c for c in incumbent.sim.copies if c.direction == "in"}
+    out = {(c.stage, c.microbatch): c for c in incumbent.sim.copies if c.direction == "out" and c.after == "F"}
+    back = {(c.stage, c.microbatch): c for c in incumbent.sim.copies if c.direction == "in" and c.after == "F"}
     for key, o in moved.items():
         m.add_hint(o, key in out and key in back)
         if key in out and key in back:
