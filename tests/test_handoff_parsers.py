@@ -486,15 +486,13 @@ def test_torchtitan_refuses_a_world_size_the_plan_did_not_give():
             ParallelDims.from_config(parallelism, world_size=2 * s["world_size"])
 
 
-def _nemo_pipeline_rank(rank: int, world: int, yaml_text: str, path: str) -> dict:
+def _nemo_pipeline_rank(rank: int, world: int, path: str) -> dict:
     """One rank of NeMo AutoModel 0.7.0's world as its recipe builds it from the printed YAML
     (pp_size 2, dp_size 1): its own loader, mesh (``MeshContext.build``) and parallelizer
     (``parallelize_model``, what ``parallelize_for_pp`` calls on each stage) on a tiny Hugging Face
     Llama in the YAML's storage dtype, then two microbatches with FSDP2 set as torch's
     ``backward_maybe_with_nosync`` sets it. Returns the wrapping and the bytes FSDP2 holds
     unsharded (weights, gradients) after each forward and backward."""
-    from pathlib import Path
-
     import torch
     from nemo_automodel.components.config.loader import load_yaml_config
     from nemo_automodel.components.distributed.fsdp2 import fsdp2_sharding_enabled
@@ -505,7 +503,6 @@ def _nemo_pipeline_rank(rank: int, world: int, yaml_text: str, path: str) -> dic
     from torch.distributed.fsdp import FSDPModule, fully_shard
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    Path(path).write_text(yaml_text)
     cfg = load_yaml_config(path)
     d = parse_distributed_section(cfg.distributed.to_dict())
     mesh = MeshContext.build(d["strategy_config"], d["parallelism_sizes"], activation_checkpointing=False)
@@ -558,9 +555,12 @@ def test_nemo_wraps_in_fsdp2_at_dp_size_1_under_pipelining_and_a_plan_for_nemo_c
     assert not any("FSDP2" in w for w in block["warnings"])
     warned = [w for w in nemo_block("schedc")[1]["warnings"] if "FSDP2" in w]
     assert len(warned) == 1 and "8 bytes per parameter where the plan counted 0" in warned[0]
-    ranks = run_ranks(_nemo_pipeline_rank, 2, timeout=120, yaml_text=nemo_yaml({"nemo": block}) + "\n",
-                      path=str(tmp_path / "recipe.yaml"))
+    # written once, before the ranks start: two ranks writing it at once let one read it half written
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(nemo_yaml({"nemo": block}) + "\n")
+    ranks = run_ranks(_nemo_pipeline_rank, 2, timeout=120, path=str(recipe))
     for r in ranks:
+        assert "ok" in r, r
         run = r["ok"]
         assert (run["enabled"], run["shard_mesh"], run["wrapped"]) == (True, 1, [True, True]), r
         n = run["params"]

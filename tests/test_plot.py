@@ -446,3 +446,19 @@ def test_cli_plot_reads_memory_actions_and_refuses_link_flags_alone(tmp_path, ca
     assert cli.main(["plot", str(csv), "--host-latency", "1us", "-o", str(tmp_path / "u.png")]) != 0
     assert "give --memory-actions" in capsys.readouterr().err
     assert not (tmp_path / "u.png").exists()
+
+
+def test_the_title_counts_offloaded_microbatches_once_and_says_which_moved_after_i():
+    from schedc.core.host_link import HostLink
+    from schedc.core.ir import Action
+
+    schedule, profile = make_baseline("zb-h2", 4, 8), Profile.uniform(4)
+    row = schedule.actions(3)
+    # rank 3 defers every W: microbatches 0-2 move after their I; stage 1's microbatch 0 after its
+    # F and again after its I (two copies each way, one microbatch)
+    actions = [{"stage": 3, "microbatch": m, "action": "offload", "after": "I",
+                "fetch_at": str(row[row.index(Action(3, "W", m)) - 1])} for m in range(3)]
+    actions.append({"stage": 1, "microbatch": 0, "action": "offload", "refetch_at": "1I3"})
+    fig = plot_schedules([schedule], profile, memory_actions=actions, link=HostLink(bandwidth=10.0, latency=0.0))
+    title = gantt_axes(fig)[0].get_title(loc="left")
+    assert "\n4 microbatches offloaded (4 moved after their I for a deferred W), link busy up to" in title

@@ -198,3 +198,19 @@ def test_trace_cli_reads_memory_actions_and_the_link_flags(tmp_path, capsys):
     assert cli.main(["trace", str(csv), "--host-bandwidth", "2", "-o", str(tmp_path / "u.json")]) != 0
     assert "give --memory-actions" in capsys.readouterr().err
     assert not (tmp_path / "u.json").exists()
+
+
+def test_a_microbatch_moved_after_f_and_again_after_i_has_both_copies_named_apart(tmp_path):
+    from schedc.core.baselines import make_baseline
+    from schedc.core.host_link import HostLink
+
+    schedule, profile = make_baseline("zb-h2", 4, 8), Profile.uniform(4)
+    # rank 1 runs 1F0 .. 1F4 1I0 .. 1I3 1W0: out after 1F0, back for 1I0, out after it, back at 1I3
+    actions = [{"stage": 1, "microbatch": 0, "action": "offload", "refetch_at": "1I3"}]
+    trace = write_trace(schedule, profile, tmp_path / "t.json", memory_actions=actions,
+                        link=HostLink(bandwidth=10.0, latency=0.0))
+    copies = [e for e in trace["traceEvents"] if e.get("cat") == "copy"]
+    assert sorted(e["name"] for e in copies) == ["in 1:0", "in 1:0 after I", "out 1:0", "out 1:0 after I"]
+    assert {e["args"]["after"] for e in copies} == {"F", "I"}
+    host = [e["args"]["pinned"] for e in trace["traceEvents"] if e["name"] == "host memory"]
+    assert max(host) == 1.0 and host[-1] == 0.0  # one microbatch's byte at a time, none left

@@ -539,8 +539,14 @@ def _title_line(name: str, schedule: Schedule, res: SimResult, memory: Optional[
     moved = ""
     if res.copies:
         busiest = max(range(res.n_ranks), key=lambda r: res.link_busy(r, "out") + res.link_busy(r, "in"))
-        moved = (f"   {len(res.copies) // 2} offloaded, link busy up to {100 * res.link_busy(busiest, 'out'):.0f}% out / "
-                 f"{100 * res.link_busy(busiest, 'in'):.0f}% in (rank {busiest})")
+        outs = [c for c in res.copies if c.direction == "out"]
+        offloaded = len({(c.stage, c.microbatch) for c in outs})
+        after_i = sum(1 for c in outs if c.after == "I")
+        # a line of its own: beside the memory it ran past the figure's edge
+        moved = (f"\n{offloaded} microbatch{'' if offloaded == 1 else 'es'} offloaded"
+                 f"{f' ({after_i} moved after their I for a deferred W)' if after_i else ''}, link busy up to "
+                 f"{100 * res.link_busy(busiest, 'out'):.0f}% out / {100 * res.link_busy(busiest, 'in'):.0f}% in "
+                 f"(rank {busiest})")
     return (f"{name}   ({shape})\nmakespan {format_duration(res.makespan, profile)}   bubble {100 * res.bubble:.1f}%   "
             f"{mem}{moved}")
 

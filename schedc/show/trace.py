@@ -104,10 +104,12 @@ def _copy_events(res: SimResult, link: HostLink) -> list[dict]:
     host: dict[int, list[tuple[float, int, float]]] = {}
     for c in res.copies:
         tid, _ = COPY_THREADS[c.direction]
-        events.append({"name": f"{c.direction} {c.stage}:{c.microbatch}", "cat": "copy", "ph": "X", "pid": c.rank,
-                       "tid": tid, "ts": _us(c.start), "dur": _us(c.end - c.start),
+        # a microbatch that moves again after its I copies twice each way: the name tells which
+        phase = " after I" if c.after == "I" else ""
+        events.append({"name": f"{c.direction} {c.stage}:{c.microbatch}{phase}", "cat": "copy", "ph": "X",
+                       "pid": c.rank, "tid": tid, "ts": _us(c.start), "dur": _us(c.end - c.start),
                        "args": {"stage": c.stage, "microbatch": c.microbatch, "direction": c.direction,
-                                "bytes": c.nbytes}})
+                                "after": c.after, "bytes": c.nbytes}})
         node = link.node_of(c.rank)
         host.setdefault(node, []).append((c.start, 0, c.nbytes) if c.direction == "out" else (c.end, 1, -c.nbytes))
     for node, changes in sorted(host.items()):
