@@ -11,7 +11,9 @@ one 4096-token sequence, at per-rank caps of 28, 34 and 40 GiB, it prints per ro
 - the step with ``--offload auto`` at 25, 50 and 100 GB/s per direction (10 us a copy, the link
   not shared, no host memory cap), ``-`` where nothing fits,
 - the gain at 50 GB/s over ``--offload none``; at 50 GB/s the most bytes one rank moves out per
-  step and the busiest copy stream (percent of the step), ``-`` where nothing is offloaded; and
+  step, the busiest copy stream (percent of the step) and the microbatches whose bytes move
+  between I and W (after I, or again after I: docs/formats.md, "Memory actions"), ``-`` where
+  nothing is offloaded; and
   at 25/50/100 GB/s whether every transfer hides (``y``: the step equals the same order's
   without a cap; ``n``: some backward waits for its fetch; ``-``: no offload chosen).
 
@@ -84,7 +86,7 @@ def rows(name: str, profile, caps, time_limit: float) -> list[str]:
     for cap in caps:
         problem = Problem.build(RANKS, MICROBATCHES, profile=profile, memory=cap)
         compiles = offload_compiles(problem, time_limit, relaxed=relaxed)
-        steps, hides, moved, busy = [], [], None, None
+        steps, hides, moved, busy, after_i = [], [], None, None, None
         for bandwidth in BANDWIDTHS:
             try:
                 res = compiles.result(problem, HostLink(bandwidth=bandwidth), time_limit)
@@ -100,12 +102,13 @@ def rows(name: str, profile, caps, time_limit: float) -> list[str]:
             if bandwidth == 50e9 and res.report["memory_actions"]:
                 moved = max(summary["bytes_per_rank"])
                 busy = max(max(e["out"], e["in"]) for e in summary["link_busy"])
+                after_i = sum(len(e.get("after_i", ())) for e in summary["stages"])
         none = None if compiles.capped is None else compiles.capped.value
         if none is None and compiles.refusal is not None and compiles.refusal.param == "time_limit":
             none = "time"
         gain = "" if not isinstance(none, float) or not isinstance(steps[1], float) else \
             f"{100 * (1 - steps[1] / none):.1f}%"
-        link = "- | -" if moved is None else f"{moved / 2**30:.1f} GiB | {100 * busy:.0f}%"
+        link = "- | - | -" if moved is None else f"{moved / 2**30:.1f} GiB | {100 * busy:.0f}% | {after_i}"
         out.append(f"| {name} | {cap} | {ms(relaxed.value)} | {ms(none)} | " + " | ".join(ms(s) for s in steps) +
                    f" | {gain} | {link} | {'/'.join(hides)} |")
     return out
@@ -122,8 +125,8 @@ def main(argv=None) -> int:
           f"runtime; step in ms; --time-limit {args.time_limit:g} per compile")
     print()
     print("| model | cap | no cap | --offload none | auto 25 GB/s | auto 50 GB/s | auto 100 GB/s | gain at 50 | "
-          "moved per rank (50) | busiest link (50) | hides 25/50/100 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "moved per rank (50) | busiest link (50) | moved after I (50) | hides 25/50/100 |")
+    print("|---" * 12 + "|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in CONFIGS:
             caps = [cap for cap in CAPS if all(m in name or m in cap for m in args.match)]
