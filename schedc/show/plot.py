@@ -538,7 +538,8 @@ def _title_line(name: str, schedule: Schedule, res: SimResult, memory: Optional[
         mem = f"peak memory {format_memory(peak)}, no limit"
     moved = ""
     if res.copies:
-        busiest = max(range(res.n_ranks), key=lambda r: res.link_busy(r, "out") + res.link_busy(r, "in"))
+        # the report's rule (its busier direction), so the title and the compile summary name one rank
+        busiest = max(range(res.n_ranks), key=lambda r: max(res.link_busy(r, "out"), res.link_busy(r, "in")))
         outs = [c for c in res.copies if c.direction == "out"]
         offloaded = len({(c.stage, c.microbatch) for c in outs})
         after_i = sum(1 for c in outs if c.after == "I")
