@@ -100,13 +100,22 @@ def offloads_at(schedule: Schedule, profile: Profile, link: HostLink, fractions:
             backward = next((b for b in (Action(s, Kind.I, m), Action(s, Kind.B, m)) if b in index), None)
             if forward not in index or backward is None or (s, m) in skip:
                 continue
-            away_from = timing.timings[forward].end + copy
-            back_by = timing.timings[backward].start - copy
-            fetch = next((a for a in reversed(row[index[forward] + 1:index[backward]])
-                          if timing.timings[a].start <= back_by), None)
-            if fetch is not None and timing.timings[fetch].start > away_from:
+            fetch = _round_trip_fetch(row, index, timing, forward, backward, copy)
+            if fetch is not None:
                 out.append(MemoryAction(s, m, "offload", fetch, f, waits.get((s, m))))
     return out
+
+
+def _round_trip_fetch(row: list, index: dict, timing: SimResult, issuer: Action, waiter: Action,
+                      copy: float) -> Optional[Action]:
+    """The latest action of `row` between `issuer` and `waiter` at whose start, in `timing`, a
+    copy out of `copy` seconds issued at `issuer`'s end has ended and from which a fetch as long
+    ends before `waiter` starts; None where no action leaves room for the round trip."""
+    away_from = timing.timings[issuer].end + copy
+    back_by = timing.timings[waiter].start - copy
+    fetch = next((a for a in reversed(row[index[issuer] + 1:index[waiter]])
+                  if timing.timings[a].start <= back_by), None)
+    return fetch if fetch is not None and timing.timings[fetch].start > away_from else None
 
 
 def offloads_after_i(schedule: Schedule, profile: Profile, link: HostLink, fractions: dict[int, float],
@@ -129,12 +138,8 @@ def offloads_after_i(schedule: Schedule, profile: Profile, link: HostLink, fract
             grads, weights = Action(s, Kind.I, m), Action(s, Kind.W, m)
             fetch = None
             if f > 0 and grads in index and weights in index and (s, m) not in skip:
-                copy = link.seconds(f * offload_bytes(profile, s))
-                away_from = timing.timings[grads].end + copy
-                back_by = timing.timings[weights].start - copy
-                fetch = next((a for a in reversed(row[index[grads] + 1:index[weights]])
-                              if timing.timings[a].start <= back_by), None)
-                fetch = fetch if fetch is not None and timing.timings[fetch].start > away_from else None
+                fetch = _round_trip_fetch(row, index, timing, grads, weights,
+                                          link.seconds(f * offload_bytes(profile, s)))
             if first is not None:
                 out.append(first if fetch is None else replace(first, refetch_at=fetch))
             elif fetch is not None:
