@@ -12,8 +12,8 @@ sequence, per (model, seq, cap) it prints the step of
   candidates, without checkpointing (where the choosers may also recompute single microbatches at
   ``--ac full``'s costs) and with the chosen one, in half the time limit more; the ``--ac auto``
   plan is computed once for the three links);
-- its margin over ``--ac auto``, its distance to the no-cap step, the gap to the bound that allows
-  offload (over every partition without a cap), which row won (offload only, both; "none helps":
+- its margin over ``--ac auto``, its distance to the no-cap step, the gap to the plan's bound that
+  allows offload (over every partition under the cap: the third table's), which row won (offload only, both; "none helps":
   the plan is its own ``--ac auto`` answer), the microbatches moved and recomputed, the link load (over the ranks
   of the no-cap plan's partition, the seconds one microbatch's bytes take on the link over the
   seconds the rank computes per microbatch: at most 1, the bytes a stage moves fit its link in the
@@ -26,20 +26,30 @@ I to W for a deferred W (which only a move after I takes away), and the rest (tr
 all ranks, the most the same order is over the cap (GiB; negative: it fits) if a perfect link
 took what each F made (but the last stage's) away from F to I, from I to W, or both.
 
+A third table gives the bounds over every partition (loop or V) and schedule
+(schedc.core.offload_bound): without a cap; with offload and any checkpointing per unit and
+microbatch (the modes of ``--ac auto``) at 25, 50 and 100 GB/s; with offload alone at those links
+and a perfect one; and issue 49's target (10% under ``--ac auto``) with what rules it out where a
+bound at 50 GB/s is above it (for every plan, or for offload without checkpointing). ``--bounds-only`` prints that table alone (seconds: no plan runs)
+without the last two columns.
+
 Step times are the simulator's (counted costs at 400 TFLOP/s effective), not measurements.
 
     python benchmarks/plan_offload.py --budget work --time-limit 15   # the table, the same on any machine
     python benchmarks/plan_offload.py --match qwen --match 28GiB      # some rows
+    python benchmarks/plan_offload.py --bounds-only                   # the bounds alone
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Optional
 
 from ac_choice import UNCAPPED_SHARE, ms, profiles_of  # benchmarks/ac_choice.py: the configs, counted
 
@@ -68,7 +78,30 @@ def with_offload(base, profiles: dict, bandwidth: float, time_limit: float, budg
     seconds = OFFLOAD_SHARE * time_limit
     recompute_units = checkpointed_form(profiles["full"], profiles["none"])  # per-microbatch recompute
     with counting_work(seconds) if budget == "work" else nullcontext():
-        return plan_offload(base, HostLink(bandwidth=bandwidth), seconds, forms, recompute_units=recompute_units)
+        return plan_offload(base, HostLink(bandwidth=bandwidth), seconds, forms, recompute_units=recompute_units,
+                            modes=modes_of(profiles))
+
+
+def modes_of(profiles: dict) -> list:
+    """The checkpointed forms of every mode but none: what the bound with offload lets each unit
+    choose per microbatch (as schedc.planning.offload.plan_with_offload passes them)."""
+    return [checkpointed_form(p, profiles["none"]) for m, p in profiles.items() if m != "none"]
+
+
+def bounds(profiles: dict, cap: str) -> list[float]:
+    """Over every partition (loop or V) of 8 ranks x 32 microbatches (schedc.core.offload_bound):
+    the bound without a cap; with offload and any checkpointing per unit and microbatch at 25, 50
+    and 100 GB/s; with offload alone at the same links and a perfect one."""
+    from schedc.core.costs import MemoryLimit
+    from schedc.core.offload_bound import offload_partition_bound
+
+    none, modes, c = profiles["none"], modes_of(profiles), MemoryLimit.parse(cap).value
+
+    def over(chosen, limit, bw):
+        return min(offload_partition_bound(none, chosen, RANKS, MICROBATCHES, limit, pl, bandwidth=bw).value
+                   for pl in ("loop", "v"))
+    inf = float("inf")
+    return [over([], inf, inf)] + [over(modes, c, b) for b in BANDWIDTHS] + [over([], c, b) for b in BANDWIDTHS + (inf,)]
 
 
 def link_load(res, bandwidth: float) -> float:
@@ -137,7 +170,8 @@ def peak_parts(res, cap: str) -> str:
     return " | ".join(cells)
 
 
-def row(case: tuple, profiles: dict, time_limit: float, budget: str, parts: list) -> str:
+def row(case: tuple, profiles: dict, time_limit: float, budget: str, parts: list) -> tuple[str, float]:
+    """The first table's row and the row's --ac auto step (inf where nothing fits)."""
     name, seq, cap = case
     head = f"| {name} | seq {seq} | {cap} |"
     t0 = time.monotonic()
@@ -145,7 +179,7 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str, parts: list
         base = plan_ac(profiles, ranks=RANKS, microbatches=MICROBATCHES, memory=cap, time_limit=time_limit,
                        budget=budget)
     except SchedcError as e:
-        return f"{head} {str(e)[:100]} |"
+        return f"{head} {str(e)[:100]} |", math.inf
     free = plan(profile=profiles["none"], ranks=RANKS, microbatches=MICROBATCHES, memory="none",
                 time_limit=UNCAPPED_SHARE * time_limit, budget=budget)
     uncapped = free.value
@@ -160,7 +194,7 @@ def row(case: tuple, profiles: dict, time_limit: float, budget: str, parts: list
              f"{100 * (mid.value - uncapped) / uncapped:.1f}%", f"{100 * mid.gap:.1f}%", won,
              moved_and_recomputed(mid), f"{link_load(free, 50e9):.2f}", hides, ms(steps[25e9].value), ms(steps[100e9].value),
              f"{time.monotonic() - t0:.0f}"]
-    return f"{head} {' | '.join(cells)} |"
+    return f"{head} {' | '.join(cells)} |", base.value
 
 
 def main(argv=None) -> int:
@@ -171,7 +205,13 @@ def main(argv=None) -> int:
                     help="work: --time-limit in work units, the same table on any machine (schedc plan --budget)")
     ap.add_argument("--match", action="append", default=[], metavar="TEXT",
                     help="keep the rows whose model, seq and cap contain every TEXT")
+    ap.add_argument("--bounds-only", action="store_true",
+                    help="only the third table (the bounds with offload: seconds, no plan runs)")
     args = ap.parse_args(argv)
+    if args.bounds_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print_bounds(args.match, Path(tmp))
+        return 0
     print(f"step in ms (simulated); {RANKS} ranks x {MICROBATCHES} microbatches of one sequence; offload at 50 GB/s "
           f"per direction unless the column says otherwise")
     print("| model | seq | cap | --ac auto | no cap | memory costs | **--offload auto + --ac auto** | vs --ac auto | "
@@ -180,6 +220,7 @@ def main(argv=None) -> int:
     print("|---" * 17 + "|")
     cache: dict = {}
     parts: list[str] = []
+    targets: dict = {}  # row -> its --ac auto step
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
             name, seq, cap = case
@@ -187,7 +228,9 @@ def main(argv=None) -> int:
                 continue
             if (name, seq) not in cache:
                 cache[(name, seq)] = profiles_of(name, Path(tmp), seq)
-            print(row(case, cache[(name, seq)], args.time_limit, args.budget, parts), flush=True)
+            line, targets[f"| {name} | seq {seq} | {cap} |"] = row(case, cache[(name, seq)], args.time_limit,
+                                                                    args.budget, parts)
+            print(line, flush=True)
     print()
     print("the no-cap plan's order under the cap, at its rank furthest over it: GiB at the peak")
     print("| model | seq | cap | rank | peak | over the cap by | static | F to I (offload moves) | I to W (held for W) | "
@@ -195,7 +238,33 @@ def main(argv=None) -> int:
     print("|---" * 13 + "|")
     for line in parts:
         print(line)
+    print()
+    with tempfile.TemporaryDirectory() as tmp:
+        print_bounds(args.match, Path(tmp), targets)
     return 0
+
+
+def print_bounds(match: list, tmp: Path, targets: Optional[dict] = None) -> None:
+    """The third table: per row, the bounds over every partition without a cap, with offload and
+    checkpointing, and with offload alone; with `targets` (row -> the --ac auto step) also the
+    issue's target, 10% under it, and whether a bound rules it out."""
+    print("bounds over every partition and schedule (ms; schedc.core.offload_bound)")
+    head = ["model", "seq", "cap", "no cap", "offload + checkpointing, 25 GB/s", "50 GB/s", "100 GB/s",
+            "offload alone, 25 GB/s", "50 GB/s", "100 GB/s", "perfect link"]
+    if targets is not None:
+        head += ["--ac auto less 10%", "the 50 GB/s bounds rule it out for"]
+    print("| " + " | ".join(head) + " |")
+    print("|---" * len(head) + "|")
+    for name, seq, cap in CASES:
+        key = f"| {name} | seq {seq} | {cap} |"
+        if not all(text in key for text in match) or (targets is not None and key not in targets):
+            continue
+        values = bounds(profiles_of(name, tmp, seq), cap)
+        cells = [ms(v) if math.isfinite(v) else "nothing fits" for v in values]
+        if targets is not None:
+            goal = 0.9 * targets[key]
+            cells += [ms(goal), "every plan" if values[2] > goal else "offload alone" if values[5] > goal else "—"]
+        print(f"{key} {' | '.join(cells)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -219,6 +219,12 @@ def _recorded_or_profile(given: Any, n_stages: int) -> Profile:
         recorded = recorded_recompute(data, os.fspath(given))
         if recorded is not None:
             return recorded
+        if isinstance(data, dict) and data.get("format") == "schedc.report/v1":
+            what = "plan" if "plan" in data else "compile report"
+            raise ParameterError("recompute_profile", f"{{param}} {literal(os.fspath(given))} is a {what} that records "
+                                                      f"no checkpointed costs (\"offload\".\"recompute_profile\": it "
+                                                      f"recomputes no microbatch); give the same stages profiled with "
+                                                      f"--ac full, or a plan or report that recomputes some")
     return _profile(given, n_stages)
 
 

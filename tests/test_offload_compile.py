@@ -152,6 +152,22 @@ def test_a_hostile_host_bandwidth_is_one_line_naming_the_flag(tmp_path, capsys, 
     assert not list(tmp_path.iterdir())
 
 
+def test_a_report_that_recomputes_nothing_is_refused_as_a_recompute_profile(tmp_path, capsys):
+    # a compile report with offload but no recompute records no checkpointed costs: the refusal
+    # says so, not that the file is not a profile
+    assert cli.main(["compile", "--stages", "4", "--mb", "8", "--memory", "0.8p", "--offload", "auto",
+                     "--host-bandwidth", "10", "--host-latency", "0", "--time-limit", "2", "--budget", "work",
+                     "-o", str(tmp_path / "off.csv")]) == 0
+    capsys.readouterr()
+    code = cli.main(["compile", "--stages", "4", "--mb", "8", "--memory", "0.5p", "--offload", "auto",
+                     "--recompute-profile", str(tmp_path / "off.json"), "--time-limit", "2",
+                     "-o", str(tmp_path / "again.csv")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "Traceback" not in err
+    assert "--recompute-profile" in err and "compile report that records no checkpointed costs" in err
+    assert not (tmp_path / "again.csv").exists()
+
+
 @pytest.mark.parametrize("flag,value", [("--host-latency", "-1"), ("--host-latency", "soon"),
                                         ("--host-memory", "lots"), ("--link-shared-by", "0")])
 def test_other_hostile_link_flags_name_themselves(tmp_path, capsys, flag, value):

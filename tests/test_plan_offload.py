@@ -65,9 +65,9 @@ def test_offload_auto_is_never_worse_than_the_plan_without_it(memory, bandwidth)
     assert rows["nothing"]["step"] == without.value and not rows["checkpointing only"]["fits"]
     if not res.offload["chosen"] and "row" not in res.offload:  # nothing shorter: the plan itself
         assert res.schedule == without.schedule and res.report["memory_actions"] == []
-    # the bound allows offload: the uncapped one, never above the plan's step
+    # the bound allows offload (schedc.core.offload_bound), never above the plan's step
     assert res.bound <= res.value
-    assert res.report["plan"]["bound_assumes"].startswith("over every partition and schedule without a memory cap")
+    assert res.report["plan"]["bound_assumes"].startswith("over every partition, schedule, offload over the link")
 
 
 def test_offload_auto_starts_from_the_plan_offload_none_makes_with_the_same_time_limit():
@@ -105,7 +105,7 @@ def test_where_the_cap_binds_offload_shortens_the_plan_and_its_actions_fit_the_c
     assert not simulate(schedule, profile, MemoryLimit.parse(BINDS)).fits  # without them the CSV is over the cap
     # the printout: two or three lines of offload, the rows side by side, the frameworks' line
     assert "offload (50 GB/s per direction): " in out.stdout and "rows: nothing " in out.stdout
-    assert "without a memory cap (offload relaxes it)" in out.stdout
+    assert "bound over every partition, schedule, offload over the link and checkpointing per microbatch" in out.stdout
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("torchtitan and NeMo AutoModel cannot launch"))
     assert 'the best plan they can launch is "nothing"' in line and "--ac none --offload none writes it" in line
     launch = summary["frameworks_launch"]

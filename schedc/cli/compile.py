@@ -227,8 +227,11 @@ def explain_offload(res, t) -> list[str]:
         return []
     without = summary["step_without_offload"]
     before = "nothing fits without offload" if without is None else f"without offload {t(without)}"
+    # the bound of what offload cannot move, where it is above the uncapped one, says so itself
+    assumes = "no memory cap" if summary.get("lower_bound_assumes", "").startswith("no memory cap") else \
+        "the cap with offload over the link"
     if not res.memory_actions:
-        return [f"offload: none chosen (no schedule is shorter with it; {before}); the bound assumes no memory cap"]
+        return [f"offload: none chosen (no schedule is shorter with it; {before}); the bound assumes {assumes}"]
     offloads = sum(a.get("action") == "offload" for a in res.memory_actions)
     redone = sum(len(e["microbatches"]) for e in summary.get("recomputed", ()))
     moved = ", ".join(f"stage {e['stage']}: {offload_flags.moved_bytes(e, format_memory)}"
@@ -240,7 +243,7 @@ def explain_offload(res, t) -> list[str]:
     busiest = max(summary["link_busy"], key=lambda e: max(e["out"], e["in"]))
     link = (f"; transfers {'hide' if summary['transfers_hide'] else 'do not all hide'}; busiest link rank "
             f"{busiest['rank']} (out {100 * busiest['out']:.0f}%, in {100 * busiest['in']:.0f}%)") if offloads else ""
-    return [f"offload: {', '.join(what)}; {before}{link}; the bound assumes no memory cap"]
+    return [f"offload: {', '.join(what)}; {before}{link}; the bound assumes {assumes}"]
 
 
 def explain_units(res) -> list[str]:

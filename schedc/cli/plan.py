@@ -349,8 +349,8 @@ def format_plan_summary(res, csv, report_file, profile_file) -> str:
                 f"{res.solve_time:.1f} work units, reproducible)" if not res.cut_by_wall else
                 f"{res.solve_time:.1f} work units, cut by the wall clock: not reproducible)"),
              f"  units per stage {res.counts}",
-             f"  bound over every partition and schedule without a memory cap (offload relaxes it) {t(res.bound)}: "
-             f"gap {100 * res.gap:.2f}%" if res.offload is not None else
+             f"  bound over every partition, schedule, offload over the link and checkpointing per microbatch "
+             f"{t(res.bound)}: gap {100 * res.gap:.2f}%" if res.offload is not None else
              f"  bound over every partition and schedule {t(res.bound)}: gap {100 * res.gap:.2f}%"
              if res.ac is None or isinstance(res.ac.chosen, str) else
              f"  bound for this partition and per-stage checkpointing {t(res.bound)}: gap {100 * res.gap:.2f}%"]

@@ -379,6 +379,8 @@ class _Rank:
     tail_i_lo: np.ndarray  # after its lowest stage's last I: the backward below it, unit 0's W
     tail_f_hi: np.ndarray  # after its highest stage's last F
     w_lo: np.ndarray  # one W of its lowest stage
+    # per stage, lowest first: the least time from one microbatch's F start to its I end
+    cycles: tuple
     room: np.ndarray  # bytes for microbatches: the cap less static bytes, receive buffers and the reserve
     holds: Union[np.ndarray, bool]  # whether some schedule fits the cap (the cost model's least cap)
     # read under a finite cap only: the most F-seconds it can run before its first backward, the
@@ -465,7 +467,8 @@ def _loop_rank(case: _Case, k, i, j) -> _Rank:
                        _w_cycle(case, head, cycle + W, act, wg, room)) if capped else 0.0
     return _Rank(work=f_r + i_r + w_r, f_r=f_r, i_r=i_r, w_r=w_r, head=head, head_i=head + F + after,
                  fi_chain=F + after, i_chain=I, after_hi=after, tail_i_lo=tail_i, tail_f_hi=after + I + tail_i,
-                 w_lo=W, room=room, holds=holds, x=x, y=y, slots=slots, area=M * (act * cycle + wg * W))
+                 w_lo=W, cycles=(cycle,), room=room, holds=holds, x=x, y=y, slots=slots,
+                 area=M * (act * cycle + wg * W))
 
 
 def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
@@ -490,11 +493,11 @@ def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
         holds = fits(v_least_need(u, M, R, r, i, a, b, j), case.cap)
     else:
         holds = actA + actB <= room
+    cycA, cycB = FA + after_lo + IA, FB + after_hi + IB
     if case.capped:
         x = np.minimum(f_r, room * np.maximum(_ratio(FA, actA), _ratio(FB, actB)))
         y = np.minimum(i_r + w_r, room * _max_of([
             _ratio(IA + WA, actA), _ratio(WA, wgA), _ratio(IB + WB, actB), _ratio(WB, wgB)]))
-        cycA, cycB = FA + after_lo + IA, FB + after_hi + IB
         # W(lo) before F(hi) with the room both stages share: F(hi, j), forward to the end and
         # back down to I(lo, j), then W(lo, j)
         cycle_shared = FB + after_hi + i_chain + WA
@@ -508,7 +511,7 @@ def _v_rank(case: _Case, r, i, a, b, j) -> _Rank:
         x = y = slots = area = 0.0
     return _Rank(work=f_r + i_r + w_r, f_r=f_r, i_r=i_r, w_r=w_r, head=head_lo, head_i=head_hi + FB + after_hi,
                  fi_chain=fi_chain, i_chain=i_chain, after_hi=after_hi, tail_i_lo=tail_i_lo,
-                 tail_f_hi=after_hi + IB + tail_i_hi, w_lo=WA, room=room, holds=holds,
+                 tail_f_hi=after_hi + IB + tail_i_hi, w_lo=WA, cycles=(cycA, cycB), room=room, holds=holds,
                  x=x, y=y, slots=slots, area=area)
 
 

@@ -33,14 +33,18 @@ offloaded under the cap (the units without checkpointing and, with ``--ac auto``
 checkpointed profile, the most checkpointed form), the rows without offload say that nothing
 fits, and the refusal stands when no offload fits either (on one stage per rank offload cannot
 lower the one microbatch a rank needs; on a V it can). The rows "nothing", "checkpointing only", "offload only" and "both" are the
-best of each kind found on the way. Bound: the bound over partitions without a cap of the units
-without checkpointing (checkpointing only adds work, offload only adds waits), so the gap with
-offload is to the uncapped step, and the report says so.
+best of each kind found on the way. Bound (:func:`offload_bound`): over every partition of the units
+without checkpointing, with any offload over the link and any checkpointing per unit and
+microbatch among the plan's modes, under the cap (schedc.core.offload_bound: a forward holds all
+it makes until its copy out starts, so a stage that cannot keep one microbatch must recompute;
+a moved byte is on the device during F, both copies and I, so the cap still bounds the
+byte-seconds); at least the bound without a cap, and the report says what it assumes.
 
 Cost: the plan's, then up to four compiles per candidate in ``OFFLOAD_SHARE`` of the time more,
 the offload heuristic and the chooser's simulations inside each candidate's share (they stop at
-its end and charge their work under a work budget); one uncapped dynamic program per placement
-and form.
+its end and charge their work under a work budget); one dynamic program per placement for the
+bound (schedc.core.offload_bound: O(S U^2) for a loop, O(R U^4) for a V, which takes the bound
+without a cap where its estimate is over BOUND_SHARE of the offload's time).
 """
 
 from __future__ import annotations
@@ -61,9 +65,15 @@ from schedc.planning.result import PlanResult
 
 OFFLOAD_SHARE = 0.5  # of the time limit, after it, for offloading the plan's candidates
 MAX_CANDIDATES = 4  # offloaded, the plan's own and the best bounds: more leaves the choosers no time
+# of the offload's time, at most, for the V's bound with offload, by its program's estimate (a few
+# times the uncapped program's terms; the estimate, not the clock, so the plan is reproducible);
+# past it the V's bound without a cap
+BOUND_SHARE = 0.1
 ROWS = ("nothing", "checkpointing only", "offload only", "both")
-BOUND_SOURCE = ("over every partition and schedule without a memory cap (offload relaxes the cap; "
-                "checkpointing only adds work)")
+BOUND_SOURCE = ("over every partition, schedule, offload over the link and checkpointing per unit and "
+                "microbatch among the plan's modes, under the cap: every forward holds what it makes until "
+                "its copy out, and a moved byte is on the device during F, both copies and I "
+                "(schedc.core.offload_bound)")
 
 
 def may_fit_with_offload(problem) -> bool:
@@ -196,21 +206,33 @@ def _candidates(form: Profile, plan: PlanResult, own: bool, placements, objectiv
     return list(dict.fromkeys(out))
 
 
-def uncapped_bound(form: Profile, plan: PlanResult, placements) -> float:
-    """The bound over every partition of `form` onto the plan's ranks in `placements`, and any
-    schedule, without a cap."""
+def offload_bound(form: Profile, plan: PlanResult, placements, link: HostLink, cap: float,
+                  modes=(), seconds: float = math.inf) -> float:
+    """The bound over every partition of `form` (the units without checkpointing) onto the plan's
+    ranks in `placements`, any schedule, any offload over `link` and any checkpointing per unit
+    and microbatch among `modes` under the per-rank cap `cap` (schedc.core.offload_bound). The
+    interleaved loop's is its bound without a cap, and so is a V's whose dynamic program is
+    estimated (schedc.core.partition.v_bound_seconds, not the clock: the same on any machine) to
+    take over BOUND_SHARE of `seconds`, the time the offload has."""
+    from schedc.core.offload_bound import offload_partition_bound
+    from schedc.core.partition import v_bound_seconds
     from schedc.planning.search import interleaved_bound
 
     p = plan.compiled.problem
-    return min(interleaved_bound(form, Units.of(form, p.n_microbatches), p.n_ranks, p.n_microbatches, math.inf,
-                                 p.objective) if pl == INTERLEAVED else
-               partition_bound(form, p.n_ranks, p.n_microbatches, math.inf, pl, p.objective).value
-               for pl in placements)
+    R, M = p.n_ranks, p.n_microbatches
+
+    def one(pl: str) -> float:
+        if pl == INTERLEAVED:
+            return interleaved_bound(form, Units.of(form, M), R, M, math.inf, p.objective)
+        if pl == "v" and v_bound_seconds(form.n_stages, R) > BOUND_SHARE * seconds:
+            return partition_bound(form, R, M, math.inf, pl, p.objective).value
+        return offload_partition_bound(form, modes, R, M, cap, pl, p.objective, link.bandwidth / link.shared_by).value
+    return min(one(pl) for pl in placements)
 
 
 def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dict, seed: int = 0,
                  say=None, refused: Optional[ParameterError] = None, memory: Optional[MemoryLimit] = None,
-                 recompute_units: Optional[Profile] = None) -> PlanResult:
+                 recompute_units: Optional[Profile] = None, modes: Optional[list] = None) -> PlanResult:
     """`plan` (the plan without offload) with offload chosen over its candidates (module
     docstring) in `time_limit`; `forms` maps the rows' kinds ("offload only": the units without
     checkpointing, "both": the plan's checkpointed units, when it checkpoints) to per-unit
@@ -220,7 +242,9 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
     error that said nothing fits: raised again when offload fits nothing either. With
     `recompute_units` (the units checkpointed, schedc.planning.ac.checkpointed_form) the choosers
     on the units without checkpointing may also recompute chosen microbatches; such a candidate
-    is a "both" row (checkpointing per microbatch, the stages themselves not checkpointed)."""
+    is a "both" row (checkpointing per microbatch, the stages themselves not checkpointed).
+    `modes`: the checkpointed per-unit forms the plan could choose from (the bound's,
+    :func:`offload_bound`); default the checkpointed forms among `forms` and `recompute_units`."""
     say = say or (lambda line: None)
     t0 = clock_now()
     end = t0 + time_limit
@@ -271,14 +295,19 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
 
     if not fits and not best:
         raise refused  # type: ignore[misc]  # nothing fits with offload either: the plan's own refusal
-    out = replace(_adopt(plan, best, link, forms, placements, fits), solve_time=plan.solve_time + clock_now() - t0)
+    if modes is None:
+        modes = [f for f in (forms.get("both"), recompute_units) if f is not None and f is not forms.get("offload only")]
+    cap = limit.value if limit.kind == "bytes" else math.inf
+    bound = offload_bound(forms.get("offload only", plan.units), plan, placements, link, cap, modes, time_limit)
+    out = replace(_adopt(plan, best, link, forms, placements, bound, fits), solve_time=plan.solve_time + clock_now() - t0)
     out = replace(out, limiter=plan_limiter(out))
     return replace(out, report=build_plan_report(out))
 
 
-def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements, fits: bool = True) -> PlanResult:
+def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements, bound: float,
+           fits: bool = True) -> PlanResult:
     """The plan with the shortest offload that beats it, or the plan itself; either with the
-    rows, the summary and the uncapped bound (its limiter and report still to be rebuilt).
+    rows, the summary and `bound` (:func:`offload_bound`; its limiter and report still to be rebuilt).
     With `fits` false `plan` is the plan without a cap (nothing fits without offload) and the
     shortest offload wins, its rows without offload empty."""
     # a candidate that fits with no memory action is a shorter order that the compiles of
@@ -295,8 +324,7 @@ def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements
                                           for c in plan.comparisons],
                        notes=plan.notes + ["nothing fits the cap without offload: every partition was offloaded "
                                            "from the plan without a cap"])
-    none_units = forms.get("offload only", plan.units)
-    bound = min(uncapped_bound(none_units, plan, placements), plan.value)
+    bound = min(bound, plan.value)
     if win is None:
         out = plan
         summary = {"chosen": False, "why": "no plan with offload is shorter than the plan without it",
@@ -456,9 +484,12 @@ def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budg
             res = plan_mode(units, mode, none, **args, **uncapped)
             most = mode if mode not in (None, "none") else None
             forms = {"offload only" if most is None else "both": res.units}
+    # the bound's modes: every checkpointing --ac auto could choose, per unit
+    modes = [checkpointed_form(p, profiles["none"]) for m, p in profiles.items() if m != "none"] \
+        if len(profiles) > 1 and "none" in profiles else None
     seconds = OFFLOAD_SHARE * time_limit
     with counting_work(seconds) if budget == "work" else nullcontext() as clock:
-        out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap, recompute_units)
+        out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap, recompute_units, modes)
     if refused is not None and (out.offload or {}).get("row") == "both" and most is not None \
             and out.units is forms.get("both"):  # not the units without checkpointing, some microbatches recomputed
         out = replace(out, assumes={**out.assumes, "activation_checkpoint": most})

@@ -37,7 +37,10 @@ The chooser's simulations
 stop at the deadline and, under a work budget, charge a pass each (schedc.solver.deadline), on
 one work clock with the compiles: the command ends within its budget. Offload only adds waits to
 a schedule, so the uncapped problem's certified bound bounds every schedule with offload; the
-capped bound does not (offload relaxes memory), and the report says which bound it states.
+capped bound does not (offload relaxes memory). What offload cannot move raises it where the cap
+binds (:func:`offload_stage_bound`, schedc.core.offload_bound: every forward holds what it makes
+until its copy out, a moved byte is on the device during F, both copies and I), and the report
+says which bound it states.
 
 Recompute per microbatch is chosen only where the caller gives the stages' checkpointed costs
 (``checkpointed=``, as ``plan --ac auto --offload auto`` does, and ``compile --offload auto
@@ -81,6 +84,9 @@ CPSAT_ACTIONS = 400
 CPSAT_SOURCE = "cp-sat (the order and the offloads in one model)"
 DISCOUNTS = (0.25, 0.5, 0.75)  # the discounted problems: this share of each offloadable microbatch away
 UNCAPPED_SOURCE = "uncapped problem (offload relaxes the memory cap)"
+HELD_SOURCE = "what offload cannot move (schedc.core.offload_bound)"
+HELD_ASSUMES = ("the cap, with any offload over the link: every forward holds what it makes until its copy out, "
+                "and a moved byte is on the device during F, both copies and I")
 HEURISTIC_SOURCE = "the offload heuristic (the order and its offloads built together)"
 
 
@@ -440,6 +446,22 @@ def cpsat_offload_runs(problem) -> bool:
     return n_actions(problem.n_stages, problem.n_microbatches) <= CPSAT_ACTIONS and cpsat_available()
 
 
+def offload_stage_bound(problem, link: HostLink, checkpointed: Optional[Profile] = None) -> float:
+    """The bound of schedc.core.offload_bound on the problem's own partition (each stage one unit
+    of a partition that has no other choice), for any order, offload over `link` and recompute
+    per microbatch at `checkpointed`'s costs; 0 (no bound) where it does not apply: a placement
+    other than one stage per rank or a V, or a runtime other than torch's."""
+    from schedc.core.offload_bound import offload_partition_bound
+
+    S, R = problem.n_stages, problem.n_ranks
+    kind = problem.placement_name if S in (R, 2 * R) else "explicit"
+    if problem.runtime != "torch" or kind not in ("loop", "v") or (kind == "v") != (S == 2 * R):
+        return 0.0
+    modes = [] if checkpointed is None else [checkpointed]
+    return offload_partition_bound(problem.given_profile, modes, R, problem.n_microbatches, problem.memory_caps,
+                                   kind, problem.objective, link.bandwidth / link.shared_by).value
+
+
 def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, loosened: Sequence = (),
                    deadline: Optional[Deadline] = None, checkpointed: Optional[Profile] = None):
     """The answer of ``--offload auto`` from the compile under the cap (`capped`, None where the
@@ -497,7 +519,8 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     else:
         source, choice = found
     value = choice.sim.objective(problem.objective)
-    bound = min(relaxed.lower_bound, value)
+    held = offload_stage_bound(problem, link, checkpointed)
+    bound = min(max(relaxed.lower_bound, held), value)
     answered = any(r is not None and r.status != Status.HEURISTIC for r in (capped, relaxed))
     status = Status.OPTIMAL if close(value, bound) else Status.FEASIBLE if answered else Status.HEURISTIC
     base = capped if capped is not None else relaxed
@@ -512,12 +535,15 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
                      interrupted=relaxed.interrupted or bool(capped and capped.interrupted), graph=None)
     log = (capped.report["progress"] if capped is not None else []) + \
         [dict(e, phase=f"uncapped: {e['phase']}") for e in relaxed.report["progress"]]
-    report = build_report(result, lb_details=relaxed.report["lower_bound_details"], bound_source=UNCAPPED_SOURCE,
+    by_memory = held > relaxed.lower_bound
+    details = dict(relaxed.report["lower_bound_details"], offload_memory_bound=held)
+    report = build_report(result, lb_details=details, bound_source=HELD_SOURCE if by_memory else UNCAPPED_SOURCE,
                           solver=relaxed.report["inputs"]["solver"], time_limit=time_limit, log=log)
     report["progress"] = log  # already JSON (each compile's report wrote it)
     report["memory_actions"] = choice.to_json()
     report["offload"] = dict(offload_summary(choice, problem.profile, without, problem.objective, checkpointed),
-                             from_schedule=source, lower_bound_assumes="no memory cap (offload relaxes it)")
+                             from_schedule=source,
+                             lower_bound_assumes=HELD_ASSUMES if by_memory else "no memory cap (offload relaxes it)")
     if checkpointed is not None and any(a.action == "recompute" for a in choice.actions):
         # what `schedc simulate` and `validate --memory-actions` time the recomputes with
         report["offload"]["recompute_profile"] = checkpointed.model_dump(mode="json", exclude_none=True)
