@@ -43,7 +43,7 @@ def register(sub) -> None:
     p.add_argument("--offload", choices=["none", "auto"],
                    help="auto: also offload microbatches' activations to host memory where that makes a shorter "
                         "schedule fit (schedc.solver.offload); the report gets \"memory_actions\" and the bound "
-                        "becomes the uncapped one (default none)")
+                        "allows offload: the uncapped one, or what offload cannot move where higher (default none)")
     p.add_argument("--recompute-profile", metavar="FILE.json", type=common.path,
                    help="with --offload auto: the same stages profiled with --ac full (or a plan or report that "
                         "records them in \"offload\".\"recompute_profile\"), so that single microbatches may be "

@@ -58,7 +58,7 @@ def register(sub) -> None:
                    help="auto: also offload microbatches' activations to host memory where that makes a shorter plan "
                         "fit, chosen with the partition, placement and --ac (schedc.planning.offload): the plan "
                         "--offload none makes, then half of --time-limit more offloading its candidates; plan.json "
-                        "gets \"memory_actions\" and the bound becomes the one without a cap (default none)")
+                        "gets \"memory_actions\" and the bound allows offload and checkpointing per microbatch under the cap (default none)")
     offload_flags.add_link_args(p)
     p.add_argument("--ranks", type=common.ranks_count(), required=True, help="pipeline ranks R")
     p.add_argument("--mb", type=common.microbatches_count(), required=True, help="microbatches M")
