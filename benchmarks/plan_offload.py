@@ -57,7 +57,7 @@ from schedc.core.host_link import HostLink, offload_bytes
 from schedc.errors import SchedcError
 from schedc.planning import plan, plan_ac
 from schedc.planning.ac import checkpointed_form
-from schedc.planning.offload import OFFLOAD_SHARE, plan_offload
+from schedc.planning.offload import OFFLOAD_SHARE, checkpointing_modes, plan_offload
 from schedc.solver.deadline import counting_work
 
 # issue 49's table: (model, seq, cap), memory costing the most first
@@ -79,13 +79,7 @@ def with_offload(base, profiles: dict, bandwidth: float, time_limit: float, budg
     recompute_units = checkpointed_form(profiles["full"], profiles["none"])  # per-microbatch recompute
     with counting_work(seconds) if budget == "work" else nullcontext():
         return plan_offload(base, HostLink(bandwidth=bandwidth), seconds, forms, recompute_units=recompute_units,
-                            modes=modes_of(profiles))
-
-
-def modes_of(profiles: dict) -> list:
-    """The checkpointed forms of every mode but none: what the bound with offload lets each unit
-    choose per microbatch (as schedc.planning.offload.plan_with_offload passes them)."""
-    return [checkpointed_form(p, profiles["none"]) for m, p in profiles.items() if m != "none"]
+                            modes=checkpointing_modes(profiles))
 
 
 def bounds(profiles: dict, cap: str) -> list[float]:
@@ -95,7 +89,7 @@ def bounds(profiles: dict, cap: str) -> list[float]:
     from schedc.core.costs import MemoryLimit
     from schedc.core.offload_bound import offload_partition_bound
 
-    none, modes, c = profiles["none"], modes_of(profiles), MemoryLimit.parse(cap).value
+    none, modes, c = profiles["none"], checkpointing_modes(profiles), MemoryLimit.parse(cap).value
 
     def over(chosen, limit, bw):
         return min(offload_partition_bound(none, chosen, RANKS, MICROBATCHES, limit, pl, bandwidth=bw).value

@@ -107,7 +107,7 @@ def test_the_bound_over_partitions_never_exceeds_the_plan_with_offload(memory, b
     with counting_work(3):
         res = plan_offload(without, HostLink(bandwidth=bandwidth), 3, {"offload only": without.units})
     raw = offload_partition_bound(units(), [], RANKS, M, MemoryLimit.parse(memory).value, placement,
-                                  bandwidth=bandwidth / HostLink().shared_by).value
+                                  bandwidth=HostLink(bandwidth=bandwidth).per_gpu_bandwidth).value
     assert raw <= res.value + 1e-9
     assert res.bound == pytest.approx(min(raw, res.value))
     # the capped bound without offload may be above it: offload relaxes the cap

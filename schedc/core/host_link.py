@@ -58,6 +58,11 @@ class HostLink:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SchedcError(f"host link: {name} must be a whole number >= 1, got {value!r}")
 
+    @property
+    def per_gpu_bandwidth(self) -> float:
+        """Bytes per second one GPU moves in one direction, the switch's share taken."""
+        return self.bandwidth / self.shared_by
+
     def seconds(self, nbytes: float) -> float:
         """How long one copy of `nbytes` takes on one direction of the link."""
         return self.latency + nbytes * self.shared_by / self.bandwidth

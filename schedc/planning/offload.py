@@ -226,8 +226,17 @@ def offload_bound(form: Profile, plan: PlanResult, placements, link: HostLink, c
             return interleaved_bound(form, Units.of(form, M), R, M, math.inf, p.objective)
         if pl == "v" and v_bound_seconds(form.n_stages, R) > BOUND_SHARE * seconds:
             return partition_bound(form, R, M, math.inf, pl, p.objective).value
-        return offload_partition_bound(form, modes, R, M, cap, pl, p.objective, link.bandwidth / link.shared_by).value
+        return offload_partition_bound(form, modes, R, M, cap, pl, p.objective, link.per_gpu_bandwidth).value
     return min(one(pl) for pl in placements)
+
+
+def checkpointing_modes(profiles: dict) -> list:
+    """The checkpointed forms (schedc.planning.ac.checkpointed_form) of every mode in `profiles`
+    but "none": what :func:`offload_bound` lets each unit choose per microbatch, every
+    checkpointing ``--ac auto`` could choose."""
+    from schedc.planning.ac import checkpointed_form
+
+    return [checkpointed_form(p, profiles["none"]) for m, p in profiles.items() if m != "none"]
 
 
 def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dict, seed: int = 0,
@@ -484,9 +493,7 @@ def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budg
             res = plan_mode(units, mode, none, **args, **uncapped)
             most = mode if mode not in (None, "none") else None
             forms = {"offload only" if most is None else "both": res.units}
-    # the bound's modes: every checkpointing --ac auto could choose, per unit
-    modes = [checkpointed_form(p, profiles["none"]) for m, p in profiles.items() if m != "none"] \
-        if len(profiles) > 1 and "none" in profiles else None
+    modes = checkpointing_modes(profiles) if len(profiles) > 1 and "none" in profiles else None
     seconds = OFFLOAD_SHARE * time_limit
     with counting_work(seconds) if budget == "work" else nullcontext() as clock:
         out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap, recompute_units, modes)

@@ -459,7 +459,7 @@ def offload_stage_bound(problem, link: HostLink, checkpointed: Optional[Profile]
         return 0.0
     modes = [] if checkpointed is None else [checkpointed]
     return offload_partition_bound(problem.given_profile, modes, R, problem.n_microbatches, problem.memory_caps,
-                                   kind, problem.objective, link.bandwidth / link.shared_by).value
+                                   kind, problem.objective, link.per_gpu_bandwidth).value
 
 
 def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, loosened: Sequence = (),
