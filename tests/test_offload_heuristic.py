@@ -92,6 +92,22 @@ def test_on_a_v_it_fits_where_one_microbatch_does_not_fit_without_offload():
     assert again.fits and again.makespan == pytest.approx(built.sim.makespan)
 
 
+@pytest.mark.parametrize("n_mb,copy", [(8, 1.0), (8, 2.0), (16, 2.0)])
+def test_where_copies_are_slower_than_forwards_a_forward_waits_for_one_and_reaches_the_uncapped_step(n_mb, copy):
+    # a copy out takes one or two forwards: a rank's warm-up forwards cannot wait for room
+    # without waiting for copies (room_for); without that wait nothing fitted, or 32 of 27 at 8
+    problem = Problem.build(4, n_mb, profile=_flat(4), memory="0.75p")
+    link = HostLink(bandwidth=problem.profile.stages[0].activation_bytes / copy, latency=0.0)
+    built = offload_heuristic(problem, link)
+    assert built is not None and built.sim.fits
+    assert any(a.room_for is not None for a in built.actions)
+    again = simulate(built.schedule, problem.profile, problem.memory, memory_actions=list(built.actions), link=link)
+    assert again.fits and again.makespan == pytest.approx(built.sim.makespan)
+    uncapped = compile_schedule(4, n_mb, profile=_flat(4), memory="none", time_limit=2)
+    assert uncapped.status.value == "optimal"
+    assert built.sim.makespan == pytest.approx(uncapped.value)
+
+
 def test_it_stops_at_its_deadline():
     problem = Problem.build(8, 32, profile=_flat(8), memory="0.6p")
     assert offload_heuristic(problem, FAST, Deadline.after(0.0)) is None

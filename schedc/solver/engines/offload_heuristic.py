@@ -18,9 +18,15 @@ Method: the list scheduler's events, with each rank's two copy streams
   lower stage of a V on a tie), whose fetch is not due yet, whose F ended no earlier than the
   last one the rank offloaded (so the copy joins the device-to-host stream's tail, where the
   simulator puts it: it issues copies out at the F's end), and whose copy out ends by the F's
-  earliest start (the rank free and the F's input there: the time the simulator starts the F;
-  the heuristic never delays an F for a copy). It offloads such microbatches until the F fits
-  beside the rank's reserve, or none.
+  earliest start (the rank free and the F's input there: the time the simulator starts the F).
+  It offloads such microbatches until the F fits beside the rank's reserve, or none.
+- **Wait.** A rank with nothing else to run (no backward ready, no W pending) whose F cannot be
+  made to fit so may also take copies out that end after that start, by at most the rank's
+  compute per microbatch (a longer wait costs more than running a microbatch fewer in flight):
+  the F then waits for the last of them (its ``room_for``, which the simulator honours), as a
+  rank's first forwards must where they come faster than the link moves their bytes. Without it
+  such a rank idles until a backward reaches it, and under a cap that binds a pipeline's warm-up
+  degrades to a few microbatches in flight.
 - **Fetch.** A fetch is due once the microbatch's backward has started ``front`` stages above
   (about the copy's time in I's and boundaries, plus a lead of 0 or 1 stage) or, without the
   reserve, when fewer backwards of its stage than the copy's time covers come before it. At the
@@ -86,9 +92,10 @@ class _OffloadScheduler(ListScheduler):
     """One construction of the list scheduler whose ranks offload and fetch (module docstring)."""
 
     def __init__(self, a: Graph, rule: Rule, moved: list[float], copy: list[float], front: list[int],
-                 ahead: list[int], careful: bool = True):
+                 ahead: list[int], careful: bool = True, longest_wait: Optional[list[float]] = None):
         super().__init__(a, rule)
         self.moved, self.copy, self.front, self.ahead, self.careful = moved, copy, front, ahead, careful
+        self.longest_wait = longest_wait or [INF] * a.R  # per rank: the most an F waits for copies out
         self.out_free = [0.0] * a.R
         self.in_free = [0.0] * a.R
         self.last_out_f = [-INF] * a.R  # per rank: the F end of the last microbatch it offloaded
@@ -96,6 +103,9 @@ class _OffloadScheduler(ListScheduler):
         self.fetched: dict[tuple[int, int], float] = {}  # (s, m) -> fetch's end
         self.fetch_at: dict[tuple[int, int], tuple[int, str, int]] = {}
         self.may_offload = True  # whether the F being looked for would run (choose's order)
+        self.may_wait = False  # whether it may wait for copies out (nothing else to run)
+        self.wait_for: dict[tuple[int, int], tuple[float, tuple[int, int]]] = {}  # F -> (copy end, offload)
+        self.room_for: dict[tuple[int, int], tuple[int, int]] = {}  # offload (s, m) -> the F waiting for it
         self.cached: Optional[tuple[int, float, tuple[Optional[tuple[int, int]], float]]] = None
         # per rank, its last action: (start, (stage, kind, microbatch), a fetch issued at it,
         # the most it held while it ran)
@@ -111,6 +121,7 @@ class _OffloadScheduler(ListScheduler):
         self.cached = (r, t, ready)  # choose asks again first thing, before anything changes
         i_first = not (rule.f_first or rule.depth_first) and ready[0] is not None
         self.may_offload = not forced and not i_first
+        self.may_wait = self.may_offload and ready[0] is None and len(self.pendW[r]) == self.wpos[r]
         picked = super().choose(r, t)
         self.cached = None
         if picked is None:
@@ -169,8 +180,12 @@ class _OffloadScheduler(ListScheduler):
         return fits_room(self.held[r] + self.a.act[s] + self._reserve(r, admitting=(s, m)), self.a.room[r])
 
     def _make_room(self, r: int, s: int, m: int) -> bool:
-        """Offload held microbatches of rank r until F(s, m) fits at its earliest start; whether it
-        does (nothing is offloaded when it cannot be made to fit)."""
+        """Offload held microbatches of rank r until F(s, m) fits at its earliest start, or, where
+        the rank may wait (module docstring, "Wait"), once the copies it waits for have ended;
+        whether it does (nothing is offloaded when it cannot be made to fit)."""
+        return self._offload_for(r, s, m, wait=False) or (self.may_wait and self._offload_for(r, s, m, wait=True))
+
+    def _offload_for(self, r: int, s: int, m: int, wait: bool) -> bool:
         a = self.a
         start = self.rank_free[r] if s == 0 else max(self.rank_free[r], self.endF[s - 1][m] + a.comm[s - 1])
         room = a.room[r] - a.act[s]  # what the held bytes and the reserve must come down to
@@ -189,7 +204,7 @@ class _OffloadScheduler(ListScheduler):
             if f_end < last_f - EPS:
                 continue  # the copy would not join the stream's tail
             end = max(f_end, out_free) + self.copy[q]
-            if end > start + EPS:
+            if end > start + (self.longest_wait[r] if wait else 0.0) + EPS:
                 continue
             picks.append((q, j, end))
             out_free, last_f, freed = end, f_end, freed + self.moved[q]
@@ -204,6 +219,9 @@ class _OffloadScheduler(ListScheduler):
             if self.use_banker:
                 self.mb_held[j][r] -= self.moved[q]
         self.out_free[r], self.last_out_f[r] = out_free, last_f
+        q, j, end = picks[-1]  # the stream is first in first out: the last copy ends last
+        if end > start + EPS:
+            self.wait_for[(s, m)] = (end, (q, j))
         return True
 
     def forward_fits(self, r: int, s: int, m: int) -> bool:
@@ -254,6 +272,10 @@ class _OffloadScheduler(ListScheduler):
         self.last[r] = (start, at, len(self.fetch_at) > fetches, max(before, self.held[r]))
 
     def run_F(self, r: int, s: int, m: int, start: float) -> None:
+        waited = self.wait_for.pop((s, m), None)
+        if waited is not None:  # the F starts once the copy out that makes its room has ended
+            start = max(start, waited[0])
+            self.room_for[waited[1]] = (s, m)
         n = len(self.fetch_at)
         self._fetch(r, s, Kind.F, m, start)
         before = self.held[r]
@@ -289,14 +311,16 @@ def _depth(g: Graph, s: int, copy: float) -> int:
     return max(1, d)
 
 
-def _memory_actions(a: Graph, fetch_at: dict) -> tuple[MemoryAction, ...]:
+def _memory_actions(a: Graph, fetch_at: dict, room_for: dict) -> tuple[MemoryAction, ...]:
     """The offloads of a construction as memory actions on its schedule (to_schedule's names: a
-    stage without weights runs B for I)."""
+    stage without weights runs B for I), each with the F that waits for its copy out, if any."""
     out = []
     for (s, m), (q, kind, j) in sorted(fetch_at.items()):
         if kind == Kind.I and a.dW[q] == 0 and a.wg[q] == 0:
             kind = Kind.B
-        out.append(MemoryAction(s, m, "offload", Action(q, kind, j)))
+        waits = room_for.get((s, m))
+        out.append(MemoryAction(s, m, "offload", Action(q, kind, j),
+                                room_for=None if waits is None else Action(waits[0], Kind.F, waits[1])))
     return tuple(out)
 
 
@@ -335,7 +359,7 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
         # rank would wait for them); with it, a rank of one microbatch (a V) may move its next
         ahead = [0 if careful else max(1, math.ceil(copy[s] / per_mb[g.stage_rank[s]] - EPS)) + extra
                  for s in range(g.S)]
-        sched = _OffloadScheduler(safe, rule, moved, copy, front, ahead, careful)
+        sched = _OffloadScheduler(safe, rule, moved, copy, front, ahead, careful, per_mb)
         orders = sched.run(deadline)
         charge_passes(g.n, CONSTRUCTION_PASSES)
         if orders is None or not sched.fetch_at:
@@ -346,7 +370,7 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
                                                                           "rule": rule.describe(),
                                                                           "lead": extra,
                                                                           "careful": careful})
-        actions = _memory_actions(safe, sched.fetch_at)
+        actions = _memory_actions(safe, sched.fetch_at, sched.room_for)
         try:
             sim = simulate(schedule, profile, problem.memory, memory_actions=list(actions), link=link)
         except SchedcError:
