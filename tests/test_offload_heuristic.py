@@ -26,6 +26,7 @@ from schedc.solver.offload import choose_offload, compile_schedule_offloading
 from schedc.solver.problem import Problem
 
 FAST = HostLink(bandwidth=100.0, latency=0.0)
+GiB = 2 ** 30
 V_COUNTS = [1, 1, 1, 1, 1, 1, 2, 2]  # the V partition whose rank 1 holds 1 + 2 GiB of one microbatch
 V_CAP = "4.25GiB"  # below what one microbatch needs without offload on every partition (4.5GiB)
 
@@ -92,20 +93,104 @@ def test_on_a_v_it_fits_where_one_microbatch_does_not_fit_without_offload():
     assert again.fits and again.makespan == pytest.approx(built.sim.makespan)
 
 
-@pytest.mark.parametrize("n_mb,copy", [(8, 1.0), (8, 2.0), (16, 2.0)])
-def test_where_copies_are_slower_than_forwards_a_forward_waits_for_one_and_reaches_the_uncapped_step(n_mb, copy):
+@pytest.mark.parametrize("n_stages,n_mb,copy", [(4, 8, 1.0), (4, 8, 2.0), (4, 16, 2.0), (8, 16, 1.0)])
+def test_where_copies_are_slower_than_forwards_a_forward_waits_for_one_and_reaches_the_uncapped_step(
+        n_stages, n_mb, copy):
     # a copy out takes one or two forwards: a rank's warm-up forwards cannot wait for room
-    # without waiting for copies (room_for); without that wait nothing fitted, or 32 of 27 at 8
-    problem = Problem.build(4, n_mb, profile=_flat(4), memory="0.75p")
+    # without waiting for copies (room_for); without that wait nothing fitted on 4 stages, or 32
+    # of 27 at 8 microbatches; on 8 a copy that ended as its F started was counted after the F's
+    # rise by the simulator, one microbatch over the cap, and nothing fitted
+    problem = Problem.build(n_stages, n_mb, profile=_flat(n_stages), memory="0.75p")
     link = HostLink(bandwidth=problem.profile.stages[0].activation_bytes / copy, latency=0.0)
     built = offload_heuristic(problem, link)
     assert built is not None and built.sim.fits
     assert any(a.room_for is not None for a in built.actions)
     again = simulate(built.schedule, problem.profile, problem.memory, memory_actions=list(built.actions), link=link)
     assert again.fits and again.makespan == pytest.approx(built.sim.makespan)
-    uncapped = compile_schedule(4, n_mb, profile=_flat(4), memory="none", time_limit=2)
+    uncapped = compile_schedule(n_stages, n_mb, profile=_flat(n_stages), memory="none", time_limit=5)
     assert uncapped.status.value == "optimal"
     assert built.sim.makespan == pytest.approx(uncapped.value)
+
+
+
+def test_on_a_llama_partition_whose_head_rises_at_i_it_fits_where_the_safe_view_has_no_room(tmp_path):
+    import json
+
+    from schedc.core.costs import AC_MODES
+    from schedc.model_costs import unit_profile
+    from schedc.planning.ac import mode_forms, spec_units
+    from schedc.planning.problem import problem_for
+    from schedc.solver.graph import graph_of
+
+    # Llama-3-8B at seq 4096 on 8 ranks x 32 microbatches under 28 GiB, the partition --ac
+    # auto's per-stage program gives when each stage holds at most 3 microbatches (offload
+    # moving the rest): its last stage (two layers, the head, the loss) keeps 2.0 GiB after F
+    # and 3.25 from its I on; safe() counts that rise twice and leaves 3.17 GiB, no room for one
+    config = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+              "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+    (tmp_path / "llama.json").write_text(json.dumps(config))
+    forms = mode_forms({m: unit_profile(tmp_path / "llama.json", seq=4096, activation_checkpoint=m) for m in AC_MODES})
+    counts = (4, 4, 4, 5, 4, 4, 5, 4)
+    specs = (("light", 3), ("light", 1), ("light", 1), ("selective+full", 1), ("light", 1), ("light", 1),
+             ("light+selective", 2), ("none", 0))
+    problem = problem_for(spec_units(forms, counts, specs), list(counts), "loop", 8, 32, MemoryLimit.parse("28GiB"),
+                          "makespan")
+    g = graph_of(problem)
+    assert g.safe().room[7] < g.safe().act[7] <= g.safe_net().room[7]
+    link = HostLink(bandwidth=50e9)
+    built = offload_heuristic(problem, link)
+    assert built is not None and built.sim.fits and built.actions
+    # its checkpointed stages (1 to 6) run B, as torch runs them; every fetch names a CSV action
+    assert {a.kind for _, a in built.schedule.all_actions() if 0 < a.stage < 7} == {"F", "B"}
+    assert len(check_memory_actions(list(built.actions), built.schedule)) == len(built.actions)
+    again = simulate(built.schedule, problem.profile, problem.memory, memory_actions=list(built.actions), link=link)
+    assert again.fits and again.makespan == pytest.approx(built.sim.makespan)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_list_schedule_built_on_the_net_safe_view_fits_under_the_simulator(seed):
+    import random
+
+    from schedc.core.costs import StageCost
+    from schedc.solver.engines.heuristic import ListScheduler, list_rules, to_schedule
+    from schedc.solver.graph import graph_of
+
+    rng = random.Random(seed)
+    stages = [StageCost(forward=rng.uniform(0.5, 1.5), backward_input=rng.uniform(0.5, 1.5),
+                        backward_weight=rng.uniform(0.0, 1.5), activation_bytes=(act := rng.uniform(0.5, 1.5)) * GiB,
+                        weight_grad_bytes=act * rng.uniform(0.2, 2.0) * GiB, static_bytes=rng.uniform(0.5, 1.5) * GiB,
+                        transient_bytes={k: rng.uniform(0.0, 0.6) * GiB for k in ("F", "I", "W", "B")})
+              for _ in range(4)]
+    problem = Problem.build(4, 8, profile=Profile(stages=stages, comm=0.05), memory="6GiB")
+    view = graph_of(problem).safe_net()
+    built = 0
+    for rule in list_rules(view, "makespan"):
+        sched = ListScheduler(view, rule)
+        orders = sched.run()
+        if orders is None:
+            continue
+        built += 1
+        sim = simulate(to_schedule(view, orders, "net", {}), problem.profile, problem.memory)
+        assert sim.fits, (rule.describe(), [p / GiB for p in sim.peak_memory])
+    assert built > 0
+
+
+def test_on_checkpointed_stages_it_runs_whole_backwards_and_its_fetches_name_actions_of_the_csv():
+    from schedc.planning.ac import checkpointed_form
+
+    # every stage checkpointed (W costs nothing, the bytes held for it are its F's): torch runs
+    # one B, so no I or W of them may reach the CSV, nor a fetch point name one (the list
+    # scheduler runs them as I and a W that costs nothing)
+    problem = Problem.build(4, 8, profile=checkpointed_form(_flat(4)), memory="0.75p")
+    link = HostLink(bandwidth=problem.profile.stages[0].activation_bytes / 2.0, latency=0.0)
+    built = offload_heuristic(problem, link)
+    assert built is not None and built.sim.fits and built.actions
+    # stage 0 is torch's exception: its I runs nothing and its W the whole backward
+    kinds = {a.kind for _, a in built.schedule.all_actions() if a.stage > 0}
+    assert kinds == {"F", "B"}
+    checked = check_memory_actions(list(built.actions), built.schedule)
+    assert len(checked) == len(built.actions)
 
 
 def test_it_stops_at_its_deadline():

@@ -161,6 +161,31 @@ class Graph:
             self.memo["safe"] = self._view(act, list(self.wg), [rm - h for rm, h in zip(self.room, head)])
         return self.memo["safe"]
 
+    def safe_net(self) -> "Graph":
+        """The safe view with less room kept free: its raised activations already count each
+        microbatch's rise at I (act' = max(act, wg) from F on), so the room leaves free only what
+        runs above them: an F's transient less its rise (the check counts act' for it), an I's or
+        a B's rise and transient less the rise, a W's bytes above what it holds. The plain
+        accounting still keeps the true peak under the cap: while an action of stage s runs, the
+        view's held bytes are at least the true ones plus s's rise wherever the true peak adds
+        that rise. On a stage whose I rises (a loss and head whose graph outgrows its saved
+        activations) safe() keeps the rise twice, and may leave too little room for one
+        microbatch where the simulator fits several. The graph itself when nothing rises and
+        nothing is transient."""
+        if not self.new_terms:
+            return self
+        if "safe_net" not in self.memo:
+            act = [max(a, w) for a, w in zip(self.act, self.wg)]
+            rise = [x - a for x, a in zip(act, self.act)]
+
+            def above(s: int) -> float:
+                over = self.over
+                return max(0.0, over[Kind.F][s] - act[s], over[Kind.I][s] - rise[s], over[Kind.B][s] - rise[s],
+                           *(over[k][s] for k in TORCH_KINDS if k not in (Kind.F, Kind.I, Kind.B)))
+            head = [max((above(s) for s in own), default=0.0) for own in self.stages]
+            self.memo["safe_net"] = self._view(act, list(self.wg), [rm - h for rm, h in zip(self.room, head)])
+        return self.memo["safe_net"]
+
     def relaxed(self) -> "Graph":
         """A view for the lower bounds: the ZB accounting with weight_grad_bytes cut to
         activation_bytes and no transients, the true room. A microbatch holds no more under it

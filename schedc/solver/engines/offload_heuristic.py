@@ -44,8 +44,12 @@ Method: the list scheduler's events, with each rank's two copy streams
   covers; it offloads more and may get stuck (that construction is dropped).
 - **Rules.** The list heuristic's deterministic rules without its idle waits (a rank that waits
   would start later than the simulator starts it, and the copies' timing would not hold), each
-  greedy and careful, with a lead of 0 then 1. Every construction becomes a schedule and memory
-  actions (schedc.core.memory_actions) and is simulated with them (``simulate(...,
+  greedy and careful, with a lead of 0 then 1, on the net safe view of the action graph
+  (schedc.solver.graph, ``Graph.safe_net``: the safe view keeps a rising I's rise twice, and a
+  loss and head whose I keeps more than its F left then has no room for one microbatch). A
+  checkpointed stage's I and the W that costs nothing after it become one B at the I's place,
+  as torch runs it (a fetch at a dropped W moves to the next action). Every construction becomes
+  a schedule and memory actions (schedc.core.memory_actions) and is simulated with them (``simulate(...,
   memory_actions=, link=)``); only one that fits its caps, host memory included, is kept, the
   shortest by the problem's objective (for the makespan, a construction whose own timing is no
   shorter than the best so far is not simulated). A rank's one microbatch need not fit its cap without
@@ -220,7 +224,9 @@ class _OffloadScheduler(ListScheduler):
                 self.mb_held[j][r] -= self.moved[q]
         self.out_free[r], self.last_out_f[r] = out_free, last_f
         q, j, end = picks[-1]  # the stream is first in first out: the last copy ends last
-        if end > start + EPS:
+        if end > start - EPS:
+            # the F waits for it (room_for), also where it ends as the F starts: the simulator
+            # counts a copy out's leave after what starts at the same moment unless the F waits
             self.wait_for[(s, m)] = (end, (q, j))
         return True
 
@@ -324,6 +330,44 @@ def _memory_actions(a: Graph, fetch_at: dict, room_for: dict) -> tuple[MemoryAct
     return tuple(out)
 
 
+def _whole_backwards(a: Graph, orders: list, fetch_at: dict) -> tuple[list, dict]:
+    """The construction's `orders` and fetch points (``fetch_at``) with every merged stage's
+    backward one B at its I's place (the list scheduler runs I, then a W that costs nothing and
+    frees the bytes held for it: a checkpointed stage, which torch runs whole); a fetch at a
+    dropped W moves to the rank's next action, or its previous one where that next is the
+    fetched microbatch's own backward. The step is the same and no byte is held longer: B frees
+    at I's end what the W freed later."""
+    merged = {s for s in range(a.S) if a.backward[s] == Kind.B}
+    if not any(s in merged and k in (Kind.I, Kind.W) for row in orders for s, k, _ in row):
+        return orders, fetch_at
+    renamed: dict[tuple[int, str, int], tuple[int, str, int]] = {}
+    rows = []
+    for row in orders:
+        out: list[tuple[int, str, int]] = []
+        dropped: list[tuple[int, str, int]] = []  # Ws since the last action kept: their fetches go to the next
+        for s, k, m in row:
+            if s in merged and k == Kind.W:
+                dropped.append((s, k, m))
+                continue
+            kept = (s, Kind.B, m) if s in merged and k == Kind.I else (s, k, m)
+            renamed[(s, k, m)] = kept
+            for w in dropped:
+                renamed[w] = kept
+            dropped = []
+            out.append(kept)
+        for w in dropped:  # Ws at the row's end: no fetch can be for after them
+            renamed[w] = out[-1]
+        rows.append(out)
+    fixed = {}
+    for (s, m), at in fetch_at.items():
+        at = renamed.get(at, at)
+        if at[0] == s and at[2] == m and at[1] != Kind.F:  # its own backward: the action before it
+            row = rows[a.stage_rank[s]]
+            at = row[row.index(at) - 1]
+        fixed[(s, m)] = at
+    return rows, fixed
+
+
 def offload_rules(a: Graph, objective: str) -> list[Rule]:
     """The list heuristic's rules without idle waits, best first, at most MAX_RULES."""
     rules = [replace(r, protect_i=False, protect_f=False) for r in list_rules(a, objective)]
@@ -337,7 +381,7 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
     first."""
     g = graph_of(problem)
     problem = g.problem
-    safe = g.safe()
+    safe = g.safe_net()  # safe() keeps a rising I's rise twice: no room for the head's one microbatch
     profile = problem.profile
     # the last stage's backward follows its forward: nothing of it moves
     moved = [min(offload_bytes(profile, s), safe.act[s]) if s < g.S - 1 else 0.0 for s in range(g.S)]
@@ -366,11 +410,12 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
             continue  # stuck, or nothing offloaded: the list heuristic's own answer
         if problem.objective == "makespan" and max(sched.rank_free) >= best_val * (1 + 1e-6):
             continue  # its own timing (the simulator's, but for rounding) is no shorter: not simulated
+        orders, fetch_at = _whole_backwards(safe, orders, sched.fetch_at)
         schedule = to_schedule(safe, orders, "schedc-offload-heuristic", {"source": "offload-heuristic",
                                                                           "rule": rule.describe(),
                                                                           "lead": extra,
                                                                           "careful": careful})
-        actions = _memory_actions(safe, sched.fetch_at, sched.room_for)
+        actions = _memory_actions(safe, fetch_at, sched.room_for)
         try:
             sim = simulate(schedule, profile, problem.memory, memory_actions=list(actions), link=link)
         except SchedcError:
