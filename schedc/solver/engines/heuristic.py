@@ -495,7 +495,7 @@ def _earliest_times(a: Graph, orders) -> Optional[tuple[list[float], list[float]
 def list_rules(a: Graph, objective: str) -> list[Rule]:
     """Deterministic priority rules, most promising first for `objective` (so a tight time
     budget still tries the good ones); each rule once."""
-    base = _one_f_one_b_warmup(a)
+    base = one_f_one_b_warmup(a)
     unlimited = Rule(tuple([INF] * a.R))
     v_family = _zb_v_like(a) if a.multi else []
     if objective == "span":
@@ -520,7 +520,7 @@ def list_rules(a: Graph, objective: str) -> list[Rule]:
     return rules
 
 
-def _one_f_one_b_warmup(a: Graph) -> list[int]:
+def one_f_one_b_warmup(a: Graph) -> list[int]:
     """Per rank, 1F1B's warm-up: how many stage-visits lie at or below the rank's first stage."""
     spr = max(1, a.S // a.R)
     return [math.ceil((a.S - a.stages[r][0]) / spr) for r in range(a.R)]
