@@ -14,6 +14,10 @@ schedc/solver/engines/cpsat.py, heuristic.py, schedc/planning/problem.py and han
 
     python benchmarks/work_charges.py                  # both cases, 30 work units each
     python benchmarks/work_charges.py --time-limit 15 --match mistral
+    python benchmarks/work_charges.py --time-limit 15 --ac-auto   # plan_offload.py's --ac auto plan instead
+
+``--ac-auto`` runs ``plan_ac`` on benchmarks/plan_offload.py's first rows (Llama-3-8B and
+Qwen2.5-7B, seq 4096, 28 GiB, 8 ranks x 32 microbatches) in place of issue 52's cases.
 """
 
 from __future__ import annotations
@@ -103,6 +107,27 @@ def run_case(name: str, time_limit: float, attributed: _Attributed, solves: list
             attributed.cpu = cpu
             res = schedc.plan(profile=profile, ranks=8, microbatches=32, placement="v", memory="64GiB",
                               budget="work", time_limit=time_limit)
+    report(name, time_limit, cpu, wall, res, attributed, solves)
+
+
+def run_ac_case(name: str, time_limit: float, attributed: _Attributed, solves: list) -> None:
+    """``plan_ac`` on one of benchmarks/ac_choice.py's models at seq 4096 under 28 GiB, as
+    plan_offload.py's first table plans it."""
+    from ac_choice import profiles_of
+
+    from schedc.planning import plan_ac
+
+    attributed.sites.clear()
+    solves.clear()
+    with tempfile.TemporaryDirectory() as d:
+        profiles = profiles_of(name, Path(d), 4096)
+    cpu, wall = time.process_time(), time.monotonic()
+    attributed.cpu = cpu
+    res = plan_ac(profiles, ranks=8, microbatches=32, memory="28GiB", time_limit=time_limit, budget="work")
+    report(f"{name} --ac auto at 28GiB", time_limit, cpu, wall, res, attributed, solves)
+
+
+def report(name: str, time_limit: float, cpu: float, wall: float, res, attributed: _Attributed, solves: list) -> None:
     cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     print(f"\n{name}: {time_limit:g} work units, {cpu:.1f} CPU s, {wall:.1f} wall s, cut by the wall clock: "
           f"{'yes' if res.cut_by_wall else 'no'}, step {res.compiled.value:.6g}")
@@ -120,13 +145,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--match", action="append", default=[], help="only cases whose name contains this")
+    ap.add_argument("--ac-auto", action="store_true",
+                    help="plan_offload.py's --ac auto plans (Llama-3-8B, Qwen2.5-7B at 28 GiB) instead")
     args = ap.parse_args(argv)
     print(f"target: {TARGET:.2f} CPU s per work unit")
     attributed, solves = _Attributed(), []
     _instrument(attributed, solves)
-    for name in CONFIGS:
+    names = ("llama3-8b", "qwen2.5-7b") if args.ac_auto else tuple(CONFIGS)
+    for name in names:
         if not args.match or any(m in name for m in args.match):
-            run_case(name, args.time_limit, attributed, solves)
+            (run_ac_case if args.ac_auto else run_case)(name, args.time_limit, attributed, solves)
     return 0
 
 
