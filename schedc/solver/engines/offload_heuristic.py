@@ -351,8 +351,8 @@ def _whole_backwards(a: Graph, orders: list, fetch_at: dict) -> tuple[list, dict
     backward one B at its I's place (the list scheduler runs I, then a W that costs nothing and
     frees the bytes held for it: a checkpointed stage, which torch runs whole); a fetch at a
     dropped W moves to the rank's next action, or its previous one where that next is the
-    fetched microbatch's own backward. The step is the same and no byte is held longer: B frees
-    at I's end what the W freed later."""
+    fetched microbatch's own backward. No byte is held longer (B frees at I's end what the W
+    freed later); a moved fetch may start later, and the construction is simulated after this."""
     merged = {s for s in range(a.S) if a.backward[s] == Kind.B}
     if not any(s in merged and k in (Kind.I, Kind.W) for row in orders for s, k, _ in row):
         return orders, fetch_at
