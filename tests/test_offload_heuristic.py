@@ -5,7 +5,9 @@ limit; ``plan --offload auto`` returns an offload plan where nothing fits withou
 
 Uniform stages (F = I = W = 1, one unit of activation per microbatch, ``held_fraction=0``: nothing
 held from I to W) on a link that copies a microbatch in 0.01 s, as in tests/test_offload_compile.py,
-and the per-unit model of tests/test_plan_offload.py on a V.
+and the per-unit model of tests/test_plan_offload.py on a V; a Llama-3-8B partition whose head's I
+keeps more than its F left (the net safe view, schedc.solver.graph.Graph.safe_net, which the
+heuristic builds on), and random stages with rises and transients for that view's soundness.
 """
 
 import time
@@ -112,7 +114,6 @@ def test_where_copies_are_slower_than_forwards_a_forward_waits_for_one_and_reach
     assert built.sim.makespan == pytest.approx(uncapped.value)
 
 
-
 def test_on_a_llama_partition_whose_head_rises_at_i_it_fits_where_the_safe_view_has_no_room(tmp_path):
     import json
 
@@ -156,6 +157,9 @@ def test_every_list_schedule_built_on_the_net_safe_view_fits_under_the_simulator
     from schedc.solver.engines.heuristic import ListScheduler, list_rules, to_schedule
     from schedc.solver.graph import graph_of
 
+    # the view's accounting checks F's only; every construction on it must fit under the simulator's
+    # exact rule (rises at I, transients while actions run), or the heuristic would build orders
+    # it then throws away
     rng = random.Random(seed)
     stages = [StageCost(forward=rng.uniform(0.5, 1.5), backward_input=rng.uniform(0.5, 1.5),
                         backward_weight=rng.uniform(0.0, 1.5), activation_bytes=(act := rng.uniform(0.5, 1.5)) * GiB,
