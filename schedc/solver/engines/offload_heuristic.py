@@ -333,13 +333,12 @@ def _depth(g: Graph, s: int, copy: float) -> int:
     return max(1, d)
 
 
-def _memory_actions(a: Graph, fetch_at: dict, room_for: dict) -> tuple[MemoryAction, ...]:
-    """The offloads of a construction as memory actions on its schedule (to_schedule's names: a
-    stage without weights runs B for I), each with the F that waits for its copy out, if any."""
+def _memory_actions(fetch_at: dict, room_for: dict) -> tuple[MemoryAction, ...]:
+    """The offloads of a construction as memory actions, its fetch points already named as its
+    schedule runs them (:func:`_whole_backwards`: B on a merged stage, a stage without weights
+    among them), each with the F that waits for its copy out, if any."""
     out = []
     for (s, m), (q, kind, j) in sorted(fetch_at.items()):
-        if kind == Kind.I and a.dW[q] == 0 and a.wg[q] == 0:
-            kind = Kind.B
         waits = room_for.get((s, m))
         out.append(MemoryAction(s, m, "offload", Action(q, kind, j),
                                 room_for=None if waits is None else Action(waits[0], Kind.F, waits[1])))
@@ -349,9 +348,9 @@ def _memory_actions(a: Graph, fetch_at: dict, room_for: dict) -> tuple[MemoryAct
 def _whole_backwards(a: Graph, orders: list, fetch_at: dict) -> tuple[list, dict]:
     """The construction's `orders` and fetch points (``fetch_at``) with every merged stage's
     backward one B at its I's place (the list scheduler runs I, then a W that costs nothing and
-    frees the bytes held for it: a checkpointed stage, which torch runs whole); a fetch at a
-    dropped W moves to the rank's next action, or its previous one where that next is the
-    fetched microbatch's own backward. No byte is held longer (B frees at I's end what the W
+    frees the bytes held for it: a checkpointed stage, which torch runs whole, or one without
+    weights, whose W would be an empty call); a fetch at a dropped W moves to the rank's next
+    action, or its previous one where that next is the fetched microbatch's own backward. No byte is held longer (B frees at I's end what the W
     freed later); a moved fetch may start later, and the construction is simulated after this."""
     merged = {s for s in range(a.S) if a.backward[s] == Kind.B}
     if not any(s in merged and k in (Kind.I, Kind.W) for row in orders for s, k, _ in row):
@@ -446,7 +445,7 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
                                                                           "rule": rule.describe(),
                                                                           "lead": extra,
                                                                           "careful": careful})
-        actions = _memory_actions(safe, fetch_at, sched.room_for)
+        actions = _memory_actions(fetch_at, sched.room_for)
         try:
             sim = simulate(schedule, profile, problem.memory, memory_actions=list(actions), link=link)
         except SchedcError:
