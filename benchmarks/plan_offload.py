@@ -10,8 +10,9 @@ sequence, per (model, seq, cap) it prints the step of
 - ``--ac auto --offload auto`` at 25, 50 and 100 GB/s per direction with the same --time-limit
   (schedc.planning.offload.plan_with_offload: that ``--ac auto`` plan, then the offload of its
   candidates, without checkpointing (where the choosers may also recompute single microbatches at
-  ``--ac full``'s costs) and with the chosen one, in half the time limit more; the ``--ac auto``
-  plan is computed once for the three links);
+  ``--ac full``'s costs), with the chosen one and with stages sized for offload
+  (schedc.planning.offload.offload_sized_candidates), in half the time limit more; the ``--ac
+  auto`` plan is computed once for the three links);
 - its margin over ``--ac auto``, its distance to the no-cap step, the gap to the plan's bound that
   allows offload (over every partition under the cap: the third table's), which row won (offload only, both; "none helps":
   the plan is its own ``--ac auto`` answer), the microbatches moved and recomputed, the link load (over the ranks
@@ -60,7 +61,7 @@ from ac_choice import UNCAPPED_SHARE, ms, profiles_of  # benchmarks/ac_choice.py
 from schedc.core.host_link import HostLink, offload_bytes
 from schedc.errors import SchedcError
 from schedc.planning import plan, plan_ac
-from schedc.planning.ac import checkpointed_form
+from schedc.planning.ac import checkpointed_form, mode_forms
 from schedc.planning.offload import OFFLOAD_SHARE, checkpointing_modes, plan_offload
 from schedc.solver.deadline import counting_work
 
@@ -83,7 +84,7 @@ def with_offload(base, profiles: dict, bandwidth: float, time_limit: float, budg
     recompute_units = checkpointed_form(profiles["full"], profiles["none"])  # per-microbatch recompute
     with counting_work(seconds) if budget == "work" else nullcontext() as clock:
         res = plan_offload(base, HostLink(bandwidth=bandwidth), seconds, forms, recompute_units=recompute_units,
-                           modes=checkpointing_modes(profiles))
+                           modes=checkpointing_modes(profiles), stage_forms=mode_forms(profiles))
     return replace(res, cut_by_wall=bool(clock is not None and clock.cut_by_wall))
 
 

@@ -262,3 +262,52 @@ def test_plan_offload_auto_still_refuses_a_cap_that_offload_cannot_fit():
     with pytest.raises(SchedcError, match="memory"):
         plan_with_offload({None: units()}, HostLink(), ranks=4, microbatches=8, memory="3GiB", placement="v",
                           time_limit=2, budget="work")
+
+
+def test_for_stages_sized_for_offload_the_rules_with_1f1bs_warmup_come_first():
+    # stages sized to hold fewer microbatches than 1F1B's (the rest offloaded) are built best by
+    # 1F1B's own warm-up, which the usual order, for stages sized without offload, tries last
+    from schedc.solver.engines.heuristic import one_f_one_b_warmup
+    from schedc.solver.engines.offload_heuristic import offload_rules
+    from schedc.solver.graph import graph_of
+
+    g = graph_of(Problem(_flat(4), (0, 1, 2, 3), 8, MemoryLimit.parse("0.75p")))
+    usual, sized = offload_rules(g, "makespan"), offload_rules(g, "makespan", one_f_one_b_first=True)
+    assert sorted(map(repr, usual)) == sorted(map(repr, sized))  # the same rules, in another order
+    base = one_f_one_b_warmup(g)
+    at_1f1b = [list(r.warmup) == base for r in sized]
+    assert at_1f1b[0] and not all(at_1f1b) and at_1f1b == sorted(at_1f1b, reverse=True)
+    assert list(usual[0].warmup) != base
+
+
+def test_on_qwen_stages_sized_for_offload_it_beats_the_same_program_sized_for_1f1b(tmp_path):
+    import json
+
+    from schedc.core.costs import AC_MODES
+    from schedc.model_costs import unit_profile
+    from schedc.planning.ac import heuristic_step, mode_forms, stage_candidates
+    from schedc.planning.offload import offload_sized_candidates
+    from schedc.planning.problem import problem_for
+    from schedc.solver.deadline import counting_work
+
+    # Qwen2.5-7B at seq 4096 on 8 ranks x 32 microbatches under 28 GiB, where --ac auto's
+    # program sizes each stage for 1F1B's microbatches in flight and checkpoints the early stages
+    # most; sized to hold three on the device, the rest offloaded over 50 GB/s, the heuristic
+    # (1F1B's warm-up first) gives a shorter step than the list heuristic on the 1F1B sizing
+    config = {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
+              "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+              "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+    (tmp_path / "qwen.json").write_text(json.dumps(config))
+    forms = mode_forms({m: unit_profile(tmp_path / "qwen.json", seq=4096, activation_checkpoint=m) for m in AC_MODES})
+    cap = MemoryLimit.parse("28GiB")
+    [(_, counts, specs)] = stage_candidates(forms, "loop", 8, 32, cap.value, depths=(1.0,))
+    with counting_work(30):
+        sized_for_1f1b = heuristic_step(forms, counts, specs, "loop", 8, 32, cap, "makespan")[0]
+    form, counts, modes = offload_sized_candidates(forms, 8, 32, cap.value)[0]
+    problem = problem_for(form, counts, "loop", 8, 32, cap, "makespan")
+    link = HostLink(bandwidth=50e9)
+    with counting_work(30):
+        built = offload_heuristic(problem, link, Deadline.after(3), one_f_one_b_first=True)
+    assert built is not None and built.sim.fits and built.actions
+    assert built.sim.makespan < 0.97 * sized_for_1f1b
+    assert len(check_memory_actions(list(built.actions), built.schedule)) == len(built.actions)

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from test_plan import _modes, _schedc, tiny_units  # noqa: E402  (the per-unit profiles these tests share)
 
@@ -378,3 +379,24 @@ def test_a_per_stage_search_out_of_time_says_so_and_names_the_time_limit(monkeyp
     assert res.ac.per_stage is None
     assert "the time limit ran out" in res.ac.per_stage_missing and "--time-limit" in res.ac.per_stage_missing
     assert "fits the cap" not in res.ac.per_stage_missing
+
+
+def test_stages_sized_for_offload_hold_fewer_microbatches_and_recompute_less():
+    # sized to hold at most 2 microbatches on the device (offload keeps the others) rather than
+    # 1F1B's 4, 3 and 2 in flight, the stages checkpoint fewer layers, and no stage but the last
+    # splits its backward (the offload heuristic holds a split stage's bytes for W from its F on)
+    from schedc.planning.ac import layer_units, mode_forms, stage_candidates
+
+    GiB = 2**30
+    forms = mode_forms(_modes(tiny_units(n_layers=6, head=1.0)))
+    layers = np.concatenate([[0], np.cumsum(layer_units(forms))])
+
+    def checkpointed(counts, specs):
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        return sum(min(k, int(layers[bounds[s + 1]] - layers[bounds[s]])) for s, (form, k) in enumerate(specs)
+                   if form not in ("none", "none-b"))
+
+    [(_, counts, specs)] = stage_candidates(forms, "loop", 4, M, 6 * GiB, depths=(1.0,))
+    [(_, sized_counts, sized)] = stage_candidates(forms, "loop", 4, M, 6 * GiB, depths=(1.0,), hold_at_most=2)
+    assert checkpointed(sized_counts, sized) < checkpointed(counts, specs)
+    assert all(form != "none" for form, _ in sized[:-1])

@@ -238,3 +238,30 @@ def test_a_plan_that_recomputes_is_simulated_and_validated_from_its_files(tmp_pa
                   "bare.json", cwd=tmp_path)
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1
     assert "no costs of the stages checkpointed" in out.stderr
+
+
+def test_stages_sized_for_offload_fit_the_cap_with_their_offloads():
+    # at 6 GiB 1F1B's four microbatches in flight on the first stage need checkpointing; sized
+    # to hold three on the device, the rest offloaded, the stages checkpoint less, and the
+    # sized path (the heuristic first, 1F1B's warm-up first) makes them fit: whole backwards on
+    # every stage but the last, each fetch at an action of the CSV
+    from test_plan import _modes  # noqa: E402
+
+    from schedc.core.memory_actions import check_memory_actions
+    from schedc.planning.ac import mode_forms
+    from schedc.planning.offload import offload_partition, offload_sized_candidates
+    from schedc.planning.problem import problem_for
+    from schedc.solver.deadline import counting_work
+
+    forms = mode_forms(_modes(units()))
+    found = offload_sized_candidates(forms, RANKS, M, 6 * GiB)
+    assert found
+    form, counts, modes = found[0]
+    problem = problem_for(form, counts, "loop", RANKS, M, MemoryLimit.parse("6GiB"), "makespan")
+    with counting_work(4):
+        res = offload_partition(problem, HostLink(), 4, sized=True)
+    assert res is not None and res.sim.fits and res.report["memory_actions"]
+    check_memory_actions(res.report["memory_actions"], res.schedule)
+    split = {a.stage for _, a in res.schedule.all_actions() if a.kind in ("I", "W")}
+    assert split <= {0, len(counts) - 1}  # torch's stage 0 runs I and W under checkpointing too
+    assert len(modes) == len(counts)

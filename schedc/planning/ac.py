@@ -562,12 +562,16 @@ def _neighbours(forms, counts, specs):
                 yield tuple(c), tuple(specs)
 
 
-def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int, cap: float) -> list:
-    """[(depth, units per stage, stage specs)]: for each depth d of ``DEPTHS``, the partition
+def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int, cap: float,
+                     depths: Sequence[float] = DEPTHS, hold_at_most: Optional[int] = None) -> list:
+    """[(depth, units per stage, stage specs)]: for each depth d of `depths`, the partition
     whose busiest rank does the least compute when every stage takes its fastest spec whose bytes
     (static, the reserve, the receive buffers of its boundaries, one microbatch's peak and
     ceil(d x h_s) - 1 more microbatches held) fit the cap, h_s = R - s on a loop and (2R - s) / 2
-    in a V (1F1B's microbatches in flight); on a loop a stage may checkpoint as few of its layers
+    in a V (1F1B's microbatches in flight), at most `hold_at_most` on every stage but the last
+    where given (offload keeps the rest in host memory:
+    schedc.planning.offload.offload_sized_candidates; those stages of a loop then run their
+    backward whole); on a loop a stage may checkpoint as few of its layers
     as fit (each layer's saving and recompute taken as the stage's mean), in one mode or in two
     (every layer the faster mode, the fewest upgraded to the slower), in a V all or none. Method: schedc.core.partition's min-max
     dynamic program with those terms, read from per-form tables of every segment's work and
@@ -585,12 +589,17 @@ def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int,
         return cap - v_buffers(units, microbatches, ranks, r, i, a, b, j)
 
     out = []
-    for depth in DEPTHS:
+    for depth in depths:
         held = [min(microbatches, max(1, math.ceil(depth * ((ranks - s) if placement == "loop" else (S - s) / 2)
                                                      - REL))) for s in range(S)]
+        if hold_at_most is not None:
+            held = [h if s == S - 1 else min(h, hold_at_most) for s, h in enumerate(held)]
         # minmax calls the cost functions before it returns, so they read this depth's tables
         if placement == "loop":
-            opts = [_loop_options(tables, n_layers, held[s], loop_room) for s in range(S)]
+            # sized for offload, a stage but the last runs no split backward: the offload heuristic
+            # holds each microbatch's bytes for W from its F on (schedc.solver.graph, Graph.safe_net)
+            opts = [_loop_options(tables, n_layers, held[s], loop_room, split=hold_at_most is None or s == S - 1)
+                    for s in range(S)]
             value, counts = minmax(units, placement, ranks,
                                    lambda k, i, j: _least(w for w, _ in opts[k].values()), None)  # noqa: B023
         else:
@@ -603,15 +612,16 @@ def stage_candidates(forms: dict, placement: str, ranks: int, microbatches: int,
     return out
 
 
-def _loop_options(tables: dict, n_layers, n: int, cap) -> dict:
+def _loop_options(tables: dict, n_layers, n: int, cap, split: bool = True) -> dict:
     """{form: (work, layers checkpointed)} tables of one loop stage holding n microbatches under
     `cap` (a number, or a table per segment): the fewest layers checkpointed that fit (INF work
-    where none do); for a pair "lower+upper", every layer the lower mode and the fewest upgraded."""
+    where none do); for a pair "lower+upper", every layer the lower mode and the fewest upgraded.
+    `split` False: no split backward (the form "none" fits nowhere)."""
     out = {}
     b = tables.get("none-b", tables["none"])
     for form, t in tables.items():
         if form == "none":
-            out[form] = (np.where(fits(t["base"] + n * t["act"], cap), t["work"], INF), 0)
+            out[form] = (np.where(fits(t["base"] + n * t["act"], cap) & split, t["work"], INF), 0)
         elif form != "none-b":
             out[form] = _fewest_layers(b, t, n_layers, n, cap, np.maximum(b["base"], t["base"]))
     for form in checkpointing_forms(tables):

@@ -26,7 +26,9 @@ candidate's share ends; an order that splits a checkpointed stage's backward is 
 again. A candidate that cannot hold one microbatch even with its offloadable bytes away
 (:func:`may_fit_with_offload`: offload moves only what F made, and on one stage per rank the F
 holds it all while it runs), or whose uncapped own bound cannot beat the shortest step so far,
-is skipped. The plan keeps the shortest that fits, and the plan without offload where nothing is
+is skipped. With ``--ac auto`` (`stage_forms`) the candidates also include partitions with
+checkpointing per stage sized for offload (:func:`offload_sized_candidates`), tried right after
+the plan's own. The plan keeps the shortest that fits, and the plan without offload where nothing is
 shorter: never worse than ``--offload none``. Where nothing fits without offload (the plan
 refuses the cap), the plan without a cap stands in for it: its partitions and placements are
 offloaded under the cap (the units without checkpointing and, with ``--ac auto`` or a
@@ -53,7 +55,7 @@ import math
 from dataclasses import replace
 from typing import Optional
 
-from schedc.core.costs import MemoryLimit, Profile
+from schedc.core.costs import AC_MODES, MemoryLimit, Profile
 from schedc.core.host_link import HostLink
 from schedc.core.partition import Units, min_cap, partition_bound
 from schedc.core.tolerances import REL
@@ -65,6 +67,9 @@ from schedc.planning.result import PlanResult
 
 OFFLOAD_SHARE = 0.5  # of the time limit, after it, for offloading the plan's candidates
 MAX_CANDIDATES = 4  # offloaded, the plan's own and the best bounds: more leaves the choosers no time
+# microbatches a stage but the last is sized to hold on the device when offload keeps the others
+# in host memory (offload_sized_candidates: why three)
+OFFLOAD_HOLDS = (3, 4)
 # of the offload's time, at most, for the V's bound with offload, by its program's estimate (a few
 # times the uncapped program's terms; the estimate, not the clock, so the plan is reproducible);
 # past it the V's bound without a cap
@@ -105,12 +110,15 @@ def _splits_backward(compiled) -> bool:
 
 
 def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, capped=None,
-                      checkpointed: Optional[Profile] = None):
+                      checkpointed: Optional[Profile] = None, sized: bool = False):
     """``--offload auto`` on one partition's problem (schedc.solver.offload) in `seconds`:
     the compile without a cap and those of the discounted problems, then the chooser on their
     answers, the hand-made schedules and `capped` (the plan's compile of this partition, if any);
     with `checkpointed` (the partition's stages checkpointed) the choosers may also recompute
-    microbatches (schedc.solver.recompute_choice).
+    microbatches (schedc.solver.recompute_choice). `sized`: the stages are sized for offload
+    (:func:`offload_sized_candidates`): no discounted compiles (they offload part of what
+    partitions sized without offload hold), the offload heuristic first (schedc.solver.offload,
+    ``offload_result``).
     The CompileResult with ``memory_actions`` and ``offload`` in its report; None when nothing
     fits, with offload or without."""
     from schedc.solver.deadline import Deadline
@@ -124,13 +132,15 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
     )
 
     end = Deadline(clock_now() + seconds)  # the chooser's simulations stop there too
+    # the compiles' shares; sized for offload, what the discounted ones would take goes to the
+    # heuristic and the choosers
     share = seconds * (1 - CHOOSER_SHARE) / (UNCAPPED_SHARE + LOOSENED_SHARE)
     try:
         relaxed = compile_within(problem.with_memory(MemoryLimit(kind="none")), time_limit=max(0.2, share * UNCAPPED_SHARE), seed=seed)
     except SchedcError:
         return None
     loosened = []
-    for fraction in DISCOUNTS:
+    for fraction in () if sized else DISCOUNTS:
         if stop_requested():
             break
         try:
@@ -143,7 +153,7 @@ def offload_partition(problem, link: HostLink, seconds: float, seed: int = 0, ca
     # the heuristic and the chooser keep theirs, or a longer limit could find less
     end = Deadline(max(end.at, clock_now() + CHOOSER_SHARE * seconds))
     try:
-        out = offload_result(problem, link, capped, relaxed, seconds, loosened, end, checkpointed)
+        out = offload_result(problem, link, capped, relaxed, seconds, loosened, end, checkpointed, sized)
     except ParameterError as e:
         if e.param != "memory":
             raise
@@ -206,6 +216,32 @@ def _candidates(form: Profile, plan: PlanResult, own: bool, placements, objectiv
     return list(dict.fromkeys(out))
 
 
+def offload_sized_candidates(stage_forms: dict, ranks: int, microbatches: int, cap: float) -> list:
+    """[(units, units per stage, modes per stage)]: the partitions and per-stage checkpointing of
+    ``--ac auto``'s dynamic program (schedc.planning.ac.stage_candidates, on a loop, 1F1B's depth)
+    with every stage but the last sized to hold at most k of ``OFFLOAD_HOLDS`` microbatches on the
+    device, the others offloaded.
+
+    Stages sized for offload: sized for 1F1B's R - s microbatches, the early stages of a tight cap
+    checkpoint most, though they hold each microbatch longest and offload could keep it instead.
+    A stage whose microbatches go to host memory still holds, while it runs one backward, that
+    microbatch, the previous forward's microbatch until its copy out ends and the next backward's
+    from the start of its fetch (the bytes leave when a copy out ends and are back when a fetch
+    starts, as the allocator holds them): three, unless a copy is shorter than a forward, so k = 3
+    and the looser 4. Cost: one loop dynamic program per k (O(S U^2 K) for K forms)."""
+    from schedc.planning.ac import runtime_modes, spec_units, stage_candidates
+
+    out, seen = [], set()
+    for k in OFFLOAD_HOLDS:
+        for _, counts, specs in stage_candidates(stage_forms, "loop", ranks, microbatches, cap, depths=(1.0,),
+                                                 hold_at_most=k):
+            if (counts, specs) not in seen:
+                seen.add((counts, specs))
+                out.append((spec_units(stage_forms, counts, specs), counts,
+                            runtime_modes(stage_forms, counts, specs)))
+    return out
+
+
 def offload_bound(form: Profile, plan: PlanResult, placements, link: HostLink, cap: float,
                   modes=(), seconds: float = math.inf) -> float:
     """The bound over every partition of `form` (the units without checkpointing) onto the plan's
@@ -241,7 +277,8 @@ def checkpointing_modes(profiles: dict) -> list:
 
 def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dict, seed: int = 0,
                  say=None, refused: Optional[ParameterError] = None, memory: Optional[MemoryLimit] = None,
-                 recompute_units: Optional[Profile] = None, modes: Optional[list] = None) -> PlanResult:
+                 recompute_units: Optional[Profile] = None, modes: Optional[list] = None,
+                 stage_forms: Optional[dict] = None) -> PlanResult:
     """`plan` (the plan without offload) with offload chosen over its candidates (module
     docstring) in `time_limit`; `forms` maps the rows' kinds ("offload only": the units without
     checkpointing, "both": the plan's checkpointed units, when it checkpoints) to per-unit
@@ -253,7 +290,9 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
     on the units without checkpointing may also recompute chosen microbatches; such a candidate
     is a "both" row (checkpointing per microbatch, the stages themselves not checkpointed).
     `modes`: the checkpointed per-unit forms the plan could choose from (the bound's,
-    :func:`offload_bound`); default the checkpointed forms among `forms` and `recompute_units`."""
+    :func:`offload_bound`); default the checkpointed forms among `forms` and `recompute_units`.
+    `stage_forms`: with ``--ac auto``, its forms per mode (schedc.planning.ac.mode_forms), from
+    which :func:`offload_sized_candidates` adds "both" candidates with checkpointing per stage."""
     say = say or (lambda line: None)
     t0 = clock_now()
     end = t0 + time_limit
@@ -270,9 +309,19 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
             if not may_fit_with_offload(problem):
                 continue
             queue.append((own_bound(problem.with_memory(MemoryLimit(kind="none"))), kind, form, pl, counts, problem))
-    # the plan's own problem first (its compile is the capped one already), then its partition
-    # in the other forms, then by bound: the first candidates are the ones sure to be tried
-    queue.sort(key=lambda q: (q[5] is not plan.compiled.problem,
+    sized_modes: dict = {}  # id of a candidate's units sized for offload -> its checkpointing per stage
+    cap = limit.value if limit.kind == "bytes" else math.inf
+    if stage_forms is not None and fits and plan.ac is not None and "loop" in placements and math.isfinite(cap):
+        for form, counts, stage_modes in offload_sized_candidates(stage_forms, ranks, M, cap):
+            problem = problem_for(form, counts, "loop", ranks, M, limit, objective)
+            if may_fit_with_offload(problem):
+                sized_modes[id(form)] = stage_modes
+                queue.append((own_bound(problem.with_memory(MemoryLimit(kind="none"))), "both", form, "loop", counts,
+                              problem))
+    # the plan's own problem first (its compile is the capped one already), then the stages
+    # sized for offload, then its partition in the other forms, then by bound: the first
+    # candidates are the ones sure to be tried
+    queue.sort(key=lambda q: (q[5] is not plan.compiled.problem, id(q[2]) not in sized_modes,
                               (q[3], q[4]) != (plan.placement, tuple(plan.counts)), q[0]))
     # a share too small for the choosers finds nothing: the first few, each with time to choose
     queue = queue[:MAX_CANDIDATES]
@@ -287,7 +336,8 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
         capped = plan.compiled if problem is plan.compiled.problem else None
         checkpointed = None if recompute_units is None or form is not forms.get("offload only") else \
             problem_for(recompute_units, counts, pl, ranks, M, limit, objective).profile
-        res = offload_partition(problem, link, left / (len(queue) - k), seed, capped, checkpointed)
+        res = offload_partition(problem, link, left / (len(queue) - k), seed, capped, checkpointed,
+                                sized=id(form) in sized_modes)
         if res is None:
             say(f"[{clock_now() - t0:6.1f}s] offload, {kind}: {pl} {list(counts)}: nothing fits")
             continue
@@ -306,19 +356,21 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
         raise refused  # type: ignore[misc]  # nothing fits with offload either: the plan's own refusal
     if modes is None:
         modes = [f for f in (forms.get("both"), recompute_units) if f is not None and f is not forms.get("offload only")]
-    cap = limit.value if limit.kind == "bytes" else math.inf
     bound = offload_bound(forms.get("offload only", plan.units), plan, placements, link, cap, modes, time_limit)
-    out = replace(_adopt(plan, best, link, forms, placements, bound, fits), solve_time=plan.solve_time + clock_now() - t0)
+    out = replace(_adopt(plan, best, link, forms, placements, bound, fits, sized_modes),
+                  solve_time=plan.solve_time + clock_now() - t0)
     out = replace(out, limiter=plan_limiter(out))
     return replace(out, report=build_plan_report(out))
 
 
 def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements, bound: float,
-           fits: bool = True) -> PlanResult:
+           fits: bool = True, sized_modes: Optional[dict] = None) -> PlanResult:
     """The plan with the shortest offload that beats it, or the plan itself; either with the
     rows, the summary and `bound` (:func:`offload_bound`; its limiter and report still to be rebuilt).
     With `fits` false `plan` is the plan without a cap (nothing fits without offload) and the
-    shortest offload wins, its rows without offload empty."""
+    shortest offload wins, its rows without offload empty. `sized_modes`: the checkpointing per
+    stage of the candidates sized for offload, by id of their units (the winner's replaces the
+    plan's, which the runtime reads from ``assumes``)."""
     # a candidate that fits with no memory action is a shorter order that the compiles of
     # --offload auto found: kept too (never worse than --offload none)
     found = [(res.value, kind) for kind, (res, *_) in best.items()]
@@ -341,10 +393,15 @@ def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements
         actions: list = []
     else:
         res, form, pl, counts = best[win]
+        stage_modes = (sized_modes or {}).get(id(form))
+        entry = {"placement": pl, "units_per_stage": list(counts), "offload": win, "step": res.value}
         out = replace(plan, compiled=res, units=form, counts=list(counts), placement=pl, least_memory=None,
-                      candidates=plan.candidates + [{"placement": pl, "units_per_stage": list(counts),
-                                                     "offload": win, "step": res.value}])
-        if form is forms.get("offload only") and plan.ac is not None and plan.ac.chosen != "none":
+                      candidates=plan.candidates + [entry if stage_modes is None else
+                                                    dict(entry, sized_for_offload=True, modes=stage_modes)])
+        if stage_modes is not None and plan.ac is not None:  # sized for offload: its own checkpointing per stage
+            out = replace(out, ac=replace(plan.ac, chosen=stage_modes),
+                          assumes={**plan.assumes, "activation_checkpoint": stage_modes})
+        elif form is forms.get("offload only") and plan.ac is not None and plan.ac.chosen != "none":
             # the units without checkpointing won (offloaded, some microbatches recomputed): the
             # stages run without checkpointing, the memory actions recompute per microbatch
             out = replace(out, ac=replace(plan.ac, chosen="none"),
@@ -495,8 +552,14 @@ def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budg
             forms = {"offload only" if most is None else "both": res.units}
     modes = checkpointing_modes(profiles) if len(profiles) > 1 and "none" in profiles else None
     seconds = OFFLOAD_SHARE * time_limit
+    stage_forms = None
+    if len(profiles) > 1 and "none" in profiles and refused is None:
+        from schedc.planning.ac import mode_forms
+
+        stage_forms = mode_forms({m: p for m, p in profiles.items() if m in AC_MODES})
     with counting_work(seconds) if budget == "work" else nullcontext() as clock:
-        out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap, recompute_units, modes)
+        out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap, recompute_units, modes,
+                           stage_forms)
     if refused is not None and (out.offload or {}).get("row") == "both" and most is not None \
             and out.units is forms.get("both"):  # not the units without checkpointing, some microbatches recomputed
         out = replace(out, assumes={**out.assumes, "activation_checkpoint": most})

@@ -76,6 +76,7 @@ UNCAPPED_SHARE = 0.15  # for the compile without a cap (its bound is the answer'
 LOOSENED_SHARE = 0.2  # for the compiles of the discounted problems, shared
 CHOOSER_SHARE = 0.3  # for the offload heuristic and the chooser's rounds (at least; what the compiles leave)
 HEURISTIC_SHARE = 0.3  # of the choosers' time, for the offload heuristic after them (the choosers find more)
+SIZED_HEURISTIC_SHARE = 0.7  # of it, for the heuristic first, where the stages are sized for offload
 CPSAT_SHARE = 0.3  # of it, on a small problem, for CP-SAT with the order and the offloads in one model
 # the most actions for which that model improves on the choosers in seconds: on 8 identical stages
 # x 16 microbatches (384 actions) it did in 10 s, on 8 x 32 (768) it found nothing in 10 s, nor in
@@ -463,7 +464,8 @@ def offload_stage_bound(problem, link: HostLink, checkpointed: Optional[Profile]
 
 
 def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, loosened: Sequence = (),
-                   deadline: Optional[Deadline] = None, checkpointed: Optional[Profile] = None):
+                   deadline: Optional[Deadline] = None, checkpointed: Optional[Profile] = None,
+                   sized: bool = False):
     """The answer of ``--offload auto`` from the compile under the cap (`capped`, None where the
     cap holds less than one microbatch per stage), the one without a cap (`relaxed`) and those
     under `loosened` caps ((name, CompileResult) pairs): the choosers on their schedules and the
@@ -471,6 +473,9 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     heuristic (schedc.solver.engines.offload_heuristic) until `deadline` (default: CHOOSER_SHARE
     of `time_limit` from now); the shortest that fits, with its report. With `checkpointed` (the
     stages' costs checkpointed) the choosers may also recompute microbatches (best_offload).
+    `sized`: the stages are sized for offload (schedc.planning.offload.offload_sized_candidates),
+    so the heuristic, which builds the order for the offloads, runs first, its rules with 1F1B's
+    warm-up first, in SIZED_HEURISTIC_SHARE of the time; the choosers then start from its answer.
     ParameterError about memory when nothing fits."""
     from dataclasses import replace
 
@@ -490,11 +495,20 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     # order and the offloads in one model takes CPSAT_SHARE of it, hinted with the best so far
     exact = cpsat_offload_runs(problem)
     start, left = now(), max(0.0, deadline.left())
-    choosers = 1 - HEURISTIC_SHARE - (CPSAT_SHARE if exact else 0.0)
-    found = best_offload(candidates, problem, link, beat, Deadline(start + choosers * left), checkpointed)
-    if found is not None:
-        beat = found[1].sim.objective(problem.objective)
-    built = offload_heuristic(problem, link, Deadline(deadline.at - CPSAT_SHARE * left) if exact else deadline, beat)
+    found = None
+    if sized:
+        built = offload_heuristic(problem, link, Deadline(start + SIZED_HEURISTIC_SHARE * left), beat,
+                                  one_f_one_b_first=True)
+        if built is not None:
+            found = ("offload heuristic", OffloadChoice(built.schedule, built.actions, built.sim, True))
+            beat = built.sim.objective(problem.objective)
+        start, left = now(), max(0.0, deadline.left())
+    choosers = 1 - (0.0 if sized else HEURISTIC_SHARE) - (CPSAT_SHARE if exact else 0.0)
+    chosen = best_offload(candidates, problem, link, beat, Deadline(start + choosers * left), checkpointed)
+    if chosen is not None:
+        found, beat = chosen, chosen[1].sim.objective(problem.objective)
+    built = None if sized else \
+        offload_heuristic(problem, link, Deadline(deadline.at - CPSAT_SHARE * left) if exact else deadline, beat)
     if built is not None:  # shorter than what the choosers found
         found = ("offload heuristic", OffloadChoice(built.schedule, built.actions, built.sim, True))
     if exact:

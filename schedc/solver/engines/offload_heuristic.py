@@ -383,7 +383,7 @@ def _whole_backwards(a: Graph, orders: list, fetch_at: dict) -> tuple[list, dict
     return rows, fixed
 
 
-def offload_rules(a: Graph, objective: str) -> list[Rule]:
+def offload_rules(a: Graph, objective: str, one_f_one_b_first: bool = False) -> list[Rule]:
     """The list heuristic's rules without idle waits, at most MAX_RULES: first those that admit
     more microbatches than 1F1B on some rank (what offload is for: under a cap that binds, the
     list heuristic alone already runs 1F1B's warm-up or less) with each W right after its I (the
@@ -391,23 +391,27 @@ def offload_rules(a: Graph, objective: str) -> list[Rule]:
     group those that run a ready F before a ready I first (more forwards in flight), then the
     list heuristic's order. On the plan's Llama-3-8B and Qwen2.5-7B rows at 28 GiB the shortest
     constructions came from the first group, 16 and 20 rules down the list heuristic's order,
-    past what a plan's share of the time reached."""
+    past what a plan's share of the time reached. With `one_f_one_b_first` the rules with 1F1B's
+    warm-up go first: on stages sized to hold fewer microbatches than 1F1B's, the rest offloaded
+    (schedc.planning.offload.offload_sized_candidates), those built the shortest schedules, 16
+    rules down this order on Qwen2.5-7B at 28 GiB."""
     base = one_f_one_b_warmup(a)
     rules = list(dict.fromkeys(replace(r, protect_i=False, protect_f=False) for r in list_rules(a, objective)))
     rules = rules[:MAX_RULES]  # the list heuristic's best, then reordered: a longer budget tries the same ones
 
-    def group(rule: Rule) -> tuple[int, bool]:
+    def group(rule: Rule) -> tuple[bool, int, bool]:
         deeper = any(math.isfinite(w) and w > b for w, b in zip(rule.warmup, base))
         at_once = rule.w_limit == 0 or isinstance(rule.w_limit, tuple) and not any(rule.w_limit)
-        return (0 if deeper and at_once else 1 if deeper else 2), not rule.f_first
+        later = one_f_one_b_first and list(rule.warmup) != base
+        return later, (0 if deeper and at_once else 1 if deeper else 2), not rule.f_first
     return sorted(rules, key=group)
 
 
 def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
-                      beat: float = math.inf) -> Optional[OffloadSchedule]:
+                      beat: float = math.inf, one_f_one_b_first: bool = False) -> Optional[OffloadSchedule]:
     """The shortest schedule with offloads that the rules build (module docstring) and that fits
     `problem`'s caps on `link`, if shorter than `beat`; None when none is, or the deadline passes
-    first."""
+    first. `one_f_one_b_first`: the rules in offload_rules' order for stages sized for offload."""
     g = graph_of(problem)
     problem = g.problem
     safe = g.safe_net()  # safe() keeps a rising I's rise twice: no room for the head's one microbatch
@@ -423,7 +427,7 @@ def offload_heuristic(problem, link: HostLink, deadline: Deadline = NEVER,
     # 28 GiB the shortest construction needs the longer one), each lead without the reserve (the
     # better on the benchmarks' rows) and then with it (which a V's one microbatch needs): a short
     # budget reaches every form of the most promising rules
-    rules = offload_rules(safe, problem.objective)
+    rules = offload_rules(safe, problem.objective, one_f_one_b_first)
     variants = [(rule, extra, careful) for rule in rules for extra in LEADS for careful in (False, True)]
     for rule, extra, careful in variants:
         if deadline.expired():
