@@ -265,3 +265,28 @@ def test_stages_sized_for_offload_fit_the_cap_with_their_offloads():
     split = {a.stage for _, a in res.schedule.all_actions() if a.kind in ("I", "W")}
     assert split <= {0, len(counts) - 1}  # torch's stage 0 runs I and W under checkpointing too
     assert len(modes) == len(counts)
+
+
+def test_a_plan_sized_for_offload_records_the_checkpointing_the_runtime_applies(tmp_path):
+    # at 4 GiB the per-unit model's plan with offload is a partition sized for offload: its own
+    # checkpointing per stage, not --ac auto's, is what plan.json gives schedc's runtime
+    from test_plan import _modes  # noqa: E402
+
+    from schedc.planning import build_plan_report
+    from schedc.planning.offload import plan_with_offload
+
+    res = plan_with_offload(_modes(units()), HostLink(), ranks=RANKS, microbatches=M, memory="4GiB",
+                            placement="loop", budget="work", time_limit=4)
+    won = res.candidates[-1]
+    assert won.get("sized_for_offload") and res.value < res.offload["step_without_offload"]
+    assert res.assumes["activation_checkpoint"] == res.ac.chosen == won["modes"]
+    assert res.report["memory_actions"]
+    pytest.importorskip("torch")
+    from schedc.runtime.checkpointing import plan_settings
+
+    (tmp_path / "plan.json").write_text(json.dumps(build_plan_report(res, csv="plan.csv")))
+    got = plan_settings(tmp_path / "plan.json")
+    assert got["activation_checkpoint"] == won["modes"]
+    bounds = [sum(won["units_per_stage"][:k]) for k in range(len(won["units_per_stage"]) + 1)]
+    layers = [sum(u.modules[0].startswith("layers.") for u in units().stages[a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert got["layers_per_stage"] == layers

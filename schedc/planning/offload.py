@@ -311,7 +311,7 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
             queue.append((own_bound(problem.with_memory(MemoryLimit(kind="none"))), kind, form, pl, counts, problem))
     sized_modes: dict = {}  # id of a candidate's units sized for offload -> its checkpointing per stage
     cap = limit.value if limit.kind == "bytes" else math.inf
-    if stage_forms is not None and fits and plan.ac is not None and "loop" in placements and math.isfinite(cap):
+    if stage_forms is not None and fits and "loop" in placements and math.isfinite(cap):
         for form, counts, stage_modes in offload_sized_candidates(stage_forms, ranks, M, cap):
             problem = problem_for(form, counts, "loop", ranks, M, limit, objective)
             if may_fit_with_offload(problem):
@@ -398,9 +398,10 @@ def _adopt(plan: PlanResult, best: dict, link: HostLink, forms: dict, placements
         out = replace(plan, compiled=res, units=form, counts=list(counts), placement=pl, least_memory=None,
                       candidates=plan.candidates + [entry if stage_modes is None else
                                                     dict(entry, sized_for_offload=True, modes=stage_modes)])
-        if stage_modes is not None and plan.ac is not None:  # sized for offload: its own checkpointing per stage
-            out = replace(out, ac=replace(plan.ac, chosen=stage_modes),
-                          assumes={**plan.assumes, "activation_checkpoint": stage_modes})
+        if stage_modes is not None:  # sized for offload: its own checkpointing per stage
+            out = replace(out, assumes={**plan.assumes, "activation_checkpoint": stage_modes})
+            if plan.ac is not None:
+                out = replace(out, ac=replace(plan.ac, chosen=stage_modes))
         elif form is forms.get("offload only") and plan.ac is not None and plan.ac.chosen != "none":
             # the units without checkpointing won (offloaded, some microbatches recomputed): the
             # stages run without checkpointing, the memory actions recompute per microbatch
