@@ -43,6 +43,28 @@ def _v_problem(memory=V_CAP):
     return problem_for(units(), V_COUNTS, "v", 4, 8, MemoryLimit.parse(memory), "makespan")
 
 
+LLAMA3_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+             "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+QWEN25_7B = {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
+             "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+             "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+
+
+def _counted_forms(tmp_path, config: dict, seq: int = 4096) -> dict:
+    """--ac auto's per-mode forms (schedc.planning.ac.mode_forms) of a Hugging Face config,
+    counted per unit (schedc.model_costs.unit_profile; nothing downloaded)."""
+    import json
+
+    from schedc.core.costs import AC_MODES
+    from schedc.model_costs import unit_profile
+    from schedc.planning.ac import mode_forms
+
+    path = tmp_path / f"{config['model_type']}.json"
+    path.write_text(json.dumps(config))
+    return mode_forms({m: unit_profile(path, seq=seq, activation_checkpoint=m) for m in AC_MODES})
+
+
 @pytest.mark.parametrize("n_stages,n_mb,memory", [(4, 8, "0.75p"), (4, 12, "0.75p"), (6, 12, "0.6p")])
 def test_its_schedules_and_memory_actions_are_valid_and_fit_the_cap(n_stages, n_mb, memory):
     problem = Problem.build(n_stages, n_mb, profile=_flat(n_stages), memory=memory)
@@ -115,11 +137,7 @@ def test_where_copies_are_slower_than_forwards_a_forward_waits_for_one_and_reach
 
 
 def test_on_a_llama_partition_whose_head_rises_at_i_it_fits_where_the_safe_view_has_no_room(tmp_path):
-    import json
-
-    from schedc.core.costs import AC_MODES
-    from schedc.model_costs import unit_profile
-    from schedc.planning.ac import mode_forms, spec_units
+    from schedc.planning.ac import spec_units
     from schedc.planning.problem import problem_for
     from schedc.solver.graph import graph_of
 
@@ -127,11 +145,7 @@ def test_on_a_llama_partition_whose_head_rises_at_i_it_fits_where_the_safe_view_
     # auto's per-stage program gives when each stage holds at most 3 microbatches (offload
     # moving the rest): its last stage (two layers, the head, the loss) keeps 2.0 GiB after F
     # and 3.25 from its I on; safe() counts that rise twice and leaves 3.17 GiB, no room for one
-    config = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
-              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-              "torch_dtype": "bfloat16", "tie_word_embeddings": False}
-    (tmp_path / "llama.json").write_text(json.dumps(config))
-    forms = mode_forms({m: unit_profile(tmp_path / "llama.json", seq=4096, activation_checkpoint=m) for m in AC_MODES})
+    forms = _counted_forms(tmp_path, LLAMA3_8B)
     counts = (4, 4, 4, 5, 4, 4, 5, 4)
     specs = (("light", 3), ("light", 1), ("light", 1), ("selective+full", 1), ("light", 1), ("light", 1),
              ("light+selective", 2), ("none", 0))
@@ -281,11 +295,7 @@ def test_for_stages_sized_for_offload_the_rules_with_1f1bs_warmup_come_first():
 
 
 def test_on_qwen_stages_sized_for_offload_it_beats_the_same_program_sized_for_1f1b(tmp_path):
-    import json
-
-    from schedc.core.costs import AC_MODES
-    from schedc.model_costs import unit_profile
-    from schedc.planning.ac import heuristic_step, mode_forms, stage_candidates
+    from schedc.planning.ac import heuristic_step, stage_candidates
     from schedc.planning.offload import offload_sized_candidates
     from schedc.planning.problem import problem_for
     from schedc.solver.deadline import counting_work
@@ -294,11 +304,7 @@ def test_on_qwen_stages_sized_for_offload_it_beats_the_same_program_sized_for_1f
     # program sizes each stage for 1F1B's microbatches in flight and checkpoints the early stages
     # most; sized to hold three on the device, the rest offloaded over 50 GB/s, the heuristic
     # (1F1B's warm-up first) gives a shorter step than the list heuristic on the 1F1B sizing
-    config = {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
-              "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-              "torch_dtype": "bfloat16", "tie_word_embeddings": False}
-    (tmp_path / "qwen.json").write_text(json.dumps(config))
-    forms = mode_forms({m: unit_profile(tmp_path / "qwen.json", seq=4096, activation_checkpoint=m) for m in AC_MODES})
+    forms = _counted_forms(tmp_path, QWEN25_7B)
     cap = MemoryLimit.parse("28GiB")
     [(_, counts, specs)] = stage_candidates(forms, "loop", 8, 32, cap.value, depths=(1.0,))
     with counting_work(30):
