@@ -15,15 +15,22 @@ schedc/solver/engines/cpsat.py, heuristic.py, schedc/planning/problem.py and han
     python benchmarks/work_charges.py                  # both cases, 30 work units each
     python benchmarks/work_charges.py --time-limit 15 --match mistral
     python benchmarks/work_charges.py --time-limit 15 --ac-auto   # plan_offload.py's --ac auto plan instead
+    python benchmarks/work_charges.py --time-limit 15 --offload   # and the offload of that plan
 
 ``--ac-auto`` runs ``plan_ac`` on benchmarks/plan_offload.py's first rows (Llama-3-8B and
-Qwen2.5-7B, seq 4096, 28 GiB, 8 ranks x 32 microbatches) in place of issue 52's cases.
+Qwen2.5-7B, seq 4096, 28 GiB, 8 ranks x 32 microbatches) in place of issue 52's cases;
+``--offload`` then measures the offload plan plan_offload.py adds to it at 50 GB/s (its
+OFFLOAD_SHARE of the time limit, on a work clock of its own). The last column, the most the wall
+clock ran ahead of the work charged at a charge of that site, shows how close a run came to the
+2 s where the wall takes over (schedc.planning.clock.WALL_LEAD); run the script with two busy
+processes beside it (``yes > /dev/null &`` twice) to see the reference machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import math
 import sys
 import tempfile
 import time
@@ -42,7 +49,7 @@ class _Attributed:
     """Per charging function: [units, CPU seconds, charges]."""
 
     def __init__(self) -> None:
-        self.sites: dict[str, list] = collections.defaultdict(lambda: [0.0, 0.0, 0])
+        self.sites: dict[str, list] = collections.defaultdict(lambda: [0.0, 0.0, 0, -math.inf])
         self.cpu = time.process_time()
 
     def record(self, units: float) -> None:
@@ -56,6 +63,11 @@ class _Attributed:
         row[0] += units
         row[1] += cpu - self.cpu
         row[2] += 1
+        # how far the wall clock ran ahead of the work charged when this charge came: past
+        # schedc.planning.clock.WALL_LEAD the wall takes over the plan (not reproducible)
+        clock = deadline.work_clock()
+        if clock is not None:
+            row[3] = max(row[3], deadline.wall_elapsed() - clock.spent)
         self.cpu = cpu
 
 
@@ -110,9 +122,9 @@ def run_case(name: str, time_limit: float, attributed: _Attributed, solves: list
     report(name, time_limit, cpu, wall, res, attributed, solves)
 
 
-def run_ac_case(name: str, time_limit: float, attributed: _Attributed, solves: list) -> None:
+def run_ac_case(name: str, time_limit: float, attributed: _Attributed, solves: list, offload: bool = False) -> None:
     """``plan_ac`` on one of benchmarks/ac_choice.py's models at seq 4096 under 28 GiB, as
-    plan_offload.py's first table plans it."""
+    plan_offload.py's first table plans it, and with `offload` the offload plan it adds."""
     from ac_choice import profiles_of
 
     from schedc.planning import plan_ac
@@ -125,16 +137,26 @@ def run_ac_case(name: str, time_limit: float, attributed: _Attributed, solves: l
     attributed.cpu = cpu
     res = plan_ac(profiles, ranks=8, microbatches=32, memory="28GiB", time_limit=time_limit, budget="work")
     report(f"{name} --ac auto at 28GiB", time_limit, cpu, wall, res, attributed, solves)
+    if offload:
+        from plan_offload import OFFLOAD_SHARE, with_offload
+
+        attributed.sites.clear()
+        solves.clear()
+        cpu, wall = time.process_time(), time.monotonic()
+        attributed.cpu = cpu
+        off = with_offload(res, profiles, 50e9, time_limit, "work")
+        report(f"{name} --offload auto at 28GiB, 50 GB/s", OFFLOAD_SHARE * time_limit, cpu, wall, off, attributed,
+               solves)
 
 
 def report(name: str, time_limit: float, cpu: float, wall: float, res, attributed: _Attributed, solves: list) -> None:
     cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     print(f"\n{name}: {time_limit:g} work units, {cpu:.1f} CPU s, {wall:.1f} wall s, cut by the wall clock: "
           f"{'yes' if res.cut_by_wall else 'no'}, step {res.compiled.value:.6g}")
-    print("| charged by | charges | units | CPU s | CPU s per unit |")
-    print("|---|---|---|---|---|")
-    for site, (units, spent, n) in sorted(attributed.sites.items(), key=lambda kv: -kv[1][1]):
-        print(f"| {site} | {n} | {units:.2f} | {spent:.2f} | {spent / units:.2f} |")
+    print("| charged by | charges | units | CPU s | CPU s per unit | wall's largest lead (s) |")
+    print("|---|---|---|---|---|---|")
+    for site, (units, spent, n, lead) in sorted(attributed.sites.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {site} | {n} | {units:.2f} | {spent:.2f} | {spent / units:.2f} | {lead:.1f} |")
     if solves:
         spent, dtime = sum(s[0] for s in solves), sum(s[1] for s in solves)
         print(f"CP-SAT: {len(solves)} solves, {spent:.2f} CPU s in solve, deterministic time {dtime:.3f}, "
@@ -147,14 +169,19 @@ def main(argv=None) -> int:
     ap.add_argument("--match", action="append", default=[], help="only cases whose name contains this")
     ap.add_argument("--ac-auto", action="store_true",
                     help="plan_offload.py's --ac auto plans (Llama-3-8B, Qwen2.5-7B at 28 GiB) instead")
+    ap.add_argument("--offload", action="store_true", help="with --ac-auto (implied): also the offload plans")
     args = ap.parse_args(argv)
+    args.ac_auto = args.ac_auto or args.offload
     print(f"target: {TARGET:.2f} CPU s per work unit")
     attributed, solves = _Attributed(), []
     _instrument(attributed, solves)
     names = ("llama3-8b", "qwen2.5-7b") if args.ac_auto else tuple(CONFIGS)
     for name in names:
         if not args.match or any(m in name for m in args.match):
-            (run_ac_case if args.ac_auto else run_case)(name, args.time_limit, attributed, solves)
+            if args.ac_auto:
+                run_ac_case(name, args.time_limit, attributed, solves, args.offload)
+            else:
+                run_case(name, args.time_limit, attributed, solves)
     return 0
 
 

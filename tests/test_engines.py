@@ -212,3 +212,25 @@ def test_the_work_clock_moves_only_with_charged_work_and_nests():
             dl.charge(0.3)
         assert d.expired() and clock.spent == pytest.approx(0.6) and not clock.cut_by_wall
     assert dl.work_clock() is None and dl.now() == pytest.approx(time.monotonic(), abs=1.0)
+
+
+def test_a_v_program_skipped_for_work_is_not_a_cut_by_the_wall_clock():
+    """Under a work budget a V's dynamic program whose estimated seconds do not fit before its end
+    on the work clock is skipped at once, uncharged; that is the same decision on any machine, so
+    the plan stays reproducible (it was marked cut by the wall clock). One that fits is charged
+    its estimate and runs."""
+    from schedc.core.partition import v_bound_seconds
+    from schedc.planning.clock import bounded_program
+    from schedc.solver import deadline as dl
+    from schedc.solver.interrupt import Cut
+
+    estimate = v_bound_seconds(40, 8)
+    with dl.counting_work(10.0) as clock:
+        with pytest.raises(Cut):
+            with bounded_program("v", 40, 8, end=dl.now() + 0.5 * estimate):
+                pytest.fail("a program that does not fit its share must not run")
+        assert clock.spent == 0.0 and not clock.cut_by_wall
+        ran = False
+        with bounded_program("v", 40, 8, end=dl.now() + 2 * estimate):
+            ran = True
+        assert ran and clock.spent == pytest.approx(estimate) and not clock.cut_by_wall

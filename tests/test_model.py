@@ -30,6 +30,31 @@ def solve_full(problem: Problem, solver: str = "highs", time_limit: float = 20.0
     return inst, val, out
 
 
+def test_under_a_work_budget_a_model_whose_set_up_exceeds_its_share_is_not_solved():
+    """Under a work budget the integer program is charged its set-up per binary (building the
+    model, HiGHS's presolve and root: the node and check limits do not bound them); a share too
+    small for it gets no solve, charged only for what was built, and a share that holds it is
+    solved, charged the set-up and the solve."""
+    from schedc.solver import deadline as dl
+
+    problem = Problem.build(4, 8, memory="1.5p")
+    inst = graph.graph_of(problem)
+    sched, sim, _ = warm_start(problem, time_budget=0.05)
+    inc = graph.canonical_orders(inst, graph.orders_from_schedule(inst, sched))
+    val = simulate(graph.schedule_from_orders(inst, inc), problem.profile).objective(problem.objective)
+    with dl.counting_work(100.0) as clock:
+        out = model.solve_model(inst, inc, val, problem.objective, 0.05, model.available_solver())
+        built = model.ORDER_WORK_PER_BINARY * out.n_binaries
+        assert out.n_binaries > 0 and out.orders is None and "set-up" in out.message
+        assert clock.spent == pytest.approx(built)
+        setup = model.SETUP_WORK_PER_BINARY * out.n_binaries
+        share = built + setup + 1.0
+        solved = model.solve_model(inst, inc, val, problem.objective, share, model.available_solver())
+        assert solved.orders is not None and solved.n_binaries == out.n_binaries
+        assert clock.spent >= built + built + setup
+        assert not clock.cut_by_wall
+
+
 TINY = [
     # (stages, mb, ranks, placement, profile, memory, objective)
     (2, 3, None, "loop", None, "1p", "makespan"),

@@ -70,10 +70,11 @@ def stop_requested() -> bool:
 @contextmanager
 def bounded_program(placement: str, n_units: int, ranks: int, end: float) -> Iterator[None]:
     """The V's dynamic programs (O(R U^4), no clock read inside) cut at `end` on the plan's clock
-    or at a stop (schedc.solver.interrupt.cut_after). Under a work budget their estimated seconds
-    are charged; they are cut on the wall clock only where they run past `end` in seconds (a
-    machine far slower than the estimate), and the plan is then marked cut by the wall clock. The
-    loop's programs (O(R U^2)) run as they are."""
+    or at a stop (schedc.solver.interrupt.cut_after). Under a work budget they run only where
+    their estimated seconds fit before `end` on the work clock (else Cut at once, a decision the
+    charges alone make), and that estimate is charged; they are cut on the wall clock only where
+    they run past `end` in seconds (a machine far slower than the estimate), and the plan is then
+    marked cut by the wall clock. The loop's programs (O(R U^2)) run as they are."""
     from schedc.core.partition import v_bound_seconds
     from schedc.solver.deadline import wall_left
     from schedc.solver.interrupt import Cut, cut_after
@@ -87,9 +88,13 @@ def bounded_program(placement: str, n_units: int, ranks: int, end: float) -> Ite
         return
     from schedc.solver.deadline import work_clock
 
-    charge_work(v_bound_seconds(n_units, ranks))
+    left, estimate = end - clock_now(), v_bound_seconds(n_units, ranks)
+    if estimate > left:
+        # skipped on the work clock, the same on any machine: not a cut by the wall clock
+        raise Cut("deadline")
+    charge_work(estimate)
     try:  # on the wall too (as clock_now() takes over): a cut one is marked not reproducible
-        with cut_after(min(wall_left(), end - clock_now())):
+        with cut_after(min(wall_left(), left)):
             yield
     except Cut:
         clock = work_clock()

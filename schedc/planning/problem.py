@@ -21,8 +21,10 @@ from schedc.errors import ParameterError, SchedcError
 
 # passes over the actions (schedc.solver.deadline.charge_passes) charged per partition's own bound:
 # 0.30-0.47 CPU seconds per unit charged at 1.25 passes (Llama-3.1-70B and Mistral-NeMo-12B-like
-# plans, benchmarks/work_charges.py), times 1.5 for a work unit's wall clock
-OWN_BOUND_PASSES = 0.5
+# plans, benchmarks/work_charges.py), times 1.5 for a work unit's wall clock; at 0.5 passes the
+# --ac auto plans of Llama-3-8B and Qwen2.5-7B at 28 GiB ran 0.61 and 1.07 CPU s per unit since
+# the charge before (work_charges.py --ac-auto), where a unit stands for 0.67
+OWN_BOUND_PASSES = 0.8
 
 # a loop of two stages per rank: stage s on rank s mod R, what torchtitan's Interleaved1F1B and
 # InterleavedZeroBubble build (torch's schedule classes and schedc's interleaved baselines run it)

@@ -64,6 +64,10 @@ MAX_WAITS = 64  # rounds of added waits per level (one per rank over its cap per
 STALLED_ROUNDS = 3  # rounds without a lower excess over the caps before the waits stop
 AFTER_F_LEVELS = (LEVELS // 4, LEVELS // 2, LEVELS)  # shares after F beside which moves after I are chosen
 AFTER_I_LEVELS = (LEVELS // 4, LEVELS // 2, 3 * LEVELS // 4, LEVELS)  # shares after I
+# passes charged per pair tried after I under a work budget (its offloads and their simulation):
+# at one pass they ran 1.07 CPU s per work unit since the charge before (benchmarks/
+# work_charges.py --offload, Qwen2.5-7B at 28 GiB), against the unit's 2/3 of a CPU second
+AFTER_I_PASSES = 1.6
 
 
 @dataclass(frozen=True)
@@ -304,7 +308,7 @@ def choose_after_i(schedule: Schedule, profile: Profile, memory: Optional[Memory
                 return best
             actions = offloads_after_i(schedule, profile, link, {r: k_i / LEVELS for r in over}, timing,
                                        before=before)
-            charge_passes(size)
+            charge_passes(size, AFTER_I_PASSES)
             sim = simulate(schedule, profile, memory, runtime, memory_actions=actions or None, link=link)
             if sim.fits and (best is None or sim.objective(objective) < best.sim.objective(objective)):
                 fractions = tuple(k_i / LEVELS if r in over else 0.0 for r in range(schedule.n_ranks))

@@ -129,6 +129,18 @@ FULL_MODEL_PAIRS = 6000  # free order pairs above which the driver switches to w
 NODES_PER_UNIT, MIN_NODES = 50, 10
 # and HiGHS's at a count of its interrupt checks (_WarmHiGHS.call_limit)
 CHECKS_PER_UNIT, MIN_CHECKS = 4, 2
+# under a work budget, what a model costs before its node and check limits mean anything: building
+# it in PuLP and HiGHS's presolve and root, charged per binary (CP-SAT's set-up is charged the same
+# way: schedc.solver.engines.cpsat). Measured 200-830 CPU microseconds per binary for models of
+# 1,200-4,200 binaries (Llama-3-8B and Qwen2.5-7B --ac auto plans, uniform 4 x 8 to 8 x 32), less
+# the 0.5-unit share they ran for, at most 630; at a work unit's 2/3 of a CPU second
+# (benchmarks/work_charges.py). Uncharged, a compile's model ran seconds past the wall-clock cap of
+# its share on a busy machine, and the plan was cut by the wall clock (not reproducible). The
+# binaries are known once the machine order is built (about 55 microseconds each, charged
+# whether the model goes on or not); the rest of the set-up is charged only where the model goes on.
+ORDER_WORK_PER_BINARY = 8e-5
+SETUP_WORK_PER_BINARY = 1e-3 - ORDER_WORK_PER_BINARY
+MIN_SOLVE_WORK = 0.2  # work units a solve gets at least after its set-up, else it is not built
 _EPS = MODEL
 
 
@@ -302,6 +314,13 @@ def solve_model(
         failure = add_machine_order(m)
     if failure:
         return SolveOutcome(None, False, None, None, now() - t0, message=failure)
+    if counting_work_on():  # the binaries are known: the set-up's charge, the same on any machine
+        built, setup = ORDER_WORK_PER_BINARY * len(m.before), SETUP_WORK_PER_BINARY * len(m.before)
+        charge(built)
+        if built + setup + MIN_SOLVE_WORK > time_limit:
+            return SolveOutcome(None, False, None, None, now() - t0, len(m.before),
+                                message="its set-up takes more than its share of the work budget")
+        charge(setup)
     add_memory_cap(m)
     add_objective(m)
     add_one_machine_cuts(m)

@@ -94,8 +94,10 @@ LEADS = (0, 1)  # stages of lookahead added to the fetch's: how early a fetch is
 # (Llama-3-8B and Qwen2.5-7B plans at 28 and 40 GiB, uniform 4 x 16 and 8 x 32; 96 constructions
 # each), 1.0 to 1.45 passes at a work unit's 2/3 of a CPU second; the list heuristic's
 # CONSTRUCTION_PASSES (14) charged ten times that, and a plan's share of the time ended the
-# heuristic after two or three constructions
-OFFLOAD_CONSTRUCTION_PASSES = 1.5
+# heuristic after two or three constructions. On the stages sized for offload of Qwen2.5-7B at
+# 28 GiB (benchmarks/work_charges.py --offload) 1.5 passes ran 0.77 CPU s per unit since the
+# charge before, and with two busy processes the wall came within 0.1 s of taking over: 1.8
+OFFLOAD_CONSTRUCTION_PASSES = 1.8
 MAX_RULES = 24  # deterministic rules tried (each with every lead, careful or not), best first
 
 
