@@ -52,6 +52,13 @@ class _Attributed:
         self.sites: dict[str, list] = collections.defaultdict(lambda: [0.0, 0.0, 0, -math.inf])
         self.cpu = time.process_time()
 
+    def restart(self, solves: list) -> tuple[float, float]:
+        """Forget what was attributed (and CP-SAT's `solves`) before a plan; its CPU and wall start."""
+        self.sites.clear()
+        solves.clear()
+        self.cpu = time.process_time()
+        return self.cpu, time.monotonic()
+
     def record(self, units: float) -> None:
         frame = sys._getframe(2)
         while frame is not None and frame.f_code.co_name in ("charge", "charge_passes", "charge_work"):
@@ -102,21 +109,17 @@ def run_case(name: str, time_limit: float, attributed: _Attributed, solves: list
     from schedc.api import count_profile
     from schedc.planning.ac import plan_mode
 
-    attributed.sites.clear()
-    solves.clear()
     with tempfile.TemporaryDirectory() as d:
         config = Path(d) / f"{name}.json"
         config.write_text(json.dumps(CONFIGS[name]))
         if name == "llama70b":
             profile = count_profile(config, seq=8192, tp=4, framework="torchtitan", activation_checkpoint="full")
-            cpu, wall = time.process_time(), time.monotonic()
-            attributed.cpu = cpu
+            cpu, wall = attributed.restart(solves)
             res = plan_mode(profile, "full", None, ranks=8, microbatches=32, memory="80GiB", budget="work",
                             time_limit=time_limit)
         else:
             profile = count_profile(config, seq=4096)
-            cpu, wall = time.process_time(), time.monotonic()
-            attributed.cpu = cpu
+            cpu, wall = attributed.restart(solves)
             res = schedc.plan(profile=profile, ranks=8, microbatches=32, placement="v", memory="64GiB",
                               budget="work", time_limit=time_limit)
     report(name, time_limit, cpu, wall, res, attributed, solves)
@@ -129,21 +132,15 @@ def run_ac_case(name: str, time_limit: float, attributed: _Attributed, solves: l
 
     from schedc.planning import plan_ac
 
-    attributed.sites.clear()
-    solves.clear()
     with tempfile.TemporaryDirectory() as d:
         profiles = profiles_of(name, Path(d), 4096)
-    cpu, wall = time.process_time(), time.monotonic()
-    attributed.cpu = cpu
+    cpu, wall = attributed.restart(solves)
     res = plan_ac(profiles, ranks=8, microbatches=32, memory="28GiB", time_limit=time_limit, budget="work")
     report(f"{name} --ac auto at 28GiB", time_limit, cpu, wall, res, attributed, solves)
     if offload:
         from plan_offload import OFFLOAD_SHARE, with_offload
 
-        attributed.sites.clear()
-        solves.clear()
-        cpu, wall = time.process_time(), time.monotonic()
-        attributed.cpu = cpu
+        cpu, wall = attributed.restart(solves)
         off = with_offload(res, profiles, 50e9, time_limit, "work")
         report(f"{name} --offload auto at 28GiB, 50 GB/s", OFFLOAD_SHARE * time_limit, cpu, wall, off, attributed,
                solves)

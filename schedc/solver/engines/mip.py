@@ -130,8 +130,8 @@ NODES_PER_UNIT, MIN_NODES = 50, 10
 # and HiGHS's at a count of its interrupt checks (_WarmHiGHS.call_limit)
 CHECKS_PER_UNIT, MIN_CHECKS = 4, 2
 # under a work budget, what a model costs before its node and check limits mean anything: building
-# it in PuLP and HiGHS's presolve and root, charged per binary (CP-SAT's set-up is charged the same
-# way: schedc.solver.engines.cpsat). Measured 200-830 CPU microseconds per binary for models of
+# it in PuLP and HiGHS's presolve and root, charged per binary (CP-SAT's set-up is charged by
+# model size too: schedc.solver.engines.cpsat, SETUP_WORK_PER_SIZE). Measured 200-830 CPU microseconds per binary for models of
 # 1,200-4,200 binaries (Llama-3-8B and Qwen2.5-7B --ac auto plans, uniform 4 x 8 to 8 x 32), less
 # the 0.5-unit share they ran for, at most 630; at a work unit's 2/3 of a CPU second
 # (benchmarks/work_charges.py). Uncharged, a compile's model ran seconds past the wall-clock cap of
