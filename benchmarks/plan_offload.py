@@ -62,7 +62,7 @@ from schedc.core.host_link import HostLink, offload_bytes
 from schedc.errors import SchedcError
 from schedc.planning import plan, plan_ac
 from schedc.planning.ac import checkpointed_form, mode_forms
-from schedc.planning.offload import OFFLOAD_SHARE, checkpointing_modes, plan_offload
+from schedc.planning.offload import OFFLOAD_SHARE, checkpointing_modes, interleaved_offload_bound, plan_offload
 from schedc.solver.deadline import counting_work
 
 # issue 49's table: (model, seq, cap), memory costing the most first
@@ -84,12 +84,13 @@ def with_offload(base, profiles: dict, bandwidth: float, time_limit: float, budg
     recompute_units = checkpointed_form(profiles["full"], profiles["none"])  # per-microbatch recompute
     with counting_work(seconds) if budget == "work" else nullcontext() as clock:
         res = plan_offload(base, HostLink(bandwidth=bandwidth), seconds, forms, recompute_units=recompute_units,
-                           modes=checkpointing_modes(profiles), stage_forms=mode_forms(profiles))
+                           modes=checkpointing_modes(profiles), stage_forms=mode_forms(profiles), interleaved=True)
     return replace(res, cut_by_wall=bool(clock is not None and clock.cut_by_wall))
 
 
 def bounds(profiles: dict, cap: str) -> list[float]:
-    """Over every partition (loop or V) of 8 ranks x 32 microbatches (schedc.core.offload_bound):
+    """Over every partition (loop, V or interleaved loop) of 8 ranks x 32 microbatches
+    (schedc.core.offload_bound; the interleaved loop's schedc.planning.offload.interleaved_offload_bound):
     the bound without a cap; with offload and any checkpointing per unit and microbatch at 25, 50
     and 100 GB/s; with offload alone at the same links and a perfect one."""
     from schedc.core.costs import MemoryLimit
@@ -98,8 +99,9 @@ def bounds(profiles: dict, cap: str) -> list[float]:
     none, modes, c = profiles["none"], checkpointing_modes(profiles), MemoryLimit.parse(cap).value
 
     def over(chosen, limit, bw):
-        return min(offload_partition_bound(none, chosen, RANKS, MICROBATCHES, limit, pl, bandwidth=bw).value
-                   for pl in ("loop", "v"))
+        return min([offload_partition_bound(none, chosen, RANKS, MICROBATCHES, limit, pl, bandwidth=bw).value
+                    for pl in ("loop", "v")] +
+                   [interleaved_offload_bound(none, chosen, RANKS, MICROBATCHES, limit, bandwidth=bw)])
     inf = float("inf")
     return [over([], inf, inf)] + [over(modes, c, b) for b in BANDWIDTHS] + [over([], c, b) for b in BANDWIDTHS + (inf,)]
 

@@ -309,7 +309,7 @@ def test_on_qwen_stages_sized_for_offload_it_beats_the_same_program_sized_for_1f
     [(_, counts, specs)] = stage_candidates(forms, "loop", 8, 32, cap.value, depths=(1.0,))
     with counting_work(30):
         sized_for_1f1b = heuristic_step(forms, counts, specs, "loop", 8, 32, cap, "makespan")[0]
-    form, counts, modes = offload_sized_candidates(forms, 8, 32, cap.value)[0]
+    form, counts, modes, _ = offload_sized_candidates(forms, 8, 32, cap.value)[0]
     problem = problem_for(form, counts, "loop", 8, 32, cap, "makespan")
     link = HostLink(bandwidth=50e9)
     with counting_work(30):

@@ -28,6 +28,7 @@ CFG = dict(vocab_size=32, hidden=16, layers=4, heads=2, seq_len=8, dtype="float6
 
 # (case, schedule, memory actions). 1F1B rank 0 runs 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3; ZB-V's rank
 # 0 runs 0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 ... and rank 1 holds stages 1 and 2.
+# Interleaved 1F1B's rank 0 runs 0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 ..., rank 1 stages 1 and 3.
 CASES = {
     "1f1b": (lambda: make_baseline("1f1b", 2, M), [
         {"stage": 0, "microbatch": 0, "action": "offload"},                      # fetched at 0F1
@@ -47,6 +48,14 @@ CASES = {
         {"stage": 0, "microbatch": 2, "action": "recompute"},
         {"stage": 1, "microbatch": 0, "action": "offload"},
         {"stage": 2, "microbatch": 1, "action": "offload", "fraction": 0.2},
+    ]),
+    # two stages a rank interleaved (a plan sized for offload on an interleaved loop), backwards whole
+    "interleaved-1f1b": (lambda: make_baseline("interleaved-1f1b", 4, M, n_ranks=2), [
+        {"stage": 0, "microbatch": 1, "action": "offload"},
+        {"stage": 2, "microbatch": 0, "action": "offload", "fraction": 0.5},
+        {"stage": 1, "microbatch": 2, "action": "recompute"},
+        {"stage": 2, "microbatch": 3, "action": "recompute"},
+        {"stage": 1, "microbatch": 1, "action": "offload", "fetch_at": "3B1"},   # at rank 1's other stage
     ]),
     # torch's OVERLAP_F_B cells: rank 0 runs ... 3F1 (0F3;3B1) (3F2;0B0) 3B2 (3F3;0B1) ..., rank 1
     # 1F0 2F0 1F1 2F1 1F2 2B0 (2F2;1B0) (1F3;2B1) (2F3;1B1) 2B2 1B2 ...

@@ -255,8 +255,8 @@ def test_stages_sized_for_offload_fit_the_cap_with_their_offloads():
 
     forms = mode_forms(_modes(units()))
     found = offload_sized_candidates(forms, RANKS, M, 6 * GiB)
-    assert found
-    form, counts, modes = found[0]
+    assert found and {pl for *_, pl in found} == {"loop"}  # interleaved only when asked
+    form, counts, modes, _ = found[0]
     problem = problem_for(form, counts, "loop", RANKS, M, MemoryLimit.parse("6GiB"), "makespan")
     with counting_work(4):
         res = offload_partition(problem, HostLink(), 4, sized=True)
@@ -290,3 +290,83 @@ def test_a_plan_sized_for_offload_records_the_checkpointing_the_runtime_applies(
     bounds = [sum(won["units_per_stage"][:k]) for k in range(len(won["units_per_stage"]) + 1)]
     layers = [sum(u.modules[0].startswith("layers.") for u in units().stages[a:b]) for a, b in zip(bounds, bounds[1:])]
     assert got["layers_per_stage"] == layers
+
+
+def _sized_offloads(cap: str, interleaved: bool):
+    """(placement, counts, result) of offloading each candidate sized for offload at `cap`."""
+    from test_plan import _modes  # noqa: E402
+
+    from schedc.planning.ac import mode_forms
+    from schedc.planning.offload import offload_partition, offload_sized_candidates
+    from schedc.planning.problem import problem_for
+    from schedc.solver.deadline import counting_work
+
+    out = []
+    limit = MemoryLimit.parse(cap)
+    for form, counts, _, pl in offload_sized_candidates(mode_forms(_modes(units())), RANKS, M, limit.value,
+                                                        interleaved=interleaved):
+        problem = problem_for(form, counts, pl, RANKS, M, limit, "makespan")
+        with counting_work(4):
+            out.append((pl, counts, offload_partition(problem, HostLink(), 4, sized=True)))
+    return out
+
+
+def test_stages_sized_for_offload_two_a_rank_interleaved_fit_the_rank_cap_and_beat_the_loops():
+    # sized for offload, the stages but the last run whole backwards: on a loop that keeps 1F1B's
+    # bubble, two stages a rank interleaved halve it. Both stages of a rank fit its one cap with
+    # their offloads, every fetch at an action of the CSV, and the step is shorter than every
+    # loop sized for offload at the same cap
+    from schedc.core.memory_actions import check_memory_actions
+
+    found = _sized_offloads("6GiB", interleaved=True)
+    loops = [res.value for pl, _, res in found if pl == "loop" and res is not None]
+    inter = [(counts, res) for pl, counts, res in found if pl == "interleaved"]
+    assert loops and inter
+    for counts, res in inter:
+        assert len(counts) == 2 * RANKS and res is not None and res.sim.fits
+        assert res.schedule.placement == tuple(s % RANKS for s in range(2 * RANKS))
+        assert max(res.sim.peak_memory) <= 6 * GiB
+        check_memory_actions(res.report["memory_actions"], res.schedule)
+        split = {a.stage for _, a in res.schedule.all_actions() if a.kind in ("I", "W")}
+        assert split <= {0, 2 * RANKS - 1}
+    assert min(res.value for _, res in inter) < min(loops) * 0.95
+
+
+def test_the_bound_with_offload_covers_the_interleaved_plans_it_may_choose():
+    # once an interleaved candidate is in the search the bound is over the interleaved loop too:
+    # at or below every interleaved answer, and never below the busiest rank's work
+    from types import SimpleNamespace
+
+    from test_plan import _modes  # noqa: E402
+
+    from schedc.core.partition import Units
+    from schedc.planning.offload import checkpointing_modes, offload_bound
+    from schedc.planning.search import busiest_rank_work_bound
+
+    found = _sized_offloads("6GiB", interleaved=True)
+    res = min((r for pl, _, r in found if pl == "interleaved"), key=lambda r: r.value)
+    plan = SimpleNamespace(compiled=SimpleNamespace(problem=res.problem))
+    modes = checkpointing_modes(_modes(units()))
+    bound = offload_bound(units(), plan, ["interleaved"], HostLink(), 6 * GiB, modes)
+    assert busiest_rank_work_bound(Units.of(units(), M), RANKS, M) <= bound <= res.value
+    assert offload_bound(units(), plan, ["loop", "interleaved"], HostLink(), 6 * GiB, modes) <= bound
+
+
+def test_plan_with_offload_tries_the_interleaved_loop_only_under_placement_auto():
+    # auto: the interleaved candidate sized for offload is offloaded (here shorter than the loop's
+    # plan, though a V wins) and the bound covers it; --placement loop keeps to the loop
+    import re
+
+    from test_plan import _modes  # noqa: E402
+
+    from schedc.planning.offload import plan_with_offload
+
+    kw = dict(ranks=RANKS, microbatches=M, memory="6GiB", budget="work", time_limit=4)
+    said: list = []
+    auto = plan_with_offload(_modes(units()), HostLink(), placement="auto", progress=said.append, **kw)
+    loop = plan_with_offload(_modes(units()), HostLink(), placement="loop", progress=said.append, **kw)
+    inter = [float(m.group(1)) for line in said for m in [re.search(r"offload, both: interleaved .*: ([\d.]+) \(", line)]
+             if m]
+    assert inter and min(inter) < loop.value
+    assert "interleaved" in auto.bounds and auto.bound <= auto.value <= min(inter)
+    assert loop.placement == "loop" and set(loop.bounds) == {"loop"}

@@ -27,8 +27,9 @@ again. A candidate that cannot hold one microbatch even with its offloadable byt
 (:func:`may_fit_with_offload`: offload moves only what F made, and on one stage per rank the F
 holds it all while it runs), or whose uncapped own bound cannot beat the shortest step so far,
 is skipped. With ``--ac auto`` (`stage_forms`) the candidates also include partitions with
-checkpointing per stage sized for offload (:func:`offload_sized_candidates`), tried right after
-the plan's own. The plan keeps the shortest that fits, and the plan without offload where nothing is
+checkpointing per stage sized for offload (:func:`offload_sized_candidates`: on a loop and, under
+placement auto, on an interleaved loop of two stages a rank), tried right after the plan's own.
+The plan keeps the shortest that fits, and the plan without offload where nothing is
 shorter: never worse than ``--offload none``. Where nothing fits without offload (the plan
 refuses the cap), the plan without a cap stands in for it: its partitions and placements are
 offloaded under the cap (the units without checkpointing and, with ``--ac auto`` or a
@@ -40,7 +41,8 @@ without checkpointing, with any offload over the link and any checkpointing per 
 microbatch among the plan's modes, under the cap (schedc.core.offload_bound: a forward holds all
 it makes until its copy out starts, so a stage that cannot keep one microbatch must recompute;
 a moved byte is on the device during F, both copies and I, so the cap still bounds the
-byte-seconds); at least the bound without a cap, and the report says what it assumes.
+byte-seconds; where an interleaved candidate was tried, :func:`interleaved_offload_bound` too);
+at least the bound without a cap, and the report says what it assumes.
 
 Cost: the plan's, then up to four compiles per candidate in ``OFFLOAD_SHARE`` of the time more,
 the offload heuristic and the chooser's simulations inside each candidate's share (they stop at
@@ -70,6 +72,13 @@ MAX_CANDIDATES = 4  # offloaded, the plan's own and the best bounds: more leaves
 # microbatches a stage but the last is sized to hold on the device when offload keeps the others
 # in host memory (offload_sized_candidates: why three)
 OFFLOAD_HOLDS = (3, 4)
+# Stages sized for offload in an interleaved loop (stage s on rank s mod R): the share of its rank's
+# cap each of a rank's two stages is sized under (offload_sized_candidates: why shares). From a
+# sweep of 0.50-0.62 on issue 49's rows (benchmarks/plan_offload.py): under 0.5 every stage
+# checkpoints fully; 0.56 is the best of the seq-4096 Qwen2.5-7B row at 28 GiB and of the seq-8192
+# one at 40 GiB, 0.5 of the row at 34 GiB; from 0.59 on the stages keep more than their links move
+# in time and the steps wait on the copies (3.3-19.7 s against 2.4-5.4).
+INTERLEAVED_SHARES = (0.56, 0.5)
 # of the offload's time, at most, for the V's bound with offload, by its program's estimate (a few
 # times the uncapped program's terms; the estimate, not the clock, so the plan is reproducible);
 # past it the V's bound without a cap
@@ -78,7 +87,8 @@ ROWS = ("nothing", "checkpointing only", "offload only", "both")
 BOUND_SOURCE = ("over every partition, schedule, offload over the link and checkpointing per unit and "
                 "microbatch among the plan's modes, under the cap: every forward holds what it makes until "
                 "its copy out, and a moved byte is on the device during F, both copies and I "
-                "(schedc.core.offload_bound)")
+                "(schedc.core.offload_bound); where the plan tried the interleaved loop, over it too: its busiest "
+                "rank's work, each stage on a rank of its own")
 
 
 def may_fit_with_offload(problem) -> bool:
@@ -216,11 +226,14 @@ def _candidates(form: Profile, plan: PlanResult, own: bool, placements, objectiv
     return list(dict.fromkeys(out))
 
 
-def offload_sized_candidates(stage_forms: dict, ranks: int, microbatches: int, cap: float) -> list:
-    """[(units, units per stage, modes per stage)]: the partitions and per-stage checkpointing of
-    ``--ac auto``'s dynamic program (schedc.planning.ac.stage_candidates, on a loop, 1F1B's depth)
-    with every stage but the last sized to hold at most k of ``OFFLOAD_HOLDS`` microbatches on the
-    device, the others offloaded.
+def offload_sized_candidates(stage_forms: dict, ranks: int, microbatches: int, cap: float,
+                             interleaved: bool = False) -> list:
+    """[(units, units per stage, modes per stage, placement)]: the partitions and per-stage
+    checkpointing of ``--ac auto``'s dynamic program (schedc.planning.ac.stage_candidates, on a
+    loop, 1F1B's depth) with every stage but the last sized to hold at most k of
+    ``OFFLOAD_HOLDS`` microbatches on the device, the others offloaded; with `interleaved` (and at
+    least one unit per stage) also 2R stages interleaved on the R ranks, sized to hold at most
+    ``OFFLOAD_HOLDS[0]``.
 
     Stages sized for offload: sized for 1F1B's R - s microbatches, the early stages of a tight cap
     checkpoint most, though they hold each microbatch longest and offload could keep it instead.
@@ -228,17 +241,28 @@ def offload_sized_candidates(stage_forms: dict, ranks: int, microbatches: int, c
     microbatch, the previous forward's microbatch until its copy out ends and the next backward's
     from the start of its fetch (the bytes leave when a copy out ends and are back when a fetch
     starts, as the allocator holds them): three, unless a copy is shorter than a forward, so k = 3
-    and the looser 4. Cost: one loop dynamic program per k (O(S U^2 K) for K forms)."""
+    and the looser 4.
+
+    Interleaved: such stages run their backward whole (B), so a loop keeps 1F1B's bubble, about
+    R - 1 of a stage's F + B; two stages a rank halve it (Megatron's interleaved 1F1B). The two
+    stages of a rank share its cap, which the loop's program over 2R stages cannot see (its
+    stages are independent); each is sized under a share of the cap (``INTERLEAVED_SHARES``, more
+    than half where the stages' peaks do not meet), and the offload heuristic then checks the
+    candidate under the rank's whole cap. Cost: one loop dynamic program per k and share (O(S U^2
+    K) for K forms)."""
     from schedc.planning.ac import runtime_modes, spec_units, stage_candidates
 
+    sizings = [("loop", ranks, k, cap) for k in OFFLOAD_HOLDS]
+    if interleaved and ranks > 1 and stage_forms["none"].n_stages >= 2 * ranks:
+        sizings += [(INTERLEAVED, 2 * ranks, OFFLOAD_HOLDS[0], share * cap) for share in INTERLEAVED_SHARES]
     out, seen = [], set()
-    for k in OFFLOAD_HOLDS:
-        for _, counts, specs in stage_candidates(stage_forms, "loop", ranks, microbatches, cap, depths=(1.0,),
+    for placement, stages, k, room in sizings:
+        for _, counts, specs in stage_candidates(stage_forms, "loop", stages, microbatches, room, depths=(1.0,),
                                                  hold_at_most=k):
-            if (counts, specs) not in seen:
-                seen.add((counts, specs))
+            if (placement, counts, specs) not in seen:
+                seen.add((placement, counts, specs))
                 out.append((spec_units(stage_forms, counts, specs), counts,
-                            runtime_modes(stage_forms, counts, specs)))
+                            runtime_modes(stage_forms, counts, specs), placement))
     return out
 
 
@@ -247,23 +271,37 @@ def offload_bound(form: Profile, plan: PlanResult, placements, link: HostLink, c
     """The bound over every partition of `form` (the units without checkpointing) onto the plan's
     ranks in `placements`, any schedule, any offload over `link` and any checkpointing per unit
     and microbatch among `modes` under the per-rank cap `cap` (schedc.core.offload_bound). The
-    interleaved loop's is its bound without a cap, and so is a V's whose dynamic program is
-    estimated (schedc.core.partition.v_bound_seconds, not the clock: the same on any machine) to
-    take over BOUND_SHARE of `seconds`, the time the offload has."""
+    interleaved loop's is :func:`interleaved_offload_bound`; a V's is its bound without a cap
+    where its dynamic program is estimated (schedc.core.partition.v_bound_seconds, not the clock:
+    the same on any machine) to take over BOUND_SHARE of `seconds`, the time the offload has."""
     from schedc.core.offload_bound import offload_partition_bound
     from schedc.core.partition import v_bound_seconds
-    from schedc.planning.search import interleaved_bound
 
     p = plan.compiled.problem
     R, M = p.n_ranks, p.n_microbatches
 
     def one(pl: str) -> float:
         if pl == INTERLEAVED:
-            return interleaved_bound(form, Units.of(form, M), R, M, math.inf, p.objective)
+            return interleaved_offload_bound(form, modes, R, M, cap, p.objective, link.per_gpu_bandwidth)
         if pl == "v" and v_bound_seconds(form.n_stages, R) > BOUND_SHARE * seconds:
             return partition_bound(form, R, M, math.inf, pl, p.objective).value
         return offload_partition_bound(form, modes, R, M, cap, pl, p.objective, link.per_gpu_bandwidth).value
     return min(one(pl) for pl in placements)
+
+
+def interleaved_offload_bound(form: Profile, modes, ranks: int, microbatches: int, cap: float,
+                              objective: str = "makespan", bandwidth: float = math.inf) -> float:
+    """:func:`offload_bound` over every partition of `form` into 2R stages interleaved on R ranks
+    (stage s on rank s mod R): the larger of the busiest rank's work however the units are dealt
+    to the ranks (schedc.planning.search.busiest_rank_work_bound) and the bound with offload of a
+    loop of 2R ranks, where each stage has a cap and a link of its own and every interleaved
+    schedule runs as it is (schedc.planning.search.interleaved_bound's relaxation). Cost: the
+    loop's dynamic program on 2R ranks."""
+    from schedc.core.offload_bound import offload_partition_bound
+    from schedc.planning.search import busiest_rank_work_bound
+
+    own = offload_partition_bound(form, modes, 2 * ranks, microbatches, cap, "loop", objective, bandwidth)
+    return max(busiest_rank_work_bound(Units.of(form, microbatches), ranks, microbatches), own.value)
 
 
 def checkpointing_modes(profiles: dict) -> list:
@@ -278,7 +316,7 @@ def checkpointing_modes(profiles: dict) -> list:
 def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dict, seed: int = 0,
                  say=None, refused: Optional[ParameterError] = None, memory: Optional[MemoryLimit] = None,
                  recompute_units: Optional[Profile] = None, modes: Optional[list] = None,
-                 stage_forms: Optional[dict] = None) -> PlanResult:
+                 stage_forms: Optional[dict] = None, interleaved: bool = False) -> PlanResult:
     """`plan` (the plan without offload) with offload chosen over its candidates (module
     docstring) in `time_limit`; `forms` maps the rows' kinds ("offload only": the units without
     checkpointing, "both": the plan's checkpointed units, when it checkpoints) to per-unit
@@ -292,7 +330,8 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
     `modes`: the checkpointed per-unit forms the plan could choose from (the bound's,
     :func:`offload_bound`); default the checkpointed forms among `forms` and `recompute_units`.
     `stage_forms`: with ``--ac auto``, its forms per mode (schedc.planning.ac.mode_forms), from
-    which :func:`offload_sized_candidates` adds "both" candidates with checkpointing per stage."""
+    which :func:`offload_sized_candidates` adds "both" candidates with checkpointing per stage, on
+    a loop and, with `interleaved` (the plan's placement is auto), interleaved."""
     say = say or (lambda line: None)
     t0 = clock_now()
     end = t0 + time_limit
@@ -312,11 +351,11 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
     sized_modes: dict = {}  # id of a candidate's units sized for offload -> its checkpointing per stage
     cap = limit.value if limit.kind == "bytes" else math.inf
     if stage_forms is not None and fits and "loop" in placements and math.isfinite(cap):
-        for form, counts, stage_modes in offload_sized_candidates(stage_forms, ranks, M, cap):
-            problem = problem_for(form, counts, "loop", ranks, M, limit, objective)
+        for form, counts, stage_modes, pl in offload_sized_candidates(stage_forms, ranks, M, cap, interleaved):
+            problem = problem_for(form, counts, pl, ranks, M, limit, objective)
             if may_fit_with_offload(problem):
                 sized_modes[id(form)] = stage_modes
-                queue.append((own_bound(problem.with_memory(MemoryLimit(kind="none"))), "both", form, "loop", counts,
+                queue.append((own_bound(problem.with_memory(MemoryLimit(kind="none"))), "both", form, pl, counts,
                               problem))
     # the plan's own problem first (its compile is the capped one already), then the stages
     # sized for offload, then its partition in the other forms, then by bound: the first
@@ -325,6 +364,8 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
                               (q[3], q[4]) != (plan.placement, tuple(plan.counts)), q[0]))
     # a share too small for the choosers finds nothing: the first few, each with time to choose
     queue = queue[:MAX_CANDIDATES]
+    if any(q[3] == INTERLEAVED for q in queue):  # the bound covers every placement the plan may take
+        placements = placements + [INTERLEAVED]
     best: dict = {}  # kind -> (compiled, form, placement, counts)
     shortest = plan.value if fits else math.inf
     for k, (lb, kind, form, pl, counts, problem) in enumerate(queue):
@@ -560,7 +601,7 @@ def plan_with_offload(profiles: dict, link: HostLink, *, time_limit: float, budg
         stage_forms = mode_forms({m: p for m, p in profiles.items() if m in AC_MODES})
     with counting_work(seconds) if budget == "work" else nullcontext() as clock:
         out = plan_offload(res, link, seconds, forms, seed, progress, refused, cap, recompute_units, modes,
-                           stage_forms)
+                           stage_forms, interleaved=kwargs.get("placement", "auto") == "auto")
     if refused is not None and (out.offload or {}).get("row") == "both" and most is not None \
             and out.units is forms.get("both"):  # not the units without checkpointing, some microbatches recomputed
         out = replace(out, assumes={**out.assumes, "activation_checkpoint": most})

@@ -98,7 +98,8 @@ def _placements(placement: str, ranks: int, n_units: int, source: str, time_limi
     # the V's partition bounds check no deadline and grow as R U^4: on a deep model they alone
     # would outlast the time limit, so auto leaves the V out and says so; asked for, it is planned
     seconds = v_bound_seconds(n_units, ranks)
-    bounding = f"bounding the V's partitions of {n_units} units on {ranks} ranks takes about {seconds:.0f} s"
+    shown_s = f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"  # not "0 s" for a short plan's limit
+    bounding = f"bounding the V's partitions of {n_units} units on {ranks} ranks takes about {shown_s} s"
     if "v" in ok and "v" not in placements_tried(placement, ranks, n_units, time_limit):
         ok.remove("v")
         notes.append(f"placement auto left the V out: {bounding}, over half of the time limit; "

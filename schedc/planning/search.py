@@ -14,6 +14,8 @@ from __future__ import annotations
 import heapq
 import math
 
+import numpy as np
+
 from schedc.core.cost_model import fits
 from schedc.core.formatting import format_bytes
 from schedc.core.partition import (
@@ -98,6 +100,22 @@ def mean_work_bound(units, ranks: int, microbatches: int) -> float:
     """A bound over every partition, placement and schedule: the busiest of R ranks computes at
     least the mean rank's work, M times every unit's F + I + W over R."""
     return microbatches * float(units.F[units.n] + units.I[units.n] + units.W[units.n]) / ranks
+
+
+def busiest_rank_work_bound(units, ranks: int, microbatches: int) -> float:
+    """A bound over every partition, placement and schedule: the busiest of R ranks computes at
+    least M times the work (F + I + W) of the units it holds. However the units are dealt to the
+    ranks, some rank holds k + 1 of the kR + 1 heaviest (pigeonhole), so at least the k + 1
+    lightest of those; with the mean rank's (:func:`mean_work_bound`), the largest such term. For
+    L identical layers it is ceil(L / R) layers' work, where the mean gives L / R of them.
+    Cost: O(U log U)."""
+    work = np.sort(np.diff(units.F) + np.diff(units.I) + np.diff(units.W))[::-1]
+    most = mean_work_bound(units, ranks, microbatches) / microbatches
+    k = 1
+    while k * ranks < len(work):
+        most = max(most, float(work[k * ranks - k:k * ranks + 1].sum()))
+        k += 1
+    return microbatches * most
 
 
 def interleaved_bound(profile, units, ranks, microbatches, cap, objective, stop=None) -> float:

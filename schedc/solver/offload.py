@@ -474,8 +474,11 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     of `time_limit` from now); the shortest that fits, with its report. With `checkpointed` (the
     stages' costs checkpointed) the choosers may also recompute microbatches (best_offload).
     `sized`: the stages are sized for offload (schedc.planning.offload.offload_sized_candidates),
-    so the heuristic, which builds the order for the offloads, runs first, its rules with 1F1B's
-    warm-up first, in SIZED_HEURISTIC_SHARE of the time; the choosers then start from its answer.
+    so on one stage per rank the heuristic, which builds the order for the offloads, runs first,
+    its rules with 1F1B's warm-up first, in SIZED_HEURISTIC_SHARE of the time; the choosers then
+    start from its answer. With two stages a rank (interleaved) 1F1B's warm-up is not the order's,
+    and the choosers on the compile without a cap find the shorter step (on issue 49's rows,
+    benchmarks/plan_offload.py): there the choosers run first, as without `sized`.
     ParameterError about memory when nothing fits."""
     from dataclasses import replace
 
@@ -496,18 +499,19 @@ def offload_result(problem, link: HostLink, capped, relaxed, time_limit: float, 
     exact = cpsat_offload_runs(problem)
     start, left = now(), max(0.0, deadline.left())
     found = None
-    if sized:
+    heuristic_first = sized and problem.n_stages == problem.n_ranks
+    if heuristic_first:
         built = offload_heuristic(problem, link, Deadline(start + SIZED_HEURISTIC_SHARE * left), beat,
                                   one_f_one_b_first=True)
         if built is not None:
             found = ("offload heuristic", OffloadChoice(built.schedule, built.actions, built.sim, True))
             beat = built.sim.objective(problem.objective)
         start, left = now(), max(0.0, deadline.left())
-    choosers = 1 - (0.0 if sized else HEURISTIC_SHARE) - (CPSAT_SHARE if exact else 0.0)
+    choosers = 1 - (0.0 if heuristic_first else HEURISTIC_SHARE) - (CPSAT_SHARE if exact else 0.0)
     chosen = best_offload(candidates, problem, link, beat, Deadline(start + choosers * left), checkpointed)
     if chosen is not None:
         found, beat = chosen, chosen[1].sim.objective(problem.objective)
-    built = None if sized else \
+    built = None if heuristic_first else \
         offload_heuristic(problem, link, Deadline(deadline.at - CPSAT_SHARE * left) if exact else deadline, beat)
     if built is not None:  # shorter than what the choosers found
         found = ("offload heuristic", OffloadChoice(built.schedule, built.actions, built.sim, True))
