@@ -74,10 +74,10 @@ MAX_CANDIDATES = 4  # offloaded, the plan's own and the best bounds: more leaves
 OFFLOAD_HOLDS = (3, 4)
 # Stages sized for offload in an interleaved loop (stage s on rank s mod R): the share of its rank's
 # cap each of a rank's two stages is sized under (offload_sized_candidates: why shares). From a
-# sweep of 0.50-0.62 on issue 49's rows (benchmarks/plan_offload.py): under 0.5 every stage
-# checkpoints fully; 0.56 is the best of the seq-4096 Qwen2.5-7B row at 28 GiB and of the seq-8192
-# one at 40 GiB, 0.5 of the row at 34 GiB; from 0.59 on the stages keep more than their links move
-# in time and the steps wait on the copies (3.3-19.7 s against 2.4-5.4).
+# sweep of 0.50-0.62 on issue 49's rows (benchmarks/plan_offload.py): 0.56 is the best of the
+# seq-4096 Qwen2.5-7B row at 28 GiB and of the seq-8192 one at 40 GiB, 0.5 of the row at 34 GiB
+# (where at 0.56 the stages keep more than the link moves in time); from 0.59 on every row's
+# steps wait on the copies (3.3-19.7 s against 2.4-5.4).
 INTERLEAVED_SHARES = (0.56, 0.5)
 # of the offload's time, at most, for the V's bound with offload, by its program's estimate (a few
 # times the uncapped program's terms; the estimate, not the clock, so the plan is reproducible);
