@@ -105,11 +105,12 @@ def test_the_busiest_rank_bound_holds_for_every_dealing_of_the_units_to_the_rank
     rng = np.random.default_rng(3)
     for _ in range(5):
         works = rng.uniform(0.1, 2.0, size=7)
-        prof = Profile(stages=[StageCost(forward=w / 3, backward_input=w / 3, backward_weight=w / 3, activation_bytes=0) for w in works])
-        u = Units.of(prof, 4)
+        u = Units.of(Profile(stages=[StageCost(forward=w / 3, backward_input=w / 3, backward_weight=w / 3,
+                                               activation_bytes=0) for w in works]), 4)
         best = min(max(sum(works[i] for i in range(7) if deal[i] == r) for r in range(3))
                    for deal in itertools.product(range(3), repeat=7))
         bound = busiest_rank_work_bound(u, 3, 4)
         assert mean_work_bound(u, 3, 4) <= bound <= 4 * best * (1 + 1e-12)
-    equal = Units.of(Profile(stages=[StageCost(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=0)] * 7), 4)
+    layer = StageCost(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_bytes=0)
+    equal = Units.of(Profile(stages=[layer] * 7), 4)
     assert busiest_rank_work_bound(equal, 3, 4) == pytest.approx(4 * 3 * 3.0)  # ceil(7 / 3) layers

@@ -365,8 +365,8 @@ def test_plan_with_offload_tries_the_interleaved_loop_only_under_placement_auto(
     said: list = []
     auto = plan_with_offload(_modes(units()), HostLink(), placement="auto", progress=said.append, **kw)
     loop = plan_with_offload(_modes(units()), HostLink(), placement="loop", progress=said.append, **kw)
-    inter = [float(m.group(1)) for line in said for m in [re.search(r"offload, both: interleaved .*: ([\d.]+) \(", line)]
-             if m]
+    found = [re.search(r"offload, both: interleaved .*: ([\d.]+) \(", line) for line in said]
+    inter = [float(m.group(1)) for m in found if m]
     assert inter and min(inter) < loop.value
     assert "interleaved" in auto.bounds and auto.bound <= auto.value <= min(inter)
     assert loop.placement == "loop" and set(loop.bounds) == {"loop"}

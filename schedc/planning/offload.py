@@ -247,9 +247,9 @@ def offload_sized_candidates(stage_forms: dict, ranks: int, microbatches: int, c
     R - 1 of a stage's F + B; two stages a rank halve it (Megatron's interleaved 1F1B). The two
     stages of a rank share its cap, which the loop's program over 2R stages cannot see (its
     stages are independent); each is sized under a share of the cap (``INTERLEAVED_SHARES``, more
-    than half where the stages' peaks do not meet), and the offload heuristic then checks the
-    candidate under the rank's whole cap. Cost: one loop dynamic program per k and share (O(S U^2
-    K) for K forms)."""
+    than half where the stages' peaks do not meet), and the candidate's offload, simulated under
+    the rank's whole cap, decides. Cost: one loop dynamic program per k and share (O(S U^2 K) for
+    K forms)."""
     from schedc.planning.ac import runtime_modes, spec_units, stage_candidates
 
     sizings = [("loop", ranks, k, cap) for k in OFFLOAD_HOLDS]
@@ -365,6 +365,7 @@ def plan_offload(plan: PlanResult, link: HostLink, time_limit: float, forms: dic
     # a share too small for the choosers finds nothing: the first few, each with time to choose
     queue = queue[:MAX_CANDIDATES]
     if any(q[3] == INTERLEAVED for q in queue):  # the bound covers every placement the plan may take
+        # (the plan's own, where it is interleaved, among them)
         placements = placements + [INTERLEAVED]
     best: dict = {}  # kind -> (compiled, form, placement, counts)
     shortest = plan.value if fits else math.inf
