@@ -48,7 +48,10 @@ def test_copies_that_hide_cost_the_step_nothing(tmp_path):
     run, = emulate([path], Profile.uniform(2), scale=SCALE, steps=3, timeout=240, memory_actions=OFFLOADS,
                    link=hidden)
     plain, = emulate([path], Profile.uniform(2), scale=SCALE, steps=3, timeout=240)
-    assert run.predicted_step == pytest.approx(plain.predicted_step, rel=0.02)
+    # the simulator on the profile's own costs (the predicted step adds each run's measured
+    # overhead, which a loaded host moves from run to run): the copies hide
+    assert run.plain_prediction.makespan == pytest.approx(plain.plain_prediction.makespan, rel=1e-9)
+    assert run.predicted_step == pytest.approx(plain.predicted_step, rel=0.05)
     # copies slept on the compute thread would add their 4 units; on their own threads they add none
     assert run.measured_step - plain.measured_step < 2 * SCALE
 
