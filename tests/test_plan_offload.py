@@ -10,6 +10,7 @@ stage's 2 GiB in 0.04 s, far inside the seconds each microbatch waits for its ba
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -292,6 +293,7 @@ def test_a_plan_sized_for_offload_records_the_checkpointing_the_runtime_applies(
     assert got["layers_per_stage"] == layers
 
 
+@functools.lru_cache(maxsize=None)  # two tests read the same offloads
 def _sized_offloads(cap: str, interleaved: bool):
     """(placement, counts, result) of offloading each candidate sized for offload at `cap`."""
     from test_plan import _modes  # noqa: E402

@@ -77,7 +77,7 @@ from schedc.errors import SchedcError
 
 def _per_unit(u: Units):
     """(activations, F + I + W) of each unit."""
-    return np.diff(u.act), np.diff(u.F) + np.diff(u.I) + np.diff(u.W)
+    return np.diff(u.act), u.unit_work()
 
 
 def drop_prices(none: Units, modes: Sequence[Units]) -> tuple[np.ndarray, np.ndarray]:

@@ -117,6 +117,10 @@ class Units:
     def seg(self, arr: np.ndarray, i, j):
         return arr[j] - arr[i]
 
+    def unit_work(self) -> np.ndarray:
+        """F + I + W of each unit (wherever torch runs unit 0's I)."""
+        return np.diff(self.F) + np.diff(self.I) + np.diff(self.W)
+
     def seg_i(self, i, j):
         """I of the stage made of units [i, j): 0 for stage 0 (torch runs its backward in W)."""
         return np.where(i == 0, 0.0, self.I[j] - self.I[i])

@@ -109,7 +109,7 @@ def busiest_rank_work_bound(units, ranks: int, microbatches: int) -> float:
     lightest of those; with the mean rank's (:func:`mean_work_bound`), the largest such term. For
     L identical layers it is ceil(L / R) layers' work, where the mean gives L / R of them.
     Cost: O(U log U)."""
-    work = np.sort(np.diff(units.F) + np.diff(units.I) + np.diff(units.W))[::-1]
+    work = np.sort(units.unit_work())[::-1]
     most = mean_work_bound(units, ranks, microbatches) / microbatches
     k = 1
     while k * ranks < len(work):
