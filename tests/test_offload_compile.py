@@ -152,6 +152,17 @@ def test_a_hostile_host_bandwidth_is_one_line_naming_the_flag(tmp_path, capsys, 
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flag", ["--host-bandwidth", "--comm-bandwidth"])
+def test_a_rate_in_bits_is_refused_with_the_same_rate_in_bytes(flag):
+    # 50Gb/s was read as 50 GB/s: a link quoted in bits priced 8x faster than it is
+    from schedc.cli.common import rate
+
+    with pytest.raises(SchedcError, match=rf"^{flag}: '50Gb/s' reads as bits per second .* e.g. 6.25GB/s$"):
+        rate("50Gb/s", flag)
+    assert rate("50GB/s", flag) == rate("50gb/s", flag) == rate("5e10", flag) == 50e9
+    assert rate("46.6GiB/s", flag) == pytest.approx(46.6 * 2**30)
+
+
 def test_a_report_that_recomputes_nothing_is_refused_as_a_recompute_profile(tmp_path, capsys):
     # a compile report with offload but no recompute records no checkpointed costs: the refusal
     # says so, not that the file is not a profile

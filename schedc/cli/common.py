@@ -8,6 +8,8 @@ Every command module is a pair: ``register(subparsers)`` declares its parser and
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from pathlib import Path
 from typing import Optional, get_args
@@ -15,8 +17,8 @@ from typing import Optional, get_args
 from pydantic import ValidationError
 
 from schedc.choices import Execution
-from schedc.core.costs import MemoryLimit, Profile, describe_validation_error, parse_comm, parse_costs
-from schedc.errors import SchedcError, printable
+from schedc.core.costs import MemoryLimit, Profile, describe_validation_error, parse_comm, parse_costs, size_unit
+from schedc.errors import SchedcError, printable, shown
 from schedc.io.fileio import check_not_input, check_writable
 
 
@@ -34,6 +36,32 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--runtime", choices=get_args(Execution), default=None,
                    help="how the schedule is executed: torch (stage 0's backward all in W, as torch's "
                         "_PipelineScheduleRuntime runs it; default) or ideal (the zero-bubble paper's model)")
+
+
+_RATE = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)([kKmMgGtT]?)(i?)([bB]?)")
+
+
+def rate(text: str, flag: str) -> float:
+    """Bytes per second from a size per second as ``--memory`` takes sizes (``50GB/s``,
+    ``46.6GiB/s``, ``50gb/s``) or a plain number (``5e10``); one line naming `flag` otherwise.
+    ``50Gb/s`` is refused: a lower-case b after an upper-case prefix is how links are quoted in
+    bits, 8x fewer bytes than the same digits in GB/s, so guessing either way would silently
+    misprice every transfer."""
+    t = str(text).strip().replace(" ", "")
+    body = t[:-2] if t.lower().endswith("/s") else t
+    m = _RATE.fullmatch(body) if len(body) <= 100 else None
+    if m is None or (m.group(3) and not m.group(2)):
+        raise SchedcError(f"{flag}: expected bytes per second, e.g. 50GB/s, 46.6GiB/s or 5e10, got {shown(text)}")
+    number, prefix, binary, b = m.groups()
+    unit = size_unit(f"{prefix}{binary}{b}".lower()) if prefix or b else 1
+    if b == "b" and prefix.isupper():
+        raise SchedcError(f"{flag}: {shown(text)} reads as bits per second (b: bits, B: bytes); give bytes per "
+                          f"second, e.g. {float(number) * unit / 8 / 1e9:.4g}GB/s")
+    value = float(number) * unit
+    if not (value > 0 and math.isfinite(value)):
+        raise SchedcError(f"{flag}: must be a positive, finite number of bytes per second (e.g. 50GB/s), "
+                          f"got {shown(text)}")
+    return value
 
 
 def path(text: str) -> str:

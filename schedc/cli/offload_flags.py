@@ -17,6 +17,7 @@ import math
 import re
 from typing import Optional
 
+from schedc.cli import common
 from schedc.core.costs import size_unit
 from schedc.core.host_link import DEFAULT_BANDWIDTH, DEFAULT_LATENCY, HostLink
 from schedc.errors import SchedcError, shown
@@ -44,20 +45,6 @@ def add_memory_actions_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-actions", metavar="FILE.json",
                    help="run the CSV with the offloads of a report or plan (its \"memory_actions\", e.g. from "
                         "`schedc compile --offload auto`) or of a JSON list, over the --host-* link")
-
-
-def _rate(text: str) -> float:
-    t = str(text).strip().lower().replace(" ", "")
-    t = t[:-2] if t.endswith("/s") else t
-    m = re.fullmatch(_NUMBER + r"([kmgt]?i?b?)", t) if len(t) <= 100 else None
-    if m is None or m.group(2) == "i":
-        raise SchedcError(f"--host-bandwidth: expected bytes per second, e.g. 50GB/s, 46.6GiB/s or 5e10, got "
-                          f"{shown(text)}")
-    value = float(m.group(1)) * (size_unit(m.group(2)) if m.group(2) else 1)
-    if not (value > 0 and math.isfinite(value)):
-        raise SchedcError(f"--host-bandwidth: must be a positive, finite number of bytes per second (e.g. 50GB/s), "
-                          f"got {shown(text)}")
-    return value
 
 
 def _seconds(text: str) -> float:
@@ -103,7 +90,7 @@ def link_from_args(args, recorded: Optional[dict] = None) -> HostLink:
         if key in recorded:
             kwargs[field] = recorded[key]
     if args.host_bandwidth is not None:
-        kwargs["bandwidth"] = _rate(args.host_bandwidth)
+        kwargs["bandwidth"] = common.rate(args.host_bandwidth, "--host-bandwidth")
     if args.host_latency is not None:
         kwargs["latency"] = _seconds(args.host_latency)
     if args.host_memory is not None:

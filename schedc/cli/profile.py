@@ -11,7 +11,7 @@ from typing import Optional
 from schedc.cli import common
 from schedc.core.costs import MemoryLimit, Profile
 from schedc.core.formatting import format_bytes, format_seconds
-from schedc.errors import SchedcError, shown
+from schedc.errors import SchedcError
 
 # --calibrate, here and on schedc plan --config
 CALIBRATE_HELP = ("counted: scale the count's F, I and W per unit kind (embedding, layer, head) and action by a "
@@ -473,22 +473,5 @@ def _write(profile: Profile, output: str) -> int:
 
 
 def _parse_bandwidth(text: Optional[str], flag: str = "--comm-bandwidth") -> Optional[float]:
-    """'25e9', '25GB', '25GB/s', '100MiB/s' -> bytes per second."""
-    if text is None:
-        return None
-    t = text.strip()
-    if t.lower().endswith("/s"):
-        t = t[:-2]
-    try:
-        value = float(t)
-    except ValueError:
-        try:
-            limit = MemoryLimit.parse(t)
-        except SchedcError:
-            limit = None
-        if limit is None or limit.kind != "bytes":
-            raise SchedcError(f"{flag}: expected bytes per second (e.g. 25e9 or 25GB/s), got {text!r}") from None
-        value = limit.value
-    if not (math.isfinite(value) and value > 0):
-        raise SchedcError(f"{flag} must be a finite number of bytes per second > 0, got {shown(text)}")
-    return value
+    """'25e9', '25GB', '25GB/s', '100MiB/s' -> bytes per second (schedc.cli.common.rate)."""
+    return None if text is None else common.rate(text, flag)

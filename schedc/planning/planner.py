@@ -27,8 +27,8 @@ from schedc.planning.search import (
     SEARCH_END,
     SEARCH_SHARE,
     bounds_over_partitions,
+    busiest_rank_work_bound,
     interleaved_bound,
-    mean_work_bound,
     screened_candidates,
 )
 
@@ -157,8 +157,8 @@ def plan(*, profile: Profile, ranks: int, microbatches: int, memory: Union[str, 
         res, pl, counts = adopt_faster_row(profile, res, pl, counts, comparisons, ranks, microbatches, limit,
                                             objective, seed, **({} if placement == "auto" else {"placements": compared}))
         if pl not in bounds:  # a row of a placement the search left out (or was stopped in) won
-            bounds[pl] = mean_work_bound(units, ranks, microbatches)
-            notes.append(f"placement {pl}: not searched; a row of it won, bounded by the mean rank's work only")
+            bounds[pl] = busiest_rank_work_bound(units, ranks, microbatches)
+            notes.append(f"placement {pl}: not searched; a row of it won, bounded by the busiest rank's work only")
     lowered = None
     with phase("least memory"):
         if least_memory and not stop_requested():

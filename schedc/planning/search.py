@@ -121,13 +121,14 @@ def busiest_rank_work_bound(units, ranks: int, microbatches: int) -> float:
 def interleaved_bound(profile, units, ranks, microbatches, cap, objective, stop=None) -> float:
     """A bound over every partition into 2R stages interleaved on R ranks (stage s on rank s mod R)
     and every schedule under the cap: the larger of two relaxations. The busiest rank computes at
-    least the mean rank's work (M times every unit's F + I + W, over R); and each stage on a rank of
-    its own is a loop of 2R ranks (schedc.core.partition.partition_bound), where any interleaved
-    schedule runs unchanged: every boundary crosses ranks in both, and a rank holds one stage's
-    bytes instead of two. inf when no stage alone fits. Cost: the loop's dynamic program."""
-    mean = mean_work_bound(units, ranks, microbatches)
+    least the work of the units it holds, however they are dealt (:func:`busiest_rank_work_bound`);
+    and each stage on a rank of its own is a loop of 2R ranks (schedc.core.partition.partition_bound),
+    where any interleaved schedule runs unchanged: every boundary crosses ranks in both, and a rank
+    holds one stage's bytes instead of two. inf when no stage alone fits. Cost: the loop's dynamic
+    program."""
+    busiest = busiest_rank_work_bound(units, ranks, microbatches)
     own_ranks = partition_bound(profile, 2 * ranks, microbatches, cap, "loop", objective, stop=stop).value
-    return max(mean, own_ranks) if math.isfinite(own_ranks) else math.inf
+    return max(busiest, own_ranks) if math.isfinite(own_ranks) else math.inf
 
 
 def screened_candidates(profile, units, pl, start, ranks, microbatches, limit, cap, objective, seconds, say, t0,
