@@ -41,6 +41,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from schedc.core.costs import FRAMEWORK_AC
+from schedc.core.settings import COUNTED_FOR_TORCH
 from schedc.errors import SchedcError
 from schedc.model_costs import unit_profile
 from schedc.planning import AC_MODES, TORCHTITAN_AC, plan, plan_ac, torchtitan_rows
@@ -64,10 +65,12 @@ CASES = [(name, 8, 32, 4096, cap) for name in CONFIGS for cap in ("80GiB", "40Gi
 UNCAPPED_SHARE = 0.2  # of --time-limit, for the plan without checkpointing and without a cap
 
 
-def profiles_of(name: str, tmp: Path, seq: int = 4096) -> dict:
+def profiles_of(name: str, tmp: Path, seq: int = 4096, torch: str = COUNTED_FOR_TORCH) -> dict:
+    """Per checkpointing mode, the per-unit profile counted for `name`'s config at `seq`, for the
+    release `torch` (what its runtime holds: schedc.core.cost_model)."""
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(CONFIGS[name]))
-    return {mode: unit_profile(path, seq=seq, activation_checkpoint=mode) for mode in AC_MODES}
+    return {mode: unit_profile(path, seq=seq, activation_checkpoint=mode, torch=torch) for mode in AC_MODES}
 
 
 def ms(x) -> str:

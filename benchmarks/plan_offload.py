@@ -42,6 +42,7 @@ Step times are the simulator's (counted costs at 400 TFLOP/s effective), not mea
     python benchmarks/plan_offload.py --budget work --time-limit 15   # the table, the same on any machine
     python benchmarks/plan_offload.py --match qwen --match 28GiB      # some rows
     python benchmarks/plan_offload.py --bounds-only                   # the bounds alone
+    python benchmarks/plan_offload.py --budget work --torch 2.15.0    # the plans for torch 2.15's runtime
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from typing import Optional
 from ac_choice import UNCAPPED_SHARE, ms, profiles_of  # benchmarks/ac_choice.py: the configs, counted
 
 from schedc.core.host_link import HostLink, offload_bytes
+from schedc.core.settings import COUNTED_FOR_TORCH
 from schedc.errors import SchedcError
 from schedc.planning import plan, plan_ac
 from schedc.planning.ac import checkpointed_form, mode_forms
@@ -210,15 +212,18 @@ def main(argv=None) -> int:
                     help="work: --time-limit in work units, the same table on any machine (schedc plan --budget)")
     ap.add_argument("--match", action="append", default=[], metavar="TEXT",
                     help="keep the rows whose model, seq and cap contain every TEXT")
+    ap.add_argument("--torch", default=COUNTED_FOR_TORCH, metavar="RELEASE",
+                    help=f"the torch release whose runtime the plans are for (what it holds across a step: "
+                         f"schedc.core.cost_model; default {COUNTED_FOR_TORCH}, as the counted profiles assume)")
     ap.add_argument("--bounds-only", action="store_true",
                     help="only the third table (the bounds with offload: seconds, no plan runs)")
     args = ap.parse_args(argv)
     if args.bounds_only:
         with tempfile.TemporaryDirectory() as tmp:
-            print_bounds(args.match, Path(tmp))
+            print_bounds(args.match, Path(tmp), torch=args.torch)
         return 0
     print(f"step in ms (simulated); {RANKS} ranks x {MICROBATCHES} microbatches of one sequence; offload at 50 GB/s "
-          f"per direction unless the column says otherwise")
+          f"per direction unless the column says otherwise; torch {args.torch}'s runtime")
     print("| model | seq | cap | --ac auto | no cap | memory costs | **--offload auto + --ac auto** | vs --ac auto | "
           "vs no cap | gap to the bound with offload | row chosen | microbatches moved / recomputed | link load (no-cap partition) | "
           "transfers hide | 25 GB/s | 100 GB/s | cut by the wall clock | s |")
@@ -232,7 +237,7 @@ def main(argv=None) -> int:
             if not all(text in f"| {name} | seq {seq} | {cap} |" for text in args.match):
                 continue
             if (name, seq) not in cache:
-                cache[(name, seq)] = profiles_of(name, Path(tmp), seq)
+                cache[(name, seq)] = profiles_of(name, Path(tmp), seq, args.torch)
             line, targets[f"| {name} | seq {seq} | {cap} |"] = row(case, cache[(name, seq)], args.time_limit,
                                                                     args.budget, parts)
             print(line, flush=True)
@@ -245,11 +250,11 @@ def main(argv=None) -> int:
         print(line)
     print()
     with tempfile.TemporaryDirectory() as tmp:
-        print_bounds(args.match, Path(tmp), targets)
+        print_bounds(args.match, Path(tmp), targets, torch=args.torch)
     return 0
 
 
-def print_bounds(match: list, tmp: Path, targets: Optional[dict] = None) -> None:
+def print_bounds(match: list, tmp: Path, targets: Optional[dict] = None, torch: str = COUNTED_FOR_TORCH) -> None:
     """The third table: per row, the bounds over every partition without a cap, with offload and
     checkpointing, and with offload alone; with `targets` (row -> the --ac auto step) also the
     issue's target, 10% under it, and whether a bound rules it out."""
@@ -264,7 +269,7 @@ def print_bounds(match: list, tmp: Path, targets: Optional[dict] = None) -> None
         key = f"| {name} | seq {seq} | {cap} |"
         if not all(text in key for text in match) or (targets is not None and key not in targets):
             continue
-        values = bounds(profiles_of(name, tmp, seq), cap)
+        values = bounds(profiles_of(name, tmp, seq, torch), cap)
         cells = [ms(v) if math.isfinite(v) else "nothing fits" for v in values]
         if targets is not None:
             goal = 0.9 * targets[key]

@@ -75,23 +75,29 @@ def predicted_step_bytes(schedule, profile) -> list[float]:
     return [p - st - rc - (profile.reserve_bytes or 0.0) for p, st, rc in zip(sim.peak_memory, static, recv)]
 
 
-def schedules(n_stages: int, mb: int, profile, profile_v, time_limit: float) -> dict:
+SCHEDULES = ("1f1b", "zb-h1", "zb-v", "compiled-loop", "compiled-v")
+
+
+def schedules(n_stages: int, mb: int, profile, profile_v, time_limit: float, names=SCHEDULES) -> dict:
     from schedc.core import baselines
     from schedc.solver.compile import compile_schedule
 
-    out = {
-        "1f1b": (baselines.make_baseline("1f1b", n_stages, mb), profile),
-        "zb-h1": (baselines.make_baseline("zb-h1", n_stages, mb), profile),
-        "zb-v": (baselines.make_baseline("zb-v", 2 * n_stages, mb), profile_v),
-    }
+    out = {}
+    for name in ("1f1b", "zb-h1"):
+        if name in names:
+            out[name] = (baselines.make_baseline(name, n_stages, mb), profile)
+    if "zb-v" in names:
+        out["zb-v"] = (baselines.make_baseline("zb-v", 2 * n_stages, mb), profile_v)
     for name, prof, place, n in (("compiled-loop", profile, "loop", n_stages), ("compiled-v", profile_v, "v",
                                                                                  2 * n_stages)):
-        out[name] = (compile_schedule(n, mb, n_ranks=n_stages, placement=place, profile=prof, memory="none",
-                                      time_limit=time_limit).schedule, prof)
+        if name in names:
+            out[name] = (compile_schedule(n, mb, n_ranks=n_stages, placement=place, profile=prof, memory="none",
+                                          time_limit=time_limit).schedule, prof)
     return out
 
 
-def run(cfg, n_ranks: int, mbs: int, mb: int, time_limit: float, label: str) -> list[tuple]:
+def run(cfg, n_ranks: int, mbs: int, mb: int, time_limit: float, label: str, names=SCHEDULES) -> list[tuple]:
+    """[(label, schedule, rank, predicted bytes, measured bytes)] for the schedules `names`."""
     import dataclasses
 
     from schedc.io import csvio
@@ -102,7 +108,7 @@ def run(cfg, n_ranks: int, mbs: int, mb: int, time_limit: float, label: str) -> 
     profile_v = profile_gpt(cfg, 2 * n_ranks, mbs, warmup=1, repeats=3, optimizer="none")
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        made = schedules(n_ranks, mb, profile, profile_v, time_limit)
+        made = schedules(n_ranks, mb, profile, profile_v, time_limit, names)
         paths = {}
         for name, (schedule, _) in made.items():
             paths[name] = str(Path(d) / f"{name}.csv")

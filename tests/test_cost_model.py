@@ -4,6 +4,8 @@ the same terms; the simulator, the constructions and the solvers agree with it."
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from schedc.core import cost_model
@@ -64,7 +66,9 @@ def test_buffers_follow_the_torch_version():
     new = Profile(**base, assumes={"torch": "2.15.0"})
     default = Profile(**base)
     assert cost_model.buffer_bytes(old, (0, 1), 8) == [16 * mib, 16 * mib]  # 8 received + 8 sent
-    assert cost_model.buffer_bytes(new, (0, 1), 8) == [9 * mib, 9 * mib]  # 1 received + 8 sent
+    # 2.15: 1 received and 8 sent on each rank; the later, the last stage, also the 8 inputs its
+    # losses keep
+    assert cost_model.buffer_bytes(new, (0, 1), 8) == [9 * mib, 17 * mib]
     assert cost_model.buffer_bytes(default, (0, 1), 8) == cost_model.buffer_bytes(new, (0, 1), 8)
     assert cost_model.torch_version(default) == cost_model.NEWEST_TORCH
     # two stages on one rank do not communicate; up to 2.14 the later one still preallocates
@@ -154,7 +158,8 @@ def test_least_caps_are_the_peaks_of_one_microbatch_at_a_time(torch):
     assert model.least_caps == [cost_model.least_need(prof, [0, 3], model.buffers[0]),
                                 cost_model.least_need(prof, [1, 2], model.buffers[1])]
     below = f"{int(max(model.least_caps)) - 1}B"
-    with pytest.raises(Exception, match=f"smallest limit that works is --memory {max(model.least_caps):g}B"):
+    # the limit it names is whole bytes, rounded up
+    with pytest.raises(Exception, match=f"smallest limit that works is --memory {math.ceil(max(model.least_caps))}B"):
         check_memory_feasible(Problem.build(4, mb, n_ranks=2, placement=placement, profile=prof, memory=below,
                                             runtime="ideal"))
 
@@ -243,18 +248,25 @@ def test_cli_compile_then_simulate_check_with_every_memory_term(tmp_path):
 
 def test_a_boundary_holds_receive_buffers_and_sends_per_torch_version():
     # across ranks: torch 2.14 preallocates M receive buffers per side, 2.15 one; both keep the M
-    # sends; on one rank 2.14 preallocates both directions' M buffers, 2.15 nothing
+    # sends (counted), 2.15 also the last stage's M inputs; on one rank 2.14 preallocates both
+    # directions' M buffers, 2.15 nothing
     import numpy as np
 
     assert cost_model.boundary_buffers(2.0, 4, "2.14.1") == 16.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.14.1", later=True, into_last=True) == 16.0
     assert cost_model.boundary_buffers(2.0, 4, "2.15") == 10.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.15", later=True) == 10.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.15", later=True, into_last=True) == 18.0
     assert cost_model.boundary_buffers(2.0, 4, "2.14.1", same_rank=True) == 16.0
     assert cost_model.boundary_buffers(2.0, 4, "2.15", same_rank=True) == 0.0
     sizes, same = np.array([2.0, 3.0]), np.array([False, True])
-    assert list(cost_model.boundary_buffers(sizes, 4, "2.15", same)) == [10.0, 0.0]
+    assert list(cost_model.boundary_buffers(sizes, 4, "2.15", same, later=True)) == [10.0, 0.0]
     prof = Profile(stages=[_stage()] * 4, boundary_bytes=[1.0, 2.0, 3.0], assumes={"torch": "2.14.1"})
     # V on 2 ranks: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2 (a boundary on one rank)
     assert cost_model.buffer_bytes(prof, [0, 1, 1, 0], 2) == [4 * 1.0 + 4 * 3.0, 4 * 1.0 + 4 * 2.0 + 4 * 3.0]
+    # 2.15: 1 received and 2 sent per side; rank 0 also keeps the 2 inputs of stage 3, the last
+    new = prof.model_copy(update={"assumes": {"torch": "2.15.0"}})
+    assert cost_model.buffer_bytes(new, [0, 1, 1, 0], 2) == [3 * 1.0 + 5 * 3.0, 3 * 1.0 + 3 * 3.0]
 
 
 def _units_for_segments() -> Profile:

@@ -64,20 +64,20 @@ def test_the_least_caps_are_the_simulated_peaks_of_one_microbatch_at_a_time():
         sim = simulate(one_at_a_time(problem), problem.profile, problem.memory)
         assert sim.peak_memory == pytest.approx(problem.costs.least_caps, rel=1e-12)
         # the terms matter here: static bytes and one microbatch's activations (the planner's
-        # old rule) leave out 2.5 GiB of buffers and the 1 GiB reserve on every rank, and more
+        # old rule) leave out 2.5-3.5 GiB of buffers and the 1 GiB reserve on every rank, and more
         plain = [sum(problem.profile.stages[s].static_bytes + problem.profile.stages[s].activation_bytes
                      for s in problem.stages_of(r)) for r in range(problem.n_ranks)]
         assert all(need - p > 3.4 * GiB for need, p in zip(problem.costs.least_caps, plain))
 
 
-@pytest.mark.parametrize("memory", ["12GiB", "12.5GiB", "13GiB", "14GiB"])
+@pytest.mark.parametrize("memory", ["12.5GiB", "13GiB", "13.5GiB", "15GiB"])
 def test_a_partition_is_kept_exactly_when_simulate_finds_a_schedule_that_fits(memory):
     kept = 0
     for problem in v_problems(memory):
         sim = simulate(one_at_a_time(problem), problem.profile, problem.memory)
         assert holds_one_microbatch(problem) == sim.fits, problem.placement
         kept += sim.fits
-    assert kept == {"12GiB": 0, "12.5GiB": 2, "13GiB": 4, "14GiB": 8}[memory]
+    assert kept == {"12.5GiB": 0, "13GiB": 2, "13.5GiB": 6, "15GiB": 10}[memory]
 
 
 def test_no_schedule_fits_below_a_partitions_least_cap():
@@ -86,7 +86,8 @@ def test_no_schedule_fits_below_a_partitions_least_cap():
     units = units_with_terms()
     problem = problem_for(units, [2, 3, 1, 1], "v", 2, 4, parse_cap("none"), "makespan")
     floor, step = _memory_floor(problem)
-    assert floor == pytest.approx(12.25 * GiB) and step == 3 * GiB  # rank 1: a stage of three layers, one of one
+    # rank 0: the embedding and a layer, and the head with the inputs torch 2.15 keeps for it
+    assert floor == pytest.approx(12.7 * GiB) and step == 2 * GiB
     peaks = [max(sim.peak_memory) for _, _, sim in build_baselines(problem)]
     assert peaks and min(peaks) >= floor * (1 - 1e-12)
 
@@ -110,26 +111,27 @@ def test_the_plan_fits_where_simulate_says_and_refuses_with_a_cap_that_fits():
     again = simulate(res.compiled.schedule, res.compiled.problem.profile, res.compiled.problem.memory)
     assert again.fits and max(again.peak_memory) <= 14 * GiB
     assert max(res.compiled.problem.costs.least_caps) <= 14 * GiB
-    # under 12 GiB no partition holds a microbatch with its buffers: a one-line error naming the
-    # least cap over all partitions (12.25 GiB: [2, 3, 1, 1]), under which the plan then fits
-    with pytest.raises(SchedcError, match=r"^memory=12.00GiB: no partition .* memory=(\S+) \(v\); .* would fit: ") as e:
-        plan(profile=units, ranks=2, microbatches=4, memory="12GiB", placement="v", time_limit=5)
+    # under 12.5 GiB no partition holds a microbatch with its buffers: a one-line error naming the
+    # least cap over all partitions (12.7 GiB: [2, 3, 1, 1]), under which the plan then fits
+    with pytest.raises(SchedcError, match=r"^memory=12.50GiB: no partition .* memory=(\S+) \(v\); .* would fit: ") as e:
+        plan(profile=units, ranks=2, microbatches=4, memory="12.5GiB", placement="v", time_limit=5)
     cap = str(e.value).split("memory=")[-1].split(" ")[0]
-    assert parse_cap(cap).value == min(max(p.costs.least_caps) for p in v_problems("none")) == 12.25 * GiB
+    assert parse_cap(cap).value == pytest.approx(min(max(p.costs.least_caps) for p in v_problems("none")))
+    assert parse_cap(cap).value == pytest.approx(12.7 * GiB, rel=1e-3)
     res = plan(profile=units, ranks=2, microbatches=4, memory=cap, placement="v", time_limit=5)
     assert simulate(res.compiled.schedule, res.compiled.problem.profile, res.compiled.problem.memory).fits
 
 
 def test_a_cap_that_only_some_partitions_fit_with_their_buffers_plans_one_of_them():
-    # at 12.5 GiB two partitions fit once receive buffers are counted; the search starts from one
+    # at 13 GiB two partitions fit once receive buffers are counted; the search starts from one
     # (the bound over partitions counts them) and plans a split that fits
     units = units_with_terms()
-    fitting = [c for c, p in zip(compositions(units.n_stages, 4), v_problems("12.5GiB")) if holds_one_microbatch(p)]
+    fitting = [c for c, p in zip(compositions(units.n_stages, 4), v_problems("13GiB")) if holds_one_microbatch(p)]
     assert len(fitting) == 2
-    res = plan(profile=units, ranks=2, microbatches=4, memory="12.5GiB", placement="v", time_limit=5)
+    res = plan(profile=units, ranks=2, microbatches=4, memory="13GiB", placement="v", time_limit=5)
     assert list(res.counts) in fitting
     again = simulate(res.compiled.schedule, res.compiled.problem.profile, res.compiled.problem.memory)
-    assert again.fits and max(again.peak_memory) <= 12.5 * GiB
+    assert again.fits and max(again.peak_memory) <= 13 * GiB
 
 
 def small_units(torch, boundary, terms: bool) -> Profile:
@@ -172,10 +174,10 @@ def test_the_least_cap_over_partitions_is_the_cost_models_over_all_partitions(pl
 
 def test_memory_binds_where_a_shorter_uncapped_schedule_exceeds_the_cap_with_every_term_counted():
     units = units_with_terms()
-    tight = plan(profile=units, ranks=2, microbatches=4, memory="12.5GiB", placement="v", time_limit=2,
+    tight = plan(profile=units, ranks=2, microbatches=4, memory="13GiB", placement="v", time_limit=2,
                  budget="work")
     loose = plan(profile=units, ranks=2, microbatches=4, memory="40GiB", placement="v", time_limit=2,
                  budget="work")
     assert tight.limiter.kind == "memory" and tight.limiter.uncapped_step < tight.value
-    assert tight.limiter.uncapped_peak > parse_cap("12.5GiB").value
+    assert tight.limiter.uncapped_peak > parse_cap("13GiB").value
     assert loose.limiter.kind != "memory"

@@ -26,14 +26,23 @@ added here (and in its tests): the engines and the planner read ``held``/``over`
 Receive buffers and held sends (torch/distributed/pipelining/stage.py and schedules.py):
 torch up to 2.14 preallocates, per microbatch, a receive buffer for the activation of every
 stage whose previous stage sits on another rank and for the gradient of every stage whose next
-stage does, and holds them through the step; 2.15 allocates a receive buffer just in time (one
-per boundary and direction is live). ``_PipelineScheduleRuntime`` keeps every send's work
-object, and with it the sent tensor, until the step ends: M activations forward and M gradients
-backward per cross-rank boundary, in every version. Boundaries between two stages on one rank do
-not communicate, but up to 2.14 their stage preallocates both buffers per microbatch anyway
-(each replaced by the local tensor when its microbatch arrives; counted all step, an upper
-estimate). The version is ``profile.assumes["torch"]`` when given, else
-:data:`NEWEST_TORCH`. A profile without ``boundary_bytes`` has no buffers.
+stage does, and holds them through the step, and ``_PipelineScheduleRuntime`` keeps every send's
+work object, and with it the sent tensor, until the step ends: M activations forward and M
+gradients backward per cross-rank boundary. 2.15 allocates a receive buffer just in time (one
+per boundary and direction is live) and retires an activation's send right after its local
+backward (``_add_wait_send``: a WAIT_SEND_F after the I or B), releasing the stage's reference to
+the output; the gradients' sends wait at the step's end (M per boundary, on the later rank), and
+a last stage that runs B keeps each microbatch's received input to the end too (the losses it
+keeps hold their graphs: counted on the last stage whatever its backward, an upper estimate where
+it splits it). The activations' sends are still counted all step on the earlier rank, an upper
+estimate: their outputs are held from F to I, and the counted route's activations leave a
+stage's output out (the next stage's first norm saves it), so counting them with the microbatches
+in flight would take a term per stage and action that this model does not have.
+Boundaries between two stages on one rank do not communicate, but up to 2.14 their stage
+preallocates both buffers per microbatch anyway (each replaced by the local tensor when its
+microbatch arrives; counted all step, an upper estimate). The version is
+``profile.assumes["torch"]`` when given, else :data:`NEWEST_TORCH`. A profile without
+``boundary_bytes`` has no buffers.
 
 Cost: O(stages + ranks) to build; every query O(1); :class:`Segments` O(units^2).
 """
@@ -128,17 +137,22 @@ def preallocates(version: str) -> bool:
     return (int(m.group(1)), int(m.group(2))) < (2, 15)
 
 
-def boundary_buffers(size, n_microbatches: int, version: str, same_rank=False):
-    """Bytes a boundary of `size` bytes per microbatch holds all step (module docstring): on each
-    of its two ranks when they differ, on the one rank otherwise. Elementwise over arrays."""
+def boundary_buffers(size, n_microbatches: int, version: str, same_rank=False, later=False, into_last=False):
+    """Bytes a boundary of `size` bytes per microbatch holds all step (module docstring) on one of
+    its ranks: the earlier one (it sends activations, receives gradients) or, with `later`, the
+    one after it; `into_last`: the stage after it is the pipeline's last. On one rank
+    (`same_rank`) the rank's whole. Elementwise over arrays."""
+    M = n_microbatches
     if preallocates(version):
         # across ranks: M activations received (gradients sent back) on the later rank, M
         # gradients received (activations sent) on the earlier one. On one rank nothing is sent,
         # but the stage still preallocates both buffers per microbatch
         # (PipelineStage._setup_forward_recv_info, _create_grad_recv_info); each is replaced by
         # the local tensor when its microbatch gets there: counted all step (an upper estimate)
-        return _where(same_rank, 2 * n_microbatches * size, n_microbatches * size + n_microbatches * size)
-    return _where(same_rank, 0.0 * size, 1 * size + n_microbatches * size)
+        return _where(same_rank, 2 * M * size, M * size + M * size)
+    # one receive live and M sends on each side (the earlier side's retire after each local
+    # backward: counted all step, module docstring); a last stage's M inputs on the later side
+    return _where(same_rank, 0.0 * size, 1 * size + M * size + _where(later & into_last, M * size, 0.0 * size))
 
 
 def buffer_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: int,
@@ -148,12 +162,15 @@ def buffer_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: i
     if profile.boundary_bytes is None:
         return out
     version = version or torch_version(profile)
+    last = len(placement) - 2  # the boundary into the last stage
     for b in range(len(placement) - 1):
         lo, hi = placement[b], placement[b + 1]
-        held = boundary_buffers(profile.boundary_after(b), n_microbatches, version, same_rank=lo == hi)
-        out[lo] += held
-        if hi != lo:
-            out[hi] += held
+        size = profile.boundary_after(b)
+        if lo == hi:
+            out[lo] += boundary_buffers(size, n_microbatches, version, same_rank=True)
+            continue
+        out[lo] += boundary_buffers(size, n_microbatches, version)
+        out[hi] += boundary_buffers(size, n_microbatches, version, later=True, into_last=b == last)
     return out
 
 
@@ -349,9 +366,10 @@ class Segments:
     def stage(self, i, j) -> SegmentStage:
         return SegmentStage(self, i, j)
 
-    def buffers(self, x, n_microbatches: int, same_rank=False):
-        """:func:`boundary_buffers` of the boundary before unit `x` (arrays: elementwise)."""
-        return boundary_buffers(self.cut[x], n_microbatches, self.version, same_rank)
+    def buffers(self, x, n_microbatches: int, same_rank=False, later=False, into_last=False):
+        """:func:`boundary_buffers` of the boundary before unit `x` on the rank before it or,
+        with `later`, after it (arrays: elementwise)."""
+        return boundary_buffers(self.cut[x], n_microbatches, self.version, same_rank, later, into_last)
 
 
 def has_new_terms(profile: "Profile") -> bool:

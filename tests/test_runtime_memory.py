@@ -1,0 +1,44 @@
+"""The bytes a step adds in torch's runtime against `simulate`'s prediction, for the installed
+torch (benchmarks/runtime_memory.py at its default size: CPU allocator, 2 gloo ranks).
+
+torch 2.14 and 2.15 hold different things across a step: 2.14 preallocates a receive buffer per
+microbatch and keeps every send to the step's end; 2.15 allocates receives just in time, retires
+an activation's send after its local backward, keeps the gradients' sends, and a last stage that
+runs B keeps its received inputs (schedc.core.cost_model). The prediction must never be low:
+a plan that fits by it must fit in the runtime. The CI job on torch 2.15 runs this file
+too, so each version's rule is checked against that version's runtime.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "runtime_memory.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("runtime_memory", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_loops_step_peak_is_predicted_never_low_and_within_twelve_percent():
+    from schedc.runtime.models import GPTConfig
+
+    bench = _bench()
+    cfg = GPTConfig(vocab_size=512, hidden=64, layers=4, heads=4, seq_len=64)
+    rows = bench.run(cfg, 2, 2, 8, 1.0, "gpt", names=("1f1b", "zb-h1"))
+    assert len(rows) == 4
+    for _, name, rank, predicted, measured in rows:
+        # torch 2.15 under 2.14's rule put 1F1B's rank 1 at -7.5% (the received inputs its losses
+        # keep, not counted); rank 0 reads +10.9% under 2.15 (its activations' sends, counted all
+        # step, retire after each backward: an upper estimate, schedc.core.cost_model), 2.5% under 2.14
+        assert measured * 0.99 <= predicted <= measured * 1.12, (torch.__version__, name, rank, predicted, measured)
