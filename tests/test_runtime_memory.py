@@ -38,7 +38,7 @@ def test_a_loops_step_peak_is_predicted_never_low_and_within_twelve_percent():
     rows = bench.run(cfg, 2, 2, 8, 1.0, "gpt", names=("1f1b", "zb-h1"))
     assert len(rows) == 4
     for _, name, rank, predicted, measured in rows:
-        # torch 2.15 under 2.14's rule put 1F1B's rank 1 at -7.5% (the received inputs its losses
-        # keep, not counted); rank 0 reads +10.9% under 2.15 (its activations' sends, counted all
+        # under torch 2.15, before the rule counted a last stage's inputs (which the losses keep),
+        # 1F1B's rank 1 read -7.5%; rank 0 reads +10.9% there (its activations' sends, counted all
         # step, retire after each backward: an upper estimate, schedc.core.cost_model), 2.5% under 2.14
         assert measured * 0.99 <= predicted <= measured * 1.12, (torch.__version__, name, rank, predicted, measured)
