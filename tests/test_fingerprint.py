@@ -7,8 +7,7 @@ moves this hash changes results: if that is intended, say why in the commit and 
 value with ``python benchmarks/fingerprint.py``.
 """
 
-import importlib.util
-from pathlib import Path
+from _benchmarks import load_benchmark
 
 # the graph/engine refactor kept 82901fb1... (main at 64ccac3); since then only the action graph
 # moved, on purpose: schedc.solver.graph.memory_arcs adds the orders the room a rank's stages
@@ -20,8 +19,5 @@ EXPECTED = "4cff2866a87a3f093471eb1aecfb18596dae25b52694bfb49b126989254efc74"
 
 
 def test_refactor_keeps_results():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fingerprint.py"
-    spec = importlib.util.spec_from_file_location("fingerprint", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("fingerprint")
     assert mod.fingerprint() == EXPECTED

@@ -3,13 +3,10 @@ against what the real layers execute, by torch's own FLOP formulas (benchmarks/f
 at narrow sizes on CPU): Hugging Face transformers' dense, GPT-style and MoE layers and head,
 torchtitan's blocks, under every checkpointing mode."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "flop_counts.py"
 pytestmark = pytest.mark.filterwarnings("ignore:A saved_tensors_hooks context")
 MODES = ("none", "light", "selective", "full")
 
@@ -19,11 +16,7 @@ def bench():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("torchtitan")  # its FullAC and SelectiveAC wrap the checkpointed layers
-    spec = importlib.util.spec_from_file_location("flop_counts", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("flop_counts")
 
 
 @pytest.mark.parametrize("model", ["Llama-3-8B", "Qwen2.5-7B", "Qwen3-8B", "GPT-2", "Mixtral-8x7B",

@@ -3,27 +3,20 @@
 ``apply_fsdp_to_decoder`` over the dp axis of a 2 x 2 (pp, dp) gloo mesh, run by torch's schedule
 runtime from a zero-bubble CSV (benchmarks/memory_fidelity.py, ``fsdp_measure``)."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchtitan")
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_fidelity.py"
 # torch 2.15 produces a split W's gradient in the fp32 reduce dtype at once (fsdp_held): no bf16 copy
 SPLIT_W_BF16_COPY = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 15)
 
 
 @pytest.fixture(scope="module")
 def fidelity():
-    spec = importlib.util.spec_from_file_location("memory_fidelity", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("memory_fidelity")
 
 
 @pytest.fixture(scope="module")

@@ -3,27 +3,20 @@ Hugging Face transformers' Llama, Qwen2, Mistral, Qwen3, GPT-2, Mixtral and Qwen
 and Qwen3 blocks, F, torch's split I and W on CPU, and the MoE layers at their real layouts at a middle width;
 every quantity within 5 %."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_fidelity.py"
 # torch warns that hooks around a selective-checkpoint region will see its tensors one day; the
 # ledger counts storages, which it sees either way
 pytestmark = pytest.mark.filterwarnings("ignore:A saved_tensors_hooks context")
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("memory_fidelity", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("memory_fidelity")
 
 
 @pytest.fixture(scope="module")

@@ -2,27 +2,20 @@
 bytes in benchmarks/data): today's counted plan fits and stays within 5% of what it reports; the
 textbook count's plan does not fit; measured bytes, not counted ones, drive the re-walk."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
 from schedc.errors import SchedcError
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "plan_rewalk.py"
 GiB = 2.0 ** 30
 CASE = ("Llama-3-8B", 8, 8, 4096, "80GiB")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("plan_rewalk", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("plan_rewalk")
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +62,7 @@ def test_a_mode_the_gpu_could_not_split_is_refused_by_name(bench, data, tmp_path
 def test_gpu_layers_writes_what_the_re_walk_reads():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    spec = importlib.util.spec_from_file_location("gpu_layers", _PATH.parent / "gpu_layers.py")
-    gpu_layers = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = gpu_layers
-    spec.loader.exec_module(gpu_layers)
+    gpu_layers = load_benchmark("gpu_layers")
     rows = [("Llama-3-8B", "layer, none", "after F", 1.0, 5.0), ("Llama-3-8B", "embedding", "I..W", 0.0, 3.0),
             ("Llama-3-8B", "layer, full", "F seconds", 1e-3, 2e-3),
             ("Llama-3-8B", "layer, light", "failed", float("nan"), "OutOfMemoryError: ...")]

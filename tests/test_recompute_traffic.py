@@ -2,16 +2,13 @@
 the real layers' recompute moves (benchmarks/recompute_traffic.py at narrow sizes on CPU), and the
 time it adds to I in unit_profile: light < selective < full."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
 from schedc.model_costs import ModelShape, unit_profile
 from schedc.model_costs.traffic import recompute_traffic
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "recompute_traffic.py"
 pytestmark = pytest.mark.filterwarnings("ignore:A saved_tensors_hooks context")
 LLAMA_8B = dict(layers=4, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, vocab=128256, family="llama",
                 seq=4096, impl="hf", device="cuda")
@@ -21,11 +18,7 @@ LLAMA_8B = dict(layers=4, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8, v
 def bench():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    spec = importlib.util.spec_from_file_location("recompute_traffic", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("recompute_traffic")
 
 
 @pytest.mark.parametrize("model,impl,dtype", [

@@ -11,29 +11,16 @@ too, so each version's rule is checked against that version's runtime.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from _benchmarks import load_benchmark
 
 torch = pytest.importorskip("torch")
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "runtime_memory.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("runtime_memory", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_loops_step_peak_is_predicted_never_low_and_within_twelve_percent():
     from schedc.runtime.models import GPTConfig
 
-    bench = _bench()
+    bench = load_benchmark("runtime_memory")
     cfg = GPTConfig(vocab_size=512, hidden=64, layers=4, heads=4, seq_len=64)
     rows = bench.run(cfg, 2, 2, 8, 1.0, "gpt", names=("1f1b", "zb-h1"))
     assert len(rows) == 4
