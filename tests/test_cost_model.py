@@ -253,14 +253,14 @@ def test_a_boundary_holds_receive_buffers_and_sends_per_torch_version():
     import numpy as np
 
     assert cost_model.boundary_buffers(2.0, 4, "2.14.1") == 16.0
-    assert cost_model.boundary_buffers(2.0, 4, "2.14.1", later=True, into_last=True) == 16.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.14.1", into_last=True) == 16.0
     assert cost_model.boundary_buffers(2.0, 4, "2.15") == 10.0
-    assert cost_model.boundary_buffers(2.0, 4, "2.15", later=True) == 10.0
-    assert cost_model.boundary_buffers(2.0, 4, "2.15", later=True, into_last=True) == 18.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.15", into_last=False) == 10.0
+    assert cost_model.boundary_buffers(2.0, 4, "2.15", into_last=True) == 18.0
     assert cost_model.boundary_buffers(2.0, 4, "2.14.1", same_rank=True) == 16.0
     assert cost_model.boundary_buffers(2.0, 4, "2.15", same_rank=True) == 0.0
     sizes, same = np.array([2.0, 3.0]), np.array([False, True])
-    assert list(cost_model.boundary_buffers(sizes, 4, "2.15", same, later=True)) == [10.0, 0.0]
+    assert list(cost_model.boundary_buffers(sizes, 4, "2.15", same)) == [10.0, 0.0]
     prof = Profile(stages=[_stage()] * 4, boundary_bytes=[1.0, 2.0, 3.0], assumes={"torch": "2.14.1"})
     # V on 2 ranks: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2 (a boundary on one rank)
     assert cost_model.buffer_bytes(prof, [0, 1, 1, 0], 2) == [4 * 1.0 + 4 * 3.0, 4 * 1.0 + 4 * 2.0 + 4 * 3.0]

@@ -137,11 +137,11 @@ def preallocates(version: str) -> bool:
     return (int(m.group(1)), int(m.group(2))) < (2, 15)
 
 
-def boundary_buffers(size, n_microbatches: int, version: str, same_rank=False, later=False, into_last=False):
-    """Bytes a boundary of `size` bytes per microbatch holds all step (module docstring) on one of
-    its ranks: the earlier one (it sends activations, receives gradients) or, with `later`, the
-    one after it; `into_last`: the stage after it is the pipeline's last. On one rank
-    (`same_rank`) the rank's whole. Elementwise over arrays."""
+def boundary_buffers(size, n_microbatches: int, version: str, same_rank=False, into_last=False):
+    """Bytes a boundary of `size` bytes per microbatch holds all step (module docstring) on each
+    of its two ranks, or with `into_last` on the later one of the boundary into the pipeline's
+    last stage (from 2.15 it also keeps that stage's inputs); on one rank (`same_rank`) the
+    rank's whole. Elementwise over arrays."""
     M = n_microbatches
     if preallocates(version):
         # across ranks: M activations received (gradients sent back) on the later rank, M
@@ -152,7 +152,7 @@ def boundary_buffers(size, n_microbatches: int, version: str, same_rank=False, l
         return _where(same_rank, 2 * M * size, M * size + M * size)
     # one receive live and M sends on each side (the earlier side's retire after each local
     # backward: counted all step, module docstring); a last stage's M inputs on the later side
-    return _where(same_rank, 0.0 * size, 1 * size + M * size + _where(later & into_last, M * size, 0.0 * size))
+    return _where(same_rank, 0.0 * size, 1 * size + M * size + _where(into_last, M * size, 0.0 * size))
 
 
 def buffer_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: int,
@@ -170,7 +170,7 @@ def buffer_bytes(profile: "Profile", placement: Sequence[int], n_microbatches: i
             out[lo] += boundary_buffers(size, n_microbatches, version, same_rank=True)
             continue
         out[lo] += boundary_buffers(size, n_microbatches, version)
-        out[hi] += boundary_buffers(size, n_microbatches, version, later=True, into_last=b == last)
+        out[hi] += boundary_buffers(size, n_microbatches, version, into_last=b == last)
     return out
 
 
@@ -366,10 +366,9 @@ class Segments:
     def stage(self, i, j) -> SegmentStage:
         return SegmentStage(self, i, j)
 
-    def buffers(self, x, n_microbatches: int, same_rank=False, later=False, into_last=False):
-        """:func:`boundary_buffers` of the boundary before unit `x` on the rank before it or,
-        with `later`, after it (arrays: elementwise)."""
-        return boundary_buffers(self.cut[x], n_microbatches, self.version, same_rank, later, into_last)
+    def buffers(self, x, n_microbatches: int, same_rank=False, into_last=False):
+        """:func:`boundary_buffers` of the boundary before unit `x` (arrays: elementwise)."""
+        return boundary_buffers(self.cut[x], n_microbatches, self.version, same_rank, into_last)
 
 
 def has_new_terms(profile: "Profile") -> bool:

@@ -170,7 +170,7 @@ def loop_buffers(u: Units, M: int, i, j):
     x = u.extra
     if x is None or not x.has_buffers:
         return 0.0
-    return x.buffers(i, M, later=True, into_last=np.asarray(j) == u.n) + x.buffers(j, M)
+    return x.buffers(i, M, into_last=np.asarray(j) == u.n) + x.buffers(j, M)
 
 
 def v_buffers(u: Units, M: int, n_ranks: int, r: int, i, a, b, j):
@@ -178,11 +178,10 @@ def v_buffers(u: Units, M: int, n_ranks: int, r: int, i, a, b, j):
     x = u.extra
     if x is None or not x.has_buffers:
         return 0.0
-    into_last = np.asarray(j) == u.n  # stage 2R-1-r is the last (rank 0's upper stage)
     if r == n_ranks - 1:
-        return x.buffers(i, M, later=True) + x.buffers(a, M, same_rank=True) + x.buffers(j, M)
-    return x.buffers(i, M, later=True) + x.buffers(a, M) + x.buffers(b, M, later=True, into_last=into_last) + \
-        x.buffers(j, M)
+        return x.buffers(i, M) + x.buffers(a, M, same_rank=True) + x.buffers(j, M)
+    into_last = np.asarray(j) == u.n  # stage 2R-1-r is the last (rank 0's upper stage)
+    return x.buffers(i, M) + x.buffers(a, M) + x.buffers(b, M, into_last=into_last) + x.buffers(j, M)
 
 
 # ---------------------------------------------------------------- the min-max dynamic programs
