@@ -93,12 +93,15 @@ def test_plan_ac_auto_from_measured_profiles_names_a_mode_per_stage(measured, tm
     d, _ = measured
     plan_args = ["--ranks", "2", "--mb", "4", "--memory", "1.37MiB", "--time-limit", "2", "--budget", "work",
                  "--quiet"]
-    # without checkpointing nothing fits this cap: the plan must checkpoint somewhere
+    # without checkpointing, under torch's split backward, nothing fits this cap: the plan must
+    # checkpoint somewhere or run some stage's backward whole (B frees the graph I keeps for W);
+    # which of the two is shorter follows the measured times
     assert cli.main(["plan", "--profile", str(d / "none.json"), *plan_args, "-o", str(tmp_path / "n.csv")]) == 2
     profiles = [f"--profile={m}={d / f'{m}.json'}" for m in AC_MODES]
     assert cli.main(["plan", "--ac", "auto", *profiles, *plan_args, "-o", str(tmp_path / "plan.csv")]) == 0
     modes = planned_modes(tmp_path / "plan.json")
-    assert len(modes) == 2 and all(m in AC_MODES for m in modes) and any(m != "none" for m in modes)
+    whole = any("B" in cell for cell in (tmp_path / "plan.csv").read_text().replace("\n", ",").split(","))
+    assert len(modes) == 2 and all(m in AC_MODES for m in modes) and (any(m != "none" for m in modes) or whole)
     report = json.loads((tmp_path / "plan.json").read_text())
     assert report["partition"][1][-2:] == ["model.norm", "lm_head"]
 
